@@ -1,0 +1,102 @@
+"""The ``studio`` command: the GUI with no arguments, sub-commands otherwise.
+
+Each sub-command lives in a module of this package that defines ``register(subparsers)``; the
+modules are found automatically. They import heavy libraries (torch, Qt, PyAV) only inside
+their run functions, so ``studio --help`` and ``studio --version`` stay instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+import traceback
+
+from studio import __version__
+
+log = logging.getLogger("studio")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="studio",
+        description="Lip-synced presenter video: an avatar and a voice-over in, an MP4 out. "
+        "With no command, opens the studio window.",
+    )
+    parser.add_argument("--version", action="version", version=f"studio {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if mod.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{mod.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    if not getattr(args, "command", None):
+        return _open_gui()
+    from studio.core.errors import StudioError
+
+    try:
+        return int(args.func(args) or 0)
+    except StudioError as exc:
+        print(f"studio: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("studio: cancelled; nothing was written", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception:  # an internal bug: one line on stderr, the traceback in the log
+        path = _log_traceback()
+        print(
+            f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. "
+            "Please report it.",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _open_gui() -> int:
+    try:
+        from studio.ui.app import main as gui_main
+    except ImportError as exc:
+        print(f"studio: the window needs the GUI extra ({exc}); run a command instead, see --help", file=sys.stderr)
+        return 2
+    return gui_main()
+
+
+def _setup_logging(verbose: bool) -> None:
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    err = logging.StreamHandler()
+    err.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    err.setFormatter(logging.Formatter("studio: %(levelname)s: %(message)s"))
+    root.addHandler(err)
+    try:
+        from studio.core.paths import log_file
+
+        fh = logging.FileHandler(log_file(), encoding="utf-8")
+        fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        fh.setLevel(logging.DEBUG if verbose else logging.INFO)
+        root.addHandler(fh)
+    except OSError:
+        pass
+
+
+def _log_traceback() -> str:
+    from studio.core.paths import log_file
+
+    path = log_file()
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("".join(traceback.format_exc()))
+    return str(path)

@@ -1,0 +1,113 @@
+"""The engine interface every lip-sync engine implements, and auto-selection.
+
+An engine turns (avatar frame, audio frame) pairs into 256x256 faces:
+
+    engine = select_engine("auto").engine
+    prepared = engine.prepare(avatar)              # per-avatar work, cached by the engine
+    feats = engine.audio_features(wave)            # per-clip work, indexable by video frame
+    faces = engine.generate(prepared, avatar_idx, feat_idx)   # torch uint8 [B,256,256,3] RGB
+
+``avatar_idx`` are indices into the avatar's frames (the renderer resolves the ping-pong cycle);
+``feat_idx`` are video-frame indices into the clip. Faces are in the avatar's face-crop
+coordinates (the crop box resampled to 256x256) and live on ``engine.device``.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class LipSyncEngine(ABC):
+    """One lip-sync model behind the renderer. Subclasses set ``name`` and ``device``."""
+
+    name: str = "engine"
+    #: a short description shown in the GUI and in ``render --json``
+    label: str = ""
+
+    def __init__(self, device: str | None = None):
+        import torch
+
+        self.device = torch.device(device) if device else torch.device("cpu")
+
+    @abstractmethod
+    def prepare(self, avatar) -> Any:
+        """Per-avatar state (e.g. latents, rig geometry); may read/write the avatar's cache."""
+
+    @abstractmethod
+    def audio_features(self, wave) -> Any:
+        """Per-clip audio features; ``len(features)`` equals ``wave.frames``."""
+
+    @abstractmethod
+    def generate(self, prepared, avatar_idx, feat_idx):
+        """Faces for a batch: torch uint8 tensor ``[B,256,256,3]`` RGB on ``self.device``."""
+
+    def preferred_batch(self) -> int:
+        """Batch size that keeps this engine efficient on its device."""
+        return 16
+
+    def describe(self) -> dict:
+        return {"engine": self.name, "label": self.label, "device": str(self.device)}
+
+    def close(self) -> None:  # release GPU memory, sessions
+        pass
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """What auto-selection picked and why (shown in the CLI, the GUI and the logs)."""
+
+    engine: LipSyncEngine
+    reason: str
+    alternatives: dict[str, str] = field(default_factory=dict)
+
+
+def available_engines() -> dict[str, str]:
+    """Engine name -> one line on whether it can run here and why not."""
+    out = {"classic": "ready: weights-free mouth rig, runs on any machine"}
+    try:
+        from studio.core.engines import musetalk
+
+        out["musetalk"] = musetalk.availability()
+    except ImportError as exc:
+        out["musetalk"] = f"unavailable: {exc}"
+    return out
+
+
+def select_engine(name: str = "auto", device: str | None = None, **options) -> EngineChoice:
+    """Pick an engine: MuseTalk (TensorRT, then PyTorch) when its weights are imported, else classic.
+
+    ``name`` is ``auto``, ``classic`` or ``musetalk``. Raises ``StudioError`` when a named engine
+    cannot run, with the reason.
+    """
+    from studio.core.errors import StudioError
+
+    status = available_engines()
+    if name == "auto":
+        if status.get("musetalk", "").startswith("ready"):
+            name, reason = "musetalk", f"MuseTalk weights are imported ({status['musetalk']})"
+        else:
+            reason = "classic: " + status.get("musetalk", "MuseTalk is not available").replace(
+                "unavailable: ", "MuseTalk unavailable: "
+            )
+            name = "classic"
+    else:
+        reason = f"{name}: chosen explicitly"
+    if name == "classic":
+        from studio.core.engines.classic import ClassicEngine
+
+        engine = ClassicEngine(device=device, **options)
+    elif name == "musetalk":
+        if not status.get("musetalk", "").startswith("ready"):
+            raise StudioError(f"the MuseTalk engine cannot run: {status.get('musetalk')}")
+        from studio.core.engines.musetalk import MuseTalkEngine
+
+        engine = MuseTalkEngine(device=device, **options)
+    else:
+        raise StudioError(f"unknown engine {name!r}; use auto, classic or musetalk")
+    log.info("engine: %s (%s)", engine.name, reason)
+    return EngineChoice(engine, reason, status)

@@ -1,0 +1,38 @@
+"""The data folder: ``$STUDIO_HOME``, else the platform's user data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir() -> Path:
+    """Return (and create) the data folder that holds avatars, models, engines, jobs and logs."""
+    env = os.environ.get("STUDIO_HOME")
+    if env:
+        path = Path(env).expanduser()
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_data_dir("studio", appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def sub_dir(name: str) -> Path:
+    path = data_dir() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def log_file() -> Path:
+    return sub_dir("logs") / "studio.log"
+
+
+def repo_resources() -> Path:
+    """The ``resources/`` folder shipped beside the package (demo assets, icons, style sheet)."""
+    here = Path(__file__).resolve().parent.parent.parent / "resources"
+    if here.is_dir():
+        return here
+    # Frozen/installed layouts put resources next to the package.
+    return Path(__file__).resolve().parent.parent / "resources"

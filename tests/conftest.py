@@ -1,0 +1,60 @@
+"""Shared fixtures: an isolated data folder per test and real audio files made in the test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+ROOT = Path(__file__).resolve().parent.parent
+RESOURCES = ROOT / "resources"
+DEMO_AUDIO = RESOURCES / "demo" / "voiceover.flac"
+DEMO_AVATAR = RESOURCES / "demo" / "astronaut.png"
+
+
+@pytest.fixture(autouse=True)
+def studio_home(tmp_path_factory, monkeypatch) -> Path:
+    home = tmp_path_factory.mktemp("studio_home")
+    monkeypatch.setenv("STUDIO_HOME", str(home))
+    return home
+
+
+def tone(seconds: float, rate: int, freq: float = 220.0, amp: float = 0.3) -> np.ndarray:
+    t = np.arange(int(round(seconds * rate))) / rate
+    return (amp * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def speechlike(seconds: float, rate: int, seed: int = 0) -> np.ndarray:
+    """A voiced buzz with a syllable-rate envelope: loud enough to be speech everywhere."""
+    rng = np.random.default_rng(seed)
+    n = int(round(seconds * rate))
+    t = np.arange(n) / rate
+    carrier = np.sin(2 * np.pi * 140 * t) + 0.5 * np.sin(2 * np.pi * 280 * t) + 0.1 * rng.standard_normal(n)
+    env = 0.6 + 0.4 * np.abs(np.sin(2 * np.pi * 4 * t))
+    return (0.2 * carrier * env).astype(np.float32)
+
+
+@pytest.fixture
+def tone_silence_noise(tmp_path) -> tuple[Path, list[tuple[float, float]]]:
+    """16-bit 16 kHz WAV: 1 s tone, 1 s silence, 1 s noise, 0.5 s silence, 0.5 s tone.
+
+    Returns the path and the silent spans in seconds.
+    """
+    import soundfile as sf
+
+    rate = 16_000
+    rng = np.random.default_rng(1)
+    parts = [
+        tone(1.0, rate),
+        np.zeros(rate, np.float32),
+        (0.2 * rng.standard_normal(rate)).astype(np.float32),
+        np.zeros(rate // 2, np.float32),
+        tone(0.5, rate, 330.0),
+    ]
+    path = tmp_path / "tsn.wav"
+    sf.write(path, np.concatenate(parts), rate, subtype="PCM_16")
+    return path, [(1.0, 2.0), (3.0, 3.5)]
