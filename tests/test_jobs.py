@@ -1,0 +1,108 @@
+"""The render queue in SQLite: states, order, retry, and what a restart finds."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from studio.core import jobs
+from studio.core.errors import InputError
+from studio.core.jobs import JobStore
+
+
+def test_default_store_lives_in_the_data_folder(studio_home):
+    store = JobStore()
+    assert store.path == studio_home / "jobs.sqlite"
+    assert store.path.exists()
+
+
+def test_jobs_run_oldest_first_and_keep_their_settings(tmp_path):
+    store = JobStore(tmp_path / "q.sqlite")
+    a = store.add("astronaut", "/x/a.flac", {"engine": "classic", "crf": 18}, "/out/a.mp4")
+    b = store.add("astronaut", "/x/b.flac", {"engine": "auto"}, "/out/b.mp4")
+    draft = store.add("astronaut", "/x/c.flac", {}, "/out/c.mp4", state=jobs.DRAFT)
+    first = store.claim_next()
+    assert first.id == a.id and first.state == jobs.RUNNING
+    assert first.settings == {"crf": 18, "engine": "classic"}
+    store.set_progress(first.id, 0.5)
+    assert store.get(a.id).progress == 0.5
+    store.finish(first.id, result={"fps": 31.5})
+    second = store.claim_next()
+    assert second.id == b.id
+    store.fail(second.id, "the encoder failed")
+    assert store.claim_next() is None  # the draft is not run
+    store.enqueue(draft.id)
+    assert store.claim_next().id == draft.id
+    states = {j.id: (j.state, j.reason) for j in store.list()}
+    assert states[a.id] == (jobs.DONE, "")
+    assert store.get(a.id).result == {"fps": 31.5}
+    assert states[b.id] == (jobs.FAILED, "the encoder failed")
+    assert states[draft.id] == (jobs.RUNNING, "")
+
+
+def test_retry_puts_a_failed_or_cancelled_job_back_in_the_queue(tmp_path):
+    store = JobStore(tmp_path / "q.sqlite")
+    job = store.add("a", "b.wav", {}, "o.mp4")
+    store.claim_next()
+    store.cancel(job.id)
+    assert store.get(job.id).state == jobs.CANCELLED
+    # a finish arriving after the cancel does not resurrect the job
+    store.finish(job.id)
+    assert store.get(job.id).state == jobs.CANCELLED
+    again = store.retry(job.id)
+    assert again.state == jobs.QUEUED and again.progress == 0
+    with pytest.raises(InputError, match="cannot become"):
+        store.retry(job.id)
+
+
+def test_a_running_job_comes_back_interrupted_after_a_restart(tmp_path):
+    path = tmp_path / "q.sqlite"
+    store = JobStore(path)
+    done = store.add("a", "1.wav", {}, "1.mp4")
+    store.claim_next()
+    store.finish(done.id)
+    running = store.add("a", "2.wav", {"crf": 23}, "2.mp4")
+    store.claim_next()
+    waiting = store.add("a", "3.wav", {}, "3.mp4")
+    del store  # the app "exits" mid-render
+
+    reopened = JobStore(path)
+    assert reopened.interrupted == [running.id]
+    job = reopened.get(running.id)
+    assert job.state == jobs.FAILED and job.reason.startswith("interrupted")
+    assert job.settings == {"crf": 23}
+    assert reopened.get(done.id).state == jobs.DONE
+    assert reopened.get(waiting.id).state == jobs.QUEUED
+    assert reopened.retry(running.id).state == jobs.QUEUED
+
+
+def test_bad_requests_raise_one_readable_error(tmp_path):
+    store = JobStore(tmp_path / "q.sqlite")
+    with pytest.raises(InputError, match="avatar and a script"):
+        store.add("", "a.wav", {}, "o.mp4")
+    with pytest.raises(InputError, match="does not exist"):
+        store.get(99)
+    job = store.add("a", "b.wav", {}, "o.mp4")
+    store.claim_next()
+    with pytest.raises(InputError, match="running"):
+        store.remove(job.id)
+    store.cancel(job.id)
+    store.remove(job.id)
+    assert store.list() == []
+
+
+def test_a_damaged_queue_file_is_reported_not_crashed(tmp_path):
+    path = tmp_path / "q.sqlite"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(InputError, match="damaged"):
+        JobStore(path)
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "q.sqlite"
+    JobStore(path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value='99' WHERE key='schema'")
+    with pytest.raises(InputError, match="newer Studio"):
+        JobStore(path)
