@@ -5,6 +5,7 @@ An engine turns (avatar frame, audio frame) pairs into 256x256 faces:
     engine = select_engine("auto").engine
     prepared = engine.prepare(avatar)              # per-avatar work, cached by the engine
     feats = engine.audio_features(wave)            # per-clip work, indexable by video frame
+    engine.bind(feats)                             # the clip generate() indexes into
     faces = engine.generate(prepared, avatar_idx, feat_idx)   # torch uint8 [B,256,256,3] RGB
 
 ``avatar_idx`` are indices into the avatar's frames (the renderer resolves the ping-pong cycle);
@@ -42,9 +43,19 @@ class LipSyncEngine(ABC):
     def audio_features(self, wave) -> Any:
         """Per-clip audio features; ``len(features)`` equals ``wave.frames``."""
 
+    def bind(self, features) -> None:
+        """Make ``features`` (from ``audio_features``) the clip that ``generate`` indexes into.
+
+        The renderer calls it before generating, so one warm engine can serve several clips.
+        """
+        self.features = features
+
     @abstractmethod
     def generate(self, prepared, avatar_idx, feat_idx):
-        """Faces for a batch: torch uint8 tensor ``[B,256,256,3]`` RGB on ``self.device``."""
+        """Faces for a batch: torch uint8 tensor ``[B,256,256,3]`` RGB on ``self.device``.
+
+        ``feat_idx`` indexes the features last given to ``bind`` (video-frame indices).
+        """
 
     def preferred_batch(self) -> int:
         """Batch size that keeps this engine efficient on its device."""
