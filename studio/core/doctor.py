@@ -1,0 +1,253 @@
+"""``studio doctor``: what this machine can do, and how to fix what it cannot.
+
+    for c in run_checks():
+        print(c.name, c.status, c.detail, c.hint)
+
+Each check is independent and never raises: a failure becomes a ``Check`` with a fix hint.
+Heavy imports (torch, tensorrt, the encoders) happen inside the checks. Qt-free.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import platform
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+log = logging.getLogger(__name__)
+
+OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok | warn | fail | info
+    detail: str
+    hint: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def run_checks(include_gui: bool = True) -> list[Check]:
+    """Run every check in order; a check that crashes is reported as failed, never raised."""
+    checks: list[Callable[[], Check]] = [
+        check_python,
+        check_gpu,
+        check_cuda,
+        check_nvenc,
+        check_tensorrt,
+        check_weights,
+        check_engine,
+        check_data_folder,
+        check_espeak,
+    ]
+    if include_gui:
+        checks += [check_qt, check_multimedia]
+    out = []
+    for fn in checks:
+        try:
+            out.append(fn())
+        except Exception as exc:  # a doctor must survive a broken environment
+            log.debug("doctor check %s crashed", fn.__name__, exc_info=True)
+            name = fn.__name__.removeprefix("check_").replace("_", " ")
+            out.append(Check(name, FAIL, f"the check itself failed: {exc!r}", "report this with `studio doctor --json`"))
+    return out
+
+
+def report(include_gui: bool = True) -> dict:
+    checks = run_checks(include_gui)
+    return {
+        "ok": all(c.status != FAIL for c in checks),
+        "checks": [c.to_json() for c in checks],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The checks
+
+
+def check_python() -> Check:
+    from studio import __version__
+
+    return Check(
+        "studio",
+        INFO,
+        f"studio {__version__}, Python {platform.python_version()} on {platform.system()} {platform.machine()}",
+    )
+
+
+def check_gpu() -> Check:
+    torch = _try_import("torch")
+    if torch is None:
+        return Check("GPU", FAIL, "PyTorch is not installed", "pip install torch (a CUDA build for NVIDIA GPUs)")
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        names = []
+        for i in range(n):
+            p = torch.cuda.get_device_properties(i)
+            names.append(f"{p.name} ({p.total_memory / 2**30:.0f} GiB, sm_{p.major}{p.minor})")
+        return Check("GPU", OK, f"{n} CUDA device(s): " + "; ".join(names))
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        return Check(
+            "GPU",
+            WARN,
+            "an NVIDIA driver is present (nvidia-smi) but PyTorch cannot use the GPU",
+            "install a CUDA build of PyTorch: pip install torch --index-url https://download.pytorch.org/whl/cu128",
+        )
+    return Check(
+        "GPU",
+        WARN,
+        "no CUDA GPU: renders run on the CPU with the classic engine",
+        "on a machine with an NVIDIA GPU, install the NVIDIA driver and a CUDA build of PyTorch",
+    )
+
+
+def check_cuda() -> Check:
+    torch = _try_import("torch")
+    if torch is None:
+        return Check("CUDA", FAIL, "PyTorch is not installed", "pip install torch")
+    built = torch.version.cuda
+    if not built:
+        return Check(
+            "CUDA",
+            WARN,
+            f"PyTorch {torch.__version__} is a CPU-only build",
+            "for GPU renders: pip install torch --index-url https://download.pytorch.org/whl/cu128",
+        )
+    if not torch.cuda.is_available():
+        return Check(
+            "CUDA",
+            WARN,
+            f"PyTorch built for CUDA {built}, but no usable device (driver missing or too old)",
+            "install or update the NVIDIA driver (nvidia-smi must list the GPU)",
+        )
+    return Check("CUDA", OK, f"CUDA {built}, PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
+
+
+def check_nvenc() -> Check:
+    try:
+        from studio.core.encode import probe_nvenc
+    except ImportError as exc:
+        return Check("NVENC", WARN, f"the encoder module is not available ({exc})", "update Studio")
+    ok, reason = probe_nvenc()
+    if ok:
+        return Check("NVENC", OK, f"an NVENC session opened: {reason}")
+    return Check(
+        "NVENC",
+        WARN,
+        f"no NVENC session ({reason}); renders encode with libx264 on the CPU",
+        "on an NVIDIA GPU: pip install 'studio[nvidia]' (PyNvVideoCodec) and keep the driver current",
+    )
+
+
+def check_tensorrt() -> Check:
+    try:
+        trt = importlib.import_module("tensorrt")
+    except Exception as exc:  # ImportError, or OSError when libnvinfer is missing
+        return Check(
+            "TensorRT",
+            WARN,
+            f"not importable ({_short(exc)}); MuseTalk runs on PyTorch instead",
+            "pip install 'studio[tensorrt]' with NVIDIA's index: pip install tensorrt --extra-index-url https://pypi.nvidia.com",
+        )
+    return Check("TensorRT", OK, f"TensorRT {getattr(trt, '__version__', '?')} is importable")
+
+
+def check_weights() -> Check:
+    try:
+        models = importlib.import_module("studio.core.models")
+    except ImportError as exc:
+        return Check("weights", WARN, f"the model store is not available ({exc})", "update Studio")
+    lister = next((getattr(models, n) for n in ("list_models", "status", "installed") if hasattr(models, n)), None)
+    if lister is None:
+        return Check("weights", INFO, "the model store has no listing function yet")
+    found = lister()
+    items = found.items() if isinstance(found, dict) else [(str(x), "") for x in (found or [])]
+    names = [f"{k}{' (' + str(v) + ')' if v and not isinstance(v, dict) else ''}" for k, v in items]
+    if not names:
+        return Check(
+            "weights",
+            WARN,
+            "no MuseTalk weights imported: the classic engine is used",
+            "download the official MuseTalk models/ folder, then run: studio models import DIR",
+        )
+    return Check("weights", OK, "imported: " + ", ".join(names))
+
+
+def check_engine() -> Check:
+    from studio.core.engines import available_engines
+
+    status = available_engines()
+    lines = "; ".join(f"{k}: {v}" for k, v in status.items())
+    if status.get("musetalk", "").startswith("ready"):
+        return Check("engine", OK, f"auto selects musetalk ({lines})")
+    return Check(
+        "engine",
+        INFO,
+        f"auto selects classic because MuseTalk is not ready ({lines})",
+        "import MuseTalk weights with `studio models import DIR` to use the MuseTalk engine",
+    )
+
+
+def check_data_folder() -> Check:
+    from studio.core.paths import data_dir
+
+    try:
+        path = data_dir()
+        probe = path / ".doctor-write-test"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        return Check("data folder", FAIL, f"not writable: {exc}", "set STUDIO_HOME to a writable folder")
+    free = shutil.disk_usage(path).free / 2**30
+    if free < 2:
+        return Check("data folder", WARN, f"{path}: only {free:.1f} GiB free", "free some disk space for renders and caches")
+    return Check("data folder", OK, f"{path} ({free:.0f} GiB free)")
+
+
+def check_espeak() -> Check:
+    exe = shutil.which("espeak-ng")
+    if exe:
+        return Check("espeak-ng", OK, f"{exe}: 'speak this text' is available")
+    return Check("espeak-ng", INFO, "not installed: 'speak this text' is hidden", "sudo apt install espeak-ng (optional)")
+
+
+def check_qt() -> Check:
+    try:
+        qtcore = importlib.import_module("PySide6.QtCore")
+        importlib.import_module("pyqtgraph")
+    except Exception as exc:
+        return Check("Qt", FAIL, f"the window cannot open ({_short(exc)})", "pip install 'studio[gui]'")
+    return Check("Qt", OK, f"PySide6 {qtcore.qVersion()}")
+
+
+def check_multimedia() -> Check:
+    # Qt logs two harmless lines when PipeWire is absent; PulseAudio is used instead.
+    os.environ.setdefault("QT_LOGGING_RULES", "qt.multimedia.symbolsresolver=false")
+    try:
+        importlib.import_module("PySide6.QtMultimedia")
+    except Exception as exc:
+        hint = "pip install pyside6-addons"
+        if "libpulse" in str(exc):
+            hint = "sudo apt install libpulse0"
+        return Check("playback", WARN, f"QtMultimedia unavailable ({_short(exc)}); no in-app playback", hint)
+    return Check("playback", OK, "QtMultimedia is available for in-app playback")
+
+
+def _try_import(name: str):
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:160]
+
