@@ -95,30 +95,271 @@ class RenderPlan:
 
 
 class Renderer:
-    """Renders one avatar x one voice-over. Construct cheaply; the engine loads on first use."""
+    """Renders one avatar x one voice-over. Construct cheaply; audio, avatar and engine load on first use.
+
+    ``avatar`` is an ``AvatarAssets``, a library name or an image/video path; ``audio`` a file path.
+    ``engine`` may be given to reuse a warm engine across renders (the GUI does).
+    """
 
     def __init__(self, avatar, audio, settings: RenderSettings | None = None, engine=None):
         self.settings = settings or RenderSettings()
         self._avatar_arg = avatar
-        self._audio_arg = audio
+        self.audio_path = str(audio)
         self._engine = engine
         self._engine_reason = "given by the caller" if engine is not None else ""
         self._cancel = threading.Event()
         self._lock = threading.RLock()
+        self._avatar = None
+        self._wave = None
+        self._plan = None
+        self._features = None
+        self._prepared = None
+        self._compositor = None
+        self._stage_ms: dict[str, float] = {}
         self.result: RenderResult | None = None
-        raise NotImplementedError("the renderer lands with the render-pipeline issue")
+
+    # -- lazily loaded parts ------------------------------------------------------------------
+
+    @property
+    def avatar(self):
+        if self._avatar is None:
+            from studio.core import avatar as avatar_mod
+
+            a = self._avatar_arg
+            self._avatar = a if hasattr(a, "frames") else avatar_mod.resolve(a)
+        return self._avatar
+
+    @property
+    def wave(self):
+        if self._wave is None:
+            from studio.core.audio import load
+
+            self._wave = load(self.audio_path)
+        return self._wave
+
+    @property
+    def engine(self):
+        if self._engine is None:
+            from studio.core.engines import select_engine
+
+            s = self.settings
+            choice = select_engine(s.engine, device=s.device, precision=s.precision, decoder=s.decoder, batch=s.batch)
+            self._engine, self._engine_reason = choice.engine, choice.reason
+        return self._engine
+
+    @property
+    def engine_reason(self) -> str:
+        _ = self.engine
+        return self._engine_reason
+
+    @property
+    def plan(self) -> RenderPlan:
+        if self._plan is None:
+            self._plan = make_plan(self.wave, self.avatar, self.settings)
+        return self._plan
+
+    def _ready(self):
+        """Load everything a frame needs (features, prepared avatar, compositor); idempotent."""
+        with self._lock:
+            engine = self.engine
+            if self._features is None:
+                t0 = time.perf_counter()
+                self._features = engine.audio_features(self.wave)
+                self._stage("features", t0)
+            if self._prepared is None:
+                t0 = time.perf_counter()
+                self._prepared = engine.prepare(self.avatar)
+                self._stage("prepare", t0)
+            if self._compositor is None:
+                from studio.core.composite import Compositor
+
+                a = self.avatar
+                self._compositor = Compositor(a.frames, a.boxes, a.masks, device=engine.device)
+            engine.bind(self._features)
+            return engine
+
+    def _stage(self, name: str, t0: float) -> None:
+        self._stage_ms[name] = self._stage_ms.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
+
+    # -- frames -------------------------------------------------------------------------------
+
+    def frame(self, index: int) -> np.ndarray:
+        """Exactly the frame the full render writes at ``index`` ([H,W,3] uint8 RGB, before encoding)."""
+        T = self.plan.frames
+        if not 0 <= index < T:
+            from studio.core.errors import InputError
+
+            raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {T / FPS:.2f} s)")
+        (_, frames), = self.iter_frames([(index, index + 1)])
+        return frames[0].cpu().numpy()
+
+    def frame_at(self, seconds: float) -> np.ndarray:
+        """The frame shown at ``seconds``: index ``floor(seconds * 25)``."""
+        return self.frame(frame_index(seconds))
+
+    def iter_frames(self, ranges=None):
+        """Yield ``(first_index, frames)`` per range; frames are torch uint8 ``[B,H,W,3]`` RGB on the engine device.
+
+        Silent and face-less frames skip the engine and are the avatar frames, bit for bit.
+        """
+        plan = self.plan
+        if ranges is None:
+            ranges = batch_ranges(plan.frames, self.batch_size)
+        engine = self._ready()
+        comp = self._compositor
+        for a, b in ranges:
+            idx = plan.avatar_idx[a:b]
+            weight = plan.weight[a:b]
+            active = np.flatnonzero(weight > 0)
+            t0 = time.perf_counter()
+            frames = comp.background(idx)
+            self._stage("background", t0)
+            if len(active):
+                t0 = time.perf_counter()
+                faces = engine.generate(self._prepared, idx[active], np.arange(a, b)[active])
+                self._stage("engine", t0)
+                t0 = time.perf_counter()
+                pasted = comp.paste(faces, idx[active], weight[active])
+                frames = frames.clone()  # the background may share memory with the avatar cache
+                frames[torch_index(active, frames.device)] = pasted
+                self._stage("composite", t0)
+            yield a, frames
+
+    @property
+    def batch_size(self) -> int:
+        return self.settings.batch or self.engine.preferred_batch()
+
+    # -- the render ---------------------------------------------------------------------------
 
     def cancel(self) -> None:
+        """Stop the running render after the current batch; nothing is written."""
         self._cancel.set()
 
     def run(self, output: str | Path) -> Iterator[RenderProgress]:
-        raise NotImplementedError
+        """Render to ``output`` (MP4), yielding a ``RenderProgress`` per batch.
 
-    def frame(self, index: int) -> np.ndarray:
-        raise NotImplementedError
+        On cancel raises ``Cancelled`` after removing every temporary file; an existing ``output``
+        stays untouched. The last progress has ``finished=True``; ``self.result`` holds the summary.
+        """
+        from studio.core.encode import open_video
+        from studio.core.errors import Cancelled
 
-    def frame_at(self, seconds: float) -> np.ndarray:
-        return self.frame(int(np.floor(seconds * FPS + 1e-9)))
+        self._cancel.clear()
+        self._stage_ms = {}
+        t_start = time.perf_counter()
+        output = Path(output)
+        plan = self.plan
+        a = self.avatar
+        T = plan.frames
+        writer = open_video(
+            output, a.width, a.height, audio=self.audio_path, encoder=self.settings.encoder,
+            crf=self.settings.crf, preset=self.settings.preset, fps=FPS, total_frames=T,
+        )
+        with writer:
+            ranges = interleave(batch_ranges(T, self.batch_size), writer.chunks)
+            done = 0
+            last_preview = -1e9
+            for first, frames in self.iter_frames(ranges):
+                if self._cancel.is_set():
+                    raise Cancelled("render cancelled; nothing was written")
+                t0 = time.perf_counter()
+                writer.write(frames, first_index=first)
+                self._stage("encode", t0)
+                done += len(frames)
+                now = time.perf_counter()
+                elapsed = now - t_start
+                fps = done / elapsed if elapsed > 0 else 0.0
+                preview = None
+                if now - last_preview >= self.settings.preview_interval_s:
+                    preview = frames[-1].cpu().numpy()
+                    last_preview = now
+                yield RenderProgress(
+                    done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0, elapsed_s=elapsed,
+                    stage_ms=dict(self._stage_ms), preview=preview,
+                    preview_index=first + len(frames) - 1 if preview is not None else None,
+                )
+            if self._cancel.is_set():
+                raise Cancelled("render cancelled; nothing was written")
+            t0 = time.perf_counter()
+            path = writer.close()
+            self._stage("finish", t0)
+        seconds = time.perf_counter() - t_start
+        self.result = RenderResult(
+            output=str(path), frames=T, silent_frames=int(plan.silent.sum()), engine=self.engine.name,
+            engine_reason=self._engine_reason, encoder=writer.name, seconds=round(seconds, 3),
+            fps=round(T / seconds, 2) if seconds else 0.0, width=a.width, height=a.height,
+            stage_ms={k: round(v, 1) for k, v in self._stage_ms.items()},
+        )
+        yield RenderProgress(
+            done=T, total=T, fps=self.result.fps, eta_s=0.0, elapsed_s=seconds, stage_ms=dict(self._stage_ms),
+            finished=True, output=str(path),
+        )
+
+    def render(self, output: str | Path) -> RenderResult:
+        """Run to completion (no progress)."""
+        for _ in self.run(output):
+            pass
+        return self.result
 
 
-_ = time  # used by the implementation
+# ------------------------------------------------------------------------------------------------
+# Plan and scheduling (pure functions)
+
+
+def frame_index(seconds: float) -> int:
+    """The frame shown at ``seconds`` on the 25 fps grid (robust to float error: 0.12 s -> 3)."""
+    return int(np.floor(seconds * FPS + 1e-6))
+
+
+def make_plan(wave, avatar, settings: RenderSettings) -> RenderPlan:
+    from studio.core.audio import frame_rms, silence_mask
+
+    T = wave.frames
+    avatar_idx = np.asarray(avatar.cycle_index(np.arange(T)), np.int64)
+    silent = silence_mask(frame_rms(wave.samples, T), settings.threshold, settings.min_silence)
+    face_ok = np.asarray(avatar.face_ok, bool)[avatar_idx]
+    return RenderPlan(avatar_idx, silent, face_ok, crossfade_weights(~silent & face_ok, settings.crossfade))
+
+
+def crossfade_weights(speech: np.ndarray, crossfade: int) -> np.ndarray:
+    """1 inside speech, ramping ``1/(n+1) .. n/(n+1)`` over the ``n`` frames next to each non-speech frame.
+
+    Non-speech frames get 0 (the avatar frame itself).
+    """
+    T = len(speech)
+    weight = speech.astype(np.float32)
+    if crossfade <= 0 or T == 0 or speech.all():
+        return weight
+    # distance of every frame to the nearest non-speech frame
+    idx = np.arange(T)
+    off = np.flatnonzero(~speech)
+    pos = np.searchsorted(off, idx)
+    left = np.where(pos > 0, idx - off[np.maximum(pos - 1, 0)], T + 1)
+    right = np.where(pos < len(off), off[np.minimum(pos, len(off) - 1)] - idx, T + 1)
+    dist = np.minimum(left, right).astype(np.float32)
+    return np.where(speech, np.minimum(1.0, dist / (crossfade + 1)), 0.0).astype(np.float32)
+
+
+def batch_ranges(total: int, batch: int) -> list[tuple[int, int]]:
+    batch = max(1, int(batch))
+    return [(a, min(total, a + batch)) for a in range(0, total, batch)]
+
+
+def interleave(ranges: list[tuple[int, int]], chunks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Split ``ranges`` at chunk borders and order them round-robin over the encoder's chunks,
+    so parallel chunk encoders all get work while each chunk still receives its frames in order."""
+    if len(chunks) <= 1:
+        return ranges
+    per_chunk = []
+    for c0, c1 in chunks:
+        per_chunk.append([(max(a, c0), min(b, c1)) for a, b in ranges if a < c1 and b > c0])
+    out = []
+    for k in range(max(len(p) for p in per_chunk)):
+        out += [p[k] for p in per_chunk if k < len(p)]
+    return out
+
+
+def torch_index(active: np.ndarray, device):
+    import torch
+
+    return torch.from_numpy(active).to(device)
