@@ -220,7 +220,6 @@ class Renderer:
                 self._stage("engine", t0)
                 t0 = time.perf_counter()
                 pasted = comp.paste(faces, idx[active], weight[active])
-                frames = frames.clone()  # the background may share memory with the avatar cache
                 frames[torch_index(active, frames.device)] = pasted
                 self._stage("composite", t0)
             yield a, frames
