@@ -1,0 +1,237 @@
+"""Work off the GUI thread.
+
+``RenderWorker`` is a QObject living on its own QThread: it owns the renderer and its engine,
+runs renders (``renderRequested``), renders single frames for scrubbing (``request_frame``,
+coalesced so only the newest timestamp is computed) and reports through signals. ``cancel`` is
+thread-safe and stops the run within one batch.
+
+``run_in_background`` runs one short job (import an avatar, analyse audio, the doctor) on a
+daemon thread and delivers its result, progress and error as queued signals.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from studio.core.constants import FPS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RenderRequest:
+    avatar: str
+    audio: str
+    settings: Any  # studio.core.render.RenderSettings
+    output: str
+    job_id: int | None = None
+
+
+def frame_index(seconds: float) -> int:
+    """The frame shown at ``seconds``: ``floor(t * 25)`` (the renderer's rule)."""
+    return int(math.floor(seconds * FPS + 1e-9))
+
+
+def error_text(exc: BaseException) -> str:
+    """One readable line: a StudioError's own sentence, or 'internal error' plus the log file."""
+    from studio.core.errors import StudioError
+
+    if isinstance(exc, StudioError):
+        return str(exc)
+    log.error("internal error", exc_info=(type(exc), exc, exc.__traceback__))
+    from studio.core.paths import log_file
+
+    return f"internal error ({type(exc).__name__}: {exc}); the details are in {log_file()}"
+
+
+class RenderWorker(QObject):
+    renderRequested = Signal(object)  # RenderRequest
+    started = Signal(object)  # RenderRequest
+    progress = Signal(object, object)  # RenderRequest, RenderProgress
+    preview = Signal(object, int)  # RGB [H,W,3] uint8, frame index
+    frameReady = Signal(float, int, object)  # seconds, frame index, RGB
+    finished = Signal(object, object)  # RenderRequest, RenderResult
+    failed = Signal(object, str)  # RenderRequest or None (a scrub frame), message
+    cancelled = Signal(object)  # RenderRequest
+    _frameTick = Signal()
+
+    def __init__(self, renderer_factory=None):
+        super().__init__()
+        self._factory = renderer_factory
+        self._lock = threading.Lock()
+        self._pending: tuple | None = None  # (avatar, audio, settings, seconds)
+        self._tick_posted = False
+        self._cancel = threading.Event()
+        self._active = None
+        self._scrub = None  # (key, Renderer) reused while avatar/audio/settings stay the same
+        self.frames_rendered = 0  # scrub frames actually computed (coalescing is visible here)
+        self.renderRequested.connect(self._render)
+        self._frameTick.connect(self._serve_frame)
+
+    # ---- called from the GUI thread ---------------------------------------------------
+
+    def request_frame(self, avatar: str, audio: str, settings, seconds: float) -> None:
+        """Ask for the exact frame at ``seconds``; newer requests replace older unserved ones."""
+        with self._lock:
+            self._pending = (avatar, audio, settings, float(seconds))
+            if self._tick_posted:
+                return
+            self._tick_posted = True
+        self._frameTick.emit()
+
+    def cancel(self) -> None:
+        """Thread-safe: the running render stops within one batch and leaves no file."""
+        self._cancel.set()
+        r = self._active
+        if r is not None:
+            r.cancel()
+
+    @property
+    def busy(self) -> bool:
+        return self._active is not None
+
+    # ---- on the worker thread ---------------------------------------------------------
+
+    @Slot(object)
+    def _render(self, req: RenderRequest) -> None:
+        from studio.core.errors import Cancelled
+
+        self._cancel.clear()
+        try:
+            r = self._make(req.avatar, req.audio, req.settings)
+            self._active = r
+            if self._cancel.is_set():
+                r.cancel()
+            self.started.emit(req)
+            for p in r.run(req.output):
+                if p.preview is not None:
+                    self.preview.emit(p.preview, -1 if p.preview_index is None else int(p.preview_index))
+                self.progress.emit(req, p)
+                if self._pending is not None and not self._cancel.is_set():
+                    self._serve_frame()
+            if self._cancel.is_set() or r.result is None:
+                self.cancelled.emit(req)
+            else:
+                self.finished.emit(req, r.result)
+        except Cancelled:
+            self.cancelled.emit(req)
+        except BaseException as exc:  # noqa: BLE001 - every error becomes a readable message
+            if self._cancel.is_set():
+                self.cancelled.emit(req)
+            else:
+                self.failed.emit(req, error_text(exc))
+        finally:
+            self._active = None
+        if self._pending is not None:
+            self._serve_frame()
+
+    @Slot()
+    def _serve_frame(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+            self._tick_posted = False
+        if pending is None:
+            return
+        avatar, audio, settings, seconds = pending
+        try:
+            key = (avatar, audio, settings)
+            if self._scrub is None or self._scrub[0] != key:
+                self._scrub = (key, self._make(avatar, audio, settings))
+            image = self._scrub[1].frame_at(seconds)
+            self.frames_rendered += 1
+            self.frameReady.emit(seconds, frame_index(seconds), image)
+        except BaseException as exc:  # noqa: BLE001
+            self._scrub = None
+            self.failed.emit(None, error_text(exc))
+
+    def _make(self, avatar, audio, settings):
+        if self._factory is not None:
+            return self._factory(avatar, audio, settings)
+        from studio.core.render import Renderer
+
+        return Renderer(avatar, audio, settings)
+
+
+class WorkerThread:
+    """A RenderWorker on its own QThread, stopped cleanly by ``stop``."""
+
+    def __init__(self, renderer_factory=None):
+        self.thread = QThread()
+        self.thread.setObjectName("render-worker")
+        self.worker = RenderWorker(renderer_factory)
+        self.worker.moveToThread(self.thread)
+        self.thread.start()
+
+    def stop(self, timeout_ms: int = 10000) -> None:
+        self.worker.cancel()
+        self.thread.quit()
+        if not self.thread.wait(timeout_ms):
+            log.warning("the render worker did not stop within %d ms", timeout_ms)
+
+
+# --------------------------------------------------------------------------------------------
+# Short background jobs
+
+
+class Task(QObject):
+    progress = Signal(int, int, str)  # done, total, stage
+    done = Signal(object)
+    error = Signal(str)
+
+    _alive: set = set()  # keeps running tasks referenced until they finish
+
+    def __init__(self, fn, *args, **kwargs):
+        super().__init__()
+        self._fn, self._args, self._kwargs = fn, args, kwargs
+        self.result = None
+        self.message = None
+        self.finished_event = threading.Event()
+        self.done.connect(self._release)
+        self.error.connect(self._release)
+
+    def _release(self, *_):
+        Task._alive.discard(self)
+
+    def start(self) -> Task:
+        Task._alive.add(self)
+        threading.Thread(target=self._run, name=f"task-{getattr(self._fn, '__name__', 'job')}", daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            kwargs = dict(self._kwargs)
+            if _accepts(self._fn, "progress") and "progress" not in kwargs:
+                kwargs["progress"] = lambda d, t, s="": self.progress.emit(int(d), int(t), str(s))
+            self.result = self._fn(*self._args, **kwargs)
+            self.done.emit(self.result)
+        except BaseException as exc:  # noqa: BLE001
+            self.message = error_text(exc)
+            self.error.emit(self.message)
+        finally:
+            self.finished_event.set()
+
+
+def run_in_background(fn, *args, on_done=None, on_error=None, on_progress=None, **kwargs) -> Task:
+    task = Task(fn, *args, **kwargs)
+    if on_done:
+        task.done.connect(on_done)
+    if on_error:
+        task.error.connect(on_error)
+    if on_progress:
+        task.progress.connect(on_progress)
+    return task.start()
+
+
+def _accepts(fn, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
