@@ -1,0 +1,529 @@
+"""Streaming H.264 encoders with the original audio muxed as AAC, written atomically.
+
+    with open_video("out.mp4", 1920, 1080, audio="voice.flac", total_frames=T) as w:
+        for batch in batches:
+            w.write(batch)            # RGB [B,H,W,3] or NV12 [B,H*3//2,W], numpy or torch
+    # leaving the block without an error == w.close(); with an error (or Ctrl-C) == w.abort()
+
+Encoders: "x264" (one libx264 encoder, auto threads), "x264-parallel" (the clip cut into contiguous
+chunks, one single-threaded libx264 per chunk in its own thread, closed GOPs, joined into ONE
+stream), "nvenc" (PyNvVideoCodec, where a session really opens; else libx264 and the reason is
+recorded) and "auto". Nothing holds the clip in memory: queues are bounded (a full queue blocks
+``write``), chunk 0 is muxed as it is encoded, later chunks spill to temporary packet files beside
+the output and are appended in order by ``close``. The output is H.264 yuv420p at exactly ``fps``
+(frame t has pts t/fps), BT.709 limited range declared in the stream, faststart MP4.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import logging
+import os
+import queue
+import struct
+import threading
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from studio.core.constants import FPS
+from studio.core.errors import AudioError, RenderError
+from studio.core.fsutil import atomic_path
+
+log = logging.getLogger(__name__)
+
+ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
+MIN_PARALLEL_CHUNK = 50  # frames: auto picks parallel x264 only when every chunk gets at least this
+QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks
+AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000)
+_BT709, _RANGE_MPEG = 1, 1  # AVCOL_PRI/TRC/SPC_BT709 and AVCOL_RANGE_MPEG (limited)
+
+
+def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, preset="veryfast",
+               fps=FPS, total_frames=None, workers=None, write_hook=None) -> VideoWriter:
+    """Open a streaming MP4 writer; checks the output folder and the audio before anything starts.
+
+    ``width``/``height`` are the frame size the caller writes; odd sizes are padded to even.
+    ``write_hook(nbytes)`` is called before every write to disk (tests inject ENOSPC through it).
+    """
+    if encoder not in ENCODERS:
+        raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
+    if width < 2 or height < 2:
+        raise RenderError(f"The video size {width}x{height} is too small to encode.")
+    name, reason, chunks = _choose(encoder, total_frames, workers)
+    return VideoWriter(Path(path), int(width), int(height), audio=audio, name=name, reason=reason,
+                       chunks=chunks, crf=crf, preset=preset, fps=fps, write_hook=write_hook)
+
+
+@functools.lru_cache(maxsize=1)
+def probe_nvenc() -> tuple[bool, str]:
+    """(available, why): NVENC counts as available only when an encode session really opens."""
+    try:
+        import PyNvVideoCodec as nvc  # noqa: N813
+    except Exception as exc:  # ImportError, or OSError for a missing libnvidia-encode.so.1
+        return False, f"PyNvVideoCodec cannot be imported ({type(exc).__name__}: {exc})"
+    try:
+        enc = nvc.CreateEncoder(256, 256, "NV12", True, codec="h264")
+        enc.EndEncode()
+        del enc
+    except Exception as exc:  # PyNvVCException on GPUs without NVENC (H100/H200)
+        return False, f"NVENC session cannot be opened ({type(exc).__name__}: {exc})"
+    return True, "NVENC session opened"
+
+
+class VideoWriter:
+    """One output MP4. ``name``: the encoder used; ``reason``: why; ``chunks``: frame ranges."""
+
+    def __init__(self, path: Path, width: int, height: int, *, audio, name: str, reason: str,
+                 chunks: list[tuple[int, int]], crf: int, preset: str, fps: int, write_hook):
+        self.path = path
+        self.name = name
+        self.reason = reason
+        self.chunks = chunks
+        self.width, self.height = width, height
+        self.enc_width, self.enc_height = width + width % 2, height + height % 2
+        self.fps = int(fps)
+        self.frames_written = 0
+        self._crf, self._preset, self._hook = crf, preset, write_hook
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._done = False
+        self._cursor = 0
+        self._tmp_files: list[Path] = []
+        self._check_folder()
+        self._audio = _AudioSource(audio) if audio is not None else None
+        try:
+            self._start()
+        except BaseException:
+            self._cleanup()
+            raise
+        log.info("encoding %s with %s (%s), %d chunk(s)", path, name, reason, len(chunks))
+
+    # ------------------------------------------------------------------ public API
+
+    def __enter__(self) -> VideoWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def write(self, frames, first_index: int | None = None) -> None:
+        """Queue frames for encoding: RGB [B,H,W,3] or NV12 [B,H*3//2,W] uint8, numpy or torch.
+
+        ``first_index`` is the absolute index of ``frames[0]`` (None: right after the previous
+        write). Each chunk must receive its frames in order; chunks may be fed in any order.
+        The writer keeps the array until it is encoded: do not modify it after the call.
+        """
+        self._raise_if_failed()
+        if self._done:
+            raise RenderError("This video writer is already closed.")
+        frames = self._as_host_frames(frames)
+        first = self._cursor if first_index is None else int(first_index)
+        pos, end = first, first + len(frames)
+        while pos < end:
+            ch = self._chunk_of(pos)
+            if pos != ch.next:
+                raise ValueError(f"chunk {ch.start}..{ch.end} expects frame {ch.next} next, got {pos}")
+            stop = min(end, ch.end)
+            self._put(ch, (frames[pos - first : stop - first], pos))
+            ch.next = stop
+            pos = stop
+        self._cursor = end
+        self.frames_written += len(frames)
+
+    def close(self) -> str:
+        """Finish the encoders, append the chunks, mux the audio, fsync and rename onto ``path``."""
+        if self._done:
+            return str(self.path)
+        try:
+            for ch in self._chunks:
+                self._put(ch, None)
+            for ch in self._chunks:
+                ch.thread.join()
+            self._raise_if_failed()
+            missing = [(c.start, c.end, c.next) for c in self._chunks if c.end is not None and c.next < c.end]
+            if missing:
+                s, e, n = missing[0]
+                raise RenderError(f"Frames {n}..{e - 1} were never written, so the video is incomplete.")
+            for ch in self._chunks[1:]:
+                ch.sink.close()
+                for pkt in _read_packets(ch.sink.path, self._vstream):
+                    self._mux_video(pkt)
+            self._finish_audio()
+            self._container.close()
+            self._fh.close()
+            self._atomic.__exit__(None, None, None)  # fsync, then rename onto the target
+        except BaseException as exc:
+            self.abort()
+            if isinstance(exc, OSError):
+                raise _disk_error(exc, self.path) from exc
+            raise
+        self._done = True
+        self._cleanup()
+        return str(self.path)
+
+    def abort(self) -> None:
+        """Stop everything and delete the temporaries; an existing file at ``path`` stays untouched."""
+        if self._done:
+            return
+        self._done = True
+        self._stop.set()
+        for ch in getattr(self, "_chunks", []):
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    ch.queue.get_nowait()
+            with contextlib.suppress(queue.Full):
+                ch.queue.put_nowait(None)
+        for ch in getattr(self, "_chunks", []):
+            if ch.thread.is_alive() and ch.thread is not threading.current_thread():
+                ch.thread.join()
+        with contextlib.suppress(Exception):
+            self._container.close()
+        self._cleanup()
+        with contextlib.suppress(BaseException):
+            self._atomic.__exit__(RenderError, RenderError("aborted"), None)  # deletes the temporary
+
+    # ------------------------------------------------------------------ set-up
+
+    def _check_folder(self) -> None:
+        folder = self.path.parent
+        if not folder.is_dir():
+            raise RenderError(f"The output folder {folder} does not exist: create it or choose another.")
+        self._atomic = atomic_path(self.path, suffix=".mp4")
+        try:
+            self._tmp = self._atomic.__enter__()  # left in close() (rename) or abort() (delete)
+        except OSError as exc:
+            raise RenderError(f"The output folder {folder} is not writable ({exc.strerror}): "
+                              "choose another folder.") from exc
+        self._tmp_files.append(self._tmp)
+
+    def _start(self) -> None:
+        import av
+
+        self._fh = _HookedFile(self._tmp, "wb+", self._hook)
+        self._container = av.open(self._fh, "w", format="mp4", options={"movflags": "+faststart"})
+        vs = self._container.add_stream("libx264", rate=Fraction(self.fps))
+        parallel = len(self.chunks) > 1
+        _configure_x264(vs.codec_context, self.enc_width, self.enc_height, self.fps, self._crf,
+                        self._preset, threads=1 if parallel else 0)
+        self._vstream = vs
+        if self._audio is not None:
+            self._audio.add_stream(self._container)
+        self._container.start_encoding()
+        self._muxed_until = 0  # video frames muxed so far (drives the audio interleave)
+        self._chunks = []
+        for k, (s, e) in enumerate(self.chunks):
+            if k == 0:
+                ctx, sink = vs.codec_context, self._mux_video
+            else:
+                ctx = av.CodecContext.create("libx264", "w")
+                ctx.flags |= av.codec.context.Flags.global_header
+                _configure_x264(ctx, self.enc_width, self.enc_height, self.fps, self._crf,
+                                self._preset, threads=1)
+                ctx.open()
+                if ctx.extradata != vs.codec_context.extradata:
+                    raise RenderError("The parallel x264 encoders disagree on stream headers: use --encoder x264.")
+                path = self._tmp.with_name(f"{self._tmp.name}.chunk{k}")
+                self._tmp_files.append(path)
+                sink = _PacketFile(path, self._hook)
+            ch = _Chunk(s, e, ctx, sink, queue.Queue(QUEUE_BATCHES))
+            ch.thread = threading.Thread(target=self._encode_chunk, args=(ch,), daemon=True,
+                                         name=f"x264-chunk{k}")
+            self._chunks.append(ch)
+        for ch in self._chunks:
+            ch.thread.start()
+
+    # ------------------------------------------------------------------ threads
+
+    def _encode_chunk(self, ch: _Chunk) -> None:
+        import av
+
+        from studio.core.composite import pad_even, rgb_to_nv12
+
+        try:
+            while not self._stop.is_set():
+                item = ch.queue.get()
+                if item is None:
+                    for pkt in ch.ctx.encode(None):
+                        ch.sink(pkt)
+                    return
+                frames, first = item
+                if frames.ndim == 4:  # RGB: convert here, in parallel with the other chunks
+                    frames = rgb_to_nv12(pad_even(frames))
+                for i in range(len(frames)):
+                    if self._stop.is_set():
+                        return
+                    vf = _nv12_frame(av, frames[i])
+                    vf.pts = first + i
+                    for pkt in ch.ctx.encode(vf):
+                        ch.sink(pkt)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            if self._error is None:
+                self._error = exc
+            self._stop.set()
+
+    def _mux_video(self, pkt) -> None:
+        pkt.stream = self._vstream
+        self._container.mux(pkt)
+        if pkt.pts is not None:
+            self._muxed_until = max(self._muxed_until, int(pkt.pts) + 1)
+        if self._audio is not None:
+            self._audio.mux_until(self._container, self._muxed_until / self.fps)
+
+    def _finish_audio(self) -> None:
+        if self._audio is not None:
+            self._audio.mux_until(self._container, None)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _as_host_frames(self, frames):
+        if hasattr(frames, "detach"):  # torch
+            if frames.ndim == 4 and frames.device.type != "cpu":
+                from studio.core.composite import pad_even, rgb_to_nv12
+
+                frames = rgb_to_nv12(pad_even(frames))  # on the GPU: 2x less to copy, no CPU work
+            frames = frames.detach().cpu().numpy()
+        frames = np.asarray(frames)
+        if frames.dtype != np.uint8:
+            raise ValueError(f"frames must be uint8, got {frames.dtype}")
+        if frames.ndim == 4 and frames.shape[1:] in ((self.height, self.width, 3),
+                                                     (self.enc_height, self.enc_width, 3)):
+            return frames
+        if frames.ndim == 3 and frames.shape[1:] == (self.enc_height * 3 // 2, self.enc_width):
+            return frames
+        raise ValueError(f"expected RGB [B,{self.height},{self.width},3] or NV12 "
+                         f"[B,{self.enc_height * 3 // 2},{self.enc_width}], got {frames.shape}")
+
+    def _chunk_of(self, index: int) -> _Chunk:
+        for ch in self._chunks:
+            if ch.start <= index and (ch.end is None or index < ch.end):
+                return ch
+        raise ValueError(f"frame {index} is outside the clip (0..{self.chunks[-1][1] - 1})")
+
+    def _put(self, ch: _Chunk, item) -> None:
+        while True:
+            self._raise_if_failed()
+            try:
+                ch.queue.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def _raise_if_failed(self) -> None:
+        exc = self._error
+        if exc is None:
+            return
+        if isinstance(exc, OSError):
+            raise _disk_error(exc, self.path) from exc
+        if isinstance(exc, RenderError):
+            raise exc
+        raise RenderError(f"The encoder failed ({type(exc).__name__}: {exc}).") from exc
+
+    def _cleanup(self) -> None:
+        with contextlib.suppress(Exception):
+            self._fh.close()
+        for ch in getattr(self, "_chunks", [])[1:]:
+            with contextlib.suppress(Exception):
+                ch.sink.close()
+        for p in self._tmp_files:
+            if p != self.path:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+        if self._audio is not None:
+            self._audio.close()
+
+
+# ---------------------------------------------------------------------- encoder choice
+
+
+def _choose(encoder: str, total_frames: int | None, workers: int | None):
+    cores = os.cpu_count() or 1
+    whole = [(0, total_frames)]
+    if encoder in ("auto", "nvenc"):
+        ok, why = probe_nvenc()
+        if ok:  # the NVENC writer is not implemented yet: say so rather than pretend
+            why = "NVENC is available but Studio's NVENC writer is not implemented yet"
+        if encoder == "nvenc":
+            return "libx264", f"NVENC unavailable: {why}; using libx264", whole
+        n = _parallel_chunks(total_frames, workers or cores, MIN_PARALLEL_CHUNK)
+        if cores >= 4 and n > 1:
+            return (f"libx264 x{n} parallel", f"NVENC unavailable: {why}; {cores} cores, "
+                    f"{total_frames} frames: parallel libx264", _split(total_frames, n))
+        return "libx264", f"NVENC unavailable: {why}; using libx264", whole
+    if encoder == "x264-parallel":
+        if total_frames is None:
+            return "libx264", "parallel x264 needs the frame count up front; using one libx264", whole
+        n = _parallel_chunks(total_frames, workers or cores, 1)
+        if n > 1:
+            return f"libx264 x{n} parallel", f"parallel libx264 as asked ({n} chunks)", _split(total_frames, n)
+        return "libx264", "too few frames to split; using one libx264", whole
+    return "libx264", "libx264 as asked", whole
+
+
+def _parallel_chunks(total: int | None, workers: int, min_chunk: int) -> int:
+    if not total:
+        return 1
+    return max(1, min(int(workers), total // max(1, min_chunk)))
+
+
+def _split(total: int, n: int) -> list[tuple[int, int]]:
+    edges = [round(total * k / n) for k in range(n + 1)]
+    return [(edges[k], edges[k + 1]) for k in range(n)]
+
+
+def _configure_x264(ctx, width, height, fps, crf, preset, threads) -> None:
+    ctx.width, ctx.height = width, height
+    ctx.pix_fmt = "nv12"  # x264 works in NV12 internally: no conversion on our side or its side
+    ctx.time_base = Fraction(1, fps)
+    ctx.framerate = Fraction(fps)
+    ctx.color_primaries = ctx.color_trc = ctx.colorspace = _BT709
+    ctx.color_range = _RANGE_MPEG
+    ctx.thread_count = threads
+    ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0"}
+
+
+def _nv12_frame(av, nv12: np.ndarray):
+    try:
+        vf = av.VideoFrame.from_numpy_buffer(nv12, format="nv12")
+    except ValueError:  # widths the zero-copy path cannot take
+        vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(nv12), format="nv12")
+    vf.color_range = _RANGE_MPEG
+    vf.colorspace = _BT709
+    return vf
+
+
+def _disk_error(exc: OSError, path: Path) -> RenderError:
+    if exc.errno == errno.ENOSPC:
+        return RenderError(f"The disk is full while writing {path.name}: free some space and render again.")
+    return RenderError(f"Writing {path.name} failed ({exc.strerror or exc}): check the output folder.")
+
+
+class _Chunk:
+    def __init__(self, start, end, ctx, sink, q):
+        self.start, self.end, self.next = start, end, start
+        self.ctx, self.sink, self.queue = ctx, sink, q
+        self.thread: threading.Thread | None = None
+
+
+# ---------------------------------------------------------------------- files
+
+
+class _HookedFile:
+    """A binary file whose writes first call ``hook(nbytes)`` (to simulate a full disk)."""
+
+    def __init__(self, path, mode, hook):
+        self._f = open(path, mode)  # noqa: SIM115 - closed by the owner
+        self._hook = hook
+        self.name = str(path)
+
+    def write(self, data) -> int:
+        if self._hook is not None:
+            self._hook(len(data))
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+_REC = struct.Struct("<qqIB")  # pts, dts, size, keyframe
+
+
+class _PacketFile:
+    """Encoded packets of one chunk, spilled to disk in encode order until ``close`` appends them."""
+
+    def __init__(self, path: Path, hook):
+        self.path = path
+        self._f = _HookedFile(path, "wb", hook)
+
+    def __call__(self, pkt) -> None:
+        data = bytes(pkt)
+        self._f.write(_REC.pack(pkt.pts, pkt.dts, len(data), 1 if pkt.is_keyframe else 0) + data)
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+
+def _read_packets(path: Path, stream):
+    import av
+
+    with open(path, "rb") as f:
+        while head := f.read(_REC.size):
+            pts, dts, size, key = _REC.unpack(head)
+            pkt = av.Packet(f.read(size))
+            pkt.pts, pkt.dts = pts, dts
+            pkt.time_base = stream.codec_context.time_base
+            pkt.is_keyframe = bool(key)
+            yield pkt
+
+
+# ---------------------------------------------------------------------- audio
+
+
+class _AudioSource:
+    """The original audio file, read block by block and encoded to AAC as the video advances."""
+
+    BLOCK = 8192
+
+    def __init__(self, path):
+        import soundfile as sf
+
+        self.path = Path(path)
+        try:
+            self._sf = sf.SoundFile(str(self.path))
+        except Exception as exc:
+            raise AudioError(f"Cannot read the audio file {self.path.name} ({exc}): "
+                             "use a WAV, FLAC, OGG or MP3 file.") from exc
+        self.rate_in = self._sf.samplerate
+        self.channels = min(self._sf.channels, 2) if self._sf.channels <= 2 else 1
+        self.rate = self.rate_in if self.rate_in in AAC_RATES else 48000
+        self._resampler = None
+        if self.rate != self.rate_in:
+            import soxr
+
+            self._resampler = soxr.ResampleStream(self.rate_in, self.rate, self.channels, dtype="float32")
+        self._sent = 0
+        self._eof = False
+
+    def add_stream(self, container) -> None:
+        layout = "mono" if self.channels == 1 else "stereo"
+        self.stream = container.add_stream("aac", rate=self.rate, layout=layout)
+        self.stream.codec_context.bit_rate = 96_000 * self.channels
+        self._layout = layout
+
+    def mux_until(self, container, seconds: float | None) -> None:
+        """Encode and mux audio up to ``seconds`` (None: to the end, then flush the encoder)."""
+        import av
+
+        target = None if seconds is None else int(seconds * self.rate) + self.BLOCK
+        while not self._eof and (target is None or self._sent < target):
+            block = self._sf.read(self.BLOCK, dtype="float32", always_2d=True)
+            last = len(block) < self.BLOCK
+            if self._sf.channels > 2:
+                block = block.mean(axis=1, keepdims=True)
+            if self._resampler is not None:
+                block = self._resampler.resample_chunk(block, last=last)
+            if len(block):
+                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block.T), format="fltp",
+                                                   layout=self._layout)
+                frame.sample_rate = self.rate
+                frame.pts = self._sent
+                frame.time_base = Fraction(1, self.rate)
+                self._sent += len(block)
+                for pkt in self.stream.encode(frame):
+                    container.mux(pkt)
+            self._eof = last
+        if seconds is None:
+            for pkt in self.stream.encode(None):
+                container.mux(pkt)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._sf.close()
