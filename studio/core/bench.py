@@ -1,0 +1,320 @@
+"""The reference benchmark workload (``studio bench``) and a reproduction of the official loop.
+
+Workload (issue "GPU speed"): a 26.88 s voice-over (672 frames; the demo voice-over cut to length,
+~21 % silence), a 1080p video avatar loop (the demo photo moving slowly over 2 s, 50 frames), the
+MuseTalk v1.5 architecture (random weights when none are imported: speed does not depend on the
+values), TAESD and SD-VAE decoders. Each run is timed from the audio file to the finished MP4.
+
+The avatar is built from a known motion of the demo photo: its face-mesh landmarks (stored once in
+``resources/demo/astronaut_landmarks.npy``) are moved with the same affine transform as the pixels,
+then boxes, crops and masks come from ``studio.core.faces`` exactly as for a tracked avatar. This
+keeps the benchmark free of the face tracker (which is not part of a render) and of mediapipe.
+
+``official_loop`` reproduces MuseTalk's realtime script (spec §4.2) on the same inputs: fp16 eager
+UNet at batch 20, SD-VAE decode, per-frame CPU resize and PIL-style mask paste into the full frame,
+PNG frames on disk, then one libx264 encode of the PNGs (crf 18) and a second pass that re-encodes
+the video while muxing the audio (the official ``ffmpeg -i audio -i video out.mp4`` without
+``-c copy``). ffmpeg's defaults are mirrored through PyAV (preset medium, all threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from studio.core.constants import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
+
+log = logging.getLogger(__name__)
+
+REF_FRAMES = 672
+OFFICIAL_BATCH = 20
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+
+
+def reference_audio(workdir: Path, frames: int = REF_FRAMES) -> Path:
+    """The demo voice-over cut (or looped) to exactly ``frames`` video frames, as 16 kHz WAV."""
+    import soundfile as sf
+
+    from studio.core.audio import load
+    from studio.core.paths import repo_resources
+
+    wave = load(repo_resources() / "demo" / "voiceover.flac")
+    n = frames * SAMPLES_PER_FRAME
+    reps = -(-n // len(wave.samples))
+    samples = np.tile(wave.samples, reps)[:n]
+    path = Path(workdir) / f"voice_{frames}.wav"
+    sf.write(path, samples, SAMPLE_RATE, subtype="PCM_16")
+    return path
+
+
+@dataclass(eq=False)
+class SyntheticAvatar:
+    """An ``AvatarAssets`` look-alike held in memory (frames, boxes, crops, masks, landmarks)."""
+
+    frames: np.ndarray
+    boxes: np.ndarray
+    crops: np.ndarray
+    masks: np.ndarray
+    landmarks: np.ndarray
+    crop_landmarks: np.ndarray
+    face_ok: np.ndarray
+    folder: Path
+    name: str = "bench"
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def N(self) -> int:
+        return len(self.frames)
+
+    @property
+    def width(self) -> int:
+        return int(self.frames.shape[2])
+
+    @property
+    def height(self) -> int:
+        return int(self.frames.shape[1])
+
+    def cycle_index(self, t):
+        n = self.N
+        if n == 1:
+            return np.zeros_like(np.asarray(t)) if np.ndim(t) else 0
+        i = np.asarray(t) % (2 * n)
+        out = np.where(i < n, i, 2 * n - 1 - i)
+        return out if np.ndim(t) else int(out)
+
+    def engine_dir(self, key: str) -> Path:
+        path = self.folder / "engines" / key
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50) -> SyntheticAvatar:
+    """The demo photo in a 16:9 frame of ``height`` rows, drifting and breathing over the loop."""
+    import cv2
+    import PIL.Image
+
+    from studio.core import faces
+    from studio.core.paths import repo_resources
+
+    demo = repo_resources() / "demo"
+    photo = np.asarray(PIL.Image.open(demo / "astronaut.png").convert("RGB"))
+    lm0 = np.load(demo / "astronaut_landmarks.npy").astype(np.float32)
+    width = (height * 16 // 9) // 2 * 2
+    # a studio backdrop: vertical gradient
+    ramp = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None, None]
+    backdrop = (np.array([22, 30, 48], np.float32) * (1 - ramp) + np.array([60, 70, 92], np.float32) * ramp)
+    backdrop = np.broadcast_to(backdrop, (height, width, 3)).astype(np.uint8)
+    frames = np.empty((loop_frames, height, width, 3), np.uint8)
+    lms = np.empty((loop_frames, len(lm0), 2), np.float32)
+    base = 0.95 * height / photo.shape[0]
+    for k in range(loop_frames):
+        ph = 2 * np.pi * k / loop_frames
+        s = base * (1 + 0.02 * np.sin(ph))
+        cx = width / 2 + 0.015 * width * np.sin(ph)
+        cy = height / 2 + 0.01 * height * np.cos(ph)
+        M = np.array([[s, 0, cx - s * photo.shape[1] / 2], [0, s, cy - s * photo.shape[0] / 2]], np.float32)
+        warped = cv2.warpAffine(photo, M, (width, height), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+        inside = cv2.warpAffine(np.full(photo.shape[:2], 255, np.uint8), M, (width, height)) > 127
+        frames[k] = np.where(inside[..., None], warped, backdrop)
+        lms[k] = lm0 @ M[:, :2].T + M[:, 2]
+    boxes = faces.boxes_for(lms, width, height)
+    crops = np.stack([faces.crop_face(f, b) for f, b in zip(frames, boxes)])
+    crop_lm = np.stack([faces.to_crop(lm, b) for lm, b in zip(lms, boxes)])
+    masks = np.stack([faces.blend_mask(c, b) for c, b in zip(crop_lm, boxes)])
+    folder = Path(workdir) / "avatar"
+    folder.mkdir(parents=True, exist_ok=True)
+    return SyntheticAvatar(frames, boxes, crops, masks, lms, crop_lm, np.ones(loop_frames, bool), folder,
+                           meta={"kind": "video", "fps": FPS, "frames": loop_frames, "width": width, "height": height})
+
+
+# --------------------------------------------------------------------------------------------
+# Timing our renderer
+
+
+def time_render(avatar, audio: Path, settings, engine, output: Path) -> dict:
+    """Render ``audio`` with a warm ``engine``; wall time from the audio file to the MP4 on disk."""
+    from studio.core.render import Renderer
+
+    t0 = time.perf_counter()
+    renderer = Renderer(avatar, audio, settings, engine=engine)
+    result = renderer.render(output)
+    wall = time.perf_counter() - t0
+    return {
+        "frames": result.frames,
+        "silent_frames": result.silent_frames,
+        "seconds": round(wall, 3),
+        "fps": round(result.frames / wall, 1),
+        "encoder": result.encoder,
+        "stage_ms": result.stage_ms,
+        "output_bytes": output.stat().st_size,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The official realtime loop, reproduced
+
+
+def official_masks(avatar) -> tuple[list[np.ndarray], list[tuple[int, int, int, int]]]:
+    """MuseTalk's per-frame blend material: a mask over the 1.5x square around the box, and that square."""
+    import cv2
+
+    masks, crop_boxes = [], []
+    for i in range(avatar.N):
+        x1, y1, x2, y2 = (int(v) for v in avatar.boxes[i])
+        w, h = x2 - x1, y2 - y1
+        xc, yc = (x1 + x2) // 2, (y1 + y2) // 2
+        s = int(max(w, h) // 2 * 1.5)
+        xs, ys = xc - s, yc - s
+        full = np.zeros((2 * s, 2 * s), np.uint8)
+        full[y1 - ys : y2 - ys, x1 - xs : x2 - xs] = cv2.resize(np.asarray(avatar.masks[i]), (w, h))
+        masks.append(full)
+        crop_boxes.append((xs, ys, xs + 2 * s, ys + 2 * s))
+    return masks, crop_boxes
+
+
+def official_blend(frame_bgr: np.ndarray, face_bgr: np.ndarray, box, mask: np.ndarray, crop_box) -> np.ndarray:
+    """``get_image_blending``: hard-paste the face into the 1.5x square, then alpha-paste the square."""
+    import PIL.Image
+
+    x1, y1, x2, y2 = (int(v) for v in box)
+    xs, ys, xe, ye = crop_box
+    body = PIL.Image.fromarray(frame_bgr[:, :, ::-1])
+    face = PIL.Image.fromarray(face_bgr[:, :, ::-1])
+    face_large = body.crop((xs, ys, xe, ye))
+    face_large.paste(face, (x1 - xs, y1 - ys))
+    body.paste(face_large, (xs, ys), PIL.Image.fromarray(mask, "L"))
+    return np.asarray(body)[:, :, ::-1]
+
+
+def official_loop(avatar, audio: Path, unet, vae, features: np.ndarray, latents, output: Path, device,
+                  frames: int | None = None) -> dict:
+    """Time the official realtime loop on ``frames`` frames (all by default).
+
+    ``unet``/``vae`` are diffusers modules already in fp16 on ``device``; ``features`` the
+    ``[T,50,384]`` whisper tokens with PE; ``latents`` the avatar's ``[N,8,32,32]`` UNet inputs.
+    """
+    import cv2
+    import torch
+
+    T = len(features) if frames is None else min(frames, len(features))
+    masks, crop_boxes = official_masks(avatar)
+    tmp = output.parent / f".{output.stem}.official"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    stages = {"model": 0.0, "resize_blend": 0.0, "png": 0.0, "encode": 0.0, "mux": 0.0}
+    t_start = time.perf_counter()
+    timestep = torch.tensor([0], device=device)
+    feats = torch.from_numpy(np.asarray(features[:T])).to(device, torch.float16)
+    lat_all = latents.to(device, torch.float16)
+    for a in range(0, T, OFFICIAL_BATCH):
+        b = min(T, a + OFFICIAL_BATCH)
+        t0 = time.perf_counter()
+        idx = torch.as_tensor(avatar.cycle_index(np.arange(a, b)), device=device)
+        with torch.no_grad():
+            pred = unet(lat_all[idx], timestep, encoder_hidden_states=feats[a:b]).sample
+            img = vae.decode(pred / 0.18215).sample
+        img = (img / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).mul(255).round().to(torch.uint8).cpu().numpy()[..., ::-1]
+        stages["model"] += time.perf_counter() - t0
+        for j, t in enumerate(range(a, b)):
+            t0 = time.perf_counter()
+            i = avatar.cycle_index(t)
+            x1, y1, x2, y2 = (int(v) for v in avatar.boxes[i])
+            frame = np.ascontiguousarray(avatar.frames[i][:, :, ::-1])  # deep copy, BGR
+            face = cv2.resize(np.ascontiguousarray(img[j]), (x2 - x1, y2 - y1))
+            combined = official_blend(frame, face, avatar.boxes[i], masks[i], crop_boxes[i])
+            t1 = time.perf_counter()
+            cv2.imwrite(str(tmp / f"{t:08d}.png"), np.ascontiguousarray(combined))
+            stages["resize_blend"] += t1 - t0
+            stages["png"] += time.perf_counter() - t1
+    t0 = time.perf_counter()
+    temp_mp4 = tmp / "temp.mp4"
+    _encode_pngs(sorted(tmp.glob("*.png")), temp_mp4, avatar.width, avatar.height)
+    stages["encode"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    _mux_reencode(temp_mp4, audio, output)
+    stages["mux"] = time.perf_counter() - t0
+    wall = time.perf_counter() - t_start
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {"frames": T, "seconds": round(wall, 3), "fps": round(T / wall, 2),
+            "stage_s": {k: round(v, 3) for k, v in stages.items()}}
+
+
+def _encode_pngs(pngs, out: Path, width: int, height: int) -> None:
+    """``ffmpeg -r 25 -i %08d.png -vcodec libx264 -vf format=yuv420p -crf 18 temp.mp4``."""
+    from fractions import Fraction
+
+    import av
+    import cv2
+
+    with av.open(str(out), "w") as c:
+        s = c.add_stream("libx264", rate=FPS)
+        s.width, s.height, s.pix_fmt = width // 2 * 2, height // 2 * 2, "yuv420p"
+        s.options = {"crf": "18"}
+        s.codec_context.time_base = Fraction(1, FPS)
+        for k, p in enumerate(pngs):
+            rgb = cv2.imread(str(p))[: s.height, : s.width, ::-1]
+            fr = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24").reformat(format="yuv420p")
+            fr.pts = k
+            c.mux(s.encode(fr))
+        c.mux(s.encode(None))
+
+
+def _mux_reencode(video: Path, audio: Path, out: Path) -> None:
+    """``ffmpeg -i audio -i video out.mp4``: the video is decoded and encoded again (libx264 defaults)."""
+    import av
+    import soundfile as sf
+
+    data, rate = sf.read(str(audio), dtype="float32", always_2d=True)
+    with av.open(str(video)) as src, av.open(str(out), "w") as dst:
+        vin = src.streams.video[0]
+        vs = dst.add_stream("libx264", rate=FPS)
+        vs.width, vs.height, vs.pix_fmt = vin.width, vin.height, "yuv420p"
+        ast = dst.add_stream("aac", rate=rate)
+        ast.layout = "mono" if data.shape[1] == 1 else "stereo"
+        for k, fr in enumerate(src.decode(vin)):
+            fr.pts = k
+            dst.mux(vs.encode(fr))
+        dst.mux(vs.encode(None))
+        frame_size = 1024
+        for a in range(0, len(data), frame_size):
+            chunk = np.ascontiguousarray(data[a : a + frame_size].T)
+            af = av.AudioFrame.from_ndarray(chunk, format="fltp", layout=ast.layout.name)
+            af.sample_rate = rate
+            af.pts = a
+            dst.mux(ast.encode(af))
+        dst.mux(ast.encode(None))
+
+
+def machine_info() -> dict:
+    import platform
+
+    info = {"cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            p = torch.cuda.get_device_properties(0)
+            info.update(gpu=p.name, gpu_count=torch.cuda.device_count(), cuda=torch.version.cuda,
+                        gpu_memory_gib=round(p.total_memory / 2**30, 1))
+            try:
+                import subprocess
+
+                info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                                capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+            except Exception:
+                pass
+    except ImportError:
+        pass
+    return info
+
+
