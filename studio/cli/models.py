@@ -1,0 +1,87 @@
+"""``studio models import|list|verify``: the MuseTalk weights in the model store (never downloads)."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("models", help="import, list and verify MuseTalk weights (no downloads)")
+    cmds = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+
+    imp = cmds.add_parser("import", help="check and store an official MuseTalk models/ folder")
+    imp.add_argument("folder", nargs="?", help="the MuseTalk models/ folder (musetalkV15/, sd-vae/, whisper/, ...)")
+    imp.add_argument("--taesd", metavar="DIR", help="a TAESD folder (diffusers AutoencoderTiny: config.json + weights)")
+    imp.add_argument("--copy", action="store_true", help="copy the files instead of hard-linking them")
+    imp.add_argument("--json", action="store_true", help="print one JSON object")
+    imp.set_defaults(func=run_import)
+
+    ls = cmds.add_parser("list", help="show the imported weights")
+    ls.add_argument("--json", action="store_true", help="print one JSON object")
+    ls.set_defaults(func=run_list)
+
+    ver = cmds.add_parser("verify", help="re-hash the stored files against the manifest")
+    ver.add_argument("--json", action="store_true", help="print one JSON object")
+    ver.set_defaults(func=run_verify)
+
+
+def run_import(args) -> int:
+    from studio.cli._common import emit_json
+    from studio.core import models
+    from studio.core.errors import InputError
+
+    if not args.folder and not args.taesd:
+        raise InputError("give the MuseTalk models/ folder, --taesd DIR, or both")
+    records = models.import_models(args.folder, taesd=args.taesd, link=not args.copy)
+    status = models.availability()
+    if args.json:
+        emit_json({"imported": records, "musetalk": status, "store": str(models.models_root())})
+        return 0
+    for r in records:
+        size = sum(f["size"] for f in r["files"].values())
+        print(f"imported {r['label']:<13} {r['tensors']:>4} tensors  {_mb(size):>9}  ({r['stored']})")
+    print(f"store:    {models.models_root()}")
+    print(f"musetalk: {status}")
+    return 0
+
+
+def run_list(args) -> int:
+    from studio.cli._common import emit_json
+    from studio.core import models
+
+    comps = models.list_models()
+    status = models.availability()
+    if args.json:
+        emit_json({"store": str(models.models_root()), "components": comps, "musetalk": status})
+        return 0
+    if not comps:
+        print("no weights imported; run: studio models import DIR (the official MuseTalk models/ folder)")
+    for name, r in sorted(comps.items()):
+        size = sum(f["size"] for f in r["files"].values())
+        weights = next((f for f in r["files"] if not f.endswith(".json")), "")
+        sha = r["files"].get(weights, {}).get("sha256", "")[:12]
+        print(f"{name:<12} {r['label']:<13} {r['tensors']:>4} tensors  {_mb(size):>9}  {weights} {sha}")
+    print(f"musetalk: {status}")
+    return 0
+
+
+def run_verify(args) -> int:
+    from studio.cli._common import emit_json
+    from studio.core import models
+    from studio.core.errors import ModelError
+
+    rows = models.verify_store()
+    bad = [r for r in rows if r["status"] != "ok"]
+    if args.json:
+        emit_json({"files": rows, "ok": not bad})
+    else:
+        for r in rows:
+            print(f"{r['status']:<9} {r['file']}{'  ' + r['detail'] if r['detail'] else ''}")
+        if not rows:
+            print("no weights imported; nothing to verify")
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise ModelError(f"{bad[0]['file']}: {bad[0]['status']}, {bad[0]['detail']}{more}")
+    return 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"

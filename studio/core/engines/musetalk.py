@@ -1,0 +1,263 @@
+"""The MuseTalk engine on PyTorch: whisper tokens -> one UNet step at t = 0 -> SD-VAE or TAESD.
+
+    engine = MuseTalkEngine(device="cuda", decoder="taesd")     # weights from the model store
+    prepared = engine.prepare(avatar)        # [N,8,32,32] latents, cached with the avatar
+    engine.bind(engine.audio_features(wave)) # [T,50,384] tokens (PE included), len == wave.frames
+    faces = engine.generate(prepared, avatar_idx, feat_idx)     # uint8 [B,256,256,3] RGB
+
+Maths (spec §1): the avatar crop (RGB, /255) is encoded twice by the SD-VAE, once with rows
+128..255 set to 0 before the [-1,1] mapping (so the masked half is -1) and once whole; each latent
+is the distribution's **mean** x 0.18215 (deterministic, as training does; the official inference
+samples, which only adds noise) and the UNet input is cat(masked, reference) on channels. The UNet
+runs once at timestep 0 with the audio tokens as ``encoder_hidden_states``; its output is decoded
+by the SD-VAE (``decode(lat / 0.18215)``) or by TAESD (which lives in the scaled latent space, so
+no division), mapped from [-1,1] to uint8 with rounding. Faces stay RGB (the official code flips to
+BGR for OpenCV). Weights are the official files, loaded strictly (``studio.core.models``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from studio.core import models
+from studio.core.constants import FACE_SIZE
+from studio.core.engines.base import LipSyncEngine
+from studio.core.errors import ModelError, StudioError
+
+log = logging.getLogger(__name__)
+
+LATENT_CACHE = "latents.npy"
+DECODERS = ("taesd", "sd-vae")
+# Working memory per frame (bytes, fp16) for the VRAM budget: UNet at 32x32 plus the decoder's
+# 256x256 activations; generous so that CUDA graph pools of several buckets still fit.
+PER_FRAME_BYTES = {"taesd": 48 << 20, "sd-vae": 192 << 20}
+
+
+def availability(models_dir=None) -> str:
+    """``ready: v1.5 UNet, sd-vae, whisper-tiny, taesd`` or ``unavailable: <why, with the fix>``.
+
+    Cheap (reads the store's manifest and stats its files; no torch, no hashing).
+    """
+    return models.availability(models_dir)
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    """Per-avatar UNet inputs: latents ``[N,8,32,32]`` on the engine's device and dtype."""
+
+    latents: object
+    cache_file: Path | None
+    from_cache: bool
+
+    def __len__(self) -> int:
+        return int(self.latents.shape[0])
+
+
+class MuseTalkEngine(LipSyncEngine):
+    name = "musetalk"
+    label = "MuseTalk one-step latent inpainting (PyTorch)"
+
+    def __init__(self, device=None, precision="auto", decoder="taesd", batch=0, compile=False,
+                 cuda_graphs=True, models_dir=None, version="v15", **_):
+        from studio.core.engines import runtime_torch as rt
+
+        dev = rt.resolve_device(device)
+        super().__init__(str(dev))
+        self.dtype = rt.resolve_dtype(self.device, precision)
+        self.precision = precision
+        self.batch = int(batch or 0)
+        self.compile = bool(compile)
+        self.cuda_graphs = bool(cuda_graphs)
+        self.version = version
+        self.paths = models.resolve(models_dir, version)
+        missing = [n for n, p in (("UNet", self.paths.unet), ("sd-vae", self.paths.vae),
+                                  ("whisper", self.paths.whisper)) if p is None]
+        if missing:
+            raise ModelError(
+                f"MuseTalk needs {', '.join(missing)} in {self.paths.root}; run studio models import DIR "
+                "with the official MuseTalk models/ folder"
+            )
+        if decoder in ("vae", "sd-vae-ft-mse"):
+            decoder = "sd-vae"
+        if decoder not in DECODERS:
+            raise StudioError(f"unknown decoder {decoder!r}; use taesd (fast) or sd-vae (quality)")
+        if decoder == "taesd" and self.paths.taesd is None:
+            log.warning("TAESD is not imported; decoding with the SD-VAE (studio models import --taesd DIR)")
+            decoder = "sd-vae"
+        self.decoder = decoder
+        self.features = None
+        self._nets = None
+        self._whisper = None
+
+    # ----------------------------------------------------------------------------------------
+    # The engine interface
+
+    def prepare(self, avatar) -> Prepared:
+        """VAE latents of the avatar's crops, read from / written to the avatar's engine cache."""
+        import torch
+
+        crops = avatar.crops
+        n = int(getattr(avatar, "N", len(crops)))
+        cache = Path(avatar.engine_dir(f"musetalk-{self._vae_key()[:16]}")) / LATENT_CACHE
+        latents, from_cache = None, False
+        if cache.is_file():
+            try:
+                arr = np.load(cache, mmap_mode="r")
+                if arr.shape == (n, 8, FACE_SIZE // 8, FACE_SIZE // 8) and arr.dtype == np.float32:
+                    latents, from_cache = np.array(arr), True
+                else:
+                    log.info("latent cache %s has shape %s, avatar has %d frames: re-encoding", cache, arr.shape, n)
+            except (OSError, ValueError) as exc:
+                log.warning("latent cache %s unreadable (%s): re-encoding", cache, exc)
+        if latents is None:
+            latents = self.encode_crops(crops)
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            from studio.core.fsutil import atomic_path
+
+            with atomic_path(cache) as tmp, open(tmp, "wb") as fh:
+                np.save(fh, latents)
+            log.info("encoded %d avatar frames -> %s", n, cache)
+        lat = torch.from_numpy(latents).to(self.device, self.dtype)
+        return Prepared(self._channels_last(lat), cache, from_cache)
+
+    def audio_features(self, wave):
+        """Whisper tokens for every frame of ``wave`` (``len == wave.frames``), PE included."""
+        if self._whisper is None:
+            from studio.core.engines.whisper_features import WhisperFeatures
+
+            self._whisper = WhisperFeatures(self.paths.whisper, device=self.device)
+        return self._whisper(wave)
+
+    def generate(self, prepared, avatar_idx, feat_idx):
+        import torch
+
+        if self.features is None:
+            raise RuntimeError("MuseTalkEngine.generate: call bind(audio_features(wave)) first")
+        a = np.asarray(avatar_idx, np.int64).reshape(-1)
+        f = np.asarray(feat_idx, np.int64).reshape(-1)
+        if len(a) != len(f) or len(a) == 0:
+            raise ValueError(f"avatar_idx ({len(a)}) and feat_idx ({len(f)}) must be the same non-zero length")
+        if a.min() < 0 or a.max() >= len(prepared) or f.min() < 0 or f.max() >= len(self.features):
+            raise IndexError(f"index out of range: avatar {a.min()}..{a.max()} of {len(prepared)}, "
+                             f"features {f.min()}..{f.max()} of {len(self.features)}")
+        nets = self._load()
+        with torch.inference_mode():
+            lat = prepared.latents[torch.from_numpy(a).to(self.device)]
+            audio = self.features.window(f).to(self.device, self.dtype)
+            return nets["run"](lat, audio).clone()
+
+    def preferred_batch(self) -> int:
+        from studio.core.engines import runtime_torch as rt
+
+        if self.batch > 0:
+            return self.batch
+        return rt.vram_batch(PER_FRAME_BYTES[self.decoder] * (self.dtype.itemsize // 2 or 1), self.device)
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d.update(version=self.version, unet=models.COMPONENTS[self.paths.unet_name].label,
+                 decoder=self.decoder, precision=str(self.dtype).replace("torch.", ""),
+                 compile=self.compile, cuda_graphs=self.cuda_graphs and self.device.type == "cuda")
+        return d
+
+    def close(self) -> None:
+        self._nets = None
+        self._whisper = None
+        self.features = None
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+
+    # ----------------------------------------------------------------------------------------
+    # Networks
+
+    def encode_crops(self, crops, batch: int | None = None) -> np.ndarray:
+        """float32 ``[N,8,32,32]``: cat(masked-latent, reference-latent), distribution means x scale."""
+        import torch
+
+        vae = self._load()["vae"]
+        scale = float(vae.config.scaling_factor)
+        batch = batch or self.preferred_batch()
+        out = np.empty((len(crops), 2 * vae.config.latent_channels, FACE_SIZE // 8, FACE_SIZE // 8), np.float32)
+        with torch.inference_mode():
+            for i in range(0, len(crops), batch):
+                x = torch.from_numpy(np.ascontiguousarray(crops[i : i + batch])).to(self.device)
+                x = x.permute(0, 3, 1, 2).to(self.dtype) / 255.0  # RGB in [0,1]
+                masked = x.clone()
+                masked[:, :, FACE_SIZE // 2 :, :] = 0  # lower half black in [0,1] -> -1 below
+                both = torch.cat([masked, x]) * 2 - 1
+                mean = vae.encode(self._channels_last(both)).latent_dist.mean * scale
+                k = len(x)
+                out[i : i + k] = torch.cat([mean[:k], mean[k:]], dim=1).float().cpu().numpy()
+        return out
+
+    def _load(self) -> dict:
+        if self._nets is not None:
+            return self._nets
+        import torch
+
+        from studio.core.engines import runtime_torch as rt
+
+        p = self.paths
+        unet = models.load_module("unet", p.unet, p.weight_file(p.unet), self.device, self.dtype)
+        rt.fold_time_embedding(unet)
+        vae = models.load_module("vae", p.vae, p.weight_file(p.vae), self.device, self.dtype)
+        taesd = None
+        if self.decoder == "taesd":
+            taesd = models.load_module("taesd", p.taesd, p.weight_file(p.taesd), self.device, self.dtype)
+        if self.device.type == "cuda":  # tensor-core convolutions prefer NHWC
+            for m in (unet, vae, taesd):
+                if m is not None:
+                    m.to(memory_format=torch.channels_last)
+        unet_c = rt.maybe_compile(unet, self.compile)
+        scale = float(vae.config.scaling_factor)
+        t0 = torch.zeros(1, dtype=torch.long, device=self.device)
+        decode = rt.maybe_compile(taesd.decode if taesd is not None else vae.decode, self.compile)
+        divide = 1.0 if taesd is not None else scale  # TAESD decodes the scaled latent space as is
+
+        def forward(lat, audio):
+            pred = unet_c(lat, t0, encoder_hidden_states=audio, return_dict=False)[0]
+            img = decode(pred / divide, return_dict=False)[0]  # [-1,1] for both decoders
+            img = ((img.float() / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8)
+            return img.permute(0, 2, 3, 1).contiguous()  # [B,256,256,3] RGB
+
+        run = rt.GraphRunner(forward, self.device, enabled=self.cuda_graphs)
+        self._nets = {"unet": unet, "vae": vae, "taesd": taesd, "run": run}
+        if self.device.type == "cuda":
+            self._warm_up(run, unet)
+        log.info("MuseTalk loaded: %s", self.describe())
+        return self._nets
+
+    def _warm_up(self, run, unet) -> None:
+        """Compile/capture the preferred batch and the preview batch (1) before the first frame."""
+        import torch
+
+        c = unet.config
+        side = FACE_SIZE // 8
+        wcfg = models.read_config(self.paths.whisper / "config.json")
+        tokens = 10 * (int(wcfg.get("encoder_layers", 4)) + 1)
+        for b in sorted({1, min(self.preferred_batch(), run.buckets[-1])}):
+            lat = torch.zeros(b, c.in_channels, side, side, device=self.device, dtype=self.dtype)
+            audio = torch.zeros(b, tokens, c.cross_attention_dim, device=self.device, dtype=self.dtype)
+            with torch.inference_mode():
+                run.warm_up(self._channels_last(lat), audio)
+        torch.cuda.synchronize(self.device)
+
+    def _channels_last(self, x):
+        import torch
+
+        return x.contiguous(memory_format=torch.channels_last) if self.device.type == "cuda" else x
+
+    def _vae_key(self) -> str:
+        """The VAE weights' SHA-256 from the manifest (or a cheap path/size/mtime key outside the store)."""
+        sha = self.paths.sha256(self.paths.vae)
+        if sha:
+            return sha
+        from studio.core.fsutil import quick_file_key
+
+        return quick_file_key(self.paths.weight_file(self.paths.vae))

@@ -1,0 +1,202 @@
+"""PyTorch executors for the MuseTalk networks: device and precision choice, the folded t = 0 time
+embedding, CUDA graphs per batch-size bucket, optional ``torch.compile``, and a VRAM budget.
+
+    device = resolve_device(None)                    # cuda when available, else cpu
+    dtype = resolve_dtype(device, "auto")            # fp32 on CPU, fp16 on CUDA
+    fold_time_embedding(unet)                        # t = 0 is a constant: compute its embedding once
+    run = GraphRunner(fn, device)                    # run(latents, audio) -> fn's output, graphed on CUDA
+    batch = vram_batch(per_frame_bytes, device)      # the largest bucket that fits the budget
+
+Everything CUDA-specific is reached only when the device is CUDA; on CPU these are plain calls.
+This module imports torch at the top: only the MuseTalk engine imports it, when it loads.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+log = logging.getLogger(__name__)
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+CPU_BATCH = 4
+
+
+def resolve_device(device=None):
+    import torch
+
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        from studio.core.errors import StudioError
+
+        raise StudioError(f"device {device} was asked for but PyTorch sees no CUDA GPU; use --device cpu")
+    return dev
+
+
+def resolve_dtype(device, precision: str = "auto"):
+    """fp32 on CPU (half precision there is slower and less exact); fp16 by default on CUDA."""
+    import torch
+
+    if precision not in ("auto", *PRECISIONS):
+        from studio.core.errors import StudioError
+
+        raise StudioError(f"unknown precision {precision!r}; use auto, fp32, fp16 or bf16")
+    if torch.device(device).type != "cuda":
+        if precision not in ("auto", "fp32"):
+            log.warning("precision %s is for CUDA; running fp32 on %s", precision, device)
+        return torch.float32
+    if precision == "auto":
+        return torch.float16  # what the official realtime loop runs (spec §1.7)
+    return getattr(torch, PRECISIONS[precision])
+
+
+def bucket_for(n: int, buckets=BUCKETS) -> int:
+    """The smallest bucket >= n (n <= the largest bucket)."""
+    return next(b for b in buckets if b >= n)
+
+
+def fold_time_embedding(unet) -> None:
+    """Replace ``unet.time_embedding`` by its constant output at t = 0.
+
+    MuseTalk always runs timestep 0, so ``time_embedding(time_proj(0))`` is one fixed vector
+    ([1, 1280] for the real UNet). It is computed once here, in float32, with the loaded weights,
+    and stored as a buffer of a module that returns it expanded to the batch; the UNet is then
+    called as usual with ``timestep=0`` (its sinusoid still runs but is ignored; it is a handful of
+    element-wise ops). Call after the weights are loaded; ``unet.state_dict()`` no longer holds
+    the two time-embedding linears afterwards.
+    """
+    import torch
+
+    if isinstance(unet.time_embedding, ConstantEmbedding):
+        return
+    module = unet.time_embedding
+    with torch.no_grad():
+        p = next(module.parameters())
+        t = torch.zeros(1, device=p.device)
+        t_emb = unet.time_proj(t).to(torch.float32)
+        emb = module.float()(t_emb)
+        module.to(p.dtype)
+    unet.time_embedding = ConstantEmbedding(emb.to(p.dtype))
+
+
+class ConstantEmbedding(torch.nn.Module):
+    """``forward(sample, condition=None) -> emb.expand(batch, -1)``: a folded time embedding."""
+
+    def __init__(self, emb):
+        super().__init__()
+        self.register_buffer("emb", emb.detach().clone(), persistent=False)
+
+    def forward(self, sample, condition=None):
+        return self.emb.to(sample.dtype).expand(sample.shape[0], -1)
+
+
+def maybe_compile(module, enabled: bool):
+    """``torch.compile`` in its default mode (never max-autotune: it tunes for > 10 minutes)."""
+    if not enabled:
+        return module
+    import torch
+
+    log.info("torch.compile (default mode) on %s; the first batch of each size compiles", type(module).__name__)
+    return torch.compile(module)
+
+
+def vram_batch(per_frame_bytes: int, device, fixed_bytes: int = 0, fraction: float = 0.6,
+               buckets=BUCKETS) -> int:
+    """The largest bucket whose working memory fits ``fraction`` of the free VRAM; CPU: small."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return CPU_BATCH
+    free, _total = torch.cuda.mem_get_info(device)
+    budget = free * fraction - fixed_bytes
+    fits = [b for b in buckets if b * per_frame_bytes <= budget]
+    batch = fits[-1] if fits else buckets[0]
+    log.info("VRAM budget: %.1f GiB free -> batch %d", free / 2**30, batch)
+    return batch
+
+
+@dataclass
+class _Graph:
+    graph: object
+    inputs: list
+    output: object
+
+
+@dataclass
+class GraphRunner:
+    """Calls ``fn(*inputs)``; on CUDA through one captured CUDA graph per batch bucket.
+
+    A batch is copied into the bucket's static inputs (rows past the batch keep earlier data,
+    which only costs the padded rows' compute), the graph is replayed, and the first B rows of
+    the static output are returned: a view that the next call overwrites, so consume or copy it
+    first. Batches larger than the largest bucket run in bucket-sized pieces. If a capture fails
+    (an op that cannot be captured), that bucket runs eagerly and a warning is logged once.
+    All buckets share one memory pool.
+    """
+
+    fn: object
+    device: object
+    enabled: bool = True
+    buckets: tuple = BUCKETS
+    _graphs: dict = field(default_factory=dict)
+    _pool: object = None
+
+    def __post_init__(self):
+        import torch
+
+        self.enabled = bool(self.enabled) and torch.device(self.device).type == "cuda"
+
+    def __call__(self, *inputs):
+        import torch
+
+        n = inputs[0].shape[0]
+        top = self.buckets[-1]
+        if n > top:
+            parts = [self(*(x[i : i + top] for x in inputs)).clone() for i in range(0, n, top)]
+            return torch.cat(parts)
+        if not self.enabled:
+            return self.fn(*inputs)
+        b = bucket_for(n, self.buckets)
+        g = self._graphs.get(b)
+        if g is None:
+            g = self._graphs[b] = self._capture(b, inputs)
+        if g is False:
+            return self.fn(*inputs)
+        for static, x in zip(g.inputs, inputs):
+            static[:n].copy_(x)
+        g.graph.replay()
+        return g.output[:n]
+
+    def warm_up(self, *example):
+        """Capture (and run once) the graph for the example's batch bucket."""
+        return self(*example)
+
+    def _capture(self, b: int, inputs):
+        import torch
+
+        try:
+            reps = torch.arange(b, device=inputs[0].device) % inputs[0].shape[0]
+            static = [x[reps].clone() for x in inputs]  # real data in every row
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # warm-up: allocator, cuDNN/cuBLAS plans, compile
+                    self.fn(*static)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                out = self.fn(*static)
+            log.debug("captured a CUDA graph for batch %d", b)
+            return _Graph(graph, static, out)
+        except Exception as exc:  # pragma: no cover - depends on the GPU stack
+            log.warning("CUDA graph capture failed for batch %d (%s); running it eagerly", b, exc)
+            torch.cuda.synchronize()
+            return False

@@ -1,0 +1,162 @@
+"""MuseTalk's audio tokens: whisper-tiny encoder states windowed per video frame (spec §1.4–1.6).
+
+    enc = WhisperFeatures("models/whisper")
+    feats = enc(wave)                  # Features; len(feats) == wave.frames == ceil(duration * 25)
+    tokens = feats.window([0, 1, 2])   # [3, 50, 384] float32, positional encoding added
+    full = feats.array()               # [T, 50, 384] numpy (what ``studio features`` writes)
+
+The waveform (16 kHz) is cut into 30 s pieces; each piece goes through ``WhisperFeatureExtractor``
+(which zero-pads the waveform to 30 s) and the encoder with all hidden states: the embedding
+output, the outputs of layers 0..2 and the layer-normed output of the last layer, stacked to
+``[steps, 5, 384]`` at 50 Hz and trimmed to ``floor(samples / 320)`` steps. Video frame ``f`` takes
+whisper steps ``2f-4 .. 2f+5`` (zeros outside the clip), flattened time-major (token ``k = 5 t + l``),
+plus the fixed sinusoidal positional encoding.
+
+Our frame grid has ``T = ceil(duration * 25)`` frames (the official code uses ``floor``); the
+right padding is sized so that every one of those T windows exists (at least the official 12 steps).
+Only the windows' source (``[steps, 5, 384]``) is kept in memory, 5x smaller than ``[T, 50, 384]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from studio.core.constants import FPS, SAMPLE_RATE
+
+log = logging.getLogger(__name__)
+
+STEP_RATE = 50  # whisper encoder steps per second
+STEPS_PER_FRAME = STEP_RATE // FPS  # 2
+WINDOW = 10  # steps per frame: 2 * (pad_left 2 + pad_right 2 + 1)
+PAD_LEFT = 4  # zero steps before the clip (frame 0 sees steps -4..5)
+PAD_RIGHT_MIN = 12  # the official right padding
+SEGMENT_SAMPLES = 30 * SAMPLE_RATE  # whisper's 30 s window
+SAMPLES_PER_STEP = SAMPLE_RATE // STEP_RATE  # 320
+PE_MAX_LEN = 5000
+
+
+@dataclass(frozen=True, eq=False)
+class Features:
+    """The clip's whisper states, zero-padded, and the per-frame window maths."""
+
+    steps: object  # torch float32 [PAD_LEFT + S + pad_right, layers, width]
+    frames: int  # T
+    pe: object  # torch float32 [WINDOW * layers, width]
+
+    def __len__(self) -> int:
+        return self.frames
+
+    @property
+    def tokens(self) -> int:
+        return WINDOW * self.steps.shape[1]
+
+    @property
+    def width(self) -> int:
+        return self.steps.shape[2]
+
+    def window(self, frame_idx):
+        """Tokens for video frames ``frame_idx`` ([B]): torch float32 ``[B, 50, 384]``, PE added."""
+        import torch
+
+        idx = torch.as_tensor(frame_idx, dtype=torch.long, device=self.steps.device).reshape(-1)
+        pos = idx[:, None] * STEPS_PER_FRAME + torch.arange(WINDOW, device=idx.device)  # padded coords
+        chunk = self.steps[pos]  # [B, 10, layers, width]
+        return chunk.reshape(len(idx), self.tokens, self.width) + self.pe
+
+    def array(self, block: int = 1024) -> np.ndarray:
+        """All frames' tokens as one float32 ``[T, 50, 384]`` array."""
+        out = np.empty((self.frames, self.tokens, self.width), np.float32)
+        for start in range(0, self.frames, block):
+            stop = min(self.frames, start + block)
+            out[start:stop] = self.window(np.arange(start, stop)).cpu().numpy()
+        return out
+
+
+def window_steps(frame: int) -> list[int]:
+    """The (unpadded) whisper steps frame ``frame`` reads: ``2f-4 .. 2f+5``; negatives are zeros."""
+    first = frame * STEPS_PER_FRAME - PAD_LEFT
+    return list(range(first, first + WINDOW))
+
+
+def positional_encoding(length: int, width: int):
+    """The fixed Transformer sinusoid: ``PE[p,2i] = sin(p w_i)``, ``PE[p,2i+1] = cos(p w_i)``,
+    ``w_i = 10000^(-2i/width)`` (spec §1.6). float32 ``[length, width]``."""
+    import torch
+
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    div = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
+    pe = torch.zeros(length, width)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)[:, : width // 2]
+    return pe
+
+
+class WhisperFeatures:
+    """The whisper-tiny encoder and feature extractor from a Hugging Face folder (no network)."""
+
+    def __init__(self, folder: str | Path, device="cpu", weights: str | Path | None = None, batch: int = 8):
+        import torch
+
+        from studio.core import models
+
+        self.folder = Path(folder)
+        self.device = torch.device(device)
+        comp = models.COMPONENTS["whisper"]
+        weights = Path(weights) if weights else models._find_weights(self.folder, comp)
+        # fp32 always: the encoder costs ~0.05 GFLOP per video frame, precision is free here.
+        self.encoder = models.load_module("whisper", self.folder, weights, device=self.device)
+        self.extractor = _feature_extractor(self.folder, self.encoder.config.num_mel_bins)
+        self.batch = max(1, batch)
+        self.layers = self.encoder.config.encoder_layers + 1
+        self.width = self.encoder.config.d_model
+        self._pe = positional_encoding(WINDOW * self.layers, self.width).to(self.device)
+
+    def __call__(self, wave) -> Features:
+        return self.features(np.asarray(wave.samples, np.float32), wave.frames)
+
+    def features(self, samples: np.ndarray, frames: int) -> Features:
+        import torch
+
+        states = self.hidden_states(samples)  # [S, layers, width]
+        pad_right = max(PAD_RIGHT_MIN, STEPS_PER_FRAME * frames + WINDOW - PAD_LEFT - len(states))
+        steps = torch.cat([
+            states.new_zeros(PAD_LEFT, self.layers, self.width),
+            states,
+            states.new_zeros(pad_right, self.layers, self.width),
+        ])
+        return Features(steps=steps, frames=int(frames), pe=self._pe)
+
+    def hidden_states(self, samples: np.ndarray):
+        """float32 ``[floor(n / 320), layers, width]`` on ``self.device``."""
+        import torch
+
+        n = len(samples)
+        keep = n // SAMPLES_PER_STEP
+        pieces = [samples[i : i + SEGMENT_SAMPLES] for i in range(0, max(n, 1), SEGMENT_SAMPLES)]
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(pieces), self.batch):
+                group = pieces[i : i + self.batch]
+                mel = self.extractor(group, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+                res = self.encoder(mel.to(self.device, torch.float32), output_hidden_states=True)
+                # The last state is the layer-normed output (spec §1.4); take it from
+                # last_hidden_state so this holds whatever the transformers version returns.
+                hs = list(res.hidden_states[:-1]) + [res.last_hidden_state]
+                out.append(torch.stack(hs, dim=2).reshape(-1, self.layers, self.width))
+        states = torch.cat(out)[:keep]
+        log.debug("whisper: %d samples -> %d steps", n, len(states))
+        return states.float()
+
+
+def _feature_extractor(folder: Path, mel_bins: int):
+    from transformers import WhisperFeatureExtractor
+
+    if (folder / "preprocessor_config.json").is_file():
+        return WhisperFeatureExtractor.from_pretrained(str(folder), local_files_only=True)
+    log.warning("%s has no preprocessor_config.json; using whisper's defaults", folder)
+    return WhisperFeatureExtractor(feature_size=mel_bins)

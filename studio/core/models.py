@@ -1,0 +1,531 @@
+"""The model store: import, verify and list the MuseTalk weights. Nothing is ever downloaded.
+
+    records = import_models("~/MuseTalk/models", taesd="~/taesd")   # official layout in, checked
+    list_models()            # {"musetalkV15": {...}, "sd-vae": {...}, ...} from the manifest
+    verify_store()           # re-hash every stored file against the manifest
+    paths = resolve()        # ModelSet: where each component's files are (cheap, for the engine)
+
+The official MuseTalk ``models/`` layout (spec §2) is accepted as it is: ``musetalkV15/`` (v1.5 UNet),
+``musetalk/`` (v1.0 UNet), ``sd-vae/`` or ``sd-vae-ft-mse/`` (AutoencoderKL), ``whisper/`` (HF
+whisper-tiny), plus a TAESD folder in the diffusers ``AutoencoderTiny`` layout. Every weight file is
+checked against the architecture its config describes (strict keys and shapes, read on
+``torch.device("meta")`` so checking a 3.4 GB UNet costs no memory), hashed, and hard-linked (else
+copied) under ``data_dir()/models/<component>/``; ``manifest.json`` there records SHA-256 and size.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from studio.core.errors import ModelError
+from studio.core.fsutil import atomic_path, atomic_write_bytes, file_sha256
+from studio.core.paths import sub_dir
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Component:
+    """One model folder: where it lives in the official layout and which files make it."""
+
+    name: str  # folder name in the store
+    kind: str  # unet | vae | whisper | taesd
+    label: str
+    folders: tuple[str, ...]  # accepted folder names in a source models/ folder
+    config: str
+    weights: tuple[str, ...]  # accepted weight files, preferred first
+    extras: tuple[str, ...] = ()  # optional files stored when present
+
+
+COMPONENTS: dict[str, Component] = {
+    c.name: c
+    for c in (
+        Component("musetalkV15", "unet", "v1.5 UNet", ("musetalkV15",), "musetalk.json", ("unet.pth",)),
+        Component("musetalk", "unet", "v1.0 UNet", ("musetalk",), "musetalk.json", ("pytorch_model.bin",)),
+        Component("sd-vae", "vae", "sd-vae", ("sd-vae", "sd-vae-ft-mse"), "config.json",
+                  ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")),
+        Component("whisper", "whisper", "whisper-tiny", ("whisper",), "config.json",
+                  ("model.safetensors", "pytorch_model.bin"), ("preprocessor_config.json",)),
+        Component("taesd", "taesd", "taesd", ("taesd",), "config.json",
+                  ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")),
+    )
+}
+UNET_VERSIONS = {"v15": "musetalkV15", "v1": "musetalk", "v10": "musetalk"}
+
+
+@dataclass(frozen=True)
+class ModelSet:
+    """Resolved component folders (store or official layout); ``None`` where absent."""
+
+    root: Path
+    unet: Path | None  # the folder of the UNet that ``version`` picked
+    unet_name: str | None
+    vae: Path | None
+    whisper: Path | None
+    taesd: Path | None
+    manifest: dict
+
+    def weight_file(self, folder: Path) -> Path:
+        comp = COMPONENTS[self.manifest_name(folder)]
+        return _find_weights(folder, comp)
+
+    def manifest_name(self, folder: Path) -> str:
+        for c in COMPONENTS.values():
+            if folder.name == c.name or folder.name in c.folders:
+                return c.name
+        raise ModelError(f"{folder}: not a known model folder")
+
+    def sha256(self, folder: Path) -> str | None:
+        """The recorded SHA-256 of a component's weight file (None outside the store)."""
+        rec = self.manifest.get("components", {}).get(self.manifest_name(folder))
+        if not rec:
+            return None
+        return rec["files"][self.weight_file(folder).name]["sha256"]
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+
+
+def models_root(models_dir: str | os.PathLike | None = None) -> Path:
+    return Path(models_dir).expanduser() if models_dir else sub_dir("models")
+
+
+def read_manifest(models_dir=None) -> dict:
+    path = models_root(models_dir) / MANIFEST
+    if not path.is_file():
+        return {"format": MANIFEST_FORMAT, "components": {}}
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: unreadable model manifest ({exc}); re-run studio models import DIR") from None
+    data.setdefault("components", {})
+    return data
+
+
+def list_models(models_dir=None) -> dict[str, dict]:
+    """Component name -> its manifest record (kind, label, files with sha256 and size, source)."""
+    return dict(read_manifest(models_dir)["components"])
+
+
+def resolve(models_dir=None, version: str = "v15") -> ModelSet:
+    """Locate the components in the store (or in an official ``models/`` folder). No hashing."""
+    root = models_root(models_dir)
+    manifest = read_manifest(models_dir)
+
+    def folder(name: str) -> Path | None:
+        for candidate in (COMPONENTS[name].name, *COMPONENTS[name].folders):
+            p = root / candidate
+            if p.is_dir() and (p / COMPONENTS[name].config).is_file():
+                return p
+        return None
+
+    want = UNET_VERSIONS.get(version)
+    if want is None:
+        raise ModelError(f"unknown MuseTalk version {version!r}; use v15 or v1")
+    order = [want] + [n for n in ("musetalkV15", "musetalk") if n != want]
+    unet_name = next((n for n in order if folder(n)), None)
+    if unet_name and unet_name != want:
+        log.warning("MuseTalk %s UNet not imported; using %s", version, COMPONENTS[unet_name].label)
+    return ModelSet(root, folder(unet_name) if unet_name else None, unet_name, folder("sd-vae"),
+                    folder("whisper"), folder("taesd"), manifest)
+
+
+def import_models(source=None, taesd=None, models_dir=None, link: bool = True) -> list[dict]:
+    """Check every component found in ``source`` (official layout) and ``taesd``, then store them.
+
+    Everything is verified before anything is stored, so a bad folder leaves the store unchanged.
+    Raises ``ModelError`` naming the file and what is wrong.
+    """
+    found: list[tuple[Component, Path]] = []
+    if source is not None:
+        src = Path(source).expanduser()
+        if not src.is_dir():
+            raise ModelError(f"{src}: no such folder; give the MuseTalk models/ folder")
+        for comp in COMPONENTS.values():
+            for name in comp.folders:
+                if (src / name).is_dir():
+                    found.append((comp, src / name))
+                    break
+        if not found:
+            raise ModelError(
+                f"{src}: no MuseTalk model folders found; expected musetalkV15/, musetalk/, sd-vae/, "
+                "whisper/ or taesd/ inside (the official MuseTalk models/ folder)"
+            )
+    if taesd is not None:
+        t = Path(taesd).expanduser()
+        if not t.is_dir():
+            raise ModelError(f"{t}: no such folder; give the TAESD folder (config.json + diffusion_pytorch_model.*)")
+        found = [(c, p) for c, p in found if c.name != "taesd"] + [(COMPONENTS["taesd"], t)]
+    if not found:
+        raise ModelError("nothing to import; give the MuseTalk models/ folder or --taesd DIR")
+
+    records = [check_component(comp, folder) for comp, folder in found]
+    _cross_check(records, list_models(models_dir))
+    root = models_root(models_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    manifest = read_manifest(models_dir)
+    for rec, (comp, folder) in zip(records, found):
+        rec["stored"] = _store(folder, root / comp.name, list(rec["files"]), link)
+        rec["source"] = str(folder.resolve())
+        rec["imported"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        manifest["components"][comp.name] = rec
+        log.info("imported %s from %s (%s)", comp.label, folder, rec["stored"])
+    manifest["format"] = MANIFEST_FORMAT
+    atomic_write_bytes(root / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
+    return records
+
+
+def verify_store(models_dir=None) -> list[dict]:
+    """Re-hash every stored file: one ``{component, file, status, detail}`` per file.
+
+    ``status`` is ``ok``, ``missing``, ``truncated`` (shorter than recorded), ``changed``.
+    """
+    root = models_root(models_dir)
+    out = []
+    for name, rec in sorted(list_models(models_dir).items()):
+        for fname, info in sorted(rec["files"].items()):
+            path = root / name / fname
+            row = {"component": name, "file": str(path), "status": "ok", "detail": ""}
+            if not path.is_file():
+                row.update(status="missing", detail="the file is gone; re-import the models folder")
+            elif (size := path.stat().st_size) != info["size"]:
+                kind = "truncated" if size < info["size"] else "changed"
+                row.update(status=kind, detail=f"{size} bytes, {info['size']} recorded; re-import the models folder")
+            elif file_sha256(path) != info["sha256"]:
+                row.update(status="changed", detail="SHA-256 differs from the import; re-import the models folder")
+            out.append(row)
+    return out
+
+
+def check_component(comp: Component | str, folder: str | os.PathLike) -> dict:
+    """Verify one component folder against its architecture; return its manifest record.
+
+    The record holds ``kind``, ``label``, ``tensors``, ``params``, ``config`` facts and ``files``
+    (name -> sha256, size). Raises ``ModelError`` for a missing, truncated or mismatched file.
+    """
+    comp = COMPONENTS[comp] if isinstance(comp, str) else comp
+    folder = Path(folder)
+    cfg_path = folder / comp.config
+    if comp.kind == "whisper" and (folder / "tiny.pt").is_file() and not cfg_path.is_file():
+        raise ModelError(
+            f"{folder / 'tiny.pt'}: the legacy openai-whisper format is not supported; put the Hugging Face "
+            "openai/whisper-tiny folder (config.json, pytorch_model.bin, preprocessor_config.json) there"
+        )
+    if not cfg_path.is_file():
+        raise ModelError(f"{cfg_path}: missing; the {comp.label} folder needs its {comp.config}")
+    weights = _find_weights(folder, comp)
+    config = read_config(cfg_path)
+    expected = expected_shapes(comp.kind, config, cfg_path)
+    raw = read_shapes(weights)
+    _compare(comp.kind, weights, cfg_path, normalize_keys(comp.kind, raw), expected, raw)
+    files = [comp.config, weights.name] + [e for e in comp.extras if (folder / e).is_file()]
+    return {
+        "kind": comp.kind,
+        "label": comp.label,
+        "tensors": len(expected),
+        "params": int(sum(_numel(s) for s in expected.values())),
+        "config": config_facts(comp.kind, config),
+        "files": {f: {"sha256": file_sha256(folder / f), "size": (folder / f).stat().st_size} for f in files},
+    }
+
+
+def availability(models_dir=None, version: str = "v15") -> str:
+    """``ready: ...`` or ``unavailable: <why, with the fix>``. Cheap: reads the manifest, stats files."""
+    try:
+        comps = list_models(models_dir)
+    except ModelError as exc:
+        return f"unavailable: {exc}"
+    root = models_root(models_dir)
+    have = []
+    for name, rec in comps.items():
+        for fname, info in rec.get("files", {}).items():
+            p = root / name / fname
+            if not p.is_file() or p.stat().st_size != info["size"]:
+                return f"unavailable: {p} is missing or changed; run studio models verify, then re-import"
+        have.append(name)
+    unets = [n for n in (UNET_VERSIONS.get(version, "musetalkV15"), "musetalkV15", "musetalk") if n in have]
+    missing = [label for label, ok in (("a MuseTalk UNet (musetalkV15/ or musetalk/)", unets),
+                                       ("sd-vae/", "sd-vae" in have), ("whisper/", "whisper" in have)) if not ok]
+    if missing:
+        return ("unavailable: no " + ", no ".join(missing) + " imported; run studio models import DIR "
+                "with the official MuseTalk models/ folder")
+    parts = [COMPONENTS[unets[0]].label, "sd-vae", "whisper-tiny"]
+    parts.append("taesd" if "taesd" in have else "no taesd (decoder sd-vae only)")
+    return "ready: " + ", ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Architectures: configs -> modules (on "meta" for checking), state-dict reading and key names
+
+KIND_NAMES = {
+    "unet": "a MuseTalk UNet (UNet2DConditionModel)",
+    "vae": "an SD VAE (AutoencoderKL)",
+    "taesd": "a TAESD (AutoencoderTiny)",
+    "whisper": "a whisper model",
+}
+# Old diffusers attention names still used by the sd-vae-ft-mse checkpoint (spec §1.2).
+_VAE_OLD_ATTN = {".query.": ".to_q.", ".key.": ".to_k.", ".value.": ".to_v.", ".proj_attn.": ".to_out.0."}
+
+
+def read_config(path: Path) -> dict:
+    try:
+        cfg = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: not a readable JSON config ({exc}); copy it again from the original download") from None
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{path}: not a model config (expected a JSON object)")
+    return cfg
+
+
+def build_module(kind: str, config: dict, cfg_path: Path | None = None, device: str = "meta"):
+    """The torch module for ``config`` (random init unless ``device`` is ``meta``)."""
+    import torch
+
+    where = cfg_path or "the config"
+    try:
+        with torch.device(device):
+            if kind == "unet":
+                from diffusers import UNet2DConditionModel
+
+                module = UNet2DConditionModel.from_config(config)
+            elif kind == "vae":
+                from diffusers import AutoencoderKL
+
+                module = AutoencoderKL.from_config(config)
+            elif kind == "taesd":
+                from diffusers import AutoencoderTiny
+
+                module = AutoencoderTiny.from_config(config)
+            elif kind == "whisper":
+                from transformers import WhisperConfig
+                from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+                module = WhisperEncoder(WhisperConfig.from_dict(config))
+            else:
+                raise ValueError(kind)
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"{where}: not a valid {KIND_NAMES[kind]} config ({_short(exc)})") from None
+    if kind == "unet" and (module.config.in_channels != 8 or module.config.out_channels != 4):
+        raise ModelError(
+            f"{where}: in_channels {module.config.in_channels} / out_channels {module.config.out_channels}; "
+            "a MuseTalk UNet takes 8 and gives 4 (this is not a musetalk.json)"
+        )
+    return module
+
+
+def expected_shapes(kind: str, config: dict, cfg_path: Path | None = None) -> dict[str, tuple]:
+    """Tensor name -> shape of the architecture ``config`` describes (built on ``meta``)."""
+    module = build_module(kind, config, cfg_path)
+    return {k: tuple(v.shape) for k, v in module.state_dict().items()}
+
+
+def read_state_dict(path: Path, mmap: bool = True) -> dict:
+    """All tensors of a ``.safetensors``, ``.pth`` or ``.bin`` file (memory-mapped where possible)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path))
+        import torch
+
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        except RuntimeError as exc:
+            if not mmap or "mmap" not in str(exc):
+                raise
+            obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
+    except Exception as exc:
+        raise ModelError(
+            f"{path}: cannot be read ({_short(exc)}); the file is truncated or corrupt, copy it again"
+        ) from None
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        obj = obj["state_dict"]  # a training checkpoint wrapper
+    if not isinstance(obj, dict) or not obj:
+        raise ModelError(f"{path}: holds no state dict (a dict of tensors); use the official weight file")
+    if all(k.startswith("module.") for k in obj):
+        obj = {k[len("module."):]: v for k, v in obj.items()}  # saved from DataParallel
+    return obj
+
+
+def read_shapes(path: Path) -> dict[str, tuple]:
+    """Tensor name -> shape without reading the data (safetensors header, or a mmapped torch file)."""
+    if Path(path).suffix == ".safetensors":
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as fh:
+                return {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}
+        except Exception as exc:
+            raise ModelError(
+                f"{path}: cannot be read ({_short(exc)}); the file is truncated or corrupt, copy it again"
+            ) from None
+    return {k: tuple(v.shape) for k, v in read_state_dict(path).items() if hasattr(v, "shape")}
+
+
+def normalize_keys(kind: str, tensors: dict) -> dict:
+    """Map a file's names onto the module's: whisper's encoder prefix, the VAE's old attention names."""
+    if kind == "whisper":
+        out = {}
+        for k, v in tensors.items():
+            for prefix in ("model.encoder.", "encoder."):
+                if k.startswith(prefix):
+                    out[k[len(prefix):]] = v
+                    break
+        return out
+    if kind == "vae":
+        out = {}
+        for k, v in tensors.items():
+            if ".attentions." in k:
+                for old, new in _VAE_OLD_ATTN.items():
+                    k = k.replace(old, new)
+                shape = tuple(v.shape) if hasattr(v, "shape") else tuple(v)
+                if k.endswith(".weight") and ".to_" in k and len(shape) == 4:  # conv 1x1 -> linear
+                    v = v.reshape(shape[:2]) if hasattr(v, "reshape") else shape[:2]
+            out[k] = v
+        return out
+    return dict(tensors)
+
+
+def load_module(kind: str, folder: Path, weights: Path, device="cpu", dtype=None):
+    """Build ``kind`` from ``folder``'s config and load ``weights`` strictly; eval mode."""
+    comp = next(c for c in COMPONENTS.values() if c.kind == kind)
+    cfg_path = Path(folder) / comp.config
+    module = build_module(kind, read_config(cfg_path), cfg_path)
+    state = normalize_keys(kind, read_state_dict(weights))
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    _compare(kind, Path(weights), cfg_path, {k: tuple(v.shape) for k, v in state.items()}, expected, state)
+    module.load_state_dict(state, strict=True, assign=True)
+    module.eval().requires_grad_(False)
+    import torch
+
+    # nn.Module.to, not diffusers' override: it warns about fp32-pinned modules that these lack.
+    return torch.nn.Module.to(module, device=device, dtype=dtype)
+
+
+def config_facts(kind: str, config: dict) -> dict:
+    keys = {
+        "unet": ("in_channels", "out_channels", "cross_attention_dim", "block_out_channels"),
+        "vae": ("latent_channels", "block_out_channels", "scaling_factor"),
+        "taesd": ("latent_channels", "scaling_factor"),
+        "whisper": ("d_model", "encoder_layers", "num_mel_bins", "max_source_positions"),
+    }[kind]
+    facts = {k: config[k] for k in keys if k in config}
+    if kind == "vae":
+        facts.setdefault("latent_channels", 4)
+        facts.setdefault("scaling_factor", 0.18215)  # the diffusers default; absent from sd-vae's JSON
+    return facts
+
+
+def _guess_kind(keys) -> str | None:
+    keys = set(keys)
+    if {"conv_in.weight", "time_embedding.linear_1.weight"} <= keys:
+        return "unet"
+    if {"encoder.conv_in.weight", "quant_conv.weight"} <= keys:
+        return "vae"
+    if "encoder.layers.0.weight" in keys and any(k.startswith("decoder.layers.") for k in keys):
+        return "taesd"
+    if any(k.endswith("encoder.conv1.weight") for k in keys):
+        return "whisper"
+    return None
+
+
+def _compare(kind, path: Path, cfg_path: Path, got: dict, expected: dict, raw: dict) -> None:
+    missing = [k for k in expected if k not in got]
+    extra = [k for k in got if k not in expected]
+    guess = _guess_kind(raw)
+    if (missing or extra) and guess and guess != kind:
+        raise ModelError(
+            f"{path}: holds {KIND_NAMES[guess]}, not {KIND_NAMES[kind]}; the files are mixed up, "
+            "put each file in its own folder (spec: musetalkV15/unet.pth, sd-vae/, whisper/)"
+        )
+    if missing or extra:
+        detail = f"{len(missing)} of {len(expected)} expected tensors missing"
+        detail += f" (e.g. {missing[0]})" if missing else ""
+        detail += f", {len(extra)} unexpected (e.g. {extra[0]})" if extra else ""
+        raise ModelError(f"{path}: not {KIND_NAMES[kind]} matching {cfg_path.name}: {detail}")
+    for k, shape in expected.items():
+        if tuple(got[k]) != tuple(shape):
+            raise ModelError(
+                f"{path}: tensor {k} has shape {list(got[k])} but {cfg_path.name} needs {list(shape)}; "
+                "the weights and their config do not belong together"
+            )
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:160]
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _find_weights(folder: Path, comp: Component) -> Path:
+    for name in comp.weights:
+        p = folder / name
+        if p.is_file():
+            if p.stat().st_size == 0:
+                raise ModelError(f"{p}: the file is empty (0 bytes); copy it again from the original download")
+            return p
+    raise ModelError(f"{folder}: missing {' or '.join(comp.weights)}; the {comp.label} weights must be in that folder")
+
+
+def _cross_check(records: list[dict], stored: dict[str, dict]) -> None:
+    """The UNet's conditioning width must match whisper's, and its input the VAE's latents."""
+    facts = {r["kind"]: r["config"] for r in records}
+    for rec in stored.values():
+        facts.setdefault(rec["kind"], rec.get("config", {}))
+    unet, whisper, vae = facts.get("unet"), facts.get("whisper"), facts.get("vae")
+    if unet and whisper and unet.get("cross_attention_dim") != whisper.get("d_model"):
+        raise ModelError(
+            f"the UNet expects {unet.get('cross_attention_dim')}-wide audio features but whisper/ gives "
+            f"{whisper.get('d_model')}; whisper/ must hold openai/whisper-tiny"
+        )
+    if unet and vae and unet.get("in_channels") != 2 * vae.get("latent_channels", 0):
+        raise ModelError(
+            f"the UNet takes {unet.get('in_channels')} latent channels but the VAE makes "
+            f"{vae.get('latent_channels')}; sd-vae/ must hold stabilityai/sd-vae-ft-mse"
+        )
+
+
+def _store(src: Path, dst: Path, files: list[str], link: bool) -> str:
+    """Hard-link (same file system) or copy each file into ``dst``; returns how."""
+    dst.mkdir(parents=True, exist_ok=True)
+    how = "hardlink" if link else "copy"
+    for f in files:
+        s, d = src / f, dst / f
+        if d.exists() and d.samefile(s):
+            continue
+        with atomic_path(d) as tmp:
+            tmp.unlink()
+            try:
+                if not link:
+                    raise OSError("copy requested")
+                os.link(s, tmp)
+            except OSError:
+                shutil.copyfile(s, tmp)
+                how = "copy"
+    for stale in dst.iterdir():  # a previous import's other weight format
+        if stale.is_file() and stale.name not in files:
+            stale.unlink()
+    return how
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
