@@ -131,7 +131,7 @@ class VideoWriter:
             ch = self._chunk_of(pos)
             if pos != ch.next:
                 raise ValueError(f"chunk {ch.start}..{ch.end} expects frame {ch.next} next, got {pos}")
-            stop = min(end, ch.end)
+            stop = end if ch.end is None else min(end, ch.end)
             self._put(ch, (frames[pos - first : stop - first], pos))
             ch.next = stop
             pos = stop

@@ -1,0 +1,250 @@
+"""Streaming MP4 encoding: round trip through PyAV, parallel x264, atomic output, faults."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from studio.core.composite import rgb_to_yuv420p
+from studio.core.encode import open_video, probe_nvenc
+from studio.core.errors import AudioError, RenderError
+
+W, H = 160, 128
+
+
+def talking_frames(start: int, count: int, w: int = W, h: int = H) -> np.ndarray:
+    """Smooth, slowly moving content (a head-like blob whose 'mouth' opens), not noise.
+
+    A bright bar at the top encodes the frame index so decoded frames can be identified.
+    """
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    out = np.empty((count, h, w, 3), np.uint8)
+    for k in range(count):
+        t = start + k
+        cx, cy = w / 2 + 6 * np.sin(t / 9), h / 2 + 3 * np.cos(t / 7)
+        head = np.exp(-(((x - cx) / (0.22 * w)) ** 2 + ((y - cy) / (0.3 * h)) ** 2))
+        mouth = np.exp(-(((x - cx) / (0.06 * w)) ** 2 + ((y - cy - 0.12 * h) / (0.01 * h + 0.02 * h * abs(np.sin(t / 3)))) ** 2))
+        bg = 60 + 30 * y / h
+        lum = bg + 150 * head - 100 * mouth
+        img = np.stack([lum + 20, lum, lum - 20 + 10 * x / w], -1)
+        img[:6] = 0
+        img[:6, 2 * (t % (w // 2)) : 2 * (t % (w // 2)) + 2] = 255  # the index marker
+        out[k] = np.clip(img, 0, 255).astype(np.uint8)
+    return out
+
+
+@pytest.fixture
+def wav(tmp_path) -> Path:
+    path = tmp_path / "voice.wav"
+    rate = 22050
+    t = np.arange(int(2.37 * rate)) / rate  # 2.37 s -> ceil(59.25) = 60 frames
+    sf.write(path, (0.2 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), rate)
+    return path
+
+
+def _encode(path, n=60, chunk=10, **kw):
+    with open_video(path, W, H, total_frames=n, **kw) as w:
+        for s in range(0, n, chunk):
+            w.write(talking_frames(s, min(chunk, n - s)))
+    return w
+
+
+def _decode_y(path) -> np.ndarray:
+    with av.open(str(path)) as c:
+        return np.stack([f.to_ndarray(format="yuv420p")[:H] for f in c.decode(video=0)])
+
+
+def _psnr(a, b) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255**2 / mse)
+
+
+def test_round_trip_frames_rate_timestamps_audio_and_colour(tmp_path, wav):
+    out = tmp_path / "out.mp4"
+    w = _encode(out, audio=wav, encoder="x264")
+    assert w.name == "libx264" and w.chunks == [(0, 60)]
+    with av.open(str(out)) as c:
+        v, a = c.streams.video[0], c.streams.audio[0]
+        assert (v.codec_context.name, v.width, v.height) == ("h264", W, H)
+        assert v.average_rate == 25
+        cc = v.codec_context
+        assert (cc.color_primaries, cc.color_trc, cc.colorspace, cc.color_range) == (1, 1, 1, 1)  # BT.709, tv
+        assert a.codec_context.name == "aac" and a.sample_rate == 22050
+        v_dur, a_dur = float(v.duration * v.time_base), float(a.duration * a.time_base)
+        frames = list(c.decode(video=0))
+    assert len(frames) == 60 and abs(v_dur - 60 / 25) < 1e-6
+    assert abs(a_dur - 2.37) < 0.01 and abs(v_dur - a_dur) < 1 / 25
+    assert [round(f.time * 25, 6) for f in frames] == list(range(60))  # frame t at t/25
+    assert frames[0].format.name == "yuv420p"
+    y_ref = rgb_to_yuv420p(talking_frames(0, 60))[0]
+    assert _psnr(np.stack([f.to_ndarray(format="yuv420p")[:H] for f in frames]), y_ref) > 35
+
+
+def test_parallel_x264_joins_into_one_stream_close_to_the_single_encoder(tmp_path):
+    single = _encode(tmp_path / "one.mp4", encoder="x264")
+    par = _encode(tmp_path / "par.mp4", encoder="x264-parallel", workers=3, chunk=7)
+    assert par.chunks == [(0, 20), (20, 40), (40, 60)] and "parallel" in par.name
+    with av.open(str(tmp_path / "par.mp4")) as c:
+        assert len(c.streams.video) == 1 and c.streams.video[0].average_rate == 25
+        pkts = [p for p in c.demux(video=0) if p.size]
+        times = sorted(round(float(p.pts * p.time_base) * 25, 6) for p in pkts)
+        keys = [round(float(p.pts * p.time_base) * 25) for p in pkts if p.is_keyframe]
+    assert times == list(range(60))
+    assert {0, 20, 40} <= set(keys)  # every chunk opens with a keyframe (closed GOPs)
+    a, b = _decode_y(tmp_path / "one.mp4"), _decode_y(tmp_path / "par.mp4")
+    assert len(a) == len(b) == single.frames_written == 60
+    assert _psnr(a, b) > 35
+
+
+def test_chunks_can_be_fed_interleaved_in_any_order(tmp_path):
+    out = tmp_path / "inter.mp4"
+    n = 45
+    with open_video(out, W, H, encoder="x264-parallel", workers=3, total_frames=n) as w:
+        # chunks (0,15) (15,30) (30,45), fed 5 frames at a time: last chunk first, then round-robin
+        order = [30, 35, 0, 15, 40, 5, 20, 10, 25]
+        for s in order:
+            w.write(talking_frames(s, 5), first_index=s)
+        with pytest.raises(ValueError, match="expects frame"):
+            w.write(talking_frames(0, 1), first_index=0)  # chunk 0 is already past frame 0
+    y = _decode_y(out)
+    ref = rgb_to_yuv420p(talking_frames(0, n))[0]
+    assert len(y) == n
+    # each decoded frame is closest to its own source frame (the index marker moves every frame)
+    nearest = [int(np.argmin([np.mean((y[k, :6].astype(int) - r[:6]) ** 2) for r in ref])) for k in range(n)]
+    assert nearest == list(range(n))
+
+
+def test_exception_or_ctrl_c_leaves_nothing_and_keeps_an_existing_output(tmp_path, wav):
+    out = tmp_path / "out.mp4"
+    out.write_bytes(b"previous render")
+    for exc in (RuntimeError("boom"), KeyboardInterrupt()):
+        for encoder in ("x264", "x264-parallel"):
+            with pytest.raises(type(exc)):
+                with open_video(out, W, H, audio=wav, encoder=encoder, workers=2, total_frames=60) as w:
+                    w.write(talking_frames(0, 10))
+                    if encoder != "x264":
+                        w.write(talking_frames(30, 5), first_index=30)  # chunk 1 spills to disk
+                    raise exc
+            assert out.read_bytes() == b"previous render"
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mp4", "voice.wav"]
+    w = _encode(out, n=10, audio=wav)
+    assert out.read_bytes()[4:8] == b"ftyp" and w.close() == str(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mp4", "voice.wav"]
+
+
+def test_abort_deletes_temporaries(tmp_path):
+    w = open_video(tmp_path / "x.mp4", W, H, encoder="x264-parallel", workers=2, total_frames=20)
+    w.write(talking_frames(10, 4), first_index=10)
+    assert len(list(tmp_path.iterdir())) >= 2  # the MP4 and chunk 1's packet file, both hidden
+    w.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_frames_fail_the_close_and_leave_nothing(tmp_path):
+    w = open_video(tmp_path / "x.mp4", W, H, encoder="x264-parallel", workers=2, total_frames=20)
+    w.write(talking_frames(0, 10))
+    with pytest.raises(RenderError, match="never written"):
+        w.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def _read_only_folder(tmp_path) -> Path:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    for folder in (ro, Path("/sys")):  # root ignores permission bits; sysfs refuses new files
+        try:
+            (folder / ".probe").touch()
+        except OSError:
+            return folder
+        (folder / ".probe").unlink()
+    pytest.skip("no read-only folder available")
+
+
+def test_missing_or_read_only_output_folder(tmp_path):
+    with pytest.raises(RenderError, match="does not exist"):
+        open_video(tmp_path / "nope" / "o.mp4", W, H)
+    with pytest.raises(RenderError, match="not writable"):
+        open_video(_read_only_folder(tmp_path) / "o.mp4", W, H)
+
+
+@pytest.mark.parametrize("encoder", ["x264", "x264-parallel"])
+def test_disk_full_mid_write_raises_and_leaves_nothing(tmp_path, wav, encoder):
+    out = tmp_path / "out.mp4"
+    out.write_bytes(b"old")
+    written = [0]
+
+    def hook(nbytes):
+        written[0] += nbytes
+        if written[0] > 20_000:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(RenderError, match="disk is full"):
+        _encode(out, n=200, audio=wav, encoder=encoder, workers=2, write_hook=hook)
+    assert written[0] > 20_000
+    assert out.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mp4", "voice.wav"]
+
+
+def test_odd_size_is_padded_by_edge_replication_not_rescaled(tmp_path):
+    out = tmp_path / "odd.mp4"
+    frames = talking_frames(0, 10, w=W - 1, h=H - 1)
+    with open_video(out, W - 1, H - 1, encoder="x264") as w:
+        assert (w.enc_width, w.enc_height) == (W, H)
+        w.write(torch.from_numpy(frames))  # torch input too
+    y = _decode_y(out)
+    assert y.shape == (10, H, W)
+    ref = rgb_to_yuv420p(np.pad(frames, ((0, 0), (0, 1), (0, 1), (0, 0)), mode="edge"))[0]
+    assert _psnr(y, ref) > 35
+
+
+def test_nv12_input_is_encoded_as_given(tmp_path):
+    from studio.core.composite import rgb_to_nv12
+
+    out = tmp_path / "nv12.mp4"
+    rgb = talking_frames(0, 12)
+    with open_video(out, W, H, encoder="x264") as w:
+        w.write(rgb_to_nv12(rgb))
+    assert _psnr(_decode_y(out), rgb_to_yuv420p(rgb)[0]) > 35
+
+
+def test_unusual_audio_rate_is_resampled_and_keeps_its_length(tmp_path):
+    path = tmp_path / "odd_rate.wav"
+    rate = 37_800
+    stereo = np.stack([np.sin(np.arange(int(1.5 * rate)) / 30.0)] * 2, -1).astype(np.float32) * 0.1
+    sf.write(path, stereo, rate)
+    out = tmp_path / "o.mp4"
+    _encode(out, n=38, audio=path)  # 1.5 s -> 38 frames
+    with av.open(str(out)) as c:
+        a = c.streams.audio[0]
+        assert a.sample_rate == 48_000 and a.codec_context.channels == 2
+        assert abs(float(a.duration * a.time_base) - 1.5) < 0.01
+
+
+def test_unreadable_audio_is_an_audio_error_before_encoding(tmp_path):
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"not audio at all")
+    with pytest.raises(AudioError):
+        open_video(tmp_path / "o.mp4", W, H, audio=bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.wav"]
+
+
+def test_nvenc_falls_back_to_x264_and_says_why(tmp_path):
+    ok, why = probe_nvenc()
+    if ok:
+        pytest.skip("this machine has NVENC")
+    assert why
+    w = open_video(tmp_path / "o.mp4", W, H, encoder="nvenc")
+    assert w.name == "libx264" and w.reason.startswith("NVENC unavailable:")
+    w.abort()
+    auto = open_video(tmp_path / "o.mp4", W, H, encoder="auto", total_frames=60)
+    assert auto.name.startswith("libx264") and "NVENC unavailable" in auto.reason
+    auto.abort()
+    assert list(tmp_path.iterdir()) == []
