@@ -51,7 +51,7 @@ def migrate(s: QSettings) -> None:
     if stored == VERSION:
         return
     for key in s.allKeys():
-        if key != "version" and key not in DEFAULTS and not key.startswith("library/source/"):
+        if key != "version" and key not in DEFAULTS and not key.startswith("library/text/"):
             s.remove(key)
     s.setValue("version", VERSION)
 

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
-
-from studio.core.constants import FPS
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +32,10 @@ class RenderRequest:
 
 
 def frame_index(seconds: float) -> int:
-    """The frame shown at ``seconds``: ``floor(t * 25)`` (the renderer's rule)."""
-    return int(math.floor(seconds * FPS + 1e-9))
+    """The frame shown at ``seconds`` (the renderer's own rule, ``floor(t * 25)``)."""
+    from studio.core.render import frame_index as rule
+
+    return rule(seconds)
 
 
 def error_text(exc: BaseException) -> str:
@@ -60,6 +59,7 @@ class RenderWorker(QObject):
     finished = Signal(object, object)  # RenderRequest, RenderResult
     failed = Signal(object, str)  # RenderRequest or None (a scrub frame), message
     cancelled = Signal(object)  # RenderRequest
+    engineReady = Signal(str, str)  # engine name, why it was chosen
     _frameTick = Signal()
 
     def __init__(self, renderer_factory=None):
@@ -71,6 +71,8 @@ class RenderWorker(QObject):
         self._cancel = threading.Event()
         self._active = None
         self._scrub = None  # (key, Renderer) reused while avatar/audio/settings stay the same
+        self._engines: dict[tuple, tuple] = {}  # warm engines: settings key -> (engine, reason)
+        self.engine_reason = ""
         self.frames_rendered = 0  # scrub frames actually computed (coalescing is visible here)
         self.renderRequested.connect(self._render)
         self._frameTick.connect(self._serve_frame)
@@ -152,11 +154,30 @@ class RenderWorker(QObject):
             self.failed.emit(None, error_text(exc))
 
     def _make(self, avatar, audio, settings):
+        """A Renderer that reuses a warm engine when the engine settings are unchanged."""
         if self._factory is not None:
             return self._factory(avatar, audio, settings)
         from studio.core.render import Renderer
 
-        return Renderer(avatar, audio, settings)
+        key = (settings.engine, settings.device, settings.precision, settings.decoder, settings.batch)
+        warm = self._engines.get(key)
+        r = Renderer(avatar, audio, settings, engine=warm[0] if warm else None)
+        if warm is None:
+            warm = self._engines[key] = (r.engine, r.engine_reason)
+        if warm[1] != self.engine_reason:
+            self.engine_reason = warm[1]
+            self.engineReady.emit(warm[0].name, warm[1])
+        return r
+
+    def close(self) -> None:
+        """Release the engines (GPU memory, sessions); call on the worker thread or after it stopped."""
+        for engine, _ in self._engines.values():
+            try:
+                engine.close()
+            except Exception:  # noqa: BLE001 - closing must not fail the exit
+                log.debug("engine close failed", exc_info=True)
+        self._engines.clear()
+        self._scrub = None
 
 
 class WorkerThread:
@@ -174,6 +195,8 @@ class WorkerThread:
         self.thread.quit()
         if not self.thread.wait(timeout_ms):
             log.warning("the render worker did not stop within %d ms", timeout_ms)
+            return
+        self.worker.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,11 +216,23 @@ class Task(QObject):
         self.result = None
         self.message = None
         self.finished_event = threading.Event()
+        self.cancel_event = threading.Event()
         self.done.connect(self._release)
         self.error.connect(self._release)
 
     def _release(self, *_):
         Task._alive.discard(self)
+
+    def cancel(self) -> None:
+        """Ask the job to stop: its next progress report raises ``Cancelled``."""
+        self.cancel_event.set()
+
+    def _report(self, done, total, stage="") -> None:
+        if self.cancel_event.is_set():
+            from studio.core.errors import Cancelled
+
+            raise Cancelled("cancelled; nothing was kept")
+        self.progress.emit(int(done), int(total or 0), str(stage or ""))
 
     def start(self) -> Task:
         Task._alive.add(self)
@@ -208,11 +243,11 @@ class Task(QObject):
         try:
             kwargs = dict(self._kwargs)
             if _accepts(self._fn, "progress") and "progress" not in kwargs:
-                kwargs["progress"] = lambda d, t, s="": self.progress.emit(int(d), int(t), str(s))
+                kwargs["progress"] = self._report
             self.result = self._fn(*self._args, **kwargs)
             self.done.emit(self.result)
         except BaseException as exc:  # noqa: BLE001
-            self.message = error_text(exc)
+            self.message = error_text(exc) if not self.cancel_event.is_set() else "cancelled"
             self.error.emit(self.message)
         finally:
             self.finished_event.set()

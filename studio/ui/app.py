@@ -1,0 +1,87 @@
+"""Start the studio window: ``studio`` with no arguments, ``python -m studio`` or ``studio gui``.
+
+First paint comes before any heavy import: torch, the engines and face tracking load on
+background threads after the window is shown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import traceback
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "Studio"
+
+
+def main(argv: list[str] | None = None) -> int:
+    t0 = time.perf_counter()
+    os.environ.setdefault("QT_LOGGING_RULES", "qt.multimedia.symbolsresolver=false")
+    from PySide6.QtCore import QTimer
+
+    app = create_app(argv)
+    from studio.ui.main_window import MainWindow
+
+    window = MainWindow()
+    install_excepthook(window)
+    window.show()
+    QTimer.singleShot(0, lambda: log.info("first paint after %.2f s", time.perf_counter() - t0))
+    if os.environ.get("STUDIO_QUIT_AFTER_MS"):  # smoke tests of the frozen app
+        QTimer.singleShot(int(os.environ["STUDIO_QUIT_AFTER_MS"]), window.close)
+    code = app.exec()
+    sys.excepthook = sys.__excepthook__
+    return int(code)
+
+
+def create_app(argv: list[str] | None = None):
+    """The QApplication with the app's name, icon and dark style sheet (reused when one exists)."""
+    from PySide6.QtGui import QIcon
+    from PySide6.QtWidgets import QApplication
+
+    import pyqtgraph as pg
+
+    app = QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv[:1])
+    app.setApplicationName(APP_NAME)
+    app.setOrganizationName("studio")
+    app.setApplicationDisplayName(APP_NAME)
+    app.setStyle("Fusion")
+    from studio.core.paths import repo_resources
+
+    res = repo_resources()
+    app.setWindowIcon(QIcon(str(res / "icons" / "studio.svg")))
+    qss = res / "style.qss"
+    if qss.exists():
+        app.setStyleSheet(qss.read_text(encoding="utf-8"))
+    pg.setConfigOptions(antialias=True, foreground="#c8ccd4", background="#16181d", imageAxisOrder="row-major")
+    return app
+
+
+def install_excepthook(window) -> None:
+    """Log any uncaught exception with its traceback; show one readable line in the window."""
+    from studio.core.errors import StudioError
+    from studio.core.paths import log_file
+
+    def hook(exc_type, exc, tb):
+        if issubclass(exc_type, KeyboardInterrupt):
+            sys.__excepthook__(exc_type, exc, tb)
+            return
+        if isinstance(exc, StudioError):
+            message = str(exc)
+        else:
+            text = "".join(traceback.format_exception(exc_type, exc, tb))
+            log.error("uncaught exception:\n%s", text)
+            try:
+                with open(log_file(), "a", encoding="utf-8") as fh:
+                    fh.write(text)
+            except OSError:
+                pass
+            message = f"internal error ({exc_type.__name__}: {exc}); the details are in {log_file()}"
+        try:
+            window.show_error(message)
+        except Exception:  # noqa: BLE001 - the window may be gone
+            pass
+
+    sys.excepthook = hook

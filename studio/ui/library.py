@@ -1,0 +1,393 @@
+"""The Library dock: avatars (thumbnails, status, import, parameters) and scripts (audio + text).
+
+Avatar preparation runs on a background thread behind a progress dialog that can cancel it.
+Scripts are audio files; their text is shown beside them (a ``.txt`` of the same name is read
+when present) and can be spoken with espeak-ng into a WAV in the data folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QIcon, QImage, QPixmap
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QProgressDialog,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.ui import settings as cfg
+from studio.ui.workers import run_in_background
+
+log = logging.getLogger(__name__)
+
+AVATAR_FILTER = "Photos and videos (*.png *.jpg *.jpeg *.webp *.bmp *.mp4 *.mov *.mkv *.webm *.avi);;All files (*)"
+AUDIO_FILTER = "Audio (*.wav *.flac *.ogg *.opus *.mp3);;All files (*)"
+THUMB = 72
+
+
+def to_qimage(rgb: np.ndarray) -> QImage:
+    """A deep copy of an RGB uint8 array as a QImage (safe after the array is gone)."""
+    rgb = np.ascontiguousarray(rgb[..., :3], dtype=np.uint8)
+    h, w, _ = rgb.shape
+    return QImage(rgb.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
+
+
+def safe_name(stem: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "avatar"
+
+
+class LibraryPanel(QWidget):
+    avatarSelected = Signal(str)  # avatar name ("" when none)
+    scriptSelected = Signal(str)  # audio path ("" when none)
+    maskToggled = Signal(bool)
+    avatarPrepared = Signal(str)
+    error = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("library")
+        self.settings = cfg.settings()
+        self.task = None  # the running avatar preparation, if any
+        self._entries: dict[str, dict] = {}
+
+        # ---- avatars
+        self.avatars = QListWidget()
+        self.avatars.setObjectName("avatarList")
+        self.avatars.setIconSize(QSize(THUMB, THUMB))
+        self.avatars.setSpacing(2)
+        self.avatars.currentItemChanged.connect(self._avatar_changed)
+        self.import_avatar_btn = QPushButton(QIcon(_icon("import")), "Import photo or video…")
+        self.import_avatar_btn.clicked.connect(self._import_avatar_dialog)
+        self.remove_avatar_btn = QPushButton("Remove")
+        self.remove_avatar_btn.clicked.connect(self._remove_avatar)
+
+        self.bbox_shift = _spin(-40, 40, 0, " px", "Moves the mouth crop down (+) or up (-)")
+        self.extra_margin = _spin(0, 80, 10, " px", "Extra space below the chin in the crop")
+        self.cheek_width = _spin(0, 256, 90, " px", "Half-width of the blended jaw band (MuseTalk's 512-pixel units)")
+        self.feather = _spin(0, 128, 24, " px", "Softness of the blend edge, in 256-crop pixels")
+        self.show_mask = QCheckBox("Show blend mask on the preview")
+        self.show_mask.toggled.connect(self.maskToggled)
+        self.apply_btn = QPushButton("Apply and re-prepare")
+        self.apply_btn.clicked.connect(self._reprepare)
+        params = QFormLayout()
+        params.addRow("Bbox shift", self.bbox_shift)
+        params.addRow("Extra margin", self.extra_margin)
+        params.addRow("Cheek width", self.cheek_width)
+        params.addRow("Feather", self.feather)
+        params.addRow(self.show_mask)
+        params.addRow(self.apply_btn)
+
+        av_box = QGroupBox("Avatars")
+        av = QVBoxLayout(av_box)
+        av.addWidget(self.avatars, 1)
+        row = QHBoxLayout()
+        row.addWidget(self.import_avatar_btn, 1)
+        row.addWidget(self.remove_avatar_btn)
+        av.addLayout(row)
+        self.avatar_status = QLabel("")
+        self.avatar_status.setObjectName("dim")
+        self.avatar_status.setWordWrap(True)
+        av.addWidget(self.avatar_status)
+        av.addLayout(params)
+
+        # ---- scripts
+        self.scripts = QListWidget()
+        self.scripts.setObjectName("scriptList")
+        self.scripts.currentItemChanged.connect(self._script_changed)
+        self.import_audio_btn = QPushButton(QIcon(_icon("audio")), "Import audio…")
+        self.import_audio_btn.clicked.connect(self._import_audio_dialog)
+        self.remove_script_btn = QPushButton("Remove")
+        self.remove_script_btn.clicked.connect(self._remove_script)
+        self.text = QPlainTextEdit()
+        self.text.setPlaceholderText("Script text (optional). Type a text and press Speak to make a voice-over.")
+        self.text.setMaximumHeight(110)
+        self.speak_btn = QPushButton(QIcon(_icon("speak")), "Speak this text")
+        from studio.ui.speech import available as tts_available
+
+        self.speak_btn.setVisible(tts_available())
+        self.speak_btn.clicked.connect(self._speak)
+        sc_box = QGroupBox("Scripts")
+        sc = QVBoxLayout(sc_box)
+        sc.addWidget(self.scripts, 1)
+        row = QHBoxLayout()
+        row.addWidget(self.import_audio_btn, 1)
+        row.addWidget(self.remove_script_btn)
+        sc.addLayout(row)
+        sc.addWidget(self.text)
+        sc.addWidget(self.speak_btn)
+
+        box = QVBoxLayout(self)
+        box.setContentsMargins(6, 6, 6, 6)
+        box.addWidget(av_box, 3)
+        box.addWidget(sc_box, 2)
+
+        self.refresh_avatars()
+        for path in cfg.value(self.settings, "library/scripts", list):
+            if Path(path).exists():
+                self._add_script_item(path)
+
+    # ---- public API --------------------------------------------------------------------
+
+    @property
+    def avatar(self) -> str:
+        item = self.avatars.currentItem()
+        return item.data(Qt.ItemDataRole.UserRole) if item else ""
+
+    @property
+    def script(self) -> str:
+        item = self.scripts.currentItem()
+        return item.data(Qt.ItemDataRole.UserRole) if item else ""
+
+    def refresh_avatars(self, select: str | None = None) -> None:
+        try:
+            from studio.core.avatar import list_avatars
+
+            entries = list_avatars()
+        except ImportError:
+            entries = []
+        except Exception as exc:  # noqa: BLE001 - a damaged library must not stop the window
+            from studio.ui.workers import error_text
+
+            self.error.emit(error_text(exc))
+            entries = []
+        self._entries = {e["name"]: e for e in entries}
+        keep = select or self.avatar or cfg.value(self.settings, "library/selected_avatar", str)
+        self.avatars.blockSignals(True)
+        self.avatars.clear()
+        for e in entries:
+            if e.get("damaged"):
+                item = QListWidgetItem(QIcon(_icon("avatar")), f"{e['name']}\ndamaged: re-import it")
+                item.setData(Qt.ItemDataRole.UserRole, e["name"])
+                self.avatars.addItem(item)
+                continue
+            item = QListWidgetItem(_thumb_icon(e.get("thumbnail")), self._avatar_caption(e))
+            item.setData(Qt.ItemDataRole.UserRole, e["name"])
+            item.setToolTip(f"{e['name']}: {e.get('width')}x{e.get('height')}, {e.get('kind', '')}")
+            self.avatars.addItem(item)
+        self.avatars.blockSignals(False)
+        for i in range(self.avatars.count()):
+            if self.avatars.item(i).data(Qt.ItemDataRole.UserRole) == keep:
+                self.avatars.setCurrentRow(i)
+                return
+        if self.avatars.count():
+            self.avatars.setCurrentRow(0)
+
+    def import_avatar(self, source: str, name: str | None = None, force: bool = False, wait: bool = False):
+        """Prepare ``source`` as avatar ``name`` off the GUI thread behind a progress dialog."""
+        from studio.core import avatar as avatar_mod
+
+        if name is None:
+            taken = {self.avatars.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.avatars.count())}
+            base = name = safe_name(Path(source).stem)[:60]
+            n = 2
+            while name in taken:
+                name, n = f"{base}-{n}", n + 1
+        dialog = QProgressDialog(f"Preparing avatar “{name}”…", "Cancel", 0, 100, self)
+        dialog.setWindowTitle("Import avatar")
+        dialog.setWindowModality(Qt.WindowModality.WindowModal)
+        dialog.setMinimumDuration(300)
+        dialog.setAutoClose(False)
+        dialog.setAutoReset(False)
+
+        def progressed(done: int, total: int, stage: str) -> None:
+            dialog.setMaximum(max(0, total))  # 0: a busy indicator while the total is unknown
+            dialog.setValue(min(done, total) if total else 0)
+            if stage:
+                dialog.setLabelText(f"Preparing avatar “{name}”: {stage}")
+
+        def finished(_assets) -> None:
+            dialog.close()
+            self.task = None
+            self.avatar_status.setText(f"“{name}” is ready")
+            self.refresh_avatars(select=name)
+            self.avatarPrepared.emit(name)
+
+        def failed(message: str) -> None:
+            dialog.close()
+            self.task = None
+            if message != "cancelled":
+                self.error.emit(message)
+
+        self.task = run_in_background(
+            avatar_mod.prepare, name, source, params=self.params(), force=force,
+            on_done=finished, on_error=failed, on_progress=progressed,
+        )
+        dialog.canceled.connect(self.task.cancel)
+        return self.task
+
+    def params(self):
+        """``AvatarParams`` from the panel's fields (only the fields the core knows)."""
+        from studio.core.avatar import AvatarParams
+
+        wanted = {
+            "bbox_shift": self.bbox_shift.value(),
+            "extra_margin": self.extra_margin.value(),
+            "cheek_width": self.cheek_width.value(),
+            "feather": float(self.feather.value()),
+        }
+        known = {f.name for f in dataclasses.fields(AvatarParams)}
+        return AvatarParams(**{k: v for k, v in wanted.items() if k in known})
+
+    def add_script(self, path: str, select: bool = True) -> None:
+        path = str(Path(path).resolve())
+        for i in range(self.scripts.count()):
+            if self.scripts.item(i).data(Qt.ItemDataRole.UserRole) == path:
+                if select:
+                    self.scripts.setCurrentRow(i)
+                return
+        self._add_script_item(path)
+        self._save_scripts()
+        if select:
+            self.scripts.setCurrentRow(self.scripts.count() - 1)
+
+    def select_script(self, path: str) -> None:
+        self.add_script(path, select=True)
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _avatar_caption(self, e: dict) -> str:
+        frames = e.get("frames", 0)
+        what = "photo" if frames == 1 else f"{frames} frames"
+        faceless = e.get("faceless_frames", 0)
+        status = "ready" if not faceless else f"{faceless} frame(s) without a face"
+        return f"{e['name']}\n{what} · {e.get('width', '?')}x{e.get('height', '?')} · {status}"
+
+    def _avatar_changed(self, *_):
+        name = self.avatar
+        self.settings.setValue("library/selected_avatar", name)
+        self.avatar_status.setText("")
+        p = self._entries.get(name, {}).get("params") or {}
+        for key, box in (("bbox_shift", self.bbox_shift), ("extra_margin", self.extra_margin),
+                         ("cheek_width", self.cheek_width), ("feather", self.feather)):
+            if key in p:
+                box.setValue(int(round(float(p[key]))))
+        self.avatarSelected.emit(name)
+
+    def _script_changed(self, *_):
+        path = self.script
+        self.settings.setValue("library/selected_script", path)
+        self.text.setPlainText(self._script_text(path) if path else "")
+        self.scriptSelected.emit(path)
+
+    def _script_text(self, path: str) -> str:
+        stored = self.settings.value(f"library/text/{_key(path)}")
+        if stored:
+            return str(stored)
+        side = Path(path).with_suffix(".txt")
+        try:
+            return side.read_text(encoding="utf-8") if side.exists() else ""
+        except (OSError, UnicodeDecodeError):
+            return ""
+
+    def _add_script_item(self, path: str) -> None:
+        item = QListWidgetItem(QIcon(_icon("audio")), Path(path).name)
+        item.setData(Qt.ItemDataRole.UserRole, path)
+        item.setToolTip(path)
+        self.scripts.addItem(item)
+
+    def _save_scripts(self) -> None:
+        paths = [self.scripts.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.scripts.count())]
+        self.settings.setValue("library/scripts", paths)
+
+    def _import_avatar_dialog(self) -> None:
+        start = cfg.value(self.settings, "folders/avatar", str)
+        path, _ = QFileDialog.getOpenFileName(self, "Import an avatar photo or video", start, AVATAR_FILTER)
+        if path:
+            self.settings.setValue("folders/avatar", str(Path(path).parent))
+            self.import_avatar(path)
+
+    def _import_audio_dialog(self) -> None:
+        start = cfg.value(self.settings, "folders/audio", str)
+        path, _ = QFileDialog.getOpenFileName(self, "Import a voice-over", start, AUDIO_FILTER)
+        if path:
+            self.settings.setValue("folders/audio", str(Path(path).parent))
+            self.add_script(path)
+
+    def _remove_avatar(self) -> None:
+        name = self.avatar
+        if not name:
+            return
+        try:
+            from studio.core.avatar import remove
+
+            remove(name)
+        except Exception as exc:  # noqa: BLE001
+            from studio.ui.workers import error_text
+
+            self.error.emit(error_text(exc))
+        self.refresh_avatars()
+
+    def _remove_script(self) -> None:
+        row = self.scripts.currentRow()
+        if row >= 0:
+            self.scripts.takeItem(row)
+            self._save_scripts()
+
+    def _reprepare(self) -> None:
+        name = self.avatar
+        source = self._entries.get(name, {}).get("source") if name else None
+        if not name:
+            self.error.emit("select an avatar first")
+        elif not source or not Path(str(source)).exists():
+            self.error.emit(f"the source of “{name}” is not known or has moved; import the photo or video again")
+        else:
+            self.import_avatar(str(source), name=name, force=True)
+
+    def _speak(self) -> None:
+        from studio.ui.speech import speak
+
+        text = self.text.toPlainText().strip()
+        if not text:
+            self.error.emit("type the script text first, then press Speak")
+            return
+
+        def done(path) -> None:
+            self.settings.setValue(f"library/text/{_key(str(path))}", text)
+            self.add_script(str(path))
+
+        run_in_background(speak, text, on_done=done, on_error=self.error.emit)
+
+
+def _key(path: str) -> str:
+    return hashlib.sha1(str(path).encode()).hexdigest()[:16]
+
+
+def _spin(lo: int, hi: int, value: int, suffix: str, tip: str) -> QSpinBox:
+    s = QSpinBox()
+    s.setRange(lo, hi)
+    s.setValue(value)
+    s.setSuffix(suffix)
+    s.setToolTip(tip)
+    return s
+
+
+def _thumb_icon(thumb) -> QIcon:
+    if isinstance(thumb, np.ndarray):
+        return QIcon(QPixmap.fromImage(to_qimage(thumb)))
+    if thumb and Path(str(thumb)).exists():
+        return QIcon(str(thumb))
+    return QIcon(_icon("avatar"))
+
+
+def _icon(name: str) -> str:
+    from studio.core.paths import repo_resources
+
+    return str(repo_resources() / "icons" / f"{name}.svg")

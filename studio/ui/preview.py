@@ -1,0 +1,119 @@
+"""The preview: one reused ImageItem with fixed levels, fed by a display timer.
+
+Producers (the render worker, scrubbing) call ``offer(image, caption)`` at any rate; the display
+timer pushes only the newest image to the screen, at most ``DISPLAY_HZ`` times a second.
+``FrameCounter`` turns ``tick()`` calls into one fps reading per second.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
+
+DISPLAY_HZ = 30
+
+
+class FrameCounter(QObject):
+    """Counts ``tick(n)`` and emits the rate once per second (pyqtgraph's FrameCounter idea)."""
+
+    sigFpsUpdate = Signal(float)
+
+    def __init__(self, interval_ms: int = 1000, parent=None):
+        super().__init__(parent)
+        self.count = 0
+        self.last = time.perf_counter()
+        self.timer = QTimer(self)
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self._emit)
+
+    def start(self) -> None:
+        self.count = 0
+        self.last = time.perf_counter()
+        self.timer.start()
+
+    def stop(self) -> None:
+        self.timer.stop()
+
+    def tick(self, n: int = 1) -> None:
+        self.count += n
+
+    def _emit(self) -> None:
+        now = time.perf_counter()
+        dt = now - self.last
+        fps = self.count / dt if dt > 0 else 0.0
+        self.count, self.last = 0, now
+        self.sigFpsUpdate.emit(fps)
+
+
+class PreviewView(QWidget):
+    """The picture: avatar frame, scrubbed frame, live render frames, or the player."""
+
+    shown = Signal(int)  # frame index (or -1) of the image just displayed
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("preview")
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setBackground("#101216")
+        self.graphics.ci.setContentsMargins(0, 0, 0, 0)
+        self.view = self.graphics.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
+        self.view.setMouseEnabled(False, False)
+        self.image_item = pg.ImageItem(axisOrder="row-major")
+        self.view.addItem(self.image_item)
+        self.caption = QLabel("No avatar yet: import a photo or a video in the Library")
+        self.caption.setObjectName("previewCaption")
+        self.caption.setAlignment(Qt.AlignmentFlag.AlignCenter)
+
+        self.stack = QStackedLayout()
+        self.stack.addWidget(self.graphics)
+        box = QVBoxLayout(self)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.setSpacing(4)
+        box.addLayout(self.stack, 1)
+        box.addWidget(self.caption)
+
+        self._pending: tuple[np.ndarray, str, int] | None = None
+        self.current_index = -1
+        self.current_image: np.ndarray | None = None
+        self.displayed = 0
+        self.timer = QTimer(self)
+        self.timer.setInterval(int(1000 / DISPLAY_HZ))
+        self.timer.timeout.connect(self._display)
+        self.timer.start()
+
+    def offer(self, image: np.ndarray, caption: str = "", index: int = -1) -> None:
+        """Queue ``image`` for display; only the newest offered image is drawn."""
+        self._pending = (image, caption, index)
+
+    def show_now(self, image: np.ndarray, caption: str = "", index: int = -1) -> None:
+        self._pending = (image, caption, index)
+        self._display()
+
+    def set_widget(self, widget: QWidget | None) -> None:
+        """Show another widget (the video player) in place of the picture; None goes back."""
+        if widget is None:
+            self.stack.setCurrentWidget(self.graphics)
+            return
+        if self.stack.indexOf(widget) < 0:
+            self.stack.addWidget(widget)
+        self.stack.setCurrentWidget(widget)
+
+    def _display(self) -> None:
+        if self._pending is None:
+            return
+        image, caption, index = self._pending
+        self._pending = None
+        first = self.current_image is None or self.current_image.shape != image.shape
+        self.image_item.setImage(np.ascontiguousarray(image), autoLevels=False, levels=(0, 255))
+        if first:
+            self.view.autoRange(padding=0.01)
+        self.current_image = image
+        self.current_index = index
+        if caption:
+            self.caption.setText(caption)
+        self.displayed += 1
+        self.shown.emit(index)

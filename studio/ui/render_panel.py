@@ -1,0 +1,362 @@
+"""The Render dock: settings, Render/Queue/Cancel, live progress, ETA, per-stage timing, FPS plot,
+and the finished file (play in the app, reveal in the file manager).
+
+The FPS number and the plot update once per second from the latest progress (never per batch).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QIcon
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.ui import settings as cfg
+
+ENGINES = ["auto", "classic", "musetalk"]
+DEVICES = ["auto", "cuda", "cpu"]
+PRECISIONS = ["auto", "fp16", "bf16", "fp32"]
+DECODERS = ["taesd", "sd-vae"]
+ENCODERS = ["auto", "x264", "x264-parallel", "nvenc"]
+PRESETS = ["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"]
+
+
+def fmt_eta(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class RenderPanel(QWidget):
+    renderClicked = Signal()
+    queueClicked = Signal()
+    cancelClicked = Signal()
+    playClicked = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("renderPanel")
+        self.settings = cfg.settings()
+        self.avatar_name = ""
+        self.script_path = ""
+        self.threshold = cfg.value(self.settings, "render/threshold", float)
+        self.min_silence = cfg.value(self.settings, "render/min_silence", int)
+        self.last_output = ""
+
+        self.engine = _combo(ENGINES, "Lip-sync engine; auto picks MuseTalk when its weights are imported")
+        self.device = _combo(DEVICES, "Where the engine runs")
+        self.precision = _combo(PRECISIONS, "MuseTalk arithmetic precision")
+        self.decoder = _combo(DECODERS, "MuseTalk image decoder: TAESD is fast, SD-VAE is the reference")
+        self.batch = QSpinBox()
+        self.batch.setRange(0, 256)
+        self.batch.setSpecialValueText("auto")
+        self.batch.setToolTip("Frames per engine call; auto uses the engine's preferred batch")
+        self.encoder = _combo(ENCODERS, "Video encoder; auto uses NVENC when a session opens, else libx264")
+        self.preset = _combo(PRESETS, "x264 speed/size trade-off")
+        self.crf = QSpinBox()
+        self.crf.setRange(0, 51)
+        self.crf.setToolTip("Quality: lower is better and larger (18-23 is typical)")
+        self.folder = QLineEdit()
+        self.folder.setPlaceholderText("output folder")
+        browse = QToolButton()
+        browse.setText("…")
+        browse.clicked.connect(self._browse)
+        self.pattern = QLineEdit()
+        self.pattern.setToolTip("Output name; {avatar} {script} {engine} {crf} {preset} {encoder} are filled in")
+        self.output_label = QLabel("")
+        self.output_label.setObjectName("dim")
+        self.output_label.setWordWrap(True)
+
+        form = QFormLayout()
+        form.addRow("Engine", self.engine)
+        form.addRow("Device", self.device)
+        form.addRow("Precision", self.precision)
+        form.addRow("Decoder", self.decoder)
+        form.addRow("Batch", self.batch)
+        form.addRow("Encoder", self.encoder)
+        enc = QHBoxLayout()
+        enc.addWidget(self.preset, 1)
+        enc.addWidget(QLabel("CRF"))
+        enc.addWidget(self.crf)
+        form.addRow("Preset", enc)
+        out = QHBoxLayout()
+        out.addWidget(self.folder, 1)
+        out.addWidget(browse)
+        form.addRow("Folder", out)
+        form.addRow("Name", self.pattern)
+        form.addRow(self.output_label)
+        settings_box = QGroupBox("Settings")
+        settings_box.setLayout(form)
+
+        self.render_btn = QPushButton(QIcon(_icon("render")), "Render")
+        self.render_btn.setObjectName("primary")
+        self.render_btn.clicked.connect(self.renderClicked)
+        self.queue_btn = QPushButton(QIcon(_icon("queue")), "Add to queue")
+        self.queue_btn.clicked.connect(self.queueClicked)
+        self.cancel_btn = QPushButton(QIcon(_icon("cancel")), "Cancel")
+        self.cancel_btn.setEnabled(False)
+        self.cancel_btn.clicked.connect(self.cancelClicked)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.render_btn, 2)
+        buttons.addWidget(self.queue_btn, 2)
+        buttons.addWidget(self.cancel_btn, 1)
+
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setRange(0, 1000)
+        self.progress_bar.setValue(0)
+        self.progress_bar.setFormat("idle")
+        self.fps_label = QLabel("— fps")
+        self.fps_label.setObjectName("fpsLabel")
+        self.eta_label = QLabel("ETA —")
+        self.eta_label.setObjectName("dim")
+        self.stage_label = QLabel("")
+        self.stage_label.setObjectName("dim")
+        self.stage_label.setWordWrap(True)
+        self.engine_label = QLabel("")
+        self.engine_label.setObjectName("dim")
+        self.engine_label.setWordWrap(True)
+        self.fps_plot = pg.PlotWidget()
+        self.fps_plot.setBackground("#16181d")
+        self.fps_plot.setMinimumHeight(110)
+        self.fps_plot.setMenuEnabled(False)
+        self.fps_plot.setMouseEnabled(False, False)
+        self.fps_plot.hideButtons()
+        self.fps_plot.showGrid(x=True, y=True, alpha=0.15)
+        self.fps_plot.getAxis("left").setLabel("fps")
+        self.fps_plot.getAxis("bottom").setLabel("s")
+        self.fps_curve = self.fps_plot.plot(pen=pg.mkPen("#4fa3ff", width=2), fillLevel=0,
+                                            brush=pg.mkBrush(79, 163, 255, 50))
+        self.fps_x: list[float] = []
+        self.fps_y: list[float] = []
+
+        live = QGroupBox("Live")
+        lv = QVBoxLayout(live)
+        row = QHBoxLayout()
+        row.addWidget(self.fps_label)
+        row.addStretch(1)
+        row.addWidget(self.eta_label)
+        lv.addLayout(row)
+        lv.addWidget(self.progress_bar)
+        lv.addWidget(self.fps_plot, 1)
+        lv.addWidget(self.stage_label)
+        lv.addWidget(self.engine_label)
+
+        self.play_btn = QPushButton(QIcon(_icon("play")), "Play")
+        self.play_btn.setEnabled(False)
+        self.play_btn.clicked.connect(lambda: self.playClicked.emit(self.last_output))
+        self.reveal_btn = QPushButton(QIcon(_icon("folder")), "Show in folder")
+        self.reveal_btn.setEnabled(False)
+        self.reveal_btn.clicked.connect(self.reveal)
+        self.result_label = QLabel("No render yet")
+        self.result_label.setObjectName("dim")
+        self.result_label.setWordWrap(True)
+        result = QGroupBox("Output")
+        rv = QVBoxLayout(result)
+        rv.addWidget(self.result_label)
+        row = QHBoxLayout()
+        row.addWidget(self.play_btn)
+        row.addWidget(self.reveal_btn)
+        rv.addLayout(row)
+
+        box = QVBoxLayout(self)
+        box.setContentsMargins(6, 6, 6, 6)
+        box.addWidget(settings_box)
+        box.addLayout(buttons)
+        box.addWidget(live, 1)
+        box.addWidget(result)
+
+        self._latest = None  # newest RenderProgress, read by the once-a-second timer
+        self._t0 = 0.0
+        self.fps_timer = QTimer(self)
+        self.fps_timer.setInterval(1000)
+        self.fps_timer.timeout.connect(self._tick)
+        self.restore()
+        for w in (self.engine, self.encoder, self.preset):
+            w.currentTextChanged.connect(self._update_output_label)
+        self.crf.valueChanged.connect(self._update_output_label)
+        self.folder.textChanged.connect(self._update_output_label)
+        self.pattern.textChanged.connect(self._update_output_label)
+        self._update_output_label()
+
+    # ---- settings ----------------------------------------------------------------------
+
+    def render_settings(self):
+        from studio.core.render import RenderSettings
+
+        return RenderSettings(
+            engine=self.engine.currentText(),
+            device=None if self.device.currentText() == "auto" else self.device.currentText(),
+            precision=self.precision.currentText(),
+            decoder=self.decoder.currentText(),
+            batch=self.batch.value(),
+            encoder=self.encoder.currentText(),
+            crf=self.crf.value(),
+            preset=self.preset.currentText(),
+            threshold=float(self.threshold),
+            min_silence=int(self.min_silence),
+        )
+
+    def output_path(self) -> str:
+        folder = self.folder.text().strip() or str(_default_folder())
+        fields = {
+            "avatar": self.avatar_name or "avatar",
+            "script": Path(self.script_path).stem if self.script_path else "script",
+            "engine": self.engine.currentText(),
+            "crf": self.crf.value(),
+            "preset": self.preset.currentText(),
+            "encoder": self.encoder.currentText(),
+        }
+        try:
+            name = (self.pattern.text().strip() or cfg.DEFAULTS["render/pattern"]).format(**fields)
+        except (KeyError, IndexError, ValueError):
+            name = cfg.DEFAULTS["render/pattern"].format(**fields)
+        if not name.lower().endswith(".mp4"):
+            name += ".mp4"
+        return str(Path(folder) / name)
+
+    def set_context(self, avatar: str | None = None, script: str | None = None) -> None:
+        if avatar is not None:
+            self.avatar_name = avatar
+        if script is not None:
+            self.script_path = script
+        self._update_output_label()
+
+    def set_silence(self, threshold: float | None = None, min_silence: int | None = None) -> None:
+        if threshold is not None:
+            self.threshold = float(threshold)
+        if min_silence is not None:
+            self.min_silence = int(min_silence)
+
+    def save(self) -> None:
+        s = self.settings
+        for key, w in (("engine", self.engine), ("device", self.device), ("precision", self.precision),
+                       ("decoder", self.decoder), ("encoder", self.encoder), ("preset", self.preset)):
+            s.setValue(f"render/{key}", w.currentText())
+        s.setValue("render/batch", self.batch.value())
+        s.setValue("render/crf", self.crf.value())
+        s.setValue("render/pattern", self.pattern.text())
+        s.setValue("render/threshold", self.threshold)
+        s.setValue("render/min_silence", self.min_silence)
+        s.setValue("folders/output", self.folder.text())
+
+    def restore(self) -> None:
+        s = self.settings
+        for key, w in (("engine", self.engine), ("device", self.device), ("precision", self.precision),
+                       ("decoder", self.decoder), ("encoder", self.encoder), ("preset", self.preset)):
+            w.setCurrentText(cfg.value(s, f"render/{key}", str))
+        self.batch.setValue(cfg.value(s, "render/batch", int))
+        self.crf.setValue(cfg.value(s, "render/crf", int))
+        self.pattern.setText(cfg.value(s, "render/pattern", str))
+        self.folder.setText(cfg.value(s, "folders/output", str) or str(_default_folder()))
+
+    def show_engines(self, status: dict) -> None:
+        """Tooltips and availability of each engine (from ``available_engines``)."""
+        for i in range(self.engine.count()):
+            name = self.engine.itemText(i)
+            if name in status:
+                self.engine.setItemData(i, status[name], 3)  # Qt.ToolTipRole
+
+    # ---- live progress -----------------------------------------------------------------
+
+    def start(self, label: str = "") -> None:
+        self.fps_x.clear()
+        self.fps_y.clear()
+        self.fps_curve.setData([], [])
+        self._latest = None
+        self._t0 = time.perf_counter()
+        self.progress_bar.setValue(0)
+        self.progress_bar.setFormat(f"starting {label}…" if label else "starting…")
+        self.fps_label.setText("— fps")
+        self.eta_label.setText("ETA —")
+        self.stage_label.setText("")
+        self.set_running(True)
+        self.fps_timer.start()
+
+    def update_progress(self, p) -> None:
+        """Called per batch: only stores the newest progress and moves the bar."""
+        self._latest = p
+        frac = p.done / p.total if p.total else 0.0
+        self.progress_bar.setValue(int(frac * 1000))
+        self.progress_bar.setFormat(f"{p.done} / {p.total} frames  ({100 * frac:.0f} %)")
+
+    def stop(self, message: str, output: str | None = None) -> None:
+        self._tick()
+        self.fps_timer.stop()
+        self.set_running(False)
+        self.progress_bar.setFormat(message)
+        if output:
+            self.last_output = output
+            self.play_btn.setEnabled(True)
+            self.reveal_btn.setEnabled(True)
+            self.result_label.setText(f"{Path(output).name}\n{message}")
+
+    def set_running(self, running: bool) -> None:
+        self.cancel_btn.setEnabled(running)
+        self.render_btn.setEnabled(not running)
+
+    def _tick(self) -> None:
+        p = self._latest
+        if p is None:
+            return
+        self.fps_label.setText(f"{p.fps:.1f} fps")
+        self.eta_label.setText(f"ETA {fmt_eta(p.eta_s)} · elapsed {fmt_eta(p.elapsed_s)}")
+        if p.stage_ms:
+            total = sum(p.stage_ms.values()) or 1.0
+            parts = sorted(p.stage_ms.items(), key=lambda kv: -kv[1])
+            self.stage_label.setText("  ".join(f"{k} {v / 1000:.1f}s ({100 * v / total:.0f}%)" for k, v in parts))
+        if not self.fps_x or p.elapsed_s > self.fps_x[-1]:
+            self.fps_x.append(float(p.elapsed_s))
+            self.fps_y.append(float(p.fps))
+            self.fps_curve.setData(np.array(self.fps_x), np.array(self.fps_y))
+
+    # ---- output ------------------------------------------------------------------------
+
+    def reveal(self) -> None:
+        if self.last_output:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(Path(self.last_output).parent)))
+
+    def _browse(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Output folder", self.folder.text())
+        if path:
+            self.folder.setText(path)
+
+    def _update_output_label(self, *_):
+        self.output_label.setText(f"→ {self.output_path()}")
+
+
+def _combo(items: list[str], tip: str) -> QComboBox:
+    c = QComboBox()
+    c.addItems(items)
+    c.setToolTip(tip)
+    return c
+
+
+def _default_folder() -> Path:
+    from studio.core.paths import sub_dir
+
+    return sub_dir("renders")
+
+
+def _icon(name: str) -> str:
+    from studio.core.paths import repo_resources
+
+    return str(repo_resources() / "icons" / f"{name}.svg")
