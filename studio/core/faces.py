@@ -75,7 +75,10 @@ class FaceTracker:
     """
 
     def __init__(self, video: bool = False, min_confidence: float = 0.5):
-        with _quiet_stderr():  # mediapipe/protobuf print harmless start-up noise on fd 2
+        import warnings
+
+        with _quiet_stderr(), _swallow_excepthook(), warnings.catch_warnings():  # mediapipe's start-up noise
+            warnings.simplefilter("ignore", DeprecationWarning)
             import mediapipe as mp
 
             self._mesh = mp.solutions.face_mesh.FaceMesh(
@@ -346,6 +349,21 @@ def _ellipse(rx: float, ry: float) -> np.ndarray:
     import cv2
 
     return cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * max(0, round(rx)) + 1, 2 * max(0, round(ry)) + 1))
+
+
+@contextlib.contextmanager
+def _swallow_excepthook() -> Iterator[None]:
+    """On protobuf 6, ``import mediapipe`` reports a harmless AttributeError ('MessageFactory' has
+    no 'GetPrototype') through ``sys.excepthook``; an app-wide hook (the GUI's error dialog,
+    pytest-qt) must not see it. It is logged at debug level instead."""
+    import sys
+
+    saved = sys.excepthook
+    sys.excepthook = lambda kind, value, tb: log.debug("ignored during mediapipe start-up: %r", value)
+    try:
+        yield
+    finally:
+        sys.excepthook = saved
 
 
 @contextlib.contextmanager
