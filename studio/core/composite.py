@@ -207,10 +207,11 @@ def rgb_to_yuv420p(frames, backend: str = "auto"):
     return y, uv[..., 0::2], uv[..., 1::2]
 
 
-def rgb_to_nv12(frames, backend: str = "auto"):
+def rgb_to_nv12(frames, backend: str = "auto", out: np.ndarray | None = None):
     """uint8 RGB [B,H,W,3] -> NV12 [B,H*3//2,W]: the Y plane, then rows of interleaved U,V.
 
-    Same maths and arguments as :func:`rgb_to_yuv420p`.
+    Same maths and arguments as :func:`rgb_to_yuv420p`. ``out``: a numpy buffer to reuse on the
+    cv2 path (saves the page faults of a fresh allocation per batch).
     """
     import torch
 
@@ -225,7 +226,7 @@ def rgb_to_nv12(frames, backend: str = "auto"):
     on_cpu = is_np or frames.device.type == "cpu"
     if backend == "cv2" or (backend == "auto" and on_cpu):
         rgb = frames if is_np else frames.cpu().numpy()
-        out = _nv12_cv2(rgb)
+        out = _nv12_cv2(rgb, out)
         return out if is_np else torch.from_numpy(out)
     x = torch.from_numpy(np.ascontiguousarray(frames)) if is_np else frames
     out = _nv12_torch(x)
@@ -243,11 +244,14 @@ _M709 = np.array(
 _OFF709 = np.array([16.0, 128.0, 128.0])
 
 
-def _nv12_cv2(rgb: np.ndarray) -> np.ndarray:
+def _nv12_cv2(rgb: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     import cv2
 
     b, h, w, _ = rgb.shape
-    out = np.empty((b, h * 3 // 2, w), np.uint8)
+    if out is None:
+        out = np.empty((b, h * 3 // 2, w), np.uint8)
+    elif out.shape != (b, h * 3 // 2, w) or out.dtype != np.uint8:
+        raise ValueError(f"out must be uint8 {(b, h * 3 // 2, w)}, got {out.dtype} {out.shape}")
     # cv2.transform is only vectorised for 3 output channels: compute 3, keep what is needed.
     m = np.hstack([_M709, _OFF709[:, None]]).astype(np.float32)
     m_uv = np.vstack([m[1:], m[1:2]])

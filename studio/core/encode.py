@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
 MIN_PARALLEL_CHUNK = 50  # frames: auto picks parallel x264 only when every chunk gets at least this
+MIN_CHUNK = 8  # frames: x264's reorder delay is only constant from 3 frames on (dts must join up)
 QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks
 AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000)
 _BT709, _RANGE_MPEG = 1, 1  # AVCOL_PRI/TRC/SPC_BT709 and AVCOL_RANGE_MPEG (limited)
@@ -218,6 +219,7 @@ class VideoWriter:
             self._audio.add_stream(self._container)
         self._container.start_encoding()
         self._muxed_until = 0  # video frames muxed so far (drives the audio interleave)
+        self._last_dts = -(1 << 62)
         self._chunks = []
         for k, (s, e) in enumerate(self.chunks):
             if k == 0:
@@ -247,6 +249,7 @@ class VideoWriter:
 
         from studio.core.composite import pad_even, rgb_to_nv12
 
+        buf = None  # one NV12 frame, reused (x264 copies its input)
         try:
             while not self._stop.is_set():
                 item = ch.queue.get()
@@ -255,12 +258,15 @@ class VideoWriter:
                         ch.sink(pkt)
                     return
                 frames, first = item
-                if frames.ndim == 4:  # RGB: convert here, in parallel with the other chunks
-                    frames = rgb_to_nv12(pad_even(frames))
                 for i in range(len(frames)):
                     if self._stop.is_set():
                         return
-                    vf = _nv12_frame(av, frames[i])
+                    frame = frames[i]
+                    if frame.ndim == 3:  # RGB: convert here, in parallel with the other chunks
+                        if buf is None:
+                            buf = np.empty((1, self.enc_height * 3 // 2, self.enc_width), np.uint8)
+                        frame = rgb_to_nv12(pad_even(frame[None]), out=buf)[0]
+                    vf = _nv12_frame(av, frame)
                     vf.pts = first + i
                     for pkt in ch.ctx.encode(vf):
                         ch.sink(pkt)
@@ -271,6 +277,10 @@ class VideoWriter:
 
     def _mux_video(self, pkt) -> None:
         pkt.stream = self._vstream
+        if pkt.dts is not None:  # safety net where two chunks' reorder delays differ
+            if pkt.dts <= self._last_dts < pkt.pts:
+                pkt.dts = self._last_dts + 1
+            self._last_dts = pkt.dts
         self._container.mux(pkt)
         if pkt.pts is not None:
             self._muxed_until = max(self._muxed_until, int(pkt.pts) + 1)
@@ -360,7 +370,7 @@ def _choose(encoder: str, total_frames: int | None, workers: int | None):
     if encoder == "x264-parallel":
         if total_frames is None:
             return "libx264", "parallel x264 needs the frame count up front; using one libx264", whole
-        n = _parallel_chunks(total_frames, workers or cores, 1)
+        n = _parallel_chunks(total_frames, workers or cores, MIN_CHUNK)
         if n > 1:
             return f"libx264 x{n} parallel", f"parallel libx264 as asked ({n} chunks)", _split(total_frames, n)
         return "libx264", "too few frames to split; using one libx264", whole
