@@ -190,10 +190,10 @@ class MuseTalkEngine(LipSyncEngine):
                 x = x.permute(0, 3, 1, 2).to(self.dtype) / 255.0  # RGB in [0,1]
                 masked = x.clone()
                 masked[:, :, FACE_SIZE // 2 :, :] = 0  # lower half black in [0,1] -> -1 below
-                both = torch.cat([masked, x]) * 2 - 1
-                mean = vae.encode(self._channels_last(both)).latent_dist.mean * scale
-                k = len(x)
-                out[i : i + k] = torch.cat([mean[:k], mean[k:]], dim=1).float().cpu().numpy()
+                # Two encoder calls, as the official code does (one batch of both differs by
+                # float noise that the GroupNorms amplify on the flat masked half).
+                lat = [vae.encode(self._channels_last(v * 2 - 1)).latent_dist.mean * scale for v in (masked, x)]
+                out[i : i + len(x)] = torch.cat(lat, dim=1).float().cpu().numpy()
         return out
 
     def _load(self) -> dict:
