@@ -105,21 +105,23 @@ def run_show(args) -> int:
     from studio.cli._common import emit_json
     from studio.core import avatar
 
-    a = avatar.resolve(args.name)
-    info = _summary(a)
-    if args.overlay:
-        from pathlib import Path
+    from pathlib import Path
 
-        from PIL import Image
+    from studio.core.errors import InputError
 
-        from studio.core.errors import InputError
-        from studio.core.fsutil import atomic_path
-
-        out = Path(args.overlay)
+    out = Path(args.overlay) if args.overlay else None
+    if out is not None:
         if out.suffix.lower() != ".png":
             raise InputError(f"--overlay {out}: the overlay is written as PNG; give a path ending in .png")
         if not out.parent.is_dir():
             raise InputError(f"--overlay {out}: the folder {out.parent} does not exist")
+    a = avatar.resolve(args.name)
+    info = _summary(a)
+    if out is not None:
+        from PIL import Image
+
+        from studio.core.fsutil import atomic_path
+
         img = avatar.overlay(a, args.frame)
         with atomic_path(out) as tmp:
             Image.fromarray(img).save(tmp, format="PNG")

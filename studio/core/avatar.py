@@ -278,9 +278,8 @@ def _load_folder(folder: Path, name: str) -> AvatarAssets:
         if meta.get("schema_version") != SCHEMA_VERSION:
             raise _Damaged(f"cache schema {meta.get('schema_version')}, this version writes {SCHEMA_VERSION}")
         return _open(folder, meta)
-    except _Damaged as exc:
+    except _Damaged:  # _build finds which stages are damaged, says so and rebuilds them
         src = Path(meta.get("source", ""))
-        log.warning("avatar '%s' cache is damaged or outdated (%s); rebuilding it from %s", name, exc, src)
         params = AvatarParams.from_json(meta.get("params", {}))
         return _build(folder, name, src if src.is_file() else None, meta.get("source_sha256", ""),
                       meta.get("source_key"), params, None)
@@ -383,6 +382,8 @@ def _build(folder: Path, name: str, source: Path | None, source_sha: str, source
     """Bring ``folder`` up to date for (source, params): reuse every valid stage, rebuild the rest."""
     old = _read_meta(folder)
     if old is not None and old.get("schema_version") != SCHEMA_VERSION:
+        log.warning("avatar '%s' cache has schema %s (this version writes %s); rebuilding it",
+                    name, old.get("schema_version"), SCHEMA_VERSION)
         old = None
     keys = _stage_keys(source_sha, params)
     todo: list[str] = []
@@ -393,7 +394,7 @@ def _build(folder: Path, name: str, source: Path | None, source_sha: str, source
                     _open_array(folder, n, old["files"].get(n))
                 continue
             except _Damaged as exc:
-                log.warning("avatar '%s': %s; rebuilding the %s stage", name, exc, stage)
+                log.warning("avatar '%s' cache is damaged (%s); rebuilding it from the %s stage on", name, exc, stage)
         todo.append(stage)
     if not todo:
         return _open(folder, old, verify=False)
@@ -582,8 +583,9 @@ def _source_kind(path: Path) -> str:
     try:
         with av.open(str(path)) as container:
             if container.streams.video:
+                next(container.decode(video=0))  # garbage often probes as something; it never decodes
                 return "video"
-    except Exception:  # PyAV raises FFmpegError subclasses (InvalidDataError, ...) on garbage
+    except Exception:  # PyAV raises FFmpegError subclasses (InvalidDataError, ...), StopIteration
         pass
     raise AvatarError(f"{path}: not an image or video Studio can read (or the file is corrupt); give {SOURCE_HELP}")
 
@@ -708,8 +710,8 @@ def _check_budget(source: Path, folder: Path, w: int, h: int, frames: int | None
 
 
 def _too_big(source: Path, limit: float, need: float | None = None, frames=None, w=None, h=None) -> str:
-    what = f" ({need / 2**30:.1f} GB for {frames} frames of {w}x{h})" if need else ""
-    return (f"{source}: the avatar cache would exceed the {limit / 2**30:.1f} GB limit{what}; "
+    what = f" ({need / 2**30:.3g} GB for {frames} frames of {w}x{h})" if need else ""
+    return (f"{source}: the avatar cache would exceed the {limit / 2**30:.3g} GB limit{what}; "
             "use a shorter clip with --trim-start/--trim-end")
 
 

@@ -1,0 +1,351 @@
+"""Avatars end to end: real photos and PyAV-made videos, the on-disk cache, the CLI."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+
+import numpy as np
+import pytest
+from conftest import DEMO_AVATAR
+
+from studio.core import avatar
+from studio.core.avatar import AvatarParams
+from studio.core.errors import AvatarError, Cancelled
+
+BLANK = range(45, 51)  # source frames (30 fps) that are black: times [1.5, 1.7) s -> 25 fps frames 38..42
+
+
+def make_video(path, seconds=3.0, fps=30, size=(320, 240), blank=BLANK, seed_shift=0.0):
+    """The astronaut panned and zoomed (a virtual camera over the photo), with black frames."""
+    import av
+    import cv2
+    from PIL import Image
+
+    img = np.asarray(Image.open(DEMO_AVATAR).convert("RGB"))
+    w, h = size
+    n = int(round(seconds * fps))
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=fps)
+        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+        s.options = {"crf": "18", "preset": "ultrafast"}
+        for i in range(n):
+            u = i / max(1, n - 1)
+            zoom = 1.0 + 0.35 * u
+            cw, ch = 300 / zoom, 225 / zoom
+            cx, cy = 225 + 30 * (u - 0.5) + seed_shift, 140 + 10 * (u - 0.5)
+            m = np.float32([[w / cw, 0, -(cx - cw / 2) * w / cw], [0, h / ch, -(cy - ch / 2) * h / ch]])
+            frame = cv2.warpAffine(img, m, (w, h), flags=cv2.INTER_LINEAR)
+            if i in blank:
+                frame[:] = 0
+            for p in s.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pan_video(tmp_path_factory):
+    return make_video(tmp_path_factory.mktemp("video") / "pan.mp4")
+
+
+def _stat(a, name):
+    st = (a.folder / f"{name}.npy").stat()
+    return st.st_ino, st.st_mtime_ns
+
+
+# --------------------------------------------------------------------------------------------
+# Photos
+
+
+def test_photo_avatar_is_prepared_cached_and_listed():
+    a = avatar.prepare("astro", DEMO_AVATAR)
+    assert (a.N, a.width, a.height, a.fps, a.kind) == (1, 512, 512, 25, "photo")
+    assert a.frames.shape == (1, 512, 512, 3) and a.frames.dtype == np.uint8
+    assert isinstance(a.frames, np.memmap) and isinstance(a.masks, np.memmap)
+    assert a.crops.shape == (1, 256, 256, 3) and a.masks.shape == (1, 256, 256)
+    assert a.landmarks.shape == a.crop_landmarks.shape == (1, 478, 2)
+    assert a.boxes.dtype == np.int32 and a.face_ok.tolist() == [True]
+    x1, y1, x2, y2 = a.boxes[0].tolist()
+    assert 170 < x1 < 190 and 260 < x2 < 280 and 180 < y2 < 195 and 50 < y1 < 75
+    assert a.meta["schema_version"] == avatar.SCHEMA_VERSION and len(a.meta["source_sha256"]) == 64
+    assert a.cycle_index(0) == 0 and a.cycle_index(17) == 0 and a.cycle_index(np.arange(4)).tolist() == [0] * 4
+    b = avatar.load("astro")
+    assert np.array_equal(b.masks, a.masks) and b.meta["rebuilt"] == ["frames", "crops", "masks"]
+    rows = avatar.list_avatars()
+    assert [r["name"] for r in rows] == ["astro"]
+    assert rows[0]["frames"] == 1 and rows[0]["faceless_frames"] == 0 and os.path.exists(rows[0]["thumbnail"])
+    eng = a.engine_dir("musetalk-vae-abc123")
+    assert eng == a.folder / "engines" / "musetalk-vae-abc123" and eng.is_dir()
+    avatar.remove("astro")
+    assert avatar.list_avatars() == []
+    with pytest.raises(AvatarError, match="no avatar named 'astro'"):
+        avatar.load("astro")
+
+
+def test_odd_sized_jpeg_photo_and_the_overlay(tmp_path):
+    from PIL import Image
+
+    src = tmp_path / "odd.jpg"
+    Image.open(DEMO_AVATAR).convert("RGB").crop((41, 0, 452, 383)).save(src, quality=92)  # 411 x 383
+    a = avatar.prepare("odd", src)
+    assert (a.width, a.height) == (411, 383)
+    img = avatar.overlay(a, 0)
+    assert img.shape == (383, 411, 3)
+    lips = a.landmarks[0, 13].round().astype(int)  # inner upper lip: tinted magenta
+    r, g, b = img[lips[1], lips[0]].astype(int)
+    assert r > g + 30 and b > g + 30
+    with pytest.raises(AvatarError, match="out of range"):
+        avatar.overlay(a, 1)
+
+
+@pytest.mark.parametrize("content, match", [
+    (b"just some text\n", "not an image or video"),
+    (None, "corrupt"),  # a truncated PNG
+    (b"", "empty"),
+])
+def test_bad_sources_raise_one_sentence(tmp_path, content, match):
+    src = tmp_path / "bad.png"
+    src.write_bytes(DEMO_AVATAR.read_bytes()[:3000] if content is None else content)
+    with pytest.raises(AvatarError, match=match) as exc:
+        avatar.prepare("bad", src)
+    assert "\n" not in str(exc.value)
+    assert not (avatar.library_dir() / "bad").exists()
+
+
+def test_a_source_without_any_face_is_refused(tmp_path):
+    from PIL import Image
+
+    src = tmp_path / "wall.png"
+    Image.fromarray(np.full((200, 300, 3), 180, np.uint8)).save(src)
+    with pytest.raises(AvatarError, match="no face found"):
+        avatar.prepare("wall", src)
+    assert not (avatar.library_dir() / "wall").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Videos
+
+
+def test_video_avatar_resampled_flagged_and_smooth(pan_video):
+    seen = []
+    a = avatar.prepare("pan", pan_video, progress=lambda d, t, s: seen.append((d, t, s)))
+    assert (a.N, a.width, a.height, a.kind) == (75, 320, 240, "video")  # 3 s at 25 fps
+    assert a.meta["source_fps"] == pytest.approx(30)
+    assert np.flatnonzero(~np.asarray(a.face_ok)).tolist() == [38, 39, 40, 41, 42]
+    assert a.meta["faceless_frames"] == 5
+    # face-less frames carry the nearest valid box (never a zero box)
+    assert np.array_equal(a.boxes[38], a.boxes[37]) and np.array_equal(a.boxes[42], a.boxes[43])
+    assert (a.boxes[:, 2] > a.boxes[:, 0]).all() and (a.boxes[:, 3] > a.boxes[:, 1]).all()
+    # the camera zooms in: the face box grows
+    assert (a.boxes[-1, 2] - a.boxes[-1, 0]) > 1.2 * (a.boxes[0, 2] - a.boxes[0, 0])
+    # bounded frame-to-frame jitter inside each run of face frames (2nd difference of the box)
+    for run in (slice(0, 38), slice(43, 75)):
+        b = a.boxes[run].astype(int)
+        assert np.abs(np.diff(b, 2, axis=0)).max() <= 2
+    assert seen[-1][2] == "blend masks" and seen[-1][0] == seen[-1][1] == 75
+    assert any(s == "decoding and tracking" and t == 75 for _, t, s in seen)
+    # the ping-pong cycle
+    assert a.cycle_index(np.array([0, 74, 75, 76, 149, 150])).tolist() == [0, 74, 74, 73, 0, 0]
+    # smoothing really reduces jitter: without it the boxes shake more
+    raw = avatar.prepare("pan", pan_video, AvatarParams(smooth=0.0), force=True)
+    assert raw.meta["rebuilt"] == ["crops", "masks"]
+
+    def jitter(x):
+        return np.abs(np.diff(x[:38].astype(int), 2, axis=0)).sum()
+
+    assert jitter(a.boxes) < jitter(raw.boxes)
+
+
+def test_trim_and_the_size_limit(pan_video, monkeypatch):
+    a = avatar.prepare("cut", pan_video, AvatarParams(trim_start=0.5, trim_end=1.5))
+    assert a.N == 25 and a.face_ok.all()
+    whole = avatar.resolve(pan_video)
+    # trimmed frame j shows the source frame on screen at 0.5 + j/25 s: the same decoded picture
+    # as the untrimmed frame k whose time k/25 falls in that source frame (30 fps source)
+    assert np.array_equal(a.frames[0], whole.frames[13])  # source frame 15 (0.500 .. 0.533 s)
+    assert np.array_equal(a.frames[5], whole.frames[18])  # source frame 21 (0.700 .. 0.733 s)
+    assert not np.array_equal(a.frames[0], whole.frames[12])
+    with pytest.raises(AvatarError, match="past the end"):
+        avatar.prepare("late", pan_video, AvatarParams(trim_start=9.0))
+    monkeypatch.setenv("STUDIO_AVATAR_MAX_GB", "0.005")  # ~5 MB: 75 frames of 320x240 need ~ 22 MB
+    with pytest.raises(AvatarError, match="--trim-start/--trim-end") as exc:
+        avatar.prepare("huge", pan_video)
+    assert "GB limit" in str(exc.value)
+    assert not (avatar.library_dir() / "huge").exists()
+
+
+def test_truncated_video_is_refused(tmp_path, pan_video):
+    src = tmp_path / "broken.mp4"
+    src.write_bytes(pan_video.read_bytes()[:2000])
+    with pytest.raises(AvatarError):
+        avatar.prepare("broken", src)
+
+
+# --------------------------------------------------------------------------------------------
+# Cache: invalidation, corruption, cancellation
+
+
+def test_changing_a_parameter_recomputes_only_what_depends_on_it(pan_video, tmp_path):
+    a = avatar.prepare("inv", pan_video)
+    eng = a.engine_dir("latents-x")
+    (eng / "latents.npy").write_bytes(b"x")
+    before = {n: _stat(a, n) for n in ("frames", "raw_landmarks", "crops", "boxes", "masks")}
+
+    b = avatar.prepare("inv", pan_video, AvatarParams(feather=40), force=True)
+    assert b.meta["rebuilt"] == ["masks"]
+    after = {n: _stat(b, n) for n in before}
+    assert all(after[n] == before[n] for n in ("frames", "raw_landmarks", "crops", "boxes"))
+    assert after["masks"] != before["masks"] and not np.array_equal(a.masks, b.masks)
+    assert (eng / "latents.npy").exists()  # masks do not touch engine arrays
+
+    c = avatar.prepare("inv", pan_video, AvatarParams(feather=40, bbox_shift=4), force=True)
+    assert c.meta["rebuilt"] == ["crops", "masks"]
+    assert _stat(c, "frames") == before["frames"] and not (c.folder / "engines").exists()
+    assert (c.boxes[:, 1] > b.boxes[:, 1]).all()
+
+    d = avatar.prepare("inv", pan_video, AvatarParams(feather=40, bbox_shift=4), force=True)
+    assert d.meta["rebuilt"] == ["crops", "masks"]  # nothing to do: the meta is unchanged
+    assert _stat(d, "masks") == _stat(c, "masks")
+
+    other = make_video(tmp_path / "other.mp4", seconds=2.0, blank=(), seed_shift=8.0)
+    e = avatar.prepare("inv", other, force=True)
+    assert e.meta["rebuilt"] == ["frames", "crops", "masks"] and e.N == 50 and e.face_ok.all()
+
+
+def test_path_avatars_are_cached_and_follow_their_source(tmp_path, pan_video):
+    src = tmp_path / "clip.mp4"
+    shutil.copy(pan_video, src)
+    a = avatar.resolve(str(src))
+    assert a.N == 75 and "cache" in str(a.folder)
+    b = avatar.resolve(src)
+    assert b.folder == a.folder and _stat(b, "frames") == _stat(a, "frames")
+    c = avatar.resolve(src, AvatarParams(mask_mode="raw"))
+    assert c.meta["rebuilt"] == ["masks"]
+    make_video(src, seconds=1.0, blank=())  # the file changes under the same path
+    d = avatar.resolve(src, AvatarParams(mask_mode="raw"))
+    assert d.N == 25 and d.meta["rebuilt"] == ["frames", "crops", "masks"]
+    assert avatar.list_avatars() == []  # path avatars are not library entries
+    lib = avatar.prepare("lib", DEMO_AVATAR)
+    assert avatar.resolve("lib").folder == lib.folder
+    assert avatar.resolve("lib", AvatarParams(feather=8)).meta["rebuilt"] == ["masks"]
+    with pytest.raises(AvatarError, match="no avatar named 'nobody'"):
+        avatar.resolve("nobody")
+
+
+def test_damaged_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
+    src = tmp_path / "face.png"
+    shutil.copy(DEMO_AVATAR, src)
+    a = avatar.prepare("dmg", src)
+    good_masks = np.array(a.masks)
+    good_boxes = np.array(a.boxes)
+    folder = a.folder
+    del a
+
+    with open(folder / "masks.npy", "r+b") as fh:  # truncated
+        fh.truncate(1000)
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        b = avatar.load("dmg")
+    assert "damaged" in caplog.text and "masks.npy" in caplog.text
+    assert b.meta["rebuilt"] == ["masks"] and np.array_equal(b.masks, good_masks)
+
+    raw = bytearray((folder / "boxes.npy").read_bytes())  # same size, one value changed
+    raw[-1] ^= 0x01
+    (folder / "boxes.npy").write_bytes(bytes(raw))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        c = avatar.load("dmg")
+    assert "checksum" in caplog.text and c.meta["rebuilt"] == ["crops", "masks"]
+    assert np.array_equal(c.boxes, good_boxes)
+
+    with open(folder / "frames.npy", "r+b") as fh:
+        fh.truncate(5000)
+    d = avatar.load("dmg")
+    assert d.meta["rebuilt"] == ["frames", "crops", "masks"] and d.frames.shape == (1, 512, 512, 3)
+
+    (folder / "frames.npy").unlink()
+    src.unlink()
+    with pytest.raises(AvatarError, match="source .* is gone"):
+        avatar.load("dmg")
+    (folder / "meta.json").write_text("{not json")
+    with pytest.raises(AvatarError, match="damaged"):
+        avatar.load("dmg")
+
+
+def test_cancel_leaves_nothing_new_and_the_old_avatar_intact(pan_video):
+    def cancel_at(stage_name):
+        def progress(done, total, stage):
+            if stage == stage_name and done == 10:
+                raise Cancelled("cancelled by the user")
+        return progress
+
+    with pytest.raises(Cancelled):
+        avatar.prepare("cx", pan_video, progress=cancel_at("decoding and tracking"))
+    assert not (avatar.library_dir() / "cx").exists()
+    a = avatar.prepare("cx", DEMO_AVATAR)
+    with pytest.raises(Cancelled):
+        avatar.prepare("cx", pan_video, force=True, progress=cancel_at("decoding and tracking"))
+    b = avatar.load("cx")
+    assert b.kind == "photo" and np.array_equal(b.frames, a.frames)
+    assert not [p for p in b.folder.iterdir() if ".tmp" in p.name]
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+
+def _cli(capsys, *argv):
+    from studio.cli import main
+
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_add_list_show_rm(capsys, tmp_path):
+    rc, out, err = _cli(capsys, "avatar", "add", "demo", str(DEMO_AVATAR), "--json")
+    assert rc == 0, err
+    info = json.loads(out)
+    assert info["name"] == "demo" and (info["frames"], info["width"], info["height"], info["fps"]) == (1, 512, 512, 25)
+    assert info["faceless_frames"] == 0 and len(info["box"]) == 4 and 170 < info["box"][0] < 190
+
+    rc, out, err = _cli(capsys, "avatar", "add", "demo", str(DEMO_AVATAR))
+    assert rc == 2 and err.count("\n") == 1 and "already exists" in err and "--force" in err
+    rc, out, err = _cli(capsys, "avatar", "add", "demo", str(DEMO_AVATAR), "--force", "--feather", "10", "--json")
+    assert rc == 0 and json.loads(out)["rebuilt"] == ["masks"] and json.loads(out)["params"]["feather"] == 10
+
+    png = tmp_path / "overlay.png"
+    rc, out, err = _cli(capsys, "avatar", "show", "demo", "--overlay", str(png), "--json")
+    assert rc == 0 and json.loads(out)["overlay"] == str(png)
+    from PIL import Image
+
+    assert Image.open(png).size == (512, 512)
+
+    rc, out, err = _cli(capsys, "avatar", "list", "--json")
+    assert rc == 0 and [r["name"] for r in json.loads(out)] == ["demo"]
+    rc, out, err = _cli(capsys, "avatar", "list")
+    assert "demo" in out and "photo" in out
+    rc, out, err = _cli(capsys, "avatar", "rm", "demo")
+    assert rc == 0 and not (avatar.library_dir() / "demo").exists()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["add", "x", "{tmp}/missing.png"], "no such file"),
+    (["add", "x", "{tmp}/notes.txt"], "not an image or video"),
+    (["add", "bad/name", "{demo}"], "not a valid avatar name"),
+    (["add", "x", "{demo}", "--smooth", "2"], "--smooth"),
+    (["add", "x", "{demo}", "--feather", "-1"], "--feather"),
+    (["add", "x", "{demo}", "--trim-start", "2", "--trim-end", "1"], "--trim-end"),
+    (["show", "ghost"], "no avatar named 'ghost'"),
+    (["show", "{demo}", "--overlay", "{tmp}/o.jpg"], ".png"),
+    (["rm", "ghost"], "no avatar named 'ghost'"),
+])
+def test_cli_bad_input_exits_2_with_one_line(capsys, tmp_path, argv, needle):
+    (tmp_path / "notes.txt").write_text("hello\n")
+    argv = [a.format(tmp=tmp_path, demo=DEMO_AVATAR) for a in argv]
+    rc, out, err = _cli(capsys, "avatar", *argv)
+    assert rc == 2
+    assert err.startswith("studio: error: ") and err.count("\n") == 1 and needle in err
