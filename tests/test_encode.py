@@ -248,3 +248,48 @@ def test_nvenc_falls_back_to_x264_and_says_why(tmp_path):
     assert auto.name.startswith("libx264") and "NVENC unavailable" in auto.reason
     auto.abort()
     assert list(tmp_path.iterdir()) == []
+
+
+class _X264AnnexB:
+    """A real libx264 encoder producing what NVENC produces (Annex B, no B-frames, bytes per call).
+
+    Stands in for the hardware encoder, which no test machine has, to run the NVENC writer's path
+    (elementary stream on disk, then muxed with the audio at close).
+    """
+
+    def __init__(self, width, height, fps, crf, preset):
+        from fractions import Fraction
+
+        self.ctx = av.CodecContext.create("libx264", "w")
+        self.ctx.width, self.ctx.height, self.ctx.pix_fmt = width, height, "nv12"
+        self.ctx.time_base = Fraction(1, fps)
+        self.ctx.options = {"preset": preset, "crf": str(crf), "bf": "0"}
+        self.ctx.open()
+
+    def encode(self, nv12, pts):
+        vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(nv12), format="nv12")
+        vf.pts = pts
+        return [bytes(p) for p in self.ctx.encode(vf)]
+
+    def flush(self):
+        return [bytes(p) for p in self.ctx.encode(None)]
+
+
+def test_elementary_stream_path_used_by_nvenc_muxes_frames_and_audio(tmp_path, wav, monkeypatch):
+    from studio.core import encode
+
+    monkeypatch.setitem(encode._ELEMENTARY, "annexb", _X264AnnexB)
+    out = tmp_path / "nv.mp4"
+    with encode.VideoWriter(out, W, H, audio=wav, name="annexb h264", reason="stand-in", chunks=[(0, 60)],
+                            crf=20, preset="veryfast", fps=25, write_hook=None) as w:
+        for s in range(0, 60, 12):
+            w.write(talking_frames(s, 12))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nv.mp4", "voice.wav"]
+    with av.open(str(out)) as c:
+        v, a = c.streams.video[0], c.streams.audio[0]
+        assert v.average_rate == 25 and a.codec_context.name == "aac"
+        assert (v.codec_context.color_primaries, v.codec_context.color_range) == (1, 1)
+        v_dur, a_dur = float(v.duration * v.time_base), float(a.duration * a.time_base)
+        times = [round(f.time * 25, 6) for f in c.decode(video=0)]
+    assert times == list(range(60)) and abs(v_dur - 2.4) < 1e-6 and abs(v_dur - a_dur) < 1 / 25
+    assert _psnr(_decode_y(out), rgb_to_yuv420p(talking_frames(0, 60))[0]) > 35

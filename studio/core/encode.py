@@ -153,6 +153,9 @@ class VideoWriter:
             if missing:
                 s, e, n = missing[0]
                 raise RenderError(f"Frames {n}..{e - 1} were never written, so the video is incomplete.")
+            if isinstance(self._chunks[0].sink, _RawFile):
+                self._chunks[0].sink.close()
+                self._mux_annexb(self._chunks[0].sink.path)
             for ch in self._chunks[1:]:
                 ch.sink.close()
                 for pkt in _read_packets(ch.sink.path, self._vstream):
@@ -206,21 +209,49 @@ class VideoWriter:
         self._tmp_files.append(self._tmp)
 
     def _start(self) -> None:
-        import av
-
         self._fh = _HookedFile(self._tmp, "wb+", self._hook)
-        self._container = av.open(self._fh, "w", format="mp4", options={"movflags": "+faststart"})
-        vs = self._container.add_stream("libx264", rate=Fraction(self.fps))
-        parallel = len(self.chunks) > 1
-        _configure_x264(vs.codec_context, self.enc_width, self.enc_height, self.fps, self._crf,
-                        self._preset, threads=1 if parallel else 0)
-        self._vstream = vs
-        if self._audio is not None:
-            self._audio.add_stream(self._container)
-        self._container.start_encoding()
         self._muxed_until = 0  # video frames muxed so far (drives the audio interleave)
         self._last_dts = -(1 << 62)
         self._chunks = []
+        kind = self.name.split()[0]
+        if kind in _ELEMENTARY:
+            # NVENC writes an Annex B elementary stream; close() muxes it with the audio.
+            raw = self._tmp.with_name(f"{self._tmp.name}.h264")
+            self._tmp_files.append(raw)
+            enc = _ELEMENTARY[kind](self.enc_width, self.enc_height, self.fps, self._crf, self._preset)
+            self._chunks.append(_Chunk(*self.chunks[0], enc, _RawFile(raw, self._hook)))
+        else:
+            self._start_x264()
+        for k, ch in enumerate(self._chunks):
+            ch.thread = threading.Thread(target=self._encode_chunk, args=(ch,), daemon=True,
+                                         name=f"encode-chunk{k}")
+            ch.thread.start()
+
+    def _open_container(self, template=None):
+        import av
+
+        self._container = av.open(self._fh, "w", format="mp4", options={"movflags": "+faststart"})
+        if template is None:
+            vs = self._container.add_stream("libx264", rate=Fraction(self.fps))
+        else:
+            vs = self._container.add_stream_from_template(template)
+            vs.time_base = Fraction(1, self.fps * 512)
+        cc = vs.codec_context
+        cc.color_primaries = cc.color_trc = cc.colorspace = _BT709
+        cc.color_range = _RANGE_MPEG
+        self._vstream = vs
+        if self._audio is not None:
+            self._audio.add_stream(self._container)
+        return vs
+
+    def _start_x264(self) -> None:
+        import av
+
+        vs = self._open_container()
+        parallel = len(self.chunks) > 1
+        _configure_x264(vs.codec_context, self.enc_width, self.enc_height, self.fps, self._crf,
+                        self._preset, threads=1 if parallel else 0)
+        self._container.start_encoding()
         for k, (s, e) in enumerate(self.chunks):
             if k == 0:
                 ctx, sink = vs.codec_context, self._mux_video
@@ -235,27 +266,34 @@ class VideoWriter:
                 path = self._tmp.with_name(f"{self._tmp.name}.chunk{k}")
                 self._tmp_files.append(path)
                 sink = _PacketFile(path, self._hook)
-            ch = _Chunk(s, e, ctx, sink, queue.Queue(QUEUE_BATCHES))
-            ch.thread = threading.Thread(target=self._encode_chunk, args=(ch,), daemon=True,
-                                         name=f"x264-chunk{k}")
-            self._chunks.append(ch)
-        for ch in self._chunks:
-            ch.thread.start()
+            self._chunks.append(_Chunk(s, e, _X264Encoder(ctx), sink))
+
+    def _mux_annexb(self, raw: Path) -> None:
+        """Mux an H.264 Annex B file (no B-frames: decode order = display order) frame by frame."""
+        import av
+
+        with av.open(str(raw), format="h264", options={"framerate": str(self.fps)}) as src:
+            self._open_container(src.streams.video[0])
+            self._container.start_encoding()
+            tb = Fraction(1, self.fps)
+            for i, pkt in enumerate(p for p in src.demux(src.streams.video[0]) if p.size):
+                pkt.pts = pkt.dts = i
+                pkt.duration = 1
+                pkt.time_base = tb
+                self._mux_video(pkt)
 
     # ------------------------------------------------------------------ threads
 
     def _encode_chunk(self, ch: _Chunk) -> None:
-        import av
-
         from studio.core.composite import pad_even, rgb_to_nv12
 
-        buf = None  # one NV12 frame, reused (x264 copies its input)
+        buf = None  # one NV12 frame, reused (the encoders copy their input)
         try:
             while not self._stop.is_set():
                 item = ch.queue.get()
                 if item is None:
-                    for pkt in ch.ctx.encode(None):
-                        ch.sink(pkt)
+                    for out in ch.encoder.flush():
+                        ch.sink(out)
                     return
                 frames, first = item
                 for i in range(len(frames)):
@@ -266,10 +304,8 @@ class VideoWriter:
                         if buf is None:
                             buf = np.empty((1, self.enc_height * 3 // 2, self.enc_width), np.uint8)
                         frame = rgb_to_nv12(pad_even(frame[None]), out=buf)[0]
-                    vf = _nv12_frame(av, frame)
-                    vf.pts = first + i
-                    for pkt in ch.ctx.encode(vf):
-                        ch.sink(pkt)
+                    for out in ch.encoder.encode(frame, first + i):
+                        ch.sink(out)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             if self._error is None:
                 self._error = exc
@@ -339,7 +375,7 @@ class VideoWriter:
     def _cleanup(self) -> None:
         with contextlib.suppress(Exception):
             self._fh.close()
-        for ch in getattr(self, "_chunks", [])[1:]:
+        for ch in getattr(self, "_chunks", []):
             with contextlib.suppress(Exception):
                 ch.sink.close()
         for p in self._tmp_files:
@@ -358,8 +394,8 @@ def _choose(encoder: str, total_frames: int | None, workers: int | None):
     whole = [(0, total_frames)]
     if encoder in ("auto", "nvenc"):
         ok, why = probe_nvenc()
-        if ok:  # the NVENC writer is not implemented yet: say so rather than pretend
-            why = "NVENC is available but Studio's NVENC writer is not implemented yet"
+        if ok:
+            return "nvenc h264", f"{why}; NVENC asked" if encoder == "nvenc" else why, whole
         if encoder == "nvenc":
             return "libx264", f"NVENC unavailable: {why}; using libx264", whole
         n = _parallel_chunks(total_frames, workers or cores, MIN_PARALLEL_CHUNK)
@@ -399,16 +435,6 @@ def _configure_x264(ctx, width, height, fps, crf, preset, threads) -> None:
     ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0"}
 
 
-def _nv12_frame(av, nv12: np.ndarray):
-    try:
-        vf = av.VideoFrame.from_numpy_buffer(nv12, format="nv12")
-    except ValueError:  # widths the zero-copy path cannot take
-        vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(nv12), format="nv12")
-    vf.color_range = _RANGE_MPEG
-    vf.colorspace = _BT709
-    return vf
-
-
 def _disk_error(exc: OSError, path: Path) -> RenderError:
     if exc.errno == errno.ENOSPC:
         return RenderError(f"The disk is full while writing {path.name}: free some space and render again.")
@@ -416,10 +442,63 @@ def _disk_error(exc: OSError, path: Path) -> RenderError:
 
 
 class _Chunk:
-    def __init__(self, start, end, ctx, sink, q):
+    def __init__(self, start, end, encoder, sink):
         self.start, self.end, self.next = start, end, start
-        self.ctx, self.sink, self.queue = ctx, sink, q
+        self.encoder, self.sink = encoder, sink
+        self.queue: queue.Queue = queue.Queue(QUEUE_BATCHES)
         self.thread: threading.Thread | None = None
+
+
+class _X264Encoder:
+    """A libx264 codec context fed NV12 frames; yields PyAV packets."""
+
+    def __init__(self, ctx):
+        import av
+
+        self._av, self.ctx = av, ctx
+
+    def encode(self, nv12: np.ndarray, pts: int):
+        av = self._av
+        try:
+            vf = av.VideoFrame.from_numpy_buffer(nv12, format="nv12")
+        except ValueError:  # widths the zero-copy path cannot take
+            vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(nv12), format="nv12")
+        vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
+        vf.pts = pts
+        return self.ctx.encode(vf)
+
+    def flush(self):
+        return self.ctx.encode(None)
+
+
+# x264 preset names -> NVENC presets P1 (fastest) .. P7 (best)
+_NV_PRESETS = {"ultrafast": "P1", "superfast": "P1", "veryfast": "P2", "faster": "P3", "fast": "P4",
+               "medium": "P4", "slow": "P5", "slower": "P6", "veryslow": "P7", "placebo": "P7"}
+
+
+class _NvencEncoder:
+    """PyNvVideoCodec H.264, host NV12 input, no B-frames, constant QP ~ the CRF; yields bytes."""
+
+    def __init__(self, width, height, fps, crf, preset):
+        import PyNvVideoCodec as nvc  # noqa: N813
+
+        self._enc = nvc.CreateEncoder(
+            width, height, "NV12", True, codec="h264", preset=_NV_PRESETS.get(str(preset), "P4"),
+            tuning_info="high_quality", rc="constqp", constqp=int(crf), fps=int(fps),
+            gop=10 * int(fps), idrperiod=10 * int(fps), bf=0, repeatspspps=1,
+        )
+
+    def encode(self, nv12: np.ndarray, pts: int):
+        data = self._enc.Encode(np.ascontiguousarray(nv12))
+        return [bytes(data)] if data is not None and len(data) else []
+
+    def flush(self):
+        data = self._enc.EndEncode()
+        return [bytes(data)] if data is not None and len(data) else []
+
+
+# Encoders that produce an H.264 Annex B elementary stream (no B-frames), by writer-name prefix.
+_ELEMENTARY = {"nvenc": _NvencEncoder}
 
 
 # ---------------------------------------------------------------------- files
@@ -440,6 +519,21 @@ class _HookedFile:
 
     def __getattr__(self, name):
         return getattr(self._f, name)
+
+
+class _RawFile:
+    """An elementary stream: each encoded chunk of bytes appended as is."""
+
+    def __init__(self, path: Path, hook):
+        self.path = path
+        self._f = _HookedFile(path, "wb", hook)
+
+    def __call__(self, data: bytes) -> None:
+        self._f.write(data)
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
 
 
 _REC = struct.Struct("<qqIB")  # pts, dts, size, keyframe
