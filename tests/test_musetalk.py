@@ -253,3 +253,26 @@ def test_fp16_faces_match_fp32_on_cuda(store, tmp_path, decoder):
 
 def test_pad_left_and_window_constants_are_the_spec():
     assert (PAD_LEFT, WINDOW) == (4, 10)
+
+
+def test_render_with_musetalk_on_cpu_and_frame_at_matches(store, tmp_path):
+    from conftest import DEMO_AVATAR
+
+    from studio.core import avatar as avatar_mod
+    from studio.core.render import Renderer, RenderSettings, frame_index
+
+    av = avatar_mod.prepare("astro", DEMO_AVATAR)
+    voice = tmp_path / "voice.wav"
+    sf.write(voice, speechlike(0.4, SAMPLE_RATE), SAMPLE_RATE, subtype="PCM_16")
+    settings = RenderSettings(engine="musetalk", device="cpu", batch=4, encoder="x264")
+    r = Renderer(av, voice, settings)
+    full = np.concatenate([f.numpy() for _, f in sorted(r.iter_frames(), key=lambda p: p[0])])
+    assert full.shape[0] == 10 and r.engine.name == "musetalk"
+    assert np.abs(full.astype(int) - av.frames[0].astype(int)).max() > 0  # the generated mouth is pasted
+    scrub = Renderer(av, voice, settings, engine=r.engine)  # the warm engine, as the GUI reuses it
+    for t in (0.0, 0.13, 0.39):
+        assert np.array_equal(scrub.frame_at(t), full[frame_index(t)]), t
+    out = tmp_path / "out.mp4"
+    progress = list(scrub.run(out))
+    assert progress[-1].finished and scrub.result.engine == "musetalk" and scrub.result.frames == 10
+    assert out.stat().st_size > 0

@@ -305,7 +305,8 @@ def build_module(kind: str, config: dict, cfg_path: Path | None = None, device: 
             elif kind == "taesd":
                 from diffusers import AutoencoderTiny
 
-                module = AutoencoderTiny.from_config(config)
+                # diffusers writes block_out_channels into AutoencoderTiny configs but does not take it back
+                module = AutoencoderTiny.from_config({k: v for k, v in config.items() if k != "block_out_channels"})
             elif kind == "whisper":
                 from transformers import WhisperConfig
                 from transformers.models.whisper.modeling_whisper import WhisperEncoder

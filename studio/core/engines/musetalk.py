@@ -186,7 +186,7 @@ class MuseTalkEngine(LipSyncEngine):
         out = np.empty((len(crops), 2 * vae.config.latent_channels, FACE_SIZE // 8, FACE_SIZE // 8), np.float32)
         with torch.inference_mode():
             for i in range(0, len(crops), batch):
-                x = torch.from_numpy(np.ascontiguousarray(crops[i : i + batch])).to(self.device)
+                x = torch.from_numpy(np.array(crops[i : i + batch])).to(self.device)  # a copy: crops may be a read-only memmap
                 x = x.permute(0, 3, 1, 2).to(self.dtype) / 255.0  # RGB in [0,1]
                 masked = x.clone()
                 masked[:, :, FACE_SIZE // 2 :, :] = 0  # lower half black in [0,1] -> -1 below
