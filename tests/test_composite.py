@@ -174,3 +174,21 @@ def test_nv12_known_colours_and_limited_range():
 def test_nv12_rejects_odd_sizes():
     with pytest.raises(ValueError, match="even"):
         rgb_to_nv12(np.zeros((1, 5, 6, 3), np.uint8))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_gives_the_cpu_result():
+    frames, boxes, masks = _avatar()
+    masks[:, :, :40] = 90  # a feathered edge too
+    faces = _faces(4)
+    weight = np.array([1.0, 0.5, 0.0, 0.8], np.float32)
+    cpu = Compositor(frames, boxes, masks).paste(faces, np.arange(4), weight)
+    gpu = Compositor(frames, boxes, masks, device="cuda").paste(faces.cuda(), np.arange(4), weight)
+    assert gpu.device.type == "cuda"
+    assert (gpu.cpu().int() - cpu.int()).abs().max() <= 1
+    assert torch.equal(gpu[2].cpu(), torch.from_numpy(frames[2]))
+    rgb = torch.from_numpy(RNG.integers(0, 256, (2, 48, 64, 3), dtype=np.uint8))
+    on_gpu = rgb_to_nv12(rgb.cuda())
+    assert on_gpu.device.type == "cuda"
+    assert (on_gpu.cpu().int() - torch.from_numpy(rgb_to_nv12(rgb.numpy(), backend="torch")).int()).abs().max() <= 1

@@ -293,3 +293,17 @@ def test_elementary_stream_path_used_by_nvenc_muxes_frames_and_audio(tmp_path, w
         times = [round(f.time * 25, 6) for f in c.decode(video=0)]
     assert times == list(range(60)) and abs(v_dur - 2.4) < 1e-6 and abs(v_dur - a_dur) < 1 / 25
     assert _psnr(_decode_y(out), rgb_to_yuv420p(talking_frames(0, 60))[0]) > 35
+
+
+def test_bad_settings_and_frame_shapes_are_refused(tmp_path):
+    with pytest.raises(RenderError, match="preset"):
+        open_video(tmp_path / "o.mp4", W, H, preset="warp9")
+    with pytest.raises(RenderError, match="CRF"):
+        open_video(tmp_path / "o.mp4", W, H, crf=70)
+    with pytest.raises(RenderError, match="encoder"):
+        open_video(tmp_path / "o.mp4", W, H, encoder="ffmpeg")
+    with open_video(tmp_path / "o.mp4", W, H, encoder="x264") as w:
+        with pytest.raises(ValueError, match="expected RGB"):
+            w.write(np.zeros((1, H, W + 2, 3), np.uint8))
+        w.write(talking_frames(0, 2))
+    assert w.frames_written == 2 and (tmp_path / "o.mp4").stat().st_size > 0

@@ -36,6 +36,8 @@ from studio.core.fsutil import atomic_path
 log = logging.getLogger(__name__)
 
 ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
+X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower",
+                "veryslow", "placebo")
 MIN_PARALLEL_CHUNK = 50  # frames: auto picks parallel x264 only when every chunk gets at least this
 MIN_CHUNK = 8  # frames: x264's reorder delay is only constant from 3 frames on (dts must join up)
 QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks
@@ -52,6 +54,10 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
     """
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
+    if preset not in X264_PRESETS:
+        raise RenderError(f"Unknown preset {preset!r}: use one of {', '.join(X264_PRESETS)}.")
+    if not 0 <= crf <= 51:
+        raise RenderError(f"CRF {crf} is out of range: use 0 (lossless) to 51 (smallest); 18-23 is typical.")
     if width < 2 or height < 2:
         raise RenderError(f"The video size {width}x{height} is too small to encode.")
     name, reason, chunks = _choose(encoder, total_frames, workers)
@@ -189,6 +195,8 @@ class VideoWriter:
             if ch.thread.is_alive() and ch.thread is not threading.current_thread():
                 ch.thread.join()
         with contextlib.suppress(Exception):
+            self._fh.close()  # first: closing the container must not write (or faststart) anything
+        with contextlib.suppress(Exception):
             self._container.close()
         self._cleanup()
         with contextlib.suppress(BaseException):
@@ -214,11 +222,18 @@ class VideoWriter:
         self._last_dts = -(1 << 62)
         self._chunks = []
         kind = self.name.split()[0]
+        enc = None
         if kind in _ELEMENTARY:
+            try:
+                enc = _ELEMENTARY[kind](self.enc_width, self.enc_height, self.fps, self._crf, self._preset)
+            except Exception as exc:  # the probe's session opened, this one did not (busy, size...)
+                self.name = "libx264"
+                self.reason = f"NVENC unavailable: {type(exc).__name__}: {exc}; using libx264"
+                self.chunks = [self.chunks[0]]
+        if enc is not None:
             # NVENC writes an Annex B elementary stream; close() muxes it with the audio.
             raw = self._tmp.with_name(f"{self._tmp.name}.h264")
             self._tmp_files.append(raw)
-            enc = _ELEMENTARY[kind](self.enc_width, self.enc_height, self.fps, self._crf, self._preset)
             self._chunks.append(_Chunk(*self.chunks[0], enc, _RawFile(raw, self._hook)))
         else:
             self._start_x264()
@@ -351,7 +366,7 @@ class VideoWriter:
         for ch in self._chunks:
             if ch.start <= index and (ch.end is None or index < ch.end):
                 return ch
-        raise ValueError(f"frame {index} is outside the clip (0..{self.chunks[-1][1] - 1})")
+        raise ValueError(f"frame {index} is outside the clip ({self.chunks[0][0]}..{self.chunks[-1][1]})")
 
     def _put(self, ch: _Chunk, item) -> None:
         while True:
