@@ -60,6 +60,7 @@ NOSE_TIP = 1
 MASK_MODES = ("jaw", "raw")
 NOSE_FEATHER = 8.0  # crop pixels: the soft edge around the cut-out nose (at most ``feather``)
 MAX_SMOOTH_SIGMA = 3.0  # frames: the Gaussian sigma at smoothing strength 1.0
+QUIET_CALLS = 5  # first tracker calls run with fd 2 silenced (mediapipe's start-up warnings)
 TRACK_MAX_SIDE = 1920  # frames larger than this are downscaled before tracking (landmarks are normalised)
 
 
@@ -88,7 +89,10 @@ class FaceTracker:
                 min_detection_confidence=min_confidence,
                 min_tracking_confidence=min_confidence,
             )
-        self._first = True
+            # One blank frame while fd 2 is silenced: the graph's threads print their start-up
+            # warnings during the first inference (no face in it, so no tracking state is kept).
+            self._mesh.process(np.zeros((64, 64, 3), np.uint8))
+        self._calls = 0
 
     def __call__(self, rgb: np.ndarray) -> np.ndarray | None:
         h, w = rgb.shape[:2]
@@ -99,10 +103,11 @@ class FaceTracker:
             f = TRACK_MAX_SIDE / max(h, w)
             small = cv2.resize(rgb, (max(1, round(w * f)), max(1, round(h * f))), interpolation=cv2.INTER_AREA)
         small = np.ascontiguousarray(small)
-        ctx = _quiet_stderr() if self._first else contextlib.nullcontext()
+        # The graph's threads log start-up warnings during the first inferences.
+        ctx = _quiet_stderr() if self._calls < QUIET_CALLS else contextlib.nullcontext()
         with ctx:
             result = self._mesh.process(small)
-        self._first = False
+        self._calls += 1
         if not result.multi_face_landmarks:
             return None
         pts = result.multi_face_landmarks[0].landmark
