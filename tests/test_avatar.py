@@ -178,6 +178,44 @@ def test_trim_and_the_size_limit(pan_video, monkeypatch):
     assert not (avatar.library_dir() / "huge").exists()
 
 
+@pytest.mark.parametrize("start, end, frames", [(None, None, 75), (0.5, 1.5, 25), (2.3, 2.9, 15), (2.5, None, 13)])
+def test_25fps_resampling_picks_the_source_frame_on_screen(pan_video, start, end, frames):
+    import math
+
+    import av
+
+    from studio.core.avatar import _VideoReader
+
+    with av.open(str(pan_video)) as c:
+        source = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]  # 30 fps
+    out = list(_VideoReader(pan_video, start, end))  # trim_start > 2 s takes the seek path
+    assert len(out) == frames
+    for j, frame in enumerate(out):
+        t = (start or 0.0) + j / 25
+        assert np.array_equal(frame, source[math.floor(t * 30 + 1e-6)]), j
+
+
+def test_display_rotation_of_phone_videos_is_applied(tmp_path):
+    import av
+    from PIL import Image
+
+    upright = np.asarray(Image.open(DEMO_AVATAR).convert("RGB"))[:, 56:456]  # 512 high, 400 wide
+    stored = np.ascontiguousarray(np.rot90(upright, k=-1))  # what a phone writes: pixels on their side
+    src = tmp_path / "phone.mp4"
+    with av.open(str(src), "w") as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = stored.shape[1], stored.shape[0], "yuv420p"
+        s.set_display_rotation(90)  # players turn it back upright
+        for _ in range(3):
+            for p in s.encode(av.VideoFrame.from_ndarray(stored, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    a = avatar.prepare("phone", src)
+    assert (a.width, a.height) == (400, 512) and a.face_ok.all()
+    assert np.abs(a.frames[0].astype(int) - upright.astype(int)).mean() < 8
+
+
 def test_truncated_video_is_refused(tmp_path, pan_video):
     src = tmp_path / "broken.mp4"
     src.write_bytes(pan_video.read_bytes()[:2000])
