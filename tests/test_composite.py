@@ -106,6 +106,18 @@ def test_boxes_past_the_frame_edge_and_odd_frame_sizes():
     assert np.array_equal(out[1, 50:], frames[1, 50:])
 
 
+def test_paste_in_place_into_given_frames_equals_paste():
+    frames, boxes, masks = _avatar()
+    comp = Compositor(frames, boxes, masks)
+    idx, weight = np.array([1, 3]), np.array([0.6, 1.0], np.float32)
+    expect = comp.paste(_faces(2), idx, weight)
+    buf = comp.background(idx)
+    got = comp.paste(_faces(2), idx, weight, out=buf)
+    assert got is buf and torch.equal(buf, expect)
+    with pytest.raises(ValueError, match="out must be"):
+        comp.paste(_faces(2), idx, weight, out=buf[:, :10])
+
+
 def test_background_returns_the_untouched_frames():
     frames, boxes, masks = _avatar()
     comp = Compositor(frames, boxes, masks)

@@ -79,10 +79,11 @@ class Compositor:
             batch = batch.pin_memory().to(self.device, non_blocking=True)
         return batch
 
-    def paste(self, faces, idx, weight=None):
+    def paste(self, faces, idx, weight=None, out=None):
         """Blend ``faces`` (uint8 [B,256,256,3] RGB) into avatar frames ``idx`` with ``weight`` 0..1.
 
-        Returns uint8 [B,H,W,3] RGB on the device.
+        Returns uint8 [B,H,W,3] RGB on the device. ``out``: blend in place into these frames
+        instead (uint8 [B,H,W,3] on the device, normally ``background(idx)``), saving a copy.
         """
         import torch
 
@@ -93,7 +94,10 @@ class Compositor:
         w = np.ones(b, np.float32) if weight is None else np.asarray(weight, np.float32).reshape(-1)
         if len(w) != b:
             raise ValueError(f"weight must have {b} values, got {len(w)}")
-        out = self.background(idx)
+        if out is None:
+            out = self.background(idx)
+        elif tuple(out.shape) != (b, self.height, self.width, 3) or out.dtype != torch.uint8:
+            raise ValueError(f"out must be uint8 [{b},{self.height},{self.width},3], got {tuple(out.shape)}")
         live = np.flatnonzero(w > 0)
         vis = self._visible(idx)
         live = live[(vis[live, 2] > vis[live, 0]) & (vis[live, 3] > vis[live, 1])]
