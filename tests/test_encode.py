@@ -83,6 +83,8 @@ def test_round_trip_frames_rate_timestamps_audio_and_colour(tmp_path, wav):
     assert abs(a_dur - 2.37) < 0.01 and abs(v_dur - a_dur) < 1 / 25
     assert [round(f.time * 25, 6) for f in frames] == list(range(60))  # frame t at t/25
     assert frames[0].format.name == "yuv420p"
+    data = out.read_bytes()
+    assert data.index(b"moov") < data.index(b"mdat")  # faststart: the index comes first
     y_ref = rgb_to_yuv420p(talking_frames(0, 60))[0]
     assert _psnr(np.stack([f.to_ndarray(format="yuv420p")[:H] for f in frames]), y_ref) > 35
 
