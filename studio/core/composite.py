@@ -71,8 +71,11 @@ class Compositor:
 
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         if self._cache_frames:
-            if self._frames_t is None:
-                self._frames_t = torch.from_numpy(np.ascontiguousarray(self.frames)).to(self.device)
+            if self._frames_t is None:  # upload in slices: no full host copy of a memory map
+                cache = torch.empty((self.n, self.height, self.width, 3), dtype=torch.uint8, device=self.device)
+                for s in range(0, self.n, 64):
+                    cache[s : s + 64] = torch.from_numpy(np.array(self.frames[s : s + 64], dtype=np.uint8))
+                self._frames_t = cache
             return self._frames_t.index_select(0, torch.from_numpy(idx).to(self.device))
         batch = torch.from_numpy(np.ascontiguousarray(self.frames[idx]))  # fancy index = a copy
         if self.device.type != "cpu":
@@ -124,7 +127,7 @@ class Compositor:
         import torch
 
         if self._masks_t is None:
-            m = torch.from_numpy(np.ascontiguousarray(self._masks_np, dtype=np.uint8))
+            m = torch.from_numpy(np.array(self._masks_np, dtype=np.uint8))  # a writable copy (small)
             self._masks_t = m.unsqueeze(1).to(self.device)
         return self._masks_t
 
