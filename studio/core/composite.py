@@ -56,7 +56,6 @@ class Compositor:
         self.device = torch.device(device)
         self.n, self.height, self.width = frames_shape[:3]
         self.boxes = np.asarray(boxes, dtype=np.int64)
-        self._boxes_t = torch.from_numpy(self.boxes.copy()).to(self.device)
         self._masks_np = masks
         self._masks_t = None  # uint8 [N,1,256,256] on the device, on first use
         self._frames_t = None  # the whole clip on the device, when it fits the cache budget
