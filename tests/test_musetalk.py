@@ -155,6 +155,12 @@ def test_folded_time_embedding_gives_the_same_unet_output(official):
     assert isinstance(unet.time_embedding, rt.ConstantEmbedding)
     torch.testing.assert_close(folded, ref, atol=1e-5, rtol=1e-5)
     assert ref.shape == (2, 4, 32, 32) and ref.abs().mean() > 0
+    half = models.load_module("unet", official[0] / "musetalkV15", official[0] / "musetalkV15" / "unet.pth",
+                              dtype=torch.bfloat16)
+    want = half.time_embedding(half.time_proj(torch.zeros(1)).to(torch.bfloat16))
+    rt.fold_time_embedding(half)
+    assert half.time_embedding.emb.dtype == torch.bfloat16
+    torch.testing.assert_close(half.time_embedding.emb, want, atol=0.02, rtol=0.02)
 
 
 # --- the engine ---------------------------------------------------------------------------------------

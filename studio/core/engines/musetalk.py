@@ -13,6 +13,15 @@ runs once at timestep 0 with the audio tokens as ``encoder_hidden_states``; its 
 by the SD-VAE (``decode(lat / 0.18215)``) or by TAESD (which lives in the scaled latent space, so
 no division), mapped from [-1,1] to uint8 with rounding. Faces stay RGB (the official code flips to
 BGR for OpenCV). Weights are the official files, loaded strictly (``studio.core.models``).
+
+Where the official code has known bugs we do the right thing (spec §1.6, §3.3, §4.2, §7):
+- the positional encoding is added at inference, as the official inference does (the released
+  training code lost it while tidying, MuseTalk#136);
+- every avatar frame gets a latent, face or not, so latents stay aligned with frames and boxes
+  (the official list skips face-less frames and drifts);
+- T = ceil(duration * 25) frames, all generated (official: floor, and the loop writes T-1);
+- v1.0 weights get the same HF whisper features as v1.5 (what the official code feeds both since
+  2025-03-31; the legacy pre-LayerNorm, clamped-edge path has no reference output to match).
 """
 
 from __future__ import annotations
@@ -113,7 +122,7 @@ class MuseTalkEngine(LipSyncEngine):
                     log.info("latent cache %s has shape %s, avatar has %d frames: re-encoding", cache, arr.shape, n)
             except (OSError, ValueError) as exc:
                 log.warning("latent cache %s unreadable (%s): re-encoding", cache, exc)
-        if latents is None:
+        if latents is None:  # all N crops, face-less ones too: index i is always frame i
             latents = self.encode_crops(crops)
             cache.parent.mkdir(parents=True, exist_ok=True)
             from studio.core.fsutil import atomic_path
@@ -146,7 +155,7 @@ class MuseTalkEngine(LipSyncEngine):
                              f"features {f.min()}..{f.max()} of {len(self.features)}")
         nets = self._load()
         with torch.inference_mode():
-            lat = prepared.latents[torch.from_numpy(a).to(self.device)]
+            lat = self._channels_last(prepared.latents[torch.from_numpy(a).to(self.device)])
             audio = self.features.window(f).to(self.device, self.dtype)
             return nets["run"](lat, audio).clone()
 
@@ -213,7 +222,7 @@ class MuseTalkEngine(LipSyncEngine):
         if self.device.type == "cuda":  # tensor-core convolutions prefer NHWC
             for m in (unet, vae, taesd):
                 if m is not None:
-                    m.to(memory_format=torch.channels_last)
+                    torch.nn.Module.to(m, memory_format=torch.channels_last)
         unet_c = rt.maybe_compile(unet, self.compile)
         scale = float(vae.config.scaling_factor)
         t0 = torch.zeros(1, dtype=torch.long, device=self.device)

@@ -75,13 +75,12 @@ def fold_time_embedding(unet) -> None:
     if isinstance(unet.time_embedding, ConstantEmbedding):
         return
     module = unet.time_embedding
+    p = next(module.parameters())
+    dtype, device = p.dtype, p.device  # read first: .float() below converts p in place
     with torch.no_grad():
-        p = next(module.parameters())
-        t = torch.zeros(1, device=p.device)
-        t_emb = unet.time_proj(t).to(torch.float32)
+        t_emb = unet.time_proj(torch.zeros(1, device=device)).to(torch.float32)
         emb = module.float()(t_emb)
-        module.to(p.dtype)
-    unet.time_embedding = ConstantEmbedding(emb.to(p.dtype))
+    unet.time_embedding = ConstantEmbedding(emb.to(dtype))
 
 
 class ConstantEmbedding(torch.nn.Module):
