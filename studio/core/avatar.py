@@ -71,6 +71,17 @@ class AvatarParams:
     trim_start: float | None = None  # seconds into a video
     trim_end: float | None = None
 
+    def __post_init__(self):  # one canonical type per field, so cache keys do not depend on 24 vs 24.0
+        try:
+            for name, kind in (("bbox_shift", int), ("extra_margin", int), ("cheek_width", int),
+                               ("feather", float), ("smooth", float), ("mask_mode", str)):
+                object.__setattr__(self, name, kind(getattr(self, name)))
+            for name in ("trim_start", "trim_end"):
+                v = getattr(self, name)
+                object.__setattr__(self, name, None if v is None else float(v))
+        except (TypeError, ValueError) as exc:
+            raise AvatarError(f"invalid avatar parameter ({exc}); use numbers for sizes and times") from None
+
     def check(self) -> AvatarParams:
         """Return self, or raise ``AvatarError`` naming the bad parameter."""
         if abs(int(self.bbox_shift)) > 1000:
