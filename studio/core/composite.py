@@ -168,13 +168,32 @@ class Compositor:
         fg = res[:, :3].permute(0, 2, 3, 1)
 
         # Gather each item's window from its background, blend, scatter back (no overlaps).
-        rows_t = torch.from_numpy(rows).to(dev)
+        bg = self._windows(out, rows, oy, ox, win_h, win_w).float()  # [n,win_h,win_w,3]
+        blended = torch.addcmul(bg, a.unsqueeze(-1), fg - bg).round_().clamp_(0, 255)
+        self._windows(out, rows, oy, ox, win_h, win_w, put=blended.to(torch.uint8))
+
+    def _windows(self, out, rows, oy, ox, win_h, win_w, put=None):
+        """Read (or write ``put`` into) the [n,win_h,win_w,3] windows of ``out`` at (oy, ox).
+
+        One gather/scatter kernel on CUDA; on the CPU plain slices are ~3x faster than that.
+        """
+        import torch
+
+        if out.device.type == "cpu":
+            views = [out[r, y : y + win_h, x : x + win_w] for r, y, x in zip(rows, oy, ox)]
+            if put is None:
+                return torch.stack(views)
+            for v, p in zip(views, put):
+                v.copy_(p)
+            return None
+        dev = out.device
         yi = torch.from_numpy(oy).to(dev)[:, None] + torch.arange(win_h, device=dev)[None]
         xi = torch.from_numpy(ox).to(dev)[:, None] + torch.arange(win_w, device=dev)[None]
-        bi, yy, xx = rows_t[:, None, None], yi[:, :, None], xi[:, None, :]
-        bg = out[bi, yy, xx].float()  # [n,win_h,win_w,3]
-        blended = torch.addcmul(bg, a.unsqueeze(-1), fg - bg).round_().clamp_(0, 255)
-        out[bi, yy, xx] = blended.to(torch.uint8)
+        bi, yy, xx = torch.from_numpy(rows).to(dev)[:, None, None], yi[:, :, None], xi[:, None, :]
+        if put is None:
+            return out[bi, yy, xx]
+        out[bi, yy, xx] = put
+        return None
 
 
 def pad_even(frames):
