@@ -201,7 +201,8 @@ def resolve(name_or_path: str | os.PathLike, params: AvatarParams | None = None,
     source and the parameters are unchanged). ``params`` for a library name re-prepares it when
     they differ from its own."""
     text = str(name_or_path)
-    if not isinstance(name_or_path, os.PathLike) and _NAME_RE.match(text) and (library_dir() / text / "meta.json").exists():
+    is_name = not isinstance(name_or_path, os.PathLike) and _NAME_RE.match(text)
+    if is_name and (library_dir() / text / "meta.json").exists():
         assets = load(text)
         if params is None or params == assets.params:
             return assets

@@ -157,7 +157,8 @@ def musetalk_box(lm: np.ndarray, width: int, height: int, bbox_shift: int = 0, e
     return box.astype(np.int32)
 
 
-def boxes_for(landmarks: np.ndarray, width: int, height: int, bbox_shift: int = 0, extra_margin: int = 10) -> np.ndarray:
+def boxes_for(landmarks: np.ndarray, width: int, height: int, bbox_shift: int = 0,
+              extra_margin: int = 10) -> np.ndarray:
     """``musetalk_box`` for every frame of ``[N,478,2]`` landmarks -> ``[N,4]`` int32."""
     return np.stack([musetalk_box(lm, width, height, bbox_shift, extra_margin) for lm in landmarks]).astype(np.int32)
 

@@ -46,7 +46,8 @@ def make_video(path: Path, seconds: float, width: int, height: int, fps: int = 3
             ch = 300 - 40 * np.sin(np.pi * u)
             cw = ch * aspect
             cx, cy = 225 + 15 * np.sin(2 * np.pi * u), 150
-            m = np.float32([[width / cw, 0, -(cx - cw / 2) * width / cw], [0, height / ch, -(cy - ch / 2) * height / ch]])
+            sx, sy = width / cw, height / ch
+            m = np.float32([[sx, 0, -(cx - cw / 2) * sx], [0, sy, -(cy - ch / 2) * sy]])
             frame = cv2.warpAffine(img, m, (width, height), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
             for p in s.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 c.mux(p)
