@@ -257,6 +257,27 @@ def test_fp16_faces_match_fp32_on_cuda(store, tmp_path, decoder):
     assert diff.mean() < 2.0 and diff.max() < 40, (diff.mean(), diff.max())
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_buckets_match_eager_on_cuda(store, tmp_path):
+    from studio.core.engines.musetalk import MuseTalkEngine
+
+    avatar = FakeAvatar(tmp_path, n=3)
+    wave = _wave(tmp_path, 1.0)
+    out = {}
+    for graphs in (False, True):
+        engine = MuseTalkEngine(device="cuda", precision="fp32", cuda_graphs=graphs, batch=8)
+        prepared = engine.prepare(avatar)
+        engine.bind(engine.audio_features(wave))
+        out[graphs] = [engine.generate(prepared, [i % 3 for i in range(n)], list(range(n))).cpu() for n in (1, 3, 8, 70)]
+        if graphs:
+            assert set(engine._load()["run"]._graphs) >= {1, 4, 8, 64}  # padded up to buckets
+        engine.close()
+    for eager, graphed in zip(out[False], out[True]):
+        assert eager.shape == graphed.shape
+        assert (eager.int() - graphed.int()).abs().max() <= 1
+
+
 def test_pad_left_and_window_constants_are_the_spec():
     assert (PAD_LEFT, WINDOW) == (4, 10)
 

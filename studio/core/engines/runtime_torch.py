@@ -181,7 +181,7 @@ class GraphRunner:
 
         try:
             reps = torch.arange(b, device=inputs[0].device) % inputs[0].shape[0]
-            static = [x[reps].clone() for x in inputs]  # real data in every row
+            static = [_empty_like(x, b).copy_(x[reps]) for x in inputs]  # real data in every row
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             side = torch.cuda.Stream()
@@ -191,7 +191,8 @@ class GraphRunner:
                     self.fn(*static)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            # thread_local: CUDA work on other threads (compositing, decoding) may go on meanwhile
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 out = self.fn(*static)
             log.debug("captured a CUDA graph for batch %d", b)
             return _Graph(graph, static, out)
@@ -199,3 +200,11 @@ class GraphRunner:
             log.warning("CUDA graph capture failed for batch %d (%s); running it eagerly", b, exc)
             torch.cuda.synchronize()
             return False
+
+
+def _empty_like(x, rows: int):
+    """An uninitialised ``[rows, *x.shape[1:]]`` tensor in ``x``'s dtype, device and layout."""
+    fmt = torch.contiguous_format
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        fmt = torch.channels_last
+    return torch.empty((rows, *x.shape[1:]), dtype=x.dtype, device=x.device, memory_format=fmt)
