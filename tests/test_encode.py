@@ -171,10 +171,19 @@ def _read_only_folder(tmp_path) -> Path:
 
 
 def test_missing_or_read_only_output_folder(tmp_path):
-    with pytest.raises(RenderError, match="does not exist"):
-        open_video(tmp_path / "nope" / "o.mp4", W, H)
-    with pytest.raises(RenderError, match="not writable"):
-        open_video(_read_only_folder(tmp_path) / "o.mp4", W, H)
+    from studio.core.encode import check_output
+
+    for check in (lambda p: open_video(p, W, H), check_output):
+        with pytest.raises(RenderError, match="does not exist"):
+            check(tmp_path / "nope" / "o.mp4")
+    ro = _read_only_folder(tmp_path)
+    for check in (lambda p: open_video(p, W, H), check_output):
+        with pytest.raises(RenderError, match="not writable"):
+            check(ro / "o.mp4")
+    (tmp_path / "ok.mp4").write_bytes(b"keep")
+    assert check_output(tmp_path / "ok.mp4") == tmp_path / "ok.mp4"
+    assert (tmp_path / "ok.mp4").read_bytes() == b"keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.mp4", "ro"]
 
 
 @pytest.mark.parametrize("encoder", ["x264", "x264-parallel"])

@@ -65,6 +65,25 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
                        chunks=chunks, crf=crf, preset=preset, fps=fps, write_hook=write_hook)
 
 
+def check_output(path) -> Path:
+    """Raise RenderError unless ``path``'s folder exists and accepts new files (nothing is left)."""
+    path = Path(path)
+    try:
+        with atomic_path(path, suffix=".mp4") as tmp:
+            raise _Probe(tmp)
+    except _Probe:
+        return path
+    except FileNotFoundError as exc:
+        raise RenderError(f"The output folder {path.parent} does not exist: create it or choose another.") from exc
+    except OSError as exc:
+        raise RenderError(f"The output folder {path.parent} is not writable ({exc.strerror}): "
+                          "choose another folder.") from exc
+
+
+class _Probe(Exception):
+    """Leaves ``atomic_path`` on purpose: its temporary is deleted and the target is untouched."""
+
+
 @functools.lru_cache(maxsize=1)
 def probe_nvenc() -> tuple[bool, str]:
     """(available, why): NVENC counts as available only when an encode session really opens."""
@@ -207,7 +226,7 @@ class VideoWriter:
     def _check_folder(self) -> None:
         folder = self.path.parent
         if not folder.is_dir():
-            raise RenderError(f"The output folder {folder} does not exist: create it or choose another.")
+            check_output(self.path)  # raises the "does not exist" sentence
         self._atomic = atomic_path(self.path, suffix=".mp4")
         try:
             self._tmp = self._atomic.__enter__()  # left in close() (rename) or abort() (delete)
