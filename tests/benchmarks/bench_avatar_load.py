@@ -88,6 +88,8 @@ def main() -> int:
     size = sum((a.folder / f"{n}.npy").stat().st_size for n in a.meta["files"])
     print(f"prepare: {a.N} frames in {prep_s:.1f} s ({a.N / prep_s:.1f} frames/s), "
           f"cache {size / 2**30:.2f} GiB, face-less frames {a.meta['faceless_frames']}")
+    print("  per stage: " + ", ".join(f"{k} {v:.1f} s ({a.N / max(v, 1e-9):.0f} frames/s)"
+                                      for k, v in a.meta["stage_s"].items()))
     del a
 
     load_ms = timed(lambda: avatar.load("bench"), args.repeat)
