@@ -124,10 +124,13 @@ def test_verify_detects_truncated_and_changed_files(copy_of, studio_home):
     assert models.availability().startswith("unavailable: ") and "unet.pth" in models.availability()
 
 
-def test_empty_store_is_unavailable_with_the_fix():
-    line = models.availability()
-    assert line.startswith("unavailable: no a MuseTalk UNet") or line.startswith("unavailable:")
-    assert "studio models import DIR" in line
+def test_empty_or_partial_store_is_unavailable_with_the_fix(official):
+    assert models.availability() == (
+        "unavailable: not imported: a MuseTalk UNet (musetalkV15/ or musetalk/), sd-vae/, whisper/; "
+        "run studio models import DIR with the official MuseTalk models/ folder")
+    models.import_models(taesd=official[1])
+    assert models.availability().startswith("unavailable: not imported: a MuseTalk UNet (musetalkV15/ or musetalk/), sd-vae/, whisper/;")
+    assert list(models.list_models()) == ["taesd"]
 
 
 # --- bad folders: one clear line naming the file ----------------------------------------------------

@@ -257,7 +257,7 @@ def availability(models_dir=None, version: str = "v15") -> str:
     missing = [label for label, ok in (("a MuseTalk UNet (musetalkV15/ or musetalk/)", unets),
                                        ("sd-vae/", "sd-vae" in have), ("whisper/", "whisper" in have)) if not ok]
     if missing:
-        return ("unavailable: no " + ", no ".join(missing) + " imported; run studio models import DIR "
+        return ("unavailable: not imported: " + ", ".join(missing) + "; run studio models import DIR "
                 "with the official MuseTalk models/ folder")
     parts = [COMPONENTS[unets[0]].label, "sd-vae", "whisper-tiny"]
     parts.append("taesd" if "taesd" in have else "no taesd (decoder sd-vae only)")
