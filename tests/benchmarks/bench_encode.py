@@ -3,9 +3,10 @@
     .venv/bin/python tests/benchmarks/bench_encode.py [--size 1280x720] [--frames 300] [--workers N]
 
 720p synthetic talking-head-like frames (smooth head, moving mouth, soft texture: not noise, which
-encodes ~3x slower and is not representative), fed as NV12 (the GPU renderer's format) and as RGB. Prints fps for
-each encoder and the ratio against the single encoder measured in the same run; also the CPU cost
-of paste + RGB->NV12 per frame for context. Not collected by pytest.
+encodes ~3x slower and is not representative), fed as NV12 (the GPU renderer's format) and as RGB.
+Prints fps for each encoder (best of --repeat alternated runs) and the ratio against the single
+encoder measured in the same run; also the CPU cost of paste + RGB->NV12 per frame for context.
+Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--unique", type=int, default=100, help="distinct frames (played ping-pong)")
     ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--repeat", type=int, default=2, help="best of N runs of each encoder")
     args = ap.parse_args()
     w, h = map(int, args.size.split("x"))
 
@@ -103,17 +105,21 @@ def main() -> None:
     paste_ms = (time.perf_counter() - t0) / 48 * 1000
     print(f"CPU per frame: paste {paste_ms:.1f} ms, RGB->NV12 {conv_ms:.1f} ms")
 
+    runs = [("x264", nv12, "NV12"), ("x264-parallel", nv12, "NV12"), ("x264", rgb, "RGB"),
+            ("x264-parallel", rgb, "RGB")]
+    best: dict[tuple[str, str], tuple[float, str, int]] = {}
     with tempfile.TemporaryDirectory() as folder:
-        single_fps, name, size = encode(nv12, args.frames, w, h, "x264", None, folder)
-        print(f"{name:28s} {single_fps:8.1f} fps  {size / args.frames / 1024:6.1f} KiB/frame  (baseline)")
-        par_fps, name, size = encode(nv12, args.frames, w, h, "x264-parallel", args.workers, folder)
-        print(f"{name:28s} {par_fps:8.1f} fps  {size / args.frames / 1024:6.1f} KiB/frame")
-        rgb_single, name, _ = encode(rgb, args.frames, w, h, "x264", None, folder)
-        print(f"{name + ' (RGB in)':28s} {rgb_single:8.1f} fps  (RGB->NV12 in the encoder thread)")
-        rgb_par, name, _ = encode(rgb, args.frames, w, h, "x264-parallel", args.workers, folder)
-        print(f"{name + ' (RGB in)':28s} {rgb_par:8.1f} fps  (RGB->NV12 in each chunk's thread)")
-    print(f"ratio parallel / single (NV12 in): {par_fps / single_fps:.2f}x")
-    print(f"ratio parallel / single (RGB in):  {rgb_par / rgb_single:.2f}x")
+        for _ in range(args.repeat):  # alternate the runs: a shared machine's load hits all alike
+            for encoder, clip, fed in runs:
+                got = encode(clip, args.frames, w, h, encoder, args.workers, folder)
+                if got[0] > best.get((encoder, fed), (0.0,))[0]:
+                    best[(encoder, fed)] = got
+    for encoder, _, fed in runs:
+        fps, name, size = best[(encoder, fed)]
+        print(f"{name + ' (' + fed + ' in)':32s} {fps:8.1f} fps  {size / args.frames / 1024:6.1f} KiB/frame")
+    for fed in ("NV12", "RGB"):
+        ratio = best[("x264-parallel", fed)][0] / best[("x264", fed)][0]
+        print(f"ratio parallel / single ({fed} in): {ratio:.2f}x")
 
 
 if __name__ == "__main__":
