@@ -74,10 +74,12 @@ def _render(avatar, audio, output, args) -> int:
     probe(audio)  # bad audio fails before any avatar work
     renderer = Renderer(avatar, audio, settings)
     bar = ProgressBar("render")
-    if not args.json:
-        print(f"engine: {renderer.engine.name} ({renderer.engine_reason})", file=sys.stderr)
+    said = args.json  # name the engine once the render has really started (bad input says one line)
     try:
         for p in renderer.run(output):
+            if not said:
+                print(f"engine: {renderer.engine.name} ({renderer.engine_reason})", file=sys.stderr)
+                said = True
             if not p.finished:
                 bar.update(p.done, p.total, f"{p.fps:6.1f} fps  ETA {fmt_seconds(p.eta_s)}")
     finally:

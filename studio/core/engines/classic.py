@@ -121,7 +121,7 @@ class ClassicEngine(LipSyncEngine):
         # CPU: one sample at a time, so a face never depends on its batch neighbours
         outs = []
         for j, i in enumerate(avatar_idx):
-            crop = torch.from_numpy(np.ascontiguousarray(prepared.crops[i : i + 1]))
+            crop = torch.from_numpy(np.array(prepared.crops[i : i + 1]))
             outs.append(warp_mouth(crop, _rig_rows(prepared.rig, avatar_idx[j : j + 1]), params[j : j + 1], self.device))
         return torch.cat(outs, 0)
 
