@@ -54,7 +54,8 @@ def create_app(argv: list[str] | None = None):
     app.setWindowIcon(QIcon(str(res / "icons" / "studio.svg")))
     qss = res / "style.qss"
     if qss.exists():
-        app.setStyleSheet(qss.read_text(encoding="utf-8"))
+        icons = (res / "icons").as_posix()
+        app.setStyleSheet(qss.read_text(encoding="utf-8").replace("@ICONS@", icons))
     pg.setConfigOptions(antialias=True, foreground="#c8ccd4", background="#16181d", imageAxisOrder="row-major")
     return app
 

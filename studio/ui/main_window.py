@@ -480,7 +480,9 @@ class MainWindow(QMainWindow):
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
         else:
-            self.resize(1440, 900)
+            self.resize(1440, 940)
+            self.resizeDocks([self.library_dock, self.render_dock], [300, 330], Qt.Orientation.Horizontal)
+            self.resizeDocks([self.queue_dock], [170], Qt.Orientation.Vertical)
         state = s.value("window/state")
         if isinstance(state, QByteArray) and not state.isEmpty():
             self.restoreState(state, cfg.VERSION)

@@ -65,6 +65,8 @@ class TimelineView(QWidget):
         self.wave_plot.getAxis("left").setLabel("wave")
         self.rms_plot.setLogMode(x=False, y=True)
         self.rms_plot.getAxis("left").setLabel("RMS")
+        self.rms_plot.getAxis("left").enableAutoSIPrefix(False)
+        self.wave_plot.getAxis("left").enableAutoSIPrefix(False)
         self.rms_plot.getAxis("bottom").setLabel("time", units="s")
 
         fill = pg.mkBrush(79, 163, 255, 110)
@@ -74,7 +76,7 @@ class TimelineView(QWidget):
 
         self.threshold_line = pg.InfiniteLine(
             angle=0, movable=True, pen=pg.mkPen(ACCENT, width=2), hoverPen=pg.mkPen("#ffd08a", width=3),
-            label="threshold {value:.4f}", labelOpts={"position": 0.96, "color": ACCENT, "movable": True},
+            label="threshold {value:.4f}", labelOpts={"position": 0.88, "color": ACCENT, "movable": True},
         )
         self.threshold_line.setValue(math.log10(self.threshold))
         self.threshold_line.sigPositionChanged.connect(self._threshold_dragged)

@@ -221,7 +221,11 @@ class Task(QObject):
         self.error.connect(self._release)
 
     def _release(self, *_):
-        Task._alive.discard(self)
+        # after every other slot of this emission has run: dropping the last reference mid-emission
+        # would delete the sender and skip the remaining slots
+        from PySide6.QtCore import QTimer
+
+        QTimer.singleShot(0, lambda: Task._alive.discard(self))
 
     def cancel(self) -> None:
         """Ask the job to stop: its next progress report raises ``Cancelled``."""
