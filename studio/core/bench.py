@@ -213,8 +213,9 @@ def official_loop(avatar, audio: Path, unet, vae, features: np.ndarray, latents,
     stages = {"model": 0.0, "resize_blend": 0.0, "png": 0.0, "encode": 0.0, "mux": 0.0}
     t_start = time.perf_counter()
     timestep = torch.tensor([0], device=device)
-    feats = torch.from_numpy(np.asarray(features[:T])).to(device, torch.float16)
-    lat_all = latents.to(device, torch.float16)
+    dtype = next(unet.parameters()).dtype  # fp16 on CUDA as the official script; fp32 on a CPU
+    feats = torch.from_numpy(np.asarray(features[:T])).to(device, dtype)
+    lat_all = latents.to(device, dtype)
     for a in range(0, T, OFFICIAL_BATCH):
         b = min(T, a + OFFICIAL_BATCH)
         t0 = time.perf_counter()
@@ -222,7 +223,9 @@ def official_loop(avatar, audio: Path, unet, vae, features: np.ndarray, latents,
         with torch.no_grad():
             pred = unet(lat_all[idx], timestep, encoder_hidden_states=feats[a:b]).sample
             img = vae.decode(pred / 0.18215).sample
-        img = (img / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).mul(255).round().to(torch.uint8).cpu().numpy()[..., ::-1]
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        img = (img.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).mul(255).round().to(torch.uint8).cpu().numpy()[..., ::-1]
         stages["model"] += time.perf_counter() - t0
         for j, t in enumerate(range(a, b)):
             t0 = time.perf_counter()
@@ -318,3 +321,100 @@ def machine_info() -> dict:
     return info
 
 
+
+
+# --------------------------------------------------------------------------------------------
+# The whole benchmark
+
+
+def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = None, height: int | None = None,
+              decoders=("taesd", "sd-vae"), official_frames: int | None = None, encoder: str = "auto",
+              batch: int = 0, compile: bool = False, classic: bool = True, note=log.info) -> dict:
+    """Time our renderer (MuseTalk with each decoder, and the classic engine) and the official loop.
+
+    On CUDA the defaults are the reference workload (672 frames, 1080p, real architecture); on
+    CPU a smoke version (48 frames, 360p, tiny configs of the same classes). ``note(text)`` is
+    called with progress lines.
+    """
+    import torch
+
+    from studio.core import models
+    from studio.core.engines import runtime_torch as rt
+    from studio.core.engines.classic import ClassicEngine
+    from studio.core.engines.musetalk import MuseTalkEngine
+    from studio.core.render import RenderSettings
+
+    dev = rt.resolve_device(device)
+    cuda = dev.type == "cuda"
+    frames = frames or (REF_FRAMES if cuda else 48)
+    height = height or (1080 if cuda else 360)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = {"machine": machine_info(), "device": str(dev), "frames": frames, "height": height, "runs": {}}
+
+    note(f"inputs: {frames} frames, {height}p video avatar")
+    audio = reference_audio(workdir, frames)
+    avatar = synthetic_avatar(workdir, height)
+    from studio.core.audio import analysis_of, load
+
+    out["silent_fraction"] = round(float(analysis_of(load(audio)).mask().mean()), 3)
+    models_dir, weights = _bench_models(workdir, tiny=not cuda, note=note)
+    out["weights"] = weights
+
+    def settings(**kw):
+        return RenderSettings(device=str(dev), encoder=encoder, batch=batch, **kw)
+
+    for decoder in decoders:
+        note(f"MuseTalk + {decoder}: loading and warming up")
+        engine = MuseTalkEngine(device=str(dev), precision="fp16" if cuda else "fp32", decoder=decoder,
+                                batch=batch, compile=compile, models_dir=models_dir)
+        time_render(avatar, audio, settings(engine="musetalk", decoder=decoder), engine,
+                    workdir / f"warm_{decoder}.mp4")  # graphs, encoders, latents: all warm
+        note(f"MuseTalk + {decoder}: timing")
+        run = time_render(avatar, audio, settings(engine="musetalk", decoder=decoder), engine,
+                          workdir / f"ours_{decoder}.mp4")
+        run["engine"] = engine.describe()
+        run["batch"] = batch or engine.preferred_batch()
+        out["runs"][f"musetalk-{decoder}"] = run
+        note(f"MuseTalk + {decoder}: {run['fps']} frames/s end to end")
+        if decoder == "sd-vae" or decoder == decoders[-1]:
+            official_engine = engine
+        else:
+            engine.close()
+    if classic:
+        eng = ClassicEngine(device=str(dev))
+        time_render(avatar, audio, settings(engine="classic"), eng, workdir / "warm_classic.mp4")
+        out["runs"]["classic"] = time_render(avatar, audio, settings(engine="classic"), eng, workdir / "classic.mp4")
+        note(f"classic: {out['runs']['classic']['fps']} frames/s end to end")
+
+    note("official loop reproduction: loading fp16 eager UNet + SD-VAE")
+    p = models.resolve(models_dir)
+    dtype = torch.float16 if cuda else torch.float32
+    unet = models.load_module("unet", p.unet, p.weight_file(p.unet), dev, dtype)
+    vae = models.load_module("vae", p.vae, p.weight_file(p.vae), dev, dtype)
+    feats = official_engine.audio_features(load(audio)).array()
+    latents = torch.from_numpy(official_engine.encode_crops(avatar.crops))
+    official_engine.close()
+    n_off = official_frames or frames
+    note(f"official loop reproduction: timing {n_off} frames")
+    off = official_loop(avatar, audio, unet, vae, feats, latents, workdir / "official.mp4", dev, n_off)
+    out["runs"]["official"] = off
+    base = off["fps"]
+    out["ratios"] = {k: round(v["fps"] / base, 1) for k, v in out["runs"].items() if k != "official"}
+    return out
+
+
+def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:
+    """The imported weights when there are some; else random weights of the real architecture
+    (tiny configs on CPU), imported into a private store under ``workdir``."""
+    from studio.core import models, random_models
+
+    if models.availability().startswith("ready") and not tiny:
+        return None, "imported"
+    store = workdir / "store"
+    if not models.availability(store).startswith("ready"):
+        note("writing random-weight models (" + ("tiny configs" if tiny else "real architecture") + ")")
+        src = random_models.write_official_models(workdir / "random", tiny=tiny)
+        taesd = random_models.write_taesd(workdir / "random" / "taesd", config=random_models.TAESD_TINY if tiny else None)
+        models.import_models(src, taesd.parent, models_dir=store)
+    return store, "random (tiny configs)" if tiny else "random (real architecture)"
