@@ -102,8 +102,8 @@ class MainWindow(QMainWindow):
         self.render_panel = RenderPanel()
         self.queue_panel = QueuePanel(self.store)
         self.doctor = DoctorPanel()
-        self.library_dock = self._dock("Library", self.library, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.render_dock = self._dock("Render", self.render_panel, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.library_dock = self._dock("Library", self.library, Qt.DockWidgetArea.LeftDockWidgetArea, scroll=True)
+        self.render_dock = self._dock("Render", self.render_panel, Qt.DockWidgetArea.RightDockWidgetArea, scroll=True)
         self.queue_dock = self._dock("Queue", self.queue_panel, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.doctor_dock = self._dock("Doctor", self.doctor, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.tabifyDockWidget(self.queue_dock, self.doctor_dock)
@@ -182,10 +182,22 @@ class MainWindow(QMainWindow):
 
     # ---- wiring -------------------------------------------------------------------------
 
-    def _dock(self, title: str, widget: QWidget, area) -> QDockWidget:
+    def _dock(self, title: str, widget: QWidget, area, scroll: bool = False) -> QDockWidget:
         dock = QDockWidget(title, self)
         dock.setObjectName(f"dock{title}")
-        dock.setWidget(widget)
+        if scroll:  # a tall panel scrolls instead of squeezing its groups
+            from PySide6.QtWidgets import QScrollArea
+
+            area_widget = QScrollArea()
+            area_widget.setWidgetResizable(True)
+            area_widget.setFrameShape(QFrame.Shape.NoFrame)
+            area_widget.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+            area_widget.setWidget(widget)
+            bar = area_widget.verticalScrollBar().sizeHint().width()
+            area_widget.setMinimumWidth(widget.minimumSizeHint().width() + bar + 2)
+            dock.setWidget(area_widget)
+        else:
+            dock.setWidget(widget)
         dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
         self.addDockWidget(area, dock)
         return dock
@@ -241,6 +253,8 @@ class MainWindow(QMainWindow):
         w.cancelled.connect(self._render_cancelled)
         w.engineReady.connect(lambda name, why: self.engine_status.setText(f"engine: {name}"))
         w.engineReady.connect(lambda name, why: self.engine_status.setToolTip(why))
+        w.engineReady.connect(lambda name, why: panel.engine_label.setText(_short(f"engine: {why}")))
+        w.engineReady.connect(lambda name, why: panel.engine_label.setToolTip(why))
         self.preview.shown.connect(self._preview_shown)
 
     def _start_background(self) -> None:
@@ -403,8 +417,9 @@ class MainWindow(QMainWindow):
             data["engine_reason"] = self.worker.engine_reason
         self._job_over(req, "done", lambda: self.store.finish(req.job_id, output=result.output, result=data))
         self.render_panel.stop(
-            f"done: {result.frames} frames in {result.seconds:.1f} s ({result.fps:.1f} fps, {result.engine}, {result.encoder})",
+            f"done · {result.frames} frames",
             result.output,
+            f"{result.frames} frames in {result.seconds:.1f} s · {result.fps:.1f} fps · {result.engine} · {result.encoder}",
         )
 
     def _render_failed(self, req, message: str) -> None:
@@ -480,9 +495,9 @@ class MainWindow(QMainWindow):
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
         else:
-            self.resize(1440, 940)
-            self.resizeDocks([self.library_dock, self.render_dock], [300, 330], Qt.Orientation.Horizontal)
-            self.resizeDocks([self.queue_dock], [170], Qt.Orientation.Vertical)
+            self.resize(1480, 980)
+            self.resizeDocks([self.library_dock, self.render_dock], [310, 350], Qt.Orientation.Horizontal)
+            self.resizeDocks([self.queue_dock], [165], Qt.Orientation.Vertical)
         state = s.value("window/state")
         if isinstance(state, QByteArray) and not state.isEmpty():
             self.restoreState(state, cfg.VERSION)
@@ -490,7 +505,7 @@ class MainWindow(QMainWindow):
         if isinstance(sizes, QByteArray) and not sizes.isEmpty():
             self.splitter.restoreState(sizes)
         else:
-            self.splitter.setSizes([560, 300])
+            self.splitter.setSizes([520, 300])
         self.timeline.set_threshold(self.render_panel.threshold)
         self.timeline.set_min_run(self.render_panel.min_silence)
         script = cfg.value(s, "library/selected_script", str)
@@ -512,6 +527,10 @@ class MainWindow(QMainWindow):
             self.player.player.stop()
         self.worker_thread.stop()
         super().closeEvent(event)
+
+
+def _short(text: str, limit: int = 90) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _icon(name: str) -> str:

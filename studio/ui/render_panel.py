@@ -88,10 +88,8 @@ class RenderPanel(QWidget):
 
         form = QFormLayout()
         form.addRow("Engine", self.engine)
-        form.addRow("Device", self.device)
-        form.addRow("Precision", self.precision)
-        form.addRow("Decoder", self.decoder)
-        form.addRow("Batch", self.batch)
+        form.addRow("Device", _pair(self.device, "Batch", self.batch))
+        form.addRow("Precision", _pair(self.precision, "Decoder", self.decoder))
         form.addRow("Encoder", self.encoder)
         enc = QHBoxLayout()
         enc.addWidget(self.preset, 1)
@@ -136,7 +134,7 @@ class RenderPanel(QWidget):
         self.engine_label.setWordWrap(True)
         self.fps_plot = pg.PlotWidget()
         self.fps_plot.setBackground("#16181d")
-        self.fps_plot.setMinimumHeight(110)
+        self.fps_plot.setFixedHeight(130)
         self.fps_plot.setMenuEnabled(False)
         self.fps_plot.setMouseEnabled(False, False)
         self.fps_plot.hideButtons()
@@ -156,7 +154,7 @@ class RenderPanel(QWidget):
         row.addWidget(self.eta_label)
         lv.addLayout(row)
         lv.addWidget(self.progress_bar)
-        lv.addWidget(self.fps_plot, 1)
+        lv.addWidget(self.fps_plot)
         lv.addWidget(self.stage_label)
         lv.addWidget(self.engine_label)
 
@@ -181,8 +179,9 @@ class RenderPanel(QWidget):
         box.setContentsMargins(6, 6, 6, 6)
         box.addWidget(settings_box)
         box.addLayout(buttons)
-        box.addWidget(live, 1)
+        box.addWidget(live)
         box.addWidget(result)
+        box.addStretch(1)
 
         self._latest = None  # newest RenderProgress, read by the once-a-second timer
         self._t0 = 0.0
@@ -266,6 +265,7 @@ class RenderPanel(QWidget):
         self.batch.setValue(cfg.value(s, "render/batch", int))
         self.crf.setValue(cfg.value(s, "render/crf", int))
         self.pattern.setText(cfg.value(s, "render/pattern", str))
+        self.pattern.setCursorPosition(0)
         self.folder.setText(cfg.value(s, "folders/output", str) or str(_default_folder()))
 
     def show_engines(self, status: dict) -> None:
@@ -298,7 +298,7 @@ class RenderPanel(QWidget):
         self.progress_bar.setValue(int(frac * 1000))
         self.progress_bar.setFormat(f"{p.done} / {p.total} frames  ({100 * frac:.0f} %)")
 
-    def stop(self, message: str, output: str | None = None) -> None:
+    def stop(self, message: str, output: str | None = None, detail: str = "") -> None:
         self._tick()
         self.fps_timer.stop()
         self.set_running(False)
@@ -307,7 +307,7 @@ class RenderPanel(QWidget):
             self.last_output = output
             self.play_btn.setEnabled(True)
             self.reveal_btn.setEnabled(True)
-            self.result_label.setText(f"{Path(output).name}\n{message}")
+            self.result_label.setText(f"{Path(output).name}\n{detail or message}")
 
     def set_running(self, running: bool) -> None:
         self.cancel_btn.setEnabled(running)
@@ -321,12 +321,13 @@ class RenderPanel(QWidget):
         self.eta_label.setText(f"ETA {fmt_eta(p.eta_s)} · elapsed {fmt_eta(p.elapsed_s)}")
         if p.stage_ms:
             total = sum(p.stage_ms.values()) or 1.0
-            parts = sorted(p.stage_ms.items(), key=lambda kv: -kv[1])
-            self.stage_label.setText("  ".join(f"{k} {v / 1000:.1f}s ({100 * v / total:.0f}%)" for k, v in parts))
+            parts = sorted(p.stage_ms.items(), key=lambda kv: -kv[1])[:4]
+            self.stage_label.setText(" · ".join(f"{k} {v / 1000:.1f} s ({100 * v / total:.0f}%)" for k, v in parts))
         if not self.fps_x or p.elapsed_s > self.fps_x[-1]:
             self.fps_x.append(float(p.elapsed_s))
             self.fps_y.append(float(p.fps))
             self.fps_curve.setData(np.array(self.fps_x), np.array(self.fps_y))
+            self.fps_plot.setYRange(0, max(self.fps_y) * 1.15 or 1.0, padding=0)
 
     # ---- output ------------------------------------------------------------------------
 
@@ -341,6 +342,14 @@ class RenderPanel(QWidget):
 
     def _update_output_label(self, *_):
         self.output_label.setText(f"→ {self.output_path()}")
+
+
+def _pair(left: QWidget, label: str, right: QWidget) -> QHBoxLayout:
+    row = QHBoxLayout()
+    row.addWidget(left, 1)
+    row.addWidget(QLabel(label))
+    row.addWidget(right, 1)
+    return row
 
 
 def _combo(items: list[str], tip: str) -> QComboBox:

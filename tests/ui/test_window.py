@@ -128,7 +128,7 @@ def test_layout_and_settings_survive_a_restart(qtbot, studio_home):
     w.render_panel.crf.setValue(27)
     w.render_panel.preset.setCurrentText("medium")
     w.timeline.set_threshold(0.02)
-    w.splitter.setSizes([500, 200])
+    w.splitter.setSizes([600, 150])
     sizes = w.splitter.sizes()
     w.close()
 
@@ -138,7 +138,8 @@ def test_layout_and_settings_survive_a_restart(qtbot, studio_home):
     assert w2.render_panel.crf.value() == 27
     assert w2.render_panel.preset.currentText() == "medium"
     assert w2.render_panel.threshold == pytest.approx(0.02, rel=1e-4)
-    assert w2.splitter.sizes() == sizes
+    got = w2.splitter.sizes()  # offscreen windows may differ in size: the proportions are what persists
+    assert got[0] / sum(got) == pytest.approx(sizes[0] / sum(sizes), abs=0.02)
     assert (studio_home / "settings.ini").exists()
     from studio.ui import settings as cfg
 

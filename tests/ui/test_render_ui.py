@@ -1,0 +1,110 @@
+"""Renders from the window: live progress, a playable file, cancel, a responsive GUI, the queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QTimer
+from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
+
+from studio.core import jobs
+
+
+def _fast(window, tmp_path):
+    p = window.render_panel
+    p.encoder.setCurrentText("x264")
+    p.preset.setCurrentText("ultrafast")
+    p.folder.setText(str(tmp_path / "renders"))
+
+
+def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_path):
+    audio = clip(tmp_path, 2.0)
+    load_demo(window, qtbot, audio=audio)
+    _fast(window, tmp_path)
+    expected_output = window.render_panel.output_path()
+    assert Path(expected_output).name == "astronaut_clip_auto_crf20.mp4"  # the settings are in the name
+
+    ticks = []
+    heartbeat = QTimer()
+    heartbeat.setInterval(20)
+    heartbeat.timeout.connect(lambda: ticks.append(1))
+    progress = []
+    window.worker.progress.connect(lambda req, p: progress.append(p))
+    previews = []
+    window.worker.preview.connect(lambda img, i: previews.append(i))
+    heartbeat.start()
+    with qtbot.waitSignal(window.worker.finished, timeout=180_000) as done:
+        job_id = window.render()
+        assert window.render_panel.cancel_btn.isEnabled()
+        assert not window.render_panel.render_btn.isEnabled()
+    heartbeat.stop()
+    req, result = done.args
+    seconds = result.seconds
+
+    # the GUI thread kept running its timers during the whole render (20 ms timer)
+    assert len(ticks) >= 0.5 * seconds / 0.02, (len(ticks), seconds)
+    assert [p.done for p in progress] == sorted(p.done for p in progress)
+    assert progress[-1].done == progress[-1].total == 50
+    assert previews, "no preview frame reached the GUI"
+    assert req.job_id == job_id and result.output == expected_output
+
+    frames, audio_s, first = decode(result.output)
+    assert frames == 50
+    assert audio_s == pytest.approx(2.0, abs=0.05)
+    assert first.shape == (512, 512, 3)
+    qtbot.waitUntil(lambda: window.store.get(job_id).state == jobs.DONE, timeout=5000)
+    job = window.store.get(job_id)
+    assert job.result["frames"] == 50 and job.progress == 1.0
+    assert window.render_panel.play_btn.isEnabled()
+    assert "50 frames" in window.render_panel.result_label.text()
+    window.render_panel._tick()
+    assert window.render_panel.fps_x, "the FPS plot has no points"
+    assert window.render_panel.fps_label.text().endswith("fps") and window.render_panel.fps_label.text() != "— fps"
+
+
+def test_cancel_stops_the_render_and_leaves_no_file(window, qtbot, tmp_path):
+    audio = clip(tmp_path, 10.0, "long.wav")
+    load_demo(window, qtbot, audio=audio)
+    _fast(window, tmp_path)
+    window.render_panel.batch.setValue(4)
+    output = Path(window.render_panel.output_path())
+    with qtbot.waitSignal(window.worker.progress, timeout=120_000):
+        job_id = window.render()
+    with qtbot.waitSignal(window.worker.cancelled, timeout=60_000):
+        window.render_panel.cancel_btn.click()
+    assert not output.exists()
+    assert list(output.parent.iterdir()) == []  # no partial files either
+    assert window.store.get(job_id).state == jobs.CANCELLED
+    assert "cancelled" in window.render_panel.progress_bar.format()
+    assert window.render_panel.render_btn.isEnabled()
+    assert window.current is None
+
+
+def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(qtbot, studio_home):
+    from studio.core.jobs import JobStore
+    from studio.ui.app import create_app
+    from studio.ui.main_window import MainWindow
+
+    store = JobStore()
+    running = store.add("astronaut", "/x/a.flac", {"engine": "classic"}, "/tmp/a.mp4")
+    draft = store.add("astronaut", "/x/b.flac", {"engine": "classic"}, "/tmp/b.mp4", state=jobs.DRAFT)
+    assert store.claim_next().id == running.id  # the app "crashes" while this one runs
+
+    create_app([])
+    w = MainWindow()  # the restart: opens the same data folder's jobs.sqlite
+    qtbot.addWidget(w)
+    w.show()
+    assert w.store.path == store.path
+    assert w.queue_panel.table.rowCount() == 2
+    states = {w.queue_panel.table.item(r, 0).text(): w.queue_panel.table.item(r, 2).text() for r in range(2)}
+    assert states == {str(running.id): jobs.FAILED, str(draft.id): jobs.DRAFT}
+    assert "interrupted" in w.banner_text.text()
+    assert w.store.get(running.id).reason.startswith("interrupted")
+    # retry from the queue: the job runs again (and fails at once: its audio does not exist)
+    w.queue_panel.table.selectRow(0)
+    with qtbot.waitSignal(w.jobFinished, timeout=60_000) as b:
+        w.queue_panel.retry_btn.click()
+    assert b.args == [running.id, jobs.FAILED]
+    assert "a.flac" in w.store.get(running.id).reason
+    assert w.store.get(draft.id).state == jobs.DRAFT  # drafts wait for "Queue draft"
