@@ -2,7 +2,9 @@
 
 ``RenderWorker`` is a QObject living on its own QThread: it owns the renderer and its engine,
 runs renders (``renderRequested``), renders single frames for scrubbing (``request_frame``,
-coalesced so only the newest timestamp is computed) and reports through signals. ``cancel`` is
+coalesced so only the newest timestamp is computed; during a render the newest request waits
+for the render to end, because the warm engine is bound to the render's audio) and reports
+through signals. ``cancel`` is
 thread-safe and stops the run within one batch.
 
 ``run_in_background`` runs one short job (import an avatar, analyse audio, the doctor) on a
@@ -116,8 +118,6 @@ class RenderWorker(QObject):
                 if p.preview is not None:
                     self.preview.emit(p.preview, -1 if p.preview_index is None else int(p.preview_index))
                 self.progress.emit(req, p)
-                if self._pending is not None and not self._cancel.is_set():
-                    self._serve_frame()
             if self._cancel.is_set() or r.result is None:
                 self.cancelled.emit(req)
             else:

@@ -62,6 +62,16 @@ def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_p
     assert window.render_panel.fps_x, "the FPS plot has no points"
     assert window.render_panel.fps_label.text().endswith("fps") and window.render_panel.fps_label.text() != "— fps"
 
+    # play it in the app (QtMultimedia): the player loads the file and knows its length
+    window.render_panel.play_btn.click()
+    player = window.player
+    assert window.preview.stack.currentWidget() is player
+    qtbot.waitUntil(lambda: player.player.duration() > 0, timeout=10_000)
+    assert player.player.duration() == pytest.approx(2000, abs=100)
+    assert player.player.hasAudio() and player.player.hasVideo()
+    player.back_btn.click()
+    assert window.preview.stack.currentWidget() is window.preview.graphics
+
 
 def test_cancel_stops_the_render_and_leaves_no_file(window, qtbot, tmp_path):
     audio = clip(tmp_path, 10.0, "long.wav")

@@ -61,6 +61,14 @@ def test_demo_import_shows_avatar_waveform_and_silences(window, qtbot):
     assert region == pytest.approx((spans[0][0] / FPS, spans[0][1] / FPS))
     assert "Good evening" in window.library.text.toPlainText()  # the script text beside the audio
 
+    plain = window.preview.current_image.copy()
+    window.library.show_mask.setChecked(True)  # the blend-mask overlay toggle
+    assert "blend mask" in window.preview.caption.text()
+    assert window.preview.current_image.shape == plain.shape
+    assert (window.preview.current_image != plain).any(axis=2).mean() > 0.01
+    window.library.show_mask.setChecked(False)
+    np.testing.assert_array_equal(window.preview.current_image, plain)
+
 
 def test_moving_the_threshold_recomputes_the_mask_live(window, qtbot, tmp_path):
     window.load_script(str(clip(tmp_path, 8.0)))
