@@ -161,23 +161,27 @@ def check_tensorrt() -> Check:
 
 def check_weights() -> Check:
     try:
-        models = importlib.import_module("studio.core.models")
+        from studio.core import models
     except ImportError as exc:
         return Check("weights", WARN, f"the model store is not available ({exc})", "update Studio")
-    lister = next((getattr(models, n) for n in ("list_models", "status", "installed") if hasattr(models, n)), None)
-    if lister is None:
-        return Check("weights", INFO, "the model store has no listing function yet")
-    found = lister()
-    items = found.items() if isinstance(found, dict) else [(str(x), "") for x in (found or [])]
-    names = [f"{k}{' (' + str(v) + ')' if v and not isinstance(v, dict) else ''}" for k, v in items]
-    if not names:
+    from studio.core.errors import StudioError
+
+    try:
+        found = models.list_models()
+    except StudioError as exc:
+        return Check("weights", FAIL, str(exc), "re-run: studio models import DIR")
+    status = models.availability()
+    if not found:
         return Check(
             "weights",
             WARN,
             "no MuseTalk weights imported: the classic engine is used",
             "download the official MuseTalk models/ folder, then run: studio models import DIR",
         )
-    return Check("weights", OK, "imported: " + ", ".join(names))
+    names = ", ".join(sorted(found))
+    if status.startswith("ready"):
+        return Check("weights", OK, f"imported: {names} ({status.removeprefix('ready: ')})")
+    return Check("weights", WARN, f"imported: {names}; {status}", "run: studio models verify, then studio models import DIR")
 
 
 def check_engine() -> Check:
