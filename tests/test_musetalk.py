@@ -263,7 +263,7 @@ def test_cuda_graph_buckets_match_eager_on_cuda(store, tmp_path):
     from studio.core.engines.musetalk import MuseTalkEngine
 
     avatar = FakeAvatar(tmp_path, n=3)
-    wave = _wave(tmp_path, 1.0)
+    wave = _wave(tmp_path, 3.0)  # 75 frames: room for the batch of 70
     out = {}
     for graphs in (False, True):
         engine = MuseTalkEngine(device="cuda", precision="fp32", cuda_graphs=graphs, batch=8)

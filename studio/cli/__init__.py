@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["__studio_x264_worker__"]:  # a frozen app re-launched as an encoder worker
+        from studio.core.x264_pool import run_worker
+
+        run_worker(int(args_in[1]))
+        return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)

@@ -289,13 +289,19 @@ def _nv12_cv2(rgb: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def _nv12_torch(x):
+    """NV12 with elementwise ops (no K=3 matmuls): a handful of bandwidth-bound kernels."""
     import torch
 
     b, h, w, _ = x.shape
-    m = torch.tensor(_M709, dtype=torch.float32, device=x.device)
-    off = torch.tensor(_OFF709, dtype=torch.float32, device=x.device)
+    m, off = _M709.tolist(), _OFF709.tolist()
     f = x.to(torch.float32)
-    y = (f @ m[0] + off[0]).round_().clamp_(0, 255).to(torch.uint8)
-    s = f.view(b, h // 2, 2, w // 2, 2, 3).mean(dim=(2, 4))
-    uv = (s @ m[1:].T + off[1:]).round_().clamp_(0, 255).to(torch.uint8)  # [b,h/2,w/2,2]
-    return torch.cat([y, uv.reshape(b, h // 2, w)], dim=1)
+    out = torch.empty((b, h * 3 // 2, w), dtype=torch.uint8, device=x.device)
+    r, g, bl = f[..., 0], f[..., 1], f[..., 2]
+    y = r * m[0][0] + g * m[0][1] + bl * m[0][2] + off[0]
+    out[:, :h] = y.round_().clamp_(0, 255)
+    s = f.view(b, h // 2, 2, w // 2, 2, 3).sum(dim=(2, 4)).mul_(0.25)  # the 2x2 means
+    r, g, bl = s[..., 0], s[..., 1], s[..., 2]
+    u = r * m[1][0] + g * m[1][1] + bl * m[1][2] + off[1]
+    v = r * m[2][0] + g * m[2][1] + bl * m[2][2] + off[2]
+    out[:, h:] = torch.stack([u, v], dim=-1).round_().clamp_(0, 255).view(b, h // 2, w)
+    return out

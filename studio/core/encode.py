@@ -119,6 +119,7 @@ class VideoWriter:
         self._done = False
         self._cursor = 0
         self._tmp_files: list[Path] = []
+        self._proc_encoders: list = []
         self._check_folder()
         self._audio = _AudioSource(audio) if audio is not None else None
         try:
@@ -286,21 +287,35 @@ class VideoWriter:
         _configure_x264(vs.codec_context, self.enc_width, self.enc_height, self.fps, self._crf,
                         self._preset, threads=1 if parallel else 0)
         self._container.start_encoding()
+        procs = parallel and _use_processes()
+        if procs:  # PyAV holds the GIL while x264 encodes: one process per chunk (x264_pool)
+            from studio.core.x264_pool import ProcessEncoder, worker_pool
+
+            workers = worker_pool(len(self.chunks))
         for k, (s, e) in enumerate(self.chunks):
-            if k == 0:
-                ctx, sink = vs.codec_context, self._mux_video
+            if procs:
+                enc = ProcessEncoder(workers[k], self.enc_width, self.enc_height, self.fps, self._crf, self._preset)
+                self._proc_encoders.append(enc)
+                extradata = enc.extradata
+            elif k == 0:
+                ctx = vs.codec_context
+                enc, extradata = _X264Encoder(ctx), ctx.extradata
             else:
                 ctx = av.CodecContext.create("libx264", "w")
                 ctx.flags |= av.codec.context.Flags.global_header
                 _configure_x264(ctx, self.enc_width, self.enc_height, self.fps, self._crf,
                                 self._preset, threads=1)
                 ctx.open()
-                if ctx.extradata != vs.codec_context.extradata:
-                    raise RenderError("The parallel x264 encoders disagree on stream headers: use --encoder x264.")
+                enc, extradata = _X264Encoder(ctx), ctx.extradata
+            if bytes(extradata or b"") != bytes(vs.codec_context.extradata or b""):
+                raise RenderError("The parallel x264 encoders disagree on stream headers: use --encoder x264.")
+            if k == 0:
+                sink = self._mux_video
+            else:
                 path = self._tmp.with_name(f"{self._tmp.name}.chunk{k}")
                 self._tmp_files.append(path)
                 sink = _PacketFile(path, self._hook)
-            self._chunks.append(_Chunk(s, e, _X264Encoder(ctx), sink))
+            self._chunks.append(_Chunk(s, e, enc, sink))
 
     def _mux_annexb(self, raw: Path) -> None:
         """Mux an H.264 Annex B file (no B-frames: decode order = display order) frame by frame."""
@@ -407,6 +422,9 @@ class VideoWriter:
         raise RenderError(f"The encoder failed ({type(exc).__name__}: {exc}).") from exc
 
     def _cleanup(self) -> None:
+        for enc in self._proc_encoders:  # an encoder stopped midway: its worker is restarted
+            with contextlib.suppress(Exception):
+                enc.abort()
         with contextlib.suppress(Exception):
             self._fh.close()
         for ch in getattr(self, "_chunks", []):
@@ -445,6 +463,11 @@ def _choose(encoder: str, total_frames: int | None, workers: int | None):
             return f"libx264 x{n} parallel", f"parallel libx264 as asked ({n} chunks)", _split(total_frames, n)
         return "libx264", "too few frames to split; using one libx264", whole
     return "libx264", "libx264 as asked", whole
+
+
+def _use_processes() -> bool:
+    """Parallel chunks run in worker processes unless STUDIO_X264_PROCESSES=0 (threads then)."""
+    return os.environ.get("STUDIO_X264_PROCESSES", "1") != "0"
 
 
 def _parallel_chunks(total: int | None, workers: int, min_chunk: int) -> int:

@@ -10,6 +10,7 @@ Qt-free: the GUI drives it from a worker thread and turns progress into signals.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -258,25 +259,37 @@ class Renderer:
             ranges = interleave(batch_ranges(T, self.batch_size), writer.chunks)
             done = 0
             last_preview = -1e9
-            for first, frames in self.iter_frames(ranges):
-                if self._cancel.is_set():
-                    raise Cancelled("render cancelled; nothing was written")
-                t0 = time.perf_counter()
-                writer.write(frames, first_index=first)
-                self._stage("encode", t0)
-                done += len(frames)
-                now = time.perf_counter()
-                elapsed = now - t_start
-                fps = done / elapsed if elapsed > 0 else 0.0
-                preview = None
-                if now - last_preview >= self.settings.preview_interval_s:
-                    preview = frames[-1].cpu().numpy()
-                    last_preview = now
-                yield RenderProgress(
-                    done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0, elapsed_s=elapsed,
-                    stage_ms=dict(self._stage_ms), preview=preview,
-                    preview_index=first + len(frames) - 1 if preview is not None else None,
-                )
+            sink = _CopyThread(writer) if self.engine.device.type == "cuda" else None
+            try:
+                for first, frames in self.iter_frames(ranges):
+                    if self._cancel.is_set():
+                        raise Cancelled("render cancelled; nothing was written")
+                    t0 = time.perf_counter()
+                    if sink is not None:
+                        sink.put(first, frames)
+                    else:
+                        writer.write(frames, first_index=first)
+                    self._stage("encode", t0)
+                    done += len(frames)
+                    now = time.perf_counter()
+                    elapsed = now - t_start
+                    fps = done / elapsed if elapsed > 0 else 0.0
+                    preview = None
+                    if now - last_preview >= self.settings.preview_interval_s:
+                        preview = frames[-1].cpu().numpy()
+                        last_preview = now
+                    yield RenderProgress(
+                        done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0, elapsed_s=elapsed,
+                        stage_ms=dict(self._stage_ms), preview=preview,
+                        preview_index=first + len(frames) - 1 if preview is not None else None,
+                    )
+                if sink is not None:
+                    t0 = time.perf_counter()
+                    sink.join()
+                    self._stage("encode", t0)
+            finally:
+                if sink is not None:
+                    sink.stop()
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
             t0 = time.perf_counter()
@@ -299,6 +312,69 @@ class Renderer:
         for _ in self.run(output):
             pass
         return self.result
+
+
+class _CopyThread:
+    """GPU frames -> NV12 on the GPU -> host -> encoder, off the render thread.
+
+    The render thread converts a batch to NV12 on the GPU, records an event and goes on with the
+    next batch; this thread waits for the event, copies the (2x smaller) NV12 batch to the host
+    and hands it to the writer, whose encoders run in their own processes. A bounded queue keeps
+    at most ``depth`` batches in flight (backpressure).
+    """
+
+    def __init__(self, writer, depth: int = 3):
+        import queue
+
+        self.writer = writer
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._loop, name="render-copy", daemon=True)
+        self.thread.start()
+
+    def put(self, first: int, frames) -> None:
+        import torch
+
+        from studio.core.composite import pad_even, rgb_to_nv12
+
+        self._raise()
+        nv12 = rgb_to_nv12(pad_even(frames))
+        event = torch.cuda.Event()
+        event.record()
+        while True:
+            self._raise()
+            try:
+                self.q.put((first, nv12, event), timeout=0.2)
+                return
+            except Exception:  # queue.Full
+                continue
+
+    def join(self) -> None:
+        self.q.put(None)
+        self.thread.join()
+        self._raise()
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            with contextlib.suppress(Exception):
+                while True:
+                    self.q.get_nowait()
+            with contextlib.suppress(Exception):
+                self.q.put_nowait(None)
+            self.thread.join()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _loop(self) -> None:
+        try:
+            while (item := self.q.get()) is not None:
+                first, nv12, event = item
+                event.synchronize()
+                self.writer.write(nv12.cpu().numpy(), first_index=first)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the render thread
+            self.error = exc
 
 
 # ------------------------------------------------------------------------------------------------

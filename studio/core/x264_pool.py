@@ -1,0 +1,279 @@
+"""libx264 encoders in worker processes, fed through shared memory.
+
+PyAV holds the GIL while libx264 encodes a frame, so encoders in threads of one process take
+turns (16 threads on a 16-core host reached ~213 fps at 1080p, about what two encoders give).
+Each chunk of a parallel encode therefore runs in its own process: the parent copies an NV12
+frame into a slot of the worker's shared-memory ring, sends ``(slot, pts)`` down a socket, and
+gets the slot back with the encoded packets' bytes. Workers are fresh interpreters started with
+``python -m studio.core.x264_pool FD`` (no inherited CUDA context or threads, and no re-import of
+the caller's ``__main__`` as multiprocessing's spawn would do), kept for later renders.
+
+    pool = worker_pool(n)                   # processes start on first use, then stay
+    enc = ProcessEncoder(pool[k], width, height, fps, crf, preset)
+    for p in enc.encode(nv12, pts): ...      # av.Packet objects, in encode order
+    for p in enc.flush(): ...
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from fractions import Fraction
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+SLOTS = 4  # frames in flight per worker
+_BT709, _RANGE_MPEG = 1, 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent side
+
+
+class _Worker:
+    def __init__(self):
+        import os
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        parent, child = socket.socketpair()
+        fd = child.fileno()
+        if getattr(sys, "frozen", False):  # a frozen app: its own executable knows the flag
+            cmd = [sys.executable, WORKER_FLAG, str(fd)]
+        else:
+            cmd = [sys.executable, "-m", "studio.core.x264_pool", str(fd)]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        self.proc = subprocess.Popen(cmd, pass_fds=(fd,), env=env, stdin=subprocess.DEVNULL)
+        child.close()
+        self.conn = Connection(os.dup(parent.fileno()))
+        parent.close()
+        self.shm = None
+        self.lock = threading.Lock()  # one encoder at a time per worker
+
+    def ensure_shm(self, nbytes: int):
+        from multiprocessing import shared_memory
+
+        if self.shm is None or self.shm.size < nbytes * SLOTS:
+            if self.shm is not None:
+                self.shm.close()
+                self.shm.unlink()
+            self.shm = shared_memory.SharedMemory(create=True, size=nbytes * SLOTS)
+        return self.shm
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        import subprocess
+
+        try:
+            if self.alive():
+                self.conn.send(("exit",))
+                self.proc.wait(timeout=2)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        if self.alive():
+            self.proc.kill()
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        if self.shm is not None:
+            try:
+                self.shm.close()
+                self.shm.unlink()
+            except (OSError, FileNotFoundError):
+                pass
+            self.shm = None
+
+
+_POOL: list[_Worker] = []
+_POOL_LOCK = threading.Lock()
+
+
+WORKER_FLAG = "__studio_x264_worker__"
+
+
+def worker_pool(n: int) -> list[_Worker]:
+    """At least ``n`` live encoder processes (started on first use, reused afterwards)."""
+    with _POOL_LOCK:
+        _POOL[:] = [w for w in _POOL if w.alive()]
+        while len(_POOL) < n:
+            _POOL.append(_Worker())
+        return _POOL[:n]
+
+
+@atexit.register
+def shutdown_pool() -> None:
+    with _POOL_LOCK:
+        for w in _POOL:
+            w.close()
+        _POOL.clear()
+
+
+class ProcessEncoder:
+    """One libx264 encoder (single-threaded, closed GOP) living in a worker process."""
+
+    def __init__(self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str):
+        if not worker.lock.acquire(timeout=60):
+            raise RuntimeError("x264 worker is busy")
+        self.w = worker
+        self.fps = fps
+        self.frame_bytes = width * height * 3 // 2
+        self.shape = (height * 3 // 2, width)
+        shm = worker.ensure_shm(self.frame_bytes)
+        self.slots = np.ndarray((SLOTS, *self.shape), np.uint8, buffer=shm.buf)
+        self.free = list(range(SLOTS))
+        self.closed = False
+        worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset))
+        msg = self._recv()
+        self.extradata = msg[1]
+
+    def encode(self, nv12: np.ndarray, pts: int) -> list:
+        out = []
+        while not self.free:
+            out += self._collect(block=True)
+        slot = self.free.pop()
+        np.copyto(self.slots[slot], nv12)
+        self.w.conn.send(("frame", slot, int(pts)))
+        out += self._collect(block=False)
+        return out
+
+    def flush(self) -> list:
+        self.w.conn.send(("flush",))
+        out = []
+        while True:
+            msg = self._recv()
+            if msg[0] == "flushed":
+                out += self._packets(msg[1])
+                break
+            self.free.append(msg[1])
+            out += self._packets(msg[2])
+        self.release()
+        return out
+
+    def release(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.w.lock.release()
+
+    def abort(self) -> None:
+        """Drop the encoder: the worker is restarted (its state is unknown)."""
+        if not self.closed:
+            self.w.close()
+            self.release()
+
+    def _collect(self, block: bool) -> list:
+        out = []
+        while block or self.w.conn.poll():
+            msg = self._recv()
+            self.free.append(msg[1])
+            out += self._packets(msg[2])
+            block = False
+        return out
+
+    def _recv(self):
+        msg = self.w.conn.recv()
+        if msg[0] == "error":
+            raise RuntimeError(f"x264 worker failed: {msg[1]}")
+        return msg
+
+    def _packets(self, records) -> list:
+        import av
+
+        tb = Fraction(1, self.fps)
+        out = []
+        for data, pts, dts, key in records:
+            pkt = av.Packet(data)
+            pkt.pts, pkt.dts = pts, dts
+            pkt.time_base = tb
+            pkt.is_keyframe = key
+            out.append(pkt)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker side
+
+
+def _worker_main(conn) -> None:
+    import av
+
+    shm = ctx = slots = None
+    try:
+        while True:
+            msg = conn.recv()
+            kind = msg[0]
+            if kind == "exit":
+                return
+            try:
+                if kind == "open":
+                    from multiprocessing import resource_tracker, shared_memory
+
+                    _, name, n, width, height, fps, crf, preset = msg
+                    if shm is None or shm.name != name:
+                        if shm is not None:
+                            shm.close()
+                        shm = shared_memory.SharedMemory(name=name)
+                        # the parent owns the block: do not let this process's tracker unlink it
+                        try:
+                            resource_tracker.unregister(shm._name, "shared_memory")
+                        except Exception:
+                            pass
+                    slots = np.ndarray((n, height * 3 // 2, width), np.uint8, buffer=shm.buf)
+                    ctx = av.CodecContext.create("libx264", "w")
+                    ctx.flags |= av.codec.context.Flags.global_header
+                    ctx.width, ctx.height, ctx.pix_fmt = width, height, "nv12"
+                    ctx.time_base = Fraction(1, fps)
+                    ctx.framerate = Fraction(fps)
+                    ctx.color_primaries = ctx.color_trc = ctx.colorspace = _BT709
+                    ctx.color_range = _RANGE_MPEG
+                    ctx.thread_count = 1
+                    ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0"}
+                    ctx.open()
+                    conn.send(("opened", bytes(ctx.extradata or b"")))
+                elif kind == "frame":
+                    _, slot, pts = msg
+                    vf = av.VideoFrame.from_numpy_buffer(slots[slot], format="nv12")
+                    vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
+                    vf.pts = pts
+                    pk = ctx.encode(vf)
+                    conn.send(("done", slot, _records(pk)))
+                elif kind == "flush":
+                    pk = ctx.encode(None)
+                    ctx = None
+                    conn.send(("flushed", _records(pk)))
+            except Exception as exc:  # report and wait for the next open
+                ctx = None
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    except (EOFError, KeyboardInterrupt, OSError):
+        return
+    finally:
+        if shm is not None:
+            slots = None
+            try:
+                shm.close()
+            except Exception:
+                pass
+
+
+def _records(packets) -> list:
+    return [(bytes(p), p.pts, p.dts, bool(p.is_keyframe)) for p in packets]
+
+
+def run_worker(fd: int) -> None:
+    """Entry point of a worker process: serve the parent on socket ``fd`` until it exits."""
+    from multiprocessing.connection import Connection
+
+    _worker_main(Connection(fd))
+
+
+if __name__ == "__main__":
+    import sys
+
+    run_worker(int(sys.argv[1]))
