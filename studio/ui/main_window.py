@@ -225,6 +225,11 @@ class MainWindow(QMainWindow):
         self.cancel_action.setEnabled(False)
         bar.addSeparator()
         action("Doctor", "doctor", self._show_doctor)
+        from PySide6.QtGui import QShortcut
+
+        # frame stepping like a video editor: , and . one frame, < and > one second
+        for key, step in ((",", -1), (".", 1), ("<", -FPS), (">", FPS)):
+            QShortcut(QKeySequence(key), self, lambda step=step: self.scrub_to(self.timeline.position + step / FPS))
 
     def _connect(self) -> None:
         lib, panel, w = self.library, self.render_panel, self.worker

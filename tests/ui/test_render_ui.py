@@ -118,3 +118,21 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
     assert b.args == [running.id, jobs.FAILED]
     assert "a.flac" in w.store.get(running.id).reason
     assert w.store.get(draft.id).state == jobs.DRAFT  # drafts wait for "Queue draft"
+
+
+def test_closing_during_a_render_leaves_no_file_and_the_job_comes_back_interrupted(window, qtbot, tmp_path):
+    from studio.core.jobs import JobStore
+
+    audio = clip(tmp_path, 10.0, "long.wav")
+    load_demo(window, qtbot, audio=audio)
+    _fast(window, tmp_path)
+    window.render_panel.batch.setValue(4)
+    output = Path(window.render_panel.output_path())
+    with qtbot.waitSignal(window.worker.progress, timeout=120_000):
+        job_id = window.render()
+    window.close()  # the worker is cancelled and joined; the job is left "running" on purpose
+    assert not window.worker_thread.thread.isRunning()
+    assert not output.exists() and list(output.parent.iterdir()) == []
+    reopened = JobStore(window.store.path)  # the next start of the app
+    assert reopened.interrupted == [job_id]
+    assert reopened.get(job_id).state == jobs.FAILED

@@ -112,6 +112,15 @@ def test_the_playhead_previews_the_exact_frame_for_its_time(window, qtbot, tmp_p
     assert window.worker.frames_rendered - before < len(times)
     assert window.last_scrub == (pytest.approx(2.4), 60)
 
+    # "." steps one frame forward: the next exact frame
+    with qtbot.waitSignal(window.scrubShown, timeout=60_000, check_params_cb=lambda t, i: i == 61):
+        window.raise_()
+        window.activateWindow()
+        qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+        window.timeline.plots.setFocus()
+        qtbot.keyClick(window.timeline.plots, ".")
+    assert "frame 61" in window.timeline.time_label.text()
+
 
 def test_core_errors_appear_as_one_readable_line(window, qtbot, tmp_path):
     bad = tmp_path / "not-audio.wav"
@@ -172,3 +181,24 @@ def test_speak_this_text_makes_a_script(window, qtbot):
         window.library.speak_btn.click()
     assert window.library.script.endswith(".wav")
     assert 0.5 < window.analysis.info.duration_s < 5
+
+
+def test_uncaught_errors_are_logged_and_shown_as_one_line(window, studio_home):
+    from studio.core.errors import AudioError
+    from studio.ui.app import install_excepthook
+
+    saved = sys.excepthook
+    try:
+        install_excepthook(window)
+        try:
+            raise ZeroDivisionError("division by zero in a slot")
+        except ZeroDivisionError:
+            sys.excepthook(*sys.exc_info())
+        text = window.banner_text.text()
+        assert text.startswith("internal error (ZeroDivisionError") and "studio.log" in text
+        assert "Traceback" not in text
+        assert "ZeroDivisionError" in (studio_home / "logs" / "studio.log").read_text()
+        sys.excepthook(AudioError, AudioError("x.wav: no such file; check the path"), None)
+        assert window.banner_text.text() == "x.wav: no such file; check the path"
+    finally:
+        sys.excepthook = saved
