@@ -237,6 +237,7 @@ class MainWindow(QMainWindow):
         lib.scriptSelected.connect(self._script_selected)
         lib.maskToggled.connect(lambda _on: self._show_avatar_frame())
         lib.error.connect(self.show_error)
+        lib.avatarPrepared.connect(lambda _name: self.worker.invalidate())
         self.timeline.thresholdChanged.connect(self._threshold_changed)
         self.timeline.min_run_box.valueChanged.connect(lambda v: panel.set_silence(min_silence=v))
         self.timeline.playheadMoved.connect(self._playhead_moved)

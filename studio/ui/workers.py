@@ -75,6 +75,7 @@ class RenderWorker(QObject):
         self._scrub = None  # (key, Renderer) reused while avatar/audio/settings stay the same
         self._engines: dict[tuple, tuple] = {}  # warm engines: settings key -> (engine, reason)
         self.engine_reason = ""
+        self.generation = 0  # bumped by invalidate(): cached renderers of older generations are dropped
         self.frames_rendered = 0  # scrub frames actually computed (coalescing is visible here)
         self.renderRequested.connect(self._render)
         self._frameTick.connect(self._serve_frame)
@@ -96,6 +97,10 @@ class RenderWorker(QObject):
         r = self._active
         if r is not None:
             r.cancel()
+
+    def invalidate(self) -> None:
+        """Forget cached scrub renderers (an avatar was re-prepared); thread-safe."""
+        self.generation += 1
 
     @property
     def busy(self) -> bool:
@@ -143,7 +148,7 @@ class RenderWorker(QObject):
             return
         avatar, audio, settings, seconds = pending
         try:
-            key = (avatar, audio, settings)
+            key = (avatar, audio, settings, self.generation)
             if self._scrub is None or self._scrub[0] != key:
                 self._scrub = (key, self._make(avatar, audio, settings))
             image = self._scrub[1].frame_at(seconds)

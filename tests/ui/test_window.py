@@ -122,6 +122,21 @@ def test_the_playhead_previews_the_exact_frame_for_its_time(window, qtbot, tmp_p
     assert "frame 61" in window.timeline.time_label.text()
 
 
+def test_new_avatar_parameters_re_prepare_the_avatar(window, qtbot, tmp_path):
+    load_demo(window, qtbot, audio=clip(tmp_path, 3.0))
+    lib = window.library
+    assert lib._entries["astronaut"]["params"]["bbox_shift"] == 0
+    gen = window.worker.generation
+    lib.bbox_shift.setValue(6)
+    lib.feather.setValue(30)
+    with qtbot.waitSignal(lib.avatarPrepared, timeout=90_000):
+        lib.apply_btn.click()
+    params = lib._entries["astronaut"]["params"]
+    assert (params["bbox_shift"], params["feather"]) == (6, 30)
+    assert lib.avatars.count() == 1 and lib.avatar == "astronaut"
+    assert window.worker.generation == gen + 1  # scrub frames use the new preparation
+
+
 def test_core_errors_appear_as_one_readable_line(window, qtbot, tmp_path):
     bad = tmp_path / "not-audio.wav"
     bad.write_bytes(b"RIFF....WAVEnonsense" * 10)
