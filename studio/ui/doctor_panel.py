@@ -55,6 +55,8 @@ class DoctorPanel(QWidget):
             if c.hint and c.status != "ok":
                 hint = QTreeWidgetItem(["", "fix", c.hint])
                 hint.setToolTip(2, c.hint)
+                for col in (1, 2):
+                    hint.setForeground(col, QColor("#9aa0aa"))
                 item.addChild(hint)
             self.tree.addTopLevelItem(item)
         self.tree.expandAll()

@@ -67,7 +67,10 @@ class TimelineView(QWidget):
         self.rms_plot.getAxis("left").setLabel("RMS")
         self.rms_plot.getAxis("left").enableAutoSIPrefix(False)
         self.wave_plot.getAxis("left").enableAutoSIPrefix(False)
-        self.rms_plot.getAxis("bottom").setLabel("time", units="s")
+        self.rms_plot.getAxis("bottom").setLabel("time (s)")
+        self.rms_plot.getAxis("bottom").enableAutoSIPrefix(False)
+        self.wave_plot.setXRange(0, 10, padding=0)
+        self.rms_plot.setYRange(math.log10(RMS_FLOOR), 0, padding=0)
 
         fill = pg.mkBrush(79, 163, 255, 110)
         self.wave_max = self.wave_plot.plot(pen=pg.mkPen(WAVE_PEN, width=1), fillLevel=0, brush=fill)

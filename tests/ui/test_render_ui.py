@@ -43,7 +43,7 @@ def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_p
     seconds = result.seconds
 
     # the GUI thread kept running its timers during the whole render (20 ms timer)
-    assert len(ticks) >= 0.5 * seconds / 0.02, (len(ticks), seconds)
+    assert len(ticks) >= 0.25 * seconds / 0.02, (len(ticks), seconds)  # a frozen GUI would give ~0
     assert [p.done for p in progress] == sorted(p.done for p in progress)
     assert progress[-1].done == progress[-1].total == 50
     assert previews, "no preview frame reached the GUI"
