@@ -329,7 +329,7 @@ def machine_info() -> dict:
 
 def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = None, height: int | None = None,
               decoders=("taesd", "sd-vae"), official_frames: int | None = None, encoder: str = "auto",
-              batch: int = 0, compile: bool = False, classic: bool = True, note=log.info) -> dict:
+              preset: str = "ultrafast", crf: int = 20, batch: int = 0, compile: bool = False, classic: bool = True, note=log.info) -> dict:
     """Time our renderer (MuseTalk with each decoder, and the classic engine) and the official loop.
 
     On CUDA the defaults are the reference workload (672 frames, 1080p, real architecture); on
@@ -350,7 +350,8 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
     height = height or (1080 if cuda else 360)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    out = {"machine": machine_info(), "device": str(dev), "frames": frames, "height": height, "runs": {}}
+    out = {"machine": machine_info(), "device": str(dev), "frames": frames, "height": height,
+           "preset": preset, "crf": crf, "runs": {}}
 
     note(f"inputs: {frames} frames, {height}p video avatar")
     audio = reference_audio(workdir, frames)
@@ -362,7 +363,7 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
     out["weights"] = weights
 
     def settings(**kw):
-        return RenderSettings(device=str(dev), encoder=encoder, batch=batch, **kw)
+        return RenderSettings(device=str(dev), encoder=encoder, preset=preset, crf=crf, batch=batch, **kw)
 
     for decoder in decoders:
         note(f"MuseTalk + {decoder}: loading and warming up")

@@ -19,6 +19,7 @@ import logging
 
 import numpy as np
 
+from studio.core.devices import to_device
 from studio.core.constants import FACE_SIZE
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class Compositor:
                 for s in range(0, self.n, 64):
                     cache[s : s + 64] = torch.from_numpy(np.array(self.frames[s : s + 64], dtype=np.uint8))
                 self._frames_t = cache
-            return self._frames_t.index_select(0, torch.from_numpy(idx).to(self.device))
+            return self._frames_t.index_select(0, to_device(idx, self.device))
         batch = torch.from_numpy(np.ascontiguousarray(self.frames[idx]))  # fancy index = a copy
         if self.device.type != "cpu":
             batch = batch.pin_memory().to(self.device, non_blocking=True)
@@ -107,7 +108,7 @@ class Compositor:
             return out
         faces = faces.to(self.device)
         if len(live) < b:
-            live_t = torch.from_numpy(live).to(self.device)
+            live_t = to_device(live, self.device)
             faces = faces.index_select(0, live_t)
         self._blend_into(out, faces, idx[live], w[live], vis[live], live)
         return out
@@ -144,11 +145,11 @@ class Compositor:
 
         # float32 also on CUDA: half-precision grids are off by ~0.25 px at 1080p.
         src = faces.permute(0, 3, 1, 2).float()
-        alpha = self._masks()[torch.from_numpy(idx).to(dev)].float()
+        alpha = self._masks()[to_device(idx, dev)].float()
         src = torch.cat([src, alpha], dim=1)  # [n,4,256,256]: RGB + mask, resampled together
-        box = torch.from_numpy(self.boxes[idx].astype(np.float32)).to(dev)
-        oy_t = torch.from_numpy(oy.astype(np.float32)).to(dev)
-        ox_t = torch.from_numpy(ox.astype(np.float32)).to(dev)
+        box = to_device(self.boxes[idx].astype(np.float32), dev)
+        oy_t = to_device(oy.astype(np.float32), dev)
+        ox_t = to_device(ox.astype(np.float32), dev)
         ys = oy_t[:, None] + torch.arange(win_h, device=dev, dtype=torch.float32)[None] + 0.5
         xs = ox_t[:, None] + torch.arange(win_w, device=dev, dtype=torch.float32)[None] + 0.5
         # Pixel centres in the box -> normalised crop coordinates (align_corners=False convention).
@@ -159,11 +160,11 @@ class Compositor:
                             align_corners=False)  # [n,4,win_h,win_w]
 
         # Alpha: mask/255 * weight, zero outside each item's own visible box.
-        vis_t = torch.from_numpy(vis.astype(np.float32)).to(dev)
+        vis_t = to_device(vis.astype(np.float32), dev)
         inside_y = (ys >= vis_t[:, 1:2]) & (ys < vis_t[:, 3:4])
         inside_x = (xs >= vis_t[:, 0:1]) & (xs < vis_t[:, 2:3])
         inside = inside_y[:, :, None] & inside_x[:, None, :]
-        wt = torch.from_numpy(w).to(dev, torch.float32)
+        wt = to_device(np.asarray(w, np.float32), dev)
         a = res[:, 3].clamp_(0, 255) * (wt[:, None, None] / 255.0) * inside
         fg = res[:, :3].permute(0, 2, 3, 1)
 
@@ -187,9 +188,9 @@ class Compositor:
                 v.copy_(p)
             return None
         dev = out.device
-        yi = torch.from_numpy(oy).to(dev)[:, None] + torch.arange(win_h, device=dev)[None]
-        xi = torch.from_numpy(ox).to(dev)[:, None] + torch.arange(win_w, device=dev)[None]
-        bi, yy, xx = torch.from_numpy(rows).to(dev)[:, None, None], yi[:, :, None], xi[:, None, :]
+        yi = to_device(oy, dev)[:, None] + torch.arange(win_h, device=dev)[None]
+        xi = to_device(ox, dev)[:, None] + torch.arange(win_w, device=dev)[None]
+        bi, yy, xx = to_device(rows, dev)[:, None, None], yi[:, :, None], xi[:, None, :]
         if put is None:
             return out[bi, yy, xx]
         out[bi, yy, xx] = put

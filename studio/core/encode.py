@@ -141,17 +141,24 @@ class VideoWriter:
             self.abort()
         return False
 
-    def write(self, frames, first_index: int | None = None) -> None:
-        """Queue frames for encoding: RGB [B,H,W,3] or NV12 [B,H*3//2,W] uint8, numpy or torch.
+    def write(self, frames, first_index: int | None = None, release=None) -> None:
+        """Queue frames for encoding: RGB [B,H,W,3] or NV12 [B,H*3//2,W] uint8, numpy or torch,
+        or a list of per-frame numpy arrays (no stacking copy: a renderer's pinned slots).
 
         ``first_index`` is the absolute index of ``frames[0]`` (None: right after the previous
         write). Each chunk must receive its frames in order; chunks may be fed in any order.
-        The writer keeps the array until it is encoded: do not modify it after the call.
+        The writer keeps the arrays until they are encoded: do not modify them after the call,
+        unless ``release(k)`` is given: it is called (from an encoder thread) once frame ``k`` of
+        this batch has been consumed, after which its memory may be reused.
         """
         self._raise_if_failed()
         if self._done:
             raise RenderError("This video writer is already closed.")
-        frames = self._as_host_frames(frames)
+        if isinstance(frames, (list, tuple)):
+            for f in frames:
+                self._check_frame(f)
+        else:
+            frames = self._as_host_frames(frames)
         first = self._cursor if first_index is None else int(first_index)
         pos, end = first, first + len(frames)
         while pos < end:
@@ -159,11 +166,18 @@ class VideoWriter:
             if pos != ch.next:
                 raise ValueError(f"chunk {ch.start}..{ch.end} expects frame {ch.next} next, got {pos}")
             stop = end if ch.end is None else min(end, ch.end)
-            self._put(ch, (frames[pos - first : stop - first], pos))
+            self._put(ch, (frames[pos - first : stop - first], pos, release, pos - first))
             ch.next = stop
             pos = stop
         self._cursor = end
         self.frames_written += len(frames)
+
+    def _check_frame(self, f) -> None:
+        if not isinstance(f, np.ndarray) or f.dtype != np.uint8 or f.shape not in (
+            (self.enc_height * 3 // 2, self.enc_width), (self.height, self.width, 3), (self.enc_height, self.enc_width, 3)
+        ):
+            raise ValueError(f"expected NV12 [{self.enc_height * 3 // 2},{self.enc_width}] or RGB frames, "
+                             f"got {getattr(f, 'shape', type(f))}")
 
     def close(self) -> str:
         """Finish the encoders, append the chunks, mux the audio, fsync and rename onto ``path``."""
@@ -344,7 +358,7 @@ class VideoWriter:
                     for out in ch.encoder.flush():
                         ch.sink(out)
                     return
-                frames, first = item
+                frames, first, release, offset = item
                 for i in range(len(frames)):
                     if self._stop.is_set():
                         return
@@ -355,6 +369,8 @@ class VideoWriter:
                         frame = rgb_to_nv12(pad_even(frame[None]), out=buf)[0]
                     for out in ch.encoder.encode(frame, first + i):
                         ch.sink(out)
+                    if release is not None:
+                        release(offset + i)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             if self._error is None:
                 self._error = exc

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from studio.core.constants import FACE_SIZE, FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
+from studio.core.devices import to_device
 from studio.core.engines.base import LipSyncEngine
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class ClassicEngine(LipSyncEngine):
             [ctl.open[feat_idx] * self.strength, ctl.width[feat_idx] * self.strength, ctl.teeth[feat_idx]], 1
         ).astype(np.float32)
         if self.device.type == "cuda":
-            crops = prepared.crops[torch.from_numpy(avatar_idx).to(self.device)]
+            crops = prepared.crops[to_device(avatar_idx, self.device)]
             return warp_mouth(crops, _rig_rows(prepared.rig, avatar_idx), params, self.device)
         # CPU: one sample at a time, so a face never depends on its batch neighbours
         outs = []
@@ -268,8 +269,8 @@ def warp_mouth(crops, rig: np.ndarray, params: np.ndarray, device):
 
     B = crops.shape[0]
     S = FACE_SIZE
-    r = torch.from_numpy(rig).to(device)
-    p = torch.from_numpy(params).to(device)
+    r = to_device(rig, device)
+    p = to_device(params, device)
     cx, cy, ax, ay, hw, up, lo, chin, gap = (r[:, k].view(B, 1, 1) for k in range(9))
     split_table = r[:, 9:].contiguous()
     o, w, th = (p[:, k].view(B, 1, 1) for k in range(3))

@@ -34,6 +34,7 @@ import numpy as np
 
 from studio.core import models
 from studio.core.constants import FACE_SIZE
+from studio.core.devices import to_device
 from studio.core.engines.base import LipSyncEngine
 from studio.core.errors import ModelError, StudioError
 
@@ -155,8 +156,8 @@ class MuseTalkEngine(LipSyncEngine):
                              f"features {f.min()}..{f.max()} of {len(self.features)}")
         nets = self._load()
         with torch.inference_mode():
-            lat = self._channels_last(prepared.latents[torch.from_numpy(a).to(self.device)])
-            audio = self.features.window(f).to(self.device, self.dtype)
+            lat = self._channels_last(prepared.latents[to_device(a, self.device)])
+            audio = self.features.window(to_device(f, self.features.steps.device)).to(self.device, self.dtype)
             return nets["run"](lat, audio).clone()
 
     def preferred_batch(self) -> int:
