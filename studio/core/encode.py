@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower",
                 "veryslow", "placebo")
-MIN_PARALLEL_CHUNK = 50  # frames: auto picks parallel x264 only when every chunk gets at least this
+MIN_PARALLEL_CHUNK = 24  # frames: auto picks parallel x264 only when every chunk gets at least this
 MIN_CHUNK = 8  # frames: x264's reorder delay is only constant from 3 frames on (dts must join up)
 QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks
 AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000)
@@ -306,10 +306,12 @@ class VideoWriter:
             from studio.core.x264_pool import ProcessEncoder, worker_pool
 
             workers = worker_pool(len(self.chunks))
+            self._proc_encoders = [  # all workers open their encoders at once
+                ProcessEncoder(w, self.enc_width, self.enc_height, self.fps, self._crf, self._preset) for w in workers
+            ]
         for k, (s, e) in enumerate(self.chunks):
             if procs:
-                enc = ProcessEncoder(workers[k], self.enc_width, self.enc_height, self.fps, self._crf, self._preset)
-                self._proc_encoders.append(enc)
+                enc = self._proc_encoders[k]
                 extradata = enc.extradata
             elif k == 0:
                 ctx = vs.codec_context

@@ -130,11 +130,19 @@ class ProcessEncoder:
         self.slots = np.ndarray((SLOTS, *self.shape), np.uint8, buffer=shm.buf)
         self.free = list(range(SLOTS))
         self.closed = False
+        self._extradata = None
         worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset))
-        msg = self._recv()
-        self.extradata = msg[1]
+
+    @property
+    def extradata(self) -> bytes:
+        """The stream headers (waits for the worker's answer to ``open``, so opening many
+        encoders first and reading their headers afterwards overlaps their start-up)."""
+        if self._extradata is None:
+            self._extradata = self._recv()[1]
+        return self._extradata
 
     def encode(self, nv12: np.ndarray, pts: int) -> list:
+        _ = self.extradata
         out = []
         while not self.free:
             out += self._collect(block=True)
