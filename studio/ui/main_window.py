@@ -7,7 +7,6 @@ banner above the preview (one readable sentence), never as a traceback dialog.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -34,8 +33,9 @@ from studio.ui.library import LibraryPanel
 from studio.ui.preview import PreviewView
 from studio.ui.queue_panel import QueuePanel
 from studio.ui.render_panel import RenderPanel
+from studio.ui.render_queue import RenderQueue
 from studio.ui.timeline import TimelineView, time_text
-from studio.ui.workers import RenderRequest, WorkerThread, error_text, run_in_background
+from studio.ui.workers import WorkerThread, error_text, run_in_background
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,6 @@ class MainWindow(QMainWindow):
     analysisReady = Signal(object)  # AudioAnalysis of the selected script
     avatarLoaded = Signal(object)  # AvatarAssets of the selected avatar
     scrubShown = Signal(float, int)  # seconds, frame index of a scrub frame now on screen
-    jobFinished = Signal(int, str)  # job id, final state
 
     def __init__(self, renderer_factory=None, store=None):
         super().__init__()
@@ -55,10 +54,7 @@ class MainWindow(QMainWindow):
         self.settings = cfg.settings()
         self.analysis = None
         self.assets = None
-        self.current: RenderRequest | None = None
         self.last_scrub: tuple[float, int] | None = None
-        self._closing = False
-        self._last_store_progress = 0.0
         self._errors: list[float] = []
 
         from studio.core.jobs import JobStore
@@ -109,6 +105,7 @@ class MainWindow(QMainWindow):
         self.render_dock = self._dock("Render", self.render_panel, Qt.DockWidgetArea.RightDockWidgetArea, scroll=True)
         self.queue_dock = self._dock("Queue", self.queue_panel, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.doctor_dock = self._dock("Doctor", self.doctor, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.queue = RenderQueue(self.store, self.worker, self.render_panel, self.queue_panel, self)
         self.tabifyDockWidget(self.queue_dock, self.doctor_dock)
         self.queue_dock.raise_()
         self.doctor_dock.visibilityChanged.connect(self._doctor_visible)
@@ -150,19 +147,15 @@ class MainWindow(QMainWindow):
 
     def render(self) -> int | None:
         """Queue a render of the current avatar x script with the panel's settings and start the queue."""
-        return self._add_job(start=True)
+        return self.queue.add(self.library.avatar, self.library.script, start=True)
 
     def cancel_render(self) -> None:
-        req = self.current
-        if req is None:
-            return
-        if req.job_id is not None:
-            try:
-                self.store.cancel(req.job_id)
-            except Exception:  # noqa: BLE001 - the job may have just finished
-                log.debug("cancel of job %s ignored", req.job_id, exc_info=True)
-        self.worker.cancel()
-        self.render_panel.progress_bar.setFormat("cancelling…")
+        self.queue.cancel()
+
+    @property
+    def current(self):
+        """The RenderRequest being rendered, or None."""
+        return self.queue.current
 
     def scrub_to(self, seconds: float) -> None:
         self.timeline.set_playhead(seconds)
@@ -245,21 +238,18 @@ class MainWindow(QMainWindow):
         self.timeline.min_run_box.valueChanged.connect(lambda v: panel.set_silence(min_silence=v))
         self.timeline.playheadMoved.connect(self._playhead_moved)
         panel.renderClicked.connect(self.render)
-        panel.queueClicked.connect(lambda: self._add_job(start=True))
+        panel.queueClicked.connect(self.render)
         panel.cancelClicked.connect(self.cancel_render)
         panel.playClicked.connect(self.play)
-        self.queue_panel.retryClicked.connect(self._retry)
-        self.queue_panel.cancelClicked.connect(self._cancel_job)
-        self.queue_panel.enqueueClicked.connect(self._enqueue)
         self.queue_panel.openClicked.connect(self.play)
         self.queue_panel.error.connect(self.show_error)
-        w.started.connect(self._render_started)
-        w.progress.connect(self._render_progress)
-        w.preview.connect(self._render_preview)
+        q = self.queue
+        self.jobFinished = q.jobFinished
+        q.error.connect(self.show_error)
+        q.status.connect(lambda text: self.statusBar().showMessage(text, 5000))
+        q.previewFrame.connect(self.preview.offer)
+        q.running.connect(self._running)
         w.frameReady.connect(self._frame_ready)
-        w.finished.connect(self._render_finished)
-        w.failed.connect(self._render_failed)
-        w.cancelled.connect(self._render_cancelled)
         w.engineReady.connect(lambda name, why: self.engine_status.setText(f"engine: {name}"))
         w.engineReady.connect(lambda name, why: self.engine_status.setToolTip(why))
         w.engineReady.connect(lambda name, why: panel.engine_label.setText(_short(f"engine: {why}")))
@@ -277,7 +267,7 @@ class MainWindow(QMainWindow):
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))
 
         self.engines_task = run_in_background(available_engines, on_done=ready, on_error=self.show_error)
-        self._pump_queue()
+        self.queue.pump()
 
     # ---- library ------------------------------------------------------------------------
 
@@ -361,132 +351,13 @@ class MainWindow(QMainWindow):
         self.last_scrub = (seconds, index)
         self.preview.offer(image, f"{time_text(seconds)} · frame {index} · exact render preview", index)
 
+    def _running(self, running: bool) -> None:
+        self.cancel_action.setEnabled(running)
+        self.render_action.setEnabled(not running)
+
     def _preview_shown(self, index: int) -> None:
         if self.last_scrub is not None and index == self.last_scrub[1] and self.current is None:
             self.scrubShown.emit(*self.last_scrub)
-
-    # ---- renders and the queue ----------------------------------------------------------
-
-    def _add_job(self, start: bool) -> int | None:
-        avatar, script = self.library.avatar, self.library.script
-        if not avatar or not script:
-            self.show_error("choose an avatar and a script in the Library first")
-            return None
-        settings = self.render_panel.render_settings()
-        output = self.render_panel.output_path()
-        try:
-            Path(output).parent.mkdir(parents=True, exist_ok=True)
-            job = self.store.add(avatar, script, dataclasses.asdict(settings), output)
-        except Exception as exc:  # noqa: BLE001
-            self.show_error(error_text(exc))
-            return None
-        self.queue_panel.refresh()
-        if start:
-            self._pump_queue()
-        return job.id
-
-    def _pump_queue(self) -> None:
-        if self.current is not None or self._closing:
-            return
-        job = self.store.claim_next()
-        self.queue_panel.refresh()
-        if job is None:
-            return
-        from studio.core.render import RenderSettings
-
-        known = {f.name for f in dataclasses.fields(RenderSettings)}
-        settings = RenderSettings(**{k: v for k, v in job.settings.items() if k in known})
-        self.current = RenderRequest(job.avatar, job.audio, settings, job.output, job.id)
-        self.render_panel.start(job.label)
-        self.cancel_action.setEnabled(True)
-        self.render_action.setEnabled(False)
-        self.worker.renderRequested.emit(self.current)
-
-    def _render_started(self, req) -> None:
-        self.statusBar().showMessage(f"rendering {Path(req.output).name}…")
-
-    def _render_progress(self, req, p) -> None:
-        if req is not self.current:
-            return
-        self.render_panel.update_progress(p)
-        now = time.monotonic()
-        if req.job_id is not None and (now - self._last_store_progress > 1.0 or p.done == p.total):
-            self._last_store_progress = now
-            frac = p.done / p.total if p.total else 0.0
-            self.store.set_progress(req.job_id, frac)
-            self.queue_panel.set_progress(req.job_id, frac)
-
-    def _render_preview(self, image, index: int) -> None:
-        if self.current is not None:
-            self.preview.offer(image, f"rendering · frame {index} · {time_text(index / FPS)}", index)
-
-    def _render_finished(self, req, result) -> None:
-        data = result.to_json() if hasattr(result, "to_json") else {}
-        if self.worker.engine_reason:
-            data["engine_reason"] = self.worker.engine_reason
-        self._job_over(req, "done", lambda: self.store.finish(req.job_id, output=result.output, result=data))
-        self.render_panel.stop(
-            f"done · {result.frames} frames",
-            result.output,
-            f"{result.frames} frames in {result.seconds:.1f} s · {result.fps:.1f} fps · {result.engine} · {result.encoder}",
-        )
-
-    def _render_failed(self, req, message: str) -> None:
-        if req is None:  # a scrub frame
-            self.show_error(message)
-            return
-        self._job_over(req, "failed", lambda: self.store.fail(req.job_id, message))
-        self.render_panel.stop("failed")
-        self.show_error(message)
-
-    def _render_cancelled(self, req) -> None:
-        def mark():
-            if self.store.get(req.job_id).state == "running":
-                self.store.cancel(req.job_id)
-
-        self._job_over(req, "cancelled", mark)
-        self.render_panel.stop("cancelled: nothing was written")
-
-    def _job_over(self, req, state: str, update) -> None:
-        if self._closing:
-            return  # a job running at exit stays "running" and comes back as interrupted
-        if req.job_id is not None:
-            try:
-                update()
-            except Exception as exc:  # noqa: BLE001
-                self.show_error(error_text(exc))
-        self.current = None
-        self.cancel_action.setEnabled(False)
-        self.render_action.setEnabled(True)
-        self.queue_panel.refresh()
-        self.statusBar().showMessage(f"render {state}", 5000)
-        if req.job_id is not None:
-            self.jobFinished.emit(req.job_id, state)
-        QTimer.singleShot(0, self._pump_queue)
-
-    def _retry(self, job_id: int) -> None:
-        try:
-            self.store.retry(job_id)
-        except Exception as exc:  # noqa: BLE001
-            self.show_error(error_text(exc))
-        self._pump_queue()
-
-    def _enqueue(self, job_id: int) -> None:
-        try:
-            self.store.enqueue(job_id)
-        except Exception as exc:  # noqa: BLE001
-            self.show_error(error_text(exc))
-        self._pump_queue()
-
-    def _cancel_job(self, job_id: int) -> None:
-        if self.current is not None and self.current.job_id == job_id:
-            self.cancel_render()
-            return
-        try:
-            self.store.cancel(job_id)
-        except Exception as exc:  # noqa: BLE001
-            self.show_error(error_text(exc))
-        self.queue_panel.refresh()
 
     # ---- doctor, persistence, exit ------------------------------------------------------
 
@@ -531,7 +402,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:
         self.save_state()
-        self._closing = True
+        self.queue.closing = True
         if self.player is not None:
             self.player.player.stop()
         self.worker_thread.stop()

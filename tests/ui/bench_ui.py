@@ -71,8 +71,6 @@ def bench_timeline(app) -> None:
 
 
 def bench_preview(app) -> None:
-    import pyqtgraph as pg
-
     from studio.ui.preview import PreviewView
 
     view = PreviewView()
@@ -96,7 +94,6 @@ def bench_preview(app) -> None:
         print(f"preview {w}x{h}: fixed levels {n / t_fixed:6.1f} fps · auto levels {n / t_auto:6.1f} fps · "
               f"ratio {t_auto / t_fixed:.2f}x")
     view.close()
-    _ = pg
 
 
 def main() -> int:
