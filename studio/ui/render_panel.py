@@ -267,6 +267,7 @@ class RenderPanel(QWidget):
         self.pattern.setText(cfg.value(s, "render/pattern", str))
         self.pattern.setCursorPosition(0)
         self.folder.setText(cfg.value(s, "folders/output", str) or str(_default_folder()))
+        self.folder.setCursorPosition(0)
 
     def show_engines(self, status: dict) -> None:
         """Tooltips and availability of each engine (from ``available_engines``)."""
