@@ -208,6 +208,7 @@ class LibraryPanel(QWidget):
         dialog.setMinimumDuration(300)
         dialog.setAutoClose(False)
         dialog.setAutoReset(False)
+        self.progress_dialog = dialog
 
         def progressed(done: int, total: int, stage: str) -> None:
             dialog.setMaximum(max(0, total))  # 0: a busy indicator while the total is unknown

@@ -221,3 +221,29 @@ def test_uncaught_errors_are_logged_and_shown_as_one_line(window, studio_home):
         assert window.banner_text.text() == "x.wav: no such file; check the path"
     finally:
         sys.excepthook = saved
+
+
+def test_a_video_avatar_imports_through_the_progress_dialog(window, qtbot, tmp_path):
+    import av
+    from PIL import Image
+
+    from conftest import DEMO_AVATAR
+
+    face = np.asarray(Image.open(DEMO_AVATAR).convert("RGB").resize((256, 256)))
+    path = tmp_path / "presenter.mp4"
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 256, 256, "yuv420p"
+        for i in range(12):  # a small sway: every frame differs
+            frame = np.roll(face, i % 4, axis=1)
+            for packet in s.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                c.mux(packet)
+        for packet in s.encode():
+            c.mux(packet)
+    with qtbot.waitSignal(window.library.avatarPrepared, timeout=90_000):
+        window.load_avatar(str(path))  # the name comes from the file
+    assert window.library.avatar == "presenter"
+    assert "12 frames" in window.library.avatars.currentItem().text()
+    label = window.library.progress_dialog.labelText()
+    assert label.startswith("Preparing avatar “presenter”: "), label  # the dialog showed the stages
+    qtbot.waitUntil(lambda: window.assets is not None and window.assets.N == 12, timeout=30_000)
