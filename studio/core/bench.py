@@ -283,6 +283,8 @@ def _encode_pngs(pngs, out: Path, width: int, height: int) -> None:
 
 def _mux_reencode(video: Path, audio: Path, out: Path) -> None:
     """``ffmpeg -i audio -i video out.mp4``: the video is decoded and encoded again (libx264 defaults)."""
+    from fractions import Fraction
+
     import av
     import soundfile as sf
 
@@ -291,10 +293,11 @@ def _mux_reencode(video: Path, audio: Path, out: Path) -> None:
         vin = src.streams.video[0]
         vs = dst.add_stream("libx264", rate=FPS)
         vs.width, vs.height, vs.pix_fmt = vin.width, vin.height, "yuv420p"
+        vs.codec_context.time_base = Fraction(1, FPS)
         ast = dst.add_stream("aac", rate=rate)
         ast.layout = "mono" if data.shape[1] == 1 else "stereo"
         for k, fr in enumerate(src.decode(vin)):
-            fr.pts = k
+            fr.pts, fr.time_base = k, Fraction(1, FPS)
             dst.mux(vs.encode(fr))
         dst.mux(vs.encode(None))
         frame_size = 1024
