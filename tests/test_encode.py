@@ -318,3 +318,21 @@ def test_bad_settings_and_frame_shapes_are_refused(tmp_path):
             w.write(np.zeros((1, H, W + 2, 3), np.uint8))
         w.write(talking_frames(0, 2))
     assert w.frames_written == 2 and (tmp_path / "o.mp4").stat().st_size > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_frames_go_straight_to_the_encoder_processes(tmp_path):
+    """GPU batches DMA'd into the workers' page-locked slots decode like the host path."""
+    rgb = talking_frames(0, 48)
+    host, gpu = tmp_path / "host.mp4", tmp_path / "gpu.mp4"
+    for path, on_gpu in ((host, False), (gpu, True)):
+        with open_video(path, W, H, encoder="x264-parallel", total_frames=48, workers=3) as w:
+            if on_gpu:
+                assert w.takes_gpu_frames()
+            for a in range(0, 48, 8):
+                batch = torch.from_numpy(rgb[a : a + 8])
+                w.write(batch.cuda() if on_gpu else batch.numpy(), first_index=a)
+    a, b = _decode_y(host), _decode_y(gpu)
+    assert a.shape == b.shape == (48, H, W)
+    assert _psnr(a, b) > 40

@@ -120,6 +120,7 @@ class VideoWriter:
         self._cursor = 0
         self._tmp_files: list[Path] = []
         self._proc_encoders: list = []
+        self._gpu_slots = None  # per chunk: page-locked slot views, False when unavailable
         self._check_folder()
         self._audio = _AudioSource(audio) if audio is not None else None
         try:
@@ -154,9 +155,12 @@ class VideoWriter:
         self._raise_if_failed()
         if self._done:
             raise RenderError("This video writer is already closed.")
+        event = None
         if isinstance(frames, (list, tuple)):
             for f in frames:
                 self._check_frame(f)
+        elif self._takes_gpu_frames(frames):
+            frames, event = self._gpu_nv12(frames)
         else:
             frames = self._as_host_frames(frames)
         first = self._cursor if first_index is None else int(first_index)
@@ -166,11 +170,43 @@ class VideoWriter:
             if pos != ch.next:
                 raise ValueError(f"chunk {ch.start}..{ch.end} expects frame {ch.next} next, got {pos}")
             stop = end if ch.end is None else min(end, ch.end)
-            self._put(ch, (frames[pos - first : stop - first], pos, release, pos - first))
+            self._put(ch, (frames[pos - first : stop - first], pos, release, pos - first, event))
             ch.next = stop
             pos = stop
         self._cursor = end
         self.frames_written += len(frames)
+
+    def takes_gpu_frames(self) -> bool:
+        """Whether ``write`` takes CUDA tensors without a host round trip (parallel x264 workers
+        with CUDA-registered slots)."""
+        import torch
+
+        probe = torch.empty(0, device="cuda") if torch.cuda.is_available() else None
+        return probe is not None and self._takes_gpu_frames(probe)
+
+    def _takes_gpu_frames(self, frames) -> bool:
+        """CUDA frames go straight to the encoder processes' page-locked slots (one DMA each)."""
+        if not (hasattr(frames, "is_cuda") and frames.is_cuda and self._proc_encoders):
+            return False
+        if self._gpu_slots is None:
+            slots = [enc.gpu_slots() for enc in self._proc_encoders]
+            self._gpu_slots = slots if all(v is not None for v in slots) else False
+            if os.environ.get("STUDIO_GPU_DIRECT", "1") == "0":
+                self._gpu_slots = False
+        return bool(self._gpu_slots)
+
+    def _gpu_nv12(self, frames):
+        import torch
+
+        from studio.core.composite import pad_even, rgb_to_nv12
+
+        if frames.ndim == 4:
+            frames = rgb_to_nv12(pad_even(frames))
+        if tuple(frames.shape[1:]) != (self.enc_height * 3 // 2, self.enc_width) or frames.dtype != torch.uint8:
+            raise ValueError(f"expected NV12 [B,{self.enc_height * 3 // 2},{self.enc_width}] uint8, got {tuple(frames.shape)}")
+        event = torch.cuda.Event()
+        event.record()
+        return frames, event
 
     def _check_frame(self, f) -> None:
         if not isinstance(f, np.ndarray) or f.dtype != np.uint8 or f.shape not in (
@@ -353,6 +389,7 @@ class VideoWriter:
         from studio.core.composite import pad_even, rgb_to_nv12
 
         buf = None  # one NV12 frame, reused (the encoders copy their input)
+        stream = slots = None
         try:
             while not self._stop.is_set():
                 item = ch.queue.get()
@@ -360,7 +397,21 @@ class VideoWriter:
                     for out in ch.encoder.flush():
                         ch.sink(out)
                     return
-                frames, first, release, offset = item
+                frames, first, release, offset, event = item
+                if event is not None:  # CUDA NV12 frames: DMA each into a free slot of the worker
+                    import torch
+
+                    if stream is None:
+                        stream = torch.cuda.Stream()
+                        slots = self._gpu_slots[self._chunks.index(ch)]
+                    stream.wait_event(event)
+                    with torch.cuda.stream(stream):
+                        for i in range(len(frames)):
+                            if self._stop.is_set():
+                                return
+                            for out in ch.encoder.encode_gpu(frames[i], first + i, stream, slots):
+                                ch.sink(out)
+                    continue
                 for i in range(len(frames)):
                     if self._stop.is_set():
                         return

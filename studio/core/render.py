@@ -259,7 +259,10 @@ class Renderer:
             ranges = interleave(batch_ranges(T, self.batch_size), writer.chunks)
             done = 0
             last_preview = -1e9
-            sink = _CopyThread(writer, T) if self.engine.device.type == "cuda" else None
+            cuda = self.engine.device.type == "cuda"
+            # CUDA: frames go to the writer as GPU tensors when its encoder processes take them
+            # directly (one DMA per frame into their slots); otherwise through a copy thread.
+            sink = _CopyThread(writer, T) if cuda and not writer.takes_gpu_frames() else None
             try:
                 for first, frames in self.iter_frames(ranges):
                     if self._cancel.is_set():

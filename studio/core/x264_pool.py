@@ -53,17 +53,53 @@ class _Worker:
         self.conn = Connection(os.dup(parent.fileno()))
         parent.close()
         self.shm = None
+        self.pinned = None
         self.lock = threading.Lock()  # one encoder at a time per worker
 
     def ensure_shm(self, nbytes: int):
         from multiprocessing import shared_memory
 
         if self.shm is None or self.shm.size < nbytes * SLOTS:
-            if self.shm is not None:
-                self.shm.close()
-                self.shm.unlink()
+            self._free_shm()
             self.shm = shared_memory.SharedMemory(create=True, size=nbytes * SLOTS)
         return self.shm
+
+    def pinned_view(self):
+        """The shared ring as a CUDA-registered (page-locked) uint8 tensor, so GPU frames are
+        copied straight into the worker's slots; None where CUDA is not in use."""
+        if self.pinned is None:
+            import ctypes
+
+            import torch
+
+            if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+                return None
+            size = self.shm.size
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
+            err = torch.cuda.cudart().cudaHostRegister(addr, size, 0)
+            if int(err) != 0:
+                log.warning("cudaHostRegister failed (%s): GPU frames go through host copies", err)
+                return None
+            self.pinned = torch.frombuffer(self.shm.buf, dtype=torch.uint8, count=size)
+            self._pinned_addr = addr
+        return self.pinned
+
+    def _free_shm(self) -> None:
+        if self.pinned is not None:
+            try:
+                import torch
+
+                torch.cuda.cudart().cudaHostUnregister(self._pinned_addr)
+            except Exception:
+                pass
+            self.pinned = None
+        if self.shm is not None:
+            try:
+                self.shm.close()
+                self.shm.unlink()
+            except (OSError, FileNotFoundError, BufferError):
+                pass
+            self.shm = None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -83,13 +119,7 @@ class _Worker:
             self.conn.close()
         except OSError:
             pass
-        if self.shm is not None:
-            try:
-                self.shm.close()
-                self.shm.unlink()
-            except (OSError, FileNotFoundError):
-                pass
-            self.shm = None
+        self._free_shm()
 
 
 _POOL: list[_Worker] = []
@@ -148,6 +178,26 @@ class ProcessEncoder:
             out += self._collect(block=True)
         slot = self.free.pop()
         np.copyto(self.slots[slot], nv12)
+        self.w.conn.send(("frame", slot, int(pts)))
+        out += self._collect(block=False)
+        return out
+
+    def gpu_slots(self):
+        """``[SLOTS, H*3//2, W]`` page-locked view of the ring (None: host copies only)."""
+        view = self.w.pinned_view()
+        if view is None:
+            return None
+        return view[: SLOTS * self.frame_bytes].view(SLOTS, *self.shape)
+
+    def encode_gpu(self, nv12, pts: int, stream, slots) -> list:
+        """Encode a CUDA NV12 frame: one DMA into a free slot on ``stream``, no host memcpy."""
+        _ = self.extradata
+        out = []
+        while not self.free:
+            out += self._collect(block=True)
+        slot = self.free.pop()
+        slots[slot].copy_(nv12, non_blocking=True)
+        stream.synchronize()
         self.w.conn.send(("frame", slot, int(pts)))
         out += self._collect(block=False)
         return out
