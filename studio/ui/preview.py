@@ -2,51 +2,17 @@
 
 Producers (the render worker, scrubbing) call ``offer(image, caption)`` at any rate; the display
 timer pushes only the newest image to the screen, at most ``DISPLAY_HZ`` times a second.
-``FrameCounter`` turns ``tick()`` calls into one fps reading per second.
+(The render FPS readout, once per second, lives in the Render panel.)
 """
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
 
 DISPLAY_HZ = 30
-
-
-class FrameCounter(QObject):
-    """Counts ``tick(n)`` and emits the rate once per second (pyqtgraph's FrameCounter idea)."""
-
-    sigFpsUpdate = Signal(float)
-
-    def __init__(self, interval_ms: int = 1000, parent=None):
-        super().__init__(parent)
-        self.count = 0
-        self.last = time.perf_counter()
-        self.timer = QTimer(self)
-        self.timer.setInterval(interval_ms)
-        self.timer.timeout.connect(self._emit)
-
-    def start(self) -> None:
-        self.count = 0
-        self.last = time.perf_counter()
-        self.timer.start()
-
-    def stop(self) -> None:
-        self.timer.stop()
-
-    def tick(self, n: int = 1) -> None:
-        self.count += n
-
-    def _emit(self) -> None:
-        now = time.perf_counter()
-        dt = now - self.last
-        fps = self.count / dt if dt > 0 else 0.0
-        self.count, self.last = 0, now
-        self.sigFpsUpdate.emit(fps)
 
 
 class PreviewView(QWidget):
