@@ -280,7 +280,7 @@ def warp_mouth(crops, rig: np.ndarray, params: np.ndarray, device):
     ys = ys.expand(B, S, S) + 0.5
     nx, ny = -ay, ax  # the normal, pointing down the face
 
-    opening = o * 0.55 * hw  # max opening ~0.27 of the mouth width: speech, not a yawn
+    opening = o * 0.48 * hw  # max opening ~0.24 of the mouth width: speech, not a yawn
     drop = opening * 0.8  # lower lip and jaw
     lift = opening * 0.2  # upper lip (with any teeth the source already shows)
     spread = torch.where(w > 0, 0.10, 0.16) * w * hw  # corners out (spread) or in (round)
