@@ -23,7 +23,6 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -56,49 +55,9 @@ def reference_audio(workdir: Path, frames: int = REF_FRAMES) -> Path:
     return path
 
 
-@dataclass(eq=False)
-class SyntheticAvatar:
-    """An ``AvatarAssets`` look-alike held in memory (frames, boxes, crops, masks, landmarks)."""
-
-    frames: np.ndarray
-    boxes: np.ndarray
-    crops: np.ndarray
-    masks: np.ndarray
-    landmarks: np.ndarray
-    crop_landmarks: np.ndarray
-    face_ok: np.ndarray
-    folder: Path
-    name: str = "bench"
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def N(self) -> int:
-        return len(self.frames)
-
-    @property
-    def width(self) -> int:
-        return int(self.frames.shape[2])
-
-    @property
-    def height(self) -> int:
-        return int(self.frames.shape[1])
-
-    def cycle_index(self, t):
-        n = self.N
-        if n == 1:
-            return np.zeros_like(np.asarray(t)) if np.ndim(t) else 0
-        i = np.asarray(t) % (2 * n)
-        out = np.where(i < n, i, 2 * n - 1 - i)
-        return out if np.ndim(t) else int(out)
-
-    def engine_dir(self, key: str) -> Path:
-        path = self.folder / "engines" / key
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-
-def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50) -> SyntheticAvatar:
-    """The demo photo on a 16:9 backdrop, the presenter swaying over a ``loop_frames`` loop.
+def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50):
+    """An in-memory ``AvatarAssets``: the demo photo on a 16:9 backdrop, the presenter swaying
+    over a ``loop_frames`` loop.
 
     Like a tripod recording, the camera and backdrop stay still: a smooth displacement field
     centred on the head and shoulders moves the presenter by a few pixels (and the face-mesh
@@ -142,8 +101,11 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50) -
     masks = np.stack([faces.blend_mask(c, b) for c, b in zip(crop_lm, boxes)])
     folder = Path(workdir) / "avatar"
     folder.mkdir(parents=True, exist_ok=True)
-    return SyntheticAvatar(frames, boxes, crops, masks, lms, crop_lm, np.ones(loop_frames, bool), folder,
-                           meta={"kind": "video", "fps": FPS, "frames": loop_frames, "width": width, "height": height})
+    from studio.core.avatar import AvatarAssets
+
+    meta = {"kind": "video", "fps": FPS, "frames": loop_frames, "width": width, "height": height}
+    return AvatarAssets(name="bench", folder=folder, meta=meta, frames=frames, boxes=boxes, crops=crops, masks=masks,
+                        landmarks=lms, crop_landmarks=crop_lm, face_ok=np.ones(loop_frames, bool))
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,27 @@
+"""``studio bench`` smoke version on the CPU: both pipelines run and the figures are written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+
+def test_bench_cpu_smoke_writes_figures_with_a_ratio(tmp_path, studio_home):
+    out = tmp_path / "bench.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "bench", "--device", "cpu", "--frames", "12", "--height", "144",
+         "--official-frames", "6", "--decoders", "taesd", "--json", str(out)],
+        capture_output=True, text=True, env={**os.environ, "STUDIO_HOME": str(studio_home)},
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(out.read_text())
+    assert d["frames"] == 12 and d["height"] == 144 and d["machine"]["cpu_count"] >= 1
+    assert set(d["runs"]) == {"musetalk-taesd", "classic", "official"}
+    ours = d["runs"]["musetalk-taesd"]
+    assert ours["frames"] == 12 and ours["fps"] > 0 and ours["output_bytes"] > 1000
+    assert {"engine", "encode"} <= set(ours["stage_ms"])
+    assert d["runs"]["official"]["frames"] == 6
+    assert d["ratios"]["musetalk-taesd"] == round(ours["fps"] / d["runs"]["official"]["fps"], 1)
+    assert "x official" in r.stdout and "musetalk-taesd" in r.stdout
