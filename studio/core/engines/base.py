@@ -101,6 +101,10 @@ def select_engine(name: str = "auto", device: str | None = None, **options) -> E
     if name == "auto":
         if status.get("musetalk", "").startswith("ready"):
             name, reason = "musetalk", f"MuseTalk weights are imported ({status['musetalk']})"
+            # TensorRT hook (issue 7): say which runtime MuseTalk is expected to use, and why
+            from studio.core.engines.runtime_tensorrt import runtime_note
+
+            reason += f"; {runtime_note(device, options.get('runtime', 'auto'))}"
         else:
             reason = "classic: " + status.get("musetalk", "MuseTalk is not available").replace(
                 "unavailable: ", "MuseTalk unavailable: "

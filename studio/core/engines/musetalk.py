@@ -72,7 +72,7 @@ class MuseTalkEngine(LipSyncEngine):
     label = "MuseTalk one-step latent inpainting (PyTorch)"
 
     def __init__(self, device=None, precision="auto", decoder="taesd", batch=0, compile=False,
-                 cuda_graphs=True, models_dir=None, version="v15", **_):
+                 cuda_graphs=True, models_dir=None, version="v15", runtime="auto", **_):
         from studio.core.engines import runtime_torch as rt
 
         dev = rt.resolve_device(device)
@@ -99,6 +99,14 @@ class MuseTalkEngine(LipSyncEngine):
             log.warning("TAESD is not imported; decoding with the SD-VAE (studio models import --taesd DIR)")
             decoder = "sd-vae"
         self.decoder = decoder
+        # TensorRT hook (issue 7): "auto" uses valid TensorRT engines when they load, else PyTorch.
+        if runtime not in ("auto", "torch", "tensorrt"):
+            raise StudioError(f"unknown runtime {runtime!r}; use auto, torch or tensorrt")
+        if runtime == "tensorrt" and self.device.type != "cuda":
+            raise StudioError(f"the TensorRT runtime needs a CUDA GPU (device is {self.device}); use --runtime torch")
+        self.runtime = runtime
+        self.runtime_used = "torch"
+        self.runtime_reason = "PyTorch runtime (chosen explicitly)" if runtime == "torch" else "decided when the networks load"
         self.features = None
         self._nets = None
         self._whisper = None
@@ -171,7 +179,8 @@ class MuseTalkEngine(LipSyncEngine):
         d = super().describe()
         d.update(version=self.version, unet=models.COMPONENTS[self.paths.unet_name].label,
                  decoder=self.decoder, precision=str(self.dtype).replace("torch.", ""),
-                 compile=self.compile, cuda_graphs=self.cuda_graphs and self.device.type == "cuda")
+                 compile=self.compile, cuda_graphs=self.cuda_graphs and self.device.type == "cuda",
+                 runtime=self.runtime_used, runtime_reason=self.runtime_reason)
         return d
 
     def close(self) -> None:
@@ -230,9 +239,25 @@ class MuseTalkEngine(LipSyncEngine):
         decode = rt.maybe_compile(taesd.decode if taesd is not None else vae.decode, self.compile)
         divide = 1.0 if taesd is not None else scale  # TAESD decodes the scaled latent space as is
 
+        def torch_unet(lat, audio):
+            return unet_c(lat, t0, encoder_hidden_states=audio, return_dict=False)[0]
+
+        def torch_decode(pred):
+            return decode(pred / divide, return_dict=False)[0]  # [-1,1] for both decoders
+
+        # TensorRT hook (issue 7): engines for these weights replace both calls when they load
+        # and agree with PyTorch (runtime_tensorrt.engine_functions); otherwise PyTorch, with why.
+        unet_fn, decode_fn = torch_unet, torch_decode
+        if self.runtime != "torch":
+            from studio.core.engines import runtime_tensorrt as rtt
+
+            fns, self.runtime_reason = rtt.engine_functions(p, self.decoder, self.dtype, self.device,
+                                                            (torch_unet, torch_decode), self.runtime == "tensorrt")
+            if fns is not None:
+                (unet_fn, decode_fn), self.runtime_used = fns, "tensorrt"
+
         def forward(lat, audio):
-            pred = unet_c(lat, t0, encoder_hidden_states=audio, return_dict=False)[0]
-            img = decode(pred / divide, return_dict=False)[0]  # [-1,1] for both decoders
+            img = decode_fn(unet_fn(lat, audio))
             img = ((img.float() / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8)
             return img.permute(0, 2, 3, 1).contiguous()  # [B,256,256,3] RGB
 
