@@ -255,6 +255,7 @@ class MuseTalkEngine(LipSyncEngine):
                                                             (torch_unet, torch_decode), self.runtime == "tensorrt")
             if fns is not None:
                 (unet_fn, decode_fn), self.runtime_used = fns, "tensorrt"
+                self.label = self.label.replace("PyTorch", "TensorRT")
 
         def forward(lat, audio):
             img = decode_fn(unet_fn(lat, audio))

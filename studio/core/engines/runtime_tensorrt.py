@@ -521,7 +521,8 @@ class EngineRunner:
         self.outputs = [n for n in names if n not in self.inputs]
         self.dtypes = {n: _torch_dtype(trt, self.engine.get_tensor_dtype(n)) for n in names}
         self.shapes = {n: tuple(self.engine.get_tensor_shape(n)) for n in self.inputs}
-        self.max_batch = int(self.engine.get_tensor_profile_shape(self.inputs[0], 0)[2][0])
+        lo, _, hi = self.engine.get_tensor_profile_shape(self.inputs[0], 0)
+        self.min_batch, self.max_batch = int(lo[0]), int(hi[0])
 
     def __call__(self, *inputs):
         import torch
@@ -529,8 +530,11 @@ class EngineRunner:
         n = int(inputs[0].shape[0])
         if n > self.max_batch:
             return torch.cat([self(*(x[i : i + self.max_batch] for x in inputs)) for i in range(0, n, self.max_batch)])
+        if n < self.min_batch:  # a profile that starts above 1: pad with the last row, drop it after
+            pad = [torch.cat([x, x[-1:].expand(self.min_batch - n, *x.shape[1:])]) for x in inputs]
+            return self(*pad)[:n]
         keep = []  # alive until enqueued; the caching allocator orders reuse on this stream
-        for name, x in zip(self.inputs, inputs):
+        for name, x in zip(self.inputs, inputs, strict=True):
             x = x.to(self.device, self.dtypes[name]).contiguous()
             keep.append(x)
             self.context.set_input_shape(name, tuple(x.shape))
@@ -707,10 +711,9 @@ def _quantize_fp8(module, calib: dict) -> None:
     import torch
 
     mtq = _require_modelopt()
-    cfg = copy.deepcopy(mtq.FP8_DEFAULT_CFG)
+    linear = {n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)}  # before conversion
     with torch.no_grad():
-        mtq.quantize(module, cfg, forward_loop=lambda m: m(*calib.values()))
-    linear = {n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
+        mtq.quantize(module, copy.deepcopy(mtq.FP8_DEFAULT_CFG), forward_loop=lambda m: m(*calib.values()))
     # convolutions stay fp16: disable every quantizer whose owner is not a Linear
     mtq.disable_quantizer(module, lambda q: q.rsplit(".", 1)[0] not in linear)
 
