@@ -1,7 +1,7 @@
 """``studio doctor``: what this machine can do, and how to fix what it cannot.
 
     for c in run_checks():
-        print(c.name, c.status, c.detail, c.hint)
+        show(c.name, c.status, c.detail, c.hint)   # the CLI and the Doctor panel decide how
 
 Each check is independent and never raises: a failure becomes a ``Check`` with a fix hint.
 Heavy imports (torch, tensorrt, the encoders) happen inside the checks. Qt-free.

@@ -2,7 +2,7 @@
 
     r = Renderer(avatar, "voice.flac", RenderSettings(engine="auto"))
     for p in r.run("out.mp4"):          # one RenderProgress per batch; r.cancel() from any thread
-        print(p.done, p.total, p.fps)
+        bar.update(p.done, p.total, p.fps)
     img = r.frame_at(3.2)               # exactly the frame the render writes at floor(3.2 * 25)
 
 Qt-free: the GUI drives it from a worker thread and turns progress into signals.
