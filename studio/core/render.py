@@ -220,8 +220,10 @@ class Renderer:
                 faces = engine.generate(self._prepared, idx[active], np.arange(a, b)[active])
                 self._stage("engine", t0)
                 t0 = time.perf_counter()
-                pasted = comp.paste(faces, idx[active], weight[active])
-                frames[torch_index(active, frames.device)] = pasted
+                if len(active) == len(idx):  # all speech: blend in place, no second background
+                    comp.paste(faces, idx, weight, out=frames)
+                else:
+                    frames[torch_index(active, frames.device)] = comp.paste(faces, idx[active], weight[active])
                 self._stage("composite", t0)
             yield a, frames
 
