@@ -282,8 +282,12 @@ def test_build_without_tensorrt_exits_2_with_one_line_saying_what_to_install(cac
 def test_cli_list_on_an_empty_and_a_populated_cache(cache, store, capsys):
     assert cli_main(["engines", "list"]) == 0
     assert "no engines built" in capsys.readouterr().out
-    plan = _fake_engine(cache, store, "unet")
-    stale = _fake_engine(cache, store, "taesd")
+    try:  # the CLI checks against this machine's GPU where it can
+        here = rtt.current_target()
+    except StudioError:
+        here = TARGET
+    plan = _fake_engine(cache, store, "unet", here)
+    stale = _fake_engine(cache, store, "taesd", here)
     stale.write_bytes(b"half a plan")
     assert cli_main(["engines", "list", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
