@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from studio.core import models
+from studio.core.constants import FACE_SIZE
 from studio.core.errors import StudioError
 
 log = logging.getLogger(__name__)
@@ -284,12 +285,12 @@ def example_inputs(component: str, module, batch: int = 2, seed: int = 0) -> dic
     def randn(*shape):
         return torch.randn(*shape, generator=g).to(p.device, p.dtype)
 
+    side = FACE_SIZE // 8  # 32x32 latents of 256x256 faces (the UNet config's sample_size is 64)
     if component == "unet":
         c = module.unet.config
-        return {"latents": randn(batch, c.in_channels, c.sample_size, c.sample_size),
+        return {"latents": randn(batch, c.in_channels, side, side),
                 "audio": randn(batch, module.tokens, c.cross_attention_dim)}
-    side = 256 // 8  # the decoders read 32x32 latents into 256x256 faces
-    return {"latents": randn(batch, 4, side, side)}
+    return {"latents": randn(batch, module.net.config.latent_channels, side, side)}
 
 
 def export_onnx(component: str, paths, out: Path, precision: str = "fp32", device="cpu",
