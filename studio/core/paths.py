@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 
@@ -31,6 +32,11 @@ def log_file() -> Path:
 
 def repo_resources() -> Path:
     """The ``resources/`` folder shipped beside the package (demo assets, icons, style sheet)."""
+    # Frozen desktop app (packaging/studio.spec): PyInstaller unpacks ``resources/`` into the
+    # bundle's folder, sys._MEIPASS (dist/studio/_internal/).
+    frozen_root = getattr(sys, "_MEIPASS", None)
+    if getattr(sys, "frozen", False) and frozen_root:
+        return Path(frozen_root) / "resources"
     here = Path(__file__).resolve().parent.parent.parent / "resources"
     if here.is_dir():
         return here

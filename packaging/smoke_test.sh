@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Smoke test of the frozen app built by packaging/build.sh (headless; no display needed):
+#
+#   packaging/smoke_test.sh [dist/studio/studio]
+#
+#  1. the binary answers --version and --help (every sub-command module is in the bundle);
+#  2. the window opens offscreen (STUDIO_QUIT_AFTER_MS closes it), its first paint is logged;
+#  3. `studio demo` renders the demo clip (face tracking with mediapipe's bundled models, the
+#     classic engine, libx264 + AAC), then once more with --encoder x264-parallel, whose encoder
+#     workers are the frozen binary re-launched with `__studio_x264_worker__ FD`;
+#  4. each MP4 is checked with PyAV (packaging/check_mp4.py, run with the build venv's Python):
+#     706 frames, h264 + aac.
+# Everything goes to a temporary data folder (STUDIO_HOME), removed at the end unless it failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BIN=$(realpath "${1:-$ROOT/dist/studio/studio}")
+PY=${STUDIO_VENV:-$ROOT/.venv}/bin/python
+[ -x "$BIN" ] || { echo "smoke: $BIN not found: run packaging/build.sh first" >&2; exit 2; }
+[ -x "$PY" ] || PY=python3
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/studio-smoke.XXXXXX")
+export STUDIO_HOME=$WORK/home QT_QPA_PLATFORM=offscreen
+t0=$(date +%s)
+fail() { echo "smoke: FAILED: $*  (files kept in $WORK)" >&2; exit 1; }
+step() { echo "smoke: $* ($(( $(date +%s) - t0 )) s)" >&2; }
+
+"$BIN" --version | grep -q "^studio " || fail "--version"
+for cmd in analyze avatar demo doctor frame gui models render; do
+  "$BIN" --help | grep -qw "$cmd" || fail "--help does not list '$cmd'"
+done
+step "version and help ok"
+
+STUDIO_QUIT_AFTER_MS=${STUDIO_SMOKE_GUI_MS:-3000} timeout 180 "$BIN" gui >"$WORK/gui.out" 2>&1 \
+  || { cat "$WORK/gui.out" >&2; fail "the window did not open and close cleanly"; }
+grep -q "first paint after" "$STUDIO_HOME/logs/studio.log" || fail "no first paint in $STUDIO_HOME/logs/studio.log"
+step "window opened offscreen ($(grep -o 'first paint after [0-9.]* s' "$STUDIO_HOME/logs/studio.log" | tail -1))"
+
+for enc in auto x264-parallel; do
+  out=$WORK/demo-$enc.mp4
+  timeout 600 "$BIN" demo -o "$out" --encoder "$enc" --json >"$WORK/demo-$enc.json" 2>"$WORK/demo-$enc.err" \
+    || { cat "$WORK/demo-$enc.err" >&2; fail "studio demo --encoder $enc"; }
+  summary=$("$PY" - "$WORK/demo-$enc.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r['engine']} + {r['encoder']}, {r['frames']} frames in {r['seconds']:.1f} s ({r['fps']:.1f} fps)")
+PYEOF
+)
+  if [ "$enc" = x264-parallel ]; then
+    echo "$summary" | grep -q "parallel" || fail "--encoder x264-parallel did not encode in parallel: $summary"
+  fi
+  "$PY" packaging/check_mp4.py "$out" --frames 706 >&2 || fail "$out"
+  step "demo, --encoder $enc: $summary"
+done
+
+rm -rf "$WORK"
+echo "smoke: OK in $(( $(date +%s) - t0 )) s" >&2
