@@ -1,0 +1,310 @@
+"""Chunked rendering: a clip cut into contiguous frame ranges, each encoded as a closed-GOP H.264
+segment, joined in order with the original audio muxed once.
+
+    ranges = split(T, 4)                                  # [(0, 19), (19, 38), ...]
+    render_segment(renderer, a, b, "seg1.mp4")            # frames [a, b): an MP4 starting on an IDR
+    join_segments([(a, b, "seg1.mp4"), ...], "out.mp4", audio="voice.wav")   # atomic, A/V in sync
+    for p in render_chunked(avatar, audio, "out.mp4", settings, chunks=2):   # local processes
+        bar.update(p.done, p.total, p.fps)
+
+A segment holds frames [a, b) with timestamps relative to ``a``; the join shifts them by ``a``, so
+the joined stream has frame t at pts t/25 exactly as a single-process render. The pre-encode
+frames are those of ``Renderer.iter_frames`` (bit for bit: each frame depends only on its index),
+and every segment uses the same encoder settings, so the stream headers agree and the join is a
+packet copy. ``render_chunked`` runs the chunks in local worker processes (no Ray); the Ray farm
+(``studio.core.farm``) uses the same three functions on remote workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+from studio.core.constants import FPS
+from studio.core.errors import Cancelled, RenderError
+
+log = logging.getLogger(__name__)
+
+MIN_CHUNK = 8  # frames: shorter chunks cost an IDR each for little parallelism
+TB_SCALE = 512  # output video time base is 1 / (FPS * TB_SCALE), as the single-process writer's
+
+
+@dataclass(frozen=True)
+class ChunkedProgress:
+    """Progress of a chunked or farm render (the CLI bar reads done/total/fps like RenderProgress)."""
+
+    done: int
+    total: int
+    fps: float  # aggregate frames per second since the start
+    eta_s: float
+    elapsed_s: float
+    workers: dict[str, float] = field(default_factory=dict)  # per-worker frames per second
+    chunks_done: int = 0
+    chunks: int = 0
+    retries: int = 0
+    finished: bool = False
+    output: str | None = None
+
+
+def split(total: int, n: int, min_chunk: int = MIN_CHUNK) -> list[tuple[int, int]]:
+    """``total`` frames cut into at most ``n`` contiguous, near-equal ranges of >= ``min_chunk`` frames."""
+    if total <= 0:
+        return []
+    n = max(1, min(int(n), total // max(1, min_chunk)))
+    edges = [round(total * k / n) for k in range(n + 1)]
+    return [(edges[k], edges[k + 1]) for k in range(n)]
+
+
+def render_segment(renderer, start: int, end: int, path, *, on_batch: Callable[[int], None] | None = None,
+                   should_stop: Callable[[], bool] | None = None) -> str:
+    """Encode frames ``[start, end)`` of ``renderer``'s clip into a video-only MP4 at ``path``.
+
+    The segment's first frame is an IDR (a fresh encoder, closed GOPs) and its timestamps start
+    at 0. ``on_batch(frames)`` is called after each batch; ``should_stop()`` is checked between
+    batches and raises ``Cancelled``. The file appears atomically (nothing is left on failure).
+    """
+    from studio.core.encode import open_video
+    from studio.core.render import batch_ranges, interleave
+
+    plan = renderer.plan
+    if not 0 <= start < end <= plan.frames:
+        raise RenderError(f"Chunk {start}..{end} is outside the clip (0..{plan.frames}).")
+    s = renderer.settings
+    a = renderer.avatar
+    n = end - start
+    writer = open_video(path, a.width, a.height, audio=None, encoder=s.encoder, crf=s.crf, preset=s.preset,
+                        fps=FPS, total_frames=n)
+    with writer:
+        rel = interleave(batch_ranges(n, renderer.batch_size), writer.chunks)
+        for first, frames in renderer.iter_frames([(start + x, start + y) for x, y in rel]):
+            if should_stop is not None and should_stop():
+                raise Cancelled("render cancelled; nothing was written")
+            writer.write(frames, first_index=first - start)
+            if on_batch is not None:
+                on_batch(len(frames))
+        return writer.close()
+
+
+def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
+    """Join ``[(start, end, source), ...]`` (source: a segment path or its bytes) into ``output``.
+
+    Segments must tile ``0..T`` in order. Video packets are copied with their timestamps shifted
+    by ``start``; the original ``audio`` is encoded to AAC once, interleaved with the video. The
+    output appears atomically; on any error nothing is left and an existing file is untouched.
+    """
+    import av
+
+    from studio.core.encode import _AudioSource  # the single-process writer's AAC muxer
+    from studio.core.fsutil import atomic_path
+
+    segments = sorted(segments, key=lambda s: s[0])
+    expect = 0
+    for s, e, _ in segments:
+        if s != expect or e <= s:
+            raise RenderError(f"The chunks do not tile the clip: expected one starting at frame {expect}, got {s}..{e}.")
+        expect = e
+    output = Path(output)
+    if not output.parent.is_dir():
+        raise RenderError(f"The output folder {output.parent} does not exist: create it or choose another.")
+    src = _AudioSource(audio) if audio is not None else None
+    try:
+        with atomic_path(output, suffix=".mp4") as tmp:
+            _join(av, segments, tmp, src, fps)
+    finally:
+        if src is not None:
+            src.close()
+    log.info("joined %d segment(s) into %s (%d frames)", len(segments), output, expect)
+    return str(output)
+
+
+def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, workers: int | None = None,
+                   cancel: threading.Event | None = None) -> Iterator[ChunkedProgress]:
+    """Render in ``chunks`` segments on ``workers`` local processes (default: one per chunk), then join.
+
+    Yields a ``ChunkedProgress`` now and then; the last has ``finished=True``. Setting ``cancel``
+    stops every chunk after its current batch and raises ``Cancelled``; nothing is written.
+    """
+    import multiprocessing as mp
+    import queue
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    from studio.core.encode import check_output
+    from studio.core.render import Renderer, RenderSettings
+
+    settings = settings or RenderSettings()
+    t0 = time.perf_counter()
+    check_output(output)
+    probe = Renderer(avatar, audio, settings)
+    T = probe.plan.frames
+    ranges = split(T, chunks)
+    avatar_ref = avatar_reference(probe.avatar)
+    workers = max(1, min(workers or len(ranges), len(ranges)))
+    ctx = mp.get_context("spawn")
+    q, stop = ctx.Queue(), ctx.Event()
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{Path(output).stem}.chunks.", dir=Path(output).parent))
+    done, per_worker = 0, {}
+    try:
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_child_init,
+                                 initargs=(q, stop, workers)) as pool:
+            futs = {pool.submit(_child_render, avatar_ref, str(audio), settings, a, b,
+                                str(tmpdir / f"seg{k:04d}.mp4")): (a, b) for k, (a, b) in enumerate(ranges)}
+            pending, finished = set(futs), []
+            while pending:
+                if cancel is not None and cancel.is_set():
+                    stop.set()
+                    for f in pending:
+                        f.cancel()
+                    raise Cancelled("render cancelled; nothing was written")
+                ready, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                for f in ready:
+                    finished.append(f.result())  # re-raises a chunk's error here
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        pid, n, fps = q.get_nowait()
+                        done += n
+                        per_worker[f"pid{pid}"] = fps
+                yield _progress(done, T, t0, per_worker, len(finished), len(ranges))
+        path = join_segments(finished, output, audio=audio)
+    finally:
+        stop.set()
+        _rmtree(tmpdir)
+    elapsed = time.perf_counter() - t0
+    yield ChunkedProgress(done=T, total=T, fps=T / elapsed if elapsed else 0.0, eta_s=0.0, elapsed_s=elapsed,
+                          workers=per_worker, chunks_done=len(ranges), chunks=len(ranges), finished=True,
+                          output=path)
+
+
+# ------------------------------------------------------------------------------------------------
+# Avatars handed to other processes (by folder, never by array)
+
+
+def avatar_reference(assets) -> tuple[str, str]:
+    """A picklable handle to a prepared avatar: its cache folder and name."""
+    return str(assets.folder), assets.name
+
+
+def open_avatar(ref: tuple[str, str]):
+    """The ``AvatarAssets`` of ``avatar_reference`` (memory-mapped from the same folder)."""
+    from studio.core import avatar as avatar_mod
+
+    folder, name = ref
+    return avatar_mod._load_folder(Path(folder), name)  # no public loader by folder yet
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _progress(done, total, t0, workers, chunks_done, chunks, retries=0) -> ChunkedProgress:
+    elapsed = time.perf_counter() - t0
+    fps = done / elapsed if elapsed > 0 else 0.0
+    return ChunkedProgress(done=min(done, total), total=total, fps=fps,
+                           eta_s=(total - done) / fps if fps else 0.0, elapsed_s=elapsed,
+                           workers=dict(workers), chunks_done=chunks_done, chunks=chunks, retries=retries)
+
+
+def _join(av, segments, tmp: Path, audio, fps: int) -> None:
+    out = av.open(str(tmp), "w", format="mp4", options={"movflags": "+faststart"})
+    try:
+        vs = None
+        last_dts = None
+        muxed_until = 0
+        for start, end, source in segments:
+            with _open_segment(av, source) as seg:
+                sv = seg.streams.video[0]
+                if vs is None:
+                    vs = out.add_stream_from_template(sv)
+                    vs.time_base = Fraction(1, fps * TB_SCALE)
+                    extradata = bytes(sv.codec_context.extradata or b"")
+                    if audio is not None:
+                        audio.add_stream(out)
+                    out.start_encoding()
+                elif bytes(sv.codec_context.extradata or b"") != extradata:
+                    raise RenderError("The chunks' encoders disagree on stream headers: render them with the same settings.")
+                count = 0
+                for pkt in seg.demux(sv):
+                    if pkt.size == 0:
+                        continue
+                    tb = pkt.time_base
+                    pts = _frames(pkt.pts, tb, fps) + start
+                    dts = _frames(pkt.dts, tb, fps) + start if pkt.dts is not None else pts
+                    if last_dts is not None and dts <= last_dts:  # reorder delays that differ at a join
+                        dts = last_dts + 1
+                    if dts > pts:
+                        raise RenderError(f"Chunk {start}..{end} does not join (dts after pts): render it again.")
+                    last_dts = dts
+                    pkt.stream = vs
+                    pkt.pts, pkt.dts = pts * TB_SCALE, dts * TB_SCALE
+                    pkt.duration = TB_SCALE
+                    pkt.time_base = vs.time_base
+                    out.mux(pkt)
+                    count += 1
+                    muxed_until = max(muxed_until, pts + 1)
+                    if audio is not None:
+                        audio.mux_until(out, muxed_until / fps)
+                if count != end - start:
+                    raise RenderError(f"Chunk {start}..{end} holds {count} frames instead of {end - start}: render it again.")
+        if audio is not None:
+            audio.mux_until(out, None)
+    finally:
+        out.close()
+
+
+def _frames(ts, tb, fps: int) -> int:
+    """A timestamp in ``tb`` as a whole frame index (segments are on the exact 25 fps grid)."""
+    return int(round(Fraction(int(ts)) * Fraction(tb) * fps))
+
+
+@contextlib.contextmanager
+def _open_segment(av, source):
+    data = source if isinstance(source, (bytes, bytearray, memoryview)) else None
+    c = av.open(io.BytesIO(data) if data is not None else str(source), "r")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Local worker processes (render_chunked)
+
+_Q = _STOP = None
+
+
+def _child_init(q, stop, workers: int) -> None:
+    global _Q, _STOP
+    _Q, _STOP = q, stop
+    with contextlib.suppress(Exception):
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+def _child_render(avatar_ref, audio, settings, start, end, path):
+    from studio.core.render import Renderer
+
+    renderer = Renderer(open_avatar(avatar_ref), audio, settings)
+    t0, done = time.perf_counter(), 0
+
+    def on_batch(n):
+        nonlocal done
+        done += n
+        _Q.put((os.getpid(), n, done / max(1e-9, time.perf_counter() - t0)))
+
+    render_segment(renderer, start, end, path, on_batch=on_batch, should_stop=_STOP.is_set)
+    return start, end, path
