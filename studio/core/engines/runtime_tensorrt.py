@@ -587,9 +587,12 @@ def engine_functions(paths, decoder: str, dtype, device, reference, required: bo
                                   FP8_BOUND if unet_prec == "fp8" else LOAD_BOUND)
         if not verdict.ok:
             raise StudioError(f"TensorRT engines rejected, they disagree with PyTorch: {verdict.reason}")
-    except StudioError as exc:
+    except Exception as exc:  # auto mode never fails a render over TensorRT: PyTorch takes over
         if required:
             raise
+        if not isinstance(exc, StudioError):
+            log.warning("TensorRT runtime failed to start; using PyTorch", exc_info=True)
+            exc = f"TensorRT failed to start ({type(exc).__name__}: {exc})"
         return None, f"PyTorch runtime: {exc}"
     return (unet_rt, dec_rt), (f"TensorRT {target.tensorrt}: {unet_prec} UNet + {decoder} "
                                f"engines, checked against PyTorch ({verdict.reason})")
