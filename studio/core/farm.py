@@ -1,0 +1,470 @@
+"""The render farm: chunked renders on a Ray cluster, one warm worker per GPU (or per CPU slot).
+
+    farm = Farm.connect()                     # a cluster started by `studio farm up`, else a local one
+    for p in farm.render(avatar, "voice.wav", "out.mp4", RenderSettings(engine="classic")):
+        bar.update(p.done, p.total, p.fps)     # p.workers: frames/s per worker
+    farm.result                               # a RenderResult, as Renderer.result
+
+Each worker is a Ray actor (``num_gpus=1`` where the cluster has GPUs, else ``num_cpus=1``) that
+keeps its engine and the job's prepared avatar and audio features between chunks and jobs. The
+avatar cache travels once per node: the driver puts its files into the object store once per job,
+and a worker fetches them only when its node holds no copy yet (a shared folder with the same
+cache, or an earlier worker on that node, needs no transfer). Model weights are read from each
+node's own model store (``studio models import`` there, or a shared ``STUDIO_HOME``).
+
+A chunk whose worker dies (process killed, node lost) is retried on another worker; the job still
+completes and only the finished file ever appears. ``cancel()`` stops every chunk after its current
+batch. Local clusters bind 127.0.0.1 only and run without the dashboard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+from studio.core.chunks import ChunkedProgress, avatar_reference, join_segments, render_segment, split
+from studio.core.errors import Cancelled, RenderError, StudioError
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "studio"
+MAX_ATTEMPTS = 3  # a chunk is tried this often before the job fails
+ACTOR_RESTARTS = 2  # Ray restarts a dead worker process this often
+POLL_S = 0.25
+
+
+def ray_available() -> tuple[bool, str]:
+    """(importable, why not): the farm needs the ``farm`` extra (``pip install 'studio[farm]'``)."""
+    try:
+        import ray  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        return False, f"ray is not installed ({type(exc).__name__}: {exc}); pip install 'studio[farm]'"
+    return True, "ray importable"
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None) -> str:
+    """Connect to the cluster at ``address`` ("auto": the one started on this host), or start a
+    local one bound to 127.0.0.1 without the dashboard when ``address`` is None."""
+    ok, why = ray_available()
+    if not ok:
+        raise RenderError(f"The render farm needs Ray: {why}.")
+    import ray
+
+    if ray.is_initialized():
+        return "already connected"
+    common = dict(namespace=NAMESPACE, configure_logging=False, log_to_driver=False)
+    if address:
+        if address == "auto" or address.split(":")[0] in LOOPBACK:
+            loopback_only()
+        try:
+            ray.init(address=address, **common)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise RenderError(f"No Ray cluster answers at {address} ({exc}): start one with `studio farm up`.") from exc
+        return f"joined {address}"
+    loopback_only()
+    ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, **common)
+    return "local cluster on 127.0.0.1"
+
+
+LOOPBACK = ("127.0.0.1", "localhost")
+
+
+def loopback_only() -> dict:
+    """Make Ray processes started from here use 127.0.0.1 as the node address and listen on it only.
+
+    Ray turns an explicit 127.0.0.1 into the host's public address (so that clusters work), but
+    on its loopback setting (the one it uses on macOS/Windows) every server binds 127.0.0.1.
+    Returns the environment entry for Ray processes started as commands (``ray start``).
+    """
+    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    os.environ.update(env)
+    with contextlib.suppress(Exception):
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False  # read at call time; the variable covers child processes
+    return env
+
+
+class Farm:
+    """A pool of warm render workers on the connected Ray cluster."""
+
+    def __init__(self, workers: int | None = None, *, gpus: bool | None = None, detached: bool = False):
+        import ray
+
+        res = ray.cluster_resources()
+        self.gpus = bool(res.get("GPU", 0)) if gpus is None else gpus
+        slots = int(res.get("GPU", 0) if self.gpus else res.get("CPU", 1))
+        n = max(1, int(workers) if workers else slots)
+        cls = _worker_class()
+        opts = dict(num_gpus=1, num_cpus=1) if self.gpus else dict(num_cpus=1)
+        opts.update(max_restarts=ACTOR_RESTARTS, max_task_retries=0)
+        self._actors = {}
+        for i in range(n):
+            label = f"{'gpu' if self.gpus else 'cpu'}{i}"
+            kw = dict(opts)
+            if detached:  # stays warm between CLI runs on a long-lived cluster
+                kw.update(name=f"studio-worker-{label}", lifetime="detached", get_if_exists=True)
+            self._actors[label] = cls.options(**kw).remote(label, 1 if not self.gpus else 0)
+        self._board = _board_class().options(num_cpus=0).remote()
+        self.pids: dict[str, int] = dict(zip(self._actors, ray.get([a.pid.remote() for a in self._actors.values()])))
+        self._cancel = threading.Event()
+        self._reviving: dict = {}  # pid ref of a restarting worker -> label
+        self.result = None
+        self.retries = 0
+        log.info("farm: %d %s worker(s)", n, "GPU" if self.gpus else "CPU")
+
+    @classmethod
+    def connect(cls, address: str | None = None, workers: int | None = None, **init_kw) -> Farm:
+        """``address``: a Ray address, "auto" (the cluster `studio farm up` started here), or None:
+        that cluster when there is one, else a local cluster on 127.0.0.1."""
+        if address is None:
+            try:
+                init_ray("auto")
+                detached = True
+            except RenderError:
+                init_ray(None, **init_kw)
+                detached = False
+        else:
+            init_ray(address)
+            detached = True
+        return cls(workers, detached=detached)
+
+    @property
+    def workers(self) -> list[str]:
+        return list(self._actors)
+
+    def cancel(self) -> None:
+        """Stop the running job: every chunk stops after its current batch; nothing is written."""
+        self._cancel.set()
+
+    def render(self, avatar, audio, output, settings=None, *, chunks: int | None = None) -> Iterator[ChunkedProgress]:
+        """Render on the farm, yielding ``ChunkedProgress`` about four times a second.
+
+        ``chunks``: how many segments (default: one per worker). The last progress has
+        ``finished=True``; ``self.result`` then holds a ``RenderResult``.
+        """
+        import ray
+
+        from studio.core.encode import check_output
+        from studio.core.render import Renderer, RenderResult, RenderSettings
+
+        settings = settings or RenderSettings()
+        self._cancel.clear()
+        t0 = time.perf_counter()
+        check_output(output)
+        probe = Renderer(avatar, audio, settings)
+        T = probe.plan.frames
+        ranges = split(T, chunks or len(self._actors))
+        job = dict(id=uuid.uuid4().hex, avatar=_ship_avatar(probe.avatar), audio=_ship_file(audio),
+                   settings=settings, board=self._board)
+        todo = deque((a, b, 1) for a, b in ranges)
+        idle = deque(self._actors)
+        running: dict = {}  # ref -> (label, start, end, attempt)
+        failures: dict[str, int] = {}
+        segments = []
+        per_worker: dict = {}
+        self.retries = 0
+        try:
+            while todo or running:
+                if self._cancel.is_set():
+                    self._stop(job, running)
+                    raise Cancelled("render cancelled; nothing was written")
+                while todo and idle:
+                    label = idle.popleft()
+                    a, b, attempt = todo.popleft()
+                    ref = self._actors[label].render.remote(job, a, b, attempt)
+                    running[ref] = (label, a, b, attempt)
+                self._revived(idle)
+                if not running:  # every worker is restarting
+                    if not self._actors:
+                        raise RenderError("Every farm worker died: check the farm's nodes and start them again.")
+                    time.sleep(POLL_S)
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S) if running else ([], [])
+                for ref in ready:
+                    label, a, b, attempt = running.pop(ref)
+                    try:
+                        segments.append(ray.get(ref))
+                        idle.append(label)
+                    except ray.exceptions.RayActorError as exc:  # the worker died mid-chunk
+                        self._worker_died(label, a, b, attempt, exc, failures, idle, todo)
+                    except ray.exceptions.RayTaskError as exc:
+                        cause = getattr(exc, "cause", None)
+                        if isinstance(cause, Cancelled) and self._cancel.is_set():
+                            continue
+                        self._stop(job, running)
+                        if isinstance(cause, StudioError):
+                            raise cause from None
+                        raise RenderError(f"Chunk {a}..{b} failed on worker {label}: {cause or exc}.") from exc
+                done, per_worker = ray.get(self._board.poll.remote(job["id"]))
+                elapsed = time.perf_counter() - t0
+                fps = done / elapsed if elapsed else 0.0
+                yield ChunkedProgress(done=min(done, T), total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0,
+                                      elapsed_s=elapsed, workers=per_worker, chunks_done=len(segments),
+                                      chunks=len(ranges), retries=self.retries)
+            path = join_segments([(a, b, data) for a, b, data, _ in segments], output, audio=audio)
+        finally:
+            with contextlib.suppress(Exception):
+                self._board.forget.remote(job["id"])
+        seconds = time.perf_counter() - t0
+        names = {s[3]["engine"] for s in segments}
+        self.result = RenderResult(
+            output=path, frames=T, silent_frames=int(probe.plan.silent.sum()), engine=",".join(sorted(names)),
+            engine_reason=segments[0][3]["engine_reason"], encoder=f"{segments[0][3]['encoder']} x{len(ranges)} segments",
+            seconds=round(seconds, 3), fps=round(T / seconds, 2) if seconds else 0.0,
+            width=probe.avatar.width, height=probe.avatar.height,
+            stage_ms={"farm": round(seconds * 1e3, 1)},
+        )
+        yield ChunkedProgress(done=T, total=T, fps=self.result.fps, eta_s=0.0, elapsed_s=seconds,
+                              workers=per_worker, chunks_done=len(ranges), chunks=len(ranges), retries=self.retries,
+                              finished=True,
+                              output=path)
+
+    def shutdown(self) -> None:
+        """Kill this farm's workers (a detached pool on a shared cluster stays unless killed here)."""
+        import ray
+
+        for actor in self._actors.values():
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        self._actors.clear()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _worker_died(self, label, a, b, attempt, exc, failures, idle, todo) -> None:
+        import ray
+
+        failures[label] = failures.get(label, 0) + 1
+        self.retries += 1
+        log.warning("farm: worker %s died during chunk %d..%d (attempt %d): %s", label, a, b, attempt,
+                    type(exc).__name__)
+        if attempt >= MAX_ATTEMPTS:
+            raise RenderError(f"Chunk {a}..{b} failed {attempt} times as its workers died: check the farm's nodes.")
+        todo.appendleft((a, b, attempt + 1))  # taken by the next idle worker, another one where any is idle
+        if failures[label] <= ACTOR_RESTARTS:  # Ray restarts its process: it rejoins the pool once it answers
+            self.pids.pop(label, None)
+            self._reviving[self._actors[label].pid.remote()] = label
+        else:
+            with contextlib.suppress(Exception):
+                ray.kill(self._actors.pop(label))
+            if not self._actors:
+                raise RenderError("Every farm worker died: check the farm's nodes and start them again.")
+
+    def _revived(self, idle) -> None:
+        """Workers restarted by Ray rejoin the idle pool once they answer again."""
+        import ray
+
+        if not self._reviving:
+            return
+        ready, _ = ray.wait(list(self._reviving), num_returns=len(self._reviving), timeout=0)
+        for ref in ready:
+            label = self._reviving.pop(ref)
+            try:
+                self.pids[label] = ray.get(ref)
+                idle.append(label)
+            except ray.exceptions.ActorUnavailableError:  # still restarting
+                self._reviving[self._actors[label].pid.remote()] = label
+            except ray.exceptions.RayActorError:  # out of restarts
+                self._actors.pop(label, None)
+
+    def _stop(self, job, running) -> None:
+        """Tell every chunk to stop, then wait (briefly) until they have."""
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.get(self._board.cancel.remote(job["id"]))
+        refs = list(running)
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
+        with contextlib.suppress(Exception):
+            ray.wait(refs, num_returns=len(refs), timeout=30)
+        running.clear()
+
+
+# ------------------------------------------------------------------------------------------------
+# What travels: the avatar cache folder and the audio file, once per job through the object store
+
+
+def _ship_avatar(assets) -> dict:
+    import ray
+
+    folder, name = avatar_reference(assets)
+    files = {}
+    for p in sorted(Path(folder).rglob("*")):
+        if p.is_file() and not p.name.startswith("."):
+            files[str(p.relative_to(folder))] = p.read_bytes()
+    key = hashlib.sha256(files.get("meta.json", b"")).hexdigest()[:24]
+    return dict(key=key, folder=folder, name=name, files=[ray.put(files)])  # a list: not resolved by Ray
+
+
+def _ship_file(path) -> dict:
+    import ray
+
+    path = Path(path)
+    data = path.read_bytes()
+    return dict(key=hashlib.sha256(data).hexdigest()[:24], name=path.name, data=[ray.put(data)])
+
+
+def _local_avatar(spec: dict):
+    """The shipped avatar on this node: the driver's folder when this node shares it, else a
+    node-local copy made once (from the object store) and reused by every worker here."""
+    from studio.core.chunks import open_avatar
+    from studio.core.paths import sub_dir
+
+    src = Path(spec["folder"])
+    meta = src / "meta.json"
+    if meta.is_file() and hashlib.sha256(meta.read_bytes()).hexdigest()[:24] == spec["key"]:
+        return open_avatar((str(src), spec["name"]))
+    dest = sub_dir("cache/farm/avatars") / spec["key"]
+    if not (dest / "meta.json").is_file():
+        import ray
+
+        files = ray.get(spec["files"][0])
+        tmp = Path(tempfile.mkdtemp(prefix=".incoming.", dir=dest.parent))
+        for rel, data in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(data)
+        try:
+            os.replace(tmp, dest)
+        except OSError:  # another worker on this node was first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return open_avatar((str(dest), spec["name"]))
+
+
+def _local_file(spec: dict) -> str:
+    from studio.core.paths import sub_dir
+
+    suffix = Path(spec["name"]).suffix
+    dest = sub_dir("cache/farm/audio") / f"{spec['key']}{suffix}"
+    if not dest.is_file():
+        import ray
+
+        from studio.core.fsutil import atomic_write_bytes
+
+        atomic_write_bytes(dest, ray.get(spec["data"][0]))
+    return str(dest)
+
+
+# ------------------------------------------------------------------------------------------------
+# Ray actors (classes made on first use, so importing this module does not import Ray)
+
+_CLASSES: dict = {}
+
+
+def _worker_class():
+    if "worker" not in _CLASSES:
+        import ray
+
+        _CLASSES["worker"] = ray.remote(_Worker)
+    return _CLASSES["worker"]
+
+
+def _board_class():
+    if "board" not in _CLASSES:
+        import ray
+
+        _CLASSES["board"] = ray.remote(_Board)
+    return _CLASSES["board"]
+
+
+class _Worker:
+    """One render slot. Keeps engines (by settings) and the last jobs' renderers warm."""
+
+    KEEP_JOBS = 2
+
+    def __init__(self, label: str, torch_threads: int):
+        self.label = label
+        self.engines: dict = {}
+        self.jobs: dict = {}
+        if torch_threads:
+            with contextlib.suppress(Exception):
+                import torch
+
+                torch.set_num_threads(torch_threads)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def render(self, job: dict, start: int, end: int, attempt: int):
+        import ray
+
+        renderer = self._renderer(job)
+        board, t0, done = job["board"], time.perf_counter(), 0
+
+        def on_batch(n):
+            nonlocal done
+            done += n
+            fps = done / max(1e-9, time.perf_counter() - t0)
+            self._stop = ray.get(board.report.remote(job["id"], start, attempt, self.label, done, fps))
+
+        self._stop = False
+        fd, tmp = tempfile.mkstemp(prefix="studio-chunk-", suffix=".mp4")
+        os.close(fd)
+        os.unlink(tmp)
+        try:
+            render_segment(renderer, start, end, tmp, on_batch=on_batch, should_stop=lambda: self._stop)
+            data = Path(tmp).read_bytes()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        info = dict(engine=renderer.engine.name, engine_reason=renderer.engine_reason,
+                    encoder="libx264", worker=self.label, seconds=time.perf_counter() - t0)
+        return start, end, data, info
+
+    def _renderer(self, job: dict):
+        from studio.core.render import Renderer
+
+        if job["id"] in self.jobs:
+            return self.jobs[job["id"]]
+        s = job["settings"]
+        key = (s.engine, s.device, s.precision, s.decoder, s.batch)
+        if key not in self.engines:
+            from studio.core.engines import select_engine
+
+            choice = select_engine(s.engine, device=s.device, precision=s.precision, decoder=s.decoder, batch=s.batch)
+            self.engines[key] = choice
+        choice = self.engines[key]
+        r = Renderer(_local_avatar(job["avatar"]), _local_file(job["audio"]), s, engine=choice.engine)
+        r._engine_reason = choice.reason
+        while len(self.jobs) >= self.KEEP_JOBS:
+            self.jobs.pop(next(iter(self.jobs)))
+        self.jobs[job["id"]] = r
+        return r
+
+
+class _Board:
+    """Progress and cancel flags of the running jobs (a tiny actor the workers report to)."""
+
+    def __init__(self):
+        self.chunks: dict = {}  # job -> {start: (attempt, done)}
+        self.fps: dict = {}  # job -> {worker: fps}
+        self.cancelled: set = set()
+
+    def report(self, job: str, start: int, attempt: int, worker: str, done: int, fps: float) -> bool:
+        chunks = self.chunks.setdefault(job, {})
+        if chunks.get(start, (0, 0))[0] <= attempt:
+            chunks[start] = (attempt, done)
+        self.fps.setdefault(job, {})[worker] = round(fps, 2)
+        return job in self.cancelled
+
+    def poll(self, job: str):
+        return sum(d for _, d in self.chunks.get(job, {}).values()), dict(self.fps.get(job, {}))
+
+    def cancel(self, job: str) -> None:
+        self.cancelled.add(job)
+
+    def forget(self, job: str) -> None:
+        self.chunks.pop(job, None)
+        self.fps.pop(job, None)
+        self.cancelled.discard(job)
