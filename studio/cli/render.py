@@ -37,6 +37,8 @@ def _render_options(p, encoder: bool = True) -> None:
     p.add_argument("--device", default=None, help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda when present)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"], help="MuseTalk precision")
     p.add_argument("--decoder", default="taesd", choices=["taesd", "sd-vae"], help="MuseTalk decoder (speed vs quality)")
+    p.add_argument("--runtime", default="auto", choices=["auto", "torch", "tensorrt"],
+                   help="MuseTalk runtime: TensorRT engines when built and valid (auto), or force one")
     p.add_argument("--batch", type=int, default=0, help="frames per batch (default: the engine's choice)")
     p.add_argument("--threshold", type=float, default=DEFAULT_SILENCE_THRESHOLD, help="silence RMS threshold")
     p.add_argument("--min-silence", type=int, default=DEFAULT_MIN_SILENCE_FRAMES, metavar="N", help="shortest silence in frames")
@@ -57,7 +59,7 @@ def _settings(args):
     if args.batch < 0:
         raise InputError("--batch must be a positive number of frames (or 0 for automatic)")
     kw = dict(engine=args.engine, device=args.device, precision=args.precision, decoder=args.decoder,
-              batch=args.batch, threshold=args.threshold, min_silence=args.min_silence)
+              runtime=args.runtime, batch=args.batch, threshold=args.threshold, min_silence=args.min_silence)
     if hasattr(args, "encoder"):
         if not 0 <= args.crf <= 51:
             raise InputError("--crf must be between 0 and 51")

@@ -42,6 +42,7 @@ def run_checks(include_gui: bool = True) -> list[Check]:
         check_nvenc,
         check_tensorrt,
         check_weights,
+        check_engine_cache,
         check_engine,
         check_data_folder,
         check_espeak,
@@ -157,6 +158,23 @@ def check_tensorrt() -> Check:
             "pip install 'studio[tensorrt]' with NVIDIA's index: pip install tensorrt --extra-index-url https://pypi.nvidia.com",
         )
     return Check("TensorRT", OK, f"TensorRT {getattr(trt, '__version__', '?')} is importable")
+
+
+def check_engine_cache() -> Check:
+    """TensorRT engines for the imported weights on this GPU: valid, stale or missing."""
+    try:
+        importlib.import_module("tensorrt")
+    except Exception:
+        return Check("engine cache", INFO, "no TensorRT here: MuseTalk runs on PyTorch (CUDA graphs)")
+    from studio.core.engines import runtime_tensorrt as rt
+
+    engines = rt.list_engines()
+    valid = [e for e in engines if e.get("status") == "valid"]
+    stale = [e for e in engines if e.get("status") == "stale"]
+    if valid and not stale:
+        return Check("engine cache", OK, f"{len(valid)} valid engine(s) in {rt.cache_dir()}")
+    detail = f"{len(valid)} valid, {len(stale)} stale engine(s) in {rt.cache_dir()}"
+    return Check("engine cache", WARN, detail, "studio engines build (or Build TensorRT engines in the Doctor panel)")
 
 
 def check_weights() -> Check:

@@ -31,6 +31,7 @@ class RenderSettings:
     device: str | None = None  # None: cuda when available, else cpu
     precision: str = "auto"  # auto | fp32 | fp16 | bf16 (MuseTalk)
     decoder: str = "taesd"  # taesd | sd-vae (MuseTalk)
+    runtime: str = "auto"  # auto | torch | tensorrt (MuseTalk: TensorRT engines when built and valid)
     batch: int = 0  # 0: the engine's preferred batch
     encoder: str = "auto"  # auto | x264 | x264-parallel | nvenc
     crf: int = 20
@@ -144,7 +145,8 @@ class Renderer:
             from studio.core.engines import select_engine
 
             s = self.settings
-            choice = select_engine(s.engine, device=s.device, precision=s.precision, decoder=s.decoder, batch=s.batch)
+            choice = select_engine(s.engine, device=s.device, precision=s.precision, decoder=s.decoder, batch=s.batch,
+                                   runtime=s.runtime)
             self._engine, self._engine_reason = choice.engine, choice.reason
         return self._engine
 

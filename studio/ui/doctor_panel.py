@@ -25,10 +25,16 @@ class DoctorPanel(QWidget):
         self.tree.setWordWrap(True)
         self.run_btn = QPushButton("Run checks")
         self.run_btn.clicked.connect(self.run)
+        # offered when TensorRT and imported weights are here but engines are missing or stale
+        self.trt_btn = QPushButton("Build TensorRT engines")
+        self.trt_btn.setToolTip("Export the UNet and decoder to ONNX and build engines for this GPU (minutes)")
+        self.trt_btn.clicked.connect(self.build_engines)
+        self.trt_btn.setVisible(False)
         self.status = QLabel("Press Run checks to see what this machine can do")
         self.status.setObjectName("dim")
         row = QHBoxLayout()
         row.addWidget(self.run_btn)
+        row.addWidget(self.trt_btn)
         row.addWidget(self.status, 1)
         box = QVBoxLayout(self)
         box.setContentsMargins(6, 6, 6, 6)
@@ -64,8 +70,43 @@ class DoctorPanel(QWidget):
         warn = sum(c.status == "warn" for c in checks)
         self.status.setText(f"{len(checks)} checks: {bad} failed, {warn} warnings")
         self.run_btn.setEnabled(True)
+        by_name = {c.name: c for c in checks}
+        engines = by_name.get("engine cache")
+        self.trt_btn.setVisible(
+            getattr(by_name.get("TensorRT"), "status", "") == "ok"
+            and getattr(by_name.get("weights"), "status", "") == "ok"
+            and getattr(engines, "status", "ok") != "ok"
+        )
         self.checked.emit(self.checks)
+
+    def build_engines(self):
+        """Build the missing TensorRT engines off the GUI thread, progress in the status line."""
+        self.trt_btn.setEnabled(False)
+        self.status.setText("building TensorRT engines…")
+        self.task = run_in_background(
+            _build_engines,
+            on_done=lambda res: self._built(res),
+            on_error=self._build_failed,
+            on_progress=lambda done, total, stage: self.status.setText(stage or "building TensorRT engines…"),
+        )
+        return self.task
+
+    def _built(self, results) -> None:
+        self.trt_btn.setEnabled(True)
+        states = ", ".join(f"{r.get('component')}: {r.get('status')}" for r in results or [])
+        self.status.setText(f"TensorRT engines: {states or 'nothing to build'}")
+        self.run()
+
+    def _build_failed(self, message: str) -> None:
+        self.trt_btn.setEnabled(True)
+        self.status.setText(message)
 
     def _failed(self, message: str) -> None:
         self.status.setText(message)
         self.run_btn.setEnabled(True)
+
+
+def _build_engines(progress=None):
+    from studio.core.engines import runtime_tensorrt as rt
+
+    return rt.build(progress=(lambda msg: progress(0, 0, msg)) if progress else None)

@@ -186,8 +186,14 @@ def test_doctor_panel_lists_the_checks(window, qtbot):
     with qtbot.waitSignal(window.doctor.checked, timeout=60_000) as b:
         window.doctor.run()
     names = {c.name for c in b.args[0]}
-    assert {"GPU", "CUDA", "NVENC", "TensorRT", "weights", "engine"} <= names
+    assert {"GPU", "CUDA", "NVENC", "TensorRT", "weights", "engine cache", "engine"} <= names
     assert window.doctor.tree.topLevelItemCount() == len(b.args[0])
+    # no TensorRT here: the build offer stays hidden, and building anyway says why in one line
+    assert not window.doctor.trt_btn.isVisibleTo(window.doctor)
+    task = window.doctor.build_engines()
+    qtbot.waitUntil(lambda: task.finished_event.is_set() or task.message is not None, timeout=30_000)
+    qtbot.waitUntil(lambda: "TensorRT" in window.doctor.status.text(), timeout=5_000)
+    assert "cannot be imported" in window.doctor.status.text()
 
 
 def test_speak_this_text_makes_a_script(window, qtbot):
