@@ -65,6 +65,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     if address:
         if address == "auto" or address.split(":")[0] in LOOPBACK:
             loopback_only()
+        if address != "auto":
+            _check_reachable(address)
         try:
             ray.init(address=address, **common)
         except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -76,6 +78,19 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
 
 
 LOOPBACK = ("127.0.0.1", "localhost")
+
+
+def _check_reachable(address: str, timeout: float = 3.0) -> None:
+    """Fail in seconds, not after Ray's long connection retries, when nothing listens at ``address``."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        raise RenderError(f"No Ray cluster answers at {address} ({reason}): start one with `studio farm up`.") from exc
 
 
 def loopback_only() -> dict:
@@ -118,6 +133,7 @@ class Farm:
         self.pids: dict[str, int] = dict(zip(self._actors, ray.get([a.pid.remote() for a in self._actors.values()])))
         self._cancel = threading.Event()
         self._reviving: dict = {}  # pid ref of a restarting worker -> label
+        self._shipped: dict = {}
         self.result = None
         self.retries = 0
         log.info("farm: %d %s worker(s)", n, "GPU" if self.gpus else "CPU")
@@ -164,7 +180,7 @@ class Farm:
         probe = Renderer(avatar, audio, settings)
         T = probe.plan.frames
         ranges = split(T, chunks or len(self._actors))
-        job = dict(id=uuid.uuid4().hex, avatar=_ship_avatar(probe.avatar), audio=_ship_file(audio),
+        job = dict(id=uuid.uuid4().hex, avatar=self._ship(probe.avatar), audio=_ship_file(audio),
                    settings=settings, board=self._board)
         todo = deque((a, b, 1) for a, b in ranges)
         idle = deque(self._actors)
@@ -228,6 +244,12 @@ class Farm:
                               finished=True,
                               output=path)
 
+    def stats(self) -> dict[str, dict]:
+        """Per worker: engines loaded, jobs, chunks and avatar fetches since its process started."""
+        import ray
+
+        return dict(zip(self._actors, ray.get([a.stats.remote() for a in self._actors.values()])))
+
     def shutdown(self) -> None:
         """Kill this farm's workers (a detached pool on a shared cluster stays unless killed here)."""
         import ray
@@ -257,6 +279,13 @@ class Farm:
                 ray.kill(self._actors.pop(label))
             if not self._actors:
                 raise RenderError("Every farm worker died: check the farm's nodes and start them again.")
+
+    def _ship(self, assets) -> dict:
+        """The avatar's files in the object store, put once per avatar version for this farm."""
+        key = _avatar_key(assets.folder)
+        if key not in self._shipped:
+            self._shipped = {key: _ship_avatar(assets)}  # the newest only: the store is memory
+        return self._shipped[key]
 
     def _revived(self, idle) -> None:
         """Workers restarted by Ray rejoin the idle pool once they answer again."""
@@ -302,8 +331,12 @@ def _ship_avatar(assets) -> dict:
     for p in sorted(Path(folder).rglob("*")):
         if p.is_file() and not p.name.startswith("."):
             files[str(p.relative_to(folder))] = p.read_bytes()
-    key = hashlib.sha256(files.get("meta.json", b"")).hexdigest()[:24]
-    return dict(key=key, folder=folder, name=name, files=[ray.put(files)])  # a list: not resolved by Ray
+    return dict(key=_avatar_key(folder), folder=folder, name=name, files=[ray.put(files)])  # a list: not resolved by Ray
+
+
+def _avatar_key(folder) -> str:
+    """An avatar cache version: its meta.json holds every file's size and checksum."""
+    return hashlib.sha256((Path(folder) / "meta.json").read_bytes()).hexdigest()[:24]
 
 
 def _ship_file(path) -> dict:
@@ -315,19 +348,22 @@ def _ship_file(path) -> dict:
 
 
 def _local_avatar(spec: dict):
-    """The shipped avatar on this node: the driver's folder when this node shares it, else a
-    node-local copy made once (from the object store) and reused by every worker here."""
+    """``(assets, fetched)``: the shipped avatar on this node: the driver's folder when this node
+    shares it, else a node-local copy made once from the object store (``fetched`` = 1 then) and
+    reused by every worker and job here."""
     from studio.core.chunks import open_avatar
     from studio.core.paths import sub_dir
 
     src = Path(spec["folder"])
     meta = src / "meta.json"
-    if meta.is_file() and hashlib.sha256(meta.read_bytes()).hexdigest()[:24] == spec["key"]:
-        return open_avatar((str(src), spec["name"]))
+    if meta.is_file() and _avatar_key(src) == spec["key"]:
+        return open_avatar((str(src), spec["name"])), 0
     dest = sub_dir("cache/farm/avatars") / spec["key"]
+    fetched = 0
     if not (dest / "meta.json").is_file():
         import ray
 
+        fetched = 1
         files = ray.get(spec["files"][0])
         tmp = Path(tempfile.mkdtemp(prefix=".incoming.", dir=dest.parent))
         for rel, data in files.items():
@@ -339,7 +375,7 @@ def _local_avatar(spec: dict):
             import shutil
 
             shutil.rmtree(tmp, ignore_errors=True)
-    return open_avatar((str(dest), spec["name"]))
+    return open_avatar((str(dest), spec["name"])), fetched
 
 
 def _local_file(spec: dict) -> str:
@@ -387,6 +423,7 @@ class _Worker:
         self.label = label
         self.engines: dict = {}
         self.jobs: dict = {}
+        self.counts = {"engines_loaded": 0, "jobs": 0, "chunks": 0, "avatar_fetches": 0}
         if torch_threads:
             with contextlib.suppress(Exception):
                 import torch
@@ -396,10 +433,15 @@ class _Worker:
     def pid(self) -> int:
         return os.getpid()
 
+    def stats(self) -> dict:
+        """What this worker process loaded: engines, jobs, chunks, avatars fetched from the object store."""
+        return dict(self.counts, pid=os.getpid())
+
     def render(self, job: dict, start: int, end: int, attempt: int):
         import ray
 
         renderer = self._renderer(job)
+        self.counts["chunks"] += 1
         board, t0, done = job["board"], time.perf_counter(), 0
 
         def on_batch(n):
@@ -434,8 +476,12 @@ class _Worker:
 
             choice = select_engine(s.engine, device=s.device, precision=s.precision, decoder=s.decoder, batch=s.batch)
             self.engines[key] = choice
+            self.counts["engines_loaded"] += 1
         choice = self.engines[key]
-        r = Renderer(_local_avatar(job["avatar"]), _local_file(job["audio"]), s, engine=choice.engine)
+        avatar, fetched = _local_avatar(job["avatar"])
+        self.counts["avatar_fetches"] += fetched
+        self.counts["jobs"] += 1
+        r = Renderer(avatar, _local_file(job["audio"]), s, engine=choice.engine)
         r._engine_reason = choice.reason
         while len(self.jobs) >= self.KEEP_JOBS:
             self.jobs.pop(next(iter(self.jobs)))

@@ -1,0 +1,177 @@
+"""The Ray render farm on one machine: a local cluster (127.0.0.1) with 2 CPU workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from conftest import DEMO_AVATAR, speechlike
+from studio.core.errors import Cancelled
+from studio.core.render import Renderer, RenderSettings
+
+pytest.importorskip("ray", reason="the farm needs Ray: pip install 'studio[farm]' (ray is not installed)")
+
+RATE = 16_000
+LOSSLESS = RenderSettings(engine="classic", device="cpu", encoder="x264", crf=0, preset="ultrafast", batch=4)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """The module's data folder: the avatar is prepared here and the Ray workers inherit it."""
+    home = tmp_path_factory.mktemp("farm_home")
+    old = os.environ.get("STUDIO_HOME")
+    os.environ["STUDIO_HOME"] = str(home)
+    yield home
+    if old is None:
+        os.environ.pop("STUDIO_HOME", None)
+    else:
+        os.environ["STUDIO_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def avatar(home):
+    import torch
+
+    from studio.core import avatar as avatar_mod
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)  # a shared 2-core machine: torch's thread pool is much slower here
+    yield avatar_mod.prepare("astro", DEMO_AVATAR)
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def voice(tmp_path_factory):
+    """3 s: speech 0-1.2 s, silence 1.2-1.6 s, speech 1.6-3.0 s (75 frames)."""
+    path = tmp_path_factory.mktemp("voice") / "voice.wav"
+    x = np.concatenate([speechlike(1.2, RATE, 1), np.zeros(int(0.4 * RATE), np.float32), speechlike(1.4, RATE, 2)])
+    sf.write(path, x, RATE, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="module")
+def single(avatar, voice, tmp_path_factory):
+    out = tmp_path_factory.mktemp("single") / "single.mp4"
+    Renderer(avatar, voice, LOSSLESS).render(out)
+    return decode(out)
+
+
+@pytest.fixture(scope="module")
+def farm(home, avatar):
+    import ray
+
+    from studio.core.farm import Farm, init_ray
+
+    how = init_ray(None, num_cpus=2)
+    try:
+        yield Farm(workers=2), how
+    finally:
+        ray.shutdown()
+
+
+def decode(path):
+    import av
+
+    with av.open(str(path)) as c:
+        frames = [(f.pts, f.to_ndarray(format="rgb24")) for f in c.decode(video=0)]
+        n_audio = len(c.streams.audio)
+    return frames, n_audio
+
+
+def same_video(got, want) -> bool:
+    (g, ga), (w, wa) = got, want
+    return ga == wa == 1 and len(g) == len(w) == 75 and all(
+        x[0] == y[0] and np.array_equal(x[1], y[1]) for x, y in zip(g, w))
+
+
+def test_local_cluster_listens_on_loopback_only(farm):
+    import shutil
+
+    _, how = farm
+    assert how == "local cluster on 127.0.0.1"
+    if shutil.which("ss") is None:
+        pytest.skip("needs the ss tool (iproute2) to list listening sockets")
+    lines = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    ray_lines = [x for x in lines if any(k in x for k in ("raylet", "gcs_server", "ray::", f"pid={os.getpid()},"))]
+    assert any("gcs_server" in x for x in ray_lines) and any("raylet" in x for x in ray_lines), lines
+    addresses = {x.split()[3].rsplit(":", 1)[0] for x in ray_lines}
+    assert addresses <= {"127.0.0.1", "[::ffff:127.0.0.1]", "[::1]"}, ray_lines
+
+
+def test_farm_render_equals_the_single_process_render(farm, avatar, voice, single, tmp_path):
+    f, _ = farm
+    out = tmp_path / "farm.mp4"
+    progress = list(f.render(avatar, voice, out, LOSSLESS))
+    last = progress[-1]
+    assert last.finished and last.output == str(out) and last.chunks == 2 and last.retries == 0
+    assert set(last.workers) == {"cpu0", "cpu1"} and all(v > 0 for v in last.workers.values())  # per-worker fps
+    dones = [p.done for p in progress]
+    assert dones == sorted(dones) and any(0 < d < 75 for d in dones)  # streamed, not only at the end
+    assert same_video(decode(out), single)
+    assert f.result.frames == 75 and f.result.engine == "classic" and "2 segments" in f.result.encoder
+    assert [p.name for p in tmp_path.iterdir()] == ["farm.mp4"]
+    # a second job: the workers' engines stay warm and the avatar came from the shared folder
+    list(f.render(avatar, voice, tmp_path / "again.mp4", LOSSLESS, chunks=4))
+    stats = f.stats()
+    assert all(s["engines_loaded"] == 1 and s["avatar_fetches"] == 0 for s in stats.values()), stats
+    assert sum(s["chunks"] for s in stats.values()) == 6
+
+
+def test_a_worker_killed_mid_chunk_is_survived(farm, avatar, voice, single, tmp_path):
+    f, _ = farm
+    out = tmp_path / "killed.mp4"
+    killed = None
+    for p in f.render(avatar, voice, out, LOSSLESS):
+        busy = [w for w in p.workers if w in f.pids]
+        if killed is None and p.done > 0 and p.chunks_done == 0 and busy:
+            killed = busy[0]
+            os.kill(f.pids[killed], signal.SIGKILL)  # the worker process dies mid-chunk
+            assert not out.exists()
+    assert killed is not None and p.finished and p.retries >= 1
+    assert same_video(decode(out), single)
+    assert [x.name for x in tmp_path.iterdir()] == ["killed.mp4"]
+
+
+def test_cancel_stops_every_chunk_and_writes_nothing(farm, avatar, voice, tmp_path):
+    import ray
+
+    f, _ = farm
+    out = tmp_path / "keep.mp4"
+    out.write_bytes(b"previous render")
+    seen = []
+    with pytest.raises(Cancelled):
+        for p in f.render(avatar, voice, out, LOSSLESS.with_(batch=2)):
+            seen.append(p.done)
+            if p.done > 0:
+                f.cancel()
+    assert seen[-1] < 75
+    assert out.read_bytes() == b"previous render" and [x.name for x in tmp_path.iterdir()] == ["keep.mp4"]
+    # both workers are free again at once (their chunks stopped, nothing still renders)
+    assert len(ray.get([a.pid.remote() for a in f._actors.values()], timeout=10)) == 2
+
+
+def test_a_node_without_the_avatar_folder_fetches_it_once(farm, avatar):
+    from studio.core.farm import _local_avatar, _ship_avatar
+
+    spec = _ship_avatar(avatar)
+    elsewhere = dict(spec, folder="/nonexistent/avatar")  # as seen from another host
+    assets, fetched = _local_avatar(elsewhere)
+    assert fetched == 1 and np.array_equal(np.asarray(assets.frames), np.asarray(avatar.frames))
+    assert np.array_equal(np.asarray(assets.masks), np.asarray(avatar.masks))
+    again, fetched = _local_avatar(dict(elsewhere, files=[None]))  # no object store access at all
+    assert fetched == 0 and again.folder == assets.folder
+
+
+def test_cli_farm_status_without_a_cluster_says_how_to_start_one(home, tmp_path):
+    import sys
+
+    env = {**os.environ, "STUDIO_HOME": str(home), "RAY_ADDRESS": ""}
+    r = subprocess.run([sys.executable, "-m", "studio", "farm", "status", "--address", "127.0.0.1:1"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("studio: error: ") and "studio farm up" in r.stderr
