@@ -117,3 +117,45 @@ def _ray(argv: list[str], env: dict) -> None:
     if r.returncode != 0:
         last = (r.stderr.strip() or r.stdout.strip() or "no output").splitlines()[-1]
         raise RenderError(f"`ray {argv[0]}` failed ({last}): see `ray {argv[0]} --help`.")
+
+
+def render_scaled(avatar, audio, output, settings, args) -> int:
+    """``studio render --farm [ADDRESS]`` (Ray) or ``--chunks N`` (local processes)."""
+    from studio.cli._common import ProgressBar, emit_json, fmt_seconds
+    from studio.core.errors import InputError
+
+    if args.chunks < 0:
+        raise InputError("--chunks must be a positive number of segments (or 0 for one per worker)")
+    bar = ProgressBar("render")
+    farm = None
+    try:
+        if args.farm is not None:
+            from studio.core.farm import Farm
+
+            farm = Farm.connect(args.farm or None)
+            print(f"farm: {len(farm.workers)} {'GPU' if farm.gpus else 'CPU'} worker(s)", file=sys.stderr)
+            progress = farm.render(avatar, audio, output, settings, chunks=args.chunks or None)
+        else:
+            from studio.core.chunks import render_chunked
+
+            progress = render_chunked(avatar, audio, output, settings, chunks=args.chunks)
+        for p in progress:
+            if not p.finished:
+                bar.update(p.done, p.total, f"{p.fps:6.1f} fps  {len(p.workers)} worker(s)  "
+                                            f"ETA {fmt_seconds(p.eta_s)}")
+    finally:
+        bar.close()
+    if farm is not None:
+        out = farm.result.to_json()
+        out.update(chunks=p.chunks, retries=p.retries, workers=farm.workers)
+    else:
+        out = dict(output=p.output, frames=p.total, engine=settings.engine, encoder=f"libx264 x{p.chunks} segments",
+                   seconds=round(p.elapsed_s, 3), fps=round(p.fps, 2), chunks=p.chunks, retries=0,
+                   workers=sorted(p.workers))
+    if args.json:
+        emit_json(out)
+    else:
+        print(f"wrote {out['output']}: {out['frames']} frames, {out['engine']} + {out['encoder']}, "
+              f"{out['seconds']:.1f} s ({out['fps']:.1f} fps), {len(out['workers'])} worker(s)"
+              + (f", {out['retries']} chunk(s) retried" if out["retries"] else ""))
+    return 0

@@ -14,6 +14,7 @@ def register(sub) -> None:
     p.add_argument("--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3)")
     p.add_argument("-o", "--output", required=True, help="output MP4 path")
     _render_options(p)
+    _scale_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
     p.set_defaults(func=run_render)
 
@@ -48,6 +49,15 @@ def _render_options(p, encoder: bool = True) -> None:
         p.add_argument("--preset", default="veryfast", help="x264 preset (default veryfast)")
 
 
+def _scale_options(p) -> None:
+    p.add_argument("--farm", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="render in chunks on a Ray farm: HOST:PORT, or none for the one `studio farm up` "
+                        "started here (else a local one on 127.0.0.1)")
+    p.add_argument("--chunks", type=int, default=0, metavar="N",
+                   help="segments to render in parallel (farm default: one per worker; without --farm: "
+                        "N local processes)")
+
+
 def _settings(args):
     from studio.core.errors import InputError
     from studio.core.render import RenderSettings
@@ -74,6 +84,10 @@ def _render(avatar, audio, output, args) -> int:
 
     settings = _settings(args)
     probe(audio)  # bad audio fails before any avatar work
+    if getattr(args, "farm", None) is not None or getattr(args, "chunks", 0):
+        from studio.cli.farm import render_scaled
+
+        return render_scaled(avatar, audio, output, settings, args)
     renderer = Renderer(avatar, audio, settings)
     bar = ProgressBar("render")
     said = args.json  # name the engine once the render has really started (bad input says one line)

@@ -226,6 +226,12 @@ class Farm:
                 yield ChunkedProgress(done=min(done, T), total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0,
                                       elapsed_s=elapsed, workers=per_worker, chunks_done=len(segments),
                                       chunks=len(ranges), retries=self.retries)
+        except BaseException:  # an error, Ctrl-C or the caller dropping the generator: stop the chunks
+            self._stop(job, running)
+            with contextlib.suppress(Exception):
+                self._board.forget.remote(job["id"])
+            raise
+        try:
             path = join_segments([(a, b, data) for a, b, data, _ in segments], output, audio=audio)
         finally:
             with contextlib.suppress(Exception):
