@@ -132,6 +132,8 @@ def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, wor
 
     Yields a ``ChunkedProgress`` now and then; the last has ``finished=True``. Setting ``cancel``
     stops every chunk after its current batch and raises ``Cancelled``; nothing is written.
+    The workers are spawned interpreters: a calling script needs the ``if __name__ == "__main__"``
+    guard (the ``studio`` command has it).
     """
     import multiprocessing as mp
     import queue
