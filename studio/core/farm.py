@@ -40,6 +40,7 @@ NAMESPACE = "studio"
 MAX_ATTEMPTS = 3  # a chunk is tried this often before the job fails
 ACTOR_RESTARTS = 2  # Ray restarts a dead worker process this often
 POLL_S = 0.25
+ENGINE_FIELDS = ("engine", "device", "precision", "decoder", "batch", "runtime")  # settings that pick the engine
 
 
 def ray_available() -> tuple[bool, str]:
@@ -476,19 +477,18 @@ class _Worker:
         if job["id"] in self.jobs:
             return self.jobs[job["id"]]
         s = job["settings"]
-        key = (s.engine, s.device, s.precision, s.decoder, s.batch)
-        if key not in self.engines:
-            from studio.core.engines import select_engine
-
-            choice = select_engine(s.engine, device=s.device, precision=s.precision, decoder=s.decoder, batch=s.batch)
-            self.engines[key] = choice
-            self.counts["engines_loaded"] += 1
-        choice = self.engines[key]
         avatar, fetched = _local_avatar(job["avatar"])
+        audio = _local_file(job["audio"])
+        key = tuple(getattr(s, k, None) for k in ENGINE_FIELDS)
+        if key not in self.engines:  # the renderer's own selection, kept for later chunks and jobs
+            first = Renderer(avatar, audio, s)
+            self.engines[key] = (first.engine, first.engine_reason)
+            self.counts["engines_loaded"] += 1
+        engine, reason = self.engines[key]
         self.counts["avatar_fetches"] += fetched
         self.counts["jobs"] += 1
-        r = Renderer(avatar, _local_file(job["audio"]), s, engine=choice.engine)
-        r._engine_reason = choice.reason
+        r = Renderer(avatar, audio, s, engine=engine)
+        r._engine_reason = reason
         while len(self.jobs) >= self.KEEP_JOBS:
             self.jobs.pop(next(iter(self.jobs)))
         self.jobs[job["id"]] = r
