@@ -8,7 +8,8 @@
 #  3. `studio demo` renders the demo clip (face tracking with mediapipe's bundled models, the
 #     classic engine, libx264 + AAC), then once more with --encoder x264-parallel, whose encoder
 #     workers are the frozen binary re-launched with `__studio_x264_worker__ FD`;
-#  4. each MP4 is checked with PyAV (packaging/check_mp4.py, run with the build venv's Python):
+#  4. `studio render --chunks 2` of the same clip (multiprocessing spawn re-launches the binary);
+#  5. each MP4 is checked with PyAV (packaging/check_mp4.py, run with the build venv's Python):
 #     706 frames, h264 + aac.
 # Everything goes to a temporary data folder (STUDIO_HOME), removed at the end unless it failed.
 set -euo pipefail
@@ -49,8 +50,16 @@ PYEOF
     echo "$summary" | grep -q "parallel" || fail "--encoder x264-parallel did not encode in parallel: $summary"
   fi
   "$PY" packaging/check_mp4.py "$out" --frames 706 >&2 || fail "$out"
+  ! grep -q "Traceback\|resource_tracker" "$WORK/demo-$enc.err" || { cat "$WORK/demo-$enc.err" >&2; fail "warnings from --encoder $enc"; }
   step "demo, --encoder $enc: $summary"
 done
+
+# --chunks: multiprocessing's spawn re-launches the frozen binary (served by freeze_support()).
+DEMO=$(dirname "$BIN")/_internal/resources/demo
+timeout 600 "$BIN" render --avatar "$DEMO/astronaut.png" --audio "$DEMO/voiceover.flac" --chunks 2 \
+  -o "$WORK/chunks.mp4" >"$WORK/chunks.out" 2>&1 || { cat "$WORK/chunks.out" >&2; fail "studio render --chunks 2"; }
+"$PY" packaging/check_mp4.py "$WORK/chunks.mp4" --frames 706 >&2 || fail "$WORK/chunks.mp4"
+step "render --chunks 2 (spawned worker processes)"
 
 rm -rf "$WORK"
 echo "smoke: OK in $(( $(date +%s) - t0 )) s" >&2
