@@ -10,6 +10,7 @@ from __future__ import annotations
 import configparser
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from fractions import Fraction
@@ -76,6 +77,12 @@ def test_desktop_entry_starts_studio_with_its_icon():
     assert (ROOT / "resources" / "icons" / "studio.svg").is_file()
 
 
+@pytest.mark.skipif(shutil.which("desktop-file-validate") is None, reason="needs desktop-file-utils")
+def test_desktop_entry_passes_desktop_file_validate():
+    r = subprocess.run(["desktop-file-validate", str(PACKAGING / "studio.desktop")], capture_output=True, text=True)
+    assert r.returncode == 0 and not r.stdout.strip(), r.stdout + r.stderr
+
+
 def test_frozen_app_finds_resources_in_the_bundle(monkeypatch, tmp_path):
     from studio.core.paths import repo_resources
 
@@ -103,4 +110,4 @@ def test_frozen_app_builds_and_renders_the_demo():
     smoke = subprocess.run([str(PACKAGING / "smoke_test.sh")], cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert smoke.returncode == 0, smoke.stderr[-4000:]
     assert "smoke: OK" in smoke.stderr
-    assert smoke.stderr.count("706 frames h264") == 2
+    assert smoke.stderr.count("706 frames h264") == 3  # demo x264, demo parallel x264, --chunks 2
