@@ -22,7 +22,7 @@ fi
 PY=$VENV/bin/python
 "$PY" -c "import PyInstaller" 2>/dev/null \
   || "$PY" -m pip install -q --disable-pip-version-check "pyinstaller>=6.10" "pyinstaller-hooks-contrib>=2024.8"
-"$PY" -c "import PySide6, pyqtgraph, torch, av, mediapipe, soundfile, soxr" \
+"$PY" -c "import PySide6, pyqtgraph, torch, av, mediapipe, soundfile, soxr" >/dev/null 2>&1 \
   || { echo "build: $VENV lacks the app's packages (./dev setup installs them)" >&2; exit 2; }
 
 echo "build: pyinstaller ($("$PY" -m PyInstaller --version)), torch $("$PY" -c 'import torch; print(torch.__version__)')" >&2
