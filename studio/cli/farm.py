@@ -70,12 +70,12 @@ def run_up(args) -> int:
 
 
 def run_status(args) -> int:
-    import ray
-
     from studio.cli._common import emit_json
     from studio.core.farm import init_ray
 
-    init_ray(args.address)
+    init_ray(args.address)  # raises a one-line StudioError when ray is missing or unreachable
+    import ray
+
     try:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         res = ray.cluster_resources()
