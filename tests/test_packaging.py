@@ -2,7 +2,7 @@
 path, and (only with STUDIO_PACKAGING_TEST=1) the real PyInstaller build + frozen smoke test.
 
 The build + smoke test takes minutes on 2 cores (see README, "Desktop app"), so CI does not run
-it: CI never sets STUDIO_PACKAGING_TEST.
+it: ./dev test sets STUDIO_PACKAGING_TEST=1 under CI (CI=true).
 """
 
 from __future__ import annotations
