@@ -1,8 +1,8 @@
 """Desktop packaging (packaging/): the MP4 checker, the desktop entry, the frozen-app resources
 path, and (only with STUDIO_PACKAGING_TEST=1) the real PyInstaller build + frozen smoke test.
 
-The build + smoke test takes minutes on 2 cores (see README, "Desktop app"), so CI does not run
-it: ./dev test sets STUDIO_PACKAGING_TEST=1 under CI (CI=true).
+The build + smoke test takes minutes on 2 cores (see README, "Desktop app"), so it runs only with
+STUDIO_PACKAGING_TEST=1, which ./dev test sets under CI (CI=true).
 """
 
 from __future__ import annotations
