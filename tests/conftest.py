@@ -58,3 +58,27 @@ def tone_silence_noise(tmp_path) -> tuple[Path, list[tuple[float, float]]]:
     path = tmp_path / "tsn.wav"
     sf.write(path, np.concatenate(parts), rate, subtype="PCM_16")
     return path, [(1.0, 2.0), (3.0, 3.5)]
+
+
+def prepare_demo_avatar(home: Path, name: str = "astro"):
+    """The demo photo prepared into the data folder ``home`` (for module-scoped fixtures)."""
+    from studio.core import avatar as avatar_mod
+
+    old = os.environ.get("STUDIO_HOME")
+    os.environ["STUDIO_HOME"] = str(home)
+    try:
+        return avatar_mod.prepare(name, DEMO_AVATAR)
+    finally:
+        if old is None:
+            os.environ.pop("STUDIO_HOME", None)
+        else:
+            os.environ["STUDIO_HOME"] = old
+
+
+def speech_pause_speech(path: Path, first: float, pause: float, second: float, rate: int = 16_000) -> Path:
+    """A 16-bit WAV: speech-like sound, a silent pause, speech again (seconds each)."""
+    import soundfile as sf
+
+    x = np.concatenate([speechlike(first, rate, 1), np.zeros(int(pause * rate), np.float32), speechlike(second, rate, 2)])
+    sf.write(path, x, rate, subtype="PCM_16")
+    return path

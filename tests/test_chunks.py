@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
-import soundfile as sf
 
-from conftest import DEMO_AVATAR, speechlike
+from conftest import prepare_demo_avatar, speech_pause_speech
 from studio.core.chunks import join_segments, render_chunked, render_segment, split
 from studio.core.errors import RenderError
 from studio.core.render import Renderer, RenderSettings
 
-RATE = 16_000
 LOSSLESS = RenderSettings(engine="classic", device="cpu", encoder="x264", crf=0, preset="ultrafast")
 
 
@@ -31,27 +27,13 @@ def one_torch_thread():
 @pytest.fixture(scope="module")
 def avatar(tmp_path_factory):
     """The demo photo prepared once for the module (its own data folder)."""
-    from studio.core import avatar as avatar_mod
-
-    home = tmp_path_factory.mktemp("chunks_home")
-    old = os.environ.get("STUDIO_HOME")
-    os.environ["STUDIO_HOME"] = str(home)
-    try:
-        yield avatar_mod.prepare("astro", DEMO_AVATAR)
-    finally:
-        if old is None:
-            os.environ.pop("STUDIO_HOME", None)
-        else:
-            os.environ["STUDIO_HOME"] = old
+    return prepare_demo_avatar(tmp_path_factory.mktemp("chunks_home"))
 
 
 @pytest.fixture(scope="module")
 def voice(tmp_path_factory):
     """2 s: speech 0-0.9 s, silence 0.9-1.3 s, speech 1.3-2.0 s (50 frames)."""
-    path = tmp_path_factory.mktemp("voice") / "voice.wav"
-    x = np.concatenate([speechlike(0.9, RATE, 1), np.zeros(int(0.4 * RATE), np.float32), speechlike(0.7, RATE, 2)])
-    sf.write(path, x, RATE, subtype="PCM_16")
-    return path
+    return speech_pause_speech(tmp_path_factory.mktemp("voice") / "voice.wav", 0.9, 0.4, 0.7)
 
 
 @pytest.fixture(scope="module")

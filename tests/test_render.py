@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-import soundfile as sf
 
-from conftest import DEMO_AVATAR, speechlike
+from conftest import prepare_demo_avatar, speech_pause_speech
 from studio.core.render import (
     RenderSettings,
     Renderer,
@@ -22,33 +20,18 @@ from studio.core.render import (
     interleave,
 )
 
-RATE = 16_000
 
 
 @pytest.fixture(scope="module")
 def avatar(tmp_path_factory):
     """The demo photo prepared once for the module (its own data folder)."""
-    from studio.core import avatar as avatar_mod
-
-    home = tmp_path_factory.mktemp("render_home")
-    old = os.environ.get("STUDIO_HOME")
-    os.environ["STUDIO_HOME"] = str(home)
-    try:
-        yield avatar_mod.prepare("astro", DEMO_AVATAR)
-    finally:
-        if old is None:
-            os.environ.pop("STUDIO_HOME", None)
-        else:
-            os.environ["STUDIO_HOME"] = old
+    return prepare_demo_avatar(tmp_path_factory.mktemp("render_home"))
 
 
 @pytest.fixture(scope="module")
 def voice(tmp_path_factory):
     """3 s: speech 0-1.2 s, silence 1.2-2.0 s, speech 2.0-3.0 s."""
-    path = tmp_path_factory.mktemp("voice") / "voice.wav"
-    x = np.concatenate([speechlike(1.2, RATE, 1), np.zeros(int(0.8 * RATE), np.float32), speechlike(1.0, RATE, 2)])
-    sf.write(path, x, RATE, subtype="PCM_16")
-    return path
+    return speech_pause_speech(tmp_path_factory.mktemp("voice") / "voice.wav", 1.2, 0.8, 1.0)
 
 
 def test_crossfade_ramps_into_speech():
