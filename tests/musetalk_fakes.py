@@ -30,6 +30,13 @@ def write_official_models(root: Path, v15: bool = True, v10: bool = False, vae_f
     return rm.write_official_models(root, v15, v10, vae_folder, seed, tiny=True)
 
 
+def write_official_and_taesd(root: Path, v10: bool = False) -> tuple[Path, Path]:
+    """A fake official models/ folder under ``root`` plus ``root/taesd``: (models, taesd)."""
+    folder = write_official_models(root, v10=v10)
+    write_taesd(root / "taesd")
+    return folder, root / "taesd"
+
+
 def write_unet(folder: Path, weights: str = "unet.pth", config: dict | None = None, seed: int = 0) -> Path:
     return rm.write_unet(folder, weights, config or UNET_TINY, seed)
 

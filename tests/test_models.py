@@ -13,8 +13,8 @@ from musetalk_fakes import (
     TAESD_CONFIG,
     UNET_TINY,
     WHISPER_TINY_CONFIG,
+    write_official_and_taesd,
     write_official_models,
-    write_taesd,
     write_unet,
 )
 
@@ -26,10 +26,7 @@ from studio.core.errors import ModelError
 @pytest.fixture(scope="module")
 def official(tmp_path_factory):
     """One fake official models/ folder (v1.5 + v1.0 UNets, sd-vae, whisper) and a TAESD folder."""
-    root = tmp_path_factory.mktemp("official")
-    folder = write_official_models(root, v10=True)
-    write_taesd(root / "taesd")
-    return folder, root / "taesd"
+    return write_official_and_taesd(tmp_path_factory.mktemp("official"), v10=True)
 
 
 @pytest.fixture

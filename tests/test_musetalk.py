@@ -9,7 +9,7 @@ import pytest
 import soundfile as sf
 import torch
 from conftest import speechlike
-from musetalk_fakes import WIDTH, FakeAvatar, write_official_models, write_taesd
+from musetalk_fakes import WIDTH, FakeAvatar, write_official_and_taesd
 
 from studio.cli import main as cli_main
 from studio.core import models
@@ -27,10 +27,7 @@ from studio.core.engines.whisper_features import (
 
 @pytest.fixture(scope="module")
 def official(tmp_path_factory):
-    root = tmp_path_factory.mktemp("official")
-    folder = write_official_models(root)
-    write_taesd(root / "taesd")
-    return folder, root / "taesd"
+    return write_official_and_taesd(tmp_path_factory.mktemp("official"))
 
 
 @pytest.fixture

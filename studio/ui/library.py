@@ -311,18 +311,21 @@ class LibraryPanel(QWidget):
         self.settings.setValue("library/scripts", paths)
 
     def _import_avatar_dialog(self) -> None:
-        start = cfg.value(self.settings, "folders/avatar", str)
-        path, _ = QFileDialog.getOpenFileName(self, "Import an avatar photo or video", start, AVATAR_FILTER)
+        path = self._ask_file("folders/avatar", "Import an avatar photo or video", AVATAR_FILTER)
         if path:
-            self.settings.setValue("folders/avatar", str(Path(path).parent))
             self.import_avatar(path)
 
     def _import_audio_dialog(self) -> None:
-        start = cfg.value(self.settings, "folders/audio", str)
-        path, _ = QFileDialog.getOpenFileName(self, "Import a voice-over", start, AUDIO_FILTER)
+        path = self._ask_file("folders/audio", "Import a voice-over", AUDIO_FILTER)
         if path:
-            self.settings.setValue("folders/audio", str(Path(path).parent))
             self.add_script(path)
+
+    def _ask_file(self, key: str, title: str, filters: str) -> str:
+        """An open-file dialog starting in the last folder used for ``key``, which it remembers."""
+        path, _ = QFileDialog.getOpenFileName(self, title, cfg.value(self.settings, key, str), filters)
+        if path:
+            self.settings.setValue(key, str(Path(path).parent))
+        return path
 
     def _remove_avatar(self) -> None:
         name = self.avatar

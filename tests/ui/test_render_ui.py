@@ -73,14 +73,19 @@ def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_p
     assert window.preview.stack.currentWidget() is window.preview.graphics
 
 
-def test_cancel_stops_the_render_and_leaves_no_file(window, qtbot, tmp_path):
-    audio = clip(tmp_path, 10.0, "long.wav")
-    load_demo(window, qtbot, audio=audio)
+def _start_long_render(window, qtbot, tmp_path):
+    """A 10 s clip in batches of 4, started and past its first progress: (job id, output path)."""
+    load_demo(window, qtbot, audio=clip(tmp_path, 10.0, "long.wav"))
     _fast(window, tmp_path)
     window.render_panel.batch.setValue(4)
     output = Path(window.render_panel.output_path())
     with qtbot.waitSignal(window.worker.progress, timeout=120_000):
         job_id = window.render()
+    return job_id, output
+
+
+def test_cancel_stops_the_render_and_leaves_no_file(window, qtbot, tmp_path):
+    job_id, output = _start_long_render(window, qtbot, tmp_path)
     with qtbot.waitSignal(window.worker.cancelled, timeout=60_000):
         window.render_panel.cancel_btn.click()
     assert not output.exists()
@@ -123,13 +128,7 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
 def test_closing_during_a_render_leaves_no_file_and_the_job_comes_back_interrupted(window, qtbot, tmp_path):
     from studio.core.jobs import JobStore
 
-    audio = clip(tmp_path, 10.0, "long.wav")
-    load_demo(window, qtbot, audio=audio)
-    _fast(window, tmp_path)
-    window.render_panel.batch.setValue(4)
-    output = Path(window.render_panel.output_path())
-    with qtbot.waitSignal(window.worker.progress, timeout=120_000):
-        job_id = window.render()
+    job_id, output = _start_long_render(window, qtbot, tmp_path)
     window.close()  # the worker is cancelled and joined; the job is left "running" on purpose
     assert not window.worker_thread.thread.isRunning()
     assert not output.exists() and list(output.parent.iterdir()) == []
