@@ -123,6 +123,26 @@ def test_chunks_can_be_fed_interleaved_in_any_order(tmp_path):
     assert nearest == list(range(n))
 
 
+def test_striped_batches_with_indices_reach_their_chunks(tmp_path):
+    from studio.core.render import stripes
+
+    out = tmp_path / "striped.mp4"
+    n = 45
+    frames = talking_frames(0, n)
+    with open_video(out, W, H, encoder="x264-parallel", workers=3, total_frames=n) as w:
+        batches = stripes(n, 6, w.chunks)  # each batch: 2 frames of each of the 3 chunks
+        assert len(batches[0]) == 6
+        for idx in batches:
+            w.write(frames[idx], indices=idx)
+        with pytest.raises(ValueError, match="expects frame"):
+            w.write(frames[:1], indices=[0])
+    y = _decode_y(out)
+    ref = rgb_to_yuv420p(frames)[0]
+    assert len(y) == n
+    nearest = [int(np.argmin([np.mean((y[k, :6].astype(int) - r[:6]) ** 2) for r in ref])) for k in range(n)]
+    assert nearest == list(range(n))
+
+
 def test_exception_or_ctrl_c_leaves_nothing_and_keeps_an_existing_output(tmp_path, wav):
     out = tmp_path / "out.mp4"
     out.write_bytes(b"previous render")

@@ -17,7 +17,7 @@ from studio.core.render import (
     batch_ranges,
     crossfade_weights,
     frame_index,
-    interleave,
+    stripes,
 )
 
 
@@ -41,11 +41,21 @@ def test_crossfade_ramps_into_speech():
     assert crossfade_weights(speech, 0).tolist() == speech.astype(float).tolist()
 
 
-def test_interleave_keeps_each_chunk_in_order():
-    ranges = batch_ranges(10, 3)  # (0,3) (3,6) (6,9) (9,10)
-    out = interleave(ranges, [(0, 5), (5, 10)])
-    assert out == [(0, 3), (5, 6), (3, 5), (6, 9), (9, 10)]
-    assert sorted(i for a, b in out for i in range(a, b)) == list(range(10))
+def test_stripes_feed_every_chunk_in_order_with_full_batches():
+    chunks = [(0, 5), (5, 10)]
+    out = stripes(10, 4, chunks)
+    assert [b.tolist() for b in out] == [[0, 1, 5, 6], [2, 3, 7, 8], [4, 9]]
+    flat = np.concatenate(out)
+    assert sorted(flat.tolist()) == list(range(10))
+    for c0, c1 in chunks:  # each chunk's frames come in increasing order
+        mine = flat[(flat >= c0) & (flat < c1)]
+        assert mine.tolist() == list(range(c0, c1))
+    # 16 chunks of 42 frames, batch 64: full batches, every chunk in the first one
+    ch16 = [(42 * k, 42 * k + 42) for k in range(16)]
+    b16 = stripes(672, 64, ch16)
+    assert [len(b) for b in b16] == [64] * 10 + [32]
+    assert {int(i) // 42 for i in b16[0]} == set(range(16))
+    assert [b.tolist() for b in stripes(5, 2, [(0, 5)])] == [[0, 1], [2, 3], [4]]
 
 
 def test_frame_index_is_floor_of_t_times_25():

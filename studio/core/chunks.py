@@ -9,7 +9,7 @@ segment, joined in order with the original audio muxed once.
 
 A segment holds frames [a, b) with timestamps relative to ``a``; the join shifts them by ``a``, so
 the joined stream has frame t at pts t/25 exactly as a single-process render. The pre-encode
-frames are those of ``Renderer.iter_frames`` (bit for bit: each frame depends only on its index),
+frames are those of ``Renderer.iter_batches`` (bit for bit: each frame depends only on its index),
 and every segment uses the same encoder settings, so the stream headers agree and the join is a
 packet copy. ``render_chunked`` runs the chunks in local worker processes (no Ray); the Ray farm
 (``studio.core.farm``) uses the same three functions on remote workers.
@@ -73,7 +73,7 @@ def render_segment(renderer, start: int, end: int, path, *, on_batch: Callable[[
     batches and raises ``Cancelled``. The file appears atomically (nothing is left on failure).
     """
     from studio.core.encode import open_video
-    from studio.core.render import batch_ranges, interleave
+    from studio.core.render import stripes
 
     plan = renderer.plan
     if not 0 <= start < end <= plan.frames:
@@ -84,11 +84,10 @@ def render_segment(renderer, start: int, end: int, path, *, on_batch: Callable[[
     writer = open_video(path, a.width, a.height, audio=None, encoder=s.encoder, crf=s.crf, preset=s.preset,
                         fps=FPS, total_frames=n)
     with writer:
-        rel = interleave(batch_ranges(n, renderer.batch_size), writer.chunks)
-        for first, frames in renderer.iter_frames([(start + x, start + y) for x, y in rel]):
+        for idx, frames in renderer.iter_batches(start + b for b in stripes(n, renderer.batch_size, writer.chunks)):
             if should_stop is not None and should_stop():
                 raise Cancelled("render cancelled; nothing was written")
-            writer.write(frames, first_index=first - start)
+            writer.write(frames, indices=idx - start)
             if on_batch is not None:
                 on_batch(len(frames))
         return writer.close()

@@ -24,6 +24,7 @@ import os
 import queue
 import struct
 import threading
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -40,7 +41,8 @@ X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium"
                 "veryslow", "placebo")
 MIN_PARALLEL_CHUNK = 24  # frames: auto picks parallel x264 only when every chunk gets at least this
 MIN_CHUNK = 8  # frames: x264's reorder delay is only constant from 3 frames on (dts must join up)
-QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks
+QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks (one encoder)
+QUEUE_RUNS = 8  # runs waiting per chunk of a parallel writer (a striped batch gives each chunk a few frames)
 AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000)
 _BT709, _RANGE_MPEG = 1, 1  # AVCOL_PRI/TRC/SPC_BT709 and AVCOL_RANGE_MPEG (limited)
 
@@ -113,6 +115,7 @@ class VideoWriter:
         self.enc_width, self.enc_height = width + width % 2, height + height % 2
         self.fps = int(fps)
         self.frames_written = 0
+        self.close_ms: dict[str, float] = {}  # close(): encoder tail, chunk join + audio, faststart + fsync
         self._crf, self._preset, self._hook = crf, preset, write_hook
         self._error: BaseException | None = None
         self._stop = threading.Event()
@@ -142,19 +145,29 @@ class VideoWriter:
             self.abort()
         return False
 
-    def write(self, frames, first_index: int | None = None, release=None) -> None:
+    def write(self, frames, first_index: int | None = None, release=None, indices=None) -> None:
         """Queue frames for encoding: RGB [B,H,W,3] or NV12 [B,H*3//2,W] uint8, numpy or torch,
         or a list of per-frame numpy arrays (no stacking copy: a renderer's pinned slots).
 
         ``first_index`` is the absolute index of ``frames[0]`` (None: right after the previous
-        write). Each chunk must receive its frames in order; chunks may be fed in any order.
-        The writer keeps the arrays until they are encoded: do not modify them after the call,
-        unless ``release(k)`` is given: it is called (from an encoder thread) once frame ``k`` of
-        this batch has been consumed, after which its memory may be reused.
+        write); or ``indices`` gives every frame's index (runs of consecutive indices, e.g. a
+        ``render.stripes`` batch spanning all chunks). Each chunk must receive its frames in
+        order; chunks may be fed in any order. The writer keeps the arrays until they are
+        encoded: do not modify them after the call, unless ``release(k)`` is given: it is called
+        (from an encoder thread) once frame ``k`` of this batch has been consumed, after which
+        its memory may be reused.
         """
         self._raise_if_failed()
         if self._done:
             raise RenderError("This video writer is already closed.")
+        n = len(frames)
+        if indices is None:
+            first = self._cursor if first_index is None else int(first_index)
+            indices = range(first, first + n)
+        elif len(indices) != n:
+            raise ValueError(f"{len(indices)} indices for {n} frames")
+        if n == 0:
+            return
         event = None
         if isinstance(frames, (list, tuple)):
             for f in frames:
@@ -163,18 +176,21 @@ class VideoWriter:
             frames, event = self._gpu_nv12(frames)
         else:
             frames = self._as_host_frames(frames)
-        first = self._cursor if first_index is None else int(first_index)
-        pos, end = first, first + len(frames)
-        while pos < end:
+        s = 0
+        while s < n:  # one queue item per run of consecutive frames inside one chunk
+            pos = int(indices[s])
             ch = self._chunk_of(pos)
             if pos != ch.next:
                 raise ValueError(f"chunk {ch.start}..{ch.end} expects frame {ch.next} next, got {pos}")
-            stop = end if ch.end is None else min(end, ch.end)
-            self._put(ch, (frames[pos - first : stop - first], pos, release, pos - first, event))
-            ch.next = stop
-            pos = stop
-        self._cursor = end
-        self.frames_written += len(frames)
+            limit = n if ch.end is None else min(n, s + ch.end - pos)
+            e = s + 1
+            while e < limit and int(indices[e]) == pos + e - s:
+                e += 1
+            self._put(ch, (frames[s:e], pos, release, s, event))
+            ch.next = pos + e - s
+            s = e
+        self._cursor = int(indices[n - 1]) + 1
+        self.frames_written += n
 
     def takes_gpu_frames(self) -> bool:
         """Whether ``write`` takes CUDA tensors without a host round trip (parallel x264 workers
@@ -219,12 +235,14 @@ class VideoWriter:
         """Finish the encoders, append the chunks, mux the audio, fsync and rename onto ``path``."""
         if self._done:
             return str(self.path)
+        t0 = time.perf_counter()
         try:
             for ch in self._chunks:
                 self._put(ch, None)
             for ch in self._chunks:
                 ch.thread.join()
             self._raise_if_failed()
+            t1 = time.perf_counter()
             missing = [(c.start, c.end, c.next) for c in self._chunks if c.end is not None and c.next < c.end]
             if missing:
                 s, e, n = missing[0]
@@ -237,9 +255,12 @@ class VideoWriter:
                 for pkt in _read_packets(ch.sink.path, self._vstream):
                     self._mux_video(pkt)
             self._finish_audio()
+            t2 = time.perf_counter()
             self._container.close()
             self._fh.close()
             self._atomic.__exit__(None, None, None)  # fsync, then rename onto the target
+            t3 = time.perf_counter()
+            self.close_ms = {"flush": (t1 - t0) * 1e3, "join": (t2 - t1) * 1e3, "file": (t3 - t2) * 1e3}
         except BaseException as exc:
             self.abort()
             if isinstance(exc, OSError):
@@ -367,7 +388,7 @@ class VideoWriter:
                 path = self._tmp.with_name(f"{self._tmp.name}.chunk{k}")
                 self._tmp_files.append(path)
                 sink = _PacketFile(path, self._hook)
-            self._chunks.append(_Chunk(s, e, enc, sink))
+            self._chunks.append(_Chunk(s, e, enc, sink, depth=QUEUE_RUNS if parallel else QUEUE_BATCHES))
 
     def _mux_annexb(self, raw: Path) -> None:
         """Mux an H.264 Annex B file (no B-frames: decode order = display order) frame by frame."""
@@ -406,11 +427,8 @@ class VideoWriter:
                         slots = self._gpu_slots[self._chunks.index(ch)]
                     stream.wait_event(event)
                     with torch.cuda.stream(stream):
-                        for i in range(len(frames)):
-                            if self._stop.is_set():
-                                return
-                            for out in ch.encoder.encode_gpu(frames[i], first + i, stream, slots):
-                                ch.sink(out)
+                        for out in ch.encoder.encode_gpu(frames, first, stream, slots):
+                            ch.sink(out)
                     continue
                 for i in range(len(frames)):
                     if self._stop.is_set():
@@ -568,10 +586,11 @@ def _disk_error(exc: OSError, path: Path) -> RenderError:
 
 
 class _Chunk:
-    def __init__(self, start, end, encoder, sink):
+    def __init__(self, start, end, encoder, sink, depth=None):
+        depth = depth or QUEUE_BATCHES
         self.start, self.end, self.next = start, end, start
         self.encoder, self.sink = encoder, sink
-        self.queue: queue.Queue = queue.Queue(QUEUE_BATCHES)
+        self.queue: queue.Queue = queue.Queue(depth)
         self.thread: threading.Thread | None = None
 
 

@@ -72,6 +72,7 @@ class RenderResult:
     width: int
     height: int
     stage_ms: dict[str, float]
+    finish_ms: dict[str, float] = field(default_factory=dict)  # the "finish" stage: encoder tail, join, file
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -205,21 +206,30 @@ class Renderer:
 
         Silent and face-less frames skip the engine and are the avatar frames, bit for bit.
         """
-        plan = self.plan
         if ranges is None:
-            ranges = batch_ranges(plan.frames, self.batch_size)
+            ranges = batch_ranges(self.plan.frames, self.batch_size)
+        for idx, frames in self.iter_batches(np.arange(a, b) for a, b in ranges):
+            yield int(idx[0]), frames
+
+    def iter_batches(self, batches):
+        """Yield ``(indices, frames)`` for each array of frame indices (any order, e.g. ``stripes``).
+
+        Each frame depends only on its index, so a frame is the same in every batch it appears in.
+        """
+        plan = self.plan
         engine = self._ready()
         comp = self._compositor
-        for a, b in ranges:
-            idx = plan.avatar_idx[a:b]
-            weight = plan.weight[a:b]
+        for idx_f in batches:
+            idx_f = np.asarray(idx_f, np.int64)
+            idx = plan.avatar_idx[idx_f]
+            weight = plan.weight[idx_f]
             active = np.flatnonzero(weight > 0)
             t0 = time.perf_counter()
             frames = comp.background(idx)
             self._stage("background", t0)
             if len(active):
                 t0 = time.perf_counter()
-                faces = engine.generate(self._prepared, idx[active], np.arange(a, b)[active])
+                faces = engine.generate(self._prepared, idx[active], idx_f[active])
                 self._stage("engine", t0)
                 t0 = time.perf_counter()
                 if len(active) == len(idx):  # all speech: blend in place, no second background
@@ -227,7 +237,7 @@ class Renderer:
                 else:
                     frames[torch_index(active, frames.device)] = comp.paste(faces, idx[active], weight[active])
                 self._stage("composite", t0)
-            yield a, frames
+            yield idx_f, frames
 
     @property
     def batch_size(self) -> int:
@@ -253,14 +263,17 @@ class Renderer:
         t_start = time.perf_counter()
         output = Path(output)
         plan = self.plan
+        self._stage("audio", t_start)  # read, analysed, planned (cached after the first use)
         a = self.avatar
         T = plan.frames
+        t0 = time.perf_counter()
         writer = open_video(
             output, a.width, a.height, audio=self.audio_path, encoder=self.settings.encoder,
             crf=self.settings.crf, preset=self.settings.preset, fps=FPS, total_frames=T,
         )
+        self._stage("open", t0)
         with writer:
-            ranges = interleave(batch_ranges(T, self.batch_size), writer.chunks)
+            batches = stripes(T, self.batch_size, writer.chunks)
             done = 0
             last_preview = -1e9
             cuda = self.engine.device.type == "cuda"
@@ -268,27 +281,30 @@ class Renderer:
             # directly (one DMA per frame into their slots); otherwise through a copy thread.
             sink = _CopyThread(writer, T) if cuda and not writer.takes_gpu_frames() else None
             try:
-                for first, frames in self.iter_frames(ranges):
+                for idx, frames in self.iter_batches(batches):
                     if self._cancel.is_set():
                         raise Cancelled("render cancelled; nothing was written")
                     t0 = time.perf_counter()
                     if sink is not None:
-                        sink.put(first, frames)
+                        sink.put(idx, frames)
                     else:
-                        writer.write(frames, first_index=first)
+                        writer.write(frames, indices=idx)
                     self._stage("encode", t0)
                     done += len(frames)
                     now = time.perf_counter()
                     elapsed = now - t_start
                     fps = done / elapsed if elapsed > 0 else 0.0
-                    preview = None
+                    preview = preview_index = None
                     if now - last_preview >= self.settings.preview_interval_s:
-                        preview = frames[-1].cpu().numpy()
+                        # the last frame of the batch's first run: the earliest chunk, moving steadily
+                        k = _first_run_end(idx)
+                        preview = frames[k].cpu().numpy()
+                        preview_index = int(idx[k])
                         last_preview = now
                     yield RenderProgress(
                         done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0, elapsed_s=elapsed,
                         stage_ms=dict(self._stage_ms), preview=preview,
-                        preview_index=first + len(frames) - 1 if preview is not None else None,
+                        preview_index=preview_index,
                     )
                 if sink is not None:
                     t0 = time.perf_counter()
@@ -308,6 +324,7 @@ class Renderer:
             engine_reason=self._engine_reason, encoder=writer.name, seconds=round(seconds, 3),
             fps=round(T / seconds, 2) if seconds else 0.0, width=a.width, height=a.height,
             stage_ms={k: round(v, 1) for k, v in self._stage_ms.items()},
+            finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
         )
         yield RenderProgress(
             done=T, total=T, fps=self.result.fps, eta_s=0.0, elapsed_s=seconds, stage_ms=dict(self._stage_ms),
@@ -353,7 +370,7 @@ class _CopyThread:
         self.thread = threading.Thread(target=self._loop, name="render-copy", daemon=True)
         self.thread.start()
 
-    def put(self, first: int, frames) -> None:
+    def put(self, indices, frames) -> None:
         import queue
 
         import torch
@@ -367,7 +384,7 @@ class _CopyThread:
         while True:
             self._raise()
             try:
-                self.q.put((first, nv12, event), timeout=0.2)
+                self.q.put((indices, nv12, event), timeout=0.2)
                 return
             except queue.Full:
                 continue
@@ -408,7 +425,7 @@ class _CopyThread:
 
         try:
             while (item := self.q.get()) is not None:
-                first, nv12, event = item
+                indices, nv12, event = item
                 ids = [self._slot() for _ in range(len(nv12))]
                 with torch.cuda.stream(self.stream):
                     self.stream.wait_event(event)
@@ -416,7 +433,7 @@ class _CopyThread:
                         self.pool[i].copy_(nv12[k], non_blocking=True)
                 self.stream.synchronize()
                 del nv12  # safe: the copies that read it have finished
-                self.writer.write([self.pool_np[i] for i in ids], first_index=first,
+                self.writer.write([self.pool_np[i] for i in ids], indices=indices,
                                   release=lambda k, ids=ids: self.free.put(ids[k]))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the render thread
             self.error = exc
@@ -482,18 +499,34 @@ def batch_ranges(total: int, batch: int) -> list[tuple[int, int]]:
     return [(a, min(total, a + batch)) for a in range(0, total, batch)]
 
 
-def interleave(ranges: list[tuple[int, int]], chunks: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Split ``ranges`` at chunk borders and order them round-robin over the encoder's chunks,
-    so parallel chunk encoders all get work while each chunk still receives its frames in order."""
+def stripes(total: int, batch: int, chunks: list[tuple[int, int]]) -> list[np.ndarray]:
+    """Frame indices per batch for a writer with parallel ``chunks``: every batch takes the next
+    ``batch // len(chunks)`` frames of each chunk in turn, so all chunk encoders get work from the
+    first batch on and finish together, while each chunk still receives its frames in order.
+    Batches keep the full ``batch`` size (no bucket padding) until the chunks run out."""
     if len(chunks) <= 1:
-        return ranges
-    per_chunk = []
-    for c0, c1 in chunks:
-        per_chunk.append([(max(a, c0), min(b, c1)) for a, b in ranges if a < c1 and b > c0])
-    out = []
-    for k in range(max(len(p) for p in per_chunk)):
-        out += [p[k] for p in per_chunk if k < len(p)]
-    return out
+        return [np.arange(a, b) for a, b in batch_ranges(total, batch)]
+    batch = max(1, int(batch))
+    share = max(1, batch // len(chunks))
+    runs, cursor = [], [c0 for c0, _ in chunks]
+    while True:
+        added = False
+        for k, (_, c1) in enumerate(chunks):
+            take = min(share, c1 - cursor[k])
+            if take > 0:
+                runs.append(np.arange(cursor[k], cursor[k] + take))
+                cursor[k] += take
+                added = True
+        if not added:
+            break
+    flat = np.concatenate(runs) if runs else np.zeros(0, np.int64)
+    return [flat[i : i + batch] for i in range(0, len(flat), batch)]
+
+
+def _first_run_end(idx: np.ndarray) -> int:
+    """Position of the last frame of the first run of consecutive indices in ``idx``."""
+    breaks = np.flatnonzero(np.diff(idx) != 1)
+    return int(breaks[0]) if len(breaks) else len(idx) - 1
 
 
 def torch_index(active: np.ndarray, device):

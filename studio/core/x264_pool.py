@@ -25,7 +25,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-SLOTS = 4  # frames in flight per worker
+SLOTS = 8  # frames in flight per worker
 _BT709, _RANGE_MPEG = 1, 1
 
 
@@ -189,17 +189,23 @@ class ProcessEncoder:
             return None
         return view[: SLOTS * self.frame_bytes].view(SLOTS, *self.shape)
 
-    def encode_gpu(self, nv12, pts: int, stream, slots) -> list:
-        """Encode a CUDA NV12 frame: one DMA into a free slot on ``stream``, no host memcpy."""
+    def encode_gpu(self, frames, first: int, stream, slots) -> list:
+        """Encode CUDA NV12 frames ``[B,H*3//2,W]`` (pts ``first``...): DMA as many as there are
+        free slots on ``stream``, one wait, then hand them over; no host memcpy."""
         _ = self.extradata
         out = []
-        while not self.free:
-            out += self._collect(block=True)
-        slot = self.free.pop()
-        slots[slot].copy_(nv12, non_blocking=True)
-        stream.synchronize()
-        self.w.conn.send(("frame", slot, int(pts)))
-        out += self._collect(block=False)
+        i, n = 0, len(frames)
+        while i < n:
+            if not self.free:
+                out += self._collect(block=True)
+            ids = [self.free.pop() for _ in range(min(len(self.free), n - i))]
+            for k, slot in enumerate(ids):
+                slots[slot].copy_(frames[i + k], non_blocking=True)
+            stream.synchronize()
+            for k, slot in enumerate(ids):
+                self.w.conn.send(("frame", slot, int(first + i + k)))
+            i += len(ids)
+            out += self._collect(block=False)
         return out
 
     def flush(self) -> list:

@@ -71,7 +71,7 @@ def main():
           f"pinned {32 / s4:.0f} fps", flush=True)
     nv12 = rgb_to_nv12(comp.background(np.arange(av_.N))).cpu().numpy()
     T = 672
-    from studio.core.render import interleave
+    from studio.core.render import stripes
 
     for enc, preset in (("x264", "veryfast"), ("x264-parallel", "veryfast"), ("x264", "ultrafast"),
                         ("x264-parallel", "ultrafast"), ("x264-parallel", "superfast")):
@@ -79,9 +79,8 @@ def main():
             path = work / f"{enc}.mp4"
             t0 = time.perf_counter()
             with open_video(path, av_.width, av_.height, encoder=enc, total_frames=T, preset=preset) as w:
-                order = [(a, min(T, a + 32)) for a in range(0, T, 32)]
-                for a, b in interleave(order, w.chunks):
-                    w.write([nv12[i % av_.N] for i in range(a, b)], first_index=a)
+                for idx in stripes(T, 64, w.chunks):
+                    w.write([nv12[i % av_.N] for i in idx], indices=idx)
             dt = time.perf_counter() - t0
         out[f"{enc}_{preset}_fps"] = round(T / dt, 1)
         print(f"{enc} {preset} ({w.name}): {T / dt:.0f} fps", flush=True)
