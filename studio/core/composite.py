@@ -27,6 +27,38 @@ log = logging.getLogger(__name__)
 # Avatar frames are copied to the GPU once when they fit in this budget; else per batch.
 GPU_FRAME_CACHE_BYTES = 4 << 30
 
+# The avatar frames last uploaded, per device, kept for the next render of the same avatar
+# (a warm render starts without re-uploading the clip): device -> (key, source array, tensor).
+_DEVICE_FRAMES: dict = {}
+
+
+def _device_frames(frames, device):
+    """``frames`` as one uint8 tensor on ``device``, reused while the same avatar is rendered.
+
+    The key is the memory-mapped file (path, size, mtime) or, for in-memory arrays, the array
+    object itself (held by the cache, so its id cannot be reused by another array)."""
+    import os
+
+    import torch
+
+    name = getattr(frames, "filename", None)
+    if name:
+        st = os.stat(name)
+        key = (str(name), st.st_size, st.st_mtime_ns, tuple(np.shape(frames)))
+    else:
+        key = (id(frames), tuple(np.shape(frames)))
+    hit = _DEVICE_FRAMES.get(str(device))
+    if hit is not None and hit[0] == key:
+        return hit[2]
+    _DEVICE_FRAMES.pop(str(device), None)  # free the previous avatar first
+    n, h, w, _ = np.shape(frames)
+    cache = torch.empty((n, h, w, 3), dtype=torch.uint8, device=device)
+    for s in range(0, n, 64):  # upload in slices: no full host copy of a memory map
+        cache[s : s + 64] = torch.from_numpy(np.array(frames[s : s + 64], dtype=np.uint8))
+    _DEVICE_FRAMES[str(device)] = (key, None if name else frames, cache)
+    return cache
+
+
 # BT.709 luma coefficients and the limited ("tv") range scales.
 _KR, _KB = 0.2126, 0.0722
 _KG = 1.0 - _KR - _KB
@@ -71,11 +103,8 @@ class Compositor:
 
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         if self._cache_frames:
-            if self._frames_t is None:  # upload in slices: no full host copy of a memory map
-                cache = torch.empty((self.n, self.height, self.width, 3), dtype=torch.uint8, device=self.device)
-                for s in range(0, self.n, 64):
-                    cache[s : s + 64] = torch.from_numpy(np.array(self.frames[s : s + 64], dtype=np.uint8))
-                self._frames_t = cache
+            if self._frames_t is None:
+                self._frames_t = _device_frames(self.frames, self.device)
             return self._frames_t.index_select(0, to_device(idx, self.device))
         batch = torch.from_numpy(np.ascontiguousarray(self.frames[idx]))  # fancy index = a copy
         if self.device.type != "cpu":

@@ -330,9 +330,22 @@ def _records(packets) -> list:
     return [(bytes(p), p.pts, p.dts, bool(p.is_keyframe)) for p in packets]
 
 
+NICE = 5  # encoder processes yield the CPU to the render thread that feeds them (STUDIO_X264_NICE)
+
+
 def run_worker(fd: int) -> None:
-    """Entry point of a worker process: serve the parent on socket ``fd`` until it exits."""
+    """Entry point of a worker process: serve the parent on socket ``fd`` until it exits.
+
+    The worker lowers its priority: with one encoder per core, a render thread at the same
+    priority waits for a time slice before each GPU launch, and the GPU (the encoders' only
+    source of frames) idles meanwhile."""
+    import os
     from multiprocessing.connection import Connection
+
+    try:
+        os.nice(int(os.environ.get("STUDIO_X264_NICE", NICE)))
+    except (OSError, ValueError, AttributeError):
+        pass
 
     _worker_main(Connection(fd))
 

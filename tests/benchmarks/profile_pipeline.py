@@ -55,6 +55,7 @@ def main() -> None:
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--json", default=None)
     ap.add_argument("--preset", default="ultrafast")
+    ap.add_argument("--no-encoders", action="store_true", help="skip the encoder-only figures")
     args = ap.parse_args()
     from studio.core.bench import _bench_models, reference_audio, synthetic_avatar
     from studio.core.composite import pad_even, rgb_to_nv12
@@ -79,30 +80,31 @@ def main() -> None:
         print(f"{k}: {v}", flush=True)
 
     # -- encoders alone ---------------------------------------------------------------------
-    nv12 = rgb_to_nv12(pad_even(torch.from_numpy(av_.frames).cuda())).cpu().numpy()
-    pool_fps(nv12, 32, 1, args.preset)  # start a worker
-    say("x264_1proc_fps", round(pool_fps(nv12, 84, 1, args.preset), 1))
-    for n in sorted({ncores // 2, ncores, ncores + ncores // 2}):
-        pool_fps(nv12, T, n, args.preset)  # start the workers
-        say(f"x264_pool{n}_fps", round(pool_fps(nv12, T, n, args.preset), 1))
-    for crf in (23, 26):
-        say(f"x264_pool{ncores}_crf{crf}_fps", round(pool_fps(nv12, T, ncores, args.preset, crf), 1))
-    wide = synthetic_avatar(work / "wide", 1080, spread=(0.22, 0.35))  # the motion field before 2026-11-30
-    nv_wide = rgb_to_nv12(pad_even(torch.from_numpy(wide.frames).cuda())).cpu().numpy()
-    say("x264_1proc_wide_sway_fps", round(pool_fps(nv_wide, 84, 1, args.preset), 1))
-    say(f"x264_pool{ncores}_wide_sway_fps", round(pool_fps(nv_wide, T, ncores, args.preset), 1))
-    del wide, nv_wide
-    from studio.core.encode import open_video
+    if not args.no_encoders:
+        nv12 = rgb_to_nv12(pad_even(torch.from_numpy(av_.frames).cuda())).cpu().numpy()
+        pool_fps(nv12, 32, 1, args.preset)  # start a worker
+        say("x264_1proc_fps", round(pool_fps(nv12, 84, 1, args.preset), 1))
+        for n in sorted({ncores // 2, ncores, ncores + ncores // 2}):
+            pool_fps(nv12, T, n, args.preset)  # start the workers
+            say(f"x264_pool{n}_fps", round(pool_fps(nv12, T, n, args.preset), 1))
+        for crf in (23, 26):
+            say(f"x264_pool{ncores}_crf{crf}_fps", round(pool_fps(nv12, T, ncores, args.preset, crf), 1))
+        wide = synthetic_avatar(work / "wide", 1080, spread=(0.22, 0.35))  # the motion field before 2026-11-30
+        nv_wide = rgb_to_nv12(pad_even(torch.from_numpy(wide.frames).cuda())).cpu().numpy()
+        say("x264_1proc_wide_sway_fps", round(pool_fps(nv_wide, 84, 1, args.preset), 1))
+        say(f"x264_pool{ncores}_wide_sway_fps", round(pool_fps(nv_wide, T, ncores, args.preset), 1))
+        del wide, nv_wide
+        from studio.core.encode import open_video
 
-    for rep in range(2):
-        t0 = time.perf_counter()
-        with open_video(work / "host.mp4", av_.width, av_.height, encoder="x264-parallel", total_frames=T,
-                        preset=args.preset) as w:
-            for idx in stripes(T, 64, w.chunks):
-                w.write([nv12[i % av_.N] for i in idx], indices=idx)
-        dt = time.perf_counter() - t0
-    say("writer_host_fps", round(T / dt, 1))
-    say("writer_host_close_ms", {k: round(v, 1) for k, v in w.close_ms.items()})
+        for rep in range(2):
+            t0 = time.perf_counter()
+            with open_video(work / "host.mp4", av_.width, av_.height, encoder="x264-parallel", total_frames=T,
+                            preset=args.preset) as w:
+                for idx in stripes(T, 64, w.chunks):
+                    w.write([nv12[i % av_.N] for i in idx], indices=idx)
+            dt = time.perf_counter() - t0
+        say("writer_host_fps", round(T / dt, 1))
+        say("writer_host_close_ms", {k: round(v, 1) for k, v in w.close_ms.items()})
 
     # -- the GPU loop without encoding --------------------------------------------------------
     store, _ = _bench_models(work, tiny=False, note=print)
@@ -137,8 +139,19 @@ def main() -> None:
         say("speech_frames", int(len(speech)))
 
         # -- full renders with a timeline -----------------------------------------------------
-        for label, env in (("direct", "1"), ("copythread", "0")):
-            os.environ["STUDIO_GPU_DIRECT"] = env
+        from studio.core.x264_pool import shutdown_pool
+
+        variants = [("nice5_w16", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores)}),
+                    ("nice0_w16", {"STUDIO_X264_NICE": "0", "STUDIO_X264_WORKERS": str(ncores)}),
+                    ("nice5_w15", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores - 1)}),
+                    ("nice5_w14", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores - 2)}),
+                    ("nice5_w16_copythread", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores),
+                                              "STUDIO_GPU_DIRECT": "0"})]
+        for label, env in variants:
+            if os.environ.get("STUDIO_X264_NICE") != env["STUDIO_X264_NICE"]:
+                shutdown_pool()  # workers read their priority when they start
+            os.environ.pop("STUDIO_GPU_DIRECT", None)
+            os.environ.update(env)
             Renderer(av_, audio, settings.with_(decoder=dec), engine=eng).render(work / "warm.mp4")
             r = Renderer(av_, audio, settings.with_(decoder=dec), engine=eng)
             t0 = time.perf_counter()
@@ -150,7 +163,8 @@ def main() -> None:
             say(f"{dec}_render_{label}_stage_ms", r.result.stage_ms)
             say(f"{dec}_render_{label}_finish_ms", r.result.finish_ms)
             say(f"{dec}_render_{label}_timeline", line)
-        os.environ["STUDIO_GPU_DIRECT"] = "1"
+        os.environ.pop("STUDIO_GPU_DIRECT", None)
+        os.environ["STUDIO_X264_WORKERS"] = str(ncores)
         eng.close()
     eng = ClassicEngine(device="cuda")
     Renderer(av_, audio, settings.with_(engine="classic"), engine=eng).render(work / "warm.mp4")
