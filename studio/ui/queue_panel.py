@@ -1,6 +1,8 @@
 """The Queue dock: jobs (avatar x script x settings) from ``studio.core.jobs``, with retry/cancel/remove.
 
 The table is a view of the SQLite store; the main window runs the queue one job after another.
+The Note column says where a job runs or ran ("farm (2 workers)"); while a farm job runs its
+tooltip holds the per-worker fps, chunks and retries.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class QueuePanel(QWidget):
         super().__init__(parent)
         self.setObjectName("queuePanel")
         self.store = store
+        self.live: dict[int, tuple[str, str]] = {}  # running job -> (where it runs, detail)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().hide()
@@ -83,14 +86,16 @@ class QueuePanel(QWidget):
         jobs = self.store.list()
         self.table.setRowCount(len(jobs))
         for r, job in enumerate(jobs):
+            live = self.live.get(job.id) if job.state == "running" else None
             cells = [
                 str(job.id),
                 job.label,
                 job.state,
                 f"{100 * job.progress:.0f} %",
                 Path(job.output).name,
-                job.reason or _result_note(job),
+                live[0] if live else job.reason or _result_note(job),
             ]
+            where = where_text(job)
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c == 0:
@@ -99,7 +104,10 @@ class QueuePanel(QWidget):
                     from PySide6.QtGui import QColor
 
                     item.setForeground(QColor(STATE_COLOURS.get(job.state, "#e6e6e6")))
-                item.setToolTip(job.output if c == 4 else text)
+                tip = job.output if c == 4 else text
+                if c in (2, 5):
+                    tip = "\n".join(x for x in (text, live[1] if live else "", where) if x)
+                item.setToolTip(tip)
                 self.table.setItem(r, c, item)
             if job.id == keep:
                 self.table.selectRow(r)
@@ -112,6 +120,20 @@ class QueuePanel(QWidget):
         for r in range(self.table.rowCount()):
             if int(self.table.item(r, 0).data(Qt.ItemDataRole.UserRole)) == job_id:
                 self.table.item(r, 3).setText(f"{100 * fraction:.0f} %")
+                return
+
+    def set_live(self, job_id: int, where: str | None, detail: str = "") -> None:
+        """Show where the running job ``job_id`` runs (None: it ended) and, in the tooltip, ``detail``."""
+        if where is None:
+            self.live.pop(job_id, None)
+            return
+        self.live[job_id] = (where, detail)
+        for r in range(self.table.rowCount()):
+            if int(self.table.item(r, 0).data(Qt.ItemDataRole.UserRole)) == job_id:
+                self.table.item(r, 5).setText(where)
+                tip = "\n".join(x for x in (where, detail) if x)
+                self.table.item(r, 5).setToolTip(tip)
+                self.table.item(r, 2).setToolTip(tip)
                 return
 
     def _emit(self, signal) -> None:
@@ -142,8 +164,23 @@ class QueuePanel(QWidget):
             self.openClicked.emit(job.output)
 
 
+def where_text(job) -> str:
+    """Where a job ran (its result) or will run (its settings), for tooltips."""
+    from studio.ui.render_queue import job_farm
+
+    ran = (job.result or {}).get("ran_on")
+    if ran:
+        return f"rendered on {ran}"
+    farm = job_farm(job.settings or {})
+    if farm is None:
+        return "renders on this computer"
+    return f"renders on the farm at {farm}" if farm else "renders on the farm started here"
+
+
 def _result_note(job) -> str:
     r = job.result or {}
     if not r:
         return time.strftime("added %H:%M", time.localtime(job.created))
-    return f"{r.get('engine', '?')} · {r.get('fps', 0):.1f} fps · {r.get('seconds', 0):.1f} s"
+    note = f"{r.get('engine', '?')} · {r.get('fps', 0):.1f} fps · {r.get('seconds', 0):.1f} s"
+    ran = r.get("ran_on", "")
+    return f"{ran} · {note}" if ran.startswith("farm") else note

@@ -37,6 +37,7 @@ PRECISIONS = ["auto", "fp16", "bf16", "fp32"]
 DECODERS = ["taesd", "sd-vae"]
 ENCODERS = ["auto", "x264", "x264-parallel", "nvenc"]
 PRESETS = ["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"]
+TARGETS = {"local": "This computer", "farm": "Render farm"}  # setting value -> shown text
 
 
 def fmt_eta(seconds: float) -> str:
@@ -85,8 +86,15 @@ class RenderPanel(QWidget):
         self.output_label = QLabel("")
         self.output_label.setObjectName("dim")
         self.output_label.setWordWrap(True)
+        self.target = _combo(list(TARGETS.values()),
+                             "Where queued jobs render: here, or in chunks on a Ray render farm (studio farm up)")
+        self.farm_edit = QLineEdit()
+        self.farm_edit.setPlaceholderText("farm started here")
+        self.farm_edit.setToolTip("The farm's HOST:PORT; empty: the farm `studio farm up` started on this machine")
+        self.target.currentIndexChanged.connect(lambda _i: self.farm_edit.setEnabled(self.farm_address() is not None))
 
         form = QFormLayout()
+        form.addRow("Render on", _pair(self.target, "at", self.farm_edit))
         form.addRow("Engine", self.engine)
         form.addRow("Device", _pair(self.device, "Batch", self.batch))
         form.addRow("Precision", _pair(self.precision, "Decoder", self.decoder))
@@ -214,6 +222,12 @@ class RenderPanel(QWidget):
             min_silence=int(self.min_silence),
         )
 
+    def farm_address(self) -> str | None:
+        """None: render on this computer; "" : the farm started here; else the farm's HOST:PORT."""
+        if self.target.currentText() != TARGETS["farm"]:
+            return None
+        return self.farm_edit.text().strip()
+
     def output_path(self) -> str:
         folder = self.folder.text().strip() or str(_default_folder())
         fields = {
@@ -256,6 +270,8 @@ class RenderPanel(QWidget):
         s.setValue("render/threshold", self.threshold)
         s.setValue("render/min_silence", self.min_silence)
         s.setValue("folders/output", self.folder.text())
+        s.setValue("render/target", "local" if self.farm_address() is None else "farm")
+        s.setValue("render/farm_address", self.farm_edit.text().strip())
 
     def restore(self) -> None:
         s = self.settings
@@ -268,6 +284,9 @@ class RenderPanel(QWidget):
         self.pattern.setCursorPosition(0)
         self.folder.setText(cfg.value(s, "folders/output", str) or str(_default_folder()))
         self.folder.setCursorPosition(0)
+        self.target.setCurrentText(TARGETS.get(cfg.value(s, "render/target", str), TARGETS["local"]))
+        self.farm_edit.setText(cfg.value(s, "render/farm_address", str))
+        self.farm_edit.setEnabled(self.farm_address() is not None)
 
     def show_engines(self, status: dict) -> None:
         """Tooltips and availability of each engine (from ``available_engines``)."""
@@ -320,9 +339,12 @@ class RenderPanel(QWidget):
             return
         self.fps_label.setText(f"{p.fps:.1f} fps")
         self.eta_label.setText(f"ETA {fmt_eta(p.eta_s)} · elapsed {fmt_eta(p.elapsed_s)}")
-        if p.stage_ms:
-            total = sum(p.stage_ms.values()) or 1.0
-            parts = sorted(p.stage_ms.items(), key=lambda kv: -kv[1])[:4]
+        stage_ms = getattr(p, "stage_ms", None)
+        if getattr(p, "workers", None) is not None:  # a farm render (ChunkedProgress)
+            self.stage_label.setText(farm_status(p))
+        elif stage_ms:
+            total = sum(stage_ms.values()) or 1.0
+            parts = sorted(stage_ms.items(), key=lambda kv: -kv[1])[:4]
             self.stage_label.setText(" · ".join(f"{k} {v / 1000:.1f} s ({100 * v / total:.0f}%)" for k, v in parts))
         if not self.fps_x or p.elapsed_s > self.fps_x[-1]:
             self.fps_x.append(float(p.elapsed_s))
@@ -343,6 +365,13 @@ class RenderPanel(QWidget):
 
     def _update_output_label(self, *_):
         self.output_label.setText(f"→ {self.output_path()}")
+
+
+def farm_status(p) -> str:
+    """One line for a farm render's progress: per-worker fps, chunks and retries."""
+    workers = " · ".join(f"{name} {fps:.1f} fps" for name, fps in sorted(p.workers.items())) or "workers starting"
+    retries = f"{p.retries} retr{'y' if p.retries == 1 else 'ies'}"
+    return f"farm: {workers} · chunks {p.chunks_done}/{p.chunks} · {retries}"
 
 
 def _pair(left: QWidget, label: str, right: QWidget) -> QHBoxLayout:

@@ -7,6 +7,10 @@ panel (progress, FPS, result) and the Queue panel, and reports through signals:
     q.add(avatar, script, start=True)       # -> job id; the next queued job starts when idle
     q.cancel()                               # the running one: cancelled, no file left
 
+A job added while the panel's "Render on" says "Render farm" keeps that choice in its settings
+(``render_on``/``farm_address``) and renders on the farm, also when retried later; the Queue
+panel shows where each job runs or ran ("farm (2 workers)").
+
 A job still running when the window closes is left "running" on purpose: the next start of the
 app finds it and marks it interrupted (see ``studio.core.jobs``).
 """
@@ -26,6 +30,15 @@ from studio.ui.workers import RenderRequest, error_text
 
 log = logging.getLogger(__name__)
 
+FARM_KEYS = ("render_on", "farm_address")  # job settings entries beside RenderSettings' fields
+
+
+def job_farm(settings: dict) -> str | None:
+    """Where a job's settings say it renders: None (this computer), "" (the farm started here) or HOST:PORT."""
+    if settings.get("render_on") != "farm":
+        return None
+    return str(settings.get("farm_address") or "")
+
 
 class RenderQueue(QObject):
     running = Signal(bool)  # a render started (True) or ended (False)
@@ -41,6 +54,8 @@ class RenderQueue(QObject):
         self.current: RenderRequest | None = None
         self.closing = False
         self._last_store_progress = 0.0
+        self.where = ""  # where the current job runs ("this computer", "farm (2 workers)")
+        worker.placed.connect(self._placed)
         worker.started.connect(lambda req: self.status.emit(f"rendering {Path(req.output).name}…"))
         worker.progress.connect(self._progress)
         worker.preview.connect(self._preview)
@@ -58,11 +73,13 @@ class RenderQueue(QObject):
         if not avatar or not script:
             self.error.emit("choose an avatar and a script in the Library first")
             return None
-        settings = self.panel.render_settings()
+        settings = dataclasses.asdict(self.panel.render_settings())
+        farm = self.panel.farm_address()
+        settings.update(render_on="local" if farm is None else "farm", farm_address=farm or "")
         output = self.panel.output_path()
         try:
             Path(output).parent.mkdir(parents=True, exist_ok=True)
-            job = self.store.add(avatar, script, dataclasses.asdict(settings), output)
+            job = self.store.add(avatar, script, settings, output)
         except Exception as exc:  # noqa: BLE001
             self.error.emit(error_text(exc))
             return None
@@ -83,8 +100,11 @@ class RenderQueue(QObject):
 
         known = {f.name for f in dataclasses.fields(RenderSettings)}
         settings = RenderSettings(**{k: v for k, v in job.settings.items() if k in known})
-        self.current = RenderRequest(job.avatar, job.audio, settings, job.output, job.id)
+        self.current = RenderRequest(job.avatar, job.audio, settings, job.output, job.id, farm=job_farm(job.settings))
+        self.where = ""
         self.panel.start(job.label)
+        if self.current.farm is not None:
+            self.panel.progress_bar.setFormat(f"connecting to the farm {self.current.farm or 'started here'}…")
         self.running.emit(True)
         self.worker.renderRequested.emit(self.current)
 
@@ -118,6 +138,15 @@ class RenderQueue(QObject):
 
     # ---- worker signals -----------------------------------------------------------------
 
+    def _placed(self, req, where: str) -> None:
+        if req is not self.current:
+            return
+        self.where = where
+        if req.job_id is not None:
+            self.queue_panel.set_live(req.job_id, where)
+        if req.farm is not None:
+            self.status.emit(f"rendering {Path(req.output).name} on the {where}")
+
     def _progress(self, req, p) -> None:
         if req is not self.current:
             return
@@ -128,6 +157,10 @@ class RenderQueue(QObject):
             frac = p.done / p.total if p.total else 0.0
             self.store.set_progress(req.job_id, frac)
             self.queue_panel.set_progress(req.job_id, frac)
+            if getattr(p, "workers", None) is not None:  # a farm job: per-worker fps and retries
+                from studio.ui.render_panel import farm_status
+
+                self.queue_panel.set_live(req.job_id, self.where, farm_status(p))
 
     def _preview(self, image, index: int) -> None:
         if self.current is not None:
@@ -135,13 +168,15 @@ class RenderQueue(QObject):
 
     def _finished(self, req, result) -> None:
         data = result.to_json() if hasattr(result, "to_json") else {}
-        if self.worker.engine_reason:
+        if req.farm is None and self.worker.engine_reason:
             data["engine_reason"] = self.worker.engine_reason
+        data["ran_on"] = self.where or ("this computer" if req.farm is None else "farm")
         self._over(req, "done", lambda: self.store.finish(req.job_id, output=result.output, result=data))
         self.panel.stop(
             f"done · {result.frames} frames",
             result.output,
-            f"{result.frames} frames in {result.seconds:.1f} s · {result.fps:.1f} fps · {result.engine} · {result.encoder}",
+            f"{result.frames} frames in {result.seconds:.1f} s · {result.fps:.1f} fps · {result.engine} · {result.encoder}"
+            + (f" · {data['ran_on']}" if req.farm is not None else ""),
         )
 
     def _failed(self, req, message: str) -> None:
@@ -165,6 +200,7 @@ class RenderQueue(QObject):
             return  # a job running at exit stays "running" and comes back as interrupted
         if req.job_id is not None:
             self._safe(update)
+            self.queue_panel.set_live(req.job_id, None)
         self.current = None
         self.running.emit(False)
         self.queue_panel.refresh()

@@ -34,6 +34,8 @@ DEFAULTS: dict[str, object] = {
     "render/min_silence": 3,
     "render/threshold": 0.008,
     "render/pattern": "{avatar}_{script}_{engine}_crf{crf}.mp4",
+    "render/target": "local",  # "local" (this computer) or "farm" (a Ray render farm)
+    "render/farm_address": "",  # empty: the farm `studio farm up` started here; else HOST:PORT
 }
 
 

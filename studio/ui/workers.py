@@ -7,6 +7,11 @@ for the render to end, because the warm engine is bound to the render's audio) a
 through signals. ``cancel`` is
 thread-safe and stops the run within one batch.
 
+A request with ``farm`` set renders on a Ray render farm instead (``FarmConnection``: connected on
+the first such job, kept warm between jobs, reconnected after a failure): its ``ChunkedProgress``
+goes out on the same ``progress`` signal, ``placed`` says where it runs ("farm (2 workers)"),
+and ``cancel`` stops all its chunks. Scrub frames always render on this computer.
+
 ``run_in_background`` runs one short job (import an avatar, analyse audio, the doctor) on a
 daemon thread and delivers its result, progress and error as queued signals.
 """
@@ -31,6 +36,7 @@ class RenderRequest:
     settings: Any  # studio.core.render.RenderSettings
     output: str
     job_id: int | None = None
+    farm: str | None = None  # None: this computer; "": the farm started here (studio farm up); or HOST:PORT
 
 
 def frame_index(seconds: float) -> int:
@@ -62,6 +68,7 @@ class RenderWorker(QObject):
     failed = Signal(object, str)  # RenderRequest or None (a scrub frame), message
     cancelled = Signal(object)  # RenderRequest
     engineReady = Signal(str, str)  # engine name, why it was chosen
+    placed = Signal(object, str)  # RenderRequest, where it runs: "this computer" or "farm (N workers)"
     _frameTick = Signal()
 
     def __init__(self, renderer_factory=None):
@@ -77,6 +84,7 @@ class RenderWorker(QObject):
         self.engine_reason = ""
         self.generation = 0  # bumped by invalidate(): cached renderers of older generations are dropped
         self.frames_rendered = 0  # scrub frames actually computed (coalescing is visible here)
+        self.farm = FarmConnection()
         self.renderRequested.connect(self._render)
         self._frameTick.connect(self._serve_frame)
 
@@ -114,10 +122,14 @@ class RenderWorker(QObject):
 
         self._cancel.clear()
         try:
+            if req.farm is not None:
+                self._render_on_farm(req)
+                return
             r = self._make(req.avatar, req.audio, req.settings)
             self._active = r
             if self._cancel.is_set():
                 r.cancel()
+            self.placed.emit(req, LOCAL)
             self.started.emit(req)
             for p in r.run(req.output):
                 if p.preview is not None:
@@ -136,8 +148,39 @@ class RenderWorker(QObject):
                 self.failed.emit(req, error_text(exc))
         finally:
             self._active = None
-        if self._pending is not None:
-            self._serve_frame()
+            if self._pending is not None:
+                self._serve_frame()
+
+    def _render_on_farm(self, req: RenderRequest) -> None:
+        """One job on the farm; a stale connection (cluster restarted) is renewed once before any progress."""
+        from studio.core.errors import StudioError
+
+        for attempt in (1, 2):
+            farm = self.farm.get(req.farm)
+            self._active = farm
+            progressed = False
+            try:
+                self.placed.emit(req, self.farm.where)
+                self.started.emit(req)
+                for p in farm.render(req.avatar, req.audio, req.output, req.settings):
+                    if self._cancel.is_set():
+                        farm.cancel()  # also when cancel came before the farm's job started
+                    progressed = progressed or p.done > 0
+                    self.progress.emit(req, p)
+                break
+            except StudioError:
+                if not farm.workers:  # every worker died: the next job connects afresh
+                    self.farm.drop()
+                raise
+            except Exception:
+                self.farm.drop()
+                if progressed or attempt == 2 or self._cancel.is_set():
+                    raise
+                log.warning("farm connection failed; connecting again", exc_info=True)
+        if self._cancel.is_set() or farm.result is None:
+            self.cancelled.emit(req)
+        else:
+            self.finished.emit(req, farm.result)
 
     @Slot()
     def _serve_frame(self) -> None:
@@ -183,6 +226,88 @@ class RenderWorker(QObject):
                 log.debug("engine close failed", exc_info=True)
         self._engines.clear()
         self._scrub = None
+        self.farm.drop()
+
+
+LOCAL = "this computer"
+
+
+class FarmConnection:
+    """The render farm a RenderWorker submits to: connected on first use, kept between jobs.
+
+    ``get(address)`` reuses the warm farm for the same address, else leaves the old one and
+    connects (``Farm.connect``; Ray is imported only here). Every failure is a ``StudioError``
+    with one sentence: Ray missing, a malformed address, no cluster answering.
+    """
+
+    def __init__(self):
+        self.farm = None  # studio.core.farm.Farm
+        self.address: str | None = None
+        self._owns_ray = False  # this connection started the Ray session (and shuts it down)
+
+    @property
+    def where(self) -> str:
+        n = len(self.farm.workers) if self.farm is not None else 0
+        return f"farm ({n} worker{'s' if n != 1 else ''})"
+
+    def get(self, address: str):
+        from studio.core.farm import Farm, ray_available
+
+        address = (address or "").strip()
+        if self.farm is not None and address == self.address:
+            return self.farm
+        self.drop()
+        ok, why = ray_available()
+        if not ok:
+            from studio.core.errors import RenderError
+
+            raise RenderError(f"The render farm needs Ray: {why}.")
+        _check_address(address)
+        import ray
+
+        if ray.is_initialized() and address and not _same_cluster(address):
+            ray.shutdown()  # connected elsewhere (another address in the settings before)
+        self._owns_ray = not ray.is_initialized()
+        self.farm = Farm.connect(address or None)
+        self.address = address
+        log.info("render farm at %s: %s", address or "this machine", self.where)
+        return self.farm
+
+    def drop(self) -> None:
+        """Forget the farm; a Ray session this connection started is shut down (its local cluster too)."""
+        self.farm = None
+        if self._owns_ray:
+            self._owns_ray = False
+            try:
+                import ray
+
+                ray.shutdown()
+            except Exception:  # noqa: BLE001 - leaving must not fail the exit
+                log.debug("ray shutdown failed", exc_info=True)
+
+
+def _check_address(address: str) -> None:
+    from studio.core.errors import InputError
+
+    if not address or address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"The farm address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379): fix it in "
+                         "Render on, or leave it empty for the farm started here.")
+
+
+def _same_cluster(address: str) -> bool:
+    import ray
+
+    try:
+        current = ray.get_runtime_context().gcs_address
+    except Exception:  # noqa: BLE001
+        return False
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    loopback = ("127.0.0.1", "localhost")
+    c_host, _, c_port = current.rpartition(":")
+    return port == c_port and (host == c_host or (host in loopback and c_host in loopback))
 
 
 class WorkerThread:

@@ -1,0 +1,119 @@
+"""The render queue on a Ray render farm: a local cluster (127.0.0.1) with 2 CPU workers.
+
+A job queued while "Render on" says "Render farm" renders there in chunks; its progress
+(frames, aggregate fps, per-worker fps, retries) reaches the Render panel and the Queue panel;
+Cancel from the queue stops every chunk and writes nothing; a bad address fails the job with
+one readable sentence.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
+
+from studio.core import jobs
+from studio.ui.render_panel import TARGETS
+
+pytest.importorskip("ray", reason="the farm needs Ray: pip install 'studio[farm]' (ray is not installed)")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A local Ray cluster with 2 CPU slots; its workers' data folder is the module's own."""
+    import ray
+
+    from studio.core.farm import init_ray
+
+    home = tmp_path_factory.mktemp("farm_ui_home")
+    old = os.environ.get("STUDIO_HOME")
+    os.environ["STUDIO_HOME"] = str(home)
+    try:
+        assert init_ray(None, num_cpus=2) == "local cluster on 127.0.0.1"
+        yield
+    finally:
+        ray.shutdown()
+        if old is None:
+            os.environ.pop("STUDIO_HOME", None)
+        else:
+            os.environ["STUDIO_HOME"] = old
+
+
+def _on_farm(window, tmp_path, address: str = "") -> None:
+    p = window.render_panel
+    p.engine.setCurrentText("classic")
+    p.encoder.setCurrentText("x264")
+    p.preset.setCurrentText("ultrafast")
+    p.folder.setText(str(tmp_path / "renders"))
+    p.target.setCurrentText(TARGETS["farm"])
+    p.farm_edit.setText(address)
+    assert p.farm_address() == address and p.farm_edit.isEnabled()
+
+
+def test_a_bad_farm_address_fails_the_job_with_one_readable_line(window, qtbot, tmp_path):
+    audio = clip(tmp_path, 1.0)
+    for address, words in (("127.0.0.1:1", ("127.0.0.1:1", "studio farm up")), ("no-port", ("HOST:PORT",))):
+        _on_farm(window, tmp_path, address)
+        with qtbot.waitSignal(window.jobFinished, timeout=60_000) as finished:
+            job_id = window.queue.add("astronaut", str(audio))
+        assert finished.args == [job_id, jobs.FAILED]
+        reason = window.store.get(job_id).reason
+        assert "\n" not in reason and all(w in reason for w in words), reason
+        assert "Traceback" not in reason and "internal error" not in reason
+        assert window.banner_text.text() == reason
+        row = [window.queue_panel.table.item(r, 0).text() for r in range(window.queue_panel.table.rowCount())]
+        note = window.queue_panel.table.item(row.index(str(job_id)), 5)
+        assert note.text() == reason and f"renders on the farm at {address}" in note.toolTip()
+    assert window.current is None and window.render_panel.render_btn.isEnabled()
+    assert not (tmp_path / "renders").exists() or not list((tmp_path / "renders").iterdir())
+
+
+def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, window, qtbot, tmp_path):
+    load_demo(window, qtbot, audio=clip(tmp_path, 2.4))
+    _on_farm(window, tmp_path)
+    output = Path(window.render_panel.output_path())
+    progress, placed = [], []
+    window.worker.progress.connect(lambda req, p: progress.append(p))
+    window.worker.placed.connect(lambda req, where: placed.append(where))
+
+    with qtbot.waitSignal(window.jobFinished, timeout=120_000) as finished:
+        job_id = window.render()
+    assert finished.args == [job_id, jobs.DONE], window.store.get(job_id).reason
+    assert placed == ["farm (2 workers)"]
+    last = progress[-1]
+    assert last.finished and last.done == last.total == 60 and last.chunks == last.chunks_done == 2
+    assert set(last.workers) == {"cpu0", "cpu1"} and all(v > 0 for v in last.workers.values())
+    assert last.retries == 0 and [p.done for p in progress] == sorted(p.done for p in progress)
+    frames, audio_s, first = decode(output)
+    assert frames == 60 and audio_s == pytest.approx(2.4, abs=0.05) and first.shape == (512, 512, 3)
+    # the Render panel showed it: bar at 100 %, aggregate fps, per-worker fps and retries
+    panel = window.render_panel
+    assert panel.progress_bar.value() == 1000 and panel.fps_label.text() != "— fps"
+    assert panel.stage_label.text().startswith("farm: cpu0 ") and "chunks 2/2 · 0 retries" in panel.stage_label.text()
+    assert "farm (2 workers)" in panel.result_label.text() and "2 segments" in panel.result_label.text()
+    # the Queue panel says where it ran
+    job = window.store.get(job_id)
+    assert job.result["ran_on"] == "farm (2 workers)" and job.result["frames"] == 60 and job.progress == 1.0
+    note = window.queue_panel.table.item(0, 5)
+    assert note.text().startswith("farm (2 workers) · classic") and "rendered on farm (2 workers)" in note.toolTip()
+
+    # a longer job, cancelled from the Queue panel mid-render: every chunk stops, nothing is written
+    with qtbot.waitSignal(window.analysisReady, timeout=30_000):
+        window.load_script(str(clip(tmp_path, 8.0, "long.wav")))
+    panel.batch.setValue(2)
+    long_output = Path(panel.output_path())
+    assert long_output != output
+    progress.clear()
+    job_id = window.render()
+    qtbot.waitUntil(lambda: any(p.done > 0 for p in progress), timeout=60_000)
+    row = [window.queue_panel.table.item(r, 0).text() for r in range(window.queue_panel.table.rowCount())]
+    window.queue_panel.table.selectRow(row.index(str(job_id)))
+    assert window.queue_panel.table.item(row.index(str(job_id)), 5).text() == "farm (2 workers)"
+    with qtbot.waitSignal(window.jobFinished, timeout=60_000) as finished:
+        window.queue_panel.cancel_btn.click()
+    assert finished.args == [job_id, jobs.CANCELLED]
+    assert progress[-1].done < 200 and not progress[-1].finished
+    assert not long_output.exists() and sorted(p.name for p in output.parent.iterdir()) == [output.name]
+    assert "cancelled" in panel.progress_bar.format() and window.current is None
