@@ -276,6 +276,7 @@ class Renderer:
             batches = stripes(T, self.batch_size, writer.chunks)
             done = 0
             last_preview = -1e9
+            pending = None  # (pinned host frame, event, index): a preview on its way to the host
             cuda = self.engine.device.type == "cuda"
             # CUDA: frames go to the writer as GPU tensors when its encoder processes take them
             # directly (one DMA per frame into their slots); otherwise through a copy thread.
@@ -295,11 +296,15 @@ class Renderer:
                     elapsed = now - t_start
                     fps = done / elapsed if elapsed > 0 else 0.0
                     preview = preview_index = None
-                    if now - last_preview >= self.settings.preview_interval_s:
+                    if pending is not None and pending[1].query():  # a preview copied meanwhile
+                        preview, preview_index, pending = pending[0].numpy(), pending[2], None
+                    if pending is None and now - last_preview >= self.settings.preview_interval_s:
                         # the last frame of the batch's first run: the earliest chunk, moving steadily
                         k = _first_run_end(idx)
-                        preview = frames[k].cpu().numpy()
-                        preview_index = int(idx[k])
+                        if frames.is_cuda:  # copied behind the GPU work, picked up at a later batch
+                            pending = _preview_copy(frames[k], int(idx[k]))
+                        else:
+                            preview, preview_index = frames[k].numpy(), int(idx[k])
                         last_preview = now
                     yield RenderProgress(
                         done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0, elapsed_s=elapsed,
@@ -423,6 +428,8 @@ class _CopyThread:
     def _loop(self) -> None:
         import torch
 
+        from studio.core.x264_pool import wait_blocking
+
         try:
             while (item := self.q.get()) is not None:
                 indices, nv12, event = item
@@ -431,7 +438,7 @@ class _CopyThread:
                     self.stream.wait_event(event)
                     for k, i in enumerate(ids):
                         self.pool[i].copy_(nv12[k], non_blocking=True)
-                self.stream.synchronize()
+                wait_blocking(self.stream)
                 del nv12  # safe: the copies that read it have finished
                 self.writer.write([self.pool_np[i] for i in ids], indices=indices,
                                   release=lambda k, ids=ids: self.free.put(ids[k]))
@@ -521,6 +528,17 @@ def stripes(total: int, batch: int, chunks: list[tuple[int, int]]) -> list[np.nd
             break
     flat = np.concatenate(runs) if runs else np.zeros(0, np.int64)
     return [flat[i : i + batch] for i in range(0, len(flat), batch)]
+
+
+def _preview_copy(frame, index: int):
+    """Start copying a CUDA frame to pinned host memory without waiting: (host, event, index)."""
+    import torch
+
+    host = torch.empty(frame.shape, dtype=frame.dtype, pin_memory=True)
+    host.copy_(frame, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return host, event, index
 
 
 def _first_run_end(idx: np.ndarray) -> int:

@@ -201,7 +201,7 @@ class ProcessEncoder:
             ids = [self.free.pop() for _ in range(min(len(self.free), n - i))]
             for k, slot in enumerate(ids):
                 slots[slot].copy_(frames[i + k], non_blocking=True)
-            stream.synchronize()
+            wait_blocking(stream)
             for k, slot in enumerate(ids):
                 self.w.conn.send(("frame", slot, int(first + i + k)))
             i += len(ids)
@@ -259,6 +259,17 @@ class ProcessEncoder:
             pkt.is_keyframe = key
             out.append(pkt)
         return out
+
+
+def wait_blocking(stream) -> None:
+    """Wait for ``stream`` without spinning: a plain synchronize busy-waits a CPU core (CUDA's
+    default when there are fewer contexts than cores), and with one thread per encoder those
+    spins take the cores the encoders need. A blocking-sync event sleeps instead."""
+    import torch
+
+    ev = torch.cuda.Event(blocking=True)
+    ev.record(stream)
+    ev.synchronize()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,13 +17,13 @@ from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
 from studio.core import jobs
 from studio.ui.render_panel import TARGETS
 
-pytest.importorskip("ray", reason="the farm needs Ray: pip install 'studio[farm]' (ray is not installed)")
+NEEDS_RAY = "the farm needs Ray: pip install 'studio[farm]' (ray is not installed)"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A local Ray cluster with 2 CPU slots; its workers' data folder is the module's own."""
-    import ray
+    ray = pytest.importorskip("ray", reason=NEEDS_RAY)
 
     from studio.core.farm import init_ray
 
@@ -52,7 +52,30 @@ def _on_farm(window, tmp_path, address: str = "") -> None:
     assert p.farm_address() == address and p.farm_edit.isEnabled()
 
 
+def test_render_on_is_saved_with_the_settings_and_travels_with_queued_jobs(window, qtbot, tmp_path):
+    from studio.ui.render_panel import RenderPanel
+    from studio.ui.render_queue import job_farm
+
+    panel = window.render_panel
+    assert panel.target.currentText() == "This computer" and panel.farm_address() is None
+    assert not panel.farm_edit.isEnabled()
+    local = window.queue.add("astronaut", "/x/a.wav", start=False)
+    _on_farm(window, tmp_path, "10.0.0.5:6379")
+    farm = window.queue.add("astronaut", "/x/a.wav", start=False)
+    panel.save()
+    again = RenderPanel()
+    qtbot.addWidget(again)
+    assert again.target.currentText() == "Render farm" and again.farm_address() == "10.0.0.5:6379"
+    assert again.farm_edit.isEnabled()
+    assert job_farm(window.store.get(local).settings) is None
+    assert job_farm(window.store.get(farm).settings) == "10.0.0.5:6379"
+    tips = {window.queue_panel.table.item(r, 0).text(): window.queue_panel.table.item(r, 2).toolTip()
+            for r in range(window.queue_panel.table.rowCount())}
+    assert "renders on this computer" in tips[str(local)] and "farm at 10.0.0.5:6379" in tips[str(farm)]
+
+
 def test_a_bad_farm_address_fails_the_job_with_one_readable_line(window, qtbot, tmp_path):
+    pytest.importorskip("ray", reason=NEEDS_RAY)
     audio = clip(tmp_path, 1.0)
     for address, words in (("127.0.0.1:1", ("127.0.0.1:1", "studio farm up")), ("no-port", ("HOST:PORT",))):
         _on_farm(window, tmp_path, address)
@@ -98,6 +121,7 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     assert job.result["ran_on"] == "farm (2 workers)" and job.result["frames"] == 60 and job.progress == 1.0
     note = window.queue_panel.table.item(0, 5)
     assert note.text().startswith("farm (2 workers) · classic") and "rendered on farm (2 workers)" in note.toolTip()
+    farm = window.worker.farm.farm
 
     # a longer job, cancelled from the Queue panel mid-render: every chunk stops, nothing is written
     with qtbot.waitSignal(window.analysisReady, timeout=30_000):
@@ -117,3 +141,6 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     assert progress[-1].done < 200 and not progress[-1].finished
     assert not long_output.exists() and sorted(p.name for p in output.parent.iterdir()) == [output.name]
     assert "cancelled" in panel.progress_bar.format() and window.current is None
+    # one connection for both jobs, and each worker loaded its engine once (kept warm between jobs)
+    assert window.worker.farm.farm is farm
+    assert [s["engines_loaded"] for s in farm.stats().values()] == [1, 1]
