@@ -96,6 +96,7 @@ def test_a_bad_farm_address_fails_the_job_with_one_readable_line(window, qtbot, 
 def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, window, qtbot, tmp_path):
     load_demo(window, qtbot, audio=clip(tmp_path, 2.4))
     _on_farm(window, tmp_path)
+    window.render_panel.batch.setValue(2)  # small batches: the cancel below lands mid-chunk
     output = Path(window.render_panel.output_path())
     progress, placed = [], []
     window.worker.progress.connect(lambda req, p: progress.append(p))
@@ -126,7 +127,6 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     # a longer job, cancelled from the Queue panel mid-render: every chunk stops, nothing is written
     with qtbot.waitSignal(window.analysisReady, timeout=30_000):
         window.load_script(str(clip(tmp_path, 8.0, "long.wav")))
-    panel.batch.setValue(2)
     long_output = Path(panel.output_path())
     assert long_output != output
     progress.clear()
