@@ -261,6 +261,8 @@ class VideoWriter:
             self._atomic.__exit__(None, None, None)  # fsync, then rename onto the target
             t3 = time.perf_counter()
             self.close_ms = {"flush": (t1 - t0) * 1e3, "join": (t2 - t1) * 1e3, "file": (t3 - t2) * 1e3}
+            if self._proc_encoders:  # time inside x264, summed over the worker processes
+                self.close_ms["x264_busy"] = sum(e.busy_s for e in self._proc_encoders) * 1e3
         except BaseException as exc:
             self.abort()
             if isinstance(exc, OSError):

@@ -160,6 +160,7 @@ class ProcessEncoder:
         self.slots = np.ndarray((SLOTS, *self.shape), np.uint8, buffer=shm.buf)
         self.free = list(range(SLOTS))
         self.closed = False
+        self.busy_s = 0.0  # seconds the worker spent inside x264 for this encoder (set by flush)
         self._extradata = None
         worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset))
 
@@ -215,6 +216,7 @@ class ProcessEncoder:
             msg = self._recv()
             if msg[0] == "flushed":
                 out += self._packets(msg[1])
+                self.busy_s = msg[2]
                 break
             self.free.append(msg[1])
             out += self._packets(msg[2])
@@ -277,6 +279,8 @@ def wait_blocking(stream) -> None:
 
 
 def _worker_main(conn) -> None:
+    import time
+
     import av
 
     shm = ctx = slots = None
@@ -311,18 +315,23 @@ def _worker_main(conn) -> None:
                     ctx.thread_count = 1
                     ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0"}
                     ctx.open()
+                    busy = 0.0
                     conn.send(("opened", bytes(ctx.extradata or b"")))
                 elif kind == "frame":
                     _, slot, pts = msg
                     vf = av.VideoFrame.from_numpy_buffer(slots[slot], format="nv12")
                     vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
                     vf.pts = pts
+                    t0 = time.perf_counter()
                     pk = ctx.encode(vf)
+                    busy += time.perf_counter() - t0
                     conn.send(("done", slot, _records(pk)))
                 elif kind == "flush":
+                    t0 = time.perf_counter()
                     pk = ctx.encode(None)
+                    busy += time.perf_counter() - t0
                     ctx = None
-                    conn.send(("flushed", _records(pk)))
+                    conn.send(("flushed", _records(pk), busy))
             except Exception as exc:  # report and wait for the next open
                 ctx = None
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))

@@ -153,10 +153,12 @@ class RenderWorker(QObject):
 
     def _render_on_farm(self, req: RenderRequest) -> None:
         """One job on the farm; a stale connection (cluster restarted) is renewed once before any progress."""
-        from studio.core.errors import StudioError
+        from studio.core.errors import Cancelled, StudioError
 
         for attempt in (1, 2):
             farm = self.farm.get(req.farm)
+            if self._cancel.is_set():  # cancelled while connecting
+                raise Cancelled("render cancelled; nothing was written")
             self._active = farm
             progressed = False
             try:

@@ -32,6 +32,7 @@ def pool_fps(nv12: np.ndarray, total: int, n: int, preset: str, crf: int = 20) -
     chunks = _split(total, n)
     workers = worker_pool(n)
     ends = [0.0] * n
+    busy = [0.0] * n
 
     def one(k):
         enc = ProcessEncoder(workers[k], w, h, 25, crf, preset)
@@ -40,6 +41,7 @@ def pool_fps(nv12: np.ndarray, total: int, n: int, preset: str, crf: int = 20) -
             enc.encode(nv12[i % len(nv12)], i - s)
         enc.flush()
         ends[k] = time.perf_counter()
+        busy[k] = enc.busy_s
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
@@ -47,7 +49,10 @@ def pool_fps(nv12: np.ndarray, total: int, n: int, preset: str, crf: int = 20) -
         t.start()
     for t in threads:
         t.join()
-    return total / (max(ends) - t0)
+    wall = max(ends) - t0
+    print(f"  pool of {n}: x264 busy {100 * sum(busy) / (n * wall):.0f} % of the wall time, "
+          f"{sum(busy) / total * 1e3:.1f} ms of x264 per frame", flush=True)
+    return total / wall
 
 
 def main() -> None:
@@ -141,9 +146,11 @@ def main() -> None:
         # -- full renders with a timeline -----------------------------------------------------
         from studio.core.x264_pool import shutdown_pool
 
+        import sys
+
         variants = [("nice5_w16", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores)}),
+                    ("nice5_w16_switch0.5ms", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores)}),
                     ("nice5_w14", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores - 2)}),
-                    ("nice0_w16", {"STUDIO_X264_NICE": "0", "STUDIO_X264_WORKERS": str(ncores)}),
                     ("nice5_w16_copythread", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores),
                                               "STUDIO_GPU_DIRECT": "0"})]
         for label, env in variants:
@@ -151,6 +158,7 @@ def main() -> None:
                 shutdown_pool()  # workers read their priority when they start
             os.environ.pop("STUDIO_GPU_DIRECT", None)
             os.environ.update(env)
+            sys.setswitchinterval(0.0005 if "switch" in label else 0.005)
             Renderer(av_, audio, settings.with_(decoder=dec), engine=eng).render(work / "warm.mp4")
             r = Renderer(av_, audio, settings.with_(decoder=dec), engine=eng)
             t0, c0 = time.perf_counter(), time.process_time()
@@ -162,6 +170,8 @@ def main() -> None:
             say(f"{dec}_render_{label}_parent_cpu_s", round(time.process_time() - c0, 2))
             say(f"{dec}_render_{label}_stage_ms", r.result.stage_ms)
             say(f"{dec}_render_{label}_finish_ms", r.result.finish_ms)
+            nw = int(env["STUDIO_X264_WORKERS"])
+            say(f"{dec}_render_{label}_x264_busy_pct", round(100 * r.result.finish_ms.get("x264_busy", 0) / 1e3 / (nw * dt), 1))
             say(f"{dec}_render_{label}_timeline", line)
         os.environ.pop("STUDIO_GPU_DIRECT", None)
         os.environ["STUDIO_X264_WORKERS"] = str(ncores)
