@@ -263,6 +263,9 @@ class VideoWriter:
             self.close_ms = {"flush": (t1 - t0) * 1e3, "join": (t2 - t1) * 1e3, "file": (t3 - t2) * 1e3}
             if self._proc_encoders:  # time inside x264, summed over the worker processes
                 self.close_ms["x264_busy"] = sum(e.busy_s for e in self._proc_encoders) * 1e3
+                for k in ("worker", "gpu"):
+                    self.close_ms[f"feed_wait_{k}"] = sum(e.waits[k] for e in self._proc_encoders) * 1e3
+            self.close_ms["feed_idle"] = sum(c.idle_s for c in self._chunks) * 1e3
         except BaseException as exc:
             self.abort()
             if isinstance(exc, OSError):
@@ -415,7 +418,9 @@ class VideoWriter:
         stream = slots = None
         try:
             while not self._stop.is_set():
+                t0 = time.perf_counter()
                 item = ch.queue.get()
+                ch.idle_s += time.perf_counter() - t0
                 if item is None:
                     for out in ch.encoder.flush():
                         ch.sink(out)
@@ -592,6 +597,7 @@ class _Chunk:
     def __init__(self, start, end, encoder, sink, depth=None):
         depth = depth or QUEUE_BATCHES
         self.start, self.end, self.next = start, end, start
+        self.idle_s = 0.0  # the chunk's thread waiting for frames
         self.encoder, self.sink = encoder, sink
         self.queue: queue.Queue = queue.Queue(depth)
         self.thread: threading.Thread | None = None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from fractions import Fraction
 
 import numpy as np
@@ -161,6 +162,7 @@ class ProcessEncoder:
         self.free = list(range(SLOTS))
         self.closed = False
         self.busy_s = 0.0  # seconds the worker spent inside x264 for this encoder (set by flush)
+        self.waits = {"worker": 0.0, "gpu": 0.0}  # the feeding thread's waits: free slot, frames copied
         self._extradata = None
         worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset))
 
@@ -198,11 +200,15 @@ class ProcessEncoder:
         i, n = 0, len(frames)
         while i < n:
             if not self.free:
+                t0 = time.perf_counter()
                 out += self._collect(block=True)
+                self.waits["worker"] += time.perf_counter() - t0
             ids = [self.free.pop() for _ in range(min(len(self.free), n - i))]
+            t0 = time.perf_counter()
             for k, slot in enumerate(ids):
                 slots[slot].copy_(frames[i + k], non_blocking=True)
             wait_blocking(stream)
+            self.waits["gpu"] += time.perf_counter() - t0
             for k, slot in enumerate(ids):
                 self.w.conn.send(("frame", slot, int(first + i + k)))
             i += len(ids)

@@ -7,10 +7,11 @@ for the render to end, because the warm engine is bound to the render's audio) a
 through signals. ``cancel`` is
 thread-safe and stops the run within one batch.
 
-A request with ``farm`` set renders on a Ray render farm instead (``FarmConnection``: connected on
-the first such job, kept warm between jobs, reconnected after a failure): its ``ChunkedProgress``
-goes out on the same ``progress`` signal, ``placed`` says where it runs ("farm (2 workers)"),
-and ``cancel`` stops all its chunks. Scrub frames always render on this computer.
+A request with ``farm`` set renders on a Ray render farm instead, through a ``FarmLink`` (the Ray
+driver in a child process, connected on the first such job, kept warm between jobs, opened again
+after it was lost): its ``ChunkedProgress`` goes out on the same ``progress`` signal, ``placed``
+says where it runs ("farm (2 workers)"), and ``cancel`` stops all its chunks. Scrub frames
+always render on this computer.
 
 ``run_in_background`` runs one short job (import an avatar, analyse audio, the doctor) on a
 daemon thread and delivers its result, progress and error as queued signals.
@@ -84,7 +85,7 @@ class RenderWorker(QObject):
         self.engine_reason = ""
         self.generation = 0  # bumped by invalidate(): cached renderers of older generations are dropped
         self.frames_rendered = 0  # scrub frames actually computed (coalescing is visible here)
-        self.farm = FarmConnection()
+        self.farm = None  # studio.ui.farm_link.FarmLink, kept between farm jobs
         self.renderRequested.connect(self._render)
         self._frameTick.connect(self._serve_frame)
 
@@ -152,37 +153,53 @@ class RenderWorker(QObject):
                 self._serve_frame()
 
     def _render_on_farm(self, req: RenderRequest) -> None:
-        """One job on the farm; a stale connection (cluster restarted) is renewed once before any progress."""
-        from studio.core.errors import Cancelled, StudioError
+        """One job on the farm; a link lost before the job made progress (the farm was restarted
+        since the last job) is opened again once."""
+        from studio.core.errors import Cancelled
+        from studio.ui.farm_link import LinkLost
 
         for attempt in (1, 2):
-            farm = self.farm.get(req.farm)
+            link = self._farm_link(req.farm)
             if self._cancel.is_set():  # cancelled while connecting
                 raise Cancelled("render cancelled; nothing was written")
-            self._active = farm
+            self._active = link
             progressed = False
             try:
-                self.placed.emit(req, self.farm.where)
+                self.placed.emit(req, link.where)
                 self.started.emit(req)
-                for p in farm.render(req.avatar, req.audio, req.output, req.settings):
+                for p in link.render(req.avatar, req.audio, req.output, req.settings):
                     if self._cancel.is_set():
-                        farm.cancel()  # also when cancel came before the farm's job started
+                        link.cancel()  # also when cancel came before the farm's job started
                     progressed = progressed or p.done > 0
                     self.progress.emit(req, p)
                 break
-            except StudioError:
-                if not farm.workers:  # every worker died: the next job connects afresh
-                    self.farm.drop()
-                raise
-            except Exception:
-                self.farm.drop()
+            except LinkLost:
+                self.close_farm()
                 if progressed or attempt == 2 or self._cancel.is_set():
                     raise
-                log.warning("farm connection failed; connecting again", exc_info=True)
-        if self._cancel.is_set() or farm.result is None:
+                log.warning("the farm link was lost before the job started; connecting again")
+        if self._cancel.is_set() or link.result is None:
             self.cancelled.emit(req)
         else:
-            self.finished.emit(req, farm.result)
+            self.finished.emit(req, link.result)
+
+    def _farm_link(self, address: str):
+        """The warm link for ``address``, else a new one (the old one is closed)."""
+        from studio.ui.farm_link import FarmLink
+
+        address = (address or "").strip()
+        if self.farm is not None and self.farm.address == address and self.farm.alive:
+            return self.farm
+        self.close_farm()
+        self.farm = FarmLink.open(address)
+        log.info("render farm at %s: %s", address or "this machine", self.farm.where)
+        return self.farm
+
+    def close_farm(self) -> None:
+        """Leave the farm (its warm workers stay on a `studio farm up` cluster)."""
+        link, self.farm = self.farm, None
+        if link is not None:
+            link.close()
 
     @Slot()
     def _serve_frame(self) -> None:
@@ -228,88 +245,10 @@ class RenderWorker(QObject):
                 log.debug("engine close failed", exc_info=True)
         self._engines.clear()
         self._scrub = None
-        self.farm.drop()
+        self.close_farm()
 
 
 LOCAL = "this computer"
-
-
-class FarmConnection:
-    """The render farm a RenderWorker submits to: connected on first use, kept between jobs.
-
-    ``get(address)`` reuses the warm farm for the same address, else leaves the old one and
-    connects (``Farm.connect``; Ray is imported only here). Every failure is a ``StudioError``
-    with one sentence: Ray missing, a malformed address, no cluster answering.
-    """
-
-    def __init__(self):
-        self.farm = None  # studio.core.farm.Farm
-        self.address: str | None = None
-        self._owns_ray = False  # this connection started the Ray session (and shuts it down)
-
-    @property
-    def where(self) -> str:
-        n = len(self.farm.workers) if self.farm is not None else 0
-        return f"farm ({n} worker{'s' if n != 1 else ''})"
-
-    def get(self, address: str):
-        from studio.core.farm import Farm, ray_available
-
-        address = (address or "").strip()
-        if self.farm is not None and address == self.address:
-            return self.farm
-        self.drop()
-        ok, why = ray_available()
-        if not ok:
-            from studio.core.errors import RenderError
-
-            raise RenderError(f"The render farm needs Ray: {why}.")
-        _check_address(address)
-        import ray
-
-        if ray.is_initialized() and address and not _same_cluster(address):
-            ray.shutdown()  # connected elsewhere (another address in the settings before)
-        self._owns_ray = not ray.is_initialized()
-        self.farm = Farm.connect(address or None)
-        self.address = address
-        log.info("render farm at %s: %s", address or "this machine", self.where)
-        return self.farm
-
-    def drop(self) -> None:
-        """Forget the farm; a Ray session this connection started is shut down (its local cluster too)."""
-        self.farm = None
-        if self._owns_ray:
-            self._owns_ray = False
-            try:
-                import ray
-
-                ray.shutdown()
-            except Exception:  # noqa: BLE001 - leaving must not fail the exit
-                log.debug("ray shutdown failed", exc_info=True)
-
-
-def _check_address(address: str) -> None:
-    from studio.core.errors import InputError
-
-    if not address or address == "auto":
-        return
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"The farm address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379): fix it in "
-                         "Render on, or leave it empty for the farm started here.")
-
-
-def _same_cluster(address: str) -> bool:
-    import ray
-
-    try:
-        current = ray.get_runtime_context().gcs_address
-    except Exception:  # noqa: BLE001
-        return False
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    loopback = ("127.0.0.1", "localhost")
-    c_host, _, c_port = current.rpartition(":")
-    return port == c_port and (host == c_host or (host in loopback and c_host in loopback))
 
 
 class WorkerThread:

@@ -149,8 +149,6 @@ def main() -> None:
         import sys
 
         variants = [("nice5_w16", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores)}),
-                    ("nice5_w16_switch0.5ms", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores)}),
-                    ("nice5_w14", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores - 2)}),
                     ("nice5_w16_copythread", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores),
                                               "STUDIO_GPU_DIRECT": "0"})]
         for label, env in variants:

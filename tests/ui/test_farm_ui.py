@@ -9,6 +9,7 @@ one readable sentence.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ NEEDS_RAY = "the farm needs Ray: pip install 'studio[farm]' (ray is not installe
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A local Ray cluster with 2 CPU slots; its workers' data folder is the module's own."""
+    """A local Ray cluster with 2 CPU slots (its address); its workers' data folder is the module's own."""
     ray = pytest.importorskip("ray", reason=NEEDS_RAY)
 
     from studio.core.farm import init_ray
@@ -32,7 +33,7 @@ def cluster(tmp_path_factory):
     os.environ["STUDIO_HOME"] = str(home)
     try:
         assert init_ray(None, num_cpus=2) == "local cluster on 127.0.0.1"
-        yield
+        yield ray.get_runtime_context().gcs_address  # given explicitly: another cluster may run here
     finally:
         ray.shutdown()
         if old is None:
@@ -95,7 +96,7 @@ def test_a_bad_farm_address_fails_the_job_with_one_readable_line(window, qtbot, 
 
 def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, window, qtbot, tmp_path):
     load_demo(window, qtbot, audio=clip(tmp_path, 2.4))
-    _on_farm(window, tmp_path)
+    _on_farm(window, tmp_path, cluster)
     window.render_panel.batch.setValue(2)  # small batches: the cancel below lands mid-chunk
     output = Path(window.render_panel.output_path())
     progress, placed = [], []
@@ -122,7 +123,7 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     assert job.result["ran_on"] == "farm (2 workers)" and job.result["frames"] == 60 and job.progress == 1.0
     note = window.queue_panel.table.item(0, 5)
     assert note.text().startswith("farm (2 workers) · classic") and "rendered on farm (2 workers)" in note.toolTip()
-    farm = window.worker.farm.farm
+    farm = window.worker.farm
 
     # a longer job, cancelled from the Queue panel mid-render: every chunk stops, nothing is written
     with qtbot.waitSignal(window.analysisReady, timeout=30_000):
@@ -142,5 +143,30 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     assert not long_output.exists() and sorted(p.name for p in output.parent.iterdir()) == [output.name]
     assert "cancelled" in panel.progress_bar.format() and window.current is None
     # one connection for both jobs, and each worker loaded its engine once (kept warm between jobs)
-    assert window.worker.farm.farm is farm
+    assert window.worker.farm is farm and farm.alive
     assert [s["engines_loaded"] for s in farm.stats().values()] == [1, 1]
+
+
+def test_a_farm_that_goes_away_fails_the_job_not_the_app_and_the_next_job_reconnects(cluster, window, qtbot,
+                                                                                    tmp_path):
+    load_demo(window, qtbot, audio=clip(tmp_path, 6.0, "six.wav"))
+    _on_farm(window, tmp_path, cluster)
+    window.render_panel.batch.setValue(2)
+    output = Path(window.render_panel.output_path())
+    progress = []
+    window.worker.progress.connect(lambda req, p: progress.append(p))
+    with qtbot.waitSignal(window.jobFinished, timeout=120_000) as finished:
+        job_id = window.render()
+        qtbot.waitUntil(lambda: any(p.done > 0 for p in progress), timeout=60_000)
+        os.kill(window.worker.farm._proc.pid, signal.SIGKILL)  # as when its Ray node stops: the driver dies
+    assert finished.args == [job_id, jobs.FAILED]
+    reason = window.store.get(job_id).reason
+    assert reason.startswith("The connection to the farm at 127.0.0.1:") and "studio farm status" in reason, reason
+    assert "\n" not in reason and not output.exists() and window.isVisible()
+    # the next job opens a new link to the same farm and completes
+    window.load_script(str(clip(tmp_path, 1.2, "short.wav")))
+    qtbot.waitUntil(lambda: window.library.script.endswith("short.wav"), timeout=30_000)
+    with qtbot.waitSignal(window.jobFinished, timeout=120_000) as finished:
+        job_id = window.render()
+    assert finished.args == [job_id, jobs.DONE], window.store.get(job_id).reason
+    assert decode(window.store.get(job_id).output)[0] == 30
