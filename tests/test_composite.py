@@ -188,6 +188,35 @@ def test_nv12_rejects_odd_sizes():
         rgb_to_nv12(np.zeros((1, 5, 6, 3), np.uint8))
 
 
+def _nv12_case(h=96, w=132):
+    frames = RNG.integers(0, 256, (5, h, w, 3), dtype=np.uint8)
+    # odd corners, a box past the top-left and one past the bottom-right edge, a tiny one
+    boxes = np.array([[11, 13, 61, 74], [-20, -9, 41, 50], [97, 61, 160, 120], [30, 21, 95, 60], [5, 5, 8, 9]],
+                     np.int32)
+    masks = RNG.integers(0, 256, (5, FACE_SIZE, FACE_SIZE), dtype=np.uint8)
+    return frames, boxes, masks
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
+def test_nv12_compositing_is_bit_identical_to_converting_the_rgb_paste(device):
+    frames, boxes, masks = _nv12_case()
+    comp = Compositor(frames, boxes, masks, device=device)
+    assert comp.nv12_ready
+    idx = np.array([0, 1, 2, 3, 4, 2, 0])
+    weight = np.array([1.0, 0.6, 1.0, 0.0, 1.0, 0.3, 0.9], np.float32)
+    faces = torch.from_numpy(RNG.integers(0, 256, (7, FACE_SIZE, FACE_SIZE, 3), dtype=np.uint8)).to(device)
+    ref = rgb_to_nv12(comp.paste(faces, idx, weight), backend="torch")
+    bg = comp.background_nv12(idx)
+    assert torch.equal(bg.cpu(), torch.from_numpy(rgb_to_nv12(frames[idx], backend="torch")))
+    out = comp.paste_nv12(faces, idx, weight, bg)
+    assert out.shape == (7, 96 * 3 // 2, 132) and out.device.type == device
+    assert torch.equal(out.cpu(), ref.cpu())
+    changed = (out != comp.background_nv12(idx)).flatten(1).any(1).cpu().tolist()
+    assert changed == [True, True, True, False, True, True, True]  # weight 0 leaves frame 3 alone
+    assert not Compositor(frames[:, :95], boxes, masks).nv12_ready  # odd height: the RGB path only
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_gives_the_cpu_result():

@@ -178,3 +178,18 @@ def test_cli_bad_input_exit_2(avatar, voice, tmp_path, case):
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("studio: error: ")
     assert not list(tmp_path.glob("*.mp4")) and not list(tmp_path.glob("*.png"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_nv12_batches_equal_converted_rgb_batches_on_cuda(tmp_path, voice):
+    from studio.core.bench import synthetic_avatar  # no face tracker needed
+    from studio.core.composite import pad_even, rgb_to_nv12
+
+    r = Renderer(synthetic_avatar(tmp_path, 360, loop_frames=10), voice, RenderSettings(engine="classic", device="cuda"))
+    assert r.nv12_ready
+    batches = [np.arange(0, 20), np.arange(25, 40), np.arange(60, 75)]  # speech, the pause, mixed
+    rgb = [rgb_to_nv12(pad_even(f)) for _, f in r.iter_batches(batches)]
+    nv = [f for _, f in r.iter_batches(batches, nv12=True)]
+    for a, b in zip(rgb, nv):
+        assert a.shape == b.shape and bool((a == b).all())

@@ -84,7 +84,9 @@ def render_segment(renderer, start: int, end: int, path, *, on_batch: Callable[[
     writer = open_video(path, a.width, a.height, audio=None, encoder=s.encoder, crf=s.crf, preset=s.preset,
                         fps=FPS, total_frames=n)
     with writer:
-        for idx, frames in renderer.iter_batches(start + b for b in stripes(n, renderer.batch_size, writer.chunks)):
+        nv12 = renderer.engine.device.type == "cuda" and renderer.nv12_ready
+        batches = (start + b for b in stripes(n, renderer.batch_size, writer.chunks))
+        for idx, frames in renderer.iter_batches(batches, nv12=nv12):
             if should_stop is not None and should_stop():
                 raise Cancelled("render cancelled; nothing was written")
             writer.write(frames, indices=idx - start)

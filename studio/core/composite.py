@@ -28,11 +28,11 @@ log = logging.getLogger(__name__)
 GPU_FRAME_CACHE_BYTES = 4 << 30
 
 # The avatar frames last uploaded, per device, kept for the next render of the same avatar
-# (a warm render starts without re-uploading the clip): device -> (key, source array, tensor).
+# (a warm render starts without re-uploading the clip): device -> [key, source array, RGB, NV12].
 _DEVICE_FRAMES: dict = {}
 
 
-def _device_frames(frames, device):
+def _device_frames(frames, device, nv12: bool = False):
     """``frames`` as one uint8 tensor on ``device``, reused while the same avatar is rendered.
 
     The key is the memory-mapped file (path, size, mtime) or, for in-memory arrays, the array
@@ -48,15 +48,18 @@ def _device_frames(frames, device):
     else:
         key = (id(frames), tuple(np.shape(frames)))
     hit = _DEVICE_FRAMES.get(str(device))
-    if hit is not None and hit[0] == key:
+    if hit is None or hit[0] != key:
+        _DEVICE_FRAMES.pop(str(device), None)  # free the previous avatar first
+        n, h, w, _ = np.shape(frames)
+        cache = torch.empty((n, h, w, 3), dtype=torch.uint8, device=device)
+        for s in range(0, n, 64):  # upload in slices: no full host copy of a memory map
+            cache[s : s + 64] = torch.from_numpy(np.array(frames[s : s + 64], dtype=np.uint8))
+        hit = _DEVICE_FRAMES[str(device)] = [key, None if name else frames, cache, None]
+    if not nv12:
         return hit[2]
-    _DEVICE_FRAMES.pop(str(device), None)  # free the previous avatar first
-    n, h, w, _ = np.shape(frames)
-    cache = torch.empty((n, h, w, 3), dtype=torch.uint8, device=device)
-    for s in range(0, n, 64):  # upload in slices: no full host copy of a memory map
-        cache[s : s + 64] = torch.from_numpy(np.array(frames[s : s + 64], dtype=np.uint8))
-    _DEVICE_FRAMES[str(device)] = (key, None if name else frames, cache)
-    return cache
+    if hit[3] is None:  # NV12 of every frame, converted once
+        hit[3] = torch.cat([_nv12_torch(hit[2][s : s + 64]) for s in range(0, len(hit[2]), 64)])
+    return hit[3]
 
 
 # BT.709 luma coefficients and the limited ("tv") range scales.
@@ -93,7 +96,8 @@ class Compositor:
         self._masks_t = None  # uint8 [N,1,256,256] on the device, on first use
         self._frames_t = None  # the whole clip on the device, when it fits the cache budget
         nbytes = int(np.prod(frames_shape))
-        self._cache_frames = self.device.type != "cpu" and nbytes <= GPU_FRAME_CACHE_BYTES
+        self._fits_cache = nbytes <= GPU_FRAME_CACHE_BYTES
+        self._cache_frames = self.device.type != "cpu" and self._fits_cache
 
     # ------------------------------------------------------------------ public API
 
@@ -103,13 +107,49 @@ class Compositor:
 
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         if self._cache_frames:
-            if self._frames_t is None:
-                self._frames_t = _device_frames(self.frames, self.device)
-            return self._frames_t.index_select(0, to_device(idx, self.device))
+            return self._rgb_t().index_select(0, to_device(idx, self.device))
         batch = torch.from_numpy(np.ascontiguousarray(self.frames[idx]))  # fancy index = a copy
         if self.device.type != "cpu":
             batch = batch.pin_memory().to(self.device, non_blocking=True)
         return batch
+
+    @property
+    def nv12_ready(self) -> bool:
+        """Whether ``background_nv12``/``paste_nv12`` are available: the clip fits the device
+        cache and its size is even (then each 2x2 chroma block lies inside or outside a window)."""
+        return self._fits_cache and self.height % 2 == 0 and self.width % 2 == 0
+
+    def background_nv12(self, idx):
+        """The untouched avatar frames ``idx`` as NV12 uint8 [B,H*3//2,W] on the device (converted
+        once per avatar, then gathered)."""
+        if not self.nv12_ready:
+            raise RuntimeError("NV12 compositing needs a clip that fits the device cache and an even frame size")
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        return self._nv12_t().index_select(0, to_device(idx, self.device))
+
+    def paste_nv12(self, faces, idx, weight, out, rows=None):
+        """``paste`` straight into NV12 frames ``out`` (= ``background_nv12``): only each face's
+        window is blended in RGB and converted. Bit-identical to ``rgb_to_nv12(paste(...))``.
+        ``rows``: the row of ``out`` for each face (default: face k goes into row k)."""
+        import torch
+
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        b = len(idx)
+        if tuple(faces.shape) != (b, FACE_SIZE, FACE_SIZE, 3):
+            raise ValueError(f"faces must be [{b},{FACE_SIZE},{FACE_SIZE},3], got {tuple(faces.shape)}")
+        if tuple(out.shape[1:]) != (self.height * 3 // 2, self.width) or out.dtype != torch.uint8:
+            raise ValueError(f"out must be uint8 [B,{self.height * 3 // 2},{self.width}], got {tuple(out.shape)}")
+        rows = np.arange(b) if rows is None else np.asarray(rows, np.int64).reshape(-1)
+        w = np.asarray(weight, np.float32).reshape(-1)
+        live = np.flatnonzero(w > 0)
+        vis = self._visible(idx)
+        live = live[(vis[live, 2] > vis[live, 0]) & (vis[live, 3] > vis[live, 1])]
+        if len(live):
+            faces = faces.to(self.device)
+            if len(live) < b:
+                faces = faces.index_select(0, to_device(live, self.device))
+            self._blend_into(out, faces, idx[live], w[live], vis[live], rows[live], nv12=True)
+        return out
 
     def paste(self, faces, idx, weight=None, out=None):
         """Blend ``faces`` (uint8 [B,256,256,3] RGB) into avatar frames ``idx`` with ``weight`` 0..1.
@@ -152,6 +192,14 @@ class Compositor:
         vis[:, [1, 3]] = np.clip(box[:, [1, 3]], 0, self.height)
         return vis
 
+    def _rgb_t(self):
+        if self._frames_t is None:
+            self._frames_t = _device_frames(self.frames, self.device)
+        return self._frames_t
+
+    def _nv12_t(self):
+        return _device_frames(self.frames, self.device, nv12=True)
+
     def _masks(self):
         import torch
 
@@ -160,17 +208,26 @@ class Compositor:
             self._masks_t = m.unsqueeze(1).to(self.device)
         return self._masks_t
 
-    def _blend_into(self, out, faces, idx, w, vis, rows):
-        """Resize faces+masks to their boxes over one shared window, blend, scatter into ``out``."""
+    def _blend_into(self, out, faces, idx, w, vis, rows, nv12=False):
+        """Resize faces+masks to their boxes over one shared window, blend, scatter into ``out``
+        (RGB frames, or NV12 frames: then windows start on even pixels and span even sizes, their
+        background comes from the RGB cache, and only they are converted)."""
         import torch
         import torch.nn.functional as F
 
         dev = self.device
-        win_h = int((vis[:, 3] - vis[:, 1]).max())
-        win_w = int((vis[:, 2] - vis[:, 0]).max())
-        # Window origin: the visible box's corner, moved left/up so the window stays in the frame.
-        oy = np.minimum(vis[:, 1], self.height - win_h)
-        ox = np.minimum(vis[:, 0], self.width - win_w)
+        if nv12:  # even-aligned windows covering each visible box
+            y0, x0 = vis[:, 1] // 2 * 2, vis[:, 0] // 2 * 2
+            win_h = int((-(-vis[:, 3] // 2) * 2 - y0).max())
+            win_w = int((-(-vis[:, 2] // 2) * 2 - x0).max())
+            oy = np.minimum(y0, self.height - win_h)
+            ox = np.minimum(x0, self.width - win_w)
+        else:
+            win_h = int((vis[:, 3] - vis[:, 1]).max())
+            win_w = int((vis[:, 2] - vis[:, 0]).max())
+            # Window origin: the visible box's corner, moved left/up so the window stays in the frame.
+            oy = np.minimum(vis[:, 1], self.height - win_h)
+            ox = np.minimum(vis[:, 0], self.width - win_w)
 
         # float32 also on CUDA: half-precision grids are off by ~0.25 px at 1080p.
         src = faces.permute(0, 3, 1, 2).float()
@@ -198,9 +255,18 @@ class Compositor:
         fg = res[:, :3].permute(0, 2, 3, 1)
 
         # Gather each item's window from its background, blend, scatter back (no overlaps).
-        bg = self._windows(out, rows, oy, ox, win_h, win_w).float()  # [n,win_h,win_w,3]
-        blended = torch.addcmul(bg, a.unsqueeze(-1), fg - bg).round_().clamp_(0, 255)
-        self._windows(out, rows, oy, ox, win_h, win_w, put=blended.to(torch.uint8))
+        if nv12:
+            bg = self._windows(self._rgb_t(), idx, oy, ox, win_h, win_w).float()
+        else:
+            bg = self._windows(out, rows, oy, ox, win_h, win_w).float()  # [n,win_h,win_w,3]
+        blended = torch.addcmul(bg, a.unsqueeze(-1), fg - bg).round_().clamp_(0, 255).to(torch.uint8)
+        if not nv12:
+            self._windows(out, rows, oy, ox, win_h, win_w, put=blended)
+            return
+        win = _nv12_torch(blended)  # [n, win_h*3//2, win_w]: Y rows, then interleaved UV rows
+        h = self.height
+        self._windows(out[..., None], rows, oy, ox, win_h, win_w, put=win[:, :win_h, :, None])
+        self._windows(out[:, h:, :, None], rows, oy // 2, ox, win_h // 2, win_w, put=win[:, win_h:, :, None])
 
     def _windows(self, out, rows, oy, ox, win_h, win_w, put=None):
         """Read (or write ``put`` into) the [n,win_h,win_w,3] windows of ``out`` at (oy, ox).
@@ -247,6 +313,21 @@ def pad_even(frames):
     if pw:
         out = torch.cat([out, out[..., :, -1:, :]], dim=-2)
     return out
+
+
+def nv12_to_rgb(nv12):
+    """NV12 uint8 torch [B,H*3//2,W] -> RGB uint8 [B,H,W,3] (BT.709 limited range, chroma
+    repeated over its 2x2 block): for previews of NV12 frames, not for re-encoding."""
+    import torch
+
+    b, h3, w = nv12.shape
+    h = h3 * 2 // 3
+    y = (nv12[:, :h].float() - _OFF709[0])
+    uv = nv12[:, h:].float().view(b, h // 2, w // 2, 2) - 128.0
+    uv = uv.repeat_interleave(2, dim=1).repeat_interleave(2, dim=2)
+    m = torch.linalg.inv(torch.tensor(_M709, dtype=torch.float64)).float().to(nv12.device)
+    yuv = torch.stack([y, uv[..., 0], uv[..., 1]], dim=-1)
+    return (yuv @ m.T).round_().clamp_(0, 255).to(torch.uint8)
 
 
 def rgb_to_yuv420p(frames, backend: str = "auto"):

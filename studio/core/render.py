@@ -211,33 +211,47 @@ class Renderer:
         for idx, frames in self.iter_batches(np.arange(a, b) for a, b in ranges):
             yield int(idx[0]), frames
 
-    def iter_batches(self, batches):
+    def iter_batches(self, batches, nv12: bool = False):
         """Yield ``(indices, frames)`` for each array of frame indices (any order, e.g. ``stripes``).
 
         Each frame depends only on its index, so a frame is the same in every batch it appears in.
+        ``nv12``: frames come as NV12 ``[B,H*3//2,W]`` instead, composited in NV12 (the avatar
+        converted once, then only the face windows; equal to converting the RGB frames) where
+        ``nv12_ready`` says so.
         """
         plan = self.plan
         engine = self._ready()
         comp = self._compositor
+        if nv12 and not comp.nv12_ready:
+            raise RuntimeError("this avatar cannot be composited in NV12 (see Renderer.nv12_ready)")
         for idx_f in batches:
             idx_f = np.asarray(idx_f, np.int64)
             idx = plan.avatar_idx[idx_f]
             weight = plan.weight[idx_f]
             active = np.flatnonzero(weight > 0)
             t0 = time.perf_counter()
-            frames = comp.background(idx)
+            frames = comp.background_nv12(idx) if nv12 else comp.background(idx)
             self._stage("background", t0)
             if len(active):
                 t0 = time.perf_counter()
                 faces = engine.generate(self._prepared, idx[active], idx_f[active])
                 self._stage("engine", t0)
                 t0 = time.perf_counter()
-                if len(active) == len(idx):  # all speech: blend in place, no second background
+                if nv12:
+                    comp.paste_nv12(faces, idx[active], weight[active], frames, rows=active)
+                elif len(active) == len(idx):  # all speech: blend in place, no second background
                     comp.paste(faces, idx, weight, out=frames)
                 else:
                     frames[torch_index(active, frames.device)] = comp.paste(faces, idx[active], weight[active])
                 self._stage("composite", t0)
             yield idx_f, frames
+
+    @property
+    def nv12_ready(self) -> bool:
+        """Whether ``iter_batches(..., nv12=True)`` works: a CUDA engine, and an avatar that fits
+        the device cache with an even frame size."""
+        self._ready()
+        return self.engine.device.type == "cuda" and self._compositor.nv12_ready
 
     @property
     def batch_size(self) -> int:
@@ -281,8 +295,9 @@ class Renderer:
             # CUDA: frames go to the writer as GPU tensors when its encoder processes take them
             # directly (one DMA per frame into their slots); otherwise through a copy thread.
             sink = _CopyThread(writer, T) if cuda and not writer.takes_gpu_frames() else None
+            nv12 = cuda and self.nv12_ready  # composite straight into the encoder's format
             try:
-                for idx, frames in self.iter_batches(batches):
+                for idx, frames in self.iter_batches(batches, nv12=nv12):
                     if self._cancel.is_set():
                         raise Cancelled("render cancelled; nothing was written")
                     t0 = time.perf_counter()
@@ -383,7 +398,7 @@ class _CopyThread:
         from studio.core.composite import pad_even, rgb_to_nv12
 
         self._raise()
-        nv12 = rgb_to_nv12(pad_even(frames))
+        nv12 = frames if frames.ndim == 3 else rgb_to_nv12(pad_even(frames))
         event = torch.cuda.Event()
         event.record()
         while True:
@@ -534,6 +549,10 @@ def _preview_copy(frame, index: int):
     """Start copying a CUDA frame to pinned host memory without waiting: (host, event, index)."""
     import torch
 
+    if frame.ndim == 2:  # NV12: an RGB preview
+        from studio.core.composite import nv12_to_rgb
+
+        frame = nv12_to_rgb(frame[None])[0]
     host = torch.empty(frame.shape, dtype=frame.dtype, pin_memory=True)
     host.copy_(frame, non_blocking=True)
     event = torch.cuda.Event()
