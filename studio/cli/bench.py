@@ -20,6 +20,9 @@ def register(sub) -> None:
     p.add_argument("--batch", type=int, default=0, help="frames per batch (default: the engine's choice)")
     p.add_argument("--compile", action="store_true", help="torch.compile the UNet and decoder (default mode)")
     p.add_argument("--no-classic", action="store_true", help="skip the classic engine run")
+    p.add_argument("--gpus", type=int, default=1, metavar="N",
+                   help="also time each MuseTalk run on N GPUs of this machine (contiguous parts, one mux)")
+    p.add_argument("--no-official", action="store_true", help="skip the official-loop reproduction (no ratios)")
     p.add_argument("--workdir", default=None, help="keep inputs and outputs here (default: a temp folder)")
     p.add_argument("--json", metavar="OUT", default=None, help="write all figures to this JSON file")
     p.set_defaults(func=run)
@@ -42,14 +45,15 @@ def run(args) -> int:
                         decoders=tuple(d for d in args.decoders.split(",") if d),
                         official_frames=args.official_frames, encoder=args.encoder, preset=args.preset,
                         crf=args.crf, batch=args.batch,
-                        compile=args.compile, classic=not args.no_classic, note=note)
+                        compile=args.compile, classic=not args.no_classic, gpus=args.gpus,
+                        official=not args.no_official, note=note)
     m = res["machine"]
     print(f"{m.get('gpu', 'CPU')} | {m['cpu_count']} CPU cores | torch {m.get('torch')} | "
           f"{res['frames']} frames at {res['height']}p, {100 * res['silent_fraction']:.0f} % silent, weights {res['weights']}, "
           f"x264 {res['preset']} crf {res['crf']}")
     print(f"{'run':<18}{'frames/s':>10}{'seconds':>10}{'x official':>12}  encoder / stages")
     for name, r in res["runs"].items():
-        ratio = res["ratios"].get(name, 1.0)
+        ratio = res.get("ratios", {}).get(name, float("nan"))
         stages = r.get("stage_ms") or {k: round(v * 1e3) for k, v in r.get("stage_s", {}).items()}
         st = ", ".join(f"{k} {v / 1e3:.2f}s" for k, v in stages.items())
         print(f"{name:<18}{r['fps']:>10.1f}{r['seconds']:>10.2f}{ratio:>12.1f}  {r.get('encoder', '')} | {st}")

@@ -56,6 +56,8 @@ def _scale_options(p) -> None:
     p.add_argument("--chunks", type=int, default=0, metavar="N",
                    help="segments to render in parallel (farm default: one per worker; without --farm: "
                         "N local processes)")
+    p.add_argument("--gpus", default=None, metavar="N|all",
+                   help="render on N GPUs of this machine at once (contiguous parts, one writer, one mux)")
 
 
 def _settings(args):
@@ -88,6 +90,8 @@ def _render(avatar, audio, output, args) -> int:
         from studio.cli.farm import render_scaled
 
         return render_scaled(avatar, audio, output, settings, args)
+    if getattr(args, "gpus", None):
+        return _render_gpus(avatar, audio, output, settings, args)
     renderer = Renderer(avatar, audio, settings)
     bar = ProgressBar("render")
     said = args.json  # name the engine once the render has really started (bad input says one line)
@@ -106,6 +110,33 @@ def _render(avatar, audio, output, args) -> int:
     else:
         print(f"wrote {r.output}: {r.frames} frames ({r.silent_frames} silent), {r.width}x{r.height}, "
               f"{r.engine} + {r.encoder}, {r.seconds:.1f} s ({r.fps:.1f} fps)")
+    return 0
+
+
+def _render_gpus(avatar, audio, output, settings, args) -> int:
+    from studio.cli._common import ProgressBar, emit_json, fmt_seconds
+    from studio.core.errors import InputError
+    from studio.core.multigpu import cuda_devices, render_on_devices
+
+    have = cuda_devices()
+    n = len(have) if args.gpus == "all" else int(args.gpus) if str(args.gpus).isdigit() else 0
+    if n < 1:
+        raise InputError(f"--gpus {args.gpus}: give a number of GPUs or 'all'")
+    if n > len(have):
+        raise InputError(f"--gpus {n}: this machine has {len(have)} CUDA GPU(s)")
+    bar = ProgressBar("render")
+    last = None
+    try:
+        for last in render_on_devices(avatar, audio, output, settings, devices=have[:n]):
+            if not last.finished:
+                bar.update(last.done, last.total, f"{last.fps:6.1f} fps  ETA {fmt_seconds(last.eta_s)}")
+    finally:
+        bar.close()
+    if args.json:
+        emit_json({"output": last.output, "frames": last.total, "gpus": n, "seconds": round(last.elapsed_s, 3),
+                   "fps": round(last.fps, 2), "stage_ms": {k: round(v, 1) for k, v in last.stage_ms.items()}})
+    else:
+        print(f"wrote {last.output}: {last.total} frames on {n} GPUs, {last.elapsed_s:.1f} s ({last.fps:.1f} fps)")
     return 0
 
 

@@ -138,6 +138,19 @@ def time_render(avatar, audio: Path, settings, engine, output: Path) -> dict:
     }
 
 
+def time_render_devices(avatar, audio: Path, settings, engines, output: Path) -> dict:
+    """``time_render`` on several GPUs at once (``multigpu.render_on_devices``)."""
+    from studio.core.multigpu import render_on_devices
+
+    t0 = time.perf_counter()
+    for last in render_on_devices(avatar, audio, output, settings, engines=engines):
+        pass
+    wall = time.perf_counter() - t0
+    return {"frames": last.total, "gpus": len(engines), "seconds": round(wall, 3),
+            "fps": round(last.total / wall, 1), "stage_ms": {k: round(v, 1) for k, v in last.stage_ms.items()},
+            "output_bytes": output.stat().st_size}
+
+
 # --------------------------------------------------------------------------------------------
 # The official realtime loop, reproduced
 
@@ -311,7 +324,8 @@ def machine_info() -> dict:
 
 def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = None, height: int | None = None,
               decoders=("taesd", "sd-vae"), official_frames: int | None = None, encoder: str = "auto",
-              preset: str = "ultrafast", crf: int = 20, batch: int = 0, compile: bool = False, classic: bool = True, note=log.info) -> dict:
+              preset: str = "ultrafast", crf: int = 20, batch: int = 0, compile: bool = False, classic: bool = True,
+              gpus: int = 1, official: bool = True, note=log.info) -> dict:
     """Time our renderer (MuseTalk with each decoder, and the classic engine) and the official loop.
 
     On CUDA the defaults are the reference workload (672 frames, 1080p, real architecture); on
@@ -328,6 +342,11 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
 
     dev = rt.resolve_device(device)
     cuda = dev.type == "cuda"
+    if gpus > 1 and (not cuda or torch.cuda.device_count() < gpus):
+        from studio.core.errors import InputError
+
+        raise InputError(f"--gpus {gpus} needs {gpus} CUDA GPUs; this machine has "
+                         f"{torch.cuda.device_count() if cuda else 0}")
     frames = frames or (REF_FRAMES if cuda else 48)
     height = height or (1080 if cuda else 360)
     workdir = Path(workdir)
@@ -360,6 +379,20 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
         run["batch"] = batch or engine.preferred_batch()
         out["runs"][f"musetalk-{decoder}"] = run
         note(f"MuseTalk + {decoder}: {run['fps']} frames/s end to end")
+        if gpus > 1:
+            extra = [MuseTalkEngine(device=f"cuda:{g}", precision="fp16", decoder=decoder, batch=batch,
+                                    compile=compile, models_dir=models_dir) for g in range(1, gpus)]
+            engines = [engine, *extra]
+            note(f"MuseTalk + {decoder} on {gpus} GPUs: warming up")
+            time_render_devices(avatar, audio, settings(engine="musetalk", decoder=decoder), engines,
+                                workdir / f"warm_{decoder}_{gpus}gpu.mp4")
+            multi = time_render_devices(avatar, audio, settings(engine="musetalk", decoder=decoder), engines,
+                                        workdir / f"ours_{decoder}_{gpus}gpu.mp4")
+            multi["scaling"] = round(multi["fps"] / run["fps"], 2)
+            out["runs"][f"musetalk-{decoder}-{gpus}gpu"] = multi
+            note(f"MuseTalk + {decoder} on {gpus} GPUs: {multi['fps']} frames/s ({multi['scaling']}x one GPU)")
+            for e in extra:
+                e.close()
         if decoder == "sd-vae" or decoder == decoders[-1]:
             official_engine = engine
         else:
@@ -370,6 +403,9 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
         out["runs"]["classic"] = time_render(avatar, audio, settings(engine="classic"), eng, workdir / "classic.mp4")
         note(f"classic: {out['runs']['classic']['fps']} frames/s end to end")
 
+    if not official:
+        official_engine.close()
+        return out
     note("official loop reproduction: loading fp16 eager UNet + SD-VAE")
     p = models.resolve(models_dir)
     dtype = torch.float16 if cuda else torch.float32

@@ -119,6 +119,7 @@ class VideoWriter:
         self._crf, self._preset, self._hook = crf, preset, write_hook
         self._error: BaseException | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._done = False
         self._cursor = 0
         self._tmp_files: list[Path] = []
@@ -189,8 +190,9 @@ class VideoWriter:
             self._put(ch, (frames[s:e], pos, release, s, event))
             ch.next = pos + e - s
             s = e
-        self._cursor = int(indices[n - 1]) + 1
-        self.frames_written += n
+        with self._lock:
+            self._cursor = int(indices[n - 1]) + 1
+            self.frames_written += n
 
     def takes_gpu_frames(self) -> bool:
         """Whether ``write`` takes CUDA tensors without a host round trip (parallel x264 workers
@@ -204,11 +206,12 @@ class VideoWriter:
         """CUDA frames go straight to the encoder processes' page-locked slots (one DMA each)."""
         if not (hasattr(frames, "is_cuda") and frames.is_cuda and self._proc_encoders):
             return False
-        if self._gpu_slots is None:
-            slots = [enc.gpu_slots() for enc in self._proc_encoders]
-            self._gpu_slots = slots if all(v is not None for v in slots) else False
-            if os.environ.get("STUDIO_GPU_DIRECT", "1") == "0":
-                self._gpu_slots = False
+        with self._lock:  # several render threads (one per GPU) may write at once
+            if self._gpu_slots is None:
+                slots = [enc.gpu_slots() for enc in self._proc_encoders]
+                self._gpu_slots = slots if all(v is not None for v in slots) else False
+                if os.environ.get("STUDIO_GPU_DIRECT", "1") == "0":
+                    self._gpu_slots = False
         return bool(self._gpu_slots)
 
     def _gpu_nv12(self, frames):
@@ -221,7 +224,7 @@ class VideoWriter:
         if tuple(frames.shape[1:]) != (self.enc_height * 3 // 2, self.enc_width) or frames.dtype != torch.uint8:
             raise ValueError(f"expected NV12 [B,{self.enc_height * 3 // 2},{self.enc_width}] uint8, got {tuple(frames.shape)}")
         event = torch.cuda.Event()
-        event.record()
+        event.record(torch.cuda.current_stream(frames.device))
         return frames, event
 
     def _check_frame(self, f) -> None:
@@ -429,11 +432,11 @@ class VideoWriter:
                 if event is not None:  # CUDA NV12 frames: DMA each into a free slot of the worker
                     import torch
 
-                    if stream is None:
-                        stream = torch.cuda.Stream()
+                    if stream is None:  # on the frames' GPU (a chunk is fed by one GPU)
+                        stream = torch.cuda.Stream(device=frames.device)
                         slots = self._gpu_slots[self._chunks.index(ch)]
                     stream.wait_event(event)
-                    with torch.cuda.stream(stream):
+                    with torch.cuda.device(frames.device), torch.cuda.stream(stream):
                         for out in ch.encoder.encode_gpu(frames, first, stream, slots):
                             ch.sink(out)
                     continue

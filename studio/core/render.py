@@ -526,9 +526,10 @@ def stripes(total: int, batch: int, chunks: list[tuple[int, int]]) -> list[np.nd
     ``batch // len(chunks)`` frames of each chunk in turn, so all chunk encoders get work from the
     first batch on and finish together, while each chunk still receives its frames in order.
     Batches keep the full ``batch`` size (no bucket padding) until the chunks run out."""
-    if len(chunks) <= 1:
-        return [np.arange(a, b) for a, b in batch_ranges(total, batch)]
     batch = max(1, int(batch))
+    if len(chunks) <= 1:
+        c0, c1 = chunks[0] if chunks else (0, total)
+        return [np.arange(a, min(c1, a + batch)) for a in range(c0, c1, batch)]
     share = max(1, batch // len(chunks))
     runs, cursor = [], [c0 for c0, _ in chunks]
     while True:

@@ -77,7 +77,7 @@ class _Worker:
                 return None
             size = self.shm.size
             addr = ctypes.addressof(ctypes.c_char.from_buffer(self.shm.buf))
-            err = torch.cuda.cudart().cudaHostRegister(addr, size, 0)
+            err = torch.cuda.cudart().cudaHostRegister(addr, size, 1)  # portable: pinned for every GPU
             if int(err) != 0:
                 log.warning("cudaHostRegister failed (%s): GPU frames go through host copies", err)
                 return None

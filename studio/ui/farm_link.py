@@ -59,8 +59,12 @@ class FarmLink:
         parent, child = ctx.Pipe()
         cancel = ctx.Event()
         proc = ctx.Process(target=serve, args=(child, address, cancel), name="studio-farm-link", daemon=True)
-        proc.start()
-        child.close()
+        try:
+            proc.start()
+        except Exception as exc:  # e.g. a script without the ``if __name__ == "__main__"`` guard spawn needs
+            raise RenderError(f"Could not start the farm connection process ({_one_line(exc)}).") from exc
+        finally:
+            child.close()
         link = cls(address, proc, parent, cancel, [], False)
         try:
             _, _, workers, gpus = link._receive(0, timeout=CONNECT_TIMEOUT_S)
@@ -186,6 +190,7 @@ def serve(conn, address: str, cancel) -> None:
     try:
         from studio.core.farm import Farm
 
+        _token_auth_as_for_auto()
         farm = Farm.connect(address or None)
     except BaseException as exc:  # noqa: BLE001 - every failure goes back as one sentence
         conn.send(("error", 0, *_describe(exc)))
@@ -217,6 +222,23 @@ def serve(conn, address: str, cancel) -> None:
         ray.shutdown()
 
 
+def _token_auth_as_for_auto() -> None:
+    """Send this host's Ray token to a HOST:PORT farm too, as Ray itself does for "auto".
+
+    ``studio farm up`` clusters use Ray's token authentication when a token exists
+    (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN[_PATH]``); Ray enables it in the driver only when it
+    finds the cluster itself, so a HOST:PORT connection was refused ("InvalidAuthToken").
+    """
+    import os
+    from pathlib import Path
+
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or \
+            (Path.home() / ".ray" / "auth_token").is_file():
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
 def _describe(exc: BaseException) -> tuple[str, str]:
     """(StudioError class name, one line) for the app."""
     from studio.core.errors import StudioError
@@ -224,6 +246,10 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, StudioError):
         return type(exc).__name__, " ".join(str(exc).split())
     log.error("farm link: unexpected error", exc_info=(type(exc), exc, exc.__traceback__))
+    return "RenderError", f"The farm failed ({_one_line(exc)}): see the log for details."
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: the exception's last non-empty line`` (Ray's task errors carry a whole traceback)."""
     lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
-    detail = (lines[-1] if lines else "")[:300]
-    return "RenderError", f"The farm failed ({type(exc).__name__}: {detail}): see the log for details."
+    return f"{type(exc).__name__}: {(lines[-1] if lines else '')[:300]}"

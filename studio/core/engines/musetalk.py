@@ -153,6 +153,8 @@ class MuseTalkEngine(LipSyncEngine):
     def generate(self, prepared, avatar_idx, feat_idx):
         import torch
 
+        from studio.core.engines import runtime_torch as rt
+
         if self.features is None:
             raise RuntimeError("MuseTalkEngine.generate: call bind(audio_features(wave)) first")
         a = np.asarray(avatar_idx, np.int64).reshape(-1)
@@ -163,7 +165,7 @@ class MuseTalkEngine(LipSyncEngine):
             raise IndexError(f"index out of range: avatar {a.min()}..{a.max()} of {len(prepared)}, "
                              f"features {f.min()}..{f.max()} of {len(self.features)}")
         nets = self._load()
-        with torch.inference_mode():
+        with torch.inference_mode(), rt.on_device(self.device):
             lat = self._channels_last(prepared.latents[to_device(a, self.device)])
             audio = self.features.window(to_device(f, self.features.steps.device)).to(self.device, self.dtype)
             return nets["run"](lat, audio).clone()
@@ -218,6 +220,12 @@ class MuseTalkEngine(LipSyncEngine):
     def _load(self) -> dict:
         if self._nets is not None:
             return self._nets
+        from studio.core.engines import runtime_torch as rt
+
+        with rt.on_device(self.device):  # graphs are captured on the current device's streams
+            return self._load_on_device()
+
+    def _load_on_device(self) -> dict:
         import torch
 
         from studio.core.engines import runtime_torch as rt

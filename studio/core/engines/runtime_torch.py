@@ -38,6 +38,19 @@ def resolve_device(device=None):
     return dev
 
 
+def on_device(device):
+    """A context making ``device`` the current CUDA device (streams, graphs and new tensors of
+    this thread go there); a no-op for the CPU and for plain "cuda"."""
+    import contextlib
+
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is not None:
+        return torch.cuda.device(device)
+    return contextlib.nullcontext()
+
+
 def resolve_dtype(device, precision: str = "auto"):
     """fp32 on CPU (half precision there is slower and less exact); fp16 by default on CUDA."""
     import torch

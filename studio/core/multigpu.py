@@ -1,0 +1,147 @@
+"""One clip on several GPUs of this machine: contiguous parts rendered in parallel, one mux.
+
+    for p in render_on_devices(avatar, "voice.wav", "out.mp4", settings, devices=["cuda:0", "cuda:1"]):
+        bar.update(p.done, p.total, p.fps)
+
+The clip's frames are split into as many contiguous parts as there are devices, on the borders
+of the parallel x264 writer's chunks: device k renders the chunks of part k (striped batches, as
+a one-device render does) and feeds them to the same writer, whose encoder processes take the
+frames of every device. So there is no segment file and no join step: the writer muxes the
+chunks and the audio once, exactly as for a one-device render, and the output is the same file
+(each frame depends only on its index). Each device runs in its own thread with its own warm
+engine (``engines``, or one made per device from ``settings``).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+
+from studio.core.constants import FPS
+from studio.core.errors import Cancelled, RenderError
+
+log = logging.getLogger(__name__)
+
+
+def cuda_devices() -> list[str]:
+    """``["cuda:0", "cuda:1", ...]`` for the GPUs PyTorch sees (empty without CUDA)."""
+    import torch
+
+    return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def split_chunks(chunks: list[tuple[int, int]], parts: int) -> list[list[tuple[int, int]]]:
+    """The writer's chunks in ``parts`` contiguous groups of near-equal frame counts."""
+    total = chunks[-1][1] - chunks[0][0]
+    groups: list[list[tuple[int, int]]] = [[] for _ in range(parts)]
+    for a, b in chunks:
+        k = min(parts - 1, int((a + b) / 2 * parts / total))  # the part holding the chunk's middle
+        groups[k].append((a, b))
+    return [g for g in groups if g]
+
+
+def render_on_devices(avatar, audio, output, settings=None, *, devices=None, engines=None,
+                      cancel: threading.Event | None = None) -> Iterator:
+    """Render ``audio`` x ``avatar`` to ``output`` on several devices at once.
+
+    ``devices`` (default: every CUDA GPU) or ``engines`` (warm engines, one per device) choose
+    the devices. Yields ``RenderProgress`` (done, total, aggregate fps; ``stage_ms`` summed over
+    the devices); the last has ``finished=True`` and ``.result`` of the returned generator's
+    renderers is not used: read ``RenderProgress.output``. ``cancel`` stops every device after its
+    current batch and raises ``Cancelled``; nothing is written.
+    """
+    from studio.core.encode import open_video
+    from studio.core.render import Renderer, RenderProgress, RenderSettings
+
+    settings = settings or RenderSettings()
+    if engines is None:
+        devices = list(devices or cuda_devices())
+        if not devices:
+            raise RenderError("No GPU is visible to PyTorch: render on one device instead.")
+        renderers = [Renderer(avatar, audio, settings.with_(device=d)) for d in devices]
+    else:
+        renderers = [Renderer(avatar, audio, settings, engine=e) for e in engines]
+    t_start = time.perf_counter()
+    first = renderers[0]
+    T = first.plan.frames
+    a = first.avatar
+    for r in renderers[1:]:  # share the loaded avatar and audio (plans are equal)
+        r._avatar, r._wave, r._plan = first.avatar, first.wave, first.plan
+    writer = open_video(output, a.width, a.height, audio=str(audio), encoder=settings.encoder, crf=settings.crf,
+                        preset=settings.preset, fps=FPS, total_frames=T)
+    with writer:
+        groups = split_chunks(writer.chunks, len(renderers))
+        if len(groups) < len(renderers):
+            log.info("%d chunk(s) for %d devices: using %d", len(writer.chunks), len(renderers), len(groups))
+            renderers = renderers[: len(groups)]
+        stop = threading.Event()
+        events: queue.Queue = queue.Queue()
+        threads = [threading.Thread(target=_device_loop, args=(r, g, writer, stop, events), daemon=True,
+                                    name=f"render-{r.engine.device}") for r, g in zip(renderers, groups)]
+        for t in threads:
+            t.start()
+        done, running = 0, len(threads)
+        try:
+            while running:
+                try:
+                    kind, value = events.get(timeout=0.25)
+                except queue.Empty:
+                    kind, value = None, None
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled("render cancelled; nothing was written")
+                if kind == "error":
+                    raise value
+                if kind == "end":
+                    running -= 1
+                    continue
+                if kind == "frames":
+                    done += value
+                elapsed = time.perf_counter() - t_start
+                fps = done / elapsed if elapsed > 0 else 0.0
+                yield RenderProgress(done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0,
+                                     elapsed_s=elapsed, stage_ms=_stages(renderers))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        t0 = time.perf_counter()
+        path = writer.close()
+        finish_ms = (time.perf_counter() - t0) * 1e3
+    seconds = time.perf_counter() - t_start
+    stages = _stages(renderers)
+    stages["finish"] = finish_ms
+    yield RenderProgress(done=T, total=T, fps=T / seconds if seconds else 0.0, eta_s=0.0, elapsed_s=seconds,
+                         stage_ms=stages, finished=True, output=str(path))
+
+
+def _device_loop(renderer, chunks, writer, stop: threading.Event, events: queue.Queue) -> None:
+    """One device's part: striped batches over its chunks, written as they come."""
+    from studio.core.render import stripes
+
+    try:
+        dev = renderer.engine.device
+        if dev.type == "cuda":
+            import torch
+
+            torch.cuda.set_device(dev)  # this thread's streams, graphs and events live there
+        nv12 = dev.type == "cuda" and renderer.nv12_ready
+        for idx, frames in renderer.iter_batches(stripes(0, renderer.batch_size, chunks), nv12=nv12):
+            if stop.is_set():
+                break
+            writer.write(frames, indices=idx)
+            events.put(("frames", len(idx)))
+    except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+        events.put(("error", exc))
+    finally:
+        events.put(("end", None))
+
+
+def _stages(renderers) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in renderers:
+        for k, v in r._stage_ms.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
