@@ -31,7 +31,8 @@ POLL_S = 0.25
 
 
 class LinkLost(RenderError):
-    """The farm's child process ended (its Ray node stopped, or it was killed)."""
+    """The farm's child process ended (its Ray node stopped, or it was killed), or Ray itself failed
+    (a node or the farm's bookkeeping actor gone): the link is not to be reused."""
 
 
 class FarmLink:
@@ -155,7 +156,7 @@ class FarmLink:
             if msg[1] != job:
                 continue
             if msg[0] == "error":
-                kind = getattr(errors, msg[2], None)
+                kind = LinkLost if msg[2] == "LinkLost" else getattr(errors, msg[2], None)
                 if not (isinstance(kind, type) and issubclass(kind, errors.StudioError)):
                     kind = RenderError
                 raise kind(msg[3])
@@ -246,10 +247,11 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, StudioError):
         return type(exc).__name__, " ".join(str(exc).split())
     log.error("farm link: unexpected error", exc_info=(type(exc), exc, exc.__traceback__))
-    return "RenderError", f"The farm failed ({_one_line(exc)}): see the log for details."
+    return "LinkLost", f"The farm failed during the job ({_one_line(exc)}): check `studio farm status` and render again."
 
 
-def _one_line(exc: BaseException) -> str:
-    """``Type: the exception's last non-empty line`` (Ray's task errors carry a whole traceback)."""
+def _one_line(exc: BaseException, limit: int = 120) -> str:
+    """``Type: the exception's last non-empty line``, shortened (Ray's task errors carry a traceback)."""
     lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
-    return f"{type(exc).__name__}: {(lines[-1] if lines else '')[:300]}"
+    text = lines[-1] if lines else ""
+    return f"{type(exc).__name__}: {text if len(text) <= limit else text[: limit - 1].rstrip() + '…'}"

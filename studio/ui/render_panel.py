@@ -286,6 +286,7 @@ class RenderPanel(QWidget):
         self.folder.setCursorPosition(0)
         self.target.setCurrentText(TARGETS.get(cfg.value(s, "render/target", str), TARGETS["local"]))
         self.farm_edit.setText(cfg.value(s, "render/farm_address", str))
+        self.farm_edit.setCursorPosition(0)
         self.farm_edit.setEnabled(self.farm_address() is not None)
 
     def show_engines(self, status: dict) -> None:
