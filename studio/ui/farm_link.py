@@ -47,14 +47,12 @@ class FarmLink:
     @classmethod
     def open(cls, address: str = "") -> FarmLink:
         """Connect (in a new child process); raises a one-sentence ``StudioError`` when it cannot."""
+        import importlib.util
         import multiprocessing
 
-        from studio.core.farm import ray_available
-
         address = (address or "").strip()
-        ok, why = ray_available()
-        if not ok:
-            raise RenderError(f"The render farm needs Ray: {why}.")
+        if importlib.util.find_spec("ray") is None:  # the child checks it fully (``farm.ray_available``)
+            raise RenderError("The render farm needs Ray: ray is not installed; pip install 'studio[farm]'.")
         check_address(address)
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
@@ -217,6 +215,8 @@ def serve(conn, address: str, cancel) -> None:
                     conn.send(("done", job, farm.result))
             except Exception as exc:  # noqa: BLE001
                 conn.send(("error", job, *_describe(exc)))
+                if not farm.workers:  # every worker died: the next job opens a new link (and farm)
+                    return
     finally:
         import ray
 

@@ -30,8 +30,6 @@ from studio.ui.workers import RenderRequest, error_text
 
 log = logging.getLogger(__name__)
 
-FARM_KEYS = ("render_on", "farm_address")  # job settings entries beside RenderSettings' fields
-
 
 def job_farm(settings: dict) -> str | None:
     """Where a job's settings say it renders: None (this computer), "" (the farm started here) or HOST:PORT."""

@@ -178,10 +178,7 @@ class RenderWorker(QObject):
                 if progressed or attempt == 2 or self._cancel.is_set():
                     raise
                 log.warning("the farm link was lost before the job started; connecting again")
-        if self._cancel.is_set() or link.result is None:
-            self.cancelled.emit(req)
-        else:
-            self.finished.emit(req, link.result)
+        self.finished.emit(req, link.result)  # a cancelled job raised Cancelled: this one's file exists
 
     def _farm_link(self, address: str):
         """The warm link for ``address``, else a new one (the old one is closed)."""
