@@ -126,7 +126,8 @@ def _device_loop(renderer, chunks, writer, stop: threading.Event, events: queue.
         if dev.type == "cuda":
             import torch
 
-            torch.cuda.set_device(dev)  # this thread's streams, graphs and events live there
+            # this thread's streams, graphs and events live there ("cuda": the current GPU)
+            torch.cuda.set_device(dev.index if dev.index is not None else torch.cuda.current_device())
         nv12 = dev.type == "cuda" and renderer.nv12_ready
         for idx, frames in renderer.iter_batches(stripes(0, renderer.batch_size, chunks), nv12=nv12):
             if stop.is_set():

@@ -158,6 +158,7 @@ class GraphRunner:
     buckets: tuple = BUCKETS
     _graphs: dict = field(default_factory=dict)
     _pool: object = None
+    _stream: object = None
 
     def __post_init__(self):
         import torch
@@ -193,19 +194,23 @@ class GraphRunner:
         import torch
 
         try:
-            reps = torch.arange(b, device=inputs[0].device) % inputs[0].shape[0]
+            dev = inputs[0].device
+            reps = torch.arange(b, device=dev) % inputs[0].shape[0]
             static = [_empty_like(x, b).copy_(x[reps]) for x in inputs]  # real data in every row
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
+                # streams of this runner's own GPU (torch.cuda.graph's shared default capture
+                # stream belongs to whichever GPU captured first)
+                self._stream = torch.cuda.Stream(device=dev)
+            side = torch.cuda.Stream(device=dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
             with torch.cuda.stream(side):
                 for _ in range(2):  # warm-up: allocator, cuDNN/cuBLAS plans, compile
                     self.fn(*static)
-            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.current_stream(dev).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             # thread_local: CUDA work on other threads (compositing, decoding) may go on meanwhile
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
                 out = self.fn(*static)
             log.debug("captured a CUDA graph for batch %d", b)
             return _Graph(graph, static, out)
