@@ -89,12 +89,14 @@ class RenderPanel(QWidget):
         self.target = _combo(list(TARGETS.values()),
                              "Where queued jobs render: here, or in chunks on a Ray render farm (studio farm up)")
         self.farm_edit = QLineEdit()
-        self.farm_edit.setPlaceholderText("farm started here")
+        self.farm_edit.setPlaceholderText("HOST:PORT, empty: the farm started here")
         self.farm_edit.setToolTip("The farm's HOST:PORT; empty: the farm `studio farm up` started on this machine")
-        self.target.currentIndexChanged.connect(lambda _i: self.farm_edit.setEnabled(self.farm_address() is not None))
+        self.target.currentIndexChanged.connect(lambda _i: self._show_farm_row())
 
         form = QFormLayout()
-        form.addRow("Render on", _pair(self.target, "at", self.farm_edit))
+        form.addRow("Render on", self.target)
+        form.addRow("Farm", self.farm_edit)  # shown only while "Render farm" is chosen
+        self._form = form
         form.addRow("Engine", self.engine)
         form.addRow("Device", _pair(self.device, "Batch", self.batch))
         form.addRow("Precision", _pair(self.precision, "Decoder", self.decoder))
@@ -228,6 +230,11 @@ class RenderPanel(QWidget):
             return None
         return self.farm_edit.text().strip()
 
+    def _show_farm_row(self) -> None:
+        on = self.farm_address() is not None
+        self.farm_edit.setEnabled(on)
+        self._form.setRowVisible(self.farm_edit, on)
+
     def output_path(self) -> str:
         folder = self.folder.text().strip() or str(_default_folder())
         fields = {
@@ -287,7 +294,7 @@ class RenderPanel(QWidget):
         self.target.setCurrentText(TARGETS.get(cfg.value(s, "render/target", str), TARGETS["local"]))
         self.farm_edit.setText(cfg.value(s, "render/farm_address", str))
         self.farm_edit.setCursorPosition(0)
-        self.farm_edit.setEnabled(self.farm_address() is not None)
+        self._show_farm_row()
 
     def show_engines(self, status: dict) -> None:
         """Tooltips and availability of each engine (from ``available_engines``)."""

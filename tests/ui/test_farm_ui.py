@@ -50,7 +50,7 @@ def _on_farm(window, tmp_path, address: str = "") -> None:
     p.folder.setText(str(tmp_path / "renders"))
     p.target.setCurrentText(TARGETS["farm"])
     p.farm_edit.setText(address)
-    assert p.farm_address() == address and p.farm_edit.isEnabled()
+    assert p.farm_address() == address and p.farm_edit.isEnabled() and p.farm_edit.isVisibleTo(p)
 
 
 def test_render_on_is_saved_with_the_settings_and_travels_with_queued_jobs(window, qtbot, tmp_path):
@@ -59,7 +59,7 @@ def test_render_on_is_saved_with_the_settings_and_travels_with_queued_jobs(windo
 
     panel = window.render_panel
     assert panel.target.currentText() == "This computer" and panel.farm_address() is None
-    assert not panel.farm_edit.isEnabled()
+    assert not panel.farm_edit.isEnabled() and not panel.farm_edit.isVisibleTo(panel)  # the row shows on "farm"
     local = window.queue.add("astronaut", "/x/a.wav", start=False)
     _on_farm(window, tmp_path, "10.0.0.5:6379")
     farm = window.queue.add("astronaut", "/x/a.wav", start=False)
@@ -67,7 +67,7 @@ def test_render_on_is_saved_with_the_settings_and_travels_with_queued_jobs(windo
     again = RenderPanel()
     qtbot.addWidget(again)
     assert again.target.currentText() == "Render farm" and again.farm_address() == "10.0.0.5:6379"
-    assert again.farm_edit.isEnabled()
+    assert again.farm_edit.isEnabled() and again.farm_edit.isVisibleTo(again)
     assert job_farm(window.store.get(local).settings) is None
     assert job_farm(window.store.get(farm).settings) == "10.0.0.5:6379"
     tips = {window.queue_panel.table.item(r, 0).text(): window.queue_panel.table.item(r, 2).toolTip()
