@@ -29,17 +29,20 @@ def cluster(tmp_path_factory):
     from studio.core.farm import init_ray
 
     home = tmp_path_factory.mktemp("farm_ui_home")
-    old = os.environ.get("STUDIO_HOME")
+    old = os.environ.get("STUDIO_HOME"), os.environ.get("RAY_ADDRESS")
     os.environ["STUDIO_HOME"] = str(home)
+    os.environ["RAY_ADDRESS"] = "local"  # a new cluster even where `studio farm up` runs one
     try:
         assert init_ray(None, num_cpus=2) == "local cluster on 127.0.0.1"
+        os.environ.pop("RAY_ADDRESS")
         yield ray.get_runtime_context().gcs_address  # given explicitly: another cluster may run here
     finally:
         ray.shutdown()
-        if old is None:
-            os.environ.pop("STUDIO_HOME", None)
-        else:
-            os.environ["STUDIO_HOME"] = old
+        for key, value in zip(("STUDIO_HOME", "RAY_ADDRESS"), old):
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _on_farm(window, tmp_path, address: str = "") -> None:
