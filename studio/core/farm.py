@@ -68,14 +68,30 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
             loopback_only()
         if address != "auto":
             _check_reachable(address)
+            _token_auth_as_for_auto()
         try:
             ray.init(address=address, **common)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise RenderError(f"No Ray cluster answers at {address} ({exc}): start one with `studio farm up`.") from exc
         return f"joined {address}"
     loopback_only()
-    ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, **common)
+    # "local": a new cluster even where `studio farm up` runs one (or left its address file behind)
+    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, **common)
     return "local cluster on 127.0.0.1"
+
+
+def _token_auth_as_for_auto() -> None:
+    """Send this host's Ray token to a HOST:PORT farm too, as Ray itself does for "auto".
+
+    ``studio farm up`` clusters use Ray's token authentication when a token exists
+    (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN[_PATH]``); Ray enables it in the driver only when it
+    finds the cluster itself, so a HOST:PORT connection was refused ("InvalidAuthToken").
+    """
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or \
+            (Path.home() / ".ray" / "auth_token").is_file():
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 LOOPBACK = ("127.0.0.1", "localhost")
@@ -221,7 +237,11 @@ class Farm:
                         if isinstance(cause, StudioError):
                             raise cause from None
                         raise RenderError(f"Chunk {a}..{b} failed on worker {label}: {cause or exc}.") from exc
-                done, per_worker = ray.get(self._board.poll.remote(job["id"]))
+                try:
+                    done, per_worker = ray.get(self._board.poll.remote(job["id"]))
+                except Exception as exc:  # noqa: BLE001 - the node went away (e.g. `studio farm down`)
+                    raise RenderError(f"The farm stopped answering during the job ({type(exc).__name__}): "
+                                      "check `studio farm status` and render again.") from exc
                 elapsed = time.perf_counter() - t0
                 fps = done / elapsed if elapsed else 0.0
                 yield ChunkedProgress(done=min(done, T), total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0,

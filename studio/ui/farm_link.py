@@ -189,8 +189,7 @@ def serve(conn, address: str, cancel) -> None:
     try:
         from studio.core.farm import Farm
 
-        _token_auth_as_for_auto()
-        farm = Farm.connect(address or None)
+        farm = Farm.connect(address or None)  # init_ray sends this host's token to HOST:PORT farms
     except BaseException as exc:  # noqa: BLE001 - every failure goes back as one sentence
         conn.send(("error", 0, *_describe(exc)))
         return
@@ -221,23 +220,6 @@ def serve(conn, address: str, cancel) -> None:
         import ray
 
         ray.shutdown()
-
-
-def _token_auth_as_for_auto() -> None:
-    """Send this host's Ray token to a HOST:PORT farm too, as Ray itself does for "auto".
-
-    ``studio farm up`` clusters use Ray's token authentication when a token exists
-    (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN[_PATH]``); Ray enables it in the driver only when it
-    finds the cluster itself, so a HOST:PORT connection was refused ("InvalidAuthToken").
-    """
-    import os
-    from pathlib import Path
-
-    if "RAY_AUTH_MODE" in os.environ:
-        return
-    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or \
-            (Path.home() / ".ray" / "auth_token").is_file():
-        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:
