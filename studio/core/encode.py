@@ -22,7 +22,6 @@ import functools
 import logging
 import os
 import queue
-import struct
 import threading
 import time
 from fractions import Fraction
@@ -33,6 +32,7 @@ import numpy as np
 from studio.core.constants import FPS
 from studio.core.errors import AudioError, RenderError
 from studio.core.fsutil import atomic_path
+from studio.core.x264_pool import REC as _REC  # pts, dts, size, keyframe: shared with the workers
 
 log = logging.getLogger(__name__)
 
@@ -253,10 +253,12 @@ class VideoWriter:
             if isinstance(self._chunks[0].sink, _RawFile):
                 self._chunks[0].sink.close()
                 self._mux_annexb(self._chunks[0].sink.path)
-            for ch in self._chunks[1:]:
-                ch.sink.close()
-                for pkt in _read_packets(ch.sink.path, self._vstream):
-                    self._mux_video(pkt)
+            for ch in self._chunks:
+                if ch.spill is not None:  # packets spilled by a worker or by _PacketFile
+                    if isinstance(ch.sink, _PacketFile):
+                        ch.sink.close()
+                    for pkt in _read_packets(ch.spill, self._vstream):
+                        self._mux_video(pkt)
             self._finish_audio()
             t2 = time.perf_counter()
             self._container.close()
@@ -371,8 +373,11 @@ class VideoWriter:
             from studio.core.x264_pool import ProcessEncoder, worker_pool
 
             workers = worker_pool(len(self.chunks))
-            self._proc_encoders = [  # all workers open their encoders at once
-                ProcessEncoder(w, self.enc_width, self.enc_height, self.fps, self._crf, self._preset) for w in workers
+            spills = [self._tmp.with_name(f"{self._tmp.name}.chunk{k}") for k in range(len(self.chunks))]
+            self._tmp_files += spills
+            self._proc_encoders = [  # all workers open their encoders at once; each writes its chunk's packets
+                ProcessEncoder(w, self.enc_width, self.enc_height, self.fps, self._crf, self._preset, path=p)
+                for w, p in zip(workers, spills)
             ]
         for k, (s, e) in enumerate(self.chunks):
             if procs:
@@ -390,13 +395,17 @@ class VideoWriter:
                 enc, extradata = _X264Encoder(ctx), ctx.extradata
             if bytes(extradata or b"") != bytes(vs.codec_context.extradata or b""):
                 raise RenderError("The parallel x264 encoders disagree on stream headers: use --encoder x264.")
-            if k == 0:
-                sink = self._mux_video
+            if procs:  # the worker spills the packets; they are muxed at close
+                sink, spill = _no_packets, spills[k]
+            elif k == 0:
+                sink, spill = self._mux_video, None
             else:
-                path = self._tmp.with_name(f"{self._tmp.name}.chunk{k}")
-                self._tmp_files.append(path)
-                sink = _PacketFile(path, self._hook)
-            self._chunks.append(_Chunk(s, e, enc, sink, depth=QUEUE_RUNS if parallel else QUEUE_BATCHES))
+                spill = self._tmp.with_name(f"{self._tmp.name}.chunk{k}")
+                self._tmp_files.append(spill)
+                sink = _PacketFile(spill, self._hook)
+            ch = _Chunk(s, e, enc, sink, depth=QUEUE_RUNS if parallel else QUEUE_BATCHES)
+            ch.spill = spill
+            self._chunks.append(ch)
 
     def _mux_annexb(self, raw: Path) -> None:
         """Mux an H.264 Annex B file (no B-frames: decode order = display order) frame by frame."""
@@ -601,6 +610,7 @@ class _Chunk:
         depth = depth or QUEUE_BATCHES
         self.start, self.end, self.next = start, end, start
         self.idle_s = 0.0  # the chunk's thread waiting for frames
+        self.spill: Path | None = None  # packets to mux at close (read back in order)
         self.encoder, self.sink = encoder, sink
         self.queue: queue.Queue = queue.Queue(depth)
         self.thread: threading.Thread | None = None
@@ -661,6 +671,10 @@ _ELEMENTARY = {"nvenc": _NvencEncoder}
 # ---------------------------------------------------------------------- files
 
 
+def _no_packets(pkt) -> None:  # sink of worker-spilled chunks: encoders return no packets
+    raise AssertionError("a spilling x264 worker returned a packet")
+
+
 class _HookedFile:
     """A binary file whose writes first call ``hook(nbytes)`` (to simulate a full disk)."""
 
@@ -693,7 +707,6 @@ class _RawFile:
             self._f.close()
 
 
-_REC = struct.Struct("<qqIB")  # pts, dts, size, keyframe
 
 
 class _PacketFile:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import struct
 import threading
 import time
 from fractions import Fraction
@@ -27,6 +28,9 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 SLOTS = 8  # frames in flight per worker
+# One encoded packet in a chunk's spill file: pts, dts, size, keyframe, then the bytes. Written
+# by the workers (``ProcessEncoder(path=...)``) and by ``encode._PacketFile``; read back at close.
+REC = struct.Struct("<qqIB")
 _BT709, _RANGE_MPEG = 1, 1
 
 
@@ -56,6 +60,7 @@ class _Worker:
         self.shm = None
         self.pinned = None
         self.lock = threading.Lock()  # one encoder at a time per worker
+        self._poller = None
 
     def ensure_shm(self, nbytes: int):
         from multiprocessing import shared_memory
@@ -101,6 +106,16 @@ class _Worker:
             except (OSError, FileNotFoundError, BufferError):
                 pass
             self.shm = None
+
+    def ready(self) -> bool:
+        """Whether an answer is waiting (a reused ``select.poll``: ``Connection.poll`` builds a
+        selector per call, ~0.1 ms each, once per frame)."""
+        if self._poller is None:
+            import select
+
+            self._poller = select.poll()
+            self._poller.register(self.conn.fileno(), select.POLLIN)
+        return bool(self._poller.poll(0))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -150,7 +165,9 @@ def shutdown_pool() -> None:
 class ProcessEncoder:
     """One libx264 encoder (single-threaded, closed GOP) living in a worker process."""
 
-    def __init__(self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str):
+    def __init__(self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str, path=None):
+        """``path``: the worker writes the packets there (``REC`` records) and returns none, so
+        the parent only moves frames; None: packets come back from ``encode``/``flush``."""
         if not worker.lock.acquire(timeout=60):
             raise RuntimeError("x264 worker is busy")
         self.w = worker
@@ -164,7 +181,8 @@ class ProcessEncoder:
         self.busy_s = 0.0  # seconds the worker spent inside x264 for this encoder (set by flush)
         self.waits = {"worker": 0.0, "gpu": 0.0}  # the feeding thread's waits: free slot, frames copied
         self._extradata = None
-        worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset))
+        worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset,
+                          None if path is None else str(path)))
 
     @property
     def extradata(self) -> bytes:
@@ -209,8 +227,7 @@ class ProcessEncoder:
                 slots[slot].copy_(frames[i + k], non_blocking=True)
             wait_blocking(stream)
             self.waits["gpu"] += time.perf_counter() - t0
-            for k, slot in enumerate(ids):
-                self.w.conn.send(("frame", slot, int(first + i + k)))
+            self.w.conn.send(("frames", [(slot, int(first + i + k)) for k, slot in enumerate(ids)]))
             i += len(ids)
             out += self._collect(block=False)
         return out
@@ -242,7 +259,7 @@ class ProcessEncoder:
 
     def _collect(self, block: bool) -> list:
         out = []
-        while block or self.w.conn.poll():
+        while block or self.w.ready():
             msg = self._recv()
             self.free.append(msg[1])
             out += self._packets(msg[2])
@@ -252,10 +269,14 @@ class ProcessEncoder:
     def _recv(self):
         msg = self.w.conn.recv()
         if msg[0] == "error":
+            if len(msg) > 2 and msg[2]:  # an OSError (e.g. the disk is full while spilling)
+                raise OSError(msg[2], f"x264 worker failed: {msg[1]}")
             raise RuntimeError(f"x264 worker failed: {msg[1]}")
         return msg
 
     def _packets(self, records) -> list:
+        if not records:  # none, or written to the spill file by the worker
+            return []
         import av
 
         tb = Fraction(1, self.fps)
@@ -289,7 +310,27 @@ def _worker_main(conn) -> None:
 
     import av
 
-    shm = ctx = slots = None
+    shm = ctx = slots = spill = None
+
+    def encode(frame):
+        nonlocal busy
+        t0 = time.perf_counter()
+        pk = ctx.encode(frame)
+        busy += time.perf_counter() - t0
+        if spill is None:
+            return _records(pk)
+        for p in pk:
+            data = bytes(p)
+            spill.write(REC.pack(p.pts, p.dts, len(data), 1 if p.is_keyframe else 0) + data)
+        return None
+
+    def frame(slot, pts):
+        vf = av.VideoFrame.from_numpy_buffer(slots[slot], format="nv12")
+        vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
+        vf.pts = pts
+        conn.send(("done", slot, encode(vf)))
+
+    busy = 0.0
     try:
         while True:
             msg = conn.recv()
@@ -300,7 +341,10 @@ def _worker_main(conn) -> None:
                 if kind == "open":
                     from multiprocessing import resource_tracker, shared_memory
 
-                    _, name, n, width, height, fps, crf, preset = msg
+                    _, name, n, width, height, fps, crf, preset, path = msg
+                    if spill is not None:
+                        spill.close()
+                    spill = open(path, "wb") if path else None  # noqa: SIM115 - closed at flush/error
                     if shm is None or shm.name != name:
                         if shm is not None:
                             shm.close()
@@ -324,23 +368,23 @@ def _worker_main(conn) -> None:
                     busy = 0.0
                     conn.send(("opened", bytes(ctx.extradata or b"")))
                 elif kind == "frame":
-                    _, slot, pts = msg
-                    vf = av.VideoFrame.from_numpy_buffer(slots[slot], format="nv12")
-                    vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
-                    vf.pts = pts
-                    t0 = time.perf_counter()
-                    pk = ctx.encode(vf)
-                    busy += time.perf_counter() - t0
-                    conn.send(("done", slot, _records(pk)))
+                    frame(msg[1], msg[2])
+                elif kind == "frames":
+                    for slot, pts in msg[1]:
+                        frame(slot, pts)
                 elif kind == "flush":
-                    t0 = time.perf_counter()
-                    pk = ctx.encode(None)
-                    busy += time.perf_counter() - t0
+                    records = encode(None)
                     ctx = None
-                    conn.send(("flushed", _records(pk), busy))
+                    if spill is not None:
+                        spill.close()  # flushed to the OS: the parent reads it next
+                        spill = None
+                    conn.send(("flushed", records, busy))
             except Exception as exc:  # report and wait for the next open
                 ctx = None
-                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+                if spill is not None:
+                    spill.close()
+                    spill = None
+                conn.send(("error", f"{type(exc).__name__}: {exc}", getattr(exc, "errno", None)))
     except (EOFError, KeyboardInterrupt, OSError):
         return
     finally:
