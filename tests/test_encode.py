@@ -356,3 +356,27 @@ def test_cuda_frames_go_straight_to_the_encoder_processes(tmp_path):
     a, b = _decode_y(host), _decode_y(gpu)
     assert a.shape == b.shape == (48, H, W)
     assert _psnr(a, b) > 40
+
+
+def test_a_worker_spills_several_frames_sent_in_one_message(tmp_path):
+    """The GPU path hands a worker a run of frames in one message; the worker writes the packets."""
+    from studio.core.composite import rgb_to_nv12
+    from studio.core.x264_pool import REC, ProcessEncoder, worker_pool
+
+    spill = tmp_path / "chunk.spill"
+    enc = ProcessEncoder(worker_pool(1)[0], W, H, 25, 20, "ultrafast", path=spill)
+    assert enc.extradata  # headers of the opened encoder
+    nv = rgb_to_nv12(talking_frames(0, 5))
+    ids = [enc.free.pop() for _ in range(5)]
+    for k, slot in enumerate(ids):
+        enc.slots[slot][:] = nv[k]
+    enc.w.conn.send(("frames", [(slot, k) for k, slot in enumerate(ids)]))
+    for _ in range(5):
+        assert enc._collect(block=True) == []  # packets go to the file, not back
+    assert enc.flush() == [] and enc.busy_s > 0
+    recs, data = [], spill.read_bytes()
+    while data:
+        pts, dts, size, key = REC.unpack_from(data)
+        recs.append((pts, key))
+        data = data[REC.size + size :]
+    assert sorted(p for p, _ in recs) == [0, 1, 2, 3, 4] and recs[0] == (0, 1)  # opens on a keyframe
