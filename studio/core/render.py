@@ -311,8 +311,6 @@ class Renderer:
                     elapsed = now - t_start
                     fps = done / elapsed if elapsed > 0 else 0.0
                     preview = preview_index = None
-                    if pending is not None and pending[1].query():  # a preview copied meanwhile
-                        preview, preview_index, pending = pending[0].numpy(), pending[2], None
                     if pending is None and now - last_preview >= self.settings.preview_interval_s:
                         # the last frame of the batch's first run: the earliest chunk, moving steadily
                         k = _first_run_end(idx)
@@ -321,6 +319,9 @@ class Renderer:
                         else:
                             preview, preview_index = frames[k].numpy(), int(idx[k])
                         last_preview = now
+                    if pending is not None and (done == T or pending[1].query()):  # copied meanwhile
+                        pending[1].synchronize()
+                        preview, preview_index, pending = pending[0].numpy(), pending[2], None
                     yield RenderProgress(
                         done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0, elapsed_s=elapsed,
                         stage_ms=dict(self._stage_ms), preview=preview,
