@@ -122,12 +122,14 @@ def main() -> None:
         r._ready()
         say(f"{dec}_ready_ms", round((time.perf_counter() - t0) * 1e3, 1))
         chunks16 = [(round(T * k / ncores), round(T * (k + 1) / ncores)) for k in range(ncores)]
-        for name, batches in (("plain64", stripes(T, 64, [(0, T)])), ("stripes", stripes(T, 64, chunks16))):
+        for name, batches in (("plain64", stripes(T, 64, [(0, T)])), ("stripes", stripes(T, 64, chunks16)),
+                              ("stripes_nv12", stripes(T, 64, chunks16))):
             for rep in range(2):
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                for _, frames in r.iter_batches(batches):
-                    rgb_to_nv12(pad_even(frames))
+                for _, frames in r.iter_batches(batches, nv12=name.endswith("nv12")):
+                    if frames.ndim == 4:
+                        rgb_to_nv12(pad_even(frames))
                 torch.cuda.synchronize()
                 dt = time.perf_counter() - t0
             say(f"{dec}_gpu_loop_{name}_fps", round(T / dt, 1))
