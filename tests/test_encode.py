@@ -309,7 +309,7 @@ class _X264AnnexB:
 def test_elementary_stream_path_used_by_nvenc_muxes_frames_and_audio(tmp_path, wav, monkeypatch):
     from studio.core import encode
 
-    monkeypatch.setitem(encode._ELEMENTARY, "annexb", _X264AnnexB)
+    monkeypatch.setitem(encode.ELEMENTARY, "annexb", _X264AnnexB)
     out = tmp_path / "nv.mp4"
     with encode.VideoWriter(out, W, H, audio=wav, name="annexb h264", reason="stand-in", chunks=[(0, 60)],
                             crf=20, preset="veryfast", fps=25, write_hook=None) as w:

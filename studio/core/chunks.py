@@ -104,7 +104,7 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     """
     import av
 
-    from studio.core.encode import _AudioSource  # the single-process writer's AAC muxer
+    from studio.core.encoders import AudioSource  # the single-process writer's AAC muxer
     from studio.core.fsutil import atomic_path
 
     segments = sorted(segments, key=lambda s: s[0])
@@ -116,7 +116,7 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     output = Path(output)
     if not output.parent.is_dir():
         raise RenderError(f"The output folder {output.parent} does not exist: create it or choose another.")
-    src = _AudioSource(audio) if audio is not None else None
+    src = AudioSource(audio) if audio is not None else None
     try:
         with atomic_path(output, suffix=".mp4") as tmp:
             _join(av, segments, tmp, src, fps)

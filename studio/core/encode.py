@@ -6,19 +6,19 @@
     # leaving the block without an error == w.close(); with an error (or Ctrl-C) == w.abort()
 
 Encoders: "x264" (one libx264 encoder, auto threads), "x264-parallel" (the clip cut into contiguous
-chunks, one single-threaded libx264 per chunk in its own thread, closed GOPs, joined into ONE
-stream), "nvenc" (PyNvVideoCodec, where a session really opens; else libx264 and the reason is
-recorded) and "auto". Nothing holds the clip in memory: queues are bounded (a full queue blocks
-``write``), chunk 0 is muxed as it is encoded, later chunks spill to temporary packet files beside
-the output and are appended in order by ``close``. The output is H.264 yuv420p at exactly ``fps``
-(frame t has pts t/fps), BT.709 limited range declared in the stream, faststart MP4.
+chunks, one single-threaded libx264 per chunk in a worker process (``x264_pool``), closed GOPs,
+joined into ONE stream), "nvenc" (PyNvVideoCodec, where a session really opens; else libx264 and
+the reason is recorded) and "auto". Nothing holds the clip in memory: queues are bounded (a full
+queue blocks ``write``); the chunks' packets spill to temporary files beside the output (written by
+the worker processes themselves) and ``close`` muxes them in order with the audio. The output is
+H.264 yuv420p at exactly ``fps`` (frame t has pts t/fps), BT.709 limited range declared in the
+stream, faststart MP4. The back-ends, spill files and the AAC source live in ``encoders``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import logging
 import os
 import queue
@@ -30,9 +30,21 @@ from pathlib import Path
 import numpy as np
 
 from studio.core.constants import FPS
-from studio.core.errors import AudioError, RenderError
+from studio.core.errors import RenderError
 from studio.core.fsutil import atomic_path
-from studio.core.x264_pool import REC as _REC  # pts, dts, size, keyframe: shared with the workers
+from studio.core.encoders import (  # noqa: F401 - probe_nvenc is part of this module's API
+    BT709 as _BT709,
+    ELEMENTARY,
+    RANGE_MPEG as _RANGE_MPEG,
+    AudioSource,
+    HookedFile,
+    PacketFile,
+    RawFile,
+    X264Encoder,
+    configure_x264,
+    probe_nvenc,
+    read_packets,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +55,6 @@ MIN_PARALLEL_CHUNK = 24  # frames: auto picks parallel x264 only when every chun
 MIN_CHUNK = 8  # frames: x264's reorder delay is only constant from 3 frames on (dts must join up)
 QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks (one encoder)
 QUEUE_RUNS = 8  # runs waiting per chunk of a parallel writer (a striped batch gives each chunk a few frames)
-AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000)
-_BT709, _RANGE_MPEG = 1, 1  # AVCOL_PRI/TRC/SPC_BT709 and AVCOL_RANGE_MPEG (limited)
 
 
 def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, preset="veryfast",
@@ -67,6 +77,10 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
                        chunks=chunks, crf=crf, preset=preset, fps=fps, write_hook=write_hook)
 
 
+class _Probe(Exception):
+    """Leaves ``atomic_path`` on purpose: its temporary is deleted and the target is untouched."""
+
+
 def check_output(path) -> Path:
     """Raise RenderError unless ``path``'s folder exists and accepts new files (nothing is left)."""
     path = Path(path)
@@ -80,26 +94,6 @@ def check_output(path) -> Path:
     except OSError as exc:
         raise RenderError(f"The output folder {path.parent} is not writable ({exc.strerror}): "
                           "choose another folder.") from exc
-
-
-class _Probe(Exception):
-    """Leaves ``atomic_path`` on purpose: its temporary is deleted and the target is untouched."""
-
-
-@functools.lru_cache(maxsize=1)
-def probe_nvenc() -> tuple[bool, str]:
-    """(available, why): NVENC counts as available only when an encode session really opens."""
-    try:
-        import PyNvVideoCodec as nvc  # noqa: N813
-    except Exception as exc:  # ImportError, or OSError for a missing libnvidia-encode.so.1
-        return False, f"PyNvVideoCodec cannot be imported ({type(exc).__name__}: {exc})"
-    try:
-        enc = nvc.CreateEncoder(256, 256, "NV12", True, codec="h264")
-        enc.EndEncode()
-        del enc
-    except Exception as exc:  # PyNvVCException on GPUs without NVENC (H100/H200)
-        return False, f"NVENC session cannot be opened ({type(exc).__name__}: {exc})"
-    return True, "NVENC session opened"
 
 
 class VideoWriter:
@@ -126,7 +120,7 @@ class VideoWriter:
         self._proc_encoders: list = []
         self._gpu_slots = None  # per chunk: page-locked slot views, False when unavailable
         self._check_folder()
-        self._audio = _AudioSource(audio) if audio is not None else None
+        self._audio = AudioSource(audio) if audio is not None else None
         try:
             self._start()
         except BaseException:
@@ -250,14 +244,14 @@ class VideoWriter:
             if missing:
                 s, e, n = missing[0]
                 raise RenderError(f"Frames {n}..{e - 1} were never written, so the video is incomplete.")
-            if isinstance(self._chunks[0].sink, _RawFile):
+            if isinstance(self._chunks[0].sink, RawFile):
                 self._chunks[0].sink.close()
                 self._mux_annexb(self._chunks[0].sink.path)
             for ch in self._chunks:
-                if ch.spill is not None:  # packets spilled by a worker or by _PacketFile
-                    if isinstance(ch.sink, _PacketFile):
+                if ch.spill is not None:  # packets spilled by a worker or by PacketFile
+                    if isinstance(ch.sink, PacketFile):
                         ch.sink.close()
-                    for pkt in _read_packets(ch.spill, self._vstream):
+                    for pkt in read_packets(ch.spill, self._vstream):
                         self._mux_video(pkt)
             self._finish_audio()
             t2 = time.perf_counter()
@@ -318,15 +312,15 @@ class VideoWriter:
         self._tmp_files.append(self._tmp)
 
     def _start(self) -> None:
-        self._fh = _HookedFile(self._tmp, "wb+", self._hook)
+        self._fh = HookedFile(self._tmp, "wb+", self._hook)
         self._muxed_until = 0  # video frames muxed so far (drives the audio interleave)
         self._last_dts = -(1 << 62)
         self._chunks = []
         kind = self.name.split()[0]
         enc = None
-        if kind in _ELEMENTARY:
+        if kind in ELEMENTARY:
             try:
-                enc = _ELEMENTARY[kind](self.enc_width, self.enc_height, self.fps, self._crf, self._preset)
+                enc = ELEMENTARY[kind](self.enc_width, self.enc_height, self.fps, self._crf, self._preset)
             except Exception as exc:  # the probe's session opened, this one did not (busy, size...)
                 self.name = "libx264"
                 self.reason = f"NVENC unavailable: {type(exc).__name__}: {exc}; using libx264"
@@ -335,7 +329,7 @@ class VideoWriter:
             # NVENC writes an Annex B elementary stream; close() muxes it with the audio.
             raw = self._tmp.with_name(f"{self._tmp.name}.h264")
             self._tmp_files.append(raw)
-            self._chunks.append(_Chunk(*self.chunks[0], enc, _RawFile(raw, self._hook)))
+            self._chunks.append(_Chunk(*self.chunks[0], enc, RawFile(raw, self._hook)))
         else:
             self._start_x264()
         for k, ch in enumerate(self._chunks):
@@ -365,7 +359,7 @@ class VideoWriter:
 
         vs = self._open_container()
         parallel = len(self.chunks) > 1
-        _configure_x264(vs.codec_context, self.enc_width, self.enc_height, self.fps, self._crf,
+        configure_x264(vs.codec_context, self.enc_width, self.enc_height, self.fps, self._crf,
                         self._preset, threads=1 if parallel else 0)
         self._container.start_encoding()
         procs = parallel and _use_processes()
@@ -385,14 +379,14 @@ class VideoWriter:
                 extradata = enc.extradata
             elif k == 0:
                 ctx = vs.codec_context
-                enc, extradata = _X264Encoder(ctx), ctx.extradata
+                enc, extradata = X264Encoder(ctx), ctx.extradata
             else:
                 ctx = av.CodecContext.create("libx264", "w")
                 ctx.flags |= av.codec.context.Flags.global_header
-                _configure_x264(ctx, self.enc_width, self.enc_height, self.fps, self._crf,
+                configure_x264(ctx, self.enc_width, self.enc_height, self.fps, self._crf,
                                 self._preset, threads=1)
                 ctx.open()
-                enc, extradata = _X264Encoder(ctx), ctx.extradata
+                enc, extradata = X264Encoder(ctx), ctx.extradata
             if bytes(extradata or b"") != bytes(vs.codec_context.extradata or b""):
                 raise RenderError("The parallel x264 encoders disagree on stream headers: use --encoder x264.")
             if procs:  # the worker spills the packets; they are muxed at close
@@ -402,7 +396,7 @@ class VideoWriter:
             else:
                 spill = self._tmp.with_name(f"{self._tmp.name}.chunk{k}")
                 self._tmp_files.append(spill)
-                sink = _PacketFile(spill, self._hook)
+                sink = PacketFile(spill, self._hook)
             ch = _Chunk(s, e, enc, sink, depth=QUEUE_RUNS if parallel else QUEUE_BATCHES)
             ch.spill = spill
             self._chunks.append(ch)
@@ -588,17 +582,6 @@ def _split(total: int, n: int) -> list[tuple[int, int]]:
     return [(edges[k], edges[k + 1]) for k in range(n)]
 
 
-def _configure_x264(ctx, width, height, fps, crf, preset, threads) -> None:
-    ctx.width, ctx.height = width, height
-    ctx.pix_fmt = "nv12"  # x264 works in NV12 internally: no conversion on our side or its side
-    ctx.time_base = Fraction(1, fps)
-    ctx.framerate = Fraction(fps)
-    ctx.color_primaries = ctx.color_trc = ctx.colorspace = _BT709
-    ctx.color_range = _RANGE_MPEG
-    ctx.thread_count = threads
-    ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0"}
-
-
 def _disk_error(exc: OSError, path: Path) -> RenderError:
     if exc.errno == errno.ENOSPC:
         return RenderError(f"The disk is full while writing {path.name}: free some space and render again.")
@@ -616,188 +599,5 @@ class _Chunk:
         self.thread: threading.Thread | None = None
 
 
-class _X264Encoder:
-    """A libx264 codec context fed NV12 frames; yields PyAV packets."""
-
-    def __init__(self, ctx):
-        import av
-
-        self._av, self.ctx = av, ctx
-
-    def encode(self, nv12: np.ndarray, pts: int):
-        av = self._av
-        try:
-            vf = av.VideoFrame.from_numpy_buffer(nv12, format="nv12")
-        except ValueError:  # widths the zero-copy path cannot take
-            vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(nv12), format="nv12")
-        vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
-        vf.pts = pts
-        return self.ctx.encode(vf)
-
-    def flush(self):
-        return self.ctx.encode(None)
-
-
-# x264 preset names -> NVENC presets P1 (fastest) .. P7 (best)
-_NV_PRESETS = {"ultrafast": "P1", "superfast": "P1", "veryfast": "P2", "faster": "P3", "fast": "P4",
-               "medium": "P4", "slow": "P5", "slower": "P6", "veryslow": "P7", "placebo": "P7"}
-
-
-class _NvencEncoder:
-    """PyNvVideoCodec H.264, host NV12 input, no B-frames, constant QP ~ the CRF; yields bytes."""
-
-    def __init__(self, width, height, fps, crf, preset):
-        import PyNvVideoCodec as nvc  # noqa: N813
-
-        self._enc = nvc.CreateEncoder(
-            width, height, "NV12", True, codec="h264", preset=_NV_PRESETS.get(str(preset), "P4"),
-            tuning_info="high_quality", rc="constqp", constqp=int(crf), fps=int(fps),
-            gop=10 * int(fps), idrperiod=10 * int(fps), bf=0, repeatspspps=1,
-        )
-
-    def encode(self, nv12: np.ndarray, pts: int):
-        data = self._enc.Encode(np.ascontiguousarray(nv12))
-        return [bytes(data)] if data is not None and len(data) else []
-
-    def flush(self):
-        data = self._enc.EndEncode()
-        return [bytes(data)] if data is not None and len(data) else []
-
-
-# Encoders that produce an H.264 Annex B elementary stream (no B-frames), by writer-name prefix.
-_ELEMENTARY = {"nvenc": _NvencEncoder}
-
-
-# ---------------------------------------------------------------------- files
-
-
 def _no_packets(pkt) -> None:  # sink of worker-spilled chunks: encoders return no packets
     raise AssertionError("a spilling x264 worker returned a packet")
-
-
-class _HookedFile:
-    """A binary file whose writes first call ``hook(nbytes)`` (to simulate a full disk)."""
-
-    def __init__(self, path, mode, hook):
-        self._f = open(path, mode)  # noqa: SIM115 - closed by the owner
-        self._hook = hook
-        self.name = str(path)
-
-    def write(self, data) -> int:
-        if self._hook is not None:
-            self._hook(len(data))
-        return self._f.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self._f, name)
-
-
-class _RawFile:
-    """An elementary stream: each encoded chunk of bytes appended as is."""
-
-    def __init__(self, path: Path, hook):
-        self.path = path
-        self._f = _HookedFile(path, "wb", hook)
-
-    def __call__(self, data: bytes) -> None:
-        self._f.write(data)
-
-    def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
-
-
-
-
-class _PacketFile:
-    """Encoded packets of one chunk, spilled to disk in encode order until ``close`` appends them."""
-
-    def __init__(self, path: Path, hook):
-        self.path = path
-        self._f = _HookedFile(path, "wb", hook)
-
-    def __call__(self, pkt) -> None:
-        data = bytes(pkt)
-        self._f.write(_REC.pack(pkt.pts, pkt.dts, len(data), 1 if pkt.is_keyframe else 0) + data)
-
-    def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
-
-
-def _read_packets(path: Path, stream):
-    import av
-
-    with open(path, "rb") as f:
-        while head := f.read(_REC.size):
-            pts, dts, size, key = _REC.unpack(head)
-            pkt = av.Packet(f.read(size))
-            pkt.pts, pkt.dts = pts, dts
-            pkt.time_base = stream.codec_context.time_base
-            pkt.is_keyframe = bool(key)
-            yield pkt
-
-
-# ---------------------------------------------------------------------- audio
-
-
-class _AudioSource:
-    """The original audio file, read block by block and encoded to AAC as the video advances."""
-
-    BLOCK = 8192
-
-    def __init__(self, path):
-        import soundfile as sf
-
-        self.path = Path(path)
-        try:
-            self._sf = sf.SoundFile(str(self.path))
-        except Exception as exc:
-            raise AudioError(f"Cannot read the audio file {self.path.name} ({exc}): "
-                             "use a WAV, FLAC, OGG or MP3 file.") from exc
-        self.rate_in = self._sf.samplerate
-        self.channels = min(self._sf.channels, 2) if self._sf.channels <= 2 else 1
-        self.rate = self.rate_in if self.rate_in in AAC_RATES else 48000
-        self._resampler = None
-        if self.rate != self.rate_in:
-            import soxr
-
-            self._resampler = soxr.ResampleStream(self.rate_in, self.rate, self.channels, dtype="float32")
-        self._sent = 0
-        self._eof = False
-
-    def add_stream(self, container) -> None:
-        layout = "mono" if self.channels == 1 else "stereo"
-        self.stream = container.add_stream("aac", rate=self.rate, layout=layout)
-        self.stream.codec_context.bit_rate = 96_000 * self.channels
-        self._layout = layout
-
-    def mux_until(self, container, seconds: float | None) -> None:
-        """Encode and mux audio up to ``seconds`` (None: to the end, then flush the encoder)."""
-        import av
-
-        target = None if seconds is None else int(seconds * self.rate) + self.BLOCK
-        while not self._eof and (target is None or self._sent < target):
-            block = self._sf.read(self.BLOCK, dtype="float32", always_2d=True)
-            last = len(block) < self.BLOCK
-            if self._sf.channels > 2:
-                block = block.mean(axis=1, keepdims=True)
-            if self._resampler is not None:
-                block = self._resampler.resample_chunk(block, last=last)
-            if len(block):
-                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block.T), format="fltp",
-                                                   layout=self._layout)
-                frame.sample_rate = self.rate
-                frame.pts = self._sent
-                frame.time_base = Fraction(1, self.rate)
-                self._sent += len(block)
-                for pkt in self.stream.encode(frame):
-                    container.mux(pkt)
-            self._eof = last
-        if seconds is None:
-            for pkt in self.stream.encode(None):
-                container.mux(pkt)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._sf.close()

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 SLOTS = 8  # frames in flight per worker
 # One encoded packet in a chunk's spill file: pts, dts, size, keyframe, then the bytes. Written
-# by the workers (``ProcessEncoder(path=...)``) and by ``encode._PacketFile``; read back at close.
+# by the workers (``ProcessEncoder(path=...)``) and by ``encoders.PacketFile``; read back at close.
 REC = struct.Struct("<qqIB")
 _BT709, _RANGE_MPEG = 1, 1
 

@@ -1,0 +1,223 @@
+"""The encoder back-ends a ``VideoWriter`` drives, their spill files, and the AAC audio source.
+
+``X264Encoder`` (libx264 in this process), ``NvencEncoder`` (PyNvVideoCodec, H.264 Annex B) and
+``probe_nvenc``; ``PacketFile``/``read_packets`` spill a chunk's packets to disk (``REC`` records,
+the same format the x264 worker processes write) and ``RawFile`` an elementary stream, all
+through ``HookedFile`` (tests inject a full disk there); ``AudioSource`` encodes the original audio
+to AAC block by block as the video advances.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from studio.core.errors import AudioError
+from studio.core.x264_pool import REC
+
+AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000)
+BT709, RANGE_MPEG = 1, 1  # AVCOL_PRI/TRC/SPC_BT709 and AVCOL_RANGE_MPEG (limited)
+
+
+@functools.lru_cache(maxsize=1)
+def probe_nvenc() -> tuple[bool, str]:
+    """(available, why): NVENC counts as available only when an encode session really opens."""
+    try:
+        import PyNvVideoCodec as nvc  # noqa: N813
+    except Exception as exc:  # ImportError, or OSError for a missing libnvidia-encode.so.1
+        return False, f"PyNvVideoCodec cannot be imported ({type(exc).__name__}: {exc})"
+    try:
+        enc = nvc.CreateEncoder(256, 256, "NV12", True, codec="h264")
+        enc.EndEncode()
+        del enc
+    except Exception as exc:  # PyNvVCException on GPUs without NVENC (H100/H200)
+        return False, f"NVENC session cannot be opened ({type(exc).__name__}: {exc})"
+    return True, "NVENC session opened"
+
+def configure_x264(ctx, width, height, fps, crf, preset, threads) -> None:
+    ctx.width, ctx.height = width, height
+    ctx.pix_fmt = "nv12"  # x264 works in NV12 internally: no conversion on our side or its side
+    ctx.time_base = Fraction(1, fps)
+    ctx.framerate = Fraction(fps)
+    ctx.color_primaries = ctx.color_trc = ctx.colorspace = BT709
+    ctx.color_range = RANGE_MPEG
+    ctx.thread_count = threads
+    ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0"}
+
+class X264Encoder:
+    """A libx264 codec context fed NV12 frames; yields PyAV packets."""
+
+    def __init__(self, ctx):
+        import av
+
+        self._av, self.ctx = av, ctx
+
+    def encode(self, nv12: np.ndarray, pts: int):
+        av = self._av
+        try:
+            vf = av.VideoFrame.from_numpy_buffer(nv12, format="nv12")
+        except ValueError:  # widths the zero-copy path cannot take
+            vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(nv12), format="nv12")
+        vf.color_range, vf.colorspace = RANGE_MPEG, BT709
+        vf.pts = pts
+        return self.ctx.encode(vf)
+
+    def flush(self):
+        return self.ctx.encode(None)
+
+
+# x264 preset names -> NVENC presets P1 (fastest) .. P7 (best)
+NV_PRESETS = {"ultrafast": "P1", "superfast": "P1", "veryfast": "P2", "faster": "P3", "fast": "P4",
+               "medium": "P4", "slow": "P5", "slower": "P6", "veryslow": "P7", "placebo": "P7"}
+
+
+class NvencEncoder:
+    """PyNvVideoCodec H.264, host NV12 input, no B-frames, constant QP ~ the CRF; yields bytes."""
+
+    def __init__(self, width, height, fps, crf, preset):
+        import PyNvVideoCodec as nvc  # noqa: N813
+
+        self._enc = nvc.CreateEncoder(
+            width, height, "NV12", True, codec="h264", preset=NV_PRESETS.get(str(preset), "P4"),
+            tuning_info="high_quality", rc="constqp", constqp=int(crf), fps=int(fps),
+            gop=10 * int(fps), idrperiod=10 * int(fps), bf=0, repeatspspps=1,
+        )
+
+    def encode(self, nv12: np.ndarray, pts: int):
+        data = self._enc.Encode(np.ascontiguousarray(nv12))
+        return [bytes(data)] if data is not None and len(data) else []
+
+    def flush(self):
+        data = self._enc.EndEncode()
+        return [bytes(data)] if data is not None and len(data) else []
+
+
+# Encoders that produce an H.264 Annex B elementary stream (no B-frames), by writer-name prefix.
+ELEMENTARY = {"nvenc": NvencEncoder}
+
+class HookedFile:
+    """A binary file whose writes first call ``hook(nbytes)`` (to simulate a full disk)."""
+
+    def __init__(self, path, mode, hook):
+        self._f = open(path, mode)  # noqa: SIM115 - closed by the owner
+        self._hook = hook
+        self.name = str(path)
+
+    def write(self, data) -> int:
+        if self._hook is not None:
+            self._hook(len(data))
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+class RawFile:
+    """An elementary stream: each encoded chunk of bytes appended as is."""
+
+    def __init__(self, path: Path, hook):
+        self.path = path
+        self._f = HookedFile(path, "wb", hook)
+
+    def __call__(self, data: bytes) -> None:
+        self._f.write(data)
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+
+
+
+class PacketFile:
+    """Encoded packets of one chunk, spilled to disk in encode order until ``close`` appends them."""
+
+    def __init__(self, path: Path, hook):
+        self.path = path
+        self._f = HookedFile(path, "wb", hook)
+
+    def __call__(self, pkt) -> None:
+        data = bytes(pkt)
+        self._f.write(REC.pack(pkt.pts, pkt.dts, len(data), 1 if pkt.is_keyframe else 0) + data)
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+
+def read_packets(path: Path, stream):
+    import av
+
+    with open(path, "rb") as f:
+        while head := f.read(REC.size):
+            pts, dts, size, key = REC.unpack(head)
+            pkt = av.Packet(f.read(size))
+            pkt.pts, pkt.dts = pts, dts
+            pkt.time_base = stream.codec_context.time_base
+            pkt.is_keyframe = bool(key)
+            yield pkt
+
+class AudioSource:
+    """The original audio file, read block by block and encoded to AAC as the video advances."""
+
+    BLOCK = 8192
+
+    def __init__(self, path):
+        import soundfile as sf
+
+        self.path = Path(path)
+        try:
+            self._sf = sf.SoundFile(str(self.path))
+        except Exception as exc:
+            raise AudioError(f"Cannot read the audio file {self.path.name} ({exc}): "
+                             "use a WAV, FLAC, OGG or MP3 file.") from exc
+        self.rate_in = self._sf.samplerate
+        self.channels = min(self._sf.channels, 2) if self._sf.channels <= 2 else 1
+        self.rate = self.rate_in if self.rate_in in AAC_RATES else 48000
+        self._resampler = None
+        if self.rate != self.rate_in:
+            import soxr
+
+            self._resampler = soxr.ResampleStream(self.rate_in, self.rate, self.channels, dtype="float32")
+        self._sent = 0
+        self._eof = False
+
+    def add_stream(self, container) -> None:
+        layout = "mono" if self.channels == 1 else "stereo"
+        self.stream = container.add_stream("aac", rate=self.rate, layout=layout)
+        self.stream.codec_context.bit_rate = 96_000 * self.channels
+        self._layout = layout
+
+    def mux_until(self, container, seconds: float | None) -> None:
+        """Encode and mux audio up to ``seconds`` (None: to the end, then flush the encoder)."""
+        import av
+
+        target = None if seconds is None else int(seconds * self.rate) + self.BLOCK
+        while not self._eof and (target is None or self._sent < target):
+            block = self._sf.read(self.BLOCK, dtype="float32", always_2d=True)
+            last = len(block) < self.BLOCK
+            if self._sf.channels > 2:
+                block = block.mean(axis=1, keepdims=True)
+            if self._resampler is not None:
+                block = self._resampler.resample_chunk(block, last=last)
+            if len(block):
+                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block.T), format="fltp",
+                                                   layout=self._layout)
+                frame.sample_rate = self.rate
+                frame.pts = self._sent
+                frame.time_base = Fraction(1, self.rate)
+                self._sent += len(block)
+                for pkt in self.stream.encode(frame):
+                    container.mux(pkt)
+            self._eof = last
+        if seconds is None:
+            for pkt in self.stream.encode(None):
+                container.mux(pkt)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._sf.close()
