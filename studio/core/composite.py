@@ -24,8 +24,20 @@ from studio.core.constants import FACE_SIZE
 
 log = logging.getLogger(__name__)
 
-# Avatar frames are copied to the GPU once when they fit in this budget; else per batch.
+# Avatar frames are copied to the GPU once when they fit in this budget (and a quarter of the
+# GPU's memory); else per batch.
 GPU_FRAME_CACHE_BYTES = 4 << 30
+
+
+def _cache_budget(device) -> int:
+    """Bytes of avatar frames kept on ``device``: GPU_FRAME_CACHE_BYTES, at most a quarter of a
+    GPU's memory (an 8 GB card keeps 2 GB; the engine and the frames in flight need the rest)."""
+    if device.type != "cuda":
+        return GPU_FRAME_CACHE_BYTES
+    import torch
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    return min(GPU_FRAME_CACHE_BYTES, total // 4)
 
 # The avatar frames last uploaded, per device, kept for the next render of the same avatar
 # (a warm render starts without re-uploading the clip): device -> [key, source array, RGB, NV12].
@@ -96,8 +108,9 @@ class Compositor:
         self._masks_t = None  # uint8 [N,1,256,256] on the device, on first use
         self._frames_t = None  # the whole clip on the device, when it fits the cache budget
         nbytes = int(np.prod(frames_shape))
-        self._fits_cache = nbytes <= GPU_FRAME_CACHE_BYTES
-        self._cache_frames = self.device.type != "cpu" and self._fits_cache
+        budget = _cache_budget(self.device)
+        self._cache_frames = self.device.type != "cpu" and nbytes <= budget
+        self._fits_nv12 = nbytes * 3 // 2 <= budget  # the RGB clip and its NV12 copy together
 
     # ------------------------------------------------------------------ public API
 
@@ -117,7 +130,7 @@ class Compositor:
     def nv12_ready(self) -> bool:
         """Whether ``background_nv12``/``paste_nv12`` are available: the clip fits the device
         cache and its size is even (then each 2x2 chroma block lies inside or outside a window)."""
-        return self._fits_cache and self.height % 2 == 0 and self.width % 2 == 0
+        return self._fits_nv12 and self.height % 2 == 0 and self.width % 2 == 0
 
     def background_nv12(self, idx):
         """The untouched avatar frames ``idx`` as NV12 uint8 [B,H*3//2,W] on the device (converted
