@@ -92,3 +92,15 @@ def test_cli_gpus_without_enough_gpus_is_one_line_and_exit_2(tmp_path, voice):
     assert r.returncode == 2
     assert "--gpus 64: this machine has" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o.mp4").exists()
+
+
+def test_a_failing_device_fails_the_render_and_leaves_nothing(tmp_path, avatar, voice):
+    from studio.core.errors import StudioError
+
+    settings = RenderSettings(engine="classic", encoder="x264-parallel", preset="ultrafast")
+    out = tmp_path / "out.mp4"
+    out.write_bytes(b"previous")
+    with pytest.raises(StudioError):
+        list(render_on_devices(avatar, voice, out, settings, devices=["cpu", "cuda:7"]))
+    assert out.read_bytes() == b"previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mp4"]

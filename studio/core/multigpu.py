@@ -56,11 +56,15 @@ def render_on_devices(avatar, audio, output, settings=None, *, devices=None, eng
     from studio.core.encode import open_video
     from studio.core.render import Renderer, RenderProgress, RenderSettings
 
+    from studio.core.engines.runtime_torch import resolve_device
+
     settings = settings or RenderSettings()
     if engines is None:
         devices = list(devices or cuda_devices())
         if not devices:
             raise RenderError("No GPU is visible to PyTorch: render on one device instead.")
+        for d in devices:
+            resolve_device(d)  # one sentence for a device that is not there
         renderers = [Renderer(avatar, audio, settings.with_(device=d)) for d in devices]
     else:
         renderers = [Renderer(avatar, audio, settings, engine=e) for e in engines]

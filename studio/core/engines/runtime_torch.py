@@ -35,6 +35,11 @@ def resolve_device(device=None):
         from studio.core.errors import StudioError
 
         raise StudioError(f"device {device} was asked for but PyTorch sees no CUDA GPU; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        from studio.core.errors import StudioError
+
+        raise StudioError(f"device {device} was asked for but this machine has "
+                          f"{torch.cuda.device_count()} CUDA GPU(s) (cuda:0 ...)")
     return dev
 
 
