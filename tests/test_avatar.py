@@ -184,11 +184,11 @@ def test_25fps_resampling_picks_the_source_frame_on_screen(pan_video, start, end
 
     import av
 
-    from studio.core.avatar import _VideoReader
+    from studio.core.avatar_sources import VideoReader
 
     with av.open(str(pan_video)) as c:
         source = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]  # 30 fps
-    out = list(_VideoReader(pan_video, start, end))  # trim_start > 2 s takes the seek path
+    out = list(VideoReader(pan_video, start, end))  # trim_start > 2 s takes the seek path
     assert len(out) == frames
     for j, frame in enumerate(out):
         t = (start or 0.0) + j / 25

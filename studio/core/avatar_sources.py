@@ -1,0 +1,129 @@
+"""Avatar sources: what a file is (photo or video), photos as RGB, videos resampled to 25 fps.
+
+    kind = source_kind(path)                   # "photo" or "video"; AvatarError otherwise
+    rgb = read_image(path)                     # [H,W,3] uint8, EXIF orientation applied
+    for rgb in VideoReader(path, trim_start, trim_end): ...   # frame k = the one shown at start + k/25
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from studio.core.constants import FPS
+from studio.core.errors import AvatarError
+
+log = logging.getLogger(__name__)
+
+IMAGE_FORMATS = ("PNG", "JPEG", "MPO", "WEBP", "BMP", "TIFF")
+SOURCE_HELP = "a PNG/JPEG/WebP photo or a video (MP4, MOV, MKV, WebM ...)"
+
+
+def source_kind(path: Path) -> str:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            if im.format in IMAGE_FORMATS and getattr(im, "n_frames", 1) == 1:
+                return "photo"
+    except (UnidentifiedImageError, OSError, ValueError):
+        pass
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            if container.streams.video:
+                next(container.decode(video=0))  # garbage often probes as something; it never decodes
+                return "video"
+    except Exception:  # PyAV raises FFmpegError subclasses (InvalidDataError, ...), StopIteration
+        pass
+    raise AvatarError(f"{path}: not an image or video Studio can read (or the file is corrupt); give {SOURCE_HELP}")
+
+
+def read_image(path: Path) -> np.ndarray:
+    from PIL import Image, ImageOps
+
+    try:
+        with Image.open(path) as im:
+            im = ImageOps.exif_transpose(im)
+            rgb = np.asarray(im.convert("RGB"))
+    except (OSError, ValueError) as exc:
+        raise AvatarError(f"{path}: the image is corrupt ({exc}); export it again") from None
+    return np.ascontiguousarray(rgb)
+
+
+class VideoReader:
+    """Decodes a video with PyAV and yields RGB frames resampled to 25 fps by timestamp.
+
+    Output frame ``k`` is the source frame on screen at ``trim_start + k / 25``; the clip ends at
+    ``trim_end`` or where the last source frame stops being shown. Display rotation is applied.
+    """
+
+    def __init__(self, path: Path, trim_start: float | None, trim_end: float | None):
+        self.path, self.start, self.end = path, float(trim_start or 0.0), trim_end
+        import av
+
+        try:
+            with av.open(str(path)) as c:
+                s = c.streams.video[0]
+                rate = s.average_rate or s.guessed_rate
+                self.source_fps = float(rate) if rate else None
+                dur = float(s.duration * s.time_base) if s.duration else (c.duration / 1e6 if c.duration else None)
+        except Exception as exc:
+            raise AvatarError(f"{path}: the video cannot be opened ({exc}); re-encode it as H.264 MP4") from None
+        span = None if dur is None else (min(dur, self.end) if self.end else dur) - self.start
+        if span is not None and span <= 0:
+            raise AvatarError(f"{path}: --trim-start {self.start:g} s is past the end of the {dur:.2f} s video")
+        self.estimate = None if span is None else max(1, int(np.ceil(span * FPS - 1e-6)))
+
+    def __iter__(self):
+        import av
+
+        eps = 1e-6
+        k, prev, prev_t, dur = 0, None, 0.0, None
+        try:
+            with av.open(str(self.path)) as c:
+                s = c.streams.video[0]
+                s.thread_type = "AUTO"
+                origin = float(s.start_time * s.time_base) if s.start_time is not None else None
+                if self.start > 2.0:
+                    c.seek(int((self.start - 1.0 + (origin or 0.0)) / s.time_base), stream=s, backward=True)
+                fallback = 1.0 / self.source_fps if self.source_fps else 1.0 / FPS
+                for n, frame in enumerate(c.decode(s)):
+                    if frame.time is None:
+                        t = n * fallback
+                    else:
+                        origin = frame.time if origin is None else origin
+                        t = frame.time - origin
+                    while prev is not None and self.start + k / FPS < t - eps and not self._past(k):
+                        yield self._rgb(prev)
+                        k += 1
+                    if self._past(k):
+                        return
+                    prev, prev_t = frame, t
+                    dur = float(frame.duration * frame.time_base) if frame.duration else fallback
+        except av.error.FFmpegError as exc:
+            if prev is None:
+                raise AvatarError(f"{self.path}: the video data is corrupt ({exc}); re-encode it") from None
+            log.warning("%s: decoding stopped early (%s); using the frames before it", self.path, exc)
+        if prev is None:
+            return
+        end = prev_t + (dur or 0.0)
+        if self.end is not None:
+            end = min(end, self.end)
+        while self.start + k / FPS < end - eps:
+            yield self._rgb(prev)
+            k += 1
+
+    def _past(self, k: int) -> bool:
+        return self.end is not None and self.start + k / FPS >= self.end - 1e-6
+
+    @staticmethod
+    def _rgb(frame) -> np.ndarray:
+        rgb = frame.to_ndarray(format="rgb24")
+        rot = getattr(frame, "rotation", 0) or 0
+        if rot % 360:
+            rgb = np.ascontiguousarray(np.rot90(rgb, k=int(round(rot / 90)) % 4))
+        return rgb
