@@ -2,16 +2,19 @@
 
 PyAV holds the GIL while libx264 encodes a frame, so encoders in threads of one process take
 turns (16 threads on a 16-core host reached ~213 fps at 1080p, about what two encoders give).
-Each chunk of a parallel encode therefore runs in its own process: the parent copies an NV12
-frame into a slot of the worker's shared-memory ring, sends ``(slot, pts)`` down a socket, and
-gets the slot back with the encoded packets' bytes. Workers are fresh interpreters started with
-``python -m studio.core.x264_pool FD`` (no inherited CUDA context or threads, and no re-import of
-the caller's ``__main__`` as multiprocessing's spawn would do), kept for later renders.
+Each chunk of a parallel encode therefore runs in its own process: the parent puts an NV12 frame
+into a slot of the worker's shared-memory ring (a host copy, or one DMA from the GPU: the ring is
+CUDA-registered), sends ``(slot, pts)`` down a socket, and gets the slot back when it is encoded.
+With a spill ``path`` the worker writes the packets there itself (``REC`` records) and the parent
+only moves frames; without one the packets' bytes come back with the slot. Workers are fresh
+interpreters started with ``python -m studio.core.x264_pool FD`` (no inherited CUDA context or
+threads, and no re-import of the caller's ``__main__`` as multiprocessing's spawn would do), kept
+for later renders, at a lower CPU priority than the render thread that feeds them.
 
     pool = worker_pool(n)                   # processes start on first use, then stay
-    enc = ProcessEncoder(pool[k], width, height, fps, crf, preset)
-    for p in enc.encode(nv12, pts): ...      # av.Packet objects, in encode order
-    for p in enc.flush(): ...
+    enc = ProcessEncoder(pool[k], width, height, fps, crf, preset, path=spill)
+    enc.encode(nv12, pts)                    # [] with a spill path, else av.Packet objects
+    enc.flush()                              # the spill file is complete after this
 """
 
 from __future__ import annotations
