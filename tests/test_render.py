@@ -193,3 +193,18 @@ def test_nv12_batches_equal_converted_rgb_batches_on_cuda(tmp_path, voice):
     nv = [f for _, f in r.iter_batches(batches, nv12=True)]
     for a, b in zip(rgb, nv):
         assert a.shape == b.shape and bool((a == b).all())
+
+
+@pytest.mark.parametrize("env, expect", [({"STUDIO_CPU_THREADS": "3"}, 3), ({"OMP_NUM_THREADS": "2"}, 2),
+                                         ({}, max(1, (__import__("os").cpu_count() or 1) // 4))])
+def test_cpu_render_threads_are_capped_unless_the_user_says(env, expect):
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "STUDIO_CPU_THREADS")}
+    code = ("import torch; from studio.core.engines.runtime_torch import limit_cpu_threads as f; "
+            "print(f(), torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out == [str(expect), str(expect)]

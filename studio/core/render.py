@@ -165,6 +165,10 @@ class Renderer:
         """Load everything a frame needs (features, prepared avatar, compositor); idempotent."""
         with self._lock:
             engine = self.engine
+            if engine.device.type == "cpu":
+                from studio.core.engines.runtime_torch import limit_cpu_threads
+
+                limit_cpu_threads()
             if self._features is None:
                 t0 = time.perf_counter()
                 self._features = engine.audio_features(self.wave)
