@@ -11,7 +11,7 @@ import torch
 
 from conftest import prepare_demo_avatar, speech_pause_speech
 from studio.core.errors import Cancelled
-from studio.core.multigpu import render_on_devices, split_chunks
+from studio.core.multigpu import DeviceRender, render_on_devices, split_chunks
 from studio.core.render import Renderer, RenderSettings
 
 
@@ -48,6 +48,11 @@ def test_two_devices_write_the_same_file_as_one(tmp_path, avatar, voice):
     a, b = _video_packets(tmp_path / "one.mp4"), _video_packets(tmp_path / "two.mp4")
     assert len(a) == len(b) == 60
     assert a == b  # same frames, same chunks, same encoder settings: the same stream, packet for packet
+    job = DeviceRender(avatar, voice, settings, devices=["cpu", "cpu"])
+    list(job.run(tmp_path / "three.mp4"))
+    res = job.result
+    assert (res.frames, res.silent_frames, res.engine, res.encoder) == (60, one.silent_frames, "classic", one.encoder)
+    assert res.output == str(tmp_path / "three.mp4") and res.fps > 0 and "2 devices" in res.engine_reason
     with av.open(str(tmp_path / "two.mp4")) as c:
         assert c.streams.audio[0].duration is not None
 

@@ -1,7 +1,9 @@
 """One clip on several GPUs of this machine: contiguous parts rendered in parallel, one mux.
 
-    for p in render_on_devices(avatar, "voice.wav", "out.mp4", settings, devices=["cuda:0", "cuda:1"]):
+    job = DeviceRender(avatar, "voice.wav", settings, devices=["cuda:0", "cuda:1"])
+    for p in job.run("out.mp4"):
         bar.update(p.done, p.total, p.fps)
+    job.result                                  # a RenderResult, as Renderer.result
 
 The clip's frames are split into as many contiguous parts as there are devices, on the borders
 of the parallel x264 writer's chunks: device k renders the chunks of part k (striped batches, as
@@ -45,80 +47,112 @@ def split_chunks(chunks: list[tuple[int, int]], parts: int) -> list[list[tuple[i
 
 def render_on_devices(avatar, audio, output, settings=None, *, devices=None, engines=None,
                       cancel: threading.Event | None = None) -> Iterator:
-    """Render ``audio`` x ``avatar`` to ``output`` on several devices at once.
+    """``DeviceRender(...).run(output)``; ``cancel`` set from another thread stops it."""
+    job = DeviceRender(avatar, audio, settings, devices=devices, engines=engines)
+    if cancel is not None:
+        job._cancel = cancel
+    return job.run(output)
+
+
+class DeviceRender:
+    """Render one clip on several devices at once, like ``Renderer`` on one.
 
     ``devices`` (default: every CUDA GPU) or ``engines`` (warm engines, one per device) choose
-    the devices. Yields ``RenderProgress`` (done, total, aggregate fps; ``stage_ms`` summed over
-    the devices); the last has ``finished=True`` and ``.result`` of the returned generator's
-    renderers is not used: read ``RenderProgress.output``. ``cancel`` stops every device after its
-    current batch and raises ``Cancelled``; nothing is written.
+    the devices. ``run(output)`` yields ``RenderProgress`` (done, total, aggregate fps;
+    ``stage_ms`` summed over the devices), the last with ``finished=True``; ``result`` then holds
+    a ``RenderResult``. ``cancel()`` (any thread) stops every device after its current batch and
+    ``run`` raises ``Cancelled``; nothing is written.
     """
-    from studio.core.encode import open_video
-    from studio.core.render import Renderer, RenderProgress, RenderSettings
 
-    from studio.core.engines.runtime_torch import resolve_device
+    def __init__(self, avatar, audio, settings=None, *, devices=None, engines=None):
+        from studio.core.engines.runtime_torch import resolve_device
+        from studio.core.render import Renderer, RenderSettings
 
-    settings = settings or RenderSettings()
-    if engines is None:
-        devices = list(devices or cuda_devices())
-        if not devices:
-            raise RenderError("No GPU is visible to PyTorch: render on one device instead.")
-        for d in devices:
-            resolve_device(d)  # one sentence for a device that is not there
-        renderers = [Renderer(avatar, audio, settings.with_(device=d)) for d in devices]
-    else:
-        renderers = [Renderer(avatar, audio, settings, engine=e) for e in engines]
-    t_start = time.perf_counter()
-    first = renderers[0]
-    T = first.plan.frames
-    a = first.avatar
-    for r in renderers[1:]:  # share the loaded avatar and audio (plans are equal)
-        r._avatar, r._wave, r._plan = first.avatar, first.wave, first.plan
-    writer = open_video(output, a.width, a.height, audio=str(audio), encoder=settings.encoder, crf=settings.crf,
-                        preset=settings.preset, fps=FPS, total_frames=T)
-    with writer:
-        groups = split_chunks(writer.chunks, len(renderers))
-        if len(groups) < len(renderers):
-            log.info("%d chunk(s) for %d devices: using %d", len(writer.chunks), len(renderers), len(groups))
-            renderers = renderers[: len(groups)]
-        stop = threading.Event()
-        events: queue.Queue = queue.Queue()
-        threads = [threading.Thread(target=_device_loop, args=(r, g, writer, stop, events), daemon=True,
-                                    name=f"render-{r.engine.device}") for r, g in zip(renderers, groups)]
-        for t in threads:
-            t.start()
-        done, running = 0, len(threads)
-        try:
-            while running:
-                try:
-                    kind, value = events.get(timeout=0.25)
-                except queue.Empty:
-                    kind, value = None, None
-                if cancel is not None and cancel.is_set():
-                    raise Cancelled("render cancelled; nothing was written")
-                if kind == "error":
-                    raise value
-                if kind == "end":
-                    running -= 1
-                    continue
-                if kind == "frames":
-                    done += value
-                elapsed = time.perf_counter() - t_start
-                fps = done / elapsed if elapsed > 0 else 0.0
-                yield RenderProgress(done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0,
-                                     elapsed_s=elapsed, stage_ms=_stages(renderers))
-        finally:
-            stop.set()
+        self.settings = settings or RenderSettings()
+        self.audio = str(audio)
+        if engines is None:
+            devices = list(devices or cuda_devices())
+            if not devices:
+                raise RenderError("No GPU is visible to PyTorch: render on one device instead.")
+            for d in devices:
+                resolve_device(d)  # one sentence for a device that is not there
+            self.renderers = [Renderer(avatar, audio, self.settings.with_(device=d)) for d in devices]
+        else:
+            self.renderers = [Renderer(avatar, audio, self.settings, engine=e) for e in engines]
+        self._cancel = threading.Event()
+        self.result = None
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def run(self, output) -> Iterator:
+        from studio.core.encode import open_video
+        from studio.core.render import RenderProgress, RenderResult
+
+        self.result = None
+        renderers = self.renderers
+        t_start = time.perf_counter()
+        first = renderers[0]
+        plan = first.plan
+        T = plan.frames
+        a = first.avatar
+        for r in renderers[1:]:  # share the loaded avatar and audio (plans are equal)
+            r._avatar, r._wave, r._plan = first.avatar, first.wave, first.plan
+        s = self.settings
+        writer = open_video(output, a.width, a.height, audio=self.audio, encoder=s.encoder, crf=s.crf,
+                            preset=s.preset, fps=FPS, total_frames=T)
+        with writer:
+            groups = split_chunks(writer.chunks, len(renderers))
+            if len(groups) < len(renderers):
+                log.info("%d chunk(s) for %d devices: using %d", len(writer.chunks), len(renderers), len(groups))
+                renderers = renderers[: len(groups)]
+            stop = threading.Event()
+            events: queue.Queue = queue.Queue()
+            threads = [threading.Thread(target=_device_loop, args=(r, g, writer, stop, events), daemon=True,
+                                        name=f"render-{r.engine.device}") for r, g in zip(renderers, groups)]
             for t in threads:
-                t.join()
-        t0 = time.perf_counter()
-        path = writer.close()
-        finish_ms = (time.perf_counter() - t0) * 1e3
-    seconds = time.perf_counter() - t_start
-    stages = _stages(renderers)
-    stages["finish"] = finish_ms
-    yield RenderProgress(done=T, total=T, fps=T / seconds if seconds else 0.0, eta_s=0.0, elapsed_s=seconds,
-                         stage_ms=stages, finished=True, output=str(path))
+                t.start()
+            done, running = 0, len(threads)
+            try:
+                while running:
+                    try:
+                        kind, value = events.get(timeout=0.25)
+                    except queue.Empty:
+                        kind, value = None, None
+                    if self._cancel.is_set():
+                        raise Cancelled("render cancelled; nothing was written")
+                    if kind == "error":
+                        raise value
+                    if kind == "end":
+                        running -= 1
+                        continue
+                    if kind == "frames":
+                        done += value
+                    elapsed = time.perf_counter() - t_start
+                    fps = done / elapsed if elapsed > 0 else 0.0
+                    yield RenderProgress(done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0,
+                                         elapsed_s=elapsed, stage_ms=_stages(renderers))
+            finally:
+                stop.set()
+                for t in threads:
+                    t.join()
+            t0 = time.perf_counter()
+            path = writer.close()
+            finish_ms = (time.perf_counter() - t0) * 1e3
+        seconds = time.perf_counter() - t_start
+        stages = _stages(renderers)
+        stages["finish"] = finish_ms
+        engine = first.engine
+        self.result = RenderResult(
+            output=str(path), frames=T, silent_frames=int(plan.silent.sum()), engine=engine.name,
+            engine_reason=f"{len(renderers)} devices ({', '.join(str(r.engine.device) for r in renderers)}): "
+                          f"{first.engine_reason}",
+            encoder=writer.name, seconds=round(seconds, 3), fps=round(T / seconds, 2) if seconds else 0.0,
+            width=a.width, height=a.height, stage_ms={k: round(v, 1) for k, v in stages.items()},
+            finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
+        )
+        yield RenderProgress(done=T, total=T, fps=self.result.fps, eta_s=0.0, elapsed_s=seconds, stage_ms=stages,
+                             finished=True, output=str(path))
 
 
 def _device_loop(renderer, chunks, writer, stop: threading.Event, events: queue.Queue) -> None:
