@@ -262,6 +262,9 @@ class MainWindow(QMainWindow):
 
         def ready(status: dict) -> None:
             self.render_panel.show_engines(status)
+            from studio.core.multigpu import cuda_devices  # torch is loaded by now
+
+            self.gpus_task = run_in_background(cuda_devices, on_done=self.render_panel.set_gpus)  # "All GPUs here"
             auto = "musetalk" if status.get("musetalk", "").startswith("ready") else "classic"
             self.engine_status.setText(f"engine: auto → {auto}")
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))

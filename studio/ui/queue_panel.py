@@ -166,12 +166,15 @@ class QueuePanel(QWidget):
 
 def where_text(job) -> str:
     """Where a job ran (its result) or will run (its settings), for tooltips."""
-    from studio.ui.render_queue import job_farm
+    from studio.ui.render_queue import job_devices, job_farm
 
     ran = (job.result or {}).get("ran_on")
     if ran:
         return f"rendered on {ran}"
     farm = job_farm(job.settings or {})
+    devices = job_devices(job.settings or {})
+    if devices:
+        return f"renders on {len(devices)} GPUs here at once"
     if farm is None:
         return "renders on this computer"
     return f"renders on the farm at {farm}" if farm else "renders on the farm started here"

@@ -37,7 +37,7 @@ PRECISIONS = ["auto", "fp16", "bf16", "fp32"]
 DECODERS = ["taesd", "sd-vae"]
 ENCODERS = ["auto", "x264", "x264-parallel", "nvenc"]
 PRESETS = ["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"]
-TARGETS = {"local": "This computer", "farm": "Render farm"}  # setting value -> shown text
+TARGETS = {"local": "This computer", "gpus": "All GPUs here", "farm": "Render farm"}  # setting value -> text
 
 
 def fmt_eta(seconds: float) -> str:
@@ -86,8 +86,10 @@ class RenderPanel(QWidget):
         self.output_label = QLabel("")
         self.output_label.setObjectName("dim")
         self.output_label.setWordWrap(True)
-        self.target = _combo(list(TARGETS.values()),
+        self.target = _combo([TARGETS["local"], TARGETS["farm"]],  # "All GPUs here" joins with set_gpus
                              "Where queued jobs render: here, or in chunks on a Ray render farm (studio farm up)")
+        self._gpus: list[str] = []
+        self._want_gpus = False  # the saved choice was "All GPUs here", not offered yet
         self.farm_edit = QLineEdit()
         self.farm_edit.setPlaceholderText("HOST:PORT, empty: the farm started here")
         self.farm_edit.setToolTip("The farm's HOST:PORT; empty: the farm `studio farm up` started on this machine")
@@ -224,6 +226,23 @@ class RenderPanel(QWidget):
             min_silence=int(self.min_silence),
         )
 
+    def set_gpus(self, devices) -> None:
+        """Offer "All GPUs here" when this machine has two GPUs or more (``devices``: their names,
+        e.g. ``multigpu.cuda_devices()``); the clip is then split over them, one writer, one mux."""
+        self._gpus = list(devices or [])
+        have = self.target.findText(TARGETS["gpus"]) >= 0
+        if len(self._gpus) >= 2 and not have:
+            self.target.insertItem(1, TARGETS["gpus"])
+            self.target.setItemData(1, f"Render each job on {', '.join(self._gpus)} at once", 3)  # Qt.ToolTipRole
+            if self._want_gpus:
+                self.target.setCurrentText(TARGETS["gpus"])
+
+    def render_devices(self) -> tuple[str, ...] | None:
+        """The devices a job renders on when "All GPUs here" is chosen; else None."""
+        if self.target.currentText() != TARGETS["gpus"]:
+            return None
+        return tuple(self._gpus)
+
     def farm_address(self) -> str | None:
         """None: render on this computer; "" : the farm started here; else the farm's HOST:PORT."""
         if self.target.currentText() != TARGETS["farm"]:
@@ -234,6 +253,7 @@ class RenderPanel(QWidget):
         on = self.farm_address() is not None
         self.farm_edit.setEnabled(on)
         self._form.setRowVisible(self.farm_edit, on)
+        self.device.setEnabled(self.render_devices() is None)  # "All GPUs here" names the devices
 
     def output_path(self) -> str:
         folder = self.folder.text().strip() or str(_default_folder())
@@ -277,7 +297,8 @@ class RenderPanel(QWidget):
         s.setValue("render/threshold", self.threshold)
         s.setValue("render/min_silence", self.min_silence)
         s.setValue("folders/output", self.folder.text())
-        s.setValue("render/target", "local" if self.farm_address() is None else "farm")
+        target = "farm" if self.farm_address() is not None else "gpus" if self.render_devices() else "local"
+        s.setValue("render/target", target)
         s.setValue("render/farm_address", self.farm_edit.text().strip())
 
     def restore(self) -> None:
@@ -291,7 +312,11 @@ class RenderPanel(QWidget):
         self.pattern.setCursorPosition(0)
         self.folder.setText(cfg.value(s, "folders/output", str) or str(_default_folder()))
         self.folder.setCursorPosition(0)
-        self.target.setCurrentText(TARGETS.get(cfg.value(s, "render/target", str), TARGETS["local"]))
+        saved = cfg.value(s, "render/target", str)
+        self._want_gpus = saved == "gpus"
+        if self._want_gpus and self.target.findText(TARGETS["gpus"]) < 0:
+            saved = "local"  # until set_gpus offers it
+        self.target.setCurrentText(TARGETS.get(saved, TARGETS["local"]))
         self.farm_edit.setText(cfg.value(s, "render/farm_address", str))
         self.farm_edit.setCursorPosition(0)
         self._show_farm_row()

@@ -31,6 +31,13 @@ from studio.ui.workers import RenderRequest, error_text
 log = logging.getLogger(__name__)
 
 
+def job_devices(settings: dict) -> tuple[str, ...] | None:
+    """The devices a job renders on at once ("All GPUs here"), or None."""
+    if settings.get("render_on") != "gpus":
+        return None
+    return tuple(settings.get("devices") or ()) or None
+
+
 def job_farm(settings: dict) -> str | None:
     """Where a job's settings say it renders: None (this computer), "" (the farm started here) or HOST:PORT."""
     if settings.get("render_on") != "farm":
@@ -72,8 +79,9 @@ class RenderQueue(QObject):
             self.error.emit("choose an avatar and a script in the Library first")
             return None
         settings = dataclasses.asdict(self.panel.render_settings())
-        farm = self.panel.farm_address()
-        settings.update(render_on="local" if farm is None else "farm", farm_address=farm or "")
+        farm, devices = self.panel.farm_address(), self.panel.render_devices()
+        on = "farm" if farm is not None else "gpus" if devices else "local"
+        settings.update(render_on=on, farm_address=farm or "", devices=list(devices or ()))
         output = self.panel.output_path()
         try:
             Path(output).parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +106,8 @@ class RenderQueue(QObject):
 
         known = {f.name for f in dataclasses.fields(RenderSettings)}
         settings = RenderSettings(**{k: v for k, v in job.settings.items() if k in known})
-        self.current = RenderRequest(job.avatar, job.audio, settings, job.output, job.id, farm=job_farm(job.settings))
+        self.current = RenderRequest(job.avatar, job.audio, settings, job.output, job.id, farm=job_farm(job.settings),
+                                     devices=job_devices(job.settings))
         self.where = ""
         self.panel.start(job.label)
         if self.current.farm is not None:

@@ -38,6 +38,7 @@ class RenderRequest:
     output: str
     job_id: int | None = None
     farm: str | None = None  # None: this computer; "": the farm started here (studio farm up); or HOST:PORT
+    devices: tuple[str, ...] | None = None  # render on these devices at once ("All GPUs here")
 
 
 def frame_index(seconds: float) -> int:
@@ -126,11 +127,22 @@ class RenderWorker(QObject):
             if req.farm is not None:
                 self._render_on_farm(req)
                 return
-            r = self._make(req.avatar, req.audio, req.settings)
+            if req.devices:  # one clip split over several GPUs, each with its warm engine
+                from studio.core.multigpu import DeviceRender
+
+                engines = []
+                for d in req.devices:  # warm engines; a device named twice gets its own
+                    one = self._make(req.avatar, req.audio, req.settings.with_(device=d)).engine
+                    engines.append(one if one not in engines else self._fresh_engine(req.settings.with_(device=d)))
+                r = DeviceRender(req.avatar, req.audio, req.settings, engines=engines)
+                where = f"{len(engines)} GPUs here"
+            else:
+                r = self._make(req.avatar, req.audio, req.settings)
+                where = LOCAL
             self._active = r
             if self._cancel.is_set():
                 r.cancel()
-            self.placed.emit(req, LOCAL)
+            self.placed.emit(req, where)
             self.started.emit(req)
             for p in r.run(req.output):
                 if p.preview is not None:
@@ -216,6 +228,13 @@ class RenderWorker(QObject):
         except BaseException as exc:  # noqa: BLE001
             self._scrub = None
             self.failed.emit(None, error_text(exc))
+
+    @staticmethod
+    def _fresh_engine(settings):
+        from studio.core.engines import select_engine
+
+        return select_engine(settings.engine, device=settings.device, precision=settings.precision,
+                             decoder=settings.decoder, batch=settings.batch, runtime=settings.runtime).engine
 
     def _make(self, avatar, audio, settings):
         """A Renderer that reuses a warm engine when the engine settings are unchanged."""
