@@ -92,6 +92,10 @@ class DeviceRender:
         self.result = None
         renderers = self.renderers
         t_start = time.perf_counter()
+        if any(r.engine.device.type == "cpu" for r in renderers):
+            from studio.core.engines.runtime_torch import limit_cpu_threads
+
+            limit_cpu_threads()  # here, before the device threads run CPU work
         first = renderers[0]
         plan = first.plan
         T = plan.frames

@@ -14,6 +14,7 @@ This module imports torch at the top: only the MuseTalk engine imports it, when 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -55,18 +56,20 @@ def limit_cpu_threads() -> int:
     import os
 
     global _CPU_THREADS
-    if _CPU_THREADS is None:
-        if os.environ.get("OMP_NUM_THREADS"):
-            _CPU_THREADS = torch.get_num_threads()
-        else:
-            n = int(os.environ.get("STUDIO_CPU_THREADS", "0") or 0) or max(1, (os.cpu_count() or 1) // 4)
-            torch.set_num_threads(n)
-            _CPU_THREADS = n
-            log.info("PyTorch CPU threads: %d", n)
+    with _CPU_THREADS_LOCK:  # once, before any thread of a render runs CPU work
+        if _CPU_THREADS is None:
+            if os.environ.get("OMP_NUM_THREADS"):
+                _CPU_THREADS = torch.get_num_threads()
+            else:
+                n = int(os.environ.get("STUDIO_CPU_THREADS", "0") or 0) or max(1, (os.cpu_count() or 1) // 4)
+                torch.set_num_threads(n)
+                _CPU_THREADS = n
+                log.info("PyTorch CPU threads: %d", n)
     return _CPU_THREADS
 
 
 _CPU_THREADS: int | None = None
+_CPU_THREADS_LOCK = threading.Lock()
 
 
 def on_device(device):
