@@ -87,7 +87,8 @@ class RenderPanel(QWidget):
         self.output_label.setObjectName("dim")
         self.output_label.setWordWrap(True)
         self.target = _combo([TARGETS["local"], TARGETS["farm"]],  # "All GPUs here" joins with set_gpus
-                             "Where queued jobs render: here, or in chunks on a Ray render farm (studio farm up)")
+                             "Where queued jobs render: here, split over all GPUs here (with two or more), "
+                             "or in chunks on a Ray render farm (studio farm up)")
         self._gpus: list[str] = []
         self._want_gpus = False  # the saved choice was "All GPUs here", not offered yet
         self.farm_edit = QLineEdit()
@@ -297,7 +298,9 @@ class RenderPanel(QWidget):
         s.setValue("render/threshold", self.threshold)
         s.setValue("render/min_silence", self.min_silence)
         s.setValue("folders/output", self.folder.text())
-        target = "farm" if self.farm_address() is not None else "gpus" if self.render_devices() else "local"
+        offered = self.target.findText(TARGETS["gpus"]) >= 0
+        gpus = self.render_devices() or (self._want_gpus and not offered)  # kept until the GPUs are known
+        target = "farm" if self.farm_address() is not None else "gpus" if gpus else "local"
         s.setValue("render/target", target)
         s.setValue("render/farm_address", self.farm_edit.text().strip())
 

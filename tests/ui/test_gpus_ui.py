@@ -57,5 +57,7 @@ def test_all_gpus_here_renders_a_queued_job_on_every_device(window, qtbot, tmp_p
     again = RenderPanel()
     qtbot.addWidget(again)
     assert again.target.currentText() == TARGETS["local"]
+    again.save()  # closed before the GPUs are known: the choice is kept
+    assert cfg.value(again.settings, "render/target", str) == "gpus"
     again.set_gpus(["cpu", "cpu"])
     assert again.target.currentText() == TARGETS["gpus"] and again.render_devices() == ("cpu", "cpu")
