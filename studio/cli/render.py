@@ -90,9 +90,10 @@ def _render(avatar, audio, output, args) -> int:
         from studio.cli.farm import render_scaled
 
         return render_scaled(avatar, audio, output, settings, args)
-    if getattr(args, "gpus", None):
-        return _render_gpus(avatar, audio, output, settings, args)
-    renderer = Renderer(avatar, audio, settings)
+    if getattr(args, "gpus", None):  # the same run / result API, over several GPUs
+        renderer = _gpu_renderer(avatar, audio, settings, args.gpus)
+    else:
+        renderer = Renderer(avatar, audio, settings)
     bar = ProgressBar("render")
     said = args.json  # name the engine once the render has really started (bad input says one line)
     try:
@@ -113,31 +114,17 @@ def _render(avatar, audio, output, args) -> int:
     return 0
 
 
-def _render_gpus(avatar, audio, output, settings, args) -> int:
-    from studio.cli._common import ProgressBar, emit_json, fmt_seconds
+def _gpu_renderer(avatar, audio, settings, gpus: str):
     from studio.core.errors import InputError
-    from studio.core.multigpu import cuda_devices, render_on_devices
+    from studio.core.multigpu import DeviceRender, cuda_devices
 
     have = cuda_devices()
-    n = len(have) if args.gpus == "all" else int(args.gpus) if str(args.gpus).isdigit() else 0
+    n = len(have) if gpus == "all" else int(gpus) if str(gpus).isdigit() else 0
     if n < 1:
-        raise InputError(f"--gpus {args.gpus}: give a number of GPUs or 'all'")
+        raise InputError(f"--gpus {gpus}: give a number of GPUs or 'all'")
     if n > len(have):
         raise InputError(f"--gpus {n}: this machine has {len(have)} CUDA GPU(s)")
-    bar = ProgressBar("render")
-    last = None
-    try:
-        for last in render_on_devices(avatar, audio, output, settings, devices=have[:n]):
-            if not last.finished:
-                bar.update(last.done, last.total, f"{last.fps:6.1f} fps  ETA {fmt_seconds(last.eta_s)}")
-    finally:
-        bar.close()
-    if args.json:
-        emit_json({"output": last.output, "frames": last.total, "gpus": n, "seconds": round(last.elapsed_s, 3),
-                   "fps": round(last.fps, 2), "stage_ms": {k: round(v, 1) for k, v in last.stage_ms.items()}})
-    else:
-        print(f"wrote {last.output}: {last.total} frames on {n} GPUs, {last.elapsed_s:.1f} s ({last.fps:.1f} fps)")
-    return 0
+    return DeviceRender(avatar, audio, settings, devices=have[:n])
 
 
 def run_render(args) -> int:

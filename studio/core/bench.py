@@ -119,12 +119,17 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
 # Timing our renderer
 
 
-def time_render(avatar, audio: Path, settings, engine, output: Path) -> dict:
-    """Render ``audio`` with a warm ``engine``; wall time from the audio file to the MP4 on disk."""
+def time_render(avatar, audio: Path, settings, engine, output: Path, engines=None) -> dict:
+    """Render ``audio`` with a warm ``engine`` (or warm ``engines``, one per GPU, at once); wall
+    time from the audio file to the MP4 on disk."""
+    from studio.core.multigpu import DeviceRender
     from studio.core.render import Renderer
 
     t0 = time.perf_counter()
-    renderer = Renderer(avatar, audio, settings, engine=engine)
+    if engines:
+        renderer = DeviceRender(avatar, audio, settings, engines=engines)
+    else:
+        renderer = Renderer(avatar, audio, settings, engine=engine)
     result = renderer.render(output)
     wall = time.perf_counter() - t0
     return {
@@ -137,19 +142,6 @@ def time_render(avatar, audio: Path, settings, engine, output: Path) -> dict:
         "finish_ms": result.finish_ms,
         "output_bytes": output.stat().st_size,
     }
-
-
-def time_render_devices(avatar, audio: Path, settings, engines, output: Path) -> dict:
-    """``time_render`` on several GPUs at once (``multigpu.render_on_devices``)."""
-    from studio.core.multigpu import render_on_devices
-
-    t0 = time.perf_counter()
-    for last in render_on_devices(avatar, audio, output, settings, engines=engines):
-        pass
-    wall = time.perf_counter() - t0
-    return {"frames": last.total, "gpus": len(engines), "seconds": round(wall, 3),
-            "fps": round(last.total / wall, 1), "stage_ms": {k: round(v, 1) for k, v in last.stage_ms.items()},
-            "output_bytes": output.stat().st_size}
 
 
 # --------------------------------------------------------------------------------------------
@@ -385,10 +377,11 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
                                     compile=compile, models_dir=models_dir) for g in range(1, gpus)]
             engines = [engine, *extra]
             note(f"MuseTalk + {decoder} on {gpus} GPUs: warming up")
-            time_render_devices(avatar, audio, settings(engine="musetalk", decoder=decoder), engines,
-                                workdir / f"warm_{decoder}_{gpus}gpu.mp4")
-            multi = time_render_devices(avatar, audio, settings(engine="musetalk", decoder=decoder), engines,
-                                        workdir / f"ours_{decoder}_{gpus}gpu.mp4")
+            time_render(avatar, audio, settings(engine="musetalk", decoder=decoder), None,
+                        workdir / f"warm_{decoder}_{gpus}gpu.mp4", engines=engines)
+            multi = time_render(avatar, audio, settings(engine="musetalk", decoder=decoder), None,
+                                workdir / f"ours_{decoder}_{gpus}gpu.mp4", engines=engines)
+            multi["gpus"] = gpus
             multi["scaling"] = round(multi["fps"] / run["fps"], 2)
             out["runs"][f"musetalk-{decoder}-{gpus}gpu"] = multi
             note(f"MuseTalk + {decoder} on {gpus} GPUs: {multi['fps']} frames/s ({multi['scaling']}x one GPU)")

@@ -82,8 +82,23 @@ class DeviceRender:
         self._cancel = threading.Event()
         self.result = None
 
+    @property
+    def engine(self):
+        """The first device's engine (the others run the same engine on their devices)."""
+        return self.renderers[0].engine
+
+    @property
+    def engine_reason(self) -> str:
+        return self.renderers[0].engine_reason
+
     def cancel(self) -> None:
         self._cancel.set()
+
+    def render(self, output):
+        """Run to completion (no progress); returns the ``RenderResult``."""
+        for _ in self.run(output):
+            pass
+        return self.result
 
     def run(self, output) -> Iterator:
         from studio.core.encode import open_video
