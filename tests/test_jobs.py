@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -56,25 +59,87 @@ def test_retry_puts_a_failed_or_cancelled_job_back_in_the_queue(tmp_path):
         store.retry(job.id)
 
 
-def test_a_running_job_comes_back_interrupted_after_a_restart(tmp_path):
+def test_a_running_job_comes_back_interrupted_after_its_process_died(tmp_path):
     path = tmp_path / "q.sqlite"
     store = JobStore(path)
     done = store.add("a", "1.wav", {}, "1.mp4")
     store.claim_next()
     store.finish(done.id)
     running = store.add("a", "2.wav", {"crf": 23}, "2.mp4")
-    store.claim_next()
     waiting = store.add("a", "3.wav", {}, "3.mp4")
-    del store  # the app "exits" mid-render
+    # another process claims the job, then is killed mid-render
+    code = ("import os, signal, sys; from studio.core.jobs import JobStore; "
+            "JobStore(sys.argv[1]).claim_next(); os.kill(os.getpid(), signal.SIGKILL)")
+    r = subprocess.run([sys.executable, "-c", code, str(path)])
+    assert r.returncode == -signal.SIGKILL
+    assert store.get(running.id).state == jobs.RUNNING
 
     reopened = JobStore(path)
     assert reopened.interrupted == [running.id]
     job = reopened.get(running.id)
-    assert job.state == jobs.FAILED and job.reason.startswith("interrupted")
+    assert job.state == jobs.INTERRUPTED_STATE and job.reason.startswith("interrupted")
     assert job.settings == {"crf": 23}
     assert reopened.get(done.id).state == jobs.DONE
     assert reopened.get(waiting.id).state == jobs.QUEUED
     assert reopened.retry(running.id).state == jobs.QUEUED
+
+
+def test_a_job_running_in_a_live_process_is_not_interrupted_by_another_view(tmp_path):
+    path = tmp_path / "q.sqlite"
+    store = JobStore(path)
+    job = store.add("a", "1.wav", {}, "1.mp4")
+    store.claim_next()  # this process runs it
+    assert JobStore(path).interrupted == []  # `studio queue list` opening the same store
+    assert store.get(job.id).state == jobs.RUNNING
+
+
+def test_damaged_rows_are_listed_as_damaged_and_removable(tmp_path):
+    path = tmp_path / "q.sqlite"
+    store = JobStore(path)
+    good = store.add("a", "1.wav", {}, "1.mp4")
+    bad_json = store.add("a", "2.wav", {}, "2.mp4")
+    bad_num = store.add("a", "3.wav", {}, "3.mp4")
+    bad_state = store.add("a", "4.wav", {}, "4.mp4")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE jobs SET settings='{not json' WHERE id=?", (bad_json.id,))
+        db.execute("UPDATE jobs SET progress='lots' WHERE id=?", (bad_num.id,))
+        db.execute("UPDATE jobs SET state='exploded' WHERE id=?", (bad_state.id,))
+    listed = {j.id: j for j in JobStore(path).list()}
+    assert listed[good.id].state == jobs.QUEUED
+    for k in (bad_json.id, bad_num.id, bad_state.id):
+        assert listed[k].state == jobs.DAMAGED and "damaged" in listed[k].reason
+    assert store.claim_next().id == good.id  # the others do not block the queue
+    assert store.claim_next() is None
+    store.remove(bad_json.id)
+    assert bad_json.id not in {j.id for j in store.list()}
+
+
+def test_a_foreign_or_odd_schema_is_one_sentence(tmp_path):
+    path = tmp_path / "q.sqlite"
+    JobStore(path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value='abc' WHERE key='schema'")
+    with pytest.raises(InputError, match="unknown schema version 'abc'"):
+        JobStore(path)
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE jobs(id INTEGER PRIMARY KEY, name TEXT)")
+    with pytest.raises(InputError, match="not a Studio job queue"):
+        JobStore(other)
+
+
+def test_hold_resume_and_reorder(tmp_path):
+    store = JobStore(tmp_path / "q.sqlite")
+    a, b, c = (store.add("a", f"{k}.wav", {}, f"{k}.mp4") for k in range(3))
+    store.hold(a.id)
+    assert store.get(a.id).state == jobs.HELD
+    store.move(c.id, 0)
+    assert [j.id for j in store.list()] == [c.id, a.id, b.id]
+    assert store.claim_next().id == c.id  # held a is skipped
+    assert store.claim_next().id == b.id
+    assert store.claim_next() is None
+    store.resume(a.id)
+    assert store.claim_next().id == a.id
 
 
 def test_bad_requests_raise_one_readable_error(tmp_path):

@@ -5,9 +5,15 @@
     job = store.claim_next()                            # oldest queued job, now "running"
     store.finish(job.id, output="out.mp4")              # or store.fail(job.id, "reason")
 
-States: draft -> queued -> running -> done | failed | cancelled; ``retry`` puts a failed or
-cancelled job back in the queue. A job still "running" when the store is opened again (the app
-exited or crashed mid-render) comes back as failed with the reason ``INTERRUPTED``.
+States: draft -> queued (<-> held) -> running -> done | failed | cancelled | interrupted; ``retry``
+puts a finished job back in the queue. Queued jobs run in ``position`` order (``move`` reorders).
+A running job records its owner process; when the store is opened and that process is gone (the
+app, the server or ``studio queue run`` was killed mid-render) the job comes back ``interrupted``.
+Several processes may share one store (the window, ``studio queue``, ``studio serve``): claiming
+a job is one transaction, so a job runs once.
+
+A damaged row (bad JSON, a text in a numeric column) is listed as ``damaged`` with the reason and
+can be removed; every other job still works. A damaged or foreign file is one ``InputError``.
 
 Qt-free; every method opens its own short transaction, so a store can be used from any thread.
 """
@@ -26,11 +32,14 @@ from studio.core.errors import InputError
 
 log = logging.getLogger(__name__)
 
-DRAFT, QUEUED, RUNNING, DONE, FAILED, CANCELLED = "draft", "queued", "running", "done", "failed", "cancelled"
-STATES = (DRAFT, QUEUED, RUNNING, DONE, FAILED, CANCELLED)
-FINAL = (DONE, FAILED, CANCELLED)
-INTERRUPTED = "interrupted: Studio closed while this job was running; press Retry to run it again"
-SCHEMA_VERSION = 1
+DRAFT, QUEUED, HELD, RUNNING = "draft", "queued", "held", "running"
+DONE, FAILED, CANCELLED, INTERRUPTED_STATE, DAMAGED = "done", "failed", "cancelled", "interrupted", "damaged"
+STATES = (DRAFT, QUEUED, HELD, RUNNING, DONE, FAILED, CANCELLED, INTERRUPTED_STATE)
+FINAL = (DONE, FAILED, CANCELLED, INTERRUPTED_STATE)
+INTERRUPTED = "interrupted: Studio stopped while this job was running; press Retry to run it again"
+SCHEMA_VERSION = 2
+COLUMNS = ("id", "avatar", "audio", "settings", "output", "state", "reason", "created", "updated", "progress",
+           "result")
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,7 @@ class Job:
     updated: float
     progress: float  # 0..1, last reported
     result: dict = field(hash=False)  # RenderResult.to_json() once done
+    position: float = 0.0  # queue order (lower runs first)
 
     @property
     def label(self) -> str:
@@ -53,7 +63,11 @@ class Job:
 
     @property
     def can_retry(self) -> bool:
-        return self.state in (FAILED, CANCELLED, DONE)
+        return self.state in FINAL
+
+    @property
+    def damaged(self) -> bool:
+        return self.state == DAMAGED
 
 
 class JobStore:
@@ -78,10 +92,12 @@ class JobStore:
             raise InputError("a job needs an avatar and a script; choose both before queueing")
         now = time.time()
         with self._tx() as db:
+            top = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             cur = db.execute(
-                "INSERT INTO jobs(avatar, audio, settings, output, state, reason, created, updated, progress, result)"
-                " VALUES (?,?,?,?,?,?,?,?,0,'{}')",
-                (str(avatar), str(audio), json.dumps(settings, sort_keys=True), str(output), state, "", now, now),
+                "INSERT INTO jobs(avatar, audio, settings, output, state, reason, created, updated, progress, result,"
+                " position, owner) VALUES (?,?,?,?,?,?,?,?,0,'{}',?,'')",
+                (str(avatar), str(audio), json.dumps(settings, sort_keys=True), str(output), state, "", now, now,
+                 (top or 0) + 1),
             )
             job_id = cur.lastrowid
         log.info("job %d added (%s)", job_id, state)
@@ -95,35 +111,67 @@ class JobStore:
         return _job(row)
 
     def list(self, states: tuple[str, ...] | None = None) -> list[Job]:
+        """Jobs in queue order (``position``); damaged rows are listed as ``damaged``."""
         with self._tx() as db:
-            if states:
-                marks = ",".join("?" * len(states))
-                rows = db.execute(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY id", states).fetchall()
-            else:
-                rows = db.execute("SELECT * FROM jobs ORDER BY id").fetchall()
-        return [_job(r) for r in rows]
+            rows = db.execute("SELECT * FROM jobs ORDER BY position, id").fetchall()
+        jobs = [_job(r) for r in rows]
+        return [j for j in jobs if j.state in states] if states else jobs
+
+    def version(self) -> tuple:
+        """Changes whenever any process changed the queue (cheap: for views that poll)."""
+        with self._tx() as db:
+            return tuple(db.execute("SELECT COUNT(*), MAX(updated), TOTAL(position) FROM jobs").fetchone())
 
     # ---- state changes ------------------------------------------------------------------
 
     def claim_next(self) -> Job | None:
-        """Mark the oldest queued job as running and return it (None when the queue is empty)."""
+        """Mark the first queued job (queue order) as running, owned by this process, and return it
+        (None when nothing is queued)."""
         with self._tx() as db:
-            row = db.execute("SELECT id FROM jobs WHERE state=? ORDER BY id LIMIT 1", (QUEUED,)).fetchone()
+            db.execute("BEGIN IMMEDIATE")  # two processes never claim the same job
+            rows = db.execute("SELECT * FROM jobs WHERE state=? ORDER BY position, id", (QUEUED,)).fetchall()
+            row = next((r for r in rows if _job(r).state != DAMAGED), None)  # a damaged row waits for removal
             if row is None:
                 return None
             db.execute(
-                "UPDATE jobs SET state=?, reason='', progress=0, updated=? WHERE id=?", (RUNNING, time.time(), row[0])
+                "UPDATE jobs SET state=?, reason='', progress=0, updated=?, owner=? WHERE id=?",
+                (RUNNING, time.time(), process_owner(), row["id"]),
             )
-        return self.get(row[0])
+        return self.get(row["id"])
 
     def enqueue(self, job_id: int) -> Job:
         return self._move(job_id, QUEUED, "", allowed=(DRAFT,))
 
-    def retry(self, job_id: int) -> Job:
-        return self._move(job_id, QUEUED, "", allowed=FINAL)
+    def retry(self, job_id: int, output: str | None = None) -> Job:
+        """Back in the queue (at its end); ``output``: a new file name for it."""
+        job = self._move(job_id, QUEUED, "", allowed=FINAL)
+        with self._tx() as db:
+            top = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
+            db.execute("UPDATE jobs SET position=?, output=COALESCE(?, output) WHERE id=?",
+                       ((top or 0) + 1, output, job_id))
+        return self.get(job.id)
+
+    def hold(self, job_id: int) -> Job:
+        """A queued job waits (keeps its place) until ``resume``."""
+        return self._move(job_id, HELD, "held", allowed=(QUEUED,))
+
+    def resume(self, job_id: int) -> Job:
+        return self._move(job_id, QUEUED, "", allowed=(HELD,))
+
+    def move(self, job_id: int, index: int) -> Job:
+        """Put a job at ``index`` (0-based) of the queue order; the others keep their order."""
+        jobs = [j for j in self.list() if j.id != job_id]
+        me = self.get(job_id)
+        index = max(0, min(int(index), len(jobs)))
+        order = jobs[:index] + [me] + jobs[index:]
+        with self._tx() as db:
+            for k, j in enumerate(order):
+                db.execute("UPDATE jobs SET position=? WHERE id=?", (float(k + 1), j.id))
+            db.execute("UPDATE jobs SET updated=? WHERE id=?", (time.time(), job_id))
+        return self.get(job_id)
 
     def cancel(self, job_id: int, reason: str = "cancelled by the user") -> Job:
-        return self._move(job_id, CANCELLED, reason, allowed=(DRAFT, QUEUED, RUNNING))
+        return self._move(job_id, CANCELLED, reason, allowed=(DRAFT, QUEUED, HELD, RUNNING))
 
     def finish(self, job_id: int, output: str | None = None, result: dict | None = None) -> Job:
         with self._tx() as db:
@@ -145,6 +193,10 @@ class JobStore:
             )
 
     def remove(self, job_id: int) -> None:
+        with self._tx() as db:
+            exists = db.execute("SELECT 1 FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if exists is None:
+            raise InputError(f"job {job_id} does not exist; refresh the queue")
         job = self.get(job_id)
         if job.state == RUNNING:
             raise InputError(f"job {job_id} is running; cancel it before removing it")
@@ -158,11 +210,13 @@ class JobStore:
         if job.state not in allowed:
             raise InputError(f"job {job_id} is {job.state}; it cannot become {state}")
         with self._tx() as db:
-            db.execute(
+            cur = db.execute(
                 "UPDATE jobs SET state=?, reason=?, updated=? WHERE id=? AND state=?",
                 (state, reason, time.time(), job_id, job.state),
             )
-            if state == QUEUED:
+            if cur.rowcount == 0:
+                raise InputError(f"job {job_id} changed meanwhile; refresh the queue")
+            if state == QUEUED and job.state != HELD:
                 db.execute("UPDATE jobs SET progress=0, result='{}' WHERE id=?", (job_id,))
         return self.get(job_id)
 
@@ -175,6 +229,7 @@ class JobStore:
         return _Tx(self)
 
     def _init(self) -> None:
+        away = "move it away to start an empty queue"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._tx() as db:
@@ -182,28 +237,45 @@ class JobStore:
                     "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, avatar TEXT NOT NULL,"
                     " audio TEXT NOT NULL, settings TEXT NOT NULL, output TEXT NOT NULL, state TEXT NOT NULL,"
                     " reason TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL,"
-                    " progress REAL NOT NULL, result TEXT NOT NULL)"
+                    " progress REAL NOT NULL, result TEXT NOT NULL, position REAL NOT NULL DEFAULT 0,"
+                    " owner TEXT NOT NULL DEFAULT '')"
                 )
                 db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
+                cols = {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+                missing = [c for c in COLUMNS if c not in cols]
+                if missing:
+                    raise InputError(f"{self.path} is not a Studio job queue (its jobs table has no "
+                                     f"{', '.join(missing)} column); {away}")
                 row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-                if row is None:
+                try:
+                    schema = None if row is None else int(row[0])
+                except (TypeError, ValueError):
+                    raise InputError(f"{self.path} has an unknown schema version {row[0]!r}; {away}") from None
+                if schema is None:
                     db.execute("INSERT INTO meta VALUES('schema', ?)", (str(SCHEMA_VERSION),))
-                elif int(row[0]) > SCHEMA_VERSION:
+                elif schema > SCHEMA_VERSION:
                     raise InputError(
-                        f"{self.path} was written by a newer Studio (schema {row[0]}); update Studio or move the file"
+                        f"{self.path} was written by a newer Studio (schema {schema}); update Studio or move the file"
                     )
+                if "position" not in cols:  # schema 1 -> 2: queue order and running jobs' owners
+                    db.execute("ALTER TABLE jobs ADD COLUMN position REAL NOT NULL DEFAULT 0")
+                    db.execute("UPDATE jobs SET position=id")
+                if "owner" not in cols:
+                    db.execute("ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+                db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"{self.path}: the job queue file is damaged ({exc}); move it away to start afresh") from None
+            raise InputError(f"{self.path}: the job queue file is damaged ({exc}); {away}") from None
 
     def _recover(self) -> list[int]:
+        """Jobs left running by a process that is gone become ``interrupted``."""
         with self._tx() as db:
-            ids = [r[0] for r in db.execute("SELECT id FROM jobs WHERE state=?", (RUNNING,))]
-            if ids:
-                db.execute(
-                    "UPDATE jobs SET state=?, reason=?, updated=? WHERE state=?", (FAILED, INTERRUPTED, time.time(), RUNNING)
-                )
+            rows = db.execute("SELECT id, owner FROM jobs WHERE state=?", (RUNNING,)).fetchall()
+            ids = [r[0] for r in rows if not owner_alive(str(r[1] or ""))]
+            for job_id in ids:
+                db.execute("UPDATE jobs SET state=?, reason=?, updated=? WHERE id=? AND state=?",
+                           (INTERRUPTED_STATE, INTERRUPTED, time.time(), job_id, RUNNING))
         if ids:
-            log.warning("%d job(s) were running when Studio last closed: marked failed (interrupted)", len(ids))
+            log.warning("%d job(s) were running when Studio last stopped: marked interrupted", len(ids))
         return ids
 
 
@@ -230,16 +302,70 @@ class _Tx:
 
 
 def _job(row: sqlite3.Row) -> Job:
-    return Job(
-        id=row["id"],
-        avatar=row["avatar"],
-        audio=row["audio"],
-        settings=json.loads(row["settings"]),
-        output=row["output"],
-        state=row["state"],
-        reason=row["reason"],
-        created=row["created"],
-        updated=row["updated"],
-        progress=row["progress"],
-        result=json.loads(row["result"] or "{}"),
-    )
+    """A row as a ``Job``; a row that cannot be read is a ``damaged`` job saying why."""
+    try:
+        settings = json.loads(row["settings"])
+        result = json.loads(row["result"] or "{}")
+        if not isinstance(settings, dict) or not isinstance(result, dict):
+            raise ValueError("settings or result is not a JSON object")
+        state = row["state"]
+        if state not in STATES:
+            raise ValueError(f"unknown state {state!r}")
+        return Job(id=int(row["id"]), avatar=str(row["avatar"]), audio=str(row["audio"]), settings=settings,
+                   output=str(row["output"]), state=state, reason=str(row["reason"]), created=float(row["created"]),
+                   updated=float(row["updated"]), progress=float(row["progress"]), result=result,
+                   position=float(row["position"]))
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        log.warning("job row %s is damaged: %s", row["id"], exc)
+        return Job(id=int(row["id"]), avatar=str(row["avatar"] or ""), audio=str(row["audio"] or ""), settings={},
+                   output=str(row["output"] or ""), state=DAMAGED,
+                   reason=f"this job's entry is damaged ({str(exc)[:80]}); remove it and queue it again",
+                   created=_num(row["created"]), updated=_num(row["updated"]), progress=0.0, result={},
+                   position=_num(row["position"]))
+
+
+def _num(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def process_owner(pid: int | None = None) -> str:
+    """``host:pid:start`` of a process (its start time tells a reused pid apart)."""
+    import os
+    import socket
+
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid)}"
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the process named by ``process_owner`` still runs (another host's: assumed alive)."""
+    import socket
+
+    try:
+        host, pid, start = owner.rsplit(":", 2)
+        pid_i = int(pid)
+    except ValueError:
+        return False  # no owner recorded (an older Studio): nobody runs it
+    if host != socket.gethostname():
+        return True
+    return _start_time(pid_i) == start and start != ""
+
+
+def _start_time(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+        return stat.rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
+    except (OSError, IndexError):
+        import os
+
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return ""
+        except PermissionError:
+            return "?"
+        return "?"

@@ -10,6 +10,7 @@ Qt-free: the GUI drives it from a worker thread and turns progress into signals.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -119,6 +120,9 @@ class Renderer:
         self._compositor = None
         self._stage_ms: dict[str, float] = {}
         self.result: RenderResult | None = None
+        #: held around each batch's engine work when the engine is shared (a warm engine that a
+        #: scrub frame may use between two batches of a render): any context manager, or None
+        self.engine_lock = None
 
     # -- lazily loaded parts ------------------------------------------------------------------
 
@@ -232,22 +236,30 @@ class Renderer:
             idx = plan.avatar_idx[idx_f]
             weight = plan.weight[idx_f]
             active = np.flatnonzero(weight > 0)
-            t0 = time.perf_counter()
-            frames = comp.background_nv12(idx) if nv12 else comp.background(idx)
-            self._stage("background", t0)
-            if len(active):
-                t0 = time.perf_counter()
-                faces = engine.generate(self._prepared, idx[active], idx_f[active])
-                self._stage("engine", t0)
-                t0 = time.perf_counter()
-                if nv12:
-                    comp.paste_nv12(faces, idx[active], weight[active], frames, rows=active)
-                elif len(active) == len(idx):  # all speech: blend in place, no second background
-                    comp.paste(faces, idx, weight, out=frames)
-                else:
-                    frames[torch_index(active, frames.device)] = comp.paste(faces, idx[active], weight[active])
-                self._stage("composite", t0)
+            with self.engine_lock or contextlib.nullcontext():
+                frames = self._batch(engine, comp, idx_f, idx, weight, active, nv12)
             yield idx_f, frames
+
+    def _batch(self, engine, comp, idx_f, idx, weight, active, nv12):
+        """One batch of frames: backgrounds, the engine's faces, blended in."""
+        t0 = time.perf_counter()
+        frames = comp.background_nv12(idx) if nv12 else comp.background(idx)
+        self._stage("background", t0)
+        if len(active):
+            if getattr(engine, "features", None) is not self._features:  # a shared engine served another clip
+                engine.bind(self._features)
+            t0 = time.perf_counter()
+            faces = engine.generate(self._prepared, idx[active], idx_f[active])
+            self._stage("engine", t0)
+            t0 = time.perf_counter()
+            if nv12:
+                comp.paste_nv12(faces, idx[active], weight[active], frames, rows=active)
+            elif len(active) == len(idx):  # all speech: blend in place, no second background
+                comp.paste(faces, idx, weight, out=frames)
+            else:
+                frames[torch_index(active, frames.device)] = comp.paste(faces, idx[active], weight[active])
+            self._stage("composite", t0)
+        return frames
 
     @property
     def nv12_ready(self) -> bool:
@@ -266,14 +278,15 @@ class Renderer:
         """Stop the running render after the current batch; nothing is written."""
         self._cancel.set()
 
-    def run(self, output: str | Path) -> Iterator[RenderProgress]:
+    def run(self, output: str | Path, frames: tuple[int, int] | None = None) -> Iterator[RenderProgress]:
         """Render to ``output`` (MP4), yielding a ``RenderProgress`` per batch.
 
+        ``frames=(start, end)`` renders only frames ``start <= t < end`` (an in/out range) with the
+        matching stretch of the original audio; each frame is the one the whole render has there.
         On cancel raises ``Cancelled`` after removing every temporary file; an existing ``output``
         stays untouched. The last progress has ``finished=True``; ``self.result`` holds the summary.
         """
         from studio.core.encode import open_video
-        from studio.core.errors import Cancelled
 
         self._cancel.clear()
         self._stage_ms = {}
@@ -282,15 +295,26 @@ class Renderer:
         plan = self.plan
         self._stage("audio", t_start)  # read, analysed, planned (cached after the first use)
         a = self.avatar
-        T = plan.frames
+        first, end = check_range(frames, plan.frames)
+        T = end - first
         t0 = time.perf_counter()
-        writer = open_video(
-            output, a.width, a.height, audio=self.audio_path, encoder=self.settings.encoder,
-            crf=self.settings.crf, preset=self.settings.preset, fps=FPS, total_frames=T,
-        )
-        self._stage("open", t0)
+        with contextlib.ExitStack() as stack:
+            audio = self.audio_path
+            if T != plan.frames:
+                audio = stack.enter_context(audio_range(self.wave, self.audio_path, first, end))
+            writer = open_video(
+                output, a.width, a.height, audio=audio, encoder=self.settings.encoder,
+                crf=self.settings.crf, preset=self.settings.preset, fps=FPS, total_frames=T,
+            )
+            self._stage("open", t0)
+            yield from self._run(writer, plan, first, T, t_start)
+
+    def _run(self, writer, plan, first: int, T: int, t_start: float) -> Iterator[RenderProgress]:
+        from studio.core.errors import Cancelled
+
+        a = self.avatar
         with writer:
-            batches = stripes(T, self.batch_size, writer.chunks)
+            batches = [b + first for b in stripes(T, self.batch_size, writer.chunks)]
             done = 0
             last_preview = -1e9
             pending = None  # (pinned host frame, event, index): a preview on its way to the host
@@ -309,9 +333,9 @@ class Renderer:
                         raise Cancelled("render cancelled; nothing was written")
                     t0 = time.perf_counter()
                     if sink is not None:
-                        sink.put(idx, frames)
+                        sink.put(idx - first, frames)
                     else:
-                        writer.write(frames, indices=idx)
+                        writer.write(frames, indices=idx - first)
                     self._stage("encode", t0)
                     done += len(frames)
                     now = time.perf_counter()
@@ -348,7 +372,7 @@ class Renderer:
             self._stage("finish", t0)
         seconds = time.perf_counter() - t_start
         self.result = RenderResult(
-            output=str(path), frames=T, silent_frames=int(plan.silent.sum()), engine=self.engine.name,
+            output=str(path), frames=T, silent_frames=int(plan.silent[first:first + T].sum()), engine=self.engine.name,
             engine_reason=self._engine_reason, encoder=writer.name, seconds=round(seconds, 3),
             fps=round(T / seconds, 2) if seconds else 0.0, width=a.width, height=a.height,
             stage_ms={k: round(v, 1) for k, v in self._stage_ms.items()},
@@ -368,6 +392,37 @@ class Renderer:
 
 # ------------------------------------------------------------------------------------------------
 # Plan and scheduling (pure functions)
+
+
+def check_range(frames: tuple[int, int] | None, total: int) -> tuple[int, int]:
+    """``(start, end)`` of an in/out range inside a clip of ``total`` frames (None: all of it)."""
+    if frames is None:
+        return 0, total
+    a, b = int(frames[0]), min(int(frames[1]), total)
+    if a < 0 or a >= total or b <= a:
+        from studio.core.errors import InputError
+
+        raise InputError(f"the range {frames[0]}..{frames[1]} is outside the clip (frames 0..{total}, "
+                         f"{total / FPS:.2f} s): set the in and out points inside it")
+    return a, b
+
+
+@contextlib.contextmanager
+def audio_range(wave, path: str, first: int, end: int):
+    """A temporary FLAC of the original audio under frames ``first..end`` (its own rate and channels)."""
+    import tempfile
+
+    import soundfile as sf
+
+    with tempfile.TemporaryDirectory(prefix="studio-range.") as folder:
+        out = Path(folder) / "range.flac"
+        with sf.SoundFile(path) as src:
+            rate = src.samplerate
+            a, b = int(round(first / FPS * rate)), int(round(end / FPS * rate))
+            src.seek(min(a, src.frames))
+            data = src.read(max(0, min(b, src.frames) - a), dtype="float32", always_2d=True)
+            sf.write(out, data, rate, format="FLAC")
+        yield str(out)
 
 
 def frame_index(seconds: float) -> int:

@@ -86,7 +86,7 @@ class RenderWorker(QObject):
         self.engine_reason = ""
         self.generation = 0  # bumped by invalidate(): cached renderers of older generations are dropped
         self.frames_rendered = 0  # scrub frames actually computed (coalescing is visible here)
-        self.farm = None  # studio.ui.farm_link.FarmLink, kept between farm jobs
+        self.farm = None  # studio.service.farm_link.FarmLink, kept between farm jobs
         self.renderRequested.connect(self._render)
         self._frameTick.connect(self._serve_frame)
 
@@ -168,7 +168,7 @@ class RenderWorker(QObject):
         """One job on the farm; a link lost before the job made progress (the farm was restarted
         since the last job) is opened again once."""
         from studio.core.errors import Cancelled
-        from studio.ui.farm_link import LinkLost
+        from studio.service.farm_link import LinkLost
 
         for attempt in (1, 2):
             link = self._farm_link(req.farm)
@@ -194,7 +194,7 @@ class RenderWorker(QObject):
 
     def _farm_link(self, address: str):
         """The warm link for ``address``, else a new one (the old one is closed)."""
-        from studio.ui.farm_link import FarmLink
+        from studio.service.farm_link import FarmLink
 
         address = (address or "").strip()
         if self.farm is not None and self.farm.address == address and self.farm.alive:

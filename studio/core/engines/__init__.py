@@ -1,5 +1,6 @@
 """Lip-sync engines behind one interface (``LipSyncEngine``) and their auto-selection."""
 
-from studio.core.engines.base import EngineChoice, LipSyncEngine, available_engines, select_engine
+from studio.core.engines.base import (Availability, EngineChoice, LipSyncEngine, available_engines, engine_status,
+                                      select_engine)
 
-__all__ = ["EngineChoice", "LipSyncEngine", "available_engines", "select_engine"]
+__all__ = ["Availability", "EngineChoice", "LipSyncEngine", "available_engines", "engine_status", "select_engine"]

@@ -77,16 +77,35 @@ class EngineChoice:
     alternatives: dict[str, str] = field(default_factory=dict)
 
 
-def available_engines() -> dict[str, str]:
-    """Engine name -> one line on whether it can run here and why not."""
-    out = {"classic": "ready: weights-free mouth rig, runs on any machine"}
+@dataclass(frozen=True)
+class Availability:
+    """Whether an engine can run here, and why (or why not, with the fix)."""
+
+    name: str
+    ready: bool
+    reason: str  # "weights-free mouth rig, runs on any machine" / "no weights imported: run ..."
+
+    def __str__(self) -> str:  # the one-line form the CLI, the doctor and tooltips show
+        return f"{'ready' if self.ready else 'unavailable'}: {self.reason}"
+
+
+def engine_status() -> dict[str, Availability]:
+    """Engine name -> ``Availability`` (cheap: no torch, no hashing)."""
+    out = {"classic": Availability("classic", True, "weights-free mouth rig, runs on any machine")}
     try:
         from studio.core.engines import musetalk
 
-        out["musetalk"] = musetalk.availability()
+        line = musetalk.availability()
     except ImportError as exc:
-        out["musetalk"] = f"unavailable: {exc}"
+        line = f"unavailable: {exc}"
+    ready = line.startswith("ready")
+    out["musetalk"] = Availability("musetalk", ready, line.split(": ", 1)[1] if ": " in line else line)
     return out
+
+
+def available_engines() -> dict[str, str]:
+    """Engine name -> one line on whether it can run here and why not (``str`` of ``engine_status``)."""
+    return {name: str(a) for name, a in engine_status().items()}
 
 
 def select_engine(name: str = "auto", device: str | None = None, **options) -> EngineChoice:
@@ -97,9 +116,10 @@ def select_engine(name: str = "auto", device: str | None = None, **options) -> E
     """
     from studio.core.errors import StudioError
 
-    status = available_engines()
+    typed = engine_status()
+    status = {k: str(v) for k, v in typed.items()}
     if name == "auto":
-        if status.get("musetalk", "").startswith("ready"):
+        if typed["musetalk"].ready:
             name, reason = "musetalk", f"MuseTalk weights are imported ({status['musetalk']})"
             # TensorRT hook (issue 7): say which runtime MuseTalk is expected to use, and why
             from studio.core.engines.runtime_tensorrt import runtime_note
@@ -117,7 +137,7 @@ def select_engine(name: str = "auto", device: str | None = None, **options) -> E
 
         engine = ClassicEngine(device=device, **options)
     elif name == "musetalk":
-        if not status.get("musetalk", "").startswith("ready"):
+        if not typed["musetalk"].ready:
             raise StudioError(f"the MuseTalk engine cannot run: {status.get('musetalk')}")
         from studio.core.engines.musetalk import MuseTalkEngine
 

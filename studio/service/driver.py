@@ -1,0 +1,283 @@
+"""One driver for every placement: ``Render`` (open -> render -> cancel -> progress -> result).
+
+    r = Render(RenderRequest("anna", "voice.flac", "out.mp4", placement=Placement("gpus")))
+    for p in r.run():            # one ``Progress`` type whatever the placement
+        bar.update(p.done, p.total)
+    r.result                     # one ``RenderResult`` type (core's), ``r.where`` says where it ran
+    r.cancel()                   # any thread: every part stops after its batch, nothing is written
+
+The placement strategies differ only in how the clip's frames are spread: ``local`` runs core's
+``Renderer`` on a warm engine from the pool, ``gpus`` the same renderer on several devices feeding
+one writer (``core.multigpu``), ``chunks`` local processes writing segments (``core.chunks``), and
+``farm`` Ray workers (``core.farm``, or through a ``FarmLink`` child process when the caller must
+survive the farm stopping: the window and the server). Everything else (checking the request
+before any work, the output's same-file and folder checks, progress, cancel, the result's
+fields, and where it ran) is here, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from studio.core.errors import Cancelled, InputError
+from studio.service.request import WHERE_LOCAL, RenderRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Progress of any render: one batch done (``finished``: the file is written)."""
+
+    done: int
+    total: int
+    fps: float
+    eta_s: float
+    elapsed_s: float
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    preview: np.ndarray | None = None  # [H,W,3] uint8 RGB, now and then (this computer / GPUs here)
+    preview_index: int | None = None  # the preview's frame index in the whole clip
+    workers: dict[str, float] = field(default_factory=dict)  # per worker frames/s (chunks, farm)
+    chunks_done: int = 0
+    chunks: int = 0
+    retries: int = 0
+    finished: bool = False
+    output: str | None = None
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 0.0
+
+    @classmethod
+    def of(cls, p) -> Progress:
+        """From a core ``RenderProgress`` or ``ChunkedProgress``."""
+        return cls(done=p.done, total=p.total, fps=p.fps, eta_s=p.eta_s, elapsed_s=p.elapsed_s,
+                   stage_ms=dict(getattr(p, "stage_ms", {}) or {}), preview=getattr(p, "preview", None),
+                   preview_index=getattr(p, "preview_index", None), workers=dict(getattr(p, "workers", {}) or {}),
+                   chunks_done=getattr(p, "chunks_done", 0), chunks=getattr(p, "chunks", 0),
+                   retries=getattr(p, "retries", 0), finished=p.finished, output=p.output)
+
+
+def percent(fraction: float) -> int:
+    """The one rounding every view uses (the Live bar, the Queue, the CLI, the server): floor."""
+    return int(max(0.0, min(1.0, float(fraction))) * 100 + 1e-9)
+
+
+class Render:
+    """Runs one ``RenderRequest`` wherever its placement says."""
+
+    def __init__(self, request: RenderRequest, pool=None, *, farm_link=None, in_process_farm: bool = True):
+        from studio.service.pool import default_pool
+
+        self.request = request
+        self.pool = pool if pool is not None else default_pool()
+        self._farm_link = farm_link  # a FarmLink to use (the app's warm one), or None
+        self._in_process_farm = in_process_farm
+        self._cancel = threading.Event()
+        self._active = None  # what cancel() reaches: a Renderer, DeviceRender, Farm or FarmLink
+        self.result = None
+        self.where = request.placement.label
+        self.engine_name = ""
+        self.engine_reason = ""
+        self.on_started = None  # callback(where) once the placement is known (before the first frame)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        a = self._active
+        if a is not None:
+            a.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def run(self) -> Iterator[Progress]:
+        """Yields ``Progress``; the last has ``finished=True`` and ``self.result`` is set. Raises
+        ``Cancelled`` after a cancel (nothing is written) and a ``StudioError`` for bad input."""
+        req = self.request
+        self.result = None
+        check_request(req)
+        kind = req.placement.kind
+        strategy = {"local": self._local, "gpus": self._gpus, "chunks": self._chunks, "farm": self._farm}[kind]
+        t0 = time.perf_counter()
+        last = None
+        for p in strategy():
+            if self._cancel.is_set():
+                raise Cancelled("render cancelled; nothing was written")
+            last = Progress.of(p)
+            yield last
+        if last is None or not last.finished or self.result is None:
+            raise Cancelled("render cancelled; nothing was written")
+        log.info("rendered %s (%s) in %.2f s", req.output, self.where, time.perf_counter() - t0)
+
+    def _started(self, where: str, engine_name: str = "", engine_reason: str = "") -> None:
+        self.where = where
+        self.engine_name, self.engine_reason = engine_name or self.engine_name, engine_reason or self.engine_reason
+        if self.on_started is not None:
+            self.on_started(where)
+
+    # ---- placements ---------------------------------------------------------------------
+
+    def _local(self):
+        req = self.request
+        r = self.pool.renderer(req.avatar, req.audio, req.settings)
+        self._active = r
+        if self._cancel.is_set():
+            r.cancel()
+        self._started(WHERE_LOCAL, r.engine.name, r.engine_reason)
+        yield from r.run(req.output, frames=req.frames)
+        self.result = r.result
+
+    def _gpus(self):
+        from studio.core.engines.runtime_torch import resolve_device
+        from studio.core.multigpu import DeviceRender, cuda_devices
+
+        req = self.request
+        devices = list(req.placement.devices) or cuda_devices()
+        if not devices:
+            raise InputError("No GPU is visible here: render on this computer instead.")
+        have = cuda_devices()
+        for d in devices:
+            if str(d).startswith("cuda") and have and d not in have and d != "cuda":
+                raise InputError(f"{d}: this machine has {len(have)} CUDA GPU(s) ({', '.join(have)})")
+            resolve_device(d)
+        if req.frames is not None:
+            raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
+        engines = []
+        for d in devices:  # warm engines; a device named twice gets a second one of its own
+            e, _ = self.pool.get(req.settings.with_(device=d))
+            engines.append(e if e not in engines else self.pool.get(req.settings.with_(device=d), fresh=True)[0])
+        r = DeviceRender(req.avatar, req.audio, req.settings, engines=engines)
+        self._active = r
+        if self._cancel.is_set():
+            r.cancel()
+        self._started(f"{len(engines)} GPUs here", r.engine.name, r.engine_reason)
+        yield from r.run(req.output)
+        self.result = r.result
+
+    def _chunks(self):
+        from studio.core.chunks import render_chunked
+
+        req = self.request
+        if req.frames is not None:
+            raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
+        n = req.placement.chunks or 2
+        self._started(f"{n} local processes", req.settings.engine)
+        t0 = time.perf_counter()
+        last = None
+        for p in render_chunked(req.avatar, req.audio, req.output, req.settings, chunks=n, cancel=self._cancel):
+            last = p
+            yield p
+        self.result = _chunked_result(req, last, time.perf_counter() - t0, f"libx264 x{last.chunks} segments")
+
+    def _farm(self):
+        req = self.request
+        if req.frames is not None:
+            raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
+        if self._farm_link is None and self._in_process_farm:
+            from studio.core.farm import Farm
+
+            farm = Farm.connect(req.placement.farm or None)
+            self._active = farm
+            try:
+                self._started(f"farm ({len(farm.workers)} {'GPU ' if farm.gpus else ''}worker"
+                              f"{'s' if len(farm.workers) != 1 else ''})", req.settings.engine)
+                last = None
+                for p in farm.render(req.avatar, req.audio, req.output, req.settings,
+                                     chunks=req.placement.chunks or None):
+                    if self._cancel.is_set():
+                        farm.cancel()
+                    last = p
+                    yield p
+                self.result = _with_farm(farm.result, last, farm.workers)
+            finally:
+                farm.shutdown()
+            return
+        from studio.service.farm_link import FarmLink, LinkLost
+
+        own = self._farm_link is None
+        for attempt in (1, 2):  # a link lost before the job made progress is opened again once
+            link = self._farm_link if self._farm_link is not None and self._farm_link.alive else \
+                FarmLink.open(req.placement.farm)
+            self._farm_link = link
+            if self._cancel.is_set():
+                raise Cancelled("render cancelled; nothing was written")
+            self._active = link
+            progressed, last = False, None
+            try:
+                self._started(link.where, req.settings.engine)
+                for p in link.render(req.avatar, req.audio, req.output, req.settings):
+                    if self._cancel.is_set():
+                        link.cancel()
+                    progressed = progressed or p.done > 0
+                    last = p
+                    yield p
+                break
+            except LinkLost:
+                link.close()
+                self._farm_link = None
+                if progressed or attempt == 2 or self._cancel.is_set():
+                    raise
+                log.warning("the farm link was lost before the job started; connecting again")
+        self.result = _with_farm(link.result, last, link.workers)
+        if own:
+            self.farm_link = link  # the caller may keep it warm (the queue does)
+
+    @property
+    def farm_link(self):
+        return self._farm_link
+
+    @farm_link.setter
+    def farm_link(self, link) -> None:
+        self._farm_link = link
+
+
+def check_request(req: RenderRequest) -> None:
+    """Everything that can be refused before any work: the output (same file as an input, a
+    folder, a bad extension, a missing or read-only folder) and the audio."""
+    from studio.core.audio import probe
+
+    inputs = [req.audio]
+    if _is_path(req.avatar):
+        inputs.append(req.avatar)
+    check_output(req.output, inputs)
+    probe(req.audio)
+
+
+def check_output(output: str, inputs: list[str]):
+    """The core's one same-file / output-path check (``studio.core.outputs``) where it exists."""
+    try:
+        from studio.core.outputs import check_output as core_check
+    except ImportError:  # older core: the folder check only
+        from studio.core.encode import check_output as folder_check
+
+        return folder_check(output)
+    return core_check(output, inputs, kind="video")
+
+
+def _is_path(avatar: str) -> bool:
+    from pathlib import Path
+
+    return ("/" in avatar or "." in Path(avatar).name) and Path(avatar).exists()
+
+
+def _chunked_result(req, p, seconds: float, encoder: str):
+    from studio.core.render import RenderResult
+
+    return RenderResult(output=str(p.output), frames=p.total, silent_frames=0, engine=req.settings.engine,
+                        engine_reason="", encoder=encoder, seconds=round(seconds, 3),
+                        fps=round(p.total / seconds, 2) if seconds else 0.0, width=0, height=0,
+                        stage_ms={}, finish_ms={})
+
+
+def _with_farm(result, p, workers):
+    """A farm's ``RenderResult`` as is (its fields are the core's)."""
+    if result is None:
+        return None
+    return replace(result) if hasattr(result, "__dataclass_fields__") else result

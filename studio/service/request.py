@@ -1,0 +1,177 @@
+"""What to render and where, as data: ``RenderRequest`` and ``Placement``.
+
+    req = RenderRequest("anna", "voice.flac", "out.mp4", RenderSettings(engine="classic"),
+                        Placement("gpus", devices=("cuda:0", "cuda:1")), frames=(250, 500))
+    RenderRequest.from_dict(req.to_dict()) == req          # what the job store and the HTTP API carry
+
+A request is plain, frozen data: every front end (window, command line, server) builds one and
+hands it to the service's driver or queue. Values are checked here (``InputError``, one sentence),
+so a bad request fails before any work starts, wherever it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from studio.core.errors import InputError
+from studio.core.render import RenderSettings
+
+PLACEMENTS = ("local", "gpus", "chunks", "farm")
+WHERE_LOCAL = "this computer"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a render runs.
+
+    ``local``: this computer, one device (``settings.device``). ``gpus``: one clip split over
+    ``devices`` of this machine (empty: every CUDA GPU). ``chunks``: ``chunks`` local processes.
+    ``farm``: a Ray farm at ``farm`` (``""``: the one ``studio farm up`` started here), in
+    ``chunks`` segments (0: one per worker).
+    """
+
+    kind: str = "local"
+    devices: tuple[str, ...] = ()
+    chunks: int = 0
+    farm: str = ""
+
+    def __post_init__(self):
+        if self.kind not in PLACEMENTS:
+            raise InputError(f"unknown placement {self.kind!r}: use {', '.join(PLACEMENTS)}")
+        object.__setattr__(self, "devices", tuple(str(d) for d in (self.devices or ())))
+        if not isinstance(self.chunks, int) or self.chunks < 0:
+            raise InputError("chunks must be a positive number of segments (or 0 for automatic)")
+        if self.kind == "chunks" and self.chunks == 1:
+            raise InputError("local chunks need at least 2 segments (or render on this computer)")
+        if self.kind == "farm":
+            from studio.service.farm_link import check_address
+
+            check_address(self.farm)
+
+    @property
+    def label(self) -> str:
+        """How the queue names it before the job runs."""
+        if self.kind == "gpus":
+            return f"{len(self.devices)} GPUs here" if self.devices else "all GPUs here"
+        if self.kind == "chunks":
+            return f"{self.chunks or 2} local processes"
+        if self.kind == "farm":
+            return f"farm {self.farm}" if self.farm else "farm"
+        return WHERE_LOCAL
+
+
+@dataclass(frozen=True)
+class RenderRequest:
+    """One render: avatar x voice-over -> output, with every setting, a frame range and a placement.
+
+    ``frames`` is ``(start, end)``: render only video frames ``start <= t < end`` (the in/out range),
+    with the matching stretch of the original audio. ``overwrite``: the queue may replace an existing
+    file at ``output``; otherwise it numbers the name (``_002``).
+    """
+
+    avatar: str
+    audio: str
+    output: str
+    settings: RenderSettings = field(default_factory=RenderSettings)
+    placement: Placement = field(default_factory=Placement)
+    frames: tuple[int, int] | None = None
+    overwrite: bool = False
+
+    def __post_init__(self):
+        if not self.avatar or not self.audio:
+            raise InputError("a render needs an avatar and a voice-over; choose both first")
+        if not self.output:
+            raise InputError("a render needs an output file name")
+        object.__setattr__(self, "avatar", str(self.avatar))
+        object.__setattr__(self, "audio", str(self.audio))
+        object.__setattr__(self, "output", str(self.output))
+        if self.frames is not None:
+            a, b = (int(x) for x in self.frames)
+            if a < 0 or b <= a:
+                raise InputError(f"the frame range {a}..{b} is empty or negative: the out point must come after the in point")
+            object.__setattr__(self, "frames", (a, b))
+        check_settings(self.settings)
+
+    def with_(self, **kw) -> RenderRequest:
+        return dataclasses.replace(self, **kw)
+
+    def to_dict(self) -> dict:
+        return {
+            "avatar": self.avatar, "audio": self.audio, "output": self.output,
+            "settings": dataclasses.asdict(self.settings),
+            "placement": {"kind": self.placement.kind, "devices": list(self.placement.devices),
+                          "chunks": self.placement.chunks, "farm": self.placement.farm},
+            "frames": list(self.frames) if self.frames else None,
+            "overwrite": self.overwrite,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RenderRequest:
+        if not isinstance(d, dict):
+            raise InputError("a render request must be a JSON object")
+        p = d.get("placement") or {}
+        frames = d.get("frames")
+        return cls(
+            avatar=d.get("avatar", ""), audio=d.get("audio", ""), output=d.get("output", ""),
+            settings=settings_from_dict(d.get("settings") or {}),
+            placement=Placement(kind=p.get("kind", "local"), devices=tuple(p.get("devices") or ()),
+                                chunks=int(p.get("chunks") or 0), farm=str(p.get("farm") or "")),
+            frames=tuple(frames) if frames else None,
+            overwrite=bool(d.get("overwrite", False)),
+        )
+
+
+SETTING_FIELDS = {f.name: f for f in dataclasses.fields(RenderSettings)}
+CHOICES = {
+    "engine": ("auto", "classic", "musetalk"),
+    "precision": ("auto", "fp32", "fp16", "bf16"),
+    "decoder": ("taesd", "sd-vae"),
+    "runtime": ("auto", "torch", "tensorrt"),
+    "encoder": ("auto", "x264", "x264-parallel", "nvenc"),
+}
+
+
+def settings_from_dict(d: dict) -> RenderSettings:
+    """``RenderSettings`` from a dict (a job row, a form, JSON); unknown keys are ignored, bad values
+    are one ``InputError`` naming the setting."""
+    kw = {}
+    for name, value in (d or {}).items():
+        f = SETTING_FIELDS.get(name)
+        if f is None:
+            continue
+        default = f.default
+        try:
+            if value is None:
+                kw[name] = None if name == "device" else default
+            elif isinstance(default, bool):
+                kw[name] = bool(value)
+            elif isinstance(default, int) and not isinstance(default, bool):
+                kw[name] = int(value)
+            elif isinstance(default, float):
+                kw[name] = float(value)
+            else:
+                kw[name] = str(value)
+        except (TypeError, ValueError):
+            raise InputError(f"the setting {name}={value!r} is not a {type(default).__name__}") from None
+    s = RenderSettings(**kw)
+    check_settings(s)
+    return s
+
+
+def check_settings(s: RenderSettings) -> None:
+    """One sentence for the first bad value (the CLI, the window and the server say the same)."""
+    for name, allowed in CHOICES.items():
+        if getattr(s, name) not in allowed:
+            raise InputError(f"{name} {getattr(s, name)!r} is not one of {', '.join(allowed)}")
+    if not math.isfinite(s.threshold) or s.threshold < 0:
+        raise InputError("the silence threshold must be 0 or more (an RMS level such as 0.008)")
+    if s.min_silence < 1:
+        raise InputError("the shortest silence must be at least 1 frame")
+    if s.batch < 0:
+        raise InputError("the batch must be a positive number of frames (or 0 for automatic)")
+    if not 0 <= s.crf <= 51:
+        raise InputError("the CRF must be between 0 and 51")
+    if s.crossfade < 0:
+        raise InputError("the crossfade must be 0 or more frames")
