@@ -46,28 +46,54 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
+    from studio.core.fsutil import sweep_dead_temps
+
+    sweep_dead_temps()  # temporaries of runs that were killed (SIGKILL, power cut): one listing
     if not getattr(args, "command", None):
         return _open_gui()
     from studio.core.errors import StudioError
+    from studio.core.signals import exit_code_of, handle_stop_signals
 
+    handle_stop_signals()  # SIGTERM and SIGHUP cancel like Ctrl-C (exit 128 + signal number)
     try:
-        return int(args.func(args) or 0)
+        try:
+            return int(args.func(args) or 0)
+        finally:
+            _stop_workers()
     except StudioError as exc:
-        print(f"studio: error: {exc}", file=sys.stderr)
+        _say(f"studio: error: {exc}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("studio: cancelled; nothing was written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (studio.core.signals.Interrupted)
+        name = getattr(exc, "name", "")
+        _say(f"studio: cancelled{f' ({name})' if name and name != 'SIGINT' else ''}; nothing was written")
+        return exit_code_of(exc)
     except BrokenPipeError:
         return 0
     except Exception:  # an internal bug: one line on stderr, the traceback in the log
         path = _log_traceback()
-        print(
+        _say(
             f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. "
-            "Please report it.",
-            file=sys.stderr,
+            "Please report it."
         )
         return 1
+
+
+def _stop_workers() -> None:
+    """Encoder processes and this run's leftover temporaries go before the exit message."""
+    if "studio.core.x264_pool" in sys.modules:
+        sys.modules["studio.core.x264_pool"].shutdown_pool()
+    from studio.core.fsutil import remove_own_temps
+
+    remove_own_temps()
+
+
+def _say(line: str) -> None:
+    """One line on stderr; a terminal that hung up (SIGHUP) must not turn into a traceback."""
+    try:
+        print(line, file=sys.stderr)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _open_gui() -> int:

@@ -545,7 +545,9 @@ class _Builder:
     # -- files ----------------------------------------------------------------------------------
 
     def _tmp(self, name: str) -> Path:
-        path = self.folder / f".{name}.{os.getpid()}.tmp.npy"
+        from studio.core.fsutil import register_temp  # a killed build's temporaries go at the next start
+
+        path = register_temp(self.folder / f".{name}.{os.getpid()}.tmp.npy")
         self.tmp[name] = path
         return path
 

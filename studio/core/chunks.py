@@ -21,7 +21,6 @@ import contextlib
 import io
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -141,6 +140,7 @@ def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, wor
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     from studio.core.encode import check_output
+    from studio.core.fsutil import release_temp, temp_dir
     from studio.core.render import Renderer, RenderSettings
 
     settings = settings or RenderSettings()
@@ -153,11 +153,12 @@ def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, wor
     workers = max(1, min(workers or len(ranges), len(ranges)))
     ctx = mp.get_context("spawn")
     q, stop = ctx.Queue(), ctx.Event()
-    tmpdir = Path(tempfile.mkdtemp(prefix=f".{Path(output).stem}.chunks.", dir=Path(output).parent))
+    tmpdir = temp_dir(Path(output).parent, f".{Path(output).stem}.chunks.")  # registered: gone even after a kill
     done, per_worker = 0, {}
     try:
-        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_child_init,
-                                 initargs=(q, stop, workers)) as pool:
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_child_init,
+                                   initargs=(q, stop, workers, os.getpid()))
+        try:
             futs = {pool.submit(_child_render, avatar_ref, str(audio), settings, a, b,
                                 str(tmpdir / f"seg{k:04d}.mp4")): (a, b) for k, (a, b) in enumerate(ranges)}
             pending, finished = set(futs), []
@@ -176,10 +177,16 @@ def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, wor
                         done += n
                         per_worker[f"pid{pid}"] = fps
                 yield _progress(done, T, t0, per_worker, len(finished), len(ranges))
+        except BaseException:  # cancel, a chunk's error, Ctrl-C/SIGTERM, the generator closed
+            stop.set()
+            _stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
         path = join_segments(finished, output, audio=audio)
     finally:
         stop.set()
         _rmtree(tmpdir)
+        release_temp(tmpdir)
     elapsed = time.perf_counter() - t0
     yield ChunkedProgress(done=T, total=T, fps=T / elapsed if elapsed else 0.0, eta_s=0.0, elapsed_s=elapsed,
                           workers=per_worker, chunks_done=len(ranges), chunks=len(ranges), finished=True,
@@ -283,13 +290,34 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _stop_pool(pool, grace_s: float = 10.0) -> None:
+    """Stop a chunk pool now: queued chunks are dropped, running ones stop after their current
+    batch (the ``stop`` event); workers still busy after ``grace_s`` are killed. Without this, the
+    executor's own shutdown waits for every running chunk to render to its end."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # private: the only handle on them
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+
+
 # ------------------------------------------------------------------------------------------------
 # Local worker processes (render_chunked)
 
 _Q = _STOP = None
 
 
-def _child_init(q, stop, workers: int) -> None:
+def _child_init(q, stop, workers: int, parent_pid: int | None = None) -> None:
+    import signal
+
+    from studio.core.signals import die_with_parent
+
+    die_with_parent(parent_pid)  # a SIGKILL'd parent takes its workers with it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
     global _Q, _STOP
     _Q, _STOP = q, stop
     with contextlib.suppress(Exception):

@@ -31,7 +31,7 @@ import numpy as np
 
 from studio.core.constants import FPS
 from studio.core.errors import RenderError
-from studio.core.fsutil import atomic_path
+from studio.core.fsutil import atomic_path, register_temp, release_temp
 from studio.core.encoders import (  # noqa: F401 - probe_nvenc is part of this module's API
     BT709 as _BT709,
     ELEMENTARY,
@@ -327,7 +327,7 @@ class VideoWriter:
                 self.chunks = [self.chunks[0]]
         if enc is not None:
             # NVENC writes an Annex B elementary stream; close() muxes it with the audio.
-            raw = self._tmp.with_name(f"{self._tmp.name}.h264")
+            raw = register_temp(self._tmp.with_name(f"{self._tmp.name}.h264"))  # removed even after a kill
             self._tmp_files.append(raw)
             self._chunks.append(_Chunk(*self.chunks[0], enc, RawFile(raw, self._hook)))
         else:
@@ -367,7 +367,7 @@ class VideoWriter:
             from studio.core.x264_pool import ProcessEncoder, worker_pool
 
             workers = worker_pool(len(self.chunks))
-            spills = [self._tmp.with_name(f"{self._tmp.name}.chunk{k}") for k in range(len(self.chunks))]
+            spills = [register_temp(self._tmp.with_name(f"{self._tmp.name}.chunk{k}")) for k in range(len(self.chunks))]
             self._tmp_files += spills
             self._proc_encoders = [  # all workers open their encoders at once; each writes its chunk's packets
                 ProcessEncoder(w, self.enc_width, self.enc_height, self.fps, self._crf, self._preset, path=p)
@@ -394,7 +394,7 @@ class VideoWriter:
             elif k == 0:
                 sink, spill = self._mux_video, None
             else:
-                spill = self._tmp.with_name(f"{self._tmp.name}.chunk{k}")
+                spill = register_temp(self._tmp.with_name(f"{self._tmp.name}.chunk{k}"))
                 self._tmp_files.append(spill)
                 sink = PacketFile(spill, self._hook)
             ch = _Chunk(s, e, enc, sink, depth=QUEUE_RUNS if parallel else QUEUE_BATCHES)
@@ -534,6 +534,7 @@ class VideoWriter:
             if p != self.path:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
+                release_temp(p)
         if self._audio is not None:
             self._audio.close()
 

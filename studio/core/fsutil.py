@@ -1,13 +1,57 @@
-"""Atomic outputs: write beside the target, rename on success, leave nothing on failure."""
+"""Atomic outputs and the temporary-file registry.
+
+Atomic outputs: write beside the target, rename on success, leave nothing on failure. A new
+file gets the user's umask (created with mode 0666 & ~umask, as ``open`` would), a replaced
+file keeps the mode of the file it replaces.
+
+The registry makes sure no temporary outlives its run, even when the process is killed
+(SIGKILL, OOM killer, power cut), so that no later command trips over multi-hundred-MB
+``.part``/``.tmp`` leftovers::
+
+    tmp = temp_file(folder, ".out.", ".part.mp4")   # registered, then created (O_EXCL, 0666 & ~umask)
+    d = temp_dir(folder, ".out.", ".part.chunks")    # the same for a folder (removed as a whole)
+    register_temp(path)                              # a name someone else creates (a worker's spill file)
+    release_temp(tmp)                                # renamed into place or deleted: forget it
+    sweep_dead_temps()                               # at the start of every `studio` command
+
+Each process that registers a temporary owns one record file ``<data folder>/tmp/<pid>-<token>.rec``
+(one JSON line per registration or release, fsync'd before the temporary is created) and holds an
+``flock`` on it for as long as it lives; the kernel drops the lock when the process dies, however
+it dies. ``sweep_dead_temps`` lists that folder and tries each lock without blocking: a lock it can
+take belongs to a dead process, whose registered paths are removed, then the record. With no
+records this is one directory listing (microseconds). Hand-written because no library keeps
+crash-surviving temporaries: ``tempfile`` only cleans up in a process that exits normally.
+
+Safety: only names that look like our temporaries are ever registered or removed (a hidden name,
+``.`` first, containing ``.part`` or ``.tmp``); a registered file is removed only if it is still a
+file (or link), a registered folder only if it is still a real folder; records that do not parse
+are skipped line by line; paths already gone are fine.
+"""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
+import json
+import logging
 import os
-import tempfile
+import secrets
+import shutil
+import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+RECORD_SUFFIX = ".rec"
+_NEW_SUFFIX = ".new"  # a record being created (renamed to .rec once locked)
+_TOKEN_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
+# ------------------------------------------------------------------------------------------------
+# Atomic outputs
 
 
 @contextlib.contextmanager
@@ -15,22 +59,39 @@ def atomic_path(target: str | os.PathLike, suffix: str | None = None) -> Iterato
     """Yield a temporary path in the target's folder; rename it onto ``target`` on success.
 
     On any exception (including KeyboardInterrupt) the temporary file is removed and an existing
-    ``target`` is left untouched.
+    ``target`` is left untouched. The temporary is registered (see the module docstring), so even
+    a killed process leaves nothing a later ``studio`` command does not remove. The new file's
+    mode is the user's umask applied to 0666; a replaced file's mode is kept.
     """
     target = Path(target)
     suffix = target.suffix if suffix is None else suffix
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=f".part{suffix}", dir=target.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = temp_file(target.parent, f".{target.stem}.", f".part{suffix}")
     try:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
+        keep_mode(tmp_path, target)
         os.replace(tmp_path, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+    finally:
+        release_temp(tmp_path)
+
+
+def keep_mode(tmp: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Give ``tmp`` the permission bits of the regular file ``target`` it is about to replace.
+
+    Not when ``tmp`` is a hard link to someone else's file (``nlink > 1``: chmod would change
+    that file too), nor when ``target`` does not exist (``tmp`` keeps 0666 & ~umask)."""
+    try:
+        st = os.stat(target)
+        if not stat.S_ISREG(st.st_mode) or os.stat(tmp).st_nlink > 1:
+            return
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+    except OSError:
+        return
 
 
 def atomic_write_bytes(target: str | os.PathLike, data: bytes) -> None:
@@ -51,3 +112,299 @@ def quick_file_key(path: str | os.PathLike) -> str:
     p = Path(path).resolve()
     st = p.stat()
     return hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
+
+
+# ------------------------------------------------------------------------------------------------
+# Temporaries: creation
+
+
+def temp_file(folder: str | os.PathLike, prefix: str, suffix: str) -> Path:
+    """Create an empty temporary file ``folder/prefix<random>suffix`` (registered first).
+
+    Created with ``O_EXCL`` and mode 0666 (the umask applies). Raises the ``OSError`` of the
+    creation (``FileNotFoundError`` for a missing folder, ``PermissionError``...), registering
+    nothing then.
+    """
+    folder = Path(folder)
+    for _ in range(100):
+        path = folder / f"{prefix}{_token()}{suffix}"
+        register_temp(path)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            release_temp(path)
+            continue
+        except BaseException:
+            release_temp(path)
+            raise
+        os.close(fd)
+        return path
+    raise FileExistsError(f"no free temporary name in {folder}")
+
+
+def temp_dir(folder: str | os.PathLike, prefix: str, suffix: str = ".part") -> Path:
+    """Create a temporary folder ``folder/prefix<random>suffix`` (registered first; removed as a whole)."""
+    folder = Path(folder)
+    for _ in range(100):
+        path = folder / f"{prefix}{_token()}{suffix}"
+        register_temp(path, kind="dir")
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            release_temp(path)
+            continue
+        except BaseException:
+            release_temp(path)
+            raise
+        return path
+    raise FileExistsError(f"no free temporary name in {folder}")
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` (a file name) looks like one of our temporaries: only those are registered."""
+    return name.startswith(".") and (".part" in name or ".tmp" in name)
+
+
+def register_temp(path: str | os.PathLike, kind: str = "file") -> Path:
+    """Record ``path`` (``kind`` "file" or "dir") as a temporary of this process, durably.
+
+    Call it before the path is created. Best effort: if the data folder cannot hold a record, the
+    temporary is still removed by the normal paths (and at exit), only not after a crash.
+    """
+    path = Path(os.path.abspath(path))
+    if kind not in ("file", "dir"):
+        raise ValueError(f"kind must be 'file' or 'dir', not {kind!r}")
+    if not is_temp_name(path.name):
+        raise ValueError(f"{path.name!r} is not a temporary's name (a leading '.' and '.part' or '.tmp')")
+    with _LOCK:
+        _OWN[str(path)] = kind
+        rec = _record()
+        if rec is not None:
+            rec.append(["+d" if kind == "dir" else "+f", str(path)], sync=True)
+    return path
+
+
+def release_temp(path: str | os.PathLike) -> None:
+    """Forget ``path``: it was renamed into place or deleted (it is no longer removed at exit)."""
+    key = os.path.abspath(path)
+    with _LOCK:
+        if _OWN.pop(key, None) is None:
+            return
+        rec = _RECORDS.get(_records_dir_key())
+        if rec is not None:
+            rec.append(["-", key], sync=False)
+
+
+def own_temps() -> dict[str, str]:
+    """This process's registered temporaries: ``{path: kind}``."""
+    with _LOCK:
+        return dict(_OWN)
+
+
+def remove_own_temps() -> list[str]:
+    """Remove every temporary this process still has registered (at exit, after a cancel)."""
+    with _LOCK:
+        items = list(_OWN.items())
+    removed = [p for p, kind in sorted(items, key=lambda kv: kv[1] == "dir") if _remove(p, kind)]
+    for p, _ in items:
+        release_temp(p)
+    return removed
+
+
+# ------------------------------------------------------------------------------------------------
+# Temporaries: the sweep
+
+
+def tmp_records_dir() -> Path | None:
+    """``<data folder>/tmp`` (not created here); None where the data folder cannot be found."""
+    try:
+        env = os.environ.get("STUDIO_HOME")
+        if env:
+            return Path(env).expanduser() / "tmp"
+        from studio.core.paths import data_dir
+
+        return data_dir() / "tmp"
+    except Exception:  # noqa: BLE001 - a sweep must never stop a command
+        return None
+
+
+def sweep_dead_temps(records_dir: str | os.PathLike | None = None) -> list[str]:
+    """Remove the temporaries of dead processes (records whose lock can be taken); return them.
+
+    Never raises: a sweep that cannot run leaves things for the next one.
+    """
+    import fcntl
+
+    folder = Path(records_dir) if records_dir is not None else tmp_records_dir()
+    if folder is None:
+        return []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    removed: list[str] = []
+    with _LOCK:
+        mine = {os.path.basename(r.path) for r in _RECORDS.values()}
+    for entry in entries:
+        name = entry.name
+        if name in mine or not (name.endswith(RECORD_SUFFIX) or name.endswith(_NEW_SUFFIX)):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # alive (or a lock we cannot take): not ours to touch
+            if name.endswith(RECORD_SUFFIX):
+                removed += _remove_recorded(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+        except Exception as exc:  # noqa: BLE001
+            log.debug("temporary record %s not swept: %s", entry.path, exc)
+        finally:
+            os.close(fd)
+    if removed:
+        log.info("removed %d temporary file(s) left by a killed run: %s", len(removed), ", ".join(removed))
+    return removed
+
+
+def _remove_recorded(fd: int) -> list[str]:
+    with os.fdopen(os.dup(fd), "rb") as fh:
+        data = fh.read()
+    live: dict[str, str] = {}
+    for raw in data.split(b"\n")[1:]:  # the first line is the header; a torn last line is skipped
+        try:
+            op, path = json.loads(raw)
+        except (ValueError, TypeError):
+            continue
+        if op == "-":
+            live.pop(path, None)
+        elif op in ("+f", "+d") and isinstance(path, str):
+            live[path] = "dir" if op == "+d" else "file"
+    # files first, then folders (a folder may hold registered files)
+    return [p for p, kind in sorted(live.items(), key=lambda kv: kv[1] == "dir") if _remove(p, kind)]
+
+
+def _remove(path: str, kind: str) -> bool:
+    """Remove one registered temporary if it still is what was registered; True if removed."""
+    if not is_temp_name(os.path.basename(path)) or not os.path.isabs(path):
+        return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    try:
+        if kind == "dir":
+            if not stat.S_ISDIR(st.st_mode):
+                return False
+            shutil.rmtree(path)
+        else:
+            if stat.S_ISDIR(st.st_mode):
+                return False
+            os.unlink(path)
+    except OSError as exc:
+        log.debug("could not remove temporary %s: %s", path, exc)
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------------
+# This process's record
+
+
+class _Record:
+    """An open, flock'ed record file; appends are single ``write`` calls of whole lines."""
+
+    def __init__(self, folder: Path):
+        import fcntl
+
+        folder.mkdir(parents=True, exist_ok=True)
+        for _ in range(10):
+            base = f"{os.getpid()}-{_token()}"
+            new = folder / f".{base}{_NEW_SUFFIX}"
+            fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.write(fd, json.dumps({"studio_temps": 1, "pid": os.getpid()}).encode() + b"\n")
+                self.path = str(folder / f"{base}{RECORD_SUFFIX}")
+                os.rename(new, self.path)  # a sweeper may have taken the unlocked .new: try again
+                self.fd = fd
+                return
+            except OSError:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(new)
+        raise OSError(f"cannot create a temporary record in {folder}")
+
+    def append(self, item, sync: bool) -> None:
+        try:
+            os.write(self.fd, json.dumps(item).encode() + b"\n")
+            if sync:
+                os.fsync(self.fd)
+        except OSError as exc:
+            log.debug("temporary record %s: %s", self.path, exc)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+_LOCK = threading.RLock()
+_OWN: dict[str, str] = {}  # path -> "file" | "dir"
+_RECORDS: dict[str, _Record] = {}  # one per data folder this process registered temporaries in
+_FAILED: set[str] = set()
+_ATEXIT = False
+
+
+def _records_dir_key() -> str:
+    folder = tmp_records_dir()
+    return str(folder) if folder is not None else ""
+
+
+def _record() -> _Record | None:
+    global _ATEXIT
+    key = _records_dir_key()
+    rec = _RECORDS.get(key)
+    if rec is None and key and key not in _FAILED:
+        try:
+            rec = _RECORDS[key] = _Record(Path(key))
+        except OSError as exc:
+            _FAILED.add(key)
+            log.warning("temporaries are not recorded (%s): a killed run may leave some behind", exc)
+            return None
+        if not _ATEXIT:
+            atexit.register(_at_exit)
+            _ATEXIT = True
+    return rec
+
+
+def _at_exit() -> None:
+    remove_own_temps()
+    with _LOCK:
+        for rec in _RECORDS.values():
+            rec.close()
+        _RECORDS.clear()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child shares the parent's record fd (and lock): drop it, start afresh if needed."""
+    global _LOCK
+    _LOCK = threading.RLock()
+    for rec in _RECORDS.values():
+        with contextlib.suppress(OSError):
+            os.close(rec.fd)
+    _RECORDS.clear()
+    _OWN.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _token(n: int = 10) -> str:
+    return "".join(secrets.choice(_TOKEN_CHARS) for _ in range(n))

@@ -55,7 +55,7 @@ class _Worker:
             cmd = [sys.executable, WORKER_FLAG, str(fd)]
         else:
             cmd = [sys.executable, "-m", "studio.core.x264_pool", str(fd)]
-        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1", STUDIO_PARENT_PID=str(os.getpid()))  # dies with us
         self.proc = subprocess.Popen(cmd, pass_fds=(fd,), env=env, stdin=subprocess.DEVNULL)
         child.close()
         self.conn = Connection(os.dup(parent.fileno()))
@@ -413,8 +413,15 @@ def run_worker(fd: int) -> None:
     priority waits for a time slice before each GPU launch, and the GPU (the encoders' only
     source of frames) idles meanwhile."""
     import os
+    import signal
     from multiprocessing.connection import Connection
 
+    from studio.core.signals import die_with_parent
+
+    # Pooled workers outlive the thread that started them: no PDEATHSIG, the parent watch only
+    # (a SIGKILL'd parent leaves no encoder behind, even one busy with a long job).
+    die_with_parent(pdeathsig=False)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
     try:
         os.nice(int(os.environ.get("STUDIO_X264_NICE", NICE)))
     except (OSError, ValueError, AttributeError):

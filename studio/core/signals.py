@@ -1,0 +1,113 @@
+"""One way to stop: SIGINT, SIGTERM and SIGHUP all cancel like Ctrl-C, and workers die with us.
+
+``handle_stop_signals()`` (the ``studio`` command calls it first) turns each of those signals into
+an ``Interrupted`` exception in the main thread. ``Interrupted`` is a ``KeyboardInterrupt``, so
+every cleanup path written for Ctrl-C (``atomic_path``, ``VideoWriter.abort``, the chunk pool's
+shutdown) runs for the other signals too, and the command exits ``128 + signal number``
+(130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP: the shell's convention). A second signal while
+that cleanup runs does not interrupt the cleanup half-way: it removes this process's registered
+temporaries and exits at once.
+
+``die_with_parent(parent_pid)`` is called first thing in worker processes (chunk workers, x264
+encoders): on Linux the kernel kills the worker when its parent dies (``prctl(PR_SET_PDEATHSIG)``),
+and everywhere a daemon thread checks every half second that the parent is still the same
+process (``getppid``), so a SIGKILL'd render never leaves workers rendering into the void.
+Hand-written: the standard library has neither (``multiprocessing`` workers block forever on
+their queue once the parent is gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+
+STOP_SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s)
+PR_SET_PDEATHSIG = 1
+PARENT_ENV = "STUDIO_PARENT_PID"
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal arrived: cancel, clean up, exit ``128 + signo``."""
+
+    def __init__(self, signo: int):
+        super().__init__(signo)
+        self.signo = int(signo)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signo
+
+    @property
+    def name(self) -> str:
+        try:
+            return signal.Signals(self.signo).name
+        except ValueError:
+            return f"signal {self.signo}"
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """130 for a plain KeyboardInterrupt, ``128 + signo`` for ``Interrupted``."""
+    return exc.exit_code if isinstance(exc, Interrupted) else 128 + int(signal.SIGINT)
+
+
+_state = {"fired": None}
+
+
+def handle_stop_signals() -> bool:
+    """Make SIGINT/SIGTERM/SIGHUP raise ``Interrupted`` in the main thread; False elsewhere."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    _state["fired"] = None
+    for s in STOP_SIGNALS:
+        with contextlib.suppress(OSError, ValueError):
+            if s == getattr(signal, "SIGHUP", None) and signal.getsignal(s) == signal.SIG_IGN:
+                continue  # started under nohup: keep ignoring hang-ups
+            signal.signal(s, _on_signal)
+    return True
+
+
+def _on_signal(signo, frame) -> None:
+    if _state["fired"] is not None:  # a second signal while cleaning up: finish now
+        from studio.core.fsutil import remove_own_temps
+
+        with contextlib.suppress(BaseException):
+            remove_own_temps()
+        with contextlib.suppress(BaseException):
+            os.write(2, b"studio: stopped at once; nothing was written\n")
+        os._exit(128 + int(signo))
+    _state["fired"] = int(signo)
+    raise Interrupted(signo)
+
+
+# ------------------------------------------------------------------------------------------------
+# Workers die with their parent
+
+
+def die_with_parent(parent_pid: int | None = None, poll_s: float = 0.5, pdeathsig: bool = True) -> None:
+    """Kill this (worker) process when ``parent_pid`` (default ``$STUDIO_PARENT_PID``, else the
+    current parent) is gone: PDEATHSIG on Linux, plus a watchdog thread everywhere.
+
+    ``pdeathsig=False`` for workers that outlive the thread that started them (the kernel sends
+    PDEATHSIG when the creating *thread* exits, not the process): the watchdog alone then."""
+    if parent_pid is None:
+        env = os.environ.get(PARENT_ENV, "")
+        parent_pid = int(env) if env.isdigit() else os.getppid()
+    if pdeathsig and sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the prctl
+        os._exit(1)
+
+    def watch() -> None:
+        ev = threading.Event()
+        while not ev.wait(poll_s):
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
