@@ -1,0 +1,509 @@
+"""The FastAPI app of ``studio serve``: render jobs, scrub frames, avatars and voice-overs over HTTP.
+
+    app = create_app(queue=None, options=ServeOptions())   # queue: a QueueService (default: the
+                                                           # one over <data>/jobs.sqlite, the window's)
+
+Jobs posted here go into the service's queue (the same ``jobs.sqlite`` the window shows), render on
+the process-wide warm ``EnginePool`` and are followed over Server-Sent Events. Every error answers
+``{"error": "one sentence"}`` (``studio.api.errors``); the token and the size cap are checked in
+front of every route (``studio.api.guard``); uploads are stored under generated names
+(``studio.api.uploads``). The routes are thin: the work is the service's and the core's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
+from fastapi.responses import FileResponse, Response
+from fastapi.security import HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from studio import __version__
+from studio.api import errors
+from studio.api.errors import ApiError
+from studio.api.options import ServeOptions
+from studio.api.sse import FINAL_STATES, JobEvents, links, state_dict
+from studio.api.uploads import UploadStore
+
+log = logging.getLogger(__name__)
+
+ACTIVE_STATES = ("draft", "queued", "held", "running")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+Engine = Literal["auto", "classic", "musetalk"]
+Decoder = Literal["taesd", "sd-vae"]
+Encoder = Literal["auto", "x264", "x264-parallel", "nvenc"]
+Precision = Literal["auto", "fp32", "fp16", "bf16"]
+Runtime = Literal["auto", "torch", "tensorrt"]
+
+
+def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> FastAPI:
+    from studio.api.guard import Guard
+    from studio.core.paths import sub_dir
+
+    opts = (options or ServeOptions()).check()
+    state = _State(opts, queue, pool, UploadStore(sub_dir("uploads"), opts.max_upload_bytes))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        import asyncio
+
+        state.open(asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            await run_in_threadpool(state.close)
+
+    app = FastAPI(title="Studio render API", version=__version__, lifespan=lifespan,
+                  description="Lip-synced presenter video over HTTP: `POST /generate` answers the MP4; "
+                              "`/v1/renders` queues jobs and streams their progress. Errors are "
+                              '`{"error": "one sentence"}`.',
+                  dependencies=[Depends(HTTPBearer(auto_error=False))] if opts.token else [])
+    app.state.studio = state
+    errors.install(app)
+    app.add_middleware(Guard, token=opts.token, max_body=opts.max_body_bytes, max_upload_mb=opts.max_upload_mb)
+    _routes(app, state)
+    return app
+
+
+class _State:
+    """What the routes share: options, the queue, the pool, the uploads and the event hub."""
+
+    def __init__(self, opts: ServeOptions, queue, pool, uploads: UploadStore):
+        self.opts = opts
+        self._queue = queue
+        self._pool = pool
+        self.uploads = uploads
+        self.events: JobEvents | None = None
+        self.started = time.time()
+        self._unsubscribe = None
+        self._own_queue = queue is None
+
+    @property
+    def queue(self):
+        if self._queue is None:
+            from studio.service import QueueService
+
+            self._queue = QueueService(pool=self.pool)
+        return self._queue
+
+    @property
+    def pool(self):
+        if self._pool is None:
+            from studio.service import default_pool
+
+            self._pool = default_pool()
+        return self._pool
+
+    def open(self, loop) -> None:
+        self.events = JobEvents(loop)
+        q = self.queue
+        if self.opts.max_queued is not None:
+            q.max_queued = self.opts.max_queued
+        self._unsubscribe = q.subscribe(self.events.on_event)
+        if self.opts.start_runner:
+            q.start()
+
+    def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        if self.opts.start_runner and self._queue is not None:
+            self._queue.stop()
+
+    def job(self, job_id: int):
+        """The job, or 404."""
+        from studio.core.errors import InputError
+
+        try:
+            return self.queue.get(int(job_id))
+        except InputError:
+            raise ApiError(404, f"no render job {job_id}; see GET /v1/renders") from None
+
+    def job_or_none(self, job_id: int):
+        from studio.core.errors import InputError
+
+        try:
+            return self.queue.get(int(job_id))
+        except InputError:
+            return None
+
+    def job_json(self, job) -> dict:
+        d = state_dict(job)
+        d.update(avatar=self.uploads.display_name(job.avatar) if "/" in job.avatar else job.avatar,
+                 audio=self.uploads.display_name(job.audio), output=Path(job.output).name,
+                 settings=job.settings, progress=job.progress, created=job.created, updated=job.updated,
+                 result=_public_result(job.result), links=links(job.id))
+        live = self.events.last_progress(job.id) if self.events is not None else None
+        if live is not None and job.state == "running":
+            d["live"] = live
+        return d
+
+
+# --------------------------------------------------------------------------------------------
+# Routes
+
+
+def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of thin routes
+    @app.get("/v1/health", tags=["server"], summary="Is the server up; what is queued and running")
+    def health():
+        jobs = st.queue.list()
+        return {"ok": True, "version": __version__, "uptime_s": round(time.time() - st.started, 1),
+                "queued": sum(j.state == "queued" for j in jobs), "running": st.queue.running_job_id,
+                "warm_engines": len(st.pool.warm()), "max_queued": st.opts.max_queued,
+                "max_upload_mb": st.opts.max_upload_mb}
+
+    @app.get("/v1/engines", tags=["server"], summary="Which engines can run here, which auto picks, which are warm")
+    def engines():
+        from studio.core.engines import available_engines
+
+        status = available_engines()
+        auto = "musetalk" if status.get("musetalk", "").startswith("ready") else "classic"
+        return {"auto": auto,
+                "engines": [{"name": k, "ready": v.startswith("ready"), "detail": v} for k, v in status.items()],
+                "warm": st.pool.warm()}
+
+    # -- avatars ------------------------------------------------------------------------------
+
+    @app.get("/v1/avatars", tags=["avatars"], summary="The avatar library, with thumbnail links")
+    def avatars():
+        from studio.core.avatar import list_avatars
+
+        out = []
+        for a in list_avatars():
+            a = dict(a)
+            a.pop("folder", None)
+            a["source"] = Path(a["source"]).name if a.get("source") else None
+            a["thumbnail"] = f"/v1/avatars/{a['name']}/thumbnail" if a.get("thumbnail") else None
+            out.append(a)
+        return {"avatars": out}
+
+    @app.get("/v1/avatars/{name}/thumbnail", tags=["avatars"], summary="The avatar's thumbnail (PNG)",
+             response_class=FileResponse)
+    def avatar_thumbnail(name: str):
+        folder = _library_folder(name)
+        thumb = folder / "thumbnail.png"
+        if not thumb.exists():
+            raise ApiError(404, f"avatar '{name}' has no thumbnail")
+        return FileResponse(thumb, media_type="image/png")
+
+    @app.post("/v1/avatars", tags=["avatars"], status_code=201,
+              summary="Add an avatar to the library from an uploaded photo or video")
+    async def add_avatar(name: Annotated[str, Form(description="library name: letters, digits, '.', '_', '-'")],
+                         file: Annotated[UploadFile, File(description="a photo (PNG, JPEG, WebP) or a video")],
+                         force: Annotated[bool, Form(description="replace an avatar of that name")] = False,
+                         bbox_shift: Annotated[int, Form()] = 0, cheek_width: Annotated[int, Form()] = 90,
+                         feather: Annotated[float, Form()] = 24.0, smooth: Annotated[float, Form()] = 0.5,
+                         trim_start: Annotated[float | None, Form()] = None,
+                         trim_end: Annotated[float | None, Form()] = None):
+        from studio.core import avatar as avatar_mod
+
+        if not NAME_RE.match(name):
+            raise ApiError(422, f"'{name[:64]}' is not a valid avatar name; use up to 64 letters, digits, '.', '_' or '-'")
+        if (avatar_mod.library_dir() / name / "meta.json").exists() and not force:
+            raise ApiError(409, f"an avatar named '{name}' already exists; pick another name or send force=true")
+        params = avatar_mod.AvatarParams(bbox_shift=bbox_shift, cheek_width=cheek_width, feather=feather,
+                                         smooth=smooth, trim_start=trim_start, trim_end=trim_end).check()
+        stored = await st.uploads.save_avatar(file)
+        await run_in_threadpool(avatar_mod.prepare, name, stored.path, params, force=force)
+        st.pool.invalidate()
+        return next(a for a in avatars()["avatars"] if a["name"] == name)
+
+    @app.delete("/v1/avatars/{name}", tags=["avatars"], summary="Remove an avatar from the library")
+    def remove_avatar(name: str):
+        from studio.core import avatar as avatar_mod
+
+        _library_folder(name)
+        avatar_mod.remove(name)
+        st.pool.invalidate()
+        return {"removed": name}
+
+    # -- voice-overs --------------------------------------------------------------------------
+
+    @app.post("/v1/audio", tags=["audio"], status_code=201,
+              summary="Upload a voice-over once; renders and frames use it by id. Answers its silence analysis")
+    async def add_audio(file: Annotated[UploadFile, File(description="WAV, FLAC, OGG or MP3")],
+                        threshold: Annotated[float, Form(ge=0)] = 0.008,
+                        min_silence: Annotated[int, Form(ge=1)] = 3):
+        stored = await st.uploads.save_audio(file)
+        return await run_in_threadpool(_analysis, st, stored.id, threshold, min_silence)
+
+    @app.get("/v1/audio/{audio_id}", tags=["audio"], summary="An uploaded voice-over's silence analysis")
+    def audio_info(audio_id: str, threshold: Annotated[float, Query(ge=0)] = 0.008,
+                   min_silence: Annotated[int, Query(ge=1)] = 3):
+        return _analysis(st, audio_id, threshold, min_silence)
+
+    # -- the exact frame ----------------------------------------------------------------------
+
+    @app.get("/v1/frame", tags=["frames"], response_class=Response,
+             responses={200: {"content": {"image/png": {}}, "description": "the frame, PNG"}},
+             summary="The exact frame a render writes at time t (PNG): scrubbing over HTTP")
+    def frame(t: Annotated[float, Query(ge=0, description="seconds")],
+              avatar: Annotated[str | None, Query(description="library name")] = None,
+              audio_id: Annotated[str | None, Query()] = None,
+              job: Annotated[int | None, Query(description="use a job's avatar, voice-over and settings")] = None,
+              engine: Engine = "auto", threshold: Annotated[float, Query(ge=0)] = 0.008,
+              min_silence: Annotated[int, Query(ge=1)] = 3):
+        from studio.core.render import RenderSettings
+
+        if job is not None:
+            from studio.service import request_of
+
+            req = request_of(st.job(job))
+            av, audio, settings = req.avatar, req.audio, req.settings
+        else:
+            if not avatar or not audio_id:
+                raise ApiError(422, "give avatar and audio_id (or job) with t")
+            av, audio = _library_avatar(avatar), str(st.uploads.audio_path(audio_id))
+            settings = RenderSettings(engine=engine, threshold=threshold, min_silence=min_silence)
+        rgb = st.pool.frame_at(av, audio, settings, t)
+        return Response(png_bytes(rgb), media_type="image/png")
+
+    # -- renders ------------------------------------------------------------------------------
+
+    @app.post("/generate", tags=["renders"], response_class=FileResponse,
+              responses={200: {"content": {"video/mp4": {}}, "description": "the finished MP4"}},
+              summary="Render and answer the finished MP4 (the reference interface)")
+    async def generate(request: Request, form: Annotated[RenderForm, Depends()]):
+        job = await _submit(st, form)
+        done = await st.events.wait_final(job.id, st.job_or_none, request.is_disconnected)
+        if done is None:  # the client went away (or the job was removed): nobody wants the file
+            with contextlib.suppress(Exception):
+                st.queue.cancel(job.id)
+            raise ApiError(499, "the client disconnected; the render was cancelled")
+        if done.state != "done":
+            raise ApiError(500 if done.state == "failed" else 409, f"render job {done.id} {done.state}: {done.reason}")
+        r = done.result or {}
+        return FileResponse(done.output, media_type="video/mp4", filename=Path(done.output).name,
+                            headers={"X-Studio-Job": str(done.id),
+                                     "X-Studio-Render-Seconds": f"{float(r.get('seconds') or 0):.4f}"})
+
+    @app.post("/v1/renders", tags=["renders"], status_code=202,
+              summary="Queue a render; answers its id and links at once (429 when the queue is full)")
+    async def add_render(form: Annotated[RenderForm, Depends()]):
+        job = await _submit(st, form)
+        return st.job_json(job)
+
+    @app.get("/v1/renders", tags=["renders"], summary="Every job in the queue (the window's too)")
+    def list_renders(state: Annotated[str | None, Query(description="only jobs in this state")] = None):
+        return {"renders": [st.job_json(j) for j in st.queue.list() if state is None or j.state == state]}
+
+    @app.get("/v1/renders/{job_id}", tags=["renders"], summary="One job")
+    def get_render(job_id: int):
+        return st.job_json(st.job(job_id))
+
+    @app.get("/v1/renders/{job_id}/events", tags=["renders"],
+             summary="Server-Sent Events: state, then progress (frames, fps, ETA, preview) until a final state")
+    async def render_events(job_id: int):
+        from sse_starlette.sse import EventSourceResponse
+
+        st.job(job_id)
+        return EventSourceResponse(st.events.stream(job_id, st.job_or_none), ping=10)
+
+    @app.get("/v1/renders/{job_id}/video", tags=["renders"], response_class=FileResponse,
+             responses={200: {"content": {"video/mp4": {}}}, 206: {"description": "a byte range"}},
+             summary="The finished MP4 (HTTP Range supported)")
+    def render_video(job_id: int):
+        job = st.job(job_id)
+        if job.state != "done":
+            raise ApiError(409, f"render job {job_id} is {job.state}; its video is ready when it is done")
+        if not Path(job.output).is_file():
+            raise ApiError(410, f"the video of render job {job_id} is no longer on the server")
+        return FileResponse(job.output, media_type="video/mp4", filename=Path(job.output).name)
+
+    @app.get("/v1/renders/{job_id}/preview", tags=["renders"], response_class=Response,
+             responses={200: {"content": {"image/jpeg": {}}}}, summary="The latest preview frame of a running job")
+    def render_preview(job_id: int):
+        st.job(job_id)
+        got = st.events.preview(job_id)
+        if got is None:
+            raise ApiError(404, f"render job {job_id} has no preview (it is not running, or none has arrived yet)")
+        index, rgb = got
+        return Response(jpeg_bytes(rgb), media_type="image/jpeg",
+                        headers={"X-Studio-Frame": str(index)} if index is not None else None)
+
+    @app.delete("/v1/renders/{job_id}", tags=["renders"],
+                summary="Cancel a queued or running job (nothing is written); remove a finished one and its file")
+    def delete_render(job_id: int):
+        job = st.job(job_id)
+        if job.state in ACTIVE_STATES:
+            st.queue.cancel(job_id)
+            return st.job_json(st.job(job_id))
+        st.queue.remove(job_id)
+        out = Path(job.output)
+        if out.parent == _renders_dir() and out.is_file():
+            out.unlink()
+        return {"id": job_id, "state": "removed", "reason": "removed from the queue"}
+
+    @app.post("/v1/renders/{job_id}/retry", tags=["renders"], status_code=202,
+              summary="Queue a failed, cancelled, interrupted or done job again")
+    def retry_render(job_id: int):
+        job = st.job(job_id)
+        if job.state in ACTIVE_STATES:
+            raise ApiError(409, f"render job {job_id} is {job.state}; only a finished job can be retried")
+        return st.job_json(st.queue.retry(job_id))
+
+
+class RenderForm:
+    """The inputs of ``POST /generate`` and ``POST /v1/renders`` (multipart form fields)."""
+
+    def __init__(
+        self,
+        avatar: Annotated[str | None, Form(description="a library avatar's name")] = None,
+        avatar_file: Annotated[UploadFile | None, File(description="or an uploaded photo/video")] = None,
+        audio: Annotated[UploadFile | None, File(description="the voice-over (WAV, FLAC, OGG, MP3)")] = None,
+        audio_id: Annotated[str | None, Form(description="or a voice-over uploaded with POST /v1/audio")] = None,
+        text: Annotated[str | None, Form(description="or a script spoken by espeak-ng")] = None,
+        voice: Annotated[str, Form(description="espeak-ng voice for text")] = "en-us",
+        engine: Annotated[Engine, Form()] = "auto",
+        decoder: Annotated[Decoder, Form()] = "taesd",
+        encoder: Annotated[Encoder, Form()] = "auto",
+        precision: Annotated[Precision, Form()] = "auto",
+        runtime: Annotated[Runtime, Form()] = "auto",
+        crf: Annotated[int, Form(ge=0, le=51)] = 20,
+        preset: Annotated[str, Form()] = "veryfast",
+        batch: Annotated[int, Form(ge=0)] = 0,
+        threshold: Annotated[float, Form(ge=0)] = 0.008,
+        min_silence: Annotated[int, Form(ge=1)] = 3,
+        avatar_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
+        audio_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
+        output: Annotated[str | None, Form(description="an output path on the server (--allow-paths only)")] = None,
+    ):
+        self.avatar, self.avatar_file, self.avatar_path = avatar or None, _file(avatar_file), avatar_path or None
+        self.audio, self.audio_id, self.audio_path = _file(audio), audio_id or None, audio_path or None
+        self.text, self.voice, self.output = text, voice, output or None
+        self.settings = dict(engine=engine, decoder=decoder, encoder=encoder, precision=precision,
+                             runtime=runtime, crf=crf, preset=preset, batch=batch, threshold=threshold,
+                             min_silence=min_silence)
+
+
+async def _submit(st: _State, form: RenderForm):
+    """Check and store the inputs, then add the job to the queue (429 when it is full)."""
+    from studio.core.errors import StudioError
+    from studio.service import RenderRequest
+    from studio.service.request import settings_from_dict
+
+    settings = settings_from_dict(form.settings)
+    paths = [n for n, v in (("avatar_path", form.avatar_path), ("audio_path", form.audio_path),
+                            ("output", form.output)) if v]
+    if paths and not st.opts.allow_paths:
+        raise ApiError(403, f"this server opens no paths of its own ({', '.join(paths)}); upload the files "
+                            "instead (or start it with --allow-paths)")
+    avatars = [v for v in (form.avatar, form.avatar_file, form.avatar_path) if v]
+    if len(avatars) != 1:
+        raise ApiError(422, "give exactly one avatar: avatar (a library name) or avatar_file (an upload)")
+    audios = [v for v in (form.audio, form.audio_id, form.text, form.audio_path) if v]
+    if len(audios) != 1:
+        raise ApiError(422, "give exactly one voice-over: audio (an upload), audio_id or text")
+    if form.avatar:
+        avatar, avatar_label = _library_avatar(form.avatar), form.avatar
+    elif form.avatar_file:
+        stored = await st.uploads.save_avatar(form.avatar_file)
+        avatar, avatar_label = str(stored.path), Path(stored.filename.strip("'")).stem
+    else:
+        avatar, avatar_label = _server_file(form.avatar_path, "avatar_path"), Path(form.avatar_path).stem
+    if form.audio:
+        stored = await st.uploads.save_audio(form.audio)
+        audio, audio_label = str(stored.path), Path(stored.filename.strip("'")).stem
+    elif form.audio_id:
+        audio, audio_label = str(st.uploads.audio_path(form.audio_id)), form.audio_id
+    elif form.text:
+        from studio.core.speech import speak
+
+        audio, audio_label = str(await run_in_threadpool(speak, form.text, form.voice)), "speech"
+    else:
+        audio, audio_label = _server_file(form.audio_path, "audio_path"), Path(form.audio_path).stem
+    if form.output:
+        output = Path(form.output).expanduser()
+        if not output.is_absolute() or not output.parent.is_dir():
+            raise ApiError(422, f"output {form.output}: give an absolute path in an existing folder on the server")
+    else:
+        output = _renders_dir() / f"{_slug(avatar_label)}-{_slug(audio_label)}.mp4"
+    request = RenderRequest(avatar, audio, str(output), settings)
+    try:
+        return await run_in_threadpool(st.queue.add, request)
+    except StudioError as exc:
+        if type(exc).__name__ == "QueueFull":
+            raise ApiError(429, str(exc), {"Retry-After": "10"}) from None
+        raise
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def png_bytes(rgb) -> bytes:
+    import PIL.Image
+
+    buf = io.BytesIO()
+    PIL.Image.fromarray(rgb).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def jpeg_bytes(rgb) -> bytes:
+    import PIL.Image
+
+    buf = io.BytesIO()
+    PIL.Image.fromarray(rgb).save(buf, format="JPEG", quality=85)
+    return buf.getvalue()
+
+
+def _analysis(st: _State, audio_id: str, threshold: float, min_silence: int) -> dict:
+    from studio.core.audio import analyze
+
+    meta = st.uploads.audio_meta(audio_id)
+    summary = analyze(st.uploads.audio_path(audio_id)).summary(threshold, min_silence)
+    summary.pop("path", None)
+    summary.pop("silent_mask", None)  # the spans say the same, shorter
+    return {"id": audio_id, "filename": meta["filename"].strip("'"), "bytes": meta["bytes"], **summary}
+
+
+def _library_folder(name: str) -> Path:
+    from studio.core.avatar import library_dir
+
+    folder = library_dir() / name if NAME_RE.match(name or "") else None
+    if folder is None or not (folder / "meta.json").exists():
+        raise ApiError(404, f"no avatar named '{(name or '')[:64]}' in the library; see GET /v1/avatars")
+    return folder
+
+
+def _library_avatar(name: str) -> str:
+    _library_folder(name)
+    return name
+
+
+def _server_file(path: str, field: str) -> str:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ApiError(422, f"{field} {path}: no such file on the server")
+    return str(p.resolve())
+
+
+def _renders_dir() -> Path:
+    from studio.core.paths import sub_dir
+
+    return sub_dir("renders")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", text)[:40].strip("_") or "render"
+
+
+def _file(upload):
+    """An UploadFile, or None for a missing or empty-named part (curl -F 'audio=' sends one)."""
+    if upload is None or isinstance(upload, str) or not getattr(upload, "filename", None):
+        return None
+    return upload
+
+
+def _public_result(result: dict | None) -> dict:
+    r = dict(result or {})
+    if r.get("output"):
+        r["output"] = Path(r["output"]).name
+    return r

@@ -1,0 +1,93 @@
+"""Every error answers ``{"error": "one sentence"}`` with its status code.
+
+Core ``StudioError`` sentences are kept as they are (they are written for users); paths of files
+the server stored are replaced by what the client called them, so no server path leaks.
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An HTTP error with one sentence (raised by the API's own code)."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+
+def error_response(status: int, message: str, headers: dict | None = None):
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def studio_error_status(exc) -> int:
+    """The HTTP status for a core/service error."""
+    from studio.core.errors import Cancelled, InputError
+
+    name = type(exc).__name__
+    if name == "QueueFull":
+        return 429
+    if isinstance(exc, Cancelled):
+        return 409
+    if isinstance(exc, InputError):
+        return 422
+    return 503 if name in ("ModelError",) else 500 if name == "RenderError" else 422
+
+
+def install(app) -> None:
+    """Register the handlers on a FastAPI app: ours, core's, HTTP's (404/405 ...), validation, bugs."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
+
+    from studio.core.errors import StudioError
+
+    @app.exception_handler(ApiError)
+    async def _api(request, exc: ApiError):
+        return error_response(exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(StudioError)
+    async def _studio(request, exc: StudioError):
+        return error_response(studio_error_status(exc), str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def _http(request, exc: HTTPException):
+        return error_response(exc.status_code, _http_sentence(exc, request), getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request, exc: RequestValidationError):
+        return error_response(422, validation_sentence(exc.errors()))
+
+    @app.exception_handler(Exception)
+    async def _bug(request, exc: Exception):
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(500, f"internal error ({type(exc).__name__}); the traceback is in the server's log")
+
+
+def validation_sentence(errors) -> str:
+    """FastAPI's list of validation errors as one sentence about the first one."""
+    if not errors:
+        return "the request is not valid"
+    e = errors[0]
+    loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
+    where = ".".join(loc) or "the request"
+    msg = str(e.get("msg", "is not valid"))
+    if e.get("type") == "missing":
+        return f"'{where}' is required"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"'{where}': {msg[0].lower() + msg[1:] if msg else msg}{more}"
+
+
+def _http_sentence(exc, request) -> str:
+    detail = exc.detail if isinstance(exc.detail, str) else ""
+    if exc.status_code == 404 and detail in ("", "Not Found"):
+        return f"no such endpoint: {request.url.path}; see /docs"
+    if exc.status_code == 405:
+        return f"{request.method} is not allowed on {request.url.path}; see /docs"
+    return detail or f"HTTP {exc.status_code}"

@@ -1,0 +1,174 @@
+"""Uploads: streamed into the data folder under generated names, size-capped, sniffed by content.
+
+    store = UploadStore(data_dir() / "uploads", max_bytes=200 * 2**20)
+    audio = await store.save_audio(upload)       # Stored(id, path, filename, bytes); 413/415/422 otherwise
+    path = store.audio_path(audio.id)            # reuse by id (404 for an unknown id)
+
+What a client calls its file is kept for messages only; the name on disk is the first 16 hex digits
+of the content's SHA-256 plus the extension of the format that was *detected* (soundfile for audio;
+Pillow, then PyAV for avatars: the core's own readers), so the same file uploaded twice is stored
+once and gets the same id. A file is written under a dot-name and renamed when complete and
+checked, so nothing half-written or unchecked is ever found under a real name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from studio.api.errors import ApiError
+
+ID_RE = re.compile(r"^[0-9a-f]{16}$")
+CHUNK = 1 << 20
+AUDIO_EXT = {"WAV": ".wav", "FLAC": ".flac", "OGG": ".ogg", "MP3": ".mp3", "AIFF": ".aiff", "CAF": ".caf"}
+IMAGE_EXT = {"PNG": ".png", "JPEG": ".jpg", "MPO": ".jpg", "WEBP": ".webp", "BMP": ".bmp", "TIFF": ".tiff"}
+
+
+@dataclass(frozen=True)
+class Stored:
+    id: str
+    path: Path
+    filename: str  # the client's name for it (display only)
+    bytes: int
+    kind: str  # audio | photo | video
+
+
+class UploadStore:
+    def __init__(self, root: Path, max_bytes: int):
+        self.root = Path(root)
+        self.max_bytes = int(max_bytes)
+        for sub in ("audio", "avatars"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    # -- saving -------------------------------------------------------------------------------
+
+    async def save_audio(self, upload) -> Stored:
+        """A voice-over: 415 when it is not audio soundfile reads, 422 when it is but holds nothing."""
+        from starlette.concurrency import run_in_threadpool
+
+        tmp, sha, size, name = await self._receive(upload, "audio")
+        try:
+            info = await run_in_threadpool(_probe_audio, tmp, name)
+            stored = self._keep(tmp, "audio", sha, AUDIO_EXT.get(info.format, ".audio"), name, size, "audio")
+        finally:
+            _unlink(tmp)
+        meta = self.root / "audio" / f"{stored.id}.json"
+        if not meta.exists():
+            from studio.core.fsutil import atomic_write_bytes
+
+            atomic_write_bytes(meta, json.dumps({"id": stored.id, "filename": name, "bytes": size,
+                                                 "file": stored.path.name}).encode())
+        return stored
+
+    async def save_avatar(self, upload) -> Stored:
+        """An avatar source: 415 unless Pillow or PyAV decodes it as a photo or a video."""
+        from starlette.concurrency import run_in_threadpool
+
+        tmp, sha, size, name = await self._receive(upload, "avatars")
+        try:
+            kind, ext = await run_in_threadpool(_sniff_avatar, tmp, name)
+            return self._keep(tmp, "avatars", sha, ext, name, size, kind)
+        finally:
+            _unlink(tmp)
+
+    # -- finding ------------------------------------------------------------------------------
+
+    def audio_path(self, audio_id: str) -> Path:
+        meta = self.audio_meta(audio_id)
+        return self.root / "audio" / meta["file"]
+
+    def audio_meta(self, audio_id: str) -> dict:
+        path = self.root / "audio" / f"{audio_id}.json" if ID_RE.match(audio_id or "") else None
+        if path is None or not path.exists():
+            raise ApiError(404, f"no uploaded voice-over with id '{audio_id}'; upload it with POST /v1/audio")
+        return json.loads(path.read_text())
+
+    def display_name(self, path: str) -> str:
+        """What to call a stored file in answers: the client's name for uploads, else the file name."""
+        p = Path(path)
+        if p.parent == self.root / "audio" and ID_RE.match(p.stem):
+            with contextlib.suppress(ApiError, OSError, ValueError):
+                return self.audio_meta(p.stem)["filename"]
+        return p.name
+
+    # -- internals ----------------------------------------------------------------------------
+
+    async def _receive(self, upload, sub: str) -> tuple[Path, str, int, str]:
+        name = client_name(getattr(upload, "filename", None))
+        tmp = self.root / sub / f".incoming-{uuid.uuid4().hex}"
+        h = hashlib.sha256()
+        size = 0
+        try:
+            with open(tmp, "wb") as fh:
+                while block := await upload.read(CHUNK):
+                    size += len(block)
+                    if size > self.max_bytes:
+                        raise ApiError(413, f"{name} is too large: this server takes files of up to "
+                                            f"{self.max_bytes / 2**20:g} MB (--max-upload-mb)")
+                    h.update(block)
+                    fh.write(block)
+        except BaseException:
+            _unlink(tmp)
+            raise
+        if size == 0:
+            _unlink(tmp)
+            raise ApiError(422, f"{name} is empty (0 bytes); send the file itself")
+        return tmp, h.hexdigest(), size, name
+
+    def _keep(self, tmp: Path, sub: str, sha: str, ext: str, name: str, size: int, kind: str) -> Stored:
+        sid = sha[:16]
+        final = self.root / sub / f"{sid}{ext}"
+        if not final.exists():
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
+        return Stored(sid, final, name, size, kind)
+
+
+def client_name(filename: str | None) -> str:
+    """The client's file name, for messages: its last part, printable, at most 80 characters."""
+    base = re.split(r"[\\/]", filename or "")[-1]
+    base = "".join(ch for ch in base if ch.isprintable()).strip()[:80]
+    return f"'{base}'" if base else "the uploaded file"
+
+
+def _probe_audio(tmp: Path, name: str):
+    from studio.core.audio import probe
+    from studio.core.errors import AudioError
+
+    try:
+        return probe(tmp)
+    except AudioError as exc:
+        text = str(exc).replace(str(tmp), name)
+        raise ApiError(415 if "not an audio file" in text else 422, text) from None
+
+
+def _sniff_avatar(tmp: Path, name: str) -> tuple[str, str]:
+    from studio.core.avatar_sources import source_kind
+    from studio.core.errors import AvatarError
+
+    try:
+        kind = source_kind(tmp)
+    except AvatarError as exc:
+        raise ApiError(415, str(exc).replace(str(tmp), name)) from None
+    if kind == "photo":
+        from PIL import Image
+
+        with Image.open(tmp) as im:
+            return kind, IMAGE_EXT.get(im.format, ".img")
+    import av
+
+    with av.open(str(tmp)) as c:
+        fmt = (c.format.name or "").split(",")[0]
+    return kind, {"mov": ".mp4", "matroska": ".mkv"}.get(fmt, f".{fmt}" if fmt.isalnum() else ".video")
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
