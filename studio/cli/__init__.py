@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         if mod.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{mod.name}")
-        module.register(sub)
+        if hasattr(module, "register"):  # helpers shared by sub-commands have none
+            module.register(sub)
     return parser
 
 
