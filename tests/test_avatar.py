@@ -13,6 +13,7 @@ from conftest import DEMO_AVATAR
 
 from studio.core import avatar
 from studio.core.avatar import AvatarParams
+from studio.core.avatar_check import CheckedArray
 from studio.core.errors import AvatarError, Cancelled
 
 BLANK = range(45, 51)  # source frames (30 fps) that are black: times [1.5, 1.7) s -> 25 fps frames 38..42
@@ -65,7 +66,9 @@ def test_photo_avatar_is_prepared_cached_and_listed():
     a = avatar.prepare("astro", DEMO_AVATAR)
     assert (a.N, a.width, a.height, a.fps, a.kind) == (1, 512, 512, 25, "photo")
     assert a.frames.shape == (1, 512, 512, 3) and a.frames.dtype == np.uint8
-    assert isinstance(a.frames, np.memmap) and isinstance(a.masks, np.memmap)
+    # memory-mapped, read through the block checks (small arrays: plain maps, checked whole at load)
+    assert isinstance(a.frames, CheckedArray) and isinstance(a.masks, CheckedArray)
+    assert str(a.frames.filename) == str(a.folder / "frames.npy") and isinstance(a.face_ok, np.memmap)
     assert a.crops.shape == (1, 256, 256, 3) and a.masks.shape == (1, 256, 256)
     assert a.landmarks.shape == a.crop_landmarks.shape == (1, 478, 2)
     assert a.boxes.dtype == np.int32 and a.face_ok.tolist() == [True]

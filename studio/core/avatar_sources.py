@@ -2,6 +2,7 @@
 
     kind = source_kind(path)                   # "photo" or "video"; AvatarError otherwise
     rgb = read_image(path)                     # [H,W,3] uint8, EXIF orientation applied
+    rgb, was = fit_photo(rgb)                  # at most 3840x2160 (either orientation), even sides
     for rgb in VideoReader(path, trim_start, trim_end): ...   # frame k = the one shown at start + k/25
 """
 
@@ -18,6 +19,7 @@ from studio.core.errors import AvatarError
 log = logging.getLogger(__name__)
 
 IMAGE_FORMATS = ("PNG", "JPEG", "MPO", "WEBP", "BMP", "TIFF")
+MAX_PHOTO = (3840, 2160)  # long side x short side: 4K UHD, inside H.264 level 5.1's frame size
 SOURCE_HELP = "a PNG/JPEG/WebP photo or a video (MP4, MOV, MKV, WebM ...)"
 
 
@@ -49,9 +51,29 @@ def read_image(path: Path) -> np.ndarray:
         with Image.open(path) as im:
             im = ImageOps.exif_transpose(im)
             rgb = np.asarray(im.convert("RGB"))
+    except Image.DecompressionBombError:
+        raise AvatarError(f"{path}: the image has too many pixels to read safely (over "
+                          f"{2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.0f} megapixels); export it at 4K or less") from None
     except (OSError, ValueError) as exc:
         raise AvatarError(f"{path}: the image is corrupt ({exc}); export it again") from None
     return np.ascontiguousarray(rgb)
+
+
+def fit_photo(rgb: np.ndarray, limit: tuple[int, int] = MAX_PHOTO) -> tuple[np.ndarray, tuple[int, int] | None]:
+    """``(rgb, None)`` when the photo fits ``limit`` (long x short side), else the photo scaled
+    down to fit, aspect kept, both sides even (H.264 4:2:0), and its original ``(w, h)``.
+
+    A bigger frame gains nothing on screen, costs RAM in every render (each frame is composited
+    and encoded at the avatar's size) and exceeds the H.264 level the encoders declare."""
+    h, w = rgb.shape[:2]
+    long_side, short_side = max(limit), min(limit)
+    f = min(1.0, long_side / max(w, h), short_side / min(w, h))
+    if f >= 1.0:
+        return rgb, None
+    import cv2
+
+    nw, nh = max(2, int(w * f) // 2 * 2), max(2, int(h * f) // 2 * 2)
+    return np.ascontiguousarray(cv2.resize(rgb, (nw, nh), interpolation=cv2.INTER_AREA)), (w, h)
 
 
 class VideoReader:
@@ -71,12 +93,20 @@ class VideoReader:
                 rate = s.average_rate or s.guessed_rate
                 self.source_fps = float(rate) if rate else None
                 dur = float(s.duration * s.time_base) if s.duration else (c.duration / 1e6 if c.duration else None)
+                # what the video stream itself declares (an index that survived a truncation still
+                # says it): its duration, else its frame count at its rate
+                own = float(s.duration * s.time_base) if s.duration else (
+                    s.frames / self.source_fps if s.frames and self.source_fps else None)
         except Exception as exc:
             raise AvatarError(f"{path}: the video cannot be opened ({exc}); re-encode it as H.264 MP4") from None
         span = None if dur is None else (min(dur, self.end) if self.end else dur) - self.start
         if span is not None and span <= 0:
             raise AvatarError(f"{path}: --trim-start {self.start:g} s is past the end of the {dur:.2f} s video")
         self.estimate = None if span is None else max(1, int(np.ceil(span * FPS - 1e-6)))
+        own_span = None if own is None else (min(own, self.end) if self.end else own) - self.start
+        #: 25 fps frames the stream's own header promises over the requested span (None: unknown)
+        self.declared = None if own_span is None or own_span <= 0 else max(1, int(np.ceil(own_span * FPS - 1e-6)))
+        self.stopped_early: str | None = None  # the decoder error that ended the clip, if any
 
     def __iter__(self):
         import av
@@ -107,7 +137,8 @@ class VideoReader:
         except av.error.FFmpegError as exc:
             if prev is None:
                 raise AvatarError(f"{self.path}: the video data is corrupt ({exc}); re-encode it") from None
-            log.warning("%s: decoding stopped early (%s); using the frames before it", self.path, exc)
+            self.stopped_early = str(exc)  # the caller compares what decoded with ``declared``
+            log.info("%s: decoding stopped early (%s)", self.path, exc)
         if prev is None:
             return
         end = prev_t + (dur or 0.0)

@@ -60,6 +60,7 @@ NOSE_TIP = 1
 MASK_MODES = ("jaw", "raw")
 NOSE_FEATHER = 8.0  # crop pixels: the soft edge around the cut-out nose (at most ``feather``)
 MAX_SMOOTH_SIGMA = 3.0  # frames: the Gaussian sigma at smoothing strength 1.0
+MAX_FACES = 8  # faces looked for in a photo (or a video's first face frame) to say which one is used
 QUIET_CALLS = 5  # first tracker calls run with fd 2 silenced (mediapipe's start-up warnings)
 TRACK_MAX_SIDE = 1920  # frames larger than this are downscaled before tracking (landmarks are normalised)
 
@@ -69,13 +70,14 @@ TRACK_MAX_SIDE = 1920  # frames larger than this are downscaled before tracking 
 
 
 class FaceTracker:
-    """MediaPipe face mesh, one face, 478 landmarks. ``video=True`` tracks between frames.
+    """MediaPipe face mesh, 478 landmarks. ``video=True`` tracks between frames.
 
     Call it with an RGB uint8 frame; returns ``[478,2]`` float32 landmarks in that frame's
-    pixels, or ``None`` when no face is found. Use as a context manager (closes the graph).
+    pixels, or ``None`` when no face is found. ``all_faces(rgb)`` returns every face found (up
+    to ``max_faces``), left to right. Use as a context manager (closes the graph).
     """
 
-    def __init__(self, video: bool = False, min_confidence: float = 0.5):
+    def __init__(self, video: bool = False, min_confidence: float = 0.5, max_faces: int = 1):
         import warnings
 
         with _quiet_stderr(), _swallow_excepthook(), warnings.catch_warnings():  # mediapipe's start-up noise
@@ -85,7 +87,7 @@ class FaceTracker:
             self._mesh = mp.solutions.face_mesh.FaceMesh(
                 static_image_mode=not video,
                 refine_landmarks=True,
-                max_num_faces=1,
+                max_num_faces=max_faces,
                 min_detection_confidence=min_confidence,
                 min_tracking_confidence=min_confidence,
             )
@@ -95,6 +97,11 @@ class FaceTracker:
         self._calls = 0
 
     def __call__(self, rgb: np.ndarray) -> np.ndarray | None:
+        found = self.all_faces(rgb, sort=False)
+        return found[0] if found else None
+
+    def all_faces(self, rgb: np.ndarray, sort: bool = True) -> list[np.ndarray]:
+        """Every face found, as ``[478,2]`` float32 frame pixels; sorted by the x of their centre."""
         h, w = rgb.shape[:2]
         small = rgb
         if max(h, w) > TRACK_MAX_SIDE:
@@ -108,12 +115,15 @@ class FaceTracker:
         with ctx:
             result = self._mesh.process(small)
         self._calls += 1
-        if not result.multi_face_landmarks:
-            return None
-        pts = result.multi_face_landmarks[0].landmark
-        lm = np.array([(p.x, p.y) for p in pts], np.float32)
-        lm *= np.array([w, h], np.float32)  # normalised -> pixels of the original frame
-        return lm
+        out = []
+        for face in result.multi_face_landmarks or ():
+            lm = np.array([(p.x, p.y) for p in face.landmark], np.float32)
+            lm *= np.array([w, h], np.float32)  # normalised -> pixels of the original frame
+            if np.isfinite(lm).all():  # never cache what a box cannot be built from
+                out.append(lm)
+        if sort:
+            out.sort(key=lambda lm: float(lm[:, 0].mean()))
+        return out
 
     def close(self) -> None:
         self._mesh.close()
@@ -123,6 +133,29 @@ class FaceTracker:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def face_extent(lm: np.ndarray) -> tuple[float, float, float]:
+    """``(x_min, x_max, area)`` of a face's landmark bounding box, in pixels."""
+    x0, y0 = lm.min(0)
+    x1, y1 = lm.max(0)
+    return float(x0), float(x1), float((x1 - x0) * (y1 - y0))
+
+
+def pick_face(found: list[np.ndarray], face: int | None) -> int:
+    """Index into ``found`` (sorted left to right) of the face to use: the ``face``-th from the
+    left (1-based) when given, else the largest."""
+    if face is not None:
+        return face - 1
+    return max(range(len(found)), key=lambda i: face_extent(found[i])[2])
+
+
+def nearest_face(found: list[np.ndarray], previous: np.ndarray) -> np.ndarray | None:
+    """The face in ``found`` whose centre is nearest ``previous``'s (video: follow one face)."""
+    if not found:
+        return None
+    c = previous.mean(0)
+    return min(found, key=lambda lm: float(np.sum((lm.mean(0) - c) ** 2)))
 
 
 # --------------------------------------------------------------------------------------------
