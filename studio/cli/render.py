@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", required=True, help="output MP4 path")
     _render_options(p)
     _scale_options(p)
+    _range_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
     p.set_defaults(func=run_render)
 
@@ -60,71 +62,130 @@ def _scale_options(p) -> None:
                    help="render on N GPUs of this machine at once (contiguous parts, one writer, one mux)")
 
 
-def _settings(args):
-    from studio.core.errors import InputError
-    from studio.core.render import RenderSettings
+def _range_options(p) -> None:
+    p.add_argument("--in", dest="range_in", default=None, metavar="TIME",
+                   help="render from this point: seconds (12.5), a timecode (00:00:12:12, fields from the right) "
+                        "or a frame (#312)")
+    p.add_argument("--out", dest="range_out", default=None, metavar="TIME",
+                   help="render up to (not including) this point; same forms as --in")
 
-    if args.threshold < 0:
-        raise InputError("--threshold must be 0 or more (an RMS level such as 0.008)")
-    if args.min_silence < 1:
-        raise InputError("--min-silence must be at least 1 frame")
-    if args.batch < 0:
-        raise InputError("--batch must be a positive number of frames (or 0 for automatic)")
+
+def _settings(args):
+    """The command line's settings as the service's ``RenderSettings`` (checked there)."""
+    from studio.service.request import settings_from_dict
+
     kw = dict(engine=args.engine, device=args.device, precision=args.precision, decoder=args.decoder,
               runtime=args.runtime, batch=args.batch, threshold=args.threshold, min_silence=args.min_silence)
     if hasattr(args, "encoder"):
-        if not 0 <= args.crf <= 51:
-            raise InputError("--crf must be between 0 and 51")
         kw.update(encoder=args.encoder, crf=args.crf, preset=args.preset)
-    return RenderSettings(**kw)
+    return settings_from_dict(kw)
+
+
+def _placement(args):
+    from studio.core.errors import InputError
+    from studio.service.request import Placement
+
+    chunks = getattr(args, "chunks", 0) or 0
+    if chunks < 0:
+        raise InputError("--chunks must be a positive number of segments (or 0 for one per worker)")
+    if getattr(args, "farm", None) is not None:
+        return Placement("farm", chunks=chunks, farm=args.farm)
+    if chunks:
+        return Placement("chunks", chunks=chunks)
+    gpus = getattr(args, "gpus", None)
+    if gpus:
+        from studio.core.multigpu import cuda_devices
+
+        have = cuda_devices()
+        n = len(have) if gpus == "all" else int(gpus) if str(gpus).isdigit() else 0
+        if n < 1:
+            raise InputError(f"--gpus {gpus}: give a number of GPUs or 'all'")
+        if n > len(have):
+            raise InputError(f"--gpus {n}: this machine has {len(have)} CUDA GPU(s)")
+        return Placement("gpus", devices=tuple(have[:n]))
+    return Placement()
+
+
+def _frames(args):
+    """``--in``/``--out`` as a frame range (None: the whole clip)."""
+    a, b = getattr(args, "range_in", None), getattr(args, "range_out", None)
+    if a is None and b is None:
+        return None
+    from studio.core.audio import probe
+    from studio.core.errors import InputError
+    from studio.core.timecode import TimecodeError, parse_jump
+
+    total = probe(args.audio).frames
+
+    def frame(text, default):
+        if text is None:
+            return default
+        text = str(text).strip()
+        if re.fullmatch(r"\d+(\.\d+)?", text):  # a plain number is seconds, as in ffmpeg's -ss
+            from studio.core.render import frame_index
+
+            return frame_index(float(text))
+        try:
+            return parse_jump(text, 0)
+        except TimecodeError as exc:
+            raise InputError(str(exc)) from None
+
+    return frame(a, 0), frame(b, total)
+
+
+def request_from_args(avatar, audio, output, args):
+    """The ``RenderRequest`` that ``studio render`` and ``studio queue add`` build from their options."""
+    from studio.service.request import RenderRequest
+
+    return RenderRequest(avatar, audio, output, _settings(args), _placement(args), _frames(args),
+                         overwrite=bool(getattr(args, "overwrite", False)))
 
 
 def _render(avatar, audio, output, args) -> int:
+    _check_output(output, avatar, audio, "video")
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
-    from studio.core.audio import probe
-    from studio.core.render import Renderer
+    from studio.service import Render
 
-    settings = _settings(args)
-    probe(audio)  # bad audio fails before any avatar work
-    if getattr(args, "farm", None) is not None or getattr(args, "chunks", 0):
-        from studio.cli.farm import render_scaled
-
-        return render_scaled(avatar, audio, output, settings, args)
-    if getattr(args, "gpus", None):  # the same run / result API, over several GPUs
-        renderer = _gpu_renderer(avatar, audio, settings, args.gpus)
-    else:
-        renderer = Renderer(avatar, audio, settings)
+    req = request_from_args(avatar, audio, output, args)
+    render = Render(req, in_process_farm=True)
     bar = ProgressBar("render")
-    said = args.json  # name the engine once the render has really started (bad input says one line)
+    said = args.json  # name the engine/placement once the render has really started
+
+    def started(where):
+        nonlocal said
+        if said:
+            return
+        said = True
+        engine = f"engine: {render.engine_name} ({render.engine_reason})" if render.engine_reason else ""
+        print(engine if where == "this computer" else f"{where}{'; ' + engine if engine else ''}", file=sys.stderr)
+
+    render.on_started = started
     try:
-        for p in renderer.run(output):
-            if not said:
-                print(f"engine: {renderer.engine.name} ({renderer.engine_reason})", file=sys.stderr)
-                said = True
+        for p in render.run():
             if not p.finished:
-                bar.update(p.done, p.total, f"{p.fps:6.1f} fps  ETA {fmt_seconds(p.eta_s)}")
+                extra = f"  {len(p.workers)} worker(s)" if p.workers else ""
+                bar.update(p.done, p.total, f"{p.fps:6.1f} fps{extra}  ETA {fmt_seconds(p.eta_s)}")
     finally:
         bar.close()
-    r = renderer.result
+    r = render.result
     if args.json:
-        emit_json(r.to_json())
+        out = r.to_json()
+        out["ran_on"] = render.where
+        if render.last is not None and render.last.chunks:  # local chunks, the farm
+            out.update(chunks=render.last.chunks, retries=render.last.retries, workers=sorted(render.last.workers))
+        emit_json(out)
     else:
         print(f"wrote {r.output}: {r.frames} frames ({r.silent_frames} silent), {r.width}x{r.height}, "
-              f"{r.engine} + {r.encoder}, {r.seconds:.1f} s ({r.fps:.1f} fps)")
+              f"{r.engine} + {r.encoder}, {r.seconds:.1f} s ({r.fps:.1f} fps)"
+              + ("" if render.where == "this computer" else f", {render.where}"))
     return 0
 
 
-def _gpu_renderer(avatar, audio, settings, gpus: str):
-    from studio.core.errors import InputError
-    from studio.core.multigpu import DeviceRender, cuda_devices
+def _check_output(output, avatar, audio, kind: str):
+    """An output that is an input, a folder, a wrong extension or an unwritable folder: one sentence, before any work."""
+    from studio.core.outputs import check_output
 
-    have = cuda_devices()
-    n = len(have) if gpus == "all" else int(gpus) if str(gpus).isdigit() else 0
-    if n < 1:
-        raise InputError(f"--gpus {gpus}: give a number of GPUs or 'all'")
-    if n > len(have):
-        raise InputError(f"--gpus {n}: this machine has {len(have)} CUDA GPU(s)")
-    return DeviceRender(avatar, audio, settings, devices=have[:n])
+    return check_output(output, {"voice-over": audio, "avatar": avatar}, kind)
 
 
 def run_render(args) -> int:
@@ -139,6 +200,8 @@ def run_demo(args) -> int:
 
 
 def run_frame(args) -> int:
+    import math
+
     import PIL.Image
 
     from studio.core.audio import probe
@@ -146,12 +209,12 @@ def run_frame(args) -> int:
     from studio.core.fsutil import atomic_path
     from studio.core.render import Renderer, frame_index
 
+    if not math.isfinite(args.time):
+        raise InputError(f"-t {args.time}: give the time as a number of seconds, such as 12.48")
+    out = _check_output(args.output, args.avatar, args.audio, "image")
     info = probe(args.audio)
     if args.time < 0 or frame_index(args.time) >= info.frames:
         raise InputError(f"-t {args.time} is outside the voice-over (0 to {info.duration_s:.2f} s)")
-    out = Path(args.output)
-    if not out.parent.exists():
-        raise InputError(f"{out.parent}: the output folder does not exist")
     renderer = Renderer(args.avatar, args.audio, _settings(args))
     img = renderer.frame_at(args.time)
     with atomic_path(out) as tmp:

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -64,11 +64,6 @@ class Progress:
                    retries=getattr(p, "retries", 0), finished=p.finished, output=p.output)
 
 
-def percent(fraction: float) -> int:
-    """The one rounding every view uses (the Live bar, the Queue, the CLI, the server): floor."""
-    return int(max(0.0, min(1.0, float(fraction))) * 100 + 1e-9)
-
-
 class Render:
     """Runs one ``RenderRequest`` wherever its placement says."""
 
@@ -86,6 +81,7 @@ class Render:
         self.engine_name = ""
         self.engine_reason = ""
         self.on_started = None  # callback(where) once the placement is known (before the first frame)
+        self.last: Progress | None = None  # the newest progress
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -110,7 +106,7 @@ class Render:
         for p in strategy():
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
-            last = Progress.of(p)
+            last = self.last = Progress.of(p)
             yield last
         if last is None or not last.finished or self.result is None:
             raise Cancelled("render cancelled; nothing was written")
@@ -268,16 +264,16 @@ def _is_path(avatar: str) -> bool:
 
 
 def _chunked_result(req, p, seconds: float, encoder: str):
+    from studio.core import avatar as avatar_mod
     from studio.core.render import RenderResult
 
+    a = avatar_mod.resolve(req.avatar)  # memory-mapped: the size only
     return RenderResult(output=str(p.output), frames=p.total, silent_frames=0, engine=req.settings.engine,
                         engine_reason="", encoder=encoder, seconds=round(seconds, 3),
-                        fps=round(p.total / seconds, 2) if seconds else 0.0, width=0, height=0,
+                        fps=round(p.total / seconds, 2) if seconds else 0.0, width=a.width, height=a.height,
                         stage_ms={}, finish_ms={})
 
 
 def _with_farm(result, p, workers):
-    """A farm's ``RenderResult`` as is (its fields are the core's)."""
-    if result is None:
-        return None
-    return replace(result) if hasattr(result, "__dataclass_fields__") else result
+    """The farm's own ``RenderResult`` (core's type); None when the farm sent none."""
+    return result

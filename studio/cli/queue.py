@@ -1,0 +1,156 @@
+"""``studio queue add|list|show|run|cancel|retry|hold|resume|move|rm``: the render queue from a terminal.
+
+The same queue the window and ``studio serve`` use (``<data folder>/jobs.sqlite``), through the
+service: ``add`` takes ``studio render``'s options and prints the new job's id as its last word;
+``run`` processes queued jobs until none is left, with a progress bar (Ctrl-C cancels the running
+job cleanly: no file is left, the job is marked cancelled).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def register(sub) -> None:
+    from studio.cli.render import _range_options, _render_options, _scale_options
+
+    p = sub.add_parser("queue", help="the render queue: add, list, show, run, cancel, retry, hold, move, rm")
+    qs = p.add_subparsers(dest="queue_command", metavar="ACTION")
+    qs.required = True
+
+    add = qs.add_parser("add", help="queue a render (the options of `studio render`); prints the job id last")
+    add.add_argument("--avatar", required=True, help="avatar NAME from the library, or an image/video path")
+    add.add_argument("--audio", required=True, help="voice-over file")
+    add.add_argument("-o", "--output", required=True, help="output MP4 path (numbered _002 when taken)")
+    _render_options(add)
+    _scale_options(add)
+    _range_options(add)
+    add.add_argument("--overwrite", action="store_true", help="replace an existing file instead of numbering")
+    add.add_argument("--draft", action="store_true", help="keep it as a draft (not queued)")
+    add.set_defaults(func=run_add)
+
+    ls = qs.add_parser("list", help="every job: id, state, progress, output, reason")
+    ls.add_argument("--json", action="store_true", help="print a JSON list")
+    ls.set_defaults(func=run_list)
+
+    show = qs.add_parser("show", help="one job in full (JSON)")
+    show.add_argument("id", type=int)
+    show.set_defaults(func=run_show)
+
+    run = qs.add_parser("run", help="render queued jobs until none is left")
+    run.add_argument("--json", action="store_true", help="print the finished jobs as a JSON list")
+    run.set_defaults(func=run_run)
+
+    for name, helptext in (("cancel", "cancel a queued, held or running job"),
+                           ("retry", "queue a finished job again (a new numbered file)"),
+                           ("hold", "keep a queued job waiting"), ("resume", "queue a held job again"),
+                           ("rm", "remove a job that is not running")):
+        c = qs.add_parser(name, help=helptext)
+        c.add_argument("id", type=int)
+        c.set_defaults(func=run_action, action=name)
+
+    mv = qs.add_parser("move", help="put a job at a place in the queue order (0 = first)")
+    mv.add_argument("id", type=int)
+    mv.add_argument("position", type=int)
+    mv.set_defaults(func=run_move)
+
+
+def _service():
+    from studio.service import QueueService
+
+    return QueueService(in_process_farm=True)
+
+
+def job_json(job, progress=None) -> dict:
+    from studio.core.progress import fraction_percent
+
+    frac = progress.fraction if progress is not None else job.progress
+    return {"id": job.id, "state": job.state, "avatar": job.avatar, "audio": job.audio, "output": job.output,
+            "progress": round(frac, 4), "percent": fraction_percent(frac), "reason": job.reason,
+            "created": job.created, "updated": job.updated, "settings": job.settings, "result": job.result}
+
+
+def run_add(args) -> int:
+    from studio.cli.render import request_from_args
+
+    req = request_from_args(args.avatar, args.audio, args.output, args)
+    job = _service().add(req, state="draft" if args.draft else "queued")
+    print(f"{job.state} {job.output} as job {job.id}")
+    return 0
+
+
+def run_list(args) -> int:
+    from studio.cli._common import emit_json
+    from studio.core.progress import fraction_percent
+
+    jobs = _service().list()
+    if args.json:
+        emit_json([job_json(j) for j in jobs])
+        return 0
+    if not jobs:
+        print("the queue is empty")
+        return 0
+    for j in jobs:
+        reason = f"  ({j.reason})" if j.reason else ""
+        print(f"{j.id:4d}  {j.state:<11} {fraction_percent(j.progress):3d}%  {j.output}{reason}")
+    return 0
+
+
+def run_show(args) -> int:
+    from studio.cli._common import emit_json
+
+    emit_json(job_json(_service().get(args.id)))
+    return 0
+
+
+def run_action(args) -> int:
+    qs = _service()
+    if args.action == "rm":
+        qs.remove(args.id)
+        print(f"removed job {args.id}")
+        return 0
+    job = getattr(qs, args.action)(args.id)
+    print(f"job {job.id}: {job.state} {job.output}")
+    return 0
+
+
+def run_move(args) -> int:
+    job = _service().move(args.id, args.position)
+    print(f"job {job.id} moved to {args.position}")
+    return 0
+
+
+def run_run(args) -> int:
+    """Every queued job, one after another; Ctrl-C (or TERM) cancels the running one and stops."""
+    from studio.cli._common import ProgressBar, emit_json, fmt_seconds
+
+    qs = _service()
+    bar = [None]
+
+    def on_event(ev):
+        if ev.kind == "progress" and ev.progress is not None:
+            if bar[0] is None:
+                bar[0] = ProgressBar(f"job {ev.job_id}")
+            p = ev.progress
+            if not p.finished:
+                bar[0].update(p.done, p.total, f"{p.fps:6.1f} fps  ETA {fmt_seconds(p.eta_s)}")
+        elif ev.kind == "state" and ev.job is not None and ev.job.state in ("done", "failed", "cancelled"):
+            if bar[0] is not None:
+                bar[0].close()
+                bar[0] = None
+            j = ev.job
+            tail = f": {j.reason}" if j.reason and j.state != "done" else ""
+            print(f"job {j.id} {j.state}: {j.output}{tail}", file=sys.stderr)
+
+    try:
+        finished = qs.run_until_empty(on_event)
+    finally:
+        if bar[0] is not None:
+            bar[0].close()
+    if args.json:
+        emit_json([job_json(j) for j in finished if j is not None])
+    else:
+        states = [j.state for j in finished if j is not None]
+        print(f"queue empty: {len(states)} job(s) run, {states.count('done')} done, {states.count('failed')} failed, "
+              f"{states.count('cancelled')} cancelled")
+    return 0

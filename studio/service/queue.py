@@ -1,0 +1,365 @@
+"""The render queue, Qt-free: ``QueueService`` runs jobs from the SQLite store and tells subscribers.
+
+    qs = QueueService()                                   # <data>/jobs.sqlite, the default engine pool
+    job = qs.add(RenderRequest("anna", "voice.flac", "out.mp4"))     # queued; "out_002.mp4" if taken
+    unsubscribe = qs.subscribe(lambda ev: print(ev.kind, ev.job_id))
+    qs.run_until_empty()                                  # foreground (``studio queue run``), or
+    qs.start(); ...; qs.stop()                            # a runner thread (the window, the server)
+    qs.cancel(job.id); qs.retry(job.id); qs.hold(id); qs.resume(id); qs.move(id, 0); qs.remove(id)
+
+Jobs run one after another, in queue order, through the one driver (``Render``) on the shared
+engine pool, so engines stay warm between jobs. States and progress are persisted (progress at
+most once a second), so every view of the same store (the window, ``studio queue list``, the
+server) sees the same queue. Nothing starts by itself: queued jobs wait until ``start`` or
+``run_until_empty`` is called; a job that was running when its process died comes back
+``interrupted`` (the store does it on open).
+
+Events go to plain callbacks, called on the runner's thread (a Qt view re-emits them as queued
+signals): ``added``, ``state`` (any change of a job's state), ``progress`` (per batch, with the
+``Progress``), ``placed`` (the running job's placement is known: ``where``), ``removed``, ``moved``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from studio.core import jobs as J
+from studio.core.errors import Cancelled, InputError, StudioError
+from studio.service.driver import Progress, Render
+from studio.service.request import Placement, RenderRequest, settings_from_dict
+
+log = logging.getLogger(__name__)
+
+STORE_PROGRESS_S = 1.0  # persisted progress at most this often
+
+
+class QueueFull(StudioError):
+    """Too many jobs are queued already (the server answers 429)."""
+
+
+@dataclass(frozen=True)
+class QueueEvent:
+    kind: str  # added | state | placed | progress | removed | moved
+    job_id: int
+    job: J.Job | None = None
+    progress: Progress | None = None
+    where: str = ""
+
+
+def request_of(job: J.Job) -> RenderRequest:
+    """The ``RenderRequest`` a job row holds (rows of earlier versions included)."""
+    s = dict(job.settings)
+    place = s.get("placement")
+    if isinstance(place, dict):
+        placement = Placement(kind=place.get("kind", "local"), devices=tuple(place.get("devices") or ()),
+                              chunks=int(place.get("chunks") or 0), farm=str(place.get("farm") or ""))
+    elif s.get("render_on") == "farm":  # rows written by the window before the service
+        placement = Placement("farm", farm=str(s.get("farm_address") or ""))
+    elif s.get("render_on") == "gpus":
+        placement = Placement("gpus", devices=tuple(s.get("devices") or ()))
+    else:
+        placement = Placement()
+    frames = s.get("frames")
+    return RenderRequest(job.avatar, job.audio, job.output, settings_from_dict(s.get("render") or s),
+                         placement, tuple(frames) if frames else None, bool(s.get("overwrite", False)))
+
+
+def job_settings(req: RenderRequest) -> dict:
+    """What the store keeps for a request: the render settings flat (as earlier rows), plus where
+    and which frames."""
+    d = req.to_dict()
+    out = dict(d["settings"])
+    out.update(placement=d["placement"], frames=d["frames"], overwrite=d["overwrite"])
+    return out
+
+
+_NUMBERED = re.compile(r"^(.*)_(\d{3,})$")
+
+
+def numbered(path: str, n: int) -> str:
+    """``out.mp4`` -> ``out_002.mp4`` (n=2); an already numbered stem is renumbered."""
+    p = Path(path)
+    m = _NUMBERED.match(p.stem)
+    stem = m.group(1) if m else p.stem
+    return str(p.with_name(f"{stem}_{n:03d}{p.suffix}"))
+
+
+def unique_output(path: str, taken: set[str]) -> str:
+    """``path`` if no file and no other job has it, else the first free ``_002``, ``_003`` ..."""
+    def free(c: str) -> bool:
+        return not Path(c).exists() and str(Path(c).resolve()) not in taken
+
+    if free(path):
+        return path
+    m = _NUMBERED.match(Path(path).stem)
+    n = int(m.group(2)) + 1 if m else 2
+    while not free(numbered(path, n)):
+        n += 1
+    return numbered(path, n)
+
+
+class QueueService:
+    def __init__(self, store: J.JobStore | None = None, pool=None, *, max_queued: int | None = None,
+                 in_process_farm: bool = False):
+        from studio.service.pool import default_pool
+
+        self.store = store if store is not None else J.JobStore()
+        self.pool = pool if pool is not None else default_pool()
+        self.max_queued = max_queued
+        self.in_process_farm = in_process_farm
+        self._subs: list[Callable[[QueueEvent], None]] = []
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._current: tuple[int, Render] | None = None
+        self._farm_link = None  # kept warm between farm jobs
+        self.last_progress: dict[int, Progress] = {}
+
+    # ---- events -------------------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[QueueEvent], None]) -> Callable[[], None]:
+        with self._lock:
+            self._subs.append(callback)
+
+        def unsubscribe():
+            with self._lock:
+                if callback in self._subs:
+                    self._subs.remove(callback)
+
+        return unsubscribe
+
+    def _emit(self, kind: str, job_id: int, job=None, progress=None, where: str = "") -> None:
+        with self._lock:
+            subs = list(self._subs)
+        ev = QueueEvent(kind, job_id, job, progress, where)
+        for cb in subs:
+            try:
+                cb(ev)
+            except Exception:  # noqa: BLE001 - a broken view must not stop the queue
+                log.exception("queue subscriber failed on %s", kind)
+
+    # ---- the queue ----------------------------------------------------------------------
+
+    def add(self, request: RenderRequest, state: str = J.QUEUED) -> J.Job:
+        """Queue (or keep as a draft) a request; its output gets a free numbered name unless
+        ``overwrite``. Bad requests are refused here, before they reach the queue."""
+        from studio.service.driver import check_output
+
+        if self.max_queued is not None and state == J.QUEUED:
+            if len(self.store.list((J.QUEUED,))) >= self.max_queued:
+                raise QueueFull(f"the queue is full ({self.max_queued} jobs waiting); try again when one has started")
+        inputs = [request.audio] + ([request.avatar] if Path(request.avatar).exists() else [])
+        output = request.output
+        if not request.overwrite:
+            output = unique_output(output, self._taken())
+        check_output(output, inputs)
+        request = request.with_(output=output)
+        job = self.store.add(request.avatar, request.audio, job_settings(request), output, state=state)
+        self._emit("added", job.id, job)
+        self._poke()
+        return job
+
+    def _taken(self, but: int | None = None) -> set[str]:
+        """Outputs other jobs will write or wrote (a finished file may have been moved: its name stays taken
+        only while the file exists, which ``unique_output`` checks)."""
+        live = (J.DRAFT, J.QUEUED, J.HELD, J.RUNNING)
+        return {str(Path(j.output).resolve()) for j in self.store.list() if j.state in live and j.id != but}
+
+    def list(self) -> list[J.Job]:
+        return self.store.list()
+
+    def get(self, job_id: int) -> J.Job:
+        return self.store.get(job_id)
+
+    def request(self, job_id: int) -> RenderRequest:
+        return request_of(self.get(job_id))
+
+    def enqueue(self, job_id: int) -> J.Job:
+        return self._changed(self.store.enqueue(job_id))
+
+    def cancel(self, job_id: int) -> J.Job:
+        """A queued or held job is cancelled; a running one stops within one batch, leaving no file."""
+        with self._lock:
+            cur = self._current
+        if cur is not None and cur[0] == job_id:
+            cur[1].cancel()
+            return self.store.get(job_id)
+        return self._changed(self.store.cancel(job_id))
+
+    def retry(self, job_id: int) -> J.Job:
+        """Back in the queue; when its file exists (a done job retried) it writes a new numbered one."""
+        job = self.store.get(job_id)
+        if job.damaged:
+            raise InputError(job.reason)
+        req = request_of(job)
+        out = req.output if req.overwrite else unique_output(req.output, self._taken(but=job_id))
+        job = self._changed(self.store.retry(job_id, output=out))
+        self._poke()
+        return job
+
+    def hold(self, job_id: int) -> J.Job:
+        return self._changed(self.store.hold(job_id))
+
+    def resume(self, job_id: int) -> J.Job:
+        job = self._changed(self.store.resume(job_id))
+        self._poke()
+        return job
+
+    def move(self, job_id: int, index: int) -> J.Job:
+        job = self.store.move(job_id, index)
+        self._emit("moved", job_id, job)
+        return job
+
+    def remove(self, job_id: int) -> None:
+        self.store.remove(job_id)
+        self.last_progress.pop(job_id, None)
+        self._emit("removed", job_id)
+
+    def _changed(self, job: J.Job) -> J.Job:
+        self._emit("state", job.id, job)
+        return job
+
+    @property
+    def running_job_id(self) -> int | None:
+        with self._lock:
+            return self._current[0] if self._current else None
+
+    # ---- running ------------------------------------------------------------------------
+
+    def run_next(self) -> J.Job | None:
+        """Claim and run the next queued job in this thread; None when nothing is queued."""
+        job = self.store.claim_next()
+        if job is None:
+            return None
+        self._emit("state", job.id, job)
+        return self._run(job)
+
+    def run_until_empty(self, on_event: Callable[[QueueEvent], None] | None = None) -> list[J.Job]:
+        """Run queued jobs in this thread until none is left; the finished jobs."""
+        unsub = self.subscribe(on_event) if on_event else None
+        try:
+            out = []
+            while not self._stop and (job := self.run_next()) is not None:
+                out.append(job)
+            return out
+        finally:
+            if unsub:
+                unsub()
+
+    def start(self) -> None:
+        """Run queued jobs on a background thread until ``stop`` (jobs added later run too)."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop = False
+            self._thread = threading.Thread(target=self._loop, name="studio-queue", daemon=True)
+            self._thread.start()
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stop
+
+    def stop(self, cancel_running: bool = True, timeout: float = 30.0) -> None:
+        """Stop the runner; the running job is cancelled (nothing written) unless ``cancel_running``
+        is False, in which case it is left ``running`` in the store and comes back interrupted."""
+        with self._lock:
+            self._stop = True
+            cur = self._current
+            self._wake.notify_all()
+        if cur is not None and cancel_running:
+            cur[1].cancel()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+
+    def close(self) -> None:
+        self.stop()
+        link, self._farm_link = self._farm_link, None
+        if link is not None:
+            link.close()
+
+    def _poke(self) -> None:
+        with self._lock:
+            self._wake.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._stop:
+                    return
+            try:
+                job = self.run_next()
+            except Exception:  # noqa: BLE001 - the store went away: wait and try again
+                log.exception("queue runner: could not take the next job")
+                job = None
+            if job is None:
+                with self._lock:
+                    if self._stop:
+                        return
+                    self._wake.wait(1.0)  # also picks up jobs queued by another process
+
+    def _run(self, job: J.Job) -> J.Job:
+        try:
+            req = request_of(job)
+        except StudioError as exc:
+            return self._finish(job.id, J.FAILED, str(exc))
+        render = Render(req, self.pool, farm_link=self._farm_link, in_process_farm=self.in_process_farm)
+        render.on_started = lambda where: self._emit("placed", job.id, self.store.get(job.id), where=where)
+        with self._lock:
+            self._current = (job.id, render)
+        last_store = 0.0
+        try:
+            for p in render.run():
+                self.last_progress[job.id] = p
+                now = time.monotonic()
+                if now - last_store >= STORE_PROGRESS_S or p.finished:
+                    last_store = now
+                    self.store.set_progress(job.id, p.fraction)
+                    if self.store.get(job.id).state != J.RUNNING:  # cancelled by another process's view
+                        render.cancel()
+                self._emit("progress", job.id, progress=p, where=render.where)
+            r = render.result
+            data = r.to_json() if hasattr(r, "to_json") else dict(r or {})
+            data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
+            done = self.store.finish(job.id, output=data.get("output"), result=data)
+            self._emit("state", job.id, done, where=render.where)
+            return done
+        except Cancelled:
+            return self._finish(job.id, J.CANCELLED, "cancelled by the user")
+        except StudioError as exc:
+            if render.cancelled:
+                return self._finish(job.id, J.CANCELLED, "cancelled by the user")
+            return self._finish(job.id, J.FAILED, str(exc))
+        except BaseException as exc:  # noqa: BLE001 - an internal error fails the job, not the runner
+            if isinstance(exc, KeyboardInterrupt):
+                self._finish(job.id, J.CANCELLED, "cancelled by the user")
+                raise
+            log.error("job %d failed", job.id, exc_info=True)
+            from studio.core.paths import log_file
+
+            return self._finish(job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); "
+                                                  f"the details are in {log_file()}")
+        finally:
+            if render.farm_link is not None:
+                self._farm_link = render.farm_link
+            with self._lock:
+                self._current = None
+
+    def _finish(self, job_id: int, state: str, reason: str) -> J.Job:
+        try:
+            if state == J.CANCELLED:
+                job = self.store.get(job_id)
+                job = self.store.cancel(job_id, reason) if job.state == J.RUNNING else job
+            else:
+                job = self.store.fail(job_id, reason)
+        except InputError:  # removed meanwhile
+            return self.store.get(job_id) if any(j.id == job_id for j in self.store.list()) else None
+        self._emit("state", job_id, job)
+        return job

@@ -1,0 +1,207 @@
+"""The render service: one driver, the queue runner over jobs.sqlite, `studio queue` end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import prepare_demo_avatar, speech_pause_speech
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """A data folder with the demo avatar prepared as "astro" (subprocesses share it)."""
+    h = tmp_path_factory.mktemp("svc_home")
+    prepare_demo_avatar(h)
+    return h
+
+
+@pytest.fixture
+def env(home, monkeypatch):
+    monkeypatch.setenv("STUDIO_HOME", str(home))
+    e = dict(os.environ, STUDIO_HOME=str(home))
+    e.pop("STUDIO_CPU_THREADS", None)
+    return e
+
+
+def studio(env, *args, timeout=300, check=True):
+    r = subprocess.run([sys.executable, "-m", "studio", *args], env=env, capture_output=True, text=True,
+                       timeout=timeout, cwd=ROOT)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def queue_list(env) -> dict[int, dict]:
+    return {j["id"]: j for j in json.loads(studio(env, "queue", "list", "--json").stdout)}
+
+
+def frames_of(path) -> np.ndarray:
+    import av
+
+    with av.open(str(path)) as c:
+        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+
+
+def test_a_range_renders_the_same_frames_as_the_whole_clip(tmp_path, env):
+    from studio.core.render import RenderSettings
+    from studio.service import Render, RenderRequest
+
+    audio = speech_pause_speech(tmp_path / "v.wav", 1.0, 0.4, 1.0)
+    s = RenderSettings(engine="classic", encoder="x264", crf=0, preset="ultrafast")
+    whole = Render(RenderRequest("astro", str(audio), str(tmp_path / "whole.mp4"), s))
+    list(whole.run())
+    part = Render(RenderRequest("astro", str(audio), str(tmp_path / "part.mp4"), s, frames=(20, 45)))
+    list(part.run())
+    assert part.result.frames == 25 and whole.result.frames == 60
+    a, b = frames_of(tmp_path / "whole.mp4"), frames_of(tmp_path / "part.mp4")
+    assert b.shape[0] == 25
+    assert np.array_equal(a[20:45], b)  # lossless: exactly the whole render's frames 20..44
+    import av
+
+    with av.open(str(tmp_path / "part.mp4")) as c:
+        audio_s = float(c.streams.audio[0].duration * c.streams.audio[0].time_base)
+    assert abs(audio_s - 1.0) < 0.06  # 25 frames of the original audio, not the whole clip
+
+
+def test_a_bad_request_is_one_sentence_before_any_work(tmp_path, env):
+    from studio.core.errors import InputError
+    from studio.service import Placement, RenderRequest, settings_from_dict
+
+    with pytest.raises(InputError, match="placement"):
+        Placement("moon")
+    with pytest.raises(InputError, match="out point"):
+        RenderRequest("astro", "v.wav", "o.mp4", frames=(50, 10))
+    with pytest.raises(InputError, match="crf"):
+        settings_from_dict({"crf": "high"})
+    with pytest.raises(InputError, match="encoder"):
+        settings_from_dict({"encoder": "divx"})
+
+
+def test_engine_pool_keys_and_shares_warm_engines(env):
+    from studio.core.render import RenderSettings
+    from studio.service.pool import EnginePool
+
+    pool = EnginePool()
+    a, _ = pool.get(RenderSettings(engine="classic", device="cpu"))
+    b, _ = pool.get(RenderSettings(engine="classic", device=None, crf=30))  # encoder settings: same engine
+    c, _ = pool.get(RenderSettings(engine="classic", device="cpu", batch=4))
+    assert a is b and a is not c
+    assert pool.lock_for(a) is not None
+    pool.close()
+
+
+def test_identical_jobs_get_numbered_outputs_and_retry_writes_a_new_file(tmp_path, env):
+    from studio.core.render import RenderSettings
+    from studio.service import QueueService, RenderRequest
+
+    audio = speech_pause_speech(tmp_path / "v.wav", 0.4, 0.2, 0.4)
+    qs = QueueService()
+    req = RenderRequest("astro", str(audio), str(tmp_path / "out.mp4"), RenderSettings(engine="classic"))
+    j1, j2 = qs.add(req), qs.add(req)
+    assert Path(j1.output).name == "out.mp4" and Path(j2.output).name == "out_002.mp4"
+    events = []
+    done = qs.run_until_empty(events.append)
+    assert [j.state for j in done] == ["done", "done"]
+    assert (tmp_path / "out.mp4").exists() and (tmp_path / "out_002.mp4").exists()
+    again = qs.retry(j1.id)
+    assert Path(again.output).name == "out_003.mp4"
+    qs.run_until_empty()
+    assert (tmp_path / "out_003.mp4").exists() and qs.get(j1.id).state == "done"
+    kinds = [e.kind for e in events]
+    assert kinds.count("progress") >= 2 and kinds[0] == "state"
+    assert [e.job.state for e in events if e.kind == "state"] == ["running", "done", "running", "done"]
+
+
+def test_queue_run_three_jobs_one_bad_one_cancelled(tmp_path, env):
+    out = tmp_path / "out"
+    out.mkdir()
+    short = speech_pause_speech(tmp_path / "short.wav", 0.6, 0.2, 0.6)
+    long = speech_pause_speech(tmp_path / "long.wav", 25.0, 0.2, 25.0)
+    doomed = speech_pause_speech(tmp_path / "doomed.wav", 0.6, 0.2, 0.6)
+    ids = []
+    for audio, name in ((short, "a.mp4"), (doomed, "b.mp4"), (long, "c.mp4")):
+        r = studio(env, "queue", "add", "--avatar", "astro", "--audio", str(audio), "-o", str(out / name),
+                   "--engine", "classic")
+        ids.append(int(r.stdout.split()[-1]))  # the id is the last word
+    doomed.write_bytes(b"no longer audio " * 64)  # damaged after it was queued
+    assert [queue_list(env)[i]["state"] for i in ids] == ["queued"] * 3
+
+    run = subprocess.Popen([sys.executable, "-m", "studio", "queue", "run"], env=env, cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 120:
+            job = queue_list(env)[ids[2]]
+            if job["state"] == "running" and job["progress"] > 0:
+                break
+            time.sleep(0.3)
+        else:
+            pytest.fail("the long job never ran")
+        studio(env, "queue", "cancel", str(ids[2]))  # from another process, mid-render
+        stdout, stderr = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 0, stderr
+    jobs = queue_list(env)
+    assert [jobs[i]["state"] for i in ids] == ["done", "failed", "cancelled"], stderr
+    assert "audio" in jobs[ids[1]]["reason"].lower() and "\n" not in jobs[ids[1]]["reason"]
+    assert "1 done, 1 failed, 1 cancelled" in stdout
+    assert sorted(p.name for p in out.iterdir()) == ["a.mp4"]  # nothing else, no temporaries
+
+
+def test_a_killed_queue_runner_leaves_its_job_interrupted_and_retry_succeeds(tmp_path, env):
+    out = tmp_path / "out"
+    out.mkdir()
+    audio = speech_pause_speech(tmp_path / "long.wav", 30.0, 0.2, 30.0)
+    r = studio(env, "queue", "add", "--avatar", "astro", "--audio", str(audio), "-o", str(out / "k.mp4"),
+               "--engine", "classic")
+    job_id = int(r.stdout.split()[-1])
+    run = subprocess.Popen([sys.executable, "-m", "studio", "queue", "run"], env=env, cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        t0 = time.monotonic()
+        while queue_list(env)[job_id]["progress"] <= 0 and time.monotonic() - t0 < 120:
+            time.sleep(0.3)
+        assert queue_list(env)[job_id]["state"] == "running"  # a live runner's job is not "interrupted"
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait(30)
+    job = queue_list(env)[job_id]
+    assert job["state"] == "interrupted" and job["reason"].startswith("interrupted")
+    assert not (out / "k.mp4").exists()
+    # the retry renders it (a shorter voice-over keeps the test quick: same path, new content)
+    speech_pause_speech(audio, 0.6, 0.2, 0.6)
+    studio(env, "queue", "retry", str(job_id))
+    studio(env, "queue", "run")
+    job = queue_list(env)[job_id]
+    assert job["state"] == "done" and Path(job["output"]).exists()
+
+
+def test_the_contract_check_fails_when_core_imports_the_service(tmp_path):
+    """Proves the import-linter contracts bite: a copy of the package whose core imports the service."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    if not lint.exists():
+        pytest.skip("import-linter is not installed (it is in the dev extra)")
+    ok = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout[-2000:]
+    copy = tmp_path / "copy"
+    shutil.copytree(ROOT / "studio", copy / "studio", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    bad = copy / "studio" / "core" / "constants.py"
+    bad.write_text(bad.read_text() + "\nfrom studio.service import queue  # noqa\n")
+    env = dict(os.environ, PYTHONPATH=str(copy))
+    broken = subprocess.run([str(lint)], cwd=copy, capture_output=True, text=True, timeout=120, env=env)
+    assert broken.returncode != 0
+    assert "studio.core.constants -> studio.service" in broken.stdout
