@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -182,3 +183,71 @@ def test_demo_voiceover_has_its_three_pauses():
     long_pauses = [(a, b) for a, b in audio.runs(result.mask()) if b - a >= 20 and a > 0 and b < result.frames]
     assert len(long_pauses) == 3, long_pauses
     assert SAMPLES_PER_FRAME == 640
+
+
+# ------------------------------------------------------------------------------------------------
+# Hostile inputs: one sentence each, no decoder noise, never a hang
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_or_inf_samples_are_refused_with_their_count(tmp_path, studio_home, bad):
+    x = tone(2.0, 16_000)
+    x[100:112] = bad
+    x[5000] = bad
+    path = tmp_path / "damaged.wav"
+    sf.write(path, x, 16_000, subtype="FLOAT")
+    with pytest.raises(AudioError, match=r"13 of 32000 samples are not numbers \(NaN or infinite\)"):
+        audio.load(path)
+    with pytest.raises(AudioError, match="not numbers"):  # analyze used to say "0 % silent"
+        audio.analyze(path)
+
+
+def test_a_text_file_named_mp3_is_named_as_text_without_decoder_noise(tmp_path, capfd):
+    path = _write(tmp_path / "voice.mp3", b"Good evening, here is the news.\nLine two\n" * 3)
+    with pytest.raises(AudioError) as err:
+        audio.probe(path)
+    assert str(err.value) == (f"{path}: not an audio file (it looks like a text file); give the path of a "
+                              f"{audio.SUPPORTED} file")
+    assert capfd.readouterr().err == ""
+
+
+def test_garbage_named_mp3_says_unrecognised_without_decoder_noise(tmp_path, capfd):
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 256, 3000, dtype=np.uint8).tobytes()
+    path = _write(tmp_path / "voice.mp3", b"\x00" + data)
+    with pytest.raises(AudioError, match="format is not recognised, or it is damaged") as err:
+        audio.probe(path)
+    assert "possibly a pipe" not in str(err.value)
+    assert capfd.readouterr().err == ""  # mpg123's "Note: Illegal Audio-MPEG-Header" went to the log
+
+
+def test_an_image_named_wav_is_named(tmp_path):
+    path = _write(tmp_path / "voice.wav", b"\x89PNG\r\n\x1a\n" + bytes(200))
+    with pytest.raises(AudioError, match="looks like a PNG image"):
+        audio.probe(path)
+
+
+def test_a_fifo_is_refused_at_once_not_read_as_empty(tmp_path):
+    import threading
+
+    fifo = tmp_path / "voice.wav"
+    os.mkfifo(fifo)
+    result = {}
+
+    def run():
+        try:
+            audio.probe(fifo)
+        except AudioError as exc:
+            result["msg"] = str(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "probe blocked on the FIFO"
+    assert "is a pipe (FIFO), not a regular file" in result["msg"]
+    assert "empty" not in result["msg"]
+
+
+def test_a_device_is_not_a_voice_over():
+    with pytest.raises(AudioError, match="not a regular file"):
+        audio.probe("/dev/null")

@@ -13,10 +13,14 @@ draw a one-hour waveform at once on the second open.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import stat
+import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,7 +40,7 @@ log = logging.getLogger(__name__)
 READ_BLOCK = 1 << 18  # source frames per decoded block (~6 s at 44.1 kHz)
 RMS_BLOCK_FRAMES = 8192  # video frames per RMS block (~5 M samples)
 ENVELOPE_BUCKET = 160  # samples per envelope bucket: 100 buckets per second
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: files with NaN/inf samples are refused (version 1 cached their NaN RMS)
 SUPPORTED = "WAV, FLAC, OGG (Vorbis/Opus) or MP3"
 
 
@@ -96,7 +100,11 @@ def frames_for(source_frames: int, rate: int) -> int:
 def probe(path: str | os.PathLike) -> AudioInfo:
     """Check that ``path`` is a readable, non-empty audio file and describe it.
 
-    Raises ``AudioError`` with one actionable sentence otherwise.
+    Raises ``AudioError`` with one actionable sentence otherwise. A pipe, device or socket is
+    refused without opening it (a FIFO would block until someone writes to it); text and
+    well-known non-audio files are named as such from their first bytes, before libsndfile sees
+    them; libsndfile's decoders (mpg123's "Note: Illegal Audio-MPEG-Header...") are kept off
+    stderr and go to the debug log.
     """
     import soundfile as sf
 
@@ -105,12 +113,26 @@ def probe(path: str | os.PathLike) -> AudioInfo:
         raise AudioError(f"{p}: no such file; check the path")
     if p.is_dir():
         raise AudioError(f"{p}: is a folder, not an audio file; give the path of a {SUPPORTED} file")
+    st = p.stat()
+    if stat.S_ISFIFO(st.st_mode):
+        raise AudioError(f"{p}: is a pipe (FIFO), not a regular file; save the voice-over to a file and give its path")
+    if not stat.S_ISREG(st.st_mode):
+        raise AudioError(f"{p}: is a device or socket, not a regular file; give the path of a {SUPPORTED} file")
     if not os.access(p, os.R_OK):
         raise AudioError(f"{p}: permission denied; make the file readable")
-    if p.stat().st_size == 0:
+    if st.st_size == 0:
         raise AudioError(f"{p}: the file is empty (0 bytes); export the voice-over again")
     try:
-        info = sf.info(str(p))
+        with open(p, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError as exc:
+        raise AudioError(f"{p}: cannot be read ({exc.strerror or exc}); check the file") from None
+    what = _not_audio(head)
+    if what:
+        raise AudioError(f"{p}: not an audio file (it looks like {what}); give the path of a {SUPPORTED} file")
+    try:
+        with quiet_stderr():
+            info = sf.info(str(p))
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
         detail = _sf_detail(exc)
         raise AudioError(
@@ -126,6 +148,68 @@ def probe(path: str | os.PathLike) -> AudioInfo:
         channels=int(info.channels),
         source_frames=int(info.frames),
     )
+
+
+SNIFF_BYTES = 4096
+_MAGIC = (  # files people drop on Studio by mistake: (offset, bytes, what)
+    (0, b"\x89PNG", "a PNG image"),
+    (0, b"\xff\xd8\xff", "a JPEG image"),
+    (0, b"GIF8", "a GIF image"),
+    (0, b"%PDF", "a PDF document"),
+    (0, b"PK\x03\x04", "a ZIP archive (or an office document)"),
+    (4, b"ftyp", "an MP4/M4A file, which Studio does not read as audio: convert it to WAV or FLAC"),
+    (0, b"\x1aE\xdf\xa3", "a Matroska/WebM file, which Studio does not read as audio: convert it to WAV or FLAC"),
+)
+
+
+def _not_audio(head: bytes) -> str | None:
+    """What ``head`` (a file's first bytes) is when it is plainly not audio; None otherwise."""
+    for offset, magic, what in _MAGIC:
+        if head[offset : offset + len(magic)] == magic:
+            return what
+    if not head or b"\0" in head:
+        return None
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a character cut at the end of the sample
+            return None
+        text = head[: exc.start].decode("utf-8")
+    printable = sum(ch.isprintable() or ch in "\t\r\n\f" for ch in text)
+    return "a text file" if text and printable >= 0.95 * len(text) else None
+
+
+_QUIET = threading.Lock()
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Send what C libraries write to file descriptor 2 meanwhile to the debug log instead.
+
+    libsndfile's MP3 decoder (mpg123) prints resync notes straight to stderr, which no
+    library setting turns off. Kept short (header probes only): other threads' stderr lines
+    written meanwhile land in the debug log too.
+    """
+    import tempfile
+
+    with _QUIET:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):
+            yield
+            return
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                sink.seek(0)
+                noise = sink.read(4096).decode("utf-8", "replace").strip()
+                if noise:
+                    log.debug("decoder output: %s", noise.replace("\n", " | "))
 
 
 def load(path: str | os.PathLike) -> Wave:
@@ -148,12 +232,16 @@ def load(path: str | os.PathLike) -> Wave:
         out[pos : pos + take] = chunk[:take]
         pos += take
 
+    bad = 0  # samples that are not numbers (NaN, +-inf): a damaged float file
     try:
-        with sf.SoundFile(info.path) as fh:
+        with quiet_stderr():
+            fh = sf.SoundFile(info.path)
+        with fh:
             while True:
                 block = fh.read(READ_BLOCK, dtype="float32", always_2d=True)
                 if len(block) == 0:
                     break
+                bad += block.size - int(np.count_nonzero(np.isfinite(block)))
                 mono = block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0]
                 put(resampler.resample_chunk(mono) if resampler else mono)
             if resampler:
@@ -162,6 +250,9 @@ def load(path: str | os.PathLike) -> Wave:
         raise AudioError(
             f"{info.path}: the audio data is corrupt ({_sf_detail(exc)}); export the voice-over again"
         ) from None
+    if bad:  # refused, not patched: the render's AAC track is encoded from the file itself
+        raise AudioError(f"{info.path}: {bad} of {info.source_frames * info.channels} samples are not numbers "
+                         "(NaN or infinite), so the file is damaged; export the voice-over again")
     if pos == 0:
         raise AudioError(f"{info.path}: contains no audio samples; export the voice-over again")
     if pos < n_out * 0.98:
@@ -174,6 +265,8 @@ def _sf_detail(exc: Exception) -> str:
     # libsndfile messages repeat the path; keep only the reason.
     if ": " in text and text.startswith("Error opening"):
         text = text.rsplit(": ", 1)[-1]
+    if "possibly a pipe" in text:  # libsndfile's words for any file whose format it cannot tell
+        return "its format is not recognised, or it is damaged"
     return text.rstrip(".")
 
 

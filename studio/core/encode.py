@@ -77,23 +77,14 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
                        chunks=chunks, crf=crf, preset=preset, fps=fps, write_hook=write_hook)
 
 
-class _Probe(Exception):
-    """Leaves ``atomic_path`` on purpose: its temporary is deleted and the target is untouched."""
-
-
 def check_output(path) -> Path:
-    """Raise RenderError unless ``path``'s folder exists and accepts new files (nothing is left)."""
-    path = Path(path)
-    try:
-        with atomic_path(path, suffix=".mp4") as tmp:
-            raise _Probe(tmp)
-    except _Probe:
-        return path
-    except FileNotFoundError as exc:
-        raise RenderError(f"The output folder {path.parent} does not exist: create it or choose another.") from exc
-    except OSError as exc:
-        raise RenderError(f"The output folder {path.parent} is not writable ({exc.strerror}): "
-                          "choose another folder.") from exc
+    """Raise RenderError unless ``path``'s folder exists and accepts new files (nothing is left).
+
+    The folder half of ``studio.core.outputs.check_output`` (which also refuses an output that is
+    an input, a folder or a wrong extension)."""
+    from studio.core.outputs import check_folder
+
+    return check_folder(path)
 
 
 class VideoWriter:
