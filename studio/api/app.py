@@ -374,10 +374,13 @@ class RenderForm:
         avatar_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
         audio_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
         output: Annotated[str | None, Form(description="an output path on the server (--allow-paths only)")] = None,
+        frame_start: Annotated[int | None, Form(ge=0, description="render from this video frame (25 fps)")] = None,
+        frame_end: Annotated[int | None, Form(ge=1, description="up to, not including, this frame")] = None,
     ):
         self.avatar, self.avatar_file, self.avatar_path = avatar or None, _file(avatar_file), avatar_path or None
         self.audio, self.audio_id, self.audio_path = _file(audio), audio_id or None, audio_path or None
         self.text, self.voice, self.output = text, voice, output or None
+        self.frames = None if frame_start is None and frame_end is None else (frame_start or 0, frame_end)
         self.settings = dict(engine=engine, decoder=decoder, encoder=encoder, precision=precision,
                              runtime=runtime, crf=crf, preset=preset, batch=batch, threshold=threshold,
                              min_silence=min_silence)
@@ -405,12 +408,12 @@ async def _submit(st: _State, form: RenderForm):
         avatar, avatar_label = _library_avatar(form.avatar), form.avatar
     elif form.avatar_file:
         stored = await st.uploads.save_avatar(form.avatar_file)
-        avatar, avatar_label = str(stored.path), Path(stored.filename.strip("'")).stem
+        avatar, avatar_label = str(stored.path), Path(stored.filename).stem
     else:
         avatar, avatar_label = _server_file(form.avatar_path, "avatar_path"), Path(form.avatar_path).stem
     if form.audio:
         stored = await st.uploads.save_audio(form.audio)
-        audio, audio_label = str(stored.path), Path(stored.filename.strip("'")).stem
+        audio, audio_label = str(stored.path), Path(stored.filename).stem
     elif form.audio_id:
         audio, audio_label = str(st.uploads.audio_path(form.audio_id)), form.audio_id
     elif form.text:
@@ -425,7 +428,12 @@ async def _submit(st: _State, form: RenderForm):
             raise ApiError(422, f"output {form.output}: give an absolute path in an existing folder on the server")
     else:
         output = _renders_dir() / f"{_slug(avatar_label)}-{_slug(audio_label)}.mp4"
-    request = RenderRequest(avatar, audio, str(output), settings)
+    frames = form.frames
+    if frames is not None and frames[1] is None:
+        from studio.core.audio import probe
+
+        frames = (frames[0], probe(audio).frames)
+    request = RenderRequest(avatar, audio, str(output), settings, frames=frames)
     try:
         return await run_in_threadpool(st.queue.add, request)
     except StudioError as exc:
@@ -461,7 +469,7 @@ def _analysis(st: _State, audio_id: str, threshold: float, min_silence: int) -> 
     summary = analyze(st.uploads.audio_path(audio_id)).summary(threshold, min_silence)
     summary.pop("path", None)
     summary.pop("silent_mask", None)  # the spans say the same, shorter
-    return {"id": audio_id, "filename": meta["filename"].strip("'"), "bytes": meta["bytes"], **summary}
+    return {"id": audio_id, "filename": meta["filename"], "bytes": meta["bytes"], **summary}
 
 
 def _library_folder(name: str) -> Path:

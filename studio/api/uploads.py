@@ -109,7 +109,7 @@ class UploadStore:
                 while block := await upload.read(CHUNK):
                     size += len(block)
                     if size > self.max_bytes:
-                        raise ApiError(413, f"{name} is too large: this server takes files of up to "
+                        raise ApiError(413, f"{_said(name)} is too large: this server takes files of up to "
                                             f"{self.max_bytes / 2**20:g} MB (--max-upload-mb)")
                     h.update(block)
                     fh.write(block)
@@ -118,7 +118,7 @@ class UploadStore:
             raise
         if size == 0:
             _unlink(tmp)
-            raise ApiError(422, f"{name} is empty (0 bytes); send the file itself")
+            raise ApiError(422, f"{_said(name)} is empty (0 bytes); send the file itself")
         return tmp, h.hexdigest(), size, name
 
     def _keep(self, tmp: Path, sub: str, sha: str, ext: str, name: str, size: int, kind: str) -> Stored:
@@ -132,10 +132,14 @@ class UploadStore:
 
 
 def client_name(filename: str | None) -> str:
-    """The client's file name, for messages: its last part, printable, at most 80 characters."""
+    """The client's file name, for messages and listings: its last part, printable, at most 80
+    characters (never used as a path)."""
     base = re.split(r"[\\/]", filename or "")[-1]
-    base = "".join(ch for ch in base if ch.isprintable()).strip()[:80]
-    return f"'{base}'" if base else "the uploaded file"
+    return "".join(ch for ch in base if ch.isprintable()).strip()[:80] or "upload"
+
+
+def _said(name: str) -> str:
+    return f"'{name}'"
 
 
 def _probe_audio(tmp: Path, name: str):
@@ -145,7 +149,7 @@ def _probe_audio(tmp: Path, name: str):
     try:
         return probe(tmp)
     except AudioError as exc:
-        text = str(exc).replace(str(tmp), name)
+        text = str(exc).replace(str(tmp), _said(name))
         raise ApiError(415 if "not an audio file" in text else 422, text) from None
 
 
@@ -156,7 +160,7 @@ def _sniff_avatar(tmp: Path, name: str) -> tuple[str, str]:
     try:
         kind = source_kind(tmp)
     except AvatarError as exc:
-        raise ApiError(415, str(exc).replace(str(tmp), name)) from None
+        raise ApiError(415, str(exc).replace(str(tmp), _said(name))) from None
     if kind == "photo":
         from PIL import Image
 

@@ -15,6 +15,11 @@ SETTINGS = ("engine", "decoder", "encoder", "precision", "runtime", "crf", "pres
             "min_silence")
 
 
+def register(sub) -> None:
+    """No sub-command of its own: ``studio render`` takes ``--server`` (``add_option``) and calls
+    ``render_remote``."""
+
+
 def add_option(p) -> None:
     p.add_argument("--server", default=None, metavar="URL",
                    help="render on a running `studio serve` (http://HOST:PORT; token from $STUDIO_SERVER_TOKEN)")
@@ -29,15 +34,18 @@ def render_remote(args) -> int:
         raise InputError("--server renders where the server runs: leave out --farm, --chunks and --gpus")
     if getattr(args, "device", None):
         raise InputError("--server picks the device on the server: leave out --device")
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(out_dir):
-        raise InputError(f"{out_dir}: the output folder does not exist")
+    from studio.cli.render import _check_output, _frames  # what a local render checks, read the same way
+
+    _check_output(args.output, args.avatar, args.audio, "video")
     probe(args.audio)  # bad audio fails here, before any upload
     try:
         from studio.api.client import StudioClient
     except ImportError as exc:
         raise InputError(f"--server needs the serve extra ({exc.name} is missing): pip install 'studio[serve]'") from None
     settings = {k: getattr(args, k) for k in SETTINGS if hasattr(args, k)}
+    frames = _frames(args)
+    if frames is not None:
+        settings.update(frame_start=frames[0], frame_end=frames[1])
     with StudioClient(args.server, token=os.environ.get("STUDIO_SERVER_TOKEN") or None) as client:
         job = client.submit(args.avatar, audio=args.audio, settings=settings)
         bar = ProgressBar("render")

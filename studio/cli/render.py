@@ -17,6 +17,9 @@ def register(sub) -> None:
     _render_options(p)
     _scale_options(p)
     _range_options(p)
+    from studio.cli.remote import add_option
+
+    add_option(p)  # --server URL: render on a running `studio serve` (studio/cli/remote.py)
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
     p.set_defaults(func=run_render)
 
@@ -189,6 +192,10 @@ def _check_output(output, avatar, audio, kind: str):
 
 
 def run_render(args) -> int:
+    if getattr(args, "server", None):
+        from studio.cli.remote import render_remote
+
+        return render_remote(args)
     return _render(args.avatar, args.audio, args.output, args)
 
 

@@ -1,0 +1,376 @@
+"""``studio serve`` end to end: a real server process on 127.0.0.1 (free port, its own data folder,
+bound with a token) and a real HTTP client (httpx): endpoints, bad inputs, SSE, cancel, the frame."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import DEMO_AVATAR, ROOT, speech_pause_speech
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+from httpx_sse import connect_sse  # noqa: E402
+
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+MAX_UPLOAD_MB = 2
+MAX_QUEUED = 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, home: Path, *args: str):
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=str(ROOT))
+        env.pop("STUDIO_SERVER_TOKEN", None)
+        self.log = open(home / "server.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "studio", "serve", "--port", str(self.port), *args],
+                                     env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, (home / "server.log").read_text()
+            try:
+                if httpx.get(f"{self.url}/v1/health", headers=AUTH, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise AssertionError("the server did not answer within 90 s")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("served_home")
+    s = Server(home, "--token", TOKEN, "--max-upload-mb", str(MAX_UPLOAD_MB), "--max-queued", str(MAX_QUEUED))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    d = tmp_path_factory.mktemp("clips")
+    return {"short": speech_pause_speech(d / "short.wav", 0.6, 0.4, 0.6),  # 40 frames, a pause inside
+            "long": speech_pause_speech(d / "long.wav", 4.0, 0.4, 4.0), "dir": d}
+
+
+@pytest.fixture(scope="module")
+def astro(client):
+    with open(DEMO_AVATAR, "rb") as fh:
+        r = client.post("/v1/avatars", data={"name": "astro"}, files={"file": ("presenter.bin", fh)})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+@pytest.fixture(scope="module")
+def short_id(client, clips):
+    with open(clips["short"], "rb") as fh:
+        r = client.post("/v1/audio", files={"file": ("../../etc/voice.wav", fh)})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def one_sentence(r, status: int) -> str:
+    assert r.status_code == status, (r.status_code, r.text)
+    body = r.json()
+    assert list(body) == ["error"]
+    msg = body["error"]
+    assert msg and "\n" not in msg and "Traceback" not in msg
+    return msg
+
+
+def events(client, job_id: int) -> list[tuple[str, dict]]:
+    out = []
+    with connect_sse(client, "GET", f"/v1/renders/{job_id}/events") as src:
+        assert src.response.status_code == 200
+        assert src.response.headers["content-type"].startswith("text/event-stream")
+        for sse in src.iter_sse():
+            out.append((sse.event, json.loads(sse.data)))
+    return out
+
+
+def wait_state(client, job_id: int, states=("done", "failed", "cancelled"), timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        j = client.get(f"/v1/renders/{job_id}").json()
+        if j["state"] in states:
+            return j
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} still {j['state']}")
+
+
+def mp4_frames(path: Path) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(path)) as c:
+        assert c.streams.audio, "the MP4 has no audio track"
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def test_health_engines_and_docs(server, client):
+    h = client.get("/v1/health").json()
+    assert h["ok"] is True and h["max_queued"] == MAX_QUEUED and h["max_upload_mb"] == MAX_UPLOAD_MB
+    e = client.get("/v1/engines").json()
+    classic = next(x for x in e["engines"] if x["name"] == "classic")
+    assert classic["ready"] is True and e["auto"] in ("classic", "musetalk")
+    assert "swagger" in httpx.get(f"{server.url}/docs").text.lower()  # docs describe, need no token
+    paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
+    assert {"/generate", "/v1/renders", "/v1/frame", "/v1/avatars", "/v1/audio"} <= set(paths)
+
+
+def test_a_token_is_required_when_bound_with_one(server):
+    for headers in ({}, {"Authorization": "Bearer wrong-token-xxxx"}, {"Authorization": TOKEN}):
+        r = httpx.post(f"{server.url}/v1/audio", headers=headers, files={"file": ("a.wav", b"x" * 100)})
+        assert "token" in one_sentence(r, 401)
+        assert r.headers["www-authenticate"] == "Bearer"
+    assert httpx.get(f"{server.url}/v1/health", headers=AUTH).status_code == 200
+
+
+def test_another_host_without_a_token_refuses_to_start(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "studio", "serve", "--host", "0.0.0.0", "--port", "1"],
+                       env=dict(os.environ, STUDIO_HOME=str(tmp_path)), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "--token" in r.stderr
+
+
+def test_http_errors_are_json_sentences(client):
+    assert "no such endpoint" in one_sentence(client.get("/v2/nothing"), 404)
+    assert "not allowed" in one_sentence(client.delete("/v1/health"), 405)
+    assert "'t' is required" == one_sentence(client.get("/v1/frame", params={"avatar": "astro"}), 422)
+    assert "greater than or equal to 0" in one_sentence(client.get("/v1/frame", params={"t": -1}), 422)
+    assert "crf" in one_sentence(client.post("/v1/renders", data={"avatar": "astro", "text": "hi", "crf": 99}), 422)
+
+
+def test_audio_uploaded_once_reused_by_id_with_its_silence(server, client, clips, short_id):
+    from studio.core.audio import analyze
+
+    with open(clips["short"], "rb") as fh:
+        again = client.post("/v1/audio", data={"min_silence": 3}, files={"file": ("other-name.wav", fh)})
+    a = again.json()
+    assert again.status_code == 201 and a["id"] == short_id  # same content, same id, stored once
+    expected = analyze(clips["short"], use_cache=False).summary()
+    assert a["frames"] == expected["frames"] == 40
+    assert a["silent_spans"] == expected["silent_spans"] and a["silent_frames"] == expected["silent_frames"] > 0
+    assert client.get(f"/v1/audio/{short_id}").json()["silent_spans"] == expected["silent_spans"]
+    stored = sorted(p.name for p in (server.home / "uploads" / "audio").iterdir())
+    assert stored == [f"{short_id}.json", f"{short_id}.wav"]  # a generated name, never the client's
+    assert not list(server.home.rglob("etc"))
+
+
+def test_bad_uploads_get_the_right_code_and_one_sentence(server, client, clips):
+    r = client.post("/v1/audio", files={"file": ("voice.wav", b"RIFF\x00\x00garbage" * 50)})
+    assert "'voice.wav': not an audio file" in one_sentence(r, 415)
+    assert "empty" in one_sentence(client.post("/v1/audio", files={"file": ("e.wav", b"")}), 422)
+    big = b"\x00" * int((MAX_UPLOAD_MB + 0.5) * 2**20)  # one file over the cap (the body is under its own)
+    assert "too large" in one_sentence(client.post("/v1/audio", files={"file": ("big.wav", big)}), 413)
+    huge = b"\x00" * int((2 * MAX_UPLOAD_MB + 2) * 2**20)  # refused from its Content-Length, unread
+    assert "too large" in one_sentence(client.post("/v1/audio", files={"file": ("huge.wav", huge)}), 413)
+    with open(clips["short"], "rb") as fh:  # audio is not an avatar, whatever its name says
+        r = client.post("/v1/avatars", data={"name": "bad"}, files={"file": ("face.png", fh)})
+    assert "not an image or video" in one_sentence(r, 415)
+    assert "not a valid avatar name" in one_sentence(
+        client.post("/v1/avatars", data={"name": "../x"}, files={"file": ("f.png", b"x")}), 422)
+    leftovers = [p.name for p in (server.home / "uploads").rglob("*") if p.is_file() and p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_avatars_listed_with_thumbnails_added_and_removed(client, astro):
+    import PIL.Image
+
+    listed = {a["name"]: a for a in client.get("/v1/avatars").json()["avatars"]}
+    assert listed["astro"]["kind"] == "photo" and listed["astro"]["width"] == 512
+    thumb = client.get(listed["astro"]["thumbnail"])
+    assert thumb.headers["content-type"] == "image/png"
+    import io
+
+    assert max(PIL.Image.open(io.BytesIO(thumb.content)).size) <= 192
+    with open(DEMO_AVATAR, "rb") as fh:
+        assert "already exists" in one_sentence(
+            client.post("/v1/avatars", data={"name": "astro"}, files={"file": ("a.png", fh)}), 409)
+    with open(DEMO_AVATAR, "rb") as fh:
+        assert client.post("/v1/avatars", data={"name": "gone"}, files={"file": ("a.png", fh)}).status_code == 201
+    assert client.delete("/v1/avatars/gone").json() == {"removed": "gone"}
+    assert "gone" not in {a["name"] for a in client.get("/v1/avatars").json()["avatars"]}
+    assert "no avatar named 'gone'" in one_sentence(client.delete("/v1/avatars/gone"), 404)
+
+
+def test_unknown_ids_are_404(client, astro, short_id):
+    for method, path in (("GET", "/v1/renders/99999"), ("GET", "/v1/renders/99999/events"),
+                         ("GET", "/v1/renders/99999/video"), ("DELETE", "/v1/renders/99999"),
+                         ("POST", "/v1/renders/99999/retry"), ("GET", "/v1/audio/00000000deadbeef")):
+        assert "99999" in one_sentence(client.request(method, path), 404) or "deadbeef" in path
+    assert "no render job" in one_sentence(client.get("/v1/frame", params={"job": 99999, "t": 0}), 404)
+    r = client.post("/v1/renders", data={"avatar": "nobody", "audio_id": short_id})
+    assert "no avatar named 'nobody'" in one_sentence(r, 404)
+    assert "no uploaded voice-over" in one_sentence(
+        client.post("/v1/renders", data={"avatar": "astro", "audio_id": "ffffffffffffffff"}), 404)
+
+
+def test_server_paths_are_refused_without_allow_paths(client, clips):
+    r = client.post("/v1/renders", data={"avatar_path": str(DEMO_AVATAR), "audio_path": str(clips["short"])})
+    assert "--allow-paths" in one_sentence(r, 403)
+
+
+def test_generate_answers_the_mp4_and_the_frame_endpoint_is_that_frame(server, client, clips, astro, short_id):
+    import PIL.Image
+    import io
+
+    t = 0.5  # frame 12: speech
+    r = client.post("/generate", data={"avatar": "astro", "engine": "classic"},
+                    files={"audio": ("short.wav", open(clips["short"], "rb"))})
+    assert r.status_code == 200 and r.headers["content-type"] == "video/mp4"
+    mp4 = clips["dir"] / "generated.mp4"
+    mp4.write_bytes(r.content)
+    frames = mp4_frames(mp4)
+    assert len(frames) == 40
+
+    png = client.get("/v1/frame", params={"avatar": "astro", "audio_id": short_id, "t": t, "engine": "classic"})
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    served = np.asarray(PIL.Image.open(io.BytesIO(png.content)).convert("RGB"))
+    by_job = client.get("/v1/frame", params={"job": int(r.headers["x-studio-job"]), "t": t})
+    assert np.array_equal(np.asarray(PIL.Image.open(io.BytesIO(by_job.content)).convert("RGB")), served)
+
+    out = clips["dir"] / "cli-frame.png"  # `studio frame` on the same data folder: the same pixels
+    env = dict(os.environ, STUDIO_HOME=str(server.home), PYTHONPATH=str(ROOT))
+    cli = subprocess.run([sys.executable, "-m", "studio", "frame", "--avatar", "astro", "--audio", str(clips["short"]),
+                          "-t", str(t), "-o", str(out), "--engine", "classic"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert np.array_equal(np.asarray(PIL.Image.open(out).convert("RGB")), served)
+
+    encoded = frames[12].astype(np.int16)  # the MP4's frame 12: the same picture through H.264
+    assert encoded.shape == served.shape
+    assert np.abs(encoded - served).mean() < 3.0
+    other = frames[30].astype(np.int16)  # and a different frame is further away: the test can fail
+    assert np.abs(encoded - served).mean() < np.abs(other - served).mean()
+
+
+def test_queued_render_streams_events_in_order_and_serves_ranges(client, astro, short_id, clips):
+    r = client.post("/v1/renders", data={"avatar": "astro", "audio_id": short_id, "engine": "classic"})
+    assert r.status_code == 202
+    job = r.json()
+    assert job["state"] in ("queued", "running") and job["links"]["events"] == f"/v1/renders/{job['id']}/events"
+    got = events(client, job["id"])
+    kinds = [k for k, _ in got]
+    assert kinds[0] == "state" and kinds[-1] == "state" and "progress" in kinds
+    assert got[-1][1]["state"] == "done" and got[-1][1]["video"] == job["links"]["video"]
+    states = [d["state"] for k, d in got if k == "state"]
+    assert states[-2:] == ["running", "done"] and states.index("running") < len(states) - 1
+    done = [d["done"] for k, d in got if k == "progress"]
+    assert done == sorted(done) and done[-1] == 40
+    assert all(d["total"] == 40 and d["fps"] >= 0 and d["eta_s"] >= 0 for k, d in got if k == "progress")
+    assert events(client, job["id"]) == [("state", got[-1][1])]  # a finished job: its state, then the end
+
+    full = client.get(job["links"]["video"])
+    assert full.status_code == 200 and full.headers["accept-ranges"] == "bytes"
+    part = client.get(job["links"]["video"], headers={"Range": "bytes=100-199"})
+    assert part.status_code == 206 and part.content == full.content[100:200]
+    assert part.headers["content-range"] == f"bytes 100-199/{len(full.content)}"
+    path = clips["dir"] / "queued.mp4"
+    path.write_bytes(full.content)
+    assert len(mp4_frames(path)) == 40
+    listed = {j["id"]: j for j in client.get("/v1/renders").json()["renders"]}
+    assert listed[job["id"]]["state"] == "done" and listed[job["id"]]["result"]["frames"] == 40
+
+
+def test_cancel_leaves_no_file_the_queue_is_capped_and_retry_requeues(server, client, astro, short_id, clips):
+    with open(clips["long"], "rb") as fh:
+        long_id = client.post("/v1/audio", files={"file": ("long.wav", fh)}).json()["id"]
+    running = client.post("/v1/renders", data={"avatar": "astro", "audio_id": long_id, "engine": "classic"}).json()
+    queued = [client.post("/v1/renders", data={"avatar": "astro", "audio_id": short_id, "engine": "classic"})
+              for _ in range(MAX_QUEUED + 2)]
+    codes = [r.status_code for r in queued]
+    assert codes.count(429) >= 1 and codes[0] == 202
+    assert "queue is full" in one_sentence(next(r for r in queued if r.status_code == 429), 429)
+    waiting = [r.json() for r in queued if r.status_code == 202]
+
+    for j in waiting:  # queued ones first (the runner would take the next when the first stops)
+        assert client.delete(f"/v1/renders/{j['id']}").json()["state"] == "cancelled"
+    with connect_sse(client, "GET", running["links"]["events"]) as src:  # cancel once it is rendering
+        for sse in src.iter_sse():
+            if sse.event == "progress":
+                break
+    assert client.delete(f"/v1/renders/{running['id']}").status_code == 200
+    assert wait_state(client, running["id"])["state"] == "cancelled"
+    for j in [running, *waiting]:
+        assert not (server.home / "renders" / j["output"]).exists()
+        assert "cancelled" in one_sentence(client.get(j["links"]["video"]), 409)
+    assert [p.name for p in (server.home / "renders").iterdir() if ".part" in p.name or p.name.startswith(".")] == []
+
+    again = client.post(f"/v1/renders/{waiting[0]['id']}/retry")
+    assert again.status_code == 202 and again.json()["state"] == "queued"
+    assert "only a finished job" in one_sentence(client.post(f"/v1/renders/{waiting[0]['id']}/retry"), 409)
+    done = wait_state(client, waiting[0]["id"])
+    assert done["state"] == "done" and (server.home / "renders" / done["output"]).is_file()
+    gone = client.delete(f"/v1/renders/{waiting[0]['id']}")  # a finished job: removed with its file
+    assert gone.json()["state"] == "removed" and not (server.home / "renders" / done["output"]).exists()
+
+
+def test_the_queue_is_shared_with_other_processes(server, client, astro, clips):
+    """A job added to the data folder's jobs.sqlite by another process (the window) shows up and runs."""
+    from studio.core.jobs import JobStore
+    from studio.core.render import RenderSettings
+    from studio.service import QueueService, RenderRequest
+
+    qs = QueueService(store=JobStore(server.home / "jobs.sqlite"))
+    job = qs.add(RenderRequest("astro", str(clips["short"]), str(clips["dir"] / "from-window.mp4"),
+                               RenderSettings(engine="classic")))
+    assert job.id in {j["id"] for j in client.get("/v1/renders").json()["renders"]}
+    assert wait_state(client, job.id)["state"] == "done"
+    assert len(mp4_frames(clips["dir"] / "from-window.mp4")) == 40
+
+
+def test_render_command_line_on_the_server(server, client, astro, clips):
+    out = clips["dir"] / "remote.mp4"
+    env = dict(os.environ, STUDIO_SERVER_TOKEN=TOKEN, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "studio", "render", "--server", server.url, "--avatar", "astro",
+                        "--audio", str(clips["short"]), "-o", str(out), "--engine", "classic"],
+                       env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"wrote {out}: 40 frames (") and "classic" in r.stdout
+    assert len(mp4_frames(out)) == 40
+    bad = subprocess.run([sys.executable, "-m", "studio", "render", "--server", server.url, "--avatar", "nobody",
+                          "--audio", str(clips["short"]), "-o", str(clips["dir"] / "x.mp4")],
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert bad.returncode == 2 and "no avatar named 'nobody'" in bad.stderr and bad.stderr.count("\n") == 1
+    assert not (clips["dir"] / "x.mp4").exists()
+
+
+@pytest.mark.skipif(not __import__("shutil").which("espeak-ng"), reason="espeak-ng is not installed")
+def test_generate_speaks_text(client, astro, clips):
+    r = client.post("/generate", data={"avatar": "astro", "text": "Good evening.", "engine": "classic"})
+    assert r.status_code == 200 and r.headers["content-type"] == "video/mp4"
+    path = clips["dir"] / "spoken.mp4"
+    path.write_bytes(r.content)
+    assert 10 < len(mp4_frames(path)) < 100
