@@ -390,3 +390,247 @@ def test_cli_bad_input_exits_2_with_one_line(capsys, tmp_path, argv, needle):
     rc, out, err = _cli(capsys, "avatar", *argv)
     assert rc == 2
     assert err.startswith("studio: error: ") and err.count("\n") == 1 and needle in err
+
+
+# --------------------------------------------------------------------------------------------
+# Integrity: every byte of the big arrays is covered, checked as the render reads it
+
+
+def _flip(path, row, row_bytes, header=128):
+    """Change one byte in the middle of row ``row`` of a cached .npy (size and header unchanged)."""
+    with open(path, "r+b") as fh:
+        fh.seek(header + row * row_bytes + row_bytes // 2)
+        b = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([b[0] ^ 0x5A]))
+
+
+def _row_bytes(a, name):
+    arr = getattr(a, name)
+    return int(np.prod(arr.shape[1:])) * arr.dtype.itemsize
+
+
+@pytest.mark.parametrize("name, read", [
+    ("frames", lambda a: np.array(a.frames[37])),           # what Compositor.background reads
+    ("crops", lambda a: np.asarray(a.crops)),               # what the engines' prepare reads
+    ("masks", lambda a: np.array(a.masks[30:40])),
+    ("landmarks", lambda a: np.asarray(a.landmarks, np.float32)),
+    ("crop_landmarks", lambda a: np.asarray(a.crop_landmarks)),
+])
+def test_damage_in_the_middle_of_a_big_array_is_caught_when_read_and_repaired(pan_video, caplog, name, read):
+    from studio.core import avatar_check
+
+    a = avatar.prepare("mid", pan_video)
+    good = np.array(read(a))
+    path = a.folder / f"{name}.npy"
+    _flip(path, 37, _row_bytes(a, name))
+    avatar_check.forget_verified()
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        b = avatar.load("mid")  # the quick checks pass: head, tail, size and header are intact
+        assert "damaged" not in caplog.text
+        got = np.array(read(b))
+    assert "damaged" in caplog.text and f"{name}.npy" in caplog.text and "checksum" in caplog.text
+    assert np.array_equal(got, good)  # repaired from the source before anything was read
+    assert b.meta["rebuilt"][0] == avatar.ARRAY_STAGE[name]
+    c = avatar.load("mid")
+    assert np.array_equal(np.array(read(c)), good)
+    assert not [p.name for p in a.folder.iterdir() if ".tmp" in p.name]
+
+
+def test_damage_found_mid_render_is_repaired_without_changing_what_was_read(pan_video, caplog):
+    """The crops went to the engine at the start; a frame read later is damaged: the rebuild
+    (frames, crops, masks from the same source) must give the same crops, and the render goes on."""
+    from studio.core import avatar_check
+
+    a = avatar.prepare("late", pan_video)
+    good_frames = np.array(a.frames)
+    avatar_check.forget_verified()
+    b = avatar.load("late")
+    crops = np.asarray(b.crops).copy()  # handed out (and verified)
+    _ = np.array(b.frames[:10])
+    _flip(b.folder / "frames.npy", 60, _row_bytes(b, "frames"))  # damaged on disk after load()
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        f60 = np.array(b.frames[55:65])
+    assert "frames.npy row 60 fails its checksum" in caplog.text
+    assert np.array_equal(f60, good_frames[55:65])
+    assert np.array_equal(np.asarray(b.crops), crops) and b.meta["rebuilt"] == ["frames", "crops", "masks"]
+
+
+def test_a_damaged_cache_is_not_rebuilt_from_a_different_file_at_its_source_path(tmp_path, pan_video):
+    from studio.core import avatar_check
+
+    src = tmp_path / "clip.mp4"
+    shutil.copy(pan_video, src)
+    a = avatar.prepare("who", src)
+    before = {p.name: p.stat().st_mtime_ns for p in a.folder.iterdir()}
+    make_video(src, seconds=3.0, blank=(), seed_shift=20.0)  # someone else's clip, same name
+    _flip(a.folder / "frames.npy", 40, _row_bytes(a, "frames"))
+    avatar_check.forget_verified()
+    b = avatar.load("who")
+    with pytest.raises(AvatarError, match="now a different file") as exc:
+        np.array(b.frames[40])
+    msg = str(exc.value)
+    assert "\n" not in msg and "studio avatar add who FILE --force" in msg
+    after = {p.name: p.stat().st_mtime_ns for p in a.folder.iterdir()}
+    assert after.keys() == before.keys()  # nothing written, nothing left behind
+    # the damage found at load (a truncated file) says the same
+    with open(a.folder / "masks.npy", "r+b") as fh:
+        fh.truncate(1000)
+    with open(a.folder / "crops.npy", "r+b") as fh:
+        fh.truncate(1000)
+    (a.folder / "frames.npy").unlink()
+    with pytest.raises(AvatarError, match="now a different file"):
+        avatar.load("who")
+
+
+def test_nan_and_huge_landmarks_are_damage_even_with_matching_checksums(pan_video, caplog):
+    """Values written with the checksums recomputed (a buggy tool, not a bit flip) are caught too."""
+    from studio.core import avatar_check
+
+    a = avatar.prepare("nan", pan_video)
+    good = np.array(a.crop_landmarks)
+    folder = a.folder
+    for name, value in (("crop_landmarks", np.nan), ("landmarks", 1e30)):
+        arr = np.load(folder / f"{name}.npy")
+        arr[50, 13] = value
+        np.save(folder / f"{name}.npy", arr)
+        meta = json.loads((folder / "meta.json").read_text())
+        meta["files"][name] = avatar._file_spec(folder / f"{name}.npy")  # checksums that match
+        (folder / "meta.json").write_text(json.dumps(meta))
+        avatar_check.forget_verified()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+            b = avatar.load(name="nan")
+            lm = np.asarray(getattr(b, name))
+        assert np.isfinite(lm).all() and np.abs(lm).max() < 1e4
+        assert "NaN, infinite or far outside the frame" in caplog.text
+    assert np.array_equal(np.asarray(b.crop_landmarks), good)
+
+
+def _edit_meta(folder, **changes):
+    meta = json.loads((folder / "meta.json").read_text())
+    meta.update(changes)
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"frames": 40}, "says 40 frames but records 75 rows"),
+    ({"files": []}, "lists no array files"),
+    ({"frames": "many"}, "meta.json says 'many' frames"),
+])
+def test_inconsistent_meta_json_is_listed_as_damaged_and_rebuilt_from_its_source(tmp_path, pan_video, caplog,
+                                                                                 change, problem):
+    src = tmp_path / "clip.mp4"
+    shutil.copy(pan_video, src)
+    a = avatar.prepare("meta", src)
+    _edit_meta(a.folder, **change)
+    rows = avatar.list_avatars()
+    assert rows[0]["damaged"] and problem in rows[0]["problem"]
+    assert rows[0]["fix"] == f"it is rebuilt from its source {src} the next time it is used"
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        b = avatar.load("meta")
+    assert problem in caplog.text and b.N == 75 and b.meta["rebuilt"] == ["frames", "crops", "masks"]
+    assert not avatar.list_avatars()[0]["damaged"]
+    # without its source, load and list give the same one instruction
+    _edit_meta(b.folder, **change)
+    src.unlink()
+    with pytest.raises(AvatarError) as exc:
+        avatar.load("meta")
+    fix = avatar.list_avatars()[0]["fix"]
+    assert fix == "add it again with `studio avatar add meta SOURCE --force`, or remove it with `studio avatar rm meta`"
+    assert str(exc.value).endswith(fix) and "\n" not in str(exc.value)
+
+
+def test_unreadable_meta_json_gives_the_same_instruction_in_load_and_list(capsys):
+    a = avatar.prepare("gone", DEMO_AVATAR)
+    (a.folder / "meta.json").write_text("{not json")
+    with pytest.raises(AvatarError, match="damaged") as exc:
+        avatar.load("gone")
+    row = avatar.list_avatars()[0]
+    assert row["damaged"] and str(exc.value).endswith(row["fix"]) and "--force" in row["fix"]
+    rc, out, err = _cli(capsys, "avatar", "list")
+    assert rc == 0 and f"gone                 damaged: meta.json is missing or not valid JSON; {row['fix']}" in out
+    rc, out, err = _cli(capsys, "avatar", "show", "gone")
+    assert rc == 2 and err.count("\n") == 1 and row["fix"] in err
+
+
+def test_a_schema_1_cache_is_upgraded_in_place_with_block_checksums(pan_video):
+    a = avatar.prepare("old", pan_video)
+    meta = json.loads((a.folder / "meta.json").read_text())
+    for spec in meta["files"].values():
+        spec.pop("block_rows"), spec.pop("block_crc32")
+    meta["schema_version"] = 1
+    (a.folder / "meta.json").write_text(json.dumps(meta))
+    frames_id = _stat(a, "frames")
+    b = avatar.load("old")
+    assert b.meta["schema_version"] == avatar.SCHEMA_VERSION and _stat(b, "frames") == frames_id
+    assert json.loads((a.folder / "meta.json").read_text())["files"]["frames"]["block_rows"] == 1
+    assert np.array_equal(np.asarray(b.frames), np.asarray(a.frames))
+
+
+def test_a_truncated_video_whose_index_survives_is_refused_not_shortened(tmp_path):
+    import av
+
+    src = tmp_path / "cut.mp4"
+    with av.open(str(src), "w", options={"movflags": "+faststart"}) as c:  # the index first, as streamed MP4s
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 160, 120, "yuv420p"
+        s.options = {"preset": "ultrafast"}
+        for i in range(375):
+            frame = np.full((120, 160, 3), (i * 7) % 255, np.uint8)
+            for p in s.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    data = src.read_bytes()
+    src.write_bytes(data[: len(data) // 5])
+    with pytest.raises(AvatarError, match=r"only \d+ of its 375 frames decode") as exc:
+        avatar.prepare("cut", src)
+    assert "--trim-end" in str(exc.value) and "\n" not in str(exc.value)
+    assert not (avatar.library_dir() / "cut").exists()
+
+
+def test_a_huge_photo_is_downscaled_to_4k_and_says_so(tmp_path, caplog):
+    from PIL import Image
+
+    src = tmp_path / "huge.jpg"
+    Image.open(DEMO_AVATAR).convert("RGB").resize((8000, 6000), Image.BILINEAR).save(src, quality=80)
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        a = avatar.prepare("huge", src)
+    assert (a.width, a.height) == (2880, 2160) and a.meta["downscaled_from"] == [8000, 6000]
+    assert "8000x6000; using it downscaled to 2880x2160" in caplog.text
+    assert a.face_ok.all()
+    from studio.core.avatar_sources import fit_photo
+
+    for (w, h), want in (((6000, 8000), (2160, 2880)), ((3840, 2160), (3840, 2160)), ((7001, 999), (3840, 546))):
+        out, was = fit_photo(np.zeros((h, w, 3), np.uint8))
+        assert out.shape[1::-1] == want and (was is None) == ((w, h) == want)
+
+
+def _two_faces(path):
+    """Two astronaut close-ups side by side: a smaller one on the left, a larger one on the right."""
+    from PIL import Image
+
+    face = Image.open(DEMO_AVATAR).convert("RGB").crop((120, 20, 340, 260))
+    canvas = Image.new("RGB", (740, 420), (90, 90, 90))
+    canvas.paste(face.resize((300, 300)), (10, 110))
+    canvas.paste(face.resize((400, 400)), (330, 10))
+    canvas.save(path)
+    return path
+
+
+def test_two_faces_the_choice_is_said_and_can_be_made(tmp_path, caplog, capsys):
+    src = _two_faces(tmp_path / "two.png")
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        a = avatar.prepare("two", src)
+    assert "2 faces found in the photo; using face 2 from the left (the largest" in caplog.text
+    assert "--face N" in caplog.text
+    assert a.boxes[0, 0] > 400 and (a.meta["faces_found"], a.meta["face"]) == (2, 2)
+    b = avatar.prepare("two", src, AvatarParams(face=1), force=True)
+    assert b.boxes[0, 2] < 300 and b.meta["face"] == 1 and b.meta["rebuilt"] == ["frames", "crops", "masks"]
+    with pytest.raises(AvatarError, match="--face 3 asked for, but the photo has 2 face"):
+        avatar.prepare("two", src, AvatarParams(face=3), force=True)
+    rc, out, err = _cli(capsys, "avatar", "add", "two2", str(src), "--face", "1", "--json")
+    assert rc == 0 and json.loads(out)["face"] == 1 and json.loads(out)["faces_found"] == 2
+    single = avatar.prepare("one", DEMO_AVATAR)
+    assert "face" not in single.meta and "faces_found" not in single.meta

@@ -27,6 +27,8 @@ def register(sub) -> None:
                    help="temporal smoothing of the face track for videos, 0..1 (default 0.5)")
     a.add_argument("--trim-start", type=float, default=None, metavar="S", help="video: start at S seconds")
     a.add_argument("--trim-end", type=float, default=None, metavar="S", help="video: end at S seconds")
+    a.add_argument("--face", type=int, default=None, metavar="N",
+                   help="several faces in the picture: use the N-th from the left (default: the largest)")
     a.add_argument("--force", action="store_true", help="replace an avatar of that name (reuses what still fits)")
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.set_defaults(func=run_add)
@@ -54,7 +56,7 @@ def run_add(args) -> int:
     params = avatar.AvatarParams(
         bbox_shift=args.bbox_shift, extra_margin=args.extra_margin, cheek_width=args.cheek_width,
         feather=args.feather, mask_mode=args.mask_mode, smooth=args.smooth,
-        trim_start=args.trim_start, trim_end=args.trim_end,
+        trim_start=args.trim_start, trim_end=args.trim_end, face=args.face,
     )
     bar = ProgressBar(f"avatar {args.name}")
     stage_seen = [""]
@@ -94,7 +96,7 @@ def run_list(args) -> int:
     print(f"{'NAME':<20} {'KIND':<6} {'FRAMES':>6} {'SIZE':>11} {'NO FACE':>7}  SOURCE")
     for r in rows:
         if r.get("damaged"):
-            print(f"{r['name']:<20} damaged (load it to rebuild, or remove it)")
+            print(f"{r['name']:<20} damaged: {r['problem']}; {r['fix']}")
             continue
         size = f"{r['width']}x{r['height']}"
         print(f"{r['name']:<20} {r['kind']:<6} {r['frames']:>6} {size:>11} {r['faceless_frames']:>7}  {r['source']}")
@@ -149,7 +151,8 @@ def _summary(a) -> dict:
         "faceless_frames": int(m["faceless_frames"]), "box": [int(v) for v in a.boxes[0]],
         "source": m["source"], "source_fps": m.get("source_fps"), "duration_s": m.get("duration_s"),
         "params": m["params"], "bbox_shift_range": m.get("bbox_shift_range"), "rebuilt": m.get("rebuilt"),
-        "folder": str(a.folder),
+        "folder": str(a.folder), "faces_found": m.get("faces_found", 1), "face": m.get("face", 1),
+        "downscaled_from": m.get("downscaled_from"),
     }
 
 
@@ -158,6 +161,10 @@ def _print_summary(info: dict, title: str) -> None:
     out.write(f"{title}\n")
     out.write(f"  kind:          {info['kind']} ({info['frames']} frame(s) at {info['fps']} fps, "
               f"{info['width']}x{info['height']})\n")
+    if info.get("downscaled_from"):
+        out.write(f"  downscaled:    from {info['downscaled_from'][0]}x{info['downscaled_from'][1]}\n")
+    if info.get("faces_found", 1) > 1:
+        out.write(f"  face:          {info['face']} of {info['faces_found']} from the left (--face N to change)\n")
     out.write(f"  face-less:     {info['faceless_frames']} frame(s)\n")
     out.write(f"  box (frame 0): x1,y1,x2,y2 = {','.join(map(str, info['box']))}\n")
     lo, hi = info.get("bbox_shift_range") or (None, None)
