@@ -69,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"studio: cancelled{f' ({name})' if name and name != 'SIGINT' else ''}; nothing was written")
         return exit_code_of(exc)
     except BrokenPipeError:
-        return 0
+        if _stdout_gone():  # `studio analyze --json x.wav | head -c 10`: the reader left
+            return 0
+        path = _log_traceback()
+        _say(f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. Please report it.")
+        return 1
     except Exception:  # an internal bug: one line on stderr, the traceback in the log
         path = _log_traceback()
         _say(
@@ -86,6 +90,22 @@ def _stop_workers() -> None:
     from studio.core.fsutil import remove_own_temps
 
     remove_own_temps()
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout's reader went away (then it is pointed at /dev/null so the exit is quiet).
+    A broken pipe to anything else (an encoder process) is an error, not a quiet exit 0."""
+    import os
+
+    try:
+        sys.stdout.flush()
+        return False
+    except (BrokenPipeError, OSError, ValueError):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return True
 
 
 def _say(line: str) -> None:

@@ -119,6 +119,10 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     try:
         with atomic_path(output, suffix=".mp4") as tmp:
             _join(av, segments, tmp, src, fps)
+    except OSError as exc:  # a full disk: one sentence naming the folder, not a traceback
+        from studio.core.encode import _disk_error
+
+        raise _disk_error(exc, output) from exc
     finally:
         if src is not None:
             src.close()

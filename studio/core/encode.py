@@ -575,9 +575,16 @@ def _split(total: int, n: int) -> list[tuple[int, int]]:
 
 
 def _disk_error(exc: OSError, path: Path) -> RenderError:
-    if exc.errno == errno.ENOSPC:
-        return RenderError(f"The disk is full while writing {path.name}: free some space and render again.")
-    return RenderError(f"Writing {path.name} failed ({exc.strerror or exc}): check the output folder.")
+    """One sentence for a failed write, naming the folder that failed (a spill file's, from an
+    encoder process, or the output's)."""
+    where = Path(exc.filename).parent if isinstance(getattr(exc, "filename", None), str) else path.parent
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+        return RenderError(f"The disk is full ({why} in {where}) while writing {path.name}: "
+                           "free some space and render again.")
+    if exc.errno == errno.EPIPE:  # a pipe to an encoder process, not the disk
+        return RenderError(f"An encoder process stopped while writing {path.name} ({exc}): render again.")
+    return RenderError(f"Writing {path.name} failed ({exc.strerror or exc}, in {where}): check the output folder.")
 
 
 class _Chunk:

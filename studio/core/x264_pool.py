@@ -272,8 +272,10 @@ class ProcessEncoder:
     def _recv(self):
         msg = self.w.conn.recv()
         if msg[0] == "error":
-            if len(msg) > 2 and msg[2]:  # an OSError (e.g. the disk is full while spilling)
-                raise OSError(msg[2], f"x264 worker failed: {msg[1]}")
+            if len(msg) > 2 and msg[2]:  # an OSError (e.g. the disk is full while spilling): errno and file
+                import os
+
+                raise OSError(msg[2], os.strerror(msg[2]), *(msg[3:4] if len(msg) > 3 and msg[3] else ()))
             raise RuntimeError(f"x264 worker failed: {msg[1]}")
         return msg
 
@@ -384,10 +386,14 @@ def _worker_main(conn) -> None:
                     conn.send(("flushed", records, busy))
             except Exception as exc:  # report and wait for the next open
                 ctx = None
+                where = getattr(exc, "filename", None) or (spill.name if spill is not None else None)
                 if spill is not None:
-                    spill.close()
+                    try:  # closing flushes: on a full disk that fails too, and must not end the worker
+                        spill.close()
+                    except OSError:
+                        pass
                     spill = None
-                conn.send(("error", f"{type(exc).__name__}: {exc}", getattr(exc, "errno", None)))
+                conn.send(("error", f"{type(exc).__name__}: {exc}", getattr(exc, "errno", None), where))
     except (EOFError, KeyboardInterrupt, OSError):
         return
     finally:

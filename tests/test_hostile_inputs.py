@@ -1,0 +1,391 @@
+"""Hostile inputs and rude endings, as a user meets them: real ``studio`` subprocesses, real files.
+
+Each case asserts the exit code, the one line on stderr, and what is left in the output folder
+afterwards (nothing: no ``.part`` file, no spill file, no chunk folder). Signals: SIGTERM and
+SIGHUP cancel like Ctrl-C (exit 128 + signal number); a SIGKILL'd render takes its worker
+processes with it, and the next ``studio`` command (any) removes its temporaries. Same-file
+refusals follow symlinks, ``./`` and hard links.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from conftest import DEMO_AUDIO, prepare_demo_avatar, speechlike, tone
+
+CANCEL = "cancelled{}; nothing was written"
+
+
+# ------------------------------------------------------------------------------------------------
+# Fixtures and helpers
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    """One data folder for the module, with the demo avatar prepared once (as "astro")."""
+    home = tmp_path_factory.mktemp("hostile_home")
+    prepare_demo_avatar(home, "astro")
+    return home
+
+
+@pytest.fixture(scope="module")
+def voice(tmp_path_factory) -> Path:
+    """20 s of speech-like sound: long enough that a signal lands mid-render."""
+    path = tmp_path_factory.mktemp("voice") / "voice.wav"
+    sf.write(path, speechlike(20.0, 16_000), 16_000, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="module")
+def short(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("short") / "short.wav"
+    sf.write(path, speechlike(1.0, 16_000), 16_000, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture
+def out(tmp_path) -> Path:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    return folder
+
+
+def _env(home: Path) -> dict:
+    return dict(os.environ, STUDIO_HOME=str(home), STUDIO_X264_WORKERS="2")
+
+
+def studio(home: Path, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "studio", *map(str, args)], capture_output=True, text=True,
+                          env=_env(home), timeout=timeout)
+
+
+def start(home: Path, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "studio", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(home))
+
+
+def one_error_line(r: subprocess.CompletedProcess, *needles: str) -> str:
+    """Exit 2 and exactly one line on stderr, containing every needle."""
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert len(lines) == 1, r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def render_args(audio, output, *extra):
+    return ("render", "--avatar", "astro", "--audio", audio, "-o", output, "--engine", "classic", *extra)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            kids.setdefault(int(fields[1]), []).append(int(d.name))
+    found, todo = set(), [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for a parent that does not reap it counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_until(cond, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the render ended (exit {proc.returncode}) before {what}: {proc.stderr.read()}")
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def mid_render(proc: subprocess.Popen, folder: Path, chunks: bool) -> None:
+    """Wait until ``proc`` is really rendering into ``folder`` (its temporaries are there)."""
+    if chunks:  # a worker has its segment open inside the chunk folder
+        wait_until(lambda: any(d.is_dir() and any(d.iterdir()) for d in folder.glob(".*.part")), 90,
+                   "the chunk workers to start", proc)
+    else:
+        wait_until(lambda: list(folder.glob(".*.part.mp4")), 60, "the writer to start", proc)
+    time.sleep(0.5)
+
+
+def _only_info_before(lines: list[str], err: str) -> None:
+    """Before the last line only the start-up lines ("engine: ...", "2 local processes"): no
+    warning (the leaked shared-memory one), no traceback, no second message."""
+    for line in lines[:-1]:
+        low = line.lower()
+        assert not line.startswith("studio:") and not any(w in low for w in ("traceback", "warn", "leaked", "error")), err
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------
+# Signals
+
+
+@pytest.mark.parametrize(
+    "sig, mode",
+    [(signal.SIGTERM, "plain"), (signal.SIGHUP, "plain"), (signal.SIGTERM, "x264-parallel"),
+     (signal.SIGHUP, "x264-parallel"), (signal.SIGTERM, "chunks"), (signal.SIGHUP, "chunks")],
+    ids=lambda v: getattr(v, "name", v),
+)
+def test_sigterm_and_sighup_cancel_like_ctrl_c(home, voice, out, sig, mode):
+    extra = {"plain": ("--encoder", "x264"), "x264-parallel": ("--encoder", "x264-parallel"),
+             "chunks": ("--chunks", "2")}[mode]
+    proc = start(home, *render_args(voice, out / "talk.mp4", *extra))
+    try:
+        mid_render(proc, out, chunks=mode == "chunks")
+        workers = descendants(proc.pid)
+        if mode != "plain":
+            assert len(workers) >= 2, workers  # encoder or chunk processes (+ the resource tracker)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, err
+    lines = err.strip().splitlines()
+    assert lines[-1] == "studio: " + CANCEL.format(f" ({sig.name})"), err
+    _only_info_before(lines, err)
+    assert sorted(os.listdir(out)) == []
+    wait_until(lambda: not any(alive(p) for p in workers), 15, "the worker processes to exit")
+    assert not list((home / "tmp").glob(f"{proc.pid}-*.rec"))  # its record went with it
+
+
+@pytest.mark.parametrize("mode", ["x264-parallel", "chunks"])
+def test_sigkill_takes_the_workers_along_and_the_next_command_sweeps(home, voice, short, out, mode):
+    extra = ("--encoder", "x264-parallel") if mode == "x264-parallel" else ("--chunks", "2")
+    proc = start(home, *render_args(voice, out / "talk.mp4", *extra))
+    try:
+        mid_render(proc, out, chunks=mode == "chunks")
+        workers = descendants(proc.pid)
+        assert len(workers) >= 2, workers
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    # every worker dies with its parent (they used to keep rendering, then block forever)
+    wait_until(lambda: not any(alive(p) for p in workers), 20, "the orphaned workers to exit")
+    left = os.listdir(out)
+    assert left and all(name.startswith(".talk.") for name in left), left  # the dead run's temporaries
+    r = studio(home, "analyze", short)  # any command sweeps them
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(out) == []
+    assert not list((home / "tmp").glob(f"{proc.pid}-*.rec"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Same file, folders, names
+
+
+def _inputs(tmp_path: Path, short: Path) -> Path:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "voice.wav").write_bytes(short.read_bytes())
+    return folder
+
+
+@pytest.mark.parametrize("how", ["same-path", "dot-path", "symlink", "hardlink"])
+def test_render_refuses_to_write_over_the_voice_over(home, short, tmp_path, how):
+    folder = _inputs(tmp_path, short)
+    audio = folder / "voice.wav"
+    before = sha(audio)
+    if how == "same-path":
+        target = audio
+    elif how == "dot-path":
+        target = Path(f"{folder}/./../{folder.name}/voice.wav")
+    elif how == "symlink":
+        target = folder / "talk.mp4"
+        target.symlink_to("voice.wav")
+    else:
+        target = folder / "talk.mp4"
+        os.link(audio, target)
+    r = studio(home, *render_args(audio, target))
+    one_error_line(r, "is the voice-over itself", "choose another output name")
+    assert sha(audio) == before
+    assert sorted(os.listdir(folder)) == sorted({"voice.wav", target.name})
+
+
+def test_frame_refuses_to_write_over_the_avatar_image(home, short, tmp_path):
+    photo = tmp_path / "presenter.png"
+    photo.write_bytes((Path(__file__).parent.parent / "resources" / "demo" / "astronaut.png").read_bytes())
+    link = tmp_path / "frame.png"
+    link.symlink_to(photo)
+    before = sha(photo)
+    for target in (photo, link):
+        r = studio(home, "frame", "--avatar", photo, "--audio", short, "-t", "0.5", "-o", target, "--engine", "classic")
+        one_error_line(r, "is the avatar itself")
+    assert sha(photo) == before
+
+
+def test_demo_refuses_to_write_over_its_voice_over(home, tmp_path):
+    link = tmp_path / "demo.mp4"
+    link.symlink_to(DEMO_AUDIO)
+    before = sha(DEMO_AUDIO)
+    r = studio(home, "demo", "-o", link, "--engine", "classic")
+    one_error_line(r, "is the voice-over itself")
+    assert sha(DEMO_AUDIO) == before and link.is_symlink()
+
+
+def test_an_output_that_is_a_folder_is_refused_before_the_render(home, short, out):
+    t0 = time.monotonic()
+    r = studio(home, *render_args(short, out))
+    one_error_line(r, "is a folder; give a file name inside it", "out.mp4")
+    assert time.monotonic() - t0 < 30  # refused up front, not after rendering
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("cmd, name, needle", [
+    ("render", "talk.avi", "give the output a .mp4, .mov or .m4v name"),
+    ("render", "talk", "give the output a .mp4, .mov or .m4v name"),
+    ("frame", "frame.jpg", "give the output a .png name"),
+])
+def test_a_wrong_extension_is_refused(home, short, out, cmd, name, needle):
+    args = render_args(short, out / name) if cmd == "render" else (
+        "frame", "--avatar", "astro", "--audio", short, "-t", "0.2", "-o", out / name, "--engine", "classic")
+    one_error_line(studio(home, *args), needle)
+    assert os.listdir(out) == []
+
+
+def test_mov_and_m4v_outputs_are_mp4_inside(home, short, out):
+    import av
+
+    for name in ("talk.mov", "talk.m4v"):
+        r = studio(home, *render_args(short, out / name, "--encoder", "x264"))
+        assert r.returncode == 0, r.stderr
+        with av.open(str(out / name)) as c:
+            assert "mp4" in c.format.name
+            assert c.streams.video[0].codec_context.name == "h264" and len(c.streams.audio) == 1
+    assert sorted(os.listdir(out)) == ["talk.m4v", "talk.mov"]
+
+
+def test_a_new_output_gets_the_umask_and_a_replaced_one_keeps_its_mode(home, short, out):
+    r = studio(home, "frame", "--avatar", "astro", "--audio", short, "-t", "0.2", "-o", out / "f.png",
+               "--engine", "classic")
+    assert r.returncode == 0, r.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (out / "f.png").stat().st_mode & 0o777 == 0o666 & ~umask  # was 0600 (mkstemp)
+    (out / "f.png").chmod(0o640)
+    r = studio(home, "frame", "--avatar", "astro", "--audio", short, "-t", "0.6", "-o", out / "f.png",
+               "--engine", "classic")
+    assert r.returncode == 0, r.stderr
+    assert (out / "f.png").stat().st_mode & 0o777 == 0o640
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A 48 KiB tmpfs (needs root and mount rights; skipped otherwise), unmounted afterwards."""
+    folder = tmp_path / "mnt"
+    folder.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(folder)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_a_read_only_output_folder_is_refused_before_the_render(home, short, small_mount):
+    r = subprocess.run(["mount", "-o", "remount,ro", str(small_mount)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot remount read-only ({r.stderr.strip()})")
+    one_error_line(studio(home, *render_args(short, small_mount / "talk.mp4")), "is not writable",
+                   "Read-only file system")
+
+
+def test_a_full_disk_under_parallel_x264_names_the_folder(home, tmp_path, small_mount):
+    # 4 s of the demo photo at 512x512 is ~95 KB of H.264: the encoder processes' spill files fill 48 KiB
+    voice = tmp_path / "voice.wav"
+    sf.write(voice, speechlike(4.0, 16_000), 16_000, subtype="PCM_16")
+    r = studio(home, *render_args(voice, small_mount / "talk.mp4", "--encoder", "x264-parallel"))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2, r.stderr
+    assert lines[-1] == (f"studio: error: The disk is full (no space left on device in {small_mount}) while "
+                         "writing talk.mp4: free some space and render again."), r.stderr
+    assert "Broken pipe" not in r.stderr
+    _only_info_before(lines, r.stderr)
+    assert os.listdir(small_mount) == []
+
+
+def test_a_missing_output_folder_is_refused(home, short, tmp_path):
+    one_error_line(studio(home, *render_args(short, tmp_path / "nope" / "talk.mp4")), "does not exist")
+
+
+# ------------------------------------------------------------------------------------------------
+# Audio that is not what it says
+
+
+def _nan_wav(tmp_path: Path) -> Path:
+    x = tone(1.0, 16_000)
+    x[10:20] = np.nan
+    x[400] = np.inf
+    path = tmp_path / "damaged.wav"
+    sf.write(path, x, 16_000, subtype="FLOAT")
+    return path
+
+
+def test_nan_audio_is_refused_with_the_count(home, tmp_path, out):
+    path = _nan_wav(tmp_path)
+    one_error_line(studio(home, "analyze", path), "11 of 16000 samples are not numbers")
+    r = studio(home, *render_args(path, out / "talk.mp4"))
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith(
+        "11 of 16000 samples are not numbers (NaN or infinite), so the file is damaged; export the voice-over again"), r.stderr
+    assert "Traceback" not in r.stderr and os.listdir(out) == []
+
+
+def test_a_text_file_named_mp3_says_so_in_one_line(home, tmp_path, out):
+    path = tmp_path / "voice.mp3"
+    path.write_text("Good evening. Here is the news.\n" * 20)
+    for args in (("analyze", path), render_args(path, out / "talk.mp4")):
+        one_error_line(studio(home, *args), "not an audio file (it looks like a text file)")
+    assert os.listdir(out) == []
+
+
+def test_a_fifo_is_named_and_never_waited_on(home, tmp_path, out):
+    fifo = tmp_path / "voice.wav"
+    os.mkfifo(fifo)
+    for args in (("analyze", fifo), render_args(fifo, out / "talk.mp4")):
+        one_error_line(studio(home, *args, timeout=30), "is a pipe (FIFO), not a regular file")
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("t", ["nan", "inf"])
+def test_frame_at_a_time_that_is_not_a_number(home, short, out, t):
+    r = studio(home, "frame", "--avatar", "astro", "--audio", short, "-t", t, "-o", out / "f.png")
+    one_error_line(r, f"-t {float(t)}: give the time as a number of seconds")
+    assert os.listdir(out) == []
