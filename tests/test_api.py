@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import DEMO_AVATAR, ROOT, speech_pause_speech
+from served import Server
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -26,45 +26,11 @@ MAX_UPLOAD_MB = 2
 MAX_QUEUED = 3
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, home: Path, *args: str):
-        self.home = home
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=str(ROOT))
-        env.pop("STUDIO_SERVER_TOKEN", None)
-        self.log = open(home / "server.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "studio", "serve", "--port", str(self.port), *args],
-                                     env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, (home / "server.log").read_text()
-            try:
-                if httpx.get(f"{self.url}/v1/health", headers=AUTH, timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise AssertionError("the server did not answer within 90 s")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("served_home")
-    s = Server(home, "--token", TOKEN, "--max-upload-mb", str(MAX_UPLOAD_MB), "--max-queued", str(MAX_QUEUED))
+    s = Server(home, "--token", TOKEN, "--max-upload-mb", str(MAX_UPLOAD_MB), "--max-queued", str(MAX_QUEUED),
+               token=TOKEN)
     yield s
     s.stop()
 

@@ -153,10 +153,13 @@ class StudioClient:
         except _transport_errors() as exc:
             raise self._unreachable(exc) from None
 
-    def preview(self, job_id: int) -> bytes | None:
-        """The latest preview frame (JPEG), or None when there is none yet."""
+    def preview(self, job_id: int) -> tuple[bytes, int | None] | None:
+        """The latest preview frame of a running job (JPEG bytes, its frame index), or None when there is none."""
         r = self._request("GET", f"/v1/renders/{job_id}/preview")
-        return r.content if r.status_code == 200 else None
+        if r.status_code != 200:
+            return None
+        index = r.headers.get("x-studio-frame")
+        return r.content, int(index) if index is not None and index.lstrip("-").isdigit() else None
 
     def frame(self, avatar: str, audio_id: str, t: float, **settings) -> bytes:
         """The exact frame at ``t`` seconds, as PNG bytes."""
