@@ -335,16 +335,14 @@ def _open(folder: Path, meta: dict, verify: bool = True, wrap: bool = True) -> A
     """The cache's arrays after the quick checks; those over 64 KiB as ``CheckedArray``s whose
     blocks are verified when first read (``wrap=False``: plain memory maps, for listing)."""
     arrays, specs = {}, meta["files"]
+    side = max(int(meta["width"]), int(meta["height"]))
     for _, names in STAGES:
         for n in names:
-            arrays[n] = _open_array(folder, n, specs.get(n), verify)
+            arrays[n] = _open_array(folder, n, specs.get(n), verify, side)
     n_frames = meta["frames"]
     for n, a in arrays.items():
         if a.shape[0] != n_frames:
             raise _Damaged(f"{n}.npy has {a.shape[0]} rows, meta.json says {n_frames}")
-    side = max(int(meta["width"]), int(meta["height"]))
-    if specs["boxes"]["bytes"] <= FULL_CHECKSUM_BYTES and not _values_ok(arrays["boxes"], "boxes", side):
-        raise _Damaged("boxes.npy holds boxes outside the frame")
     if wrap:
         guard = _Guard(folder, meta)
         for n, a in arrays.items():
@@ -381,7 +379,10 @@ def _values_ok(arr, name: str, side: int) -> bool:
     return bool(np.isfinite(a).all() and (np.abs(a) <= bound).all())
 
 
-def _open_array(folder: Path, name: str, spec: dict | None, verify: bool = True) -> np.ndarray:
+def _open_array(folder: Path, name: str, spec: dict | None, verify: bool = True, side: int | None = None) -> np.ndarray:
+    """One cache file memory-mapped after the quick checks: size, header, shape and dtype, the
+    head/tail CRC (``verify``), and for small files (read whole here) their values (``side``:
+    the frame's larger side)."""
     path = folder / f"{name}.npy"
     if spec is None:
         raise _Damaged(f"{name}.npy is not recorded in meta.json")
@@ -398,6 +399,8 @@ def _open_array(folder: Path, name: str, spec: dict | None, verify: bool = True)
         raise _Damaged(f"{name}.npy holds {arr.dtype.str}{list(arr.shape)}, {spec['dtype']}{spec['shape']} expected")
     if verify and _checksum(path, size) != spec["crc32"]:
         raise _Damaged(f"{name}.npy fails its checksum")
+    if side is not None and size <= FULL_CHECKSUM_BYTES and not _values_ok(arr, name, side):
+        raise _Damaged(f"{name}.npy holds values no face tracker produces (NaN, infinite or far outside the frame)")
     return arr
 
 
@@ -570,8 +573,7 @@ class _Guard:
             name = self.meta["name"]
             path = self.folder / f"{arr.name}.npy"
             src = Path(self.meta["source"])
-            log.warning("avatar '%s' cache is damaged (%s); rebuilding it from its source", name, reason)
-            params = AvatarParams.from_json(self.meta["params"])
+            params = AvatarParams.from_json(self.meta["params"])  # _build says what it rebuilds
             fresh = _build(self.folder, name, src if src.is_file() else None, self.meta["source_sha256"],
                            self.meta.get("source_key"), params, None, check_source=True,
                            damaged=(arr.name, _file_id(path), reason))
@@ -685,49 +687,54 @@ def _build(folder: Path, name: str, source: Path | None, source_sha: str, source
 def _build_locked(folder, name, source, source_sha, source_key, params, progress, check_source, damaged):
     old = _read_meta(folder)
     problem = _meta_problem(old) if old is not None else None
+    damage: list[tuple[str, str]] = []  # (what is wrong, the stage rebuilt from), said once the rebuild can go on
     if problem is not None:
-        log.warning("avatar '%s' cache is damaged (%s); rebuilding it from its source", name, problem)
+        damage.append((problem, "frames"))
         old = None
     elif old is not None and old["schema_version"] != SCHEMA_VERSION:
         old = _upgrade(folder, name, old)
     keys = _stage_keys(source_sha, params)
+    side = max(int(old["width"]), int(old["height"])) if old else 0
     todo: list[str] = []
     for stage, names in STAGES:
         if not todo and old is not None and old["stages"].get(stage) == keys[stage]:
             try:
                 for n in names:
-                    _open_array(folder, n, old["files"].get(n))
+                    _open_array(folder, n, old["files"].get(n), side=side)
                     if damaged and damaged[0] == n and _file_id(folder / f"{n}.npy") == damaged[1]:
                         raise _Damaged(damaged[2])
                 continue
             except _Damaged as exc:
-                log.warning("avatar '%s' cache is damaged (%s); rebuilding it from the %s stage on", name, exc, stage)
+                damage.append((str(exc), stage))
         todo.append(stage)
     if not todo:
         return _open(folder, old, verify=False)
     # The stages kept are the rebuild's input: every block of them is checked first.
-    side = max(int(old["width"]), int(old["height"])) if old else 0
     for stage, names in STAGES:
         if stage == todo[0]:
             break
         bad = next((p for p in (_full_problem(folder, n, old["files"][n], side) for n in names) if p), None)
         if bad:
-            log.warning("avatar '%s' cache is damaged (%s); rebuilding it from the %s stage on", name, bad, stage)
+            damage.append((bad, stage))
             todo = [s for s, _ in STAGES][[s for s, _ in STAGES].index(stage):]
             break
     if "frames" in todo:
+        why = f"avatar '{name}' is damaged ({'; '.join(d for d, _ in damage)}) and" if damage else f"avatar '{name}'"
         if source is None:
             src = old.get("source") if old else None
-            raise AvatarError(f"avatar '{name}' must be rebuilt but its source {src or '(unknown)'} is gone; "
+            raise AvatarError(f"{why} must be rebuilt, but its source {src or '(unknown)'} is gone; "
                               f"{_fix_hint(name, folder, None)}")
         if check_source:
             from studio.core.fsutil import file_sha256, quick_file_key
 
             if file_sha256(source) != source_sha:
-                raise AvatarError(f"avatar '{name}' must be rebuilt but its source {source} is now a different file "
-                                  f"(its SHA-256 changed since it was added); add it again from the right file with "
+                raise AvatarError(f"{why} must be rebuilt, but its source {source} is now a different file (its "
+                                  f"SHA-256 changed since it was added); add it again from the right file with "
                                   f"`studio avatar add {name} FILE --force`")
             source_key = quick_file_key(source)
+    for what, stage in damage:
+        log.warning("avatar '%s' cache is damaged (%s); rebuilding it from %s", name, what,
+                    "its source" if stage == "frames" else f"the {stage} stage on")
     b = _Builder(folder, name, params, progress)
     try:
         meta = b.run(todo, old, source, source_sha, source_key, keys)

@@ -1,0 +1,268 @@
+"""Hostile avatars, end to end: the real `studio` command in a subprocess, its own data folder.
+
+Each case asserts the exit code, the number of stderr lines (bad input: exactly one) and that
+no temporary is left in the avatar folders or beside the output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import DEMO_AUDIO, DEMO_AVATAR, ROOT
+
+STUDIO = [str(ROOT / ".venv" / "bin" / "studio")] if (ROOT / ".venv" / "bin" / "studio").exists() else \
+    [sys.executable, "-m", "studio"]
+
+
+def studio(home: Path, *argv, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "STUDIO_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
+    return subprocess.run([*STUDIO, *map(str, argv)], env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, **kw)
+
+
+def lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
+def leftovers(*folders: Path) -> list[str]:
+    """Temporaries (dot-files with .tmp or .part in the name) anywhere under ``folders``."""
+    out = []
+    for folder in folders:
+        if folder.exists():
+            out += [str(p) for p in folder.rglob(".*") if ".tmp" in p.name or ".part" in p.name]
+    return out
+
+
+def flip_middle(path: Path) -> None:
+    """One byte in the middle of the file changed: size, header, head and tail intact."""
+    size = path.stat().st_size
+    with open(path, "r+b") as fh:
+        fh.seek(size // 2)
+        b = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([b[0] ^ 0x5A]))
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+@pytest.fixture
+def photo(tmp_path) -> Path:
+    src = tmp_path / "presenter.png"
+    shutil.copy(DEMO_AVATAR, src)
+    return src
+
+
+def _frame(home, out, name="anna", t="0.5"):
+    return studio(home, "frame", "--avatar", name, "--audio", DEMO_AUDIO, "-t", t, "-o", out)
+
+
+# --------------------------------------------------------------------------------------------
+# Damaged caches
+
+
+def test_damage_in_the_middle_of_frames_never_reaches_an_output(home, photo, tmp_path):
+    r = studio(home, "avatar", "add", "anna", photo)
+    assert r.returncode == 0, r.stderr
+    good = tmp_path / "good.png"
+    assert _frame(home, good).returncode == 0
+    flip_middle(home / "avatars" / "anna" / "frames.npy")
+    out = tmp_path / "after.png"
+    r = _frame(home, out)
+    assert r.returncode == 0, r.stderr
+    err = lines(r.stderr)
+    assert len(err) == 1 and "damaged" in err[0] and "frames.npy" in err[0] and "rebuilding" in err[0]
+    from PIL import Image
+
+    assert np.array_equal(np.asarray(Image.open(out)), np.asarray(Image.open(good)))
+    assert not leftovers(home / "avatars", tmp_path)
+
+
+def test_a_different_file_at_the_source_path_is_refused_in_one_line(home, photo, tmp_path):
+    from PIL import Image
+
+    assert studio(home, "avatar", "add", "anna", photo).returncode == 0
+    folder = home / "avatars" / "anna"
+    Image.open(DEMO_AVATAR).convert("RGB").transpose(Image.FLIP_LEFT_RIGHT).save(photo)  # another picture
+    flip_middle(folder / "frames.npy")
+    before = sorted(p.name for p in folder.iterdir())
+    out = tmp_path / "f.png"
+    r = _frame(home, out)
+    assert r.returncode == 2
+    err = lines(r.stderr)
+    assert len(err) == 1 and "now a different file" in err[0] and "studio avatar add anna FILE --force" in err[0]
+    assert not out.exists() and sorted(p.name for p in folder.iterdir()) == before
+    assert not leftovers(home / "avatars", tmp_path)
+
+
+def test_nan_landmarks_with_matching_checksums_do_not_crash(home, photo, tmp_path):
+    from studio.core import avatar as avatar_mod
+
+    assert studio(home, "avatar", "add", "anna", photo).returncode == 0
+    good = tmp_path / "good.png"
+    assert _frame(home, good, t="1.2").returncode == 0
+    folder = home / "avatars" / "anna"
+    lm = np.load(folder / "crop_landmarks.npy")
+    lm[0, 100:200] = np.nan
+    np.save(folder / "crop_landmarks.npy", lm)
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["files"]["crop_landmarks"] = avatar_mod._file_spec(folder / "crop_landmarks.npy")
+    (folder / "meta.json").write_text(json.dumps(meta))
+    out = tmp_path / "f.png"
+    r = _frame(home, out, t="1.2")
+    assert r.returncode == 0, r.stderr
+    assert len(lines(r.stderr)) == 1 and "NaN" in r.stderr
+    from PIL import Image
+
+    assert np.array_equal(np.asarray(Image.open(out)), np.asarray(Image.open(good)))
+
+
+@pytest.mark.parametrize("change", [{"frames": 7}, {"files": []}])
+def test_inconsistent_meta_json_list_still_works_and_render_says_one_thing(home, photo, tmp_path, change):
+    assert studio(home, "avatar", "add", "anna", photo).returncode == 0
+    assert studio(home, "avatar", "add", "bob", photo).returncode == 0
+    meta_path = home / "avatars" / "anna" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta.update(change)
+    meta_path.write_text(json.dumps(meta))
+    photo.unlink()  # and the source is gone: nothing to rebuild from
+    r = studio(home, "avatar", "list")
+    assert r.returncode == 0 and not r.stderr
+    anna = next(ln for ln in r.stdout.splitlines() if ln.startswith("anna"))
+    bob = next(ln for ln in r.stdout.splitlines() if ln.startswith("bob"))
+    assert "damaged:" in anna and "photo" in bob
+    fix = "add it again with `studio avatar add anna SOURCE --force`, or remove it with `studio avatar rm anna`"
+    assert anna.endswith(fix)
+    out = tmp_path / "f.png"
+    r = _frame(home, out)
+    assert r.returncode == 2 and len(lines(r.stderr)) == 1 and r.stderr.strip().endswith(fix)
+    assert not out.exists()
+    r = studio(home, "avatar", "list", "--json")
+    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    assert rows["anna"]["damaged"] and not rows["bob"]["damaged"]
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile sources
+
+
+def _video(path: Path, frames: int, size=(160, 120), faststart=False, fmt=None) -> Path:
+    import av
+
+    opts = {"movflags": "+faststart"} if faststart else {}
+    with av.open(str(path), "w", format=fmt, options=opts) as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = size[0], size[1], "yuv420p"
+        s.options = {"preset": "ultrafast"}
+        yy, xx = np.mgrid[0 : size[1], 0 : size[0]]
+        for i in range(frames):  # a moving gradient: cheap to encode, every frame different
+            frame = np.repeat((((xx + yy + 3 * i) % 256).astype(np.uint8))[..., None], 3, axis=2)
+            for p in s.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+def test_a_truncated_mp4_is_refused_not_silently_shortened(home, tmp_path):
+    src = _video(tmp_path / "cut.mp4", 375, faststart=True)
+    data = src.read_bytes()
+    src.write_bytes(data[: len(data) // 5])
+    r = studio(home, "avatar", "add", "cut", src)
+    assert r.returncode == 2
+    err = lines(r.stderr)
+    assert len(err) == 1 and "of its 375 frames decode" in err[0] and "--trim-end" in err[0]
+    assert not (home / "avatars" / "cut").exists() and not leftovers(home)
+
+
+def test_a_huge_photo_is_downscaled_and_said_in_one_line(home, tmp_path):
+    from PIL import Image
+
+    src = tmp_path / "huge.jpg"
+    Image.open(DEMO_AVATAR).convert("RGB").resize((8000, 6000), Image.BILINEAR).save(src, quality=80)
+    r = studio(home, "avatar", "add", "big", src, "--json")
+    assert r.returncode == 0, r.stderr
+    err = lines(r.stderr)
+    assert len(err) == 1 and "8000x6000; using it downscaled to 2880x2160" in err[0]
+    info = json.loads(r.stdout)
+    assert (info["width"], info["height"], info["downscaled_from"]) == (2880, 2160, [8000, 6000])
+
+
+def test_two_faces_are_named_and_one_can_be_chosen(home, tmp_path):
+    from test_avatar import _two_faces
+
+    src = _two_faces(tmp_path / "two.png")
+    r = studio(home, "avatar", "add", "two", src, "--json")
+    assert r.returncode == 0, r.stderr
+    err = lines(r.stderr)
+    assert len(err) == 1 and "2 faces found" in err[0] and "--face N" in err[0]
+    assert json.loads(r.stdout)["face"] == 2
+    r = studio(home, "avatar", "add", "left", src, "--face", "1", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["box"][2] < 300
+    r = studio(home, "avatar", "add", "third", src, "--face", "3")
+    assert r.returncode == 2 and len(lines(r.stderr)) == 1 and "has 2 face(s)" in r.stderr
+    assert not (home / "avatars" / "third").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# A full disk, a killed command
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 6 MiB file system (tmpfs), or a skip when this machine does not allow mounting."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip() or r.returncode}); needs root")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_disk_while_adding_a_video_of_unknown_length(small_disk, tmp_path):
+    home = small_disk / "home"
+    src = _video(tmp_path / "clip.h264", 120, size=(320, 240), fmt="h264")  # no duration in the stream
+    r = studio(home, "avatar", "add", "clip", src)
+    assert r.returncode == 2
+    err = lines(r.stderr)
+    assert len(err) == 1 and "No space left on device" in err[0] and "free some disk space" in err[0]
+    assert not (home / "avatars" / "clip").exists() and not leftovers(home)
+    used = shutil.disk_usage(small_disk).used
+    assert used < 1 << 20, f"{used} bytes still used on the full disk"
+
+
+def test_sigterm_during_avatar_add_leaves_no_temporary(home, tmp_path):
+    src = _video(tmp_path / "long.mp4", 400, size=(640, 360))
+    env = {**os.environ, "STUDIO_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
+    proc = subprocess.Popen([*STUDIO, "avatar", "add", "long", str(src)], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    folder = home / "avatars" / "long"
+    deadline = time.monotonic() + 120
+    tmp = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        tmp = list(folder.glob(".frames.*.tmp.npy")) if folder.exists() else []
+        if tmp and tmp[0].stat().st_size > 2 << 20:
+            break
+        time.sleep(0.05)
+    assert tmp, "the build never started writing its frames"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert len(lines(err)) == 1 and "cancelled" in err
+    assert not folder.exists() and not leftovers(home)
