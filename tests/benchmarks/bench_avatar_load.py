@@ -8,7 +8,12 @@ Makes a real H.264 video (the astronaut photo under a slow virtual camera), prep
 * ``load(name)``: metadata, header/size/checksum checks, every array memory-mapped;
 * ``resolve(path)``: the same avatar reached through its source path (adds the source check);
 * touching one random frame, crop and mask after a load (what the renderer does per frame);
-* the baseline: the same arrays read fully into memory with ``np.load`` (no mmap), warm cache.
+* the baseline: the same arrays read fully into memory with ``np.load`` (no mmap), warm cache;
+* verification (the per-block CRC-32s, checked the first time each block is read in a process):
+  every frame, crop, mask and landmark row checked from cold, per frame and in GB/s; one frame
+  checked alone; and a render-like read (64-frame slices, as the GPU upload does; random
+  batches of 16, as the CPU compositor does) on a warm process (blocks already checked) against
+  the same reads from the bare memory map.
 
 Prints the figures and the ratio baseline / load. Absolute times depend on the machine.
 """
@@ -112,6 +117,8 @@ def main() -> int:
     full_read()  # warm the page cache so the baseline measures memory copies, not the disk
     base_ms = timed(full_read, max(3, args.repeat // 10))
 
+    verify = bench_verify(avatar, folder, args.repeat)
+
     med = statistics.median
     print(f"load(name)               median {med(load_ms):7.2f} ms   (min {min(load_ms):.2f}, max {max(load_ms):.2f})")
     print(f"resolve(path)            median {med(resolve_ms):7.2f} ms")
@@ -119,6 +126,8 @@ def main() -> int:
     print(f"baseline np.load (full)  median {med(base_ms):7.2f} ms")
     print(f"ratio baseline / load    {med(base_ms) / med(load_ms):.0f}x   target: load < 10 ms -> "
           f"{'OK' if med(load_ms) < 10 else 'MISSED'}")
+    for line in verify:
+        print(line)
     if args.keep:
         print(f"kept {work}")
     else:
@@ -126,6 +135,60 @@ def main() -> int:
 
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def bench_verify(avatar, folder: Path, repeat: int) -> list[str]:
+    """The cost of the block checksums: cold (first read in a process) and warm (checked before)."""
+    from studio.core import avatar_check
+
+    med = statistics.median
+    out = []
+    b = avatar.load("bench")
+    n = b.N
+    frame_mb = b.frames.nbytes / n / 2**20
+    for name in ("frames", "crops", "masks", "landmarks", "crop_landmarks", "raw_landmarks"):
+        arr = getattr(b, name)
+        if not isinstance(arr, avatar_check.CheckedArray):
+            continue
+        times = []
+        for _ in range(3):
+            avatar_check.forget_verified()
+            fresh = getattr(avatar.load("bench"), name)
+            t = time.perf_counter()
+            fresh.verify_all()
+            times.append(time.perf_counter() - t)
+        s = min(times)
+        out.append(f"verify all {name:<14} {s * 1000:8.1f} ms cold  ({s * 1000 / n:.2f} ms/row, "
+                   f"{arr.nbytes / s / 1e9:.2f} GB/s, {avatar_check._pool()._max_workers} threads)")
+    one = []
+    for i in range(min(n, max(5, repeat))):
+        avatar_check.forget_verified()
+        fr = avatar.load("bench").frames
+        t = time.perf_counter()
+        fr.verify_rows(slice(i, i + 1))
+        one.append((time.perf_counter() - t) * 1000)
+    out.append(f"verify one frame ({frame_mb:.1f} MiB) median {med(one):.2f} ms cold (one thread)")
+    # warm: every block checked once; then what a render's reads cost through the checks
+    b = avatar.load("bench")
+    b.frames.verify_all()
+    raw = np.load(folder / "frames.npy", mmap_mode="r")
+    rng = np.random.default_rng(1)
+    batches = [rng.integers(0, n, 16) for _ in range(max(10, repeat))]
+
+    def slices(a):
+        for s0 in range(0, n, 64):
+            np.array(a[s0 : s0 + 64])
+
+    def random_batches(a):
+        for idx in batches:
+            np.ascontiguousarray(a[idx])
+
+    for label, fn in (("64-frame slices, whole clip", slices), ("random batches of 16", random_batches)):
+        checked = min(timed(lambda: fn(b.frames), 3))
+        bare = min(timed(lambda: fn(raw), 3))
+        out.append(f"warm {label:<28} checked {checked:8.1f} ms, bare memmap {bare:8.1f} ms "
+                   f"(+{(checked - bare) / max(bare, 1e-9) * 100:.1f} %)")
+    return out
 
 
 if __name__ == "__main__":
