@@ -381,3 +381,46 @@ def test_frame_at_a_time_that_is_not_a_number(home, short, out, t):
     r = studio(home, "frame", "--avatar", "astro", "--audio", short, "-t", t, "-o", out / "f.png")
     one_error_line(r, f"-t {float(t)}: give the time as a number of seconds")
     assert os.listdir(out) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# avatar add
+
+
+@pytest.fixture(scope="module")
+def presenter_clip(tmp_path_factory) -> Path:
+    """8 s of the demo presenter as an H.264 video (a still, slightly moving), for ``avatar add``."""
+    import av
+    import PIL.Image
+
+    rgb = np.asarray(PIL.Image.open(Path(__file__).parent.parent / "resources" / "demo" / "astronaut.png")
+                     .convert("RGB").resize((256, 256)))
+    path = tmp_path_factory.mktemp("clip") / "presenter.mp4"
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 256, 256, "yuv420p"
+        s.options = {"preset": "ultrafast"}
+        for i in range(200):
+            frame = av.VideoFrame.from_ndarray(np.roll(rgb, i % 5, axis=1).copy(), format="rgb24")
+            for pkt in s.encode(frame):
+                c.mux(pkt)
+        for pkt in s.encode(None):
+            c.mux(pkt)
+    return path
+
+
+def test_sigterm_during_avatar_add_leaves_no_frames_temporary(home, presenter_clip):
+    folder = home / "avatars" / "sigterm"
+    proc = start(home, "avatar", "add", "sigterm", presenter_clip)
+    try:
+        wait_until(lambda: list(folder.glob(".*.tmp.npy")), 90, "the frames temporary", proc)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "studio: " + CANCEL.format(" (SIGTERM)"), err
+    assert not folder.exists() or not [p for p in folder.iterdir() if ".tmp" in p.name or ".part" in p.name]
