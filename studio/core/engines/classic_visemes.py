@@ -1,0 +1,267 @@
+"""Mouth shapes from the voice-over alone (no weights): acoustic features -> per-frame controls.
+
+Every 10 ms (a 25 ms Hann window) the voice gives:
+
+- **band levels** in dB: ``low`` 60-400 Hz (voicing, nasal murmur), ``mid`` 400-3000 Hz (where
+  the first two formants of vowels carry their energy), ``high`` 3-8 kHz (frication, bursts);
+- **formants** F1 and F2 from a 16th-order LPC fit (autocorrelation from the power spectrum,
+  Levinson-Durbin, roots of the predictor as eigenvalues of its companion matrix; all frames at
+  once). F1 tracks jaw opening (/a/ high, /i/ /u/ low), F2 tracks the tongue and lips (/i/ high
+  = spread, /u/ /o/ low = rounded).
+
+They are normalised over the clip (levels against its vowel level, formants against their own
+spread: a deep and a high voice give the same shapes) and mapped to the controls of
+``MouthControls``:
+
+- ``open`` 0..1: the jaw, from the mid-band level and F1;
+- ``width`` -1..1: spread (+, /i/ /e/) or rounded (-, /u/ /o/ /w/), from F2 given F1;
+- ``close`` 0..1: lips pressed together. Bilabial stops and nasals (/p/ /b/ /m/) are the
+  moments in running speech where the formant band falls 20-30 dB below the vowels around it
+  while no frication fills the gap (a stop closure is quiet, a nasal murmur or a voice bar
+  has energy only below 400 Hz). Alveolar and velar stops look the same to this measure and
+  also close (the jaw is nearly shut for them anyway); a stop whose release burst is strong
+  above 3 kHz (/t/ /k/) closes less;
+- ``teeth`` 0..1: fricatives (/s/ /f/ /v/ /th/ /sh/), frication energy above 3 kHz with a small
+  opening; ``tuck`` 0..1 the weak, flat fricatives (/f/ /v/, also /th/): the lower lip up
+  against the upper teeth.
+
+Coarticulation: targets are smoothed with a zero-phase Gaussian (the whole clip is known, so
+there is no lag), closures are then imposed on the smoothed track (a 40-80 ms closure must
+survive smoothing), and each control is limited in how fast it can move per frame. A frame's
+controls are the weighted mean over its 40 ms (4 hops), closure the maximum.
+
+This is hand-written rather than taken from a library because the pieces a library would give
+(MFCC, LPC) are a few lines of numpy each here, vectorised over the clip, and the mapping to
+mouth shapes is the design itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, SAMPLE_RATE, SAMPLES_PER_FRAME
+
+HOP = 160  # 10 ms
+WIN = 400  # 25 ms
+NFFT = 512
+LPC_ORDER = 16
+PER_FRAME = SAMPLES_PER_FRAME // HOP  # 4 hops per video frame
+
+
+@dataclass(frozen=True, eq=False)
+class MouthControls:
+    """Per-frame controls for one clip, each ``[T]`` float32 (see the module docstring)."""
+
+    open: np.ndarray
+    width: np.ndarray
+    close: np.ndarray
+    teeth: np.ndarray
+    tuck: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.open)
+
+    def rows(self, idx) -> np.ndarray:
+        """``[B,5]`` float32: open, width, close, teeth, tuck for frames ``idx``."""
+        return np.stack([self.open[idx], self.width[idx], self.close[idx], self.teeth[idx], self.tuck[idx]], 1).astype(
+            np.float32
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Features:
+    """Per 10 ms hop: band levels (dB) and formants (Hz; NaN where unvoiced)."""
+
+    low: np.ndarray
+    mid: np.ndarray
+    high: np.ndarray
+    f1: np.ndarray
+    f2: np.ndarray
+
+
+def mouth_controls(samples: np.ndarray, frames: int) -> MouthControls:
+    """Per-frame controls for ``frames`` video frames of 16 kHz mono ``samples``."""
+    if frames <= 0:
+        z = np.zeros(0, np.float32)
+        return MouthControls(z, z, z, z, z)
+    f = features(samples, frames * PER_FRAME)
+    return controls_from_features(f, frames, samples)
+
+
+def features(samples: np.ndarray, hops: int) -> Features:
+    """Band levels and formants for ``hops`` hops of 10 ms (hop ``k`` is centred on ``(k + 0.5) * 10 ms``)."""
+    x = np.zeros(hops * HOP + WIN, np.float32)
+    take = min(hops * HOP, len(samples))
+    off = (WIN - HOP) // 2  # centre each window on its hop
+    x[off : off + take] = np.asarray(samples[:take], np.float32)
+    freqs = np.fft.rfftfreq(NFFT, 1 / SAMPLE_RATE)
+    window = np.hanning(WIN).astype(np.float32)
+    bands = {k: (freqs >= a) & (freqs < b) for k, (a, b) in
+             {"low": (60, 400), "mid": (400, 3000), "high": (3000, 8000)}.items()}
+    out = {k: np.zeros(hops, np.float32) for k in ("low", "mid", "high", "f1", "f2")}
+    step = 2048  # blocks of hops bound the memory on long clips
+    for a in range(0, hops, step):
+        b = min(hops, a + step)
+        idx = (np.arange(a, b) * HOP)[:, None] + np.arange(WIN)[None, :]
+        seg = x[idx]
+        spec = np.abs(np.fft.rfft(seg * window, NFFT, axis=1)) ** 2
+        for k, m in bands.items():
+            out[k][a:b] = 10 * np.log10(spec[:, m].sum(1) / NFFT + 1e-10)
+        f1, f2 = _formants(seg, window)
+        out["f1"][a:b], out["f2"][a:b] = f1, f2
+    return Features(**out)
+
+
+def _formants(seg: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """F1, F2 (Hz) per row of ``seg`` from an LPC fit; NaN where no plausible pair is found."""
+    n = len(seg)
+    pre = np.concatenate([seg[:, :1], seg[:, 1:] - 0.94 * seg[:, :-1]], 1) * window
+    spec = np.abs(np.fft.rfft(pre, 1024, axis=1)) ** 2
+    r = np.fft.irfft(spec, axis=1)[:, : LPC_ORDER + 1]
+    r[:, 0] *= 1.0001  # white-noise correction keeps the recursion stable
+    r[:, 0] += 1e-9
+    # Levinson-Durbin, vectorised over rows
+    a = np.zeros((n, LPC_ORDER + 1))
+    a[:, 0] = 1.0
+    err = r[:, 0].astype(np.float64).copy()
+    for i in range(1, LPC_ORDER + 1):
+        acc = (a[:, :i] * r[:, i:0:-1]).sum(1)
+        k = -acc / err
+        a[:, 1 : i + 1] = a[:, 1 : i + 1] + k[:, None] * a[:, i - 1 :: -1][:, :i]
+        err = err * (1 - k * k)
+    comp = np.zeros((n, LPC_ORDER, LPC_ORDER))
+    comp[:, 0, :] = -a[:, 1:]
+    comp[:, np.arange(1, LPC_ORDER), np.arange(LPC_ORDER - 1)] = 1.0
+    roots = np.linalg.eigvals(comp)
+    freq = np.angle(roots) * SAMPLE_RATE / (2 * np.pi)
+    bw = -np.log(np.abs(roots) + 1e-12) * SAMPLE_RATE / np.pi
+    ok = (roots.imag > 0) & (freq > 200) & (freq < 3800) & (bw < 450)
+    freq = np.where(ok, freq, np.inf)
+    freq.sort(axis=1)
+    f1 = freq[:, 0]
+    f2 = freq[:, 1]
+    bad = ~np.isfinite(f1) | (f1 > 1200) | ~np.isfinite(f2)
+    f1 = np.where(bad, np.nan, f1)
+    f2 = np.where(bad, np.nan, f2)
+    return f1.astype(np.float32), f2.astype(np.float32)
+
+
+def controls_from_features(f: Features, frames: int, samples: np.ndarray | None = None) -> MouthControls:
+    """The mapping of the module docstring, hop by hop, then per video frame."""
+    t = hop_targets(f)
+    per = PER_FRAME
+    n = frames * per
+
+    def frame_mean(x, wts):
+        x, wts = x[:n].reshape(frames, per), wts[:n].reshape(frames, per)
+        return (x * wts).sum(1) / wts.sum(1)
+
+    wts = 0.2 + t["voice"]  # louder hops count more within a frame
+    open_ = frame_mean(_gauss(t["open"], 1.5), wts)
+    width = frame_mean(_gauss(t["width"], 2.0), wts)
+    teeth = frame_mean(_gauss(t["teeth"], 1.0), wts)
+    tuck = frame_mean(_gauss(t["tuck"], 1.0), wts)
+    # closures: at least 3 hops (30 ms) long to count, then the frame's strongest
+    c = _opening(t["close"], 3)
+    close = c[:n].reshape(frames, per).max(1)
+    # coarticulation at the frame rate: neighbours pull on each frame (zero phase)
+    open_ = _gauss(open_, 0.7)
+    width = _gauss(width, 1.0)
+    teeth = _gauss(teeth, 0.6)
+    tuck = _gauss(tuck, 0.6) * (1 - close)
+    open_ = open_ * (1 - close) * (1 - 0.5 * tuck)
+    teeth = teeth * (1 - close)
+    # speech edges: the renderer crossfades the first and last frames of each phrase into the
+    # avatar; the mouth eases in and out over them, so the crossfade never shows a half-faded
+    # open mouth (a ghost) over the still one
+    if samples is not None:
+        ease = edge_weights(samples, frames)
+        open_, width, close, teeth, tuck = (v * ease for v in (open_, width, close, teeth, tuck))
+    f32 = lambda v: np.clip(v, -1, 1).astype(np.float32)  # noqa: E731
+    return MouthControls(open=f32(open_), width=f32(width), close=f32(close), teeth=f32(teeth), tuck=f32(tuck))
+
+
+def hop_targets(f: Features) -> dict[str, np.ndarray]:
+    """Per-hop targets (open, width, close, teeth, tuck, voice) from the features, normalised over the clip."""
+    mid, high, low = f.mid, f.high, f.low
+    loudest = float(np.max(mid)) if len(mid) else 0.0
+    live = mid > loudest - 50
+    ref = float(np.percentile(mid[live], 95)) if live.any() else loudest
+    rel_mid, rel_high, rel_low = mid - ref, high - ref, low - ref
+    level = np.clip((rel_mid + 28.0) / 22.0, 0, 1)
+    voiced = np.isfinite(f.f1) & (rel_mid > -22)
+    f1 = _fill_gaps(np.where(voiced, f.f1, np.nan))
+    f2 = _fill_gaps(np.where(voiced, f.f2, np.nan))
+    if voiced.sum() >= 10:
+        lo1, hi1 = np.percentile(f.f1[voiced], [10, 90])
+        lo2, hi2 = np.percentile(f.f2[voiced], [10, 90])
+    else:
+        lo1, hi1, lo2, hi2 = 300.0, 700.0, 1000.0, 2200.0
+    lo1 = float(np.clip(lo1, 200, 450))
+    hi1 = max(lo1 + 250.0, float(hi1))
+    lo2 = float(np.clip(lo2, 700, 1400))
+    hi2 = max(lo2 + 600.0, float(hi2))
+    f1n = np.clip((f1 - lo1) / (hi1 - lo1), 0, 1)
+    f2n = np.clip((f2 - lo2) / (hi2 - lo2), 0, 1)
+    open_ = level * (0.35 + 0.65 * f1n)
+    spread = np.clip((f2n - 0.55) / 0.35, 0, 1)
+    rnd = np.clip((0.45 - f2n) / 0.3, 0, 1) * np.sqrt(1 - f1n)
+    width = (spread - rnd) * np.clip(level * 1.5, 0, 1)
+    # closure: the formant band well below the vowels, and no frication filling the gap
+    # a closure is also a dip: the band drops well below the syllables around it (a quiet vowel
+    # such as /i/ is weak too, but it is the loudest thing in its own syllable)
+    from numpy.lib.stride_tricks import sliding_window_view as win
+
+    r = 12  # hops each side: about a syllable
+    around = win(np.pad(mid, r, mode="edge"), 2 * r + 1).max(1)
+    dip = np.clip((around - mid - 8.0) / 6.0, 0, 1)
+    weak = np.clip((-14.0 - rel_mid) / 5.0, 0, 1) * dip
+    # (frication only counts above the floor: a stop's silent closure has none)
+    no_fric = 1 - np.clip(((high - mid) + 2.0) / 6.0, 0, 1) * np.clip((rel_high + 45.0) / 8.0, 0, 1)
+    # a voiced closure (murmur, voice bar) whose resonance sits high is alveolar (/n/ /d/): half
+    nasal_f2 = np.where(np.isfinite(f.f2) & (rel_low > -30), f.f2, np.nan)
+    alveolar = np.clip((np.nan_to_num(nasal_f2, nan=0.0) - 1500.0) / 400.0, 0, 1)
+    close = weak * no_fric * (1 - 0.5 * alveolar)
+    # frication: energy above 3 kHz at or above the formant band's; strong = /s/ /sh/, weak and flat = /f/ /v/ /th/
+    fric = np.clip(((high - mid) + 4.0) / 8.0, 0, 1) * np.clip((rel_high + 40.0) / 10.0, 0, 1)
+    strong = np.clip((rel_high + 22.0) / 6.0, 0, 1)
+    teeth = fric * strong
+    tuck = fric * (1 - strong) * np.clip((-12.0 - rel_mid) / 8.0, 0, 1)
+    open_ = open_ * (1 - 0.7 * teeth)
+    return {"open": open_, "width": width, "close": close, "teeth": teeth, "tuck": tuck, "voice": level}
+
+
+def edge_weights(samples: np.ndarray, frames: int) -> np.ndarray:
+    """The renderer's default speech-edge crossfade weights (silence mask at the default threshold)."""
+    from studio.core.audio import frame_rms, silence_mask
+    from studio.core.render import crossfade_weights
+
+    silent = silence_mask(frame_rms(samples, frames), DEFAULT_SILENCE_THRESHOLD, DEFAULT_MIN_SILENCE_FRAMES)
+    return crossfade_weights(~silent, 3)
+
+
+def _gauss(x: np.ndarray, sigma: float) -> np.ndarray:
+    """Zero-phase Gaussian smoothing with edge replication."""
+    r = int(np.ceil(3 * sigma))
+    k = np.exp(-0.5 * (np.arange(-r, r + 1) / sigma) ** 2)
+    k /= k.sum()
+    return np.convolve(np.pad(x.astype(np.float64), r, mode="edge"), k, mode="valid")
+
+
+def _opening(x: np.ndarray, n: int) -> np.ndarray:
+    """Morphological opening (min then max over ``n`` samples): keeps plateaus at least ``n`` long."""
+    from numpy.lib.stride_tricks import sliding_window_view as win
+
+    lo = win(np.pad(x, (n - 1, 0), mode="edge"), n).min(1)
+    return win(np.pad(lo, (0, n - 1), mode="edge"), n).max(1)
+
+
+def _fill_gaps(x: np.ndarray) -> np.ndarray:
+    """Linear interpolation over NaNs (constant at the ends); all-NaN gives a neutral 500 Hz."""
+    ok = np.isfinite(x)
+    if not ok.any():
+        return np.full_like(x, 500.0)
+    i = np.arange(len(x))
+    return np.interp(i, i[ok], x[ok]).astype(np.float32)

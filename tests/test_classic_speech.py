@@ -1,0 +1,204 @@
+"""The classic engine on real speech: espeak-ng says words whose phonemes we know (with their times),
+the renderer renders them on the demo photo (smiling, teeth showing) and on a closed-mouth face, and
+the project's face tracker measures the lips on the rendered frames.
+
+The closed-mouth face is ours: the demo photo (public domain) with its lips closed by the engine
+itself (controls: close), pasted back into the photo, saved and prepared like any avatar.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import espeak_speech as es
+from conftest import prepare_demo_avatar
+
+pytestmark = pytest.mark.skipif(not es.available(), reason="needs espeak-ng's library (Debian espeak-ng)")
+
+# bilabials inside phrases (not after a pause) and known vowels: open /a/, spread /i/, rounded /u/
+TEXT = ("Happy Bob maps a humble temple. Emma, my mom, ripped a rubber tube and a paper lamp. "
+        "Father saw a large car far away. Keep the cheese, see the sea. Blue moon, two shoes, soon.")
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory):
+    samples, phonemes = es.speak(TEXT)
+    path = es.write_wav(tmp_path_factory.mktemp("speech") / "speech.wav", samples)
+    return path, phonemes
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("classic_home")
+
+
+@pytest.fixture(scope="module")
+def astro(home):
+    return prepare_demo_avatar(home, "astro")
+
+
+@pytest.fixture(scope="module")
+def closed(home, astro):
+    """The demo photo with its lips closed (no teeth showing), prepared as an avatar."""
+    import os
+
+    import PIL.Image
+    import torch
+
+    from studio.core import avatar as avatar_mod
+    from studio.core.composite import Compositor
+    from studio.core.engines.classic import rig_geometry, warp_mouth
+
+    rig = rig_geometry(np.asarray(astro.crop_landmarks), astro.crops)
+    face = warp_mouth(torch.from_numpy(np.array(astro.crops[:1])), *rig.rows([0]),
+                      np.array([[0, 0, 1, 0, 0]], np.float32), "cpu")
+    img = Compositor(astro.frames, astro.boxes, astro.masks).paste(face, [0], [1.0])[0].numpy()
+    path = home / "closed.png"
+    PIL.Image.fromarray(img).save(path)
+    old = os.environ.get("STUDIO_HOME")
+    os.environ["STUDIO_HOME"] = str(home)
+    try:
+        return avatar_mod.prepare("closed", path)
+    finally:
+        if old is None:
+            os.environ.pop("STUDIO_HOME", None)
+        else:
+            os.environ["STUDIO_HOME"] = old
+
+
+def _render_and_measure(avatar, wav):
+    """Every frame of the render, and per frame the tracked inner-lip gap and mouth width (pixels)."""
+    from studio.core.faces import FaceTracker
+    from studio.core.render import Renderer, RenderSettings
+
+    r = Renderer(avatar, wav, RenderSettings(engine="classic", device="cpu"))
+    frames = np.concatenate([f.numpy() for _, f in r.iter_frames()])
+    gap = np.full(len(frames), np.nan)
+    width = np.full(len(frames), np.nan)
+    with FaceTracker(video=False) as track:
+        for i, f in enumerate(frames):
+            lm = track(f)
+            if lm is not None:
+                gap[i] = np.linalg.norm(lm[13] - lm[14])
+                width[i] = np.linalg.norm(lm[61] - lm[291])
+    return r.plan, frames, gap, width
+
+
+@pytest.fixture(scope="module")
+def rendered(speech, astro, closed):
+    wav, _ = speech
+    return {"astro": _render_and_measure(astro, wav), "closed": _render_and_measure(closed, wav)}
+
+
+def _frames_of(a: float, b: float, total: int) -> list[int]:
+    return [i for i in range(int(a * 25), int(np.ceil(b * 25))) if 0 <= i < total]
+
+
+@pytest.mark.parametrize("face", ["astro", "closed"])
+def test_lips_close_at_bilabial_stops(rendered, speech, face):
+    plan, frames, gap, _ = rendered[face]
+    _, phonemes = speech
+    assert np.isfinite(gap).mean() > 0.95  # the tracker follows the rendered face
+    biggest = np.nanmax(gap)
+    closed, counted = 0, 0
+    for p in phonemes:
+        if p.name not in es.BILABIAL:
+            continue
+        span = _frames_of(*es.closure_span(p), len(frames))
+        if not span or plan.weight[span].max() == 0:  # inside a pause: the avatar itself
+            continue
+        counted += 1
+        closed += np.nanmin(gap[span]) <= 0.15 * biggest
+    assert counted >= 20
+    assert closed / counted >= 0.8, f"{closed}/{counted} bilabials closed on {face}"
+
+
+@pytest.mark.parametrize("face", ["astro", "closed"])
+def test_open_vowels_open_more_and_rounded_ones_are_narrower(rendered, speech, face):
+    _, frames, gap, width = rendered[face]
+    _, phonemes = speech
+
+    def at(kind):
+        idx = [int((p.start + p.end) / 2 * 25) for p in phonemes if p.name in kind]
+        assert len(idx) >= 5
+        return np.nanmean(gap[idx]), np.nanmean(width[idx])
+
+    (g_open, _), (g_spread, w_spread), (g_round, w_round) = at(es.OPEN), at(es.SPREAD), at(es.ROUND)
+    assert g_open > 1.2 * g_spread and g_open > 1.2 * g_round
+    assert w_round < 0.95 * w_spread
+    assert np.nanmax(gap) > 2.5 * np.nanmin(gap)  # the mouth moves through a real range
+
+
+@pytest.mark.parametrize("face", ["astro", "closed"])
+def test_silent_frames_stay_the_avatar_bit_for_bit(rendered, face, astro, closed):
+    plan, frames, _, _ = rendered[face]
+    still = np.asarray({"astro": astro, "closed": closed}[face].frames[0])
+    silent = np.flatnonzero(plan.weight == 0)
+    assert len(silent) >= 10
+    for t in silent:
+        assert np.array_equal(frames[t], still)
+
+
+def test_rest_controls_give_the_crop_itself(astro, closed):
+    import torch
+
+    from studio.core.engines.classic import rig_geometry, warp_mouth
+
+    for av in (astro, closed):
+        rig = rig_geometry(np.asarray(av.crop_landmarks), av.crops)
+        crop = torch.from_numpy(np.array(av.crops[:1]))
+        out = warp_mouth(crop, *rig.rows([0]), np.zeros((1, 5), np.float32), "cpu")
+        assert torch.equal(out, crop)
+
+
+def test_open_mouth_on_a_closed_face_has_a_shaded_warm_interior(closed):
+    """Teeth warm (never blue-grey), a dark cavity, shading (no flat fill), and the lips' texture kept."""
+    import cv2
+    import torch
+
+    from studio.core.engines.classic import rig_geometry, warp_mouth
+
+    rig = rig_geometry(np.asarray(closed.crop_landmarks), closed.crops)
+    assert rig.colours[0, 6] < 0.3  # the photo shows no teeth: the engine knows
+    crop = np.array(closed.crops[:1])
+    out = warp_mouth(torch.from_numpy(crop), *rig.rows([0]), np.array([[1, 0, 0, 0, 0]], np.float32), "cpu")[0].numpy()
+    cx, cy, hw = int(rig.scalars[0, 0]), int(rig.scalars[0, 1]), float(rig.scalars[0, 4])
+    box = out[cy - int(0.15 * hw) : cy + int(0.5 * hw), cx - int(0.6 * hw) : cx + int(0.6 * hw)].reshape(-1, 3)
+    box = box.astype(np.float32)
+    lum = box.mean(1)
+    teeth = box[lum > 150]
+    dark = box[lum < 60]
+    assert len(teeth) > 30 and len(dark) > 30
+    assert (teeth[:, 0] >= teeth[:, 2]).mean() > 0.95  # warm: red over blue
+    assert lum.std() > 25
+    # no flat fill: the cavity and the teeth vary
+    assert teeth.mean(1).std() > 3 and dark.mean(1).std() > 2
+    # the lower lip moved, but kept its texture (high frequencies of the real pixels)
+    lo = rig.contours[0, 3, len(rig.contours[0, 3]) // 2]  # lower outer lip, below the centre
+    li = rig.contours[0, 2, len(rig.contours[0, 2]) // 2]
+    src_band = crop[0, int(cy + li) : int(cy + lo), cx - int(0.4 * hw) : cx + int(0.4 * hw)]
+    drop = int(round(0.78 * 0.62 * hw))  # the lower lip's drop at full opening (MAX_OPEN, its share)
+    out_band = out[int(cy + li) + drop : int(cy + lo) + drop, cx - int(0.4 * hw) : cx + int(0.4 * hw)]
+
+    def detail(img):
+        return cv2.Laplacian(cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2GRAY).astype(np.float32), -1).var()
+
+    assert detail(out_band) > 0.6 * detail(src_band)
+
+
+def test_speech_edges_ease_the_mouth_in_and_out(speech):
+    """Where the renderer crossfades into the still avatar, the mouth is near rest: no open-mouth ghost."""
+    import soundfile as sf
+
+    from studio.core.engines.classic_visemes import edge_weights, mouth_controls
+
+    wav, _ = speech
+    x, _ = sf.read(wav, dtype="float32")
+    frames = int(np.ceil(len(x) / 640))
+    c = mouth_controls(x, frames)
+    w = edge_weights(x, frames)
+    ramp = (w > 0) & (w < 1)
+    assert ramp.sum() >= 10
+    assert (c.open[ramp] <= w[ramp] + 1e-6).all() and (c.open[w == 0] == 0).all()
+    assert c.open[w == 1].max() > 0.8  # and it opens fully inside phrases
