@@ -96,16 +96,21 @@ def _stdout_gone() -> bool:
     """Whether stdout's reader went away (then it is pointed at /dev/null so the exit is quiet).
     A broken pipe to anything else (an encoder process) is an error, not a quiet exit 0."""
     import os
+    import select
 
     try:
-        sys.stdout.flush()
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        gone = any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
         return False
-    except (BrokenPipeError, OSError, ValueError):
+    if gone:
         try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+        except OSError:
             pass
-        return True
+    return gone
 
 
 def _say(line: str) -> None:
