@@ -54,7 +54,7 @@ U = np.linspace(-2.8, 2.8, 57).astype(np.float32)  # mouth-axis sample positions
 N_CONTOURS = 5  # upper outer, upper inner, lower inner, lower outer, jaw
 N_SCALARS = 8  # cx, cy, ax, ay, hw, nose, bottom, lip thickness
 
-WARM_TEETH = (226.0, 216.0, 198.0)  # a warm off-white for faces whose photo shows no teeth
+WARM_TEETH = (228.0, 214.0, 199.0)  # a warm off-white for faces whose photo shows no teeth
 MAX_OPEN = 0.62  # the widest gap between the inner lips, in mouth half-widths (/a/ at full voice)
 
 
@@ -161,7 +161,7 @@ def warp_mouth(crops, scalars: np.ndarray, contours: np.ndarray, colours: np.nda
     dev = device
     t = lambda a: torch.as_tensor(np.ascontiguousarray(a, np.float32), device=dev)  # noqa: E731
     sc, ct, col, p = t(scalars), t(contours), t(colours), t(params)
-    tables = _targets(sc, ct, p)  # [B, 12, K]
+    tables = _targets(sc, ct, p, col[:, 6:7])  # [B, 12, K]
     cx, cy, ax, ay, hw, nose, bottom, thick = (sc[:, k] for k in range(N_SCALARS))
     src = crops.to(dev)
     out = src.clone()
@@ -296,26 +296,26 @@ def _interior(w: _Window, col, srcf):
     lateral = 1 - (au / 1.05).clamp(max=1) ** 2  # 1 in the middle, 0 at the corners
     bump = torch.sin(np.pi * frac) * lateral
     warm = torch.tensor([1.12, 0.82, 0.84], device=dev).view(1, 3, 1, 1)
-    cavity = lip_c * warm * (0.30 - 0.19 * bump - 0.08 * (1 - lateral)).unsqueeze(1) + 2.0
+    cavity = lip_c * warm * (0.23 - 0.15 * bump - 0.07 * (1 - lateral)).unsqueeze(1) + 2.0
     # tongue: low in a wide-open mouth, shaded darker towards the back
     hw4 = v4(hw)
-    tongue_on = ((gap - 0.22 * hw4) / (0.12 * hw4)).clamp(0, 1)
-    tv = (vt - (t_li - 0.26 * gap)) / (0.24 * gap).clamp(min=0.5)
-    tongue_a = torch.sigmoid((1 - torch.sqrt(tv**2 + (us / 0.55) ** 2)) / 0.18) * tongue_on
-    tongue_c = lip_c * (0.55 + 0.25 * (tv.clamp(-1, 1) * 0.5 + 0.5)).unsqueeze(1)
-    inner = cavity + (tongue_c - cavity) * tongue_a.unsqueeze(1) * 0.85
+    tongue_on = ((gap - 0.25 * hw4) / (0.12 * hw4)).clamp(0, 1)
+    tv = (vt - (t_li - 0.16 * gap)) / (0.17 * gap).clamp(min=0.5)
+    tongue_a = torch.sigmoid((1 - torch.sqrt(tv**2 + (us / 0.45) ** 2)) / 0.2) * tongue_on
+    tongue_c = lip_c * warm * (0.36 + 0.2 * (tv.clamp(-1, 1) * 0.5 + 0.5)).unsqueeze(1)
+    inner = cavity + (tongue_c - cavity) * tongue_a.unsqueeze(1) * 0.8
     # lower teeth: a row rising from the lower lip, in shadow
     low_a = torch.sigmoid((h_low - depth_l) / 0.7) * (h_low > 0.3)
-    low_shade = (0.62 + 0.18 * (depth_l / h_low.clamp(min=0.5)).clamp(0, 1)) * (1 - 0.45 * (au / 0.9).clamp(max=1) ** 2)
-    low_c = cavity + (teeth_c * low_shade.unsqueeze(1) - cavity) * 0.85
+    low_shade = (0.55 + 0.2 * (depth_l / h_low.clamp(min=0.5)).clamp(0, 1)) * (1 - 0.45 * (au / 0.9).clamp(max=1) ** 2)
+    low_c = (0.75 * teeth_c + 0.25 * lip_c) * low_shade.unsqueeze(1)
     inner = inner + (low_c - inner) * low_a.unsqueeze(1)
     # upper teeth: hang from the upper lip, shadowed just under it, darker towards the corners
     up_a = torch.sigmoid((h_up - depth) / 0.7) * (h_up > 0.3)
     under_lip = 0.72 + 0.28 * _smoothstep(depth / (0.45 * h_up).clamp(min=0.5))
     # tooth edges: incisors widest, the rest narrowing round the arch (u of each boundary)
     seams = torch.ones_like(us)
-    for edge, depth_k in ((0.0, 0.05), (0.22, 0.045), (0.39, 0.04), (0.53, 0.035), (0.64, 0.03)):
-        seams = seams - depth_k * torch.exp(-(((au - edge) / 0.018) ** 2))
+    for edge, depth_k in ((0.0, 0.05), (0.23, 0.035), (0.40, 0.03), (0.54, 0.03), (0.65, 0.025)):
+        seams = seams - depth_k * torch.exp(-(((au - edge) / 0.022) ** 2))
     up_shade = under_lip * seams * (1 - 0.5 * (au / 0.95).clamp(max=1) ** 2)
     inner = inner + (teeth_c * up_shade.unsqueeze(1) - inner) * up_a.unsqueeze(1)
     # the photo's own gap (teeth, or the dark line between closed lips): its upper part stays with
@@ -337,7 +337,7 @@ def _interior(w: _Window, col, srcf):
     return inner, a_in
 
 
-def _targets(sc, ct, p):
+def _targets(sc, ct, p, own):
     """Per sample and ``U``: source contours and their displacements, and teeth heights: ``[B,12,K]``
     (s_uo, s_ui, s_li, s_lo, s_jaw, d_uo, d_ui, d_li, d_lo, d_jaw, h_up, h_low)."""
     import torch
@@ -376,9 +376,11 @@ def _targets(sc, ct, p):
     # teeth: the upper row shows more as the upper lip lifts and the mouth opens; the lower row a little
     arch = (1 - (u.abs() / 0.82).clamp(max=1) ** 2).clamp(min=0) ** 0.4
     h_up = torch.minimum(0.07 * hw + (-d_ui).clamp(min=0) + 0.18 * gap, 0.55 * gap) * arch
-    h_low = torch.minimum(0.03 * hw + 0.12 * gap, 0.28 * gap) * arch * (1 - tu)
+    h_low = torch.minimum(0.02 * hw + 0.08 * gap, 0.18 * gap) * arch * (1 - tu)
     fill = torch.maximum(tu, 0.8 * te)  # fricatives: teeth fill the small gap
     h_up = h_up + (0.6 * gap * arch - h_up) * fill
+    # a photo with teeth: its own upper row (it moves with the upper lip) is the row, no longer
+    h_up = h_up + (torch.minimum(h_up, 0.6 * g) - h_up) * own
     h_low = h_low + (0.4 * gap * arch - h_low) * te * 0.8
     return torch.stack([s_uo, s_ui, s_li, s_lo, s_jaw, d_uo, d_ui, d_li, d_lo, d_jaw, h_up, h_low], 1)
 
