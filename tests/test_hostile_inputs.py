@@ -185,6 +185,25 @@ def test_sigterm_and_sighup_cancel_like_ctrl_c(home, voice, out, sig, mode):
     assert not list((home / "tmp").glob(f"{proc.pid}-*.rec"))  # its record went with it
 
 
+def test_a_second_signal_during_the_clean_up_still_leaves_nothing(home, voice, out):
+    proc = start(home, *render_args(voice, out / "talk.mp4", "--encoder", "x264-parallel"))
+    try:
+        mid_render(proc, out, chunks=False)
+        workers = descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.02)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # impatient: the second one exits at once
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143
+    assert os.listdir(out) == []
+    wait_until(lambda: not any(alive(p) for p in workers), 15, "the worker processes to exit")
+
+
 @pytest.mark.parametrize("mode", ["x264-parallel", "chunks"])
 def test_sigkill_takes_the_workers_along_and_the_next_command_sweeps(home, voice, short, out, mode):
     extra = ("--encoder", "x264-parallel") if mode == "x264-parallel" else ("--chunks", "2")

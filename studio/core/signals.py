@@ -19,10 +19,13 @@ their queue once the parent is gone).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
 import threading
+
+log = logging.getLogger(__name__)
 
 STOP_SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s)
 PR_SET_PDEATHSIG = 1
@@ -76,7 +79,7 @@ def _on_signal(signo, frame) -> None:
         with contextlib.suppress(BaseException):
             remove_own_temps()
         with contextlib.suppress(BaseException):
-            os.write(2, b"studio: stopped at once; nothing was written\n")
+            log.warning("stopped at once (a second signal); nothing was written")
         os._exit(128 + int(signo))
     _state["fired"] = int(signo)
     raise Interrupted(signo)
