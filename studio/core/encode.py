@@ -1,27 +1,42 @@
 """Streaming H.264 encoders with the original audio muxed as AAC, written atomically.
 
-    with open_video("out.mp4", 1920, 1080, audio="voice.flac", total_frames=T) as w:
-        for batch in batches:
-            w.write(batch)            # RGB [B,H,W,3] or NV12 [B,H*3//2,W], numpy or torch
+    with open_video("out.mp4", 1920, 1080, audio="voice.flac", total_frames=T, rolling=True) as w:
+        for idx in stripes(T, 64, w.chunks, window=w.window):
+            w.write(batch, indices=idx)   # RGB [B,H,W,3] or NV12 [B,H*3//2,W], numpy or torch
     # leaving the block without an error == w.close(); with an error (or Ctrl-C) == w.abort()
 
-Encoders: "x264" (one libx264 encoder, auto threads), "x264-parallel" (the clip cut into contiguous
-chunks, one single-threaded libx264 per chunk in a worker process (``x264_pool``), closed GOPs,
-joined into ONE stream), "nvenc" (PyNvVideoCodec, where a session really opens; else libx264 and
-the reason is recorded) and "auto". Nothing holds the clip in memory: queues are bounded (a full
-queue blocks ``write``); the chunks' packets spill to temporary files beside the output (written by
-the worker processes themselves) and ``close`` muxes them in order with the audio. The output is
-H.264 yuv420p at exactly ``fps`` (frame t has pts t/fps), BT.709 limited range declared in the
-stream, faststart MP4. The back-ends, spill files and the AAC source live in ``encoders``.
+Encoders: "x264" (one libx264 encoder, auto threads), "x264-parallel" (the clip cut into chunks,
+each a closed-GOP segment encoded by a single-threaded libx264 in a worker process
+(``x264_pool``), all in ONE stream), "nvenc" (PyNvVideoCodec, where a session really opens; else
+libx264 and the reason is recorded) and "auto". Nothing holds the clip in memory: queues are
+bounded (a full queue blocks ``write``).
+
+Parallel writers run ``window`` lanes, one encoder process each. ``rolling=True`` cuts the clip
+into rolling chunks of at most ``ROLL_FRAMES`` frames, lane ``j`` taking chunks ``j, j+window,
+...`` in turn (the caller feeds the lanes' current chunks: ``render.stripes(..., window=)``);
+otherwise there is one contiguous chunk per lane. Each chunk's packets spill to a file (written
+by its worker process) in a private folder in RAM (``/dev/shm`` when it has room, else beside the
+output); a mux thread appends each finished chunk to the MP4 as soon as every chunk before it is
+in, then deletes its spill file. So with rolling chunks the work after the last frame is the last
+window's packets plus the index, whatever the clip length. The audio is encoded to AAC by another
+worker process while the video renders, and its packets are interleaved as the video is muxed.
+
+The output is H.264 yuv420p at exactly ``fps`` (frame t has pts t/fps), BT.709 limited range
+declared in the stream; the index (``moov``) goes first, into space reserved for it when the
+frame count is known (no rewrite of the file at the end), else by a faststart rewrite.
+``STUDIO_TRACE=path.json`` writes per-frame arrival and encode times of every lane (see
+``VideoWriter.trace``). The back-ends, spill files and the AAC source live in ``encoders``.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import logging
 import os
 import queue
+import shutil
 import threading
 import time
 from fractions import Fraction
@@ -31,7 +46,7 @@ import numpy as np
 
 from studio.core.constants import FPS
 from studio.core.errors import RenderError
-from studio.core.fsutil import atomic_path, register_temp, release_temp
+from studio.core.fsutil import atomic_path, register_temp, release_temp, temp_dir
 from studio.core.encoders import (  # noqa: F401 - probe_nvenc is part of this module's API
     BT709 as _BT709,
     ELEMENTARY,
@@ -54,15 +69,23 @@ X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium"
 MIN_PARALLEL_CHUNK = 24  # frames: auto picks parallel x264 only when every chunk gets at least this
 MIN_CHUNK = 8  # frames: x264's reorder delay is only constant from 3 frames on (dts must join up)
 QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks (one encoder)
-QUEUE_RUNS = 8  # runs waiting per chunk of a parallel writer (a striped batch gives each chunk a few frames)
+QUEUE_RUNS = 8  # runs waiting per lane of a parallel writer (a striped batch gives each lane a few frames)
+ROLL_FRAMES = 125  # frames per rolling chunk at most (5 s: one IDR each, as x264's keyint 250 gives ~2 per 10 s)
+SHM = Path("/dev/shm")
+SHM_SPILL_MAX = 2 << 30  # bytes: spill to RAM only while the estimate stays under this and 1/4 of its room
+SPILL_RATIO = 16  # the estimate of a spilled frame: raw NV12 / 16 (ultrafast CRF 20 measured ~70:1)
+SYNC_BYTES = 64 << 20  # the mux thread hands finished MP4 data to the disk every this many bytes
+MOOV_PER_SAMPLE = 48  # bytes of index per video frame or AAC packet at most (stsz, stts, ctts, stss, stsc, co64)
 
 
 def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, preset="veryfast",
-               fps=FPS, total_frames=None, workers=None, write_hook=None) -> VideoWriter:
+               fps=FPS, total_frames=None, workers=None, write_hook=None, rolling=False) -> VideoWriter:
     """Open a streaming MP4 writer; checks the output folder and the audio before anything starts.
 
     ``width``/``height`` are the frame size the caller writes; odd sizes are padded to even.
     ``write_hook(nbytes)`` is called before every write to disk (tests inject ENOSPC through it).
+    ``rolling``: a parallel writer cuts the clip into rolling chunks (see the module docstring);
+    the caller then feeds at most ``window`` chunks at a time, each lane's in order.
     """
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
@@ -73,8 +96,18 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
     if width < 2 or height < 2:
         raise RenderError(f"The video size {width}x{height} is too small to encode.")
     name, reason, chunks = _choose(encoder, total_frames, workers)
+    window = len(chunks)
+    if rolling and window > 1:
+        chunks = rolling_chunks(total_frames, window)
     return VideoWriter(Path(path), int(width), int(height), audio=audio, name=name, reason=reason,
-                       chunks=chunks, crf=crf, preset=preset, fps=fps, write_hook=write_hook)
+                       chunks=chunks, crf=crf, preset=preset, fps=fps, write_hook=write_hook, window=window)
+
+
+def rolling_chunks(total: int, lanes: int, max_frames: int = ROLL_FRAMES) -> list[tuple[int, int]]:
+    """``lanes`` x g equal chunks of at most ``max_frames`` (g generations): a short clip gets one
+    chunk per lane as before, a 10-minute clip 8 generations of 16 at 15,000 frames."""
+    gens = max(1, -(-int(total) // (lanes * max_frames)))
+    return _split(int(total), lanes * gens)
 
 
 def check_output(path) -> Path:
@@ -88,28 +121,41 @@ def check_output(path) -> Path:
 
 
 class VideoWriter:
-    """One output MP4. ``name``: the encoder used; ``reason``: why; ``chunks``: frame ranges."""
+    """One output MP4. ``name``: the encoder used; ``reason``: why; ``chunks``: frame ranges;
+    ``window``: lanes (encoders) running at once; chunk ``k`` runs on lane ``k % window``."""
 
     def __init__(self, path: Path, width: int, height: int, *, audio, name: str, reason: str,
-                 chunks: list[tuple[int, int]], crf: int, preset: str, fps: int, write_hook):
+                 chunks: list[tuple[int, int]], crf: int, preset: str, fps: int, write_hook,
+                 window: int | None = None, stream_mux: bool = True):
+        """``stream_mux=False`` keeps every chunk's packets until ``close`` and joins them there
+        (the behaviour before rolling chunks; tests compare the two)."""
         self.path = path
         self.name = name
         self.reason = reason
         self.chunks = chunks
+        self.window = max(1, min(int(window or len(chunks)), len(chunks)))
         self.width, self.height = width, height
         self.enc_width, self.enc_height = width + width % 2, height + height % 2
         self.fps = int(fps)
         self.frames_written = 0
-        self.close_ms: dict[str, float] = {}  # close(): encoder tail, chunk join + audio, faststart + fsync
+        self.close_ms: dict[str, float] = {}  # close(): encoder tail, chunk join + audio, index + fsync
+        self.spill_dir: Path | None = None  # the spilled chunks' folder (RAM or beside the output)
+        self.trace: dict | None = None  # STUDIO_TRACE: filled at close (and written to that path)
         self._crf, self._preset, self._hook = crf, preset, write_hook
+        self._stream_mux = stream_mux
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._done = False
         self._cursor = 0
         self._tmp_files: list[Path] = []
-        self._proc_encoders: list = []
-        self._gpu_slots = None  # per chunk: page-locked slot views, False when unavailable
+        self._proc_encoders: list = []  # every worker-process encoder this writer opened
+        self._gpu_slots = None  # per lane: page-locked slot views, False when unavailable
+        self._mux_thread: threading.Thread | None = None
+        self._muxed = 0  # chunks appended to the MP4 so far
+        self._synced = 0
+        self._tracing = bool(os.environ.get("STUDIO_TRACE"))
+        self._parent_trace: list = []
         self._check_folder()
         self._audio = AudioSource(audio) if audio is not None else None
         try:
@@ -117,7 +163,8 @@ class VideoWriter:
         except BaseException:
             self._cleanup()
             raise
-        log.info("encoding %s with %s (%s), %d chunk(s)", path, name, reason, len(chunks))
+        log.info("encoding %s with %s (%s), %d chunk(s) on %d lane(s), spill %s", path, name, reason,
+                 len(chunks), self.window, self.spill_dir)
 
     # ------------------------------------------------------------------ public API
 
@@ -138,10 +185,10 @@ class VideoWriter:
         ``first_index`` is the absolute index of ``frames[0]`` (None: right after the previous
         write); or ``indices`` gives every frame's index (runs of consecutive indices, e.g. a
         ``render.stripes`` batch spanning all chunks). Each chunk must receive its frames in
-        order; chunks may be fed in any order. The writer keeps the arrays until they are
-        encoded: do not modify them after the call, unless ``release(k)`` is given: it is called
-        (from an encoder thread) once frame ``k`` of this batch has been consumed, after which
-        its memory may be reused.
+        order, and a lane's chunks one after the other; lanes may be fed in any order. The
+        writer keeps the arrays until they are encoded: do not modify them after the call,
+        unless ``release(k)`` is given: it is called (from an encoder thread) once frame ``k`` of
+        this batch has been consumed, after which its memory may be reused.
         """
         self._raise_if_failed()
         if self._done:
@@ -162,17 +209,26 @@ class VideoWriter:
             frames, event = self._gpu_nv12(frames)
         else:
             frames = self._as_host_frames(frames)
+        t_put = time.perf_counter() if self._tracing else None
         s = 0
         while s < n:  # one queue item per run of consecutive frames inside one chunk
             pos = int(indices[s])
             ch = self._chunk_of(pos)
             if pos != ch.next:
                 raise ValueError(f"chunk {ch.start}..{ch.end} expects frame {ch.next} next, got {pos}")
+            if pos == ch.start and ch.k >= self.window:
+                prev = self._chunks[ch.k - self.window]  # the lane's chunk before this one
+                if prev.next < prev.end or any(self._chunks[j].next < self._chunks[j].end
+                                               for j in range(ch.k % self.window, ch.k, self.window)):
+                    raise ValueError(f"chunk {prev.start}..{prev.end} must be complete before chunk "
+                                     f"{ch.start}..{ch.end} starts (one encoder takes them in turn)")
             limit = n if ch.end is None else min(n, s + ch.end - pos)
             e = s + 1
             while e < limit and int(indices[e]) == pos + e - s:
                 e += 1
-            self._put(ch, (frames[s:e], pos, release, s, event))
+            self._put(self._lanes[ch.k % self.window], (ch, frames[s:e], pos, release, s, event))
+            if t_put is not None:
+                self._parent_trace.append((ch.k, pos, e - s, t_put))
             ch.next = pos + e - s
             s = e
         with self._lock:
@@ -193,7 +249,7 @@ class VideoWriter:
             return False
         with self._lock:  # several render threads (one per GPU) may write at once
             if self._gpu_slots is None:
-                slots = [enc.gpu_slots() for enc in self._proc_encoders]
+                slots = [self._chunks[j].encoder.gpu_slots() for j in range(self.window)]  # one ring per lane
                 self._gpu_slots = slots if all(v is not None for v in slots) else False
                 if os.environ.get("STUDIO_GPU_DIRECT", "1") == "0":
                     self._gpu_slots = False
@@ -220,15 +276,17 @@ class VideoWriter:
                              f"got {getattr(f, 'shape', type(f))}")
 
     def close(self) -> str:
-        """Finish the encoders, append the chunks, mux the audio, fsync and rename onto ``path``."""
+        """Finish the encoders, append the chunks not yet in, mux the audio, write the index,
+        fsync and rename onto ``path``."""
         if self._done:
             return str(self.path)
         t0 = time.perf_counter()
+        muxed_before = self._muxed
         try:
-            for ch in self._chunks:
-                self._put(ch, None)
-            for ch in self._chunks:
-                ch.thread.join()
+            for lane in self._lanes:
+                self._put(lane, None)
+            for lane in self._lanes:
+                lane.thread.join()
             self._raise_if_failed()
             t1 = time.perf_counter()
             missing = [(c.start, c.end, c.next) for c in self._chunks if c.end is not None and c.next < c.end]
@@ -238,12 +296,12 @@ class VideoWriter:
             if isinstance(self._chunks[0].sink, RawFile):
                 self._chunks[0].sink.close()
                 self._mux_annexb(self._chunks[0].sink.path)
-            for ch in self._chunks:
-                if ch.spill is not None:  # packets spilled by a worker or by PacketFile
-                    if isinstance(ch.sink, PacketFile):
-                        ch.sink.close()
-                    for pkt in read_packets(ch.spill, self._vstream):
-                        self._mux_video(pkt)
+            if self._parallel:
+                if self._mux_thread is not None:
+                    self._mux_thread.join()
+                else:  # stream_mux=False: the join after the last frame
+                    self._mux_chunks()
+                self._raise_if_failed()
             self._finish_audio()
             t2 = time.perf_counter()
             self._container.close()
@@ -251,11 +309,18 @@ class VideoWriter:
             self._atomic.__exit__(None, None, None)  # fsync, then rename onto the target
             t3 = time.perf_counter()
             self.close_ms = {"flush": (t1 - t0) * 1e3, "join": (t2 - t1) * 1e3, "file": (t3 - t2) * 1e3}
+            if self._parallel:
+                self.close_ms["chunks"] = len(self._chunks)
+                self.close_ms["chunks_left_at_close"] = len(self._chunks) - muxed_before
+            if self._audio is not None and self._audio._remote is not None:
+                self.close_ms["audio_wait"] = self._audio.wait_s * 1e3
             if self._proc_encoders:  # time inside x264, summed over the worker processes
                 self.close_ms["x264_busy"] = sum(e.busy_s for e in self._proc_encoders) * 1e3
                 for k in ("worker", "gpu"):
                     self.close_ms[f"feed_wait_{k}"] = sum(e.waits[k] for e in self._proc_encoders) * 1e3
-            self.close_ms["feed_idle"] = sum(c.idle_s for c in self._chunks) * 1e3
+            self.close_ms["feed_idle"] = sum(lane.idle_s for lane in self._lanes) * 1e3
+            if self._tracing:
+                self._write_trace(t0)
         except BaseException as exc:
             self.abort()
             if isinstance(exc, OSError):
@@ -271,15 +336,18 @@ class VideoWriter:
             return
         self._done = True
         self._stop.set()
-        for ch in getattr(self, "_chunks", []):
+        if self._audio is not None:
+            self._audio.cancel.set()
+        for lane in getattr(self, "_lanes", []):
             with contextlib.suppress(queue.Empty):
                 while True:
-                    ch.queue.get_nowait()
+                    lane.queue.get_nowait()
             with contextlib.suppress(queue.Full):
-                ch.queue.put_nowait(None)
-        for ch in getattr(self, "_chunks", []):
-            if ch.thread.is_alive() and ch.thread is not threading.current_thread():
-                ch.thread.join()
+                lane.queue.put_nowait(None)
+        me = threading.current_thread()
+        for t in [lane.thread for lane in getattr(self, "_lanes", [])] + [self._mux_thread]:
+            if t is not None and t.is_alive() and t is not me:
+                t.join()
         with contextlib.suppress(Exception):
             self._fh.close()  # first: closing the container must not write (or faststart) anything
         with contextlib.suppress(Exception):
@@ -307,6 +375,8 @@ class VideoWriter:
         self._muxed_until = 0  # video frames muxed so far (drives the audio interleave)
         self._last_dts = -(1 << 62)
         self._chunks = []
+        self._lanes = []
+        self._parallel = False
         kind = self.name.split()[0]
         enc = None
         if kind in ELEMENTARY:
@@ -315,23 +385,37 @@ class VideoWriter:
             except Exception as exc:  # the probe's session opened, this one did not (busy, size...)
                 self.name = "libx264"
                 self.reason = f"NVENC unavailable: {type(exc).__name__}: {exc}; using libx264"
-                self.chunks = [self.chunks[0]]
+                self.chunks, self.window = [(0, self.chunks[-1][1])], 1
         if enc is not None:
             # NVENC writes an Annex B elementary stream; close() muxes it with the audio.
-            raw = register_temp(self._tmp.with_name(f"{self._tmp.name}.h264"))  # removed even after a kill
+            raw = self._tmp.with_name(f"{self._tmp.name}.h264")
+            register_temp(raw)  # removed even after a kill
             self._tmp_files.append(raw)
-            self._chunks.append(_Chunk(*self.chunks[0], enc, RawFile(raw, self._hook)))
+            self.chunks, self.window = [(0, self.chunks[-1][1])], 1
+            self._chunks.append(_Chunk(0, *self.chunks[0], enc, RawFile(raw, self._hook)))
         else:
             self._start_x264()
-        for k, ch in enumerate(self._chunks):
-            ch.thread = threading.Thread(target=self._encode_chunk, args=(ch,), daemon=True,
-                                         name=f"encode-chunk{k}")
-            ch.thread.start()
+        self._starts = [c.start for c in self._chunks]
+        for j in range(self.window):
+            lane = _Lane(j, QUEUE_RUNS if self._parallel else QUEUE_BATCHES)
+            lane.thread = threading.Thread(target=self._encode_lane, args=(lane,), daemon=True,
+                                           name=f"encode-lane{j}")
+            self._lanes.append(lane)
+        for lane in self._lanes:
+            lane.thread.start()
+        if self._parallel and self._stream_mux:
+            self._mux_thread = threading.Thread(target=self._mux_chunks, daemon=True, name="encode-mux")
+            self._mux_thread.start()
 
     def _open_container(self, template=None):
         import av
 
-        self._container = av.open(self._fh, "w", format="mp4", options={"movflags": "+faststart"})
+        options = {"movflags": "+faststart"}
+        total = self.chunks[-1][1]
+        if total:  # the index goes into space reserved up front: no rewrite of the whole file at close
+            samples = total + (self._audio.packets_at_most() if self._audio is not None else 0)
+            options = {"moov_size": str(16384 + MOOV_PER_SAMPLE * samples)}
+        self._container = av.open(self._fh, "w", format="mp4", options=options)
         if template is None:
             vs = self._container.add_stream("libx264", rate=Fraction(self.fps))
         else:
@@ -346,51 +430,73 @@ class VideoWriter:
         return vs
 
     def _start_x264(self) -> None:
-        import av
-
         vs = self._open_container()
-        parallel = len(self.chunks) > 1
+        parallel = self._parallel = len(self.chunks) > 1
         configure_x264(vs.codec_context, self.enc_width, self.enc_height, self.fps, self._crf,
                         self._preset, threads=1 if parallel else 0)
         self._container.start_encoding()
-        procs = parallel and _use_processes()
-        if procs:  # PyAV holds the GIL while x264 encodes: one process per chunk (x264_pool)
-            from studio.core.x264_pool import ProcessEncoder, worker_pool
-
-            workers = worker_pool(len(self.chunks))
-            spills = [register_temp(self._tmp.with_name(f"{self._tmp.name}.chunk{k}")) for k in range(len(self.chunks))]
-            self._tmp_files += spills
-            self._proc_encoders = [  # all workers open their encoders at once; each writes its chunk's packets
-                ProcessEncoder(w, self.enc_width, self.enc_height, self.fps, self._crf, self._preset, path=p)
-                for w, p in zip(workers, spills)
-            ]
+        self._headers = bytes(vs.codec_context.extradata or b"")
+        self._procs = parallel and _use_processes()
+        if parallel:
+            self.spill_dir = self._make_spill_dir()
         for k, (s, e) in enumerate(self.chunks):
-            if procs:
-                enc = self._proc_encoders[k]
-                extradata = enc.extradata
-            elif k == 0:
-                ctx = vs.codec_context
-                enc, extradata = X264Encoder(ctx), ctx.extradata
-            else:
-                ctx = av.CodecContext.create("libx264", "w")
-                ctx.flags |= av.codec.context.Flags.global_header
-                configure_x264(ctx, self.enc_width, self.enc_height, self.fps, self._crf,
-                                self._preset, threads=1)
-                ctx.open()
-                enc, extradata = X264Encoder(ctx), ctx.extradata
-            if bytes(extradata or b"") != bytes(vs.codec_context.extradata or b""):
-                raise RenderError("The parallel x264 encoders disagree on stream headers: use --encoder x264.")
-            if procs:  # the worker spills the packets; they are muxed at close
-                sink, spill = _no_packets, spills[k]
-            elif k == 0:
-                sink, spill = self._mux_video, None
-            else:
-                spill = register_temp(self._tmp.with_name(f"{self._tmp.name}.chunk{k}"))
-                self._tmp_files.append(spill)
-                sink = PacketFile(spill, self._hook)
-            ch = _Chunk(s, e, enc, sink, depth=QUEUE_RUNS if parallel else QUEUE_BATCHES)
-            ch.spill = spill
+            ch = _Chunk(k, s, e, None, None)
+            if parallel:
+                ch.spill = self.spill_dir / f"chunk{k:05d}.rec"
             self._chunks.append(ch)
+        if self._procs:  # PyAV holds the GIL while x264 encodes: one process per lane (x264_pool)
+            from studio.core.x264_pool import audio_worker, worker_pool
+
+            self._workers = worker_pool(self.window)
+            for ch in self._chunks[: self.window]:  # the first encoders open at once, overlapping their start-up
+                self._open_encoder(ch, check=False)
+            for ch in self._chunks[: self.window]:
+                self._check_headers(ch.encoder.extradata)
+            if self._audio is not None:  # the AAC is encoded by another process meanwhile
+                self._audio.encode_elsewhere(audio_worker(), self.spill_dir / "audio.rec")
+        elif not parallel:
+            self._chunks[0].encoder = X264Encoder(vs.codec_context)
+            self._chunks[0].sink = self._mux_video
+
+    def _make_spill_dir(self) -> Path:
+        """A private folder for the chunks' packets: in RAM (``/dev/shm``) when the estimate of
+        what is spilled at once fits (bounded), else beside the output; ``STUDIO_SPILL_DIR`` wins."""
+        env = os.environ.get("STUDIO_SPILL_DIR")
+        longest = max(e - s for s, e in self.chunks)
+        frames = min(self.chunks[-1][1], 2 * self.window * longest)  # a window encoding, one being muxed
+        estimate = frames * self.enc_width * self.enc_height * 3 // 2 // SPILL_RATIO
+        root = Path(env) if env else self.path.parent
+        if not env and SHM.is_dir() and os.access(SHM, os.W_OK):
+            with contextlib.suppress(OSError):
+                st = os.statvfs(SHM)
+                if estimate <= min(SHM_SPILL_MAX, st.f_bavail * st.f_frsize // 4):
+                    root = SHM
+        return temp_dir(root, f".{self.path.stem}.", ".part.spill")  # registered: removed even after a kill
+
+    def _open_encoder(self, ch: _Chunk, check: bool = True) -> None:
+        """Chunk ``ch``'s encoder and sink (called for the first window at open, then by its lane)."""
+        import av
+
+        if self._procs:
+            from studio.core.x264_pool import ProcessEncoder
+
+            ch.encoder = ProcessEncoder(self._workers[ch.k % self.window], self.enc_width, self.enc_height,
+                                        self.fps, self._crf, self._preset, path=ch.spill)
+            self._proc_encoders.append(ch.encoder)
+            ch.sink = _no_packets  # the worker spills the packets itself
+            if check:
+                self._check_headers(ch.encoder.extradata)
+            return
+        ctx = av.CodecContext.create("libx264", "w")
+        ctx.flags |= av.codec.context.Flags.global_header
+        configure_x264(ctx, self.enc_width, self.enc_height, self.fps, self._crf, self._preset, threads=1)
+        ctx.open()
+        self._check_headers(ctx.extradata)
+        ch.encoder, ch.sink = X264Encoder(ctx), PacketFile(ch.spill, self._hook)
+
+    def _check_headers(self, extradata) -> None:
+        if bytes(extradata or b"") != self._headers:
+            raise RenderError("The parallel x264 encoders disagree on stream headers: use --encoder x264.")
 
     def _mux_annexb(self, raw: Path) -> None:
         """Mux an H.264 Annex B file (no B-frames: decode order = display order) frame by frame."""
@@ -408,44 +514,88 @@ class VideoWriter:
 
     # ------------------------------------------------------------------ threads
 
-    def _encode_chunk(self, ch: _Chunk) -> None:
+    def _encode_lane(self, lane: _Lane) -> None:
+        """One lane: its chunks in turn, each flushed (and handed to the mux) before the next opens."""
         from studio.core.composite import pad_even, rgb_to_nv12
 
         buf = None  # one NV12 frame, reused (the encoders copy their input)
-        stream = slots = None
+        stream = None
+        cur = None
         try:
             while not self._stop.is_set():
                 t0 = time.perf_counter()
-                item = ch.queue.get()
-                ch.idle_s += time.perf_counter() - t0
+                item = lane.queue.get()
+                t_get = time.perf_counter()
+                lane.idle_s += t_get - t0
                 if item is None:
-                    for out in ch.encoder.flush():
-                        ch.sink(out)
+                    if cur is not None:
+                        self._finish_chunk(cur)
                     return
-                frames, first, release, offset, event = item
+                ch, frames, first, release, offset, event = item
+                if ch is not cur:
+                    if cur is not None:
+                        self._finish_chunk(cur)
+                    if ch.encoder is None:
+                        self._open_encoder(ch)
+                    cur = ch
                 if event is not None:  # CUDA NV12 frames: DMA each into a free slot of the worker
                     import torch
 
-                    if stream is None:  # on the frames' GPU (a chunk is fed by one GPU)
+                    if stream is None:  # on the frames' GPU (a lane is fed by one GPU)
                         stream = torch.cuda.Stream(device=frames.device)
-                        slots = self._gpu_slots[self._chunks.index(ch)]
                     stream.wait_event(event)
                     with torch.cuda.device(frames.device), torch.cuda.stream(stream):
-                        for out in ch.encoder.encode_gpu(frames, first, stream, slots):
+                        for out in ch.encoder.encode_gpu(frames, first, stream, self._gpu_slots[lane.j]):
                             ch.sink(out)
-                    continue
-                for i in range(len(frames)):
+                else:
+                    for i in range(len(frames)):
+                        if self._stop.is_set():
+                            return
+                        frame = frames[i]
+                        if frame.ndim == 3:  # RGB: convert here, in parallel with the other lanes
+                            if buf is None:
+                                buf = np.empty((1, self.enc_height * 3 // 2, self.enc_width), np.uint8)
+                            frame = rgb_to_nv12(pad_even(frame[None]), out=buf)[0]
+                        for out in ch.encoder.encode(frame, first + i):
+                            ch.sink(out)
+                        if release is not None:
+                            release(offset + i)
+                if self._tracing:
+                    lane.trace.append((ch.k, first, len(frames), t0, t_get, time.perf_counter()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            if self._error is None:
+                self._error = exc
+            self._stop.set()
+
+    def _finish_chunk(self, ch: _Chunk) -> None:
+        for out in ch.encoder.flush():
+            ch.sink(out)
+        if isinstance(ch.sink, PacketFile):
+            ch.sink.close()
+        if self._tracing and getattr(ch.encoder, "trace", None):
+            ch.trace = ch.encoder.trace
+        ch.done.set()
+
+    def _mux_chunks(self) -> None:
+        """Append the chunks to the MP4 in order, each as soon as it and all before it are
+        encoded (the mux thread; or ``close`` itself with ``stream_mux=False``)."""
+        try:
+            for ch in self._chunks[self._muxed:]:
+                while not ch.done.wait(0.05):
                     if self._stop.is_set():
                         return
-                    frame = frames[i]
-                    if frame.ndim == 3:  # RGB: convert here, in parallel with the other chunks
-                        if buf is None:
-                            buf = np.empty((1, self.enc_height * 3 // 2, self.enc_width), np.uint8)
-                        frame = rgb_to_nv12(pad_even(frame[None]), out=buf)[0]
-                    for out in ch.encoder.encode(frame, first + i):
-                        ch.sink(out)
-                    if release is not None:
-                        release(offset + i)
+                for pkt in read_packets(ch.spill, self._vstream):
+                    if self._stop.is_set():
+                        return
+                    self._mux_video(pkt)
+                with contextlib.suppress(FileNotFoundError):
+                    ch.spill.unlink()
+                ch.muxed_at = time.perf_counter()
+                self._muxed += 1
+                if self._fh.tell() - self._synced > SYNC_BYTES:  # write back as we go: a short fsync at close
+                    self._fh.flush()
+                    os.fdatasync(self._fh.fileno())
+                    self._synced = self._fh.tell()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             if self._error is None:
                 self._error = exc
@@ -466,6 +616,26 @@ class VideoWriter:
     def _finish_audio(self) -> None:
         if self._audio is not None:
             self._audio.mux_until(self._container, None)
+
+    def _write_trace(self, t_close: float) -> None:
+        """``STUDIO_TRACE``: per lane and chunk, when frames were handed over, taken by the lane
+        thread, sent, received by the worker and encoded (``time.perf_counter`` seconds, one clock
+        for all processes on Linux), and when each chunk was muxed."""
+        import json
+
+        self.trace = {
+            "close_called": t_close, "window": self.window,
+            "writes": [list(w) for w in self._parent_trace],  # chunk, first frame, frames, handed over
+            "lanes": [[list(r) for r in lane.trace] for lane in self._lanes],  # chunk, first, n, wait, got, sent
+            "chunks": [{"k": c.k, "start": c.start, "end": c.end, "muxed": c.muxed_at,
+                        "frames": [list(f) for f in (c.trace or [])]}  # pts, received, encode start, end
+                       for c in self._chunks],
+        }
+        target = os.environ.get("STUDIO_TRACE")
+        try:
+            Path(target).write_text(json.dumps(self.trace))
+        except OSError as exc:
+            log.warning("STUDIO_TRACE %s not written: %s", target, exc)
 
     # ------------------------------------------------------------------ helpers
 
@@ -488,16 +658,18 @@ class VideoWriter:
                          f"[B,{self.enc_height * 3 // 2},{self.enc_width}], got {frames.shape}")
 
     def _chunk_of(self, index: int) -> _Chunk:
-        for ch in self._chunks:
-            if ch.start <= index and (ch.end is None or index < ch.end):
+        k = bisect.bisect_right(self._starts, index) - 1
+        if k >= 0:
+            ch = self._chunks[k]
+            if ch.end is None or index < ch.end:
                 return ch
         raise ValueError(f"frame {index} is outside the clip ({self.chunks[0][0]}..{self.chunks[-1][1]})")
 
-    def _put(self, ch: _Chunk, item) -> None:
+    def _put(self, lane: _Lane, item) -> None:
         while True:
             self._raise_if_failed()
             try:
-                ch.queue.put(item, timeout=0.2)
+                lane.queue.put(item, timeout=0.2)
                 return
             except queue.Full:
                 continue
@@ -520,14 +692,19 @@ class VideoWriter:
             self._fh.close()
         for ch in getattr(self, "_chunks", []):
             with contextlib.suppress(Exception):
-                ch.sink.close()
+                if ch.sink is not None and hasattr(ch.sink, "close"):
+                    ch.sink.close()
         for p in self._tmp_files:
             if p != self.path:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
-                release_temp(p)
+                if p != self._tmp:  # the MP4's own is atomic_path's
+                    release_temp(p)
         if self._audio is not None:
             self._audio.close()
+        if self.spill_dir is not None:
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
+            release_temp(self.spill_dir)
 
 
 # ---------------------------------------------------------------------- encoder choice
@@ -588,14 +765,23 @@ def _disk_error(exc: OSError, path: Path) -> RenderError:
 
 
 class _Chunk:
-    def __init__(self, start, end, encoder, sink, depth=None):
-        depth = depth or QUEUE_BATCHES
+    def __init__(self, k, start, end, encoder, sink):
+        self.k = k
         self.start, self.end, self.next = start, end, start
-        self.idle_s = 0.0  # the chunk's thread waiting for frames
-        self.spill: Path | None = None  # packets to mux at close (read back in order)
+        self.spill: Path | None = None  # packets to mux (read back in order)
         self.encoder, self.sink = encoder, sink
+        self.done = threading.Event()  # flushed: its spill file is complete
+        self.muxed_at: float | None = None
+        self.trace = None
+
+
+class _Lane:
+    def __init__(self, j: int, depth: int):
+        self.j = j
+        self.idle_s = 0.0  # the lane's thread waiting for frames
         self.queue: queue.Queue = queue.Queue(depth)
         self.thread: threading.Thread | None = None
+        self.trace: list = []
 
 
 def _no_packets(pkt) -> None:  # sink of worker-spilled chunks: encoders return no packets

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import struct
+import threading
 from fractions import Fraction
 from pathlib import Path
 
@@ -161,8 +163,16 @@ def read_packets(path: Path, stream):
             pkt.is_keyframe = bool(key)
             yield pkt
 
+AREC = struct.Struct("<qqII")  # one AAC packet in a worker's audio file: pts, dts, size, duration
+
+
 class AudioSource:
-    """The original audio file, read block by block and encoded to AAC as the video advances."""
+    """The original audio file, read block by block and encoded to AAC as the video advances.
+
+    ``encode_elsewhere(worker, path)`` hands the encoding to an x264-pool worker process instead
+    (PyAV holds the GIL while it encodes: 10 minutes of audio cost ~5-10 s of the parent's time,
+    which used to be spent in the final join); ``mux_until`` then copies its packets.
+    """
 
     BLOCK = 8192
 
@@ -178,6 +188,7 @@ class AudioSource:
         self.rate_in = self._sf.samplerate
         self.channels = min(self._sf.channels, 2) if self._sf.channels <= 2 else 1
         self.rate = self.rate_in if self.rate_in in AAC_RATES else 48000
+        self._layout = "mono" if self.channels == 1 else "stereo"
         self._resampler = None
         if self.rate != self.rate_in:
             import soxr
@@ -185,25 +196,32 @@ class AudioSource:
             self._resampler = soxr.ResampleStream(self.rate_in, self.rate, self.channels, dtype="float32")
         self._sent = 0
         self._eof = False
+        self._remote = None  # (worker, packet file) while another process encodes
+        self._packets = None  # the remote packets, read once the worker is done
+        self.wait_s = 0.0  # time spent waiting for the remote encoder
+        self.cancel = threading.Event()  # set by an aborting writer: stop waiting for the remote encoder
+
+    def packets_at_most(self) -> int:
+        """An upper bound on the AAC packets of the whole file (1024 samples each; for the index)."""
+        seconds = self._sf.frames / max(1, self.rate_in)
+        return int(seconds * self.rate / 1024) + 16
 
     def add_stream(self, container) -> None:
-        layout = "mono" if self.channels == 1 else "stereo"
-        self.stream = container.add_stream("aac", rate=self.rate, layout=layout)
+        self.stream = container.add_stream("aac", rate=self.rate, layout=self._layout)
         self.stream.codec_context.bit_rate = 96_000 * self.channels
-        self._layout = layout
 
-    def mux_until(self, container, seconds: float | None) -> None:
-        """Encode and mux audio up to ``seconds`` (None: to the end, then flush the encoder)."""
+    def frames(self):
+        """The audio as AAC-ready ``AudioFrame`` blocks (resampled, at most stereo)."""
         import av
 
-        target = None if seconds is None else int(seconds * self.rate) + self.BLOCK
-        while not self._eof and (target is None or self._sent < target):
+        while not self._eof:
             block = self._sf.read(self.BLOCK, dtype="float32", always_2d=True)
             last = len(block) < self.BLOCK
             if self._sf.channels > 2:
                 block = block.mean(axis=1, keepdims=True)
             if self._resampler is not None:
                 block = self._resampler.resample_chunk(block, last=last)
+            self._eof = last
             if len(block):
                 frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block.T), format="fltp",
                                                    layout=self._layout)
@@ -211,13 +229,106 @@ class AudioSource:
                 frame.pts = self._sent
                 frame.time_base = Fraction(1, self.rate)
                 self._sent += len(block)
+                yield frame
+
+    def encode_elsewhere(self, worker, path: Path) -> None:
+        """Have ``worker`` (an x264-pool process) encode the file to ``path`` (``AREC`` records)."""
+        worker.conn.send(("aac", str(self.path), str(path)))
+        self._remote = (worker, Path(path))
+
+    def _remote_packets(self):
+        if self._packets is None:
+            import time
+
+            worker, path = self._remote
+            t0 = time.perf_counter()
+            while not worker.conn.poll(0.05):
+                if self.cancel.is_set():
+                    raise AudioError("the render was stopped before its audio was encoded")
+            msg = worker.conn.recv()
+            self.wait_s += time.perf_counter() - t0
+            worker.lock.release()
+            self._remote = (None, path)
+            if msg[0] == "error":
+                if len(msg) > 2 and msg[2]:
+                    raise OSError(msg[2], f"audio encoder failed: {msg[1]}")
+                raise AudioError(f"Encoding the audio of {self.path.name} failed ({msg[1]}).")
+            self._packets = read_audio_packets(path, self.rate)
+            self._next = next(self._packets, None)
+        return self._packets
+
+    def mux_until(self, container, seconds: float | None) -> None:
+        """Encode and mux audio up to ``seconds`` (None: to the end, then flush the encoder)."""
+        if self._remote is not None:
+            self._remote_packets()
+            limit = None if seconds is None else (int(seconds * self.rate) + self.BLOCK)
+            while self._next is not None and (limit is None or self._next.pts < limit):
+                self._next.stream = self.stream
+                container.mux(self._next)
+                self._next = next(self._packets, None)
+            return
+        target = None if seconds is None else int(seconds * self.rate) + self.BLOCK
+        while not self._eof and (target is None or self._sent < target):
+            for frame in self.frames():
                 for pkt in self.stream.encode(frame):
                     container.mux(pkt)
-            self._eof = last
+                if target is not None and self._sent >= target:
+                    break
         if seconds is None:
             for pkt in self.stream.encode(None):
                 container.mux(pkt)
 
     def close(self) -> None:
+        if self._remote is not None and self._remote[0] is not None:  # still encoding: stop it
+            worker = self._remote[0]
+            self._remote = (None, self._remote[1])
+            with contextlib.suppress(Exception):
+                worker.kill()
+            with contextlib.suppress(Exception):
+                worker.lock.release()
+        if self._packets is not None:
+            with contextlib.suppress(Exception):
+                self._packets.close()
         with contextlib.suppress(Exception):
             self._sf.close()
+
+
+def encode_aac_file(src: str, out: str) -> int:
+    """Encode ``src`` to AAC exactly as ``AudioSource`` does in a writer; write ``AREC`` records
+    to ``out``. Runs in an x264-pool worker (``("aac", src, out)``); returns the packet count."""
+    import av
+
+    source = AudioSource(src)
+    try:
+        ctx = av.CodecContext.create("aac", "w")
+        ctx.sample_rate = source.rate
+        ctx.layout = source._layout
+        ctx.format = "fltp"
+        ctx.time_base = Fraction(1, source.rate)
+        ctx.bit_rate = 96_000 * source.channels
+        ctx.flags |= av.codec.context.Flags.global_header
+        ctx.open()
+        n = 0
+        with open(out, "wb") as f:
+            for frame in [*source.frames(), None]:
+                for p in ctx.encode(frame):
+                    data = bytes(p)
+                    f.write(AREC.pack(p.pts, p.dts, len(data), p.duration or 0) + data)
+                    n += 1
+        return n
+    finally:
+        source.close()
+
+
+def read_audio_packets(path: Path, rate: int):
+    import av
+
+    tb = Fraction(1, rate)
+    with open(path, "rb") as f:
+        while head := f.read(AREC.size):
+            pts, dts, size, duration = AREC.unpack(head)
+            pkt = av.Packet(f.read(size))
+            pkt.pts, pkt.dts, pkt.time_base = pts, dts, tb
+            if duration:
+                pkt.duration = duration
+            yield pkt

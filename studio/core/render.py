@@ -304,7 +304,7 @@ class Renderer:
                 audio = stack.enter_context(audio_range(self.wave, self.audio_path, first, end))
             writer = open_video(
                 output, a.width, a.height, audio=audio, encoder=self.settings.encoder,
-                crf=self.settings.crf, preset=self.settings.preset, fps=FPS, total_frames=T,
+                crf=self.settings.crf, preset=self.settings.preset, fps=FPS, total_frames=T, rolling=True,
             )
             self._stage("open", t0)
             yield from self._run(writer, plan, first, T, t_start)
@@ -314,7 +314,7 @@ class Renderer:
 
         a = self.avatar
         with writer:
-            batches = [b + first for b in stripes(T, self.batch_size, writer.chunks)]
+            batches = [b + first for b in stripes(T, self.batch_size, writer.chunks, window=writer.window)]
             done = 0
             last_preview = -1e9
             pending = None  # (pinned host frame, event, index): a preview on its way to the host
@@ -464,27 +464,21 @@ def batch_ranges(total: int, batch: int) -> list[tuple[int, int]]:
     return [(a, min(total, a + batch)) for a in range(0, total, batch)]
 
 
-def stripes(total: int, batch: int, chunks: list[tuple[int, int]]) -> list[np.ndarray]:
+def stripes(total: int, batch: int, chunks: list[tuple[int, int]], window: int | None = None) -> list[np.ndarray]:
     """Frame indices per batch for a writer with parallel ``chunks``: every batch takes the next
-    ``batch // len(chunks)`` frames of each chunk in turn, so all chunk encoders get work from the
-    first batch on and finish together, while each chunk still receives its frames in order.
-    Batches keep the full ``batch`` size (no bucket padding) until the chunks run out."""
+    ``batch // lanes`` frames of each lane in turn, so all encoders get work from the first batch
+    on and finish together, while each chunk still receives its frames in order. ``window``: the
+    writer's lanes (``VideoWriter.window``; None: one lane per chunk): lane ``j`` holds chunks
+    ``j, j + window, ...`` one after the other (rolling chunks). Batches keep the full ``batch``
+    size (no bucket padding) until the chunks run out."""
     batch = max(1, int(batch))
     if len(chunks) <= 1:
         c0, c1 = chunks[0] if chunks else (0, total)
         return [np.arange(a, min(c1, a + batch)) for a in range(c0, c1, batch)]
-    share = max(1, batch // len(chunks))
-    runs, cursor = [], [c0 for c0, _ in chunks]
-    while True:
-        added = False
-        for k, (_, c1) in enumerate(chunks):
-            take = min(share, c1 - cursor[k])
-            if take > 0:
-                runs.append(np.arange(cursor[k], cursor[k] + take))
-                cursor[k] += take
-                added = True
-        if not added:
-            break
+    lanes = len(chunks) if window is None else max(1, min(int(window), len(chunks)))
+    share = max(1, batch // lanes)
+    seqs = [np.concatenate([np.arange(c0, c1) for c0, c1 in chunks[j::lanes]]) for j in range(lanes)]
+    runs = [s[a : a + share] for a in range(0, max(len(s) for s in seqs), share) for s in seqs if a < len(s)]
     flat = np.concatenate(runs) if runs else np.zeros(0, np.int64)
     return [flat[i : i + batch] for i in range(0, len(flat), batch)]
 

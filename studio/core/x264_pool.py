@@ -123,6 +123,11 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def kill(self) -> None:
+        """Stop a worker busy with a long job (an audio encode) at once; the pool replaces it."""
+        self.proc.kill()
+        self.close()
+
     def close(self) -> None:
         import subprocess
 
@@ -157,12 +162,30 @@ def worker_pool(n: int) -> list[_Worker]:
         return _POOL[:n]
 
 
+_AUDIO: list[_Worker] = []  # processes that encode a writer's audio (``("aac", src, out)``)
+
+
+def audio_worker() -> _Worker:
+    """A live worker for one audio encode, its ``lock`` held (released by the caller when the
+    answer has come): kept apart from the x264 pool, so no chunk encoder waits for it."""
+    with _POOL_LOCK:
+        _AUDIO[:] = [w for w in _AUDIO if w.alive()]
+        for w in _AUDIO:
+            if w.lock.acquire(blocking=False):
+                return w
+        w = _Worker()
+        w.lock.acquire()
+        _AUDIO.append(w)
+        return w
+
+
 @atexit.register
 def shutdown_pool() -> None:
     with _POOL_LOCK:
-        for w in _POOL:
+        for w in _POOL + _AUDIO:
             w.close()
         _POOL.clear()
+        _AUDIO.clear()
 
 
 class ProcessEncoder:
@@ -182,6 +205,7 @@ class ProcessEncoder:
         self.free = list(range(SLOTS))
         self.closed = False
         self.busy_s = 0.0  # seconds the worker spent inside x264 for this encoder (set by flush)
+        self.trace = None  # STUDIO_TRACE: per frame (pts, message received, encode start, end), by flush
         self.waits = {"worker": 0.0, "gpu": 0.0}  # the feeding thread's waits: free slot, frames copied
         self._extradata = None
         worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset,
@@ -243,6 +267,7 @@ class ProcessEncoder:
             if msg[0] == "flushed":
                 out += self._packets(msg[1])
                 self.busy_s = msg[2]
+                self.trace = msg[3] if len(msg) > 3 else None
                 break
             self.free.append(msg[1])
             out += self._packets(msg[2])
@@ -311,6 +336,7 @@ def wait_blocking(stream) -> None:
 
 
 def _worker_main(conn) -> None:
+    import os
     import time
 
     import av
@@ -321,7 +347,10 @@ def _worker_main(conn) -> None:
         nonlocal busy
         t0 = time.perf_counter()
         pk = ctx.encode(frame)
-        busy += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        busy += t1 - t0
+        if trace is not None and frame is not None:  # STUDIO_TRACE: arrival, encode start, end
+            trace.append((frame.pts, t_msg, t0, t1))
         if spill is None:
             return _records(pk)
         for p in pk:
@@ -336,9 +365,11 @@ def _worker_main(conn) -> None:
         conn.send(("done", slot, encode(vf)))
 
     busy = 0.0
+    trace = t_msg = None
     try:
         while True:
             msg = conn.recv()
+            t_msg = time.perf_counter()  # CLOCK_MONOTONIC: comparable with the parent's clock
             kind = msg[0]
             if kind == "exit":
                 return
@@ -371,7 +402,12 @@ def _worker_main(conn) -> None:
                     ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0"}
                     ctx.open()
                     busy = 0.0
+                    trace = [] if os.environ.get("STUDIO_TRACE") else None
                     conn.send(("opened", bytes(ctx.extradata or b"")))
+                elif kind == "aac":  # the writer's audio, encoded while the video renders
+                    from studio.core.encoders import encode_aac_file
+
+                    conn.send(("aac_done", encode_aac_file(msg[1], msg[2])))
                 elif kind == "frame":
                     frame(msg[1], msg[2])
                 elif kind == "frames":
@@ -383,7 +419,7 @@ def _worker_main(conn) -> None:
                     if spill is not None:
                         spill.close()  # flushed to the OS: the parent reads it next
                         spill = None
-                    conn.send(("flushed", records, busy))
+                    conn.send(("flushed", records, busy, trace))
             except Exception as exc:  # report and wait for the next open
                 ctx = None
                 where = getattr(exc, "filename", None) or (spill.name if spill is not None else None)
