@@ -360,7 +360,7 @@ def _targets(sc, ct, p, own):
     gap = g + (o * M + te * 0.10 * M) * prof
     gap = gap * (1 - c)
     # /f/ /v/: the lower lip comes up to the upper teeth
-    teeth_rest = 0.10 * hw * prof
+    teeth_rest = 0.14 * hw * prof
     gap = gap + (teeth_rest + 0.06 * M * prof - gap) * tu
     dg = gap - g
     opening = dg > 0

@@ -228,7 +228,7 @@ def hop_targets(f: Features) -> dict[str, np.ndarray]:
     fric = np.clip(((high - mid) + 4.0) / 8.0, 0, 1) * np.clip((rel_high + 40.0) / 10.0, 0, 1)
     strong = np.clip((rel_high + 22.0) / 6.0, 0, 1)
     teeth = fric * strong
-    tuck = fric * (1 - strong) * np.clip((-12.0 - rel_mid) / 8.0, 0, 1)
+    tuck = np.clip(1.6 * fric * (1 - strong) * np.clip((-12.0 - rel_mid) / 8.0, 0, 1), 0, 1)
     open_ = open_ * (1 - 0.7 * teeth)
     return {"open": open_, "width": width, "close": close, "teeth": teeth, "tuck": tuck, "voice": level}
 
