@@ -353,6 +353,29 @@ def test_a_full_disk_under_parallel_x264_names_the_folder(home, tmp_path, small_
     assert os.listdir(small_mount) == []
 
 
+def test_an_encoder_process_that_fills_the_disk_reports_errno_and_file(small_mount):
+    """The worker's error reaches the parent as ENOSPC on its spill file (closing that file on a
+    full disk used to end the worker silently: the parent saw a broken pipe)."""
+    import errno
+
+    from studio.core.x264_pool import ProcessEncoder, shutdown_pool, worker_pool
+
+    spill = small_mount / ".talk.x.part.mp4.chunk0"
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (4, 384, 256), dtype=np.uint8)  # noise: ~100 KB packets at CRF 20
+    enc = ProcessEncoder(worker_pool(1)[0], 256, 256, 25, 20, "ultrafast", path=spill)
+    try:
+        with pytest.raises(OSError) as err:
+            for i in range(200):
+                enc.encode(frames[i % 4], i)
+            enc.flush()
+        assert err.value.errno == errno.ENOSPC
+        assert err.value.filename == str(spill)
+    finally:
+        enc.abort()
+        shutdown_pool()
+
+
 def test_a_missing_output_folder_is_refused(home, short, tmp_path):
     one_error_line(studio(home, *render_args(short, tmp_path / "nope" / "talk.mp4")), "does not exist")
 
