@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import struct
 import threading
 from fractions import Fraction
@@ -196,8 +197,7 @@ class AudioSource:
             self._resampler = soxr.ResampleStream(self.rate_in, self.rate, self.channels, dtype="float32")
         self._sent = 0
         self._eof = False
-        self._remote = None  # (worker, packet file) while another process encodes
-        self._packets = None  # the remote packets, read once the worker is done
+        self._remote = None  # (worker or None once it answered, packet file): another process encodes
         self.wait_s = 0.0  # time spent waiting for the remote encoder
         self.cancel = threading.Event()  # set by an aborting writer: stop waiting for the remote encoder
 
@@ -232,41 +232,77 @@ class AudioSource:
                 yield frame
 
     def encode_elsewhere(self, worker, path: Path) -> None:
-        """Have ``worker`` (an x264-pool process) encode the file to ``path`` (``AREC`` records)."""
+        """Have ``worker`` (an x264-pool process) encode the file to ``path`` (``AREC`` records,
+        flushed block by block: ``mux_until`` reads them as they come)."""
         worker.conn.send(("aac", str(self.path), str(path)))
         self._remote = (worker, Path(path))
+        self._remote_done = False
+        self._reader = None
+        self._next = None
 
-    def _remote_packets(self):
-        if self._packets is None:
-            import time
+    def _read_remote(self):
+        """The next packet of the remote encoder's file, or None when there is none yet."""
+        import av
 
-            worker, path = self._remote
-            t0 = time.perf_counter()
-            while not worker.conn.poll(0.05):
-                if self.cancel.is_set():
+        if self._reader is None:
+            try:
+                self._reader = open(self._remote[1], "rb")  # noqa: SIM115 - closed in close()
+            except FileNotFoundError:  # the worker has not started on it yet
+                return None
+        f = self._reader
+        pos = f.tell()
+        head = f.read(AREC.size)
+        if len(head) == AREC.size:
+            pts, dts, size, duration = AREC.unpack(head)
+            data = f.read(size)
+            if len(data) == size:
+                pkt = av.Packet(data)
+                pkt.pts, pkt.dts, pkt.time_base = pts, dts, Fraction(1, self.rate)
+                if duration:
+                    pkt.duration = duration
+                return pkt
+        f.seek(pos)  # a record still being written
+        return None
+
+    def _next_remote(self):
+        """The next remote packet, waiting for the worker as needed; None at the end."""
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            while True:
+                pkt = self._read_remote()
+                if pkt is not None or self._remote_done:
+                    return pkt
+                worker = self._remote[0]
+                if worker.conn.poll(0.005):
+                    msg = worker.conn.recv()
+                    worker.lock.release()
+                    self._remote = (None, self._remote[1])
+                    if msg[0] == "error":
+                        if len(msg) > 2 and msg[2]:
+                            raise OSError(msg[2], f"audio encoder failed: {msg[1]}")
+                        raise AudioError(f"Encoding the audio of {self.path.name} failed ({msg[1]}).")
+                    self._remote_done = True
+                elif self.cancel.is_set():
                     raise AudioError("the render was stopped before its audio was encoded")
-            msg = worker.conn.recv()
+        finally:
             self.wait_s += time.perf_counter() - t0
-            worker.lock.release()
-            self._remote = (None, path)
-            if msg[0] == "error":
-                if len(msg) > 2 and msg[2]:
-                    raise OSError(msg[2], f"audio encoder failed: {msg[1]}")
-                raise AudioError(f"Encoding the audio of {self.path.name} failed ({msg[1]}).")
-            self._packets = read_audio_packets(path, self.rate)
-            self._next = next(self._packets, None)
-        return self._packets
 
     def mux_until(self, container, seconds: float | None) -> None:
         """Encode and mux audio up to ``seconds`` (None: to the end, then flush the encoder)."""
         if self._remote is not None:
-            self._remote_packets()
             limit = None if seconds is None else (int(seconds * self.rate) + self.BLOCK)
-            while self._next is not None and (limit is None or self._next.pts < limit):
+            while True:
+                if self._next is None:
+                    self._next = self._next_remote()
+                    if self._next is None:
+                        return
+                if limit is not None and self._next.pts >= limit:
+                    return
                 self._next.stream = self.stream
                 container.mux(self._next)
-                self._next = next(self._packets, None)
-            return
+                self._next = None
         target = None if seconds is None else int(seconds * self.rate) + self.BLOCK
         while not self._eof and (target is None or self._sent < target):
             for frame in self.frames():
@@ -286,9 +322,9 @@ class AudioSource:
                 worker.kill()
             with contextlib.suppress(Exception):
                 worker.lock.release()
-        if self._packets is not None:
+        if getattr(self, "_reader", None) is not None:
             with contextlib.suppress(Exception):
-                self._packets.close()
+                self._reader.close()
         with contextlib.suppress(Exception):
             self._sf.close()
 
@@ -310,25 +346,12 @@ def encode_aac_file(src: str, out: str) -> int:
         ctx.open()
         n = 0
         with open(out, "wb") as f:
-            for frame in [*source.frames(), None]:
+            for frame in itertools.chain(source.frames(), [None]):
                 for p in ctx.encode(frame):
                     data = bytes(p)
                     f.write(AREC.pack(p.pts, p.dts, len(data), p.duration or 0) + data)
                     n += 1
+                f.flush()  # block by block: the writer's mux thread reads as it goes
         return n
     finally:
         source.close()
-
-
-def read_audio_packets(path: Path, rate: int):
-    import av
-
-    tb = Fraction(1, rate)
-    with open(path, "rb") as f:
-        while head := f.read(AREC.size):
-            pts, dts, size, duration = AREC.unpack(head)
-            pkt = av.Packet(f.read(size))
-            pkt.pts, pkt.dts, pkt.time_base = pts, dts, tb
-            if duration:
-                pkt.duration = duration
-            yield pkt

@@ -42,7 +42,8 @@ _BT709, _RANGE_MPEG = 1, 1
 
 
 class _Worker:
-    def __init__(self):
+    def __init__(self, nice: int | None = None):
+        """``nice``: the worker's CPU priority (default ``NICE``, or ``$STUDIO_X264_NICE``)."""
         import os
         import socket
         import subprocess
@@ -56,6 +57,8 @@ class _Worker:
         else:
             cmd = [sys.executable, "-m", "studio.core.x264_pool", str(fd)]
         env = dict(os.environ, OMP_NUM_THREADS="1", STUDIO_PARENT_PID=str(os.getpid()))  # dies with us
+        if nice is not None:
+            env["STUDIO_X264_NICE"] = str(nice)
         self.proc = subprocess.Popen(cmd, pass_fds=(fd,), env=env, stdin=subprocess.DEVNULL)
         child.close()
         self.conn = Connection(os.dup(parent.fileno()))
@@ -173,7 +176,7 @@ def audio_worker() -> _Worker:
         for w in _AUDIO:
             if w.lock.acquire(blocking=False):
                 return w
-        w = _Worker()
+        w = _Worker(nice=0)  # the mux waits for its packets: not behind the encoders
         w.lock.acquire()
         _AUDIO.append(w)
         return w
