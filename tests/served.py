@@ -25,6 +25,7 @@ class Server:
         import httpx
 
         self.home = Path(home)
+        self.home.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=str(ROOT))

@@ -340,3 +340,20 @@ def test_generate_speaks_text(client, astro, clips):
     path = clips["dir"] / "spoken.mp4"
     path.write_bytes(r.content)
     assert 10 < len(mp4_frames(path)) < 100
+
+
+def test_loopback_needs_no_token_and_allow_paths_opens_server_files(tmp_path, clips):
+    s = Server(tmp_path / "home", "--allow-paths")
+    try:
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            assert c.get("/v1/health").status_code == 200  # loopback, no token: open
+            out = tmp_path / "named-by-client.mp4"
+            r = c.post("/v1/renders", data={"avatar_path": str(DEMO_AVATAR), "audio_path": str(clips["short"]),
+                                            "output": str(out), "engine": "classic"})
+            assert r.status_code == 202, r.text
+            assert wait_state(c, r.json()["id"])["state"] == "done"
+            assert len(mp4_frames(out)) == 40
+            assert "no such file" in one_sentence(
+                c.post("/v1/renders", data={"avatar_path": str(tmp_path / "none.png"), "text": "hi"}), 422)
+    finally:
+        s.stop()

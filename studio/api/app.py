@@ -112,10 +112,11 @@ class _State:
             q.start()
 
     def close(self) -> None:
+        """The server stops: as when the window closes, a running job is stopped (nothing written)."""
         if self._unsubscribe is not None:
             self._unsubscribe()
         if self.opts.start_runner and self._queue is not None:
-            self._queue.stop()
+            self._queue.close()
 
     def job(self, job_id: int):
         """The job, or 404."""
@@ -271,6 +272,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
               responses={200: {"content": {"video/mp4": {}}, "description": "the finished MP4"}},
               summary="Render and answer the finished MP4 (the reference interface)")
     async def generate(request: Request, form: Annotated[RenderForm, Depends()]):
+        _form_body(request)
         job = await _submit(st, form)
         done = await st.events.wait_final(job.id, st.job_or_none, request.is_disconnected)
         if done is None:  # the client went away (or the job was removed): nobody wants the file
@@ -286,7 +288,8 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
 
     @app.post("/v1/renders", tags=["renders"], status_code=202,
               summary="Queue a render; answers its id and links at once (429 when the queue is full)")
-    async def add_render(form: Annotated[RenderForm, Depends()]):
+    async def add_render(request: Request, form: Annotated[RenderForm, Depends()]):
+        _form_body(request)
         job = await _submit(st, form)
         return st.job_json(job)
 
@@ -470,6 +473,12 @@ def _analysis(st: _State, audio_id: str, threshold: float, min_silence: int) -> 
     summary.pop("path", None)
     summary.pop("silent_mask", None)  # the spans say the same, shorter
     return {"id": audio_id, "filename": meta["filename"], "bytes": meta["bytes"], **summary}
+
+
+def _form_body(request: Request) -> None:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind not in ("", "multipart/form-data", "application/x-www-form-urlencoded"):
+        raise ApiError(415, f"send the fields as multipart/form-data (curl -F), not {kind}")
 
 
 def _library_folder(name: str) -> Path:

@@ -91,15 +91,20 @@ class JobEvents:
 
     async def wait_final(self, job_id: int, get_job, disconnected=None, poll_s: float = 0.5):
         """The job once it reaches a final state (``None`` if removed, or the client went away)."""
+        import time
+
         q = self.listen(job_id)
         try:
             job = get_job(job_id)
+            checked = time.monotonic()
             while job is not None and job.state not in FINAL_STATES:
+                if disconnected is not None and time.monotonic() - checked >= poll_s:
+                    checked = time.monotonic()
+                    if await disconnected():
+                        return None
                 try:
                     kind, data = await asyncio.wait_for(q.get(), poll_s)
                 except asyncio.TimeoutError:
-                    if disconnected is not None and await disconnected():
-                        return None
                     continue
                 if kind == "state":
                     if data["state"] == "removed":
