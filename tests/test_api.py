@@ -357,3 +357,15 @@ def test_loopback_needs_no_token_and_allow_paths_opens_server_files(tmp_path, cl
                 c.post("/v1/renders", data={"avatar_path": str(tmp_path / "none.png"), "text": "hi"}), 422)
     finally:
         s.stop()
+
+
+def test_generate_cancels_its_job_when_the_client_goes_away(client, astro, clips):
+    with open(clips["long"], "rb") as fh:
+        long_id = client.post("/v1/audio", files={"file": ("long.wav", fh)}).json()["id"]
+    before = {j["id"] for j in client.get("/v1/renders").json()["renders"]}
+    with pytest.raises(httpx.ReadTimeout):
+        client.post("/generate", data={"avatar": "astro", "audio_id": long_id, "engine": "classic"}, timeout=1.0)
+    (job_id,) = {j["id"] for j in client.get("/v1/renders").json()["renders"]} - before
+    job = wait_state(client, job_id)
+    assert job["state"] == "cancelled"
+    assert "cancelled" in one_sentence(client.get(job["links"]["video"]), 409)
