@@ -376,7 +376,7 @@ class VideoWriter:
         self._last_dts = -(1 << 62)
         self._chunks = []
         self._lanes = []
-        self._parallel = False
+        self._parallel = self._procs = False
         kind = self.name.split()[0]
         enc = None
         if kind in ELEMENTARY:
@@ -448,10 +448,9 @@ class VideoWriter:
             from studio.core.x264_pool import audio_worker, worker_pool
 
             self._workers = worker_pool(self.window)
-            for ch in self._chunks[: self.window]:  # the first encoders open at once, overlapping their start-up
-                self._open_encoder(ch, check=False)
-            for ch in self._chunks[: self.window]:
-                self._check_headers(ch.encoder.extradata)
+            for ch in self._chunks[: self.window]:  # the first encoders open at once; their headers are
+                self._open_encoder(ch, check=False)  # checked by the lanes: no wait here for the workers'
+                # start-up, which overlaps the engine's loading and the first batches instead
             if self._audio is not None:  # the AAC is encoded by another process meanwhile
                 self._audio.encode_elsewhere(audio_worker(), self.spill_dir / "audio.rec")
         elif not parallel:
@@ -537,6 +536,8 @@ class VideoWriter:
                         self._finish_chunk(cur)
                     if ch.encoder is None:
                         self._open_encoder(ch)
+                    elif self._procs:  # opened at start: its headers come with the worker's answer
+                        self._check_headers(ch.encoder.extradata)
                     cur = ch
                 if event is not None:  # CUDA NV12 frames: DMA each into a free slot of the worker
                     import torch
