@@ -84,7 +84,6 @@ class _State:
         self.events: JobEvents | None = None
         self.started = time.time()
         self._unsubscribe = None
-        self._own_queue = queue is None
 
     @property
     def queue(self):
@@ -108,14 +107,13 @@ class _State:
         if self.opts.max_queued is not None:
             q.max_queued = self.opts.max_queued
         self._unsubscribe = q.subscribe(self.events.on_event)
-        if self.opts.start_runner:
-            q.start()
+        q.start()
 
     def close(self) -> None:
         """The server stops: as when the window closes, a running job is stopped (nothing written)."""
         if self._unsubscribe is not None:
             self._unsubscribe()
-        if self.opts.start_runner and self._queue is not None:
+        if self._queue is not None:
             self._queue.close()
 
     def job(self, job_id: int):

@@ -19,7 +19,6 @@ class ServeOptions:
     allow_paths: bool = False  # let clients name files on the server (avatar_path, audio_path, output)
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB  # per uploaded file
     max_queued: int | None = DEFAULT_MAX_QUEUED  # queued jobs before POST answers 429
-    start_runner: bool = True  # run queued jobs in this process (off: only serve, another runner renders)
 
     @property
     def max_upload_bytes(self) -> int:
