@@ -68,7 +68,8 @@ def main() -> None:
             lm = np.asarray(av.landmarks[0])
             mx, my = lm[[61, 291], 0].mean(), lm[[13, 14], 1].mean()
             half = abs(lm[291, 0] - lm[61, 0]) * 0.8
-            for version, engine in (("before", classic_v1.ClassicEngine(device="cpu")), ("after", ClassicEngine(device="cpu"))):
+            engines = (("before", classic_v1.ClassicEngine(device="cpu")), ("after", ClassicEngine(device="cpu")))
+            for version, engine in engines:
                 r = Renderer(av, wav, RenderSettings(engine="classic", device="cpu"), engine=engine)
                 tiles = []
                 for name, _ in PICK:

@@ -105,7 +105,8 @@ def main() -> None:
                   f"{os.cpu_count()} cores, torch threads {threads}")
             for key, name in (("features_s", "features (s)"), ("engine_faces_per_s", "engine faces/s"),
                               ("render_frames_per_s", "render frames/s")):
-                print(f"  {name:<18} before {b[key]:>8}  after {a[key]:>8}  after/before x{a[key] / max(b[key], 1e-9):.2f}")
+                ratio = a[key] / max(b[key], 1e-9)
+                print(f"  {name:<18} before {b[key]:>8}  after {a[key]:>8}  after/before x{ratio:.2f}")
             results.append({"avatar": label, **row})
         if args.json:
             Path(args.json).write_text(json.dumps({"device": args.device, "cores": os.cpu_count(),

@@ -16,19 +16,21 @@ spread: a deep and a high voice give the same shapes) and mapped to the controls
 - ``open`` 0..1: the jaw, from the mid-band level and F1;
 - ``width`` -1..1: spread (+, /i/ /e/) or rounded (-, /u/ /o/ /w/), from F2 given F1;
 - ``close`` 0..1: lips pressed together. Bilabial stops and nasals (/p/ /b/ /m/) are the
-  moments in running speech where the formant band falls 20-30 dB below the vowels around it
-  while no frication fills the gap (a stop closure is quiet, a nasal murmur or a voice bar
-  has energy only below 400 Hz). Alveolar and velar stops look the same to this measure and
-  also close (the jaw is nearly shut for them anyway); a stop whose release burst is strong
-  above 3 kHz (/t/ /k/) closes less;
+  moments in running speech where the formant band dips well below the syllable around it
+  (8-14 dB) and below the clip's vowels (14-19 dB) while no frication fills the gap: a stop
+  closure is quiet, a nasal murmur or a voice bar has its energy below 400 Hz. A voiced closure
+  whose resonance sits above 1.5 kHz (/n/ /d/) closes half way; voiceless /t/ /k/ look like /p/
+  to this measure and close too (the jaw is nearly shut for them anyway);
 - ``teeth`` 0..1: fricatives (/s/ /f/ /v/ /th/ /sh/), frication energy above 3 kHz with a small
   opening; ``tuck`` 0..1 the weak, flat fricatives (/f/ /v/, also /th/): the lower lip up
   against the upper teeth.
 
-Coarticulation: targets are smoothed with a zero-phase Gaussian (the whole clip is known, so
-there is no lag), closures are then imposed on the smoothed track (a 40-80 ms closure must
-survive smoothing), and each control is limited in how fast it can move per frame. A frame's
-controls are the weighted mean over its 40 ms (4 hops), closure the maximum.
+Coarticulation: targets are smoothed with zero-phase Gaussians (the whole clip is known, so
+there is no lag), first per hop, then per video frame; closures of at least 30 ms are then
+imposed on the smoothed track (a 40-80 ms closure must survive smoothing). A frame's controls
+are the loudness-weighted mean over its 40 ms (4 hops), its closure the maximum. At the edges of
+each phrase, where the renderer crossfades into the still avatar, every control is scaled by
+the crossfade weight, so a half-faded open mouth never shows over the still one.
 
 This is hand-written rather than taken from a library because the pieces a library would give
 (MFCC, LPC) are a few lines of numpy each here, vectorised over the clip, and the mapping to
