@@ -23,6 +23,11 @@ def register(sub) -> None:
     p.add_argument("--gpus", type=int, default=1, metavar="N",
                    help="also time each MuseTalk run on N GPUs of this machine (contiguous parts, one mux)")
     p.add_argument("--no-official", action="store_true", help="skip the official-loop reproduction (no ratios)")
+    p.add_argument("--long", type=int, default=0, metavar="FRAMES",
+                   help="also time the first decoder on a clip of FRAMES frames (e.g. 15000: 10 minutes)")
+    p.add_argument("--photo", action="store_true", help="also time the first decoder on a photo avatar (a still frame)")
+    p.add_argument("--cold", action="store_true",
+                   help="also time fresh processes rendering 15 s of a photo avatar (classic and MuseTalk)")
     p.add_argument("--workdir", default=None, help="keep inputs and outputs here (default: a temp folder)")
     p.add_argument("--json", metavar="OUT", default=None, help="write all figures to this JSON file")
     p.set_defaults(func=run)
@@ -46,7 +51,8 @@ def run(args) -> int:
                         official_frames=args.official_frames, encoder=args.encoder, preset=args.preset,
                         crf=args.crf, batch=args.batch,
                         compile=args.compile, classic=not args.no_classic, gpus=args.gpus,
-                        official=not args.no_official, note=note)
+                        official=not args.no_official, long_frames=args.long, photo=args.photo,
+                        cold=args.cold, note=note)
     m = res["machine"]
     print(f"{m.get('gpu', 'CPU')} | {m['cpu_count']} CPU cores | torch {m.get('torch')} | "
           f"{res['frames']} frames at {res['height']}p, {100 * res['silent_fraction']:.0f} % silent, weights {res['weights']}, "
@@ -56,7 +62,19 @@ def run(args) -> int:
         ratio = res.get("ratios", {}).get(name, float("nan"))
         stages = r.get("stage_ms") or {k: round(v * 1e3) for k, v in r.get("stage_s", {}).items()}
         st = ", ".join(f"{k} {v / 1e3:.2f}s" for k, v in stages.items())
+        if "error" in r:
+            print(f"{name:<18} failed: {r['error'].strip().splitlines()[-1] if r['error'].strip() else '?'}")
+            continue
         print(f"{name:<18}{r['fps']:>10.1f}{r['seconds']:>10.2f}{ratio:>12.1f}  {r.get('encoder', '')} | {st}")
+        f = r.get("finish_ms") or {}
+        if f:  # the work after the last batch: encoders catching up, chunks not yet muxed, index + fsync
+            print(f"{'':<18}finish: encoders' tail {f.get('flush', 0) / 1e3:.3f}s, chunks muxed after the last frame "
+                  f"{f.get('chunks_left_at_close', '-')}/{f.get('chunks', 1)} in {f.get('join', 0) / 1e3:.3f}s, "
+                  f"index + fsync {f.get('file', 0) / 1e3:.3f}s")
+        if "import_s" in r:
+            lm = ", ".join(f"{k} {v / 1e3:.2f}s" for k, v in (r.get("load_ms") or {}).items())
+            print(f"{'':<18}cold: import {r['import_s']:.2f}s, render {r['render_s']:.2f}s"
+                  + (f", loading: {lm}" if lm else ""))
     if args.json:
         atomic_write_bytes(args.json, json.dumps(res, indent=2).encode())
     return 0

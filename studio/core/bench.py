@@ -55,7 +55,8 @@ def reference_audio(workdir: Path, frames: int = REF_FRAMES) -> Path:
     return path
 
 
-def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, spread=(0.09, 0.20)):
+def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, spread=(0.09, 0.20),
+                     photo: bool = False):
     """An in-memory ``AvatarAssets``: the demo photo on a 16:9 backdrop, the presenter swaying
     over a ``loop_frames`` loop.
 
@@ -64,6 +65,7 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
     height, cut to zero past 3 sigma) moves the presenter by up to ~12 px (and the face-mesh
     landmarks with it); the rest of the frame (the flag, the shuttle model) is the same in every
     frame, bit for bit. That matters for the encoders, which skip still macroblocks cheaply.
+    ``photo=True``: a photo avatar (one still frame, kind "photo"): only the mouth moves.
     (Until 2026-11-30 the field was ~2x wider, sigma (0.22, 0.35), with no cut-off: the whole
     frame moved by up to a pixel. On the H200 host 16 x264 processes encoded that at 833 fps and
     this one at 931 fps in the same run, a difference within the spread between runs.)
@@ -74,6 +76,9 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
     from studio.core import faces
     from studio.core.paths import repo_resources
 
+    still = photo is True  # ``photo`` is reused below for the demo image
+    if still:
+        loop_frames = 1
     demo = repo_resources() / "demo"
     photo = np.asarray(PIL.Image.open(demo / "astronaut.png").convert("RGB"))
     lm0 = np.load(demo / "astronaut_landmarks.npy").astype(np.float32)
@@ -106,11 +111,12 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
     crops = np.stack([faces.crop_face(f, b) for f, b in zip(frames, boxes)])
     crop_lm = np.stack([faces.to_crop(lm, b) for lm, b in zip(lms, boxes)])
     masks = np.stack([faces.blend_mask(c, b) for c, b in zip(crop_lm, boxes)])
-    folder = Path(workdir) / "avatar"
+    folder = Path(workdir) / ("photo" if still else "avatar")  # its own engine caches (latents)
     folder.mkdir(parents=True, exist_ok=True)
     from studio.core.avatar import AvatarAssets
 
-    meta = {"kind": "video", "fps": FPS, "frames": loop_frames, "width": width, "height": height}
+    meta = {"kind": "photo" if still else "video", "fps": FPS, "frames": loop_frames, "width": width,
+            "height": height}
     return AvatarAssets(name="bench", folder=folder, meta=meta, frames=frames, boxes=boxes, crops=crops, masks=masks,
                         landmarks=lms, crop_landmarks=crop_lm, face_ok=np.ones(loop_frames, bool))
 
@@ -318,12 +324,17 @@ def machine_info() -> dict:
 def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = None, height: int | None = None,
               decoders=("taesd", "sd-vae"), official_frames: int | None = None, encoder: str = "auto",
               preset: str = "ultrafast", crf: int = 20, batch: int = 0, compile: bool = False, classic: bool = True,
-              gpus: int = 1, official: bool = True, note=log.info) -> dict:
+              gpus: int = 1, official: bool = True, long_frames: int = 0, photo: bool = False,
+              cold: bool = False, cold_frames: int = 375, note=log.info) -> dict:
     """Time our renderer (MuseTalk with each decoder, and the classic engine) and the official loop.
 
     On CUDA the defaults are the reference workload (672 frames, 1080p, real architecture); on
     CPU a smoke version (48 frames, 360p, tiny configs of the same classes). ``note(text)`` is
-    called with progress lines.
+    called with progress lines. ``long_frames``: also a MuseTalk run of the first decoder on a
+    clip that long (``finish_ms`` says what the work after the last frame was); ``photo``: also
+    one on a photo avatar (one still frame); ``cold``: fresh processes render ``cold_frames``
+    frames of a photo avatar with each engine (``cold_render``: imports, loading, render).
+    Clips longer than the reference warm up on a reference-length clip.
     """
     import torch
 
@@ -355,6 +366,14 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
     out["silent_fraction"] = round(float(analysis_of(load(audio)).mask().mean()), 3)
     models_dir, weights = _bench_models(workdir, tiny=not cuda, note=note)
     out["weights"] = weights
+    warm_audio = audio if frames <= REF_FRAMES else reference_audio(workdir, REF_FRAMES)
+    if cold:  # first, while nothing else holds the GPU
+        for eng_name, dec in (("classic", None), ("musetalk", decoders[0] if decoders else "taesd")):
+            note(f"cold start: a fresh process renders {cold_frames} frames with {eng_name}")
+            key = "cold-classic" if dec is None else f"cold-musetalk-{dec}"
+            out["runs"][key] = cold_render(workdir, eng_name, dec, str(dev), models_dir, cold_frames, height,
+                                           encoder=encoder, preset=preset, crf=crf)
+            note(f"{key}: {out['runs'][key]['seconds']} s wall")
 
     def settings(**kw):
         return RenderSettings(device=str(dev), encoder=encoder, preset=preset, crf=crf, batch=batch, **kw)
@@ -363,7 +382,7 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
         note(f"MuseTalk + {decoder}: loading and warming up")
         engine = MuseTalkEngine(device=str(dev), precision="fp16" if cuda else "fp32", decoder=decoder,
                                 batch=batch, compile=compile, models_dir=models_dir)
-        time_render(avatar, audio, settings(engine="musetalk", decoder=decoder), engine,
+        time_render(avatar, warm_audio, settings(engine="musetalk", decoder=decoder), engine,
                     workdir / f"warm_{decoder}.mp4")  # graphs, encoders, latents: all warm
         note(f"MuseTalk + {decoder}: timing")
         run = time_render(avatar, audio, settings(engine="musetalk", decoder=decoder), engine,
@@ -372,6 +391,22 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
         run["batch"] = batch or engine.preferred_batch()
         out["runs"][f"musetalk-{decoder}"] = run
         note(f"MuseTalk + {decoder}: {run['fps']} frames/s end to end")
+        if decoder == decoders[0] and photo:
+            still = synthetic_avatar(workdir, height, photo=True)
+            time_render(still, warm_audio, settings(engine="musetalk", decoder=decoder), engine,
+                        workdir / f"warm_{decoder}_photo.mp4")
+            run_p = time_render(still, audio, settings(engine="musetalk", decoder=decoder), engine,
+                                workdir / f"ours_{decoder}_photo.mp4")
+            out["runs"][f"musetalk-{decoder}-photo"] = run_p
+            note(f"MuseTalk + {decoder}, photo avatar: {run_p['fps']} frames/s end to end")
+        if decoder == decoders[0] and long_frames:
+            long_audio = reference_audio(workdir, long_frames)
+            note(f"MuseTalk + {decoder}: timing a {long_frames}-frame clip")
+            run_l = time_render(avatar, long_audio, settings(engine="musetalk", decoder=decoder), engine,
+                                workdir / f"ours_{decoder}_long.mp4")
+            out["runs"][f"musetalk-{decoder}-{long_frames}"] = run_l
+            note(f"MuseTalk + {decoder}, {long_frames} frames: {run_l['fps']} frames/s, finish {run_l['finish_ms']}")
+            (workdir / f"ours_{decoder}_long.mp4").unlink(missing_ok=True)
         if gpus > 1:
             extra = [MuseTalkEngine(device=f"cuda:{g}", precision="fp16", decoder=decoder, batch=batch,
                                     compile=compile, models_dir=models_dir) for g in range(1, gpus)]
@@ -393,7 +428,7 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
             engine.close()
     if classic:
         eng = ClassicEngine(device=str(dev))
-        time_render(avatar, audio, settings(engine="classic"), eng, workdir / "warm_classic.mp4")
+        time_render(avatar, warm_audio, settings(engine="classic"), eng, workdir / "warm_classic.mp4")
         out["runs"]["classic"] = time_render(avatar, audio, settings(engine="classic"), eng, workdir / "classic.mp4")
         note(f"classic: {out['runs']['classic']['fps']} frames/s end to end")
 
@@ -413,8 +448,71 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
     off = official_loop(avatar, audio, unet, vae, feats, latents, workdir / "official.mp4", dev, n_off)
     out["runs"]["official"] = off
     base = off["fps"]
-    out["ratios"] = {k: round(v["fps"] / base, 1) for k, v in out["runs"].items() if k != "official"}
+    out["ratios"] = {k: round(v["fps"] / base, 1) for k, v in out["runs"].items() if k != "official" and "fps" in v}
     return out
+
+
+def cold_render(workdir: Path, engine: str, decoder: str | None, device: str, models_dir, frames: int, height: int,
+                encoder: str = "auto", preset: str = "ultrafast", crf: int = 20) -> dict:
+    """A fresh Python process renders ``frames`` frames of a ``height``p photo avatar: wall time of
+    the whole process (interpreter start to exit), less the time it spends building the synthetic
+    avatar (a library avatar is a memory map); with the child's own breakdown."""
+    import json
+    import subprocess
+    import sys
+
+    args = {"workdir": str(workdir), "engine": engine, "decoder": decoder, "device": device, "frames": frames,
+            "models_dir": None if models_dir is None else str(models_dir), "height": height, "encoder": encoder,
+            "preset": preset, "crf": crf}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", "import sys; from studio.core.bench import _cold_child; "
+                           "_cold_child(sys.argv[1])", json.dumps(args)], capture_output=True, text=True,
+                          env=dict(os.environ, STUDIO_X264_NICE=os.environ.get("STUDIO_X264_NICE", "5")))
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:], "seconds": round(wall, 3)}
+    child = json.loads(proc.stdout.strip().splitlines()[-1])
+    seconds = wall - child["avatar_s"]
+    child.update(seconds=round(seconds, 3), process_wall_s=round(wall, 3), fps=round(frames / seconds, 1))
+    return child
+
+
+def _cold_child(args_json: str) -> None:
+    """The child of ``cold_render``: prints one JSON line (its breakdown, in seconds)."""
+    import json
+
+    t_start = time.perf_counter()
+    a = json.loads(args_json)
+    import torch  # noqa: F401 - timed: the import a cold render pays
+
+    from studio.core.render import Renderer, RenderSettings
+
+    t_import = time.perf_counter()
+    workdir = Path(a["workdir"])
+    avatar = synthetic_avatar(workdir / "cold", a["height"], photo=True)
+    audio = reference_audio(workdir / "cold", a["frames"])
+    t_avatar = time.perf_counter()
+    if a["engine"] == "musetalk":
+        from studio.core.engines.musetalk import MuseTalkEngine
+
+        eng = MuseTalkEngine(device=a["device"], precision="fp16" if "cuda" in a["device"] else "fp32",
+                             decoder=a["decoder"], models_dir=a["models_dir"])
+    else:
+        from studio.core.engines.classic import ClassicEngine
+
+        eng = ClassicEngine(device=a["device"])
+    settings = RenderSettings(engine=a["engine"], device=a["device"], decoder=a["decoder"] or "taesd",
+                              encoder=a["encoder"], preset=a["preset"], crf=a["crf"])
+    r = Renderer(avatar, audio, settings, engine=eng)
+    t_engine = time.perf_counter()
+    result = r.render(workdir / "cold" / f"cold_{a['engine']}.mp4")
+    t_end = time.perf_counter()
+    print(json.dumps({
+        "frames": result.frames, "engine": eng.name, "encoder": result.encoder,
+        "import_s": round(t_import - t_start, 3), "avatar_s": round(t_avatar - t_import, 3),
+        "engine_object_s": round(t_engine - t_avatar, 3), "render_s": round(t_end - t_engine, 3),
+        "load_ms": getattr(eng, "load_ms", {}), "stage_ms": result.stage_ms, "finish_ms": result.finish_ms,
+    }))
 
 
 def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:
