@@ -211,11 +211,17 @@ def test_a_batch_gives_the_same_faces_as_one_at_a_time(astro, closed):
     from studio.core.engines.classic import rig_geometry, warp_mouth
 
     rigs = [rig_geometry(np.asarray(a.crop_landmarks), a.crops) for a in (astro, closed)]
-    crops = torch.from_numpy(np.concatenate([np.array(a.crops[:1]) for a in (astro, closed)] * 2))
+    crops = np.concatenate([np.array(a.crops[:1]) for a in (astro, closed)] * 2)
     rows = [np.concatenate([r.rows([0])[k] for r in rigs] * 2) for k in range(3)]
-    params = np.array([[1, 0, 0, 0, 0], [0.3, -0.8, 0, 0, 0], [0, 0, 1, 0, 0], [0.2, 0.8, 0, 0.5, 0.3]], np.float32)
+    # and a face 40 px to the right and 25 px lower (its window differs from the others')
+    crops = torch.from_numpy(np.concatenate([crops, np.roll(crops[:1], (25, 40), (1, 2))]))
+    moved = rows[0][:1].copy()
+    moved[0, :2] += (40, 25)
+    rows = [np.concatenate([rows[0], moved]), *(np.concatenate([r, r[:1]]) for r in rows[1:])]
+    params = np.array([[1, 0, 0, 0, 0], [0.3, -0.8, 0, 0, 0], [0, 0, 1, 0, 0], [0.2, 0.8, 0, 0.5, 0.3],
+                       [0.8, 1, 0, 0, 0]], np.float32)
     batch = warp_mouth(crops, *rows, params, "cpu")
-    for i in range(4):
+    for i in range(5):
         one = warp_mouth(crops[i : i + 1], *[r[i : i + 1] for r in rows], params[i : i + 1], "cpu")
         assert torch.equal(one[0], batch[i]), i
 

@@ -75,12 +75,8 @@ class ClassicEngine(LipSyncEngine):
         sc, ct, col = prepared.rig.rows(avatar_idx)
         if self.device.type == "cuda":
             crops = prepared.crops[to_device(avatar_idx, self.device)]
-            return warp_mouth(crops, sc, ct, col, params, self.device)
-        # CPU: one sample at a time (each touches only its own mouth window), so a face never
-        # depends on its batch neighbours
-        outs = []
-        for j, i in enumerate(avatar_idx):
-            crop = torch.from_numpy(np.array(prepared.crops[i : i + 1]))
-            s = slice(j, j + 1)
-            outs.append(warp_mouth(crop, sc[s], ct[s], col[s], params[s], self.device))
-        return torch.cat(outs, 0)
+        else:
+            crops = torch.from_numpy(np.array(prepared.crops[avatar_idx]))
+        # a whole batch at once: each sample touches only its own mouth window, so a face does not
+        # depend on its batch neighbours (tests/test_classic_speech.py checks it)
+        return warp_mouth(crops, sc, ct, col, params, self.device)

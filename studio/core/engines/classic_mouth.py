@@ -234,7 +234,7 @@ class _Window:
 
         B = sc.shape[0]
         self.B, self.tables, self.sc = B, tables, sc
-        cx, cy, ax, ay, hw, _, _, thick = (sc[:, k] for k in range(N_SCALARS))
+        cx, cy, ax, ay, hw, nose, _, thick = (sc[:, k] for k in range(N_SCALARS))
         v4 = self.v4
         ys = torch.arange(y0, y1, device=dev, dtype=torch.float32).view(1, -1, 1) + 0.5
         xs = torch.arange(x0, x1, device=dev, dtype=torch.float32).view(1, 1, -1) + 0.5
@@ -244,7 +244,9 @@ class _Window:
         # horizontal: spread / round scale u near the lips, fading over the cheeks and off the lip band
         w = p[:, 1]
         s_minus_1 = torch.where(w > 0, 0.10 * w, 0.20 * w)
-        band = torch.exp(-((self.vt / (1.8 * v4(thick))) ** 2))
+        # (nothing moves from the nose up: outside its own window a sample is exactly the crop, so a
+        # face does not depend on the window its batch neighbours need)
+        band = torch.exp(-((self.vt / (1.8 * v4(thick))) ** 2)) * ((self.vt - v4(nose)) / (-0.5 * v4(nose))).clamp(0, 1)
         us = ut
         for _ in range(2):
             au = us.abs()
