@@ -48,7 +48,7 @@ def run_checks(include_gui: bool = True) -> list[Check]:
         check_espeak,
     ]
     if include_gui:
-        checks += [check_qt, check_multimedia]
+        checks += [check_qt, check_multimedia, check_audio_output]
     out = []
     for fn in checks:
         try:
@@ -260,6 +260,47 @@ def check_multimedia() -> Check:
             hint = "sudo apt install libpulse0"
         return Check("playback", WARN, f"QtMultimedia unavailable ({_short(exc)}); no in-app playback", hint)
     return Check("playback", OK, "QtMultimedia is available for in-app playback")
+
+
+def audio_output() -> str | None:
+    """Where in-app sound would go, or None when this machine has no audio output.
+
+    Qt-free and without opening a device: on Linux, Qt plays through a PulseAudio or PipeWire
+    server, so the server's socket is looked for (``PULSE_SERVER``, ``$XDG_RUNTIME_DIR/pulse/native``,
+    ``$XDG_RUNTIME_DIR/pipewire-0``, the system-wide PulseAudio socket). Asking Qt itself
+    (QMediaDevices) from the GUI can hang while other threads import (Qt logs from its audio
+    thread). Other systems always have a default output.
+    """
+    if platform.system() != "Linux":
+        return "the system's default output"
+    if os.environ.get("PULSE_SERVER"):
+        return f"PulseAudio at {os.environ['PULSE_SERVER']}"
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    for path, what in ((os.path.join(runtime, "pulse", "native"), "PulseAudio"),
+                       (os.path.join(runtime, "pipewire-0"), "PipeWire"),
+                       ("/var/run/pulse/native", "PulseAudio (system)"),
+                       ("/run/pulse/native", "PulseAudio (system)")):
+        if os.path.exists(path):
+            return f"{what} ({path})"
+    return None
+
+
+def check_audio_output() -> Check:
+    where = audio_output()
+    if where:
+        return Check("audio output device", OK, f"sound plays through {where}")
+    cards = ""
+    try:
+        with open("/proc/asound/cards", encoding="utf-8") as fh:
+            cards = fh.read().strip()
+    except OSError:
+        pass
+    detail = "no PulseAudio or PipeWire server: playback in the app is silent"
+    if cards and "no soundcards" not in cards:
+        detail += " (a sound card is present)"
+    return Check("audio output device", WARN, detail,
+                 "start PulseAudio or PipeWire (e.g. `pulseaudio --start`), or connect a sound device; "
+                 "rendering is not affected")
 
 
 def _try_import(name: str):

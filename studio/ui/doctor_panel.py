@@ -1,4 +1,5 @@
-"""The Doctor dock: the same checks as ``studio doctor``, run off the GUI thread."""
+"""The Doctor dock: the same checks as ``studio doctor`` (the audio output device included), run
+off the GUI thread."""
 
 from __future__ import annotations
 
@@ -110,3 +111,4 @@ def _build_engines(progress=None):
     from studio.core.engines import runtime_tensorrt as rt
 
     return rt.build(progress=(lambda msg: progress(0, 0, msg)) if progress else None)
+

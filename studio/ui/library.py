@@ -2,7 +2,12 @@
 
 Avatar preparation runs on a background thread behind a progress dialog that can cancel it.
 Scripts are audio files; their text is shown beside them (a ``.txt`` of the same name is read
-when present) and can be spoken with espeak-ng into a WAV in the data folder.
+when present) and can be spoken with espeak-ng into a WAV in the data folder. An audio file is
+read (analysed) before it joins the list: one that cannot be read leaves the list, the selection
+and the waveform as they were, and says why once.
+
+Files dropped on the panel (or on the window) are imported: photos and videos as avatars, one
+after another, audio files as scripts.
 """
 
 from __future__ import annotations
@@ -40,7 +45,22 @@ log = logging.getLogger(__name__)
 
 AVATAR_FILTER = "Photos and videos (*.png *.jpg *.jpeg *.webp *.bmp *.mp4 *.mov *.mkv *.webm *.avi);;All files (*)"
 AUDIO_FILTER = "Audio (*.wav *.flac *.ogg *.opus *.mp3);;All files (*)"
+AVATAR_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v"}
+AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".aif", ".aiff"}
 THUMB = 72
+
+
+def dropped_paths(mime) -> list[str]:
+    """Local files in a drag's ``QMimeData`` (empty when it carries none)."""
+    if mime is None or not mime.hasUrls():
+        return []
+    return [u.toLocalFile() for u in mime.urls() if u.isLocalFile() and u.toLocalFile()]
+
+
+def file_kind(path: str) -> str:
+    """"avatar", "audio" or "" for a dropped file, by its suffix."""
+    suffix = Path(path).suffix.lower()
+    return "avatar" if suffix in AVATAR_SUFFIXES else "audio" if suffix in AUDIO_SUFFIXES else ""
 
 
 def to_qimage(rgb: np.ndarray) -> QImage:
@@ -67,6 +87,10 @@ class LibraryPanel(QWidget):
         self.settings = cfg.settings()
         self.task = None  # the running avatar preparation, if any
         self._entries: dict[str, dict] = {}
+        self.analyses: dict[str, object] = {}  # path -> AudioAnalysis of scripts checked on import
+        self._checking: set[str] = set()  # audio files being read before they join the list
+        self._imports: list[str] = []  # dropped avatars waiting for the running import
+        self.setAcceptDrops(True)
 
         # ---- avatars
         self.avatars = QListWidget()
@@ -84,7 +108,11 @@ class LibraryPanel(QWidget):
         self.extra_margin = _spin(0, 80, 10, " px", "Extra space below the chin in the crop")
         self.cheek_width = _spin(0, 256, 90, " px", "Half-width of the blended jaw band (MuseTalk's 512-pixel units)")
         self.feather = _spin(0, 128, 24, " px", "Softness of the blend edge, in 256-crop pixels")
-        self.show_mask = QCheckBox("Show blend mask on the preview")
+        self.show_box = QCheckBox("Face box")
+        self.show_box.setToolTip("Draw the face crop box on the preview")
+        self.show_box.toggled.connect(self.maskToggled)
+        self.show_mask = QCheckBox("Blend mask")
+        self.show_mask.setToolTip("Tint the lower-face blend mask on the preview")
         self.show_mask.toggled.connect(self.maskToggled)
         self.apply_btn = QPushButton("Apply and re-prepare")
         self.apply_btn.clicked.connect(self._reprepare)
@@ -93,7 +121,12 @@ class LibraryPanel(QWidget):
         params.addRow("Extra margin", self.extra_margin)
         params.addRow("Cheek width", self.cheek_width)
         params.addRow("Feather", self.feather)
-        params.addRow(self.show_mask)
+        shows = QHBoxLayout()
+        shows.addWidget(QLabel("Show"))
+        shows.addWidget(self.show_box)
+        shows.addWidget(self.show_mask)
+        shows.addStretch(1)
+        params.addRow(shows)
         params.addRow(self.apply_btn)
 
         av_box = QGroupBox("Avatars")
@@ -222,12 +255,16 @@ class LibraryPanel(QWidget):
             self.avatar_status.setText(f"“{name}” is ready")
             self.refresh_avatars(select=name)
             self.avatarPrepared.emit(name)
+            self._next_import()
 
         def failed(message: str) -> None:
             dialog.close()
             self.task = None
             if message != "cancelled":
                 self.error.emit(message)
+                self._next_import()
+            else:
+                self._imports.clear()  # cancel stops the rest of a dropped batch too
 
         self.task = run_in_background(
             avatar_mod.prepare, name, source, params=self.params(), force=force,
@@ -249,17 +286,72 @@ class LibraryPanel(QWidget):
         known = {f.name for f in dataclasses.fields(AvatarParams)}
         return AvatarParams(**{k: v for k, v in wanted.items() if k in known})
 
-    def add_script(self, path: str, select: bool = True) -> None:
+    def add_script(self, path: str, select: bool = True):
+        """Read ``path`` off the GUI thread; add it (and select it) only when it is readable audio.
+
+        Returns the background task, or None when the file is already in the list (then selected).
+        """
         path = str(Path(path).resolve())
         for i in range(self.scripts.count()):
             if self.scripts.item(i).data(Qt.ItemDataRole.UserRole) == path:
                 if select:
                     self.scripts.setCurrentRow(i)
-                return
-        self._add_script_item(path)
-        self._save_scripts()
-        if select:
-            self.scripts.setCurrentRow(self.scripts.count() - 1)
+                return None
+        if path in self._checking:
+            return None
+        from studio.core.audio import analyze
+
+        self._checking.add(path)
+
+        def readable(analysis) -> None:
+            self._checking.discard(path)
+            self.analyses[path] = analysis
+            self._add_script_item(path)
+            self._save_scripts()
+            if select:
+                self.scripts.setCurrentRow(self.scripts.count() - 1)
+
+        def unreadable(message: str) -> None:
+            self._checking.discard(path)
+            self.error.emit(message)  # nothing else changes: list, selection, waveform, output name
+
+        return run_in_background(analyze, path, on_done=readable, on_error=unreadable)
+
+    def import_files(self, paths: list[str]) -> None:
+        """Dropped files: avatars (photos, videos) are prepared one after another; audio files join
+        the scripts (the last one is selected); anything else is named in one message."""
+        avatars = [p for p in paths if file_kind(p) == "avatar"]
+        audio = [p for p in paths if file_kind(p) == "audio"]
+        other = [Path(p).name for p in paths if not file_kind(p)]
+        if other:
+            self.error.emit(f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''}: not a photo, video "
+                            "or audio file Studio imports; drop images/videos for avatars, audio for scripts")
+        for i, p in enumerate(audio):
+            self.add_script(p, select=i == len(audio) - 1)
+        self._imports.extend(avatars)
+        if self.task is None:
+            self._next_import()
+
+    def _next_import(self) -> None:
+        if self.task is None and self._imports:
+            self.import_avatar(self._imports.pop(0))
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if any(file_kind(p) for p in dropped_paths(event.mimeData())):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        paths = dropped_paths(event.mimeData())
+        if not paths:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        self.import_files(paths)
 
     def select_script(self, path: str) -> None:
         self.add_script(path, select=True)

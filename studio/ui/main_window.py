@@ -3,6 +3,16 @@
 Everything slow runs elsewhere: renders and scrub frames on the ``RenderWorker`` thread, audio
 analysis, avatar loading and the doctor on background tasks. Errors from the core appear in a
 banner above the preview (one readable sentence), never as a traceback dialog.
+
+Keys follow video editors (NLE) and work wherever the focus is in the window, except in text
+fields and spin boxes, which keep their own keys (``studio.ui.widgets.InputGuard``):
+
+    Space            play / stop              J K L      shuttle back / stop / forward (again: 2x, 4x)
+    Left / Right     one frame (also , .)     K+J, K+L   one frame back / on (K held)
+    Shift+Left/Right one second (also < >)    Home / End first / last frame
+    Up / Down        previous / next silence or speech edge
+    I / O            set in / out point       Alt+I / Alt+O   clear it
+    Ctrl+G           type a timecode to go to
 """
 
 from __future__ import annotations
@@ -12,7 +22,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QIcon, QKeySequence
+from PySide6.QtGui import QAction, QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDockWidget,
     QFrame,
@@ -34,7 +44,9 @@ from studio.ui.preview import PreviewView
 from studio.ui.queue_panel import QueuePanel
 from studio.ui.render_panel import RenderPanel
 from studio.ui.render_queue import RenderQueue
-from studio.ui.timeline import TimelineView, time_text
+from studio.ui.timeline import TimelineView
+from studio.ui.transport import Transport
+from studio.ui.widgets import guard_inputs
 from studio.ui.workers import WorkerThread, error_text, run_in_background
 
 log = logging.getLogger(__name__)
@@ -56,6 +68,7 @@ class MainWindow(QMainWindow):
         self.assets = None
         self.last_scrub: tuple[float, int] | None = None
         self._errors: list[float] = []
+        self._k_held = False  # K is down: J / L step one frame
 
         from studio.core.jobs import JobStore
 
@@ -80,8 +93,10 @@ class MainWindow(QMainWindow):
 
         self.preview = PreviewView()
         self.timeline = TimelineView()
+        self.transport = Transport(self.timeline, self)
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.setObjectName("centreSplitter")
+        self.splitter.setHandleWidth(8)  # easy to grab
         top = QWidget()
         tl = QVBoxLayout(top)
         tl.setContentsMargins(6, 6, 6, 0)
@@ -90,8 +105,8 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(top)
         self.splitter.addWidget(self.timeline)
         self.splitter.setChildrenCollapsible(False)
-        top.setMinimumHeight(220)
-        self.timeline.setMinimumHeight(230)
+        top.setMinimumHeight(200)
+        self.timeline.setMinimumHeight(250)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.setCentralWidget(self.splitter)
@@ -101,6 +116,9 @@ class MainWindow(QMainWindow):
         self.render_panel = RenderPanel()
         self.queue_panel = QueuePanel(self.store)
         self.doctor = DoctorPanel()
+        # the side docks run the full height; the Queue sits under the preview and timeline only
+        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
         self.library_dock = self._dock("Library", self.library, Qt.DockWidgetArea.LeftDockWidgetArea, scroll=True)
         self.render_dock = self._dock("Render", self.render_panel, Qt.DockWidgetArea.RightDockWidgetArea, scroll=True)
         self.queue_dock = self._dock("Queue", self.queue_panel, Qt.DockWidgetArea.BottomDockWidgetArea)
@@ -118,6 +136,8 @@ class MainWindow(QMainWindow):
 
         self._connect()
         self._restore()
+        self.setAcceptDrops(True)  # files dropped anywhere in the window are imported
+        guard_inputs(self)
         self.statusBar().showMessage("Ready", 3000)
         if self.store.interrupted:
             self.show_error(
@@ -160,6 +180,10 @@ class MainWindow(QMainWindow):
     def scrub_to(self, seconds: float) -> None:
         self.timeline.set_playhead(seconds)
 
+    def drop_files(self, paths) -> None:
+        """Import dropped files: photos and videos as avatars, audio files as scripts (several at once)."""
+        self.library.import_files([str(p) for p in paths])
+
     def play(self, path: str) -> None:
         if not path or not Path(path).exists():
             self.show_error(f"{path or 'the output'} does not exist any more; render it again")
@@ -169,12 +193,114 @@ class MainWindow(QMainWindow):
                 from studio.ui.player import PlayerWidget
 
                 self.player = PlayerWidget()
-                self.player.closed.connect(lambda: self.preview.set_widget(None))
+                self.player.closed.connect(self._player_closed)
                 self.player.error.connect(self.show_error)
+                self.player.frameChanged.connect(self._player_frame)
+                self.player.ended.connect(self.transport.media_ended)
+                self.player.playingChanged.connect(self._player_playing)
             self.preview.set_widget(self.player)
+            self.transport.set_media(self.player.player)
             self.player.play(path)
         except ImportError as exc:
             self.show_error(f"in-app playback needs QtMultimedia ({exc}); install pyside6-addons and libpulse0")
+
+    @property
+    def player_shown(self) -> bool:
+        return self.player is not None and self.preview.stack.currentWidget() is self.player
+
+    def _player_closed(self) -> None:
+        self.transport.set_media(None)
+        self.preview.set_widget(None)
+        self._playhead_moved(self.timeline.position)
+
+    def _player_frame(self, frame: int) -> None:
+        if self.player_shown:
+            self.timeline.set_frame(frame, emit=False)
+            self.transport.media_moved(frame)
+
+    def _player_playing(self, playing: bool) -> None:
+        # the player's own button: the transport and the timeline's button follow it
+        if playing and not self.transport.playing:
+            self.transport.speed = 1
+            self.timeline.set_playing(True)
+        elif not playing and self.transport.playing and self.transport.speed > 0:
+            self.transport.stop()
+        self.timeline.set_playing(self.transport.playing or playing)
+
+    # ---- keys ---------------------------------------------------------------------------
+
+    def _bind_keys(self) -> None:
+        t, tl = self.transport, self.timeline
+        bindings = [
+            ("Space", t.toggle), ("J", lambda: self._jkl(-1)), ("K", self._k_pressed), ("L", lambda: self._jkl(1)),
+            ("Left", lambda: self._step(-1)), ("Right", lambda: self._step(1)),
+            (",", lambda: self._step(-1)), (".", lambda: self._step(1)),
+            ("Shift+Left", lambda: self._step(-FPS)), ("Shift+Right", lambda: self._step(FPS)),
+            ("<", lambda: self._step(-FPS)), (">", lambda: self._step(FPS)),
+            ("Home", lambda: self._go(0)), ("End", lambda: self._go(tl.frames - 1)),
+            ("Up", lambda: self._edge(-1)), ("Down", lambda: self._edge(1)),
+            ("I", tl.set_in), ("O", tl.set_out), ("Alt+I", tl.clear_in), ("Alt+O", tl.clear_out),
+            ("Ctrl+G", self._focus_timecode),
+        ]
+        self.shortcuts: dict[str, QShortcut] = {}
+        for key, slot in bindings:
+            sc = QShortcut(QKeySequence(key), self)
+            sc.setContext(Qt.ShortcutContext.WindowShortcut)
+            sc.activated.connect(slot)
+            self.shortcuts[key] = sc
+
+    def _k_pressed(self) -> None:
+        self._k_held = True
+        self.transport.stop()
+
+    def keyReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if event.key() == Qt.Key.Key_K and not event.isAutoRepeat():
+            self._k_held = False
+        super().keyReleaseEvent(event)
+
+    def _jkl(self, direction: int) -> None:
+        if self._k_held:  # K+J / K+L: one frame
+            self._step(direction)
+        else:
+            self.transport.shuttle(direction)
+
+    def _step(self, frames: int) -> None:
+        self.transport.stop()
+        self.timeline.step(frames)
+
+    def _go(self, frame: int) -> None:
+        self.transport.stop()
+        self.timeline.set_frame(max(0, frame))
+
+    def _edge(self, direction: int) -> None:
+        self.transport.stop()
+        self.timeline.next_edge(direction)
+
+    def _focus_timecode(self) -> None:
+        self.timeline.timecode_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    # ---- drag and drop ------------------------------------------------------------------
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802
+        from studio.ui.library import dropped_paths
+
+        if dropped_paths(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        from studio.ui.library import dropped_paths
+
+        paths = dropped_paths(event.mimeData())
+        if not paths:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        self.drop_files(paths)
 
     # ---- wiring -------------------------------------------------------------------------
 
@@ -194,7 +320,8 @@ class MainWindow(QMainWindow):
             dock.setWidget(area_widget)
         else:
             dock.setWidget(widget)
-        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        # movable between areas, never floating: a slip of the mouse must not tear a panel off
+        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable)
         self.addDockWidget(area, dock)
         return dock
 
@@ -221,22 +348,22 @@ class MainWindow(QMainWindow):
         self.cancel_action.setEnabled(False)
         bar.addSeparator()
         action("Doctor", "doctor", self._show_doctor)
-        from PySide6.QtGui import QShortcut
-
-        # frame stepping like a video editor: , and . one frame, < and > one second
-        for key, step in ((",", -1), (".", 1), ("<", -FPS), (">", FPS)):
-            QShortcut(QKeySequence(key), self, lambda step=step: self.scrub_to(self.timeline.position + step / FPS))
+        self._bind_keys()
 
     def _connect(self) -> None:
         lib, panel, w = self.library, self.render_panel, self.worker
         lib.avatarSelected.connect(self._avatar_selected)
         lib.scriptSelected.connect(self._script_selected)
-        lib.maskToggled.connect(lambda _on: self._show_avatar_frame())
+        lib.maskToggled.connect(lambda _on: self._overlay_toggled())
         lib.error.connect(self.show_error)
         lib.avatarPrepared.connect(lambda _name: self.worker.invalidate())
         self.timeline.thresholdChanged.connect(self._threshold_changed)
         self.timeline.min_run_box.valueChanged.connect(lambda v: panel.set_silence(min_silence=v))
         self.timeline.playheadMoved.connect(self._playhead_moved)
+        self.timeline.rangeChanged.connect(panel.set_range)
+        self.timeline.playClicked.connect(self.transport.toggle)
+        self.timeline.error.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        self.preview.filesDropped.connect(self.drop_files)
         panel.renderClicked.connect(self.render)
         panel.queueClicked.connect(self.render)
         panel.cancelClicked.connect(self.cancel_render)
@@ -271,6 +398,19 @@ class MainWindow(QMainWindow):
 
         self.engines_task = run_in_background(available_engines, on_done=ready, on_error=self.show_error)
         self.queue.pump()
+        QTimer.singleShot(300, self._check_audio_device)
+
+    def _check_audio_device(self) -> None:
+        """Say once, beside the transport, when playback will be silent (no audio output here)."""
+        from studio.ui.transport import audio_device
+
+        device = audio_device()
+        self.transport.has_audio = device is not None
+        if device is None:
+            self.timeline.set_audio_note("no audio output device: playback is silent")
+        else:
+            self.timeline.set_audio_note("")
+            self.timeline.audio_note.setToolTip(f"sound: {device}")
 
     # ---- library ------------------------------------------------------------------------
 
@@ -286,6 +426,7 @@ class MainWindow(QMainWindow):
                 return
             self.assets = assets
             self._show_avatar_frame()
+            self._mark_faceless()
             self.avatarLoaded.emit(assets)
             if self.library.script:
                 self._playhead_moved(self.timeline.position)
@@ -299,17 +440,53 @@ class MainWindow(QMainWindow):
         index = 0
         if self.last_scrub is not None:
             index = a.cycle_index(self.last_scrub[1]) if hasattr(a, "cycle_index") else 0
-        image = a.frames[index]
-        caption = f"{self.library.avatar} · {a.width}x{a.height} · {a.N} frame(s)"
-        if self.library.show_mask.isChecked():
-            try:
-                from studio.core.avatar import overlay
-
-                image = overlay(a, index)
-                caption += " · blend mask"
-            except Exception as exc:  # noqa: BLE001
-                self.show_error(error_text(exc))
+        image, extra = self._decorate(a.frames[index], index)
+        caption = f"{self.library.avatar} · {a.width}x{a.height} · {a.N} frame(s){extra}"
         self.preview.show_now(image, caption, -1)
+
+    def _decorate(self, image, avatar_index: int):
+        """``image`` with the face box and/or blend mask of avatar frame ``avatar_index`` drawn on it,
+        as the Library's two boxes say; and the caption's note."""
+        a = self.assets
+        box, mask = self.library.show_box.isChecked(), self.library.show_mask.isChecked()
+        if a is None or not (box or mask) or image.shape[:2] != a.frames.shape[1:3]:
+            return image, ""
+        try:
+            import numpy as np
+
+            from studio.core.faces import overlay_image
+
+            i = int(avatar_index)
+            blend = a.masks[i] if mask else np.zeros_like(a.masks[i])
+            out = overlay_image(image, a.boxes[i], blend, a.landmarks[i] if mask else None, bool(a.face_ok[i]))
+        except Exception as exc:  # noqa: BLE001
+            self.show_error(error_text(exc))
+            return image, ""
+        return out, " · " + " + ".join(n for n, on in (("face box", box), ("blend mask", mask)) if on)
+
+    def _overlay_toggled(self) -> None:
+        if self.last_scrub is not None and self.analysis is not None and self.current is None \
+                and self.library.script:
+            self._playhead_moved(self.timeline.position)  # the scrub frame comes back decorated
+        else:
+            self._show_avatar_frame()
+
+    def _mark_faceless(self) -> None:
+        """Mark the output frames whose avatar frame has no face (video avatars) on the timeline."""
+        a, analysis = self.assets, self.analysis
+        if a is None or analysis is None:
+            self.timeline.set_faceless([])
+            return
+        import numpy as np
+
+        from studio.core.audio import runs
+
+        ok = np.asarray(a.face_ok, bool)
+        if ok.all():
+            self.timeline.set_faceless([])
+            return
+        bad = ~ok[np.asarray(a.cycle_index(np.arange(analysis.frames)))]
+        self.timeline.set_faceless(runs(bad))
 
     def _script_selected(self, path: str) -> None:
         self.render_panel.set_context(script=path)
@@ -320,12 +497,20 @@ class MainWindow(QMainWindow):
         def done(analysis) -> None:
             if self.library.script != path:
                 return
+            self.transport.stop()
+            self.transport.audio_path = path
             self.analysis = analysis
             self.timeline.set_threshold(self.render_panel.threshold)
             self.timeline.set_min_run(self.render_panel.min_silence)
             self.timeline.set_analysis(analysis)
+            self.render_panel.set_range(None)
+            self._mark_faceless()
             self.analysisReady.emit(analysis)
 
+        known = self.library.analyses.get(path)  # checked when it was added: no second decode
+        if known is not None:
+            done(known)
+            return
         self.timeline.info.setText(f"analysing {Path(path).name}…")
         run_in_background(analyze, path, on_done=done, on_error=self.show_error)
 
@@ -343,6 +528,11 @@ class MainWindow(QMainWindow):
         self._rescrub.start()
 
     def _playhead_moved(self, seconds: float) -> None:
+        if self.player_shown:  # the finished render is on screen: the timeline seeks it
+            from studio.core.render import frame_index
+
+            self.player.seek_frame(frame_index(seconds))
+            return
         avatar, script = self.library.avatar, self.library.script
         if not avatar or not script or self.analysis is None:
             return
@@ -352,11 +542,26 @@ class MainWindow(QMainWindow):
         if self.current is not None:
             return  # the live render owns the preview
         self.last_scrub = (seconds, index)
-        self.preview.offer(image, f"{time_text(seconds)} · frame {index} · exact render preview", index)
+        extra = ""
+        if self.assets is not None:
+            image, extra = self._decorate(image, self.assets.cycle_index(index))
+        from studio.core.timecode import timecode
+
+        self.preview.offer(image, f"{timecode(index)} · frame {index} · exact render preview{extra}", index)
 
     def _running(self, running: bool) -> None:
         self.cancel_action.setEnabled(running)
         self.render_action.setEnabled(not running)
+        if not running:  # no stale "rendering · frame 351": the scrub frame or the avatar comes back
+            QTimer.singleShot(0, self._refresh_preview)
+
+    def _refresh_preview(self) -> None:
+        if self.current is not None or self.player_shown:
+            return
+        if self.analysis is not None and self.library.avatar and self.library.script:
+            self._playhead_moved(self.timeline.position)
+        else:
+            self._show_avatar_frame()
 
     def _preview_shown(self, index: int) -> None:
         if self.last_scrub is not None and index == self.last_scrub[1] and self.current is None:
@@ -378,7 +583,9 @@ class MainWindow(QMainWindow):
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
         else:
-            self.resize(1480, 980)
+            screen = self.screen().availableGeometry() if self.screen() else None
+            w, h = (1480, 980) if screen is None else (min(1480, screen.width()), min(980, screen.height()))
+            self.resize(w, h)
             self.resizeDocks([self.library_dock, self.render_dock], [310, 350], Qt.Orientation.Horizontal)
             self.resizeDocks([self.queue_dock], [165], Qt.Orientation.Vertical)
         state = s.value("window/state")
@@ -404,6 +611,7 @@ class MainWindow(QMainWindow):
         s.sync()
 
     def closeEvent(self, event) -> None:
+        self.transport.stop()
         self.save_state()
         self.queue.closing = True
         if self.player is not None:

@@ -2,6 +2,11 @@
 
 A QMediaPlayer must never live in module globals (PySide 6.12 aborts at exit): the player is
 owned by this widget, which the main window creates.
+
+The player and the timeline are one: its position moves the timeline's playhead
+(``frameChanged``), the timeline's seeks move it (``seek_frame``), and the window's transport keys
+drive it. At the end it stays on the last frame (the video output would go black once the player
+stops) and its button says Play again.
 """
 
 from __future__ import annotations
@@ -11,12 +16,22 @@ import logging
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
 
+from studio.core.constants import FPS
+
 log = logging.getLogger(__name__)
+
+
+def _mmss(ms: int) -> str:
+    s = max(0, int(ms)) // 1000
+    return f"{s // 60}:{s % 60:02d}"
 
 
 class PlayerWidget(QWidget):
     closed = Signal()
     error = Signal(str)
+    frameChanged = Signal(int)  # the frame on screen
+    ended = Signal()
+    playingChanged = Signal(bool)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -30,15 +45,22 @@ class PlayerWidget(QWidget):
         self.player.setAudioOutput(self.audio)
         self.player.setVideoOutput(self.video)
         self.player.errorOccurred.connect(lambda _e, text: self.error.emit(f"playback failed: {text}"))
-        self.play_btn = QPushButton("Pause")
+        self.player.mediaStatusChanged.connect(self._status)
+        self.player.playbackStateChanged.connect(self._state)
+        self.path = ""
+        self.play_btn = QPushButton("Play")
+        self.play_btn.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Space is the window's play/stop key
         self.play_btn.clicked.connect(self.toggle)
         self.back_btn = QPushButton("Back to preview")
+        self.back_btn.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.back_btn.clicked.connect(self.close_player)
         self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.slider.sliderMoved.connect(self.player.setPosition)
-        self.player.durationChanged.connect(lambda d: self.slider.setRange(0, int(d)))
+        self.player.durationChanged.connect(self._duration)
         self.player.positionChanged.connect(self._moved)
-        self.time = QLabel("0:00")
+        self.time = QLabel("0:00 / 0:00")
+        self.time.setMinimumWidth(self.time.fontMetrics().horizontalAdvance("00:00 / 00:00") + 6)
         row = QHBoxLayout()
         row.addWidget(self.play_btn)
         row.addWidget(self.slider, 1)
@@ -49,27 +71,57 @@ class PlayerWidget(QWidget):
         box.addWidget(self.video, 1)
         box.addLayout(row)
 
-    def play(self, path: str) -> None:
-        self.player.setSource(QUrl.fromLocalFile(path))
-        self.player.play()
-        self.play_btn.setText("Pause")
-
-    def toggle(self) -> None:
+    @property
+    def playing(self) -> bool:
         from PySide6.QtMultimedia import QMediaPlayer
 
-        if self.player.playbackState() == QMediaPlayer.PlaybackState.PlayingState:
+        return self.player.playbackState() == QMediaPlayer.PlaybackState.PlayingState
+
+    def play(self, path: str) -> None:
+        self.path = path
+        self.player.setSource(QUrl.fromLocalFile(path))
+        self.player.setPlaybackRate(1.0)
+        self.player.play()
+
+    def toggle(self) -> None:
+        if self.playing:
             self.player.pause()
-            self.play_btn.setText("Play")
         else:
+            if self.player.duration() > 0 and self.player.position() >= self.player.duration() - 1000 // FPS - 1:
+                self.player.setPosition(0)  # at the end: from the start again
             self.player.play()
-            self.play_btn.setText("Pause")
+
+    def seek_frame(self, frame: int) -> None:
+        """Show frame ``frame`` (the timeline's playhead moved)."""
+        ms = int(round(frame * 1000 / FPS))
+        if abs(self.player.position() - ms) > 1000 // FPS // 2:
+            self.player.setPosition(ms)
 
     def close_player(self) -> None:
         self.player.stop()
         self.closed.emit()
 
+    def _duration(self, ms: int) -> None:
+        self.slider.setRange(0, int(ms))
+        self._moved(self.player.position())
+
+    def _status(self, status) -> None:
+        from PySide6.QtMultimedia import QMediaPlayer
+
+        if status == QMediaPlayer.MediaStatus.EndOfMedia:
+            # stay on the last frame: position it there and pause (a stopped player shows black)
+            last = max(0, self.player.duration() - 1000 // FPS)
+            self.player.setPosition(last)
+            self.player.pause()
+            self.ended.emit()
+
+    def _state(self, _state) -> None:
+        playing = self.playing
+        self.play_btn.setText("Pause" if playing else "Play")
+        self.playingChanged.emit(playing)
+
     def _moved(self, ms: int) -> None:
         if not self.slider.isSliderDown():
             self.slider.setValue(int(ms))
-        s = ms // 1000
-        self.time.setText(f"{s // 60}:{s % 60:02d}")
+        self.time.setText(f"{_mmss(ms)} / {_mmss(self.player.duration())}")
+        self.frameChanged.emit(int(ms * FPS // 1000))

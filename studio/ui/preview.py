@@ -3,6 +3,8 @@
 Producers (the render worker, scrubbing) call ``offer(image, caption)`` at any rate; the display
 timer pushes only the newest image to the screen, at most ``DISPLAY_HZ`` times a second.
 (The render FPS readout, once per second, lives in the Render panel.)
+
+Files dropped on the picture are passed on (``filesDropped``): the window imports them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QStackedLayout, QVBoxLayout, QWidget
+
+from studio.ui.widgets import ElidedLabel
 
 DISPLAY_HZ = 30
 
@@ -19,6 +23,7 @@ class PreviewView(QWidget):
     """The picture: avatar frame, scrubbed frame, live render frames, or the player."""
 
     shown = Signal(int)  # frame index (or -1) of the image just displayed
+    filesDropped = Signal(list)  # local paths dropped on the picture
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -26,11 +31,14 @@ class PreviewView(QWidget):
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setBackground("#101216")
         self.graphics.ci.setContentsMargins(0, 0, 0, 0)
+        self.graphics.setAcceptDrops(False)  # drops land on this widget, not in the scene
+        self.graphics.viewport().setAcceptDrops(False)
+        self.setAcceptDrops(True)
         self.view = self.graphics.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
         self.view.setMouseEnabled(False, False)
         self.image_item = pg.ImageItem(axisOrder="row-major")
         self.view.addItem(self.image_item)
-        self.caption = QLabel("No avatar yet: import a photo or a video in the Library")
+        self.caption = ElidedLabel("No avatar yet: import or drop a photo or a video (and a voice-over)")
         self.caption.setObjectName("previewCaption")
         self.caption.setAlignment(Qt.AlignmentFlag.AlignCenter)
 
@@ -83,3 +91,24 @@ class PreviewView(QWidget):
             self.caption.setText(caption)
         self.displayed += 1
         self.shown.emit(index)
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        from studio.ui.library import dropped_paths, file_kind
+
+        if any(file_kind(p) for p in dropped_paths(event.mimeData())):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        from studio.ui.library import dropped_paths
+
+        paths = dropped_paths(event.mimeData())
+        if not paths:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        self.filesDropped.emit(paths)

@@ -2,6 +2,10 @@
 and the finished file (play in the app, reveal in the file manager).
 
 The FPS number and the plot update once per second from the latest progress (never per batch).
+
+"Render in/out range only" (offered once the timeline has an in or out point) makes
+``render_range()`` return the range as frames ``[start, end)``; the queue puts it in the job.
+The Live bar's percentage is ``studio.core.progress.percent``, the same rule as the Queue's.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QIcon
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -30,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.ui import settings as cfg
+from studio.ui.widgets import ElidedLabel
 
 ENGINES = ["auto", "classic", "musetalk"]
 DEVICES = ["auto", "cuda", "cpu"]
@@ -62,6 +68,7 @@ class RenderPanel(QWidget):
         self.threshold = cfg.value(self.settings, "render/threshold", float)
         self.min_silence = cfg.value(self.settings, "render/min_silence", int)
         self.last_output = ""
+        self._range: tuple[int, int] | None = None  # the timeline's in/out range, frames [start, end)
 
         self.engine = _combo(ENGINES, "Lip-sync engine; auto picks MuseTalk when its weights are imported")
         self.device = _combo(DEVICES, "Where the engine runs")
@@ -115,6 +122,15 @@ class RenderPanel(QWidget):
         form.addRow("Folder", out)
         form.addRow("Name", self.pattern)
         form.addRow(self.output_label)
+        self.range_check = QCheckBox("Render in/out range only")
+        self.range_check.setToolTip("Render only the frames between the timeline's in and out points (I / O)")
+        self.range_check.setEnabled(False)
+        self.range_label = ElidedLabel("")
+        self.range_label.setObjectName("dim")
+        rng = QHBoxLayout()
+        rng.addWidget(self.range_check)
+        rng.addWidget(self.range_label, 1)
+        form.addRow(rng)
         settings_box = QGroupBox("Settings")
         settings_box.setLayout(form)
 
@@ -147,7 +163,7 @@ class RenderPanel(QWidget):
         self.engine_label.setWordWrap(True)
         self.fps_plot = pg.PlotWidget()
         self.fps_plot.setBackground("#16181d")
-        self.fps_plot.setFixedHeight(130)
+        self.fps_plot.setFixedHeight(110)
         self.fps_plot.setMenuEnabled(False)
         self.fps_plot.setMouseEnabled(False, False)
         self.fps_plot.hideButtons()
@@ -208,6 +224,7 @@ class RenderPanel(QWidget):
         self.folder.textChanged.connect(self._update_output_label)
         self.pattern.textChanged.connect(self._update_output_label)
         self._update_output_label()
+        self._show_range()
 
     # ---- settings ----------------------------------------------------------------------
 
@@ -273,6 +290,27 @@ class RenderPanel(QWidget):
         if not name.lower().endswith(".mp4"):
             name += ".mp4"
         return str(Path(folder) / name)
+
+    def set_range(self, frames: tuple[int, int] | None) -> None:
+        """The timeline's in/out range (frames ``[start, end)``), or None when it has none."""
+        self._range = (int(frames[0]), int(frames[1])) if frames else None
+        self.range_check.setEnabled(self._range is not None)
+        self._show_range()
+
+    def render_range(self) -> tuple[int, int] | None:
+        """Frames ``[start, end)`` to render when "Render in/out range only" is ticked; None: the whole clip."""
+        if self._range is None or not self.range_check.isChecked():
+            return None
+        return self._range
+
+    def _show_range(self) -> None:
+        from studio.core.timecode import seconds_text, timecode
+
+        if self._range is None:
+            self.range_label.setText("set I / O on the timeline")
+            return
+        a, b = self._range
+        self.range_label.setText(f"{timecode(a)}–{timecode(b - 1)} · {seconds_text(b - a)}")
 
     def set_context(self, avatar: str | None = None, script: str | None = None) -> None:
         if avatar is not None:
@@ -352,7 +390,9 @@ class RenderPanel(QWidget):
         self._latest = p
         frac = p.done / p.total if p.total else 0.0
         self.progress_bar.setValue(int(frac * 1000))
-        self.progress_bar.setFormat(f"{p.done} / {p.total} frames  ({100 * frac:.0f} %)")
+        from studio.core.progress import percent
+
+        self.progress_bar.setFormat(f"{p.done} / {p.total} frames  ({percent(p.done, p.total)} %)")
 
     def stop(self, message: str, output: str | None = None, detail: str = "") -> None:
         self._tick()

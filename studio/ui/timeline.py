@@ -1,9 +1,18 @@
-"""The timeline: waveform, silent spans, RMS with a draggable threshold, and the playhead.
+"""The timeline: transport bar, waveform, silent spans, RMS with a draggable threshold, playhead,
+in/out range and the frames where a video avatar has no face.
 
 The waveform is drawn from the cached envelope (100 min/max buckets per second) with peak
 downsampling and clip-to-view, so a one-hour file pans smoothly. Silent spans are shaded with
 ``LinearRegionItem``s (a shaded step curve past ``MAX_REGIONS`` spans). Moving the threshold line
-recomputes the mask at once; moving or clicking the playhead emits ``playheadMoved(seconds)``.
+(or typing in the number field beside it) recomputes the mask at once. A click anywhere on the
+waveform, the RMS plot or the time ruler moves the playhead there; so does dragging the playhead,
+typing a timecode in the timecode field (see ``studio.core.timecode``) or the transport keys the
+main window binds. The playhead always sits on the start of a frame and emits
+``playheadMoved(seconds)``.
+
+The in/out range is frames ``[in, out)``: ``set_in()`` marks the playhead's frame as the first one,
+``set_out()`` marks it as the last one (as in Premiere, the out frame is included), so
+``range_frames()`` returns ``(in, out + 1)``.
 """
 
 from __future__ import annotations
@@ -12,16 +21,32 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QSizePolicy,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, FPS
+from studio.core.timecode import JUMP_HELP, parse_jump, seconds_text, timecode
+from studio.ui.widgets import ElidedLabel
 
 MAX_REGIONS = 400
 RMS_FLOOR = 1e-4  # log axis floor
 WAVE_PEN = "#4fa3ff"
 SILENCE_BRUSH = (255, 170, 60, 45)
+RANGE_BRUSH = (79, 163, 255, 38)
+RANGE_PEN = "#7cc0ff"
+FACELESS_BRUSH = (255, 90, 90, 170)
 ACCENT = "#ffb347"
+PLAYHEAD = "#ff5c7a"
 
 
 def time_text(seconds: float) -> str:
@@ -33,6 +58,10 @@ class TimelineView(QWidget):
     thresholdChanged = Signal(float)
     maskChanged = Signal(object)  # bool [T]
     playheadMoved = Signal(float)  # seconds (already snapped to the start of its frame)
+    rangeChanged = Signal(object)  # (in, out) frames [in, out) or None
+    playClicked = Signal()
+    loopToggled = Signal(bool)
+    error = Signal(str)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -42,11 +71,16 @@ class TimelineView(QWidget):
         self.threshold = DEFAULT_SILENCE_THRESHOLD
         self.min_run = DEFAULT_MIN_SILENCE_FRAMES
         self.position = 0.0
+        self.in_frame: int | None = None
+        self.out_frame: int | None = None  # the last frame of the range (included)
+        self.faceless_spans: list[tuple[int, int]] = []
         self._regions: list[pg.LinearRegionItem] = []
         self._silence_curve = None
 
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setBackground("#16181d")
+        self.plots.setAcceptDrops(False)  # dropped files go to the window, not the scene
+        self.plots.viewport().setAcceptDrops(False)
         self.wave_plot = self.plots.addPlot(row=0, col=0)
         self.rms_plot = self.plots.addPlot(row=1, col=0)
         self.plots.ci.layout.setRowStretchFactor(0, 3)
@@ -69,13 +103,25 @@ class TimelineView(QWidget):
         self.wave_plot.getAxis("left").enableAutoSIPrefix(False)
         self.rms_plot.getAxis("bottom").setLabel("time (s)")
         self.rms_plot.getAxis("bottom").enableAutoSIPrefix(False)
-        self.wave_plot.setXRange(0, 10, padding=0)
+        self._set_x_extent(10.0)
         self.rms_plot.setYRange(math.log10(RMS_FLOOR), 0, padding=0)
 
         fill = pg.mkBrush(79, 163, 255, 110)
         self.wave_max = self.wave_plot.plot(pen=pg.mkPen(WAVE_PEN, width=1), fillLevel=0, brush=fill)
         self.wave_min = self.wave_plot.plot(pen=pg.mkPen(WAVE_PEN, width=1), fillLevel=0, brush=fill)
         self.rms_curve = self.rms_plot.plot(pen=pg.mkPen("#9be38b", width=1))
+
+        # the in/out range: shaded on both plots, edged by two lines; not draggable (clicks seek)
+        self.range_items = []
+        for p in (self.wave_plot, self.rms_plot):
+            r = pg.LinearRegionItem(movable=False, brush=pg.mkBrush(*RANGE_BRUSH), pen=pg.mkPen(RANGE_PEN, width=2))
+            r.setZValue(-5)
+            r.hide()
+            p.addItem(r)
+            self.range_items.append(r)
+        # faceless frames of a video avatar: a red band along the top of the waveform
+        self.faceless_curve = self.wave_plot.plot(pen=None, fillLevel=0.86, brush=pg.mkBrush(*FACELESS_BRUSH))
+        self.faceless_curve.setZValue(5)
 
         self.threshold_line = pg.InfiniteLine(
             angle=0, movable=True, pen=pg.mkPen(ACCENT, width=2), hoverPen=pg.mkPen("#ffd08a", width=3),
@@ -84,21 +130,56 @@ class TimelineView(QWidget):
         self.threshold_line.setValue(math.log10(self.threshold))
         self.threshold_line.sigPositionChanged.connect(self._threshold_dragged)
         self.rms_plot.addItem(self.threshold_line)
-        # the label shows the RMS value, not its log
-        self.threshold_line.label.setFormat("")
+        self.threshold_line.label.setFormat("")  # the label shows the RMS value, not its log
         self.playheads = []
         for p in (self.wave_plot, self.rms_plot):
-            line = pg.InfiniteLine(angle=90, movable=True, pen=pg.mkPen("#ff5c7a", width=2),
+            line = pg.InfiniteLine(angle=90, movable=True, pen=pg.mkPen(PLAYHEAD, width=2),
                                    hoverPen=pg.mkPen("#ff8da1", width=3))
+            line.setZValue(20)
             line.sigPositionChanged.connect(self._playhead_dragged)
             p.addItem(line)
             self.playheads.append(line)
         self.wave_plot.scene().sigMouseClicked.connect(self._clicked)
 
-        self.info = QLabel("Import a voice-over to see its waveform and silences")
-        self.info.setObjectName("timelineInfo")
+        # ---- transport row: play, loop, timecode field, frame / duration, in/out, audio note
+        self.play_btn = QToolButton()
+        self.play_btn.setObjectName("playButton")
+        self.play_btn.setText("▶ Play")
+        self.play_btn.setToolTip("Play / stop (Space); J K L shuttle, repeat J or L for 2x and 4x")
+        self.play_btn.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.play_btn.clicked.connect(self.playClicked)
+        self.loop_btn = QToolButton()
+        self.loop_btn.setText("Loop")
+        self.loop_btn.setCheckable(True)
+        self.loop_btn.setToolTip("Loop playback of the in/out range (the whole clip when no range is set)")
+        self.loop_btn.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.loop_btn.toggled.connect(self.loopToggled)
+        self.timecode_edit = QLineEdit(timecode(0))
+        self.timecode_edit.setObjectName("timecodeEdit")
+        self.timecode_edit.setToolTip(JUMP_HELP + ". Enter jumps, Esc goes back.")
+        self.timecode_edit.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.timecode_edit.setFixedWidth(self.timecode_edit.fontMetrics().horizontalAdvance("00:00:00:00") + 26)
+        self.timecode_edit.returnPressed.connect(self._jump_typed)
+        self.timecode_edit.installEventFilter(self)
         self.time_label = QLabel(self._time_caption(0.0))
         self.time_label.setObjectName("timeLabel")
+        self.time_label.setMinimumWidth(self.time_label.fontMetrics().horizontalAdvance("frame 00000 / 00000 · 00:00.00") + 8)
+        self.range_label = ElidedLabel("")
+        self.range_label.setObjectName("rangeLabel")
+        self.range_label.setToolTip("In/out range: I sets in, O sets out, Alt+I / Alt+O clear them")
+        self.audio_note = ElidedLabel("")
+        self.audio_note.setObjectName("warnLabel")
+
+        # ---- silence row: summary, threshold number, min silence
+        self.info = ElidedLabel("Import a voice-over to see its waveform and silences")
+        self.info.setObjectName("timelineInfo")
+        self.threshold_box = QDoubleSpinBox()
+        self.threshold_box.setDecimals(4)
+        self.threshold_box.setRange(RMS_FLOOR, 1.0)
+        self.threshold_box.setSingleStep(0.001)
+        self.threshold_box.setValue(self.threshold)
+        self.threshold_box.setToolTip("Silence threshold (RMS); the same as dragging the orange line")
+        self.threshold_box.valueChanged.connect(self._threshold_typed)
         self.min_run_box = QSpinBox()
         self.min_run_box.setRange(1, 250)
         self.min_run_box.setValue(self.min_run)
@@ -106,23 +187,48 @@ class TimelineView(QWidget):
         self.min_run_box.setToolTip("Shortest silence: shorter dips between words stay speech")
         self.min_run_box.valueChanged.connect(self.set_min_run)
 
-        top = QHBoxLayout()
-        top.addWidget(self.time_label)
-        top.addStretch(1)
-        top.addWidget(self.info)
-        top.addSpacing(12)
-        top.addWidget(QLabel("min silence"))
-        top.addWidget(self.min_run_box)
+        transport = QHBoxLayout()
+        transport.setSpacing(6)
+        transport.addWidget(self.play_btn)
+        transport.addWidget(self.loop_btn)
+        transport.addWidget(self.timecode_edit)
+        transport.addWidget(self.time_label)
+        transport.addWidget(self.range_label, 1)
+        transport.addWidget(self.audio_note, 1)
+        silence = QHBoxLayout()
+        silence.setSpacing(6)
+        silence.addWidget(self.info, 1)
+        silence.addWidget(QLabel("threshold"))
+        silence.addWidget(self.threshold_box)
+        silence.addSpacing(6)
+        silence.addWidget(QLabel("min silence"))
+        silence.addWidget(self.min_run_box)
         box = QVBoxLayout(self)
         box.setContentsMargins(6, 4, 6, 4)
-        box.addLayout(top)
+        box.setSpacing(4)
+        box.addLayout(transport)
+        box.addLayout(silence)
         box.addWidget(self.plots, 1)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the window
         self._update_threshold_label()
+        self._show_range()
 
     # ---- public API --------------------------------------------------------------------
 
+    @property
+    def frames(self) -> int:
+        """Frames of the shown clip (0 without one)."""
+        return int(self.analysis.frames) if self.analysis is not None else 0
+
+    @property
+    def frame(self) -> int:
+        """The playhead's frame."""
+        from studio.core.render import frame_index
+
+        return frame_index(self.position)
+
     def set_analysis(self, analysis) -> None:
-        """Show an ``AudioAnalysis`` (envelope, RMS); keeps the current threshold."""
+        """Show an ``AudioAnalysis`` (envelope, RMS); keeps the threshold, clears the in/out range."""
         self.analysis = analysis
         n = len(analysis.env_max)
         t = np.arange(n, dtype=np.float64) * (analysis.bucket / 16000.0)
@@ -130,13 +236,13 @@ class TimelineView(QWidget):
         self.wave_min.setData(t, analysis.env_min)
         rt = (np.arange(analysis.frames, dtype=np.float64) + 0.5) / FPS
         self.rms_curve.setData(rt, np.maximum(analysis.rms, RMS_FLOOR))
-        duration = analysis.info.duration_s
-        for p in (self.wave_plot, self.rms_plot):
-            p.setLimits(xMin=0, xMax=max(duration, 0.04))
-        self.wave_plot.setXRange(0, duration, padding=0)
+        self._set_x_extent(max(analysis.info.duration_s, 0.04))
         lo = math.log10(RMS_FLOOR)
         hi = math.log10(max(float(analysis.rms.max(initial=0.0)), RMS_FLOOR * 10)) + 0.2
         self.rms_plot.setYRange(lo, hi, padding=0)
+        self.in_frame = self.out_frame = None
+        self._show_range()
+        self.set_faceless([])
         self.set_playhead(0.0, emit=False)
         self._recompute()
 
@@ -150,19 +256,101 @@ class TimelineView(QWidget):
         self._recompute()
 
     def set_playhead(self, seconds: float, emit: bool = True) -> None:
-        duration = self.analysis.info.duration_s if self.analysis else 0.0
-        seconds = min(max(0.0, seconds), max(0.0, duration - 1e-6))
         from studio.core.render import frame_index
 
-        snapped = frame_index(seconds) / FPS
+        last = max(0, self.frames - 1)
+        frame = min(max(0, frame_index(max(0.0, seconds) + 1e-9)), last)
+        snapped = frame / FPS
         self.position = snapped
         for line in self.playheads:
             line.blockSignals(True)
             line.setValue(snapped)
             line.blockSignals(False)
         self.time_label.setText(self._time_caption(snapped))
+        if not self.timecode_edit.hasFocus():
+            self.timecode_edit.setText(timecode(frame))
         if emit:
             self.playheadMoved.emit(snapped)
+
+    def set_frame(self, frame: int, emit: bool = True) -> None:
+        self.set_playhead(int(frame) / FPS, emit=emit)
+
+    def step(self, frames: int) -> None:
+        """Move the playhead ``frames`` frames (negative: back)."""
+        self.set_frame(self.frame + int(frames))
+
+    def edges(self) -> list[int]:
+        """Frames where speech starts or stops (silent span edges), plus the clip's ends."""
+        last = max(0, self.frames - 1)
+        out = {0, last}
+        for a, b in self.silent_spans:
+            out.update((a, min(b, last)))
+        return sorted(out)
+
+    def next_edge(self, direction: int) -> None:
+        """Jump to the next (``direction`` > 0) or previous silence/speech edge."""
+        f = self.frame
+        edges = self.edges()
+        if direction > 0:
+            target = next((e for e in edges if e > f), edges[-1] if edges else 0)
+        else:
+            target = next((e for e in reversed(edges) if e < f), 0)
+        self.set_frame(target)
+
+    def set_in(self, frame: int | None = None) -> None:
+        """Mark ``frame`` (default: the playhead's) as the first frame of the range."""
+        if self.analysis is None:
+            return
+        self.in_frame = self.frame if frame is None else int(frame)
+        if self.out_frame is not None and self.out_frame < self.in_frame:
+            self.out_frame = None  # as in Premiere: an in point past the out point clears the out point
+        self._range_changed()
+
+    def set_out(self, frame: int | None = None) -> None:
+        """Mark ``frame`` (default: the playhead's) as the last frame of the range (included)."""
+        if self.analysis is None:
+            return
+        self.out_frame = self.frame if frame is None else int(frame)
+        if self.in_frame is not None and self.in_frame > self.out_frame:
+            self.in_frame = None
+        self._range_changed()
+
+    def clear_in(self) -> None:
+        self.in_frame = None
+        self._range_changed()
+
+    def clear_out(self) -> None:
+        self.out_frame = None
+        self._range_changed()
+
+    def range_frames(self) -> tuple[int, int] | None:
+        """The in/out range as frames ``[start, end)``; None when neither point is set."""
+        if self.analysis is None or (self.in_frame is None and self.out_frame is None):
+            return None
+        start = self.in_frame if self.in_frame is not None else 0
+        end = self.out_frame + 1 if self.out_frame is not None else self.frames
+        return (max(0, start), min(self.frames, end))
+
+    def play_span(self) -> tuple[int, int]:
+        """Frames ``[start, end)`` that playback covers: the range, else the whole clip."""
+        return self.range_frames() or (0, self.frames)
+
+    def set_playing(self, playing: bool) -> None:
+        self.play_btn.setText("■ Stop" if playing else "▶ Play")
+
+    def set_audio_note(self, text: str) -> None:
+        self.audio_note.setText(text)
+        self.audio_note.setToolTip(text)
+
+    def set_faceless(self, spans) -> None:
+        """Mark output frames ``[a, b)`` where the avatar has no face (a red band on the waveform)."""
+        self.faceless_spans = [(int(a), int(b)) for a, b in spans]
+        if not self.faceless_spans:
+            self.faceless_curve.setData([], [])
+            return
+        xs = np.array([[a, a, b, b] for a, b in self.faceless_spans], np.float64).ravel() / FPS
+        ys = np.tile([0.86, 1.0, 1.0, 0.86], len(self.faceless_spans))
+        self.faceless_curve.setData(xs, ys)
 
     @property
     def silent_spans(self) -> list[tuple[int, int]]:
@@ -170,18 +358,77 @@ class TimelineView(QWidget):
 
         return runs(self.mask) if self.mask is not None else []
 
+    def scene_pos_of(self, seconds: float, plot=None):
+        """Scene position of time ``seconds`` at the vertical middle of ``plot`` (for tests and tools)."""
+        from PySide6.QtCore import QPointF
+
+        plot = plot or self.wave_plot
+        vb = plot.vb
+        y = vb.viewRect().center().y()
+        return vb.mapViewToScene(QPointF(seconds, y))
+
     # ---- internals ---------------------------------------------------------------------
+
+    def _set_x_extent(self, duration: float) -> None:
+        # a small margin either side so the playhead at 0 and at the last frame stays in view
+        pad = max(duration * 0.006, 0.02)
+        for p in (self.wave_plot, self.rms_plot):
+            p.setLimits(xMin=-pad, xMax=duration + pad)
+        self.wave_plot.setXRange(-pad, duration + pad, padding=0)
 
     def _time_caption(self, seconds: float) -> str:
         from studio.core.render import frame_index
 
-        return f"{time_text(seconds)}  ·  frame {frame_index(seconds)}"
+        total = self.frames
+        return f"frame {frame_index(seconds + 1e-9)} / {total} · {time_text(seconds)}" if total else \
+            f"frame {frame_index(seconds + 1e-9)} · {time_text(seconds)}"
+
+    def _jump_typed(self) -> None:
+        try:
+            frame = parse_jump(self.timecode_edit.text(), current=self.frame)
+        except Exception as exc:  # noqa: BLE001 - TimecodeError: one sentence
+            self.timecode_edit.setProperty("bad", True)
+            self._repolish(self.timecode_edit)
+            self.error.emit(str(exc))
+            return
+        self.timecode_edit.setProperty("bad", False)
+        self._repolish(self.timecode_edit)
+        self.timecode_edit.clearFocus()
+        self.set_frame(frame)
+        self.timecode_edit.setText(timecode(self.frame))
+
+    def eventFilter(self, obj, event):  # noqa: N802 (Qt's name)
+        if obj is self.timecode_edit:
+            if event.type() == QEvent.Type.FocusIn:
+                from PySide6.QtCore import QTimer
+
+                QTimer.singleShot(0, self.timecode_edit.selectAll)
+            elif event.type() == QEvent.Type.FocusOut:
+                self.timecode_edit.setText(timecode(self.frame))
+            elif event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Escape:
+                self.timecode_edit.setText(timecode(self.frame))
+                self.timecode_edit.clearFocus()
+                return True
+        return super().eventFilter(obj, event)
+
+    @staticmethod
+    def _repolish(w) -> None:
+        w.style().unpolish(w)
+        w.style().polish(w)
 
     def _threshold_dragged(self) -> None:
         self.threshold = float(10 ** self.threshold_line.value())
         self._update_threshold_label()
+        if abs(self.threshold_box.value() - self.threshold) > 0.5 * 10 ** -self.threshold_box.decimals():
+            self.threshold_box.blockSignals(True)
+            self.threshold_box.setValue(self.threshold)
+            self.threshold_box.blockSignals(False)
         self._recompute()
         self.thresholdChanged.emit(self.threshold)
+
+    def _threshold_typed(self, value: float) -> None:
+        if abs(value - self.threshold) > 1e-9:
+            self.set_threshold(value)
 
     def _update_threshold_label(self) -> None:
         self.threshold_line.label.setFormat(f"threshold {self.threshold:.4f}")
@@ -190,10 +437,28 @@ class TimelineView(QWidget):
         self.set_playhead(float(line.value()))
 
     def _clicked(self, event) -> None:
-        if event.button() != 1 or self.analysis is None:
+        if event.button() != Qt.MouseButton.LeftButton or self.analysis is None or event.double():
             return
-        pos = self.wave_plot.vb.mapSceneToView(event.scenePos())
+        pos = self.wave_plot.vb.mapSceneToView(event.scenePos())  # the plots share the x axis
         self.set_playhead(float(pos.x()))
+
+    def _range_changed(self) -> None:
+        self._show_range()
+        self.rangeChanged.emit(self.range_frames())
+
+    def _show_range(self) -> None:
+        r = self.range_frames()
+        for item in self.range_items:
+            if r is None:
+                item.hide()
+            else:
+                item.setRegion((r[0] / FPS, r[1] / FPS))
+                item.show()
+        if r is None:
+            self.range_label.setText("no in/out range (I, O)")
+        else:
+            a, b = r
+            self.range_label.setText(f"in {timecode(a)} · out {timecode(b - 1)} · {seconds_text(b - a)}")
 
     def _recompute(self) -> None:
         if self.analysis is None:
@@ -204,9 +469,10 @@ class TimelineView(QWidget):
         silent = int(self.mask.sum())
         total = max(1, len(self.mask))
         self.info.setText(
-            f"{self.analysis.info.duration_s:.1f} s · {len(self.mask)} frames · "
+            f"{seconds_text(len(self.mask))} · {len(self.mask)} frames · "
             f"{len(spans)} silences · {silent} silent frames ({100 * silent / total:.0f} %)"
         )
+        self.time_label.setText(self._time_caption(self.position))
         self.maskChanged.emit(self.mask)
 
     def _draw_spans(self, spans) -> None:

@@ -1,0 +1,117 @@
+"""Small widgets and guards that keep the window steady.
+
+- ``ElidedLabel``: a one-line label that elides its text ("…") instead of asking for more width,
+  so a long caption never widens a dock or the window.
+- ``InputGuard``: one event filter, installed on every spin box, combo box and text field of a
+  window (``guard_inputs(window)``):
+    * a wheel over a spin box or combo box that does not have the keyboard focus scrolls the panel
+      instead of changing the value (the event is passed on to the parent);
+    * text fields and spin boxes keep their own keys: the window's transport shortcuts (Space, J K L,
+      arrows, Home/End, I/O) do not fire while one of them has the focus.
+  Installed per widget, not on the QApplication, so the other events never pass through Python.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QComboBox,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QSizePolicy,
+    QTextEdit,
+    QWidget,
+)
+
+
+class ElidedLabel(QLabel):
+    """A single-line label that shows as much of its text as fits and elides the rest."""
+
+    def __init__(self, text: str = "", parent=None, mode=Qt.TextElideMode.ElideRight):
+        super().__init__(parent)
+        self._full = ""
+        self._mode = mode
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setMinimumWidth(20)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._full = text or ""
+        self._elide()
+
+    def text(self) -> str:
+        return self._full
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        shown = self.fontMetrics().elidedText(self._full, self._mode, max(0, self.width() - 2))
+        super().setText(shown)
+        if shown != self._full and not self.toolTip():
+            self.setToolTip(self._full)
+
+    def sizeHint(self):  # noqa: N802
+        hint = super().sizeHint()
+        hint.setWidth(min(hint.width(), 200))
+        return hint
+
+    def minimumSizeHint(self):  # noqa: N802
+        hint = super().minimumSizeHint()
+        hint.setWidth(20)
+        return hint
+
+
+WHEEL_GUARDED = (QAbstractSpinBox, QComboBox)
+TEXT_INPUTS = (QLineEdit, QAbstractSpinBox, QPlainTextEdit, QTextEdit)
+
+
+class InputGuard(QObject):
+    """See the module docstring."""
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt's name)
+        kind = event.type()
+        if kind == QEvent.Type.Wheel and isinstance(obj, WHEEL_GUARDED) and not obj.hasFocus():
+            event.ignore()
+            parent = obj.parentWidget()
+            while parent is not None:  # the nearest scroll area (or panel) gets the wheel instead
+                from PySide6.QtWidgets import QAbstractScrollArea
+
+                if isinstance(parent, QAbstractScrollArea):
+                    from PySide6.QtWidgets import QApplication
+
+                    QApplication.sendEvent(parent.verticalScrollBar(), event)
+                    break
+                parent = parent.parentWidget()
+            return True
+        if kind == QEvent.Type.ShortcutOverride and _is_text_input(obj):
+            mods = event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier
+            if not mods & (Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier
+                           | Qt.KeyboardModifier.MetaModifier):
+                event.accept()  # the key goes to the text field, not to a window shortcut
+                return True
+        return False
+
+
+def _is_text_input(obj) -> bool:
+    if isinstance(obj, TEXT_INPUTS):
+        return not (isinstance(obj, QLineEdit) and obj.isReadOnly())
+    if isinstance(obj, QComboBox):
+        return obj.isEditable()
+    return False
+
+
+def guard_inputs(root: QWidget, guard: InputGuard | None = None) -> InputGuard:
+    """Install ``guard`` (or a new ``InputGuard`` owned by ``root``) on every input under ``root``."""
+    guard = guard or getattr(root, "_input_guard", None) or InputGuard(root)
+    root._input_guard = guard
+    for w in root.findChildren(QWidget):
+        if isinstance(w, (*WHEEL_GUARDED, *TEXT_INPUTS)) and not w.property("_guarded"):
+            w.installEventFilter(guard)
+            w.setProperty("_guarded", True)
+            if isinstance(w, WHEEL_GUARDED):
+                w.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # a wheel does not take the focus either
+    return guard
