@@ -27,6 +27,9 @@ Where the official code has known bugs we do the right thing (spec §1.6, §3.3,
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +113,9 @@ class MuseTalkEngine(LipSyncEngine):
         self.features = None
         self._nets = None
         self._whisper = None
+        self.load_ms: dict[str, float] = {}  # where loading went: networks, warm-up, whisper, waits
+        self._loader: threading.Thread | None = None  # the networks loading in the background
+        self._load_error: BaseException | None = None
 
     # ----------------------------------------------------------------------------------------
     # The engine interface
@@ -118,6 +124,7 @@ class MuseTalkEngine(LipSyncEngine):
         """VAE latents of the avatar's crops, read from / written to the avatar's engine cache."""
         import torch
 
+        self.load_in_background()
         crops = avatar.crops
         n = int(getattr(avatar, "N", len(crops)))
         cache = Path(avatar.engine_dir(f"musetalk-{self._vae_key()[:16]}")) / LATENT_CACHE
@@ -144,11 +151,32 @@ class MuseTalkEngine(LipSyncEngine):
 
     def audio_features(self, wave):
         """Whisper tokens for every frame of ``wave`` (``len == wave.frames``), PE included."""
+        self.load_in_background()  # the UNet and decoder load while whisper loads and runs
         if self._whisper is None:
             from studio.core.engines.whisper_features import WhisperFeatures
 
+            t0 = time.perf_counter()
             self._whisper = WhisperFeatures(self.paths.whisper, device=self.device)
+            self.load_ms["whisper"] = (time.perf_counter() - t0) * 1e3
         return self._whisper(wave)
+
+    def load_in_background(self) -> None:
+        """Start loading the networks (and capturing the render batch's CUDA graph) in a thread,
+        so that whisper, the audio features and the avatar's latents overlap them; the first
+        call that needs the networks waits for it. CUDA only (a CPU has no cores to spare);
+        ``STUDIO_BACKGROUND_LOAD=0`` turns it off."""
+        if (self._nets is not None or self._loader is not None or self.device.type != "cuda"
+                or os.environ.get("STUDIO_BACKGROUND_LOAD", "1") == "0"):
+            return
+
+        def run() -> None:
+            try:
+                self._load()
+            except BaseException as exc:  # noqa: BLE001 - raised by the call that waits for it
+                self._load_error = exc
+
+        self._loader = threading.Thread(target=run, name="musetalk-load", daemon=True)
+        self._loader.start()
 
     def generate(self, prepared, avatar_idx, feat_idx):
         import torch
@@ -186,6 +214,9 @@ class MuseTalkEngine(LipSyncEngine):
         return d
 
     def close(self) -> None:
+        if self._loader is not None and self._loader is not threading.current_thread():
+            self._loader.join()
+        self._loader = self._load_error = None
         self._nets = None
         self._whisper = None
         self.features = None
@@ -220,6 +251,17 @@ class MuseTalkEngine(LipSyncEngine):
     def _load(self) -> dict:
         if self._nets is not None:
             return self._nets
+        loader = self._loader
+        if loader is not None and loader is not threading.current_thread():
+            t0 = time.perf_counter()
+            loader.join()
+            self.load_ms["waited"] = self.load_ms.get("waited", 0.0) + (time.perf_counter() - t0) * 1e3
+            self._loader = None
+            if self._load_error is not None:
+                exc, self._load_error = self._load_error, None
+                raise exc
+            if self._nets is not None:
+                return self._nets
         from studio.core.engines import runtime_torch as rt
 
         with rt.on_device(self.device):  # graphs are captured on the current device's streams
@@ -231,12 +273,15 @@ class MuseTalkEngine(LipSyncEngine):
         from studio.core.engines import runtime_torch as rt
 
         p = self.paths
+        t0 = time.perf_counter()
         unet = models.load_module("unet", p.unet, p.weight_file(p.unet), self.device, self.dtype)
         rt.fold_time_embedding(unet)
+        t1 = time.perf_counter()
         vae = models.load_module("vae", p.vae, p.weight_file(p.vae), self.device, self.dtype)
         taesd = None
         if self.decoder == "taesd":
             taesd = models.load_module("taesd", p.taesd, p.weight_file(p.taesd), self.device, self.dtype)
+        self.load_ms.update(unet=(t1 - t0) * 1e3, decoders=(time.perf_counter() - t1) * 1e3)
         if self.device.type == "cuda":  # tensor-core convolutions prefer NHWC
             for m in (unet, vae, taesd):
                 if m is not None:
@@ -271,21 +316,24 @@ class MuseTalkEngine(LipSyncEngine):
             return img.permute(0, 2, 3, 1).contiguous()  # [B,256,256,3] RGB
 
         run = rt.GraphRunner(forward, self.device, enabled=self.cuda_graphs)
-        self._nets = {"unet": unet, "vae": vae, "taesd": taesd, "run": run}
         if self.device.type == "cuda":
+            t0 = time.perf_counter()
             self._warm_up(run, unet)
+            self.load_ms["warm_up"] = (time.perf_counter() - t0) * 1e3
+        self._nets = {"unet": unet, "vae": vae, "taesd": taesd, "run": run}
         log.info("MuseTalk loaded: %s", self.describe())
         return self._nets
 
     def _warm_up(self, run, unet) -> None:
-        """Compile/capture the preferred batch and the preview batch (1) before the first frame."""
+        """Compile/capture the render's batch before the first frame; other buckets (the preview's
+        batch of 1, a clip's last short batch) are captured when first used."""
         import torch
 
         c = unet.config
         side = FACE_SIZE // 8
         wcfg = models.read_config(self.paths.whisper / "config.json")
         tokens = 10 * (int(wcfg.get("encoder_layers", 4)) + 1)
-        for b in sorted({1, min(self.preferred_batch(), run.buckets[-1])}):
+        for b in (min(self.preferred_batch(), run.buckets[-1]),):
             lat = torch.zeros(b, c.in_channels, side, side, device=self.device, dtype=self.dtype)
             audio = torch.zeros(b, tokens, c.cross_attention_dim, device=self.device, dtype=self.dtype)
             with torch.inference_mode():
