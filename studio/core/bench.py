@@ -131,6 +131,11 @@ def time_render(avatar, audio: Path, settings, engine, output: Path, engines=Non
     from studio.core.multigpu import DeviceRender
     from studio.core.render import Renderer
 
+    trace_dir = os.environ.get("STUDIO_TRACE_DIR")  # per-frame encoder traces of the timed runs
+    if trace_dir and not output.stem.startswith("warm"):
+        os.environ["STUDIO_TRACE"] = str(Path(trace_dir) / f"trace_{output.stem}.json")
+    elif trace_dir:
+        os.environ.pop("STUDIO_TRACE", None)
     t0 = time.perf_counter()
     if engines:
         renderer = DeviceRender(avatar, audio, settings, engines=engines)
