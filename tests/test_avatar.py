@@ -634,3 +634,30 @@ def test_two_faces_the_choice_is_said_and_can_be_made(tmp_path, caplog, capsys):
     assert rc == 0 and json.loads(out)["face"] == 1 and json.loads(out)["faces_found"] == 2
     single = avatar.prepare("one", DEMO_AVATAR)
     assert "face" not in single.meta and "faces_found" not in single.meta
+
+
+def test_two_faces_in_a_video_the_chosen_one_is_followed(tmp_path, caplog):
+    import av
+    from PIL import Image
+
+    face = Image.open(DEMO_AVATAR).convert("RGB").crop((120, 20, 340, 260))
+    small, large = face.resize((300, 300)), face.resize((400, 400))
+    src = tmp_path / "two.mp4"
+    with av.open(str(src), "w") as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 740, 420, "yuv420p"
+        s.options = {"crf": "18", "preset": "ultrafast"}
+        for i in range(20):  # the faces drift towards each other
+            canvas = Image.new("RGB", (740, 420), (90, 90, 90))
+            canvas.paste(small, (10 + i, 110))
+            canvas.paste(large, (330 - i, 10))
+            for p in s.encode(av.VideoFrame.from_ndarray(np.asarray(canvas), format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        a = avatar.prepare("duo", src)
+    assert "2 faces found in the first frame; using face 2 from the left (the largest" in caplog.text
+    assert a.N == 20 and a.face_ok.all() and (a.boxes[:, 0] > 320).all()
+    b = avatar.prepare("duo", src, AvatarParams(face=1), force=True)
+    assert b.face_ok.all() and (b.boxes[:, 2] < 340).all() and b.meta["face"] == 1
