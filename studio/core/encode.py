@@ -312,6 +312,7 @@ class VideoWriter:
             if self._parallel:
                 self.close_ms["chunks"] = len(self._chunks)
                 self.close_ms["chunks_left_at_close"] = len(self._chunks) - muxed_before
+                self.close_ms["spill_in_ram"] = float(self.spill_dir.parent == SHM)
             if self._audio is not None and self._audio._remote is not None:
                 self.close_ms["audio_wait"] = self._audio.wait_s * 1e3
             if self._proc_encoders:  # time inside x264, summed over the worker processes
