@@ -661,3 +661,28 @@ def test_two_faces_in_a_video_the_chosen_one_is_followed(tmp_path, caplog):
     assert a.N == 20 and a.face_ok.all() and (a.boxes[:, 0] > 320).all()
     b = avatar.prepare("duo", src, AvatarParams(face=1), force=True)
     assert b.face_ok.all() and (b.boxes[:, 2] < 340).all() and b.meta["face"] == 1
+
+
+def _verify_in_child(name):
+    from studio.core import avatar_check
+
+    avatar_check.forget_verified()
+    avatar.load(name).frames.verify_all()  # parallel: 75 frames of 230 KB
+
+
+def test_a_forked_worker_verifies_with_its_own_threads(pan_video):
+    import multiprocessing
+
+    from studio.core import avatar_check
+
+    a = avatar.prepare("fork", pan_video)
+    avatar_check.forget_verified()
+    a.frames.verify_all()  # the parent's verify pool now exists
+    assert avatar_check._POOL is not None
+    p = multiprocessing.get_context("fork").Process(target=_verify_in_child, args=("fork",))
+    p.start()
+    p.join(60)
+    alive = p.is_alive()
+    if alive:
+        p.kill()
+    assert not alive and p.exitcode == 0

@@ -242,7 +242,8 @@ def resolve(name_or_path: str | os.PathLike, params: AvatarParams | None = None,
     folder = sub_dir("cache/avatars") / f"{stem}-{hashlib.sha256(str(src).encode()).hexdigest()[:12]}"
     old = _read_meta(folder)
     qkey = quick_file_key(src)
-    sha = old["source_sha256"] if old and old.get("source_key") == qkey else file_sha256(src)
+    known = old.get("source_sha256") if old and old.get("source_key") == qkey else None
+    sha = known if isinstance(known, str) and _HEX64.match(known) else file_sha256(src)
     return _build(folder, stem, src, sha, qkey, params, progress)
 
 

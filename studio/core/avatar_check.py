@@ -99,6 +99,16 @@ def _pool():
         return _POOL
 
 
+def _reset_after_fork() -> None:
+    """A forked child (chunk workers) has the pool object but not its threads: start afresh."""
+    global _POOL, _POOL_LOCK, _VERIFIED_LOCK
+    _POOL, _POOL_LOCK, _VERIFIED_LOCK = None, threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
 def _verified_flags(mm: np.ndarray, n_blocks: int) -> np.ndarray:
     """The per-process record of checked blocks for this file version (shared by every load)."""
     name = getattr(mm, "filename", None)
