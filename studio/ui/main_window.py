@@ -116,8 +116,8 @@ class MainWindow(QMainWindow):
         self.render_panel = RenderPanel()
         self.queue_panel = QueuePanel(self.store)
         self.doctor = DoctorPanel()
-        # the side docks run the full height; the Queue sits under the preview and timeline only
-        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea)
+        # the Render dock runs the full height (it fits 1080p unscrolled); the Queue spans the rest
+        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
         self.library_dock = self._dock("Library", self.library, Qt.DockWidgetArea.LeftDockWidgetArea, scroll=True)
         self.render_dock = self._dock("Render", self.render_panel, Qt.DockWidgetArea.RightDockWidgetArea, scroll=True)
@@ -407,7 +407,9 @@ class MainWindow(QMainWindow):
         device = audio_device()
         self.transport.has_audio = device is not None
         if device is None:
-            self.timeline.set_audio_note("no audio output device: playback is silent")
+            self.timeline.set_audio_note("no audio device: silent")
+            self.timeline.audio_note.setToolTip("No audio output device (PulseAudio/PipeWire) here: playback "
+                                                "is silent; see the Doctor")
         else:
             self.timeline.set_audio_note("")
             self.timeline.audio_note.setToolTip(f"sound: {device}")

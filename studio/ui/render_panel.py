@@ -127,10 +127,8 @@ class RenderPanel(QWidget):
         self.range_check.setEnabled(False)
         self.range_label = ElidedLabel("")
         self.range_label.setObjectName("dim")
-        rng = QHBoxLayout()
-        rng.addWidget(self.range_check)
-        rng.addWidget(self.range_label, 1)
-        form.addRow(rng)
+        form.addRow(self.range_check)
+        form.addRow(self.range_label)
         settings_box = QGroupBox("Settings")
         settings_box.setLayout(form)
 
@@ -416,7 +414,7 @@ class RenderPanel(QWidget):
         self.fps_label.setText(f"{p.fps:.1f} fps")
         self.eta_label.setText(f"ETA {fmt_eta(p.eta_s)} · elapsed {fmt_eta(p.elapsed_s)}")
         stage_ms = getattr(p, "stage_ms", None)
-        if getattr(p, "workers", None) is not None:  # a farm render (ChunkedProgress)
+        if getattr(p, "workers", None) is not None and getattr(p, "chunks", 0):  # a farm render (ChunkedProgress)
             self.stage_label.setText(farm_status(p))
         elif stage_ms:
             total = sum(stage_ms.values()) or 1.0

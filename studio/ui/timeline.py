@@ -163,7 +163,7 @@ class TimelineView(QWidget):
         self.timecode_edit.installEventFilter(self)
         self.time_label = QLabel(self._time_caption(0.0))
         self.time_label.setObjectName("timeLabel")
-        self.time_label.setMinimumWidth(self.time_label.fontMetrics().horizontalAdvance("frame 00000 / 00000 · 00:00.00") + 8)
+        self.time_label.setMinimumWidth(self.time_label.fontMetrics().horizontalAdvance("frame 00000 / 00000") + 8)
         self.range_label = ElidedLabel("")
         self.range_label.setObjectName("rangeLabel")
         self.range_label.setToolTip("In/out range: I sets in, O sets out, Alt+I / Alt+O clear them")
@@ -380,8 +380,7 @@ class TimelineView(QWidget):
         from studio.core.render import frame_index
 
         total = self.frames
-        return f"frame {frame_index(seconds + 1e-9)} / {total} · {time_text(seconds)}" if total else \
-            f"frame {frame_index(seconds + 1e-9)} · {time_text(seconds)}"
+        return f"frame {frame_index(seconds + 1e-9)} / {total}" if total else f"frame {frame_index(seconds + 1e-9)}"
 
     def _jump_typed(self) -> None:
         try:
@@ -458,7 +457,7 @@ class TimelineView(QWidget):
             self.range_label.setText("no in/out range (I, O)")
         else:
             a, b = r
-            self.range_label.setText(f"in {timecode(a)} · out {timecode(b - 1)} · {seconds_text(b - a)}")
+            self.range_label.setText(f"in {timecode(a)} · out {timecode(b - 1)} ({seconds_text(b - a)})")
 
     def _recompute(self) -> None:
         if self.analysis is None:

@@ -1,13 +1,17 @@
-"""Make ``resources/screenshot.png``: the window after loading the demo and rendering a 9 s clip.
+"""Make ``resources/screenshot.png``: the window after loading the demo, rendering a 9 s clip, and
+marking an in/out range on the full voice-over (the timecode field shows the playhead).
 
-    Xvfb :99 -screen 0 1600x1050x24 &
-    STUDIO_HOME=$(mktemp -d) DISPLAY=:99 QT_QPA_PLATFORM=xcb .venv/bin/python tests/ui/screenshot.py
+    xvfb-run -s "-screen 0 1920x1080x24" env STUDIO_HOME=$(mktemp -d) QT_QPA_PLATFORM=xcb \\
+        .venv/bin/python tests/ui/screenshot.py [OUT.png] [--size 1920x1080] [--no-render] [--raw]
 
+``--size`` sets the window (default: 1600x1000 for the README); ``--raw`` keeps the full-colour
+PNG (for looking at layouts); otherwise it is quantised to 256 colours to stay small.
 Not a test (pytest does not collect it); it drives the real window, engine and encoder.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -18,7 +22,15 @@ DEMO_AUDIO = ROOT / "resources" / "demo" / "voiceover.flac"
 DEMO_AVATAR = ROOT / "resources" / "demo" / "astronaut.png"
 
 
-def main(out: str = str(ROOT / "resources" / "screenshot.png")) -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", default=str(ROOT / "resources" / "screenshot.png"))
+    ap.add_argument("--size", default="1600x1000")
+    ap.add_argument("--no-render", action="store_true")
+    ap.add_argument("--raw", action="store_true")
+    args = ap.parse_args(argv)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+
     import soundfile as sf
     from PIL import Image
     from PySide6.QtCore import QEventLoop, QTimer
@@ -29,6 +41,7 @@ def main(out: str = str(ROOT / "resources" / "screenshot.png")) -> int:
 
     app = create_app([])
     w = MainWindow()
+    w.resize(width, height)
     w.show()
 
     def wait(ms: int) -> None:
@@ -44,28 +57,38 @@ def main(out: str = str(ROOT / "resources" / "screenshot.png")) -> int:
 
     w.load_avatar(str(DEMO_AVATAR), "astronaut")
     until(lambda: w.assets is not None)
-    x, rate = sf.read(DEMO_AUDIO)
-    intro = data_dir() / "news-intro.wav"
-    sf.write(intro, x[: 9 * rate], rate)
-    w.load_script(str(intro))
-    until(lambda: w.analysis is not None and w.analysis.info.duration_s < 10)
-    w.render_panel.encoder.setCurrentText("x264")
-    w.render()
-    until(lambda: w.current is None, 600)
+    if not args.no_render:
+        x, rate = sf.read(DEMO_AUDIO)
+        intro = data_dir() / "news-intro.wav"
+        sf.write(intro, x[: 9 * rate], rate)
+        w.load_script(str(intro))
+        until(lambda: w.analysis is not None and w.analysis.info.duration_s < 10)
+        w.render_panel.encoder.setCurrentText("x264")
+        w.render()
+        until(lambda: w.current is None and w.render_panel.play_btn.isEnabled(), 600)
     w.load_script(str(DEMO_AUDIO))
     until(lambda: w.analysis is not None and w.analysis.info.duration_s > 20)
-    w.scrub_to(3.2)
-    until(lambda: w.last_scrub is not None and w.last_scrub[1] == 80)
+    tl = w.timeline
+    tl.set_frame(5 * 25 + 12)
+    tl.set_in()
+    tl.set_frame(14 * 25 + 3)
+    tl.set_out()
+    w.render_panel.range_check.setChecked(True)
+    w.scrub_to(8.4)
+    until(lambda: w.last_scrub is not None and w.last_scrub[1] == 210)
     wait(1500)
-    raw = str(Path(out).with_suffix(".raw.png"))
+    raw = str(Path(args.out).with_suffix(".raw.png"))
     w.grab().save(raw)
     w.close()
-    im = Image.open(raw).convert("RGB")
-    im.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)  # < 500 KB
-    os.remove(raw)
-    print(out, os.path.getsize(out), "bytes")
+    if args.raw:
+        os.replace(raw, args.out)
+    else:
+        im = Image.open(raw).convert("RGB")
+        im.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(args.out, optimize=True)
+        os.remove(raw)
+    print(args.out, os.path.getsize(args.out), "bytes")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

@@ -238,7 +238,7 @@ def test_no_audio_device_is_said_in_the_window_and_the_doctor(window, qtbot):
 
     qtbot.waitUntil(lambda: window.transport.has_audio is not None, timeout=5000)
     if audio_output() is None:
-        assert "no audio output" in window.timeline.audio_note.text()
+        assert "no audio device" in window.timeline.audio_note.text()
     else:
         assert window.timeline.audio_note.text() == ""
     with qtbot.waitSignal(window.doctor.checked, timeout=60_000) as b:

@@ -15,8 +15,10 @@ from studio.core.constants import FPS
 @pytest.fixture
 def timeline_window(window, qtbot, tmp_path):  # noqa: F811
     """The window with a 6 s voice-over (no avatar: the keys and clicks need only the timeline)."""
+    window.resize(1600, 1000)  # the offscreen screen is 800x600: give the plots a real width
     with qtbot.waitSignal(window.analysisReady, timeout=30_000):
         window.load_script(str(clip(tmp_path, 6.0)))
+    qtbot.waitUntil(lambda: window.timeline.wave_plot.vb.width() > 500, timeout=5000)
     window.raise_()
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5000)
@@ -124,7 +126,7 @@ def test_in_and_out_points_make_the_render_range(timeline_window, qtbot):
     for item in tl.range_items:
         assert item.isVisible()
         assert item.getRegion() == pytest.approx((1.0, 76 / FPS))
-    assert "in 00:00:01:00 · out 00:00:03:00" in tl.range_label.text()
+    assert "in 00:00:01:00 · out 00:00:03:00 (2.04 s)" == tl.range_label.text()
 
     assert panel.range_check.isEnabled()
     assert panel.render_range() is None  # offered, not chosen
