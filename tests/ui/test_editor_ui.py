@@ -245,3 +245,40 @@ def test_no_audio_device_is_said_in_the_window_and_the_doctor(window, qtbot):
         window.doctor.run()
     check = {c.name: c for c in b.args[0]}["audio output device"]
     assert check.status == ("warn" if audio_output() is None else "ok")
+
+
+def test_after_a_render_the_caption_clears_and_the_player_is_the_timeline(window, qtbot, tmp_path):
+    load_demo(window, qtbot, audio=clip(tmp_path, 2.0))
+    p = window.render_panel
+    p.encoder.setCurrentText("x264")
+    p.preset.setCurrentText("ultrafast")
+    p.folder.setText(str(tmp_path / "renders"))
+    captions = []
+    window.preview.shown.connect(lambda _i: captions.append(window.preview.caption.text()))
+    with qtbot.waitSignal(window.jobFinished, timeout=180_000):
+        window.render()
+    # no stale "rendering · frame N" once it is done: the scrub frame at the playhead comes back
+    qtbot.waitUntil(lambda: "exact render preview" in window.preview.caption.text(), timeout=30_000)
+    assert any(c.startswith("rendering") for c in captions)
+    assert p.progress_bar.format().startswith("done")
+
+    window.play(p.last_output)
+    player = window.player
+    qtbot.waitUntil(lambda: player.player.duration() > 0, timeout=10_000)
+    assert window.transport.media is player.player
+    # the timeline's playhead follows playback, and the player stays on the last frame at the end
+    qtbot.waitUntil(lambda: window.timeline.frame > 5, timeout=10_000)
+    qtbot.waitUntil(lambda: not player.playing, timeout=15_000)
+    assert player.player.position() >= player.player.duration() - 80
+    assert player.play_btn.text() == "Play"
+    assert window.timeline.frame >= 47
+    assert window.timeline.play_btn.text().endswith("Play")
+    # Home seeks the player through the timeline
+    window.raise_()
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    qtbot.keyClick(window, Qt.Key.Key_Home)
+    qtbot.waitUntil(lambda: player.player.position() < 100, timeout=5000)
+    assert window.timeline.frame == 0
+    player.back_btn.click()
+    assert window.transport.media is None
