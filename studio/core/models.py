@@ -400,8 +400,83 @@ def normalize_keys(kind: str, tensors: dict) -> dict:
     return dict(tensors)
 
 
-def load_module(kind: str, folder: Path, weights: Path, device="cpu", dtype=None):
-    """Build ``kind`` from ``folder``'s config and load ``weights`` strictly; eval mode."""
+FAST_DIR = ".fast"  # beside the component folders: half-precision copies that load straight to the GPU
+
+
+def fast_copy_path(folder: Path, weights: Path, dtype) -> Path:
+    """Where ``write_fast_copy`` puts ``weights`` in ``dtype`` (safetensors, module key names)."""
+    name = str(dtype).replace("torch.", "")
+    return Path(folder).parent / FAST_DIR / f"{Path(folder).name}.{Path(weights).name}.{name}.safetensors"
+
+
+def _source_key(weights: Path) -> str:
+    st = Path(weights).stat()  # through a store link: the original file
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def write_fast_copy(kind: str, folder: Path, weights: Path, dtype) -> Path:
+    """Store ``weights`` converted to ``dtype`` as safetensors, keyed by the source file's size and
+    time: ``load_module`` then maps it and copies it to the GPU as is (no fp32 read, no
+    conversion on the CPU). Loaded and checked like any load first; written atomically."""
+    from safetensors.torch import save_file
+
+    module = load_module(kind, folder, weights, "cpu", dtype, fast=False)
+    state = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
+    target = fast_copy_path(folder, weights, dtype)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp:
+        save_file(state, str(tmp), metadata={"source": _source_key(weights), "kind": kind})
+    return target
+
+
+def write_fast_copies(models_dir=None, dtype=None, decoders=("taesd", "sd-vae")) -> list[Path]:
+    """Half-precision fast copies of the MuseTalk UNet and decoders of a store (``write_fast_copy``)."""
+    import torch
+
+    dtype = dtype or torch.float16
+    p = resolve(models_dir)
+    todo = [("unet", p.unet), ("vae", p.vae)] + ([("taesd", p.taesd)] if "taesd" in decoders and p.taesd else [])
+    return [write_fast_copy(kind, folder, p.weight_file(folder), dtype) for kind, folder in todo if folder]
+
+
+def _load_fast(kind: str, folder: Path, weights: Path, device, dtype):
+    """The module from its fast copy, tensors created on ``device``; None without a current copy."""
+    path = fast_copy_path(folder, weights, dtype)
+    try:
+        if not path.is_file():
+            return None
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        if meta.get("source") != _source_key(weights) or meta.get("kind") != kind:
+            log.info("%s: out of date, loading %s instead", path, weights)
+            return None
+        comp = next(c for c in COMPONENTS.values() if c.kind == kind)
+        cfg_path = Path(folder) / comp.config
+        module = build_module(kind, read_config(cfg_path), cfg_path)
+        expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+        state = load_file(str(path), device=str(device))
+        if {k: tuple(v.shape) for k, v in state.items()} != expected or any(v.dtype != dtype for v in state.values()):
+            log.warning("%s does not match %s: loading %s instead", path, cfg_path, weights)
+            return None
+        module.load_state_dict(state, strict=True, assign=True)
+        return module.eval().requires_grad_(False)
+    except Exception as exc:  # noqa: BLE001 - the original weights still load
+        log.warning("fast copy %s unusable (%s): loading %s", path, _short(exc), weights)
+        return None
+
+
+def load_module(kind: str, folder: Path, weights: Path, device="cpu", dtype=None, fast: bool = True):
+    """Build ``kind`` from ``folder``'s config and load ``weights`` strictly; eval mode.
+
+    Half precision on a GPU loads the fast copy (``write_fast_copy``) when there is a current one.
+    """
+    if fast and dtype is not None and str(dtype) in ("torch.float16", "torch.bfloat16") and "cuda" in str(device):
+        module = _load_fast(kind, folder, weights, device, dtype)
+        if module is not None:
+            return module
     comp = next(c for c in COMPONENTS.values() if c.kind == kind)
     cfg_path = Path(folder) / comp.config
     module = build_module(kind, read_config(cfg_path), cfg_path)

@@ -1,0 +1,55 @@
+"""Half-precision fast copies of the weights (issue 16, cold start): same tensors, refused when stale."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from musetalk_fakes import write_official_and_taesd
+from studio.core import models
+
+
+@pytest.fixture
+def store(tmp_path):
+    official, taesd = write_official_and_taesd(tmp_path / "official")
+    models.import_models(official, taesd=taesd)
+    return models.models_root()
+
+
+def test_fast_copies_hold_the_same_half_precision_tensors_and_go_stale_with_their_source(store):
+    paths = models.write_fast_copies(store, torch.float16)
+    assert len(paths) == 3 and all(p.parent.name == models.FAST_DIR and p.suffix == ".safetensors" for p in paths)
+    p = models.resolve(store)
+    for kind, folder in (("unet", p.unet), ("vae", p.vae), ("taesd", p.taesd)):
+        weights = p.weight_file(folder)
+        fast = models._load_fast(kind, folder, weights, "cpu", torch.float16)
+        assert fast is not None
+        ref = models.load_module(kind, folder, weights, "cpu", torch.float16)
+        got, want = fast.state_dict(), ref.state_dict()
+        assert got.keys() == want.keys()
+        assert all(got[k].dtype == torch.float16 and torch.equal(got[k], want[k]) for k in want)
+        assert models._load_fast(kind, folder, weights, "cpu", torch.bfloat16) is None  # no bf16 copy
+    # a changed source file makes its copy stale: the original weights load again
+    weights = p.weight_file(p.taesd)
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert models._load_fast("taesd", p.taesd, weights, "cpu", torch.float16) is None
+    # a damaged copy is refused (with a warning), never loaded
+    paths[0].write_bytes(b"not a safetensors file")
+    assert models._load_fast("unet", p.unet, p.weight_file(p.unet), "cpu", torch.float16) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fast_copy_loads_straight_to_the_gpu(store):
+    models.write_fast_copies(store, torch.float16)
+    p = models.resolve(store)
+    t0 = time.perf_counter()
+    m = models.load_module("unet", p.unet, p.weight_file(p.unet), "cuda", torch.float16)
+    assert all(t.is_cuda and t.dtype == torch.float16 for t in m.state_dict().values())
+    ref = models.load_module("unet", p.unet, p.weight_file(p.unet), "cuda", torch.float16, fast=False)
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), ref.state_dict().values()))
+    assert time.perf_counter() - t0 < 60
