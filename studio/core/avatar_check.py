@@ -209,6 +209,15 @@ class CheckedArray(NDArrayOperatorsMixin):
     # -- reading ---------------------------------------------------------------------------------
 
     def __getitem__(self, key):
+        k0 = key[0] if type(key) is tuple and key else key
+        if isinstance(k0, (int, np.integer)):  # the common case, checked before: one flag read
+            i = int(k0)
+            n = len(self._mm)
+            if -n <= i < n and self._ok[(i % n) // self._rows]:
+                return self._mm[key]
+        elif type(k0) is np.ndarray and k0.dtype.kind in "iu" and k0.ndim == 1 and len(k0):
+            if k0.min() >= 0 and k0.max() < len(self._mm) and self._ok[k0 // self._rows].all():
+                return self._mm[key]
         self.verify_rows(self._rows_of(key))
         return self._mm[key]
 
