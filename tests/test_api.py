@@ -130,6 +130,13 @@ def test_another_host_without_a_token_refuses_to_start(tmp_path):
     assert r.stderr.count("\n") == 1 and "--token" in r.stderr
 
 
+def test_a_port_in_use_is_one_sentence(server, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "studio", "serve", "--port", str(server.port)],
+                       env=dict(os.environ, STUDIO_HOME=str(tmp_path)), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert f"cannot listen on 127.0.0.1:{server.port} (Address already in use)" in r.stderr
+
+
 def test_http_errors_are_json_sentences(client):
     assert "no such endpoint" in one_sentence(client.get("/v2/nothing"), 404)
     assert "not allowed" in one_sentence(client.delete("/v1/health"), 405)

@@ -3,24 +3,45 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 from studio.api.options import ServeOptions
 
 log = logging.getLogger(__name__)
 
 
-def serve(options: ServeOptions) -> None:
+def serve(options: ServeOptions, on_listening=None) -> None:
     """Serve until SIGINT/SIGTERM; the queue runner stops with the server (a running job is
-    cancelled, leaving no file; queued jobs stay queued in jobs.sqlite for the next start)."""
+    cancelled, leaving no file; queued jobs stay queued in jobs.sqlite for the next start).
+
+    The socket is bound here, before the app starts, so that a port in use is one sentence (exit 2)
+    and ``on_listening(url)`` is called only once clients can connect."""
     import uvicorn
 
     from studio.api.app import create_app
 
     options = options.check()
+    sock = bind(options.host, options.port)
     app = create_app(options=options)
-    config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=5, lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="on")
     server = uvicorn.Server(config)
-    log.info("studio serve on http://%s:%d (token %s)", options.host, options.port,
-             "required" if options.token else "off")
-    server.run()
+    host = f"[{options.host}]" if ":" in options.host else options.host
+    log.info("studio serve on http://%s:%d (token %s)", host, options.port, "required" if options.token else "off")
+    if on_listening is not None:
+        on_listening(f"http://{host}:{sock.getsockname()[1]}")
+    server.run(sockets=[sock])
+
+
+def bind(host: str, port: int) -> socket.socket:
+    from studio.core.errors import InputError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host.strip("[]"), port), family=family)
+    except OSError as exc:
+        hint = ("another program (another `studio serve`?) listens there: choose another --port"
+                if exc.errno == 98 else "check --host (an address of this machine) and --port")
+        import os
+
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise InputError(f"cannot listen on {host}:{port} ({why}); {hint}") from None

@@ -37,11 +37,7 @@ def run_serve(args) -> int:
     token = args.token if args.token is not None else os.environ.get("STUDIO_SERVER_TOKEN") or None
     options = ServeOptions(host=args.host, port=args.port, token=token, allow_paths=args.allow_paths,
                            max_upload_mb=args.max_upload_mb, max_queued=args.max_queued).check()
-    print(f"studio: serving on http://{_url_host(options.host)}:{options.port} (docs at /docs; "
-          f"token {'required' if token else 'off'}); Ctrl-C stops", file=sys.stderr, flush=True)
-    serve(options)
+    serve(options, on_listening=lambda url: print(
+        f"studio: serving on {url} (docs at {url}/docs; token {'required' if token else 'off'}); Ctrl-C stops",
+        file=sys.stderr, flush=True))
     return 0
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
