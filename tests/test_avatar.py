@@ -686,3 +686,24 @@ def test_a_forked_worker_verifies_with_its_own_threads(pan_video):
     if alive:
         p.kill()
     assert not alive and p.exitcode == 0
+
+
+def test_a_video_above_4k_is_downscaled_frame_by_frame(tmp_path, caplog):
+    import av
+    from PIL import Image
+
+    big = np.asarray(Image.open(DEMO_AVATAR).convert("RGB").resize((4000, 2250), Image.BILINEAR))
+    src = tmp_path / "big.mp4"
+    with av.open(str(src), "w") as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 4000, 2250, "yuv420p"
+        s.options = {"preset": "ultrafast"}
+        for _ in range(3):
+            for p in s.encode(av.VideoFrame.from_ndarray(big, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        a = avatar.prepare("big", src)
+    assert (a.N, a.width, a.height) == (3, 3840, 2160) and a.meta["downscaled_from"] == [4000, 2250]
+    assert "4000x2250; using it downscaled to 3840x2160" in caplog.text and a.face_ok.all()

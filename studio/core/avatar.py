@@ -792,18 +792,19 @@ class _Builder:
         kind = source_kind(source)
         reader = None
         if kind == "photo":
-            rgb, was = fit_photo(read_image(source))
-            gen, total, info = iter([rgb]), 1, {"source_fps": None, "duration_s": None}
-            if was:
-                log.warning("%s is %dx%d; using it downscaled to %dx%d (Studio renders at most 3840x2160)",
-                            source, was[0], was[1], rgb.shape[1], rgb.shape[0])
-                info["downscaled_from"] = list(was)
+            gen, total, info = iter([read_image(source)]), 1, {"source_fps": None, "duration_s": None}
         else:
             reader = VideoReader(source, self.params.trim_start, self.params.trim_end)
             gen, total, info = iter(reader), reader.estimate, {"source_fps": reader.source_fps}
         first = next(gen, None)
         if first is None:
             raise AvatarError(f"{source}: no video frames in the requested range; check --trim-start/--trim-end")
+        first, was = fit_photo(first)  # above 4K: every frame scaled down (RAM, H.264 levels)
+        if was:
+            log.warning("%s is %dx%d; using it downscaled to %dx%d (Studio renders at most 3840x2160)",
+                        source, was[0], was[1], first.shape[1], first.shape[0])
+            info["downscaled_from"] = list(was)
+            gen = (fit_photo(f)[0] for f in gen)
         h, w = first.shape[:2]
         _check_budget(source, self.folder, w, h, total)
         limit = _limit_bytes()

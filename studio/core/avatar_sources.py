@@ -3,6 +3,7 @@
     kind = source_kind(path)                   # "photo" or "video"; AvatarError otherwise
     rgb = read_image(path)                     # [H,W,3] uint8, EXIF orientation applied
     rgb, was = fit_photo(rgb)                  # at most 3840x2160 (either orientation), even sides
+                                               # (photos, and every frame of a video above 4K)
     for rgb in VideoReader(path, trim_start, trim_end): ...   # frame k = the one shown at start + k/25
 """
 
