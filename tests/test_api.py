@@ -292,8 +292,11 @@ def test_cancel_leaves_no_file_the_queue_is_capped_and_retry_requeues(server, cl
         assert client.delete(f"/v1/renders/{j['id']}").json()["state"] == "cancelled"
     with connect_sse(client, "GET", running["links"]["events"]) as src:  # cancel once it is rendering
         for sse in src.iter_sse():
-            if sse.event == "progress":
+            if sse.event == "progress" and json.loads(sse.data)["preview"]:
                 break
+    preview = client.get(running["links"]["preview"])  # the live preview, while it renders
+    assert preview.status_code == 200 and preview.headers["content-type"] == "image/jpeg"
+    assert 0 <= int(preview.headers["x-studio-frame"]) < 210
     assert client.delete(f"/v1/renders/{running['id']}").status_code == 200
     assert wait_state(client, running["id"])["state"] == "cancelled"
     for j in [running, *waiting]:

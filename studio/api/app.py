@@ -247,7 +247,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
               avatar: Annotated[str | None, Query(description="library name")] = None,
               audio_id: Annotated[str | None, Query()] = None,
               job: Annotated[int | None, Query(description="use a job's avatar, voice-over and settings")] = None,
-              engine: Engine = "auto", threshold: Annotated[float, Query(ge=0)] = 0.008,
+              engine: Engine = "auto", decoder: Decoder = "taesd", threshold: Annotated[float, Query(ge=0)] = 0.008,
               min_silence: Annotated[int, Query(ge=1)] = 3):
         from studio.core.render import RenderSettings
 
@@ -260,7 +260,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
             if not avatar or not audio_id:
                 raise ApiError(422, "give avatar and audio_id (or job) with t")
             av, audio = _library_avatar(avatar), str(st.uploads.audio_path(audio_id))
-            settings = RenderSettings(engine=engine, threshold=threshold, min_silence=min_silence)
+            settings = RenderSettings(engine=engine, decoder=decoder, threshold=threshold, min_silence=min_silence)
         rgb = st.pool.frame_at(av, audio, settings, t)
         return Response(png_bytes(rgb), media_type="image/png")
 
