@@ -22,6 +22,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QFontDatabase, QFontMetrics
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QHBoxLayout,
@@ -158,7 +159,10 @@ class TimelineView(QWidget):
         self.timecode_edit.setObjectName("timecodeEdit")
         self.timecode_edit.setToolTip(JUMP_HELP + ". Enter jumps, Esc goes back.")
         self.timecode_edit.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.timecode_edit.setFixedWidth(self.timecode_edit.fontMetrics().horizontalAdvance("00:00:00:00") + 26)
+        mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        mono.setPixelSize(14)
+        self.timecode_edit.setFont(mono)
+        self.timecode_edit.setFixedWidth(QFontMetrics(mono).horizontalAdvance("00:00:00:00") + 30)
         self.timecode_edit.returnPressed.connect(self._jump_typed)
         self.timecode_edit.installEventFilter(self)
         self.time_label = QLabel(self._time_caption(0.0))
@@ -167,8 +171,9 @@ class TimelineView(QWidget):
         self.range_label = ElidedLabel("")
         self.range_label.setObjectName("rangeLabel")
         self.range_label.setToolTip("In/out range: I sets in, O sets out, Alt+I / Alt+O clear them")
-        self.audio_note = ElidedLabel("")
+        self.audio_note = ElidedLabel("", max_hint=400)
         self.audio_note.setObjectName("warnLabel")
+        self.audio_note.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)  # its width, if there is room
 
         # ---- silence row: summary, threshold number, min silence
         self.info = ElidedLabel("Import a voice-over to see its waveform and silences")
@@ -194,10 +199,10 @@ class TimelineView(QWidget):
         transport.addWidget(self.timecode_edit)
         transport.addWidget(self.time_label)
         transport.addWidget(self.range_label, 1)
-        transport.addWidget(self.audio_note, 1)
         silence = QHBoxLayout()
         silence.setSpacing(6)
         silence.addWidget(self.info, 1)
+        silence.addWidget(self.audio_note)
         silence.addWidget(QLabel("threshold"))
         silence.addWidget(self.threshold_box)
         silence.addSpacing(6)
@@ -458,6 +463,8 @@ class TimelineView(QWidget):
         else:
             a, b = r
             self.range_label.setText(f"in {timecode(a)} · out {timecode(b - 1)} ({seconds_text(b - a)})")
+        self.range_label.setToolTip(f"{self.range_label.text()}\nI sets the in point, O the out point (included); "
+                                    "Alt+I / Alt+O clear them")
 
     def _recompute(self) -> None:
         if self.analysis is None:

@@ -29,10 +29,11 @@ from PySide6.QtWidgets import (
 class ElidedLabel(QLabel):
     """A single-line label that shows as much of its text as fits and elides the rest."""
 
-    def __init__(self, text: str = "", parent=None, mode=Qt.TextElideMode.ElideRight):
+    def __init__(self, text: str = "", parent=None, mode=Qt.TextElideMode.ElideRight, max_hint: int = 200):
         super().__init__(parent)
         self._full = ""
         self._mode = mode
+        self.max_hint = max_hint  # the widest size it asks for (the full text's width, at most this)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.setMinimumWidth(20)
         self.setText(text)
@@ -53,10 +54,12 @@ class ElidedLabel(QLabel):
         super().setText(shown)
         if shown != self._full and not self.toolTip():
             self.setToolTip(self._full)
+        self.updateGeometry()
 
     def sizeHint(self):  # noqa: N802
         hint = super().sizeHint()
-        hint.setWidth(min(hint.width(), 200))
+        full = self.fontMetrics().horizontalAdvance(self._full) + 2 * self.margin() + 4
+        hint.setWidth(min(full, self.max_hint))
         return hint
 
     def minimumSizeHint(self):  # noqa: N802
