@@ -707,3 +707,18 @@ def test_a_video_above_4k_is_downscaled_frame_by_frame(tmp_path, caplog):
         a = avatar.prepare("big", src)
     assert (a.N, a.width, a.height) == (3, 3840, 2160) and a.meta["downscaled_from"] == [4000, 2250]
     assert "4000x2250; using it downscaled to 3840x2160" in caplog.text and a.face_ok.all()
+
+
+def test_a_cache_repaired_by_another_reader_is_not_rebuilt_twice(pan_video, caplog):
+    from studio.core import avatar_check
+
+    a = avatar.prepare("twice", pan_video)
+    good = np.array(a.frames[20])
+    avatar_check.forget_verified()
+    first, second = avatar.load("twice"), avatar.load("twice")  # two readers (threads, app + CLI)
+    _flip(a.folder / "frames.npy", 20, _row_bytes(a, "frames"))
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        assert np.array_equal(np.array(first.frames[20]), good)
+        repaired = _stat(first, "frames")
+        assert np.array_equal(np.array(second.frames[20]), good)  # it maps the damaged file still
+    assert caplog.text.count("is damaged") == 1 and _stat(second, "frames") == repaired

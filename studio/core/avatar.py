@@ -572,12 +572,11 @@ class _Guard:
             if arr._mm is not seen:  # another thread has repaired it meanwhile
                 return
             name = self.meta["name"]
-            path = self.folder / f"{arr.name}.npy"
             src = Path(self.meta["source"])
             params = AvatarParams.from_json(self.meta["params"])  # _build says what it rebuilds
             fresh = _build(self.folder, name, src if src.is_file() else None, self.meta["source_sha256"],
                            self.meta.get("source_key"), params, None, check_source=True,
-                           damaged=(arr.name, _file_id(path), reason))
+                           damaged=(arr.name, arr.file_id and arr.file_id[0], reason))
             for n in ARRAY_STAGE:  # what this run may have read must not change under it
                 a, new = self.arrays.get(n), getattr(fresh, n)
                 if a is None:  # a small array, read whole at load: compare it whole
@@ -664,8 +663,8 @@ def _build(folder: Path, name: str, source: Path | None, source_sha: str, source
 
     ``check_source``: ``source_sha`` is the recorded hash, not one just computed: the source is
     hashed before decoding it, and a different file is refused. ``damaged``: ``(array, file id,
-    reason)`` found by a ``CheckedArray``; that stage is rebuilt unless another process has
-    replaced the file meanwhile."""
+    reason)`` found by a ``CheckedArray`` (the inode it maps); that stage is rebuilt unless the
+    file has been replaced meanwhile (another process repaired it: rebuilds write new files)."""
     new_folder = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -702,7 +701,7 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
             try:
                 for n in names:
                     _open_array(folder, n, old["files"].get(n), side=side)
-                    if damaged and damaged[0] == n and _file_id(folder / f"{n}.npy") == damaged[1]:
+                    if damaged and damaged[0] == n and (_file_id(folder / f"{n}.npy") or (None,))[0] == damaged[1]:
                         raise _Damaged(damaged[2])
                 continue
             except _Damaged as exc:

@@ -109,18 +109,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-def _verified_flags(mm: np.ndarray, n_blocks: int) -> np.ndarray:
-    """The per-process record of checked blocks for this file version (shared by every load)."""
+def _verified_flags(mm: np.ndarray, n_blocks: int) -> tuple[np.ndarray, tuple | None]:
+    """The per-process record of checked blocks for this file version (shared by every load),
+    and the version: ``(inode, size, mtime_ns)`` of the file when it was opened."""
     name = getattr(mm, "filename", None)
     if not name:
-        return np.zeros(n_blocks, bool)
+        return np.zeros(n_blocks, bool), None
     st = os.stat(name)
     key = (str(name), st.st_ino, st.st_size, st.st_mtime_ns)
     with _VERIFIED_LOCK:
         flags = _VERIFIED.get(key)
         if flags is None or len(flags) != n_blocks:
             flags = _VERIFIED[key] = np.zeros(n_blocks, bool)
-        return flags
+        return flags, key[1:]
 
 
 def forget_verified() -> None:
@@ -152,7 +153,7 @@ class CheckedArray(NDArrayOperatorsMixin):
     def _set(self, mm: np.ndarray, spec: dict) -> None:
         rows, sums = decode_sums(spec, int(mm.shape[0]))
         self._mm, self._rows, self._sums = mm, rows, sums
-        self._ok = _verified_flags(mm, len(sums))
+        self._ok, self.file_id = _verified_flags(mm, len(sums))
 
     def _swap(self, mm: np.ndarray, spec: dict) -> None:
         """Read from a repaired file from now on (called by the damage handler)."""
