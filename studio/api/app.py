@@ -15,10 +15,9 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import re
 import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.responses import FileResponse, Response
@@ -29,19 +28,14 @@ from studio import __version__
 from studio.api import errors
 from studio.api.errors import ApiError
 from studio.api.options import ServeOptions
-from studio.api.sse import FINAL_STATES, JobEvents, links, state_dict
+from studio.api.inputs import (NAME_RE, Decoder, Engine, RenderForm, form_body, library_avatar, library_folder,
+                               renders_dir, submit)
+from studio.api.sse import JobEvents, links, state_dict
 from studio.api.uploads import UploadStore
 
 log = logging.getLogger(__name__)
 
 ACTIVE_STATES = ("draft", "queued", "held", "running")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-Engine = Literal["auto", "classic", "musetalk"]
-Decoder = Literal["taesd", "sd-vae"]
-Encoder = Literal["auto", "x264", "x264-parallel", "nvenc"]
-Precision = Literal["auto", "fp32", "fp16", "bf16"]
-Runtime = Literal["auto", "torch", "tensorrt"]
 
 
 def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> FastAPI:
@@ -186,7 +180,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
     @app.get("/v1/avatars/{name}/thumbnail", tags=["avatars"], summary="The avatar's thumbnail (PNG)",
              response_class=FileResponse)
     def avatar_thumbnail(name: str):
-        folder = _library_folder(name)
+        folder = library_folder(name)
         thumb = folder / "thumbnail.png"
         if not thumb.exists():
             raise ApiError(404, f"avatar '{name}' has no thumbnail")
@@ -218,7 +212,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
     def remove_avatar(name: str):
         from studio.core import avatar as avatar_mod
 
-        _library_folder(name)
+        library_folder(name)
         avatar_mod.remove(name)
         st.pool.invalidate()
         return {"removed": name}
@@ -259,7 +253,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
         else:
             if not avatar or not audio_id:
                 raise ApiError(422, "give avatar and audio_id (or job) with t")
-            av, audio = _library_avatar(avatar), str(st.uploads.audio_path(audio_id))
+            av, audio = library_avatar(avatar), str(st.uploads.audio_path(audio_id))
             settings = RenderSettings(engine=engine, decoder=decoder, threshold=threshold, min_silence=min_silence)
         rgb = st.pool.frame_at(av, audio, settings, t)
         return Response(png_bytes(rgb), media_type="image/png")
@@ -270,8 +264,8 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
               responses={200: {"content": {"video/mp4": {}}, "description": "the finished MP4"}},
               summary="Render and answer the finished MP4 (the reference interface)")
     async def generate(request: Request, form: Annotated[RenderForm, Depends()]):
-        _form_body(request)
-        job = await _submit(st, form)
+        form_body(request)
+        job = await submit(st, form)
         done = await st.events.wait_final(job.id, st.job_or_none, request.is_disconnected)
         if done is None:  # the client went away (or the job was removed): nobody wants the file
             with contextlib.suppress(Exception):
@@ -287,8 +281,8 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
     @app.post("/v1/renders", tags=["renders"], status_code=202,
               summary="Queue a render; answers its id and links at once (429 when the queue is full)")
     async def add_render(request: Request, form: Annotated[RenderForm, Depends()]):
-        _form_body(request)
-        job = await _submit(st, form)
+        form_body(request)
+        job = await submit(st, form)
         return st.job_json(job)
 
     @app.get("/v1/renders", tags=["renders"], summary="Every job in the queue (the window's too)")
@@ -338,7 +332,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
             return st.job_json(st.job(job_id))
         st.queue.remove(job_id)
         out = Path(job.output)
-        if out.parent == _renders_dir() and out.is_file():
+        if out.parent == renders_dir() and out.is_file():
             out.unlink()
         return {"id": job_id, "state": "removed", "reason": "removed from the queue"}
 
@@ -349,98 +343,6 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
         if job.state in ACTIVE_STATES:
             raise ApiError(409, f"render job {job_id} is {job.state}; only a finished job can be retried")
         return st.job_json(st.queue.retry(job_id))
-
-
-class RenderForm:
-    """The inputs of ``POST /generate`` and ``POST /v1/renders`` (multipart form fields)."""
-
-    def __init__(
-        self,
-        avatar: Annotated[str | None, Form(description="a library avatar's name")] = None,
-        avatar_file: Annotated[UploadFile | None, File(description="or an uploaded photo/video")] = None,
-        audio: Annotated[UploadFile | None, File(description="the voice-over (WAV, FLAC, OGG, MP3)")] = None,
-        audio_id: Annotated[str | None, Form(description="or a voice-over uploaded with POST /v1/audio")] = None,
-        text: Annotated[str | None, Form(description="or a script spoken by espeak-ng")] = None,
-        voice: Annotated[str, Form(description="espeak-ng voice for text")] = "en-us",
-        engine: Annotated[Engine, Form()] = "auto",
-        decoder: Annotated[Decoder, Form()] = "taesd",
-        encoder: Annotated[Encoder, Form()] = "auto",
-        precision: Annotated[Precision, Form()] = "auto",
-        runtime: Annotated[Runtime, Form()] = "auto",
-        crf: Annotated[int, Form(ge=0, le=51)] = 20,
-        preset: Annotated[str, Form()] = "veryfast",
-        batch: Annotated[int, Form(ge=0)] = 0,
-        threshold: Annotated[float, Form(ge=0)] = 0.008,
-        min_silence: Annotated[int, Form(ge=1)] = 3,
-        avatar_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
-        audio_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
-        output: Annotated[str | None, Form(description="an output path on the server (--allow-paths only)")] = None,
-        frame_start: Annotated[int | None, Form(ge=0, description="render from this video frame (25 fps)")] = None,
-        frame_end: Annotated[int | None, Form(ge=1, description="up to, not including, this frame")] = None,
-    ):
-        self.avatar, self.avatar_file, self.avatar_path = avatar or None, _file(avatar_file), avatar_path or None
-        self.audio, self.audio_id, self.audio_path = _file(audio), audio_id or None, audio_path or None
-        self.text, self.voice, self.output = text, voice, output or None
-        self.frames = None if frame_start is None and frame_end is None else (frame_start or 0, frame_end)
-        self.settings = dict(engine=engine, decoder=decoder, encoder=encoder, precision=precision,
-                             runtime=runtime, crf=crf, preset=preset, batch=batch, threshold=threshold,
-                             min_silence=min_silence)
-
-
-async def _submit(st: _State, form: RenderForm):
-    """Check and store the inputs, then add the job to the queue (429 when it is full)."""
-    from studio.core.errors import StudioError
-    from studio.service import RenderRequest
-    from studio.service.request import settings_from_dict
-
-    settings = settings_from_dict(form.settings)
-    paths = [n for n, v in (("avatar_path", form.avatar_path), ("audio_path", form.audio_path),
-                            ("output", form.output)) if v]
-    if paths and not st.opts.allow_paths:
-        raise ApiError(403, f"this server opens no paths of its own ({', '.join(paths)}); upload the files "
-                            "instead (or start it with --allow-paths)")
-    avatars = [v for v in (form.avatar, form.avatar_file, form.avatar_path) if v]
-    if len(avatars) != 1:
-        raise ApiError(422, "give exactly one avatar: avatar (a library name) or avatar_file (an upload)")
-    audios = [v for v in (form.audio, form.audio_id, form.text, form.audio_path) if v]
-    if len(audios) != 1:
-        raise ApiError(422, "give exactly one voice-over: audio (an upload), audio_id or text")
-    if form.avatar:
-        avatar, avatar_label = _library_avatar(form.avatar), form.avatar
-    elif form.avatar_file:
-        stored = await st.uploads.save_avatar(form.avatar_file)
-        avatar, avatar_label = str(stored.path), Path(stored.filename).stem
-    else:
-        avatar, avatar_label = _server_file(form.avatar_path, "avatar_path"), Path(form.avatar_path).stem
-    if form.audio:
-        stored = await st.uploads.save_audio(form.audio)
-        audio, audio_label = str(stored.path), Path(stored.filename).stem
-    elif form.audio_id:
-        audio, audio_label = str(st.uploads.audio_path(form.audio_id)), form.audio_id
-    elif form.text:
-        from studio.core.speech import speak
-
-        audio, audio_label = str(await run_in_threadpool(speak, form.text, form.voice)), "speech"
-    else:
-        audio, audio_label = _server_file(form.audio_path, "audio_path"), Path(form.audio_path).stem
-    if form.output:
-        output = Path(form.output).expanduser()
-        if not output.is_absolute() or not output.parent.is_dir():
-            raise ApiError(422, f"output {form.output}: give an absolute path in an existing folder on the server")
-    else:
-        output = _renders_dir() / f"{_slug(avatar_label)}-{_slug(audio_label)}.mp4"
-    frames = form.frames
-    if frames is not None and frames[1] is None:
-        from studio.core.audio import probe
-
-        frames = (frames[0], probe(audio).frames)
-    request = RenderRequest(avatar, audio, str(output), settings, frames=frames)
-    try:
-        return await run_in_threadpool(st.queue.add, request)
-    except StudioError as exc:
-        if type(exc).__name__ == "QueueFull":
-            raise ApiError(429, str(exc), {"Retry-After": "10"}) from None
-        raise
 
 
 # --------------------------------------------------------------------------------------------
@@ -471,50 +373,6 @@ def _analysis(st: _State, audio_id: str, threshold: float, min_silence: int) -> 
     summary.pop("path", None)
     summary.pop("silent_mask", None)  # the spans say the same, shorter
     return {"id": audio_id, "filename": meta["filename"], "bytes": meta["bytes"], **summary}
-
-
-def _form_body(request: Request) -> None:
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind not in ("", "multipart/form-data", "application/x-www-form-urlencoded"):
-        raise ApiError(415, f"send the fields as multipart/form-data (curl -F), not {kind}")
-
-
-def _library_folder(name: str) -> Path:
-    from studio.core.avatar import library_dir
-
-    folder = library_dir() / name if NAME_RE.match(name or "") else None
-    if folder is None or not (folder / "meta.json").exists():
-        raise ApiError(404, f"no avatar named '{(name or '')[:64]}' in the library; see GET /v1/avatars")
-    return folder
-
-
-def _library_avatar(name: str) -> str:
-    _library_folder(name)
-    return name
-
-
-def _server_file(path: str, field: str) -> str:
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ApiError(422, f"{field} {path}: no such file on the server")
-    return str(p.resolve())
-
-
-def _renders_dir() -> Path:
-    from studio.core.paths import sub_dir
-
-    return sub_dir("renders")
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]+", "_", text)[:40].strip("_") or "render"
-
-
-def _file(upload):
-    """An UploadFile, or None for a missing or empty-named part (curl -F 'audio=' sends one)."""
-    if upload is None or isinstance(upload, str) or not getattr(upload, "filename", None):
-        return None
-    return upload
 
 
 def _public_result(result: dict | None) -> dict:
