@@ -79,13 +79,17 @@ MOOV_PER_SAMPLE = 48  # bytes of index per video frame or AAC packet at most (st
 
 
 def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, preset="veryfast",
-               fps=FPS, total_frames=None, workers=None, write_hook=None, rolling=False) -> VideoWriter:
+               fps=FPS, total_frames=None, workers=None, write_hook=None, rolling=False,
+               changing=None) -> VideoWriter:
     """Open a streaming MP4 writer; checks the output folder and the audio before anything starts.
 
     ``width``/``height`` are the frame size the caller writes; odd sizes are padded to even.
     ``write_hook(nbytes)`` is called before every write to disk (tests inject ENOSPC through it).
     ``rolling``: a parallel writer cuts the clip into rolling chunks (see the module docstring);
     the caller then feeds at most ``window`` chunks at a time, each lane's in order.
+    ``changing=(x1, y1, x2, y2)``: only this box of the frame ever changes (a photo avatar's face);
+    the parallel x264 workers then tell libx264 that the other macroblocks are unchanged (its
+    ``mb_info``, FFmpeg's AVVideoHint), so it skips their analysis.
     """
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
@@ -100,7 +104,8 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
     if rolling and window > 1:
         chunks = rolling_chunks(total_frames, window)
     return VideoWriter(Path(path), int(width), int(height), audio=audio, name=name, reason=reason,
-                       chunks=chunks, crf=crf, preset=preset, fps=fps, write_hook=write_hook, window=window)
+                       chunks=chunks, crf=crf, preset=preset, fps=fps, write_hook=write_hook, window=window,
+                       changing=changing)
 
 
 def rolling_chunks(total: int, lanes: int, max_frames: int = ROLL_FRAMES) -> list[tuple[int, int]]:
@@ -126,7 +131,7 @@ class VideoWriter:
 
     def __init__(self, path: Path, width: int, height: int, *, audio, name: str, reason: str,
                  chunks: list[tuple[int, int]], crf: int, preset: str, fps: int, write_hook,
-                 window: int | None = None, stream_mux: bool = True):
+                 window: int | None = None, stream_mux: bool = True, changing=None):
         """``stream_mux=False`` keeps every chunk's packets until ``close`` and joins them there
         (the behaviour before rolling chunks; tests compare the two)."""
         self.path = path
@@ -143,6 +148,9 @@ class VideoWriter:
         self.trace: dict | None = None  # STUDIO_TRACE: filled at close (and written to that path)
         self._crf, self._preset, self._hook = crf, preset, write_hook
         self._stream_mux = stream_mux
+        if os.environ.get("STUDIO_VIDEO_HINTS", "1") == "0":  # for comparisons: x264 analyses everything
+            changing = None
+        self.changing = _mb_rect(changing, width + width % 2, height + height % 2)  # x, y, w, h or None
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -481,7 +489,8 @@ class VideoWriter:
             from studio.core.x264_pool import ProcessEncoder
 
             ch.encoder = ProcessEncoder(self._workers[ch.k % self.window], self.enc_width, self.enc_height,
-                                        self.fps, self._crf, self._preset, path=ch.spill)
+                                        self.fps, self._crf, self._preset, path=ch.spill,
+                                        changing=self.changing)
             self._proc_encoders.append(ch.encoder)
             ch.sink = _no_packets  # the worker spills the packets itself
             if check:
@@ -746,6 +755,19 @@ def _parallel_chunks(total: int | None, workers: int, min_chunk: int) -> int:
     if not total:
         return 1
     return max(1, min(int(workers), total // max(1, min_chunk)))
+
+
+def _mb_rect(box, width: int, height: int):
+    """``box`` (x1, y1, x2, y2) grown by one macroblock and aligned to the 16-pixel grid, as
+    (x, y, w, h) inside the frame; None for no box."""
+    if box is None:
+        return None
+    x1, y1, x2, y2 = (float(v) for v in box)
+    x = max(0, int(x1) // 16 * 16 - 16)
+    y = max(0, int(y1) // 16 * 16 - 16)
+    xe = min(width, -(-int(np.ceil(x2)) // 16) * 16 + 16)
+    ye = min(height, -(-int(np.ceil(y2)) // 16) * 16 + 16)
+    return (x, y, xe - x, ye - y) if xe > x and ye > y else None
 
 
 def _split(total: int, n: int) -> list[tuple[int, int]]:

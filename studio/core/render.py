@@ -305,6 +305,7 @@ class Renderer:
             writer = open_video(
                 output, a.width, a.height, audio=audio, encoder=self.settings.encoder,
                 crf=self.settings.crf, preset=self.settings.preset, fps=FPS, total_frames=T, rolling=True,
+                changing=a.boxes[0] if a.N == 1 else None,  # a photo: only the face ever changes
             )
             self._stage("open", t0)
             yield from self._run(writer, plan, first, T, t_start)

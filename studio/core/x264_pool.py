@@ -194,7 +194,8 @@ def shutdown_pool() -> None:
 class ProcessEncoder:
     """One libx264 encoder (single-threaded, closed GOP) living in a worker process."""
 
-    def __init__(self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str, path=None):
+    def __init__(self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str, path=None,
+                 changing=None):
         """``path``: the worker writes the packets there (``REC`` records) and returns none, so
         the parent only moves frames; None: packets come back from ``encode``/``flush``."""
         if not worker.lock.acquire(timeout=60):
@@ -212,7 +213,7 @@ class ProcessEncoder:
         self.waits = {"worker": 0.0, "gpu": 0.0}  # the feeding thread's waits: free slot, frames copied
         self._extradata = None
         worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset,
-                          None if path is None else str(path)))
+                          None if path is None else str(path), changing))
 
     @property
     def extradata(self) -> bytes:
@@ -335,6 +336,71 @@ def wait_blocking(stream) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Video hints: which macroblocks cannot change (libx264 ``mb_info``, FFmpeg's AVVideoHint)
+
+
+_HINTS: dict = {}
+
+
+def hints_available() -> bool:
+    """Whether frames can carry an AVVideoHint: PyAV exposes frame side data read-only, so the
+    hint is attached with ctypes through the ``AVFrame`` pointer of the PyAV frame (found by
+    checking its width and height) and ``av_video_hint_create_side_data`` of the libavutil PyAV
+    loaded. False (and no hints) wherever any of that is not as expected."""
+    if "ok" not in _HINTS:
+        _HINTS["ok"] = False
+        try:
+            import ctypes
+            import glob
+            import os
+
+            import av
+
+            libs = glob.glob(os.path.join(os.path.dirname(av.__file__), os.pardir, "av.libs", "libavutil*"))
+            lib = ctypes.CDLL(libs[0]) if libs else ctypes.CDLL("libavutil.so.60")
+            fn = lib.av_video_hint_create_side_data
+            fn.restype, fn.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t]
+            _HINTS["create"] = fn
+            probe = av.VideoFrame(64, 48, "nv12")
+            _HINTS["offset"] = next(off for off in (16, 24, 32) if _frame_dims(probe, off) == (64, 48))
+            _HINTS["ok"] = True
+        except Exception as exc:  # noqa: BLE001 - no hints: x264 analyses every macroblock
+            log.info("video hints unavailable (%s: %s)", type(exc).__name__, exc)
+    return _HINTS["ok"]
+
+
+def _frame_dims(frame, off: int):
+    import ctypes
+
+    ptr = ctypes.c_void_p.from_address(id(frame) + off).value
+    if not ptr:
+        return None
+    # AVFrame: data[8] (64 bytes), linesize[8] (32), extended_data (8), then width, height
+    return ctypes.c_int.from_address(ptr + 104).value, ctypes.c_int.from_address(ptr + 108).value
+
+
+def video_hint(frame, rect) -> bool:
+    """Mark everything outside ``rect`` (x, y, w, h in pixels) of ``frame`` as unchanged since
+    the previous frame (AV_VIDEO_HINT_TYPE_CHANGED with one rectangle)."""
+    import ctypes
+
+    if not hints_available():
+        return False
+    off = _HINTS["offset"]
+    if _frame_dims(frame, off) != (frame.width, frame.height):
+        return False
+    ptr = ctypes.c_void_p.from_address(id(frame) + off).value
+    hint = _HINTS["create"](ptr, 1)
+    if not hint:
+        return False
+    # AVVideoHint: size_t nb_rects, rect_offset, rect_size; int type; AVVideoRect: 4 x uint32
+    rect_offset = ctypes.c_size_t.from_address(hint + 8).value
+    ctypes.c_int.from_address(hint + 24).value = 1  # AV_VIDEO_HINT_TYPE_CHANGED
+    (ctypes.c_uint32 * 4).from_address(hint + rect_offset)[:] = [int(v) for v in rect]
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
 # Worker side
 
 
@@ -344,7 +410,7 @@ def _worker_main(conn) -> None:
 
     import av
 
-    shm = ctx = slots = spill = None
+    shm = ctx = slots = spill = changing = None
 
     def encode(frame):
         nonlocal busy
@@ -365,6 +431,8 @@ def _worker_main(conn) -> None:
         vf = av.VideoFrame.from_numpy_buffer(slots[slot], format="nv12")
         vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
         vf.pts = pts
+        if changing is not None:  # a still picture but for this rectangle: x264 skips the rest
+            video_hint(vf, changing)
         conn.send(("done", slot, encode(vf)))
 
     busy = 0.0
@@ -380,7 +448,8 @@ def _worker_main(conn) -> None:
                 if kind == "open":
                     from multiprocessing import resource_tracker, shared_memory
 
-                    _, name, n, width, height, fps, crf, preset, path = msg
+                    name, n, width, height, fps, crf, preset, path = msg[1:9]
+                    changing = msg[9] if len(msg) > 9 and msg[9] and hints_available() else None
                     if spill is not None:
                         spill.close()
                     spill = open(path, "wb") if path else None  # noqa: SIM115 - closed at flush/error
@@ -402,7 +471,8 @@ def _worker_main(conn) -> None:
                     ctx.color_primaries = ctx.color_trc = ctx.colorspace = _BT709
                     ctx.color_range = _RANGE_MPEG
                     ctx.thread_count = 1
-                    ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0"}
+                    ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0",
+                                   **({"mb_info": "1"} if changing is not None else {})}
                     ctx.open()
                     busy = 0.0
                     trace = [] if os.environ.get("STUDIO_TRACE") else None
