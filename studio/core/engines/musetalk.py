@@ -257,9 +257,10 @@ class MuseTalkEngine(LipSyncEngine):
             loader.join()
             self.load_ms["waited"] = self.load_ms.get("waited", 0.0) + (time.perf_counter() - t0) * 1e3
             self._loader = None
-            if self._load_error is not None:
+            if self._load_error is not None:  # load again here: a real fault raises from this thread
                 exc, self._load_error = self._load_error, None
-                raise exc
+                log.warning("loading MuseTalk in the background failed (%s: %s); loading it again",
+                            type(exc).__name__, exc)
             if self._nets is not None:
                 return self._nets
         from studio.core.engines import runtime_torch as rt
