@@ -182,6 +182,10 @@ class JobStore:
             )
         return self.get(job_id)
 
+    def interrupt(self, job_id: int) -> Job:
+        """A running job that was stopped with its process (the app closed mid-render)."""
+        return self._move(job_id, INTERRUPTED_STATE, INTERRUPTED, allowed=(RUNNING,))
+
     def fail(self, job_id: int, reason: str) -> Job:
         return self._move(job_id, FAILED, reason or "failed", allowed=(RUNNING, QUEUED))
 

@@ -17,6 +17,7 @@ _NAMES = {
     "Render": "driver", "Progress": "driver",
     "EnginePool": "pool", "default_pool": "pool",
     "QueueService": "queue", "QueueEvent": "queue", "QueueFull": "queue", "request_of": "queue",
+    "gpus_here": "queue", "unique_output": "queue",
 }
 
 __all__ = sorted(_NAMES)

@@ -55,19 +55,22 @@ class QueueEvent:
 def request_of(job: J.Job) -> RenderRequest:
     """The ``RenderRequest`` a job row holds (rows of earlier versions included)."""
     s = dict(job.settings)
+    frames = s.get("frames")
+    return RenderRequest(job.avatar, job.audio, job.output, settings_from_dict(s), request_of_settings(s),
+                         tuple(frames) if frames else None, bool(s.get("overwrite", False)))
+
+
+def request_of_settings(s: dict) -> Placement:
+    """Where a job's stored settings say it renders."""
     place = s.get("placement")
     if isinstance(place, dict):
-        placement = Placement(kind=place.get("kind", "local"), devices=tuple(place.get("devices") or ()),
-                              chunks=int(place.get("chunks") or 0), farm=str(place.get("farm") or ""))
-    elif s.get("render_on") == "farm":  # rows written by the window before the service
-        placement = Placement("farm", farm=str(s.get("farm_address") or ""))
-    elif s.get("render_on") == "gpus":
-        placement = Placement("gpus", devices=tuple(s.get("devices") or ()))
-    else:
-        placement = Placement()
-    frames = s.get("frames")
-    return RenderRequest(job.avatar, job.audio, job.output, settings_from_dict(s.get("render") or s),
-                         placement, tuple(frames) if frames else None, bool(s.get("overwrite", False)))
+        return Placement(kind=place.get("kind", "local"), devices=tuple(place.get("devices") or ()),
+                         chunks=int(place.get("chunks") or 0), farm=str(place.get("farm") or ""))
+    if s.get("render_on") == "farm":  # rows written by the window before the service
+        return Placement("farm", farm=str(s.get("farm_address") or ""))
+    if s.get("render_on") == "gpus":
+        return Placement("gpus", devices=tuple(s.get("devices") or ()))
+    return Placement()
 
 
 def job_settings(req: RenderRequest) -> dict:
@@ -120,6 +123,7 @@ class QueueService:
         self._stop = False
         self._current: tuple[int, Render] | None = None
         self._farm_link = None  # kept warm between farm jobs
+        self._interrupting = False
         self.last_progress: dict[int, Progress] = {}
 
     # ---- events -------------------------------------------------------------------------
@@ -258,7 +262,7 @@ class QueueService:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
-            self._stop = False
+            self._stop = self._interrupting = False
             self._thread = threading.Thread(target=self._loop, name="studio-queue", daemon=True)
             self._thread.start()
 
@@ -266,21 +270,23 @@ class QueueService:
     def started(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and not self._stop
 
-    def stop(self, cancel_running: bool = True, timeout: float = 30.0) -> None:
-        """Stop the runner; the running job is cancelled (nothing written) unless ``cancel_running``
-        is False, in which case it is left ``running`` in the store and comes back interrupted."""
+    def stop(self, interrupt: bool = False, timeout: float | None = 30.0) -> None:
+        """Stop the runner after the running job (``pause``), or stop that job now (``interrupt``):
+        it stops within one batch, writes nothing, and is marked ``interrupted`` (Retry runs it)."""
         with self._lock:
             self._stop = True
+            self._interrupting = interrupt
             cur = self._current
             self._wake.notify_all()
-        if cur is not None and cancel_running:
+        if cur is not None and interrupt:
             cur[1].cancel()
         t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout)
+        if timeout is not None and t is not None and t is not threading.current_thread():
+            t.join(timeout)  # timeout None: do not wait (a pause lets the running job finish)
 
     def close(self) -> None:
-        self.stop()
+        """Stop now (a running job is interrupted) and leave the farm."""
+        self.stop(interrupt=True)
         link, self._farm_link = self._farm_link, None
         if link is not None:
             link.close()
@@ -332,10 +338,10 @@ class QueueService:
             self._emit("state", job.id, done, where=render.where)
             return done
         except Cancelled:
-            return self._finish(job.id, J.CANCELLED, "cancelled by the user")
+            return self._cancelled(job.id)
         except StudioError as exc:
             if render.cancelled:
-                return self._finish(job.id, J.CANCELLED, "cancelled by the user")
+                return self._cancelled(job.id)
             return self._finish(job.id, J.FAILED, str(exc))
         except BaseException as exc:  # noqa: BLE001 - an internal error fails the job, not the runner
             if isinstance(exc, KeyboardInterrupt):
@@ -352,14 +358,27 @@ class QueueService:
             with self._lock:
                 self._current = None
 
+    def _cancelled(self, job_id: int) -> J.Job:
+        if self._interrupting:
+            return self._finish(job_id, J.INTERRUPTED_STATE, J.INTERRUPTED)
+        return self._finish(job_id, J.CANCELLED, "cancelled by the user")
+
     def _finish(self, job_id: int, state: str, reason: str) -> J.Job:
         try:
-            if state == J.CANCELLED:
+            if state in (J.CANCELLED, J.INTERRUPTED_STATE):
                 job = self.store.get(job_id)
-                job = self.store.cancel(job_id, reason) if job.state == J.RUNNING else job
+                if job.state == J.RUNNING:
+                    job = self.store.cancel(job_id, reason) if state == J.CANCELLED else self.store.interrupt(job_id)
             else:
                 job = self.store.fail(job_id, reason)
         except InputError:  # removed meanwhile
             return self.store.get(job_id) if any(j.id == job_id for j in self.store.list()) else None
         self._emit("state", job_id, job)
         return job
+
+
+def gpus_here() -> list[str]:
+    """The CUDA devices of this machine (for "All GPUs here"); [] without torch or a GPU."""
+    from studio.core.multigpu import cuda_devices
+
+    return cuda_devices()

@@ -57,7 +57,7 @@ class MainWindow(QMainWindow):
     avatarLoaded = Signal(object)  # AvatarAssets of the selected avatar
     scrubShown = Signal(float, int)  # seconds, frame index of a scrub frame now on screen
 
-    def __init__(self, renderer_factory=None, store=None):
+    def __init__(self, service=None, store=None):
         super().__init__()
         self.setWindowTitle("Studio")
         self.setWindowIcon(QIcon(_icon("studio")))
@@ -70,10 +70,12 @@ class MainWindow(QMainWindow):
         self._errors: list[float] = []
         self._k_held = False  # K is down: J / L step one frame
 
-        from studio.core.jobs import JobStore
+        from studio.service import QueueService
 
-        self.store = store or JobStore()
-        self.worker_thread = WorkerThread(renderer_factory)
+        # the render service: the queue over jobs.sqlite and the warm engines (shared with scrubbing)
+        self.service = service or QueueService(store)
+        self.store = self.service.store
+        self.worker_thread = WorkerThread(self.service)
         self.worker = self.worker_thread.worker
 
         # ---- centre: banner, preview, timeline
@@ -114,7 +116,7 @@ class MainWindow(QMainWindow):
         # ---- docks
         self.library = LibraryPanel()
         self.render_panel = RenderPanel()
-        self.queue_panel = QueuePanel(self.store)
+        self.queue_panel = QueuePanel(self.service)
         self.doctor = DoctorPanel()
         # the Render dock runs the full height (it fits 1080p unscrolled); the Queue spans the rest
         self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.BottomDockWidgetArea)
@@ -123,7 +125,7 @@ class MainWindow(QMainWindow):
         self.render_dock = self._dock("Render", self.render_panel, Qt.DockWidgetArea.RightDockWidgetArea, scroll=True)
         self.queue_dock = self._dock("Queue", self.queue_panel, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.doctor_dock = self._dock("Doctor", self.doctor, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.queue = RenderQueue(self.store, self.worker, self.render_panel, self.queue_panel, self)
+        self.queue = RenderQueue(self.service, self.worker, self.render_panel, self.queue_panel, self)
         self.tabifyDockWidget(self.queue_dock, self.doctor_dock)
         self.queue_dock.raise_()
         self.doctor_dock.visibilityChanged.connect(self._doctor_visible)
@@ -174,7 +176,7 @@ class MainWindow(QMainWindow):
 
     @property
     def current(self):
-        """The RenderRequest being rendered, or None."""
+        """The job being rendered (a ``JobRun``), or None."""
         return self.queue.current
 
     def scrub_to(self, seconds: float) -> None:
@@ -389,15 +391,15 @@ class MainWindow(QMainWindow):
 
         def ready(status: dict) -> None:
             self.render_panel.show_engines(status)
-            from studio.core.multigpu import cuda_devices  # torch is loaded by now
+            from studio.service import gpus_here  # torch is loaded by now
 
-            self.gpus_task = run_in_background(cuda_devices, on_done=self.render_panel.set_gpus)  # "All GPUs here"
+            self.gpus_task = run_in_background(gpus_here, on_done=self.render_panel.set_gpus)  # "All GPUs here"
             auto = "musetalk" if status.get("musetalk", "").startswith("ready") else "classic"
             self.engine_status.setText(f"engine: auto → {auto}")
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))
 
         self.engines_task = run_in_background(available_engines, on_done=ready, on_error=self.show_error)
-        self.queue.pump()
+        QTimer.singleShot(0, self._offer_queued)
         QTimer.singleShot(300, self._check_audio_device)
 
     def _check_audio_device(self) -> None:
@@ -612,12 +614,68 @@ class MainWindow(QMainWindow):
         self.render_panel.save()
         s.sync()
 
+    def _offer_queued(self) -> None:
+        """Queued jobs wait for a Start when the window opens: ask once (the answer can be kept)."""
+        try:
+            waiting = len(self.store.list(("queued",)))
+        except Exception as exc:  # noqa: BLE001
+            self.show_error(error_text(exc))
+            return
+        if not waiting:
+            return
+        choice = cfg.value(self.settings, "queue/on_start", str)
+        if choice == "start":
+            self.queue.start()
+            return
+        if choice == "wait":
+            self.statusBar().showMessage(f"{waiting} queued render(s) wait: press Start queue", 8000)
+            return
+        from PySide6.QtWidgets import QCheckBox, QMessageBox
+
+        box = QMessageBox(QMessageBox.Icon.Question, "Queued renders",
+                          f"{waiting} render(s) are queued from an earlier session. Start them now?",
+                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, self)
+        box.setObjectName("queuedOnStart")
+        remember = QCheckBox("Remember my answer")
+        box.setCheckBox(remember)
+
+        def answered(button) -> None:
+            yes = box.standardButton(button) == QMessageBox.StandardButton.Yes
+            if remember.isChecked():
+                self.settings.setValue("queue/on_start", "start" if yes else "wait")
+            if yes:
+                self.queue.start()
+
+        box.buttonClicked.connect(answered)
+        self.queued_box = box
+        box.open()
+
     def closeEvent(self, event) -> None:
+        if self.current is not None and not getattr(self, "_close_confirmed", False):
+            from PySide6.QtWidgets import QMessageBox
+
+            event.ignore()  # ask first; the answer closes (or not) later
+            box = QMessageBox(QMessageBox.Icon.Warning, "A render is running",
+                              "A render is running. Stop it and close Studio? Nothing of it is written; "
+                              "the job comes back as interrupted, ready to retry.",
+                              QMessageBox.StandardButton.Close | QMessageBox.StandardButton.Cancel, self)
+            box.setObjectName("closeDuringRender")
+            box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+
+            def answered(button) -> None:
+                if box.standardButton(button) == QMessageBox.StandardButton.Close:
+                    self._close_confirmed = True
+                    QTimer.singleShot(0, self.close)
+
+            box.buttonClicked.connect(answered)
+            self.close_box = box
+            box.open()
+            return
         self.transport.stop()
         self.save_state()
-        self.queue.closing = True
         if self.player is not None:
             self.player.player.stop()
+        self.queue.close()  # a running job stops now (nothing written) and comes back interrupted
         self.worker_thread.stop()
         super().closeEvent(event)
 

@@ -1,8 +1,11 @@
-"""The Queue dock: jobs (avatar x script x settings) from ``studio.core.jobs``, with retry/cancel/remove.
+"""The Queue dock: a view of the render service's queue (the same ``jobs.sqlite`` that
+``studio queue`` and ``studio serve`` use), with the editor's controls.
 
-The table is a view of the SQLite store; the main window runs the queue one job after another.
-The Note column says where a job runs or ran ("farm (2 workers)"); while a farm job runs its
-tooltip holds the per-worker fps, chunks and retries.
+Each row: the avatar's thumbnail, id, job, state, progress (the Live bar's rounding), duration,
+engine and settings, the resolved output path, and a note (where it runs or ran, the reason it
+failed, or "damaged" with what to do). Buttons: Start/Pause the queue, Retry, Queue draft, Hold,
+Resume, Up, Down, Cancel, Remove, Clear finished. The table refreshes on the service's events and,
+once a second, when another process (``studio queue``, the server) changed the store.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -23,49 +27,82 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-COLUMNS = ["#", "Job", "State", "Progress", "Output", "Note"]
+from studio.core.progress import fraction_percent
+
+COLUMNS = ["", "#", "Job", "State", "Progress", "Duration", "Settings", "Output", "Note"]
+ID_COL, STATE_COL, PROGRESS_COL, OUTPUT_COL, NOTE_COL = 1, 3, 4, 7, 8
 STATE_COLOURS = {"done": "#7bd88f", "failed": "#ff6b6b", "running": "#4fa3ff", "cancelled": "#a0a4ad",
-                 "queued": "#ffb347", "draft": "#a0a4ad"}
+                 "queued": "#ffb347", "draft": "#a0a4ad", "held": "#d6a2ff", "interrupted": "#ff9e6b",
+                 "damaged": "#ff6b6b"}
+THUMB = 40
 
 
 class QueuePanel(QWidget):
     retryClicked = Signal(int)
     cancelClicked = Signal(int)
     enqueueClicked = Signal(int)
+    holdClicked = Signal(int)
+    resumeClicked = Signal(int)
+    moveClicked = Signal(int, int)  # job id, new index in the queue order
+    removeClicked = Signal(int)
+    startClicked = Signal(bool)  # start (True) or pause (False) the queue
     openClicked = Signal(str)
     error = Signal(str)
 
-    def __init__(self, store, parent=None):
+    def __init__(self, service, parent=None):
         super().__init__(parent)
         self.setObjectName("queuePanel")
-        self.store = store
+        self.service = service
+        self.store = service.store
         self.live: dict[int, tuple[str, str]] = {}  # running job -> (where it runs, detail)
+        self._thumbs: dict[str, QIcon] = {}
+        self._durations: dict[str, str] = {}
+        self._version = None
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(THUMB + 4)
+        self.table.setIconSize(QSize(THUMB, THUMB))
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setAlternatingRowColors(True)
         head = self.table.horizontalHeader()
         head.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        head.setSectionResizeMode(5, QHeaderView.ResizeMode.Stretch)
+        head.setSectionResizeMode(NOTE_COL, QHeaderView.ResizeMode.Stretch)
         self.table.itemDoubleClicked.connect(self._open)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
 
+        self.start_btn = QPushButton("Start queue")
+        self.start_btn.setCheckable(True)
+        self.start_btn.setToolTip("Render queued jobs one after another (Pause: the running job finishes, "
+                                  "the next ones wait)")
+        self.start_btn.clicked.connect(self._start_clicked)
         self.retry_btn = QPushButton("Retry")
         self.enqueue_btn = QPushButton("Queue draft")
+        self.hold_btn = QPushButton("Hold")
+        self.resume_btn = QPushButton("Resume")
+        self.up_btn = QPushButton("Up")
+        self.down_btn = QPushButton("Down")
         self.cancel_btn = QPushButton("Cancel")
         self.remove_btn = QPushButton("Remove")
         self.clear_btn = QPushButton("Clear finished")
-        self.retry_btn.clicked.connect(lambda: self._emit(self.retryClicked))
-        self.enqueue_btn.clicked.connect(lambda: self._emit(self.enqueueClicked))
-        self.cancel_btn.clicked.connect(lambda: self._emit(self.cancelClicked))
-        self.remove_btn.clicked.connect(self._remove)
+        self.retry_btn.setToolTip("Queue the selected job again (it writes a new numbered file)")
+        self.hold_btn.setToolTip("Keep the selected queued job waiting (it keeps its place)")
+        self.retry_btn.clicked.connect(lambda: self._emit(self.retryClicked, "to retry"))
+        self.enqueue_btn.clicked.connect(self._enqueue)
+        self.hold_btn.clicked.connect(lambda: self._emit(self.holdClicked, "to hold"))
+        self.resume_btn.clicked.connect(lambda: self._emit(self.resumeClicked, "to resume"))
+        self.up_btn.clicked.connect(lambda: self._move(-1))
+        self.down_btn.clicked.connect(lambda: self._move(+1))
+        self.cancel_btn.clicked.connect(lambda: self._emit(self.cancelClicked, "to cancel"))
+        self.remove_btn.clicked.connect(lambda: self._emit(self.removeClicked, "to remove"))
         self.clear_btn.clicked.connect(self._clear_finished)
         self.summary = QLabel("")
         self.summary.setObjectName("dim")
         row = QHBoxLayout()
-        for b in (self.retry_btn, self.enqueue_btn, self.cancel_btn, self.remove_btn, self.clear_btn):
+        for b in (self.start_btn, self.retry_btn, self.enqueue_btn, self.hold_btn, self.resume_btn, self.up_btn,
+                  self.down_btn, self.cancel_btn, self.remove_btn, self.clear_btn):
             row.addWidget(b)
         row.addStretch(1)
         row.addWidget(self.summary)
@@ -73,54 +110,78 @@ class QueuePanel(QWidget):
         box.setContentsMargins(6, 6, 6, 6)
         box.addLayout(row)
         box.addWidget(self.table, 1)
+        self.poll = QTimer(self)
+        self.poll.setInterval(1000)
+        self.poll.timeout.connect(self._poll)
+        self.poll.start()
         self.refresh()
+
+    # ---- the view -----------------------------------------------------------------------
 
     def selected_id(self) -> int | None:
         row = self.table.currentRow()
-        if row < 0:
+        if row < 0 or self.table.item(row, ID_COL) is None:
             return None
-        return int(self.table.item(row, 0).data(Qt.ItemDataRole.UserRole))
+        return int(self.table.item(row, ID_COL).data(Qt.ItemDataRole.UserRole))
+
+    def selected_job(self):
+        job_id = self.selected_id()
+        if job_id is None:
+            return None
+        try:
+            return self.store.get(job_id)
+        except Exception:  # noqa: BLE001 - removed meanwhile
+            return None
 
     def refresh(self) -> None:
         keep = self.selected_id()
-        jobs = self.store.list()
+        try:
+            jobs = self.store.list()
+            self._version = self.store.version()
+        except Exception as exc:  # noqa: BLE001 - the store went away: say so, keep the table
+            from studio.ui.workers import error_text
+
+            self.error.emit(error_text(exc))
+            return
         self.table.setRowCount(len(jobs))
         for r, job in enumerate(jobs):
             live = self.live.get(job.id) if job.state == "running" else None
-            cells = [
-                str(job.id),
-                job.label,
-                job.state,
-                f"{100 * job.progress:.0f} %",
-                Path(job.output).name,
-                live[0] if live else job.reason or _result_note(job),
-            ]
+            cells = ["", str(job.id), job.label, job.state, f"{fraction_percent(job.progress)} %",
+                     self._duration(job), settings_text(job), job.output,
+                     live[0] if live else job.reason or _result_note(job)]
             where = where_text(job)
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c == 0:
+                    icon = self._thumb(job.avatar)
+                    if icon is not None:
+                        item.setIcon(icon)
+                if c == ID_COL:
                     item.setData(Qt.ItemDataRole.UserRole, job.id)
-                if c == 2:
-                    from PySide6.QtGui import QColor
-
+                if c == STATE_COL:
                     item.setForeground(QColor(STATE_COLOURS.get(job.state, "#e6e6e6")))
-                tip = job.output if c == 4 else text
-                if c in (2, 5):
+                tip = text
+                if c in (STATE_COL, NOTE_COL):
                     tip = "\n".join(x for x in (text, live[1] if live else "", where) if x)
                 item.setToolTip(tip)
                 self.table.setItem(r, c, item)
             if job.id == keep:
                 self.table.selectRow(r)
-        counts = {}
+        counts: dict[str, int] = {}
         for j in jobs:
             counts[j.state] = counts.get(j.state, 0) + 1
         self.summary.setText(" · ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs")
+        self._update_buttons()
+
+    def set_running(self, running: bool) -> None:
+        """The queue runs (the button says Pause) or waits for Start."""
+        self.start_btn.setChecked(running)
+        self.start_btn.setText("Pause queue" if running else "Start queue")
 
     def set_progress(self, job_id: int, fraction: float) -> None:
-        for r in range(self.table.rowCount()):
-            if int(self.table.item(r, 0).data(Qt.ItemDataRole.UserRole)) == job_id:
-                self.table.item(r, 3).setText(f"{100 * fraction:.0f} %")
-                return
+        r = self._row(job_id)
+        if r is not None:
+            self.table.item(r, PROGRESS_COL).setText(f"{fraction_percent(fraction)} %")
 
     def set_live(self, job_id: int, where: str | None, detail: str = "") -> None:
         """Show where the running job ``job_id`` runs (None: it ended) and, in the tooltip, ``detail``."""
@@ -128,56 +189,142 @@ class QueuePanel(QWidget):
             self.live.pop(job_id, None)
             return
         self.live[job_id] = (where, detail)
+        r = self._row(job_id)
+        if r is not None:
+            self.table.item(r, NOTE_COL).setText(where)
+            tip = "\n".join(x for x in (where, detail) if x)
+            self.table.item(r, NOTE_COL).setToolTip(tip)
+            self.table.item(r, STATE_COL).setToolTip(tip)
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def _row(self, job_id: int) -> int | None:
         for r in range(self.table.rowCount()):
-            if int(self.table.item(r, 0).data(Qt.ItemDataRole.UserRole)) == job_id:
-                self.table.item(r, 5).setText(where)
-                tip = "\n".join(x for x in (where, detail) if x)
-                self.table.item(r, 5).setToolTip(tip)
-                self.table.item(r, 2).setToolTip(tip)
-                return
+            item = self.table.item(r, ID_COL)
+            if item is not None and int(item.data(Qt.ItemDataRole.UserRole)) == job_id:
+                return r
+        return None
 
-    def _emit(self, signal) -> None:
-        job_id = self.selected_id()
-        if job_id is not None:
-            signal.emit(job_id)
+    def _poll(self) -> None:
+        """Another process (``studio queue``, the server) changed the store: show it."""
+        try:
+            version = self.store.version()
+        except Exception:  # noqa: BLE001 - reported by refresh when it matters
+            return
+        if version != self._version:
+            self.refresh()
 
-    def _remove(self) -> None:
+    def _thumb(self, avatar: str) -> QIcon | None:
+        if avatar not in self._thumbs:
+            icon = None
+            try:
+                from studio.core.avatar import library_dir
+
+                path = library_dir() / avatar / "thumbnail.png" if "/" not in avatar else None
+                if path is not None and path.exists():
+                    pm = QPixmap(str(path))
+                    if not pm.isNull():
+                        icon = QIcon(pm.scaled(THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio,
+                                               Qt.TransformationMode.SmoothTransformation))
+            except Exception:  # noqa: BLE001 - no thumbnail, no problem
+                icon = None
+            self._thumbs[avatar] = icon
+        return self._thumbs[avatar]
+
+    def _duration(self, job) -> str:
+        """The clip's (or the in/out range's) length as HH:MM:SS:FF."""
+        from studio.core.timecode import timecode
+
+        frames = (job.settings or {}).get("frames")
+        if frames:
+            return f"{timecode(int(frames[1]) - int(frames[0]))} (range)"
+        if job.result and job.result.get("frames"):
+            return timecode(int(job.result["frames"]))
+        if job.audio not in self._durations:
+            try:
+                from studio.core.audio import probe
+
+                self._durations[job.audio] = timecode(probe(job.audio).frames)
+            except Exception:  # noqa: BLE001 - a missing file: the job says so when it runs
+                self._durations[job.audio] = "—"
+        return self._durations[job.audio]
+
+    def _update_buttons(self) -> None:
+        job = self.selected_job()
+        state = job.state if job else ""
+        self.hold_btn.setEnabled(state == "queued")
+        self.resume_btn.setEnabled(state == "held")
+        self.retry_btn.setEnabled(job is not None and job.can_retry)
+        self.cancel_btn.setEnabled(state in ("draft", "queued", "held", "running"))
+        self.remove_btn.setEnabled(job is not None and state != "running")
+
+    def _emit(self, signal, what: str) -> None:
         job_id = self.selected_id()
         if job_id is None:
+            self.error.emit(f"select a job in the Queue {what}")
             return
-        try:
-            self.store.remove(job_id)
-        except Exception as exc:  # noqa: BLE001
-            from studio.ui.workers import error_text
+        signal.emit(job_id)
 
-            self.error.emit(error_text(exc))
-        self.refresh()
+    def _enqueue(self) -> None:
+        job = self.selected_job()
+        if job is None or job.state != "draft":
+            self.error.emit("select a draft in the Queue to queue it (Add to queue makes drafts when the "
+                            "queue is paused; drafts are jobs saved for later)")
+            return
+        self.enqueueClicked.emit(job.id)
+
+    def _move(self, step: int) -> None:
+        job_id = self.selected_id()
+        if job_id is None:
+            self.error.emit("select a job in the Queue to move it")
+            return
+        r = self._row(job_id)
+        self.moveClicked.emit(job_id, max(0, (r or 0) + step))
+
+    def _start_clicked(self, on: bool) -> None:
+        self.set_running(on)
+        self.startClicked.emit(on)
 
     def _clear_finished(self) -> None:
         for job in self.store.list(("done", "cancelled")):
-            self.store.remove(job.id)
-        self.refresh()
+            self.removeClicked.emit(job.id)
 
     def _open(self, item) -> None:
-        job = self.store.get(int(self.table.item(item.row(), 0).data(Qt.ItemDataRole.UserRole)))
+        job = self.store.get(int(self.table.item(item.row(), ID_COL).data(Qt.ItemDataRole.UserRole)))
         if job.state == "done" and Path(job.output).exists():
             self.openClicked.emit(job.output)
 
 
+def settings_text(job) -> str:
+    """Engine and the settings an editor checks: "classic · x264 crf20 veryfast"."""
+    s = job.settings or {}
+    if not s:
+        return ""
+    parts = [s.get("engine", "auto")]
+    if s.get("engine") == "musetalk" or (job.result or {}).get("engine") == "musetalk":
+        parts.append(s.get("decoder", "taesd"))
+    parts.append(f"{s.get('encoder', 'auto')} crf{s.get('crf', 20)} {s.get('preset', 'veryfast')}")
+    return " · ".join(str(p) for p in parts)
+
+
 def where_text(job) -> str:
     """Where a job ran (its result) or will run (its settings), for tooltips."""
-    from studio.ui.render_queue import job_devices, job_farm
+    from studio.service.queue import request_of_settings
 
     ran = (job.result or {}).get("ran_on")
     if ran:
         return f"rendered on {ran}"
-    farm = job_farm(job.settings or {})
-    devices = job_devices(job.settings or {})
-    if devices:
-        return f"renders on {len(devices)} GPUs here at once"
-    if farm is None:
-        return "renders on this computer"
-    return f"renders on the farm at {farm}" if farm else "renders on the farm started here"
+    try:
+        p = request_of_settings(job.settings or {})
+    except Exception:  # noqa: BLE001 - a damaged row
+        return ""
+    if p.kind == "gpus":
+        return f"renders on {len(p.devices)} GPUs here at once"
+    if p.kind == "farm":
+        return f"renders on the farm at {p.farm}" if p.farm else "renders on the farm started here"
+    if p.kind == "chunks":
+        return f"renders in {p.chunks or 2} local processes"
+    return "renders on this computer"
 
 
 def _result_note(job) -> str:
@@ -186,4 +333,4 @@ def _result_note(job) -> str:
         return time.strftime("added %H:%M", time.localtime(job.created))
     note = f"{r.get('engine', '?')} · {r.get('fps', 0):.1f} fps · {r.get('seconds', 0):.1f} s"
     ran = r.get("ran_on", "")
-    return f"{ran} · {note}" if ran.startswith("farm") else note
+    return f"{ran} · {note}" if ran and ran != "this computer" else note

@@ -122,6 +122,10 @@ class RenderPanel(QWidget):
         form.addRow("Folder", out)
         form.addRow("Name", self.pattern)
         form.addRow(self.output_label)
+        self.overwrite_box = QCheckBox("Overwrite existing files")
+        self.overwrite_box.setToolTip("Off: a name that is taken (a file, or another job's output) gets a "
+                                      "number, _002, _003 …, so no render is ever lost")
+        form.addRow(self.overwrite_box)
         self.range_check = QCheckBox("Render in/out range only")
         self.range_check.setToolTip("Render only the frames between the timeline's in and out points (I / O)")
         self.range_check.setEnabled(False)
@@ -288,6 +292,10 @@ class RenderPanel(QWidget):
             name += ".mp4"
         return str(Path(folder) / name)
 
+    def overwrite_outputs(self) -> bool:
+        """Whether a job may replace an existing file (otherwise its name is numbered)."""
+        return self.overwrite_box.isChecked()
+
     def set_range(self, frames: tuple[int, int] | None) -> None:
         """The timeline's in/out range (frames ``[start, end)``), or None when it has none."""
         self._range = (int(frames[0]), int(frames[1])) if frames else None
@@ -330,6 +338,7 @@ class RenderPanel(QWidget):
         s.setValue("render/batch", self.batch.value())
         s.setValue("render/crf", self.crf.value())
         s.setValue("render/pattern", self.pattern.text())
+        s.setValue("render/overwrite", self.overwrite_box.isChecked())
         s.setValue("render/threshold", self.threshold)
         s.setValue("render/min_silence", self.min_silence)
         s.setValue("folders/output", self.folder.text())
@@ -347,6 +356,7 @@ class RenderPanel(QWidget):
         self.batch.setValue(cfg.value(s, "render/batch", int))
         self.crf.setValue(cfg.value(s, "render/crf", int))
         self.pattern.setText(cfg.value(s, "render/pattern", str))
+        self.overwrite_box.setChecked(cfg.value(s, "render/overwrite", bool))
         self.pattern.setCursorPosition(0)
         self.folder.setText(cfg.value(s, "folders/output", str) or str(_default_folder()))
         self.folder.setCursorPosition(0)

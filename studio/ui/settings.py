@@ -34,6 +34,8 @@ DEFAULTS: dict[str, object] = {
     "render/min_silence": 3,
     "render/threshold": 0.008,
     "render/pattern": "{avatar}_{script}_{engine}_crf{crf}.mp4",
+    "render/overwrite": False,  # False: a taken output name gets a number (_002)
+    "queue/on_start": "ask",  # queued jobs when the window opens: ask | start | wait
     "render/target": "local",  # "local" (this computer) or "farm" (a Ray render farm)
     "render/farm_address": "",  # empty: the farm `studio farm up` started here; else HOST:PORT
 }

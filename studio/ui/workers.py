@@ -1,17 +1,13 @@
-"""Work off the GUI thread.
+"""Work off the GUI thread, and the service's events as Qt signals.
 
-``RenderWorker`` is a QObject living on its own QThread: it owns the renderer and its engine,
-runs renders (``renderRequested``), renders single frames for scrubbing (``request_frame``,
-coalesced so only the newest timestamp is computed; during a render the newest request waits
-for the render to end, because the warm engine is bound to the render's audio) and reports
-through signals. ``cancel`` is
-thread-safe and stops the run within one batch.
-
-A request with ``farm`` set renders on a Ray render farm instead, through a ``FarmLink`` (the Ray
-driver in a child process, connected on the first such job, kept warm between jobs, opened again
-after it was lost): its ``ChunkedProgress`` goes out on the same ``progress`` signal, ``placed``
-says where it runs ("farm (2 workers)"), and ``cancel`` stops all its chunks. Scrub frames
-always render on this computer.
+``RenderWorker`` is a QObject living on its own QThread. It is the window's view of the render
+service: the queue runner (``studio.service.QueueService``, on its own thread) renders jobs, and
+the worker re-emits the runner's events as signals (``placed``, ``started``, ``progress``,
+``preview``, ``finished``, ``failed``, ``cancelled``), which Qt queues to the GUI thread. It also
+renders single frames for scrubbing (``request_frame``, coalesced so only the newest timestamp is
+computed) on the service's warm engine pool: during a render the scrub frame takes its turn on the
+shared engine between two of the render's batches, so an editor can check frames while a long
+render runs. ``cancel`` is thread-safe and stops the running job within one batch.
 
 ``run_in_background`` runs one short job (import an avatar, analyse audio, the doctor) on a
 daemon thread and delivers its result, progress and error as queued signals.
@@ -23,22 +19,29 @@ import inspect
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 log = logging.getLogger(__name__)
 
+LOCAL = "this computer"
+
 
 @dataclass(frozen=True)
-class RenderRequest:
-    avatar: str
-    audio: str
-    settings: Any  # studio.core.render.RenderSettings
-    output: str
-    job_id: int | None = None
-    farm: str | None = None  # None: this computer; "": the farm started here (studio farm up); or HOST:PORT
-    devices: tuple[str, ...] | None = None  # render on these devices at once ("All GPUs here")
+class JobRun:
+    """A job of the queue being rendered: what the signals carry."""
+
+    job_id: int
+    request: object  # studio.service.RenderRequest
+
+    @property
+    def output(self) -> str:
+        return self.request.output
+
+    @property
+    def farm(self):
+        p = self.request.placement
+        return p.farm if p.kind == "farm" else None
 
 
 def frame_index(seconds: float) -> int:
@@ -61,34 +64,35 @@ def error_text(exc: BaseException) -> str:
 
 
 class RenderWorker(QObject):
-    renderRequested = Signal(object)  # RenderRequest
-    started = Signal(object)  # RenderRequest
-    progress = Signal(object, object)  # RenderRequest, RenderProgress
+    started = Signal(object)  # JobRun
+    progress = Signal(object, object)  # JobRun, studio.service.Progress
     preview = Signal(object, int)  # RGB [H,W,3] uint8, frame index
     frameReady = Signal(float, int, object)  # seconds, frame index, RGB
-    finished = Signal(object, object)  # RenderRequest, RenderResult
-    failed = Signal(object, str)  # RenderRequest or None (a scrub frame), message
-    cancelled = Signal(object)  # RenderRequest
+    finished = Signal(object, object)  # JobRun, RenderResult
+    failed = Signal(object, str)  # JobRun or None (a scrub frame), message
+    cancelled = Signal(object)  # JobRun
     engineReady = Signal(str, str)  # engine name, why it was chosen
-    placed = Signal(object, str)  # RenderRequest, where it runs: "this computer" or "farm (N workers)"
+    placed = Signal(object, str)  # JobRun, where it runs: "this computer", "2 GPUs here", "farm (N workers)"
+    queueChanged = Signal()  # any job of the queue changed (state, order, added, removed)
     _frameTick = Signal()
+    _relay = Signal(object)  # a service event, from the runner's thread to this worker's thread
 
-    def __init__(self, renderer_factory=None):
+    def __init__(self, service):
         super().__init__()
-        self._factory = renderer_factory
+        self.service = service
+        self.pool = service.pool
         self._lock = threading.Lock()
         self._pending: tuple | None = None  # (avatar, audio, settings, seconds)
         self._tick_posted = False
-        self._cancel = threading.Event()
-        self._active = None
-        self._scrub = None  # (key, Renderer) reused while avatar/audio/settings stay the same
-        self._engines: dict[tuple, tuple] = {}  # warm engines: settings key -> (engine, reason)
+        self.run: JobRun | None = None  # the job being rendered
         self.engine_reason = ""
-        self.generation = 0  # bumped by invalidate(): cached renderers of older generations are dropped
+        self.generation = 0  # bumped by invalidate(): scrub clips of older generations are dropped
         self.frames_rendered = 0  # scrub frames actually computed (coalescing is visible here)
-        self.farm = None  # studio.service.farm_link.FarmLink, kept between farm jobs
-        self.renderRequested.connect(self._render)
         self._frameTick.connect(self._serve_frame)
+        self._relay.connect(self._event)
+        # the runner calls back on its thread; the events are handled (and re-emitted) on this
+        # worker's thread, in order, as all of its other signals are
+        self._unsubscribe = service.subscribe(self._relay.emit)
 
     # ---- called from the GUI thread ---------------------------------------------------
 
@@ -102,113 +106,66 @@ class RenderWorker(QObject):
         self._frameTick.emit()
 
     def cancel(self) -> None:
-        """Thread-safe: the running render stops within one batch and leaves no file."""
-        self._cancel.set()
-        r = self._active
-        if r is not None:
-            r.cancel()
+        """Thread-safe: the running job stops within one batch and leaves no file."""
+        run = self.run
+        if run is not None:
+            try:
+                self.service.cancel(run.job_id)
+            except Exception:  # noqa: BLE001 - it may have just finished
+                log.debug("cancel of job %s ignored", run.job_id, exc_info=True)
 
     def invalidate(self) -> None:
-        """Forget cached scrub renderers (an avatar was re-prepared); thread-safe."""
+        """Forget prepared scrub clips (an avatar was re-prepared); thread-safe."""
         self.generation += 1
+        self.pool.invalidate()
 
     @property
     def busy(self) -> bool:
-        return self._active is not None
+        return self.run is not None
 
-    # ---- on the worker thread ---------------------------------------------------------
+    # ---- the queue runner's events (its thread) -----------------------------------------
 
     @Slot(object)
-    def _render(self, req: RenderRequest) -> None:
-        from studio.core.errors import Cancelled
+    def _event(self, ev) -> None:
+        from studio.core import jobs as J
 
-        self._cancel.clear()
-        try:
-            if req.farm is not None:
-                self._render_on_farm(req)
-                return
-            if req.devices:  # one clip split over several GPUs, each with its warm engine
-                from studio.core.multigpu import DeviceRender
+        run = self.run
+        if ev.kind == "placed":
+            from studio.service import request_of
 
-                engines = []
-                for d in req.devices:  # warm engines; a device named twice gets its own
-                    one = self._make(req.avatar, req.audio, req.settings.with_(device=d)).engine
-                    engines.append(one if one not in engines else self._fresh_engine(req.settings.with_(device=d)))
-                r = DeviceRender(req.avatar, req.audio, req.settings, engines=engines)
-                where = f"{len(engines)} GPUs here"
-            else:
-                r = self._make(req.avatar, req.audio, req.settings)
-                where = LOCAL
-            self._active = r
-            if self._cancel.is_set():
-                r.cancel()
-            self.placed.emit(req, where)
-            self.started.emit(req)
-            for p in r.run(req.output):
-                if p.preview is not None:
-                    self.preview.emit(p.preview, -1 if p.preview_index is None else int(p.preview_index))
-                self.progress.emit(req, p)
-            if self._cancel.is_set() or r.result is None:
-                self.cancelled.emit(req)
-            else:
-                self.finished.emit(req, r.result)
-        except Cancelled:
-            self.cancelled.emit(req)
-        except BaseException as exc:  # noqa: BLE001 - every error becomes a readable message
-            if self._cancel.is_set():
-                self.cancelled.emit(req)
-            else:
-                self.failed.emit(req, error_text(exc))
-        finally:
-            self._active = None
-            if self._pending is not None:
-                self._serve_frame()
+            run = self.run = JobRun(ev.job_id, request_of(ev.job))
+            self.placed.emit(run, ev.where)
+            self.started.emit(run)
+        elif ev.kind == "progress" and run is not None and run.job_id == ev.job_id:
+            p = ev.progress
+            if p.preview is not None:
+                self.preview.emit(p.preview, -1 if p.preview_index is None else int(p.preview_index))
+            self.progress.emit(run, p)
+        elif ev.kind == "state" and ev.job is not None and ev.job.state in J.FINAL:
+            job = ev.job
+            if run is None or run.job_id != job.id:
+                from studio.service import request_of
 
-    def _render_on_farm(self, req: RenderRequest) -> None:
-        """One job on the farm; a link lost before the job made progress (the farm was restarted
-        since the last job) is opened again once."""
-        from studio.core.errors import Cancelled
-        from studio.service.farm_link import LinkLost
+                try:
+                    run = JobRun(job.id, request_of(job))
+                except Exception:  # noqa: BLE001 - a job that never started (bad settings)
+                    run = None
+            was_running = self.run is not None and self.run.job_id == job.id
+            if was_running:
+                self.run = None
+            reason = job.result.get("engine_reason") if job.result else ""
+            if reason and reason != self.engine_reason:
+                self.engine_reason = reason
+                self.engineReady.emit(job.result.get("engine", ""), reason)
+            if job.state == J.DONE:
+                self.finished.emit(run, _result(job.result))
+            elif job.state == J.FAILED and (was_running or run is not None):
+                self.failed.emit(run, job.reason)
+            elif job.state in (J.CANCELLED, J.INTERRUPTED_STATE) and was_running:
+                self.cancelled.emit(run)
+        self.queueChanged.emit()
 
-        for attempt in (1, 2):
-            link = self._farm_link(req.farm)
-            if self._cancel.is_set():  # cancelled while connecting
-                raise Cancelled("render cancelled; nothing was written")
-            self._active = link
-            progressed = False
-            try:
-                self.placed.emit(req, link.where)
-                self.started.emit(req)
-                for p in link.render(req.avatar, req.audio, req.output, req.settings):
-                    if self._cancel.is_set():
-                        link.cancel()  # also when cancel came before the farm's job started
-                    progressed = progressed or p.done > 0
-                    self.progress.emit(req, p)
-                break
-            except LinkLost:
-                self.close_farm()
-                if progressed or attempt == 2 or self._cancel.is_set():
-                    raise
-                log.warning("the farm link was lost before the job started; connecting again")
-        self.finished.emit(req, link.result)  # a cancelled job raised Cancelled: this one's file exists
-
-    def _farm_link(self, address: str):
-        """The warm link for ``address``, else a new one (the old one is closed)."""
-        from studio.service.farm_link import FarmLink
-
-        address = (address or "").strip()
-        if self.farm is not None and self.farm.address == address and self.farm.alive:
-            return self.farm
-        self.close_farm()
-        self.farm = FarmLink.open(address)
-        log.info("render farm at %s: %s", address or "this machine", self.farm.where)
-        return self.farm
-
-    def close_farm(self) -> None:
-        """Leave the farm (its warm workers stay on a `studio farm up` cluster)."""
-        link, self.farm = self.farm, None
-        if link is not None:
-            link.close()
+    # ---- scrub frames (this worker's thread) --------------------------------------------
 
     @Slot()
     def _serve_frame(self) -> None:
@@ -219,70 +176,50 @@ class RenderWorker(QObject):
             return
         avatar, audio, settings, seconds = pending
         try:
-            key = (avatar, audio, settings, self.generation)
-            if self._scrub is None or self._scrub[0] != key:
-                self._scrub = (key, self._make(avatar, audio, settings))
-            image = self._scrub[1].frame_at(seconds)
+            image = self.pool.frame_at(avatar, audio, settings, seconds)
             self.frames_rendered += 1
             self.frameReady.emit(seconds, frame_index(seconds), image)
         except BaseException as exc:  # noqa: BLE001
-            self._scrub = None
             self.failed.emit(None, error_text(exc))
 
-    @staticmethod
-    def _fresh_engine(settings):
-        from studio.core.engines import select_engine
-
-        return select_engine(settings.engine, device=settings.device, precision=settings.precision,
-                             decoder=settings.decoder, batch=settings.batch, runtime=settings.runtime).engine
-
-    def _make(self, avatar, audio, settings):
-        """A Renderer that reuses a warm engine when the engine settings are unchanged."""
-        if self._factory is not None:
-            return self._factory(avatar, audio, settings)
-        from studio.core.render import Renderer
-
-        key = (settings.engine, settings.device, settings.precision, settings.decoder, settings.batch)
-        warm = self._engines.get(key)
-        r = Renderer(avatar, audio, settings, engine=warm[0] if warm else None)
-        if warm is None:
-            warm = self._engines[key] = (r.engine, r.engine_reason)
-        if warm[1] != self.engine_reason:
-            self.engine_reason = warm[1]
-            self.engineReady.emit(warm[0].name, warm[1])
-        return r
-
     def close(self) -> None:
-        """Release the engines (GPU memory, sessions); call on the worker thread or after it stopped."""
-        for engine, _ in self._engines.values():
-            try:
-                engine.close()
-            except Exception:  # noqa: BLE001 - closing must not fail the exit
-                log.debug("engine close failed", exc_info=True)
-        self._engines.clear()
-        self._scrub = None
-        self.close_farm()
+        """Stop listening to the service (the service and its engines are closed by their owner)."""
+        self._unsubscribe()
 
 
-LOCAL = "this computer"
+def _result(data: dict):
+    """The job's stored result as a ``RenderResult`` (fields it lacks take their defaults)."""
+    import dataclasses
+
+    from studio.core.render import RenderResult
+
+    names = {f.name for f in dataclasses.fields(RenderResult)}
+    kw = {k: v for k, v in (data or {}).items() if k in names}
+    for f in dataclasses.fields(RenderResult):
+        if f.name not in kw:
+            if f.default is not dataclasses.MISSING:
+                kw[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                kw[f.name] = f.default_factory()
+            else:
+                kw[f.name] = "" if f.type in ("str", str) else 0
+    return RenderResult(**kw)
 
 
 class WorkerThread:
     """A RenderWorker on its own QThread, stopped cleanly by ``stop``."""
 
-    def __init__(self, renderer_factory=None):
+    def __init__(self, service):
         self.thread = QThread()
         self.thread.setObjectName("render-worker")
-        self.worker = RenderWorker(renderer_factory)
+        self.worker = RenderWorker(service)
         self.worker.moveToThread(self.thread)
         self.thread.start()
 
     def stop(self, timeout_ms: int = 10000) -> None:
-        self.worker.cancel()
         self.thread.quit()
         if not self.thread.wait(timeout_ms):
             log.warning("the render worker did not stop within %d ms", timeout_ms)
-            return
         self.worker.close()
 
 

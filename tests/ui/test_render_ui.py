@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
 
 from studio.core import jobs
@@ -54,6 +54,7 @@ def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_p
     assert audio_s == pytest.approx(2.0, abs=0.05)
     assert first.shape == (512, 512, 3)
     qtbot.waitUntil(lambda: window.store.get(job_id).state == jobs.DONE, timeout=5000)
+    qtbot.waitUntil(lambda: window.current is None, timeout=5000)  # the window took the news
     job = window.store.get(job_id)
     assert job.result["frames"] == 50 and job.progress == 1.0
     assert window.render_panel.play_btn.isEnabled()
@@ -96,7 +97,14 @@ def test_cancel_stops_the_render_and_leaves_no_file(window, qtbot, tmp_path):
     assert window.current is None
 
 
-def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(qtbot, studio_home):
+def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(qtbot, studio_home, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from PySide6.QtWidgets import QMessageBox
+
     from studio.core.jobs import JobStore
     from studio.ui.app import create_app
     from studio.ui.main_window import MainWindow
@@ -104,34 +112,61 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
     store = JobStore()
     running = store.add("astronaut", "/x/a.flac", {"engine": "classic"}, "/tmp/a.mp4")
     draft = store.add("astronaut", "/x/b.flac", {"engine": "classic"}, "/tmp/b.mp4", state=jobs.DRAFT)
-    assert store.claim_next().id == running.id  # the app "crashes" while this one runs
+    waiting = store.add("astronaut", "/x/c.flac", {"engine": "classic"}, "/tmp/c.mp4")
+    # another Studio process takes the first job and is killed mid-render
+    code = ("import os, signal, sys; from studio.core.jobs import JobStore; "
+            "JobStore(sys.argv[1]).claim_next(); os.kill(os.getpid(), signal.SIGKILL)")
+    r = subprocess.run([sys.executable, "-c", code, str(store.path)], env=dict(os.environ))
+    assert r.returncode == -signal.SIGKILL
 
     create_app([])
     w = MainWindow()  # the restart: opens the same data folder's jobs.sqlite
     qtbot.addWidget(w)
     w.show()
     assert w.store.path == store.path
-    assert w.queue_panel.table.rowCount() == 2
-    states = {w.queue_panel.table.item(r, 0).text(): w.queue_panel.table.item(r, 2).text() for r in range(2)}
-    assert states == {str(running.id): jobs.FAILED, str(draft.id): jobs.DRAFT}
+    assert w.queue_panel.table.rowCount() == 3
+    states = {w.queue_panel.table.item(r, 1).text(): w.queue_panel.table.item(r, 3).text() for r in range(3)}
+    assert states == {str(running.id): jobs.INTERRUPTED_STATE, str(draft.id): jobs.DRAFT,
+                      str(waiting.id): jobs.QUEUED}
     assert "interrupted" in w.banner_text.text()
     assert w.store.get(running.id).reason.startswith("interrupted")
+    # queued jobs do not start by themselves: the window asks
+    qtbot.waitUntil(lambda: getattr(w, "queued_box", None) is not None and w.queued_box.isVisible(), timeout=5000)
+    assert not w.service.started
+    qtbot.wait(300)
+    assert w.store.get(waiting.id).state == jobs.QUEUED
+    w.queued_box.checkBox().setChecked(True)  # remember "no"
+    qtbot.mouseClick(w.queued_box.button(QMessageBox.StandardButton.No), Qt.MouseButton.LeftButton)
+    assert not w.service.started and w.store.get(waiting.id).state == jobs.QUEUED
+    from studio.ui import settings as cfg
+
+    assert cfg.value(w.settings, "queue/on_start", str) == "wait"
     # retry from the queue: the job runs again (and fails at once: its audio does not exist)
+    w.store.hold(waiting.id)  # keep the other one out of the way
+    w.queue_panel.refresh()
     w.queue_panel.table.selectRow(0)
     with qtbot.waitSignal(w.jobFinished, timeout=60_000) as b:
         w.queue_panel.retry_btn.click()
     assert b.args == [running.id, jobs.FAILED]
     assert "a.flac" in w.store.get(running.id).reason
     assert w.store.get(draft.id).state == jobs.DRAFT  # drafts wait for "Queue draft"
+    assert w.store.get(waiting.id).state == jobs.HELD
 
 
-def test_closing_during_a_render_leaves_no_file_and_the_job_comes_back_interrupted(window, qtbot, tmp_path):
+def test_closing_during_a_render_asks_leaves_no_file_and_the_job_comes_back_interrupted(window, qtbot, tmp_path):
+    from PySide6.QtWidgets import QMessageBox
+
     from studio.core.jobs import JobStore
 
     job_id, output = _start_long_render(window, qtbot, tmp_path)
-    window.close()  # the worker is cancelled and joined; the job is left "running" on purpose
+    window.close()  # asks first
+    qtbot.waitUntil(lambda: getattr(window, "close_box", None) is not None and window.close_box.isVisible(),
+                    timeout=5000)
+    assert window.isVisible() and window.current is not None  # not closed yet
+    qtbot.mouseClick(window.close_box.button(QMessageBox.StandardButton.Close), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=60_000)
     assert not window.worker_thread.thread.isRunning()
     assert not output.exists() and list(output.parent.iterdir()) == []
     reopened = JobStore(window.store.path)  # the next start of the app
-    assert reopened.interrupted == [job_id]
-    assert reopened.get(job_id).state == jobs.FAILED
+    assert reopened.get(job_id).state == jobs.INTERRUPTED_STATE
+    assert reopened.get(job_id).reason.startswith("interrupted")

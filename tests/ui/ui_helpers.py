@@ -20,7 +20,8 @@ def window(qtbot):
     qtbot.addWidget(w)  # closed at teardown: the worker thread stops, settings are saved
     w.show()
     qtbot.waitExposed(w)
-    return w
+    yield w
+    w._close_confirmed = True  # a render still running at teardown: close without asking
 
 
 def load_demo(window, qtbot, audio=DEMO_AUDIO, avatar=DEMO_AVATAR):
