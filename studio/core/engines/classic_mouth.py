@@ -29,7 +29,7 @@ with teeth, for /p/ /b/ /m/) meet in the middle.
 
 Every operation is per sample (no reductions across the batch), so a face is the same whether it
 is generated alone (scrubbing) or in a batch (rendering). A sample whose controls are all zero is
-the crop itself, within rounding.
+the crop itself, exactly.
 """
 
 from __future__ import annotations
@@ -289,8 +289,9 @@ def _interior(w: _Window, col, srcf):
     gap = (t_li - t_ui).clamp(min=0)
     depth = vt - t_ui
     depth_l = t_li - vt
-    aa = 0.6
-    a_in = torch.sigmoid(depth / aa) * torch.sigmoid(depth_l / aa) * (gap / 1.5).clamp(0, 1)
+    # soft edges over 2 px along the inner lips, exactly 0 outside (so the window's size never
+    # shows, and a face does not depend on the window its batch neighbours need)
+    a_in = _smoothstep(depth * 0.5 + 0.5) * _smoothstep(depth_l * 0.5 + 0.5) * (gap / 1.5).clamp(0, 1)
     frac = (depth / gap.clamp(min=0.5)).clamp(0, 1)
     au = us.abs()
     teeth_c = col[:, 0:3].view(B, 3, 1, 1)
