@@ -3,7 +3,7 @@
     path = speak("Good evening.")          # <data>/scripts/speech-<hash>.wav, reused for the same text
 
 Qt-free, so the window's "Speak this text" and the server's ``text`` field can share it (the
-window's ``studio/ui/speech.py`` holds the same function; it can import this one).
+window's ``studio/ui/speech.py`` re-exports it).
 """
 
 from __future__ import annotations

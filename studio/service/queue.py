@@ -26,10 +26,12 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from studio.core import jobs as J
+from studio.core.jobs import (CANCELLED, DAMAGED, DONE, DRAFT, FAILED, FINAL, HELD, INTERRUPTED_STATE,  # noqa: F401
+                              QUEUED, RUNNING)  # the states, for views (they use the service, not the store)
 from studio.core.errors import Cancelled, InputError, StudioError
 from studio.service.driver import Progress, Render
 from studio.service.request import Placement, RenderRequest, settings_from_dict
@@ -323,7 +325,7 @@ class QueueService:
         last_store = 0.0
         try:
             for p in render.run():
-                self.last_progress[job.id] = p
+                self.last_progress[job.id] = replace(p, preview=None)  # kept per job: no frames
                 now = time.monotonic()
                 if now - last_store >= STORE_PROGRESS_S or p.finished:
                     last_store = now

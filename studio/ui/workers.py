@@ -127,7 +127,7 @@ class RenderWorker(QObject):
 
     @Slot(object)
     def _event(self, ev) -> None:
-        from studio.core import jobs as J
+        from studio.service import queue as J  # the job states
 
         run = self.run
         if ev.kind == "placed":
