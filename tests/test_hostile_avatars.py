@@ -266,3 +266,37 @@ def test_sigterm_during_avatar_add_leaves_no_temporary(home, tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert len(lines(err)) == 1 and "cancelled" in err
     assert not folder.exists() and not leftovers(home)
+
+
+def test_damage_met_by_two_chunk_workers_is_repaired_once(home, photo, tmp_path):
+    """`--chunks 2`: every output frame shows the photo's one frame, so the command and both of its
+    worker processes may meet the damage; it is rebuilt once (the folder's lock; a reader whose
+    file was replaced adopts the new one) and the MP4 equals an undamaged render."""
+    import av
+    import soundfile as sf
+    from conftest import speechlike
+
+    audio = tmp_path / "voice.wav"
+    sf.write(audio, speechlike(1.2, 16_000), 16_000)
+    assert studio(home, "avatar", "add", "anna", photo).returncode == 0
+
+    def render(out):
+        return studio(home, "render", "--avatar", "anna", "--audio", audio, "-o", out, "--engine", "classic",
+                      "--chunks", "2", timeout=600)
+
+    good = tmp_path / "good.mp4"
+    assert render(good).returncode == 0
+    flip_middle(home / "avatars" / "anna" / "frames.npy")
+    out = tmp_path / "out.mp4"
+    r = render(out)
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in lines(r.stderr) if "damaged" in ln]
+    assert len(warnings) == 1 and "frames.npy" in warnings[0], r.stderr
+
+    def frames(path):
+        with av.open(str(path)) as c:
+            return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+    a, b = frames(good), frames(out)
+    assert len(a) == len(b) == 30 and all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not leftovers(home / "avatars", tmp_path)
