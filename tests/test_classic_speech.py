@@ -263,3 +263,19 @@ def test_a_turned_closed_mouth_face_still_closes_and_opens(speech, closed, home)
     assert len(shut) >= 20 and np.mean(shut) >= 0.8
     opened = [gap[int((p.start + p.end) / 2 * 25)] for p in phonemes if p.name in es.OPEN]
     assert np.nanmean(opened) > 0.6 * biggest
+
+
+def test_a_video_avatar_speaks_and_stays_itself_in_silence(speech, tmp_path):
+    """The presenter loop of ``studio bench`` (a video avatar whose face moves): per-frame rig geometry."""
+    from studio.core.bench import synthetic_avatar
+    from studio.core.render import Renderer, RenderSettings
+
+    av = synthetic_avatar(tmp_path, 360, loop_frames=10)
+    wav, _ = speech
+    r = Renderer(av, wav, RenderSettings(engine="classic", device="cpu"))
+    plan = r.plan
+    frames = np.concatenate([f.numpy() for _, f in r.iter_frames([(0, 120)])])
+    for t in range(120):
+        same = np.array_equal(frames[t], np.asarray(av.frames[plan.avatar_idx[t]]))
+        assert same == (plan.weight[t] == 0), t
+    assert (plan.weight[:120] == 0).sum() >= 3 and (plan.weight[:120] == 1).sum() >= 60
