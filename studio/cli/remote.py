@@ -1,4 +1,4 @@
-"""``studio render --server URL``: the same render on a running ``studio serve`` (see studio.api.client).
+"""``studio render --server URL``: the same render on a running ``studio serve`` (see studio.service.client).
 
 The voice-over is uploaded once (by content), the avatar is a library name on the server or a local
 image/video (uploaded), the job goes into the server's queue, the progress bar follows its events,
@@ -39,7 +39,7 @@ def render_remote(args) -> int:
     _check_output(args.output, args.avatar, args.audio, "video")
     probe(args.audio)  # bad audio fails here, before any upload
     try:
-        from studio.api.client import StudioClient
+        from studio.service.client import StudioClient
     except ImportError as exc:
         raise InputError(f"--server needs the serve extra ({exc.name} is missing): pip install 'studio[serve]'") from None
     settings = {k: getattr(args, k) for k in SETTINGS if hasattr(args, k)}

@@ -100,7 +100,8 @@ class Render:
         self.result = None
         check_request(req)
         kind = req.placement.kind
-        strategy = {"local": self._local, "gpus": self._gpus, "chunks": self._chunks, "farm": self._farm}[kind]
+        strategy = {"local": self._local, "gpus": self._gpus, "chunks": self._chunks, "farm": self._farm,
+                    "server": self._server}[kind]
         t0 = time.perf_counter()
         last = None
         for p in strategy():
@@ -225,6 +226,11 @@ class Render:
         if own:
             self.farm_link = link  # the caller may keep it warm (the queue does)
 
+    def _server(self):
+        from studio.service.remote import render_on_server
+
+        self.result = yield from render_on_server(self.request, self._cancel, on_placed=self._started)
+
     @property
     def farm_link(self):
         return self._farm_link
@@ -239,6 +245,9 @@ def check_request(req: RenderRequest) -> None:
     folder, a bad extension, a missing or read-only folder) and the audio."""
     from studio.core.audio import probe
 
+    if req.placement.kind == "server":  # the server checks its inputs; here only the download target
+        check_output(req.output, [req.audio] + ([req.avatar] if _is_path(req.avatar) else []))
+        return
     inputs = [req.audio]
     if _is_path(req.avatar):
         inputs.append(req.avatar)

@@ -67,7 +67,8 @@ def request_of_settings(s: dict) -> Placement:
     place = s.get("placement")
     if isinstance(place, dict):
         return Placement(kind=place.get("kind", "local"), devices=tuple(place.get("devices") or ()),
-                         chunks=int(place.get("chunks") or 0), farm=str(place.get("farm") or ""))
+                         chunks=int(place.get("chunks") or 0), farm=str(place.get("farm") or ""),
+                         server=str(place.get("server") or ""))
     if s.get("render_on") == "farm":  # rows written by the window before the service
         return Placement("farm", farm=str(s.get("farm_address") or ""))
     if s.get("render_on") == "gpus":

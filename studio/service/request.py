@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from studio.core.errors import InputError
 from studio.core.render import RenderSettings
 
-PLACEMENTS = ("local", "gpus", "chunks", "farm")
+PLACEMENTS = ("local", "gpus", "chunks", "farm", "server")
 WHERE_LOCAL = "this computer"
 
 
@@ -29,13 +29,15 @@ class Placement:
     ``local``: this computer, one device (``settings.device``). ``gpus``: one clip split over
     ``devices`` of this machine (empty: every CUDA GPU). ``chunks``: ``chunks`` local processes.
     ``farm``: a Ray farm at ``farm`` (``""``: the one ``studio farm up`` started here), in
-    ``chunks`` segments (0: one per worker).
+    ``chunks`` segments (0: one per worker). ``server``: a ``studio serve`` at the URL ``server``
+    (its own queue renders it; the MP4 is downloaded here).
     """
 
     kind: str = "local"
     devices: tuple[str, ...] = ()
     chunks: int = 0
     farm: str = ""
+    server: str = ""
 
     def __post_init__(self):
         if self.kind not in PLACEMENTS:
@@ -49,6 +51,12 @@ class Placement:
             from studio.service.farm_link import check_address
 
             check_address(self.farm)
+        if self.kind == "server":
+            url = self.server.strip()
+            host = url.split("://", 1)[-1].split("/", 1)[0]
+            if not host:
+                raise InputError("the Studio server needs an address such as http://gpu-box:8321")
+            object.__setattr__(self, "server", url if "://" in url else f"http://{url}")
 
     @property
     def label(self) -> str:
@@ -59,6 +67,8 @@ class Placement:
             return f"{self.chunks or 2} local processes"
         if self.kind == "farm":
             return f"farm {self.farm}" if self.farm else "farm"
+        if self.kind == "server":
+            return f"Studio server {self.server}"
         return WHERE_LOCAL
 
 
@@ -102,7 +112,8 @@ class RenderRequest:
             "avatar": self.avatar, "audio": self.audio, "output": self.output,
             "settings": dataclasses.asdict(self.settings),
             "placement": {"kind": self.placement.kind, "devices": list(self.placement.devices),
-                          "chunks": self.placement.chunks, "farm": self.placement.farm},
+                          "chunks": self.placement.chunks, "farm": self.placement.farm,
+                          "server": self.placement.server},
             "frames": list(self.frames) if self.frames else None,
             "overwrite": self.overwrite,
         }
@@ -117,7 +128,8 @@ class RenderRequest:
             avatar=d.get("avatar", ""), audio=d.get("audio", ""), output=d.get("output", ""),
             settings=settings_from_dict(d.get("settings") or {}),
             placement=Placement(kind=p.get("kind", "local"), devices=tuple(p.get("devices") or ()),
-                                chunks=int(p.get("chunks") or 0), farm=str(p.get("farm") or "")),
+                                chunks=int(p.get("chunks") or 0), farm=str(p.get("farm") or ""),
+                                server=str(p.get("server") or "")),
             frames=tuple(frames) if frames else None,
             overwrite=bool(d.get("overwrite", False)),
         )

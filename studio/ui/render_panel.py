@@ -43,7 +43,8 @@ PRECISIONS = ["auto", "fp16", "bf16", "fp32"]
 DECODERS = ["taesd", "sd-vae"]
 ENCODERS = ["auto", "x264", "x264-parallel", "nvenc"]
 PRESETS = ["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"]
-TARGETS = {"local": "This computer", "gpus": "All GPUs here", "farm": "Render farm"}  # setting value -> text
+TARGETS = {"local": "This computer", "gpus": "All GPUs here", "farm": "Render farm",
+           "server": "Studio server"}  # setting value -> text
 
 
 def fmt_eta(seconds: float) -> str:
@@ -93,7 +94,7 @@ class RenderPanel(QWidget):
         self.output_label = QLabel("")
         self.output_label.setObjectName("dim")
         self.output_label.setWordWrap(True)
-        self.target = _combo([TARGETS["local"], TARGETS["farm"]],  # "All GPUs here" joins with set_gpus
+        self.target = _combo([TARGETS["local"], TARGETS["farm"], TARGETS["server"]],  # "All GPUs here": set_gpus
                              "Where queued jobs render: here, split over all GPUs here (with two or more), "
                              "or in chunks on a Ray render farm (studio farm up)")
         self._gpus: list[str] = []
@@ -101,11 +102,17 @@ class RenderPanel(QWidget):
         self.farm_edit = QLineEdit()
         self.farm_edit.setPlaceholderText("HOST:PORT, empty: the farm started here")
         self.farm_edit.setToolTip("The farm's HOST:PORT; empty: the farm `studio farm up` started on this machine")
+        self.server_edit = QLineEdit()
+        self.server_edit.setPlaceholderText("http://gpu-box:8321")
+        self.server_edit.setToolTip("A machine running `studio serve`: jobs render there and the finished MP4 is "
+                                    "downloaded into the output folder; scrubbing asks it for the exact frame. "
+                                    "Its token, if it has one, comes from STUDIO_SERVER_TOKEN")
         self.target.currentIndexChanged.connect(lambda _i: self._show_farm_row())
 
         form = QFormLayout()
         form.addRow("Render on", self.target)
         form.addRow("Farm", self.farm_edit)  # shown only while "Render farm" is chosen
+        form.addRow("Server", self.server_edit)  # shown only while "Studio server" is chosen
         self._form = form
         form.addRow("Engine", self.engine)
         form.addRow("Device", _pair(self.device, "Batch", self.batch))
@@ -268,10 +275,19 @@ class RenderPanel(QWidget):
             return None
         return self.farm_edit.text().strip()
 
+    def server_url(self) -> str | None:
+        """None unless "Studio server" is chosen; then its URL (may be empty: not set yet)."""
+        if self.target.currentText() != TARGETS["server"]:
+            return None
+        return self.server_edit.text().strip()
+
     def _show_farm_row(self) -> None:
         on = self.farm_address() is not None
         self.farm_edit.setEnabled(on)
         self._form.setRowVisible(self.farm_edit, on)
+        server = self.server_url() is not None
+        self.server_edit.setEnabled(server)
+        self._form.setRowVisible(self.server_edit, server)
         self.device.setEnabled(self.render_devices() is None)  # "All GPUs here" names the devices
 
     def output_path(self) -> str:
@@ -344,9 +360,11 @@ class RenderPanel(QWidget):
         s.setValue("folders/output", self.folder.text())
         offered = self.target.findText(TARGETS["gpus"]) >= 0
         gpus = self.render_devices() or (self._want_gpus and not offered)  # kept until the GPUs are known
-        target = "farm" if self.farm_address() is not None else "gpus" if gpus else "local"
+        target = ("farm" if self.farm_address() is not None else "server" if self.server_url() is not None
+                  else "gpus" if gpus else "local")
         s.setValue("render/target", target)
         s.setValue("render/farm_address", self.farm_edit.text().strip())
+        s.setValue("render/server_url", self.server_edit.text().strip())
 
     def restore(self) -> None:
         s = self.settings
@@ -367,6 +385,7 @@ class RenderPanel(QWidget):
         self.target.setCurrentText(TARGETS.get(saved, TARGETS["local"]))
         self.farm_edit.setText(cfg.value(s, "render/farm_address", str))
         self.farm_edit.setCursorPosition(0)
+        self.server_edit.setText(cfg.value(s, "render/server_url", str))
         self._show_farm_row()
 
     def show_engines(self, status: dict) -> None:

@@ -9,6 +9,10 @@ and Queue panels as the worker re-emits the service's events:
     q.cancel()                               # the running one: cancelled, no file left
     q.start() / q.pause()                    # run queued jobs / finish the running one, then wait
 
+"Render on: Studio server" is a placement like the others: the service renders such a job on the
+server (``studio.service.remote``), so its progress, preview, cancel and finished file arrive as a
+local job's do; scrubbing then asks the server for the exact frame.
+
 Queued jobs never start by themselves when the window opens: the editor starts the queue (the
 window asks once and can remember the answer).
 """
@@ -74,6 +78,9 @@ class RenderQueue(QObject):
         queue_panel.moveClicked.connect(lambda job_id, index: self._safe(lambda: self.service.move(job_id, index)))
         queue_panel.removeClicked.connect(lambda job_id: self._safe(lambda: self.service.remove(job_id)))
         queue_panel.startClicked.connect(lambda on: self.start() if on else self.pause())
+        render_panel.target.currentIndexChanged.connect(lambda _i: self._scrub_source())
+        render_panel.server_edit.editingFinished.connect(self._scrub_source)
+        self._scrub_source()
 
     # ---- public API ---------------------------------------------------------------------
 
@@ -82,7 +89,10 @@ class RenderQueue(QObject):
         from studio.service import Placement, RenderRequest
 
         farm, devices = self.panel.farm_address(), self.panel.render_devices()
-        if farm is not None:
+        server = self.panel.server_url()
+        if server is not None:
+            placement = Placement("server", server=server)
+        elif farm is not None:
             placement = Placement("farm", farm=farm)
         elif devices:
             placement = Placement("gpus", devices=tuple(devices))
@@ -165,6 +175,13 @@ class RenderQueue(QObject):
         """The window closes: a running job stops now and comes back interrupted on the next start."""
         self.closing = True
         self.service.close()
+
+    def _scrub_source(self) -> None:
+        """Scrub frames come from the Studio server when jobs render there, else from this computer."""
+        url = self.panel.server_url()
+        from studio.service.remote import RemoteFrames
+
+        self.worker.remote = RemoteFrames(url) if url else None
 
     # ---- the worker's signals (the service's events) --------------------------------------
 

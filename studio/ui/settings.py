@@ -36,8 +36,9 @@ DEFAULTS: dict[str, object] = {
     "render/pattern": "{avatar}_{script}_{engine}_crf{crf}.mp4",
     "render/overwrite": False,  # False: a taken output name gets a number (_002)
     "queue/on_start": "ask",  # queued jobs when the window opens: ask | start | wait
-    "render/target": "local",  # "local" (this computer) or "farm" (a Ray render farm)
-    "render/farm_address": "",  # empty: the farm `studio farm up` started here; else HOST:PORT
+    "render/target": "local",  # "local" (this computer), "gpus", "farm" (a Ray farm) or "server" (studio serve)
+    "render/farm_address": "",
+    "render/server_url": "",  # a `studio serve` URL for "Studio server"  # empty: the farm `studio farm up` started here; else HOST:PORT
 }
 
 

@@ -85,6 +85,7 @@ class RenderWorker(QObject):
         self._pending: tuple | None = None  # (avatar, audio, settings, seconds)
         self._tick_posted = False
         self.run: JobRun | None = None  # the job being rendered
+        self.remote = None  # a studio.service.remote.RemoteFrames: scrub frames from a Studio server
         self.engine_reason = ""
         self.generation = 0  # bumped by invalidate(): scrub clips of older generations are dropped
         self.frames_rendered = 0  # scrub frames actually computed (coalescing is visible here)
@@ -176,7 +177,8 @@ class RenderWorker(QObject):
             return
         avatar, audio, settings, seconds = pending
         try:
-            image = self.pool.frame_at(avatar, audio, settings, seconds)
+            source = self.remote or self.pool
+            image = source.frame_at(avatar, audio, settings, seconds)
             self.frames_rendered += 1
             self.frameReady.emit(seconds, frame_index(seconds), image)
         except BaseException as exc:  # noqa: BLE001
