@@ -65,9 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         until(lambda: w.analysis is not None and w.analysis.info.duration_s < 10)
         w.render_panel.encoder.setCurrentText("x264")
         w.render()
-        until(lambda: w.current is None and w.render_panel.play_btn.isEnabled(), 600)
+        if not until(lambda: w.current is None and w.render_panel.play_btn.isEnabled(), 600):
+            print("the render did not finish:", w.banner_text.text(), file=sys.stderr)
+            return 1
     w.load_script(str(DEMO_AUDIO))
-    until(lambda: w.analysis is not None and w.analysis.info.duration_s > 20)
+    if not until(lambda: w.analysis is not None and w.analysis.info.duration_s > 20):
+        print("the demo voice-over did not load:", w.banner_text.text(), file=sys.stderr)
+        return 1
     tl = w.timeline
     tl.set_frame(5 * 25 + 12)
     tl.set_in()
