@@ -140,8 +140,9 @@ def _mouth_colours(crops, lm: np.ndarray) -> np.ndarray:
     lip = np.median(lips, 0) if len(lips) >= 10 else np.array([150.0, 80.0, 80.0])
     own = float(np.clip((len(teeth) / max(1, len(teeth_px)) - 8) / 24, 0, 1))  # bright pixels per frame
     colour = np.median(teeth, 0) if len(teeth) >= 8 else np.array(WARM_TEETH)
-    # never a cold (blue-grey) tint: pull the blue channel under red
+    # never a cold (blue-grey) tint: green and blue no higher than red
     colour = colour.copy()
+    colour[1] = min(colour[1], colour[0])
     colour[2] = min(colour[2], colour[0] * 0.97)
     colour = own * colour + (1 - own) * np.array(WARM_TEETH)
     return np.array([*colour, *lip, own], np.float32)
