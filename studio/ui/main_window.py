@@ -70,10 +70,22 @@ class MainWindow(QMainWindow):
         self._errors: list[float] = []
         self._k_held = False  # K is down: J / L step one frame
 
+        from studio.core.errors import StudioError
         from studio.service import QueueService
 
         # the render service: the queue over jobs.sqlite and the warm engines (shared with scrubbing)
-        self.service = service or QueueService(store)
+        self.store_problem = ""
+        try:
+            self.service = service or QueueService(store)
+        except StudioError as exc:  # a damaged or foreign jobs.sqlite: say so, keep the app usable
+            import tempfile
+
+            from studio.core.jobs import JobStore
+
+            self.store_problem = (f"{exc} Until then the queue lives in a temporary file and is lost when "
+                                  "Studio closes.")
+            folder = tempfile.mkdtemp(prefix="studio-queue-")
+            self.service = QueueService(JobStore(Path(folder) / "jobs.sqlite"))
         self.store = self.service.store
         self.worker_thread = WorkerThread(self.service)
         self.worker = self.worker_thread.worker
@@ -141,7 +153,9 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)  # files dropped anywhere in the window are imported
         guard_inputs(self)
         self.statusBar().showMessage("Ready", 3000)
-        if self.store.interrupted:
+        if self.store_problem:
+            self.show_error(self.store_problem)
+        elif self.store.interrupted:
             self.show_error(
                 f"{len(self.store.interrupted)} render(s) were interrupted when Studio last closed; "
                 "select them in the Queue and press Retry"

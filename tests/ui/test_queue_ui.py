@@ -1,0 +1,104 @@
+"""The Queue dock as a view of the service's store: the window and `studio queue` show the same jobs;
+a damaged row is shown as damaged and removable; a damaged store is said in the window; the editor's
+controls (hold, resume, reorder, Queue draft with nothing selected) do what they say."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from ui_helpers import window  # noqa: F401 (fixture)
+
+from conftest import DEMO_AUDIO, ROOT
+from studio.core import jobs
+
+
+def studio(*args):
+    r = subprocess.run([sys.executable, "-m", "studio", *args], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def rows(window) -> dict[str, str]:
+    t = window.queue_panel.table
+    return {t.item(r, 1).text(): t.item(r, 3).text() for r in range(t.rowCount())}
+
+
+def test_the_window_and_the_command_line_show_the_same_queue(window, qtbot, tmp_path):
+    out = studio("queue", "add", "--avatar", "astronaut", "--audio", str(DEMO_AUDIO), "-o", str(tmp_path / "a.mp4"),
+                 "--draft")
+    cli_job = out.split()[-1]
+    qtbot.waitUntil(lambda: cli_job in rows(window), timeout=5000)  # another process's job appears
+    assert rows(window)[cli_job] == jobs.DRAFT
+    window.queue_panel.table.selectRow(0)
+    qtbot.mouseClick(window.queue_panel.hold_btn, Qt.MouseButton.LeftButton)  # a draft cannot be held
+    assert not window.queue_panel.hold_btn.isEnabled()
+    # the window's own job shows up in `studio queue list`
+    job = window.service.add(window.queue.request("astronaut", str(DEMO_AUDIO)).with_(output=str(tmp_path / "b.mp4")),
+                             state=jobs.DRAFT)
+    listed = {j["id"]: j for j in json.loads(studio("queue", "list", "--json"))}
+    assert listed[job.id]["state"] == jobs.DRAFT and listed[job.id]["output"] == str(tmp_path / "b.mp4")
+    qtbot.waitUntil(lambda: set(listed) == {int(k) for k in rows(window)}, timeout=5000)
+    # reorder from the window, seen by the command line
+    window.queue_panel.refresh()
+    window.queue_panel.table.selectRow(1)
+    qtbot.mouseClick(window.queue_panel.up_btn, Qt.MouseButton.LeftButton)
+    order = [j["id"] for j in json.loads(studio("queue", "list", "--json"))]
+    assert order == [job.id, int(cli_job)]
+
+
+def test_queue_draft_with_nothing_selected_says_why(window, qtbot):
+    errors = []
+    window.queue_panel.error.connect(errors.append)
+    window.queue_panel.table.clearSelection()
+    window.queue_panel.table.setCurrentCell(-1, -1)
+    qtbot.mouseClick(window.queue_panel.enqueue_btn, Qt.MouseButton.LeftButton)
+    assert errors and "select a draft" in errors[-1]
+
+
+def test_a_damaged_row_is_shown_damaged_and_can_be_removed(qtbot, studio_home, tmp_path):
+    from studio.core.jobs import JobStore
+    from studio.ui.app import create_app
+    from studio.ui.main_window import MainWindow
+
+    store = JobStore()
+    good = store.add("astronaut", str(DEMO_AUDIO), {"engine": "classic"}, str(tmp_path / "g.mp4"), state=jobs.DRAFT)
+    bad = store.add("astronaut", str(DEMO_AUDIO), {"engine": "classic"}, str(tmp_path / "b.mp4"), state=jobs.DRAFT)
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE jobs SET settings='{broken' WHERE id=?", (bad.id,))
+        db.execute("UPDATE jobs SET progress='much' WHERE id=?", (good.id,))
+    ok = store.add("astronaut", str(DEMO_AUDIO), {"engine": "classic"}, str(tmp_path / "o.mp4"), state=jobs.DRAFT)
+    create_app([])
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    states = rows(w)
+    assert states == {str(good.id): jobs.DAMAGED, str(bad.id): jobs.DAMAGED, str(ok.id): jobs.DRAFT}
+    r = [k for k in range(w.queue_panel.table.rowCount()) if w.queue_panel.table.item(k, 1).text() == str(bad.id)][0]
+    assert "damaged" in w.queue_panel.table.item(r, 8).text()
+    w.queue_panel.table.selectRow(r)
+    qtbot.mouseClick(w.queue_panel.remove_btn, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: str(bad.id) not in rows(w), timeout=5000)
+    assert w.store.get(ok.id).state == jobs.DRAFT  # the others still work
+
+
+def test_a_damaged_store_is_said_in_the_window(qtbot, studio_home):
+    from studio.ui.app import create_app
+    from studio.ui.main_window import MainWindow
+
+    (Path(studio_home) / "jobs.sqlite").write_bytes(b"not a database at all " * 200)
+    create_app([])
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    assert w.banner.isVisible() and "damaged" in w.banner_text.text()
+    assert "temporary" in w.banner_text.text()
+    job = w.service.add(w.queue.request("astronaut", str(DEMO_AUDIO)).with_(output=str(Path(studio_home) / "x.mp4")),
+                        state=jobs.DRAFT)
+    assert w.store.get(job.id).state == jobs.DRAFT  # the queue still works this session
