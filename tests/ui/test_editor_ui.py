@@ -282,3 +282,24 @@ def test_after_a_render_the_caption_clears_and_the_player_is_the_timeline(window
     assert window.timeline.frame == 0
     player.back_btn.click()
     assert window.transport.media is None
+
+
+def test_render_in_out_range_only_renders_those_frames(window, qtbot, tmp_path):
+    from ui_helpers import decode
+
+    load_demo(window, qtbot, audio=clip(tmp_path, 3.0))
+    p, tl = window.render_panel, window.timeline
+    p.encoder.setCurrentText("x264")
+    p.preset.setCurrentText("ultrafast")
+    p.folder.setText(str(tmp_path / "renders"))
+    tl.set_frame(10)
+    tl.set_in()
+    tl.set_frame(34)
+    tl.set_out()
+    p.range_check.setChecked(True)
+    assert p.render_range() == (10, 35)
+    with qtbot.waitSignal(window.worker.finished, timeout=180_000) as done:
+        window.render()
+    _req, result = done.args
+    frames, _audio, _first = decode(result.output)
+    assert frames == 25
