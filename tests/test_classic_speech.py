@@ -279,3 +279,20 @@ def test_a_video_avatar_speaks_and_stays_itself_in_silence(speech, tmp_path):
         same = np.array_equal(frames[t], np.asarray(av.frames[plan.avatar_idx[t]]))
         assert same == (plan.weight[t] == 0), t
     assert (plan.weight[:120] == 0).sum() >= 3 and (plan.weight[:120] == 1).sum() >= 60
+
+
+def test_controls_stay_in_range_on_odd_input():
+    from studio.core.engines.classic_visemes import mouth_controls
+
+    rng = np.random.default_rng(3)
+    t = np.arange(16_000) / 16_000
+    for x, frames in ((np.zeros(16_000, np.float32), 25), ((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 25),
+                      ((0.2 * rng.standard_normal(8_000)).astype(np.float32), 25), (np.zeros(0, np.float32), 3)):
+        c = mouth_controls(x, frames)
+        assert len(c) == frames
+        for v in (c.open, c.close, c.teeth, c.tuck):
+            assert np.isfinite(v).all() and (v >= 0).all() and (v <= 1).all()
+        assert np.isfinite(c.width).all() and (np.abs(c.width) <= 1).all()
+    assert len(mouth_controls(np.zeros(100, np.float32), 0)) == 0
+    silent = mouth_controls(np.zeros(16_000, np.float32), 25)
+    assert silent.open.max() == 0 and silent.close.max() == 0  # silence: the mouth at rest
