@@ -46,7 +46,9 @@ def render_remote(args) -> int:
     frames = _frames(args)
     if frames is not None:
         settings.update(frame_start=frames[0], frame_end=frames[1])
-    with StudioClient(args.server, token=os.environ.get("STUDIO_SERVER_TOKEN") or None) as client:
+    from studio.core import env
+
+    with StudioClient(args.server, token=env.get("STUDIO_SERVER_TOKEN") or None) as client:
         job = client.submit(args.avatar, audio=args.audio, settings=settings)
         bar = ProgressBar("render")
         try:

@@ -34,7 +34,9 @@ def run_serve(args) -> int:
     except ImportError as exc:
         raise InputError(f"studio serve needs the serve extra ({exc.name} is missing): "
                          "pip install 'studio[serve]'") from None
-    token = args.token if args.token is not None else os.environ.get("STUDIO_SERVER_TOKEN") or None
+    from studio.core import env
+
+    token = args.token if args.token is not None else env.get("STUDIO_SERVER_TOKEN") or None
     options = ServeOptions(host=args.host, port=args.port, token=token, allow_paths=args.allow_paths,
                            max_upload_mb=args.max_upload_mb, max_queued=args.max_queued).check()
     serve(options, on_listening=lambda url: print(

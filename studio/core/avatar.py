@@ -976,7 +976,9 @@ class _Builder:
 
 def _limit_bytes() -> float:
     try:
-        gb = float(os.environ.get("STUDIO_AVATAR_MAX_GB", MAX_CACHE_GB))
+        from studio.core import env
+
+        gb = env.get_float("STUDIO_AVATAR_MAX_GB", MAX_CACHE_GB)
     except ValueError:
         gb = MAX_CACHE_GB
     return gb * (1 << 30)

@@ -218,9 +218,11 @@ def remove_own_temps() -> list[str]:
 def tmp_records_dir() -> Path | None:
     """``<data folder>/tmp`` (not created here); None where the data folder cannot be found."""
     try:
-        env = os.environ.get("STUDIO_HOME")
-        if env:
-            return Path(env).expanduser() / "tmp"
+        from studio.core import env
+
+        home = env.get("STUDIO_HOME")
+        if home:
+            return Path(home).expanduser() / "tmp"
         from studio.core.paths import data_dir
 
         return data_dir() / "tmp"

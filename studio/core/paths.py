@@ -9,9 +9,11 @@ from pathlib import Path
 
 def data_dir() -> Path:
     """Return (and create) the data folder that holds avatars, models, engines, jobs and logs."""
-    env = os.environ.get("STUDIO_HOME")
-    if env:
-        path = Path(env).expanduser()
+    from studio.core import env
+
+    home = env.get("STUDIO_HOME")
+    if home:
+        path = Path(home).expanduser()
     else:
         import platformdirs
 

@@ -38,7 +38,9 @@ def client(url: str):
     with _clients_lock:
         c = _clients.get(url)
         if c is None:
-            c = _clients[url] = StudioClient(url, token=os.environ.get("STUDIO_SERVER_TOKEN") or None)
+            from studio.core import env
+
+            c = _clients[url] = StudioClient(url, token=env.get("STUDIO_SERVER_TOKEN") or None)
         return c
 
 

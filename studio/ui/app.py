@@ -29,8 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     install_excepthook(window)
     window.show()
     QTimer.singleShot(0, lambda: log.info("first paint after %.2f s", time.perf_counter() - t0))
-    if os.environ.get("STUDIO_QUIT_AFTER_MS"):  # smoke tests of the frozen app
-        QTimer.singleShot(int(os.environ["STUDIO_QUIT_AFTER_MS"]), window.close)
+    from studio.core import env
+
+    if env.get("STUDIO_QUIT_AFTER_MS"):  # smoke tests of the frozen app
+        QTimer.singleShot(env.get_int("STUDIO_QUIT_AFTER_MS"), window.close)
     code = app.exec()
     sys.excepthook = sys.__excepthook__
     return int(code)

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 
+from studio.core.render import RenderSettings
+
 VERSION = 1
+
+_R = RenderSettings()
 
 #: every allowed key (group/key) and its default
 DEFAULTS: dict[str, object] = {
@@ -23,16 +27,17 @@ DEFAULTS: dict[str, object] = {
     "library/scripts": [],
     "library/selected_avatar": "",
     "library/selected_script": "",
-    "render/engine": "auto",
-    "render/device": "auto",
-    "render/precision": "auto",
-    "render/decoder": "taesd",
-    "render/batch": 0,
-    "render/encoder": "auto",
-    "render/preset": "veryfast",
-    "render/crf": 20,
-    "render/min_silence": 3,
-    "render/threshold": 0.008,
+    # the render settings' defaults are the service's (one schema: RenderSettings); "auto" device = None
+    "render/engine": _R.engine,
+    "render/device": _R.device or "auto",
+    "render/precision": _R.precision,
+    "render/decoder": _R.decoder,
+    "render/batch": _R.batch,
+    "render/encoder": _R.encoder,
+    "render/preset": _R.preset,
+    "render/crf": _R.crf,
+    "render/min_silence": _R.min_silence,
+    "render/threshold": _R.threshold,
     "render/pattern": "{avatar}_{script}_{engine}_crf{crf}.mp4",
     "render/overwrite": False,  # False: a taken output name gets a number (_002)
     "queue/on_start": "ask",  # queued jobs when the window opens: ask | start | wait

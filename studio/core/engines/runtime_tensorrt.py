@@ -185,9 +185,11 @@ def cache_dir() -> Path:
     """``$STUDIO_ENGINE_CACHE``, else ``engines/cache`` in a dev checkout, else ``data_dir()/engines``."""
     from studio.core.paths import sub_dir
 
-    env = os.environ.get("STUDIO_ENGINE_CACHE")
-    if env:
-        path = Path(env).expanduser()
+    from studio.core import env
+
+    cache = env.get("STUDIO_ENGINE_CACHE")
+    if cache:
+        path = Path(cache).expanduser()
     elif ENGINES_DIR.is_dir() and (ENGINES_DIR.parent / "pyproject.toml").is_file():
         path = ENGINES_DIR / "cache"
     else:

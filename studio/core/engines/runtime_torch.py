@@ -61,7 +61,9 @@ def limit_cpu_threads() -> int:
             if os.environ.get("OMP_NUM_THREADS"):
                 _CPU_THREADS = torch.get_num_threads()
             else:
-                n = int(os.environ.get("STUDIO_CPU_THREADS", "0") or 0) or max(1, (os.cpu_count() or 1) // 4)
+                from studio.core import env
+
+                n = env.get_int("STUDIO_CPU_THREADS") or max(1, (os.cpu_count() or 1) // 4)
                 torch.set_num_threads(n)
                 _CPU_THREADS = n
                 log.info("PyTorch CPU threads: %d", n)

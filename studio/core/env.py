@@ -1,0 +1,98 @@
+"""Every ``STUDIO_*`` environment variable Studio reads, in one place, with its default and meaning.
+
+    from studio.core import env
+    env.get("STUDIO_CPU_THREADS")        # "" when unset (the default), else the value
+    env.get_int("STUDIO_X264_WORKERS")   # 0 when unset or not a number
+    env.flag("STUDIO_VIDEO_HINTS")       # True unless set to 0 / false / no / off
+
+Code reads these through this module (``tests/test_env.py`` fails on a ``STUDIO_*`` name that is not
+listed here); the README's "Environment" table is ``studio doctor --env``'s output.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: str
+    help: str
+    group: str = "run time"
+
+
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    Knob("STUDIO_HOME", "", "the data folder (avatars, models, engines, jobs.sqlite, settings, logs); "
+         "default: the platform's user data folder (~/.local/share/studio)"),
+    Knob("STUDIO_CPU_THREADS", "", "PyTorch threads of a CPU render (default: a quarter of the cores; "
+         "OMP_NUM_THREADS also counts)"),
+    Knob("STUDIO_AVATAR_MAX_GB", "", "the largest avatar cache `avatar add` writes (default: the module's limit)"),
+    Knob("STUDIO_ENGINE_CACHE", "", "where built TensorRT engines are kept (default: <data>/engines)"),
+    Knob("STUDIO_BACKGROUND_LOAD", "1", "0: MuseTalk loads its networks in the calling thread, not in the "
+         "background while the audio and the encoders get ready"),
+    Knob("STUDIO_X264_WORKERS", "", "parallel x264 chunk encoders (default: one per core)"),
+    Knob("STUDIO_X264_PROCESSES", "1", "0: parallel x264 chunks run in threads of this process"),
+    Knob("STUDIO_X264_NICE", "5", "the CPU priority (nice) of x264 encoder processes"),
+    Knob("STUDIO_SPILL_DIR", "", "where encoded chunks wait for the mux (default: /dev/shm when it has room, "
+         "else beside the output)"),
+    Knob("STUDIO_GPU_DIRECT", "1", "0: CUDA frames reach the encoder processes through a host copy thread"),
+    Knob("STUDIO_VIDEO_HINTS", "1", "0: do not tell x264 which macroblocks of a photo avatar cannot change"),
+    Knob("STUDIO_SERVER_TOKEN", "", "the bearer token of `studio serve` (server side) and of a server the "
+         "window or `studio render --server` renders on (client side); kept out of `ps` and the queue"),
+    Knob("STUDIO_PARENT_PID", "", "set by Studio for its encoder workers: they exit when that process is gone",
+         "internal"),
+    Knob("STUDIO_TRACE", "", "a JSON file that receives per-frame encoder timestamps of one render", "diagnostics"),
+    Knob("STUDIO_TRACE_DIR", "", "`studio bench`: one trace per timed run in this folder", "diagnostics"),
+    Knob("STUDIO_QUIT_AFTER_MS", "", "the window closes itself after this many ms (smoke tests)", "tests"),
+    Knob("STUDIO_SMOKE_GUI_MS", "", "packaging/smoke_test.sh: how long the frozen window stays open", "tests"),
+    Knob("STUDIO_PACKAGING_TEST", "", "1: `./dev test` also builds and smoke-tests the desktop app (CI sets it)",
+         "tests"),
+    Knob("STUDIO_VENV", "", "the venv `./dev` and packaging/build.sh use (default: .venv)", "build"),
+    Knob("STUDIO_TORCH", "", "the torch requirement `./dev setup` installs (default: the CPU build torch==2.13.0)",
+         "build"),
+    Knob("STUDIO_BUNDLE_MUSETALK", "1", "0: packaging/build.sh leaves diffusers and transformers out", "build"),
+)}
+
+_OFF = ("0", "false", "no", "off")
+
+
+def _knob(name: str) -> Knob:
+    try:
+        return KNOBS[name]
+    except KeyError:
+        raise KeyError(f"{name} is not a known STUDIO_* variable; list it in studio/core/env.py") from None
+
+
+def get(name: str) -> str:
+    """The variable's value, or its default (a string; "" when it has none)."""
+    return os.environ.get(name, _knob(name).default) or ""
+
+
+def get_int(name: str, default: int = 0) -> int:
+    try:
+        return int(get(name) or default)
+    except ValueError:
+        return default
+
+
+def get_float(name: str, default: float) -> float:
+    try:
+        return float(get(name) or default)
+    except ValueError:
+        return default
+
+
+def flag(name: str) -> bool:
+    """True unless the variable (or its default) is 0 / false / no / off / empty."""
+    v = get(name).strip().lower()
+    return bool(v) and v not in _OFF
+
+
+def table() -> str:
+    """The knobs as a Markdown table (the README's "Environment" section)."""
+    lines = ["| variable | default | what it does |", "|---|---|---|"]
+    for k in KNOBS.values():
+        lines.append(f"| `{k.name}` | {('`' + k.default + '`') if k.default else '—'} | {k.help} |")
+    return "\n".join(lines)
