@@ -269,6 +269,10 @@ class MainWindow(QMainWindow):
         self._k_held = True
         self.transport.stop()
 
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        guard_inputs(self)  # inputs made since construction (each is guarded once)
+        super().showEvent(event)
+
     def keyReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         if event.key() == Qt.Key.Key_K and not event.isAutoRepeat():
             self._k_held = False
