@@ -471,9 +471,14 @@ def _load_fast(kind: str, folder: Path, weights: Path, device, dtype):
 def load_module(kind: str, folder: Path, weights: Path, device="cpu", dtype=None, fast: bool = True):
     """Build ``kind`` from ``folder``'s config and load ``weights`` strictly; eval mode.
 
-    Half precision on a GPU loads the fast copy (``write_fast_copy``) when there is a current one.
+    With ``STUDIO_FAST_COPIES=1``, half precision on a GPU loads the fast copy (``write_fast_copy``)
+    when there is a current one. Off by default: on the H200 (2026-12-01) the UNet's CUDA graph
+    capture failed after a fast load ("Cannot copy between CPU and CUDA tensors during CUDA graph
+    capture"), so the render ran eagerly, and the load itself was no faster (13.0 s against
+    12.2 s, both dominated by importing diffusers beside transformers).
     """
-    if fast and dtype is not None and str(dtype) in ("torch.float16", "torch.bfloat16") and "cuda" in str(device):
+    if (fast and os.environ.get("STUDIO_FAST_COPIES") == "1" and dtype is not None
+            and str(dtype) in ("torch.float16", "torch.bfloat16") and "cuda" in str(device)):
         module = _load_fast(kind, folder, weights, device, dtype)
         if module is not None:
             return module
