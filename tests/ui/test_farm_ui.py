@@ -16,6 +16,7 @@ import pytest
 from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
 
 from studio.core import jobs
+from studio.ui.queue_panel import ID_COL, NOTE_COL, STATE_COL
 from studio.ui.render_panel import TARGETS
 
 NEEDS_RAY = "the farm needs Ray: pip install 'studio[farm]' (ray is not installed)"
@@ -73,7 +74,7 @@ def test_render_on_is_saved_with_the_settings_and_travels_with_queued_jobs(windo
     assert again.farm_edit.isEnabled() and again.farm_edit.isVisibleTo(again)
     assert job_farm(window.store.get(local).settings) is None
     assert job_farm(window.store.get(farm).settings) == "10.0.0.5:6379"
-    tips = {window.queue_panel.table.item(r, 0).text(): window.queue_panel.table.item(r, 2).toolTip()
+    tips = {window.queue_panel.table.item(r, ID_COL).text(): window.queue_panel.table.item(r, STATE_COL).toolTip()
             for r in range(window.queue_panel.table.rowCount())}
     assert "renders on this computer" in tips[str(local)] and "farm at 10.0.0.5:6379" in tips[str(farm)]
 
@@ -90,8 +91,8 @@ def test_a_bad_farm_address_fails_the_job_with_one_readable_line(window, qtbot, 
         assert "\n" not in reason and all(w in reason for w in words), reason
         assert "Traceback" not in reason and "internal error" not in reason
         assert window.banner_text.text() == reason
-        row = [window.queue_panel.table.item(r, 0).text() for r in range(window.queue_panel.table.rowCount())]
-        note = window.queue_panel.table.item(row.index(str(job_id)), 5)
+        row = [window.queue_panel.table.item(r, ID_COL).text() for r in range(window.queue_panel.table.rowCount())]
+        note = window.queue_panel.table.item(row.index(str(job_id)), NOTE_COL)
         assert note.text() == reason and f"renders on the farm at {address}" in note.toolTip()
     assert window.current is None and window.render_panel.render_btn.isEnabled()
     assert not (tmp_path / "renders").exists() or not list((tmp_path / "renders").iterdir())
@@ -124,7 +125,7 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     # the Queue panel says where it ran
     job = window.store.get(job_id)
     assert job.result["ran_on"] == "farm (2 workers)" and job.result["frames"] == 60 and job.progress == 1.0
-    note = window.queue_panel.table.item(0, 5)
+    note = window.queue_panel.table.item(0, NOTE_COL)
     assert note.text().startswith("farm (2 workers) · classic") and "rendered on farm (2 workers)" in note.toolTip()
     farm = window.worker.farm
 
@@ -136,9 +137,9 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     progress.clear()
     job_id = window.render()
     qtbot.waitUntil(lambda: any(p.done > 0 for p in progress), timeout=60_000)
-    row = [window.queue_panel.table.item(r, 0).text() for r in range(window.queue_panel.table.rowCount())]
+    row = [window.queue_panel.table.item(r, ID_COL).text() for r in range(window.queue_panel.table.rowCount())]
     window.queue_panel.table.selectRow(row.index(str(job_id)))
-    assert window.queue_panel.table.item(row.index(str(job_id)), 5).text() == "farm (2 workers)"
+    assert window.queue_panel.table.item(row.index(str(job_id)), NOTE_COL).text() == "farm (2 workers)"
     with qtbot.waitSignal(window.jobFinished, timeout=60_000) as finished:
         window.queue_panel.cancel_btn.click()
     assert finished.args == [job_id, jobs.CANCELLED]
