@@ -394,7 +394,7 @@ class MainWindow(QMainWindow):
         self.jobFinished = q.jobFinished
         q.error.connect(self.show_error)
         q.status.connect(lambda text: self.statusBar().showMessage(text, 5000))
-        q.previewFrame.connect(self.preview.offer)
+        q.previewFrame.connect(self._render_preview)
         q.running.connect(self._running)
         w.frameReady.connect(self._frame_ready)
         w.engineReady.connect(lambda name, why: self.engine_status.setText(f"engine: {name}"))
@@ -560,16 +560,26 @@ class MainWindow(QMainWindow):
             return
         self.worker.request_frame(avatar, script, self.render_panel.render_settings(), seconds)
 
+    SCRUB_HOLD_S = 3.0  # a frame scrubbed during a render stays on screen this long before previews resume
+
+    def _render_preview(self, image, caption: str, index: int) -> None:
+        """The running render's preview, unless the editor scrubbed a frame a moment ago."""
+        if time.monotonic() < getattr(self, "_scrub_hold_until", 0.0):
+            return
+        self.preview.offer(image, caption, index)
+
     def _frame_ready(self, seconds: float, index: int, image) -> None:
-        if self.current is not None:
-            return  # the live render owns the preview
+        """A scrub frame: shown also during a render (the render's previews wait a few seconds)."""
         self.last_scrub = (seconds, index)
         extra = ""
         if self.assets is not None:
             image, extra = self._decorate(image, self.assets.cycle_index(index))
         from studio.core.timecode import timecode
 
-        self.preview.offer(image, f"{timecode(index)} · frame {index} · exact render preview{extra}", index)
+        during = " · while rendering" if self.current is not None else ""
+        if self.current is not None:
+            self._scrub_hold_until = time.monotonic() + self.SCRUB_HOLD_S
+        self.preview.offer(image, f"{timecode(index)} · frame {index} · exact render preview{extra}{during}", index)
 
     def _running(self, running: bool) -> None:
         self.cancel_action.setEnabled(running)
@@ -586,7 +596,7 @@ class MainWindow(QMainWindow):
             self._show_avatar_frame()
 
     def _preview_shown(self, index: int) -> None:
-        if self.last_scrub is not None and index == self.last_scrub[1] and self.current is None:
+        if self.last_scrub is not None and index == self.last_scrub[1]:
             self.scrubShown.emit(*self.last_scrub)
 
     # ---- doctor, persistence, exit ------------------------------------------------------

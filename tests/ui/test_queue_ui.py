@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from PySide6.QtCore import Qt
 from ui_helpers import window  # noqa: F401 (fixture)
 
@@ -102,3 +103,31 @@ def test_a_damaged_store_is_said_in_the_window(qtbot, studio_home):
     job = w.service.add(w.queue.request("astronaut", str(DEMO_AUDIO)).with_(output=str(Path(studio_home) / "x.mp4")),
                         state=jobs.DRAFT)
     assert w.store.get(job.id).state == jobs.DRAFT  # the queue still works this session
+
+
+def test_scrubbing_during_a_render_shows_the_exact_frame(window, qtbot, tmp_path):
+    from ui_helpers import clip, load_demo
+
+    from studio.core.render import Renderer
+
+    load_demo(window, qtbot, audio=clip(tmp_path, 10.0, "long.wav"))
+    p = window.render_panel
+    p.engine.setCurrentText("classic")
+    p.encoder.setCurrentText("x264")
+    p.preset.setCurrentText("ultrafast")
+    p.batch.setValue(4)
+    p.folder.setText(str(tmp_path / "renders"))
+    got = []
+    window.worker.frameReady.connect(lambda s, i, img: got.append((i, img)))
+    with qtbot.waitSignal(window.worker.progress, timeout=120_000):
+        job_id = window.render()
+    with qtbot.waitSignal(window.scrubShown, timeout=60_000):
+        window.scrub_to(3.0)
+    assert window.current is not None and window.current.job_id == job_id  # still rendering
+    index, image = got[-1]
+    assert index == 75 and "while rendering" in window.preview.caption.text()
+    settings = p.render_settings()
+    expected = Renderer("astronaut", str(tmp_path / "long.wav"), settings).frame(75)
+    assert np.array_equal(image, expected)
+    with qtbot.waitSignal(window.jobFinished, timeout=60_000):
+        p.cancel_btn.click()
