@@ -119,7 +119,8 @@ class DeviceRender:
             r._avatar, r._wave, r._plan = first.avatar, first.wave, first.plan
         s = self.settings
         writer = open_video(output, a.width, a.height, audio=self.audio, encoder=s.encoder, crf=s.crf,
-                            preset=s.preset, fps=FPS, total_frames=T)
+                            preset=s.preset, fps=FPS, total_frames=T,
+                            changing=a.boxes[0] if a.N == 1 else None)  # as Renderer.run: a photo's face
         with writer:
             groups = split_chunks(writer.chunks, len(renderers))
             if len(groups) < len(renderers):
