@@ -111,11 +111,11 @@ def unique_output(path: str, taken: set[str]) -> str:
 
 
 class QueueService:
-    def __init__(self, store: J.JobStore | None = None, pool=None, *, max_queued: int | None = None,
+    def __init__(self, store: J.JobStore | str | Path | None = None, pool=None, *, max_queued: int | None = None,
                  in_process_farm: bool = False):
         from studio.service.pool import default_pool
 
-        self.store = store if store is not None else J.JobStore()
+        self.store = store if isinstance(store, J.JobStore) else J.JobStore(store)  # a path, or None: the default
         self.pool = pool if pool is not None else default_pool()
         self.max_queued = max_queued
         self.in_process_farm = in_process_farm
@@ -232,6 +232,13 @@ class QueueService:
     def _changed(self, job: J.Job) -> J.Job:
         self._emit("state", job.id, job)
         return job
+
+    @property
+    def farm_link(self):
+        """The link to the Ray farm (a child process), while a farm job runs and kept between them."""
+        with self._lock:
+            cur = self._current
+        return cur[1].farm_link if cur is not None and cur[1].farm_link is not None else self._farm_link
 
     @property
     def running_job_id(self) -> int | None:
@@ -356,8 +363,7 @@ class QueueService:
             return self._finish(job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); "
                                                   f"the details are in {log_file()}")
         finally:
-            if render.farm_link is not None:
-                self._farm_link = render.farm_link
+            self._farm_link = render.farm_link  # kept warm for the next farm job (None once lost)
             with self._lock:
                 self._current = None
 

@@ -80,12 +80,10 @@ class MainWindow(QMainWindow):
         except StudioError as exc:  # a damaged or foreign jobs.sqlite: say so, keep the app usable
             import tempfile
 
-            from studio.core.jobs import JobStore
-
             self.store_problem = (f"{exc} Until then the queue lives in a temporary file and is lost when "
                                   "Studio closes.")
             folder = tempfile.mkdtemp(prefix="studio-queue-")
-            self.service = QueueService(JobStore(Path(folder) / "jobs.sqlite"))
+            self.service = QueueService(Path(folder) / "jobs.sqlite")
         self.store = self.service.store
         self.worker_thread = WorkerThread(self.service)
         self.worker = self.worker_thread.worker

@@ -124,6 +124,11 @@ class RenderWorker(QObject):
     def busy(self) -> bool:
         return self.run is not None
 
+    @property
+    def farm(self):
+        """The service's link to the Ray farm (None until a farm job ran)."""
+        return self.service.farm_link
+
     # ---- the queue runner's events (its thread) -----------------------------------------
 
     @Slot(object)
