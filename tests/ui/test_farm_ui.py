@@ -82,7 +82,13 @@ def test_render_on_is_saved_with_the_settings_and_travels_with_queued_jobs(windo
 def test_a_bad_farm_address_fails_the_job_with_one_readable_line(window, qtbot, tmp_path):
     pytest.importorskip("ray", reason=NEEDS_RAY)
     audio = clip(tmp_path, 1.0)
-    for address, words in (("127.0.0.1:1", ("127.0.0.1:1", "studio farm up")), ("no-port", ("HOST:PORT",))):
+    # an address that is not HOST:PORT is refused before it reaches the queue: one sentence, no job
+    _on_farm(window, tmp_path, "no-port")
+    before = window.store.list()
+    assert window.queue.add("astronaut", str(audio)) is None
+    assert "HOST:PORT" in window.banner_text.text() and "\n" not in window.banner_text.text()
+    assert window.store.list() == before
+    for address, words in (("127.0.0.1:1", ("127.0.0.1:1", "studio farm up")),):
         _on_farm(window, tmp_path, address)
         with qtbot.waitSignal(window.jobFinished, timeout=60_000) as finished:
             job_id = window.queue.add("astronaut", str(audio))
