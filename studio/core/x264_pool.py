@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import struct
 import threading
 import time
@@ -222,7 +223,8 @@ class ProcessEncoder:
         self.waits = {"worker": 0.0, "gpu": 0.0}  # the feeding thread's waits: free slot, frames copied
         self._extradata = None
         worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset,
-                          None if path is None else str(path), changing))
+                          None if path is None else str(path), changing,
+                          bool(os.environ.get("STUDIO_TRACE"))))  # the parent's setting, even if set after our start
 
     @property
     def extradata(self) -> bytes:
@@ -484,7 +486,7 @@ def _worker_main(conn) -> None:
                                    **({"mb_info": "1"} if changing is not None else {})}
                     ctx.open()
                     busy = 0.0
-                    trace = [] if os.environ.get("STUDIO_TRACE") else None
+                    trace = [] if (msg[10] if len(msg) > 10 else os.environ.get("STUDIO_TRACE")) else None
                     conn.send(("opened", bytes(ctx.extradata or b"")))
                 elif kind == "aac":  # the writer's audio, encoded while the video renders
                     from studio.core.encoders import encode_aac_file
