@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
 
     window = MainWindow()
     install_excepthook(window)
+    install_stop_signals(window)
     window.show()
     QTimer.singleShot(0, lambda: log.info("first paint after %.2f s", time.perf_counter() - t0))
     from studio.core import env
@@ -60,6 +61,33 @@ def create_app(argv: list[str] | None = None):
         app.setStyleSheet(qss.read_text(encoding="utf-8").replace("@ICONS@", icons))
     pg.setConfigOptions(antialias=True, foreground="#c8ccd4", background="#16181d", imageAxisOrder="row-major")
     return app
+
+
+def install_stop_signals(window) -> None:
+    """SIGTERM, SIGHUP and Ctrl-C close the window as its close button does, without asking: a running
+    render stops within a batch, writes nothing and comes back interrupted; temporaries go.
+
+    Python runs signal handlers only between bytecodes, and Qt's event loop is C++: a timer gives the
+    interpreter a moment four times a second to notice them.
+    """
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    def stop(signo, _frame) -> None:
+        log.warning("%s: closing the window", signal.Signals(signo).name)
+        window._close_confirmed = True
+        QTimer.singleShot(0, window.close)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        try:
+            signal.signal(sig, stop)
+        except (ValueError, OSError):  # not the main thread, or a platform without it
+            pass
+    tick = QTimer(window)
+    tick.setInterval(250)
+    tick.timeout.connect(lambda: None)
+    tick.start()
 
 
 def install_excepthook(window) -> None:

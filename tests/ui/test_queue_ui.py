@@ -131,3 +131,39 @@ def test_scrubbing_during_a_render_shows_the_exact_frame(window, qtbot, tmp_path
     assert np.array_equal(image, expected)
     with qtbot.waitSignal(window.jobFinished, timeout=60_000):
         p.cancel_btn.click()
+
+
+def test_sigterm_closes_the_window_and_its_running_job_comes_back_interrupted(studio_home, tmp_path):
+    """The app as a process: SIGTERM mid-render closes it without asking; nothing is written."""
+    import signal
+    import time
+
+    from conftest import speech_pause_speech
+
+    out = tmp_path / "out"
+    out.mkdir()
+    audio = speech_pause_speech(tmp_path / "long.wav", 30.0, 0.2, 30.0)
+    job_id = int(studio("queue", "add", "--avatar", str(ROOT / "resources" / "demo" / "astronaut.png"),
+                        "--audio", str(audio), "-o", str(out / "k.mp4"), "--engine", "classic").split()[-1])
+    (Path(studio_home) / "settings.ini").write_text("[General]\nversion=1\n\n[queue]\non_start=start\n")
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    app = subprocess.Popen([sys.executable, "-m", "studio"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 150:
+            job = {j["id"]: j for j in json.loads(studio("queue", "list", "--json"))}[job_id]
+            if job["state"] == "running" and job["progress"] > 0:
+                break
+            assert app.poll() is None, app.stderr.read()
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the window never started the queued job")
+        app.send_signal(signal.SIGTERM)
+        _, err = app.communicate(timeout=60)
+    finally:
+        app.kill()
+    assert app.returncode == 0, err
+    job = {j["id"]: j for j in json.loads(studio("queue", "list", "--json"))}[job_id]
+    assert job["state"] == "interrupted"
+    assert list(out.iterdir()) == []  # nothing half-written
