@@ -98,6 +98,7 @@ class RenderQueue(QObject):
             placement = Placement("gpus", devices=tuple(devices))
         else:
             placement = Placement()
+        self.panel.set_context(avatar=avatar, script=script)  # {avatar} and {script} name this job's own
         return RenderRequest(avatar, script, self.panel.output_path(), self.panel.render_settings(), placement,
                              self.panel.render_range(), overwrite=self.panel.overwrite_outputs())
 

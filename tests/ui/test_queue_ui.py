@@ -167,3 +167,26 @@ def test_sigterm_closes_the_window_and_its_running_job_comes_back_interrupted(st
     job = {j["id"]: j for j in json.loads(studio("queue", "list", "--json"))}[job_id]
     assert job["state"] == "interrupted"
     assert list(out.iterdir()) == []  # nothing half-written
+
+
+def test_two_identical_jobs_get_numbered_files_and_both_exist(window, qtbot, tmp_path):
+    from ui_helpers import clip, load_demo
+
+    load_demo(window, qtbot, audio=clip(tmp_path, 1.0, "one.wav"))
+    p = window.render_panel
+    p.engine.setCurrentText("classic")
+    p.encoder.setCurrentText("x264")
+    p.preset.setCurrentText("ultrafast")
+    p.folder.setText(str(tmp_path / "renders"))
+    first = Path(p.output_path())
+    assert first.name.startswith("astronaut_one_")  # {avatar} is the job's own avatar
+    ids = []
+    for _ in range(2):
+        with qtbot.waitSignal(window.jobFinished, timeout=120_000):
+            ids.append(window.render())
+    outputs = [Path(window.store.get(i).output) for i in ids]
+    assert outputs == [first, first.with_name(first.stem + "_002.mp4")]
+    assert all(o.exists() for o in outputs)
+    shown = {window.queue_panel.table.item(r, 1).text(): window.queue_panel.table.item(r, 7).text()
+             for r in range(window.queue_panel.table.rowCount())}
+    assert shown == {str(i): str(o) for i, o in zip(ids, outputs)}  # the resolved paths, in full
