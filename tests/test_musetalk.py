@@ -199,8 +199,11 @@ def test_generate_returns_uint8_faces_from_unet_and_taesd(store, tmp_path):
         pred = nets["unet"](prepared.latents[[1]], 0, encoder_hidden_states=feats.window([7])).sample
         img = nets["taesd"].decode(pred).sample
     want = ((img / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1)
-    assert torch.equal(faces[1:2], want)
-    assert torch.equal(engine.generate(prepared, [1], [7]), faces[1:2])  # batch-independent
+    # a batch of 3 and a batch of 1 take different CPU kernels (diffusers 0.3x+ attention, oneDNN
+    # blocking): the same maths to one grey level, not bit for bit
+    assert (faces[1:2].int() - want.int()).abs().max() <= 1
+    alone = engine.generate(prepared, [1], [7])
+    assert (alone.int() - faces[1:2].int()).abs().max() <= 1  # batch-independent, to one grey level
     other = engine.generate(prepared, [1], [0])
     assert not torch.equal(other, faces[1:2])  # the audio changes the face
     with pytest.raises(IndexError):
