@@ -12,19 +12,14 @@ import sys
 
 
 def register(sub) -> None:
-    from studio.cli.render import _range_options, _render_options, _scale_options
+    from studio.cli.render import job_options
 
     p = sub.add_parser("queue", help="the render queue: add, list, show, run, cancel, retry, hold, move, rm")
     qs = p.add_subparsers(dest="queue_command", metavar="ACTION")
     qs.required = True
 
     add = qs.add_parser("add", help="queue a render (the options of `studio render`); prints the job id last")
-    add.add_argument("--avatar", required=True, help="avatar NAME from the library, or an image/video path")
-    add.add_argument("--audio", required=True, help="voice-over file")
-    add.add_argument("-o", "--output", required=True, help="output MP4 path (numbered _002 when taken)")
-    _render_options(add)
-    _scale_options(add)
-    _range_options(add)
+    job_options(add, "output MP4 path (numbered _002 when taken)")
     add.add_argument("--overwrite", action="store_true", help="replace an existing file instead of numbering")
     add.add_argument("--draft", action="store_true", help="keep it as a draft (not queued)")
     add.set_defaults(func=run_add)

@@ -11,12 +11,7 @@ from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_TH
 
 def register(sub) -> None:
     p = sub.add_parser("render", help="render an avatar speaking a voice-over to an MP4")
-    p.add_argument("--avatar", required=True, help="avatar NAME from the library, or an image/video path")
-    p.add_argument("--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3)")
-    p.add_argument("-o", "--output", required=True, help="output MP4 path")
-    _render_options(p)
-    _scale_options(p)
-    _range_options(p)
+    job_options(p, "output MP4 path")
     from studio.cli.remote import add_option
 
     add_option(p)  # --server URL: render on a running `studio serve` (studio/cli/remote.py)
@@ -36,6 +31,17 @@ def register(sub) -> None:
     _render_options(d)
     d.add_argument("--json", action="store_true", help="print one JSON object with the result")
     d.set_defaults(func=run_demo)
+
+
+def job_options(p, output_help: str) -> None:
+    """What a render is: avatar, voice-over, output, settings, where it runs and which frames
+    (``studio render`` and ``studio queue add`` take the same)."""
+    p.add_argument("--avatar", required=True, help="avatar NAME from the library, or an image/video path")
+    p.add_argument("--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3)")
+    p.add_argument("-o", "--output", required=True, help=output_help)
+    _render_options(p)
+    _scale_options(p)
+    _range_options(p)
 
 
 def _render_options(p, encoder: bool = True) -> None:

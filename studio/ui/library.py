@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.ui import settings as cfg
+from studio.ui.widgets import FileDrops
 from studio.ui.workers import run_in_background
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def safe_name(stem: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "avatar"
 
 
-class LibraryPanel(QWidget):
+class LibraryPanel(FileDrops, QWidget):
     avatarSelected = Signal(str)  # avatar name ("" when none)
     scriptSelected = Signal(str)  # audio path ("" when none)
     maskToggled = Signal(bool)
@@ -336,21 +337,7 @@ class LibraryPanel(QWidget):
         if self.task is None and self._imports:
             self.import_avatar(self._imports.pop(0))
 
-    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        if any(file_kind(p) for p in dropped_paths(event.mimeData())):
-            event.acceptProposedAction()
-        else:
-            event.ignore()
-
-    def dragMoveEvent(self, event) -> None:  # noqa: N802
-        self.dragEnterEvent(event)
-
-    def dropEvent(self, event) -> None:  # noqa: N802
-        paths = dropped_paths(event.mimeData())
-        if not paths:
-            event.ignore()
-            return
-        event.acceptProposedAction()
+    def files_dropped(self, paths: list[str]) -> None:
         self.import_files(paths)
 
     def select_script(self, path: str) -> None:

@@ -46,13 +46,13 @@ from studio.ui.render_panel import RenderPanel
 from studio.ui.render_queue import RenderQueue
 from studio.ui.timeline import TimelineView
 from studio.ui.transport import Transport
-from studio.ui.widgets import guard_inputs
+from studio.ui.widgets import FileDrops, guard_inputs
 from studio.ui.workers import WorkerThread, error_text, run_in_background
 
 log = logging.getLogger(__name__)
 
 
-class MainWindow(QMainWindow):
+class MainWindow(FileDrops, QMainWindow):
     analysisReady = Signal(object)  # AudioAnalysis of the selected script
     avatarLoaded = Signal(object)  # AvatarAssets of the selected avatar
     scrubShown = Signal(float, int)  # seconds, frame index of a scrub frame now on screen
@@ -299,25 +299,9 @@ class MainWindow(QMainWindow):
 
     # ---- drag and drop ------------------------------------------------------------------
 
-    def dragEnterEvent(self, event) -> None:  # noqa: N802
-        from studio.ui.library import dropped_paths
+    only_known = False  # files of other kinds are named in one message (drop_files)
 
-        if dropped_paths(event.mimeData()):
-            event.acceptProposedAction()
-        else:
-            event.ignore()
-
-    def dragMoveEvent(self, event) -> None:  # noqa: N802
-        self.dragEnterEvent(event)
-
-    def dropEvent(self, event) -> None:  # noqa: N802
-        from studio.ui.library import dropped_paths
-
-        paths = dropped_paths(event.mimeData())
-        if not paths:
-            event.ignore()
-            return
-        event.acceptProposedAction()
+    def files_dropped(self, paths: list[str]) -> None:
         self.drop_files(paths)
 
     # ---- wiring -------------------------------------------------------------------------

@@ -14,12 +14,12 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QStackedLayout, QVBoxLayout, QWidget
 
-from studio.ui.widgets import ElidedLabel
+from studio.ui.widgets import ElidedLabel, FileDrops
 
 DISPLAY_HZ = 30
 
 
-class PreviewView(QWidget):
+class PreviewView(FileDrops, QWidget):
     """The picture: avatar frame, scrubbed frame, live render frames, or the player."""
 
     shown = Signal(int)  # frame index (or -1) of the image just displayed
@@ -92,23 +92,5 @@ class PreviewView(QWidget):
         self.displayed += 1
         self.shown.emit(index)
 
-    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        from studio.ui.library import dropped_paths, file_kind
-
-        if any(file_kind(p) for p in dropped_paths(event.mimeData())):
-            event.acceptProposedAction()
-        else:
-            event.ignore()
-
-    def dragMoveEvent(self, event) -> None:  # noqa: N802
-        self.dragEnterEvent(event)
-
-    def dropEvent(self, event) -> None:  # noqa: N802
-        from studio.ui.library import dropped_paths
-
-        paths = dropped_paths(event.mimeData())
-        if not paths:
-            event.ignore()
-            return
-        event.acceptProposedAction()
+    def files_dropped(self, paths: list[str]) -> None:
         self.filesDropped.emit(paths)

@@ -118,3 +118,39 @@ def guard_inputs(root: QWidget, guard: InputGuard | None = None) -> InputGuard:
             if isinstance(w, WHEEL_GUARDED):
                 w.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # a wheel does not take the focus either
     return guard
+
+
+class FileDrops:
+    """Mixin for a QWidget that takes files dropped on it (the Library, the preview, the window).
+
+    The subclass sets ``setAcceptDrops(True)`` and defines ``files_dropped(paths)``;
+    ``only_known`` (default True) accepts a drag only when it carries an avatar or audio file.
+    """
+
+    only_known = True
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        from studio.ui.library import dropped_paths, file_kind
+
+        paths = dropped_paths(event.mimeData())
+        if paths and (not self.only_known or any(file_kind(p) for p in paths)):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        from studio.ui.library import dropped_paths
+
+        paths = dropped_paths(event.mimeData())
+        if not paths:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        self.files_dropped(paths)
+
+    def files_dropped(self, paths: list[str]) -> None:  # pragma: no cover - defined by the subclass
+        raise NotImplementedError
+
