@@ -186,20 +186,17 @@ class Render:
             try:
                 self._started(f"farm ({len(farm.workers)} {'GPU ' if farm.gpus else ''}worker"
                               f"{'s' if len(farm.workers) != 1 else ''})", req.settings.engine)
-                last = None
                 for p in farm.render(req.avatar, req.audio, req.output, req.settings,
                                      chunks=req.placement.chunks or None):
                     if self._cancel.is_set():
                         farm.cancel()
-                    last = p
                     yield p
-                self.result = _with_farm(farm.result, last, farm.workers)
+                self.result = farm.result
             finally:
                 farm.shutdown()
             return
         from studio.service.farm_link import FarmLink, LinkLost
 
-        own = self._farm_link is None
         for attempt in (1, 2):  # a link lost before the job made progress is opened again once
             link = self._farm_link if self._farm_link is not None and self._farm_link.alive else \
                 FarmLink.open(req.placement.farm)
@@ -207,14 +204,13 @@ class Render:
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
             self._active = link
-            progressed, last = False, None
+            progressed = False
             try:
                 self._started(link.where, req.settings.engine)
                 for p in link.render(req.avatar, req.audio, req.output, req.settings):
                     if self._cancel.is_set():
                         link.cancel()
                     progressed = progressed or p.done > 0
-                    last = p
                     yield p
                 break
             except LinkLost:
@@ -223,9 +219,7 @@ class Render:
                 if progressed or attempt == 2 or self._cancel.is_set():
                     raise
                 log.warning("the farm link was lost before the job started; connecting again")
-        self.result = _with_farm(link.result, last, link.workers)
-        if own:
-            self.farm_link = link  # the caller may keep it warm (the queue does)
+        self.result = link.result  # the link stays in self.farm_link: the queue keeps it warm
 
     def _server(self):
         from studio.service.remote import render_on_server
@@ -234,11 +228,8 @@ class Render:
 
     @property
     def farm_link(self):
+        """The ``FarmLink`` this render used (or was given), for the next farm job; None once lost."""
         return self._farm_link
-
-    @farm_link.setter
-    def farm_link(self, link) -> None:
-        self._farm_link = link
 
 
 def check_request(req: RenderRequest) -> None:
@@ -257,13 +248,9 @@ def check_request(req: RenderRequest) -> None:
 
 
 def check_output(output: str, inputs: list[str]):
-    """The core's one same-file / output-path check (``studio.core.outputs``) where it exists."""
-    try:
-        from studio.core.outputs import check_output as core_check
-    except ImportError:  # older core: the folder check only
-        from studio.core.encode import check_output as folder_check
+    """The core's one same-file / output-path check (``studio.core.outputs``) for a video output."""
+    from studio.core.outputs import check_output as core_check
 
-        return folder_check(output)
     return core_check(output, inputs, kind="video")
 
 
@@ -283,7 +270,3 @@ def _chunked_result(req, p, seconds: float, encoder: str):
                         fps=round(p.total / seconds, 2) if seconds else 0.0, width=a.width, height=a.height,
                         stage_ms={}, finish_ms={})
 
-
-def _with_farm(result, p, workers):
-    """The farm's own ``RenderResult`` (core's type); None when the farm sent none."""
-    return result

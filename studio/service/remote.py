@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import io
 import logging
-import os
 import threading
 import time
 from pathlib import Path
