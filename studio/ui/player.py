@@ -98,7 +98,10 @@ class PlayerWidget(QWidget):
             self.player.setPosition(ms)
 
     def close_player(self) -> None:
-        self.player.stop()
+        # pause, not stop: stop() tears Qt's FFmpeg playback threads down and waits for them, and that
+        # wait has hung the GUI thread (a full offscreen UI test run, no audio device); the next play()
+        # replaces the source, the window's close stops it for good
+        self.player.pause()
         self.closed.emit()
 
     def _duration(self, ms: int) -> None:
