@@ -530,12 +530,15 @@ def _cold_child(args_json: str) -> None:
     t_engine = time.perf_counter()
     result = r.render(workdir / "cold" / f"cold_{a['engine']}.mp4")
     t_end = time.perf_counter()
-    print(json.dumps({
+    import sys
+
+    sys.stdout.write(json.dumps({  # the answer to the parent bench process (its protocol, not a message)
         "frames": result.frames, "engine": eng.name, "encoder": result.encoder,
         "import_s": round(t_import - t_start, 3), "avatar_s": round(t_avatar - t_import, 3),
         "engine_object_s": round(t_engine - t_avatar, 3), "render_s": round(t_end - t_engine, 3),
         "load_ms": getattr(eng, "load_ms", {}), "stage_ms": result.stage_ms, "finish_ms": result.finish_ms,
-    }))
+    }) + "\n")
+    sys.stdout.flush()
 
 
 def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:
