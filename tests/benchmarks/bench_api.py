@@ -26,9 +26,7 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,6 +38,8 @@ import numpy as np
 import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from served import Server  # noqa: E402 - the tests' real-server helper (127.0.0.1, free port)
 DEMO = ROOT / "resources" / "demo"
 FINAL = ("done", "failed", "cancelled", "interrupted")
 
@@ -214,42 +214,6 @@ def kill(home: Path, args) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-
-
-class Server:
-    def __init__(self, home: Path, *args: str):
-        home.mkdir(parents=True, exist_ok=True)
-        self.home = home
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=str(ROOT))
-        self.log = open(home / "server.log", "a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "studio", "serve", "--port", str(self.port), *args],
-                                     env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit((home / "server.log").read_text())
-            try:
-                if httpx.get(f"{self.url}/v1/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise SystemExit("the server did not start")
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
 
 
 class RssSampler(threading.Thread):
