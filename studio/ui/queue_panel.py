@@ -34,7 +34,7 @@ ID_COL, STATE_COL, PROGRESS_COL, OUTPUT_COL, NOTE_COL = 1, 3, 4, 7, 8
 STATE_COLOURS = {"done": "#7bd88f", "failed": "#ff6b6b", "running": "#4fa3ff", "cancelled": "#a0a4ad",
                  "queued": "#ffb347", "draft": "#a0a4ad", "held": "#d6a2ff", "interrupted": "#ff9e6b",
                  "damaged": "#ff6b6b"}
-THUMB = 40
+THUMB = 28  # small enough that a row shows whole in the Queue's height at 1366x768
 
 
 class QueuePanel(QWidget):
@@ -72,6 +72,8 @@ class QueuePanel(QWidget):
         head.setSectionResizeMode(NOTE_COL, QHeaderView.ResizeMode.Stretch)
         self.table.itemDoubleClicked.connect(self._open)
         self.table.itemSelectionChanged.connect(self._update_buttons)
+        # the header and one whole row always show, whatever height the dock gets
+        self.table.setMinimumHeight(self.table.horizontalHeader().sizeHint().height() + THUMB + 12)
 
         self.start_btn = QPushButton("Start queue")
         self.start_btn.setCheckable(True)
