@@ -58,6 +58,26 @@ def test_stripes_feed_every_chunk_in_order_with_full_batches():
     assert [b.tolist() for b in stripes(5, 2, [(0, 5)])] == [[0, 1], [2, 3], [4]]
 
 
+def test_stripes_cut_by_engine_frames_keep_the_engine_full():
+    """With ``engine`` given every batch but the last holds exactly ``batch`` engine frames (the
+    silent ones ride along), the order inside each chunk is unchanged, and a long silence is cut
+    at ``max_frames``."""
+    rng = np.random.default_rng(3)
+    engine = rng.random(672) > 0.2
+    engine[100:400] = False  # a long pause
+    ch16 = [(42 * k, 42 * k + 42) for k in range(16)]
+    plain = np.concatenate(stripes(672, 64, ch16))
+    out = stripes(672, 64, ch16, engine=engine, max_frames=128)
+    assert np.array_equal(np.concatenate(out), plain)  # the same order, only cut elsewhere
+    counts = [int(engine[b].sum()) for b in out]
+    assert all(len(b) <= 128 for b in out)
+    assert all(c == 64 for c, b in zip(counts[:-1], out[:-1]) if len(b) < 128)
+    assert sum(counts) == int(engine.sum()) and 0 < counts[-1] <= 64
+    assert len(out) < len(stripes(672, 64, ch16))  # fewer, fuller engine calls
+    assert [b.tolist() for b in stripes(6, 2, [(0, 6)], engine=np.array([1, 0, 0, 1, 1, 1], bool))] == \
+        [[0, 1, 2, 3], [4, 5]]
+
+
 def test_frame_index_is_floor_of_t_times_25():
     assert frame_index(0.0) == 0 and frame_index(0.039) == 0 and frame_index(0.04) == 1
     assert frame_index(0.12) == 3 and frame_index(2.0) == 50

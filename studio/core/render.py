@@ -315,7 +315,9 @@ class Renderer:
 
         a = self.avatar
         with writer:
-            batches = [b + first for b in stripes(T, self.batch_size, writer.chunks, window=writer.window)]
+            engine_frames = plan.weight[first:first + T] > 0
+            batches = [b + first for b in stripes(T, self.batch_size, writer.chunks, window=writer.window,
+                                                  engine=engine_frames)]
             done = 0
             last_preview = -1e9
             pending = None  # (pinned host frame, event, index): a preview on its way to the host
@@ -465,23 +467,45 @@ def batch_ranges(total: int, batch: int) -> list[tuple[int, int]]:
     return [(a, min(total, a + batch)) for a in range(0, total, batch)]
 
 
-def stripes(total: int, batch: int, chunks: list[tuple[int, int]], window: int | None = None) -> list[np.ndarray]:
+def stripes(total: int, batch: int, chunks: list[tuple[int, int]], window: int | None = None,
+            engine: np.ndarray | None = None, max_frames: int | None = None) -> list[np.ndarray]:
     """Frame indices per batch for a writer with parallel ``chunks``: every batch takes the next
     ``batch // lanes`` frames of each lane in turn, so all encoders get work from the first batch
     on and finish together, while each chunk still receives its frames in order. ``window``: the
     writer's lanes (``VideoWriter.window``; None: one lane per chunk): lane ``j`` holds chunks
     ``j, j + window, ...`` one after the other (rolling chunks). Batches keep the full ``batch``
-    size (no bucket padding) until the chunks run out."""
+    size (no bucket padding) until the chunks run out.
+
+    ``engine`` (bool per frame: needs the engine): batches are cut so that each holds ``batch``
+    engine frames instead of ``batch`` frames, so the engine always runs full (a silent frame
+    costs it nothing, but a batch of 64 frames with 13 silent ones still pays for a 64 bucket);
+    ``max_frames`` (default ``4 * batch``) bounds a batch through long silences."""
     batch = max(1, int(batch))
     if len(chunks) <= 1:
         c0, c1 = chunks[0] if chunks else (0, total)
-        return [np.arange(a, min(c1, a + batch)) for a in range(c0, c1, batch)]
-    lanes = len(chunks) if window is None else max(1, min(int(window), len(chunks)))
-    share = max(1, batch // lanes)
-    seqs = [np.concatenate([np.arange(c0, c1) for c0, c1 in chunks[j::lanes]]) for j in range(lanes)]
-    runs = [s[a : a + share] for a in range(0, max(len(s) for s in seqs), share) for s in seqs if a < len(s)]
-    flat = np.concatenate(runs) if runs else np.zeros(0, np.int64)
-    return [flat[i : i + batch] for i in range(0, len(flat), batch)]
+        flat = np.arange(c0, c1)
+    else:
+        lanes = len(chunks) if window is None else max(1, min(int(window), len(chunks)))
+        share = max(1, batch // lanes)
+        seqs = [np.concatenate([np.arange(c0, c1) for c0, c1 in chunks[j::lanes]]) for j in range(lanes)]
+        runs = [s[a : a + share] for a in range(0, max(len(s) for s in seqs), share) for s in seqs if a < len(s)]
+        flat = np.concatenate(runs) if runs else np.zeros(0, np.int64)
+    if engine is None:
+        return [flat[i : i + batch] for i in range(0, len(flat), batch)]
+    return _cut_by_engine_frames(flat, np.asarray(engine, bool), batch, max_frames or 4 * batch)
+
+
+def _cut_by_engine_frames(flat: np.ndarray, engine: np.ndarray, batch: int, max_frames: int) -> list[np.ndarray]:
+    """``flat`` cut in order into pieces of ``batch`` engine frames (at most ``max_frames`` frames)."""
+    out, i, n = [], 0, len(flat)
+    count = np.concatenate([[0], np.cumsum(engine[flat])])  # engine frames before position p
+    while i < n:
+        # the end: the first position holding `batch` engine frames since i, or max_frames, or n
+        j = int(np.searchsorted(count, count[i] + batch, side="left"))
+        j = min(n, i + max_frames, max(j, i + 1))
+        out.append(flat[i:j])
+        i = j
+    return out
 
 
 def _preview_copy(frame, index: int):
