@@ -294,19 +294,11 @@ def build_module(kind: str, config: dict, cfg_path: Path | None = None, device: 
     where = cfg_path or "the config"
     try:
         with torch.device(device):
-            if kind == "unet":
-                from diffusers import UNet2DConditionModel
+            if kind in ("unet", "vae", "taesd"):
+                # our own modules (diffusers' keys and outputs, without importing diffusers)
+                from studio.core.engines import nets
 
-                module = UNet2DConditionModel.from_config(config)
-            elif kind == "vae":
-                from diffusers import AutoencoderKL
-
-                module = AutoencoderKL.from_config(config)
-            elif kind == "taesd":
-                from diffusers import AutoencoderTiny
-
-                # diffusers writes block_out_channels into AutoencoderTiny configs but does not take it back
-                module = AutoencoderTiny.from_config({k: v for k, v in config.items() if k != "block_out_channels"})
+                module = nets.build(kind, config)
             elif kind == "whisper":
                 from transformers import WhisperConfig
                 from transformers.models.whisper.modeling_whisper import WhisperEncoder
