@@ -89,7 +89,7 @@ def test_hidden_states_are_the_stacked_encoder_states_last_one_layer_normed(whis
     states = whisper.hidden_states(wave.samples)
     assert states.shape == (100, 5, WIDTH)  # floor(2.0 * 50) steps, embedding + 4 layers
     enc = whisper.encoder
-    mel = whisper.extractor([wave.samples], sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+    mel = whisper.log_mel([wave.samples])
     layer_out = []
     hooks = [m.register_forward_hook(lambda m, i, o: layer_out.append(o[0] if isinstance(o, tuple) else o))
              for m in enc.layers]

@@ -300,10 +300,10 @@ def build_module(kind: str, config: dict, cfg_path: Path | None = None, device: 
 
                 module = nets.build(kind, config)
             elif kind == "whisper":
-                from transformers import WhisperConfig
-                from transformers.models.whisper.modeling_whisper import WhisperEncoder
+                # our torch copy of transformers' WhisperEncoder (same state dict; no transformers import)
+                from studio.core.engines.whisper_net import WhisperEncoderNet
 
-                module = WhisperEncoder(WhisperConfig.from_dict(config))
+                module = WhisperEncoderNet(config)
             else:
                 raise ValueError(kind)
     except ModelError:

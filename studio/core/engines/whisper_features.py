@@ -5,12 +5,19 @@
     tokens = feats.window([0, 1, 2])   # [3, 50, 384] float32, positional encoding added
     full = feats.array()               # [T, 50, 384] numpy (what ``studio features`` writes)
 
-The waveform (16 kHz) is cut into 30 s pieces; each piece goes through ``WhisperFeatureExtractor``
-(which zero-pads the waveform to 30 s) and the encoder with all hidden states: the embedding
-output, the outputs of layers 0..2 and the layer-normed output of the last layer, stacked to
-``[steps, 5, 384]`` at 50 Hz and trimmed to ``floor(samples / 320)`` steps. Video frame ``f`` takes
-whisper steps ``2f-4 .. 2f+5`` (zeros outside the clip), flattened time-major (token ``k = 5 t + l``),
-plus the fixed sinusoidal positional encoding.
+The waveform (16 kHz) is cut into 30 s pieces; each piece is zero-padded to 30 s, turned into
+whisper's log-mel spectrogram (on the engine's device) and run through the encoder, keeping all
+hidden states: the embedding output, the outputs of layers 0..2 and the layer-normed output of the
+last layer, stacked to ``[steps, 5, 384]`` at 50 Hz and trimmed to ``floor(samples / 320)`` steps.
+Video frame ``f`` takes whisper steps ``2f-4 .. 2f+5`` (zeros outside the clip), flattened
+time-major (token ``k = 5 t + l``), plus the fixed sinusoidal positional encoding.
+
+The spectrogram and the encoder are our own torch code (``whisper_net``), not transformers'
+``WhisperFeatureExtractor`` and ``WhisperEncoder``: importing transformers cost most of a cold
+MuseTalk start (~11 s on the GPU machine, against the UNet loading in another thread), and the
+extractor ran numpy on the CPU. They load the same HF whisper folder (config.json, the weight file,
+preprocessor_config.json read as JSON) and give the same values to float rounding
+(tests/test_whisper_net.py compares both against transformers).
 
 Our frame grid has ``T = ceil(duration * 25)`` frames (the official code uses ``floor``); the
 right padding is sized so that every one of those T windows exists (at least the official 12 steps).
@@ -27,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from studio.core.constants import FPS, SAMPLE_RATE
+from studio.core.errors import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +105,7 @@ def positional_encoding(length: int, width: int):
 
 
 class WhisperFeatures:
-    """The whisper-tiny encoder and feature extractor from a Hugging Face folder (no network)."""
+    """The whisper-tiny encoder and its log-mel settings from a Hugging Face folder (no network)."""
 
     def __init__(self, folder: str | Path, device="cpu", weights: str | Path | None = None, batch: int = 8):
         import torch
@@ -110,7 +118,7 @@ class WhisperFeatures:
         weights = Path(weights) if weights else models._find_weights(self.folder, comp)
         # fp32 always: the encoder costs ~0.05 GFLOP per video frame, precision is free here.
         self.encoder = models.load_module("whisper", self.folder, weights, device=self.device)
-        self.extractor = _feature_extractor(self.folder, self.encoder.config.num_mel_bins)
+        self.mel_settings = mel_settings(self.folder, self.encoder.config.num_mel_bins)
         self.batch = max(1, batch)
         self.layers = self.encoder.config.encoder_layers + 1
         self.width = self.encoder.config.d_model
@@ -131,6 +139,15 @@ class WhisperFeatures:
         ])
         return Features(steps=steps, frames=int(frames), pe=self._pe)
 
+    def log_mel(self, pieces):
+        """whisper's log-mel of each (at most 30 s) piece: float32 ``[B, mel_bins, 3000]`` on ``self.device``."""
+        import torch
+
+        from studio.core.engines.whisper_net import log_mel
+
+        rows = [torch.from_numpy(np.ascontiguousarray(p, np.float32)).to(self.device) for p in pieces]
+        return log_mel(rows, **self.mel_settings)
+
     def hidden_states(self, samples: np.ndarray):
         """float32 ``[floor(n / 320), layers, width]`` on ``self.device``."""
         import torch
@@ -141,22 +158,44 @@ class WhisperFeatures:
         out = []
         with torch.inference_mode():
             for i in range(0, len(pieces), self.batch):
-                group = pieces[i : i + self.batch]
-                mel = self.extractor(group, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
-                res = self.encoder(mel.to(self.device, torch.float32), output_hidden_states=True)
-                # The last state is the layer-normed output (spec §1.4); take it from
-                # last_hidden_state so this holds whatever the transformers version returns.
-                hs = list(res.hidden_states[:-1]) + [res.last_hidden_state]
+                hs = self.encoder(self.log_mel(pieces[i : i + self.batch]))  # embedding .. last (normed)
                 out.append(torch.stack(hs, dim=2).reshape(-1, self.layers, self.width))
         states = torch.cat(out)[:keep]
         log.debug("whisper: %d samples -> %d steps", n, len(states))
         return states.float()
 
 
-def _feature_extractor(folder: Path, mel_bins: int):
-    from transformers import WhisperFeatureExtractor
+def mel_settings(folder: Path, mel_bins: int) -> dict:
+    """``log_mel``'s arguments from ``preprocessor_config.json`` (WhisperFeatureExtractor's defaults
+    for absent fields, or for the whole file when there is none)."""
+    from studio.core import models
 
-    if (folder / "preprocessor_config.json").is_file():
-        return WhisperFeatureExtractor.from_pretrained(str(folder), local_files_only=True)
-    log.warning("%s has no preprocessor_config.json; using whisper's defaults", folder)
-    return WhisperFeatureExtractor(feature_size=mel_bins)
+    path = Path(folder) / "preprocessor_config.json"
+    if path.is_file():
+        cfg = models.read_config(path)
+    else:
+        log.warning("%s has no preprocessor_config.json; using whisper's defaults", folder)
+        cfg = {}
+    out = {
+        "n_fft": cfg.get("n_fft", 400),
+        "hop": cfg.get("hop_length", 160),
+        "n_mels": cfg.get("feature_size", mel_bins),
+        "sample_rate": cfg.get("sampling_rate", SAMPLE_RATE),
+        "chunk_length": cfg.get("chunk_length", 30),
+        "padding_value": float(cfg.get("padding_value", 0.0) or 0.0),
+    }
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+               for k, v in out.items() if k != "padding_value"):
+        raise ModelError(f"{path}: n_fft, hop_length, feature_size, sampling_rate and chunk_length must be "
+                         "positive integers; copy it again from openai/whisper-tiny")
+    if out["n_mels"] != mel_bins:
+        raise ModelError(f"{path}: feature_size {out['n_mels']} but config.json has num_mel_bins {mel_bins}; "
+                         "the files do not belong together")
+    if out["sample_rate"] != SAMPLE_RATE:
+        raise ModelError(f"{path}: sampling_rate {out['sample_rate']}, but whisper here takes {SAMPLE_RATE} Hz")
+    if out["chunk_length"] * out["sample_rate"] != SEGMENT_SAMPLES or out["hop"] * STEP_RATE * 2 != SAMPLE_RATE:
+        raise ModelError(f"{path}: chunk_length {out['chunk_length']} s / hop_length {out['hop']}; whisper-tiny "
+                         "uses 30 s and 160 (MuseTalk's 50 Hz steps depend on them)")
+    if cfg.get("dither"):
+        log.warning("%s: dither %s ignored (whisper-tiny uses none)", path, cfg["dither"])
+    return out
