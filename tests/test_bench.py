@@ -46,4 +46,4 @@ def test_bench_long_photo_and_cold_runs_print_the_finish_and_cold_breakdowns(tmp
         cold = d["runs"][key]
         assert "error" not in cold, cold.get("error")
         assert cold["frames"] == 375 and cold["import_s"] > 0 and 0 < cold["seconds"] < cold["process_wall_s"]
-    assert "finish: encoders' tail" in r.stdout and "cold: import" in r.stdout
+    assert "finish: encoders' tail" in r.stdout and "cold: python start" in r.stdout and ", exit " in r.stdout

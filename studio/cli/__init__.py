@@ -38,6 +38,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line. From a real command line (``argv`` None) a command other than the
+    window ends with ``quick_exit``; called with ``argv`` (tests) it returns the exit code."""
+    rc = _main(argv)
+    if argv is None and _QUICK_EXIT[0]:
+        from studio.core.signals import quick_exit
+
+        quick_exit(rc)
+    return rc
+
+
+_QUICK_EXIT = [False]  # set once a command (not the window) has run
+
+
+def _main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["__studio_x264_worker__"]:  # a frozen app re-launched as an encoder worker
         from studio.core.x264_pool import run_worker
@@ -56,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     from studio.core.signals import exit_code_of, handle_stop_signals
 
     handle_stop_signals()  # SIGTERM and SIGHUP cancel like Ctrl-C (exit 128 + signal number)
+    _QUICK_EXIT[0] = True
     try:
         try:
             return int(args.func(args) or 0)

@@ -73,8 +73,13 @@ def run(args) -> int:
                   f"index + fsync {f.get('file', 0) / 1e3:.3f}s")
         if "import_s" in r:
             lm = ", ".join(f"{k} {v / 1e3:.2f}s" for k, v in (r.get("load_ms") or {}).items())
-            print(f"{'':<18}cold: import {r['import_s']:.2f}s, render {r['render_s']:.2f}s"
-                  + (f", loading: {lm}" if lm else ""))
+            print(f"{'':<18}cold: python start {r.get('python_start_s', 0):.2f}s, import {r['import_s']:.2f}s "
+                  f"(torch {r.get('import_torch_s', 0):.2f}s), engine object {r.get('engine_object_s', 0):.2f}s, "
+                  f"render {r['render_s']:.2f}s, exit {r.get('exit_s', 0):.2f}s"
+                  + (f", loading: {lm}" if lm else "")
+                  + (f"; imported {', '.join(r['modules'])}" if r.get("modules") else ""))
+        for s in r.get("stacks") or []:  # STUDIO_STACKS: where the render thread was
+            print(f"{'':<18}{100 * s['share']:5.1f}%  " + " < ".join(s["stack"]))
     if args.json:
         atomic_write_bytes(args.json, json.dumps(res, indent=2).encode())
     return 0

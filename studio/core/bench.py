@@ -19,6 +19,7 @@ the video while muxing the audio (the official ``ffmpeg -i audio -i video out.mp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -136,14 +137,17 @@ def time_render(avatar, audio: Path, settings, engine, output: Path, engines=Non
         os.environ["STUDIO_TRACE"] = str(Path(trace_dir) / f"trace_{output.stem}.json")
     elif trace_dir:
         os.environ.pop("STUDIO_TRACE", None)
+    sampler = StackSampler() if os.environ.get("STUDIO_STACKS") and not output.stem.startswith("warm") else None
     t0 = time.perf_counter()
     if engines:
         renderer = DeviceRender(avatar, audio, settings, engines=engines)
     else:
         renderer = Renderer(avatar, audio, settings, engine=engine)
-    result = renderer.render(output)
+    with sampler or contextlib.nullcontext():
+        result = renderer.render(output)
     wall = time.perf_counter() - t0
-    return {
+    extra = {"stacks": sampler.top()} if sampler is not None else {}
+    return {**extra,
         "frames": result.frames,
         "silent_frames": result.silent_frames,
         "seconds": round(wall, 3),
@@ -153,6 +157,52 @@ def time_render(avatar, audio: Path, settings, engine, output: Path, engines=Non
         "finish_ms": result.finish_ms,
         "output_bytes": output.stat().st_size,
     }
+
+
+class StackSampler:
+    """Samples the calling thread's Python stack every ``interval`` s from a daemon thread
+    (``STUDIO_STACKS``): where a render thread spends its wall time, waits included, which a
+    profiler of CPU time does not show. ``top()``: the most frequent innermost frames of the
+    studio code with their share of the samples. Written by hand: py-spy needs ptrace, which the
+    GPU machines do not grant, and cProfile counts CPU time, not waits."""
+
+    def __init__(self, interval: float = 0.005, depth: int = 4):
+        self.interval, self.depth = interval, depth
+        self.samples: dict[tuple, int] = {}
+        self.total = 0
+        self._stop = None
+
+    def __enter__(self):
+        import threading
+
+        self._target = threading.get_ident()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stack-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
+
+    def _run(self) -> None:
+        import sys
+
+        while not self._stop.wait(self.interval):
+            frame = sys._current_frames().get(self._target)
+            stack = []
+            while frame is not None and len(stack) < self.depth:
+                code = frame.f_code
+                stack.append(f"{Path(code.co_filename).name}:{frame.f_lineno} {code.co_name}")
+                frame = frame.f_back
+            key = tuple(stack)
+            self.samples[key] = self.samples.get(key, 0) + 1
+            self.total += 1
+
+    def top(self, n: int = 12) -> list:
+        best = sorted(self.samples.items(), key=lambda kv: -kv[1])[:n]
+        return [{"share": round(c / max(1, self.total), 3), "stack": list(k)} for k, c in best]
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,8 +267,8 @@ def official_loop(avatar, audio: Path, unet, vae, features: np.ndarray, latents,
         t0 = time.perf_counter()
         idx = torch.as_tensor(avatar.cycle_index(np.arange(a, b)), device=device)
         with torch.no_grad():
-            pred = unet(lat_all[idx], timestep, encoder_hidden_states=feats[a:b]).sample
-            img = vae.decode(pred / 0.18215).sample
+            pred = unet(lat_all[idx], timestep, encoder_hidden_states=feats[a:b], return_dict=False)[0]
+            img = vae.decode(pred / 0.18215, return_dict=False)[0]
         if device.type == "cuda":
             torch.cuda.synchronize()
         img = (img.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).mul(255).round().to(torch.uint8).cpu().numpy()[..., ::-1]
@@ -486,21 +536,27 @@ def cold_render(workdir: Path, engine: str, decoder: str | None, device: str, mo
             "models_dir": None if models_dir is None else str(models_dir), "height": height, "encoder": encoder,
             "preset": preset, "crf": crf}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", "import sys; from studio.core.bench import _cold_child; "
-                           "_cold_child(sys.argv[1])", json.dumps(args)], capture_output=True, text=True,
+    launched = time.time()
+    proc = subprocess.run([sys.executable, "-c", "import time; t=time.time(); import sys; "
+                           "from studio.core.bench import _cold_child; _cold_child(sys.argv[1], t)", json.dumps(args)],
+                          capture_output=True, text=True,
                           env=dict(os.environ, STUDIO_X264_NICE=os.environ.get("STUDIO_X264_NICE", "5"),
                                    **({"STUDIO_FAST_COPIES": "1"} if fast_copies else {})))
     wall = time.perf_counter() - t0
+    ended = time.time()
     if proc.returncode != 0:
         return {"error": proc.stderr[-2000:], "seconds": round(wall, 3)}
     child = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the interpreter's start before the child's first line, and its exit after its answer
+    child["python_start_s"] = round(child.pop("t_first") - launched, 3)
+    child["exit_s"] = round(ended - child.pop("t_answer"), 3)
     seconds = wall - child["avatar_s"]
     child.update(seconds=round(seconds, 3), process_wall_s=round(wall, 3), fps=round(frames / seconds, 1),
                  warnings=[ln for ln in proc.stderr.splitlines() if "WARNING" in ln][-5:])
     return child
 
 
-def _cold_child(args_json: str) -> None:
+def _cold_child(args_json: str, t_first: float = 0.0) -> None:
     """The child of ``cold_render``: prints one JSON line (its breakdown, in seconds)."""
     import json
 
@@ -508,6 +564,7 @@ def _cold_child(args_json: str) -> None:
     a = json.loads(args_json)
     import torch  # noqa: F401 - timed: the import a cold render pays
 
+    t_torch = time.perf_counter()
     from studio.core.render import Renderer, RenderSettings
 
     t_import = time.perf_counter()
@@ -534,11 +591,17 @@ def _cold_child(args_json: str) -> None:
 
     sys.stdout.write(json.dumps({  # the answer to the parent bench process (its protocol, not a message)
         "frames": result.frames, "engine": eng.name, "encoder": result.encoder,
-        "import_s": round(t_import - t_start, 3), "avatar_s": round(t_avatar - t_import, 3),
+        "import_s": round(t_import - t_start, 3), "import_torch_s": round(t_torch - t_start, 3),
+        "avatar_s": round(t_avatar - t_import, 3), "t_first": t_first,
         "engine_object_s": round(t_engine - t_avatar, 3), "render_s": round(t_end - t_engine, 3),
         "load_ms": getattr(eng, "load_ms", {}), "stage_ms": result.stage_ms, "finish_ms": result.finish_ms,
+        "modules": sorted(m for m in ("transformers", "diffusers", "torch._dynamo") if m in sys.modules),
+        "t_answer": time.time(),
     }) + "\n")
     sys.stdout.flush()
+    from studio.core.signals import quick_exit
+
+    quick_exit(0)  # as a command ends (studio.cli.main)
 
 
 def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:

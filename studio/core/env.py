@@ -47,6 +47,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "internal"),
     Knob("STUDIO_TRACE", "", "a JSON file that receives per-frame encoder timestamps of one render", "diagnostics"),
     Knob("STUDIO_TRACE_DIR", "", "`studio bench`: one trace per timed run in this folder", "diagnostics"),
+    Knob("STUDIO_STACKS", "", "`studio bench`: sample the render thread's stack every 5 ms and add the top "
+         "stacks of each timed run to its result (where the render thread waits)", "diagnostics"),
     Knob("STUDIO_QUIT_AFTER_MS", "", "the window closes itself after this many ms (smoke tests)", "tests"),
     Knob("STUDIO_SMOKE_GUI_MS", "", "packaging/smoke_test.sh: how long the frozen window stays open", "tests"),
     Knob("STUDIO_PACKAGING_TEST", "", "1: `./dev test` also builds and smoke-tests the desktop app (CI sets it)",

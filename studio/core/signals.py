@@ -114,3 +114,22 @@ def die_with_parent(parent_pid: int | None = None, poll_s: float = 0.5, pdeathsi
                 os._exit(1)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def quick_exit(rc: int) -> int:
+    """End the process without the interpreter's teardown: the exit handlers run (logging,
+    temporaries, encoder workers), stdout and stderr are flushed, then ``os._exit``. Freeing
+    torch's and every module's objects one by one took 0.4-0.9 s after a cold render on the
+    2-core machine, all of it after the MP4 was complete. Returns (a normal exit follows) where
+    a non-daemon thread is still running, or flushing fails."""
+    import atexit
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        return rc
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - e.g. a closed pipe: the normal exit reports it
+        return rc
+    os._exit(rc)
