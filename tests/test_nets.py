@@ -111,6 +111,22 @@ def test_tiny_taesd_matches_diffusers():
     assert mine.config.scaling_factor == 1.0 and mine.config.block_out_channels == [8, 8, 8, 8]
 
 
+@pytest.mark.parametrize("kind,config", [("unet", rm.UNET_TINY), ("vae", rm.VAE_TINY), ("taesd", rm.TAESD_TINY)])
+def test_half_precision_matches_diffusers(kind, config):
+    """bf16 on the CPU (the GPU runs fp16): the same operations in the same order, the same rounding."""
+    ref, mine = (torch.nn.Module.to(m, dtype=torch.bfloat16) for m in _pair(kind, config))
+    g = torch.Generator().manual_seed(5)
+    with torch.inference_mode():
+        if kind == "unet":
+            x, a = torch.randn(2, 8, 32, 32, generator=g).bfloat16(), torch.randn(2, 50, rm.WIDTH, generator=g).bfloat16()
+            want, got = (m(x, 0, encoder_hidden_states=a, return_dict=False)[0] for m in (ref, mine))
+        else:
+            z = torch.randn(2, 4, 8, 8, generator=g).bfloat16()
+            want, got = (m.decode(z, return_dict=False)[0] for m in (ref, mine))
+    assert got.dtype == torch.bfloat16
+    _close(got.float(), want.float(), atol=0.02)
+
+
 @pytest.mark.parametrize("kind,config", [("unet", rm.MUSETALK_UNET_CONFIG), ("vae", rm.SD_VAE_CONFIG),
                                          ("taesd", rm.TAESD_CONFIG)])
 def test_real_architectures_have_diffusers_keys_and_shapes(kind, config):
