@@ -125,7 +125,12 @@ class WhisperEncoderNet(nn.Module):
         width = cfg.d_model
         self.conv1 = nn.Conv1d(cfg.num_mel_bins, width, kernel_size=3, padding=1)
         self.conv2 = nn.Conv1d(width, width, kernel_size=3, stride=2, padding=1)
-        self.embed_positions = nn.Embedding(cfg.max_source_positions, width)
+        # nn.Embedding's own init (normal_) on "meta" imports torch's Python decompositions (~2-3 s
+        # on a cold start); the table comes from the weight file anyway, so it is made empty there.
+        table = torch.empty(cfg.max_source_positions, width)
+        if not table.is_meta:
+            nn.init.normal_(table)
+        self.embed_positions = nn.Embedding(cfg.max_source_positions, width, _weight=table)
         self.layers = nn.ModuleList(
             WhisperEncoderLayer(width, cfg.encoder_attention_heads, cfg.encoder_ffn_dim)
             for _ in range(cfg.encoder_layers)
@@ -205,8 +210,8 @@ def log_mel(samples: torch.Tensor, n_fft: int = 400, hop: int = 160, n_mels: int
         x = x[:, :length] if x.shape[1] >= length else F.pad(x, (0, length - x.shape[1]), value=padding_value)
     window, filters = _stft_constants(n_fft, n_mels, sample_rate, str(x.device))
     spec = torch.stft(x, n_fft, hop, window=window, center=True, pad_mode="reflect", return_complex=True)
-    power = (spec[..., :-1].abs() ** 2).contiguous()  # [B, bins, frames]; the last frame is dropped
-    logs = torch.clamp(filters @ power, min=1e-10).log10()
+    power = spec.abs().pow_(2)  # [B, bins, frames + 1]
+    logs = torch.matmul(filters, power)[..., :-1].clamp_(min=1e-10).log10_()  # the last frame is dropped
     peak = logs.amax(dim=(1, 2), keepdim=True)
-    return (torch.maximum(logs, peak - 8.0) + 4.0) / 4.0
+    return torch.maximum(logs, peak - 8.0).add_(4.0).div_(4.0)
 
