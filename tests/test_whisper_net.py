@@ -207,6 +207,34 @@ def test_features_never_import_transformers(folders, tmp_path):
     assert res.stdout.strip() == "imported:", res.stdout
 
 
+def test_a_musetalk_render_never_imports_transformers(tmp_path, studio_home):
+    """The whole CPU render (store -> engine -> whisper features -> UNet -> TAESD -> x264) in a child."""
+    from musetalk_fakes import write_official_and_taesd
+
+    official, taesd = write_official_and_taesd(tmp_path / "official")
+    models.import_models(official, taesd=taesd)
+    voice = tmp_path / "voice.wav"
+    sf.write(voice, speechlike(0.4, SAMPLE_RATE), SAMPLE_RATE, subtype="PCM_16")
+    out = tmp_path / "out.mp4"
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+        "from conftest import DEMO_AVATAR\n"
+        "from studio.core import avatar\n"
+        "from studio.core.render import Renderer, RenderSettings\n"
+        "r = Renderer(avatar.prepare('astro', DEMO_AVATAR), sys.argv[1],\n"
+        "             RenderSettings(engine='musetalk', device='cpu', batch=4, encoder='x264'))\n"
+        "steps = list(r.run(sys.argv[2]))\n"
+        "assert steps[-1].finished and r.result.engine == 'musetalk' and r.result.frames == 10\n"
+        "sys.stdout.write('imported: ' + ','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers')) + '\\n')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code, str(voice), str(out)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().splitlines()[-1] == "imported:", res.stdout[-2000:]
+    assert out.stat().st_size > 0
+
+
 # --- (e) strict loading and the preprocessor file ----------------------------------------------------
 
 
