@@ -53,7 +53,11 @@ def _write_rolling(w: VideoWriter, frames, batch=6):
 def test_rolling_chunks_split_and_stripes_feed_each_lane_in_turn():
     assert rolling_chunks(672, 16) == [(round(672 * k / 16), round(672 * (k + 1) / 16)) for k in range(16)]
     long = rolling_chunks(15000, 16)
-    assert len(long) == 128 and max(e - s for s, e in long) <= 125 and long[-1][1] == 15000
+    # 8 generations of 16 chunks of <= 125 frames, then a last generation of 16 short ones: what is
+    # left to mux after the last frame is 16 x 24 frames at any length
+    assert len(long) == 144 and max(e - s for s, e in long) <= 125 and long[-1][1] == 15000
+    assert [e - s for s, e in long[-16:]] == [24] * 16 and all(e - s > 100 for s, e in long[:128])
+    assert all(a[1] == b[0] for a, b in zip(long, long[1:])) and long[0][0] == 0
     chunks = rolling_chunks(60, 2, max_frames=10)  # 3 generations of 2 lanes
     assert chunks == [(0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 60)]
     out = stripes(60, 4, chunks, window=2)

@@ -70,6 +70,7 @@ MIN_PARALLEL_CHUNK = 24  # frames: auto picks parallel x264 only when every chun
 MIN_CHUNK = 8  # frames: x264's reorder delay is only constant from 3 frames on (dts must join up)
 QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks (one encoder)
 QUEUE_RUNS = 8  # runs waiting per lane of a parallel writer (a striped batch gives each lane a few frames)
+TAIL_FRAMES = 24  # frames per chunk of a long clip's last generation (rolling_chunks)
 ROLL_FRAMES = 125  # frames per rolling chunk at most (5 s: one IDR each, as x264's keyint 250 gives ~2 per 10 s)
 SHM = Path("/dev/shm")
 SHM_SPILL_MAX = 2 << 30  # bytes: spill to RAM only while the estimate stays under this and 1/4 of its room
@@ -110,9 +111,20 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
 
 def rolling_chunks(total: int, lanes: int, max_frames: int = ROLL_FRAMES) -> list[tuple[int, int]]:
     """``lanes`` x g equal chunks of at most ``max_frames`` (g generations): a short clip gets one
-    chunk per lane as before, a 10-minute clip 8 generations of 16 at 15,000 frames."""
-    gens = max(1, -(-int(total) // (lanes * max_frames)))
-    return _split(int(total), lanes * gens)
+    chunk per lane as before, a 10-minute clip 8 generations of 16 at 15,000 frames.
+
+    A clip of several generations ends with one more generation of short chunks (``TAIL_FRAMES``
+    each): the last generation is what is still to mux when the last frame arrives (the others
+    were muxed while the render ran), so the work after the last frame stays that of a few
+    hundred frames at any length (at 15,000 frames, 16 chunks of 117 frames took 0.125 s)."""
+    total = int(total)
+    gens = max(1, -(-total // (lanes * max_frames)))
+    if gens == 1 or max_frames < 2 * TAIL_FRAMES:
+        return _split(total, lanes * gens)
+    tail = lanes * TAIL_FRAMES
+    body = total - tail
+    gens = max(1, -(-body // (lanes * max_frames)))
+    return _split(body, lanes * gens) + [(body + s, body + e) for s, e in _split(tail, lanes)]
 
 
 def check_output(path) -> Path:

@@ -74,7 +74,7 @@ class MuseTalkEngine(LipSyncEngine):
     name = "musetalk"
     label = "MuseTalk one-step latent inpainting (PyTorch)"
 
-    def __init__(self, device=None, precision="auto", decoder="taesd", batch=0, compile=False,
+    def __init__(self, device=None, precision="auto", decoder="taesd", batch=0, compile=None,
                  cuda_graphs=True, models_dir=None, version="v15", runtime="auto", **_):
         from studio.core.engines import runtime_torch as rt
 
@@ -83,6 +83,10 @@ class MuseTalkEngine(LipSyncEngine):
         self.dtype = rt.resolve_dtype(self.device, precision)
         self.precision = precision
         self.batch = int(batch or 0)
+        if compile is None:  # STUDIO_COMPILE=1: torch.compile (default mode) when the networks load
+            from studio.core import env
+
+            compile = env.get("STUDIO_COMPILE") == "1"
         self.compile = bool(compile)
         self.cuda_graphs = bool(cuda_graphs)
         self.version = version
@@ -211,6 +215,10 @@ class MuseTalkEngine(LipSyncEngine):
                  decoder=self.decoder, precision=str(self.dtype).replace("torch.", ""),
                  compile=self.compile, cuda_graphs=self.cuda_graphs and self.device.type == "cuda",
                  runtime=self.runtime_used, runtime_reason=self.runtime_reason)
+        if self._nets is not None and self.device.type == "cuda":  # which batch sizes replay a graph
+            graphs = self._nets["run"]._graphs
+            d.update(graph_buckets=sorted(b for b, g in graphs.items() if g is not False),
+                     eager_buckets=sorted(b for b, g in graphs.items() if g is False))
         return d
 
     def close(self) -> None:
@@ -289,12 +297,12 @@ class MuseTalkEngine(LipSyncEngine):
                     torch.nn.Module.to(m, memory_format=torch.channels_last)
         unet_c = rt.maybe_compile(unet, self.compile)
         scale = float(vae.config.scaling_factor)
-        t0 = torch.zeros(1, dtype=torch.long, device=self.device)
+        timestep = torch.zeros(1, dtype=torch.long, device=self.device)  # a tensor: nothing to copy in a graph
         decode = rt.maybe_compile(taesd.decode if taesd is not None else vae.decode, self.compile)
         divide = 1.0 if taesd is not None else scale  # TAESD decodes the scaled latent space as is
 
         def torch_unet(lat, audio):
-            return unet_c(lat, t0, encoder_hidden_states=audio, return_dict=False)[0]
+            return unet_c(lat, timestep, encoder_hidden_states=audio, return_dict=False)[0]
 
         def torch_decode(pred):
             return decode(pred / divide, return_dict=False)[0]  # [-1,1] for both decoders
