@@ -30,6 +30,8 @@ print(f'import torch {a-t:.2f}s, CUDA init {b-a:.2f}s, studio engine modules {c-
     --json "$OUT/variants.json" > "$OUT/variants.txt" 2> "$OUT/variants.log"
   echo "variants rc=$? after $(el) s"; cat "$OUT/variants.txt"; tail -3 "$OUT/variants.log"
 else
+  timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_musetalk.py > "$OUT/tests.txt" 2>&1
+  echo "tests rc=$? after $(el) s"; tail -2 "$OUT/tests.txt"
   mkdir -p /tmp/tr
   STUDIO_TRACE_DIR=/tmp/tr timeout $(( 570 - $(el) )) python3 -m studio bench --json "$OUT/bench.json" \
     --long 15000 --photo --cold --official-frames 100 > "$OUT/bench.txt" 2> "$OUT/bench.log"
