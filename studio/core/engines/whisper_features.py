@@ -15,7 +15,7 @@ time-major (token ``k = 5 t + l``), plus the fixed sinusoidal positional encodin
 The spectrogram and the encoder are our own torch code (``whisper_net``), not transformers'
 ``WhisperFeatureExtractor`` and ``WhisperEncoder``: importing transformers cost most of a cold
 MuseTalk start (~11 s on the GPU machine, against the UNet loading in another thread), and the
-extractor ran numpy on the CPU. They load the same HF whisper folder (config.json, the weight file,
+extractor always ran on the CPU. They load the same HF whisper folder (config.json, the weight file,
 preprocessor_config.json read as JSON) and give the same values to float rounding
 (tests/test_whisper_net.py compares both against transformers).
 

@@ -6,9 +6,9 @@
 
 Why hand-written: importing ``transformers`` (for ``WhisperFeatureExtractor`` and ``WhisperEncoder``)
 cost most of a cold ``studio render --engine musetalk`` (~11 s of the whisper start on the GPU
-machine, holding the GIL against the UNet loading in another thread), and the extractor computes
-the spectrogram with numpy on the CPU. MuseTalk needs only the encoder's forward pass and the
-log-mel, ~150 lines of torch, so they live here.
+machine, holding the GIL against the UNet loading in another thread), and the extractor pads with
+numpy and computes the spectrogram on the CPU whatever the engine's device. MuseTalk needs only the
+encoder's forward pass and the log-mel, a page of torch each, so they live here.
 
 What it matches (transformers 5.x ``modeling_whisper`` / ``feature_extraction_whisper``, checked
 against them in tests/test_whisper_net.py):
