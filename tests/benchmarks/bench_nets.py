@@ -1,6 +1,6 @@
 """Benchmark: studio's own UNet / SD-VAE / TAESD (studio/core/engines/nets.py) against diffusers'.
 
-    .venv/bin/python tests/benchmarks/bench_nets.py [--runs 5] [--imports 3] [--threads 2] [--no-real]
+    .venv/bin/python tests/benchmarks/bench_nets.py [--runs 5] [--imports 3] [--threads 1] [--no-real]
 
 Prints one table:
 
@@ -12,7 +12,8 @@ Prints one table:
 * forward: batch 1 on the CPU with the same weights in both (diffusers' random init, loaded
   strictly into ours): the tiny test configs and the real architectures (UNet on 32x32 latents
   with 50 audio tokens, as MuseTalk runs; the decoders on 32x32 latents -> 256x256 faces), the
-  median of ``--runs`` after one warm-up, and the largest absolute difference of the outputs.
+  median of ``--runs`` after one warm-up (the two timed alternately), and the largest absolute
+  difference of the outputs.
 
 Absolute times depend on the machine; the figures in the report came from the 2-core CPU box.
 """
@@ -59,14 +60,18 @@ def import_times(n: int) -> dict:
     return out
 
 
-def timed(fn, runs: int) -> tuple[float, object]:
-    out = fn()  # warm-up
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+def timed_pair(fa, fb, runs: int) -> tuple[float, float, object, object]:
+    """Medians of ``fa`` and ``fb`` timed alternately (first one, then the other), so a busy
+    shared machine slows both alike."""
+    a, b = fa(), fb()  # warm-up
+    ta, tb = [], []
+    for i in range(runs):
+        for fn, times in ((fa, ta), (fb, tb))[:: 1 if i % 2 == 0 else -1]:
+            t0 = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - t0)
+            a, b = (out, b) if fn is fa else (a, out)
+    return statistics.median(ta), statistics.median(tb), a, b
 
 
 def pair(kind: str, config: dict):
@@ -100,7 +105,8 @@ def meta_build(kind: str, config: dict, runs: int) -> dict:
         with torch.device("meta"):
             return nets.build(kind, config)
 
-    return {"diffusers": timed(theirs, runs)[0], "nets": timed(ours, runs)[0]}
+    t_theirs, t_ours, _, _ = timed_pair(theirs, ours, runs)
+    return {"diffusers": t_theirs, "nets": t_ours}
 
 
 def forward(kind: str, config: dict, runs: int, width: int) -> dict:
@@ -122,8 +128,7 @@ def forward(kind: str, config: dict, runs: int, width: int) -> dict:
             return lambda: m.decode(z, return_dict=False)[0]
 
     with torch.inference_mode():
-        t_ref, a = timed(call(ref), runs)
-        t_mine, b = timed(call(mine), runs)
+        t_ref, t_mine, a, b = timed_pair(call(ref), call(mine), runs)
     return {"diffusers": t_ref, "nets": t_mine, "max_abs_diff": float((a - b).abs().max())}
 
 
@@ -131,7 +136,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--imports", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    # 1: what a render takes on this 2-core box (runtime_torch.limit_cpu_threads: a quarter of the
+    # cores); 2 threads beside other busy processes spin in OpenMP and time the contention instead
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-real", action="store_true", help="skip the real architectures' forwards")
     args = ap.parse_args()
 
