@@ -217,7 +217,7 @@ def test_a_still_picture_with_a_changing_box_skips_the_rest_and_decodes_the_same
         out = tmp_path / f"{'hint' if hint else 'plain'}.mp4"
         with open_video(out, w, h, encoder="x264-parallel", workers=2, total_frames=n, changing=hint,
                         preset="ultrafast") as wr:
-            assert wr.changing == (None if hint is None else (80, 80, 144, 128))
+            assert wr.changing == (None if hint is None else ((80, 80, 144, 128),))
             for idx in stripes(n, 8, wr.chunks, window=wr.window):
                 wr.write(nv12[idx], indices=idx)
         with av.open(str(out)) as c:

@@ -88,9 +88,10 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
     ``write_hook(nbytes)`` is called before every write to disk (tests inject ENOSPC through it).
     ``rolling``: a parallel writer cuts the clip into rolling chunks (see the module docstring);
     the caller then feeds at most ``window`` chunks at a time, each lane's in order.
-    ``changing=(x1, y1, x2, y2)``: only this box of the frame ever changes (a photo avatar's face);
-    the parallel x264 workers then tell libx264 that the other macroblocks are unchanged (its
-    ``mb_info``, FFmpeg's AVVideoHint), so it skips their analysis.
+    ``changing=(x1, y1, x2, y2)``: only this box of the frame ever changes (a photo avatar's face),
+    or a bool macroblock mask of what may change (``hints.changing_macroblocks``: a video avatar
+    with a still backdrop); the parallel x264 workers then tell libx264 that the other
+    macroblocks are unchanged (its ``mb_info``, FFmpeg's AVVideoHint), so it skips their analysis.
     """
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
@@ -162,7 +163,7 @@ class VideoWriter:
         self._stream_mux = stream_mux
         if os.environ.get("STUDIO_VIDEO_HINTS", "1") == "0":  # for comparisons: x264 analyses everything
             changing = None
-        self.changing = _mb_rect(changing, width + width % 2, height + height % 2)  # x, y, w, h or None
+        self.changing = _changing_rects(changing, width + width % 2, height + height % 2)  # ((x, y, w, h), ...)
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -767,6 +768,22 @@ def _parallel_chunks(total: int | None, workers: int, min_chunk: int) -> int:
     if not total:
         return 1
     return max(1, min(int(workers), total // max(1, min_chunk)))
+
+
+def _changing_rects(changing, width: int, height: int):
+    """The writer's video hints as pixel rectangles ``((x, y, w, h), ...)`` that may change (the
+    rest of every frame is the previous frame's): from a box ``(x1, y1, x2, y2)`` (a photo's
+    face) or a bool macroblock mask (``hints.changing_macroblocks``); None for no hints."""
+    if changing is None:
+        return None
+    arr = np.asarray(changing)
+    if arr.ndim == 2 and arr.dtype == bool:
+        from studio.core.hints import mask_rects
+
+        rects = mask_rects(arr, width, height)
+        return tuple(rects) if rects else None
+    rect = _mb_rect(changing, width, height)
+    return None if rect is None else (rect,)
 
 
 def _mb_rect(box, width: int, height: int):

@@ -118,9 +118,11 @@ class DeviceRender:
         for r in renderers[1:]:  # share the loaded avatar and audio (plans are equal)
             r._avatar, r._wave, r._plan = first.avatar, first.wave, first.plan
         s = self.settings
+        from studio.core.hints import changing_region
+
         writer = open_video(output, a.width, a.height, audio=self.audio, encoder=s.encoder, crf=s.crf,
                             preset=s.preset, fps=FPS, total_frames=T,
-                            changing=a.boxes[0] if a.N == 1 else None)  # as Renderer.run: a photo's face
+                            changing=changing_region(a))  # as Renderer.run: a photo's face, a video's moving parts
         with writer:
             groups = split_chunks(writer.chunks, len(renderers))
             if len(groups) < len(renderers):

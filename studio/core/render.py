@@ -287,6 +287,7 @@ class Renderer:
         stays untouched. The last progress has ``finished=True``; ``self.result`` holds the summary.
         """
         from studio.core.encode import open_video
+        from studio.core.hints import changing_region
 
         self._cancel.clear()
         self._stage_ms = {}
@@ -305,7 +306,7 @@ class Renderer:
             writer = open_video(
                 output, a.width, a.height, audio=audio, encoder=self.settings.encoder,
                 crf=self.settings.crf, preset=self.settings.preset, fps=FPS, total_frames=T, rolling=True,
-                changing=a.boxes[0] if a.N == 1 else None,  # a photo: only the face ever changes
+                changing=changing_region(a),  # a photo's face, a video's moving parts
             )
             self._stage("open", t0)
             yield from self._run(writer, plan, first, T, t_start)

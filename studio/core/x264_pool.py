@@ -390,24 +390,28 @@ def _frame_dims(frame, off: int):
     return ctypes.c_int.from_address(ptr + 104).value, ctypes.c_int.from_address(ptr + 108).value
 
 
-def video_hint(frame, rect) -> bool:
-    """Mark everything outside ``rect`` (x, y, w, h in pixels) of ``frame`` as unchanged since
-    the previous frame (AV_VIDEO_HINT_TYPE_CHANGED with one rectangle)."""
+def video_hint(frame, rects) -> bool:
+    """Mark everything outside ``rects`` (``(x, y, w, h)`` pixel rectangles, or one such
+    rectangle) of ``frame`` as unchanged since the previous frame (AV_VIDEO_HINT_TYPE_CHANGED)."""
     import ctypes
 
     if not hints_available():
         return False
+    if rects and not isinstance(rects[0], (tuple, list)):
+        rects = (rects,)
     off = _HINTS["offset"]
     if _frame_dims(frame, off) != (frame.width, frame.height):
         return False
     ptr = ctypes.c_void_p.from_address(id(frame) + off).value
-    hint = _HINTS["create"](ptr, 1)
+    hint = _HINTS["create"](ptr, len(rects))
     if not hint:
         return False
     # AVVideoHint: size_t nb_rects, rect_offset, rect_size; int type; AVVideoRect: 4 x uint32
     rect_offset = ctypes.c_size_t.from_address(hint + 8).value
+    rect_size = ctypes.c_size_t.from_address(hint + 16).value
     ctypes.c_int.from_address(hint + 24).value = 1  # AV_VIDEO_HINT_TYPE_CHANGED
-    (ctypes.c_uint32 * 4).from_address(hint + rect_offset)[:] = [int(v) for v in rect]
+    for i, rect in enumerate(rects):
+        (ctypes.c_uint32 * 4).from_address(hint + rect_offset + i * rect_size)[:] = [int(v) for v in rect]
     return True
 
 
@@ -442,7 +446,7 @@ def _worker_main(conn) -> None:
         vf = av.VideoFrame.from_numpy_buffer(slots[slot], format="nv12")
         vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
         vf.pts = pts
-        if changing is not None:  # a still picture but for this rectangle: x264 skips the rest
+        if changing is not None:  # still but for these rectangles: x264 skips the rest
             video_hint(vf, changing)
         conn.send(("done", slot, encode(vf)))
 

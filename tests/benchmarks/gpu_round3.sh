@@ -4,7 +4,8 @@
 #   MODE=a: import times, GPU tests of the changed files, a 672 + 15,000-frame TAESD bench with the
 #           render thread's stacks sampled (STUDIO_STACKS), then the engine variants (eager / graphs /
 #           cuDNN benchmark / torch.compile).
-#   MODE=b: the whole `studio bench` (every issue-16 row, cold processes, the official loop).
+#   MODE=b: the whole `studio bench` (every issue-16 row, cold processes, the official loop);
+#   MODE=bc: the same, then its MuseTalk rows again with --compile.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 start=$(date +%s)
 { pip install --no-deps -q --target /tmp/pyd .whl/*.whl || pip install --no-deps -q --break-system-packages .whl/*.whl; } > "$OUT/env.txt" 2>&1
@@ -38,4 +39,9 @@ else
   echo "bench rc=$? after $(el) s"
   tar czf "$OUT/traces.tgz" -C /tmp/tr . 2>/dev/null
   cat "$OUT/bench.txt"; tail -3 "$OUT/bench.log"
+  if [ "${MODE}" = bc ]; then  # the same MuseTalk rows with torch.compile (default mode) under the graphs
+    timeout $(( 590 - $(el) )) python3 -m studio bench --json "$OUT/bench_compiled.json" --compile --no-classic \
+      --long 15000 --photo --official-frames 100 > "$OUT/bench_compiled.txt" 2> "$OUT/bench_compiled.log"
+    echo "compiled bench rc=$? after $(el) s"; cat "$OUT/bench_compiled.txt"; tail -3 "$OUT/bench_compiled.log"
+  fi
 fi
