@@ -37,7 +37,7 @@ def test_bench_long_photo_and_cold_runs_print_the_finish_and_cold_breakdowns(tmp
     )
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(out.read_text())
-    assert set(d["runs"]) == {"musetalk-taesd", "musetalk-taesd-photo", "musetalk-taesd-photo-no-hints",
+    assert set(d["runs"]) == {"musetalk-taesd", "musetalk-taesd-photo", "musetalk-taesd-photo-no-hints", "musetalk-taesd-no-hints",
                               "musetalk-taesd-60", "cold-classic", "cold-musetalk-taesd"}
     long = d["runs"]["musetalk-taesd-60"]
     assert long["frames"] == 60 and {"flush", "join", "file"} <= set(long["finish_ms"])
