@@ -217,6 +217,7 @@ def test_loading_the_networks_never_imports_diffusers(written):
     ("unet", {"mid_block_type": "UNetMidBlock2DSimpleCrossAttn"}, "mid_block_type"),
     ("unet", {"down_block_types": ["SimpleCrossAttnDownBlock2D", "DownBlock2D"]}, "down_block_types"),
     ("unet", {"act_fn": "tanh"}, "act_fn"),
+    ("unet", {"attention_head_dim": None}, "attention_head_dim"),
     ("vae", {"down_block_types": ["AttnDownEncoderBlock2D"] * 4}, "down_block_types"),
     ("taesd", {"upsample_fn": "area-ish"}, "upsample_fn"),
 ])

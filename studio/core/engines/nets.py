@@ -119,6 +119,11 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _ints(v, n: int) -> bool:
+    """An int, or one int per block."""
+    return _is_int(v) or (isinstance(v, (list, tuple)) and len(v) == n and all(map(_is_int, v)))
+
+
 # --------------------------------------------------------------------------------------------
 # Shared building blocks
 
@@ -441,7 +446,8 @@ class UNet(nn.Module):
             up_block_types=lambda v: all(t in _UP for t in v) and len(v) == n,
             block_out_channels=lambda v: len(v) == n,
             time_embedding_dim=lambda v: v is None or _is_int(v),
-            transformer_layers_per_block=lambda v: _is_int(v) or (len(v) == n and all(map(_is_int, v))),
+            attention_head_dim=lambda v: _ints(v, n),
+            transformer_layers_per_block=lambda v: _ints(v, n), layers_per_block=lambda v: _ints(v, n),
         )
         heads = _per_block(cfg.attention_head_dim, n, "attention_head_dim")
         layers = _per_block(cfg.layers_per_block, n, "layers_per_block")
