@@ -178,7 +178,8 @@ class _Graph:
 
 @dataclass
 class GraphRunner:
-    """Calls ``fn(*inputs)``; on CUDA through one captured CUDA graph per batch bucket.
+    """Calls ``fn(*inputs)``; on CUDA through one captured CUDA graph per batch bucket (captured
+    on a bucket's second use, or by ``warm_up``).
 
     A batch is copied into the bucket's static inputs (rows past the batch keep earlier data,
     which only costs the padded rows' compute), the graph is replayed, and the first B rows of
@@ -192,7 +193,12 @@ class GraphRunner:
     device: object
     enabled: bool = True
     buckets: tuple = BUCKETS
+    #: a bucket runs eagerly this many times before it is captured (``warm_up`` captures at once):
+    #: a capture costs about three calls, which a bucket used once (a clip's last short batch in a
+    #: cold command, a scrubbed frame) never earns back
+    capture_after: int = 1
     _graphs: dict = field(default_factory=dict)
+    _uses: dict = field(default_factory=dict)
     _pool: object = None
     _stream: object = None
 
@@ -214,6 +220,9 @@ class GraphRunner:
         b = bucket_for(n, self.buckets)
         g = self._graphs.get(b)
         if g is None:
+            self._uses[b] = self._uses.get(b, 0) + 1
+            if self._uses[b] <= self.capture_after:
+                return self.fn(*inputs)
             g = self._graphs[b] = self._capture(b, inputs)
         if g is False:
             return self.fn(*inputs)
@@ -224,6 +233,8 @@ class GraphRunner:
 
     def warm_up(self, *example):
         """Capture (and run once) the graph for the example's batch bucket."""
+        b = bucket_for(min(example[0].shape[0], self.buckets[-1]), self.buckets)
+        self._uses[b] = max(self._uses.get(b, 0), self.capture_after)
         return self(*example)
 
     def _capture(self, b: int, inputs):
