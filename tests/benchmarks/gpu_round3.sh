@@ -6,6 +6,7 @@
 #           cuDNN benchmark / torch.compile).
 #   MODE=b: the whole `studio bench` (every issue-16 row, cold processes, the official loop);
 #   MODE=bc: the same, then its MuseTalk rows again with --compile.
+#   MODE=final: torch's import profile, this round's GPU tests, bench_whisper, the whole bench.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 start=$(date +%s)
 { pip install --no-deps -q --target /tmp/pyd .whl/*.whl || pip install --no-deps -q --break-system-packages .whl/*.whl; } > "$OUT/env.txt" 2>&1
@@ -30,6 +31,15 @@ print(f'import torch {a-t:.2f}s, CUDA init {b-a:.2f}s, studio engine modules {c-
   timeout $(( 560 - $(el) )) python3 tests/benchmarks/bench_engine_variants.py --models /tmp/bw/store --compile \
     --json "$OUT/variants.json" > "$OUT/variants.txt" 2> "$OUT/variants.log"
   echo "variants rc=$? after $(el) s"; cat "$OUT/variants.txt"; tail -3 "$OUT/variants.log"
+elif [ "${MODE}" = final ]; then  # what torch's import spends, GPU tests of this round, the whole bench
+  python3 -X importtime -c "import torch" 2> "$OUT/torch_importtime.txt"; sort -t'|' -k2 -n "$OUT/torch_importtime.txt" | tail -12 | cut -c1-150
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_nets.py tests/test_whisper_net.py \
+    tests/test_musetalk.py tests/test_fast_load.py tests/test_render.py tests/test_hints.py > "$OUT/tests.txt" 2>&1
+  echo "tests rc=$? after $(el) s"; tail -3 "$OUT/tests.txt"
+  timeout 60 python3 tests/benchmarks/bench_whisper.py > "$OUT/whisper.txt" 2>&1; tail -8 "$OUT/whisper.txt"
+  STUDIO_STACKS= timeout $(( 560 - $(el) )) python3 -m studio bench --json "$OUT/bench.json" \
+    --long 15000 --photo --cold --official-frames 100 > "$OUT/bench.txt" 2> "$OUT/bench.log"
+  echo "bench rc=$? after $(el) s"; cat "$OUT/bench.txt"; grep -i "warn" "$OUT/bench.log" | tail -3
 else
   timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_musetalk.py > "$OUT/tests.txt" 2>&1
   echo "tests rc=$? after $(el) s"; tail -2 "$OUT/tests.txt"
