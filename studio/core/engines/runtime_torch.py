@@ -179,7 +179,7 @@ class _Graph:
 @dataclass
 class GraphRunner:
     """Calls ``fn(*inputs)``; on CUDA through one captured CUDA graph per batch bucket (captured
-    on a bucket's second use, or by ``warm_up``).
+    on first use, after ``capture_after`` eager uses, or by ``warm_up``).
 
     A batch is copied into the bucket's static inputs (rows past the batch keep earlier data,
     which only costs the padded rows' compute), the graph is replayed, and the first B rows of
@@ -193,10 +193,10 @@ class GraphRunner:
     device: object
     enabled: bool = True
     buckets: tuple = BUCKETS
-    #: a bucket runs eagerly this many times before it is captured (``warm_up`` captures at once):
-    #: a capture costs about three calls, which a bucket used once (a clip's last short batch in a
-    #: cold command, a scrubbed frame) never earns back
-    capture_after: int = 1
+    #: a bucket runs eagerly this many times before it is captured (``warm_up`` captures at once).
+    #: 0, the default: on the H200 a capture on the second use moved the last short batch's
+    #: capture into the next render (1.07 s against 0.10 s of engine time for 672 frames)
+    capture_after: int = 0
     _graphs: dict = field(default_factory=dict)
     _uses: dict = field(default_factory=dict)
     _pool: object = None
