@@ -245,7 +245,8 @@ def official_loop(avatar, audio: Path, unet, vae, features: np.ndarray, latents,
                   frames: int | None = None) -> dict:
     """Time the official realtime loop on ``frames`` frames (all by default).
 
-    ``unet``/``vae`` are diffusers modules already in fp16 on ``device``; ``features`` the
+    ``unet``/``vae`` are the loaded modules (``models.load_module``: ours, with diffusers'
+    interface) already in fp16 on ``device``; ``features`` the
     ``[T,50,384]`` whisper tokens with PE; ``latents`` the avatar's ``[N,8,32,32]`` UNet inputs.
     """
     import cv2
