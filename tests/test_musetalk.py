@@ -238,6 +238,28 @@ def test_select_engine_musetalk_when_imported_and_a_clear_error_otherwise(store,
         select_engine("musetalk", device="cpu")
 
 
+def test_the_compile_setting_reaches_the_engine_the_pool_key_and_the_command_line(store, studio_home):
+    """``RenderSettings.compile`` (the window's checkbox, ``--compile``, a job's settings) makes a
+    compiling MuseTalk engine, warm apart from the plain one; the classic engine ignores it."""
+    from studio.cli import build_parser
+    from studio.cli.render import _settings
+    from studio.core.render import Renderer, RenderSettings
+    from studio.service.pool import EnginePool
+    from studio.service.request import settings_from_dict
+
+    on = RenderSettings(engine="musetalk", device="cpu", compile=True)
+    assert Renderer("a", "b.wav", on).engine.compile is True
+    assert Renderer("a", "b.wav", on.with_(compile=False)).engine.compile is False
+    pool = EnginePool()
+    assert pool.key(on) != pool.key(on.with_(compile=False)) and pool.key(on).compile
+    assert not pool.key(on.with_(engine="classic")).compile  # one warm classic engine either way
+    assert settings_from_dict({"engine": "musetalk", "compile": 1}).compile is True
+    args = build_parser().parse_args(["render", "--avatar", "a", "--audio", "b.wav", "-o", "o.mp4", "--compile"])
+    assert _settings(args).compile is True
+    args = build_parser().parse_args(["render", "--avatar", "a", "--audio", "b.wav", "-o", "o.mp4"])
+    assert _settings(args).compile is False
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("decoder", ["taesd", "sd-vae"])

@@ -33,6 +33,7 @@ class RenderSettings:
     decoder: str = "taesd"  # taesd | sd-vae (MuseTalk)
     runtime: str = "auto"  # auto | torch | tensorrt (MuseTalk: TensorRT engines when built and valid)
     batch: int = 0  # 0: the engine's preferred batch
+    compile: bool = False  # MuseTalk: torch.compile under the CUDA graphs (a minute to load, then faster)
     encoder: str = "auto"  # auto | x264 | x264-parallel | nvenc
     crf: int = 20
     preset: str = "veryfast"
@@ -150,7 +151,7 @@ class Renderer:
 
             s = self.settings
             choice = select_engine(s.engine, device=s.device, precision=s.precision, decoder=s.decoder, batch=s.batch,
-                                   runtime=s.runtime)
+                                   runtime=s.runtime, **({"compile": True} if s.compile else {}))
             self._engine, self._engine_reason = choice.engine, choice.reason
         return self._engine
 

@@ -33,6 +33,7 @@ class EngineKey:
     precision: str
     batch: int
     weights: str
+    compile: bool = False
 
 
 def resolve_device_name(device: str | None) -> str:
@@ -76,7 +77,8 @@ class EnginePool:
         musetalk = name == "musetalk"
         return EngineKey(name, resolve_device_name(settings.device), settings.runtime if musetalk else "",
                          settings.decoder if musetalk else "", settings.precision if musetalk else "",
-                         int(settings.batch), weights_id() if musetalk else "")
+                         int(settings.batch), weights_id() if musetalk else "",
+                         bool(getattr(settings, "compile", False)) and musetalk)
 
     def get(self, settings, fresh: bool = False):
         """``(engine, reason)`` for ``settings``: the warm one, else a new one (kept). ``fresh``: a
@@ -89,7 +91,8 @@ class EnginePool:
         from studio.core.engines import select_engine
 
         choice = select_engine(settings.engine, device=settings.device, precision=settings.precision,
-                               decoder=settings.decoder, batch=settings.batch, runtime=settings.runtime)
+                               decoder=settings.decoder, batch=settings.batch, runtime=settings.runtime,
+                               **({"compile": True} if key.compile else {}))
         if fresh:
             return choice.engine, choice.reason
         with self._lock:

@@ -33,6 +33,7 @@ DEFAULTS: dict[str, object] = {
     "render/precision": _R.precision,
     "render/decoder": _R.decoder,
     "render/batch": _R.batch,
+    "render/compile": _R.compile,
     "render/encoder": _R.encoder,
     "render/preset": _R.preset,
     "render/crf": _R.crf,
