@@ -18,6 +18,12 @@ def test_the_compile_box_is_saved_restored_and_travels_with_queued_jobs(window, 
     compiled = window.queue.add("astronaut", "/x/a.wav", start=False)
     assert window.store.get(plain).settings.get("compile") in (False, None)
     assert window.store.get(compiled).settings["compile"] is True
+    from studio.ui.queue_panel import settings_text
+
+    panel.engine.setCurrentText("musetalk")
+    shown = window.queue.add("astronaut", "/x/a.wav", start=False)
+    assert "taesd compiled" in settings_text(window.store.get(shown))
+    assert "compiled" not in settings_text(window.store.get(plain))
     panel.save()
     again = RenderPanel()
     qtbot.addWidget(again)
