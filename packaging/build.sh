@@ -3,7 +3,6 @@
 #
 #   packaging/build.sh            # uses .venv (made by ./dev setup when missing)
 #   STUDIO_VENV=~/gpu-venv packaging/build.sh     # another venv, e.g. one with a CUDA torch
-#   STUDIO_BUNDLE_MUSETALK=0 packaging/build.sh   # classic engine only (no diffusers/transformers)
 #
 # Result: dist/studio/studio (the app: window and sub-commands), dist/studio/share/ (desktop entry
 # and icons) and dist/studio/install-desktop.sh (adds Studio to the user's application menu).

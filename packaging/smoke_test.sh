@@ -9,7 +9,8 @@
 #     classic engine, libx264 + AAC), then once more with --encoder x264-parallel, whose encoder
 #     workers are the frozen binary re-launched with `__studio_x264_worker__ FD`;
 #  4. `studio render --chunks 2` of the same clip (multiprocessing spawn re-launches the binary);
-#  5. `studio bench --device cpu` on tiny random-weight MuseTalk models (diffusers + Whisper load);
+#  5. `studio bench --device cpu` on tiny random-weight MuseTalk models: studio's own UNet, TAESD
+#     and whisper encoder are written, loaded and run in the frozen app (no diffusers/transformers);
 #  6. each MP4 is checked with PyAV (packaging/check_mp4.py, run with the build venv's Python):
 #     706 frames, h264 + aac.
 # Everything goes to a temporary data folder (STUDIO_HOME), removed at the end unless it failed.
@@ -62,15 +63,13 @@ timeout 600 "$BIN" render --avatar "$DEMO/astronaut.png" --audio "$DEMO/voiceove
 "$PY" packaging/check_mp4.py "$WORK/chunks.mp4" --frames 706 >&2 || fail "$WORK/chunks.mp4"
 step "render --chunks 2 (spawned worker processes)"
 
-# MuseTalk's stack (diffusers UNet/VAE/TAESD, transformers' Whisper: lazily imported, see hooks/):
-# the CPU benchmark on tiny random-weight models loads and runs them inside the frozen app.
-if [ "${STUDIO_BUNDLE_MUSETALK:-1}" != 0 ]; then
-  timeout 600 "$BIN" bench --device cpu --frames 8 --height 240 --decoders taesd --official-frames 4 --no-classic \
-    --json "$WORK/bench.json" >"$WORK/bench.out" 2>&1 || { cat "$WORK/bench.out" >&2; fail "studio bench (MuseTalk modules)"; }
-  grep -q "^musetalk-taesd " "$WORK/bench.out" && grep -q "^official " "$WORK/bench.out" \
-    || { cat "$WORK/bench.out" >&2; fail "studio bench did not time MuseTalk"; }
-  step "MuseTalk modules (bench on random tiny weights): $(grep '^musetalk-taesd ' "$WORK/bench.out" | awk '{print $2}') frames/s"
-fi
+# MuseTalk's networks (studio's own torch modules, safetensors for the weight files): the CPU
+# benchmark writes tiny random-weight models, then loads and runs them inside the frozen app.
+timeout 600 "$BIN" bench --device cpu --frames 8 --height 240 --decoders taesd --official-frames 4 --no-classic \
+  --json "$WORK/bench.json" >"$WORK/bench.out" 2>&1 || { cat "$WORK/bench.out" >&2; fail "studio bench (MuseTalk modules)"; }
+grep -q "^musetalk-taesd " "$WORK/bench.out" && grep -q "^official " "$WORK/bench.out" \
+  || { cat "$WORK/bench.out" >&2; fail "studio bench did not time MuseTalk"; }
+step "MuseTalk modules (bench on random tiny weights): $(grep '^musetalk-taesd ' "$WORK/bench.out" | awk '{print $2}') frames/s"
 
 rm -rf "$WORK"
 echo "smoke: OK in $(( $(date +%s) - t0 )) s" >&2

@@ -59,7 +59,6 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("STUDIO_VENV", "", "the venv `./dev` and packaging/build.sh use (default: .venv)", "build"),
     Knob("STUDIO_TORCH", "", "the torch requirement `./dev setup` installs (default: the CPU build torch==2.13.0)",
          "build"),
-    Knob("STUDIO_BUNDLE_MUSETALK", "1", "0: packaging/build.sh leaves diffusers and transformers out", "build"),
 )}
 
 _OFF = ("0", "false", "no", "off")
