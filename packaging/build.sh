@@ -68,9 +68,17 @@ for pattern in \
   "mediapipe/modules/face_landmark/face_landmark_with_attention.tflite" \
   "mediapipe/modules/face_detection/face_detection_short_range.tflite" \
   "_soundfile_data/libsndfile*" "av.libs/libx264*" "av.libs/libavcodec*" "soxr/soxr_ext*.so" \
-  "torch/lib/libtorch_cpu.so" "resources/demo/voiceover.flac" "resources/icons/studio.svg" "resources/style.qss"; do
+  "torch/lib/libtorch_cpu.so" "safetensors/_safetensors_rust*.so" "resources/demo/voiceover.flac" "resources/icons/studio.svg" "resources/style.qss"; do
   # shellcheck disable=SC2086
   if ! compgen -G "$INT/$pattern" >/dev/null; then echo "build: missing from the bundle: $pattern" >&2; missing=1; fi
+done
+# ... and the Hugging Face libraries that studio.spec excludes (the app's networks are studio's own;
+# the dev venv holds these for the tests): neither as a folder nor as modules in the archive.
+TOC=$ROOT/build/pyinstaller/studio/PYZ-00.toc
+for pkg in diffusers transformers tokenizers huggingface_hub; do
+  if compgen -G "$INT/$pkg*" >/dev/null || grep -qE "\('$pkg[.']" "$TOC"; then
+    echo "build: $pkg is in the bundle (studio.spec excludes it)" >&2; missing=1
+  fi
 done
 [ "$missing" = 0 ] || exit 1
 
