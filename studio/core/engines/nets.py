@@ -12,7 +12,7 @@ features MuseTalk's weights use (anything else raises ``ValueError`` naming the 
 than computing something different), and keep diffusers' state-dict names and shapes, so the
 same weight files load strictly. ``tests/test_nets.py`` loads diffusers' randomly initialised
 models into these and checks the outputs agree to float tolerance; diffusers stays the
-reference there and in ``random_models`` (the test and benchmark weight writers).
+reference there only (a test dependency; ``random_models`` writes its folders with these modules).
 
 Facts taken from diffusers 0.42 (unet_2d_condition, unet_2d_blocks, resnet, attention,
 transformer_2d, autoencoder_kl/tiny, vae): heads of a UNet transformer = ``attention_head_dim``
