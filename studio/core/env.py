@@ -40,7 +40,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("STUDIO_GPU_DIRECT", "1", "0: CUDA frames reach the encoder processes through a host copy thread"),
     Knob("STUDIO_VIDEO_HINTS", "1", "0: do not tell x264 which macroblocks of a photo avatar cannot change"),
     Knob("STUDIO_FAST_COPIES", "", "1: half-precision GPU loads use the fp16 safetensors copies "
-         "(models.write_fast_copies), off by default: on the H200 the UNet's CUDA graph capture failed after one"),
+         "(models.write_fast_copies); off by default: on the H200 they loaded no faster with a warm page cache "
+         "(UNet 0.73 s against 0.74 s)"),
     Knob("STUDIO_SERVER_TOKEN", "", "the bearer token of `studio serve` (server side) and of a server the "
          "window or `studio render --server` renders on (client side); kept out of `ps` and the queue"),
     Knob("STUDIO_PARENT_PID", "", "set by Studio for its encoder workers: they exit when that process is gone",

@@ -464,10 +464,10 @@ def load_module(kind: str, folder: Path, weights: Path, device="cpu", dtype=None
     """Build ``kind`` from ``folder``'s config and load ``weights`` strictly; eval mode.
 
     With ``STUDIO_FAST_COPIES=1``, half precision on a GPU loads the fast copy (``write_fast_copy``)
-    when there is a current one. Off by default: on the H200 (2026-12-01) the UNet's CUDA graph
-    capture failed after a fast load ("Cannot copy between CPU and CUDA tensors during CUDA graph
-    capture"), so the render ran eagerly, and the load itself was no faster (13.0 s against
-    12.2 s, both dominated by importing diffusers beside transformers).
+    when there is a current one. Off by default: on the H200 (2026-12-01) a cold render loaded the
+    UNet no faster from it with a warm page cache (0.73 s against 0.74 s). (The graph capture
+    failure seen after a fast load earlier that day was the engine's timestep bug, fixed in
+    f1361f8, not the fast copy.)
     """
     if (fast and os.environ.get("STUDIO_FAST_COPIES") == "1" and dtype is not None
             and str(dtype) in ("torch.float16", "torch.bfloat16") and "cuda" in str(device)):
