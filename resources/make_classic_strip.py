@@ -34,12 +34,12 @@ def main() -> None:
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "benchmarks"), str(ROOT)]
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["STUDIO_HOME"] = tmp
+        import classic_v1
         import cv2
+        import espeak_speech as es
         import PIL.Image
         import torch
 
-        import classic_v1
-        import espeak_speech as es
         from studio.core import avatar as avatar_mod
         from studio.core.composite import Compositor
         from studio.core.engines.classic import ClassicEngine, rig_geometry, warp_mouth

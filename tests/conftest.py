@@ -62,7 +62,7 @@ def tone_silence_noise(tmp_path) -> tuple[Path, list[tuple[float, float]]]:
 
 def prepare_demo_avatar(home: Path, name: str = "astro"):
     """The demo photo prepared into the data folder ``home`` (for module-scoped fixtures)."""
-    from studio.core import avatar as avatar_mod
+    from studio.core.avatars import library as avatar_mod
 
     old = os.environ.get("STUDIO_HOME")
     os.environ["STUDIO_HOME"] = str(home)

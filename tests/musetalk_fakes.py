@@ -2,7 +2,7 @@
 
 Real-size UNets are 3.4 GB, so the folders hold small configs of the same classes; the store
 reads each architecture from the folder's own config. The real configs (spec §1) live in
-``studio.core.random_models`` for key/shape checks on ``torch.device("meta")``.
+``studio.core.engines.random_models`` for key/shape checks on ``torch.device("meta")``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.core import random_models as rm
-from studio.core.random_models import (  # noqa: F401  (re-exported for the tests)
+from studio.core.engines import random_models as rm
+from studio.core.engines.random_models import (  # noqa: F401  (re-exported for the tests)
     MUSETALK_UNET_CONFIG,
     SD_VAE_CONFIG,
     TAESD_CONFIG,

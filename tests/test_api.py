@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import DEMO_AVATAR, ROOT, speech_pause_speech
 from served import Server
 
@@ -146,7 +145,7 @@ def test_http_errors_are_json_sentences(client):
 
 
 def test_audio_uploaded_once_reused_by_id_with_its_silence(server, client, clips, short_id):
-    from studio.core.audio import analyze
+    from studio.core.media.audio import analyze
 
     with open(clips["short"], "rb") as fh:
         again = client.post("/v1/audio", data={"min_silence": 3}, files={"file": ("other-name.wav", fh)})
@@ -216,8 +215,9 @@ def test_server_paths_are_refused_without_allow_paths(client, clips):
 
 
 def test_generate_answers_the_mp4_and_the_frame_endpoint_is_that_frame(server, client, clips, astro, short_id):
-    import PIL.Image
     import io
+
+    import PIL.Image
 
     t = 0.5  # frame 12: speech
     r = client.post("/generate", data={"avatar": "astro", "engine": "classic"},
@@ -315,8 +315,8 @@ def test_cancel_leaves_no_file_the_queue_is_capped_and_retry_requeues(server, cl
 
 def test_the_queue_is_shared_with_other_processes(server, client, astro, clips):
     """A job added to the data folder's jobs.sqlite by another process (the window) shows up and runs."""
-    from studio.core.jobs import JobStore
-    from studio.core.render import RenderSettings
+    from studio.core.settings import RenderSettings
+    from studio.core.store.jobs import JobStore
     from studio.service import QueueService, RenderRequest
 
     qs = QueueService(store=JobStore(server.home / "jobs.sqlite"))

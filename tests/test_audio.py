@@ -1,4 +1,4 @@
-"""studio.core.audio on real files written in the test."""
+"""studio.core.media.audio on real files written in the test."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import os
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import DEMO_AUDIO, speechlike, tone
-from studio.core import audio
+
 from studio.core.constants import SAMPLES_PER_FRAME
 from studio.core.errors import AudioError
+from studio.core.media import audio
 
 
 def test_frame_grid_is_ceil_of_duration_times_25(tone_silence_noise):

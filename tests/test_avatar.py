@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import DEMO_AVATAR
 
-from studio.core import avatar
-from studio.core.avatar import AvatarParams
-from studio.core.avatar_check import CheckedArray
+from studio.core.avatars import library as avatar
+from studio.core.avatars.checksums import CheckedArray
+from studio.core.avatars.library import AvatarParams
 from studio.core.errors import AvatarError, Cancelled
 
 BLANK = range(45, 51)  # source frames (30 fps) that are black: times [1.5, 1.7) s -> 25 fps frames 38..42
@@ -187,7 +187,7 @@ def test_25fps_resampling_picks_the_source_frame_on_screen(pan_video, start, end
 
     import av
 
-    from studio.core.avatar_sources import VideoReader
+    from studio.core.avatars.sources import VideoReader
 
     with av.open(str(pan_video)) as c:
         source = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]  # 30 fps
@@ -288,7 +288,7 @@ def test_damaged_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
 
     with open(folder / "masks.npy", "r+b") as fh:  # truncated
         fh.truncate(1000)
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         b = avatar.load("dmg")
     assert "damaged" in caplog.text and "masks.npy" in caplog.text
     assert b.meta["rebuilt"] == ["masks"] and np.array_equal(b.masks, good_masks)
@@ -297,7 +297,7 @@ def test_damaged_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
     raw[-1] ^= 0x01
     (folder / "boxes.npy").write_bytes(bytes(raw))
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         c = avatar.load("dmg")
     assert "checksum" in caplog.text and c.meta["rebuilt"] == ["crops", "masks"]
     assert np.array_equal(c.boxes, good_boxes)
@@ -418,14 +418,14 @@ def _row_bytes(a, name):
     ("crop_landmarks", lambda a: np.asarray(a.crop_landmarks)),
 ])
 def test_damage_in_the_middle_of_a_big_array_is_caught_when_read_and_repaired(pan_video, caplog, name, read):
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     a = avatar.prepare("mid", pan_video)
     good = np.array(read(a))
     path = a.folder / f"{name}.npy"
     _flip(path, 37, _row_bytes(a, name))
     avatar_check.forget_verified()
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         b = avatar.load("mid")  # the quick checks pass: head, tail, size and header are intact
         assert "damaged" not in caplog.text
         got = np.array(read(b))
@@ -440,7 +440,7 @@ def test_damage_in_the_middle_of_a_big_array_is_caught_when_read_and_repaired(pa
 def test_damage_found_mid_render_is_repaired_without_changing_what_was_read(pan_video, caplog):
     """The crops went to the engine at the start; a frame read later is damaged: the rebuild
     (frames, crops, masks from the same source) must give the same crops, and the render goes on."""
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     a = avatar.prepare("late", pan_video)
     good_frames = np.array(a.frames)
@@ -449,7 +449,7 @@ def test_damage_found_mid_render_is_repaired_without_changing_what_was_read(pan_
     crops = np.asarray(b.crops).copy()  # handed out (and verified)
     _ = np.array(b.frames[:10])
     _flip(b.folder / "frames.npy", 60, _row_bytes(b, "frames"))  # damaged on disk after load()
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         f60 = np.array(b.frames[55:65])
     assert "frames.npy row 60 fails its checksum" in caplog.text
     assert np.array_equal(f60, good_frames[55:65])
@@ -457,7 +457,7 @@ def test_damage_found_mid_render_is_repaired_without_changing_what_was_read(pan_
 
 
 def test_a_damaged_cache_is_not_rebuilt_from_a_different_file_at_its_source_path(tmp_path, pan_video):
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     src = tmp_path / "clip.mp4"
     shutil.copy(pan_video, src)
@@ -485,7 +485,7 @@ def test_a_damaged_cache_is_not_rebuilt_from_a_different_file_at_its_source_path
 
 def test_nan_and_huge_landmarks_are_damage_even_with_matching_checksums(pan_video, caplog):
     """Values written with the checksums recomputed (a buggy tool, not a bit flip) are caught too."""
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     a = avatar.prepare("nan", pan_video)
     good = np.array(a.crop_landmarks)
@@ -499,7 +499,7 @@ def test_nan_and_huge_landmarks_are_damage_even_with_matching_checksums(pan_vide
         (folder / "meta.json").write_text(json.dumps(meta))
         avatar_check.forget_verified()
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
             b = avatar.load(name="nan")
             lm = np.asarray(getattr(b, name))
         assert np.isfinite(lm).all() and np.abs(lm).max() < 1e4
@@ -527,7 +527,7 @@ def test_inconsistent_meta_json_is_listed_as_damaged_and_rebuilt_from_its_source
     rows = avatar.list_avatars()
     assert rows[0]["damaged"] and problem in rows[0]["problem"]
     assert rows[0]["fix"] == f"it is rebuilt from its source {src} the next time it is used"
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         b = avatar.load("meta")
     assert problem in caplog.text and b.N == 75 and b.meta["rebuilt"] == ["frames", "crops", "masks"]
     assert not avatar.list_avatars()[0]["damaged"]
@@ -595,12 +595,12 @@ def test_a_huge_photo_is_downscaled_to_4k_and_says_so(tmp_path, caplog):
 
     src = tmp_path / "huge.jpg"
     Image.open(DEMO_AVATAR).convert("RGB").resize((8000, 6000), Image.BILINEAR).save(src, quality=80)
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         a = avatar.prepare("huge", src)
     assert (a.width, a.height) == (2880, 2160) and a.meta["downscaled_from"] == [8000, 6000]
     assert "8000x6000; using it downscaled to 2880x2160" in caplog.text
     assert a.face_ok.all()
-    from studio.core.avatar_sources import fit_photo
+    from studio.core.avatars.sources import fit_photo
 
     for (w, h), want in (((6000, 8000), (2160, 2880)), ((3840, 2160), (3840, 2160)), ((7001, 999), (3840, 546))):
         out, was = fit_photo(np.zeros((h, w, 3), np.uint8))
@@ -621,7 +621,7 @@ def _two_faces(path):
 
 def test_two_faces_the_choice_is_said_and_can_be_made(tmp_path, caplog, capsys):
     src = _two_faces(tmp_path / "two.png")
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         a = avatar.prepare("two", src)
     assert "2 faces found in the photo; using face 2 from the left (the largest" in caplog.text
     assert "--face N" in caplog.text
@@ -655,7 +655,7 @@ def test_two_faces_in_a_video_the_chosen_one_is_followed(tmp_path, caplog):
                 c.mux(p)
         for p in s.encode():
             c.mux(p)
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         a = avatar.prepare("duo", src)
     assert "2 faces found in the first frame; using face 2 from the left (the largest" in caplog.text
     assert a.N == 20 and a.face_ok.all() and (a.boxes[:, 0] > 320).all()
@@ -664,7 +664,7 @@ def test_two_faces_in_a_video_the_chosen_one_is_followed(tmp_path, caplog):
 
 
 def _verify_in_child(name):
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     avatar_check.forget_verified()
     avatar.load(name).frames.verify_all()  # parallel: 75 frames of 230 KB
@@ -673,7 +673,7 @@ def _verify_in_child(name):
 def test_a_forked_worker_verifies_with_its_own_threads(pan_video):
     import multiprocessing
 
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     a = avatar.prepare("fork", pan_video)
     avatar_check.forget_verified()
@@ -703,21 +703,21 @@ def test_a_video_above_4k_is_downscaled_frame_by_frame(tmp_path, caplog):
                 c.mux(p)
         for p in s.encode():
             c.mux(p)
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         a = avatar.prepare("big", src)
     assert (a.N, a.width, a.height) == (3, 3840, 2160) and a.meta["downscaled_from"] == [4000, 2250]
     assert "4000x2250; using it downscaled to 3840x2160" in caplog.text and a.face_ok.all()
 
 
 def test_a_cache_repaired_by_another_reader_is_not_rebuilt_twice(pan_video, caplog):
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     a = avatar.prepare("twice", pan_video)
     good = np.array(a.frames[20])
     avatar_check.forget_verified()
     first, second = avatar.load("twice"), avatar.load("twice")  # two readers (threads, app + CLI)
     _flip(a.folder / "frames.npy", 20, _row_bytes(a, "frames"))
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         assert np.array_equal(np.array(first.frames[20]), good)
         repaired = _stat(first, "frames")
         assert np.array_equal(np.array(second.frames[20]), good)  # it maps the damaged file still

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import prepare_demo_avatar, speech_pause_speech
-from studio.core.chunks import join_segments, render_chunked, render_segment, split
+
 from studio.core.errors import RenderError
-from studio.core.render import Renderer, RenderSettings
+from studio.core.render.renderer import Renderer
+from studio.core.scale.chunks import join_segments, render_chunked, render_segment, split
+from studio.core.settings import RenderSettings
 
 LOSSLESS = RenderSettings(engine="classic", device="cpu", encoder="x264", crf=0, preset="ultrafast")
 
@@ -144,7 +145,7 @@ def test_join_refuses_a_gap_and_leaves_nothing(joined, voice, tmp_path):
         join_segments([a, c], out, audio=voice)
     truncated = tmp_path / "bad.mp4"
     truncated.write_bytes(open(b[2], "rb").read()[: 2000])
-    with pytest.raises(Exception):  # a damaged segment: the join fails, nothing is left
+    with pytest.raises(Exception):  # noqa: B017 - a damaged segment: the join fails (PyAV or ours), nothing is left
         join_segments([a, (b[0], b[1], truncated), c], out, audio=voice)
     assert out.read_bytes() == b"previous render"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.mp4", "keep.mp4"]

@@ -8,10 +8,9 @@ itself (controls: close), pasted back into the photo, saved and prepared like an
 
 from __future__ import annotations
 
+import espeak_speech as es
 import numpy as np
 import pytest
-
-import espeak_speech as es
 from conftest import prepare_demo_avatar
 
 pytestmark = pytest.mark.skipif(not es.available(), reason="needs espeak-ng's library (Debian espeak-ng)")
@@ -46,9 +45,9 @@ def closed(home, astro):
     import PIL.Image
     import torch
 
-    from studio.core import avatar as avatar_mod
-    from studio.core.composite import Compositor
+    from studio.core.avatars import library as avatar_mod
     from studio.core.engines.classic import rig_geometry, warp_mouth
+    from studio.core.render.composite import Compositor
 
     rig = rig_geometry(np.asarray(astro.crop_landmarks), astro.crops)
     face = warp_mouth(torch.from_numpy(np.array(astro.crops[:1])), *rig.rows([0]),
@@ -69,8 +68,9 @@ def closed(home, astro):
 
 def _render_and_measure(avatar, wav):
     """Every frame of the render, and per frame the tracked inner-lip gap and mouth width (pixels)."""
-    from studio.core.faces import FaceTracker
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.avatars.faces import FaceTracker
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     r = Renderer(avatar, wav, RenderSettings(engine="classic", device="cpu"))
     frames = np.concatenate([f.numpy() for _, f in r.iter_frames()])
@@ -187,21 +187,25 @@ def test_open_mouth_on_a_closed_face_has_a_shaded_warm_interior(closed):
     assert detail(out_band) > 0.6 * detail(src_band)
 
 
-def test_speech_edges_ease_the_mouth_in_and_out(speech):
-    """Where the renderer crossfades into the still avatar, the mouth is near rest: no open-mouth ghost."""
-    import soundfile as sf
-
-    from studio.core.engines.classic_visemes import edge_weights, mouth_controls
+@pytest.mark.parametrize("threshold", [0.008, 0.03])
+def test_speech_edges_ease_the_mouth_in_and_out(speech, astro, threshold):
+    """Where the renderer crossfades into the still avatar, the mouth is near rest: no open-mouth ghost.
+    The edges are the plan's, at the render's own threshold (not the default's)."""
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     wav, _ = speech
-    x, _ = sf.read(wav, dtype="float32")
-    frames = int(np.ceil(len(x) / 640))
-    c = mouth_controls(x, frames)
-    w = edge_weights(x, frames)
+    r = Renderer(astro, wav, RenderSettings(engine="classic", device="cpu", threshold=threshold))
+    w = r.plan.weight
+    engine = r.engine
+    engine.bind(engine.audio_features(r.wave))
+    idx = np.arange(len(w))
+    eased, full = engine.controls(idx, w), engine.controls(idx)
     ramp = (w > 0) & (w < 1)
     assert ramp.sum() >= 10
-    assert (c.open[ramp] <= w[ramp] + 1e-6).all() and (c.open[w == 0] == 0).all()
-    assert c.open[w == 1].max() > 0.8  # and it opens fully inside phrases
+    assert np.allclose(eased, full * w[:, None], atol=1e-6)
+    assert (np.abs(eased[ramp, 0]) <= np.abs(full[ramp, 0]) * w[ramp] + 1e-6).all() and (eased[w == 0] == 0).all()
+    assert eased[w == 1, 0].max() > 0.8 * engine.strength  # and it opens fully inside phrases
 
 
 def test_a_batch_gives_the_same_faces_as_one_at_a_time(astro, closed):
@@ -234,7 +238,7 @@ def test_a_turned_closed_mouth_face_still_closes_and_opens(speech, closed, home)
     import cv2
     import PIL.Image
 
-    from studio.core import avatar as avatar_mod
+    from studio.core.avatars import library as avatar_mod
 
     img = np.asarray(PIL.Image.open(home / "closed.png").convert("RGB"))
     h, w = img.shape[:2]
@@ -268,7 +272,8 @@ def test_a_turned_closed_mouth_face_still_closes_and_opens(speech, closed, home)
 def test_a_video_avatar_speaks_and_stays_itself_in_silence(speech, tmp_path):
     """The presenter loop of ``studio bench`` (a video avatar whose face moves): per-frame rig geometry."""
     from studio.core.bench import synthetic_avatar
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     av = synthetic_avatar(tmp_path, 360, loop_frames=10)
     wav, _ = speech
@@ -294,5 +299,10 @@ def test_controls_stay_in_range_on_odd_input():
             assert np.isfinite(v).all() and (v >= 0).all() and (v <= 1).all()
         assert np.isfinite(c.width).all() and (np.abs(c.width) <= 1).all()
     assert len(mouth_controls(np.zeros(100, np.float32), 0)) == 0
-    silent = mouth_controls(np.zeros(16_000, np.float32), 25)
-    assert silent.open.max() == 0 and silent.close.max() == 0  # silence: the mouth at rest
+    # silence: the plan gives every frame weight 0 (the avatar itself; the engine eases to rest by it)
+    from studio.core.media.audio import frame_rms, silence_mask
+    from studio.core.render.plan import crossfade_weights
+
+    quiet = np.zeros(16_000, np.float32)
+    w = crossfade_weights(~silence_mask(frame_rms(quiet, 25)), 3)
+    assert (w == 0).all() and (mouth_controls(quiet, 25).rows(np.arange(25)) * w[:, None]).max() == 0

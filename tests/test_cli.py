@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import DEMO_AUDIO
 
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from studio.core.composite import Compositor, pad_even, rgb_to_nv12, rgb_to_yuv420p
 from studio.core.constants import FACE_SIZE
+from studio.core.render.composite import Compositor, pad_even, rgb_to_nv12, rgb_to_yuv420p
 
 RNG = np.random.default_rng(7)
 

@@ -54,7 +54,7 @@ def test_cli_doctor_json_is_one_object(studio_home):
 
 
 def test_weights_line_reports_an_empty_store_and_a_damaged_manifest(studio_home):
-    from studio.core import models
+    from studio.core.store import models
 
     empty = doctor.check_weights()
     assert empty.status == doctor.WARN and "studio models import" in empty.hint

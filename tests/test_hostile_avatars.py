@@ -109,7 +109,7 @@ def test_a_different_file_at_the_source_path_is_refused_in_one_line(home, photo,
 
 
 def test_nan_landmarks_with_matching_checksums_do_not_crash(home, photo, tmp_path):
-    from studio.core import avatar as avatar_mod
+    from studio.core.avatars import library as avatar_mod
 
     assert studio(home, "avatar", "add", "anna", photo).returncode == 0
     good = tmp_path / "good.png"

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import DEMO_AUDIO, prepare_demo_avatar, speechlike, tone
 
 CANCEL = "cancelled{}; nothing was written"
@@ -302,7 +301,7 @@ def test_a_wrong_extension_is_refused(home, short, out, cmd, name, needle):
 def test_a_mov_output_is_mp4_inside_and_gets_the_umask(home, short, out):
     import av
 
-    from studio.core.outputs import check_output
+    from studio.core.store.outputs import check_output
 
     assert check_output(out / "talk.m4v", []) == out / "talk.m4v"  # .m4v is the same container
     r = studio(home, *render_args(short, out / "talk.mov", "--encoder", "x264"))
@@ -358,7 +357,7 @@ def test_an_encoder_process_that_fills_the_disk_reports_errno_and_file(small_mou
     full disk used to end the worker silently: the parent saw a broken pipe)."""
     import errno
 
-    from studio.core.x264_pool import ProcessEncoder, shutdown_pool, worker_pool
+    from studio.core.media.x264_pool import ProcessEncoder, shutdown_pool, worker_pool
 
     spill = small_mount / ".talk.x.part.mp4.chunk0"
     rng = np.random.default_rng(0)

@@ -19,8 +19,8 @@ from musetalk_fakes import (
 )
 
 from studio.cli import main as cli_main
-from studio.core import models
 from studio.core.errors import ModelError
+from studio.core.store import models
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,12 @@ import av
 import numpy as np
 import pytest
 import torch
-
 from conftest import prepare_demo_avatar, speech_pause_speech
+
 from studio.core.errors import Cancelled
-from studio.core.multigpu import DeviceRender, render_on_devices, split_chunks
-from studio.core.render import Renderer, RenderSettings
+from studio.core.render.renderer import Renderer
+from studio.core.scale.multigpu import DeviceRender, render_on_devices, split_chunks
+from studio.core.settings import RenderSettings
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,6 @@ from conftest import speechlike
 from musetalk_fakes import WIDTH, FakeAvatar, write_official_and_taesd
 
 from studio.cli import main as cli_main
-from studio.core import models
-from studio.core.audio import load
 from studio.core.constants import FPS, SAMPLE_RATE
 from studio.core.engines import runtime_torch as rt
 from studio.core.engines.whisper_features import (
@@ -23,6 +21,8 @@ from studio.core.engines.whisper_features import (
     positional_encoding,
     window_steps,
 )
+from studio.core.media.audio import load
+from studio.core.store import models
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_long_audio_is_cut_in_30_second_pieces(whisper, tmp_path):
     assert len(whisper(wave)) == wave.frames == 31 * FPS
 
 
-def test_features_cli_writes_the_T_50_width_array(official, tmp_path, whisper):
+def test_features_cli_writes_the_t_50_width_array(official, tmp_path, whisper):
     wave = _wave(tmp_path, 0.97)
     out = tmp_path / "f.npy"
     assert cli_main(["features", str(tmp_path / "v.wav"), "--whisper", str(official[0] / "whisper"), "-o", str(out)]) == 0
@@ -243,9 +243,10 @@ def test_the_compile_setting_reaches_the_engine_the_pool_key_and_the_command_lin
     compiling MuseTalk engine, warm apart from the plain one; the classic engine ignores it."""
     from studio.cli import build_parser
     from studio.cli.render import _settings
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
+    from studio.core.settings import from_dict as settings_from_dict
     from studio.service.pool import EnginePool
-    from studio.service.request import settings_from_dict
 
     on = RenderSettings(engine="musetalk", device="cpu", compile=True)
     assert Renderer("a", "b.wav", on).engine.compile is True
@@ -313,8 +314,10 @@ def test_pad_left_and_window_constants_are_the_spec():
 def test_render_with_musetalk_on_cpu_and_frame_at_matches(store, tmp_path):
     from conftest import DEMO_AVATAR
 
-    from studio.core import avatar as avatar_mod
-    from studio.core.render import Renderer, RenderSettings, frame_index
+    from studio.core.avatars import library as avatar_mod
+    from studio.core.render.plan import frame_index
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     av = avatar_mod.prepare("astro", DEMO_AVATAR)
     voice = tmp_path / "voice.wav"

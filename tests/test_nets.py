@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
-from studio.core import models
-from studio.core import random_models as rm
 from studio.core.engines import nets
+from studio.core.engines import random_models as rm
 from studio.core.errors import ModelError
+from studio.core.store import models
 
 ATOL = 1e-5
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-from studio.core import models
-from studio.core import random_models as rm
+from studio.core.engines import random_models as rm
+from studio.core.store import models
 
 
 def test_writing_and_loading_the_folders_needs_neither_diffusers_nor_transformers(tmp_path):

@@ -9,17 +9,11 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import prepare_demo_avatar, speech_pause_speech
-from studio.core.render import (
-    RenderSettings,
-    Renderer,
-    batch_ranges,
-    crossfade_weights,
-    frame_index,
-    stripes,
-)
 
+from studio.core.render.plan import crossfade_weights, frame_index, stripes
+from studio.core.render.renderer import Renderer
+from studio.core.settings import RenderSettings
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +150,7 @@ def test_cancel_leaves_no_file_and_keeps_the_old_one(avatar, voice, tmp_path):
     out.write_bytes(b"previous render")
     r = Renderer(avatar, voice, RenderSettings(engine="classic", device="cpu", batch=8, encoder="x264"))
     with pytest.raises(Cancelled):
-        for p in r.run(out):
+        for _p in r.run(out):
             r.cancel()
     assert out.read_bytes() == b"previous render"
     assert [p.name for p in tmp_path.iterdir()] == ["keep.mp4"]
@@ -204,7 +198,7 @@ def test_cli_bad_input_exit_2(avatar, voice, tmp_path, case):
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_nv12_batches_equal_converted_rgb_batches_on_cuda(tmp_path, voice):
     from studio.core.bench import synthetic_avatar  # no face tracker needed
-    from studio.core.composite import pad_even, rgb_to_nv12
+    from studio.core.render.composite import pad_even, rgb_to_nv12
 
     r = Renderer(synthetic_avatar(tmp_path, 360, loop_frames=10), voice, RenderSettings(engine="classic", device="cuda"))
     assert r.nv12_ready

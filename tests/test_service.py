@@ -55,7 +55,7 @@ def frames_of(path) -> np.ndarray:
 
 
 def test_a_range_renders_the_same_frames_as_the_whole_clip(tmp_path, env):
-    from studio.core.render import RenderSettings
+    from studio.core.settings import RenderSettings
     from studio.service import Render, RenderRequest
 
     audio = speech_pause_speech(tmp_path / "v.wav", 1.0, 0.4, 1.0)
@@ -77,7 +77,8 @@ def test_a_range_renders_the_same_frames_as_the_whole_clip(tmp_path, env):
 
 def test_a_bad_request_is_one_sentence_before_any_work(tmp_path, env):
     from studio.core.errors import InputError
-    from studio.service import Placement, RenderRequest, settings_from_dict
+    from studio.core.settings import from_dict as settings_from_dict
+    from studio.service import Placement, RenderRequest
 
     with pytest.raises(InputError, match="placement"):
         Placement("moon")
@@ -90,7 +91,7 @@ def test_a_bad_request_is_one_sentence_before_any_work(tmp_path, env):
 
 
 def test_engine_pool_keys_and_shares_warm_engines(env):
-    from studio.core.render import RenderSettings
+    from studio.core.settings import RenderSettings
     from studio.service.pool import EnginePool
 
     pool = EnginePool()
@@ -103,7 +104,7 @@ def test_engine_pool_keys_and_shares_warm_engines(env):
 
 
 def test_identical_jobs_get_numbered_outputs_and_retry_writes_a_new_file(tmp_path, env):
-    from studio.core.render import RenderSettings
+    from studio.core.settings import RenderSettings
     from studio.service import QueueService, RenderRequest
 
     audio = speech_pause_speech(tmp_path / "v.wav", 0.4, 0.2, 0.4)

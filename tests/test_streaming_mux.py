@@ -12,12 +12,12 @@ import av
 import numpy as np
 import pytest
 import soundfile as sf
-
-from studio.core.composite import rgb_to_nv12
-from studio.core.encode import VideoWriter, open_video, rolling_chunks
-from studio.core.errors import Cancelled, RenderError
-from studio.core.render import stripes
 from test_encode import H, W, talking_frames
+
+from studio.core.errors import Cancelled, RenderError
+from studio.core.media.writer import VideoWriter, open_video, rolling_chunks
+from studio.core.render.composite import rgb_to_nv12
+from studio.core.render.plan import stripes
 
 
 @pytest.fixture
@@ -178,7 +178,9 @@ def test_a_failed_or_cancelled_writer_leaves_no_file_and_no_spill(tmp_path, wav,
 
 def test_cancelled_render_leaves_nothing_in_ram_or_beside_the_output(tmp_path, spill_root):
     from conftest import prepare_demo_avatar, speech_pause_speech
-    from studio.core.render import Renderer, RenderSettings
+
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     avatar = prepare_demo_avatar(tmp_path / "home")
     voice = speech_pause_speech(tmp_path / "voice.wav", 1.2, 0.8, 1.0)
@@ -201,7 +203,7 @@ def test_cancelled_render_leaves_nothing_in_ram_or_beside_the_output(tmp_path, s
 def test_a_still_picture_with_a_changing_box_skips_the_rest_and_decodes_the_same(tmp_path, spill_root):
     """libx264 mb_info through AVVideoHint: the frames outside the box are still bit for bit, the
     output decodes to the same frames as without the hint (same quality), and it is smaller."""
-    from studio.core.x264_pool import hints_available
+    from studio.core.media.x264_pool import hints_available
 
     if not hints_available():
         pytest.skip("this PyAV's FFmpeg takes no video hints")

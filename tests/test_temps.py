@@ -1,4 +1,4 @@
-"""The temporary-file registry (studio.core.fsutil): a killed process's temporaries are removed by
+"""The temporary-file registry (studio.core.store.fsutil): a killed process's temporaries are removed by
 the next sweep, nothing else ever is; atomic outputs get the user's umask or keep the old mode."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from studio.core import fsutil
+from studio.core.store import fsutil
 
 CHILD = textwrap.dedent("""
     import os, sys, time
-    from studio.core import fsutil
+    from studio.core.store import fsutil
     out = sys.argv[1]
     f = fsutil.temp_file(out, ".clip.", ".part.mp4")
     d = fsutil.temp_dir(out, ".clip.chunks.")

@@ -14,10 +14,10 @@ import torch
 from musetalk_fakes import TAESD_TINY, WIDTH, write_official_models
 
 from studio.cli import main as cli_main
-from studio.core import models
-from studio.core import random_models as rm
+from studio.core.engines import random_models as rm
 from studio.core.engines import runtime_tensorrt as rtt
 from studio.core.errors import StudioError
+from studio.core.store import models
 
 TARGET = rtt.Target("NVIDIA GeForce RTX 4090", "8.9", "10.13.0")
 
@@ -353,8 +353,8 @@ def _features(engine):
     import soundfile as sf
     from conftest import speechlike
 
-    from studio.core.audio import load
     from studio.core.constants import SAMPLE_RATE
+    from studio.core.media.audio import load
 
     path = rtt.cache_dir() / "v.wav"
     sf.write(path, speechlike(0.4, SAMPLE_RATE), SAMPLE_RATE, subtype="FLOAT")

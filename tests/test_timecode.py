@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from studio.core.errors import InputError
+from studio.core.media.timecode import TimecodeError, parse_jump, seconds_text, timecode
 from studio.core.progress import fraction_percent, percent
-from studio.core.timecode import TimecodeError, parse_jump, seconds_text, timecode
 
 
 @pytest.mark.parametrize("frame, text", [

@@ -18,13 +18,13 @@ import soundfile as sf
 import torch
 from conftest import ROOT, speechlike
 
-from studio.core import models
-from studio.core import random_models as rm
-from studio.core.audio import load
 from studio.core.constants import SAMPLE_RATE
+from studio.core.engines import random_models as rm
 from studio.core.engines import whisper_features as wf
 from studio.core.engines.whisper_net import WhisperEncoderNet, encoder_config, log_mel, mel_filters
 from studio.core.errors import ModelError
+from studio.core.media.audio import load
+from studio.core.store import models
 
 transformers = pytest.importorskip("transformers")
 from transformers import WhisperConfig, WhisperFeatureExtractor  # noqa: E402
@@ -195,7 +195,7 @@ def test_features_never_import_transformers(folders, tmp_path):
     sf.write(path, speechlike(1.5, SAMPLE_RATE), SAMPLE_RATE, subtype="FLOAT")
     code = (
         "import sys\n"
-        "from studio.core.audio import load\n"
+        "from studio.core.media.audio import load\n"
         "from studio.core.engines.whisper_features import WhisperFeatures\n"
         f"feats = WhisperFeatures({str(folders['tiny'])!r})(load({str(path)!r}))\n"
         "assert feats.array().shape[0] == 38, feats.array().shape\n"
@@ -221,7 +221,7 @@ def test_a_musetalk_render_never_imports_transformers(tmp_path, studio_home):
         f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
         "from conftest import DEMO_AVATAR\n"
         "from studio.core import avatar\n"
-        "from studio.core.render import Renderer, RenderSettings\n"
+        "from studio.core.render.renderer import Renderer, RenderSettings\n"
         "r = Renderer(avatar.prepare('astro', DEMO_AVATAR), sys.argv[1],\n"
         "             RenderSettings(engine='musetalk', device='cpu', batch=4, encoder='x264'))\n"
         "steps = list(r.run(sys.argv[2]))\n"

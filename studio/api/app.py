@@ -27,9 +27,9 @@ from starlette.concurrency import run_in_threadpool
 from studio import __version__
 from studio.api import errors
 from studio.api.errors import ApiError
+from studio.api.inputs import NAME_RE, RenderForm, form_body, library_avatar, library_folder, renders_dir, submit
 from studio.api.options import ServeOptions
-from studio.api.inputs import (NAME_RE, Decoder, Engine, RenderForm, form_body, library_avatar, library_folder,
-                               renders_dir, submit)
+from studio.api.schema import with_settings
 from studio.api.sse import JobEvents, links, state_dict
 from studio.api.uploads import UploadStore
 
@@ -40,7 +40,7 @@ ACTIVE_STATES = ("draft", "queued", "held", "running")
 
 def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> FastAPI:
     from studio.api.guard import Guard
-    from studio.core.paths import sub_dir
+    from studio.core.store.paths import sub_dir
 
     opts = (options or ServeOptions()).check()
     state = _State(opts, queue, pool, UploadStore(sub_dir("uploads"), opts.max_upload_bytes))
@@ -166,7 +166,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
 
     @app.get("/v1/avatars", tags=["avatars"], summary="The avatar library, with thumbnail links")
     def avatars():
-        from studio.core.avatar import list_avatars
+        from studio.core.avatars.library import list_avatars
 
         out = []
         for a in list_avatars():
@@ -195,7 +195,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
                          feather: Annotated[float, Form()] = 24.0, smooth: Annotated[float, Form()] = 0.5,
                          trim_start: Annotated[float | None, Form()] = None,
                          trim_end: Annotated[float | None, Form()] = None):
-        from studio.core import avatar as avatar_mod
+        from studio.core.avatars import library as avatar_mod
 
         if not NAME_RE.match(name):
             raise ApiError(422, f"'{name[:64]}' is not a valid avatar name; use up to 64 letters, digits, '.', '_' or '-'")
@@ -210,7 +210,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
 
     @app.delete("/v1/avatars/{name}", tags=["avatars"], summary="Remove an avatar from the library")
     def remove_avatar(name: str):
-        from studio.core import avatar as avatar_mod
+        from studio.core.avatars import library as avatar_mod
 
         library_folder(name)
         avatar_mod.remove(name)
@@ -219,31 +219,28 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
 
     # -- voice-overs --------------------------------------------------------------------------
 
-    @app.post("/v1/audio", tags=["audio"], status_code=201,
-              summary="Upload a voice-over once; renders and frames use it by id. Answers its silence analysis")
-    async def add_audio(file: Annotated[UploadFile, File(description="WAV, FLAC, OGG or MP3")],
-                        threshold: Annotated[float, Form(ge=0)] = 0.008,
-                        min_silence: Annotated[int, Form(ge=1)] = 3):
+    async def add_audio(file: Annotated[UploadFile, File(description="WAV, FLAC, OGG or MP3")], **silence):
         stored = await st.uploads.save_audio(file)
-        return await run_in_threadpool(_analysis, st, stored.id, threshold, min_silence)
+        return await run_in_threadpool(_analysis, st, stored.id, silence["threshold"], silence["min_silence"])
 
-    @app.get("/v1/audio/{audio_id}", tags=["audio"], summary="An uploaded voice-over's silence analysis")
-    def audio_info(audio_id: str, threshold: Annotated[float, Query(ge=0)] = 0.008,
-                   min_silence: Annotated[int, Query(ge=1)] = 3):
-        return _analysis(st, audio_id, threshold, min_silence)
+    app.post("/v1/audio", tags=["audio"], status_code=201,
+             summary="Upload a voice-over once; renders and frames use it by id. Answers its silence analysis")(
+        with_settings(add_audio, Form, groups=("silence",)))
+
+    def audio_info(audio_id: str, **silence):
+        return _analysis(st, audio_id, silence["threshold"], silence["min_silence"])
+
+    app.get("/v1/audio/{audio_id}", tags=["audio"], summary="An uploaded voice-over's silence analysis")(
+        with_settings(audio_info, Query, groups=("silence",)))
 
     # -- the exact frame ----------------------------------------------------------------------
 
-    @app.get("/v1/frame", tags=["frames"], response_class=Response,
-             responses={200: {"content": {"image/png": {}}, "description": "the frame, PNG"}},
-             summary="The exact frame a render writes at time t (PNG): scrubbing over HTTP")
     def frame(t: Annotated[float, Query(ge=0, description="seconds")],
               avatar: Annotated[str | None, Query(description="library name")] = None,
               audio_id: Annotated[str | None, Query()] = None,
               job: Annotated[int | None, Query(description="use a job's avatar, voice-over and settings")] = None,
-              engine: Engine = "auto", decoder: Decoder = "taesd", threshold: Annotated[float, Query(ge=0)] = 0.008,
-              min_silence: Annotated[int, Query(ge=1)] = 3):
-        from studio.core.render import RenderSettings
+              **frame_settings):
+        from studio.core.settings import from_dict
 
         if job is not None:
             from studio.service import request_of
@@ -254,9 +251,15 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
             if not avatar or not audio_id:
                 raise ApiError(422, "give avatar and audio_id (or job) with t")
             av, audio = library_avatar(avatar), str(st.uploads.audio_path(audio_id))
-            settings = RenderSettings(engine=engine, decoder=decoder, threshold=threshold, min_silence=min_silence)
+            settings = from_dict(frame_settings)
         rgb = st.pool.frame_at(av, audio, settings, t)
         return Response(png_bytes(rgb), media_type="image/png")
+
+    # every setting that changes the frames (engine and silence groups), from the schema
+    app.get("/v1/frame", tags=["frames"], response_class=Response,
+            responses={200: {"content": {"image/png": {}}, "description": "the frame, PNG"}},
+            summary="The exact frame a render writes at time t (PNG): scrubbing over HTTP")(
+        with_settings(frame, Query, groups=("engine", "silence")))
 
     # -- renders ------------------------------------------------------------------------------
 
@@ -366,7 +369,7 @@ def jpeg_bytes(rgb) -> bytes:
 
 
 def _analysis(st: _State, audio_id: str, threshold: float, min_silence: int) -> dict:
-    from studio.core.audio import analyze
+    from studio.core.media.audio import analyze
 
     meta = st.uploads.audio_meta(audio_id)
     summary = analyze(st.uploads.audio_path(audio_id)).summary(threshold, min_silence)

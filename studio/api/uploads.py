@@ -60,7 +60,7 @@ class UploadStore:
             _unlink(tmp)
         meta = self.root / "audio" / f"{stored.id}.json"
         if not meta.exists():
-            from studio.core.fsutil import atomic_write_bytes
+            from studio.core.store.fsutil import atomic_write_bytes
 
             atomic_write_bytes(meta, json.dumps({"id": stored.id, "filename": name, "bytes": size,
                                                  "file": stored.path.name}).encode())
@@ -143,8 +143,8 @@ def _said(name: str) -> str:
 
 
 def _probe_audio(tmp: Path, name: str):
-    from studio.core.audio import probe
     from studio.core.errors import AudioError
+    from studio.core.media.audio import probe
 
     try:
         return probe(tmp)
@@ -154,7 +154,7 @@ def _probe_audio(tmp: Path, name: str):
 
 
 def _sniff_avatar(tmp: Path, name: str) -> tuple[str, str]:
-    from studio.core.avatar_sources import source_kind
+    from studio.core.avatars.sources import source_kind
     from studio.core.errors import AvatarError
 
     try:

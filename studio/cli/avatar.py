@@ -51,7 +51,7 @@ def register(sub) -> None:
 
 def run_add(args) -> int:
     from studio.cli._common import ProgressBar, emit_json
-    from studio.core import avatar
+    from studio.core.avatars import library as avatar
 
     params = avatar.AvatarParams(
         bbox_shift=args.bbox_shift, extra_margin=args.extra_margin, cheek_width=args.cheek_width,
@@ -84,7 +84,7 @@ def run_add(args) -> int:
 
 def run_list(args) -> int:
     from studio.cli._common import emit_json
-    from studio.core import avatar
+    from studio.core.avatars import library as avatar
 
     rows = avatar.list_avatars()
     if args.json:
@@ -104,11 +104,10 @@ def run_list(args) -> int:
 
 
 def run_show(args) -> int:
-    from studio.cli._common import emit_json
-    from studio.core import avatar
-
     from pathlib import Path
 
+    from studio.cli._common import emit_json
+    from studio.core.avatars import library as avatar
     from studio.core.errors import InputError
 
     out = Path(args.overlay) if args.overlay else None
@@ -122,7 +121,7 @@ def run_show(args) -> int:
     if out is not None:
         from PIL import Image
 
-        from studio.core.fsutil import atomic_path
+        from studio.core.store.fsutil import atomic_path
 
         img = avatar.overlay(a, args.frame)
         with atomic_path(out) as tmp:
@@ -137,7 +136,7 @@ def run_show(args) -> int:
 
 
 def run_rm(args) -> int:
-    from studio.core import avatar
+    from studio.core.avatars import library as avatar
 
     avatar.remove(args.name)
     print(f"removed avatar '{args.name}'")

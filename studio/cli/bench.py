@@ -39,7 +39,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from studio.core.bench import run_bench
-    from studio.core.fsutil import atomic_write_bytes
+    from studio.core.store.fsutil import atomic_write_bytes
 
     def note(text):
         print(f"bench: {text}", file=sys.stderr, flush=True)

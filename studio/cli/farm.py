@@ -48,7 +48,7 @@ def run_up(args) -> int:
     cmd = ["start", "--disable-usage-stats"]
     env = dict(os.environ)
     if args.host is None:  # this host only: every Ray server listens on 127.0.0.1
-        from studio.core.farm import loopback_only
+        from studio.core.scale.farm import loopback_only
 
         env.update(loopback_only())
         cmd += ["--node-ip-address", "127.0.0.1"]
@@ -71,7 +71,7 @@ def run_up(args) -> int:
 
 def run_status(args) -> int:
     from studio.cli._common import emit_json
-    from studio.core.farm import init_ray
+    from studio.core.scale.farm import init_ray
 
     init_ray(args.address)  # raises a one-line StudioError when ray is missing or unreachable
     import ray
@@ -106,7 +106,7 @@ def run_down(args) -> int:
 
 def _ray(argv: list[str], env: dict) -> None:
     from studio.core.errors import RenderError
-    from studio.core.farm import ray_available
+    from studio.core.scale.farm import ray_available
 
     ok, why = ray_available()
     if not ok:

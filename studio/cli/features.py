@@ -20,11 +20,11 @@ def run(args) -> int:
     import numpy as np
 
     from studio.cli._common import emit_json
-    from studio.core import models
-    from studio.core.audio import load
     from studio.core.engines.whisper_features import WhisperFeatures
     from studio.core.errors import InputError, ModelError
-    from studio.core.fsutil import atomic_path
+    from studio.core.media.audio import load
+    from studio.core.store import models
+    from studio.core.store.fsutil import atomic_path
 
     out = Path(args.output)
     if out.suffix != ".npy":

@@ -8,7 +8,6 @@ cancels the job on the server. The last line (or ``--json``) is what a local ren
 
 from __future__ import annotations
 
-import os
 import sys
 
 SETTINGS = ("engine", "decoder", "encoder", "precision", "runtime", "crf", "preset", "batch", "threshold",
@@ -27,8 +26,8 @@ def add_option(p) -> None:
 
 def render_remote(args) -> int:
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
-    from studio.core.audio import probe
     from studio.core.errors import InputError
+    from studio.core.media.audio import probe
 
     if getattr(args, "farm", None) is not None or getattr(args, "chunks", 0) or getattr(args, "gpus", None):
         raise InputError("--server renders where the server runs: leave out --farm, --chunks and --gpus")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 
@@ -28,9 +27,11 @@ def run_serve(args) -> int:
     from studio.core.errors import InputError
 
     try:
+        import fastapi  # noqa: F401 - say which extra is missing before anything starts
+        import uvicorn  # noqa: F401
+
         from studio.api.options import ServeOptions
         from studio.api.server import serve
-        import fastapi, uvicorn  # noqa: E401, F401 - say which extra is missing before anything starts
     except ImportError as exc:
         raise InputError(f"studio serve needs the serve extra ({exc.name} is missing): "
                          "pip install 'studio[serve]'") from None

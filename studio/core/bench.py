@@ -7,7 +7,7 @@ values), TAESD and SD-VAE decoders. Each run is timed from the audio file to the
 
 The avatar is built from a known motion of the demo photo: its face-mesh landmarks (stored once in
 ``resources/demo/astronaut_landmarks.npy``) are moved with the same displacement as the pixels,
-then boxes, crops and masks come from ``studio.core.faces`` exactly as for a tracked avatar. This
+then boxes, crops and masks come from ``studio.core.avatars.faces`` exactly as for a tracked avatar. This
 keeps the benchmark free of the face tracker (which is not part of a render) and of mediapipe.
 
 ``official_loop`` reproduces MuseTalk's realtime script (spec §4.2) on the same inputs: fp16 eager
@@ -44,8 +44,8 @@ def reference_audio(workdir: Path, frames: int = REF_FRAMES) -> Path:
     """The demo voice-over cut (or looped) to exactly ``frames`` video frames, as 16 kHz WAV."""
     import soundfile as sf
 
-    from studio.core.audio import load
-    from studio.core.paths import repo_resources
+    from studio.core.media.audio import load
+    from studio.core.store.paths import repo_resources
 
     wave = load(repo_resources() / "demo" / "voiceover.flac")
     n = frames * SAMPLES_PER_FRAME
@@ -74,8 +74,8 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
     import cv2
     import PIL.Image
 
-    from studio.core import faces
-    from studio.core.paths import repo_resources
+    from studio.core.avatars import faces
+    from studio.core.store.paths import repo_resources
 
     still = photo is True  # ``photo`` is reused below for the demo image
     if still:
@@ -114,7 +114,7 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
     masks = np.stack([faces.blend_mask(c, b) for c, b in zip(crop_lm, boxes)])
     folder = Path(workdir) / ("photo" if still else "avatar")  # its own engine caches (latents)
     folder.mkdir(parents=True, exist_ok=True)
-    from studio.core.avatar import AvatarAssets
+    from studio.core.avatars.library import AvatarAssets
 
     meta = {"kind": "photo" if still else "video", "fps": FPS, "frames": loop_frames, "width": width,
             "height": height}
@@ -129,8 +129,8 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
 def time_render(avatar, audio: Path, settings, engine, output: Path, engines=None) -> dict:
     """Render ``audio`` with a warm ``engine`` (or warm ``engines``, one per GPU, at once); wall
     time from the audio file to the MP4 on disk."""
-    from studio.core.multigpu import DeviceRender
-    from studio.core.render import Renderer
+    from studio.core.render.renderer import Renderer
+    from studio.core.scale.multigpu import DeviceRender
 
     trace_dir = os.environ.get("STUDIO_TRACE_DIR")  # per-frame encoder traces of the timed runs
     if trace_dir and not output.stem.startswith("warm"):
@@ -364,7 +364,7 @@ def machine_info() -> dict:
 
                 info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                                 capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
-            except Exception:
+            except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
                 pass
     except ImportError:
         pass
@@ -394,11 +394,11 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
     """
     import torch
 
-    from studio.core import models
     from studio.core.engines import runtime_torch as rt
     from studio.core.engines.classic import ClassicEngine
     from studio.core.engines.musetalk import MuseTalkEngine
-    from studio.core.render import RenderSettings
+    from studio.core.settings import RenderSettings
+    from studio.core.store import models
 
     dev = rt.resolve_device(device)
     cuda = dev.type == "cuda"
@@ -417,7 +417,7 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
     note(f"inputs: {frames} frames, {height}p video avatar")
     audio = reference_audio(workdir, frames)
     avatar = synthetic_avatar(workdir, height)
-    from studio.core.audio import analysis_of, load
+    from studio.core.media.audio import analysis_of, load
 
     out["silent_fraction"] = round(float(analysis_of(load(audio)).mask().mean()), 3)
     models_dir, weights = _bench_models(workdir, tiny=not cuda, note=note)
@@ -568,7 +568,8 @@ def _cold_child(args_json: str, t_first: float = 0.0) -> None:
     import torch  # noqa: F401 - timed: the import a cold render pays
 
     t_torch = time.perf_counter()
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     t_import = time.perf_counter()
     workdir = Path(a["workdir"])
@@ -610,7 +611,8 @@ def _cold_child(args_json: str, t_first: float = 0.0) -> None:
 def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:
     """The imported weights when there are some; else random weights of the real architecture
     (tiny configs on CPU), imported into a private store under ``workdir``."""
-    from studio.core import models, random_models
+    from studio.core.engines import random_models
+    from studio.core.store import models
 
     if models.availability().startswith("ready") and not tiny:
         return None, "imported"

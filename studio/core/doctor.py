@@ -133,7 +133,7 @@ def check_cuda() -> Check:
 
 def check_nvenc() -> Check:
     try:
-        from studio.core.encode import probe_nvenc
+        from studio.core.media.writer import probe_nvenc
     except ImportError as exc:
         return Check("NVENC", WARN, f"the encoder module is not available ({exc})", "update Studio")
     ok, reason = probe_nvenc()
@@ -150,7 +150,7 @@ def check_nvenc() -> Check:
 def check_tensorrt() -> Check:
     try:
         trt = importlib.import_module("tensorrt")
-    except Exception as exc:  # ImportError, or OSError when libnvinfer is missing
+    except Exception as exc:  # noqa: BLE001 - ImportError, or OSError when libnvinfer is missing
         return Check(
             "TensorRT",
             WARN,
@@ -164,7 +164,7 @@ def check_engine_cache() -> Check:
     """TensorRT engines for the imported weights on this GPU: valid, stale or missing."""
     try:
         importlib.import_module("tensorrt")
-    except Exception:
+    except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         return Check("engine cache", INFO, "no TensorRT here: MuseTalk runs on PyTorch (CUDA graphs)")
     from studio.core.engines import runtime_tensorrt as rt
 
@@ -179,7 +179,7 @@ def check_engine_cache() -> Check:
 
 def check_weights() -> Check:
     try:
-        from studio.core import models
+        from studio.core.store import models
     except ImportError as exc:
         return Check("weights", WARN, f"the model store is not available ({exc})", "update Studio")
     from studio.core.errors import StudioError
@@ -218,7 +218,7 @@ def check_engine() -> Check:
 
 
 def check_data_folder() -> Check:
-    from studio.core.paths import data_dir
+    from studio.core.store.paths import data_dir
 
     try:
         path = data_dir()
@@ -244,7 +244,7 @@ def check_qt() -> Check:
     try:
         qtcore = importlib.import_module("PySide6.QtCore")
         importlib.import_module("pyqtgraph")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         return Check("Qt", FAIL, f"the window cannot open ({_short(exc)})", "pip install 'studio[gui]'")
     return Check("Qt", OK, f"PySide6 {qtcore.qVersion()}")
 
@@ -254,7 +254,7 @@ def check_multimedia() -> Check:
     os.environ.setdefault("QT_LOGGING_RULES", "qt.multimedia.symbolsresolver=false")
     try:
         importlib.import_module("PySide6.QtMultimedia")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         hint = "pip install pyside6-addons"
         if "libpulse" in str(exc):
             hint = "sudo apt install libpulse0"
@@ -306,7 +306,7 @@ def check_audio_output() -> Check:
 def _try_import(name: str):
     try:
         return importlib.import_module(name)
-    except Exception:
+    except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         return None
 
 

@@ -13,7 +13,7 @@ neither (``tests/test_architecture.py`` checks it). Names are imported lazily so
 from __future__ import annotations
 
 _NAMES = {
-    "RenderRequest": "request", "Placement": "request", "settings_from_dict": "request",
+    "RenderRequest": "request", "Placement": "request",
     "Render": "driver", "Progress": "driver",
     "EnginePool": "pool", "default_pool": "pool",
     "QueueService": "queue", "QueueEvent": "queue", "QueueFull": "queue", "request_of": "queue",

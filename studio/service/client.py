@@ -213,7 +213,7 @@ class StudioClient:
         raise ServerError(f"the server says: {message}", r.status_code)
 
     def _save(self, r, dest) -> Path:
-        from studio.core.fsutil import atomic_path
+        from studio.core.store.fsutil import atomic_path
 
         dest = Path(dest)
         if not dest.parent.is_dir():

@@ -134,7 +134,7 @@ class Render:
 
     def _gpus(self):
         from studio.core.engines.runtime_torch import resolve_device
-        from studio.core.multigpu import DeviceRender, cuda_devices
+        from studio.core.scale.multigpu import DeviceRender, cuda_devices
 
         req = self.request
         devices = list(req.placement.devices) or cuda_devices()
@@ -160,7 +160,7 @@ class Render:
         self.result = r.result
 
     def _chunks(self):
-        from studio.core.chunks import render_chunked
+        from studio.core.scale.chunks import render_chunked
 
         req = self.request
         if req.frames is not None:
@@ -179,7 +179,7 @@ class Render:
         if req.frames is not None:
             raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
         if self._farm_link is None and self._in_process_farm:
-            from studio.core.farm import Farm
+            from studio.core.scale.farm import Farm
 
             farm = Farm.connect(req.placement.farm or None)
             self._active = farm
@@ -235,7 +235,7 @@ class Render:
 def check_request(req: RenderRequest) -> None:
     """Everything that can be refused before any work: the output (same file as an input, a
     folder, a bad extension, a missing or read-only folder) and the audio."""
-    from studio.core.audio import probe
+    from studio.core.media.audio import probe
 
     if req.placement.kind == "server":  # the server checks its inputs; here only the download target
         check_output(req.output, [req.audio] + ([req.avatar] if _is_path(req.avatar) else []))
@@ -248,8 +248,8 @@ def check_request(req: RenderRequest) -> None:
 
 
 def check_output(output: str, inputs: list[str]):
-    """The core's one same-file / output-path check (``studio.core.outputs``) for a video output."""
-    from studio.core.outputs import check_output as core_check
+    """The core's one same-file / output-path check (``studio.core.store.outputs``) for a video output."""
+    from studio.core.store.outputs import check_output as core_check
 
     return core_check(output, inputs, kind="video")
 
@@ -261,8 +261,8 @@ def _is_path(avatar: str) -> bool:
 
 
 def _chunked_result(req, p, seconds: float, encoder: str):
-    from studio.core import avatar as avatar_mod
-    from studio.core.render import RenderResult
+    from studio.core.avatars import library as avatar_mod
+    from studio.core.render.renderer import RenderResult
 
     a = avatar_mod.resolve(req.avatar)  # memory-mapped: the size only
     return RenderResult(output=str(p.output), frames=p.total, silent_frames=0, engine=req.settings.engine,

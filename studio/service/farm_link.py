@@ -2,7 +2,7 @@
 
 Ray ends a driver's process when the Ray node it runs on stops (`studio farm down`, a crashed
 raylet): that must fail the job, not close the app. So one child process connects to the farm
-(``studio.core.farm.Farm.connect``), keeps it (and the farm's warm workers) between jobs, and
+(``studio.core.scale.farm.Farm.connect``), keeps it (and the farm's warm workers) between jobs, and
 streams each job's ``ChunkedProgress`` back through a pipe.
 
     link = FarmLink.open("10.0.0.5:6379")     # "" : the farm `studio farm up` started here
@@ -187,7 +187,7 @@ def check_address(address: str) -> None:
 def serve(conn, address: str, cancel) -> None:
     """Child process: connect, answer "ready", then run jobs until "quit" or the app goes away."""
     try:
-        from studio.core.farm import Farm
+        from studio.core.scale.farm import Farm
 
         farm = Farm.connect(address or None)  # init_ray sends this host's token to HOST:PORT farms
     except BaseException as exc:  # noqa: BLE001 - every failure goes back as one sentence

@@ -51,7 +51,7 @@ def resolve_device_name(device: str | None) -> str:
 def weights_id() -> str:
     """A short identity of the imported weights (the model store's manifest); '' when none."""
     try:
-        from studio.core.models import read_manifest
+        from studio.core.store.models import read_manifest
 
         manifest = read_manifest()
     except Exception:  # noqa: BLE001 - no store, a damaged one: no MuseTalk either
@@ -121,7 +121,7 @@ class EnginePool:
 
     def renderer(self, avatar, audio, settings):
         """A ``Renderer`` on the warm engine for ``settings``."""
-        from studio.core.render import Renderer
+        from studio.core.render.renderer import Renderer
 
         engine, reason = self.get(settings)
         r = Renderer(avatar, audio, settings, engine=engine)
@@ -169,7 +169,7 @@ class EnginePool:
         for engine, _, _ in engines:
             try:
                 engine.close()
-            except Exception:  # noqa: BLE001 - closing must not fail the exit
+            except Exception:
                 log.debug("engine close failed", exc_info=True)
 
 

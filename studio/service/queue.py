@@ -29,12 +29,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from studio.core import jobs as J
-from studio.core.jobs import (CANCELLED, DAMAGED, DONE, DRAFT, FAILED, FINAL, HELD, INTERRUPTED_STATE,  # noqa: F401
-                              QUEUED, RUNNING)  # the states, for views (they use the service, not the store)
 from studio.core.errors import Cancelled, InputError, StudioError
+from studio.core.settings import from_dict as settings_from_dict
+from studio.core.store import jobs as J
+from studio.core.store.jobs import (  # noqa: F401
+    CANCELLED,
+    DAMAGED,
+    DONE,
+    DRAFT,
+    FAILED,
+    FINAL,
+    HELD,
+    INTERRUPTED_STATE,
+    QUEUED,  # the states, for views (they use the service, not the store)
+    RUNNING,
+)
 from studio.service.driver import Progress, Render
-from studio.service.request import Placement, RenderRequest, settings_from_dict
+from studio.service.request import Placement, RenderRequest
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +160,7 @@ class QueueService:
         for cb in subs:
             try:
                 cb(ev)
-            except Exception:  # noqa: BLE001 - a broken view must not stop the queue
+            except Exception:
                 log.exception("queue subscriber failed on %s", kind)
 
     # ---- the queue ----------------------------------------------------------------------
@@ -312,7 +323,7 @@ class QueueService:
                     return
             try:
                 job = self.run_next()
-            except Exception:  # noqa: BLE001 - the store went away: wait and try again
+            except Exception:
                 log.exception("queue runner: could not take the next job")
                 job = None
             if job is None:
@@ -353,12 +364,12 @@ class QueueService:
             if render.cancelled:
                 return self._cancelled(job.id)
             return self._finish(job.id, J.FAILED, str(exc))
-        except BaseException as exc:  # noqa: BLE001 - an internal error fails the job, not the runner
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 self._finish(job.id, J.CANCELLED, "cancelled by the user")
                 raise
             log.error("job %d failed", job.id, exc_info=True)
-            from studio.core.paths import log_file
+            from studio.core.store.paths import log_file
 
             return self._finish(job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); "
                                                   f"the details are in {log_file()}")
@@ -388,6 +399,6 @@ class QueueService:
 
 def gpus_here() -> list[str]:
     """The CUDA devices of this machine (for "All GPUs here"); [] without torch or a GPU."""
-    from studio.core.multigpu import cuda_devices
+    from studio.core.scale.multigpu import cuda_devices
 
     return cuda_devices()

@@ -65,7 +65,7 @@ def server_avatar(c, avatar: str, upload: bool) -> str:
         return name
     if text in names:
         return text
-    from studio.core import avatar as avatar_mod
+    from studio.core.avatars import library as avatar_mod
 
     try:
         source = Path(avatar_mod.load(text).meta["source"])
@@ -87,7 +87,7 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
     import numpy as np
     from PIL import Image
 
-    from studio.core.render import RenderResult
+    from studio.core.render.renderer import RenderResult
     from studio.service.driver import Progress
 
     url = request.placement.server
@@ -162,8 +162,10 @@ class RemoteFrames:
         from PIL import Image
 
         c = client(self.url)
-        png = c.frame(server_avatar(c, avatar, upload=False), audio_id(c, audio), seconds,
-                      engine=settings.engine, threshold=settings.threshold, min_silence=settings.min_silence)
+        # every setting that changes the frames (the schema's engine and silence groups): the frame
+        # shown is the one the server's render writes; the device is the server's own choice
+        wanted = {k: v for k, v in settings.frame_settings().items() if v is not None and k != "device"}
+        png = c.frame(server_avatar(c, avatar, upload=False), audio_id(c, audio), seconds, **wanted)
         return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
 
 
@@ -171,7 +173,7 @@ def _server_name(path: Path) -> str:
     """A library name for a local avatar file on the server: its stem and a key of path, size and time."""
     import re
 
-    from studio.core.fsutil import quick_file_key
+    from studio.core.store.fsutil import quick_file_key
 
     stem = re.sub(r"[^A-Za-z0-9_-]+", "_", path.stem)[:40].strip("_") or "avatar"
     return f"{stem}-{quick_file_key(path)[:10]}"

@@ -194,7 +194,7 @@ class LibraryPanel(FileDrops, QWidget):
 
     def refresh_avatars(self, select: str | None = None) -> None:
         try:
-            from studio.core.avatar import list_avatars
+            from studio.core.avatars.library import list_avatars
 
             entries = list_avatars()
         except ImportError:
@@ -228,7 +228,7 @@ class LibraryPanel(FileDrops, QWidget):
 
     def import_avatar(self, source: str, name: str | None = None, force: bool = False, wait: bool = False):
         """Prepare ``source`` as avatar ``name`` off the GUI thread behind a progress dialog."""
-        from studio.core import avatar as avatar_mod
+        from studio.core.avatars import library as avatar_mod
 
         if name is None:
             taken = {self.avatars.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.avatars.count())}
@@ -276,7 +276,7 @@ class LibraryPanel(FileDrops, QWidget):
 
     def params(self):
         """``AvatarParams`` from the panel's fields (only the fields the core knows)."""
-        from studio.core.avatar import AvatarParams
+        from studio.core.avatars.library import AvatarParams
 
         wanted = {
             "bbox_shift": self.bbox_shift.value(),
@@ -300,7 +300,7 @@ class LibraryPanel(FileDrops, QWidget):
                 return None
         if path in self._checking:
             return None
-        from studio.core.audio import analyze
+        from studio.core.media.audio import analyze
 
         self._checking.add(path)
 
@@ -411,7 +411,7 @@ class LibraryPanel(FileDrops, QWidget):
         if not name:
             return
         try:
-            from studio.core.avatar import remove
+            from studio.core.avatars.library import remove
 
             remove(name)
         except Exception as exc:  # noqa: BLE001
@@ -473,6 +473,6 @@ def _thumb_icon(thumb) -> QIcon:
 
 
 def _icon(name: str) -> str:
-    from studio.core.paths import repo_resources
+    from studio.core.store.paths import repo_resources
 
     return str(repo_resources() / "icons" / f"{name}.svg")

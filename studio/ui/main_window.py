@@ -423,7 +423,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.assets = None
         if not name:
             return
-        from studio.core.avatar import load
+        from studio.core.avatars.library import load
 
         def loaded(assets) -> None:
             if self.library.avatar != name:
@@ -458,7 +458,7 @@ class MainWindow(FileDrops, QMainWindow):
         try:
             import numpy as np
 
-            from studio.core.faces import overlay_image
+            from studio.core.avatars.faces import overlay_image
 
             i = int(avatar_index)
             blend = a.masks[i] if mask else np.zeros_like(a.masks[i])
@@ -483,7 +483,7 @@ class MainWindow(FileDrops, QMainWindow):
             return
         import numpy as np
 
-        from studio.core.audio import runs
+        from studio.core.media.audio import runs
 
         ok = np.asarray(a.face_ok, bool)
         if ok.all():
@@ -496,7 +496,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.render_panel.set_context(script=path)
         if not path:
             return
-        from studio.core.audio import analyze
+        from studio.core.media.audio import analyze
 
         def done(analysis) -> None:
             if self.library.script != path:
@@ -533,7 +533,7 @@ class MainWindow(FileDrops, QMainWindow):
 
     def _playhead_moved(self, seconds: float) -> None:
         if self.player_shown:  # the finished render is on screen: the timeline seeks it
-            from studio.core.render import frame_index
+            from studio.core.render.plan import frame_index
 
             self.player.seek_frame(frame_index(seconds))
             return
@@ -556,7 +556,7 @@ class MainWindow(FileDrops, QMainWindow):
         extra = ""
         if self.assets is not None:
             image, extra = self._decorate(image, self.assets.cycle_index(index))
-        from studio.core.timecode import timecode
+        from studio.core.media.timecode import timecode
 
         during = " · while rendering" if self.current is not None else ""
         if self.current is not None:
@@ -660,7 +660,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.queued_box = box
         box.open()
 
-    def closeEvent(self, event) -> None:
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         if self.current is not None and not getattr(self, "_close_confirmed", False):
             from PySide6.QtWidgets import QMessageBox
 
@@ -695,6 +695,6 @@ def _short(text: str, limit: int = 90) -> str:
 
 
 def _icon(name: str) -> str:
-    from studio.core.paths import repo_resources
+    from studio.core.store.paths import repo_resources
 
     return str(repo_resources() / "icons" / f"{name}.svg")

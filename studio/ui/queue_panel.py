@@ -220,7 +220,7 @@ class QueuePanel(QWidget):
         if avatar not in self._thumbs:
             icon = None
             try:
-                from studio.core.avatar import library_dir
+                from studio.core.avatars.library import library_dir
 
                 path = library_dir() / avatar / "thumbnail.png" if "/" not in avatar else None
                 if path is not None and path.exists():
@@ -235,7 +235,7 @@ class QueuePanel(QWidget):
 
     def _duration(self, job) -> str:
         """The clip's (or the in/out range's) length as HH:MM:SS:FF."""
-        from studio.core.timecode import timecode
+        from studio.core.media.timecode import timecode
 
         frames = (job.settings or {}).get("frames")
         if frames:
@@ -244,7 +244,7 @@ class QueuePanel(QWidget):
             return timecode(int(job.result["frames"]))
         if job.audio not in self._durations:
             try:
-                from studio.core.audio import probe
+                from studio.core.media.audio import probe
 
                 self._durations[job.audio] = timecode(probe(job.audio).frames)
             except Exception:  # noqa: BLE001 - a missing file: the job says so when it runs

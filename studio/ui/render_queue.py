@@ -208,7 +208,7 @@ class RenderQueue(QObject):
 
     def _preview(self, image, index: int) -> None:
         if self.current is not None:
-            from studio.core.timecode import timecode
+            from studio.core.media.timecode import timecode
 
             self.previewFrame.emit(image, f"rendering · {timecode(index)} · frame {index} · {index / FPS:.2f} s", index)
 

@@ -6,7 +6,7 @@ downsampling and clip-to-view, so a one-hour file pans smoothly. Silent spans ar
 ``LinearRegionItem``s (a shaded step curve past ``MAX_REGIONS`` spans). Moving the threshold line
 (or typing in the number field beside it) recomputes the mask at once. A click anywhere on the
 waveform, the RMS plot or the time ruler moves the playhead there; so does dragging the playhead,
-typing a timecode in the timecode field (see ``studio.core.timecode``) or the transport keys the
+typing a timecode in the timecode field (see ``studio.core.media.timecode``) or the transport keys the
 main window binds. The playhead always sits on the start of a frame and emits
 ``playheadMoved(seconds)``.
 
@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, FPS
-from studio.core.timecode import JUMP_HELP, parse_jump, seconds_text, timecode
+from studio.core.media.timecode import JUMP_HELP, parse_jump, seconds_text, timecode
 from studio.ui.widgets import ElidedLabel
 
 MAX_REGIONS = 400
@@ -228,7 +228,7 @@ class TimelineView(QWidget):
     @property
     def frame(self) -> int:
         """The playhead's frame."""
-        from studio.core.render import frame_index
+        from studio.core.render.plan import frame_index
 
         return frame_index(self.position)
 
@@ -261,7 +261,7 @@ class TimelineView(QWidget):
         self._recompute()
 
     def set_playhead(self, seconds: float, emit: bool = True) -> None:
-        from studio.core.render import frame_index
+        from studio.core.render.plan import frame_index
 
         last = max(0, self.frames - 1)
         frame = min(max(0, frame_index(max(0.0, seconds) + 1e-9)), last)
@@ -359,7 +359,7 @@ class TimelineView(QWidget):
 
     @property
     def silent_spans(self) -> list[tuple[int, int]]:
-        from studio.core.audio import runs
+        from studio.core.media.audio import runs
 
         return runs(self.mask) if self.mask is not None else []
 
@@ -382,7 +382,7 @@ class TimelineView(QWidget):
         self.wave_plot.setXRange(-pad, duration + pad, padding=0)
 
     def _time_caption(self, seconds: float) -> str:
-        from studio.core.render import frame_index
+        from studio.core.render.plan import frame_index
 
         total = self.frames
         return f"frame {frame_index(seconds + 1e-9)} / {total}" if total else f"frame {frame_index(seconds + 1e-9)}"

@@ -40,6 +40,7 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from served import Server  # noqa: E402 - the tests' real-server helper (127.0.0.1, free port)
+
 DEMO = ROOT / "resources" / "demo"
 FINAL = ("done", "failed", "cancelled", "interrupted")
 

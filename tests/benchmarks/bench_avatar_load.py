@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_avatar_load.py [--seconds 10] [--size 1920x1080] [--keep]
 
 Makes a real H.264 video (the astronaut photo under a slow virtual camera), prepares it with
-``studio.core.avatar.prepare`` in a temporary data folder, then times:
+``studio.core.avatars.library.prepare`` in a temporary data folder, then times:
 
 * ``load(name)``: metadata, header/size/checksum checks, every array memory-mapped;
 * ``resolve(path)``: the same avatar reached through its source path (adds the source check);
@@ -80,7 +80,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="bench_avatar_"))
     os.environ["STUDIO_HOME"] = str(work / "home")
-    from studio.core import avatar
+    from studio.core.avatars import library as avatar
 
     src = work / "presenter.mp4"
     t = time.perf_counter()
@@ -139,7 +139,7 @@ def main() -> int:
 
 def bench_verify(avatar, folder: Path, repeat: int) -> list[str]:
     """The cost of the block checksums: cold (first read in a process) and warm (checked before)."""
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     med = statistics.median
     out = []

@@ -41,13 +41,14 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("STUDIO_HOME", tmp)
+        import classic_v1
         import torch
 
-        from studio.core import avatar as avatar_mod
+        from studio.core.avatars import library as avatar_mod
         from studio.core.engines.classic import ClassicEngine
-        from studio.core.paths import repo_resources
-        from studio.core.render import Renderer, RenderSettings
-        import classic_v1
+        from studio.core.render.renderer import Renderer
+        from studio.core.settings import RenderSettings
+        from studio.core.store.paths import repo_resources
 
         demo = repo_resources() / "demo"
         data, rate = sf.read(demo / "voiceover.flac", dtype="float32")

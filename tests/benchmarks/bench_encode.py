@@ -22,8 +22,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from studio.core.composite import Compositor, rgb_to_nv12  # noqa: E402
-from studio.core.encode import open_video  # noqa: E402
+from studio.core.media.writer import open_video
+from studio.core.render.composite import Compositor, rgb_to_nv12
 
 
 def synthetic_clip(n: int, w: int, h: int, seed: int = 0) -> np.ndarray:

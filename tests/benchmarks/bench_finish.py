@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from studio.core.composite import rgb_to_nv12  # noqa: E402
-from studio.core.encode import VideoWriter, open_video, rolling_chunks  # noqa: E402
-from studio.core.render import stripes  # noqa: E402
+from studio.core.media.writer import VideoWriter, open_video, rolling_chunks
+from studio.core.render.composite import rgb_to_nv12
+from studio.core.render.plan import stripes
 
 
 def run(mode: str, nv12: np.ndarray, frames: int, w: int, h: int, workers: int, audio: Path, folder: str) -> dict:

@@ -146,7 +146,7 @@ def main() -> None:
 
     import torch
 
-    from studio.core import random_models as rm
+    from studio.core.engines import random_models as rm
 
     torch.set_num_threads(args.threads)
     rows = [("import (after torch)", imp["diffusers"]["import_s"], imp["nets"]["import_s"], "")]

@@ -24,10 +24,11 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("STUDIO_HOME", tmp)
-        from studio.core import avatar as avatar_mod
+        from studio.core.avatars import library as avatar_mod
         from studio.core.engines import select_engine
-        from studio.core.paths import repo_resources
-        from studio.core.render import Renderer, RenderSettings
+        from studio.core.render.renderer import Renderer
+        from studio.core.settings import RenderSettings
+        from studio.core.store.paths import repo_resources
 
         demo = repo_resources() / "demo"
         data, rate = sf.read(demo / "voiceover.flac", dtype="float32")

@@ -27,7 +27,7 @@ def best_of(fn, n=200) -> tuple[float, float]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as home:
         os.environ["STUDIO_HOME"] = home
-        from studio.core import fsutil
+        from studio.core.store import fsutil
 
         print(f"sweep, no records folder:     best {best_of(fsutil.sweep_dead_temps)[0]:.3f} ms, "
               f"median {best_of(fsutil.sweep_dead_temps)[1]:.3f} ms")

@@ -80,8 +80,8 @@ def bench_device(folder: Path, samples: np.ndarray, device: str, repeat: int) ->
     from transformers import WhisperConfig, WhisperFeatureExtractor
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
-    from studio.core import models
     from studio.core.engines.whisper_features import WhisperFeatures
+    from studio.core.store import models
 
     dev = torch.device(device)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
@@ -121,7 +121,7 @@ def main() -> None:
     import torch
     from conftest import speechlike
 
-    from studio.core.random_models import write_whisper
+    from studio.core.engines.random_models import write_whisper
 
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     devices = [d for d in devices if d != "cuda" or torch.cuda.is_available()]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from studio.core.constants import FACE_SIZE, FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
+from studio.core.constants import FACE_SIZE, SAMPLE_RATE, SAMPLES_PER_FRAME
 from studio.core.devices import to_device
 from studio.core.engines.base import LipSyncEngine
 

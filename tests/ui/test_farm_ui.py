@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
 
-from studio.core import jobs
+from studio.core.store import jobs
 from studio.ui.queue_panel import ID_COL, NOTE_COL, STATE_COL
 from studio.ui.render_panel import TARGETS
 
@@ -27,7 +27,7 @@ def cluster(tmp_path_factory):
     """A local Ray cluster with 2 CPU slots (its address); its workers' data folder is the module's own."""
     ray = pytest.importorskip("ray", reason=NEEDS_RAY)
 
-    from studio.core.farm import init_ray
+    from studio.core.scale.farm import init_ray
 
     home = tmp_path_factory.mktemp("farm_ui_home")
     old = os.environ.get("STUDIO_HOME"), os.environ.get("RAY_ADDRESS")

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from conftest import DEMO_AUDIO, ROOT
 from PySide6.QtCore import Qt
 from ui_helpers import window  # noqa: F401 (fixture)
 
-from conftest import DEMO_AUDIO, ROOT
-from studio.core import jobs
+from studio.core.store import jobs
 
 
 def studio(*args):
@@ -64,7 +64,7 @@ def test_queue_draft_with_nothing_selected_says_why(window, qtbot):
 
 
 def test_a_damaged_row_is_shown_damaged_and_can_be_removed(qtbot, studio_home, tmp_path):
-    from studio.core.jobs import JobStore
+    from studio.core.store.jobs import JobStore
     from studio.ui.app import create_app
     from studio.ui.main_window import MainWindow
 
@@ -108,7 +108,7 @@ def test_a_damaged_store_is_said_in_the_window(qtbot, studio_home):
 def test_scrubbing_during_a_render_shows_the_exact_frame(window, qtbot, tmp_path):
     from ui_helpers import clip, load_demo
 
-    from studio.core.render import Renderer
+    from studio.core.render.renderer import Renderer
 
     load_demo(window, qtbot, audio=clip(tmp_path, 10.0, "long.wav"))
     p = window.render_panel

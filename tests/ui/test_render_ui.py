@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import Qt, QTimer
 from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
 
-from studio.core import jobs
+from studio.core.store import jobs
 
 
 def _fast(window, tmp_path):
@@ -105,7 +105,7 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
 
     from PySide6.QtWidgets import QMessageBox
 
-    from studio.core.jobs import JobStore
+    from studio.core.store.jobs import JobStore
     from studio.ui.app import create_app
     from studio.ui.main_window import MainWindow
 
@@ -114,7 +114,7 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
     draft = store.add("astronaut", "/x/b.flac", {"engine": "classic"}, "/tmp/b.mp4", state=jobs.DRAFT)
     waiting = store.add("astronaut", "/x/c.flac", {"engine": "classic"}, "/tmp/c.mp4")
     # another Studio process takes the first job and is killed mid-render
-    code = ("import os, signal, sys; from studio.core.jobs import JobStore; "
+    code = ("import os, signal, sys; from studio.core.store.jobs import JobStore; "
             "JobStore(sys.argv[1]).claim_next(); os.kill(os.getpid(), signal.SIGKILL)")
     r = subprocess.run([sys.executable, "-c", code, str(store.path)], env=dict(os.environ))
     assert r.returncode == -signal.SIGKILL
@@ -156,7 +156,7 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
 def test_closing_during_a_render_asks_leaves_no_file_and_the_job_comes_back_interrupted(window, qtbot, tmp_path):
     from PySide6.QtWidgets import QMessageBox
 
-    from studio.core.jobs import JobStore
+    from studio.core.store.jobs import JobStore
 
     job_id, output = _start_long_render(window, qtbot, tmp_path)
     window.close()  # asks first

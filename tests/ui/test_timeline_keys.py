@@ -13,7 +13,7 @@ from studio.core.constants import FPS
 
 
 @pytest.fixture
-def timeline_window(window, qtbot, tmp_path):  # noqa: F811
+def timeline_window(window, qtbot, tmp_path):
     """The window with a 6 s voice-over (no avatar: the keys and clicks need only the timeline)."""
     window.resize(1600, 1000)  # the offscreen screen is 800x600: give the plots a real width
     with qtbot.waitSignal(window.analysisReady, timeout=30_000):

@@ -99,7 +99,7 @@ def test_the_playhead_previews_the_exact_frame_for_its_time(window, qtbot, tmp_p
     assert window.preview.current_index == 80
     assert "frame 80" in window.preview.caption.text()
 
-    from studio.core.render import Renderer
+    from studio.core.render.renderer import Renderer
 
     expected = Renderer("astronaut", str(audio), window.render_panel.render_settings()).frame(80)
     np.testing.assert_array_equal(window.preview.current_image, expected)
@@ -232,9 +232,8 @@ def test_uncaught_errors_are_logged_and_shown_as_one_line(window, studio_home):
 
 def test_a_video_avatar_imports_through_the_progress_dialog(window, qtbot, tmp_path):
     import av
-    from PIL import Image
-
     from conftest import DEMO_AVATAR
+    from PIL import Image
 
     face = np.asarray(Image.open(DEMO_AVATAR).convert("RGB").resize((256, 256)))
     path = tmp_path / "presenter.mp4"

@@ -40,7 +40,7 @@ def source_kind(path: Path) -> str:
             if container.streams.video:
                 next(container.decode(video=0))  # garbage often probes as something; it never decodes
                 return "video"
-    except Exception:  # PyAV raises FFmpegError subclasses (InvalidDataError, ...), StopIteration
+    except Exception:  # noqa: BLE001 - PyAV raises FFmpegError subclasses (InvalidDataError, ...), StopIteration
         pass
     raise AvatarError(f"{path}: not an image or video Studio can read (or the file is corrupt); give {SOURCE_HELP}")
 
@@ -98,7 +98,7 @@ class VideoReader:
                 # says it): its duration, else its frame count at its rate
                 own = float(s.duration * s.time_base) if s.duration else (
                     s.frames / self.source_fps if s.frames and self.source_fps else None)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
             raise AvatarError(f"{path}: the video cannot be opened ({exc}); re-encode it as H.264 MP4") from None
         span = None if dur is None else (min(dur, self.end) if self.end else dur) - self.start
         if span is not None and span <= 0:

@@ -19,8 +19,8 @@ import logging
 
 import numpy as np
 
-from studio.core.devices import to_device
 from studio.core.constants import FACE_SIZE
+from studio.core.devices import to_device
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from studio.core.errors import AudioError
-from studio.core.x264_pool import REC
+from studio.core.media.x264_pool import REC
 
 AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000)
 BT709, RANGE_MPEG = 1, 1  # AVCOL_PRI/TRC/SPC_BT709 and AVCOL_RANGE_MPEG (limited)
@@ -31,13 +31,13 @@ def probe_nvenc() -> tuple[bool, str]:
     """(available, why): NVENC counts as available only when an encode session really opens."""
     try:
         import PyNvVideoCodec as nvc  # noqa: N813
-    except Exception as exc:  # ImportError, or OSError for a missing libnvidia-encode.so.1
+    except Exception as exc:  # noqa: BLE001 - ImportError, or OSError for a missing libnvidia-encode.so.1
         return False, f"PyNvVideoCodec cannot be imported ({type(exc).__name__}: {exc})"
     try:
         enc = nvc.CreateEncoder(256, 256, "NV12", True, codec="h264")
         enc.EndEncode()
         del enc
-    except Exception as exc:  # PyNvVCException on GPUs without NVENC (H100/H200)
+    except Exception as exc:  # noqa: BLE001 - PyNvVCException on GPUs without NVENC (H100/H200)
         return False, f"NVENC session cannot be opened ({type(exc).__name__}: {exc})"
     return True, "NVENC session opened"
 
@@ -106,7 +106,7 @@ class HookedFile:
     """A binary file whose writes first call ``hook(nbytes)`` (to simulate a full disk)."""
 
     def __init__(self, path, mode, hook):
-        self._f = open(path, mode)  # noqa: SIM115 - closed by the owner
+        self._f = open(path, mode)
         self._hook = hook
         self.name = str(path)
 
@@ -246,7 +246,7 @@ class AudioSource:
 
         if self._reader is None:
             try:
-                self._reader = open(self._remote[1], "rb")  # noqa: SIM115 - closed in close()
+                self._reader = open(self._remote[1], "rb")
             except FileNotFoundError:  # the worker has not started on it yet
                 return None
         f = self._reader

@@ -46,11 +46,11 @@ import numpy as np
 
 from studio.core.constants import FPS
 from studio.core.errors import RenderError
-from studio.core.fsutil import atomic_path, register_temp, release_temp, temp_dir
-from studio.core.encoders import (  # noqa: F401 - probe_nvenc is part of this module's API
+from studio.core.media.encoders import (
     BT709 as _BT709,
+)
+from studio.core.media.encoders import (
     ELEMENTARY,
-    RANGE_MPEG as _RANGE_MPEG,
     AudioSource,
     HookedFile,
     PacketFile,
@@ -60,6 +60,10 @@ from studio.core.encoders import (  # noqa: F401 - probe_nvenc is part of this m
     probe_nvenc,
     read_packets,
 )
+from studio.core.media.encoders import (
+    RANGE_MPEG as _RANGE_MPEG,
+)
+from studio.core.store.fsutil import atomic_path, register_temp, release_temp, temp_dir
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +135,9 @@ def rolling_chunks(total: int, lanes: int, max_frames: int = ROLL_FRAMES) -> lis
 def check_output(path) -> Path:
     """Raise RenderError unless ``path``'s folder exists and accepts new files (nothing is left).
 
-    The folder half of ``studio.core.outputs.check_output`` (which also refuses an output that is
+    The folder half of ``studio.core.store.outputs.check_output`` (which also refuses an output that is
     an input, a folder or a wrong extension)."""
-    from studio.core.outputs import check_folder
+    from studio.core.store.outputs import check_folder
 
     return check_folder(path)
 
@@ -279,7 +283,7 @@ class VideoWriter:
     def _gpu_nv12(self, frames):
         import torch
 
-        from studio.core.composite import pad_even, rgb_to_nv12
+        from studio.core.render.composite import pad_even, rgb_to_nv12
 
         if frames.ndim == 4:
             frames = rgb_to_nv12(pad_even(frames))
@@ -404,7 +408,7 @@ class VideoWriter:
         if kind in ELEMENTARY:
             try:
                 enc = ELEMENTARY[kind](self.enc_width, self.enc_height, self.fps, self._crf, self._preset)
-            except Exception as exc:  # the probe's session opened, this one did not (busy, size...)
+            except Exception as exc:  # noqa: BLE001 - the probe's session opened, this one did not (busy, size...)
                 self.name = "libx264"
                 self.reason = f"NVENC unavailable: {type(exc).__name__}: {exc}; using libx264"
                 self.chunks, self.window = [(0, self.chunks[-1][1])], 1
@@ -467,7 +471,7 @@ class VideoWriter:
                 ch.spill = self.spill_dir / f"chunk{k:05d}.rec"
             self._chunks.append(ch)
         if self._procs:  # PyAV holds the GIL while x264 encodes: one process per lane (x264_pool)
-            from studio.core.x264_pool import audio_worker, worker_pool
+            from studio.core.media.x264_pool import audio_worker, worker_pool
 
             self._workers = worker_pool(self.window)
             for ch in self._chunks[: self.window]:  # the first encoders open at once; their headers are
@@ -499,7 +503,7 @@ class VideoWriter:
         import av
 
         if self._procs:
-            from studio.core.x264_pool import ProcessEncoder
+            from studio.core.media.x264_pool import ProcessEncoder
 
             ch.encoder = ProcessEncoder(self._workers[ch.k % self.window], self.enc_width, self.enc_height,
                                         self.fps, self._crf, self._preset, path=ch.spill,
@@ -538,7 +542,7 @@ class VideoWriter:
 
     def _encode_lane(self, lane: _Lane) -> None:
         """One lane: its chunks in turn, each flushed (and handed to the mux) before the next opens."""
-        from studio.core.composite import pad_even, rgb_to_nv12
+        from studio.core.render.composite import pad_even, rgb_to_nv12
 
         buf = None  # one NV12 frame, reused (the encoders copy their input)
         stream = None
@@ -666,7 +670,7 @@ class VideoWriter:
     def _as_host_frames(self, frames):
         if hasattr(frames, "detach"):  # torch
             if frames.ndim == 4 and frames.device.type != "cpu":
-                from studio.core.composite import pad_even, rgb_to_nv12
+                from studio.core.render.composite import pad_even, rgb_to_nv12
 
                 frames = rgb_to_nv12(pad_even(frames))  # on the GPU: 2x less to copy, no CPU work
             frames = frames.detach().cpu().numpy()
@@ -778,7 +782,7 @@ def _changing_rects(changing, width: int, height: int):
         return None
     arr = np.asarray(changing)
     if arr.ndim == 2 and arr.dtype == bool:
-        from studio.core.hints import mask_rects
+        from studio.core.media.hints import mask_rects
 
         rects = mask_rects(arr, width, height)
         return tuple(rects) if rects else None

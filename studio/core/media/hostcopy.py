@@ -49,7 +49,7 @@ class CopyThread:
 
         import torch
 
-        from studio.core.composite import pad_even, rgb_to_nv12
+        from studio.core.render.composite import pad_even, rgb_to_nv12
 
         self._raise()
         nv12 = frames if frames.ndim == 3 else rgb_to_nv12(pad_even(frames))
@@ -97,7 +97,7 @@ class CopyThread:
     def _loop(self) -> None:
         import torch
 
-        from studio.core.x264_pool import wait_blocking
+        from studio.core.media.x264_pool import wait_blocking
 
         try:
             while (item := self.q.get()) is not None:

@@ -66,7 +66,8 @@ class DeviceRender:
 
     def __init__(self, avatar, audio, settings=None, *, devices=None, engines=None):
         from studio.core.engines.runtime_torch import resolve_device
-        from studio.core.render import Renderer, RenderSettings
+        from studio.core.render.renderer import Renderer
+        from studio.core.settings import RenderSettings
 
         self.settings = settings or RenderSettings()
         self.audio = str(audio)
@@ -101,8 +102,8 @@ class DeviceRender:
         return self.result
 
     def run(self, output) -> Iterator:
-        from studio.core.encode import open_video
-        from studio.core.render import RenderProgress, RenderResult
+        from studio.core.media.writer import open_video
+        from studio.core.render.renderer import RenderProgress, RenderResult
 
         self.result = None
         renderers = self.renderers
@@ -118,7 +119,7 @@ class DeviceRender:
         for r in renderers[1:]:  # share the loaded avatar and audio (plans are equal)
             r._avatar, r._wave, r._plan = first.avatar, first.wave, first.plan
         s = self.settings
-        from studio.core.hints import changing_region
+        from studio.core.media.hints import changing_region
 
         writer = open_video(output, a.width, a.height, audio=self.audio, encoder=s.encoder, crf=s.crf,
                             preset=s.preset, fps=FPS, total_frames=T,
@@ -179,7 +180,7 @@ class DeviceRender:
 
 def _device_loop(renderer, chunks, writer, stop: threading.Event, events: queue.Queue) -> None:
     """One device's part: striped batches over its chunks, written as they come."""
-    from studio.core.render import stripes
+    from studio.core.render.plan import stripes
 
     try:
         dev = renderer.engine.device

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from studio.core.errors import ModelError
-from studio.core.fsutil import atomic_path, atomic_write_bytes, file_sha256
-from studio.core.paths import sub_dir
+from studio.core.store.fsutil import atomic_path, atomic_write_bytes, file_sha256
+from studio.core.store.paths import sub_dir
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,7 @@ def build_module(kind: str, config: dict, cfg_path: Path | None = None, device: 
                 raise ValueError(kind)
     except ModelError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         raise ModelError(f"{where}: not a valid {KIND_NAMES[kind]} config ({_short(exc)})") from None
     if kind == "unet" and (module.config.in_channels != 8 or module.config.out_channels != 4):
         raise ModelError(
@@ -340,7 +340,7 @@ def read_state_dict(path: Path, mmap: bool = True) -> dict:
             if not mmap or "mmap" not in str(exc):
                 raise
             obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         raise ModelError(
             f"{path}: cannot be read ({_short(exc)}); the file is truncated or corrupt, copy it again"
         ) from None
@@ -361,7 +361,7 @@ def read_shapes(path: Path) -> dict[str, tuple]:
 
             with safe_open(str(path), framework="pt") as fh:
                 return {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
             raise ModelError(
                 f"{path}: cannot be read ({_short(exc)}); the file is truncated or corrupt, copy it again"
             ) from None

@@ -12,7 +12,7 @@ the joined stream has frame t at pts t/25 exactly as a single-process render. Th
 frames are those of ``Renderer.iter_batches`` (bit for bit: each frame depends only on its index),
 and every segment uses the same encoder settings, so the stream headers agree and the join is a
 packet copy. ``render_chunked`` runs the chunks in local worker processes (no Ray); the Ray farm
-(``studio.core.farm``) uses the same three functions on remote workers.
+(``studio.core.scale.farm``) uses the same three functions on remote workers.
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def render_segment(renderer, start: int, end: int, path, *, on_batch: Callable[[
     at 0. ``on_batch(frames)`` is called after each batch; ``should_stop()`` is checked between
     batches and raises ``Cancelled``. The file appears atomically (nothing is left on failure).
     """
-    from studio.core.encode import open_video
-    from studio.core.render import stripes
+    from studio.core.media.writer import open_video
+    from studio.core.render.plan import stripes
 
     plan = renderer.plan
     if not 0 <= start < end <= plan.frames:
@@ -103,8 +103,8 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     """
     import av
 
-    from studio.core.encoders import AudioSource  # the single-process writer's AAC muxer
-    from studio.core.fsutil import atomic_path
+    from studio.core.media.encoders import AudioSource  # the single-process writer's AAC muxer
+    from studio.core.store.fsutil import atomic_path
 
     segments = sorted(segments, key=lambda s: s[0])
     expect = 0
@@ -120,7 +120,7 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
         with atomic_path(output, suffix=".mp4") as tmp:
             _join(av, segments, tmp, src, fps)
     except OSError as exc:  # a full disk: one sentence naming the folder, not a traceback
-        from studio.core.encode import _disk_error
+        from studio.core.media.writer import _disk_error
 
         raise _disk_error(exc, output) from exc
     finally:
@@ -143,9 +143,10 @@ def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, wor
     import queue
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    from studio.core.encode import check_output
-    from studio.core.fsutil import release_temp, temp_dir
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.media.writer import check_output
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
+    from studio.core.store.fsutil import release_temp, temp_dir
 
     settings = settings or RenderSettings()
     t0 = time.perf_counter()
@@ -208,7 +209,7 @@ def avatar_reference(assets) -> tuple[str, str]:
 
 def open_avatar(ref: tuple[str, str]):
     """The ``AvatarAssets`` of ``avatar_reference`` (memory-mapped from the same folder)."""
-    from studio.core import avatar as avatar_mod
+    from studio.core.avatars import library as avatar_mod
 
     folder, name = ref
     return avatar_mod._load_folder(Path(folder), name)  # no public loader by folder yet
@@ -331,7 +332,7 @@ def _child_init(q, stop, workers: int, parent_pid: int | None = None) -> None:
 
 
 def _child_render(avatar_ref, audio, settings, start, end, path):
-    from studio.core.render import Renderer
+    from studio.core.render.renderer import Renderer
 
     renderer = Renderer(open_avatar(avatar_ref), audio, settings)
     t0, done = time.perf_counter(), 0

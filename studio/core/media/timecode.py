@@ -18,7 +18,7 @@ Hand-written because the rules are Premiere Pro's timecode field's, which no lib
   = one second back).
 - Fields overflow as Premiere's do: ``1:30`` is 1 s + 30 f = 2 s 5 f.
 
-Frame ``t`` starts at ``t / FPS`` seconds (see ``studio.core.render.frame_index``).
+Frame ``t`` starts at ``t / FPS`` seconds (see ``studio.core.render.plan.frame_index``).
 """
 
 from __future__ import annotations

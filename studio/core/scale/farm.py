@@ -31,8 +31,8 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from studio.core.chunks import ChunkedProgress, avatar_reference, join_segments, render_segment, split
 from studio.core.errors import Cancelled, RenderError, StudioError
+from studio.core.scale.chunks import ChunkedProgress, avatar_reference, join_segments, render_segment, split
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +187,9 @@ class Farm:
         """
         import ray
 
-        from studio.core.encode import check_output
-        from studio.core.render import Renderer, RenderResult, RenderSettings
+        from studio.core.media.writer import check_output
+        from studio.core.render.renderer import Renderer, RenderResult
+        from studio.core.settings import RenderSettings
 
         settings = settings or RenderSettings()
         self._cancel.clear()
@@ -239,7 +240,7 @@ class Farm:
                         raise RenderError(f"Chunk {a}..{b} failed on worker {label}: {cause or exc}.") from exc
                 try:
                     done, per_worker = ray.get(self._board.poll.remote(job["id"]))
-                except Exception as exc:  # noqa: BLE001 - the node went away (e.g. `studio farm down`)
+                except Exception as exc:
                     raise RenderError(f"The farm stopped answering during the job ({type(exc).__name__}): "
                                       "check `studio farm status` and render again.") from exc
                 elapsed = time.perf_counter() - t0
@@ -378,8 +379,8 @@ def _local_avatar(spec: dict):
     """``(assets, fetched)``: the shipped avatar on this node: the driver's folder when this node
     shares it, else a node-local copy made once from the object store (``fetched`` = 1 then) and
     reused by every worker and job here."""
-    from studio.core.chunks import open_avatar
-    from studio.core.paths import sub_dir
+    from studio.core.scale.chunks import open_avatar
+    from studio.core.store.paths import sub_dir
 
     src = Path(spec["folder"])
     meta = src / "meta.json"
@@ -406,14 +407,14 @@ def _local_avatar(spec: dict):
 
 
 def _local_file(spec: dict) -> str:
-    from studio.core.paths import sub_dir
+    from studio.core.store.paths import sub_dir
 
     suffix = Path(spec["name"]).suffix
     dest = sub_dir("cache/farm/audio") / f"{spec['key']}{suffix}"
     if not dest.is_file():
         import ray
 
-        from studio.core.fsutil import atomic_write_bytes
+        from studio.core.store.fsutil import atomic_write_bytes
 
         atomic_write_bytes(dest, ray.get(spec["data"][0]))
     return str(dest)
@@ -492,7 +493,7 @@ class _Worker:
         return start, end, data, info
 
     def _renderer(self, job: dict):
-        from studio.core.render import Renderer
+        from studio.core.render.renderer import Renderer
 
         if job["id"] in self.jobs:
             return self.jobs[job["id"]]

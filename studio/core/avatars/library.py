@@ -44,9 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.core import faces
-from studio.core.avatar_check import CheckedArray, block_spec, decode_sums
-from studio.core.avatar_sources import SOURCE_HELP, VideoReader, fit_photo, read_image, source_kind
+from studio.core.avatars import faces
+from studio.core.avatars.checksums import CheckedArray, block_spec, decode_sums
+from studio.core.avatars.sources import SOURCE_HELP, VideoReader, fit_photo, read_image, source_kind
 from studio.core.constants import FACE_SIZE, FPS
 from studio.core.errors import AvatarError
 
@@ -197,7 +197,7 @@ def prepare(name: str, source: str | os.PathLike, params: AvatarParams = AvatarP
     folder = library_dir() / name
     if (folder / "meta.json").exists() and not force:
         raise AvatarError(f"an avatar named '{name}' already exists; pick another name or pass --force to replace it")
-    from studio.core.fsutil import file_sha256, quick_file_key
+    from studio.core.store.fsutil import file_sha256, quick_file_key
 
     return _build(folder, name, src, file_sha256(src), quick_file_key(src), params, progress)
 
@@ -235,8 +235,8 @@ def resolve(name_or_path: str | os.PathLike, params: AvatarParams | None = None,
     params = (params or AvatarParams()).check()
     import hashlib
 
-    from studio.core.fsutil import file_sha256, quick_file_key
-    from studio.core.paths import sub_dir
+    from studio.core.store.fsutil import file_sha256, quick_file_key
+    from studio.core.store.paths import sub_dir
 
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", src.stem)[:40] or "avatar"
     folder = sub_dir("cache/avatars") / f"{stem}-{hashlib.sha256(str(src).encode()).hexdigest()[:12]}"
@@ -296,7 +296,7 @@ def overlay(assets: AvatarAssets, index: int = 0) -> np.ndarray:
 
 
 def library_dir() -> Path:
-    from studio.core.paths import sub_dir
+    from studio.core.store.paths import sub_dir
 
     return sub_dir("avatars")
 
@@ -414,7 +414,7 @@ def _full_problem(folder: Path, name: str, spec: dict, side: int) -> str | None:
         return str(exc)
     except ValueError as exc:
         return f"{name}.npy: {exc}"
-    from studio.core.avatar_check import block_checksums
+    from studio.core.avatars.checksums import block_checksums
 
     bad = np.flatnonzero(block_checksums(arr, rows) != sums)
     if len(bad):
@@ -535,7 +535,7 @@ def _upgrade(folder: Path, name: str, meta: dict) -> dict | None:
     except _Damaged as exc:
         log.warning("avatar '%s' cache is damaged (%s); rebuilding it", name, exc)
         return None
-    from studio.core.fsutil import atomic_write_bytes
+    from studio.core.store.fsutil import atomic_write_bytes
 
     meta = {**meta, "files": files, "schema_version": SCHEMA_VERSION}
     atomic_write_bytes(folder / "meta.json", json.dumps(meta, indent=1).encode())
@@ -725,7 +725,7 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
             raise AvatarError(f"{why} must be rebuilt, but its source {src or '(unknown)'} is gone; "
                               f"{_fix_hint(name, folder, None)}")
         if check_source:
-            from studio.core.fsutil import file_sha256, quick_file_key
+            from studio.core.store.fsutil import file_sha256, quick_file_key
 
             if file_sha256(source) != source_sha:
                 raise AvatarError(f"{why} must be rebuilt, but its source {source} is now a different file (its "
@@ -927,7 +927,7 @@ class _Builder:
         """The one place the build's temporaries are made: registered (``fsutil.temp_file``), so a
         killed build's are removed by the next ``studio`` command, and released once renamed in
         (``_commit``) or deleted (``discard``, on any exception)."""
-        from studio.core.fsutil import temp_file
+        from studio.core.store.fsutil import temp_file
 
         path = temp_file(self.folder, f".{name}.", ".tmp.npy")
         self.tmp[name] = path
@@ -938,7 +938,7 @@ class _Builder:
         self.a[name] = np.load(self.tmp[name], mmap_mode="r")
 
     def _commit(self, meta: dict, clear_engines: bool) -> None:
-        from studio.core.fsutil import atomic_write_bytes
+        from studio.core.store.fsutil import atomic_write_bytes
 
         files = dict(meta.get("files", {}))
         for name, tmp in self.tmp.items():
@@ -948,7 +948,7 @@ class _Builder:
         meta["files"] = files
         meta["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         meta.setdefault("created", meta["updated"])
-        from studio.core.fsutil import release_temp
+        from studio.core.store.fsutil import release_temp
 
         for name, tmp in self.tmp.items():
             os.replace(tmp, self.folder / f"{name}.npy")
@@ -961,7 +961,7 @@ class _Builder:
         atomic_write_bytes(self.folder / "meta.json", json.dumps(meta, indent=1).encode())
 
     def discard(self) -> None:
-        from studio.core.fsutil import release_temp
+        from studio.core.store.fsutil import release_temp
 
         self.a.clear()
         for tmp in self.tmp.values():
@@ -1013,7 +1013,7 @@ def _too_big(source: Path, limit: float, need: float | None = None, frames=None,
 def _write_thumbnail(path: Path, frames: np.ndarray, face_ok: np.ndarray) -> None:
     from PIL import Image
 
-    from studio.core.fsutil import atomic_path
+    from studio.core.store.fsutil import atomic_path
 
     ok = np.flatnonzero(np.asarray(face_ok))
     im = Image.fromarray(np.asarray(frames[int(ok[0]) if len(ok) else 0]))

@@ -133,7 +133,7 @@ def probe(path: str | os.PathLike) -> AudioInfo:
     try:
         with quiet_stderr():
             info = sf.info(str(p))
-    except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
+    except Exception as exc:  # noqa: BLE001 - soundfile raises LibsndfileError / RuntimeError / TypeError
         detail = _sf_detail(exc)
         raise AudioError(
             f"{p}: not an audio file Studio can read ({detail}); convert it to {SUPPORTED}"
@@ -246,7 +246,7 @@ def load(path: str | os.PathLike) -> Wave:
                 put(resampler.resample_chunk(mono) if resampler else mono)
             if resampler:
                 put(resampler.resample_chunk(np.zeros(0, np.float32), last=True))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         raise AudioError(
             f"{info.path}: the audio data is corrupt ({_sf_detail(exc)}); export the voice-over again"
         ) from None
@@ -393,12 +393,12 @@ def analyze(path: str | os.PathLike, use_cache: bool = True) -> AudioAnalysis:
                 meta = json.loads(str(z["meta"]))
                 if meta.get("version") == CACHE_VERSION and meta.get("info") == asdict(info):
                     return AudioAnalysis(info, z["rms"], z["env_min"], z["env_max"], int(meta["bucket"]), True)
-        except Exception as exc:  # a damaged cache is rebuilt, never trusted
+        except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt, never trusted
             log.warning("audio cache %s unreadable (%s); rebuilding", cache, exc)
     wave = load(path)
     result = analysis_of(wave)
     if cache is not None:
-        from studio.core.fsutil import atomic_path
+        from studio.core.store.fsutil import atomic_path
 
         meta = json.dumps({"version": CACHE_VERSION, "info": asdict(info), "bucket": result.bucket})
         try:
@@ -416,8 +416,8 @@ def analysis_of(wave: Wave) -> AudioAnalysis:
 
 def _cache_file(path: str | os.PathLike) -> Path | None:
     try:
-        from studio.core.fsutil import quick_file_key
-        from studio.core.paths import sub_dir
+        from studio.core.store.fsutil import quick_file_key
+        from studio.core.store.paths import sub_dir
 
         return sub_dir("cache/audio") / f"{quick_file_key(path)}.npz"
     except OSError:
