@@ -79,6 +79,8 @@ def speech_pause_speech(path: Path, first: float, pause: float, second: float, r
     """A 16-bit WAV: speech-like sound, a silent pause, speech again (seconds each)."""
     import soundfile as sf
 
-    x = np.concatenate([speechlike(first, rate, 1), np.zeros(int(pause * rate), np.float32), speechlike(second, rate, 2)])
+    x = np.concatenate(
+        [speechlike(first, rate, 1), np.zeros(int(pause * rate), np.float32), speechlike(second, rate, 2)]
+    )
     sf.write(path, x, rate, subtype="PCM_16")
     return path

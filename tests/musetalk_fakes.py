@@ -25,8 +25,9 @@ from studio.core.engines.random_models import (  # noqa: F401  (re-exported for 
 )
 
 
-def write_official_models(root: Path, v15: bool = True, v10: bool = False, vae_folder: str = "sd-vae",
-                          seed: int = 0) -> Path:
+def write_official_models(
+    root: Path, v15: bool = True, v10: bool = False, vae_folder: str = "sd-vae", seed: int = 0
+) -> Path:
     return rm.write_official_models(root, v15, v10, vae_folder, seed, tiny=True)
 
 

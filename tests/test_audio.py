@@ -206,8 +206,9 @@ def test_a_text_file_named_mp3_is_named_as_text_without_decoder_noise(tmp_path, 
     path = _write(tmp_path / "voice.mp3", b"Good evening, here is the news.\nLine two\n" * 3)
     with pytest.raises(AudioError) as err:
         audio.probe(path)
-    assert str(err.value) == (f"{path}: not an audio file (it looks like a text file); give the path of a "
-                              f"{audio.SUPPORTED} file")
+    assert str(err.value) == (
+        f"{path}: not an audio file (it looks like a text file); give the path of a {audio.SUPPORTED} file"
+    )
     assert capfd.readouterr().err == ""
 
 

@@ -105,11 +105,14 @@ def test_odd_sized_jpeg_photo_and_the_overlay(tmp_path):
         avatar.overlay(a, 1)
 
 
-@pytest.mark.parametrize("content, match", [
-    (b"just some text\n", "not an image or video"),
-    (None, "corrupt"),  # a truncated PNG
-    (b"", "empty"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b"just some text\n", "not an image or video"),
+        (None, "corrupt"),  # a truncated PNG
+        (b"", "empty"),
+    ],
+)
 def test_bad_sources_raise_one_sentence(tmp_path, content, match):
     src = tmp_path / "bad.png"
     src.write_bytes(DEMO_AVATAR.read_bytes()[:3000] if content is None else content)
@@ -321,6 +324,7 @@ def test_cancel_leaves_nothing_new_and_the_old_avatar_intact(pan_video):
         def progress(done, total, stage):
             if stage == stage_name and done == 10:
                 raise Cancelled("cancelled by the user")
+
         return progress
 
     with pytest.raises(Cancelled):
@@ -373,17 +377,20 @@ def test_cli_add_list_show_rm(capsys, tmp_path):
     assert rc == 0 and not (avatar.library_dir() / "demo").exists()
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["add", "x", "{tmp}/missing.png"], "no such file"),
-    (["add", "x", "{tmp}/notes.txt"], "not an image or video"),
-    (["add", "bad/name", "{demo}"], "not a valid avatar name"),
-    (["add", "x", "{demo}", "--smooth", "2"], "--smooth"),
-    (["add", "x", "{demo}", "--feather", "-1"], "--feather"),
-    (["add", "x", "{demo}", "--trim-start", "2", "--trim-end", "1"], "--trim-end"),
-    (["show", "ghost"], "no avatar named 'ghost'"),
-    (["show", "{demo}", "--overlay", "{tmp}/o.jpg"], ".png"),
-    (["rm", "ghost"], "no avatar named 'ghost'"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["add", "x", "{tmp}/missing.png"], "no such file"),
+        (["add", "x", "{tmp}/notes.txt"], "not an image or video"),
+        (["add", "bad/name", "{demo}"], "not a valid avatar name"),
+        (["add", "x", "{demo}", "--smooth", "2"], "--smooth"),
+        (["add", "x", "{demo}", "--feather", "-1"], "--feather"),
+        (["add", "x", "{demo}", "--trim-start", "2", "--trim-end", "1"], "--trim-end"),
+        (["show", "ghost"], "no avatar named 'ghost'"),
+        (["show", "{demo}", "--overlay", "{tmp}/o.jpg"], ".png"),
+        (["rm", "ghost"], "no avatar named 'ghost'"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(capsys, tmp_path, argv, needle):
     (tmp_path / "notes.txt").write_text("hello\n")
     argv = [a.format(tmp=tmp_path, demo=DEMO_AVATAR) for a in argv]
@@ -410,13 +417,16 @@ def _row_bytes(a, name):
     return int(np.prod(arr.shape[1:])) * arr.dtype.itemsize
 
 
-@pytest.mark.parametrize("name, read", [
-    ("frames", lambda a: np.array(a.frames[37])),           # what Compositor.background reads
-    ("crops", lambda a: np.asarray(a.crops)),               # what the engines' prepare reads
-    ("masks", lambda a: np.array(a.masks[30:40])),
-    ("landmarks", lambda a: np.asarray(a.landmarks, np.float32)),
-    ("crop_landmarks", lambda a: np.asarray(a.crop_landmarks)),
-])
+@pytest.mark.parametrize(
+    "name, read",
+    [
+        ("frames", lambda a: np.array(a.frames[37])),  # what Compositor.background reads
+        ("crops", lambda a: np.asarray(a.crops)),  # what the engines' prepare reads
+        ("masks", lambda a: np.array(a.masks[30:40])),
+        ("landmarks", lambda a: np.asarray(a.landmarks, np.float32)),
+        ("crop_landmarks", lambda a: np.asarray(a.crop_landmarks)),
+    ],
+)
 def test_damage_in_the_middle_of_a_big_array_is_caught_when_read_and_repaired(pan_video, caplog, name, read):
     from studio.core.avatars import checksums as avatar_check
 
@@ -513,13 +523,17 @@ def _edit_meta(folder, **changes):
     (folder / "meta.json").write_text(json.dumps(meta))
 
 
-@pytest.mark.parametrize("change, problem", [
-    ({"frames": 40}, "says 40 frames but records 75 rows"),
-    ({"files": []}, "lists no array files"),
-    ({"frames": "many"}, "meta.json says 'many' frames"),
-])
-def test_inconsistent_meta_json_is_listed_as_damaged_and_rebuilt_from_its_source(tmp_path, pan_video, caplog,
-                                                                                 change, problem):
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"frames": 40}, "says 40 frames but records 75 rows"),
+        ({"files": []}, "lists no array files"),
+        ({"frames": "many"}, "meta.json says 'many' frames"),
+    ],
+)
+def test_inconsistent_meta_json_is_listed_as_damaged_and_rebuilt_from_its_source(
+    tmp_path, pan_video, caplog, change, problem
+):
     src = tmp_path / "clip.mp4"
     shutil.copy(pan_video, src)
     a = avatar.prepare("meta", src)

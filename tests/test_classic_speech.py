@@ -16,8 +16,10 @@ from conftest import prepare_demo_avatar
 pytestmark = pytest.mark.skipif(not es.available(), reason="needs espeak-ng's library (Debian espeak-ng)")
 
 # bilabials inside phrases (not after a pause) and known vowels: open /a/, spread /i/, rounded /u/
-TEXT = ("Happy Bob maps a humble temple. Emma, my mom, ripped a rubber tube and a paper lamp. "
-        "Father saw a large car far away. Keep the cheese, see the sea. Blue moon, two shoes, soon.")
+TEXT = (
+    "Happy Bob maps a humble temple. Emma, my mom, ripped a rubber tube and a paper lamp. "
+    "Father saw a large car far away. Keep the cheese, see the sea. Blue moon, two shoes, soon."
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +52,9 @@ def closed(home, astro):
     from studio.core.render.composite import Compositor
 
     rig = rig_geometry(np.asarray(astro.crop_landmarks), astro.crops)
-    face = warp_mouth(torch.from_numpy(np.array(astro.crops[:1])), *rig.rows([0]),
-                      np.array([[0, 0, 1, 0, 0]], np.float32), "cpu")
+    face = warp_mouth(
+        torch.from_numpy(np.array(astro.crops[:1])), *rig.rows([0]), np.array([[0, 0, 1, 0, 0]], np.float32), "cpu"
+    )
     img = Compositor(astro.frames, astro.boxes, astro.masks).paste(face, [0], [1.0])[0].numpy()
     path = home / "closed.png"
     PIL.Image.fromarray(img).save(path)
@@ -222,8 +225,9 @@ def test_a_batch_gives_the_same_faces_as_one_at_a_time(astro, closed):
     moved = rows[0][:1].copy()
     moved[0, :2] += (40, 25)
     rows = [np.concatenate([rows[0], moved]), *(np.concatenate([r, r[:1]]) for r in rows[1:])]
-    params = np.array([[1, 0, 0, 0, 0], [0.3, -0.8, 0, 0, 0], [0, 0, 1, 0, 0], [0.2, 0.8, 0, 0.5, 0.3],
-                       [0.8, 1, 0, 0, 0]], np.float32)
+    params = np.array(
+        [[1, 0, 0, 0, 0], [0.3, -0.8, 0, 0, 0], [0, 0, 1, 0, 0], [0.2, 0.8, 0, 0.5, 0.3], [0.8, 1, 0, 0, 0]], np.float32
+    )
     batch = warp_mouth(crops, *rows, params, "cpu")
     for i in range(5):
         one = warp_mouth(crops[i : i + 1], *[r[i : i + 1] for r in rows], params[i : i + 1], "cpu")
@@ -244,8 +248,15 @@ def test_a_turned_closed_mouth_face_still_closes_and_opens(speech, closed, home)
     h, w = img.shape[:2]
     f, cx, a = 1.2 * w, 230.0, np.deg2rad(35)
     pts = np.float32([[0, 0], [w, 0], [w, h], [0, h]])
-    dst = np.float32([[cx + (x - cx) * np.cos(a) * f / (f + (x - cx) * np.sin(a)),
-                       h / 2 + (y - h / 2) * f / (f + (x - cx) * np.sin(a))] for x, y in pts])
+    dst = np.float32(
+        [
+            [
+                cx + (x - cx) * np.cos(a) * f / (f + (x - cx) * np.sin(a)),
+                h / 2 + (y - h / 2) * f / (f + (x - cx) * np.sin(a)),
+            ]
+            for x, y in pts
+        ]
+    )
     hom = np.vstack([cv2.getRotationMatrix2D((cx, 140), 12, 1.0), [0, 0, 1]]) @ cv2.getPerspectiveTransform(pts, dst)
     turned = cv2.warpPerspective(img, hom, (w, h), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE)
     path = home / "turned.png"
@@ -262,8 +273,13 @@ def test_a_turned_closed_mouth_face_still_closes_and_opens(speech, closed, home)
     wav, phonemes = speech
     plan, frames, gap, _ = _render_and_measure(av, wav)
     biggest = np.nanmax(gap)
-    shut = [np.nanmin(gap[s]) <= 0.15 * biggest for p in phonemes if p.name in es.BILABIAL
-            for s in [_frames_of(*es.closure_span(p), len(frames))] if s and plan.weight[s].max() > 0]
+    shut = [
+        np.nanmin(gap[s]) <= 0.15 * biggest
+        for p in phonemes
+        if p.name in es.BILABIAL
+        for s in [_frames_of(*es.closure_span(p), len(frames))]
+        if s and plan.weight[s].max() > 0
+    ]
     assert len(shut) >= 20 and np.mean(shut) >= 0.8
     opened = [gap[int((p.start + p.end) / 2 * 25)] for p in phonemes if p.name in es.OPEN]
     assert np.nanmean(opened) > 0.6 * biggest
@@ -291,8 +307,12 @@ def test_controls_stay_in_range_on_odd_input():
 
     rng = np.random.default_rng(3)
     t = np.arange(16_000) / 16_000
-    for x, frames in ((np.zeros(16_000, np.float32), 25), ((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 25),
-                      ((0.2 * rng.standard_normal(8_000)).astype(np.float32), 25), (np.zeros(0, np.float32), 3)):
+    for x, frames in (
+        (np.zeros(16_000, np.float32), 25),
+        ((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 25),
+        ((0.2 * rng.standard_normal(8_000)).astype(np.float32), 25),
+        (np.zeros(0, np.float32), 3),
+    ):
         c = mouth_controls(x, frames)
         assert len(c) == frames
         for v in (c.open, c.close, c.teeth, c.tuck):

@@ -30,7 +30,9 @@ def talking_frames(start: int, count: int, w: int = W, h: int = H) -> np.ndarray
         t = start + k
         cx, cy = w / 2 + 6 * np.sin(t / 9), h / 2 + 3 * np.cos(t / 7)
         head = np.exp(-(((x - cx) / (0.22 * w)) ** 2 + ((y - cy) / (0.3 * h)) ** 2))
-        mouth = np.exp(-(((x - cx) / (0.06 * w)) ** 2 + ((y - cy - 0.12 * h) / (0.01 * h + 0.02 * h * abs(np.sin(t / 3)))) ** 2))
+        mouth = np.exp(
+            -(((x - cx) / (0.06 * w)) ** 2 + ((y - cy - 0.12 * h) / (0.01 * h + 0.02 * h * abs(np.sin(t / 3)))) ** 2)
+        )
         bg = 60 + 30 * y / h
         lum = bg + 150 * head - 100 * mouth
         img = np.stack([lum + 20, lum, lum - 20 + 10 * x / w], -1)
@@ -314,8 +316,19 @@ def test_elementary_stream_path_used_by_nvenc_muxes_frames_and_audio(tmp_path, w
 
     monkeypatch.setitem(encode.ELEMENTARY, "annexb", _X264AnnexB)
     out = tmp_path / "nv.mp4"
-    with encode.VideoWriter(out, W, H, audio=wav, name="annexb h264", reason="stand-in", chunks=[(0, 60)],
-                            crf=20, preset="veryfast", fps=25, write_hook=None) as w:
+    with encode.VideoWriter(
+        out,
+        W,
+        H,
+        audio=wav,
+        name="annexb h264",
+        reason="stand-in",
+        chunks=[(0, 60)],
+        crf=20,
+        preset="veryfast",
+        fps=25,
+        write_hook=None,
+    ) as w:
         for s in range(0, 60, 12):
             w.write(talking_frames(s, 12))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nv.mp4", "voice.wav"]

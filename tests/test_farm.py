@@ -86,8 +86,11 @@ def decode(path):
 
 def same_video(got, want) -> bool:
     (g, ga), (w, wa) = got, want
-    return ga == wa == 1 and len(g) == len(w) == 75 and all(
-        x[0] == y[0] and np.array_equal(x[1], y[1]) for x, y in zip(g, w))
+    return (
+        ga == wa == 1
+        and len(g) == len(w) == 75
+        and all(x[0] == y[0] and np.array_equal(x[1], y[1]) for x, y in zip(g, w))
+    )
 
 
 def test_local_cluster_listens_on_loopback_only(farm):
@@ -172,7 +175,12 @@ def test_cli_farm_status_without_a_cluster_says_how_to_start_one(home, tmp_path)
     import sys
 
     env = {**os.environ, "STUDIO_HOME": str(home), "RAY_ADDRESS": ""}
-    r = subprocess.run([sys.executable, "-m", "studio", "farm", "status", "--address", "127.0.0.1:1"],
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "farm", "status", "--address", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("studio: error: ") and "studio farm up" in r.stderr

@@ -92,8 +92,9 @@ def test_an_encode_with_the_mask_decodes_like_one_without_and_is_not_larger(tmp_
     decoded = {}
     for name, hint in (("plain", None), ("hint", mask)):
         out = tmp_path / f"{name}.mp4"
-        with open_video(out, W, H, encoder="x264-parallel", workers=2, total_frames=n, changing=hint,
-                        preset="ultrafast") as wr:
+        with open_video(
+            out, W, H, encoder="x264-parallel", workers=2, total_frames=n, changing=hint, preset="ultrafast"
+        ) as wr:
             assert (wr.changing is None) == (hint is None) and (hint is None or len(wr.changing) >= 1)
             for idx in stripes(n, 8, wr.chunks, window=wr.window):
                 wr.write(nv12[idx], indices=idx)

@@ -92,9 +92,25 @@ def test_cli_gpus_without_enough_gpus_is_one_line_and_exit_2(tmp_path, voice):
 
     if torch.cuda.device_count() >= 64:
         pytest.skip("this machine has 64 GPUs")
-    r = subprocess.run([sys.executable, "-m", "studio", "render", "--avatar", "nobody", "--audio", str(voice),
-                        "-o", str(tmp_path / "o.mp4"),
-                        "--gpus", "64"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "studio",
+            "render",
+            "--avatar",
+            "nobody",
+            "--audio",
+            str(voice),
+            "-o",
+            str(tmp_path / "o.mp4"),
+            "--gpus",
+            "64",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2
     assert "--gpus 64: this machine has" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o.mp4").exists()

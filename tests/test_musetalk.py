@@ -91,8 +91,10 @@ def test_hidden_states_are_the_stacked_encoder_states_last_one_layer_normed(whis
     enc = whisper.encoder
     mel = whisper.log_mel([wave.samples])
     layer_out = []
-    hooks = [m.register_forward_hook(lambda m, i, o: layer_out.append(o[0] if isinstance(o, tuple) else o))
-             for m in enc.layers]
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: layer_out.append(o[0] if isinstance(o, tuple) else o))
+        for m in enc.layers
+    ]
     with torch.no_grad():
         enc(mel)
         emb = torch.nn.functional.gelu(enc.conv2(torch.nn.functional.gelu(enc.conv1(mel))))
@@ -119,7 +121,9 @@ def test_long_audio_is_cut_in_30_second_pieces(whisper, tmp_path):
 def test_features_cli_writes_the_t_50_width_array(official, tmp_path, whisper):
     wave = _wave(tmp_path, 0.97)
     out = tmp_path / "f.npy"
-    assert cli_main(["features", str(tmp_path / "v.wav"), "--whisper", str(official[0] / "whisper"), "-o", str(out)]) == 0
+    assert (
+        cli_main(["features", str(tmp_path / "v.wav"), "--whisper", str(official[0] / "whisper"), "-o", str(out)]) == 0
+    )
     arr = np.load(out)
     assert arr.shape == (math.ceil(0.97 * FPS), 50, WIDTH) == (25, 50, WIDTH)
     np.testing.assert_allclose(arr, whisper(wave).array(), atol=1e-6)
@@ -152,8 +156,9 @@ def test_folded_time_embedding_gives_the_same_unet_output(official):
     assert isinstance(unet.time_embedding, rt.ConstantEmbedding)
     torch.testing.assert_close(folded, ref, atol=1e-5, rtol=1e-5)
     assert ref.shape == (2, 4, 32, 32) and ref.abs().mean() > 0
-    half = models.load_module("unet", official[0] / "musetalkV15", official[0] / "musetalkV15" / "unet.pth",
-                              dtype=torch.bfloat16)
+    half = models.load_module(
+        "unet", official[0] / "musetalkV15", official[0] / "musetalkV15" / "unet.pth", dtype=torch.bfloat16
+    )
     want = half.time_embedding(half.time_proj(torch.zeros(1)).to(torch.bfloat16))
     rt.fold_time_embedding(half)
     assert half.time_embedding.emb.dtype == torch.bfloat16
@@ -292,7 +297,9 @@ def test_cuda_graph_buckets_match_eager_on_cuda(store, tmp_path):
         engine = MuseTalkEngine(device="cuda", precision="fp32", cuda_graphs=graphs, batch=8)
         prepared = engine.prepare(avatar)
         engine.bind(engine.audio_features(wave))
-        out[graphs] = [engine.generate(prepared, [i % 3 for i in range(n)], list(range(n))).cpu() for n in (1, 3, 8, 70)]
+        out[graphs] = [
+            engine.generate(prepared, [i % 3 for i in range(n)], list(range(n))).cpu() for n in (1, 3, 8, 70)
+        ]
         if graphs:  # a bucket is captured on its second use: run them again, graphed this time
             again = [engine.generate(prepared, [i % 3 for i in range(n)], list(range(n))).cpu() for n in (1, 3, 8, 70)]
             assert all((a.int() - b.int()).abs().max() <= 1 for a, b in zip(out[graphs], again))

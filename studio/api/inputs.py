@@ -22,6 +22,7 @@ from studio.api.schema import with_settings
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
+
 class RenderForm:
     """The inputs of ``POST /generate`` and ``POST /v1/renders`` (multipart form fields)."""
 
@@ -48,8 +49,11 @@ class RenderForm:
 
 
 with_settings(RenderForm.__init__, Form)
-RenderForm.__signature__ = inspect.signature(RenderForm.__init__).replace(  # type: ignore[attr-defined]
-    parameters=list(inspect.signature(RenderForm.__init__).parameters.values())[1:])
+RenderForm.__signature__ = inspect.signature(
+    RenderForm.__init__
+).replace(  # type: ignore[attr-defined]
+    parameters=list(inspect.signature(RenderForm.__init__).parameters.values())[1:]
+)
 
 
 async def submit(st, form: RenderForm):
@@ -59,11 +63,15 @@ async def submit(st, form: RenderForm):
     from studio.service import RenderRequest
 
     settings = settings_from_dict(form.settings)
-    paths = [n for n, v in (("avatar_path", form.avatar_path), ("audio_path", form.audio_path),
-                            ("output", form.output)) if v]
+    paths = [
+        n for n, v in (("avatar_path", form.avatar_path), ("audio_path", form.audio_path), ("output", form.output)) if v
+    ]
     if paths and not st.opts.allow_paths:
-        raise ApiError(403, f"this server opens no paths of its own ({', '.join(paths)}); upload the files "
-                            "instead (or start it with --allow-paths)")
+        raise ApiError(
+            403,
+            f"this server opens no paths of its own ({', '.join(paths)}); upload the files "
+            "instead (or start it with --allow-paths)",
+        )
     avatars = [v for v in (form.avatar, form.avatar_file, form.avatar_path) if v]
     if len(avatars) != 1:
         raise ApiError(422, "give exactly one avatar: avatar (a library name) or avatar_file (an upload)")
@@ -106,7 +114,6 @@ async def submit(st, form: RenderForm):
         if type(exc).__name__ == "QueueFull":
             raise ApiError(429, str(exc), {"Retry-After": "10"}) from None
         raise
-
 
 
 def form_body(request: Request) -> None:

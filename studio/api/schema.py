@@ -34,8 +34,12 @@ def setting_annotation(spec, where) -> Any:
 def setting_params(where, groups: tuple[str, ...] | None = None) -> list[inspect.Parameter]:
     from studio.core.settings import specs
 
-    return [inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default,
-                              annotation=setting_annotation(s, where)) for s in specs("http", groups)]
+    return [
+        inspect.Parameter(
+            s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default, annotation=setting_annotation(s, where)
+        )
+        for s in specs("http", groups)
+    ]
 
 
 def with_settings(func, where, groups: tuple[str, ...] | None = None):
@@ -45,7 +49,10 @@ def with_settings(func, where, groups: tuple[str, ...] | None = None):
 
     sig = inspect.signature(func)
     hints = typing.get_type_hints(func, include_extras=True)  # resolved: FastAPI may not see func's globals
-    own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()
-           if p.kind != inspect.Parameter.VAR_KEYWORD]
+    own = [
+        p.replace(annotation=hints.get(p.name, p.annotation))
+        for p in sig.parameters.values()
+        if p.kind != inspect.Parameter.VAR_KEYWORD
+    ]
     func.__signature__ = sig.replace(parameters=own + setting_params(where, groups))
     return func

@@ -62,8 +62,9 @@ class UploadStore:
         if not meta.exists():
             from studio.core.store.fsutil import atomic_write_bytes
 
-            atomic_write_bytes(meta, json.dumps({"id": stored.id, "filename": name, "bytes": size,
-                                                 "file": stored.path.name}).encode())
+            atomic_write_bytes(
+                meta, json.dumps({"id": stored.id, "filename": name, "bytes": size, "file": stored.path.name}).encode()
+            )
         return stored
 
     async def save_avatar(self, upload) -> Stored:
@@ -109,8 +110,11 @@ class UploadStore:
                 while block := await upload.read(CHUNK):
                     size += len(block)
                     if size > self.max_bytes:
-                        raise ApiError(413, f"{_said(name)} is too large: this server takes files of up to "
-                                            f"{self.max_bytes / 2**20:g} MB (--max-upload-mb)")
+                        raise ApiError(
+                            413,
+                            f"{_said(name)} is too large: this server takes files of up to "
+                            f"{self.max_bytes / 2**20:g} MB (--max-upload-mb)",
+                        )
                     h.update(block)
                     fh.write(block)
         except BaseException:

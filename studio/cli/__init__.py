@@ -91,10 +91,7 @@ def _main(argv: list[str] | None = None) -> int:
         return 1
     except Exception:  # noqa: BLE001 - an internal bug: one line on stderr, the traceback in the log
         path = _log_traceback()
-        _say(
-            f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. "
-            "Please report it."
-        )
+        _say(f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. Please report it.")
         return 1
 
 

@@ -51,7 +51,9 @@ def _render_options(p, encoder: bool = True) -> None:
         if spec.kind is bool:
             import argparse
 
-            kw.update(action=argparse.BooleanOptionalAction, help=f"{spec.help} (default {'on' if spec.default else 'off'})")
+            kw.update(
+                action=argparse.BooleanOptionalAction, help=f"{spec.help} (default {'on' if spec.default else 'off'})"
+            )
         else:
             shown = spec.auto_label if spec.default is None else spec.default
             kw.update(type=_typed(spec), help=f"{spec.help} (default {shown})")
@@ -79,22 +81,46 @@ def _typed(spec):
 
 
 def _scale_options(p) -> None:
-    p.add_argument("--farm", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="render in chunks on a Ray farm: HOST:PORT, or none for the one `studio farm up` "
-                        "started here (else a local one on 127.0.0.1)")
-    p.add_argument("--chunks", type=int, default=0, metavar="N",
-                   help="segments to render in parallel (farm default: one per worker; without --farm: "
-                        "N local processes)")
-    p.add_argument("--gpus", default=None, metavar="N|all",
-                   help="render on N GPUs of this machine at once (contiguous parts, one writer, one mux)")
+    p.add_argument(
+        "--farm",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="render in chunks on a Ray farm: HOST:PORT, or none for the one `studio farm up` "
+        "started here (else a local one on 127.0.0.1)",
+    )
+    p.add_argument(
+        "--chunks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="segments to render in parallel (farm default: one per worker; without --farm: N local processes)",
+    )
+    p.add_argument(
+        "--gpus",
+        default=None,
+        metavar="N|all",
+        help="render on N GPUs of this machine at once (contiguous parts, one writer, one mux)",
+    )
 
 
 def _range_options(p) -> None:
-    p.add_argument("--in", dest="range_in", default=None, metavar="TIME",
-                   help="render from this point: seconds (12.5), a timecode (00:00:12:12, fields from the right) "
-                        "or a frame (#312)")
-    p.add_argument("--out", dest="range_out", default=None, metavar="TIME",
-                   help="render up to (not including) this point; same forms as --in")
+    p.add_argument(
+        "--in",
+        dest="range_in",
+        default=None,
+        metavar="TIME",
+        help="render from this point: seconds (12.5), a timecode (00:00:12:12, fields from the right) "
+        "or a frame (#312)",
+    )
+    p.add_argument(
+        "--out",
+        dest="range_out",
+        default=None,
+        metavar="TIME",
+        help="render up to (not including) this point; same forms as --in",
+    )
 
 
 def _settings(args):
@@ -160,8 +186,15 @@ def request_from_args(avatar, audio, output, args):
     """The ``RenderRequest`` that ``studio render`` and ``studio queue add`` build from their options."""
     from studio.service.request import RenderRequest
 
-    return RenderRequest(avatar, audio, output, _settings(args), _placement(args), _frames(args),
-                         overwrite=bool(getattr(args, "overwrite", False)))
+    return RenderRequest(
+        avatar,
+        audio,
+        output,
+        _settings(args),
+        _placement(args),
+        _frames(args),
+        overwrite=bool(getattr(args, "overwrite", False)),
+    )
 
 
 def _render(avatar, audio, output, args) -> int:
@@ -198,9 +231,11 @@ def _render(avatar, audio, output, args) -> int:
             out.update(chunks=render.last.chunks, retries=render.last.retries, workers=sorted(render.last.workers))
         emit_json(out)
     else:
-        print(f"wrote {r.output}: {r.frames} frames ({r.silent_frames} silent), {r.width}x{r.height}, "
-              f"{r.engine} + {r.encoder}, {r.seconds:.1f} s ({r.fps:.1f} fps)"
-              + ("" if render.where == "this computer" else f", {render.where}"))
+        print(
+            f"wrote {r.output}: {r.frames} frames ({r.silent_frames} silent), {r.width}x{r.height}, "
+            f"{r.engine} + {r.encoder}, {r.seconds:.1f} s ({r.fps:.1f} fps)"
+            + ("" if render.where == "this computer" else f", {render.where}")
+        )
     return 0
 
 
@@ -248,6 +283,8 @@ def run_frame(args) -> int:
     with atomic_path(out) as tmp:
         PIL.Image.fromarray(img).save(tmp, format="PNG")
     idx = frame_index(args.time)
-    print(f"wrote {out}: frame {idx} ({idx / 25:.2f} s), {'silent' if renderer.plan.silent[idx] else 'speech'}, "
-          f"engine {renderer.engine.name}")
+    print(
+        f"wrote {out}: frame {idx} ({idx / 25:.2f} s), {'silent' if renderer.plan.silent[idx] else 'speech'}, "
+        f"engine {renderer.engine.name}"
+    )
     return 0

@@ -56,7 +56,9 @@ def run_checks(include_gui: bool = True) -> list[Check]:
         except Exception as exc:  # a doctor must survive a broken environment
             log.debug("doctor check %s crashed", fn.__name__, exc_info=True)
             name = fn.__name__.removeprefix("check_").replace("_", " ")
-            out.append(Check(name, FAIL, f"the check itself failed: {exc!r}", "report this with `studio doctor --json`"))
+            out.append(
+                Check(name, FAIL, f"the check itself failed: {exc!r}", "report this with `studio doctor --json`")
+            )
     return out
 
 
@@ -199,7 +201,9 @@ def check_weights() -> Check:
     names = ", ".join(sorted(found))
     if status.startswith("ready"):
         return Check("weights", OK, f"imported: {names} ({status.removeprefix('ready: ')})")
-    return Check("weights", WARN, f"imported: {names}; {status}", "run: studio models verify, then studio models import DIR")
+    return Check(
+        "weights", WARN, f"imported: {names}; {status}", "run: studio models verify, then studio models import DIR"
+    )
 
 
 def check_engine() -> Check:
@@ -229,7 +233,9 @@ def check_data_folder() -> Check:
         return Check("data folder", FAIL, f"not writable: {exc}", "set STUDIO_HOME to a writable folder")
     free = shutil.disk_usage(path).free / 2**30
     if free < 2:
-        return Check("data folder", WARN, f"{path}: only {free:.1f} GiB free", "free some disk space for renders and caches")
+        return Check(
+            "data folder", WARN, f"{path}: only {free:.1f} GiB free", "free some disk space for renders and caches"
+        )
     return Check("data folder", OK, f"{path} ({free:.0f} GiB free)")
 
 
@@ -237,7 +243,9 @@ def check_espeak() -> Check:
     exe = shutil.which("espeak-ng")
     if exe:
         return Check("espeak-ng", OK, f"{exe}: 'speak this text' is available")
-    return Check("espeak-ng", INFO, "not installed: 'speak this text' is hidden", "sudo apt install espeak-ng (optional)")
+    return Check(
+        "espeak-ng", INFO, "not installed: 'speak this text' is hidden", "sudo apt install espeak-ng (optional)"
+    )
 
 
 def check_qt() -> Check:
@@ -276,10 +284,12 @@ def audio_output() -> str | None:
     if os.environ.get("PULSE_SERVER"):
         return f"PulseAudio at {os.environ['PULSE_SERVER']}"
     runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
-    for path, what in ((os.path.join(runtime, "pulse", "native"), "PulseAudio"),
-                       (os.path.join(runtime, "pipewire-0"), "PipeWire"),
-                       ("/var/run/pulse/native", "PulseAudio (system)"),
-                       ("/run/pulse/native", "PulseAudio (system)")):
+    for path, what in (
+        (os.path.join(runtime, "pulse", "native"), "PulseAudio"),
+        (os.path.join(runtime, "pipewire-0"), "PipeWire"),
+        ("/var/run/pulse/native", "PulseAudio (system)"),
+        ("/run/pulse/native", "PulseAudio (system)"),
+    ):
         if os.path.exists(path):
             return f"{what} ({path})"
     return None
@@ -298,9 +308,13 @@ def check_audio_output() -> Check:
     detail = "no PulseAudio or PipeWire server: playback in the app is silent"
     if cards and "no soundcards" not in cards:
         detail += " (a sound card is present)"
-    return Check("audio output device", WARN, detail,
-                 "start PulseAudio or PipeWire (e.g. `pulseaudio --start`), or connect a sound device; "
-                 "rendering is not affected")
+    return Check(
+        "audio output device",
+        WARN,
+        detail,
+        "start PulseAudio or PipeWire (e.g. `pulseaudio --start`), or connect a sound device; "
+        "rendering is not affected",
+    )
 
 
 def _try_import(name: str):
@@ -313,4 +327,3 @@ def _try_import(name: str):
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return text[:160]
-

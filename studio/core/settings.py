@@ -116,12 +116,29 @@ class Spec:
         return None
 
 
-def setting(default: T, help: str, *, label: str = "", group: str = "engine", choices: tuple[str, ...] | None = None,
-            minimum: float | None = None, maximum: float | None = None, faces: frozenset[str] = ALL_FACES,
-            auto_label: str = "") -> T:
+def setting(
+    default: T,
+    help: str,
+    *,
+    label: str = "",
+    group: str = "engine",
+    choices: tuple[str, ...] | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    faces: frozenset[str] = ALL_FACES,
+    auto_label: str = "",
+) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``)."""
-    meta = dict(help=help, label=label, group=group, choices=choices, minimum=minimum, maximum=maximum,
-                faces=frozenset(faces), auto_label=auto_label)
+    meta = dict(
+        help=help,
+        label=label,
+        group=group,
+        choices=choices,
+        minimum=minimum,
+        maximum=maximum,
+        faces=frozenset(faces),
+        auto_label=auto_label,
+    )
     return field(default=default, metadata={"spec": meta})  # type: ignore[return-value]
 
 
@@ -129,34 +146,86 @@ def setting(default: T, help: str, *, label: str = "", group: str = "engine", ch
 class RenderSettings:
     """How a clip is rendered (not what or where: that is the service's ``RenderRequest``)."""
 
-    engine: str = setting("auto", "lip-sync engine: auto picks MuseTalk when its weights are imported, else classic",
-                          label="Engine", choices=ENGINES)
-    device: str | None = setting(None, "torch device, e.g. cpu, cuda, cuda:1 (auto: cuda when present)",
-                                 label="Device", auto_label="auto")
+    engine: str = setting(
+        "auto",
+        "lip-sync engine: auto picks MuseTalk when its weights are imported, else classic",
+        label="Engine",
+        choices=ENGINES,
+    )
+    device: str | None = setting(
+        None, "torch device, e.g. cpu, cuda, cuda:1 (auto: cuda when present)", label="Device", auto_label="auto"
+    )
     precision: str = setting("auto", "MuseTalk arithmetic precision", label="Precision", choices=PRECISIONS)
-    decoder: str = setting("taesd", "MuseTalk image decoder: TAESD is fast, SD-VAE is the reference quality",
-                           label="Decoder", choices=DECODERS)
-    runtime: str = setting("auto", "MuseTalk runtime: TensorRT engines when built and valid (auto), or force one",
-                           label="Runtime", choices=RUNTIMES)
-    batch: int = setting(0, "frames per engine call (0: the engine's preferred batch)", label="Batch",
-                         minimum=0, maximum=1024)
-    compile: bool = setting(False, "MuseTalk: torch.compile the networks (about a minute to load once; then UNet + "
-                            "TAESD ran 1.75x and UNet + SD-VAE 2.1x faster on an H200: for long clips and warm "
-                            "servers)", label="Compile the networks")
-    threshold: float = setting(DEFAULT_SILENCE_THRESHOLD, "silence RMS threshold (frames quieter than this are "
-                               "silent and show the avatar itself)", label="Threshold", group="silence",
-                               minimum=0.0, maximum=1.0)
-    min_silence: int = setting(DEFAULT_MIN_SILENCE_FRAMES, "shortest silence, in frames", label="Min silence",
-                               group="silence", minimum=1, maximum=10_000)
-    crossfade: int = setting(3, "frames of crossfade at each speech/silence edge (the mouth eases to rest)",
-                             label="Crossfade", group="silence", minimum=0, maximum=25)
-    encoder: str = setting("auto", "video encoder: auto uses NVENC when a session opens, else libx264 in parallel",
-                           label="Encoder", group="encode", choices=ENCODERS)
-    crf: int = setting(20, "x264/NVENC quality: lower is better and larger (18-23 is typical)", label="CRF",
-                       group="encode", minimum=0, maximum=51)
+    decoder: str = setting(
+        "taesd",
+        "MuseTalk image decoder: TAESD is fast, SD-VAE is the reference quality",
+        label="Decoder",
+        choices=DECODERS,
+    )
+    runtime: str = setting(
+        "auto",
+        "MuseTalk runtime: TensorRT engines when built and valid (auto), or force one",
+        label="Runtime",
+        choices=RUNTIMES,
+    )
+    batch: int = setting(
+        0, "frames per engine call (0: the engine's preferred batch)", label="Batch", minimum=0, maximum=1024
+    )
+    compile: bool = setting(
+        False,
+        "MuseTalk: torch.compile the networks (about a minute to load once; then UNet + "
+        "TAESD ran 1.75x and UNet + SD-VAE 2.1x faster on an H200: for long clips and warm "
+        "servers)",
+        label="Compile the networks",
+    )
+    threshold: float = setting(
+        DEFAULT_SILENCE_THRESHOLD,
+        "silence RMS threshold (frames quieter than this are silent and show the avatar itself)",
+        label="Threshold",
+        group="silence",
+        minimum=0.0,
+        maximum=1.0,
+    )
+    min_silence: int = setting(
+        DEFAULT_MIN_SILENCE_FRAMES,
+        "shortest silence, in frames",
+        label="Min silence",
+        group="silence",
+        minimum=1,
+        maximum=10_000,
+    )
+    crossfade: int = setting(
+        3,
+        "frames of crossfade at each speech/silence edge (the mouth eases to rest)",
+        label="Crossfade",
+        group="silence",
+        minimum=0,
+        maximum=25,
+    )
+    encoder: str = setting(
+        "auto",
+        "video encoder: auto uses NVENC when a session opens, else libx264 in parallel",
+        label="Encoder",
+        group="encode",
+        choices=ENCODERS,
+    )
+    crf: int = setting(
+        20,
+        "x264/NVENC quality: lower is better and larger (18-23 is typical)",
+        label="CRF",
+        group="encode",
+        minimum=0,
+        maximum=51,
+    )
     preset: str = setting("veryfast", "x264 speed/size trade-off", label="Preset", group="encode", choices=PRESETS)
-    preview_interval_s: float = setting(0.25, "seconds between preview frames in the progress", label="Preview every",
-                                        group="output", minimum=0.0, faces=frozenset())
+    preview_interval_s: float = setting(
+        0.25,
+        "seconds between preview frames in the progress",
+        label="Preview every",
+        group="output",
+        minimum=0.0,
+        faces=frozenset(),
+    )
 
     def __post_init__(self):
         # coerce what a face may hand over (an int for a float setting); ``check`` says what is wrong
@@ -182,8 +251,9 @@ def _schema() -> dict[str, Spec]:
         meta = dict(f.metadata["spec"])
         default = f.default
         kind = {bool: bool, int: int, float: float, str: str}[type(default)] if default is not None else str
-        out[f.name] = Spec(name=f.name, kind=kind, default=default, optional=default is None,
-                           label=meta.pop("label") or f.name, **meta)
+        out[f.name] = Spec(
+            name=f.name, kind=kind, default=default, optional=default is None, label=meta.pop("label") or f.name, **meta
+        )
     return out
 
 
@@ -202,8 +272,10 @@ def from_dict(d: dict | None, *, strict: bool = False) -> RenderSettings:
     d = dict(d or {})
     unknown = sorted(k for k in d if k not in SCHEMA)
     if strict and unknown:
-        raise InputError(f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: the settings "
-                         f"are {', '.join(SCHEMA)}")
+        raise InputError(
+            f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: the settings "
+            f"are {', '.join(SCHEMA)}"
+        )
     kw = {name: SCHEMA[name].parse(value) for name, value in d.items() if name in SCHEMA}
     s = RenderSettings(**kw)
     check(s)

@@ -57,11 +57,22 @@ class Progress:
     @classmethod
     def of(cls, p) -> Progress:
         """From a core ``RenderProgress`` or ``ChunkedProgress``."""
-        return cls(done=p.done, total=p.total, fps=p.fps, eta_s=p.eta_s, elapsed_s=p.elapsed_s,
-                   stage_ms=dict(getattr(p, "stage_ms", {}) or {}), preview=getattr(p, "preview", None),
-                   preview_index=getattr(p, "preview_index", None), workers=dict(getattr(p, "workers", {}) or {}),
-                   chunks_done=getattr(p, "chunks_done", 0), chunks=getattr(p, "chunks", 0),
-                   retries=getattr(p, "retries", 0), finished=p.finished, output=p.output)
+        return cls(
+            done=p.done,
+            total=p.total,
+            fps=p.fps,
+            eta_s=p.eta_s,
+            elapsed_s=p.elapsed_s,
+            stage_ms=dict(getattr(p, "stage_ms", {}) or {}),
+            preview=getattr(p, "preview", None),
+            preview_index=getattr(p, "preview_index", None),
+            workers=dict(getattr(p, "workers", {}) or {}),
+            chunks_done=getattr(p, "chunks_done", 0),
+            chunks=getattr(p, "chunks", 0),
+            retries=getattr(p, "retries", 0),
+            finished=p.finished,
+            output=p.output,
+        )
 
 
 class Render:
@@ -100,8 +111,13 @@ class Render:
         self.result = None
         check_request(req)
         kind = req.placement.kind
-        strategy = {"local": self._local, "gpus": self._gpus, "chunks": self._chunks, "farm": self._farm,
-                    "server": self._server}[kind]
+        strategy = {
+            "local": self._local,
+            "gpus": self._gpus,
+            "chunks": self._chunks,
+            "farm": self._farm,
+            "server": self._server,
+        }[kind]
         t0 = time.perf_counter()
         last = None
         for p in strategy():
@@ -184,10 +200,14 @@ class Render:
             farm = Farm.connect(req.placement.farm or None)
             self._active = farm
             try:
-                self._started(f"farm ({len(farm.workers)} {'GPU ' if farm.gpus else ''}worker"
-                              f"{'s' if len(farm.workers) != 1 else ''})", req.settings.engine)
-                for p in farm.render(req.avatar, req.audio, req.output, req.settings,
-                                     chunks=req.placement.chunks or None):
+                self._started(
+                    f"farm ({len(farm.workers)} {'GPU ' if farm.gpus else ''}worker"
+                    f"{'s' if len(farm.workers) != 1 else ''})",
+                    req.settings.engine,
+                )
+                for p in farm.render(
+                    req.avatar, req.audio, req.output, req.settings, chunks=req.placement.chunks or None
+                ):
                     if self._cancel.is_set():
                         farm.cancel()
                     yield p
@@ -198,8 +218,11 @@ class Render:
         from studio.service.farm_link import FarmLink, LinkLost
 
         for attempt in (1, 2):  # a link lost before the job made progress is opened again once
-            link = self._farm_link if self._farm_link is not None and self._farm_link.alive else \
-                FarmLink.open(req.placement.farm)
+            link = (
+                self._farm_link
+                if self._farm_link is not None and self._farm_link.alive
+                else FarmLink.open(req.placement.farm)
+            )
             self._farm_link = link
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
@@ -265,8 +288,17 @@ def _chunked_result(req, p, seconds: float, encoder: str):
     from studio.core.render.renderer import RenderResult
 
     a = avatar_mod.resolve(req.avatar)  # memory-mapped: the size only
-    return RenderResult(output=str(p.output), frames=p.total, silent_frames=0, engine=req.settings.engine,
-                        engine_reason="", encoder=encoder, seconds=round(seconds, 3),
-                        fps=round(p.total / seconds, 2) if seconds else 0.0, width=a.width, height=a.height,
-                        stage_ms={}, finish_ms={})
-
+    return RenderResult(
+        output=str(p.output),
+        frames=p.total,
+        silent_frames=0,
+        engine=req.settings.engine,
+        engine_reason="",
+        encoder=encoder,
+        seconds=round(seconds, 3),
+        fps=round(p.total / seconds, 2) if seconds else 0.0,
+        width=a.width,
+        height=a.height,
+        stage_ms={},
+        finish_ms={},
+    )

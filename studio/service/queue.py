@@ -69,17 +69,28 @@ def request_of(job: J.Job) -> RenderRequest:
     """The ``RenderRequest`` a job row holds (rows of earlier versions included)."""
     s = dict(job.settings)
     frames = s.get("frames")
-    return RenderRequest(job.avatar, job.audio, job.output, settings_from_dict(s), request_of_settings(s),
-                         tuple(frames) if frames else None, bool(s.get("overwrite", False)))
+    return RenderRequest(
+        job.avatar,
+        job.audio,
+        job.output,
+        settings_from_dict(s),
+        request_of_settings(s),
+        tuple(frames) if frames else None,
+        bool(s.get("overwrite", False)),
+    )
 
 
 def request_of_settings(s: dict) -> Placement:
     """Where a job's stored settings say it renders."""
     place = s.get("placement")
     if isinstance(place, dict):
-        return Placement(kind=place.get("kind", "local"), devices=tuple(place.get("devices") or ()),
-                         chunks=int(place.get("chunks") or 0), farm=str(place.get("farm") or ""),
-                         server=str(place.get("server") or ""))
+        return Placement(
+            kind=place.get("kind", "local"),
+            devices=tuple(place.get("devices") or ()),
+            chunks=int(place.get("chunks") or 0),
+            farm=str(place.get("farm") or ""),
+            server=str(place.get("server") or ""),
+        )
     if s.get("render_on") == "farm":  # rows written by the window before the service
         return Placement("farm", farm=str(s.get("farm_address") or ""))
     if s.get("render_on") == "gpus":
@@ -109,6 +120,7 @@ def numbered(path: str, n: int) -> str:
 
 def unique_output(path: str, taken: set[str]) -> str:
     """``path`` if no file and no other job has it, else the first free ``_002``, ``_003`` ..."""
+
     def free(c: str) -> bool:
         return not Path(c).exists() and str(Path(c).resolve()) not in taken
 
@@ -122,8 +134,14 @@ def unique_output(path: str, taken: set[str]) -> str:
 
 
 class QueueService:
-    def __init__(self, store: J.JobStore | str | Path | None = None, pool=None, *, max_queued: int | None = None,
-                 in_process_farm: bool = False):
+    def __init__(
+        self,
+        store: J.JobStore | str | Path | None = None,
+        pool=None,
+        *,
+        max_queued: int | None = None,
+        in_process_farm: bool = False,
+    ):
         from studio.service.pool import default_pool
 
         self.store = store if isinstance(store, J.JobStore) else J.JobStore(store)  # a path, or None: the default
@@ -371,8 +389,9 @@ class QueueService:
             log.error("job %d failed", job.id, exc_info=True)
             from studio.core.store.paths import log_file
 
-            return self._finish(job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); "
-                                                  f"the details are in {log_file()}")
+            return self._finish(
+                job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); the details are in {log_file()}"
+            )
         finally:
             self._farm_link = render.farm_link  # kept warm for the next farm job (None once lost)
             with self._lock:

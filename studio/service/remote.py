@@ -72,8 +72,10 @@ def server_avatar(c, avatar: str, upload: bool) -> str:
     except Exception:  # noqa: BLE001 - not in this library either
         source = None
     if source is None or not source.is_file():
-        raise InputError(f"the Studio server has no avatar '{text}' and its source is not on this computer; "
-                         "add it there (POST /v1/avatars) or choose an image/video file")
+        raise InputError(
+            f"the Studio server has no avatar '{text}' and its source is not on this computer; "
+            "add it there (POST /v1/avatars) or choose an image/video file"
+        )
     if upload:
         return str(source)
     c.add_avatar(text, source)  # scrubbing needs a library name on the server
@@ -95,8 +97,9 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
     settings = dataclasses.asdict(request.settings)
     if request.frames:
         settings.update(frame_start=request.frames[0], frame_end=request.frames[1])
-    job = c.submit(server_avatar(c, request.avatar, upload=True), audio_id=audio_id(c, request.audio),
-                   settings=settings)
+    job = c.submit(
+        server_avatar(c, request.avatar, upload=True), audio_id=audio_id(c, request.audio), settings=settings
+    )
     job_id = job["id"]
     if on_placed is not None:
         on_placed(f"Studio server {c.url}")
@@ -118,10 +121,19 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
                             index = got[1]
                     except Exception as exc:  # noqa: BLE001 - a missed preview is not an error
                         log.debug("preview fetch failed: %s", exc)
-                yield Progress(done=d["done"], total=d["total"], fps=d["fps"], eta_s=d["eta_s"],
-                               elapsed_s=d["elapsed_s"], preview=preview, preview_index=index,
-                               workers=d.get("workers") or {}, chunks_done=d.get("chunks_done", 0),
-                               chunks=d.get("chunks", 0), retries=d.get("retries", 0))
+                yield Progress(
+                    done=d["done"],
+                    total=d["total"],
+                    fps=d["fps"],
+                    eta_s=d["eta_s"],
+                    elapsed_s=d["elapsed_s"],
+                    preview=preview,
+                    preview_index=index,
+                    workers=d.get("workers") or {},
+                    chunks_done=d.get("chunks_done", 0),
+                    chunks=d.get("chunks", 0),
+                    retries=d.get("retries", 0),
+                )
             elif d.get("state") in ("done", "failed", "cancelled", "interrupted", "removed"):
                 break
     except BaseException:  # cancelled, Ctrl-C, the window closing, the stream broke: stop it there too
@@ -142,12 +154,23 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
     kw = {k: v for k, v in r.items() if k in names}
     kw.update(output=str(out), seconds=round(time.perf_counter() - t0, 3))
     for f in dataclasses.fields(RenderResult):
-        kw.setdefault(f.name, f.default if f.default is not dataclasses.MISSING else
-                      (f.default_factory() if f.default_factory is not dataclasses.MISSING else 0))
+        kw.setdefault(
+            f.name,
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else 0),
+        )
     result = RenderResult(**kw)
     done = int(kw.get("frames") or 0)
-    yield Progress(done=done, total=done, fps=float(kw.get("fps") or 0), eta_s=0.0,
-                   elapsed_s=time.perf_counter() - t0, finished=True, output=str(out))
+    yield Progress(
+        done=done,
+        total=done,
+        fps=float(kw.get("fps") or 0),
+        eta_s=0.0,
+        elapsed_s=time.perf_counter() - t0,
+        finished=True,
+        output=str(out),
+    )
     return result
 
 

@@ -99,7 +99,9 @@ class RenderRequest:
         if self.frames is not None:
             a, b = (int(x) for x in self.frames)
             if a < 0 or b <= a:
-                raise InputError(f"the frame range {a}..{b} is empty or negative: the out point must come after the in point")
+                raise InputError(
+                    f"the frame range {a}..{b} is empty or negative: the out point must come after the in point"
+                )
             object.__setattr__(self, "frames", (a, b))
         check(self.settings)
 
@@ -108,11 +110,17 @@ class RenderRequest:
 
     def to_dict(self) -> dict:
         return {
-            "avatar": self.avatar, "audio": self.audio, "output": self.output,
+            "avatar": self.avatar,
+            "audio": self.audio,
+            "output": self.output,
             "settings": self.settings.to_dict(),
-            "placement": {"kind": self.placement.kind, "devices": list(self.placement.devices),
-                          "chunks": self.placement.chunks, "farm": self.placement.farm,
-                          "server": self.placement.server},
+            "placement": {
+                "kind": self.placement.kind,
+                "devices": list(self.placement.devices),
+                "chunks": self.placement.chunks,
+                "farm": self.placement.farm,
+                "server": self.placement.server,
+            },
             "frames": list(self.frames) if self.frames else None,
             "overwrite": self.overwrite,
         }
@@ -124,11 +132,17 @@ class RenderRequest:
         p = d.get("placement") or {}
         frames = d.get("frames")
         return cls(
-            avatar=d.get("avatar", ""), audio=d.get("audio", ""), output=d.get("output", ""),
+            avatar=d.get("avatar", ""),
+            audio=d.get("audio", ""),
+            output=d.get("output", ""),
             settings=from_dict(d.get("settings") or {}),
-            placement=Placement(kind=p.get("kind", "local"), devices=tuple(p.get("devices") or ()),
-                                chunks=int(p.get("chunks") or 0), farm=str(p.get("farm") or ""),
-                                server=str(p.get("server") or "")),
+            placement=Placement(
+                kind=p.get("kind", "local"),
+                devices=tuple(p.get("devices") or ()),
+                chunks=int(p.get("chunks") or 0),
+                farm=str(p.get("farm") or ""),
+                server=str(p.get("server") or ""),
+            ),
             frames=tuple(frames) if frames else None,
             overwrite=bool(d.get("overwrite", False)),
         )

@@ -59,7 +59,7 @@ def dropped_paths(mime) -> list[str]:
 
 
 def file_kind(path: str) -> str:
-    """"avatar", "audio" or "" for a dropped file, by its suffix."""
+    """ "avatar", "audio" or "" for a dropped file, by its suffix."""
     suffix = Path(path).suffix.lower()
     return "avatar" if suffix in AVATAR_SUFFIXES else "audio" if suffix in AUDIO_SUFFIXES else ""
 
@@ -268,8 +268,14 @@ class LibraryPanel(FileDrops, QWidget):
                 self._imports.clear()  # cancel stops the rest of a dropped batch too
 
         self.task = run_in_background(
-            avatar_mod.prepare, name, source, params=self.params(), force=force,
-            on_done=finished, on_error=failed, on_progress=progressed,
+            avatar_mod.prepare,
+            name,
+            source,
+            params=self.params(),
+            force=force,
+            on_done=finished,
+            on_error=failed,
+            on_progress=progressed,
         )
         dialog.canceled.connect(self.task.cancel)
         return self.task
@@ -325,8 +331,10 @@ class LibraryPanel(FileDrops, QWidget):
         audio = [p for p in paths if file_kind(p) == "audio"]
         other = [Path(p).name for p in paths if not file_kind(p)]
         if other:
-            self.error.emit(f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''}: not a photo, video "
-                            "or audio file Studio imports; drop images/videos for avatars, audio for scripts")
+            self.error.emit(
+                f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''}: not a photo, video "
+                "or audio file Studio imports; drop images/videos for avatars, audio for scripts"
+            )
         for i, p in enumerate(audio):
             self.add_script(p, select=i == len(audio) - 1)
         self._imports.extend(avatars)
@@ -357,8 +365,12 @@ class LibraryPanel(FileDrops, QWidget):
         self.settings.setValue("library/selected_avatar", name)
         self.avatar_status.setText("")
         p = self._entries.get(name, {}).get("params") or {}
-        for key, box in (("bbox_shift", self.bbox_shift), ("extra_margin", self.extra_margin),
-                         ("cheek_width", self.cheek_width), ("feather", self.feather)):
+        for key, box in (
+            ("bbox_shift", self.bbox_shift),
+            ("extra_margin", self.extra_margin),
+            ("cheek_width", self.cheek_width),
+            ("feather", self.feather),
+        ):
             if key in p:
                 box.setValue(int(round(float(p[key]))))
         self.avatarSelected.emit(name)

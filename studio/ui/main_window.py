@@ -80,8 +80,7 @@ class MainWindow(FileDrops, QMainWindow):
         except StudioError as exc:  # a damaged or foreign jobs.sqlite: say so, keep the app usable
             import tempfile
 
-            self.store_problem = (f"{exc} Until then the queue lives in a temporary file and is lost when "
-                                  "Studio closes.")
+            self.store_problem = f"{exc} Until then the queue lives in a temporary file and is lost when Studio closes."
             folder = tempfile.mkdtemp(prefix="studio-queue-")
             self.service = QueueService(Path(folder) / "jobs.sqlite")
         self.store = self.service.store
@@ -246,14 +245,26 @@ class MainWindow(FileDrops, QMainWindow):
     def _bind_keys(self) -> None:
         t, tl = self.transport, self.timeline
         bindings = [
-            ("Space", t.toggle), ("J", lambda: self._jkl(-1)), ("K", self._k_pressed), ("L", lambda: self._jkl(1)),
-            ("Left", lambda: self._step(-1)), ("Right", lambda: self._step(1)),
-            (",", lambda: self._step(-1)), (".", lambda: self._step(1)),
-            ("Shift+Left", lambda: self._step(-FPS)), ("Shift+Right", lambda: self._step(FPS)),
-            ("<", lambda: self._step(-FPS)), (">", lambda: self._step(FPS)),
-            ("Home", lambda: self._go(0)), ("End", lambda: self._go(tl.frames - 1)),
-            ("Up", lambda: self._edge(-1)), ("Down", lambda: self._edge(1)),
-            ("I", tl.set_in), ("O", tl.set_out), ("Alt+I", tl.clear_in), ("Alt+O", tl.clear_out),
+            ("Space", t.toggle),
+            ("J", lambda: self._jkl(-1)),
+            ("K", self._k_pressed),
+            ("L", lambda: self._jkl(1)),
+            ("Left", lambda: self._step(-1)),
+            ("Right", lambda: self._step(1)),
+            (",", lambda: self._step(-1)),
+            (".", lambda: self._step(1)),
+            ("Shift+Left", lambda: self._step(-FPS)),
+            ("Shift+Right", lambda: self._step(FPS)),
+            ("<", lambda: self._step(-FPS)),
+            (">", lambda: self._step(FPS)),
+            ("Home", lambda: self._go(0)),
+            ("End", lambda: self._go(tl.frames - 1)),
+            ("Up", lambda: self._edge(-1)),
+            ("Down", lambda: self._edge(1)),
+            ("I", tl.set_in),
+            ("O", tl.set_out),
+            ("Alt+I", tl.clear_in),
+            ("Alt+O", tl.clear_out),
             ("Ctrl+G", self._focus_timecode),
         ]
         self.shortcuts: dict[str, QShortcut] = {}
@@ -410,8 +421,9 @@ class MainWindow(FileDrops, QMainWindow):
         self.transport.has_audio = device is not None
         if device is None:
             self.timeline.set_audio_note("no audio device: silent")
-            self.timeline.audio_note.setToolTip("No audio output device (PulseAudio/PipeWire) here: playback "
-                                                "is silent; see the Doctor")
+            self.timeline.audio_note.setToolTip(
+                "No audio output device (PulseAudio/PipeWire) here: playback is silent; see the Doctor"
+            )
         else:
             self.timeline.set_audio_note("")
             self.timeline.audio_note.setToolTip(f"sound: {device}")
@@ -469,8 +481,7 @@ class MainWindow(FileDrops, QMainWindow):
         return out, " · " + " + ".join(n for n, on in (("face box", box), ("blend mask", mask)) if on)
 
     def _overlay_toggled(self) -> None:
-        if self.last_scrub is not None and self.analysis is not None and self.current is None \
-                and self.library.script:
+        if self.last_scrub is not None and self.analysis is not None and self.current is None and self.library.script:
             self._playhead_moved(self.timeline.position)  # the scrub frame comes back decorated
         else:
             self._show_avatar_frame()
@@ -642,9 +653,13 @@ class MainWindow(FileDrops, QMainWindow):
             return
         from PySide6.QtWidgets import QCheckBox, QMessageBox
 
-        box = QMessageBox(QMessageBox.Icon.Question, "Queued renders",
-                          f"{waiting} render(s) are queued from an earlier session. Start them now?",
-                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, self)
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Queued renders",
+            f"{waiting} render(s) are queued from an earlier session. Start them now?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            self,
+        )
         box.setObjectName("queuedOnStart")
         remember = QCheckBox("Remember my answer")
         box.setCheckBox(remember)
@@ -665,10 +680,14 @@ class MainWindow(FileDrops, QMainWindow):
             from PySide6.QtWidgets import QMessageBox
 
             event.ignore()  # ask first; the answer closes (or not) later
-            box = QMessageBox(QMessageBox.Icon.Warning, "A render is running",
-                              "A render is running. Stop it and close Studio? Nothing of it is written; "
-                              "the job comes back as interrupted, ready to retry.",
-                              QMessageBox.StandardButton.Close | QMessageBox.StandardButton.Cancel, self)
+            box = QMessageBox(
+                QMessageBox.Icon.Warning,
+                "A render is running",
+                "A render is running. Stop it and close Studio? Nothing of it is written; "
+                "the job comes back as interrupted, ready to retry.",
+                QMessageBox.StandardButton.Close | QMessageBox.StandardButton.Cancel,
+                self,
+            )
             box.setObjectName("closeDuringRender")
             box.setDefaultButton(QMessageBox.StandardButton.Cancel)
 

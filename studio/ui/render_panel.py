@@ -37,8 +37,12 @@ from studio.ui import settings as cfg
 from studio.ui.setting_widgets import SettingFields
 from studio.ui.widgets import ElidedLabel
 
-TARGETS = {"local": "This computer", "gpus": "All GPUs here", "farm": "Render farm",
-           "server": "Studio server"}  # setting value -> text
+TARGETS = {
+    "local": "This computer",
+    "gpus": "All GPUs here",
+    "farm": "Render farm",
+    "server": "Studio server",
+}  # setting value -> text
 
 
 def fmt_eta(seconds: float) -> str:
@@ -75,7 +79,12 @@ class RenderPanel(QWidget):
             self.fields.specs.pop(name)
         f = self.fields
         self.engine, self.device, self.precision, self.decoder = f["engine"], f["device"], f["precision"], f["decoder"]
-        self.runtime, self.batch, self.compile_box, self.crossfade = f["runtime"], f["batch"], f["compile"], f["crossfade"]
+        self.runtime, self.batch, self.compile_box, self.crossfade = (
+            f["runtime"],
+            f["batch"],
+            f["compile"],
+            f["crossfade"],
+        )
         self.encoder, self.preset, self.crf = f["encoder"], f["preset"], f["crf"]
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("output folder")
@@ -87,9 +96,11 @@ class RenderPanel(QWidget):
         self.output_label = QLabel("")
         self.output_label.setObjectName("dim")
         self.output_label.setWordWrap(True)
-        self.target = _combo([TARGETS["local"], TARGETS["farm"], TARGETS["server"]],  # "All GPUs here": set_gpus
-                             "Where queued jobs render: here, split over all GPUs here (with two or more), "
-                             "or in chunks on a Ray render farm (studio farm up)")
+        self.target = _combo(
+            [TARGETS["local"], TARGETS["farm"], TARGETS["server"]],  # "All GPUs here": set_gpus
+            "Where queued jobs render: here, split over all GPUs here (with two or more), "
+            "or in chunks on a Ray render farm (studio farm up)",
+        )
         self._gpus: list[str] = []
         self._want_gpus = False  # the saved choice was "All GPUs here", not offered yet
         self.farm_edit = QLineEdit()
@@ -97,9 +108,11 @@ class RenderPanel(QWidget):
         self.farm_edit.setToolTip("The farm's HOST:PORT; empty: the farm `studio farm up` started on this machine")
         self.server_edit = QLineEdit()
         self.server_edit.setPlaceholderText("http://gpu-box:8321")
-        self.server_edit.setToolTip("A machine running `studio serve`: jobs render there and the finished MP4 is "
-                                    "downloaded into the output folder; scrubbing asks it for the exact frame. "
-                                    "Its token, if it has one, comes from STUDIO_SERVER_TOKEN")
+        self.server_edit.setToolTip(
+            "A machine running `studio serve`: jobs render there and the finished MP4 is "
+            "downloaded into the output folder; scrubbing asks it for the exact frame. "
+            "Its token, if it has one, comes from STUDIO_SERVER_TOKEN"
+        )
         self.target.currentIndexChanged.connect(lambda _i: self._show_farm_row())
 
         form = QFormLayout()
@@ -125,8 +138,10 @@ class RenderPanel(QWidget):
         form.addRow("Name", self.pattern)
         form.addRow(self.output_label)
         self.overwrite_box = QCheckBox("Overwrite existing files")
-        self.overwrite_box.setToolTip("Off: a name that is taken (a file, or another job's output) gets a "
-                                      "number, _002, _003 …, so no render is ever lost")
+        self.overwrite_box.setToolTip(
+            "Off: a name that is taken (a file, or another job's output) gets a "
+            "number, _002, _003 …, so no render is ever lost"
+        )
         form.addRow(self.overwrite_box)
         self.range_check = QCheckBox("Render in/out range only")
         self.range_check.setToolTip("Render only the frames between the timeline's in and out points (I / O)")
@@ -173,8 +188,9 @@ class RenderPanel(QWidget):
         self.fps_plot.showGrid(x=True, y=True, alpha=0.15)
         self.fps_plot.getAxis("left").setLabel("fps")
         self.fps_plot.getAxis("bottom").setLabel("s")
-        self.fps_curve = self.fps_plot.plot(pen=pg.mkPen("#4fa3ff", width=2), fillLevel=0,
-                                            brush=pg.mkBrush(79, 163, 255, 50))
+        self.fps_curve = self.fps_plot.plot(
+            pen=pg.mkPen("#4fa3ff", width=2), fillLevel=0, brush=pg.mkBrush(79, 163, 255, 50)
+        )
         self.fps_x: list[float] = []
         self.fps_y: list[float] = []
 
@@ -234,8 +250,9 @@ class RenderPanel(QWidget):
     def render_settings(self):
         from studio.core.settings import RenderSettings
 
-        return RenderSettings(threshold=float(self.threshold), min_silence=int(self.min_silence),
-                              **self.fields.values())
+        return RenderSettings(
+            threshold=float(self.threshold), min_silence=int(self.min_silence), **self.fields.values()
+        )
 
     def set_gpus(self, devices) -> None:
         """Offer "All GPUs here" when this machine has two GPUs or more (``devices``: their names,
@@ -341,8 +358,15 @@ class RenderPanel(QWidget):
         s.setValue("folders/output", self.folder.text())
         offered = self.target.findText(TARGETS["gpus"]) >= 0
         gpus = self.render_devices() or (self._want_gpus and not offered)  # kept until the GPUs are known
-        target = ("farm" if self.farm_address() is not None else "server" if self.server_url() is not None
-                  else "gpus" if gpus else "local")
+        target = (
+            "farm"
+            if self.farm_address() is not None
+            else "server"
+            if self.server_url() is not None
+            else "gpus"
+            if gpus
+            else "local"
+        )
         s.setValue("render/target", target)
         s.setValue("render/farm_address", self.farm_edit.text().strip())
         s.setValue("render/server_url", self.server_edit.text().strip())

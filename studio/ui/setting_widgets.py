@@ -32,15 +32,19 @@ def make_widget(spec) -> QWidget:
         w.setCurrentText(spec.auto_label if spec.default is None else str(spec.default))
     elif spec.kind is int:
         w = QSpinBox()
-        w.setRange(int(spec.minimum if spec.minimum is not None else -(2**31)),
-                   int(spec.maximum if spec.maximum is not None else 2**31 - 1))
+        w.setRange(
+            int(spec.minimum if spec.minimum is not None else -(2**31)),
+            int(spec.maximum if spec.maximum is not None else 2**31 - 1),
+        )
         if spec.name == "batch":
             w.setSpecialValueText("auto")  # 0: the engine's preferred batch
         w.setValue(int(spec.default))
     else:
         w = QDoubleSpinBox()
         w.setDecimals(4)
-        w.setRange(spec.minimum if spec.minimum is not None else -1e9, spec.maximum if spec.maximum is not None else 1e9)
+        w.setRange(
+            spec.minimum if spec.minimum is not None else -1e9, spec.maximum if spec.maximum is not None else 1e9
+        )
         w.setValue(float(spec.default))
     w.setToolTip(spec.help[:1].upper() + spec.help[1:])
     w.setObjectName(f"setting_{spec.name}")

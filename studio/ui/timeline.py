@@ -125,8 +125,12 @@ class TimelineView(QWidget):
         self.faceless_curve.setZValue(5)
 
         self.threshold_line = pg.InfiniteLine(
-            angle=0, movable=True, pen=pg.mkPen(ACCENT, width=2), hoverPen=pg.mkPen("#ffd08a", width=3),
-            label="threshold {value:.4f}", labelOpts={"position": 0.88, "color": ACCENT, "movable": True},
+            angle=0,
+            movable=True,
+            pen=pg.mkPen(ACCENT, width=2),
+            hoverPen=pg.mkPen("#ffd08a", width=3),
+            label="threshold {value:.4f}",
+            labelOpts={"position": 0.88, "color": ACCENT, "movable": True},
         )
         self.threshold_line.setValue(math.log10(self.threshold))
         self.threshold_line.sigPositionChanged.connect(self._threshold_dragged)
@@ -134,8 +138,9 @@ class TimelineView(QWidget):
         self.threshold_line.label.setFormat("")  # the label shows the RMS value, not its log
         self.playheads = []
         for p in (self.wave_plot, self.rms_plot):
-            line = pg.InfiniteLine(angle=90, movable=True, pen=pg.mkPen(PLAYHEAD, width=2),
-                                   hoverPen=pg.mkPen("#ff8da1", width=3))
+            line = pg.InfiniteLine(
+                angle=90, movable=True, pen=pg.mkPen(PLAYHEAD, width=2), hoverPen=pg.mkPen("#ff8da1", width=3)
+            )
             line.setZValue(20)
             line.sigPositionChanged.connect(self._playhead_dragged)
             p.addItem(line)
@@ -173,7 +178,9 @@ class TimelineView(QWidget):
         self.range_label.setToolTip("In/out range: I sets in, O sets out, Alt+I / Alt+O clear them")
         self.audio_note = ElidedLabel("", max_hint=400)
         self.audio_note.setObjectName("warnLabel")
-        self.audio_note.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)  # its width, if there is room
+        self.audio_note.setSizePolicy(
+            QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred
+        )  # its width, if there is room
 
         # ---- silence row: summary, threshold number, min silence
         self.info = ElidedLabel("Import a voice-over to see its waveform and silences")
@@ -463,8 +470,9 @@ class TimelineView(QWidget):
         else:
             a, b = r
             self.range_label.setText(f"in {timecode(a)} · out {timecode(b - 1)} ({seconds_text(b - a)})")
-        self.range_label.setToolTip(f"{self.range_label.text()}\nI sets the in point, O the out point (included); "
-                                    "Alt+I / Alt+O clear them")
+        self.range_label.setToolTip(
+            f"{self.range_label.text()}\nI sets the in point, O the out point (included); Alt+I / Alt+O clear them"
+        )
 
     def _recompute(self) -> None:
         if self.analysis is None:

@@ -45,8 +45,10 @@ def main() -> None:
                 res = r.render(Path(tmp) / f"{enc}.mp4")
                 fps = res.frames / (time.perf_counter() - t0)
             base = base or fps
-            print(f"{enc:<14} {res.encoder:<24} {res.frames} frames  {fps:6.1f} fps  x{fps / base:.2f}  "
-                  f"({os.cpu_count()} cores, engine {res.engine} on {engine.device})")
+            print(
+                f"{enc:<14} {res.encoder:<24} {res.frames} frames  {fps:6.1f} fps  x{fps / base:.2f}  "
+                f"({os.cpu_count()} cores, engine {res.engine} on {engine.device})"
+            )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,11 @@ def pool_fps(nv12: np.ndarray, total: int, n: int, preset: str, crf: int = 20) -
     for t in threads:
         t.join()
     wall = max(ends) - t0
-    print(f"  pool of {n}: x264 busy {100 * sum(busy) / (n * wall):.0f} % of the wall time, "
-          f"{sum(busy) / total * 1e3:.1f} ms of x264 per frame", flush=True)
+    print(
+        f"  pool of {n}: x264 busy {100 * sum(busy) / (n * wall):.0f} % of the wall time, "
+        f"{sum(busy) / total * 1e3:.1f} ms of x264 per frame",
+        flush=True,
+    )
     return total / wall
 
 
@@ -105,8 +108,9 @@ def main() -> None:
 
         for _rep in range(2):
             t0 = time.perf_counter()
-            with open_video(work / "host.mp4", av_.width, av_.height, encoder="x264-parallel", total_frames=T,
-                            preset=args.preset) as w:
+            with open_video(
+                work / "host.mp4", av_.width, av_.height, encoder="x264-parallel", total_frames=T, preset=args.preset
+            ) as w:
                 for idx in stripes(T, 64, w.chunks):
                     w.write([nv12[i % av_.N] for i in idx], indices=idx)
             dt = time.perf_counter() - t0
@@ -124,8 +128,11 @@ def main() -> None:
         r._ready()
         say(f"{dec}_ready_ms", round((time.perf_counter() - t0) * 1e3, 1))
         chunks16 = [(round(T * k / ncores), round(T * (k + 1) / ncores)) for k in range(ncores)]
-        for name, batches in (("plain64", stripes(T, 64, [(0, T)])), ("stripes", stripes(T, 64, chunks16)),
-                              ("stripes_nv12", stripes(T, 64, chunks16))):
+        for name, batches in (
+            ("plain64", stripes(T, 64, [(0, T)])),
+            ("stripes", stripes(T, 64, chunks16)),
+            ("stripes_nv12", stripes(T, 64, chunks16)),
+        ):
             for _rep in range(2):
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
@@ -152,9 +159,13 @@ def main() -> None:
 
         from studio.core.media.x264_pool import shutdown_pool
 
-        variants = [("nice5_w16", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores)}),
-                    ("nice5_w16_copythread", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores),
-                                              "STUDIO_GPU_DIRECT": "0"})]
+        variants = [
+            ("nice5_w16", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores)}),
+            (
+                "nice5_w16_copythread",
+                {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores), "STUDIO_GPU_DIRECT": "0"},
+            ),
+        ]
         for label, env in variants:
             if os.environ.get("STUDIO_X264_NICE") != env["STUDIO_X264_NICE"]:
                 shutdown_pool()  # workers read their priority when they start
@@ -173,7 +184,10 @@ def main() -> None:
             say(f"{dec}_render_{label}_stage_ms", r.result.stage_ms)
             say(f"{dec}_render_{label}_finish_ms", r.result.finish_ms)
             nw = int(env["STUDIO_X264_WORKERS"])
-            say(f"{dec}_render_{label}_x264_busy_pct", round(100 * r.result.finish_ms.get("x264_busy", 0) / 1e3 / (nw * dt), 1))
+            say(
+                f"{dec}_render_{label}_x264_busy_pct",
+                round(100 * r.result.finish_ms.get("x264_busy", 0) / 1e3 / (nw * dt), 1),
+            )
             say(f"{dec}_render_{label}_timeline", line)
         os.environ.pop("STUDIO_GPU_DIRECT", None)
         os.environ["STUDIO_X264_WORKERS"] = str(ncores)

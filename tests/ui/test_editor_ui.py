@@ -30,8 +30,16 @@ def _drop(widget, paths) -> bool:
 
 def _wheel(widget, steps: int = 1) -> None:
     pos = QPointF(widget.width() / 2, widget.height() / 2)
-    ev = QWheelEvent(pos, widget.mapToGlobal(pos), QPoint(0, 0), QPoint(0, 120 * steps),
-                     Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    ev = QWheelEvent(
+        pos,
+        widget.mapToGlobal(pos),
+        QPoint(0, 0),
+        QPoint(0, 120 * steps),
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
     QApplication.sendEvent(widget, ev)
 
 
@@ -95,8 +103,9 @@ def test_dropping_files_imports_avatars_and_scripts(window, qtbot, tmp_path):
     # a drag with no files is refused
     mime = QMimeData()
     mime.setText("hello")
-    enter = QDragEnterEvent(QPoint(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                            Qt.KeyboardModifier.NoModifier)
+    enter = QDragEnterEvent(
+        QPoint(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
     QApplication.sendEvent(window.preview, enter)
     assert not enter.isAccepted()
 

@@ -37,8 +37,13 @@ def test_first_paint_is_fast_and_loads_no_heavy_library(studio_home):
         print(f"{dt:.3f}", ",".join(heavy))
         w.close()
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={"STUDIO_HOME": str(studio_home), "QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"STUDIO_HOME": str(studio_home), "QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0, r.stderr
     seconds, heavy = r.stdout.split()[0], r.stdout.split()[1:] or [""]
     assert float(seconds) < 2.0

@@ -86,8 +86,14 @@ class AvatarParams:
 
     def __post_init__(self):  # one canonical type per field, so cache keys do not depend on 24 vs 24.0
         try:
-            for name, kind in (("bbox_shift", int), ("extra_margin", int), ("cheek_width", int),
-                               ("feather", float), ("smooth", float), ("mask_mode", str)):
+            for name, kind in (
+                ("bbox_shift", int),
+                ("extra_margin", int),
+                ("cheek_width", int),
+                ("feather", float),
+                ("smooth", float),
+                ("mask_mode", str),
+            ):
                 object.__setattr__(self, name, kind(getattr(self, name)))
             for name in ("trim_start", "trim_end"):
                 v = getattr(self, name)
@@ -187,8 +193,14 @@ class AvatarAssets:
 # Public API
 
 
-def prepare(name: str, source: str | os.PathLike, params: AvatarParams = AvatarParams(), *, force: bool = False,
-            progress: Progress | None = None) -> AvatarAssets:
+def prepare(
+    name: str,
+    source: str | os.PathLike,
+    params: AvatarParams = AvatarParams(),
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> AvatarAssets:
     """Ingest ``source`` as library avatar ``name``. An existing name needs ``force=True``, and then
     only what the new source/parameters change is recomputed."""
     _check_name(name)
@@ -208,13 +220,16 @@ def load(name: str) -> AvatarAssets:
     _check_name(name)
     folder = library_dir() / name
     if not folder.is_dir():
-        raise AvatarError(f"no avatar named '{name}' in the library; see `studio avatar list` or add it "
-                          f"with `studio avatar add {name} IMAGE_OR_VIDEO`")
+        raise AvatarError(
+            f"no avatar named '{name}' in the library; see `studio avatar list` or add it "
+            f"with `studio avatar add {name} IMAGE_OR_VIDEO`"
+        )
     return _load_folder(folder, name)
 
 
-def resolve(name_or_path: str | os.PathLike, params: AvatarParams | None = None,
-            progress: Progress | None = None) -> AvatarAssets:
+def resolve(
+    name_or_path: str | os.PathLike, params: AvatarParams | None = None, progress: Progress | None = None
+) -> AvatarAssets:
     """A library name, or an image/video path prepared on the fly and cached (reused while the
     source and the parameters are unchanged). ``params`` for a library name re-prepares it when
     they differ from its own."""
@@ -226,8 +241,16 @@ def resolve(name_or_path: str | os.PathLike, params: AvatarParams | None = None,
             return assets
         params.check()
         src = Path(assets.meta["source"])
-        return _build(assets.folder, text, src if src.is_file() else None, assets.meta["source_sha256"],
-                      assets.meta.get("source_key"), params, progress, check_source=True)
+        return _build(
+            assets.folder,
+            text,
+            src if src.is_file() else None,
+            assets.meta["source_sha256"],
+            assets.meta.get("source_key"),
+            params,
+            progress,
+            check_source=True,
+        )
     path = Path(text).expanduser()
     if not path.exists() and _NAME_RE.match(text) and not path.suffix:
         raise AvatarError(f"no avatar named '{text}' in the library and no such file; see `studio avatar list`")
@@ -261,20 +284,36 @@ def list_avatars() -> list[dict]:
             except _Damaged as exc:
                 problem = str(exc)
         if problem is not None:
-            out.append({"name": folder.name, "damaged": True, "problem": problem,
-                        "fix": _fix_hint(folder.name, folder, meta), "folder": str(folder),
-                        "source": meta.get("source") if isinstance(meta, dict) else None})
+            out.append(
+                {
+                    "name": folder.name,
+                    "damaged": True,
+                    "problem": problem,
+                    "fix": _fix_hint(folder.name, folder, meta),
+                    "folder": str(folder),
+                    "source": meta.get("source") if isinstance(meta, dict) else None,
+                }
+            )
             continue
         thumb = folder / "thumbnail.png"
-        out.append({
-            "name": folder.name, "kind": meta.get("kind"), "frames": meta.get("frames"),
-            "width": meta.get("width"), "height": meta.get("height"), "fps": meta.get("fps"),
-            "faceless_frames": meta.get("faceless_frames"), "duration_s": meta.get("duration_s"),
-            "source": meta.get("source"), "params": meta.get("params"),
-            "size_bytes": sum(f.get("bytes", 0) for f in meta["files"].values()),
-            "thumbnail": str(thumb) if thumb.exists() else None, "folder": str(folder),
-            "damaged": False,
-        })
+        out.append(
+            {
+                "name": folder.name,
+                "kind": meta.get("kind"),
+                "frames": meta.get("frames"),
+                "width": meta.get("width"),
+                "height": meta.get("height"),
+                "fps": meta.get("fps"),
+                "faceless_frames": meta.get("faceless_frames"),
+                "duration_s": meta.get("duration_s"),
+                "source": meta.get("source"),
+                "params": meta.get("params"),
+                "size_bytes": sum(f.get("bytes", 0) for f in meta["files"].values()),
+                "thumbnail": str(thumb) if thumb.exists() else None,
+                "folder": str(folder),
+                "damaged": False,
+            }
+        )
     return out
 
 
@@ -291,8 +330,13 @@ def overlay(assets: AvatarAssets, index: int = 0) -> np.ndarray:
     """RGB debug picture of frame ``index``: the box, the tinted mask and the mouth/jaw landmarks."""
     if not 0 <= index < assets.N:
         raise AvatarError(f"frame {index} is out of range; avatar '{assets.name}' has frames 0..{assets.N - 1}")
-    return faces.overlay_image(assets.frames[index], assets.boxes[index], assets.masks[index],
-                               assets.landmarks[index], bool(assets.face_ok[index]))
+    return faces.overlay_image(
+        assets.frames[index],
+        assets.boxes[index],
+        assets.masks[index],
+        assets.landmarks[index],
+        bool(assets.face_ok[index]),
+    )
 
 
 def library_dir() -> Path:
@@ -328,8 +372,16 @@ def _load_folder(folder: Path, name: str) -> AvatarAssets:
     meta = meta if meta is not None else _read_meta(folder)
     src = Path(meta["source"])
     params = AvatarParams.from_json(meta["params"])
-    return _build(folder, name, src if src.is_file() else None, meta["source_sha256"], meta.get("source_key"),
-                  params, None, check_source=True)
+    return _build(
+        folder,
+        name,
+        src if src.is_file() else None,
+        meta["source_sha256"],
+        meta.get("source_key"),
+        params,
+        None,
+        check_source=True,
+    )
 
 
 def _open(folder: Path, meta: dict, verify: bool = True, wrap: bool = True) -> AvatarAssets:
@@ -355,19 +407,30 @@ def _open(folder: Path, meta: dict, verify: bool = True, wrap: bool = True) -> A
             else:
                 guard.small[n] = a
     return AvatarAssets(
-        name=meta["name"], folder=folder, meta=meta, frames=arrays["frames"], boxes=arrays["boxes"],
-        crops=arrays["crops"], masks=arrays["masks"], landmarks=arrays["landmarks"],
-        crop_landmarks=arrays["crop_landmarks"], face_ok=arrays["face_ok"], raw_landmarks=arrays["raw_landmarks"],
+        name=meta["name"],
+        folder=folder,
+        meta=meta,
+        frames=arrays["frames"],
+        boxes=arrays["boxes"],
+        crops=arrays["crops"],
+        masks=arrays["masks"],
+        landmarks=arrays["landmarks"],
+        crop_landmarks=arrays["crop_landmarks"],
+        face_ok=arrays["face_ok"],
+        raw_landmarks=arrays["raw_landmarks"],
     )
 
 
 # What a cached value may be: landmarks stay near the frame (a face partly outside it still has
 # its points within a few frame sizes), crop landmarks near the crop unless the box is tiny.
 _BOUNDS = {
-    "frames": lambda side: None, "crops": lambda side: None, "masks": lambda side: None,
+    "frames": lambda side: None,
+    "crops": lambda side: None,
+    "masks": lambda side: None,
     "face_ok": lambda side: None,
     "boxes": lambda side: side + 2.0,
-    "landmarks": lambda side: 16.0 * side, "raw_landmarks": lambda side: 16.0 * side,
+    "landmarks": lambda side: 16.0 * side,
+    "raw_landmarks": lambda side: 16.0 * side,
     "crop_landmarks": lambda side: 1e7,
 }
 
@@ -427,8 +490,13 @@ def _full_problem(folder: Path, name: str, spec: dict, side: int) -> str | None:
 def _file_spec(path: Path) -> dict:
     arr = np.load(path, mmap_mode="r")
     size = path.stat().st_size
-    return {"shape": list(arr.shape), "dtype": arr.dtype.str, "bytes": size, "crc32": _checksum(path, size),
-            **block_spec(arr)}
+    return {
+        "shape": list(arr.shape),
+        "dtype": arr.dtype.str,
+        "bytes": size,
+        "crc32": _checksum(path, size),
+        **block_spec(arr),
+    }
 
 
 def _checksum(path: Path, size: int) -> int:
@@ -470,8 +538,14 @@ def _meta_problem(meta: dict | None) -> str | None:
     for key in ("width", "height"):
         if not is_int(meta.get(key)) or meta[key] < 1:
             return f"meta.json has no valid {key}"
-    for key, kind in (("source", str), ("source_sha256", str), ("params", dict), ("stages", dict),
-                      ("name", str), ("kind", str)):
+    for key, kind in (
+        ("source", str),
+        ("source_sha256", str),
+        ("params", dict),
+        ("stages", dict),
+        ("name", str),
+        ("kind", str),
+    ):
         if not isinstance(meta.get(key), kind):
             return f"meta.json has no valid {key}"
     files = meta.get("files")
@@ -483,14 +557,20 @@ def _meta_problem(meta: dict | None) -> str | None:
             if not isinstance(spec, dict):
                 return f"meta.json does not record {name}.npy"
             shape = spec.get("shape")
-            if (not isinstance(shape, list) or not shape or not all(is_int(v) and v >= 0 for v in shape)
-                    or not isinstance(spec.get("dtype"), str) or not is_int(spec.get("bytes"))
-                    or not is_int(spec.get("crc32"))):
+            if (
+                not isinstance(shape, list)
+                or not shape
+                or not all(is_int(v) and v >= 0 for v in shape)
+                or not isinstance(spec.get("dtype"), str)
+                or not is_int(spec.get("bytes"))
+                or not is_int(spec.get("crc32"))
+            ):
                 return f"meta.json's record of {name}.npy is malformed"
             if shape[0] != n:
                 return f"meta.json says {n} frames but records {shape[0]} rows for {name}.npy"
-            if meta["schema_version"] == SCHEMA_VERSION and not (is_int(spec.get("block_rows"))
-                                                                and isinstance(spec.get("block_crc32"), str)):
+            if meta["schema_version"] == SCHEMA_VERSION and not (
+                is_int(spec.get("block_rows")) and isinstance(spec.get("block_crc32"), str)
+            ):
                 return f"meta.json has no block checksums for {name}.npy"
     if files["frames"]["shape"][1:] != [meta["height"], meta["width"], 3]:
         return "meta.json's frame size disagrees with frames.npy"
@@ -518,7 +598,9 @@ def _fix_hint(name: str, folder: Path, meta: dict | None) -> str:
         if src.is_file():
             return f"it is rebuilt from its source {src} the next time it is used"
     if library:
-        return f"add it again with `studio avatar add {name} SOURCE --force`, or remove it with `studio avatar rm {name}`"
+        return (
+            f"add it again with `studio avatar add {name} SOURCE --force`, or remove it with `studio avatar rm {name}`"
+        )
     return f"delete the cache folder {folder} and use the file again"
 
 
@@ -574,9 +656,17 @@ class _Guard:
             name = self.meta["name"]
             src = Path(self.meta["source"])
             params = AvatarParams.from_json(self.meta["params"])  # _build says what it rebuilds
-            fresh = _build(self.folder, name, src if src.is_file() else None, self.meta["source_sha256"],
-                           self.meta.get("source_key"), params, None, check_source=True,
-                           damaged=(arr.name, arr.file_id and arr.file_id[0], reason))
+            fresh = _build(
+                self.folder,
+                name,
+                src if src.is_file() else None,
+                self.meta["source_sha256"],
+                self.meta.get("source_key"),
+                params,
+                None,
+                check_source=True,
+                damaged=(arr.name, arr.file_id and arr.file_id[0], reason),
+            )
             for n in ARRAY_STAGE:  # what this run may have read must not change under it
                 a, new = self.arrays.get(n), getattr(fresh, n)
                 if a is None:  # a small array, read whole at load: compare it whole
@@ -585,12 +675,17 @@ class _Guard:
                     new_mm = new._mm if isinstance(new, CheckedArray) else new
                     rows, sums = decode_sums(fresh.meta["files"][n], int(new_mm.shape[0]))
                     seen_blocks = a.handed_out
-                    same = (new_mm.shape == a.shape and rows == a.block_rows
-                            and np.array_equal(sums[seen_blocks], a.sums[seen_blocks]))
+                    same = (
+                        new_mm.shape == a.shape
+                        and rows == a.block_rows
+                        and np.array_equal(sums[seen_blocks], a.sums[seen_blocks])
+                    )
                 if not same:
-                    raise AvatarError(f"avatar '{name}' was damaged and has been rebuilt from its source, but the "
-                                      f"rebuilt {n}.npy differs from what this run had already read; run the "
-                                      "command again")
+                    raise AvatarError(
+                        f"avatar '{name}' was damaged and has been rebuilt from its source, but the "
+                        f"rebuilt {n}.npy differs from what this run had already read; run the "
+                        "command again"
+                    )
             for n, a in self.arrays.items():
                 new = getattr(fresh, n)
                 a._swap(new._mm if isinstance(new, CheckedArray) else new, fresh.meta["files"][n])
@@ -656,9 +751,18 @@ class _FolderLock:
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-def _build(folder: Path, name: str, source: Path | None, source_sha: str, source_key: str | None,
-           params: AvatarParams, progress: Progress | None, *, check_source: bool = False,
-           damaged: tuple | None = None) -> AvatarAssets:
+def _build(
+    folder: Path,
+    name: str,
+    source: Path | None,
+    source_sha: str,
+    source_key: str | None,
+    params: AvatarParams,
+    progress: Progress | None,
+    *,
+    check_source: bool = False,
+    damaged: tuple | None = None,
+) -> AvatarAssets:
     """Bring ``folder`` up to date for (source, params): reuse every valid stage, rebuild the rest.
 
     ``check_source``: ``source_sha`` is the recorded hash, not one just computed: the source is
@@ -669,14 +773,15 @@ def _build(folder: Path, name: str, source: Path | None, source_sha: str, source
     folder.mkdir(parents=True, exist_ok=True)
     try:
         with _FolderLock(folder):
-            return _build_locked(folder, name, source, source_sha, source_key, params, progress,
-                                 check_source, damaged)
+            return _build_locked(folder, name, source, source_sha, source_key, params, progress, check_source, damaged)
     except OSError as exc:
         if new_folder:
             shutil.rmtree(folder, ignore_errors=True)
         if exc.errno in _DISK_FULL:
-            raise AvatarError(f"cannot write the avatar cache in {folder.parent} ({os.strerror(exc.errno)}); free "
-                              "some disk space or use a shorter clip with --trim-start/--trim-end") from None
+            raise AvatarError(
+                f"cannot write the avatar cache in {folder.parent} ({os.strerror(exc.errno)}); free "
+                "some disk space or use a shorter clip with --trim-start/--trim-end"
+            ) from None
         raise
     except BaseException:
         if new_folder:
@@ -716,25 +821,32 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
         bad = next((p for p in (_full_problem(folder, n, old["files"][n], side) for n in names) if p), None)
         if bad:
             damage.append((bad, stage))
-            todo = [s for s, _ in STAGES][[s for s, _ in STAGES].index(stage):]
+            todo = [s for s, _ in STAGES][[s for s, _ in STAGES].index(stage) :]
             break
     if "frames" in todo:
         why = f"avatar '{name}' is damaged ({'; '.join(d for d, _ in damage)}) and" if damage else f"avatar '{name}'"
         if source is None:
             src = old.get("source") if old else None
-            raise AvatarError(f"{why} must be rebuilt, but its source {src or '(unknown)'} is gone; "
-                              f"{_fix_hint(name, folder, None)}")
+            raise AvatarError(
+                f"{why} must be rebuilt, but its source {src or '(unknown)'} is gone; {_fix_hint(name, folder, None)}"
+            )
         if check_source:
             from studio.core.store.fsutil import file_sha256, quick_file_key
 
             if file_sha256(source) != source_sha:
-                raise AvatarError(f"{why} must be rebuilt, but its source {source} is now a different file (its "
-                                  f"SHA-256 changed since it was added); add it again from the right file with "
-                                  f"`studio avatar add {name} FILE --force`")
+                raise AvatarError(
+                    f"{why} must be rebuilt, but its source {source} is now a different file (its "
+                    f"SHA-256 changed since it was added); add it again from the right file with "
+                    f"`studio avatar add {name} FILE --force`"
+                )
             source_key = quick_file_key(source)
     for what, stage in damage:
-        log.warning("avatar '%s' cache is damaged (%s); rebuilding it from %s", name, what,
-                    "its source" if stage == "frames" else f"the {stage} stage on")
+        log.warning(
+            "avatar '%s' cache is damaged (%s); rebuilding it from %s",
+            name,
+            what,
+            "its source" if stage == "frames" else f"the {stage} stage on",
+        )
     b = _Builder(folder, name, params, progress)
     try:
         meta = b.run(todo, old, source, source_sha, source_key, keys)
@@ -776,9 +888,16 @@ class _Builder:
             meta["source_key"] = source_key
         ok = np.asarray(self.a["face_ok"], bool)
         meta.update(
-            schema_version=SCHEMA_VERSION, name=self.name, params=asdict(self.params), fps=FPS,
-            frames=int(len(ok)), faceless_frames=int((~ok).sum()), stages=keys, rebuilt=list(todo),
-            build_s=round(time.monotonic() - t0, 3), stage_s=stage_s,
+            schema_version=SCHEMA_VERSION,
+            name=self.name,
+            params=asdict(self.params),
+            fps=FPS,
+            frames=int(len(ok)),
+            faceless_frames=int((~ok).sum()),
+            stages=keys,
+            rebuilt=list(todo),
+            build_s=round(time.monotonic() - t0, 3),
+            stage_s=stage_s,
             bbox_shift_range=list(faces.bbox_shift_range(np.asarray(self.a["raw_landmarks"])[ok])),
         )
         self._commit(meta, clear_engines="crops" in todo)
@@ -800,8 +919,14 @@ class _Builder:
             raise AvatarError(f"{source}: no video frames in the requested range; check --trim-start/--trim-end")
         first, was = fit_photo(first)  # above 4K: every frame scaled down (RAM, H.264 levels)
         if was:
-            log.warning("%s is %dx%d; using it downscaled to %dx%d (Studio renders at most 3840x2160)",
-                        source, was[0], was[1], first.shape[1], first.shape[0])
+            log.warning(
+                "%s is %dx%d; using it downscaled to %dx%d (Studio renders at most 3840x2160)",
+                source,
+                was[0],
+                was[1],
+                first.shape[1],
+                first.shape[0],
+            )
             info["downscaled_from"] = list(was)
             gen = (fit_photo(f)[0] for f in gen)
         h, w = first.shape[:2]
@@ -847,8 +972,10 @@ class _Builder:
             self._check_complete(source, reader, n)
         face_ok = np.array(oks, bool)
         if not face_ok.any():
-            raise AvatarError(f"{source}: no face found in any frame; use a photo or video where the face is "
-                              "clearly visible, frontal and not too small")
+            raise AvatarError(
+                f"{source}: no face found in any frame; use a photo or video where the face is "
+                "clearly visible, frontal and not too small"
+            )
         self._save("face_ok", face_ok)
         self._save("raw_landmarks", np.stack(lms).astype(np.float32))
         self.a["frames"] = np.load(self.tmp["frames"], mmap_mode="r")
@@ -863,16 +990,26 @@ class _Builder:
         want = self.params.face
         where = "the photo" if kind == "photo" else "the first frame"
         if want is not None and want > len(found):
-            raise AvatarError(f"{source}: --face {want} asked for, but {where} has {len(found)} face(s) "
-                              "(numbered from the left)")
+            raise AvatarError(
+                f"{source}: --face {want} asked for, but {where} has {len(found)} face(s) (numbered from the left)"
+            )
         if len(found) > 1 or want is not None:
             i = faces.pick_face(found, want)
             x0, x1, _ = faces.face_extent(found[i])
             how = "as asked" if want is not None else "the largest"
             info.update(faces_found=len(found), face=i + 1)
             if len(found) > 1:
-                log.warning("%s: %d faces found in %s; using face %d from the left (%s, x %d..%d); "
-                            "pass --face N to choose another", source, len(found), where, i + 1, how, x0, x1)
+                log.warning(
+                    "%s: %d faces found in %s; using face %d from the left (%s, x %d..%d); "
+                    "pass --face N to choose another",
+                    source,
+                    len(found),
+                    where,
+                    i + 1,
+                    how,
+                    x0,
+                    x1,
+                )
         return found
 
     @staticmethod
@@ -882,12 +1019,18 @@ class _Builder:
         declared = reader.declared
         start = reader.start
         if declared is not None and n < declared - max(2, int(0.02 * declared)):
-            raise AvatarError(f"{source}: only {n} of its {declared} frames decode ({n / FPS:.2f} of "
-                              f"{declared / FPS:.2f} s); the file looks truncated: re-download or re-encode it, "
-                              f"or pass --trim-end {start + n / FPS:.2f} to use the part that decodes")
+            raise AvatarError(
+                f"{source}: only {n} of its {declared} frames decode ({n / FPS:.2f} of "
+                f"{declared / FPS:.2f} s); the file looks truncated: re-download or re-encode it, "
+                f"or pass --trim-end {start + n / FPS:.2f} to use the part that decodes"
+            )
         if declared is None and reader.stopped_early:
-            log.warning("%s: decoding stopped after %.2f s (%s); using the frames before it", source, n / FPS,
-                        reader.stopped_early)
+            log.warning(
+                "%s: decoding stopped after %.2f s (%s); using the frames before it",
+                source,
+                n / FPS,
+                reader.stopped_early,
+            )
 
     def _crops(self) -> None:
         frames, ok = self.a["frames"], np.asarray(self.a["face_ok"], bool)
@@ -999,15 +1142,19 @@ def _check_budget(source: Path, folder: Path, w: int, h: int, frames: int | None
         raise AvatarError(_too_big(source, limit, need, frames, w, h))
     free = shutil.disk_usage(folder).free
     if need + DISK_RESERVE > free:
-        raise AvatarError(f"{source}: the avatar cache needs {need / 2**30:.1f} GB ({frames} frames of {w}x{h}) but "
-                          f"only {free / 2**30:.1f} GB is free; free some disk space or use a shorter clip with "
-                          "--trim-start/--trim-end")
+        raise AvatarError(
+            f"{source}: the avatar cache needs {need / 2**30:.1f} GB ({frames} frames of {w}x{h}) but "
+            f"only {free / 2**30:.1f} GB is free; free some disk space or use a shorter clip with "
+            "--trim-start/--trim-end"
+        )
 
 
 def _too_big(source: Path, limit: float, need: float | None = None, frames=None, w=None, h=None) -> str:
     what = f" ({need / 2**30:.3g} GB for {frames} frames of {w}x{h})" if need else ""
-    return (f"{source}: the avatar cache would exceed the {limit / 2**30:.3g} GB limit{what}; "
-            "use a shorter clip with --trim-start/--trim-end")
+    return (
+        f"{source}: the avatar cache would exceed the {limit / 2**30:.3g} GB limit{what}; "
+        "use a shorter clip with --trim-start/--trim-end"
+    )
 
 
 def _write_thumbnail(path: Path, frames: np.ndarray, face_ok: np.ndarray) -> None:

@@ -135,9 +135,7 @@ def probe(path: str | os.PathLike) -> AudioInfo:
             info = sf.info(str(p))
     except Exception as exc:  # noqa: BLE001 - soundfile raises LibsndfileError / RuntimeError / TypeError
         detail = _sf_detail(exc)
-        raise AudioError(
-            f"{p}: not an audio file Studio can read ({detail}); convert it to {SUPPORTED}"
-        ) from None
+        raise AudioError(f"{p}: not an audio file Studio can read ({detail}); convert it to {SUPPORTED}") from None
     if info.frames <= 0 or info.samplerate <= 0:
         raise AudioError(f"{p}: contains no audio samples; export the voice-over again")
     return AudioInfo(
@@ -251,8 +249,10 @@ def load(path: str | os.PathLike) -> Wave:
             f"{info.path}: the audio data is corrupt ({_sf_detail(exc)}); export the voice-over again"
         ) from None
     if bad:  # refused, not patched: the render's AAC track is encoded from the file itself
-        raise AudioError(f"{info.path}: {bad} of {info.source_frames * info.channels} samples are not numbers "
-                         "(NaN or infinite), so the file is damaged; export the voice-over again")
+        raise AudioError(
+            f"{info.path}: {bad} of {info.source_frames * info.channels} samples are not numbers "
+            "(NaN or infinite), so the file is damaged; export the voice-over again"
+        )
     if pos == 0:
         raise AudioError(f"{info.path}: contains no audio samples; export the voice-over again")
     if pos < n_out * 0.98:
@@ -357,9 +357,7 @@ class AudioAnalysis:
     def mask(self, threshold: float = DEFAULT_SILENCE_THRESHOLD, min_run: int = DEFAULT_MIN_SILENCE_FRAMES):
         return silence_mask(self.rms, threshold, min_run)
 
-    def summary(
-        self, threshold: float = DEFAULT_SILENCE_THRESHOLD, min_run: int = DEFAULT_MIN_SILENCE_FRAMES
-    ) -> dict:
+    def summary(self, threshold: float = DEFAULT_SILENCE_THRESHOLD, min_run: int = DEFAULT_MIN_SILENCE_FRAMES) -> dict:
         mask = self.mask(threshold, min_run)
         spans = runs(mask)
         longest = max((b - a for a, b in spans), default=0)

@@ -109,8 +109,9 @@ class CopyThread:
                         self.pool[i].copy_(nv12[k], non_blocking=True)
                 wait_blocking(self.stream)
                 del nv12  # safe: the copies that read it have finished
-                self.writer.write([self.pool_np[i] for i in ids], indices=indices,
-                                  release=lambda k, ids=ids: self.free.put(ids[k]))
+                self.writer.write(
+                    [self.pool_np[i] for i in ids], indices=indices, release=lambda k, ids=ids: self.free.put(ids[k])
+                )
         except BaseException as exc:  # noqa: BLE001 - re-raised in the render thread
             self.error = exc
 

@@ -41,8 +41,13 @@ def speak(text: str, voice: str = "en-us", speed: int = 160) -> Path:
     if target.exists():
         return target
     with atomic_path(target) as tmp:
-        r = subprocess.run([exe, "-v", voice, "-s", str(int(speed)), "-w", str(tmp), "--stdin"],
-                           input=text, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [exe, "-v", voice, "-s", str(int(speed)), "-w", str(tmp), "--stdin"],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if r.returncode != 0 or tmp.stat().st_size == 0:
             raise InputError(f"espeak-ng could not speak the text ({r.stderr.strip()[:120]}); try plain text")
     return target

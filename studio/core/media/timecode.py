@@ -99,7 +99,7 @@ def _parse_absolute(raw: str, original: str, fps: int) -> int:
         if len(low) > 8:
             raise bad
         padded = low.rjust((len(low) + 1) // 2 * 2, "0")
-        values = [int(padded[i:i + 2]) for i in range(0, len(padded), 2)]
+        values = [int(padded[i : i + 2]) for i in range(0, len(padded), 2)]
     else:
         raise bad
     values = [0] * (4 - len(values)) + values  # hours, minutes, seconds, frames

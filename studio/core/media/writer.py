@@ -68,8 +68,18 @@ from studio.core.store.fsutil import atomic_path, register_temp, release_temp, t
 log = logging.getLogger(__name__)
 
 ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
-X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower",
-                "veryslow", "placebo")
+X264_PRESETS = (
+    "ultrafast",
+    "superfast",
+    "veryfast",
+    "faster",
+    "fast",
+    "medium",
+    "slow",
+    "slower",
+    "veryslow",
+    "placebo",
+)
 MIN_PARALLEL_CHUNK = 24  # frames: auto picks parallel x264 only when every chunk gets at least this
 MIN_CHUNK = 8  # frames: x264's reorder delay is only constant from 3 frames on (dts must join up)
 QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks (one encoder)
@@ -83,9 +93,22 @@ SYNC_BYTES = 64 << 20  # the mux thread hands finished MP4 data to the disk ever
 MOOV_PER_SAMPLE = 48  # bytes of index per video frame or AAC packet at most (stsz, stts, ctts, stss, stsc, co64)
 
 
-def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, preset="veryfast",
-               fps=FPS, total_frames=None, workers=None, write_hook=None, rolling=False,
-               changing=None) -> VideoWriter:
+def open_video(
+    path,
+    width,
+    height,
+    *,
+    audio=None,
+    encoder="auto",
+    crf=20,
+    preset="veryfast",
+    fps=FPS,
+    total_frames=None,
+    workers=None,
+    write_hook=None,
+    rolling=False,
+    changing=None,
+) -> VideoWriter:
     """Open a streaming MP4 writer; checks the output folder and the audio before anything starts.
 
     ``width``/``height`` are the frame size the caller writes; odd sizes are padded to even.
@@ -109,9 +132,21 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
     window = len(chunks)
     if rolling and window > 1:
         chunks = rolling_chunks(total_frames, window)
-    return VideoWriter(Path(path), int(width), int(height), audio=audio, name=name, reason=reason,
-                       chunks=chunks, crf=crf, preset=preset, fps=fps, write_hook=write_hook, window=window,
-                       changing=changing)
+    return VideoWriter(
+        Path(path),
+        int(width),
+        int(height),
+        audio=audio,
+        name=name,
+        reason=reason,
+        chunks=chunks,
+        crf=crf,
+        preset=preset,
+        fps=fps,
+        write_hook=write_hook,
+        window=window,
+        changing=changing,
+    )
 
 
 def rolling_chunks(total: int, lanes: int, max_frames: int = ROLL_FRAMES) -> list[tuple[int, int]]:
@@ -146,9 +181,24 @@ class VideoWriter:
     """One output MP4. ``name``: the encoder used; ``reason``: why; ``chunks``: frame ranges;
     ``window``: lanes (encoders) running at once; chunk ``k`` runs on lane ``k % window``."""
 
-    def __init__(self, path: Path, width: int, height: int, *, audio, name: str, reason: str,
-                 chunks: list[tuple[int, int]], crf: int, preset: str, fps: int, write_hook,
-                 window: int | None = None, stream_mux: bool = True, changing=None):
+    def __init__(
+        self,
+        path: Path,
+        width: int,
+        height: int,
+        *,
+        audio,
+        name: str,
+        reason: str,
+        chunks: list[tuple[int, int]],
+        crf: int,
+        preset: str,
+        fps: int,
+        write_hook,
+        window: int | None = None,
+        stream_mux: bool = True,
+        changing=None,
+    ):
         """``stream_mux=False`` keeps every chunk's packets until ``close`` and joins them there
         (the behaviour before rolling chunks; tests compare the two)."""
         self.path = path
@@ -188,8 +238,15 @@ class VideoWriter:
         except BaseException:
             self._cleanup()
             raise
-        log.info("encoding %s with %s (%s), %d chunk(s) on %d lane(s), spill %s", path, name, reason,
-                 len(chunks), self.window, self.spill_dir)
+        log.info(
+            "encoding %s with %s (%s), %d chunk(s) on %d lane(s), spill %s",
+            path,
+            name,
+            reason,
+            len(chunks),
+            self.window,
+            self.spill_dir,
+        )
 
     # ------------------------------------------------------------------ public API
 
@@ -243,10 +300,13 @@ class VideoWriter:
                 raise ValueError(f"chunk {ch.start}..{ch.end} expects frame {ch.next} next, got {pos}")
             if pos == ch.start and ch.k >= self.window:
                 prev = self._chunks[ch.k - self.window]  # the lane's chunk before this one
-                if prev.next < prev.end or any(self._chunks[j].next < self._chunks[j].end
-                                               for j in range(ch.k % self.window, ch.k, self.window)):
-                    raise ValueError(f"chunk {prev.start}..{prev.end} must be complete before chunk "
-                                     f"{ch.start}..{ch.end} starts (one encoder takes them in turn)")
+                if prev.next < prev.end or any(
+                    self._chunks[j].next < self._chunks[j].end for j in range(ch.k % self.window, ch.k, self.window)
+                ):
+                    raise ValueError(
+                        f"chunk {prev.start}..{prev.end} must be complete before chunk "
+                        f"{ch.start}..{ch.end} starts (one encoder takes them in turn)"
+                    )
             limit = n if ch.end is None else min(n, s + ch.end - pos)
             e = s + 1
             while e < limit and int(indices[e]) == pos + e - s:
@@ -288,17 +348,28 @@ class VideoWriter:
         if frames.ndim == 4:
             frames = rgb_to_nv12(pad_even(frames))
         if tuple(frames.shape[1:]) != (self.enc_height * 3 // 2, self.enc_width) or frames.dtype != torch.uint8:
-            raise ValueError(f"expected NV12 [B,{self.enc_height * 3 // 2},{self.enc_width}] uint8, got {tuple(frames.shape)}")
+            raise ValueError(
+                f"expected NV12 [B,{self.enc_height * 3 // 2},{self.enc_width}] uint8, got {tuple(frames.shape)}"
+            )
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(frames.device))
         return frames, event
 
     def _check_frame(self, f) -> None:
-        if not isinstance(f, np.ndarray) or f.dtype != np.uint8 or f.shape not in (
-            (self.enc_height * 3 // 2, self.enc_width), (self.height, self.width, 3), (self.enc_height, self.enc_width, 3)
+        if (
+            not isinstance(f, np.ndarray)
+            or f.dtype != np.uint8
+            or f.shape
+            not in (
+                (self.enc_height * 3 // 2, self.enc_width),
+                (self.height, self.width, 3),
+                (self.enc_height, self.enc_width, 3),
+            )
         ):
-            raise ValueError(f"expected NV12 [{self.enc_height * 3 // 2},{self.enc_width}] or RGB frames, "
-                             f"got {getattr(f, 'shape', type(f))}")
+            raise ValueError(
+                f"expected NV12 [{self.enc_height * 3 // 2},{self.enc_width}] or RGB frames, "
+                f"got {getattr(f, 'shape', type(f))}"
+            )
 
     def close(self) -> str:
         """Finish the encoders, append the chunks not yet in, mux the audio, write the index,
@@ -392,8 +463,9 @@ class VideoWriter:
         try:
             self._tmp = self._atomic.__enter__()  # left in close() (rename) or abort() (delete)
         except OSError as exc:
-            raise RenderError(f"The output folder {folder} is not writable ({exc.strerror}): "
-                              "choose another folder.") from exc
+            raise RenderError(
+                f"The output folder {folder} is not writable ({exc.strerror}): choose another folder."
+            ) from exc
         self._tmp_files.append(self._tmp)
 
     def _start(self) -> None:
@@ -424,8 +496,7 @@ class VideoWriter:
         self._starts = [c.start for c in self._chunks]
         for j in range(self.window):
             lane = _Lane(j, QUEUE_RUNS if self._parallel else QUEUE_BATCHES)
-            lane.thread = threading.Thread(target=self._encode_lane, args=(lane,), daemon=True,
-                                           name=f"encode-lane{j}")
+            lane.thread = threading.Thread(target=self._encode_lane, args=(lane,), daemon=True, name=f"encode-lane{j}")
             self._lanes.append(lane)
         for lane in self._lanes:
             lane.thread.start()
@@ -458,8 +529,15 @@ class VideoWriter:
     def _start_x264(self) -> None:
         vs = self._open_container()
         parallel = self._parallel = len(self.chunks) > 1
-        configure_x264(vs.codec_context, self.enc_width, self.enc_height, self.fps, self._crf,
-                        self._preset, threads=1 if parallel else 0)
+        configure_x264(
+            vs.codec_context,
+            self.enc_width,
+            self.enc_height,
+            self.fps,
+            self._crf,
+            self._preset,
+            threads=1 if parallel else 0,
+        )
         self._container.start_encoding()
         self._headers = bytes(vs.codec_context.extradata or b"")
         self._procs = parallel and _use_processes()
@@ -505,9 +583,16 @@ class VideoWriter:
         if self._procs:
             from studio.core.media.x264_pool import ProcessEncoder
 
-            ch.encoder = ProcessEncoder(self._workers[ch.k % self.window], self.enc_width, self.enc_height,
-                                        self.fps, self._crf, self._preset, path=ch.spill,
-                                        changing=self.changing)
+            ch.encoder = ProcessEncoder(
+                self._workers[ch.k % self.window],
+                self.enc_width,
+                self.enc_height,
+                self.fps,
+                self._crf,
+                self._preset,
+                path=ch.spill,
+                changing=self.changing,
+            )
             self._proc_encoders.append(ch.encoder)
             ch.sink = _no_packets  # the worker spills the packets itself
             if check:
@@ -608,7 +693,7 @@ class VideoWriter:
         """Append the chunks to the MP4 in order, each as soon as it and all before it are
         encoded (the mux thread; or ``close`` itself with ``stream_mux=False``)."""
         try:
-            for ch in self._chunks[self._muxed:]:
+            for ch in self._chunks[self._muxed :]:
                 while not ch.done.wait(0.05):
                     if self._stop.is_set():
                         return
@@ -652,12 +737,20 @@ class VideoWriter:
         import json
 
         self.trace = {
-            "close_called": t_close, "window": self.window,
+            "close_called": t_close,
+            "window": self.window,
             "writes": [list(w) for w in self._parent_trace],  # chunk, first frame, frames, handed over
             "lanes": [[list(r) for r in lane.trace] for lane in self._lanes],  # chunk, first, n, wait, got, sent
-            "chunks": [{"k": c.k, "start": c.start, "end": c.end, "muxed": c.muxed_at,
-                        "frames": [list(f) for f in (c.trace or [])]}  # pts, received, encode start, end
-                       for c in self._chunks],
+            "chunks": [
+                {
+                    "k": c.k,
+                    "start": c.start,
+                    "end": c.end,
+                    "muxed": c.muxed_at,
+                    "frames": [list(f) for f in (c.trace or [])],
+                }  # pts, received, encode start, end
+                for c in self._chunks
+            ],
         }
         target = os.environ.get("STUDIO_TRACE")
         try:
@@ -677,13 +770,17 @@ class VideoWriter:
         frames = np.asarray(frames)
         if frames.dtype != np.uint8:
             raise ValueError(f"frames must be uint8, got {frames.dtype}")
-        if frames.ndim == 4 and frames.shape[1:] in ((self.height, self.width, 3),
-                                                     (self.enc_height, self.enc_width, 3)):
+        if frames.ndim == 4 and frames.shape[1:] in (
+            (self.height, self.width, 3),
+            (self.enc_height, self.enc_width, 3),
+        ):
             return frames
         if frames.ndim == 3 and frames.shape[1:] == (self.enc_height * 3 // 2, self.enc_width):
             return frames
-        raise ValueError(f"expected RGB [B,{self.height},{self.width},3] or NV12 "
-                         f"[B,{self.enc_height * 3 // 2},{self.enc_width}], got {frames.shape}")
+        raise ValueError(
+            f"expected RGB [B,{self.height},{self.width},3] or NV12 "
+            f"[B,{self.enc_height * 3 // 2},{self.enc_width}], got {frames.shape}"
+        )
 
     def _chunk_of(self, index: int) -> _Chunk:
         k = bisect.bisect_right(self._starts, index) - 1
@@ -750,8 +847,11 @@ def _choose(encoder: str, total_frames: int | None, workers: int | None):
             return "libx264", f"NVENC unavailable: {why}; using libx264", whole
         n = _parallel_chunks(total_frames, workers or cores, MIN_PARALLEL_CHUNK)
         if cores >= 4 and n > 1:
-            return (f"libx264 x{n} parallel", f"NVENC unavailable: {why}; {cores} cores, "
-                    f"{total_frames} frames: parallel libx264", _split(total_frames, n))
+            return (
+                f"libx264 x{n} parallel",
+                f"NVENC unavailable: {why}; {cores} cores, {total_frames} frames: parallel libx264",
+                _split(total_frames, n),
+            )
         return "libx264", f"NVENC unavailable: {why}; using libx264", whole
     if encoder == "x264-parallel":
         if total_frames is None:
@@ -814,8 +914,9 @@ def _disk_error(exc: OSError, path: Path) -> RenderError:
     where = Path(exc.filename).parent if isinstance(getattr(exc, "filename", None), str) else path.parent
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         why = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
-        return RenderError(f"The disk is full ({why} in {where}) while writing {path.name}: "
-                           "free some space and render again.")
+        return RenderError(
+            f"The disk is full ({why} in {where}) while writing {path.name}: free some space and render again."
+        )
     if exc.errno == errno.EPIPE:  # a pipe to an encoder process, not the disk
         return RenderError(f"An encoder process stopped while writing {path.name} ({exc}): render again.")
     return RenderError(f"Writing {path.name} failed ({exc.strerror or exc}, in {where}): check the output folder.")

@@ -204,8 +204,9 @@ def shutdown_pool() -> None:
 class ProcessEncoder:
     """One libx264 encoder (single-threaded, closed GOP) living in a worker process."""
 
-    def __init__(self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str, path=None,
-                 changing=None):
+    def __init__(
+        self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str, path=None, changing=None
+    ):
         """``path``: the worker writes the packets there (``REC`` records) and returns none, so
         the parent only moves frames; None: packets come back from ``encode``/``flush``."""
         if not worker.lock.acquire(timeout=60):
@@ -222,9 +223,21 @@ class ProcessEncoder:
         self.trace = None  # STUDIO_TRACE: per frame (pts, message received, encode start, end), by flush
         self.waits = {"worker": 0.0, "gpu": 0.0}  # the feeding thread's waits: free slot, frames copied
         self._extradata = None
-        worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset,
-                          None if path is None else str(path), changing,
-                          bool(os.environ.get("STUDIO_TRACE"))))  # the parent's setting, even if set after our start
+        worker.conn.send(
+            (
+                "open",
+                shm.name,
+                SLOTS,
+                width,
+                height,
+                fps,
+                crf,
+                preset,
+                None if path is None else str(path),
+                changing,
+                bool(os.environ.get("STUDIO_TRACE")),
+            )
+        )  # the parent's setting, even if set after our start
 
     @property
     def extradata(self) -> bytes:
@@ -486,8 +499,12 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                     ctx.color_primaries = ctx.color_trc = ctx.colorspace = _BT709
                     ctx.color_range = _RANGE_MPEG
                     ctx.thread_count = 1
-                    ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0",
-                                   **({"mb_info": "1"} if changing is not None else {})}
+                    ctx.options = {
+                        "preset": str(preset),
+                        "crf": str(crf),
+                        "x264-params": "open-gop=0",
+                        **({"mb_info": "1"} if changing is not None else {}),
+                    }
                     ctx.open()
                     busy = 0.0
                     trace = [] if (msg[10] if len(msg) > 10 else os.environ.get("STUDIO_TRACE")) else None

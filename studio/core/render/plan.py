@@ -38,7 +38,6 @@ class RenderPlan:
         return np.flatnonzero(self.weight > 0)
 
 
-
 def check_range(frames: tuple[int, int] | None, total: int) -> tuple[int, int]:
     """``(start, end)`` of an in/out range inside a clip of ``total`` frames (None: all of it)."""
     if frames is None:
@@ -47,8 +46,10 @@ def check_range(frames: tuple[int, int] | None, total: int) -> tuple[int, int]:
     if a < 0 or a >= total or b <= a:
         from studio.core.errors import InputError
 
-        raise InputError(f"the range {frames[0]}..{frames[1]} is outside the clip (frames 0..{total}, "
-                         f"{total / FPS:.2f} s): set the in and out points inside it")
+        raise InputError(
+            f"the range {frames[0]}..{frames[1]} is outside the clip (frames 0..{total}, "
+            f"{total / FPS:.2f} s): set the in and out points inside it"
+        )
     return a, b
 
 
@@ -109,8 +110,14 @@ def batch_ranges(total: int, batch: int) -> list[tuple[int, int]]:
     return [(a, min(total, a + batch)) for a in range(0, total, batch)]
 
 
-def stripes(total: int, batch: int, chunks: list[tuple[int, int]], window: int | None = None,
-            engine: np.ndarray | None = None, max_frames: int | None = None) -> list[np.ndarray]:
+def stripes(
+    total: int,
+    batch: int,
+    chunks: list[tuple[int, int]],
+    window: int | None = None,
+    engine: np.ndarray | None = None,
+    max_frames: int | None = None,
+) -> list[np.ndarray]:
     """Frame indices per batch for a writer with parallel ``chunks``: every batch takes the next
     ``batch // lanes`` frames of each lane in turn, so all encoders get work from the first batch
     on and finish together, while each chunk still receives its frames in order. ``window``: the

@@ -120,8 +120,15 @@ class Renderer:
             from studio.core.engines import select_engine
 
             s = self.settings
-            choice = select_engine(s.engine, device=s.device, precision=s.precision, decoder=s.decoder, batch=s.batch,
-                                   runtime=s.runtime, **({"compile": True} if s.compile else {}))
+            choice = select_engine(
+                s.engine,
+                device=s.device,
+                precision=s.precision,
+                decoder=s.decoder,
+                batch=s.batch,
+                runtime=s.runtime,
+                **({"compile": True} if s.compile else {}),
+            )
             self._engine, self._engine_reason = choice.engine, choice.reason
         return self._engine
 
@@ -172,7 +179,7 @@ class Renderer:
             from studio.core.errors import InputError
 
             raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {T / FPS:.2f} s)")
-        (_, frames), = self.iter_frames([(index, index + 1)])
+        ((_, frames),) = self.iter_frames([(index, index + 1)])
         return frames[0].cpu().numpy()
 
     def frame_at(self, seconds: float) -> np.ndarray:
@@ -275,8 +282,16 @@ class Renderer:
             if T != plan.frames:
                 audio = stack.enter_context(audio_range(self.wave, self.audio_path, first, end))
             writer = open_video(
-                output, a.width, a.height, audio=audio, encoder=self.settings.encoder,
-                crf=self.settings.crf, preset=self.settings.preset, fps=FPS, total_frames=T, rolling=True,
+                output,
+                a.width,
+                a.height,
+                audio=audio,
+                encoder=self.settings.encoder,
+                crf=self.settings.crf,
+                preset=self.settings.preset,
+                fps=FPS,
+                total_frames=T,
+                rolling=True,
                 changing=changing_region(a),  # a photo's face, a video's moving parts
             )
             self._stage("open", t0)
@@ -287,9 +302,11 @@ class Renderer:
 
         a = self.avatar
         with writer:
-            engine_frames = plan.weight[first:first + T] > 0
-            batches = [b + first for b in stripes(T, self.batch_size, writer.chunks, window=writer.window,
-                                                  engine=engine_frames)]
+            engine_frames = plan.weight[first : first + T] > 0
+            batches = [
+                b + first
+                for b in stripes(T, self.batch_size, writer.chunks, window=writer.window, engine=engine_frames)
+            ]
             done = 0
             last_preview = -1e9
             pending = None  # (pinned host frame, event, index): a preview on its way to the host
@@ -329,8 +346,13 @@ class Renderer:
                         pending[1].synchronize()
                         preview, preview_index, pending = pending[0].numpy(), pending[2], None
                     yield RenderProgress(
-                        done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0, elapsed_s=elapsed,
-                        stage_ms=dict(self._stage_ms), preview=preview,
+                        done=done,
+                        total=T,
+                        fps=fps,
+                        eta_s=(T - done) / fps if fps else 0.0,
+                        elapsed_s=elapsed,
+                        stage_ms=dict(self._stage_ms),
+                        preview=preview,
                         preview_index=preview_index,
                     )
                 if sink is not None:
@@ -347,15 +369,28 @@ class Renderer:
             self._stage("finish", t0)
         seconds = time.perf_counter() - t_start
         self.result = RenderResult(
-            output=str(path), frames=T, silent_frames=int(plan.silent[first:first + T].sum()), engine=self.engine.name,
-            engine_reason=self._engine_reason, encoder=writer.name, seconds=round(seconds, 3),
-            fps=round(T / seconds, 2) if seconds else 0.0, width=a.width, height=a.height,
+            output=str(path),
+            frames=T,
+            silent_frames=int(plan.silent[first : first + T].sum()),
+            engine=self.engine.name,
+            engine_reason=self._engine_reason,
+            encoder=writer.name,
+            seconds=round(seconds, 3),
+            fps=round(T / seconds, 2) if seconds else 0.0,
+            width=a.width,
+            height=a.height,
             stage_ms={k: round(v, 1) for k, v in self._stage_ms.items()},
             finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
         )
         yield RenderProgress(
-            done=T, total=T, fps=self.result.fps, eta_s=0.0, elapsed_s=seconds, stage_ms=dict(self._stage_ms),
-            finished=True, output=str(path),
+            done=T,
+            total=T,
+            fps=self.result.fps,
+            eta_s=0.0,
+            elapsed_s=seconds,
+            stage_ms=dict(self._stage_ms),
+            finished=True,
+            output=str(path),
         )
 
     def render(self, output: str | Path) -> RenderResult:

@@ -63,8 +63,15 @@ def split(total: int, n: int, min_chunk: int = MIN_CHUNK) -> list[tuple[int, int
     return [(edges[k], edges[k + 1]) for k in range(n)]
 
 
-def render_segment(renderer, start: int, end: int, path, *, on_batch: Callable[[int], None] | None = None,
-                   should_stop: Callable[[], bool] | None = None) -> str:
+def render_segment(
+    renderer,
+    start: int,
+    end: int,
+    path,
+    *,
+    on_batch: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> str:
     """Encode frames ``[start, end)`` of ``renderer``'s clip into a video-only MP4 at ``path``.
 
     The segment's first frame is an IDR (a fresh encoder, closed GOPs) and its timestamps start
@@ -80,8 +87,9 @@ def render_segment(renderer, start: int, end: int, path, *, on_batch: Callable[[
     s = renderer.settings
     a = renderer.avatar
     n = end - start
-    writer = open_video(path, a.width, a.height, audio=None, encoder=s.encoder, crf=s.crf, preset=s.preset,
-                        fps=FPS, total_frames=n)
+    writer = open_video(
+        path, a.width, a.height, audio=None, encoder=s.encoder, crf=s.crf, preset=s.preset, fps=FPS, total_frames=n
+    )
     with writer:
         nv12 = renderer.engine.device.type == "cuda" and renderer.nv12_ready
         batches = (start + b for b in stripes(n, renderer.batch_size, writer.chunks))
@@ -110,7 +118,9 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     expect = 0
     for s, e, _ in segments:
         if s != expect or e <= s:
-            raise RenderError(f"The chunks do not tile the clip: expected one starting at frame {expect}, got {s}..{e}.")
+            raise RenderError(
+                f"The chunks do not tile the clip: expected one starting at frame {expect}, got {s}..{e}."
+            )
         expect = e
     output = Path(output)
     if not output.parent.is_dir():
@@ -130,8 +140,16 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     return str(output)
 
 
-def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, workers: int | None = None,
-                   cancel: threading.Event | None = None) -> Iterator[ChunkedProgress]:
+def render_chunked(
+    avatar,
+    audio,
+    output,
+    settings=None,
+    *,
+    chunks: int = 2,
+    workers: int | None = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[ChunkedProgress]:
     """Render in ``chunks`` segments on ``workers`` local processes (default: one per chunk), then join.
 
     Yields a ``ChunkedProgress`` now and then; the last has ``finished=True``. Setting ``cancel``
@@ -161,11 +179,17 @@ def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, wor
     tmpdir = temp_dir(Path(output).parent, f".{Path(output).stem}.chunks.")  # registered: gone even after a kill
     done, per_worker = 0, {}
     try:
-        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_child_init,
-                                   initargs=(q, stop, workers, os.getpid()))
+        pool = ProcessPoolExecutor(
+            workers, mp_context=ctx, initializer=_child_init, initargs=(q, stop, workers, os.getpid())
+        )
         try:
-            futs = {pool.submit(_child_render, avatar_ref, str(audio), settings, a, b,
-                                str(tmpdir / f"seg{k:04d}.mp4")): (a, b) for k, (a, b) in enumerate(ranges)}
+            futs = {
+                pool.submit(_child_render, avatar_ref, str(audio), settings, a, b, str(tmpdir / f"seg{k:04d}.mp4")): (
+                    a,
+                    b,
+                )
+                for k, (a, b) in enumerate(ranges)
+            }
             pending, finished = set(futs), []
             while pending:
                 if cancel is not None and cancel.is_set():
@@ -193,9 +217,18 @@ def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, wor
         _rmtree(tmpdir)
         release_temp(tmpdir)
     elapsed = time.perf_counter() - t0
-    yield ChunkedProgress(done=T, total=T, fps=T / elapsed if elapsed else 0.0, eta_s=0.0, elapsed_s=elapsed,
-                          workers=per_worker, chunks_done=len(ranges), chunks=len(ranges), finished=True,
-                          output=path)
+    yield ChunkedProgress(
+        done=T,
+        total=T,
+        fps=T / elapsed if elapsed else 0.0,
+        eta_s=0.0,
+        elapsed_s=elapsed,
+        workers=per_worker,
+        chunks_done=len(ranges),
+        chunks=len(ranges),
+        finished=True,
+        output=path,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -222,9 +255,17 @@ def open_avatar(ref: tuple[str, str]):
 def _progress(done, total, t0, workers, chunks_done, chunks, retries=0) -> ChunkedProgress:
     elapsed = time.perf_counter() - t0
     fps = done / elapsed if elapsed > 0 else 0.0
-    return ChunkedProgress(done=min(done, total), total=total, fps=fps,
-                           eta_s=(total - done) / fps if fps else 0.0, elapsed_s=elapsed,
-                           workers=dict(workers), chunks_done=chunks_done, chunks=chunks, retries=retries)
+    return ChunkedProgress(
+        done=min(done, total),
+        total=total,
+        fps=fps,
+        eta_s=(total - done) / fps if fps else 0.0,
+        elapsed_s=elapsed,
+        workers=dict(workers),
+        chunks_done=chunks_done,
+        chunks=chunks,
+        retries=retries,
+    )
 
 
 def _join(av, segments, tmp: Path, audio, fps: int) -> None:
@@ -244,7 +285,9 @@ def _join(av, segments, tmp: Path, audio, fps: int) -> None:
                         audio.add_stream(out)
                     out.start_encoding()
                 elif bytes(sv.codec_context.extradata or b"") != extradata:
-                    raise RenderError("The chunks' encoders disagree on stream headers: render them with the same settings.")
+                    raise RenderError(
+                        "The chunks' encoders disagree on stream headers: render them with the same settings."
+                    )
                 count = 0
                 for pkt in seg.demux(sv):
                     if pkt.size == 0:
@@ -267,7 +310,9 @@ def _join(av, segments, tmp: Path, audio, fps: int) -> None:
                     if audio is not None:
                         audio.mux_until(out, muxed_until / fps)
                 if count != end - start:
-                    raise RenderError(f"Chunk {start}..{end} holds {count} frames instead of {end - start}: render it again.")
+                    raise RenderError(
+                        f"Chunk {start}..{end} holds {count} frames instead of {end - start}: render it again."
+                    )
         if audio is not None:
             audio.mux_until(out, None)
     finally:

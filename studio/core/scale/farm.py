@@ -89,8 +89,11 @@ def _token_auth_as_for_auto() -> None:
     """
     if "RAY_AUTH_MODE" in os.environ:
         return
-    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or \
-            (Path.home() / ".ray" / "auth_token").is_file():
+    if (
+        os.environ.get("RAY_AUTH_TOKEN")
+        or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        or (Path.home() / ".ray" / "auth_token").is_file()
+    ):
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
@@ -198,8 +201,13 @@ class Farm:
         probe = Renderer(avatar, audio, settings)
         T = probe.plan.frames
         ranges = split(T, chunks or len(self._actors))
-        job = dict(id=uuid.uuid4().hex, avatar=self._ship(probe.avatar), audio=_ship_file(audio),
-                   settings=settings, board=self._board)
+        job = dict(
+            id=uuid.uuid4().hex,
+            avatar=self._ship(probe.avatar),
+            audio=_ship_file(audio),
+            settings=settings,
+            board=self._board,
+        )
         todo = deque((a, b, 1) for a, b in ranges)
         idle = deque(self._actors)
         running: dict = {}  # ref -> (label, start, end, attempt)
@@ -241,13 +249,23 @@ class Farm:
                 try:
                     done, per_worker = ray.get(self._board.poll.remote(job["id"]))
                 except Exception as exc:
-                    raise RenderError(f"The farm stopped answering during the job ({type(exc).__name__}): "
-                                      "check `studio farm status` and render again.") from exc
+                    raise RenderError(
+                        f"The farm stopped answering during the job ({type(exc).__name__}): "
+                        "check `studio farm status` and render again."
+                    ) from exc
                 elapsed = time.perf_counter() - t0
                 fps = done / elapsed if elapsed else 0.0
-                yield ChunkedProgress(done=min(done, T), total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0,
-                                      elapsed_s=elapsed, workers=per_worker, chunks_done=len(segments),
-                                      chunks=len(ranges), retries=self.retries)
+                yield ChunkedProgress(
+                    done=min(done, T),
+                    total=T,
+                    fps=fps,
+                    eta_s=(T - done) / fps if fps else 0.0,
+                    elapsed_s=elapsed,
+                    workers=per_worker,
+                    chunks_done=len(segments),
+                    chunks=len(ranges),
+                    retries=self.retries,
+                )
         except BaseException:  # an error, Ctrl-C or the caller dropping the generator: stop the chunks
             self._stop(job, running)
             with contextlib.suppress(Exception):
@@ -261,16 +279,31 @@ class Farm:
         seconds = time.perf_counter() - t0
         names = {s[3]["engine"] for s in segments}
         self.result = RenderResult(
-            output=path, frames=T, silent_frames=int(probe.plan.silent.sum()), engine=",".join(sorted(names)),
-            engine_reason=segments[0][3]["engine_reason"], encoder=f"{segments[0][3]['encoder']} x{len(ranges)} segments",
-            seconds=round(seconds, 3), fps=round(T / seconds, 2) if seconds else 0.0,
-            width=probe.avatar.width, height=probe.avatar.height,
+            output=path,
+            frames=T,
+            silent_frames=int(probe.plan.silent.sum()),
+            engine=",".join(sorted(names)),
+            engine_reason=segments[0][3]["engine_reason"],
+            encoder=f"{segments[0][3]['encoder']} x{len(ranges)} segments",
+            seconds=round(seconds, 3),
+            fps=round(T / seconds, 2) if seconds else 0.0,
+            width=probe.avatar.width,
+            height=probe.avatar.height,
             stage_ms={"farm": round(seconds * 1e3, 1)},
         )
-        yield ChunkedProgress(done=T, total=T, fps=self.result.fps, eta_s=0.0, elapsed_s=seconds,
-                              workers=per_worker, chunks_done=len(ranges), chunks=len(ranges), retries=self.retries,
-                              finished=True,
-                              output=path)
+        yield ChunkedProgress(
+            done=T,
+            total=T,
+            fps=self.result.fps,
+            eta_s=0.0,
+            elapsed_s=seconds,
+            workers=per_worker,
+            chunks_done=len(ranges),
+            chunks=len(ranges),
+            retries=self.retries,
+            finished=True,
+            output=path,
+        )
 
     def stats(self) -> dict[str, dict]:
         """Per worker: engines loaded, jobs, chunks and avatar fetches since its process started."""
@@ -294,8 +327,9 @@ class Farm:
 
         failures[label] = failures.get(label, 0) + 1
         self.retries += 1
-        log.warning("farm: worker %s died during chunk %d..%d (attempt %d): %s", label, a, b, attempt,
-                    type(exc).__name__)
+        log.warning(
+            "farm: worker %s died during chunk %d..%d (attempt %d): %s", label, a, b, attempt, type(exc).__name__
+        )
         if attempt >= MAX_ATTEMPTS:
             raise RenderError(f"Chunk {a}..{b} failed {attempt} times as its workers died: check the farm's nodes.")
         todo.appendleft((a, b, attempt + 1))  # taken by the next idle worker, another one where any is idle
@@ -359,7 +393,9 @@ def _ship_avatar(assets) -> dict:
     for p in sorted(Path(folder).rglob("*")):
         if p.is_file() and not p.name.startswith("."):
             files[str(p.relative_to(folder))] = p.read_bytes()
-    return dict(key=_avatar_key(folder), folder=folder, name=name, files=[ray.put(files)])  # a list: not resolved by Ray
+    return dict(
+        key=_avatar_key(folder), folder=folder, name=name, files=[ray.put(files)]
+    )  # a list: not resolved by Ray
 
 
 def _avatar_key(folder) -> str:
@@ -488,8 +524,13 @@ class _Worker:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        info = dict(engine=renderer.engine.name, engine_reason=renderer.engine_reason,
-                    encoder="libx264", worker=self.label, seconds=time.perf_counter() - t0)
+        info = dict(
+            engine=renderer.engine.name,
+            engine_reason=renderer.engine_reason,
+            encoder="libx264",
+            worker=self.label,
+            seconds=time.perf_counter() - t0,
+        )
         return start, end, data, info
 
     def _renderer(self, job: dict):
