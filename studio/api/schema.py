@@ -20,7 +20,7 @@ def setting_annotation(spec, where) -> Any:
     """``Annotated[type, where(...)]`` for one ``Spec``."""
     kind: Any = spec.kind
     if spec.choices:
-        kind = Literal[spec.choices]  # type: ignore[valid-type]
+        kind = Literal[spec.choices]
     if spec.optional:
         kind = kind | None
     kw: dict[str, Any] = {"description": spec.help}

@@ -139,7 +139,7 @@ def setting(
         faces=frozenset(faces),
         auto_label=auto_label,
     )
-    return field(default=default, metadata={"spec": meta})  # type: ignore[return-value]
+    return field(default=default, metadata={"spec": meta})
 
 
 @dataclass(frozen=True)
