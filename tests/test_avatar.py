@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from conftest import DEMO_AVATAR
 
+from studio.core.avatars import assets as avatar_assets
+from studio.core.avatars import cache as avatar_cache
 from studio.core.avatars import library as avatar
 from studio.core.avatars.checksums import CheckedArray
 from studio.core.avatars.library import AvatarParams
@@ -74,7 +76,7 @@ def test_photo_avatar_is_prepared_cached_and_listed():
     assert a.boxes.dtype == np.int32 and a.face_ok.tolist() == [True]
     x1, y1, x2, y2 = a.boxes[0].tolist()
     assert 170 < x1 < 190 and 260 < x2 < 280 and 180 < y2 < 195 and 50 < y1 < 75
-    assert a.meta["schema_version"] == avatar.SCHEMA_VERSION and len(a.meta["source_sha256"]) == 64
+    assert a.meta["schema_version"] == avatar_assets.SCHEMA_VERSION and len(a.meta["source_sha256"]) == 64
     assert a.cycle_index(0) == 0 and a.cycle_index(17) == 0 and a.cycle_index(np.arange(4)).tolist() == [0] * 4
     b = avatar.load("astro")
     assert np.array_equal(b.masks, a.masks) and b.meta["rebuilt"] == ["frames", "crops", "masks"]
@@ -441,7 +443,7 @@ def test_damage_in_the_middle_of_a_big_array_is_caught_when_read_and_repaired(pa
         got = np.array(read(b))
     assert "damaged" in caplog.text and f"{name}.npy" in caplog.text and "checksum" in caplog.text
     assert np.array_equal(got, good)  # repaired from the source before anything was read
-    assert b.meta["rebuilt"][0] == avatar.ARRAY_STAGE[name]
+    assert b.meta["rebuilt"][0] == avatar_assets.ARRAY_STAGE[name]
     c = avatar.load("mid")
     assert np.array_equal(np.array(read(c)), good)
     assert not [p.name for p in a.folder.iterdir() if ".tmp" in p.name]
@@ -505,7 +507,7 @@ def test_nan_and_huge_landmarks_are_damage_even_with_matching_checksums(pan_vide
         arr[50, 13] = value
         np.save(folder / f"{name}.npy", arr)
         meta = json.loads((folder / "meta.json").read_text())
-        meta["files"][name] = avatar._file_spec(folder / f"{name}.npy")  # checksums that match
+        meta["files"][name] = avatar_cache.file_spec(folder / f"{name}.npy")  # checksums that match
         (folder / "meta.json").write_text(json.dumps(meta))
         avatar_check.forget_verified()
         caplog.clear()
@@ -577,7 +579,7 @@ def test_a_schema_1_cache_is_upgraded_in_place_with_block_checksums(pan_video):
     (a.folder / "meta.json").write_text(json.dumps(meta))
     frames_id = _stat(a, "frames")
     b = avatar.load("old")
-    assert b.meta["schema_version"] == avatar.SCHEMA_VERSION and _stat(b, "frames") == frames_id
+    assert b.meta["schema_version"] == avatar_assets.SCHEMA_VERSION and _stat(b, "frames") == frames_id
     assert json.loads((a.folder / "meta.json").read_text())["files"]["frames"]["block_rows"] == 1
     assert np.array_equal(np.asarray(b.frames), np.asarray(a.frames))
 

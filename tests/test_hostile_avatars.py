@@ -119,7 +119,6 @@ def test_a_different_file_at_the_source_path_is_refused_in_one_line(home, photo,
 
 
 def test_nan_landmarks_with_matching_checksums_do_not_crash(home, photo, tmp_path):
-    from studio.core.avatars import library as avatar_mod
 
     assert studio(home, "avatar", "add", "anna", photo).returncode == 0
     good = tmp_path / "good.png"
@@ -129,7 +128,9 @@ def test_nan_landmarks_with_matching_checksums_do_not_crash(home, photo, tmp_pat
     lm[0, 100:200] = np.nan
     np.save(folder / "crop_landmarks.npy", lm)
     meta = json.loads((folder / "meta.json").read_text())
-    meta["files"]["crop_landmarks"] = avatar_mod._file_spec(folder / "crop_landmarks.npy")
+    from studio.core.avatars.cache import file_spec
+
+    meta["files"]["crop_landmarks"] = file_spec(folder / "crop_landmarks.npy")
     (folder / "meta.json").write_text(json.dumps(meta))
     out = tmp_path / "f.png"
     r = _frame(home, out, t="1.2")

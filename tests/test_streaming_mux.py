@@ -96,9 +96,9 @@ def test_streaming_mux_writes_the_same_file_as_the_join_after_the_last_frame(tmp
         _write_rolling(w, frames)
         if stream:  # generations 0 and 1 are finished once generation 2 has frames: muxed by now
             deadline = time.monotonic() + 30
-            while w._muxed < 4 and time.monotonic() < deadline:
+            while w.chunks_muxed < 4 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert w._muxed >= 4
+            assert w.chunks_muxed >= 4
             assert len(list(w.spill_dir.iterdir())) <= 3  # muxed chunks' spill files are gone
         w.close()
         left = w.close_ms["chunks_left_at_close"]

@@ -39,16 +39,12 @@ import queue
 import shutil
 import threading
 import time
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 from studio.core.constants import FPS
 from studio.core.errors import RenderError
-from studio.core.media.encoders import (
-    BT709 as _BT709,
-)
 from studio.core.media.encoders import (
     ELEMENTARY,
     AudioSource,
@@ -58,28 +54,13 @@ from studio.core.media.encoders import (
     X264Encoder,
     configure_x264,
     probe_nvenc,
-    read_packets,
 )
-from studio.core.media.encoders import (
-    RANGE_MPEG as _RANGE_MPEG,
-)
+from studio.core.media.mux import Muxer
+from studio.core.settings import ENCODERS, PRESETS
 from studio.core.store.fsutil import atomic_path, register_temp, release_temp, temp_dir
 
 log = logging.getLogger(__name__)
 
-ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
-X264_PRESETS = (
-    "ultrafast",
-    "superfast",
-    "veryfast",
-    "faster",
-    "fast",
-    "medium",
-    "slow",
-    "slower",
-    "veryslow",
-    "placebo",
-)
 MIN_PARALLEL_CHUNK = 24  # frames: auto picks parallel x264 only when every chunk gets at least this
 MIN_CHUNK = 8  # frames: x264's reorder delay is only constant from 3 frames on (dts must join up)
 QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks (one encoder)
@@ -89,8 +70,6 @@ ROLL_FRAMES = 125  # frames per rolling chunk at most (5 s: one IDR each, as x26
 SHM = Path("/dev/shm")
 SHM_SPILL_MAX = 2 << 30  # bytes: spill to RAM only while the estimate stays under this and 1/4 of its room
 SPILL_RATIO = 16  # the estimate of a spilled frame: raw NV12 / 16 (ultrafast CRF 20 measured ~70:1)
-SYNC_BYTES = 64 << 20  # the mux thread hands finished MP4 data to the disk every this many bytes
-MOOV_PER_SAMPLE = 48  # bytes of index per video frame or AAC packet at most (stsz, stts, ctts, stss, stsc, co64)
 
 
 def open_video(
@@ -122,8 +101,8 @@ def open_video(
     """
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
-    if preset not in X264_PRESETS:
-        raise RenderError(f"Unknown preset {preset!r}: use one of {', '.join(X264_PRESETS)}.")
+    if preset not in PRESETS:
+        raise RenderError(f"Unknown preset {preset!r}: use one of {', '.join(PRESETS)}.")
     if not 0 <= crf <= 51:
         raise RenderError(f"CRF {crf} is out of range: use 0 (lossless) to 51 (smallest); 18-23 is typical.")
     if width < 2 or height < 2:
@@ -227,8 +206,6 @@ class VideoWriter:
         self._proc_encoders: list = []  # every worker-process encoder this writer opened
         self._gpu_slots = None  # per lane: page-locked slot views, False when unavailable
         self._mux_thread: threading.Thread | None = None
-        self._muxed = 0  # chunks appended to the MP4 so far
-        self._synced = 0
         self._tracing = bool(os.environ.get("STUDIO_TRACE"))
         self._parent_trace: list = []
         self._check_folder()
@@ -320,6 +297,11 @@ class VideoWriter:
             self._cursor = int(indices[n - 1]) + 1
             self.frames_written += n
 
+    @property
+    def chunks_muxed(self) -> int:
+        """Chunks already appended to the MP4 (the streaming mux runs while frames still arrive)."""
+        return self._mux.chunks_muxed
+
     def takes_gpu_frames(self) -> bool:
         """Whether ``write`` takes CUDA tensors without a host round trip (parallel x264 workers
         with CUDA-registered slots)."""
@@ -377,7 +359,7 @@ class VideoWriter:
         if self._done:
             return str(self.path)
         t0 = time.perf_counter()
-        muxed_before = self._muxed
+        muxed_before = self._mux.chunks_muxed
         try:
             for lane in self._lanes:
                 self._put(lane, None)
@@ -391,16 +373,15 @@ class VideoWriter:
                 raise RenderError(f"Frames {n}..{e - 1} were never written, so the video is incomplete.")
             if isinstance(self._chunks[0].sink, RawFile):
                 self._chunks[0].sink.close()
-                self._mux_annexb(self._chunks[0].sink.path)
+                self._mux.annexb(self._chunks[0].sink.path)
             if self._parallel:
                 if self._mux_thread is not None:
                     self._mux_thread.join()
                 else:  # stream_mux=False: the join after the last frame
                     self._mux_chunks()
                 self._raise_if_failed()
-            self._finish_audio()
+            self._mux.finish()
             t2 = time.perf_counter()
-            self._container.close()
             self._fh.close()
             self._atomic.__exit__(None, None, None)  # fsync, then rename onto the target
             t3 = time.perf_counter()
@@ -447,8 +428,8 @@ class VideoWriter:
                 t.join()
         with contextlib.suppress(Exception):
             self._fh.close()  # first: closing the container must not write (or faststart) anything
-        with contextlib.suppress(Exception):
-            self._container.close()
+        if getattr(self, "_mux", None) is not None:
+            self._mux.discard()
         self._cleanup()
         with contextlib.suppress(BaseException):
             self._atomic.__exit__(RenderError, RenderError("aborted"), None)  # deletes the temporary
@@ -470,8 +451,7 @@ class VideoWriter:
 
     def _start(self) -> None:
         self._fh = HookedFile(self._tmp, "wb+", self._hook)
-        self._muxed_until = 0  # video frames muxed so far (drives the audio interleave)
-        self._last_dts = -(1 << 62)
+        self._mux = Muxer(self._fh, self.fps, self.chunks[-1][1], self._audio)
         self._chunks = []
         self._lanes = []
         self._parallel = self._procs = False
@@ -504,30 +484,8 @@ class VideoWriter:
             self._mux_thread = threading.Thread(target=self._mux_chunks, daemon=True, name="encode-mux")
             self._mux_thread.start()
 
-    def _open_container(self, template=None):
-        import av
-
-        options = {"movflags": "+faststart"}
-        total = self.chunks[-1][1]
-        if total:  # the index goes into space reserved up front: no rewrite of the whole file at close
-            samples = total + (self._audio.packets_at_most() if self._audio is not None else 0)
-            options = {"moov_size": str(16384 + MOOV_PER_SAMPLE * samples)}
-        self._container = av.open(self._fh, "w", format="mp4", options=options)
-        if template is None:
-            vs = self._container.add_stream("libx264", rate=Fraction(self.fps))
-        else:
-            vs = self._container.add_stream_from_template(template)
-            vs.time_base = Fraction(1, self.fps * 512)
-        cc = vs.codec_context
-        cc.color_primaries = cc.color_trc = cc.colorspace = _BT709
-        cc.color_range = _RANGE_MPEG
-        self._vstream = vs
-        if self._audio is not None:
-            self._audio.add_stream(self._container)
-        return vs
-
     def _start_x264(self) -> None:
-        vs = self._open_container()
+        vs = self._mux.open()
         parallel = self._parallel = len(self.chunks) > 1
         configure_x264(
             vs.codec_context,
@@ -538,7 +496,7 @@ class VideoWriter:
             self._preset,
             threads=1 if parallel else 0,
         )
-        self._container.start_encoding()
+        self._mux.start()
         self._headers = bytes(vs.codec_context.extradata or b"")
         self._procs = parallel and _use_processes()
         if parallel:
@@ -559,7 +517,7 @@ class VideoWriter:
                 self._audio.encode_elsewhere(audio_worker(), self.spill_dir / "audio.rec")
         elif not parallel:
             self._chunks[0].encoder = X264Encoder(vs.codec_context)
-            self._chunks[0].sink = self._mux_video
+            self._chunks[0].sink = self._mux.video
 
     def _make_spill_dir(self) -> Path:
         """A private folder for the chunks' packets: in RAM (``/dev/shm``) when the estimate of
@@ -608,20 +566,6 @@ class VideoWriter:
     def _check_headers(self, extradata) -> None:
         if bytes(extradata or b"") != self._headers:
             raise RenderError("The parallel x264 encoders disagree on stream headers: use --encoder x264.")
-
-    def _mux_annexb(self, raw: Path) -> None:
-        """Mux an H.264 Annex B file (no B-frames: decode order = display order) frame by frame."""
-        import av
-
-        with av.open(str(raw), format="h264", options={"framerate": str(self.fps)}) as src:
-            self._open_container(src.streams.video[0])
-            self._container.start_encoding()
-            tb = Fraction(1, self.fps)
-            for i, pkt in enumerate(p for p in src.demux(src.streams.video[0]) if p.size):
-                pkt.pts = pkt.dts = i
-                pkt.duration = 1
-                pkt.time_base = tb
-                self._mux_video(pkt)
 
     # ------------------------------------------------------------------ threads
 
@@ -693,42 +637,11 @@ class VideoWriter:
         """Append the chunks to the MP4 in order, each as soon as it and all before it are
         encoded (the mux thread; or ``close`` itself with ``stream_mux=False``)."""
         try:
-            for ch in self._chunks[self._muxed :]:
-                while not ch.done.wait(0.05):
-                    if self._stop.is_set():
-                        return
-                for pkt in read_packets(ch.spill, self._vstream):
-                    if self._stop.is_set():
-                        return
-                    self._mux_video(pkt)
-                with contextlib.suppress(FileNotFoundError):
-                    ch.spill.unlink()
-                ch.muxed_at = time.perf_counter()
-                self._muxed += 1
-                if self._fh.tell() - self._synced > SYNC_BYTES:  # write back as we go: a short fsync at close
-                    self._fh.flush()
-                    os.fdatasync(self._fh.fileno())
-                    self._synced = self._fh.tell()
+            self._mux.append_chunks(self._chunks, self._stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             if self._error is None:
                 self._error = exc
             self._stop.set()
-
-    def _mux_video(self, pkt) -> None:
-        pkt.stream = self._vstream
-        if pkt.dts is not None:  # safety net where two chunks' reorder delays differ
-            if pkt.dts <= self._last_dts < pkt.pts:
-                pkt.dts = self._last_dts + 1
-            self._last_dts = pkt.dts
-        self._container.mux(pkt)
-        if pkt.pts is not None:
-            self._muxed_until = max(self._muxed_until, int(pkt.pts) + 1)
-        if self._audio is not None:
-            self._audio.mux_until(self._container, self._muxed_until / self.fps)
-
-    def _finish_audio(self) -> None:
-        if self._audio is not None:
-            self._audio.mux_until(self._container, None)
 
     def _write_trace(self, t_close: float) -> None:
         """``STUDIO_TRACE``: per lane and chunk, when frames were handed over, taken by the lane

@@ -242,10 +242,10 @@ def avatar_reference(assets) -> tuple[str, str]:
 
 def open_avatar(ref: tuple[str, str]):
     """The ``AvatarAssets`` of ``avatar_reference`` (memory-mapped from the same folder)."""
-    from studio.core.avatars import library as avatar_mod
-
     folder, name = ref
-    return avatar_mod._load_folder(Path(folder), name)  # no public loader by folder yet
+    from studio.core.avatars.cache import load_folder
+
+    return load_folder(Path(folder), name)
 
 
 # ------------------------------------------------------------------------------------------------
