@@ -37,7 +37,9 @@ class RenderForm:
         avatar_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
         audio_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
         output: Annotated[str | None, Form(description="an output path on the server (--allow-paths only)")] = None,
-        frame_start: Annotated[int | None, Form(ge=0, description="render from this video frame (25 fps)")] = None,
+        frame_start: Annotated[
+            int | None, Form(ge=0, description="render from this video frame (at the output's frame rate)")
+        ] = None,
         frame_end: Annotated[int | None, Form(ge=1, description="up to, not including, this frame")] = None,
         **settings,  # every render setting of the schema, as form fields (studio.api.schema)
     ):
@@ -104,9 +106,10 @@ async def submit(st, form: RenderForm):
         output = renders_dir() / f"{_slug(avatar_label)}-{_slug(audio_label)}.mp4"
     frames = form.frames
     if frames is not None and frames[1] is None:
+        from studio.core.avatars.library import output_rate_for
         from studio.core.media.audio import probe
 
-        frames = (frames[0], probe(audio).frames)
+        frames = (frames[0], probe(audio).frames_at(output_rate_for(settings.fps, avatar)))
     request = RenderRequest(avatar, audio, str(output), settings, frames=frames)
     try:
         return await run_in_threadpool(st.queue.add, request)

@@ -184,6 +184,8 @@ def run_rm(args) -> int:
 
 
 def _summary(a) -> dict:
+    from studio.core.media.rates import rate_number
+
     m = a.meta
     return {
         "name": a.name,
@@ -191,7 +193,7 @@ def _summary(a) -> dict:
         "frames": a.N,
         "width": a.width,
         "height": a.height,
-        "fps": a.fps,
+        "fps": rate_number(a.fps),
         "faceless_frames": int(m["faceless_frames"]),
         "box": [int(v) for v in a.boxes[0]],
         "source": m["source"],

@@ -288,7 +288,10 @@ def _chunked_result(req, p, seconds: float, encoder: str):
     from studio.core.render.renderer import RenderResult
 
     a = avatar_mod.resolve(req.avatar)  # memory-mapped: the size only
+    from studio.core.media.rates import rate_text
+
     return RenderResult(
+        frame_rate=rate_text(avatar_mod.output_rate_for(req.settings.fps, a)),
         output=str(p.output),
         frames=p.total,
         silent_frames=0,

@@ -125,6 +125,7 @@ class RenderPanel(QWidget):
         form.addRow("Precision", _pair(self.precision, "Decoder", self.decoder))
         form.addRow("Runtime", _pair(self.runtime, "Crossfade", self.crossfade))
         form.addRow("", self.compile_box)
+        form.addRow("Frame rate", f["fps"])
         form.addRow("Encoder", self.encoder)
         enc = QHBoxLayout()
         enc.addWidget(self.preset, 1)

@@ -22,8 +22,6 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 
-from studio.core.constants import FPS
-
 
 class TransportControls(QObject):
     """Key bindings (J/K/L, steps, edges, in/out, go to timecode) and the in-app player."""
@@ -55,11 +53,19 @@ class TransportControls(QObject):
                 self.player.frameChanged.connect(self._player_frame)
                 self.player.ended.connect(self.transport.media_ended)
                 self.player.playingChanged.connect(self._player_playing)
+            self.player.fps = self.timeline.fps  # the render's rate is the timeline's
             self.preview.set_widget(self.player)
             self.transport.set_media(self.player.player)
             self.player.play(path)
         except ImportError as exc:
             w.show_error(f"in-app playback needs QtMultimedia ({exc}); install pyside6-addons and libpulse0")
+
+    @property
+    def second(self) -> int:
+        """Frames in one second of timecode at the timeline's rate (30 at 29.97)."""
+        from studio.core.media.rates import nominal
+
+        return nominal(self.timeline.rate)
 
     @property
     def player_shown(self) -> bool:
@@ -97,10 +103,10 @@ class TransportControls(QObject):
             ("Right", lambda: self.step(1)),
             (",", lambda: self.step(-1)),
             (".", lambda: self.step(1)),
-            ("Shift+Left", lambda: self.step(-FPS)),
-            ("Shift+Right", lambda: self.step(FPS)),
-            ("<", lambda: self.step(-FPS)),
-            (">", lambda: self.step(FPS)),
+            ("Shift+Left", lambda: self.step(-self.second)),
+            ("Shift+Right", lambda: self.step(self.second)),
+            ("<", lambda: self.step(-self.second)),
+            (">", lambda: self.step(self.second)),
             ("Home", lambda: self.go(0)),
             ("End", lambda: self.go(tl.frames - 1)),
             ("Up", lambda: self.edge(-1)),

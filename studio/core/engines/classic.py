@@ -28,8 +28,15 @@ from studio.core.engines.classic_visemes import MouthControls, mouth_controls
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClassicEngine", "ClassicPrepared", "MouthControls", "RigGeometry", "mouth_controls", "rig_geometry",
-           "warp_mouth"]
+__all__ = [
+    "ClassicEngine",
+    "ClassicPrepared",
+    "MouthControls",
+    "RigGeometry",
+    "mouth_controls",
+    "rig_geometry",
+    "warp_mouth",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,7 +70,7 @@ class ClassicEngine(LipSyncEngine):
         return ClassicPrepared(crops=crops, rig=rig)
 
     def audio_features(self, wave) -> MouthControls:
-        return mouth_controls(wave.samples, wave.frames)
+        return mouth_controls(wave.samples, wave.frames, getattr(wave, "rate", 25))
 
     def controls(self, feat_idx, weight=None) -> np.ndarray:
         """``[B,5]`` mouth controls (open, width, close, teeth, tuck) ``generate`` uses for frames

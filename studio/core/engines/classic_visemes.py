@@ -28,7 +28,9 @@ spread: a deep and a high voice give the same shapes) and mapped to the controls
 Coarticulation: targets are smoothed with zero-phase Gaussians (the whole clip is known, so
 there is no lag), first per hop, then per video frame; closures of at least 30 ms are then
 imposed on the smoothed track (a 40-80 ms closure must survive smoothing). A frame's controls
-are the loudness-weighted mean over its 40 ms (4 hops), its closure the maximum. At the edges of
+are the loudness-weighted mean over the hops centred inside it (4 hops of its 40 ms at 25 fps; 3 or 4
+at 29.97, 1 or 2 at 60), its closure the maximum; the smoothing per video frame keeps its width in
+milliseconds at every rate. At the edges of
 each phrase, where the renderer crossfades into the still avatar, every control is scaled by
 the crossfade weight, so a half-faded open mouth never shows over the still one.
 
@@ -40,16 +42,19 @@ mouth shapes is the design itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
-from studio.core.constants import SAMPLE_RATE, SAMPLES_PER_FRAME
+from studio.core.constants import SAMPLE_RATE
+from studio.core.media.rates import DEFAULT_RATE, frames_in
 
 HOP = 160  # 10 ms
+HOPS_PER_S = SAMPLE_RATE // HOP  # 100
 WIN = 400  # 25 ms
 NFFT = 512
 LPC_ORDER = 16
-PER_FRAME = SAMPLES_PER_FRAME // HOP  # 4 hops per video frame
+PER_FRAME = SAMPLE_RATE // int(DEFAULT_RATE) // HOP  # 4 hops per video frame at 25 fps
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,13 +88,13 @@ class Features:
     f2: np.ndarray
 
 
-def mouth_controls(samples: np.ndarray, frames: int) -> MouthControls:
-    """Per-frame controls for ``frames`` video frames of 16 kHz mono ``samples``."""
+def mouth_controls(samples: np.ndarray, frames: int, rate=DEFAULT_RATE) -> MouthControls:
+    """Per-frame controls for ``frames`` video frames (at ``rate``) of 16 kHz mono ``samples``."""
     if frames <= 0:
         z = np.zeros(0, np.float32)
         return MouthControls(z, z, z, z, z)
-    f = features(samples, frames * PER_FRAME)
-    return controls_from_features(f, frames)
+    f = features(samples, frames_in(frames, Fraction(rate), HOPS_PER_S))
+    return controls_from_features(f, frames, rate)
 
 
 def features(samples: np.ndarray, hops: int) -> Features:
@@ -100,8 +105,10 @@ def features(samples: np.ndarray, hops: int) -> Features:
     x[off : off + take] = np.asarray(samples[:take], np.float32)
     freqs = np.fft.rfftfreq(NFFT, 1 / SAMPLE_RATE)
     window = np.hanning(WIN).astype(np.float32)
-    bands = {k: (freqs >= a) & (freqs < b) for k, (a, b) in
-             {"low": (60, 400), "mid": (400, 3000), "high": (3000, 8000)}.items()}
+    bands = {
+        k: (freqs >= a) & (freqs < b)
+        for k, (a, b) in {"low": (60, 400), "mid": (400, 3000), "high": (3000, 8000)}.items()
+    }
     out = {k: np.zeros(hops, np.float32) for k in ("low", "mid", "high", "f1", "f2")}
     step = 2048  # blocks of hops bound the memory on long clips
     for a in range(0, hops, step):
@@ -150,15 +157,40 @@ def _formants(seg: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return f1.astype(np.float32), f2.astype(np.float32)
 
 
-def controls_from_features(f: Features, frames: int) -> MouthControls:
-    """The mapping of the module docstring, hop by hop, then per video frame."""
+def controls_from_features(f: Features, frames: int, rate=DEFAULT_RATE) -> MouthControls:
+    """The mapping of the module docstring, hop by hop, then per video frame (at ``rate``)."""
     t = hop_targets(f)
-    per = PER_FRAME
-    n = frames * per
+    rate = Fraction(rate)
+    per_f = HOPS_PER_S / rate
+    if per_f.denominator == 1:  # whole hops per frame (4 at 25 fps): rows of the hop track
+        per = int(per_f)
+        n = frames * per
 
-    def frame_mean(x, wts):
-        x, wts = x[:n].reshape(frames, per), wts[:n].reshape(frames, per)
-        return (x * wts).sum(1) / wts.sum(1)
+        def frame_mean(x, wts):
+            x, wts = x[:n].reshape(frames, per), wts[:n].reshape(frames, per)
+            return (x * wts).sum(1) / wts.sum(1)
+
+        def frame_max(x):
+            return x[:n].reshape(frames, per).max(1)
+
+    else:  # hop k (centred on (k + 0.5) * 10 ms) belongs to the frame its centre falls in
+        hops = len(t["open"])
+        k = np.arange(hops, dtype=np.int64)
+        owner = ((2 * k + 1) * rate.numerator) // (2 * HOPS_PER_S * rate.denominator)
+        keep = owner < frames
+        owner, k = owner[keep], k[keep]
+
+        def frame_mean(x, wts):
+            num = np.bincount(owner, (x[k] * wts[k]).astype(np.float64), minlength=frames)
+            den = np.bincount(owner, wts[k].astype(np.float64), minlength=frames)
+            return num / np.maximum(den, 1e-12)
+
+        def frame_max(x):
+            out = np.zeros(frames, np.float64)
+            np.maximum.at(out, owner, x[k])
+            return out
+
+    per_frame = float(rate / DEFAULT_RATE)  # the per-frame smoothing below keeps its width in ms
 
     wts = 0.2 + t["voice"]  # louder hops count more within a frame
     open_ = frame_mean(_gauss(t["open"], 1.5), wts)
@@ -167,12 +199,12 @@ def controls_from_features(f: Features, frames: int) -> MouthControls:
     tuck = frame_mean(_gauss(t["tuck"], 1.0), wts)
     # closures: at least 3 hops (30 ms) long to count, then the frame's strongest
     c = _opening(t["close"], 3)
-    close = c[:n].reshape(frames, per).max(1)
-    # coarticulation at the frame rate: neighbours pull on each frame (zero phase)
-    open_ = _gauss(open_, 0.7)
-    width = _gauss(width, 1.0)
-    teeth = _gauss(teeth, 0.6)
-    tuck = _gauss(tuck, 0.6) * (1 - close)
+    close = frame_max(c)
+    # coarticulation at the frame rate: neighbours pull on each frame (zero phase; sigmas in 25 fps frames)
+    open_ = _gauss(open_, 0.7 * per_frame)
+    width = _gauss(width, 1.0 * per_frame)
+    teeth = _gauss(teeth, 0.6 * per_frame)
+    tuck = _gauss(tuck, 0.6 * per_frame) * (1 - close)
     open_ = open_ * (1 - close) * (1 - 0.5 * tuck)
     teeth = teeth * (1 - close)
     # speech edges: the renderer crossfades the first and last frames of each phrase into the

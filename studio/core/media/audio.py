@@ -1,11 +1,15 @@
-"""Audio: decode any file soundfile reads to mono 16 kHz float32, the 25 fps frame grid, RMS,
-the silence mask and a cached display envelope.
+"""Audio: decode any file soundfile reads to mono 16 kHz float32, the frame grid at the output's
+rate, RMS, the silence mask and a cached display envelope.
 
 Everything streams in blocks, so a two-hour file needs little memory beyond the 16 kHz array:
 
     wave = load("voice.flac")          # Wave: samples float32 [n] at 16 kHz, info about the source
-    rms = frame_rms(wave.samples, wave.frames)
+    wave = wave.at(RATES["29.97"])     # the same samples on another frame grid (default 25 fps)
+    rms = frame_rms(wave.samples, wave.frames, wave.rate)
     mask = silence_mask(rms, threshold=0.008, min_run=3)
+
+Frame ``t`` at rate ``r`` covers samples ``[floor(16000 t / r), floor(16000 (t + 1) / r))`` (640 each
+at 25 fps; 533 or 534 at 29.97); a clip has ``ceil(duration x r)`` frames (``rates.frames_in``).
 
 ``analyze(path)`` does the same and caches RMS and envelope in the data folder, so the GUI can
 draw a one-hour waveform at once on the second open.
@@ -21,7 +25,8 @@ import os
 import stat
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +34,10 @@ import numpy as np
 from studio.core.constants import (
     DEFAULT_MIN_SILENCE_FRAMES,
     DEFAULT_SILENCE_THRESHOLD,
-    FPS,
     SAMPLE_RATE,
-    SAMPLES_PER_FRAME,
 )
 from studio.core.errors import AudioError
+from studio.core.media.rates import DEFAULT_RATE, first_sample, frames_in, rate_number
 
 log = logging.getLogger(__name__)
 
@@ -64,33 +68,49 @@ class AudioInfo:
         """Video frames on the 25 fps grid: ``ceil(duration_s * 25)``, computed exactly."""
         return frames_for(self.source_frames, self.source_rate)
 
+    def frames_at(self, rate=DEFAULT_RATE) -> int:
+        """Video frames at ``rate``: ``ceil(duration_s * rate)``, computed exactly."""
+        return frames_for(self.source_frames, self.source_rate, rate)
+
 
 @dataclass(frozen=True, eq=False)
 class Wave:
-    """Mono 16 kHz float32 samples (``len == ceil(duration * 16000)``) and the source's info."""
+    """Mono 16 kHz float32 samples (``len == ceil(duration * 16000)``), the source's info, and the
+    frame grid (``rate``, exact) the clip is cut into."""
 
     samples: np.ndarray
     info: AudioInfo
+    rate: Fraction = DEFAULT_RATE
+
+    def at(self, rate) -> Wave:
+        """The same samples on the frame grid of ``rate`` (no copy)."""
+        rate = Fraction(rate)
+        return self if rate == self.rate else replace(self, rate=rate)
 
     @property
     def frames(self) -> int:
-        return self.info.frames
+        return self.info.frames_at(self.rate)
 
     @property
     def duration_s(self) -> float:
         return self.info.duration_s
 
+    def frame_span(self, t: int) -> tuple[int, int]:
+        """The samples ``[a, b)`` of frame ``t``."""
+        return int(first_sample(t, self.rate, SAMPLE_RATE)), int(first_sample(t + 1, self.rate, SAMPLE_RATE))
+
     def frame_samples(self, t: int) -> np.ndarray:
-        """The 640 samples of frame ``t`` (the last frame zero-padded)."""
-        out = np.zeros(SAMPLES_PER_FRAME, np.float32)
-        chunk = self.samples[t * SAMPLES_PER_FRAME : (t + 1) * SAMPLES_PER_FRAME]
+        """The samples of frame ``t`` (640 at 25 fps; the last frame zero-padded)."""
+        a, b = self.frame_span(t)
+        out = np.zeros(b - a, np.float32)
+        chunk = self.samples[a:b]
         out[: len(chunk)] = chunk
         return out
 
 
-def frames_for(source_frames: int, rate: int) -> int:
-    """``ceil(source_frames / rate * FPS)`` without floating-point error."""
-    return -(-source_frames * FPS // rate)
+def frames_for(source_frames: int, rate: int, fps=DEFAULT_RATE) -> int:
+    """``ceil(source_frames / rate * fps)`` without floating-point error."""
+    return frames_in(source_frames, rate, fps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,17 +294,31 @@ def _sf_detail(exc: Exception) -> str:
 # Frame grid, RMS and the silence mask
 
 
-def frame_rms(samples: np.ndarray, frames: int) -> np.ndarray:
-    """RMS of each frame's 640 samples; frame ``t`` covers ``[640t, 640(t+1))``, zero-padded."""
+def frame_rms(samples: np.ndarray, frames: int, rate=DEFAULT_RATE) -> np.ndarray:
+    """RMS of each frame's samples at ``rate``; frame ``t`` covers ``[640t, 640(t+1))`` at 25 fps
+    (``Wave.frame_span``), zero-padded past the end."""
     rms = np.zeros(frames, np.float32)
-    full = min(frames, len(samples) // SAMPLES_PER_FRAME)
-    for a in range(0, full, RMS_BLOCK_FRAMES):
-        b = min(full, a + RMS_BLOCK_FRAMES)
-        block = samples[a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME].reshape(b - a, SAMPLES_PER_FRAME)
-        rms[a:b] = np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64) / SAMPLES_PER_FRAME)
+    rate = Fraction(rate)
+    per = SAMPLE_RATE / rate
+    if per.denominator == 1:  # a whole number of samples per frame (25, 50 fps): fixed-size rows
+        n = int(per)
+        full = min(frames, len(samples) // n)
+        for a in range(0, full, RMS_BLOCK_FRAMES):
+            b = min(full, a + RMS_BLOCK_FRAMES)
+            block = samples[a * n : b * n].reshape(b - a, n)
+            rms[a:b] = np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64) / n)
+    else:  # rows of two lengths (533 and 534 at 29.97): sums between the frame edges
+        full = int(np.searchsorted(first_sample(np.arange(1, frames + 1), rate, SAMPLE_RATE), len(samples), "right"))
+        for a in range(0, full, RMS_BLOCK_FRAMES):
+            b = min(full, a + RMS_BLOCK_FRAMES)
+            edges = first_sample(np.arange(a, b + 1, dtype=np.int64), rate, SAMPLE_RATE)
+            seg = samples[edges[0] : edges[-1]].astype(np.float64)
+            sums = np.add.reduceat(seg * seg, edges[:-1] - edges[0])
+            rms[a:b] = np.sqrt(sums / np.diff(edges))
     for t in range(full, frames):  # the padded tail: at most one or two frames
-        chunk = samples[t * SAMPLES_PER_FRAME : (t + 1) * SAMPLES_PER_FRAME].astype(np.float64)
-        rms[t] = math.sqrt(float(np.dot(chunk, chunk)) / SAMPLES_PER_FRAME)
+        s0, s1 = int(first_sample(t, rate, SAMPLE_RATE)), int(first_sample(t + 1, rate, SAMPLE_RATE))
+        chunk = samples[s0:s1].astype(np.float64)
+        rms[t] = math.sqrt(float(np.dot(chunk, chunk)) / max(1, s1 - s0))
     return rms
 
 
@@ -349,10 +383,11 @@ class AudioAnalysis:
     env_max: np.ndarray
     bucket: int = ENVELOPE_BUCKET
     from_cache: bool = field(default=False, compare=False)
+    rate: Fraction = DEFAULT_RATE  # the frame grid of ``rms``
 
     @property
     def frames(self) -> int:
-        return self.info.frames
+        return self.info.frames_at(self.rate)
 
     def mask(self, threshold: float = DEFAULT_SILENCE_THRESHOLD, min_run: int = DEFAULT_MIN_SILENCE_FRAMES):
         return silence_mask(self.rms, threshold, min_run)
@@ -369,36 +404,43 @@ class AudioAnalysis:
             "format": self.info.format,
             "subtype": self.info.subtype,
             "frames": self.frames,
-            "fps": FPS,
+            "fps": rate_number(self.rate),
             "silence_threshold": threshold,
             "min_silence_frames": min_run,
             "silent_frames": int(mask.sum()),
             "silent_percent": round(100.0 * float(mask.mean()) if self.frames else 0.0, 2),
             "longest_silence_frames": int(longest),
-            "longest_silence_s": longest / FPS,
+            "longest_silence_s": float(longest / self.rate),
             "silent_spans": [[a, b] for a, b in spans],
             "silent_mask": mask.astype(int).tolist(),
         }
 
 
-def analyze(path: str | os.PathLike, use_cache: bool = True) -> AudioAnalysis:
-    """Decode once, compute RMS and envelope, and cache them in ``<data>/cache/audio``."""
+def analyze(path: str | os.PathLike, use_cache: bool = True, rate=DEFAULT_RATE) -> AudioAnalysis:
+    """Decode once, compute RMS (per frame at ``rate``) and envelope, and cache them in
+    ``<data>/cache/audio`` (one file per rate)."""
     info = probe(path)
-    cache = _cache_file(path) if use_cache else None
+    rate = Fraction(rate)
+    cache = _cache_file(path, rate) if use_cache else None
     if cache is not None and cache.exists():
         try:
             with np.load(cache) as z:
                 meta = json.loads(str(z["meta"]))
-                if meta.get("version") == CACHE_VERSION and meta.get("info") == asdict(info):
-                    return AudioAnalysis(info, z["rms"], z["env_min"], z["env_max"], int(meta["bucket"]), True)
+                if (
+                    meta.get("version") == CACHE_VERSION
+                    and meta.get("info") == asdict(info)
+                    and meta.get("rate", "25") == str(rate)
+                ):
+                    rms, lo, hi = z["rms"], z["env_min"], z["env_max"]
+                    return AudioAnalysis(info, rms, lo, hi, int(meta["bucket"]), True, rate)
         except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt, never trusted
             log.warning("audio cache %s unreadable (%s); rebuilding", cache, exc)
-    wave = load(path)
+    wave = load(path).at(rate)
     result = analysis_of(wave)
     if cache is not None:
         from studio.core.store.fsutil import atomic_path
 
-        meta = json.dumps({"version": CACHE_VERSION, "info": asdict(info), "bucket": result.bucket})
+        meta = json.dumps({"version": CACHE_VERSION, "info": asdict(info), "bucket": result.bucket, "rate": str(rate)})
         try:
             with atomic_path(cache) as tmp, open(tmp, "wb") as fh:
                 np.savez(fh, meta=meta, rms=result.rms, env_min=result.env_min, env_max=result.env_max)
@@ -409,14 +451,15 @@ def analyze(path: str | os.PathLike, use_cache: bool = True) -> AudioAnalysis:
 
 def analysis_of(wave: Wave) -> AudioAnalysis:
     mins, maxs = envelope(wave.samples)
-    return AudioAnalysis(wave.info, frame_rms(wave.samples, wave.frames), mins, maxs)
+    return AudioAnalysis(wave.info, frame_rms(wave.samples, wave.frames, wave.rate), mins, maxs, rate=wave.rate)
 
 
-def _cache_file(path: str | os.PathLike) -> Path | None:
+def _cache_file(path: str | os.PathLike, rate: Fraction = DEFAULT_RATE) -> Path | None:
     try:
         from studio.core.store.fsutil import quick_file_key
         from studio.core.store.paths import sub_dir
 
-        return sub_dir("cache/audio") / f"{quick_file_key(path)}.npz"
+        tag = "" if rate == DEFAULT_RATE else f"-{rate.numerator}_{rate.denominator}"
+        return sub_dir("cache/audio") / f"{quick_file_key(path)}{tag}.npz"
     except OSError:
         return None

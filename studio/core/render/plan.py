@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import FPS
+from studio.core.media import rates
+from studio.core.media.rates import DEFAULT_RATE
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,7 +40,7 @@ class RenderPlan:
         return np.flatnonzero(self.weight > 0)
 
 
-def check_range(frames: tuple[int, int] | None, total: int) -> tuple[int, int]:
+def check_range(frames: tuple[int, int] | None, total: int, rate=DEFAULT_RATE) -> tuple[int, int]:
     """``(start, end)`` of an in/out range inside a clip of ``total`` frames (None: all of it)."""
     if frames is None:
         return 0, total
@@ -48,7 +50,7 @@ def check_range(frames: tuple[int, int] | None, total: int) -> tuple[int, int]:
 
         raise InputError(
             f"the range {frames[0]}..{frames[1]} is outside the clip (frames 0..{total}, "
-            f"{total / FPS:.2f} s): set the in and out points inside it"
+            f"{float(total / Fraction(rate)):.2f} s): set the in and out points inside it"
         )
     return a, b
 
@@ -64,24 +66,29 @@ def audio_range(wave, path: str, first: int, end: int):
         out = Path(folder) / "range.flac"
         with sf.SoundFile(path) as src:
             rate = src.samplerate
-            a, b = int(round(first / FPS * rate)), int(round(end / FPS * rate))
+            fps = Fraction(getattr(wave, "rate", DEFAULT_RATE))
+            a, b = int(round(first / fps * rate)), int(round(end / fps * rate))
             src.seek(min(a, src.frames))
             data = src.read(max(0, min(b, src.frames) - a), dtype="float32", always_2d=True)
             sf.write(out, data, rate, format="FLAC")
         yield str(out)
 
 
-def frame_index(seconds: float) -> int:
-    """The frame shown at ``seconds`` on the 25 fps grid (robust to float error: 0.12 s -> 3)."""
-    return int(np.floor(seconds * FPS + 1e-6))
+def frame_index(seconds: float, rate=DEFAULT_RATE) -> int:
+    """The frame shown at ``seconds`` on the grid of ``rate`` (robust to float error: 0.12 s at 25 -> 3)."""
+    return rates.frame_index(seconds, rate)
 
 
 def make_plan(wave, avatar, settings) -> RenderPlan:
+    """The plan of ``wave``'s frames (at ``wave.rate``): output frame ``t`` shows the avatar frame on
+    screen at ``t / rate`` (its own frames when the rates are equal), ping-ponged over the avatar."""
     from studio.core.media.audio import frame_rms, silence_mask
 
     T = wave.frames
-    avatar_idx = np.asarray(avatar.cycle_index(np.arange(T)), np.int64)
-    silent = silence_mask(frame_rms(wave.samples, T), settings.threshold, settings.min_silence)
+    rate = getattr(wave, "rate", DEFAULT_RATE)
+    shown = rates.map_frames(np.arange(T, dtype=np.int64), rate, getattr(avatar, "fps", DEFAULT_RATE))
+    avatar_idx = np.asarray(avatar.cycle_index(shown), np.int64)
+    silent = silence_mask(frame_rms(wave.samples, T, rate), settings.threshold, settings.min_silence)
     face_ok = np.asarray(avatar.face_ok, bool)[avatar_idx]
     return RenderPlan(avatar_idx, silent, face_ok, crossfade_weights(~silent & face_ok, settings.crossfade))
 

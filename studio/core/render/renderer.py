@@ -3,7 +3,7 @@
     r = Renderer(avatar, "voice.flac", RenderSettings(engine="auto"))
     for p in r.run("out.mp4"):          # one RenderProgress per batch; r.cancel() from any thread
         bar.update(p.done, p.total, p.fps)
-    img = r.frame_at(3.2)               # exactly the frame the render writes at floor(3.2 * 25)
+    img = r.frame_at(3.2)               # exactly the frame the render writes at floor(3.2 * r.rate)
 
 Qt-free: the GUI drives it from a worker thread and turns progress into signals.
 """
@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import FPS
+from studio.core.media.rates import rate_text
 from studio.core.render.plan import (
     RenderPlan,
     audio_range,
@@ -63,6 +64,7 @@ class RenderResult:
     height: int
     stage_ms: dict[str, float]
     finish_ms: dict[str, float] = field(default_factory=dict)  # the "finish" stage: encoder tail, join, file
+    frame_rate: str = "25"  # the output's frame rate ("29.97" is 30000/1001 exactly; rates.parse_rate)
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -84,6 +86,7 @@ class Renderer:
         self._cancel = threading.Event()
         self._lock = threading.RLock()
         self._avatar = None
+        self._rate: Fraction | None = None
         self._wave = None
         self._plan = None
         self._features = None
@@ -107,11 +110,22 @@ class Renderer:
         return self._avatar
 
     @property
+    def rate(self) -> Fraction:
+        """The output's frame rate, exact (``Fraction(30000, 1001)`` at 29.97): the ``fps`` setting,
+        or for ``auto`` the video avatar's own rate (25 for a photo)."""
+        if self._rate is None:
+            from studio.core.media.rates import output_rate
+
+            self._rate = output_rate(self.settings.fps, self.avatar)
+        return self._rate
+
+    @property
     def wave(self):
+        """The voice-over on the output's frame grid (``wave.rate == self.rate``)."""
         if self._wave is None:
             from studio.core.media.audio import load
 
-            self._wave = load(self.audio_path)
+            self._wave = load(self.audio_path).at(self.rate)
         return self._wave
 
     @property
@@ -178,13 +192,13 @@ class Renderer:
         if not 0 <= index < T:
             from studio.core.errors import InputError
 
-            raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {T / FPS:.2f} s)")
+            raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {float(T / self.rate):.2f} s)")
         ((_, frames),) = self.iter_frames([(index, index + 1)])
         return frames[0].cpu().numpy()
 
     def frame_at(self, seconds: float) -> np.ndarray:
-        """The frame shown at ``seconds``: index ``floor(seconds * 25)``."""
-        return self.frame(frame_index(seconds))
+        """The frame shown at ``seconds``: index ``floor(seconds * rate)`` at the output's rate."""
+        return self.frame(frame_index(seconds, self.rate))
 
     def iter_frames(self, ranges=None):
         """Yield ``(first_index, frames)`` per range; frames are torch uint8 ``[B,H,W,3]`` RGB on the engine device.
@@ -274,7 +288,7 @@ class Renderer:
         plan = self.plan
         self._stage("audio", t_start)  # read, analysed, planned (cached after the first use)
         a = self.avatar
-        first, end = check_range(frames, plan.frames)
+        first, end = check_range(frames, plan.frames, self.rate)
         T = end - first
         t0 = time.perf_counter()
         with contextlib.ExitStack() as stack:
@@ -289,7 +303,7 @@ class Renderer:
                 encoder=self.settings.encoder,
                 crf=self.settings.crf,
                 preset=self.settings.preset,
-                fps=FPS,
+                fps=self.rate,
                 total_frames=T,
                 rolling=True,
                 changing=changing_region(a),  # a photo's face, a video's moving parts
@@ -381,6 +395,7 @@ class Renderer:
             height=a.height,
             stage_ms={k: round(v, 1) for k, v in self._stage_ms.items()},
             finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
+            frame_rate=rate_text(self.rate),
         )
         yield RenderProgress(
             done=T,

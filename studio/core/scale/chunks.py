@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from studio.core.constants import FPS
 from studio.core.errors import Cancelled, RenderError
+from studio.core.media.rates import DEFAULT_RATE, mp4_time_base, ticks_per_frame
 
 log = logging.getLogger(__name__)
 
 MIN_CHUNK = 8  # frames: shorter chunks cost an IDR each for little parallelism
-TB_SCALE = 512  # output video time base is 1 / (FPS * TB_SCALE), as the single-process writer's
+# the output video's time base is rates.mp4_time_base(rate), as the single-process writer's
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,15 @@ def render_segment(
     a = renderer.avatar
     n = end - start
     writer = open_video(
-        path, a.width, a.height, audio=None, encoder=s.encoder, crf=s.crf, preset=s.preset, fps=FPS, total_frames=n
+        path,
+        a.width,
+        a.height,
+        audio=None,
+        encoder=s.encoder,
+        crf=s.crf,
+        preset=s.preset,
+        fps=renderer.rate,
+        total_frames=n,
     )
     with writer:
         nv12 = renderer.engine.device.type == "cuda" and renderer.nv12_ready
@@ -102,7 +110,7 @@ def render_segment(
         return writer.close()
 
 
-def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
+def join_segments(segments, output, *, audio=None, fps: int | Fraction = DEFAULT_RATE) -> str:
     """Join ``[(start, end, source), ...]`` (source: a segment path or its bytes) into ``output``.
 
     Segments must tile ``0..T`` in order. Video packets are copied with their timestamps shifted
@@ -211,7 +219,7 @@ def render_chunked(
             _stop_pool(pool)
             raise
         pool.shutdown(wait=True)
-        path = join_segments(finished, output, audio=audio)
+        path = join_segments(finished, output, audio=audio, fps=probe.rate)
     finally:
         stop.set()
         _rmtree(tmpdir)
@@ -268,7 +276,9 @@ def _progress(done, total, t0, workers, chunks_done, chunks, retries=0) -> Chunk
     )
 
 
-def _join(av, segments, tmp: Path, audio, fps: int) -> None:
+def _join(av, segments, tmp: Path, audio, fps: int | Fraction) -> None:
+    fps = Fraction(fps)
+    ticks = ticks_per_frame(fps)
     out = av.open(str(tmp), "w", format="mp4", options={"movflags": "+faststart"})
     try:
         vs = None
@@ -279,7 +289,7 @@ def _join(av, segments, tmp: Path, audio, fps: int) -> None:
                 sv = seg.streams.video[0]
                 if vs is None:
                     vs = out.add_stream_from_template(sv)
-                    vs.time_base = Fraction(1, fps * TB_SCALE)
+                    vs.time_base = mp4_time_base(fps)
                     extradata = bytes(sv.codec_context.extradata or b"")
                     if audio is not None:
                         audio.add_stream(out)
@@ -301,14 +311,14 @@ def _join(av, segments, tmp: Path, audio, fps: int) -> None:
                         raise RenderError(f"Chunk {start}..{end} does not join (dts after pts): render it again.")
                     last_dts = dts
                     pkt.stream = vs
-                    pkt.pts, pkt.dts = pts * TB_SCALE, dts * TB_SCALE
-                    pkt.duration = TB_SCALE
+                    pkt.pts, pkt.dts = pts * ticks, dts * ticks
+                    pkt.duration = ticks
                     pkt.time_base = vs.time_base
                     out.mux(pkt)
                     count += 1
                     muxed_until = max(muxed_until, pts + 1)
                     if audio is not None:
-                        audio.mux_until(out, muxed_until / fps)
+                        audio.mux_until(out, float(muxed_until / fps))
                 if count != end - start:
                     raise RenderError(
                         f"Chunk {start}..{end} holds {count} frames instead of {end - start}: render it again."
@@ -319,8 +329,8 @@ def _join(av, segments, tmp: Path, audio, fps: int) -> None:
         out.close()
 
 
-def _frames(ts, tb, fps: int) -> int:
-    """A timestamp in ``tb`` as a whole frame index (segments are on the exact 25 fps grid)."""
+def _frames(ts, tb, fps: int | Fraction) -> int:
+    """A timestamp in ``tb`` as a whole frame index (segments are on the exact frame grid)."""
     return int(round(Fraction(int(ts)) * Fraction(tb) * fps))
 
 

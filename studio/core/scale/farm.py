@@ -190,6 +190,7 @@ class Farm:
         """
         import ray
 
+        from studio.core.media.rates import rate_text
         from studio.core.media.writer import check_output
         from studio.core.render.renderer import Renderer, RenderResult
         from studio.core.settings import RenderSettings
@@ -272,7 +273,7 @@ class Farm:
                 self._board.forget.remote(job["id"])
             raise
         try:
-            path = join_segments([(a, b, data) for a, b, data, _ in segments], output, audio=audio)
+            path = join_segments([(a, b, data) for a, b, data, _ in segments], output, audio=audio, fps=probe.rate)
         finally:
             with contextlib.suppress(Exception):
                 self._board.forget.remote(job["id"])
@@ -290,6 +291,7 @@ class Farm:
             width=probe.avatar.width,
             height=probe.avatar.height,
             stage_ms={"farm": round(seconds * 1e3, 1)},
+            frame_rate=rate_text(probe.rate),
         )
         yield ChunkedProgress(
             done=T,

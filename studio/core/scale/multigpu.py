@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Iterator
 
-from studio.core.constants import FPS
 from studio.core.errors import Cancelled, RenderError
 
 log = logging.getLogger(__name__)
@@ -103,6 +102,7 @@ class DeviceRender:
         return self.result
 
     def run(self, output) -> Iterator:
+        from studio.core.media.rates import rate_text
         from studio.core.media.writer import open_video
         from studio.core.render.renderer import RenderProgress, RenderResult
 
@@ -130,7 +130,7 @@ class DeviceRender:
             encoder=s.encoder,
             crf=s.crf,
             preset=s.preset,
-            fps=FPS,
+            fps=first.rate,
             total_frames=T,
             changing=changing_region(a),
         )  # as Renderer.run: a photo's face, a video's moving parts
@@ -203,6 +203,7 @@ class DeviceRender:
             height=a.height,
             stage_ms={k: round(v, 1) for k, v in stages.items()},
             finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
+            frame_rate=rate_text(first.rate),
         )
         yield RenderProgress(
             done=T,
