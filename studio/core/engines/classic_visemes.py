@@ -47,7 +47,7 @@ from fractions import Fraction
 import numpy as np
 
 from studio.core.constants import SAMPLE_RATE
-from studio.core.media.rates import DEFAULT_RATE, frames_in
+from studio.core.media.rates import DEFAULT_RATE
 
 HOP = 160  # 10 ms
 HOPS_PER_S = SAMPLE_RATE // HOP  # 100
@@ -93,7 +93,9 @@ def mouth_controls(samples: np.ndarray, frames: int, rate=DEFAULT_RATE) -> Mouth
     if frames <= 0:
         z = np.zeros(0, np.float32)
         return MouthControls(z, z, z, z, z)
-    f = features(samples, frames_in(frames, Fraction(rate), HOPS_PER_S))
+    rate = Fraction(rate)
+    hops = -(-frames * HOPS_PER_S * rate.denominator // rate.numerator)  # ceil: the hops under the frames
+    f = features(samples, hops)
     return controls_from_features(f, frames, rate)
 
 
