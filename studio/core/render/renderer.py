@@ -63,6 +63,7 @@ class RenderResult:
     height: int
     stage_ms: dict[str, float]
     finish_ms: dict[str, float] = field(default_factory=dict)  # the "finish" stage: encoder tail, join, file
+    audio: str = ""  # the output's AAC track: "copied" (the voice-over's own), "cached" or "encoded"
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -381,6 +382,7 @@ class Renderer:
             height=a.height,
             stage_ms={k: round(v, 1) for k, v in self._stage_ms.items()},
             finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
+            audio=writer.audio_how,
         )
         yield RenderProgress(
             done=T,

@@ -203,6 +203,7 @@ class DeviceRender:
             height=a.height,
             stage_ms={k: round(v, 1) for k, v in stages.items()},
             finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
+            audio=writer.audio_how,
         )
         yield RenderProgress(
             done=T,
