@@ -389,7 +389,7 @@ def _stop_pool(pool, grace_s: float = 10.0) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Local worker processes (render_chunked)
+# Local worker processes (ChunkedRender)
 
 _Q = _STOP = None
 
