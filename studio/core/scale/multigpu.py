@@ -189,8 +189,6 @@ class DeviceRender:
             stage_ms=stages,
             finish_ms=writer.close_ms,
             audio=writer.audio_how,
-            stage_ms=stages,
-            finish_ms=writer.close_ms,
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=stages)
 
