@@ -39,6 +39,7 @@ class Stored:
     filename: str  # the client's name for it (display only)
     bytes: int
     kind: str  # audio | photo | video
+    new: bool = False  # this upload wrote the file (it was not stored already)
 
 
 class UploadStore:
@@ -60,6 +61,11 @@ class UploadStore:
             stored = self._keep(tmp, "audio", sha, AUDIO_EXT.get(info.format, ".audio"), name, size, "audio")
         finally:
             _unlink(tmp)
+        try:  # decoded once, here (NaN samples, decode limits): the analysis is cached for the render
+            await run_in_threadpool(self.check_audio_file, stored.path, name)
+        except BaseException:
+            self.discard(stored)
+            raise
         meta = self.root / "audio" / f"{stored.id}.json"
         if not meta.exists():
             from studio.core.store.fsutil import atomic_write_bytes
@@ -79,6 +85,25 @@ class UploadStore:
             return self._keep(tmp, "avatars", sha, ext, name, size, kind)
         finally:
             _unlink(tmp)
+
+    def check_audio_file(self, path: Path, name: str) -> None:
+        """The voice-over decodes (no NaN or infinite samples, within the decode limits): 422 naming
+        it as the client did, never by its path on the server."""
+        from studio.core.errors import AudioError
+        from studio.core.media.audio import analyze
+
+        try:
+            analyze(path)
+        except AudioError as exc:
+            raise ApiError(422, str(exc).replace(str(path), _said(name))) from None
+
+    def discard(self, stored: Stored, in_use: set[str] | frozenset[str] = frozenset()) -> None:
+        """Remove a file this request stored (and nobody else uses): a refused request leaves nothing."""
+        if not stored.new or str(stored.path) in in_use:
+            return
+        _unlink(stored.path)
+        if stored.kind == "audio":
+            _unlink(self.root / "audio" / f"{stored.id}.json")
 
     # -- finding ------------------------------------------------------------------------------
 
@@ -130,11 +155,12 @@ class UploadStore:
     def _keep(self, tmp: Path, sub: str, sha: str, ext: str, name: str, size: int, kind: str) -> Stored:
         sid = sha[:16]
         final = self.root / sub / f"{sid}{ext}"
-        if not final.exists():
+        new = not final.exists()
+        if new:
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
             os.replace(tmp, final)
-        return Stored(sid, final, name, size, kind)
+        return Stored(sid, final, name, size, kind, new)
 
 
 def client_name(filename: str | None) -> str:
