@@ -308,3 +308,27 @@ def test_cli_fps_and_a_drop_frame_range(avatar, voice, tmp_path):
         assert c.streams.video[0].average_rate == Fraction(60000, 1001)
     r = _studio(*args[:-2], "--fps", "31", home=home)
     assert r.returncode == 2 and "--fps" in r.stderr and "29.97" in r.stderr
+
+
+def test_segments_joined_at_29_97_keep_exact_timestamps(avatar, voice, tmp_path):
+    """Chunks (local or on a farm) are joined on the output's grid: pts k x 1001 / 30000 across the join."""
+    import av
+
+    from studio.core.scale.chunks import join_segments, render_segment
+
+    rate = RATES["29.97"]
+    settings = RenderSettings(engine="classic", device="cpu", fps="29.97", encoder="x264", crf=0, preset="ultrafast")
+    r = Renderer(avatar, voice, settings)
+    T = r.plan.frames
+    segs = [render_segment(r, 0, 9, tmp_path / "a.mp4"), render_segment(r, 9, T, tmp_path / "b.mp4")]
+    out = join_segments(segs, tmp_path / "joined.mp4", audio=str(voice), fps=r.rate)
+    with av.open(out) as c:
+        v = c.streams.video[0]
+        assert v.average_rate == rate and v.time_base == Fraction(1, 30000)
+        frames = list(c.decode(video=0))
+    assert [Fraction(f.pts) * v.time_base for f in frames] == [Fraction(k) / rate for k in range(T)]
+    whole = tmp_path / "whole.mp4"
+    Renderer(avatar, voice, settings).render(whole)
+    with av.open(str(whole)) as c:
+        single = [f.to_ndarray(format="nv12") for f in c.decode(video=0)]
+    assert all(np.array_equal(f.to_ndarray(format="nv12"), g) for f, g in zip(frames, single))
