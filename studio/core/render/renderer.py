@@ -24,8 +24,10 @@ from studio.core.constants import FPS
 from studio.core.render.plan import (
     RenderPlan,
     audio_range,
+    audio_window,
     batch_ranges,
     check_range,
+    covers,
     frame_index,
     make_plan,
     stripes,
@@ -72,13 +74,16 @@ class Renderer:
     """Renders one avatar x one voice-over. Construct cheaply; audio, avatar and engine load on first use.
 
     ``avatar`` is an ``AvatarAssets``, a library name or an image/video path; ``audio`` a file path.
-    ``engine`` may be given to reuse a warm engine across renders (the GUI does).
+    ``engine`` may be given to reuse a warm engine across renders (the GUI does). ``frames``: the
+    in/out range this renderer is for (``focus``): on a long clip only that stretch of the audio
+    (and 30 s around it) is decoded and prepared.
     """
 
-    def __init__(self, avatar, audio, settings: RenderSettings | None = None, engine=None):
+    def __init__(self, avatar, audio, settings: RenderSettings | None = None, engine=None, frames=None):
         self.settings = settings or RenderSettings()
         self._avatar_arg = avatar
         self.audio_path = str(audio)
+        self._focus = None if frames is None else (int(frames[0]), int(frames[1]))
         self._engine = engine
         self._engine_reason = "given by the caller" if engine is not None else ""
         self._cancel = threading.Event()
@@ -108,11 +113,29 @@ class Renderer:
 
     @property
     def wave(self):
-        if self._wave is None:
-            from studio.core.media.audio import load
+        with self._lock:
+            if self._wave is None:
+                from studio.core.media.audio import load, probe
 
-            self._wave = load(self.audio_path)
-        return self._wave
+                window = None
+                if self._focus is not None:
+                    window = audio_window(self._focus, probe(self.audio_path).frames)
+                self._wave = load(self.audio_path, window=window)
+            return self._wave
+
+    def focus(self, frames: tuple[int, int] | None) -> None:
+        """What the next frames come from: the range ``frames`` (None: the whole clip). Audio,
+        plan and features already prepared are kept when they cover it, else prepared again
+        (on a clip over 5 minutes a range prepares only its stretch: ``plan.audio_window``)."""
+        with self._lock:
+            self._focus = None if frames is None else (int(frames[0]), int(frames[1]))
+            w = self._wave
+            if w is None:
+                return
+            T = w.frames
+            window = audio_window(self._focus, T) if self._focus is not None else None
+            if not covers(w.span, window, T):
+                self._wave = self._plan = self._features = None
 
     @property
     def engine(self):
@@ -179,6 +202,8 @@ class Renderer:
             from studio.core.errors import InputError
 
             raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {T / FPS:.2f} s)")
+        if not covers(self.wave.span, audio_window((index, index + 1), T), T):
+            self.focus((index, index + 1))  # a renderer prepared for a range, asked for a frame outside it
         ((_, frames),) = self.iter_frames([(index, index + 1)])
         return frames[0].cpu().numpy()
 
@@ -271,6 +296,7 @@ class Renderer:
         self._stage_ms = {}
         t_start = time.perf_counter()
         output = Path(output)
+        self.focus(frames)
         plan = self.plan
         self._stage("audio", t_start)  # read, analysed, planned (cached after the first use)
         a = self.avatar
