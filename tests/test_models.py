@@ -126,7 +126,8 @@ def test_verify_detects_truncated_and_changed_files(copy_of, studio_home):
     assert status["musetalkV15/unet.pth"] == "truncated"
     assert status["sd-vae/diffusion_pytorch_model.bin"] == "changed"
     assert status["whisper/pytorch_model.bin"] == "ok"
-    assert str(models.availability()).startswith("unavailable: ") and "unet.pth" in str(models.availability())
+    status = models.availability()
+    assert not status.ready and str(status).startswith("unavailable: ") and "unet.pth" in status.reason
 
 
 def test_empty_or_partial_store_is_unavailable_with_the_fix(official):
@@ -177,7 +178,7 @@ def test_weights_of_another_architecture_fail_on_shape(copy_of):
 def test_v10_unet_in_the_v15_folder_is_accepted(copy_of, studio_home):
     shutil.copyfile(copy_of / "musetalk" / "pytorch_model.bin", copy_of / "musetalkV15" / "unet.pth")
     models.import_models(copy_of)
-    assert str(models.availability()).startswith("ready: v1.5 UNet")
+    assert models.availability().ready and str(models.availability()).startswith("ready: v1.5 UNet")
 
 
 def test_whisper_width_must_match_the_unet(copy_of):
