@@ -105,6 +105,7 @@ class RenderResult:
     height: int
     stage_ms: dict[str, float]
     finish_ms: dict[str, float] = field(default_factory=dict)  # the "finish" stage: encoder tail, join, file
+    audio: str = ""  # the output's AAC track: "copied" (the voice-over's own), "cached" or "encoded"
 
     @classmethod
     def measured(
@@ -121,6 +122,7 @@ class RenderResult:
         height: int,
         stage_ms: dict[str, float] | None = None,
         finish_ms: dict[str, float] | None = None,
+        audio: str = "",
     ) -> RenderResult:
         """The one constructor of a render's result: fps from frames and seconds, times rounded."""
         return cls(
@@ -136,6 +138,7 @@ class RenderResult:
             height=int(height),
             stage_ms={k: round(v, 1) for k, v in (stage_ms or {}).items()},
             finish_ms={k: round(v, 1) for k, v in (finish_ms or {}).items()},
+            audio=audio,
         )
 
     def to_json(self) -> dict:
@@ -513,6 +516,7 @@ class Renderer:
             height=a.height,
             stage_ms=self._stage_ms,
             finish_ms=writer.close_ms,
+            audio=writer.audio_how,
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=dict(self._stage_ms))
 
