@@ -17,12 +17,14 @@ from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
+    QSizePolicy,
+    QStyledItemDelegate,
     QTableWidget,
     QTableWidgetItem,
+    QToolBar,
     QVBoxLayout,
     QWidget,
 )
@@ -43,6 +45,15 @@ STATE_COLOURS = {
     "damaged": "#ff6b6b",
 }
 THUMB = 28  # small enough that a row shows whole in the Queue's height at 1366x768
+MIN_ROWS = 3  # the Queue always shows at least this many rows
+
+
+class _Elide(QStyledItemDelegate):
+    """Cells of one column elided in the middle (a path keeps its folder start and its file name)."""
+
+    def initStyleOption(self, option, index) -> None:  # noqa: N802 (Qt's name)
+        super().initStyleOption(option, index)
+        option.textElideMode = Qt.TextElideMode.ElideMiddle
 
 
 class QueuePanel(QWidget):
@@ -75,13 +86,21 @@ class QueuePanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setAlternatingRowColors(True)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.table.setWordWrap(False)
         head = self.table.horizontalHeader()
         head.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # the long columns share what is left, the output path elided in its middle (full path: tooltip)
+        head.setSectionResizeMode(OUTPUT_COL, QHeaderView.ResizeMode.Stretch)
         head.setSectionResizeMode(NOTE_COL, QHeaderView.ResizeMode.Stretch)
+        head.setMinimumSectionSize(36)
+        self.table.setItemDelegateForColumn(OUTPUT_COL, _Elide(self.table))
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.table.itemDoubleClicked.connect(self._open)
         self.table.itemSelectionChanged.connect(self._update_buttons)
-        # the header and one whole row always show, whatever height the dock gets
-        self.table.setMinimumHeight(self.table.horizontalHeader().sizeHint().height() + THUMB + 12)
+        # the header and three whole rows always show, whatever height the dock gets
+        rows = MIN_ROWS * self.table.verticalHeader().defaultSectionSize()
+        self.table.setMinimumHeight(self.table.horizontalHeader().sizeHint().height() + rows + 4)
 
         self.start_btn = QPushButton("Start queue")
         self.start_btn.setCheckable(True)
@@ -111,9 +130,17 @@ class QueuePanel(QWidget):
         self.clear_btn.clicked.connect(self._clear_finished)
         self.summary = QLabel("")
         self.summary.setObjectName("dim")
-        row = QHBoxLayout()
+        self.state_label = QLabel("stopped")
+        self.state_label.setObjectName("queueState")
+        # the buttons sit in a tool bar: what does not fit the dock's width goes behind its » button
+        row = QToolBar("Queue")
+        row.setObjectName("queueButtons")
+        row.setMovable(False)
+        row.setIconSize(QSize(16, 16))
+        row.addWidget(self.start_btn)
+        row.addWidget(self.state_label)
+        row.addSeparator()
         for b in (
-            self.start_btn,
             self.retry_btn,
             self.enqueue_btn,
             self.hold_btn,
@@ -125,11 +152,15 @@ class QueuePanel(QWidget):
             self.clear_btn,
         ):
             row.addWidget(b)
-        row.addStretch(1)
+        spacer = QWidget()
+        spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        row.addWidget(spacer)
         row.addWidget(self.summary)
+        self.buttons = row
         box = QVBoxLayout(self)
-        box.setContentsMargins(6, 6, 6, 6)
-        box.addLayout(row)
+        box.setContentsMargins(6, 4, 6, 4)
+        box.setSpacing(4)
+        box.addWidget(row)
         box.addWidget(self.table, 1)
         self.poll = QTimer(self)
         self.poll.setInterval(1000)
@@ -167,12 +198,16 @@ class QueuePanel(QWidget):
         self.table.setRowCount(len(jobs))
         for r, job in enumerate(jobs):
             live = self.live.get(job.id) if job.state == "running" else None
+            progress = job.progress
+            if job.state == "running":  # the store has it at most once a second: the newest batch's
+                latest = self.service.last_progress.get(job.id)
+                progress = latest.fraction if latest is not None else progress
             cells = [
                 "",
                 str(job.id),
                 job.label,
                 job.state,
-                f"{fraction_percent(job.progress)} %",
+                f"{fraction_percent(progress)} %",
                 self._duration(job),
                 settings_text(job),
                 job.output,
@@ -201,6 +236,15 @@ class QueuePanel(QWidget):
             counts[j.state] = counts.get(j.state, 0) + 1
         self.summary.setText(" · ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs")
         self._update_buttons()
+
+    def set_state(self, text: str) -> None:
+        """The queue's state line ("Queue: running · 2 waiting"), shown short beside Start."""
+        short = text.removeprefix("Queue: ").split(":")[0].replace(" (the running job finishes)", ", finishing")
+        self.state_label.setText(short)
+        self.state_label.setToolTip(text)
+        self.state_label.setProperty("state", text.removeprefix("Queue: ").split(" ")[0])
+        self.state_label.style().unpolish(self.state_label)
+        self.state_label.style().polish(self.state_label)
 
     def set_running(self, running: bool) -> None:
         """The queue runs (the button says Pause) or waits for Start."""
@@ -304,8 +348,8 @@ class QueuePanel(QWidget):
         job = self.selected_job()
         if job is None or job.state != "draft":
             self.error.emit(
-                "select a draft in the Queue to queue it (Add to queue makes drafts when the "
-                "queue is paused; drafts are jobs saved for later)"
+                "select a draft in the Queue to queue it (drafts are jobs saved for later, "
+                "e.g. by `studio queue add --draft`)"
             )
             return
         self.enqueueClicked.emit(job.id)
