@@ -103,6 +103,7 @@ class LibraryPanel(FileDrops, QWidget):
     selectionChanged = Signal()  # the avatars or scripts selected for a batch changed
     maskToggled = Signal(bool)
     avatarPrepared = Signal(str)
+    avatarPreparing = Signal(str)  # an import of this avatar started
     error = Signal(str)
 
     def __init__(self, parent=None):
@@ -271,6 +272,7 @@ class LibraryPanel(FileDrops, QWidget):
             n = 2
             while name in taken:
                 name, n = f"{base}-{n}", n + 1
+        self.avatarPreparing.emit(name)
         dialog = QProgressDialog(f"Preparing avatar “{name}”…", "Cancel", 0, 100, self)
         dialog.setWindowTitle("Import avatar")
         dialog.setWindowModality(Qt.WindowModality.WindowModal)

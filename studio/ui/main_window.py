@@ -147,6 +147,13 @@ class MainWindow(FileDrops, QMainWindow):
 
         self._connect()
         self._restore()
+        # the Library chose its avatar (the saved one) before these signals were connected: take it
+        # now, so the output name and the preview say that avatar from the first paint on
+        self.render_panel.set_context(avatar=self.library.avatar, script=self.library.script)
+        if self.library.avatar:
+            self._avatar_selected(self.library.avatar)
+        elif self.library.avatars.count() == 0:
+            self.preview.caption.setText(NO_AVATAR)
         self.setAcceptDrops(True)  # files dropped anywhere in the window are imported
         guard_inputs(self)
         self.statusBar().showMessage("Ready", 3000)
@@ -462,6 +469,7 @@ class MainWindow(FileDrops, QMainWindow):
         lib.maskToggled.connect(lambda _on: self._overlay_toggled())
         lib.error.connect(self.show_error)
         lib.avatarPrepared.connect(lambda _name: self.worker.invalidate())
+        lib.avatarPreparing.connect(self._avatar_preparing)
         self.timeline.thresholdChanged.connect(self._threshold_changed)
         self.timeline.min_run_box.valueChanged.connect(lambda v: panel.set_silence(min_silence=v))
         self.timeline.playheadMoved.connect(self._playhead_moved)
@@ -529,8 +537,13 @@ class MainWindow(FileDrops, QMainWindow):
         self.render_panel.set_context(avatar=name)
         self.assets = None
         if not name:
+            if self.current is None and not self.player_shown:
+                self.preview.clear(NO_AVATAR)
             return
         from studio.core.avatars.library import load
+
+        if self.current is None and not self.player_shown:
+            self.preview.caption.setText(f"loading avatar “{name}”…")
 
         def loaded(assets) -> None:
             if self.library.avatar != name:
@@ -543,6 +556,10 @@ class MainWindow(FileDrops, QMainWindow):
                 self._playhead_moved(self.timeline.position)
 
         run_in_background(load, name, on_done=loaded, on_error=self.show_error)
+
+    def _avatar_preparing(self, name: str) -> None:
+        if self.assets is None and self.current is None and not self.player_shown:
+            self.preview.caption.setText(f"preparing avatar “{name}”…")
 
     def _show_avatar_frame(self) -> None:
         if self.assets is None or self.current is not None:
@@ -665,6 +682,8 @@ class MainWindow(FileDrops, QMainWindow):
         from studio.core.media.timecode import timecode
 
         during = " · while rendering" if self.current is not None else ""
+        if self.transport.playing and index != self.timeline.frame:
+            during += " · playing (the picture catches up)"
         if self.current is not None:
             self._scrub_hold_until = time.monotonic() + self.SCRUB_HOLD_S
         self.preview.offer(image, f"{timecode(index)} · frame {index} · exact render preview{extra}{during}", index)
@@ -866,6 +885,9 @@ class MainWindow(FileDrops, QMainWindow):
         self.queue.close()  # a running job stops now (nothing written) and comes back interrupted
         self.worker_thread.stop()
         super().closeEvent(event)
+
+
+NO_AVATAR = "No avatar yet: import or drop a photo or a video (and a voice-over)"
 
 
 def _short(text: str, limit: int = 90) -> str:

@@ -74,6 +74,7 @@ class QueuePanel(QWidget):
         self.service = service
         self.store = service.store
         self.live: dict[int, tuple[str, str]] = {}  # running job -> (where it runs, detail)
+        self.fractions: dict[int, float] = {}  # running job -> the fraction the Live bar shows
         self._thumbs: dict[str, QIcon] = {}
         self._durations: dict[str, str] = {}
         self._version = None
@@ -199,9 +200,8 @@ class QueuePanel(QWidget):
         for r, job in enumerate(jobs):
             live = self.live.get(job.id) if job.state == "running" else None
             progress = job.progress
-            if job.state == "running":  # the store has it at most once a second: the newest batch's
-                latest = self.service.last_progress.get(job.id)
-                progress = latest.fraction if latest is not None else progress
+            if job.state == "running" and job.id in self.fractions:  # the store's is up to a second old:
+                progress = self.fractions[job.id]  # the batch the Live bar shows now
             cells = [
                 "",
                 str(job.id),
@@ -252,6 +252,7 @@ class QueuePanel(QWidget):
         self.start_btn.setText("Pause queue" if running else "Start queue")
 
     def set_progress(self, job_id: int, fraction: float) -> None:
+        self.fractions[job_id] = fraction
         r = self._row(job_id)
         if r is not None:
             self.table.item(r, PROGRESS_COL).setText(f"{fraction_percent(fraction)} %")
@@ -260,6 +261,7 @@ class QueuePanel(QWidget):
         """Show where the running job ``job_id`` runs (None: it ended) and, in the tooltip, ``detail``."""
         if where is None:
             self.live.pop(job_id, None)
+            self.fractions.pop(job_id, None)
             return
         self.live[job_id] = (where, detail)
         r = self._row(job_id)

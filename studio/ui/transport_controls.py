@@ -60,6 +60,7 @@ class TransportControls(QObject):
             self.preview.set_widget(self.player)
             self.transport.set_media(self.player.player)
             self.player.play(path)
+            self._player_caption(0)
         except ImportError as exc:
             w.show_error(f"in-app playback needs QtMultimedia ({exc}); install pyside6-addons and libpulse0")
 
@@ -76,6 +77,14 @@ class TransportControls(QObject):
         if self.player_shown:
             self.timeline.set_frame(frame, emit=False)
             self.transport.media_moved(frame)
+            self._player_caption(frame)
+
+    def _player_caption(self, frame: int) -> None:
+        """The caption says what plays: the rendered file and its frame (never a scrub frame's words)."""
+        from studio.core.media.timecode import timecode
+
+        name = Path(self.player.path).name if self.player is not None and self.player.path else "the render"
+        self.preview.caption.setText(f"{name} · {timecode(frame)} · frame {frame} · the rendered file")
 
     def _player_playing(self, playing: bool) -> None:
         # the player's own button: the transport and the timeline's button follow it
