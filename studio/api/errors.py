@@ -48,13 +48,17 @@ def install(app) -> None:
 
     from studio.core.errors import StudioError
 
+    def public(request, text: str) -> str:
+        st = getattr(request.app.state, "studio", None)
+        return st.public_text(text) if st is not None else text
+
     @app.exception_handler(ApiError)
     async def _api(request, exc: ApiError):
-        return error_response(exc.status, exc.message, exc.headers)
+        return error_response(exc.status, public(request, exc.message), exc.headers)
 
     @app.exception_handler(StudioError)
     async def _studio(request, exc: StudioError):
-        return error_response(studio_error_status(exc), str(exc))
+        return error_response(studio_error_status(exc), public(request, str(exc)))
 
     @app.exception_handler(HTTPException)
     async def _http(request, exc: HTTPException):
@@ -74,6 +78,10 @@ def validation_sentence(errors) -> str:
     """FastAPI's list of validation errors as one sentence about the first one."""
     if not errors:
         return "the request is not valid"
+    unknown = [str(e["loc"][-1]) for e in errors if e.get("type") == "extra_forbidden" and e.get("loc")]
+    if unknown:
+        fields = "field" if len(unknown) == 1 else "fields"
+        return f"unknown {fields} {', '.join(repr(u) for u in unknown)}: see /docs for the fields this endpoint takes"
     e = errors[0]
     loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
     where = ".".join(loc) or "the request"

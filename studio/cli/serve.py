@@ -23,8 +23,9 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--allow-paths",
-        action="store_true",
-        help="let clients name files on this machine (avatar_path, audio_path, output)",
+        default="",
+        metavar="DIR[,DIR...]",
+        help="let clients name files on this machine (avatar_path, audio_path, output) under these folders only",
     )
     p.add_argument(
         "--max-upload-mb",
@@ -63,7 +64,7 @@ def run_serve(args) -> int:
         host=args.host,
         port=args.port,
         token=token,
-        allow_paths=args.allow_paths,
+        allow_paths=args.allow_paths,  # "a,b": split and checked by ServeOptions.check
         max_upload_mb=args.max_upload_mb,
         max_queued=args.max_queued,
     ).check()

@@ -136,8 +136,7 @@ class EnginePool:
         from studio.core.render.renderer import Renderer
 
         engine, reason = self.get(settings)
-        r = Renderer(avatar, audio, settings, engine=engine)
-        r._engine_reason = reason
+        r = Renderer(avatar, audio, settings, engine=engine, engine_reason=reason)
         r.engine_lock = self.lock_for(engine)
         return r
 

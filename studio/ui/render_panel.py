@@ -450,7 +450,7 @@ class RenderPanel(QWidget):
         self.fps_label.setText(f"{p.fps:.1f} fps")
         self.eta_label.setText(f"ETA {fmt_eta(p.eta_s)} · elapsed {fmt_eta(p.elapsed_s)}")
         stage_ms = getattr(p, "stage_ms", None)
-        if getattr(p, "workers", None) is not None and getattr(p, "chunks", 0):  # a farm render (ChunkedProgress)
+        if getattr(p, "workers", None) is not None and getattr(p, "chunks", 0):  # a chunked or farm render
             self.stage_label.setText(farm_status(p))
         elif stage_ms:
             total = sum(stage_ms.values()) or 1.0

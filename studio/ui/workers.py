@@ -197,21 +197,9 @@ class RenderWorker(QObject):
 
 def _result(data: dict):
     """The job's stored result as a ``RenderResult`` (fields it lacks take their defaults)."""
-    import dataclasses
-
     from studio.core.render.renderer import RenderResult
 
-    names = {f.name for f in dataclasses.fields(RenderResult)}
-    kw = {k: v for k, v in (data or {}).items() if k in names}
-    for f in dataclasses.fields(RenderResult):
-        if f.name not in kw:
-            if f.default is not dataclasses.MISSING:
-                kw[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                kw[f.name] = f.default_factory()
-            else:
-                kw[f.name] = "" if f.type in ("str", str) else 0
-    return RenderResult(**kw)
+    return RenderResult.from_json(data)
 
 
 class WorkerThread:

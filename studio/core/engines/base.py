@@ -64,6 +64,11 @@ class LipSyncEngine(ABC):
         """Batch size that keeps this engine efficient on its device."""
         return 16
 
+    def features_key(self) -> tuple:
+        """What ``audio_features`` depends on besides the clip: engines with equal keys share a
+        clip's features (``studio.core.render.clip.Clip``). Default: the engine's class and device."""
+        return (type(self).__module__, type(self).__qualname__, str(self.device))
+
     def describe(self) -> dict:
         return {"engine": self.name, "label": self.label, "device": str(self.device)}
 

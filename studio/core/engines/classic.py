@@ -65,6 +65,10 @@ class ClassicEngine(LipSyncEngine):
     def audio_features(self, wave) -> MouthControls:
         return mouth_controls(wave.samples, wave.frames)
 
+    def features_key(self) -> tuple:
+        """The mouth controls are numpy arrays: the same for every device."""
+        return (type(self).__module__, type(self).__qualname__)
+
     def controls(self, feat_idx, weight=None) -> np.ndarray:
         """``[B,5]`` mouth controls (open, width, close, teeth, tuck) ``generate`` uses for frames
         ``feat_idx`` of the bound clip: eased to rest by the plan's ``weight`` over speech edges, so

@@ -164,6 +164,10 @@ class MuseTalkEngine(LipSyncEngine):
             self.load_ms["whisper"] = (time.perf_counter() - t0) * 1e3
         return self._whisper(wave)
 
+    def features_key(self) -> tuple:
+        """Whisper tokens live on this engine's device and come from the imported whisper."""
+        return (*super().features_key(), str(self.paths.whisper))
+
     def load_in_background(self) -> None:
         """Start loading the networks (and capturing the render batch's CUDA graph) in a thread,
         so that whisper, the audio features and the avatar's latents overlap them; the first

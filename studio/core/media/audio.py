@@ -1,5 +1,10 @@
-"""Audio: decode any file soundfile reads to mono 16 kHz float32, the 25 fps frame grid, RMS,
-the silence mask and a cached display envelope.
+"""Audio: decode any voice-over to mono 16 kHz float32, the 25 fps frame grid, RMS, the silence
+mask and a cached display envelope.
+
+WAV, FLAC, OGG and MP3 are read by libsndfile (soundfile); what it does not read (M4A/AAC, the audio
+track of a video file, Matroska/WebM, WMA...) is decoded by FFmpeg through PyAV (``read_blocks``
+hides which). ``aac_copyable(path)``: the voice-over already is AAC with its configuration, so an
+output takes its packets as they are (no re-encode).
 
 Everything streams in blocks, so a two-hour file needs little memory beyond the 16 kHz array:
 
@@ -21,7 +26,7 @@ import os
 import stat
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +46,7 @@ READ_BLOCK = 1 << 18  # source frames per decoded block (~6 s at 44.1 kHz)
 RMS_BLOCK_FRAMES = 8192  # video frames per RMS block (~5 M samples)
 ENVELOPE_BUCKET = 160  # samples per envelope bucket: 100 buckets per second
 CACHE_VERSION = 2  # 2: files with NaN/inf samples are refused (version 1 cached their NaN RMS)
-SUPPORTED = "WAV, FLAC, OGG (Vorbis/Opus) or MP3"
+SUPPORTED = "WAV, FLAC, OGG (Vorbis/Opus), MP3 or M4A/AAC"
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class AudioInfo:
     source_rate: int
     channels: int
     source_frames: int
+    decoder: str = "libsndfile"  # or "ffmpeg" (PyAV): what ``read_blocks`` decodes it with
 
     @property
     def duration_s(self) -> float:
@@ -130,6 +136,8 @@ def probe(path: str | os.PathLike) -> AudioInfo:
     what = _not_audio(head)
     if what:
         raise AudioError(f"{p}: not an audio file (it looks like {what}); give the path of a {SUPPORTED} file")
+    if _ffmpeg_container(head, p.suffix):  # M4A/AAC, a video file...: libsndfile does not read these
+        return _probe_ffmpeg(p)
     try:
         with quiet_stderr():
             info = sf.info(str(p))
@@ -155,8 +163,6 @@ _MAGIC = (  # files people drop on Studio by mistake: (offset, bytes, what)
     (0, b"GIF8", "a GIF image"),
     (0, b"%PDF", "a PDF document"),
     (0, b"PK\x03\x04", "a ZIP archive (or an office document)"),
-    (4, b"ftyp", "an MP4/M4A file, which Studio does not read as audio: convert it to WAV or FLAC"),
-    (0, b"\x1aE\xdf\xa3", "a Matroska/WebM file, which Studio does not read as audio: convert it to WAV or FLAC"),
 )
 
 
@@ -212,8 +218,6 @@ def quiet_stderr():
 
 def load(path: str | os.PathLike) -> Wave:
     """Decode ``path`` to mono 16 kHz float32 in blocks (downmix, then a soxr resampler)."""
-    import soundfile as sf
-
     info = probe(path)
     n_out = -(-info.source_frames * SAMPLE_RATE // info.source_rate)
     out = np.zeros(n_out, np.float32)
@@ -232,18 +236,14 @@ def load(path: str | os.PathLike) -> Wave:
 
     bad = 0  # samples that are not numbers (NaN, +-inf): a damaged float file
     try:
-        with quiet_stderr():
-            fh = sf.SoundFile(info.path)
-        with fh:
-            while True:
-                block = fh.read(READ_BLOCK, dtype="float32", always_2d=True)
-                if len(block) == 0:
-                    break
-                bad += block.size - int(np.count_nonzero(np.isfinite(block)))
-                mono = block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0]
-                put(resampler.resample_chunk(mono) if resampler else mono)
-            if resampler:
-                put(resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+        for block in read_blocks(info):
+            bad += block.size - int(np.count_nonzero(np.isfinite(block)))
+            mono = block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0]
+            put(resampler.resample_chunk(mono) if resampler else mono)
+        if resampler:
+            put(resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+    except AudioError:
+        raise
     except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         raise AudioError(
             f"{info.path}: the audio data is corrupt ({_sf_detail(exc)}); export the voice-over again"
@@ -258,6 +258,174 @@ def load(path: str | os.PathLike) -> Wave:
     if pos < n_out * 0.98:
         log.warning("%s: decoded %d of %d expected samples; the rest is silence", info.path, pos, n_out)
     return Wave(samples=out, info=info)
+
+
+def read_blocks(info: AudioInfo, block: int = READ_BLOCK, start: int = 0, stop: int | None = None):
+    """The source's samples as float32 ``[n, channels]`` blocks at its own rate, from source frame
+    ``start`` to ``stop`` (None: the end; an FFmpeg source then ends exactly at
+    ``info.source_frames``: the decoder's padding after the last sample is dropped)."""
+    if info.decoder == "ffmpeg":
+        yield from _ffmpeg_blocks(info, block, start, info.source_frames if stop is None else stop)
+        return
+    import soundfile as sf
+
+    with quiet_stderr():
+        fh = sf.SoundFile(info.path)
+    with fh:
+        if start:
+            fh.seek(min(start, fh.frames))
+        left = None if stop is None else max(0, stop - start)
+        while left is None or left > 0:
+            data = fh.read(block if left is None else min(block, left), dtype="float32", always_2d=True)
+            if len(data) == 0:
+                return
+            if left is not None:
+                left -= len(data)
+            yield data
+
+
+# --------------------------------------------------------------------------------------------
+# FFmpeg (PyAV) sources: M4A/AAC, the audio track of a video file, whatever libsndfile does not read
+
+# Names of files libsndfile never reads; FFmpeg does (the sniff below catches most by content).
+FFMPEG_SUFFIXES = frozenset(
+    ".m4a .m4b .aac .adts .mp4 .m4v .mov .qt .3gp .3g2 .mkv .mka .webm .avi .wma .wmv .asf .flv .ts .mts "
+    ".m2ts .amr .ac3 .eac3 .dts .mpg .mpeg".split()
+)
+_CONTAINERS = {  # FFmpeg's demuxer names -> what a user calls the file
+    "mov": "M4A/MP4",
+    "matroska": "MKV/WebM",
+    "aac": "AAC",
+    "avi": "AVI",
+    "asf": "WMA/ASF",
+    "flv": "FLV",
+    "mpegts": "MPEG-TS",
+    "amr": "AMR",
+    "ac3": "AC-3",
+    "eac3": "E-AC-3",
+}
+
+
+def _ffmpeg_container(head: bytes, suffix: str) -> bool:
+    """Whether a file starting with ``head`` (or named ``*suffix``) is one libsndfile cannot read
+    but FFmpeg can: MP4/M4A/MOV, Matroska/WebM, ADTS AAC, AVI, ASF/WMA, FLV, MPEG-TS."""
+    if head[4:8] in (b"ftyp", b"moov", b"mdat", b"wide", b"free"):
+        return True
+    if head[:4] in (b"\x1aE\xdf\xa3", b"FLV\x01", b"0&\xb2u") or head[:6] == b"#!AMR\n":
+        return True
+    if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
+        return True
+    if len(head) > 1 and head[0] == 0xFF and (head[1] & 0xF6) == 0xF0:  # ADTS sync word, layer 0
+        return True
+    if len(head) > 188 and head[0] == 0x47 and head[188] == 0x47:  # MPEG-TS packets
+        return True
+    return suffix.lower() in FFMPEG_SUFFIXES
+
+
+def _av_error(p: Path, exc: Exception) -> AudioError:
+    text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    text = text.replace(f": '{p}'", "").replace(str(p), "").strip(" :;'")
+    if "Invalid data" in text or "moov atom not found" in text:
+        text = "its format is not recognised, or it is damaged"
+    return AudioError(f"{p}: not an audio file Studio can read ({text}); convert it to {SUPPORTED}")
+
+
+def _open_av(p: Path):
+    """The opened container and its first audio stream (``AudioError`` when there is none)."""
+    import av
+
+    try:
+        with quiet_stderr():
+            container = av.open(str(p), metadata_errors="ignore")
+    except Exception as exc:  # noqa: BLE001 - av.error.* (InvalidDataError, ...), OSError
+        raise _av_error(p, exc) from None
+    if not container.streams.audio:
+        kind = "a video file without sound" if container.streams.video else "a file with no audio track"
+        container.close()
+        raise AudioError(f"{p}: it is {kind}; give the voice-over itself or a video with sound")
+    return container, container.streams.audio[0]
+
+
+def _probe_ffmpeg(p: Path) -> AudioInfo:
+    """Describe an FFmpeg source: the container's length of its first audio stream, or (no length
+    in the header: ADTS, some Matroska) the decoded count."""
+    container, stream = _open_av(p)
+    try:
+        ctx = stream.codec_context
+        rate, channels = int(ctx.sample_rate or stream.rate or 0), int(ctx.channels or 0)
+        if rate <= 0 or channels <= 0:
+            raise AudioError(f"{p}: its audio track has no sample rate or channels; export the voice-over again")
+        n = 0
+        if stream.duration and stream.time_base:
+            n = int(round(stream.duration * stream.time_base * rate))
+        fmt = (container.format.name or "").split(",")[0]
+        codec = (ctx.name or "").upper()
+    finally:
+        container.close()
+    info = AudioInfo(str(p), _CONTAINERS.get(fmt, fmt.upper()), codec, rate, channels, n, decoder="ffmpeg")
+    if n <= 0:  # no length in the header: count what decodes
+        try:
+            n = sum(len(b) for b in _ffmpeg_blocks(info, READ_BLOCK, 0, None))
+        except AudioError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - av.error.* while decoding
+            raise _av_error(p, exc) from None
+        info = replace(info, source_frames=n)
+    if n <= 0:
+        raise AudioError(f"{p}: contains no audio samples; export the voice-over again")
+    return info
+
+
+def _ffmpeg_blocks(info: AudioInfo, block: int, start: int, stop: int | None):
+    """Decode an FFmpeg source's first audio stream: float32 ``[n, channels]`` blocks of about
+    ``block`` source frames, frames ``start..stop`` of the decoded samples."""
+    import av
+
+    container, stream = _open_av(Path(info.path))
+    resampler = av.AudioResampler(format="fltp")  # any sample format -> planar float, same rate and layout
+    pending: list[np.ndarray] = []
+    have = pos = 0
+    try:
+        for frame in container.decode(stream):
+            for f in resampler.resample(frame):
+                data = f.to_ndarray().T  # [n, channels]
+                first, pos = pos, pos + len(data)
+                if pos <= start:
+                    continue
+                if stop is not None and first >= stop:
+                    break
+                data = data[max(0, start - first) : len(data) if stop is None else min(len(data), stop - first)]
+                pending.append(data)
+                have += len(data)
+                if have >= block:
+                    yield np.ascontiguousarray(np.concatenate(pending), np.float32)
+                    pending, have = [], 0
+            if stop is not None and pos >= stop:
+                break
+        if pending:
+            yield np.ascontiguousarray(np.concatenate(pending), np.float32)
+    finally:
+        container.close()
+
+
+def aac_copyable(path: str | os.PathLike) -> bool:
+    """Whether ``path``'s first audio stream is AAC with its decoder configuration in the
+    container (M4A/MP4/MOV, Matroska): an MP4 output can then take its packets unchanged. ADTS
+    ``.aac`` files (configuration in every packet header) are decoded and encoded instead."""
+    try:
+        info = probe(path)
+    except AudioError:
+        return False
+    if info.decoder != "ffmpeg" or info.subtype != "AAC":
+        return False
+    container, stream = _open_av(Path(path))
+    try:
+        return bool(stream.codec_context.extradata) and (container.format.name or "").split(",")[0] in (
+            "mov",
+            "matroska",
+        )
+    finally:
+        container.close()
 
 
 def _sf_detail(exc: Exception) -> str:

@@ -60,14 +60,17 @@ def audio_range(wave, path: str, first: int, end: int):
 
     import soundfile as sf
 
+    from studio.core.media.audio import probe, read_blocks
+
     with tempfile.TemporaryDirectory(prefix="studio-range.") as folder:
         out = Path(folder) / "range.flac"
-        with sf.SoundFile(path) as src:
-            rate = src.samplerate
-            a, b = int(round(first / FPS * rate)), int(round(end / FPS * rate))
-            src.seek(min(a, src.frames))
-            data = src.read(max(0, min(b, src.frames) - a), dtype="float32", always_2d=True)
-            sf.write(out, data, rate, format="FLAC")
+        info = probe(path)  # any voice-over: WAV ... M4A, a video's sound
+        rate = info.source_rate
+        a, b = int(round(first / FPS * rate)), int(round(end / FPS * rate))
+        a, b = min(a, info.source_frames), min(b, info.source_frames)
+        with sf.SoundFile(out, "w", rate, info.channels, format="FLAC") as dst:
+            for block in read_blocks(info, start=a, stop=max(a, b)):
+                dst.write(block)
         yield str(out)
 
 
