@@ -142,7 +142,7 @@ def _walk(menu: QMenu):
         if a.isSeparator():
             continue
         sub = a.menu()
-        if sub is not None:
+        if isinstance(sub, QMenu):
             yield from _walk(sub)
         else:
             yield a
@@ -155,7 +155,7 @@ class ShortcutsDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("shortcutsDialog")
         self.setWindowTitle("Keyboard Shortcuts")
-        self.actions = actions
+        self.source = actions
         self.filter = QLineEdit()
         self.filter.setObjectName("shortcutFilter")
         self.filter.setPlaceholderText("Type to filter: a command or a key (e.g. marker, Shift)")
@@ -184,7 +184,7 @@ class ShortcutsDialog(QDialog):
     def fill(self) -> None:
         self.tree.clear()
         groups: dict[str, QTreeWidgetItem] = {}
-        for menu, text, keys in self.actions.rows():
+        for menu, text, keys in self.source.rows():
             group = groups.get(menu)
             if group is None:
                 group = groups[menu] = QTreeWidgetItem(self.tree, [menu, ""])
@@ -206,24 +206,23 @@ class ShortcutsDialog(QDialog):
 
     def entries(self) -> list[tuple[str, str, str]]:
         """(group, command, keys) of the rows shown now (for tests and tools)."""
-        out = []
-        for i in range(self.tree.topLevelItemCount()):
-            g = self.tree.topLevelItem(i)
-            for k in range(g.childCount()):
-                c = g.child(k)
-                if not c.isHidden():
-                    out.append((g.text(0), c.text(0), c.text(1)))
-        return out
+        return [(g.text(0), c.text(0), c.text(1)) for g in _tops(self.tree) for c in _kids(g) if not c.isHidden()]
 
     def _apply_filter(self, text: str) -> None:
         words = text.lower().split()
-        for i in range(self.tree.topLevelItemCount()):
-            g = self.tree.topLevelItem(i)
+        for g in _tops(self.tree):
             shown = 0
-            for k in range(g.childCount()):
-                c = g.child(k)
+            for c in _kids(g):
                 hay = f"{g.text(0)} {c.text(0)} {c.text(1)}".lower()
                 hide = bool(words) and not all(w in hay for w in words)
                 c.setHidden(hide)
                 shown += not hide
             g.setHidden(shown == 0)
+
+
+def _tops(tree: QTreeWidget) -> list[QTreeWidgetItem]:
+    return [i for k in range(tree.topLevelItemCount()) if (i := tree.topLevelItem(k)) is not None]
+
+
+def _kids(item: QTreeWidgetItem) -> list[QTreeWidgetItem]:
+    return [c for k in range(item.childCount()) if (c := item.child(k)) is not None]
