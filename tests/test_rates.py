@@ -159,11 +159,11 @@ def test_the_mouth_follows_the_audio_in_time_at_every_rate(voice):
     from studio.core.media.audio import load
 
     wave = load(voice)
-    base = mouth_controls(wave.samples, wave.frames, 25).open
+    base = mouth_controls(wave.samples, wave.frames, rate=25).open
     t25 = (np.arange(len(base)) + 0.5) / 25
     for name in ("29.97", "60"):
         w = wave.at(RATES[name])
-        ctl = mouth_controls(w.samples, w.frames, w.rate).open
+        ctl = mouth_controls(w.samples, w.frames, rate=w.rate).open
         assert len(ctl) == w.frames
         t = (np.arange(len(ctl)) + 0.5) / float(w.rate)
         again = np.interp(t, t25, base)
@@ -332,3 +332,57 @@ def test_segments_joined_at_29_97_keep_exact_timestamps(avatar, voice, tmp_path)
     with av.open(str(whole)) as c:
         single = [f.to_ndarray(format="nv12") for f in c.decode(video=0)]
     assert all(np.array_equal(f.to_ndarray(format="nv12"), g) for f, g in zip(frames, single))
+
+
+def test_a_range_of_a_long_clip_at_29_97_prepares_only_its_stretch(avatar, tmp_path):
+    """Ranges of long voice-overs decode only their stretch (seeking on the 25 fps grid) and still give
+    the whole render's frames at 29.97 (the RMS, the classic hops and the plan follow the output grid)."""
+    import soundfile as sf
+    from conftest import speechlike
+
+    path = tmp_path / "six.flac"
+    x = speechlike(30.0, 44_100, seed=4)
+    x[44_100 * 10 : 44_100 * 12] = 0
+    with sf.SoundFile(path, "w", 44_100, 1, "PCM_16", format="FLAC") as fh:
+        for i in range(12):
+            fh.write(x * (0.5 + 0.05 * i))
+    s = RenderSettings(engine="classic", device="cpu", fps="29.97")
+    a, b = 7193, 7223  # 4 min 0 s at 29.97
+    part = Renderer(avatar, path, s, frames=(a, b))
+    got = np.concatenate([f.cpu().numpy() for _, f in part.iter_frames([(a, b)])])
+    assert part.wave.rate == RATES["29.97"] and part.wave.window == (5250, 7500)  # 25 fps decode frames
+    first, end = part.wave.span
+    assert first <= a - 800 and end >= b + 800 and part.plan.frames == math.ceil(360 * 30000 / 1001)
+    whole = Renderer(avatar, path, s)
+    want = np.concatenate([f.cpu().numpy() for _, f in whole.iter_frames([(a, b)])])
+    assert np.abs(got.astype(np.int16) - want).max() <= 1 and (got != want).mean() < 1e-4
+    assert np.array_equal(part.plan.weight[a - 200 : b + 200], whole.plan.weight[a - 200 : b + 200])
+    assert np.allclose(part.plan.silent[a:b], whole.plan.silent[a:b])
+
+
+def test_whisper_features_of_a_stretch_at_29_97_are_the_whole_clips(tmp_path):
+    """MuseTalk's windows of a decoded stretch (an in/out range of a long clip) equal the whole clip's at
+    29.97: the stretch starts on a 30 s piece, and the windows are placed on the output grid."""
+    import soundfile as sf
+    import torch
+    from conftest import speechlike
+    from musetalk_fakes import write_official_and_taesd
+
+    from studio.core.engines.whisper_features import WhisperFeatures
+    from studio.core.media.audio import load
+
+    official, _ = write_official_and_taesd(tmp_path / "official")
+    whisper = WhisperFeatures(official / "whisper")
+    path = tmp_path / "v.wav"
+    sf.write(path, speechlike(65.0, 16_000, seed=3), 16_000, subtype="FLOAT")
+    rate = RATES["29.97"]
+    whole = whisper(load(path, rate=rate))
+    part_wave = load(path, window=(750, 1500), rate=rate)  # 25 fps decode frames: 30 s .. 60 s
+    first, end = part_wave.span
+    assert (first, end) == (math.ceil(30 * rate), math.floor(60 * rate))
+    part = whisper(part_wave)
+    assert part.partial and part.origin == 1500 and len(part) == len(whole) == math.ceil(65 * rate)
+    idx = np.arange(first + 10, end - 10)
+    torch.testing.assert_close(part.window(idx), whole.window(idx), atol=1e-5, rtol=1e-5)
+    with pytest.raises(IndexError):
+        part.window([first - 40])

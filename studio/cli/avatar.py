@@ -218,7 +218,9 @@ def _print_summary(info: dict, title: str) -> None:
     )
     src_fps = info.get("source_fps")
     if info["kind"] == "video" and src_fps and abs(float(src_fps) / float(info["fps"]) - 1) > 0.002:
-        out.write(f"  resampled:     from the video's {float(src_fps):g} fps to {info['fps']} fps (not a listed rate)\n")
+        out.write(
+            f"  resampled:     from the video's {float(src_fps):g} fps to {info['fps']} fps (not a listed rate)\n"
+        )
     if info.get("downscaled_from"):
         out.write(f"  downscaled:    from {info['downscaled_from'][0]}x{info['downscaled_from'][1]}\n")
     if info.get("faces_found", 1) > 1:

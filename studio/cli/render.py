@@ -282,6 +282,8 @@ def run_frame(args) -> int:
     rate = renderer.rate
     if args.time < 0 or frame_index(args.time, rate) >= info.frames_at(rate):
         raise InputError(f"-t {args.time} is outside the voice-over (0 to {info.duration_s:.2f} s)")
+    at = frame_index(args.time, rate)
+    renderer.focus((at, at + 1))  # a long clip: its stretch only
     img = renderer.frame_at(args.time)
     with atomic_path(out) as tmp:
         PIL.Image.fromarray(img).save(tmp, format="PNG")

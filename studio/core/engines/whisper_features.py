@@ -35,14 +35,15 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
+from fractions import Fraction
+
 from studio.core.constants import SAMPLE_RATE
 from studio.core.errors import ModelError
-from studio.core.media.rates import DEFAULT_RATE
+from studio.core.media.rates import DEFAULT_RATE, first_sample
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class Features:
     steps: object  # torch float32 [pad_left + S + pad_right, layers, width]
     frames: int  # T
     pe: object  # torch float32 [WINDOW * layers, width]
+    origin: int = 0  # the whisper step ``steps[pad_left]`` holds (> 0: only a stretch of the clip)
+    partial: bool = False  # only a stretch of the clip: frames outside it raise IndexError
     rate: Fraction = DEFAULT_RATE  # the video frames' rate
     pad_left: int = PAD_LEFT  # zero steps before the clip in ``steps``
 
@@ -83,7 +86,10 @@ class Features:
 
         idx = torch.as_tensor(frame_idx, dtype=torch.long, device=self.steps.device).reshape(-1)
         lo, w = window_start(idx, self.rate, self.pad_left)
-        pos = lo[:, None] + torch.arange(WINDOW, device=idx.device)  # padded coords
+        pos = lo[:, None] - self.origin + torch.arange(WINDOW, device=idx.device)  # padded coords
+        last = int(pos.max()) + (w is not None)  # the interpolation reads one step more
+        if self.partial and (int(pos.min()) < 0 or last >= len(self.steps)):
+            raise IndexError("frames outside the stretch of the clip these features were computed for")
         chunk = self.steps[pos]  # [B, 10, layers, width]
         if w is not None:  # between two steps: interpolate
             chunk = torch.lerp(chunk, self.steps[pos + 1], w.to(chunk.dtype)[:, None, None, None])
@@ -158,27 +164,43 @@ class WhisperFeatures:
         self._pe = positional_encoding(WINDOW * self.layers, self.width).to(self.device)
 
     def __call__(self, wave) -> Features:
-        return self.features(np.asarray(wave.samples, np.float32), wave.frames, getattr(wave, "rate", DEFAULT_RATE))
+        """The clip's features; for a wave holding only a stretch (``wave.span``: an in/out range),
+        those of the 30 s pieces that stretch covers, which are the whole clip's (pieces start at
+        multiples of 30 s of the clip, and the stretch is decoded from whole pieces)."""
+        rate = getattr(wave, "rate", DEFAULT_RATE)
+        first, end = getattr(wave, "span", (0, wave.frames))
+        if (first, end) == (0, wave.frames):
+            return self.features(np.asarray(wave.samples, np.float32), wave.frames, rate=rate)
+        a = int(first_sample(first, rate)) // SEGMENT_SAMPLES * SEGMENT_SAMPLES
+        b = min(len(wave.samples), -(-int(first_sample(end, rate)) // SEGMENT_SAMPLES) * SEGMENT_SAMPLES)
+        samples = np.asarray(wave.samples[a:b], np.float32)
+        return self.features(samples, wave.frames, origin=a // SAMPLES_PER_STEP, end=end, rate=rate)
 
-    def features(self, samples: np.ndarray, frames: int, rate=DEFAULT_RATE) -> Features:
+    def features(
+        self, samples: np.ndarray, frames: int, origin: int = 0, end: int | None = None, rate=DEFAULT_RATE
+    ) -> Features:
+        """``origin``: the whisper step ``samples`` start at (a multiple of a 30 s piece's 1500);
+        ``end``: the frame the stretch ends at (default: the clip's end); ``rate``: the frames' rate."""
         import torch
 
         rate = Fraction(rate)
+        end = frames if end is None else int(end)
         states = self.hidden_states(samples)  # [S, layers, width]
         left = pad_left_for(rate)
         if rate == DEFAULT_RATE:
-            pad_right = max(PAD_RIGHT_MIN, STEPS_PER_FRAME * frames + WINDOW - PAD_LEFT - len(states))
+            pad_right = max(PAD_RIGHT_MIN, STEPS_PER_FRAME * end - origin + WINDOW - PAD_LEFT - len(states))
         else:  # the last frame's window, and the step after it that the interpolation reads
-            last, _ = window_start(torch.tensor([max(0, frames - 1)]), rate, left)
-            pad_right = max(PAD_RIGHT_MIN, int(last[0]) + WINDOW + 1 - left - len(states))
-        steps = torch.cat(
-            [
-                states.new_zeros(left, self.layers, self.width),
-                states,
-                states.new_zeros(pad_right, self.layers, self.width),
-            ]
+            last, _ = window_start(torch.tensor([max(0, end - 1)]), rate, left)
+            pad_right = max(PAD_RIGHT_MIN, int(last[0]) - origin + WINDOW + 1 - left - len(states))
+        steps = torch.cat([
+            states.new_zeros(left, self.layers, self.width),
+            states,
+            states.new_zeros(pad_right, self.layers, self.width),
+        ])
+        partial = origin > 0 or end < frames
+        return Features(
+            steps=steps, frames=int(frames), pe=self._pe, origin=int(origin), partial=partial, rate=rate, pad_left=left
         )
-        return Features(steps=steps, frames=int(frames), pe=self._pe, rate=rate, pad_left=left)
 
     def log_mel(self, pieces):
         """whisper's log-mel of each (at most 30 s) piece: float32 ``[B, mel_bins, 3000]`` on ``self.device``."""
@@ -225,25 +247,18 @@ def mel_settings(folder: Path, mel_bins: int) -> dict:
         "chunk_length": cfg.get("chunk_length", 30),
         "padding_value": float(cfg.get("padding_value", 0.0) or 0.0),
     }
-    if not all(
-        isinstance(v, int) and not isinstance(v, bool) and v > 0 for k, v in out.items() if k != "padding_value"
-    ):
-        raise ModelError(
-            f"{path}: n_fft, hop_length, feature_size, sampling_rate and chunk_length must be "
-            "positive integers; copy it again from openai/whisper-tiny"
-        )
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+               for k, v in out.items() if k != "padding_value"):
+        raise ModelError(f"{path}: n_fft, hop_length, feature_size, sampling_rate and chunk_length must be "
+                         "positive integers; copy it again from openai/whisper-tiny")
     if out["n_mels"] != mel_bins:
-        raise ModelError(
-            f"{path}: feature_size {out['n_mels']} but config.json has num_mel_bins {mel_bins}; "
-            "the files do not belong together"
-        )
+        raise ModelError(f"{path}: feature_size {out['n_mels']} but config.json has num_mel_bins {mel_bins}; "
+                         "the files do not belong together")
     if out["sample_rate"] != SAMPLE_RATE:
         raise ModelError(f"{path}: sampling_rate {out['sample_rate']}, but whisper here takes {SAMPLE_RATE} Hz")
     if out["chunk_length"] * out["sample_rate"] != SEGMENT_SAMPLES or out["hop"] * STEP_RATE * 2 != SAMPLE_RATE:
-        raise ModelError(
-            f"{path}: chunk_length {out['chunk_length']} s / hop_length {out['hop']}; whisper-tiny "
-            "uses 30 s and 160 (MuseTalk's 50 Hz steps depend on them)"
-        )
+        raise ModelError(f"{path}: chunk_length {out['chunk_length']} s / hop_length {out['hop']}; whisper-tiny "
+                         "uses 30 s and 160 (MuseTalk's 50 Hz steps depend on them)")
     if cfg.get("dither"):
         log.warning("%s: dither %s ignored (whisper-tiny uses none)", path, cfg["dither"])
     return out

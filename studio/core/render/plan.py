@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from studio.core.constants import SAMPLES_PER_FRAME
 from studio.core.media import rates
 from studio.core.media.rates import DEFAULT_RATE
 
@@ -77,21 +78,62 @@ def audio_range(wave, path: str, first: int, end: int):
         yield str(out)
 
 
+RANGE_CONTEXT = 750  # frames (30 s) of audio prepared on each side of an in/out range
+PIECE = 750  # frames per 30 s piece (MuseTalk's whisper windows start at multiples of it)
+RANGE_MIN_FRAMES = 7500  # clips up to 5 minutes are prepared whole whatever the range
+
+
+def audio_window(frames: tuple[int, int] | None, total: int, rate=DEFAULT_RATE) -> tuple[int, int] | None:
+    """The stretch of a clip of ``total`` frames (25 fps: seeking's grid) that rendering ``frames``
+    (frames at ``rate``) needs prepared: the range and ``RANGE_CONTEXT`` around it, in whole 30 s
+    pieces of 25 fps frames; None: the whole clip.
+
+    Every per-frame value is local (the silence mask looks ``min_silence`` frames around, the
+    crossfade ``crossfade`` frames, the classic engine's smoothing about half a second, MuseTalk's
+    whisper one 30 s piece), so 30 s around the range leaves each frame of it what the whole
+    render gives it (the classic engine's clip statistics come from the file: ``sampled_stats``)."""
+    if frames is None or total <= RANGE_MIN_FRAMES:
+        return None
+    a, b = to_decode_frames(frames, rate)
+    w0 = max(0, (a - RANGE_CONTEXT) // PIECE * PIECE)
+    w1 = min(total, -(-(b + RANGE_CONTEXT) // PIECE) * PIECE)
+    return None if w0 == 0 and w1 >= total else (w0, w1)
+
+
+def covers(span: tuple[int, int], window: tuple[int, int] | None, total: int) -> bool:
+    """Whether audio prepared for ``span`` holds what ``window`` (None: the whole clip) needs."""
+    need = (0, total) if window is None else window
+    return span[0] <= need[0] and span[1] >= need[1]
+
+
+def to_decode_frames(frames: tuple[int, int], rate=DEFAULT_RATE) -> tuple[int, int]:
+    """Frames ``(a, b)`` at ``rate`` as the 25 fps frames (seeking's grid) that hold their samples."""
+    if Fraction(rate) == DEFAULT_RATE:
+        return int(frames[0]), int(frames[1])
+    a, b = (int(rates.first_sample(int(f), rate)) for f in frames)
+    return a // SAMPLES_PER_FRAME, -(-b // SAMPLES_PER_FRAME)
+
+
 def frame_index(seconds: float, rate=DEFAULT_RATE) -> int:
     """The frame shown at ``seconds`` on the grid of ``rate`` (robust to float error: 0.12 s at 25 -> 3)."""
     return rates.frame_index(seconds, rate)
 
 
 def make_plan(wave, avatar, settings) -> RenderPlan:
-    """The plan of ``wave``'s frames (at ``wave.rate``): output frame ``t`` shows the avatar frame on
-    screen at ``t / rate`` (its own frames when the rates are equal), ping-ponged over the avatar."""
     from studio.core.media.audio import frame_rms, silence_mask
 
     T = wave.frames
     rate = getattr(wave, "rate", DEFAULT_RATE)
     shown = rates.map_frames(np.arange(T, dtype=np.int64), rate, getattr(avatar, "fps", DEFAULT_RATE))
     avatar_idx = np.asarray(avatar.cycle_index(shown), np.int64)
-    silent = silence_mask(frame_rms(wave.samples, T, rate), settings.threshold, settings.min_silence)
+    first, end = getattr(wave, "span", (0, T))
+    if (first, end) == (0, T):
+        rms = frame_rms(wave.samples, T, rate)
+    else:  # only a stretch was decoded (an in/out range): the rest is silent, and never rendered
+        rms = np.zeros(T, np.float32)
+        start = int(rates.first_sample(first, rate))
+        rms[first:end] = frame_rms(wave.samples[start:], end - first, rate, first)
+    silent = silence_mask(rms, settings.threshold, settings.min_silence)
     face_ok = np.asarray(avatar.face_ok, bool)[avatar_idx]
     return RenderPlan(avatar_idx, silent, face_ok, crossfade_weights(~silent & face_ok, settings.crossfade))
 
