@@ -27,6 +27,8 @@ from studio.api.errors import ApiError
 ID_RE = re.compile(r"^[0-9a-f]{16}$")
 CHUNK = 1 << 20
 AUDIO_EXT = {"WAV": ".wav", "FLAC": ".flac", "OGG": ".ogg", "MP3": ".mp3", "AIFF": ".aiff", "CAF": ".caf"}
+# voice-overs FFmpeg reads (``AudioInfo.format`` of an FFmpeg source): M4A/AAC, a video's sound
+AUDIO_EXT.update({"M4A/MP4": ".m4a", "MKV/WebM": ".mka", "AAC": ".aac", "AVI": ".avi", "WMA/ASF": ".wma"})
 IMAGE_EXT = {"PNG": ".png", "JPEG": ".jpg", "MPO": ".jpg", "WEBP": ".webp", "BMP": ".bmp", "TIFF": ".tiff"}
 
 

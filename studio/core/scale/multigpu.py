@@ -188,6 +188,7 @@ class DeviceRender:
             height=a.height,
             stage_ms=stages,
             finish_ms=writer.close_ms,
+            audio=writer.audio_how,
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=stages)
 
