@@ -90,8 +90,8 @@ def rgb_to_nv12(frames, backend: str = "auto", out: np.ndarray | None = None):
         out = _nv12_cv2(rgb, out)
         return out if is_np else torch.from_numpy(out)
     x = torch.from_numpy(np.ascontiguousarray(frames)) if is_np else frames
-    out = nv12_torch(x)
-    return out.numpy() if is_np else out
+    nv12 = nv12_torch(x)
+    return nv12.numpy() if is_np else nv12
 
 
 # Rows: Y, Cb, Cr as functions of R, G, B (0..255) in BT.709 limited range, plus the offsets.
