@@ -75,6 +75,27 @@ KNOBS: dict[str, Knob] = {
             "window or `studio render --server` renders on (client side); kept out of `ps` and the queue",
         ),
         Knob(
+            "STUDIO_KEEP_RENDERS",
+            "",
+            "retention: renders in <data>/renders and uploads older than this (7d, 12h, 30m) are removed, "
+            "their jobs kept as expired (the window, `studio queue` and `studio serve`; default: kept forever)",
+        ),
+        Knob(
+            "STUDIO_MAX_STORAGE_GB",
+            "",
+            "retention: the oldest renders and uploads in the data folder go while they hold more than this",
+        ),
+        Knob(
+            "STUDIO_WEBHOOK_SECRET",
+            "",
+            "`studio serve`: the key webhooks are signed with (X-Studio-Signature: sha256=HMAC of the body)",
+        ),
+        Knob(
+            "STUDIO_READ_TOKEN",
+            "",
+            "`studio serve`: a second, read-only bearer token (GET only: dashboards, metrics)",
+        ),
+        Knob(
             "STUDIO_PARENT_PID",
             "",
             "set by Studio for its encoder workers: they exit when that process is gone",
