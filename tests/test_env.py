@@ -45,5 +45,6 @@ def test_values_defaults_and_flags(monkeypatch):
 def test_the_environment_page_holds_the_table():
     """docs/environment.md shows every variable as ``env.table()`` writes it (regenerate it from there)."""
     page = (ROOT / "docs" / "environment.md").read_text()
-    assert env.table().strip() in page
-    assert all(f"| `{name}` |" in page for name in env.KNOBS)
+    fix = "regenerate the table: python -m studio.core.env docs/environment.md"
+    assert env.table().strip() in page, fix
+    assert all(f"| `{name}` |" in page for name in env.KNOBS), fix

@@ -176,3 +176,19 @@ def table() -> str:
     for k in KNOBS.values():
         lines.append(f"| `{k.name}` | {('`' + k.default + '`') if k.default else '—'} | {k.help} |")
     return "\n".join(lines)
+
+
+def write_page(path: str) -> None:
+    """Replace the table in the Markdown page at ``path`` (from its ``| variable |`` line on) with ``table()``."""
+    from pathlib import Path
+
+    page = Path(path)
+    text = page.read_text()
+    start = text.index("| variable |")
+    page.write_text(text[:start] + table().strip() + "\n")
+
+
+if __name__ == "__main__":  # python -m studio.core.env docs/environment.md
+    import sys
+
+    write_page(sys.argv[1])
