@@ -67,13 +67,56 @@ class FaceFinder:
         if self._lost % LOST_RETRY:
             self._lost += 1
             return None
-        lm = self._tracker(frame.rgb())
+        lm = self._search(frame)
         if lm is None:
             self._lost += 1
             return None
         self._lost = 0
         self._follow(lm, frame.width, frame.height)
+        if (
+            self._window is not None
+        ):  # measured again on its box: as precise as every other frame
+            x0, y0, x1, y1 = self._window
+            again = self._tracker(frame.rgb(x0, y0, x1, y1))
+            if again is not None:
+                lm = again + np.array([x0, y0], np.float32)
+                self._follow(lm, frame.width, frame.height)
         return lm
+
+    def near(self, frame, hint: np.ndarray) -> np.ndarray | None:
+        """Landmarks of a frame outside the video's sequence (an avatar's frame) whose face is
+        about where ``hint`` (landmarks) says; the video's own box is kept."""
+        saved = self._window, self._size, self._lost
+        try:
+            self._window = None
+            self._follow(np.asarray(hint, np.float32), frame.width, frame.height)
+            return self(frame) if self._window is not None else None
+        finally:
+            self._window, self._size, self._lost = saved
+
+    def _search(self, frame) -> np.ndarray | None:
+        """The face anywhere in the frame: the whole frame, then squares of its short side, then
+        of half of it (overlapping by half): the mesh's detector sees faces at 128 px, so a face
+        that is small in a 1080p frame is found in a smaller square."""
+        w, h = frame.width, frame.height
+        with (
+            faces._quiet_stderr()
+        ):  # the graph's one-off warnings about a whole frame's shape
+            lm = self._tracker(frame.rgb())
+            if lm is not None:
+                return lm
+            short = min(w, h)
+            for side in (short, short // 2):
+                if side < 64:
+                    break
+                step = side // 2
+                for y0 in range(0, max(1, h - side + step), step):
+                    for x0 in range(0, max(1, w - side + step), step):
+                        x0, y0 = min(x0, w - side) // 2 * 2, min(y0, h - side) // 2 * 2
+                        lm = self._tracker(frame.rgb(x0, y0, x0 + side, y0 + side))
+                        if lm is not None:
+                            return lm + np.array([x0, y0], np.float32)
+        return None
 
     def _follow(self, lm: np.ndarray, width: int, height: int) -> None:
         lo, hi = lm.min(0), lm.max(0)
@@ -89,11 +132,12 @@ class FaceFinder:
             )
             if inside and 0.75 <= size / max(self._size, 1e-6) <= 1.33:
                 return
+        # a square (the mesh's graph warns about other shapes), slid inside the frame at its edges
         c = (lo + hi) / 2
-        half = WINDOW * size / 2
-        x0, y0 = int(max(0, c[0] - half)) // 2 * 2, int(max(0, c[1] - half)) // 2 * 2
-        x1, y1 = int(min(width, c[0] + half + 1)), int(min(height, c[1] + half + 1))
-        self._window = (x0, y0, x1, y1) if x1 - x0 >= 16 and y1 - y0 >= 16 else None
+        side = int(min(WINDOW * size, width, height)) // 2 * 2
+        x0 = int(np.clip(c[0] - side / 2, 0, width - side)) // 2 * 2
+        y0 = int(np.clip(c[1] - side / 2, 0, height - side)) // 2 * 2
+        self._window = (x0, y0, x0 + side, y0 + side) if side >= 16 else None
         self._size = size
 
     def once(self, frame) -> np.ndarray | None:
@@ -134,8 +178,11 @@ def mouth_opening(lm: np.ndarray) -> float:
 def luma_of_rgb(rgb: np.ndarray) -> np.ndarray:
     """BT.709 limited-range luma of RGB, as Studio's encoders write it (so an avatar frame and a
     decoded frame of its render compare in the same units)."""
-    w = np.array([0.2126, 0.7152, 0.0722], np.float32) * (219.0 / 255.0)
-    return (np.asarray(rgb, np.float32) @ w + 16.0).round().astype(np.uint8)
+    import cv2
+
+    w = np.array([[0.2126, 0.7152, 0.0722]], np.float32) * (219.0 / 255.0)
+    y = cv2.transform(np.ascontiguousarray(rgb), w)  # saturating uint8, rounded
+    return cv2.add(y, 16)
 
 
 def detail_region(
@@ -365,7 +412,9 @@ def avatar_reference(
     cache: dict[int, RefFrame | None] = {}
     scale = np.array([width / assets.width, height / assets.height], np.float32)
     same = assets.width == width and assets.height == height
-    feather = float(assets.params.feather)
+    feather = float(
+        (assets.meta.get("params") or {}).get("feather", 24.0)
+    )  # in-memory avatars: the default
 
     def get(t: int) -> RefFrame | None:
         i = int(assets.cycle_index(start + t))
@@ -377,8 +426,13 @@ def avatar_reference(
         if not same:
             rgb = cv2.resize(rgb, (width, height), interpolation=cv2.INTER_AREA)
         luma = luma_of_rgb(rgb)
-        lm = finder.once(Frame.of_rgb(rgb, luma))
-        if lm is None or not bool(assets.face_ok[i]):
+        hint = np.asarray(assets.landmarks[i], np.float32) * scale
+        lm = (
+            finder.near(Frame.of_rgb(rgb, luma), hint)
+            if bool(assets.face_ok[i])
+            else None
+        )
+        if lm is None:
             cache[i] = None
             return None
         box = np.asarray(assets.boxes[i], np.float64)

@@ -24,6 +24,7 @@ VERDICTS = ("ok", "check", "out of sync")
 QUIET_MARGIN_S = 0.16  # silence this close to speech is left out of silence_motion (crossfades, anticipation)
 MIN_SPEECH_S = 2.0  # less speech than this cannot be judged for sync
 MIN_FACE_SHARE = 0.9  # frames with a face, below which the report says "check"
+MIN_QUIET_FRAMES = 5  # silent frames needed for the video's own seam baseline
 OPENING_FLOOR = (
     0.02  # eye distances: the smallest speech motion silence_motion is divided by
 )
@@ -219,7 +220,15 @@ def build_report(
     silence_motion = _nanmean(dev[quiet]) / scale if quiet.any() else float("nan")
     sharp = np.sqrt(m.detail / np.where(m.detail_ref > 0, m.detail_ref, np.nan))
     sharpness = _nanmedian(sharp[talk])
-    seam = _nanmedian(m.seam[talk])
+    seam_t = m.seam
+    if (
+        m.reference_kind == "video"
+        and np.isfinite(m.seam[quiet]).sum() >= MIN_QUIET_FRAMES
+    ):
+        # one frame of the video, moved onto each frame by a similarity, lines up less well than
+        # the avatar's own frame does: what that leaves on the untouched (silent) frames is taken off
+        seam_t = np.maximum(m.seam - _nanmedian(m.seam[quiet]), 0.0)
+    seam = _nanmedian(seam_t[talk])
     drift = _nanmedian(m.drift[talk]) if talk.any() else _nanmedian(m.drift)
     groups = {g: _nanmedian(v[talk]) for g, v in m.drift_groups.items()}
 
@@ -247,7 +256,7 @@ def build_report(
         vals = {
             "silence_motion": _nanmean(dev[sl][q]) / scale if q.any() else float("nan"),
             "sharpness": _nanmedian(sharp[sl][s]) if s.any() else float("nan"),
-            "seam": _nanmedian(m.seam[sl][s]) if s.any() else float("nan"),
+            "seam": _nanmedian(seam_t[sl][s]) if s.any() else float("nan"),
             "drift": _nanmedian(m.drift[sl][face[sl]])
             if face[sl].any()
             else float("nan"),
