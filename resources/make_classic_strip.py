@@ -22,8 +22,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = "Father saw a large car. Keep the cheese. Blue moon, two shoes. Mama made pumpkin pie. Five fine fish. See?"
-PICK = (("A:", "a as in father"), ("i:", "i as in cheese"), ("u:", "u as in moon"), ("m", "m (lips shut)"),
-        ("f", "f (lip to teeth)"), ("s", "s"))
+PICK = (
+    ("A:", "a as in father"),
+    ("i:", "i as in cheese"),
+    ("u:", "u as in moon"),
+    ("m", "m (lips shut)"),
+    ("f", "f (lip to teeth)"),
+    ("s", "s"),
+)
 TILE_W, TILE_H = 168, 142
 
 
@@ -34,12 +40,12 @@ def main() -> None:
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "benchmarks"), str(ROOT)]
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["STUDIO_HOME"] = tmp
+        import classic_v1
         import cv2
+        import espeak_speech as es
         import PIL.Image
         import torch
 
-        import classic_v1
-        import espeak_speech as es
         from studio.core import avatar as avatar_mod
         from studio.core.composite import Compositor
         from studio.core.engines.classic import ClassicEngine, rig_geometry, warp_mouth
@@ -58,8 +64,9 @@ def main() -> None:
                 frames[p.name] = t
         astro = avatar_mod.prepare("astro", ROOT / "resources" / "demo" / "astronaut.png")
         rig = rig_geometry(np.asarray(astro.crop_landmarks), astro.crops)
-        face = warp_mouth(torch.from_numpy(np.array(astro.crops[:1])), *rig.rows([0]),
-                          np.array([[0, 0, 1, 0, 0]], np.float32), "cpu")
+        face = warp_mouth(
+            torch.from_numpy(np.array(astro.crops[:1])), *rig.rows([0]), np.array([[0, 0, 1, 0, 0]], np.float32), "cpu"
+        )
         shut = Compositor(astro.frames, astro.boxes, astro.masks).paste(face, [0], [1.0])[0].numpy()
         PIL.Image.fromarray(shut).save(Path(tmp) / "closed.png")
         closed = avatar_mod.prepare("closed", Path(tmp) / "closed.png")

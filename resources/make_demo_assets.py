@@ -43,9 +43,8 @@ def speak(text: str) -> np.ndarray:
 
 def main() -> None:
     HERE.mkdir(exist_ok=True)
-    from skimage import data
-
     import PIL.Image
+    from skimage import data
 
     PIL.Image.fromarray(data.astronaut()).save(HERE / "astronaut.png", optimize=True)
     pieces = [np.zeros(int(0.4 * RATE), np.float32)]

@@ -62,7 +62,7 @@ def tone_silence_noise(tmp_path) -> tuple[Path, list[tuple[float, float]]]:
 
 def prepare_demo_avatar(home: Path, name: str = "astro"):
     """The demo photo prepared into the data folder ``home`` (for module-scoped fixtures)."""
-    from studio.core import avatar as avatar_mod
+    from studio.core.avatars import library as avatar_mod
 
     old = os.environ.get("STUDIO_HOME")
     os.environ["STUDIO_HOME"] = str(home)
@@ -79,6 +79,8 @@ def speech_pause_speech(path: Path, first: float, pause: float, second: float, r
     """A 16-bit WAV: speech-like sound, a silent pause, speech again (seconds each)."""
     import soundfile as sf
 
-    x = np.concatenate([speechlike(first, rate, 1), np.zeros(int(pause * rate), np.float32), speechlike(second, rate, 2)])
+    x = np.concatenate(
+        [speechlike(first, rate, 1), np.zeros(int(pause * rate), np.float32), speechlike(second, rate, 2)]
+    )
     sf.write(path, x, rate, subtype="PCM_16")
     return path

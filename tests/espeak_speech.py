@@ -38,9 +38,14 @@ class Phoneme:
 
 class _Event(ctypes.Structure):
     _fields_ = [
-        ("type", ctypes.c_int), ("unique_identifier", ctypes.c_uint), ("text_position", ctypes.c_int),
-        ("length", ctypes.c_int), ("audio_position", ctypes.c_int), ("sample", ctypes.c_int),
-        ("user_data", ctypes.c_void_p), ("id", ctypes.c_char * 8),
+        ("type", ctypes.c_int),
+        ("unique_identifier", ctypes.c_uint),
+        ("text_position", ctypes.c_int),
+        ("length", ctypes.c_int),
+        ("audio_position", ctypes.c_int),
+        ("sample", ctypes.c_int),
+        ("user_data", ctypes.c_void_p),
+        ("id", ctypes.c_char * 8),
     ]
 
 

@@ -2,7 +2,7 @@
 
 Real-size UNets are 3.4 GB, so the folders hold small configs of the same classes; the store
 reads each architecture from the folder's own config. The real configs (spec §1) live in
-``studio.core.random_models`` for key/shape checks on ``torch.device("meta")``.
+``studio.core.engines.random_models`` for key/shape checks on ``torch.device("meta")``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.core import random_models as rm
-from studio.core.random_models import (  # noqa: F401  (re-exported for the tests)
+from studio.core.engines import random_models as rm
+from studio.core.engines.random_models import (  # noqa: F401  (re-exported for the tests)
     MUSETALK_UNET_CONFIG,
     SD_VAE_CONFIG,
     TAESD_CONFIG,
@@ -25,8 +25,9 @@ from studio.core.random_models import (  # noqa: F401  (re-exported for the test
 )
 
 
-def write_official_models(root: Path, v15: bool = True, v10: bool = False, vae_folder: str = "sd-vae",
-                          seed: int = 0) -> Path:
+def write_official_models(
+    root: Path, v15: bool = True, v10: bool = False, vae_folder: str = "sd-vae", seed: int = 0
+) -> Path:
     return rm.write_official_models(root, v15, v10, vae_folder, seed, tiny=True)
 
 

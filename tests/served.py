@@ -31,8 +31,13 @@ class Server:
         env = dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=str(ROOT))
         env.pop("STUDIO_SERVER_TOKEN", None)
         self.log = open(self.home / "server.log", "a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "studio", "serve", "--port", str(self.port), *args],
-                                     env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "studio", "serve", "--port", str(self.port), *args],
+            env=env,
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

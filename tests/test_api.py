@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import DEMO_AVATAR, ROOT, speech_pause_speech
 from served import Server
 
@@ -29,8 +28,9 @@ MAX_QUEUED = 3
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("served_home")
-    s = Server(home, "--token", TOKEN, "--max-upload-mb", str(MAX_UPLOAD_MB), "--max-queued", str(MAX_QUEUED),
-               token=TOKEN)
+    s = Server(
+        home, "--token", TOKEN, "--max-upload-mb", str(MAX_UPLOAD_MB), "--max-queued", str(MAX_QUEUED), token=TOKEN
+    )
     yield s
     s.stop()
 
@@ -44,8 +44,11 @@ def client(server):
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
     d = tmp_path_factory.mktemp("clips")
-    return {"short": speech_pause_speech(d / "short.wav", 0.6, 0.4, 0.6),  # 40 frames, a pause inside
-            "long": speech_pause_speech(d / "long.wav", 4.0, 0.4, 4.0), "dir": d}
+    return {
+        "short": speech_pause_speech(d / "short.wav", 0.6, 0.4, 0.6),  # 40 frames, a pause inside
+        "long": speech_pause_speech(d / "long.wav", 4.0, 0.4, 4.0),
+        "dir": d,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -124,15 +127,25 @@ def test_a_token_is_required_when_bound_with_one(server):
 
 
 def test_another_host_without_a_token_refuses_to_start(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "studio", "serve", "--host", "0.0.0.0", "--port", "1"],
-                       env=dict(os.environ, STUDIO_HOME=str(tmp_path)), capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "serve", "--host", "0.0.0.0", "--port", "1"],
+        env=dict(os.environ, STUDIO_HOME=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "--token" in r.stderr
 
 
 def test_a_port_in_use_is_one_sentence(server, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "studio", "serve", "--port", str(server.port)],
-                       env=dict(os.environ, STUDIO_HOME=str(tmp_path)), capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "serve", "--port", str(server.port)],
+        env=dict(os.environ, STUDIO_HOME=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert f"cannot listen on 127.0.0.1:{server.port} (Address already in use)" in r.stderr
 
@@ -146,7 +159,7 @@ def test_http_errors_are_json_sentences(client):
 
 
 def test_audio_uploaded_once_reused_by_id_with_its_silence(server, client, clips, short_id):
-    from studio.core.audio import analyze
+    from studio.core.media.audio import analyze
 
     with open(clips["short"], "rb") as fh:
         again = client.post("/v1/audio", data={"min_silence": 3}, files={"file": ("other-name.wav", fh)})
@@ -173,7 +186,8 @@ def test_bad_uploads_get_the_right_code_and_one_sentence(server, client, clips):
         r = client.post("/v1/avatars", data={"name": "bad"}, files={"file": ("face.png", fh)})
     assert "not an image or video" in one_sentence(r, 415)
     assert "not a valid avatar name" in one_sentence(
-        client.post("/v1/avatars", data={"name": "../x"}, files={"file": ("f.png", b"x")}), 422)
+        client.post("/v1/avatars", data={"name": "../x"}, files={"file": ("f.png", b"x")}), 422
+    )
     leftovers = [p.name for p in (server.home / "uploads").rglob("*") if p.is_file() and p.name.startswith(".")]
     assert leftovers == []
 
@@ -190,7 +204,8 @@ def test_avatars_listed_with_thumbnails_added_and_removed(client, astro):
     assert max(PIL.Image.open(io.BytesIO(thumb.content)).size) <= 192
     with open(DEMO_AVATAR, "rb") as fh:
         assert "already exists" in one_sentence(
-            client.post("/v1/avatars", data={"name": "astro"}, files={"file": ("a.png", fh)}), 409)
+            client.post("/v1/avatars", data={"name": "astro"}, files={"file": ("a.png", fh)}), 409
+        )
     with open(DEMO_AVATAR, "rb") as fh:
         assert client.post("/v1/avatars", data={"name": "gone"}, files={"file": ("a.png", fh)}).status_code == 201
     assert client.delete("/v1/avatars/gone").json() == {"removed": "gone"}
@@ -199,15 +214,21 @@ def test_avatars_listed_with_thumbnails_added_and_removed(client, astro):
 
 
 def test_unknown_ids_are_404(client, astro, short_id):
-    for method, path in (("GET", "/v1/renders/99999"), ("GET", "/v1/renders/99999/events"),
-                         ("GET", "/v1/renders/99999/video"), ("DELETE", "/v1/renders/99999"),
-                         ("POST", "/v1/renders/99999/retry"), ("GET", "/v1/audio/00000000deadbeef")):
+    for method, path in (
+        ("GET", "/v1/renders/99999"),
+        ("GET", "/v1/renders/99999/events"),
+        ("GET", "/v1/renders/99999/video"),
+        ("DELETE", "/v1/renders/99999"),
+        ("POST", "/v1/renders/99999/retry"),
+        ("GET", "/v1/audio/00000000deadbeef"),
+    ):
         assert "99999" in one_sentence(client.request(method, path), 404) or "deadbeef" in path
     assert "no render job" in one_sentence(client.get("/v1/frame", params={"job": 99999, "t": 0}), 404)
     r = client.post("/v1/renders", data={"avatar": "nobody", "audio_id": short_id})
     assert "no avatar named 'nobody'" in one_sentence(r, 404)
     assert "no uploaded voice-over" in one_sentence(
-        client.post("/v1/renders", data={"avatar": "astro", "audio_id": "ffffffffffffffff"}), 404)
+        client.post("/v1/renders", data={"avatar": "astro", "audio_id": "ffffffffffffffff"}), 404
+    )
 
 
 def test_server_paths_are_refused_without_allow_paths(client, clips):
@@ -216,12 +237,16 @@ def test_server_paths_are_refused_without_allow_paths(client, clips):
 
 
 def test_generate_answers_the_mp4_and_the_frame_endpoint_is_that_frame(server, client, clips, astro, short_id):
-    import PIL.Image
     import io
 
+    import PIL.Image
+
     t = 0.5  # frame 12: speech
-    r = client.post("/generate", data={"avatar": "astro", "engine": "classic"},
-                    files={"audio": ("short.wav", open(clips["short"], "rb"))})
+    r = client.post(
+        "/generate",
+        data={"avatar": "astro", "engine": "classic"},
+        files={"audio": ("short.wav", open(clips["short"], "rb"))},
+    )
     assert r.status_code == 200 and r.headers["content-type"] == "video/mp4"
     mp4 = clips["dir"] / "generated.mp4"
     mp4.write_bytes(r.content)
@@ -236,9 +261,28 @@ def test_generate_answers_the_mp4_and_the_frame_endpoint_is_that_frame(server, c
 
     out = clips["dir"] / "cli-frame.png"  # `studio frame` on the same data folder: the same pixels
     env = dict(os.environ, STUDIO_HOME=str(server.home), PYTHONPATH=str(ROOT))
-    cli = subprocess.run([sys.executable, "-m", "studio", "frame", "--avatar", "astro", "--audio", str(clips["short"]),
-                          "-t", str(t), "-o", str(out), "--engine", "classic"], env=env, capture_output=True,
-                         text=True, timeout=120)
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "studio",
+            "frame",
+            "--avatar",
+            "astro",
+            "--audio",
+            str(clips["short"]),
+            "-t",
+            str(t),
+            "-o",
+            str(out),
+            "--engine",
+            "classic",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cli.returncode == 0, cli.stderr
     assert np.array_equal(np.asarray(PIL.Image.open(out).convert("RGB")), served)
 
@@ -281,8 +325,10 @@ def test_cancel_leaves_no_file_the_queue_is_capped_and_retry_requeues(server, cl
     with open(clips["long"], "rb") as fh:
         long_id = client.post("/v1/audio", files={"file": ("long.wav", fh)}).json()["id"]
     running = client.post("/v1/renders", data={"avatar": "astro", "audio_id": long_id, "engine": "classic"}).json()
-    queued = [client.post("/v1/renders", data={"avatar": "astro", "audio_id": short_id, "engine": "classic"})
-              for _ in range(MAX_QUEUED + 2)]
+    queued = [
+        client.post("/v1/renders", data={"avatar": "astro", "audio_id": short_id, "engine": "classic"})
+        for _ in range(MAX_QUEUED + 2)
+    ]
     codes = [r.status_code for r in queued]
     assert codes.count(429) >= 1 and codes[0] == 202
     assert "queue is full" in one_sentence(next(r for r in queued if r.status_code == 429), 429)
@@ -315,13 +361,16 @@ def test_cancel_leaves_no_file_the_queue_is_capped_and_retry_requeues(server, cl
 
 def test_the_queue_is_shared_with_other_processes(server, client, astro, clips):
     """A job added to the data folder's jobs.sqlite by another process (the window) shows up and runs."""
-    from studio.core.jobs import JobStore
-    from studio.core.render import RenderSettings
+    from studio.core.settings import RenderSettings
+    from studio.core.store.jobs import JobStore
     from studio.service import QueueService, RenderRequest
 
     qs = QueueService(store=JobStore(server.home / "jobs.sqlite"))
-    job = qs.add(RenderRequest("astro", str(clips["short"]), str(clips["dir"] / "from-window.mp4"),
-                               RenderSettings(engine="classic")))
+    job = qs.add(
+        RenderRequest(
+            "astro", str(clips["short"]), str(clips["dir"] / "from-window.mp4"), RenderSettings(engine="classic")
+        )
+    )
     assert job.id in {j["id"] for j in client.get("/v1/renders").json()["renders"]}
     assert wait_state(client, job.id)["state"] == "done"
     assert len(mp4_frames(clips["dir"] / "from-window.mp4")) == 40
@@ -330,15 +379,51 @@ def test_the_queue_is_shared_with_other_processes(server, client, astro, clips):
 def test_render_command_line_on_the_server(server, client, astro, clips):
     out = clips["dir"] / "remote.mp4"
     env = dict(os.environ, STUDIO_SERVER_TOKEN=TOKEN, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-m", "studio", "render", "--server", server.url, "--avatar", "astro",
-                        "--audio", str(clips["short"]), "-o", str(out), "--engine", "classic"],
-                       env=env, capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "studio",
+            "render",
+            "--server",
+            server.url,
+            "--avatar",
+            "astro",
+            "--audio",
+            str(clips["short"]),
+            "-o",
+            str(out),
+            "--engine",
+            "classic",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"wrote {out}: 40 frames (") and "classic" in r.stdout
     assert len(mp4_frames(out)) == 40
-    bad = subprocess.run([sys.executable, "-m", "studio", "render", "--server", server.url, "--avatar", "nobody",
-                          "--audio", str(clips["short"]), "-o", str(clips["dir"] / "x.mp4")],
-                         env=env, capture_output=True, text=True, timeout=180)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "studio",
+            "render",
+            "--server",
+            server.url,
+            "--avatar",
+            "nobody",
+            "--audio",
+            str(clips["short"]),
+            "-o",
+            str(clips["dir"] / "x.mp4"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert bad.returncode == 2 and "no avatar named 'nobody'" in bad.stderr and bad.stderr.count("\n") == 1
     assert not (clips["dir"] / "x.mp4").exists()
 
@@ -358,13 +443,21 @@ def test_loopback_needs_no_token_and_allow_paths_opens_server_files(tmp_path, cl
         with httpx.Client(base_url=s.url, timeout=120) as c:
             assert c.get("/v1/health").status_code == 200  # loopback, no token: open
             out = tmp_path / "named-by-client.mp4"
-            r = c.post("/v1/renders", data={"avatar_path": str(DEMO_AVATAR), "audio_path": str(clips["short"]),
-                                            "output": str(out), "engine": "classic"})
+            r = c.post(
+                "/v1/renders",
+                data={
+                    "avatar_path": str(DEMO_AVATAR),
+                    "audio_path": str(clips["short"]),
+                    "output": str(out),
+                    "engine": "classic",
+                },
+            )
             assert r.status_code == 202, r.text
             assert wait_state(c, r.json()["id"])["state"] == "done"
             assert len(mp4_frames(out)) == 40
             assert "no such file" in one_sentence(
-                c.post("/v1/renders", data={"avatar_path": str(tmp_path / "none.png"), "text": "hi"}), 422)
+                c.post("/v1/renders", data={"avatar_path": str(tmp_path / "none.png"), "text": "hi"}), 422
+            )
     finally:
         s.stop()
 

@@ -1,4 +1,4 @@
-"""studio.core.audio on real files written in the test."""
+"""studio.core.media.audio on real files written in the test."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import os
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import DEMO_AUDIO, speechlike, tone
-from studio.core import audio
+
 from studio.core.constants import SAMPLES_PER_FRAME
 from studio.core.errors import AudioError
+from studio.core.media import audio
 
 
 def test_frame_grid_is_ceil_of_duration_times_25(tone_silence_noise):
@@ -206,8 +206,9 @@ def test_a_text_file_named_mp3_is_named_as_text_without_decoder_noise(tmp_path, 
     path = _write(tmp_path / "voice.mp3", b"Good evening, here is the news.\nLine two\n" * 3)
     with pytest.raises(AudioError) as err:
         audio.probe(path)
-    assert str(err.value) == (f"{path}: not an audio file (it looks like a text file); give the path of a "
-                              f"{audio.SUPPORTED} file")
+    assert str(err.value) == (
+        f"{path}: not an audio file (it looks like a text file); give the path of a {audio.SUPPORTED} file"
+    )
     assert capfd.readouterr().err == ""
 
 

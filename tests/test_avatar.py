@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 from conftest import DEMO_AVATAR
 
-from studio.core import avatar
-from studio.core.avatar import AvatarParams
-from studio.core.avatar_check import CheckedArray
+from studio.core.avatars import assets as avatar_assets
+from studio.core.avatars import cache as avatar_cache
+from studio.core.avatars import library as avatar
+from studio.core.avatars.checksums import CheckedArray
+from studio.core.avatars.library import AvatarParams
 from studio.core.errors import AvatarError, Cancelled
 
 BLANK = range(45, 51)  # source frames (30 fps) that are black: times [1.5, 1.7) s -> 25 fps frames 38..42
@@ -74,7 +76,7 @@ def test_photo_avatar_is_prepared_cached_and_listed():
     assert a.boxes.dtype == np.int32 and a.face_ok.tolist() == [True]
     x1, y1, x2, y2 = a.boxes[0].tolist()
     assert 170 < x1 < 190 and 260 < x2 < 280 and 180 < y2 < 195 and 50 < y1 < 75
-    assert a.meta["schema_version"] == avatar.SCHEMA_VERSION and len(a.meta["source_sha256"]) == 64
+    assert a.meta["schema_version"] == avatar_assets.SCHEMA_VERSION and len(a.meta["source_sha256"]) == 64
     assert a.cycle_index(0) == 0 and a.cycle_index(17) == 0 and a.cycle_index(np.arange(4)).tolist() == [0] * 4
     b = avatar.load("astro")
     assert np.array_equal(b.masks, a.masks) and b.meta["rebuilt"] == ["frames", "crops", "masks"]
@@ -105,11 +107,14 @@ def test_odd_sized_jpeg_photo_and_the_overlay(tmp_path):
         avatar.overlay(a, 1)
 
 
-@pytest.mark.parametrize("content, match", [
-    (b"just some text\n", "not an image or video"),
-    (None, "corrupt"),  # a truncated PNG
-    (b"", "empty"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b"just some text\n", "not an image or video"),
+        (None, "corrupt"),  # a truncated PNG
+        (b"", "empty"),
+    ],
+)
 def test_bad_sources_raise_one_sentence(tmp_path, content, match):
     src = tmp_path / "bad.png"
     src.write_bytes(DEMO_AVATAR.read_bytes()[:3000] if content is None else content)
@@ -187,7 +192,7 @@ def test_25fps_resampling_picks_the_source_frame_on_screen(pan_video, start, end
 
     import av
 
-    from studio.core.avatar_sources import VideoReader
+    from studio.core.avatars.sources import VideoReader
 
     with av.open(str(pan_video)) as c:
         source = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]  # 30 fps
@@ -288,7 +293,7 @@ def test_damaged_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
 
     with open(folder / "masks.npy", "r+b") as fh:  # truncated
         fh.truncate(1000)
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         b = avatar.load("dmg")
     assert "damaged" in caplog.text and "masks.npy" in caplog.text
     assert b.meta["rebuilt"] == ["masks"] and np.array_equal(b.masks, good_masks)
@@ -297,7 +302,7 @@ def test_damaged_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
     raw[-1] ^= 0x01
     (folder / "boxes.npy").write_bytes(bytes(raw))
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         c = avatar.load("dmg")
     assert "checksum" in caplog.text and c.meta["rebuilt"] == ["crops", "masks"]
     assert np.array_equal(c.boxes, good_boxes)
@@ -321,6 +326,7 @@ def test_cancel_leaves_nothing_new_and_the_old_avatar_intact(pan_video):
         def progress(done, total, stage):
             if stage == stage_name and done == 10:
                 raise Cancelled("cancelled by the user")
+
         return progress
 
     with pytest.raises(Cancelled):
@@ -373,17 +379,20 @@ def test_cli_add_list_show_rm(capsys, tmp_path):
     assert rc == 0 and not (avatar.library_dir() / "demo").exists()
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["add", "x", "{tmp}/missing.png"], "no such file"),
-    (["add", "x", "{tmp}/notes.txt"], "not an image or video"),
-    (["add", "bad/name", "{demo}"], "not a valid avatar name"),
-    (["add", "x", "{demo}", "--smooth", "2"], "--smooth"),
-    (["add", "x", "{demo}", "--feather", "-1"], "--feather"),
-    (["add", "x", "{demo}", "--trim-start", "2", "--trim-end", "1"], "--trim-end"),
-    (["show", "ghost"], "no avatar named 'ghost'"),
-    (["show", "{demo}", "--overlay", "{tmp}/o.jpg"], ".png"),
-    (["rm", "ghost"], "no avatar named 'ghost'"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["add", "x", "{tmp}/missing.png"], "no such file"),
+        (["add", "x", "{tmp}/notes.txt"], "not an image or video"),
+        (["add", "bad/name", "{demo}"], "not a valid avatar name"),
+        (["add", "x", "{demo}", "--smooth", "2"], "--smooth"),
+        (["add", "x", "{demo}", "--feather", "-1"], "--feather"),
+        (["add", "x", "{demo}", "--trim-start", "2", "--trim-end", "1"], "--trim-end"),
+        (["show", "ghost"], "no avatar named 'ghost'"),
+        (["show", "{demo}", "--overlay", "{tmp}/o.jpg"], ".png"),
+        (["rm", "ghost"], "no avatar named 'ghost'"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(capsys, tmp_path, argv, needle):
     (tmp_path / "notes.txt").write_text("hello\n")
     argv = [a.format(tmp=tmp_path, demo=DEMO_AVATAR) for a in argv]
@@ -410,28 +419,31 @@ def _row_bytes(a, name):
     return int(np.prod(arr.shape[1:])) * arr.dtype.itemsize
 
 
-@pytest.mark.parametrize("name, read", [
-    ("frames", lambda a: np.array(a.frames[37])),           # what Compositor.background reads
-    ("crops", lambda a: np.asarray(a.crops)),               # what the engines' prepare reads
-    ("masks", lambda a: np.array(a.masks[30:40])),
-    ("landmarks", lambda a: np.asarray(a.landmarks, np.float32)),
-    ("crop_landmarks", lambda a: np.asarray(a.crop_landmarks)),
-])
+@pytest.mark.parametrize(
+    "name, read",
+    [
+        ("frames", lambda a: np.array(a.frames[37])),  # what Compositor.background reads
+        ("crops", lambda a: np.asarray(a.crops)),  # what the engines' prepare reads
+        ("masks", lambda a: np.array(a.masks[30:40])),
+        ("landmarks", lambda a: np.asarray(a.landmarks, np.float32)),
+        ("crop_landmarks", lambda a: np.asarray(a.crop_landmarks)),
+    ],
+)
 def test_damage_in_the_middle_of_a_big_array_is_caught_when_read_and_repaired(pan_video, caplog, name, read):
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     a = avatar.prepare("mid", pan_video)
     good = np.array(read(a))
     path = a.folder / f"{name}.npy"
     _flip(path, 37, _row_bytes(a, name))
     avatar_check.forget_verified()
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         b = avatar.load("mid")  # the quick checks pass: head, tail, size and header are intact
         assert "damaged" not in caplog.text
         got = np.array(read(b))
     assert "damaged" in caplog.text and f"{name}.npy" in caplog.text and "checksum" in caplog.text
     assert np.array_equal(got, good)  # repaired from the source before anything was read
-    assert b.meta["rebuilt"][0] == avatar.ARRAY_STAGE[name]
+    assert b.meta["rebuilt"][0] == avatar_assets.ARRAY_STAGE[name]
     c = avatar.load("mid")
     assert np.array_equal(np.array(read(c)), good)
     assert not [p.name for p in a.folder.iterdir() if ".tmp" in p.name]
@@ -440,7 +452,7 @@ def test_damage_in_the_middle_of_a_big_array_is_caught_when_read_and_repaired(pa
 def test_damage_found_mid_render_is_repaired_without_changing_what_was_read(pan_video, caplog):
     """The crops went to the engine at the start; a frame read later is damaged: the rebuild
     (frames, crops, masks from the same source) must give the same crops, and the render goes on."""
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     a = avatar.prepare("late", pan_video)
     good_frames = np.array(a.frames)
@@ -449,7 +461,7 @@ def test_damage_found_mid_render_is_repaired_without_changing_what_was_read(pan_
     crops = np.asarray(b.crops).copy()  # handed out (and verified)
     _ = np.array(b.frames[:10])
     _flip(b.folder / "frames.npy", 60, _row_bytes(b, "frames"))  # damaged on disk after load()
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         f60 = np.array(b.frames[55:65])
     assert "frames.npy row 60 fails its checksum" in caplog.text
     assert np.array_equal(f60, good_frames[55:65])
@@ -457,7 +469,7 @@ def test_damage_found_mid_render_is_repaired_without_changing_what_was_read(pan_
 
 
 def test_a_damaged_cache_is_not_rebuilt_from_a_different_file_at_its_source_path(tmp_path, pan_video):
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     src = tmp_path / "clip.mp4"
     shutil.copy(pan_video, src)
@@ -485,7 +497,7 @@ def test_a_damaged_cache_is_not_rebuilt_from_a_different_file_at_its_source_path
 
 def test_nan_and_huge_landmarks_are_damage_even_with_matching_checksums(pan_video, caplog):
     """Values written with the checksums recomputed (a buggy tool, not a bit flip) are caught too."""
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     a = avatar.prepare("nan", pan_video)
     good = np.array(a.crop_landmarks)
@@ -495,11 +507,11 @@ def test_nan_and_huge_landmarks_are_damage_even_with_matching_checksums(pan_vide
         arr[50, 13] = value
         np.save(folder / f"{name}.npy", arr)
         meta = json.loads((folder / "meta.json").read_text())
-        meta["files"][name] = avatar._file_spec(folder / f"{name}.npy")  # checksums that match
+        meta["files"][name] = avatar_cache.file_spec(folder / f"{name}.npy")  # checksums that match
         (folder / "meta.json").write_text(json.dumps(meta))
         avatar_check.forget_verified()
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+        with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
             b = avatar.load(name="nan")
             lm = np.asarray(getattr(b, name))
         assert np.isfinite(lm).all() and np.abs(lm).max() < 1e4
@@ -513,13 +525,17 @@ def _edit_meta(folder, **changes):
     (folder / "meta.json").write_text(json.dumps(meta))
 
 
-@pytest.mark.parametrize("change, problem", [
-    ({"frames": 40}, "says 40 frames but records 75 rows"),
-    ({"files": []}, "lists no array files"),
-    ({"frames": "many"}, "meta.json says 'many' frames"),
-])
-def test_inconsistent_meta_json_is_listed_as_damaged_and_rebuilt_from_its_source(tmp_path, pan_video, caplog,
-                                                                                 change, problem):
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"frames": 40}, "says 40 frames but records 75 rows"),
+        ({"files": []}, "lists no array files"),
+        ({"frames": "many"}, "meta.json says 'many' frames"),
+    ],
+)
+def test_inconsistent_meta_json_is_listed_as_damaged_and_rebuilt_from_its_source(
+    tmp_path, pan_video, caplog, change, problem
+):
     src = tmp_path / "clip.mp4"
     shutil.copy(pan_video, src)
     a = avatar.prepare("meta", src)
@@ -527,7 +543,7 @@ def test_inconsistent_meta_json_is_listed_as_damaged_and_rebuilt_from_its_source
     rows = avatar.list_avatars()
     assert rows[0]["damaged"] and problem in rows[0]["problem"]
     assert rows[0]["fix"] == f"it is rebuilt from its source {src} the next time it is used"
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         b = avatar.load("meta")
     assert problem in caplog.text and b.N == 75 and b.meta["rebuilt"] == ["frames", "crops", "masks"]
     assert not avatar.list_avatars()[0]["damaged"]
@@ -563,7 +579,7 @@ def test_a_schema_1_cache_is_upgraded_in_place_with_block_checksums(pan_video):
     (a.folder / "meta.json").write_text(json.dumps(meta))
     frames_id = _stat(a, "frames")
     b = avatar.load("old")
-    assert b.meta["schema_version"] == avatar.SCHEMA_VERSION and _stat(b, "frames") == frames_id
+    assert b.meta["schema_version"] == avatar_assets.SCHEMA_VERSION and _stat(b, "frames") == frames_id
     assert json.loads((a.folder / "meta.json").read_text())["files"]["frames"]["block_rows"] == 1
     assert np.array_equal(np.asarray(b.frames), np.asarray(a.frames))
 
@@ -595,12 +611,12 @@ def test_a_huge_photo_is_downscaled_to_4k_and_says_so(tmp_path, caplog):
 
     src = tmp_path / "huge.jpg"
     Image.open(DEMO_AVATAR).convert("RGB").resize((8000, 6000), Image.BILINEAR).save(src, quality=80)
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         a = avatar.prepare("huge", src)
     assert (a.width, a.height) == (2880, 2160) and a.meta["downscaled_from"] == [8000, 6000]
     assert "8000x6000; using it downscaled to 2880x2160" in caplog.text
     assert a.face_ok.all()
-    from studio.core.avatar_sources import fit_photo
+    from studio.core.avatars.sources import fit_photo
 
     for (w, h), want in (((6000, 8000), (2160, 2880)), ((3840, 2160), (3840, 2160)), ((7001, 999), (3840, 546))):
         out, was = fit_photo(np.zeros((h, w, 3), np.uint8))
@@ -621,7 +637,7 @@ def _two_faces(path):
 
 def test_two_faces_the_choice_is_said_and_can_be_made(tmp_path, caplog, capsys):
     src = _two_faces(tmp_path / "two.png")
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         a = avatar.prepare("two", src)
     assert "2 faces found in the photo; using face 2 from the left (the largest" in caplog.text
     assert "--face N" in caplog.text
@@ -655,7 +671,7 @@ def test_two_faces_in_a_video_the_chosen_one_is_followed(tmp_path, caplog):
                 c.mux(p)
         for p in s.encode():
             c.mux(p)
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         a = avatar.prepare("duo", src)
     assert "2 faces found in the first frame; using face 2 from the left (the largest" in caplog.text
     assert a.N == 20 and a.face_ok.all() and (a.boxes[:, 0] > 320).all()
@@ -664,7 +680,7 @@ def test_two_faces_in_a_video_the_chosen_one_is_followed(tmp_path, caplog):
 
 
 def _verify_in_child(name):
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     avatar_check.forget_verified()
     avatar.load(name).frames.verify_all()  # parallel: 75 frames of 230 KB
@@ -673,7 +689,7 @@ def _verify_in_child(name):
 def test_a_forked_worker_verifies_with_its_own_threads(pan_video):
     import multiprocessing
 
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     a = avatar.prepare("fork", pan_video)
     avatar_check.forget_verified()
@@ -703,21 +719,21 @@ def test_a_video_above_4k_is_downscaled_frame_by_frame(tmp_path, caplog):
                 c.mux(p)
         for p in s.encode():
             c.mux(p)
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         a = avatar.prepare("big", src)
     assert (a.N, a.width, a.height) == (3, 3840, 2160) and a.meta["downscaled_from"] == [4000, 2250]
     assert "4000x2250; using it downscaled to 3840x2160" in caplog.text and a.face_ok.all()
 
 
 def test_a_cache_repaired_by_another_reader_is_not_rebuilt_twice(pan_video, caplog):
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     a = avatar.prepare("twice", pan_video)
     good = np.array(a.frames[20])
     avatar_check.forget_verified()
     first, second = avatar.load("twice"), avatar.load("twice")  # two readers (threads, app + CLI)
     _flip(a.folder / "frames.npy", 20, _row_bytes(a, "frames"))
-    with caplog.at_level(logging.WARNING, logger="studio.core.avatar"):
+    with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         assert np.array_equal(np.array(first.frames[20]), good)
         repaired = _stat(first, "frames")
         assert np.array_equal(np.array(second.frames[20]), good)  # it maps the damaged file still

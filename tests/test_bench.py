@@ -11,9 +11,27 @@ import sys
 def test_bench_cpu_smoke_writes_figures_with_a_ratio(tmp_path, studio_home):
     out = tmp_path / "bench.json"
     r = subprocess.run(
-        [sys.executable, "-m", "studio", "bench", "--device", "cpu", "--frames", "12", "--height", "144",
-         "--official-frames", "6", "--decoders", "taesd", "--json", str(out)],
-        capture_output=True, text=True, env={**os.environ, "STUDIO_HOME": str(studio_home)},
+        [
+            sys.executable,
+            "-m",
+            "studio",
+            "bench",
+            "--device",
+            "cpu",
+            "--frames",
+            "12",
+            "--height",
+            "144",
+            "--official-frames",
+            "6",
+            "--decoders",
+            "taesd",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "STUDIO_HOME": str(studio_home)},
     )
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(out.read_text())
@@ -30,15 +48,43 @@ def test_bench_cpu_smoke_writes_figures_with_a_ratio(tmp_path, studio_home):
 def test_bench_long_photo_and_cold_runs_print_the_finish_and_cold_breakdowns(tmp_path, studio_home):
     out = tmp_path / "bench.json"
     r = subprocess.run(
-        [sys.executable, "-m", "studio", "bench", "--device", "cpu", "--frames", "12", "--height", "144",
-         "--decoders", "taesd", "--no-official", "--no-classic", "--long", "60", "--photo", "--cold",
-         "--json", str(out)],
-        capture_output=True, text=True, env={**os.environ, "STUDIO_HOME": str(studio_home)},
+        [
+            sys.executable,
+            "-m",
+            "studio",
+            "bench",
+            "--device",
+            "cpu",
+            "--frames",
+            "12",
+            "--height",
+            "144",
+            "--decoders",
+            "taesd",
+            "--no-official",
+            "--no-classic",
+            "--long",
+            "60",
+            "--photo",
+            "--cold",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "STUDIO_HOME": str(studio_home)},
     )
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(out.read_text())
-    assert set(d["runs"]) == {"musetalk-taesd", "musetalk-taesd-photo", "musetalk-taesd-photo-no-hints", "musetalk-taesd-no-hints",
-                              "musetalk-taesd-60", "cold-classic", "cold-musetalk-taesd"}
+    assert set(d["runs"]) == {
+        "musetalk-taesd",
+        "musetalk-taesd-photo",
+        "musetalk-taesd-photo-no-hints",
+        "musetalk-taesd-no-hints",
+        "musetalk-taesd-60",
+        "cold-classic",
+        "cold-musetalk-taesd",
+    }
     long = d["runs"]["musetalk-taesd-60"]
     assert long["frames"] == 60 and {"flush", "join", "file"} <= set(long["finish_ms"])
     assert d["runs"]["musetalk-taesd-photo"]["frames"] == 12

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import prepare_demo_avatar, speech_pause_speech
-from studio.core.chunks import join_segments, render_chunked, render_segment, split
+
 from studio.core.errors import RenderError
-from studio.core.render import Renderer, RenderSettings
+from studio.core.render.renderer import Renderer
+from studio.core.scale.chunks import join_segments, render_chunked, render_segment, split
+from studio.core.settings import RenderSettings
 
 LOSSLESS = RenderSettings(engine="classic", device="cpu", encoder="x264", crf=0, preset="ultrafast")
 
@@ -64,8 +65,10 @@ def decode(path):
 
     with av.open(str(path)) as c:
         v = c.streams.video[0]
-        frames = [(float(f.pts * f.time_base), f.key_frame, f.pict_type == PictureType.I, f.to_ndarray(format="rgb24"))
-                  for f in c.decode(video=0)]
+        frames = [
+            (float(f.pts * f.time_base), f.key_frame, f.pict_type == PictureType.I, f.to_ndarray(format="rgb24"))
+            for f in c.decode(video=0)
+        ]
         v_dur = float(v.duration * v.time_base)
         a = c.streams.audio[0] if c.streams.audio else None
         a_dur = float(a.duration * a.time_base) if a is not None else None
@@ -126,8 +129,10 @@ def test_segments_start_on_an_idr_with_timestamps_from_zero(joined):
 
 def test_lossy_chunks_stay_within_encoder_noise(avatar, voice, single, tmp_path):
     r = Renderer(avatar, voice, RenderSettings(engine="classic", device="cpu", encoder="x264", crf=20))
-    segs = [(a, b, open(render_segment(r, a, b, tmp_path / f"s{a}.mp4"), "rb").read())  # bytes sources
-            for a, b in split(50, 2)]
+    segs = [
+        (a, b, open(render_segment(r, a, b, tmp_path / f"s{a}.mp4"), "rb").read())  # bytes sources
+        for a, b in split(50, 2)
+    ]
     out = join_segments(segs, tmp_path / "lossy.mp4", audio=voice)
     want, _, _, _, _ = decode(single)
     got, _, _, _, _ = decode(out)
@@ -143,8 +148,8 @@ def test_join_refuses_a_gap_and_leaves_nothing(joined, voice, tmp_path):
     with pytest.raises(RenderError, match="do not tile"):
         join_segments([a, c], out, audio=voice)
     truncated = tmp_path / "bad.mp4"
-    truncated.write_bytes(open(b[2], "rb").read()[: 2000])
-    with pytest.raises(Exception):  # a damaged segment: the join fails, nothing is left
+    truncated.write_bytes(open(b[2], "rb").read()[:2000])
+    with pytest.raises(Exception):  # noqa: B017 - a damaged segment: the join fails (PyAV or ours), nothing is left
         join_segments([a, (b[0], b[1], truncated), c], out, audio=voice)
     assert out.read_bytes() == b"previous render"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.mp4", "keep.mp4"]

@@ -8,17 +8,18 @@ itself (controls: close), pasted back into the photo, saved and prepared like an
 
 from __future__ import annotations
 
+import espeak_speech as es
 import numpy as np
 import pytest
-
-import espeak_speech as es
 from conftest import prepare_demo_avatar
 
 pytestmark = pytest.mark.skipif(not es.available(), reason="needs espeak-ng's library (Debian espeak-ng)")
 
 # bilabials inside phrases (not after a pause) and known vowels: open /a/, spread /i/, rounded /u/
-TEXT = ("Happy Bob maps a humble temple. Emma, my mom, ripped a rubber tube and a paper lamp. "
-        "Father saw a large car far away. Keep the cheese, see the sea. Blue moon, two shoes, soon.")
+TEXT = (
+    "Happy Bob maps a humble temple. Emma, my mom, ripped a rubber tube and a paper lamp. "
+    "Father saw a large car far away. Keep the cheese, see the sea. Blue moon, two shoes, soon."
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +47,14 @@ def closed(home, astro):
     import PIL.Image
     import torch
 
-    from studio.core import avatar as avatar_mod
-    from studio.core.composite import Compositor
+    from studio.core.avatars import library as avatar_mod
     from studio.core.engines.classic import rig_geometry, warp_mouth
+    from studio.core.render.composite import Compositor
 
     rig = rig_geometry(np.asarray(astro.crop_landmarks), astro.crops)
-    face = warp_mouth(torch.from_numpy(np.array(astro.crops[:1])), *rig.rows([0]),
-                      np.array([[0, 0, 1, 0, 0]], np.float32), "cpu")
+    face = warp_mouth(
+        torch.from_numpy(np.array(astro.crops[:1])), *rig.rows([0]), np.array([[0, 0, 1, 0, 0]], np.float32), "cpu"
+    )
     img = Compositor(astro.frames, astro.boxes, astro.masks).paste(face, [0], [1.0])[0].numpy()
     path = home / "closed.png"
     PIL.Image.fromarray(img).save(path)
@@ -69,8 +71,9 @@ def closed(home, astro):
 
 def _render_and_measure(avatar, wav):
     """Every frame of the render, and per frame the tracked inner-lip gap and mouth width (pixels)."""
-    from studio.core.faces import FaceTracker
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.avatars.faces import FaceTracker
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     r = Renderer(avatar, wav, RenderSettings(engine="classic", device="cpu"))
     frames = np.concatenate([f.numpy() for _, f in r.iter_frames()])
@@ -187,21 +190,25 @@ def test_open_mouth_on_a_closed_face_has_a_shaded_warm_interior(closed):
     assert detail(out_band) > 0.6 * detail(src_band)
 
 
-def test_speech_edges_ease_the_mouth_in_and_out(speech):
-    """Where the renderer crossfades into the still avatar, the mouth is near rest: no open-mouth ghost."""
-    import soundfile as sf
-
-    from studio.core.engines.classic_visemes import edge_weights, mouth_controls
+@pytest.mark.parametrize("threshold", [0.008, 0.03])
+def test_speech_edges_ease_the_mouth_in_and_out(speech, astro, threshold):
+    """Where the renderer crossfades into the still avatar, the mouth is near rest: no open-mouth ghost.
+    The edges are the plan's, at the render's own threshold (not the default's)."""
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     wav, _ = speech
-    x, _ = sf.read(wav, dtype="float32")
-    frames = int(np.ceil(len(x) / 640))
-    c = mouth_controls(x, frames)
-    w = edge_weights(x, frames)
+    r = Renderer(astro, wav, RenderSettings(engine="classic", device="cpu", threshold=threshold))
+    w = r.plan.weight
+    engine = r.engine
+    engine.bind(engine.audio_features(r.wave))
+    idx = np.arange(len(w))
+    eased, full = engine.controls(idx, w), engine.controls(idx)
     ramp = (w > 0) & (w < 1)
     assert ramp.sum() >= 10
-    assert (c.open[ramp] <= w[ramp] + 1e-6).all() and (c.open[w == 0] == 0).all()
-    assert c.open[w == 1].max() > 0.8  # and it opens fully inside phrases
+    assert np.allclose(eased, full * w[:, None], atol=1e-6)
+    assert (np.abs(eased[ramp, 0]) <= np.abs(full[ramp, 0]) * w[ramp] + 1e-6).all() and (eased[w == 0] == 0).all()
+    assert eased[w == 1, 0].max() > 0.8 * engine.strength  # and it opens fully inside phrases
 
 
 def test_a_batch_gives_the_same_faces_as_one_at_a_time(astro, closed):
@@ -218,8 +225,9 @@ def test_a_batch_gives_the_same_faces_as_one_at_a_time(astro, closed):
     moved = rows[0][:1].copy()
     moved[0, :2] += (40, 25)
     rows = [np.concatenate([rows[0], moved]), *(np.concatenate([r, r[:1]]) for r in rows[1:])]
-    params = np.array([[1, 0, 0, 0, 0], [0.3, -0.8, 0, 0, 0], [0, 0, 1, 0, 0], [0.2, 0.8, 0, 0.5, 0.3],
-                       [0.8, 1, 0, 0, 0]], np.float32)
+    params = np.array(
+        [[1, 0, 0, 0, 0], [0.3, -0.8, 0, 0, 0], [0, 0, 1, 0, 0], [0.2, 0.8, 0, 0.5, 0.3], [0.8, 1, 0, 0, 0]], np.float32
+    )
     batch = warp_mouth(crops, *rows, params, "cpu")
     for i in range(5):
         one = warp_mouth(crops[i : i + 1], *[r[i : i + 1] for r in rows], params[i : i + 1], "cpu")
@@ -234,14 +242,21 @@ def test_a_turned_closed_mouth_face_still_closes_and_opens(speech, closed, home)
     import cv2
     import PIL.Image
 
-    from studio.core import avatar as avatar_mod
+    from studio.core.avatars import library as avatar_mod
 
     img = np.asarray(PIL.Image.open(home / "closed.png").convert("RGB"))
     h, w = img.shape[:2]
     f, cx, a = 1.2 * w, 230.0, np.deg2rad(35)
     pts = np.float32([[0, 0], [w, 0], [w, h], [0, h]])
-    dst = np.float32([[cx + (x - cx) * np.cos(a) * f / (f + (x - cx) * np.sin(a)),
-                       h / 2 + (y - h / 2) * f / (f + (x - cx) * np.sin(a))] for x, y in pts])
+    dst = np.float32(
+        [
+            [
+                cx + (x - cx) * np.cos(a) * f / (f + (x - cx) * np.sin(a)),
+                h / 2 + (y - h / 2) * f / (f + (x - cx) * np.sin(a)),
+            ]
+            for x, y in pts
+        ]
+    )
     hom = np.vstack([cv2.getRotationMatrix2D((cx, 140), 12, 1.0), [0, 0, 1]]) @ cv2.getPerspectiveTransform(pts, dst)
     turned = cv2.warpPerspective(img, hom, (w, h), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE)
     path = home / "turned.png"
@@ -258,8 +273,13 @@ def test_a_turned_closed_mouth_face_still_closes_and_opens(speech, closed, home)
     wav, phonemes = speech
     plan, frames, gap, _ = _render_and_measure(av, wav)
     biggest = np.nanmax(gap)
-    shut = [np.nanmin(gap[s]) <= 0.15 * biggest for p in phonemes if p.name in es.BILABIAL
-            for s in [_frames_of(*es.closure_span(p), len(frames))] if s and plan.weight[s].max() > 0]
+    shut = [
+        np.nanmin(gap[s]) <= 0.15 * biggest
+        for p in phonemes
+        if p.name in es.BILABIAL
+        for s in [_frames_of(*es.closure_span(p), len(frames))]
+        if s and plan.weight[s].max() > 0
+    ]
     assert len(shut) >= 20 and np.mean(shut) >= 0.8
     opened = [gap[int((p.start + p.end) / 2 * 25)] for p in phonemes if p.name in es.OPEN]
     assert np.nanmean(opened) > 0.6 * biggest
@@ -268,7 +288,8 @@ def test_a_turned_closed_mouth_face_still_closes_and_opens(speech, closed, home)
 def test_a_video_avatar_speaks_and_stays_itself_in_silence(speech, tmp_path):
     """The presenter loop of ``studio bench`` (a video avatar whose face moves): per-frame rig geometry."""
     from studio.core.bench import synthetic_avatar
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     av = synthetic_avatar(tmp_path, 360, loop_frames=10)
     wav, _ = speech
@@ -286,13 +307,22 @@ def test_controls_stay_in_range_on_odd_input():
 
     rng = np.random.default_rng(3)
     t = np.arange(16_000) / 16_000
-    for x, frames in ((np.zeros(16_000, np.float32), 25), ((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 25),
-                      ((0.2 * rng.standard_normal(8_000)).astype(np.float32), 25), (np.zeros(0, np.float32), 3)):
+    for x, frames in (
+        (np.zeros(16_000, np.float32), 25),
+        ((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 25),
+        ((0.2 * rng.standard_normal(8_000)).astype(np.float32), 25),
+        (np.zeros(0, np.float32), 3),
+    ):
         c = mouth_controls(x, frames)
         assert len(c) == frames
         for v in (c.open, c.close, c.teeth, c.tuck):
             assert np.isfinite(v).all() and (v >= 0).all() and (v <= 1).all()
         assert np.isfinite(c.width).all() and (np.abs(c.width) <= 1).all()
     assert len(mouth_controls(np.zeros(100, np.float32), 0)) == 0
-    silent = mouth_controls(np.zeros(16_000, np.float32), 25)
-    assert silent.open.max() == 0 and silent.close.max() == 0  # silence: the mouth at rest
+    # silence: the plan gives every frame weight 0 (the avatar itself; the engine eases to rest by it)
+    from studio.core.media.audio import frame_rms, silence_mask
+    from studio.core.render.plan import crossfade_weights
+
+    quiet = np.zeros(16_000, np.float32)
+    w = crossfade_weights(~silence_mask(frame_rms(quiet, 25)), 3)
+    assert (w == 0).all() and (mouth_controls(quiet, 25).rows(np.arange(25)) * w[:, None]).max() == 0

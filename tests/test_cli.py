@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import DEMO_AUDIO
 
 
@@ -42,7 +41,16 @@ def test_analyze_json_on_the_demo():
     r = studio("analyze", DEMO_AUDIO, "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    for key in ("duration_s", "sample_rate", "channels", "frames", "fps", "silence_threshold", "silent_frames", "silent_mask"):
+    for key in (
+        "duration_s",
+        "sample_rate",
+        "channels",
+        "frames",
+        "fps",
+        "silence_threshold",
+        "silent_frames",
+        "silent_mask",
+    ):
         assert key in d
     assert d["frames"] == math.ceil(d["duration_s"] * 25)
     assert len(d["silent_mask"]) == d["frames"] and set(d["silent_mask"]) <= {0, 1}
@@ -96,8 +104,12 @@ def test_internal_bug_exits_1_and_logs_traceback(tmp_path, studio_home):
         "from studio.cli import main\n"
         "raise SystemExit(main(['analyze', 'whatever.wav']))\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "STUDIO_HOME": str(studio_home)})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "STUDIO_HOME": str(studio_home)},
+    )
     assert r.returncode == 1
     assert "internal error" in r.stderr and "Traceback" not in r.stderr
     log = (studio_home / "logs" / "studio.log").read_text()
@@ -106,8 +118,12 @@ def test_internal_bug_exits_1_and_logs_traceback(tmp_path, studio_home):
 
 def test_a_reader_that_leaves_early_is_a_quiet_exit_0(tmp_path):
     """`studio analyze --json x | head -c 10`: stdout's reader is gone, which is no error."""
-    p = subprocess.Popen([sys.executable, "-m", "studio", "analyze", str(DEMO_AUDIO), "--json", "--no-cache"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "studio", "analyze", str(DEMO_AUDIO), "--json", "--no-cache"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     p.stdout.close()  # before the command writes anything
     err = p.stderr.read()
     assert p.wait(60) == 0, err
@@ -116,13 +132,15 @@ def test_a_reader_that_leaves_early_is_a_quiet_exit_0(tmp_path):
 
 def test_a_broken_pipe_that_is_not_stdout_is_an_error_not_exit_0(tmp_path):
     """An encoder process's socket breaking used to end the command with exit 0 and no word."""
-    code = ("import sys\n"
-            "import studio.cli.analyze as a\n"
-            "def run(args):\n"
-            "    raise BrokenPipeError(32, 'Broken pipe')\n"
-            "a.run = run\n"
-            "from studio.cli import main\n"
-            "sys.exit(main(['analyze', 'x.wav']))\n")
+    code = (
+        "import sys\n"
+        "import studio.cli.analyze as a\n"
+        "def run(args):\n"
+        "    raise BrokenPipeError(32, 'Broken pipe')\n"
+        "a.run = run\n"
+        "from studio.cli import main\n"
+        "sys.exit(main(['analyze', 'x.wav']))\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 1, r.stderr
     assert r.stderr.startswith("studio: internal error (BrokenPipeError")

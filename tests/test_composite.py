@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from studio.core.composite import Compositor, pad_even, rgb_to_nv12, rgb_to_yuv420p
 from studio.core.constants import FACE_SIZE
+from studio.core.render.composite import Compositor, pad_even, rgb_to_nv12, rgb_to_yuv420p
 
 RNG = np.random.default_rng(7)
 
@@ -94,9 +94,9 @@ def test_boxes_past_the_frame_edge_and_odd_frame_sizes():
     frames = RNG.integers(0, 256, (2, h, w, 3), dtype=np.uint8)
     boxes = np.array([[70, 50, 130, 110], [-20, -10, 40, 50]], np.int32)  # each 60x60, half outside
     faces = _faces(2)
-    out = Compositor(frames, boxes, np.full((2, FACE_SIZE, FACE_SIZE), 255, np.uint8)).paste(
-        faces, np.arange(2)
-    ).numpy()
+    out = (
+        Compositor(frames, boxes, np.full((2, FACE_SIZE, FACE_SIZE), 255, np.uint8)).paste(faces, np.arange(2)).numpy()
+    )
     assert out.shape == (2, h, w, 3)
     ref0 = _resize_ref(faces[0], 60, 60)
     assert np.abs(out[0, 50:, 70:] - ref0[: h - 50, : w - 70]).max() <= 1
@@ -191,14 +191,23 @@ def test_nv12_rejects_odd_sizes():
 def _nv12_case(h=96, w=132):
     frames = RNG.integers(0, 256, (5, h, w, 3), dtype=np.uint8)
     # odd corners, a box past the top-left and one past the bottom-right edge, a tiny one
-    boxes = np.array([[11, 13, 61, 74], [-20, -9, 41, 50], [97, 61, 160, 120], [30, 21, 95, 60], [5, 5, 8, 9]],
-                     np.int32)
+    boxes = np.array(
+        [[11, 13, 61, 74], [-20, -9, 41, 50], [97, 61, 160, 120], [30, 21, 95, 60], [5, 5, 8, 9]], np.int32
+    )
     masks = RNG.integers(0, 256, (5, FACE_SIZE, FACE_SIZE), dtype=np.uint8)
     return frames, boxes, masks
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+        ),
+    ],
+)
 def test_nv12_compositing_is_bit_identical_to_converting_the_rgb_paste(device):
     frames, boxes, masks = _nv12_case()
     comp = Compositor(frames, boxes, masks, device=device)

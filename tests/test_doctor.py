@@ -45,7 +45,9 @@ def test_a_crashing_check_becomes_a_failed_line(monkeypatch):
 def test_cli_doctor_json_is_one_object(studio_home):
     r = subprocess.run(
         [sys.executable, "-m", "studio", "doctor", "--json", "--no-gui"],
-        capture_output=True, text=True, env={"STUDIO_HOME": str(studio_home), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        env={"STUDIO_HOME": str(studio_home), "PATH": "/usr/bin:/bin"},
     )
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
@@ -54,7 +56,7 @@ def test_cli_doctor_json_is_one_object(studio_home):
 
 
 def test_weights_line_reports_an_empty_store_and_a_damaged_manifest(studio_home):
-    from studio.core import models
+    from studio.core.store import models
 
     empty = doctor.check_weights()
     assert empty.status == doctor.WARN and "studio models import" in empty.hint

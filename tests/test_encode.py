@@ -12,9 +12,9 @@ import pytest
 import soundfile as sf
 import torch
 
-from studio.core.composite import rgb_to_yuv420p
-from studio.core.encode import open_video, probe_nvenc
 from studio.core.errors import AudioError, RenderError
+from studio.core.media.writer import open_video, probe_nvenc
+from studio.core.render.composite import rgb_to_yuv420p
 
 W, H = 160, 128
 
@@ -30,7 +30,9 @@ def talking_frames(start: int, count: int, w: int = W, h: int = H) -> np.ndarray
         t = start + k
         cx, cy = w / 2 + 6 * np.sin(t / 9), h / 2 + 3 * np.cos(t / 7)
         head = np.exp(-(((x - cx) / (0.22 * w)) ** 2 + ((y - cy) / (0.3 * h)) ** 2))
-        mouth = np.exp(-(((x - cx) / (0.06 * w)) ** 2 + ((y - cy - 0.12 * h) / (0.01 * h + 0.02 * h * abs(np.sin(t / 3)))) ** 2))
+        mouth = np.exp(
+            -(((x - cx) / (0.06 * w)) ** 2 + ((y - cy - 0.12 * h) / (0.01 * h + 0.02 * h * abs(np.sin(t / 3)))) ** 2)
+        )
         bg = 60 + 30 * y / h
         lum = bg + 150 * head - 100 * mouth
         img = np.stack([lum + 20, lum, lum - 20 + 10 * x / w], -1)
@@ -124,7 +126,7 @@ def test_chunks_can_be_fed_interleaved_in_any_order(tmp_path):
 
 
 def test_striped_batches_with_indices_reach_their_chunks(tmp_path):
-    from studio.core.render import stripes
+    from studio.core.render.plan import stripes
 
     out = tmp_path / "striped.mp4"
     n = 45
@@ -194,7 +196,7 @@ def _read_only_folder(tmp_path) -> Path:
 
 
 def test_missing_or_read_only_output_folder(tmp_path):
-    from studio.core.encode import check_output
+    from studio.core.media.writer import check_output
 
     for check in (lambda p: open_video(p, W, H), check_output):
         with pytest.raises(RenderError, match="does not exist"):
@@ -240,7 +242,7 @@ def test_odd_size_is_padded_by_edge_replication_not_rescaled(tmp_path):
 
 
 def test_nv12_input_is_encoded_as_given(tmp_path):
-    from studio.core.composite import rgb_to_nv12
+    from studio.core.render.composite import rgb_to_nv12
 
     out = tmp_path / "nv12.mp4"
     rgb = talking_frames(0, 12)
@@ -310,12 +312,23 @@ class _X264AnnexB:
 
 
 def test_elementary_stream_path_used_by_nvenc_muxes_frames_and_audio(tmp_path, wav, monkeypatch):
-    from studio.core import encode
+    from studio.core.media import writer as encode
 
     monkeypatch.setitem(encode.ELEMENTARY, "annexb", _X264AnnexB)
     out = tmp_path / "nv.mp4"
-    with encode.VideoWriter(out, W, H, audio=wav, name="annexb h264", reason="stand-in", chunks=[(0, 60)],
-                            crf=20, preset="veryfast", fps=25, write_hook=None) as w:
+    with encode.VideoWriter(
+        out,
+        W,
+        H,
+        audio=wav,
+        name="annexb h264",
+        reason="stand-in",
+        chunks=[(0, 60)],
+        crf=20,
+        preset="veryfast",
+        fps=25,
+        write_hook=None,
+    ) as w:
         for s in range(0, 60, 12):
             w.write(talking_frames(s, 12))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nv.mp4", "voice.wav"]
@@ -363,8 +376,8 @@ def test_cuda_frames_go_straight_to_the_encoder_processes(tmp_path):
 
 def test_a_worker_spills_several_frames_sent_in_one_message(tmp_path):
     """The GPU path hands a worker a run of frames in one message; the worker writes the packets."""
-    from studio.core.composite import rgb_to_nv12
-    from studio.core.x264_pool import REC, SLOTS, ProcessEncoder, worker_pool
+    from studio.core.media.x264_pool import REC, SLOTS, ProcessEncoder, worker_pool
+    from studio.core.render.composite import rgb_to_nv12
 
     spill = tmp_path / "chunk.spill"
     enc = ProcessEncoder(worker_pool(1)[0], W, H, 25, 20, "ultrafast", path=spill)

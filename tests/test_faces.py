@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import DEMO_AVATAR
 
-from studio.core import faces
+from studio.core.avatars import faces
 from studio.core.constants import FACE_SIZE
 
 

@@ -9,10 +9,11 @@ import subprocess
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import DEMO_AVATAR, speechlike
+
 from studio.core.errors import Cancelled
-from studio.core.render import Renderer, RenderSettings
+from studio.core.render.renderer import Renderer
+from studio.core.settings import RenderSettings
 
 pytest.importorskip("ray", reason="the farm needs Ray: pip install 'studio[farm]' (ray is not installed)")
 
@@ -37,7 +38,7 @@ def home(tmp_path_factory):
 def avatar(home):
     import torch
 
-    from studio.core import avatar as avatar_mod
+    from studio.core.avatars import library as avatar_mod
 
     old = torch.get_num_threads()
     torch.set_num_threads(1)  # a shared 2-core machine: torch's thread pool is much slower here
@@ -65,7 +66,7 @@ def single(avatar, voice, tmp_path_factory):
 def farm(home, avatar):
     import ray
 
-    from studio.core.farm import Farm, init_ray
+    from studio.core.scale.farm import Farm, init_ray
 
     how = init_ray(None, num_cpus=2)
     try:
@@ -85,8 +86,11 @@ def decode(path):
 
 def same_video(got, want) -> bool:
     (g, ga), (w, wa) = got, want
-    return ga == wa == 1 and len(g) == len(w) == 75 and all(
-        x[0] == y[0] and np.array_equal(x[1], y[1]) for x, y in zip(g, w))
+    return (
+        ga == wa == 1
+        and len(g) == len(w) == 75
+        and all(x[0] == y[0] and np.array_equal(x[1], y[1]) for x, y in zip(g, w))
+    )
 
 
 def test_local_cluster_listens_on_loopback_only(farm):
@@ -156,7 +160,7 @@ def test_cancel_stops_every_chunk_and_writes_nothing(farm, avatar, voice, tmp_pa
 
 
 def test_a_node_without_the_avatar_folder_fetches_it_once(farm, avatar):
-    from studio.core.farm import _local_avatar, _ship_avatar
+    from studio.core.scale.farm import _local_avatar, _ship_avatar
 
     spec = _ship_avatar(avatar)
     elsewhere = dict(spec, folder="/nonexistent/avatar")  # as seen from another host
@@ -171,7 +175,12 @@ def test_cli_farm_status_without_a_cluster_says_how_to_start_one(home, tmp_path)
     import sys
 
     env = {**os.environ, "STUDIO_HOME": str(home), "RAY_ADDRESS": ""}
-    r = subprocess.run([sys.executable, "-m", "studio", "farm", "status", "--address", "127.0.0.1:1"],
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "farm", "status", "--address", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("studio: error: ") and "studio farm up" in r.stderr

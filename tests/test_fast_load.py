@@ -7,9 +7,9 @@ import time
 
 import pytest
 import torch
-
 from musetalk_fakes import write_official_and_taesd
-from studio.core import models
+
+from studio.core.store import models
 
 
 @pytest.fixture

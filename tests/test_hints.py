@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import av
 import numpy as np
 import pytest
-
-from studio.core.composite import rgb_to_nv12
-from studio.core.encode import open_video
-from studio.core.hints import MB, changing_macroblocks, changing_region, mask_rects
-from studio.core.render import stripes
 from test_encode import talking_frames
+
+from studio.core.media.hints import MB, changing_macroblocks, changing_region, mask_rects
+from studio.core.media.writer import open_video
+from studio.core.render.composite import rgb_to_nv12
+from studio.core.render.plan import stripes
 
 W, H = 320, 240
 
@@ -80,7 +80,7 @@ def test_a_moving_everywhere_avatar_gets_no_hints_and_a_photo_its_box(tmp_path):
 
 
 def test_an_encode_with_the_mask_decodes_like_one_without_and_is_not_larger(tmp_path):
-    from studio.core.x264_pool import hints_available
+    from studio.core.media.x264_pool import hints_available
 
     if not hints_available():
         pytest.skip("this PyAV's FFmpeg takes no video hints")
@@ -92,8 +92,9 @@ def test_an_encode_with_the_mask_decodes_like_one_without_and_is_not_larger(tmp_
     decoded = {}
     for name, hint in (("plain", None), ("hint", mask)):
         out = tmp_path / f"{name}.mp4"
-        with open_video(out, W, H, encoder="x264-parallel", workers=2, total_frames=n, changing=hint,
-                        preset="ultrafast") as wr:
+        with open_video(
+            out, W, H, encoder="x264-parallel", workers=2, total_frames=n, changing=hint, preset="ultrafast"
+        ) as wr:
             assert (wr.changing is None) == (hint is None) and (hint is None or len(wr.changing) >= 1)
             for idx in stripes(n, 8, wr.chunks, window=wr.window):
                 wr.write(nv12[idx], indices=idx)

@@ -19,14 +19,24 @@ import numpy as np
 import pytest
 from conftest import DEMO_AUDIO, DEMO_AVATAR, ROOT
 
-STUDIO = [str(ROOT / ".venv" / "bin" / "studio")] if (ROOT / ".venv" / "bin" / "studio").exists() else \
-    [sys.executable, "-m", "studio"]
+STUDIO = (
+    [str(ROOT / ".venv" / "bin" / "studio")]
+    if (ROOT / ".venv" / "bin" / "studio").exists()
+    else [sys.executable, "-m", "studio"]
+)
 
 
 def studio(home: Path, *argv, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "STUDIO_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
-    return subprocess.run([*STUDIO, *map(str, argv)], env=env, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, **kw)
+    return subprocess.run(
+        [*STUDIO, *map(str, argv)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        **kw,
+    )
 
 
 def lines(text: str) -> list[str]:
@@ -109,7 +119,6 @@ def test_a_different_file_at_the_source_path_is_refused_in_one_line(home, photo,
 
 
 def test_nan_landmarks_with_matching_checksums_do_not_crash(home, photo, tmp_path):
-    from studio.core import avatar as avatar_mod
 
     assert studio(home, "avatar", "add", "anna", photo).returncode == 0
     good = tmp_path / "good.png"
@@ -119,7 +128,9 @@ def test_nan_landmarks_with_matching_checksums_do_not_crash(home, photo, tmp_pat
     lm[0, 100:200] = np.nan
     np.save(folder / "crop_landmarks.npy", lm)
     meta = json.loads((folder / "meta.json").read_text())
-    meta["files"]["crop_landmarks"] = avatar_mod._file_spec(folder / "crop_landmarks.npy")
+    from studio.core.avatars.cache import file_spec
+
+    meta["files"]["crop_landmarks"] = file_spec(folder / "crop_landmarks.npy")
     (folder / "meta.json").write_text(json.dumps(meta))
     out = tmp_path / "f.png"
     r = _frame(home, out, t="1.2")
@@ -250,8 +261,14 @@ def test_a_full_disk_while_adding_a_video_of_unknown_length(small_disk, tmp_path
 def test_sigterm_during_avatar_add_leaves_no_temporary(home, tmp_path):
     src = _video(tmp_path / "long.mp4", 400, size=(640, 360))
     env = {**os.environ, "STUDIO_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
-    proc = subprocess.Popen([*STUDIO, "avatar", "add", "long", str(src)], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*STUDIO, "avatar", "add", "long", str(src)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     folder = home / "avatars" / "long"
     deadline = time.monotonic() + 120
     tmp = []
@@ -281,8 +298,21 @@ def test_damage_met_by_two_chunk_workers_is_repaired_once(home, photo, tmp_path)
     assert studio(home, "avatar", "add", "anna", photo).returncode == 0
 
     def render(out):
-        return studio(home, "render", "--avatar", "anna", "--audio", audio, "-o", out, "--engine", "classic",
-                      "--chunks", "2", timeout=600)
+        return studio(
+            home,
+            "render",
+            "--avatar",
+            "anna",
+            "--audio",
+            audio,
+            "-o",
+            out,
+            "--engine",
+            "classic",
+            "--chunks",
+            "2",
+            timeout=600,
+        )
 
     good = tmp_path / "good.mp4"
     assert render(good).returncode == 0

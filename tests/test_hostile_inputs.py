@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import DEMO_AUDIO, prepare_demo_avatar, speechlike, tone
 
 CANCEL = "cancelled{}; nothing was written"
@@ -65,13 +64,23 @@ def _env(home: Path) -> dict:
 
 
 def studio(home: Path, *args, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "studio", *map(str, args)], capture_output=True, text=True,
-                          env=_env(home), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "studio", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=_env(home),
+        timeout=timeout,
+    )
 
 
 def start(home: Path, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "studio", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(home))
+    return subprocess.Popen(
+        [sys.executable, "-m", "studio", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(home),
+    )
 
 
 def one_error_line(r: subprocess.CompletedProcess, *needles: str) -> str:
@@ -131,8 +140,12 @@ def wait_until(cond, timeout: float, what: str, proc: subprocess.Popen | None = 
 def mid_render(proc: subprocess.Popen, folder: Path, chunks: bool) -> None:
     """Wait until ``proc`` is really rendering into ``folder`` (its temporaries are there)."""
     if chunks:  # a worker has its segment open inside the chunk folder
-        wait_until(lambda: any(d.is_dir() and any(d.iterdir()) for d in folder.glob(".*.part")), 90,
-                   "the chunk workers to start", proc)
+        wait_until(
+            lambda: any(d.is_dir() and any(d.iterdir()) for d in folder.glob(".*.part")),
+            90,
+            "the chunk workers to start",
+            proc,
+        )
     else:
         wait_until(lambda: list(folder.glob(".*.part.mp4")), 60, "the writer to start", proc)
     time.sleep(0.5)
@@ -143,7 +156,9 @@ def _only_info_before(lines: list[str], err: str) -> None:
     warning (the leaked shared-memory one), no traceback, no second message."""
     for line in lines[:-1]:
         low = line.lower()
-        assert not line.startswith("studio:") and not any(w in low for w in ("traceback", "warn", "leaked", "error")), err
+        assert not line.startswith("studio:") and not any(w in low for w in ("traceback", "warn", "leaked", "error")), (
+            err
+        )
 
 
 def sha(path: Path) -> str:
@@ -157,13 +172,21 @@ def sha(path: Path) -> str:
 @pytest.mark.parametrize(
     "sig, mode",
     # one mechanism for every stop signal: SIGINT and SIGHUP once, SIGTERM with each kind of worker
-    [(signal.SIGINT, "plain"), (signal.SIGTERM, "plain"), (signal.SIGHUP, "plain"), (signal.SIGTERM, "x264-parallel"),
-     (signal.SIGTERM, "chunks")],
+    [
+        (signal.SIGINT, "plain"),
+        (signal.SIGTERM, "plain"),
+        (signal.SIGHUP, "plain"),
+        (signal.SIGTERM, "x264-parallel"),
+        (signal.SIGTERM, "chunks"),
+    ],
     ids=lambda v: getattr(v, "name", v),
 )
 def test_sigterm_and_sighup_cancel_like_ctrl_c(home, voice, out, sig, mode):
-    extra = {"plain": ("--encoder", "x264"), "x264-parallel": ("--encoder", "x264-parallel"),
-             "chunks": ("--chunks", "2")}[mode]
+    extra = {
+        "plain": ("--encoder", "x264"),
+        "x264-parallel": ("--encoder", "x264-parallel"),
+        "chunks": ("--chunks", "2"),
+    }[mode]
     proc = start(home, *render_args(voice, out / "talk.mp4", *extra))
     try:
         mid_render(proc, out, chunks=mode == "chunks")
@@ -287,14 +310,20 @@ def test_an_output_that_is_a_folder_is_refused_before_the_render(home, short, ou
     assert os.listdir(out) == []
 
 
-@pytest.mark.parametrize("cmd, name, needle", [
-    ("render", "talk.avi", "give the output a .mp4, .mov or .m4v name"),
-    ("render", "talk", "give the output a .mp4, .mov or .m4v name"),
-    ("frame", "frame.jpg", "give the output a .png name"),
-])
+@pytest.mark.parametrize(
+    "cmd, name, needle",
+    [
+        ("render", "talk.avi", "give the output a .mp4, .mov or .m4v name"),
+        ("render", "talk", "give the output a .mp4, .mov or .m4v name"),
+        ("frame", "frame.jpg", "give the output a .png name"),
+    ],
+)
 def test_a_wrong_extension_is_refused(home, short, out, cmd, name, needle):
-    args = render_args(short, out / name) if cmd == "render" else (
-        "frame", "--avatar", "astro", "--audio", short, "-t", "0.2", "-o", out / name, "--engine", "classic")
+    args = (
+        render_args(short, out / name)
+        if cmd == "render"
+        else ("frame", "--avatar", "astro", "--audio", short, "-t", "0.2", "-o", out / name, "--engine", "classic")
+    )
     one_error_line(studio(home, *args), needle)
     assert os.listdir(out) == []
 
@@ -302,7 +331,7 @@ def test_a_wrong_extension_is_refused(home, short, out, cmd, name, needle):
 def test_a_mov_output_is_mp4_inside_and_gets_the_umask(home, short, out):
     import av
 
-    from studio.core.outputs import check_output
+    from studio.core.store.outputs import check_output
 
     assert check_output(out / "talk.m4v", []) == out / "talk.m4v"  # .m4v is the same container
     r = studio(home, *render_args(short, out / "talk.mov", "--encoder", "x264"))
@@ -321,8 +350,7 @@ def small_mount(tmp_path):
     """A 48 KiB tmpfs (needs root and mount rights; skipped otherwise), unmounted afterwards."""
     folder = tmp_path / "mnt"
     folder.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(folder)], capture_output=True,
-                       text=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(folder)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode})")
     try:
@@ -335,8 +363,9 @@ def test_a_read_only_output_folder_is_refused_before_the_render(home, short, sma
     r = subprocess.run(["mount", "-o", "remount,ro", str(small_mount)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot remount read-only ({r.stderr.strip()})")
-    one_error_line(studio(home, *render_args(short, small_mount / "talk.mp4")), "is not writable",
-                   "Read-only file system")
+    one_error_line(
+        studio(home, *render_args(short, small_mount / "talk.mp4")), "is not writable", "Read-only file system"
+    )
 
 
 def test_a_full_disk_under_parallel_x264_names_the_folder(home, tmp_path, small_mount):
@@ -346,8 +375,10 @@ def test_a_full_disk_under_parallel_x264_names_the_folder(home, tmp_path, small_
     r = studio(home, *render_args(voice, small_mount / "talk.mp4", "--encoder", "x264-parallel"))
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2, r.stderr
-    assert lines[-1] == (f"studio: error: The disk is full (no space left on device in {small_mount}) while "
-                         "writing talk.mp4: free some space and render again."), r.stderr
+    assert lines[-1] == (
+        f"studio: error: The disk is full (no space left on device in {small_mount}) while "
+        "writing talk.mp4: free some space and render again."
+    ), r.stderr
     assert "Broken pipe" not in r.stderr
     _only_info_before(lines, r.stderr)
     assert os.listdir(small_mount) == []
@@ -358,7 +389,7 @@ def test_an_encoder_process_that_fills_the_disk_reports_errno_and_file(small_mou
     full disk used to end the worker silently: the parent saw a broken pipe)."""
     import errno
 
-    from studio.core.x264_pool import ProcessEncoder, shutdown_pool, worker_pool
+    from studio.core.media.x264_pool import ProcessEncoder, shutdown_pool, worker_pool
 
     spill = small_mount / ".talk.x.part.mp4.chunk0"
     rng = np.random.default_rng(0)
@@ -398,7 +429,8 @@ def test_nan_audio_is_refused_with_the_count(home, tmp_path, out):
     one_error_line(studio(home, "analyze", path), "11 of 16000 samples are not numbers")
     r = studio(home, *render_args(path, out / "talk.mp4"))
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith(
-        "11 of 16000 samples are not numbers (NaN or infinite), so the file is damaged; export the voice-over again"), r.stderr
+        "11 of 16000 samples are not numbers (NaN or infinite), so the file is damaged; export the voice-over again"
+    ), r.stderr
     assert "Traceback" not in r.stderr and os.listdir(out) == []
 
 
@@ -435,8 +467,11 @@ def presenter_clip(tmp_path_factory) -> Path:
     import av
     import PIL.Image
 
-    rgb = np.asarray(PIL.Image.open(Path(__file__).parent.parent / "resources" / "demo" / "astronaut.png")
-                     .convert("RGB").resize((256, 256)))
+    rgb = np.asarray(
+        PIL.Image.open(Path(__file__).parent.parent / "resources" / "demo" / "astronaut.png")
+        .convert("RGB")
+        .resize((256, 256))
+    )
     path = tmp_path_factory.mktemp("clip") / "presenter.mp4"
     with av.open(str(path), "w") as c:
         s = c.add_stream("libx264", rate=25)

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from studio.core import jobs
 from studio.core.errors import InputError
-from studio.core.jobs import JobStore
+from studio.core.store import jobs
+from studio.core.store.jobs import JobStore
 
 
 def test_default_store_lives_in_the_data_folder(studio_home):
@@ -68,8 +68,10 @@ def test_a_running_job_comes_back_interrupted_after_its_process_died(tmp_path):
     running = store.add("a", "2.wav", {"crf": 23}, "2.mp4")
     waiting = store.add("a", "3.wav", {}, "3.mp4")
     # another process claims the job, then is killed mid-render
-    code = ("import os, signal, sys; from studio.core.jobs import JobStore; "
-            "JobStore(sys.argv[1]).claim_next(); os.kill(os.getpid(), signal.SIGKILL)")
+    code = (
+        "import os, signal, sys; from studio.core.store.jobs import JobStore; "
+        "JobStore(sys.argv[1]).claim_next(); os.kill(os.getpid(), signal.SIGKILL)"
+    )
     r = subprocess.run([sys.executable, "-c", code, str(path)])
     assert r.returncode == -signal.SIGKILL
     assert store.get(running.id).state == jobs.RUNNING

@@ -19,8 +19,8 @@ from musetalk_fakes import (
 )
 
 from studio.cli import main as cli_main
-from studio.core import models
 from studio.core.errors import ModelError
+from studio.core.store import models
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,12 @@ def test_old_sd_vae_attention_names_map_onto_the_module():
     expected = models.expected_shapes("vae", SD_VAE_CONFIG)
     old = {}
     for k, v in expected.items():
-        for new, legacy in ((".to_q.", ".query."), (".to_k.", ".key."), (".to_v.", ".value."), (".to_out.0.", ".proj_attn.")):
+        for new, legacy in (
+            (".to_q.", ".query."),
+            (".to_k.", ".key."),
+            (".to_v.", ".value."),
+            (".to_out.0.", ".proj_attn."),
+        ):
             k = k.replace(new, legacy)
         old[k] = v + (1, 1) if k.endswith("query.weight") else v  # some checkpoints store 1x1 convs
     assert "decoder.mid_block.attentions.0.proj_attn.weight" in old
@@ -91,7 +96,10 @@ def test_import_stores_hard_links_and_records_sha256_and_size(official, studio_h
     assert stored.stat().st_ino == src.stat().st_ino  # hard link, same file system
     assert rec["tensors"] == len(models.expected_shapes("unet", UNET_TINY))
     assert manifest["components"]["whisper"]["files"].keys() == {
-        "config.json", "pytorch_model.bin", "preprocessor_config.json"}
+        "config.json",
+        "pytorch_model.bin",
+        "preprocessor_config.json",
+    }
     assert models.availability() == "ready: v1.5 UNet, sd-vae, whisper-tiny, taesd"
     assert set(models.list_models()) == {"musetalkV15", "musetalk", "sd-vae", "whisper", "taesd"}
     assert all(r["status"] == "ok" for r in models.verify_store())
@@ -124,9 +132,12 @@ def test_verify_detects_truncated_and_changed_files(copy_of, studio_home):
 def test_empty_or_partial_store_is_unavailable_with_the_fix(official):
     assert models.availability() == (
         "unavailable: not imported: a MuseTalk UNet (musetalkV15/ or musetalk/), sd-vae/, whisper/; "
-        "run studio models import DIR with the official MuseTalk models/ folder")
+        "run studio models import DIR with the official MuseTalk models/ folder"
+    )
     models.import_models(taesd=official[1])
-    assert models.availability().startswith("unavailable: not imported: a MuseTalk UNet (musetalkV15/ or musetalk/), sd-vae/, whisper/;")
+    assert models.availability().startswith(
+        "unavailable: not imported: a MuseTalk UNet (musetalkV15/ or musetalk/), sd-vae/, whisper/;"
+    )
     assert list(models.list_models()) == ["taesd"]
 
 
@@ -156,7 +167,10 @@ def test_weights_of_another_architecture_fail_on_shape(copy_of):
     other = {**UNET_TINY, "cross_attention_dim": 48}
     write_unet(copy_of / "musetalkV15", "unet.pth", config=other)
     (copy_of / "musetalkV15" / "musetalk.json").write_text(json.dumps(UNET_TINY))
-    with pytest.raises(ModelError, match=r"unet\.pth: tensor .*attn2\.to_k\.weight has shape \[32, 48\] but musetalk\.json needs \[32, 32\]"):
+    with pytest.raises(
+        ModelError,
+        match=r"unet\.pth: tensor .*attn2\.to_k\.weight has shape \[32, 48\] but musetalk\.json needs \[32, 32\]",
+    ):
         models.import_models(copy_of)
 
 

@@ -8,11 +8,12 @@ import av
 import numpy as np
 import pytest
 import torch
-
 from conftest import prepare_demo_avatar, speech_pause_speech
+
 from studio.core.errors import Cancelled
-from studio.core.multigpu import DeviceRender, render_on_devices, split_chunks
-from studio.core.render import Renderer, RenderSettings
+from studio.core.render.renderer import Renderer
+from studio.core.scale.multigpu import DeviceRender, render_on_devices, split_chunks
+from studio.core.settings import RenderSettings
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +92,25 @@ def test_cli_gpus_without_enough_gpus_is_one_line_and_exit_2(tmp_path, voice):
 
     if torch.cuda.device_count() >= 64:
         pytest.skip("this machine has 64 GPUs")
-    r = subprocess.run([sys.executable, "-m", "studio", "render", "--avatar", "nobody", "--audio", str(voice),
-                        "-o", str(tmp_path / "o.mp4"),
-                        "--gpus", "64"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "studio",
+            "render",
+            "--avatar",
+            "nobody",
+            "--audio",
+            str(voice),
+            "-o",
+            str(tmp_path / "o.mp4"),
+            "--gpus",
+            "64",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2
     assert "--gpus 64: this machine has" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o.mp4").exists()

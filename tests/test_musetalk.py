@@ -12,8 +12,6 @@ from conftest import speechlike
 from musetalk_fakes import WIDTH, FakeAvatar, write_official_and_taesd
 
 from studio.cli import main as cli_main
-from studio.core import models
-from studio.core.audio import load
 from studio.core.constants import FPS, SAMPLE_RATE
 from studio.core.engines import runtime_torch as rt
 from studio.core.engines.whisper_features import (
@@ -23,6 +21,8 @@ from studio.core.engines.whisper_features import (
     positional_encoding,
     window_steps,
 )
+from studio.core.media.audio import load
+from studio.core.store import models
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +91,10 @@ def test_hidden_states_are_the_stacked_encoder_states_last_one_layer_normed(whis
     enc = whisper.encoder
     mel = whisper.log_mel([wave.samples])
     layer_out = []
-    hooks = [m.register_forward_hook(lambda m, i, o: layer_out.append(o[0] if isinstance(o, tuple) else o))
-             for m in enc.layers]
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: layer_out.append(o[0] if isinstance(o, tuple) else o))
+        for m in enc.layers
+    ]
     with torch.no_grad():
         enc(mel)
         emb = torch.nn.functional.gelu(enc.conv2(torch.nn.functional.gelu(enc.conv1(mel))))
@@ -116,10 +118,12 @@ def test_long_audio_is_cut_in_30_second_pieces(whisper, tmp_path):
     assert len(whisper(wave)) == wave.frames == 31 * FPS
 
 
-def test_features_cli_writes_the_T_50_width_array(official, tmp_path, whisper):
+def test_features_cli_writes_the_t_50_width_array(official, tmp_path, whisper):
     wave = _wave(tmp_path, 0.97)
     out = tmp_path / "f.npy"
-    assert cli_main(["features", str(tmp_path / "v.wav"), "--whisper", str(official[0] / "whisper"), "-o", str(out)]) == 0
+    assert (
+        cli_main(["features", str(tmp_path / "v.wav"), "--whisper", str(official[0] / "whisper"), "-o", str(out)]) == 0
+    )
     arr = np.load(out)
     assert arr.shape == (math.ceil(0.97 * FPS), 50, WIDTH) == (25, 50, WIDTH)
     np.testing.assert_allclose(arr, whisper(wave).array(), atol=1e-6)
@@ -152,8 +156,9 @@ def test_folded_time_embedding_gives_the_same_unet_output(official):
     assert isinstance(unet.time_embedding, rt.ConstantEmbedding)
     torch.testing.assert_close(folded, ref, atol=1e-5, rtol=1e-5)
     assert ref.shape == (2, 4, 32, 32) and ref.abs().mean() > 0
-    half = models.load_module("unet", official[0] / "musetalkV15", official[0] / "musetalkV15" / "unet.pth",
-                              dtype=torch.bfloat16)
+    half = models.load_module(
+        "unet", official[0] / "musetalkV15", official[0] / "musetalkV15" / "unet.pth", dtype=torch.bfloat16
+    )
     want = half.time_embedding(half.time_proj(torch.zeros(1)).to(torch.bfloat16))
     rt.fold_time_embedding(half)
     assert half.time_embedding.emb.dtype == torch.bfloat16
@@ -243,9 +248,10 @@ def test_the_compile_setting_reaches_the_engine_the_pool_key_and_the_command_lin
     compiling MuseTalk engine, warm apart from the plain one; the classic engine ignores it."""
     from studio.cli import build_parser
     from studio.cli.render import _settings
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
+    from studio.core.settings import from_dict as settings_from_dict
     from studio.service.pool import EnginePool
-    from studio.service.request import settings_from_dict
 
     on = RenderSettings(engine="musetalk", device="cpu", compile=True)
     assert Renderer("a", "b.wav", on).engine.compile is True
@@ -291,7 +297,9 @@ def test_cuda_graph_buckets_match_eager_on_cuda(store, tmp_path):
         engine = MuseTalkEngine(device="cuda", precision="fp32", cuda_graphs=graphs, batch=8)
         prepared = engine.prepare(avatar)
         engine.bind(engine.audio_features(wave))
-        out[graphs] = [engine.generate(prepared, [i % 3 for i in range(n)], list(range(n))).cpu() for n in (1, 3, 8, 70)]
+        out[graphs] = [
+            engine.generate(prepared, [i % 3 for i in range(n)], list(range(n))).cpu() for n in (1, 3, 8, 70)
+        ]
         if graphs:  # a bucket is captured on its second use: run them again, graphed this time
             again = [engine.generate(prepared, [i % 3 for i in range(n)], list(range(n))).cpu() for n in (1, 3, 8, 70)]
             assert all((a.int() - b.int()).abs().max() <= 1 for a, b in zip(out[graphs], again))
@@ -313,8 +321,10 @@ def test_pad_left_and_window_constants_are_the_spec():
 def test_render_with_musetalk_on_cpu_and_frame_at_matches(store, tmp_path):
     from conftest import DEMO_AVATAR
 
-    from studio.core import avatar as avatar_mod
-    from studio.core.render import Renderer, RenderSettings, frame_index
+    from studio.core.avatars import library as avatar_mod
+    from studio.core.render.plan import frame_index
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     av = avatar_mod.prepare("astro", DEMO_AVATAR)
     voice = tmp_path / "voice.wav"

@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
-from studio.core import models
-from studio.core import random_models as rm
 from studio.core.engines import nets
+from studio.core.engines import random_models as rm
 from studio.core.errors import ModelError
+from studio.core.store import models
 
 ATOL = 1e-5
 
@@ -75,8 +75,13 @@ def test_tiny_unet_time_modules_match_diffusers():
 
 
 def test_tiny_unet_linear_projection_and_deeper_transformers_match():
-    cfg = {**rm.UNET_TINY, "use_linear_projection": True, "transformer_layers_per_block": [2, 1],
-           "attention_head_dim": [2, 4], "layers_per_block": [1, 2]}
+    cfg = {
+        **rm.UNET_TINY,
+        "use_linear_projection": True,
+        "transformer_layers_per_block": [2, 1],
+        "attention_head_dim": [2, 4],
+        "layers_per_block": [1, 2],
+    }
     ref, mine = _pair("unet", cfg)
     x, a = torch.randn(2, 8, 16, 16), torch.randn(2, 10, rm.WIDTH)
     with torch.no_grad():
@@ -118,7 +123,10 @@ def test_half_precision_matches_diffusers(kind, config):
     g = torch.Generator().manual_seed(5)
     with torch.inference_mode():
         if kind == "unet":
-            x, a = torch.randn(2, 8, 32, 32, generator=g).bfloat16(), torch.randn(2, 50, rm.WIDTH, generator=g).bfloat16()
+            x, a = (
+                torch.randn(2, 8, 32, 32, generator=g).bfloat16(),
+                torch.randn(2, 50, rm.WIDTH, generator=g).bfloat16(),
+            )
             want, got = (m(x, 0, encoder_hidden_states=a, return_dict=False)[0] for m in (ref, mine))
         else:
             z = torch.randn(2, 4, 8, 8, generator=g).bfloat16()
@@ -127,8 +135,9 @@ def test_half_precision_matches_diffusers(kind, config):
     _close(got.float(), want.float(), atol=0.02)
 
 
-@pytest.mark.parametrize("kind,config", [("unet", rm.MUSETALK_UNET_CONFIG), ("vae", rm.SD_VAE_CONFIG),
-                                         ("taesd", rm.TAESD_CONFIG)])
+@pytest.mark.parametrize(
+    "kind,config", [("unet", rm.MUSETALK_UNET_CONFIG), ("vae", rm.SD_VAE_CONFIG), ("taesd", rm.TAESD_CONFIG)]
+)
 def test_real_architectures_have_diffusers_keys_and_shapes(kind, config):
     from diffusers import AutoencoderKL, AutoencoderTiny, UNet2DConditionModel
 
@@ -181,8 +190,10 @@ def test_load_module_of_written_weights_matches_diffusers(written, kind, folder)
         if kind == "unet":
             lat, audio = torch.randn(2, 8, 32, 32, generator=g), torch.randn(2, 50, rm.WIDTH, generator=g)
             t = torch.zeros(1, dtype=torch.long)
-            _close(mine(lat, t, encoder_hidden_states=audio, return_dict=False)[0],
-                   ref(lat, t, encoder_hidden_states=audio, return_dict=False)[0])
+            _close(
+                mine(lat, t, encoder_hidden_states=audio, return_dict=False)[0],
+                ref(lat, t, encoder_hidden_states=audio, return_dict=False)[0],
+            )
         elif kind == "vae":
             x = torch.rand(1, 3, 64, 64, generator=g) * 2 - 1
             _close(mine.encode(x).latent_dist.mean, ref.encode(x).latent_dist.mean)
@@ -211,16 +222,19 @@ def test_loading_the_networks_never_imports_diffusers(written):
     assert "diffusers" not in loaded and "transformers" not in loaded, loaded
 
 
-@pytest.mark.parametrize("kind,change,field", [
-    ("unet", {"cross_attention_norm": "group_norm"}, "cross_attention_norm"),
-    ("unet", {"addition_embed_type": "text"}, "addition_embed_type"),
-    ("unet", {"mid_block_type": "UNetMidBlock2DSimpleCrossAttn"}, "mid_block_type"),
-    ("unet", {"down_block_types": ["SimpleCrossAttnDownBlock2D", "DownBlock2D"]}, "down_block_types"),
-    ("unet", {"act_fn": "tanh"}, "act_fn"),
-    ("unet", {"attention_head_dim": None}, "attention_head_dim"),
-    ("vae", {"down_block_types": ["AttnDownEncoderBlock2D"] * 4}, "down_block_types"),
-    ("taesd", {"upsample_fn": "area-ish"}, "upsample_fn"),
-])
+@pytest.mark.parametrize(
+    "kind,change,field",
+    [
+        ("unet", {"cross_attention_norm": "group_norm"}, "cross_attention_norm"),
+        ("unet", {"addition_embed_type": "text"}, "addition_embed_type"),
+        ("unet", {"mid_block_type": "UNetMidBlock2DSimpleCrossAttn"}, "mid_block_type"),
+        ("unet", {"down_block_types": ["SimpleCrossAttnDownBlock2D", "DownBlock2D"]}, "down_block_types"),
+        ("unet", {"act_fn": "tanh"}, "act_fn"),
+        ("unet", {"attention_head_dim": None}, "attention_head_dim"),
+        ("vae", {"down_block_types": ["AttnDownEncoderBlock2D"] * 4}, "down_block_types"),
+        ("taesd", {"upsample_fn": "area-ish"}, "upsample_fn"),
+    ],
+)
 def test_unsupported_config_features_are_refused_in_one_sentence(tmp_path, kind, change, field):
     config = {"unet": rm.UNET_TINY, "vae": rm.VAE_TINY, "taesd": rm.TAESD_TINY}[kind]
     with pytest.raises(ValueError, match=field):

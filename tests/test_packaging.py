@@ -44,7 +44,7 @@ def _write_mp4(path: Path, frames: int, audio: bool) -> None:
         if a is not None:
             samples = (0.1 * np.sin(np.arange(frames * 640) * 0.05)).astype(np.float32)
             for k in range(0, len(samples), 1024):
-                af = av.AudioFrame.from_ndarray(samples[None, k:k + 1024], format="flt", layout="mono")
+                af = av.AudioFrame.from_ndarray(samples[None, k : k + 1024], format="flt", layout="mono")
                 af.sample_rate, af.pts, af.time_base = 16000, k, Fraction(1, 16000)
                 box.mux(a.encode(af))
             box.mux(a.encode(None))
@@ -84,7 +84,7 @@ def test_desktop_entry_passes_desktop_file_validate():
 
 
 def test_frozen_app_finds_resources_in_the_bundle(monkeypatch, tmp_path):
-    from studio.core.paths import repo_resources
+    from studio.core.store.paths import repo_resources
 
     assert (repo_resources() / "demo" / "voiceover.flac").is_file()  # the checkout's resources/
     monkeypatch.setattr(sys, "frozen", True, raising=False)
@@ -101,8 +101,10 @@ def test_spec_bundles_every_resource_the_app_reads():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("STUDIO_PACKAGING_TEST") != "1",
-                    reason="builds the frozen app (minutes): set STUDIO_PACKAGING_TEST=1")
+@pytest.mark.skipif(
+    os.environ.get("STUDIO_PACKAGING_TEST") != "1",
+    reason="builds the frozen app (minutes): set STUDIO_PACKAGING_TEST=1",
+)
 def test_frozen_app_builds_and_renders_the_demo():
     build = subprocess.run([str(PACKAGING / "build.sh")], cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert build.returncode == 0, build.stderr[-4000:]

@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-from studio.core import models
-from studio.core import random_models as rm
+from studio.core.engines import random_models as rm
+from studio.core.store import models
 
 
 def test_writing_and_loading_the_folders_needs_neither_diffusers_nor_transformers(tmp_path):
@@ -32,9 +32,16 @@ def test_writing_and_loading_the_folders_needs_neither_diffusers_nor_transformer
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1].replace("'", '"')) == [
-        "musetalk/musetalk.json", "musetalk/pytorch_model.bin", "musetalkV15/musetalk.json", "musetalkV15/unet.pth",
-        "sd-vae/config.json", "sd-vae/diffusion_pytorch_model.bin", "taesd/config.json",
-        "taesd/diffusion_pytorch_model.safetensors", "whisper/config.json", "whisper/preprocessor_config.json",
+        "musetalk/musetalk.json",
+        "musetalk/pytorch_model.bin",
+        "musetalkV15/musetalk.json",
+        "musetalkV15/unet.pth",
+        "sd-vae/config.json",
+        "sd-vae/diffusion_pytorch_model.bin",
+        "taesd/config.json",
+        "taesd/diffusion_pytorch_model.safetensors",
+        "whisper/config.json",
+        "whisper/preprocessor_config.json",
         "whisper/pytorch_model.bin",
     ]
 
@@ -66,12 +73,15 @@ def test_taesd_folder_is_what_save_pretrained_writes(written, tmp_path):
     assert sorted(p.name for p in ref.iterdir()) == sorted(p.name for p in (written / "taesd").iterdir())
     mine, theirs = (json.loads((d / "config.json").read_text()) for d in (written / "taesd", ref))
     assert set(mine) == set(theirs)
-    assert {k: v for k, v in mine.items() if k != "_diffusers_version"} == \
-        {k: v for k, v in theirs.items() if k != "_diffusers_version"}
+    assert {k: v for k, v in mine.items() if k != "_diffusers_version"} == {
+        k: v for k, v in theirs.items() if k != "_diffusers_version"
+    }
     from safetensors import safe_open
 
-    with safe_open(str(written / "taesd" / "diffusion_pytorch_model.safetensors"), "pt") as a, \
-            safe_open(str(ref / "diffusion_pytorch_model.safetensors"), "pt") as b:
+    with (
+        safe_open(str(written / "taesd" / "diffusion_pytorch_model.safetensors"), "pt") as a,
+        safe_open(str(ref / "diffusion_pytorch_model.safetensors"), "pt") as b,
+    ):
         assert a.metadata() == b.metadata() == {"format": "pt"}
         assert {k: a.get_slice(k).get_shape() for k in a.keys()} == {k: b.get_slice(k).get_shape() for k in b.keys()}
 
@@ -84,8 +94,9 @@ def test_whisper_folder_has_transformers_fields_and_encoder_tensors(written, tmp
     assert set(cfg) == set(ref_cfg) - {"transformers_version"}
     assert all(cfg[k] == ref_cfg[k] for k in cfg), {k: (cfg[k], ref_cfg[k]) for k in cfg if cfg[k] != ref_cfg[k]}
     transformers.WhisperFeatureExtractor(feature_size=cfg["num_mel_bins"]).save_pretrained(str(tmp_path))
-    assert json.loads((folder / "preprocessor_config.json").read_text()) == \
-        json.loads((tmp_path / "preprocessor_config.json").read_text())
+    assert json.loads((folder / "preprocessor_config.json").read_text()) == json.loads(
+        (tmp_path / "preprocessor_config.json").read_text()
+    )
     state = models.read_state_dict(folder / "pytorch_model.bin")
     enc = transformers.models.whisper.modeling_whisper.WhisperEncoder(transformers.WhisperConfig.from_dict(cfg))
     want = {f"model.encoder.{k}": tuple(v.shape) for k, v in enc.state_dict().items()}

@@ -9,17 +9,11 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import prepare_demo_avatar, speech_pause_speech
-from studio.core.render import (
-    RenderSettings,
-    Renderer,
-    batch_ranges,
-    crossfade_weights,
-    frame_index,
-    stripes,
-)
 
+from studio.core.render.plan import crossfade_weights, frame_index, stripes
+from studio.core.render.renderer import Renderer
+from studio.core.settings import RenderSettings
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +68,10 @@ def test_stripes_cut_by_engine_frames_keep_the_engine_full():
     assert all(c == 64 for c, b in zip(counts[:-1], out[:-1]) if len(b) < 128)
     assert sum(counts) == int(engine.sum()) and 0 < counts[-1] <= 64
     assert len(out) < len(stripes(672, 64, ch16))  # fewer, fuller engine calls
-    assert [b.tolist() for b in stripes(6, 2, [(0, 6)], engine=np.array([1, 0, 0, 1, 1, 1], bool))] == \
-        [[0, 1, 2, 3], [4, 5]]
+    assert [b.tolist() for b in stripes(6, 2, [(0, 6)], engine=np.array([1, 0, 0, 1, 1, 1], bool))] == [
+        [0, 1, 2, 3],
+        [4, 5],
+    ]
 
 
 def test_frame_index_is_floor_of_t_times_25():
@@ -156,7 +152,7 @@ def test_cancel_leaves_no_file_and_keeps_the_old_one(avatar, voice, tmp_path):
     out.write_bytes(b"previous render")
     r = Renderer(avatar, voice, RenderSettings(engine="classic", device="cpu", batch=8, encoder="x264"))
     with pytest.raises(Cancelled):
-        for p in r.run(out):
+        for _p in r.run(out):
             r.cancel()
     assert out.read_bytes() == b"previous render"
     assert [p.name for p in tmp_path.iterdir()] == ["keep.mp4"]
@@ -179,7 +175,9 @@ def test_cli_render_json_and_frame_png(avatar, voice, tmp_path):
         assert key in d
     assert d["frames"] == 75 and d["engine"] == "classic" and out.exists()
     png = tmp_path / "f.png"
-    r = _studio("frame", "--avatar", "astro", "--audio", voice, "-t", "0.5", "-o", png, "--engine", "classic", home=home)
+    r = _studio(
+        "frame", "--avatar", "astro", "--audio", voice, "-t", "0.5", "-o", png, "--engine", "classic", home=home
+    )
     assert r.returncode == 0, r.stderr
     got = np.asarray(PIL.Image.open(png).convert("RGB"))
     want = Renderer(avatar, voice, RenderSettings(engine="classic", device="cpu")).frame_at(0.5)
@@ -204,9 +202,11 @@ def test_cli_bad_input_exit_2(avatar, voice, tmp_path, case):
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_nv12_batches_equal_converted_rgb_batches_on_cuda(tmp_path, voice):
     from studio.core.bench import synthetic_avatar  # no face tracker needed
-    from studio.core.composite import pad_even, rgb_to_nv12
+    from studio.core.render.composite import pad_even, rgb_to_nv12
 
-    r = Renderer(synthetic_avatar(tmp_path, 360, loop_frames=10), voice, RenderSettings(engine="classic", device="cuda"))
+    r = Renderer(
+        synthetic_avatar(tmp_path, 360, loop_frames=10), voice, RenderSettings(engine="classic", device="cuda")
+    )
     assert r.nv12_ready
     batches = [np.arange(0, 20), np.arange(25, 40), np.arange(60, 75)]  # speech, the pause, mixed
     rgb = [rgb_to_nv12(pad_even(f)) for _, f in r.iter_batches(batches)]
@@ -215,16 +215,25 @@ def test_nv12_batches_equal_converted_rgb_batches_on_cuda(tmp_path, voice):
         assert a.shape == b.shape and bool((a == b).all())
 
 
-@pytest.mark.parametrize("env, expect", [({"STUDIO_CPU_THREADS": "3"}, 3), ({"OMP_NUM_THREADS": "2"}, 2),
-                                         ({}, max(1, (__import__("os").cpu_count() or 1) // 4))])
+@pytest.mark.parametrize(
+    "env, expect",
+    [
+        ({"STUDIO_CPU_THREADS": "3"}, 3),
+        ({"OMP_NUM_THREADS": "2"}, 2),
+        ({}, max(1, (__import__("os").cpu_count() or 1) // 4)),
+    ],
+)
 def test_cpu_render_threads_are_capped_unless_the_user_says(env, expect):
     import os
     import subprocess
     import sys
 
     clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "STUDIO_CPU_THREADS")}
-    code = ("import torch; from studio.core.engines.runtime_torch import limit_cpu_threads as f; "
-            "print(f(), torch.get_num_threads())")
-    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True,
-                         timeout=120, check=True).stdout.split()
+    code = (
+        "import torch; from studio.core.engines.runtime_torch import limit_cpu_threads as f; "
+        "print(f(), torch.get_num_threads())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
     assert out == [str(expect), str(expect)]

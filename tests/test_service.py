@@ -36,8 +36,9 @@ def env(home, monkeypatch):
 
 
 def studio(env, *args, timeout=300, check=True):
-    r = subprocess.run([sys.executable, "-m", "studio", *args], env=env, capture_output=True, text=True,
-                       timeout=timeout, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
     if check:
         assert r.returncode == 0, r.stderr
     return r
@@ -55,7 +56,7 @@ def frames_of(path) -> np.ndarray:
 
 
 def test_a_range_renders_the_same_frames_as_the_whole_clip(tmp_path, env):
-    from studio.core.render import RenderSettings
+    from studio.core.settings import RenderSettings
     from studio.service import Render, RenderRequest
 
     audio = speech_pause_speech(tmp_path / "v.wav", 1.0, 0.4, 1.0)
@@ -77,7 +78,8 @@ def test_a_range_renders_the_same_frames_as_the_whole_clip(tmp_path, env):
 
 def test_a_bad_request_is_one_sentence_before_any_work(tmp_path, env):
     from studio.core.errors import InputError
-    from studio.service import Placement, RenderRequest, settings_from_dict
+    from studio.core.settings import from_dict as settings_from_dict
+    from studio.service import Placement, RenderRequest
 
     with pytest.raises(InputError, match="placement"):
         Placement("moon")
@@ -90,7 +92,7 @@ def test_a_bad_request_is_one_sentence_before_any_work(tmp_path, env):
 
 
 def test_engine_pool_keys_and_shares_warm_engines(env):
-    from studio.core.render import RenderSettings
+    from studio.core.settings import RenderSettings
     from studio.service.pool import EnginePool
 
     pool = EnginePool()
@@ -103,7 +105,7 @@ def test_engine_pool_keys_and_shares_warm_engines(env):
 
 
 def test_identical_jobs_get_numbered_outputs_and_retry_writes_a_new_file(tmp_path, env):
-    from studio.core.render import RenderSettings
+    from studio.core.settings import RenderSettings
     from studio.service import QueueService, RenderRequest
 
     audio = speech_pause_speech(tmp_path / "v.wav", 0.4, 0.2, 0.4)
@@ -132,14 +134,31 @@ def test_queue_run_three_jobs_one_bad_one_cancelled(tmp_path, env):
     doomed = speech_pause_speech(tmp_path / "doomed.wav", 0.6, 0.2, 0.6)
     ids = []
     for audio, name in ((short, "a.mp4"), (doomed, "b.mp4"), (long, "c.mp4")):
-        r = studio(env, "queue", "add", "--avatar", "astro", "--audio", str(audio), "-o", str(out / name),
-                   "--engine", "classic")
+        r = studio(
+            env,
+            "queue",
+            "add",
+            "--avatar",
+            "astro",
+            "--audio",
+            str(audio),
+            "-o",
+            str(out / name),
+            "--engine",
+            "classic",
+        )
         ids.append(int(r.stdout.split()[-1]))  # the id is the last word
     doomed.write_bytes(b"no longer audio " * 64)  # damaged after it was queued
     assert [queue_list(env)[i]["state"] for i in ids] == ["queued"] * 3
 
-    run = subprocess.Popen([sys.executable, "-m", "studio", "queue", "run"], env=env, cwd=ROOT,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "studio", "queue", "run"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         t0 = time.monotonic()
         while time.monotonic() - t0 < 120:
@@ -165,11 +184,17 @@ def test_a_killed_queue_runner_leaves_its_job_interrupted_and_retry_succeeds(tmp
     out = tmp_path / "out"
     out.mkdir()
     audio = speech_pause_speech(tmp_path / "long.wav", 30.0, 0.2, 30.0)
-    r = studio(env, "queue", "add", "--avatar", "astro", "--audio", str(audio), "-o", str(out / "k.mp4"),
-               "--engine", "classic")
+    r = studio(
+        env, "queue", "add", "--avatar", "astro", "--audio", str(audio), "-o", str(out / "k.mp4"), "--engine", "classic"
+    )
     job_id = int(r.stdout.split()[-1])
-    run = subprocess.Popen([sys.executable, "-m", "studio", "queue", "run"], env=env, cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "studio", "queue", "run"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         t0 = time.monotonic()
         while queue_list(env)[job_id]["progress"] <= 0 and time.monotonic() - t0 < 120:

@@ -12,12 +12,12 @@ import av
 import numpy as np
 import pytest
 import soundfile as sf
-
-from studio.core.composite import rgb_to_nv12
-from studio.core.encode import VideoWriter, open_video, rolling_chunks
-from studio.core.errors import Cancelled, RenderError
-from studio.core.render import stripes
 from test_encode import H, W, talking_frames
+
+from studio.core.errors import Cancelled, RenderError
+from studio.core.media.writer import VideoWriter, open_video, rolling_chunks
+from studio.core.render.composite import rgb_to_nv12
+from studio.core.render.plan import stripes
 
 
 @pytest.fixture
@@ -77,15 +77,28 @@ def test_streaming_mux_writes_the_same_file_as_the_join_after_the_last_frame(tmp
     outs = {}
     for stream in (True, False):
         out = tmp_path / f"{'stream' if stream else 'join'}.mp4"
-        w = VideoWriter(out, W, H, audio=wav, name="libx264 x2 parallel", reason="test", chunks=chunks,
-                        crf=20, preset="ultrafast", fps=25, write_hook=None, window=2, stream_mux=stream)
+        w = VideoWriter(
+            out,
+            W,
+            H,
+            audio=wav,
+            name="libx264 x2 parallel",
+            reason="test",
+            chunks=chunks,
+            crf=20,
+            preset="ultrafast",
+            fps=25,
+            write_hook=None,
+            window=2,
+            stream_mux=stream,
+        )
         assert w.spill_dir.parent == spill_root
         _write_rolling(w, frames)
         if stream:  # generations 0 and 1 are finished once generation 2 has frames: muxed by now
             deadline = time.monotonic() + 30
-            while w._muxed < 4 and time.monotonic() < deadline:
+            while w.chunks_muxed < 4 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert w._muxed >= 4
+            assert w.chunks_muxed >= 4
             assert len(list(w.spill_dir.iterdir())) <= 3  # muxed chunks' spill files are gone
         w.close()
         left = w.close_ms["chunks_left_at_close"]
@@ -106,9 +119,20 @@ def test_rolling_lossless_decodes_to_exactly_the_frames_written(tmp_path, spill_
     n = 50
     nv12 = rgb_to_nv12(talking_frames(0, n))
     out = tmp_path / "lossless.mp4"
-    w = VideoWriter(out, W, H, audio=None, name="libx264 x3 parallel", reason="test",
-                    chunks=rolling_chunks(n, 3, max_frames=8), crf=0, preset="ultrafast", fps=25,
-                    write_hook=None, window=3)
+    w = VideoWriter(
+        out,
+        W,
+        H,
+        audio=None,
+        name="libx264 x3 parallel",
+        reason="test",
+        chunks=rolling_chunks(n, 3, max_frames=8),
+        crf=0,
+        preset="ultrafast",
+        fps=25,
+        write_hook=None,
+        window=3,
+    )
     assert len(w.chunks) == 9
     _write_rolling(w, nv12, batch=9)
     w.close()
@@ -135,8 +159,20 @@ def test_audio_encoded_by_a_worker_equals_the_in_process_audio(tmp_path, wav):
 
 def test_a_lane_takes_its_chunks_in_turn(tmp_path, spill_root):
     chunks = rolling_chunks(40, 2, max_frames=10)
-    w = VideoWriter(tmp_path / "o.mp4", W, H, audio=None, name="libx264 x2 parallel", reason="test",
-                    chunks=chunks, crf=20, preset="ultrafast", fps=25, write_hook=None, window=2)
+    w = VideoWriter(
+        tmp_path / "o.mp4",
+        W,
+        H,
+        audio=None,
+        name="libx264 x2 parallel",
+        reason="test",
+        chunks=chunks,
+        crf=20,
+        preset="ultrafast",
+        fps=25,
+        write_hook=None,
+        window=2,
+    )
     w.write(talking_frames(0, 5), first_index=0)
     with pytest.raises(ValueError, match="must be complete"):
         w.write(talking_frames(20, 2), first_index=20)  # lane 0's next chunk before 0..10 is done
@@ -156,9 +192,20 @@ def test_a_failed_or_cancelled_writer_leaves_no_file_and_no_spill(tmp_path, wav,
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     frames = talking_frames(0, 120)
-    w = VideoWriter(out, W, H, audio=wav, name="libx264 x2 parallel", reason="test",
-                    chunks=rolling_chunks(120, 2, 10), crf=20, preset="ultrafast", fps=25, write_hook=hook,
-                    window=2)
+    w = VideoWriter(
+        out,
+        W,
+        H,
+        audio=wav,
+        name="libx264 x2 parallel",
+        reason="test",
+        chunks=rolling_chunks(120, 2, 10),
+        crf=20,
+        preset="ultrafast",
+        fps=25,
+        write_hook=hook,
+        window=2,
+    )
     assert any(spill_root.iterdir())
     with pytest.raises((RenderError, RuntimeError)) as info:
         with w:
@@ -178,7 +225,9 @@ def test_a_failed_or_cancelled_writer_leaves_no_file_and_no_spill(tmp_path, wav,
 
 def test_cancelled_render_leaves_nothing_in_ram_or_beside_the_output(tmp_path, spill_root):
     from conftest import prepare_demo_avatar, speech_pause_speech
-    from studio.core.render import Renderer, RenderSettings
+
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     avatar = prepare_demo_avatar(tmp_path / "home")
     voice = speech_pause_speech(tmp_path / "voice.wav", 1.2, 0.8, 1.0)
@@ -201,7 +250,7 @@ def test_cancelled_render_leaves_nothing_in_ram_or_beside_the_output(tmp_path, s
 def test_a_still_picture_with_a_changing_box_skips_the_rest_and_decodes_the_same(tmp_path, spill_root):
     """libx264 mb_info through AVVideoHint: the frames outside the box are still bit for bit, the
     output decodes to the same frames as without the hint (same quality), and it is smaller."""
-    from studio.core.x264_pool import hints_available
+    from studio.core.media.x264_pool import hints_available
 
     if not hints_available():
         pytest.skip("this PyAV's FFmpeg takes no video hints")
@@ -215,8 +264,9 @@ def test_a_still_picture_with_a_changing_box_skips_the_rest_and_decodes_the_same
     outs = {}
     for hint in (None, box):
         out = tmp_path / f"{'hint' if hint else 'plain'}.mp4"
-        with open_video(out, w, h, encoder="x264-parallel", workers=2, total_frames=n, changing=hint,
-                        preset="ultrafast") as wr:
+        with open_video(
+            out, w, h, encoder="x264-parallel", workers=2, total_frames=n, changing=hint, preset="ultrafast"
+        ) as wr:
             assert wr.changing == (None if hint is None else ((80, 80, 144, 128),))
             for idx in stripes(n, 8, wr.chunks, window=wr.window):
                 wr.write(nv12[idx], indices=idx)

@@ -1,4 +1,4 @@
-"""The temporary-file registry (studio.core.fsutil): a killed process's temporaries are removed by
+"""The temporary-file registry (studio.core.store.fsutil): a killed process's temporaries are removed by
 the next sweep, nothing else ever is; atomic outputs get the user's umask or keep the old mode."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from studio.core import fsutil
+from studio.core.store import fsutil
 
 CHILD = textwrap.dedent("""
     import os, sys, time
-    from studio.core import fsutil
+    from studio.core.store import fsutil
     out = sys.argv[1]
     f = fsutil.temp_file(out, ".clip.", ".part.mp4")
     d = fsutil.temp_dir(out, ".clip.chunks.")
@@ -33,8 +33,9 @@ CHILD = textwrap.dedent("""
 
 
 def _child(out: Path, mode: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CHILD, str(out), mode], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ))
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(out), mode], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
 
 
 def test_a_killed_process_temporaries_are_swept_and_nothing_else(tmp_path, studio_home):
@@ -73,25 +74,27 @@ def test_a_damaged_record_never_deletes_anything_that_is_not_a_temporary(tmp_pat
     out = tmp_path / "out"
     out.mkdir()
     keep = {
-        "notes.txt": "a user file",           # not a temporary's name
-        ".bashrc": "hidden, but not ours",    # hidden, no .part / .tmp
+        "notes.txt": "a user file",  # not a temporary's name
+        ".bashrc": "hidden, but not ours",  # hidden, no .part / .tmp
     }
     for name, text in keep.items():
         (out / name).write_text(text)
-    (out / ".clip.x.part.mp4").mkdir()        # registered as a file, but it is a folder now
+    (out / ".clip.x.part.mp4").mkdir()  # registered as a file, but it is a folder now
     (out / ".link.part.chunks").symlink_to(tmp_path)  # registered as a folder, but it is a link
     (out / ".ok.part.mp4").write_bytes(b"x")  # the only real leftover
-    lines = [json.dumps({"studio_temps": 1, "pid": 1}),
-             json.dumps(["+f", str(out / "notes.txt")]),
-             json.dumps(["+f", str(out / ".bashrc")]),
-             json.dumps(["+f", str(out / ".clip.x.part.mp4")]),
-             json.dumps(["+d", str(out / ".link.part.chunks")]),
-             json.dumps(["+f", "relative/.x.part"]),
-             "garbage that is not json",
-             json.dumps(["+f", str(out / ".ok.part.mp4")]),
-             json.dumps(["+f", str(out / ".released.part.mp4")]),
-             json.dumps(["-", str(out / ".released.part.mp4")]),
-             '["+f", "' + str(out / ".torn")]       # a line cut by a power cut
+    lines = [
+        json.dumps({"studio_temps": 1, "pid": 1}),
+        json.dumps(["+f", str(out / "notes.txt")]),
+        json.dumps(["+f", str(out / ".bashrc")]),
+        json.dumps(["+f", str(out / ".clip.x.part.mp4")]),
+        json.dumps(["+d", str(out / ".link.part.chunks")]),
+        json.dumps(["+f", "relative/.x.part"]),
+        "garbage that is not json",
+        json.dumps(["+f", str(out / ".ok.part.mp4")]),
+        json.dumps(["+f", str(out / ".released.part.mp4")]),
+        json.dumps(["-", str(out / ".released.part.mp4")]),
+        '["+f", "' + str(out / ".torn"),
+    ]  # a line cut by a power cut
     (out / ".released.part.mp4").write_bytes(b"renamed away then reused")
     rec = studio_home / "tmp"
     rec.mkdir()

@@ -14,10 +14,10 @@ import torch
 from musetalk_fakes import TAESD_TINY, WIDTH, write_official_models
 
 from studio.cli import main as cli_main
-from studio.core import models
-from studio.core import random_models as rm
+from studio.core.engines import random_models as rm
 from studio.core.engines import runtime_tensorrt as rtt
 from studio.core.errors import StudioError
+from studio.core.store import models
 
 TARGET = rtt.Target("NVIDIA GeForce RTX 4090", "8.9", "10.13.0")
 
@@ -131,16 +131,28 @@ def test_profiles_parse_and_the_checked_in_default_is_1_32_64():
 
 
 def test_changing_any_part_of_the_key_changes_the_engine_name():
-    base = rtt.EngineKey("unet", "musetalkV15", "a" * 64, "fp16", rtt.Profile(), TARGET.gpu, TARGET.capability,
-                         TARGET.tensorrt)
-    variants = [dataclasses.replace(base, **{k: v}) for k, v in (
-        ("component", "taesd"), ("model", "musetalk"), ("model_sha256", "b" * 64), ("precision", "fp8"),
-        ("profile", rtt.Profile(1, 16, 64)), ("gpu", "NVIDIA H200"), ("capability", "9.0"),
-        ("tensorrt", "11.0.0"), ("export", rtt.EXPORT_FORMAT + 1))]
+    base = rtt.EngineKey(
+        "unet", "musetalkV15", "a" * 64, "fp16", rtt.Profile(), TARGET.gpu, TARGET.capability, TARGET.tensorrt
+    )
+    variants = [
+        dataclasses.replace(base, **{k: v})
+        for k, v in (
+            ("component", "taesd"),
+            ("model", "musetalk"),
+            ("model_sha256", "b" * 64),
+            ("precision", "fp8"),
+            ("profile", rtt.Profile(1, 16, 64)),
+            ("gpu", "NVIDIA H200"),
+            ("capability", "9.0"),
+            ("tensorrt", "11.0.0"),
+            ("export", rtt.EXPORT_FORMAT + 1),
+        )
+    ]
     names = [base.name] + [v.name for v in variants]
     assert len(set(names)) == len(names)
-    assert base.name == ("unet-musetalkV15-aaaaaaaaaaaaaaaa-fp16-b1-32-64-nvidia-geforce-rtx-4090-sm89"
-                         "-trt10.13.0-x1.plan")
+    assert base.name == (
+        "unet-musetalkV15-aaaaaaaaaaaaaaaa-fp16-b1-32-64-nvidia-geforce-rtx-4090-sm89-trt10.13.0-x1.plan"
+    )
     assert rtt.EngineKey.from_json(json.loads(json.dumps(base.to_json()))) == base
 
 
@@ -175,8 +187,10 @@ def test_list_reports_valid_and_stale_engines_with_reasons(cache, store, tmp_pat
     rows = {r["file"]: r for r in rtt.list_engines(target=TARGET)}
     assert rows[good.name]["status"] == "valid" and rows[good.name]["reasons"] == []
     assert rows[other_gpu.name]["status"] == "stale"
-    assert rows[other_gpu.name]["reasons"] == ["built for GPU NVIDIA H200, this machine has NVIDIA GeForce RTX 4090",
-                                               "built for compute capability 9.0, this machine has 8.9"]
+    assert rows[other_gpu.name]["reasons"] == [
+        "built for GPU NVIDIA H200, this machine has NVIDIA GeForce RTX 4090",
+        "built for compute capability 9.0, this machine has 8.9",
+    ]
     assert rows[truncated.name]["status"] == "stale" and "truncated" in rows[truncated.name]["reasons"][0]
     assert rows["orphan.plan"]["status"] == "stale" and "no readable sidecar" in rows["orphan.plan"]["reasons"][0]
     # new weights for the UNet: its engine goes stale, and says why
@@ -209,7 +223,9 @@ def test_clean_removes_stale_engines_and_all_removes_everything(cache, store):
     removed = rtt.clean(target=TARGET)
     assert sorted(removed) == sorted([stale.name, stale.with_suffix(".json").name, "left.onnx"])
     assert keep.is_file() and not stale.exists() and not (cache / "onnx").exists()
-    assert sorted(rtt.clean(everything=True, target=TARGET)) == sorted([keep.name, keep.with_suffix(".json").name, "timing-x.cache"])
+    assert sorted(rtt.clean(everything=True, target=TARGET)) == sorted(
+        [keep.name, keep.with_suffix(".json").name, "timing-x.cache"]
+    )
     assert list(cache.iterdir()) == []
 
 
@@ -244,7 +260,9 @@ def test_fp8_and_fp16_outputs_are_accepted_with_their_figures(recorded):
     ref, fp8, fp16 = recorded
     assert 0 < np.abs(fp8 - ref).max()  # the quantization really changed the output
     v = rtt.compare(ref, fp8, rtt.FP8_BOUND)
-    assert v.ok and not rtt.compare(ref, fp8, rtt.Bound(min_psnr=v.psnr + 1, max_abs=1)).ok  # a real margin and v.psnr >= rtt.FP8_BOUND.min_psnr and "PSNR" in v.reason
+    assert (
+        v.ok and not rtt.compare(ref, fp8, rtt.Bound(min_psnr=v.psnr + 1, max_abs=1)).ok
+    )  # a real margin and v.psnr >= rtt.FP8_BOUND.min_psnr and "PSNR" in v.reason
     v16 = rtt.compare(ref, fp16, rtt.LOAD_BOUND)
     assert v16.ok and v16.psnr > 60 and v16.max_abs < 1e-3
 
@@ -353,8 +371,8 @@ def _features(engine):
     import soundfile as sf
     from conftest import speechlike
 
-    from studio.core.audio import load
     from studio.core.constants import SAMPLE_RATE
+    from studio.core.media.audio import load
 
     path = rtt.cache_dir() / "v.wav"
     sf.write(path, speechlike(0.4, SAMPLE_RATE), SAMPLE_RATE, subtype="FLOAT")

@@ -18,13 +18,13 @@ import soundfile as sf
 import torch
 from conftest import ROOT, speechlike
 
-from studio.core import models
-from studio.core import random_models as rm
-from studio.core.audio import load
 from studio.core.constants import SAMPLE_RATE
+from studio.core.engines import random_models as rm
 from studio.core.engines import whisper_features as wf
 from studio.core.engines.whisper_net import WhisperEncoderNet, encoder_config, log_mel, mel_filters
 from studio.core.errors import ModelError
+from studio.core.media.audio import load
+from studio.core.store import models
 
 transformers = pytest.importorskip("transformers")
 from transformers import WhisperConfig, WhisperFeatureExtractor  # noqa: E402
@@ -78,8 +78,7 @@ def old_features(folder, samples: np.ndarray, frames: int, batch: int = 8):
         out.append(torch.stack(hf_states(enc, mel), dim=2).reshape(-1, layers, width))
     states = torch.cat(out)[:keep]
     pad_right = max(wf.PAD_RIGHT_MIN, wf.STEPS_PER_FRAME * frames + wf.WINDOW - wf.PAD_LEFT - len(states))
-    return torch.cat([states.new_zeros(wf.PAD_LEFT, layers, width), states,
-                      states.new_zeros(pad_right, layers, width)])
+    return torch.cat([states.new_zeros(wf.PAD_LEFT, layers, width), states, states.new_zeros(pad_right, layers, width)])
 
 
 def assert_rel(got: torch.Tensor, ref: torch.Tensor, rel: float = 1e-4) -> None:
@@ -95,8 +94,15 @@ def assert_rel(got: torch.Tensor, ref: torch.Tensor, rel: float = 1e-4) -> None:
 def test_mel_filters_are_transformers_slaney_bank():
     from transformers.audio_utils import mel_filter_bank
 
-    ref = mel_filter_bank(num_frequency_bins=201, num_mel_filters=80, min_frequency=0.0, max_frequency=8000.0,
-                          sampling_rate=16000, norm="slaney", mel_scale="slaney")
+    ref = mel_filter_bank(
+        num_frequency_bins=201,
+        num_mel_filters=80,
+        min_frequency=0.0,
+        max_frequency=8000.0,
+        sampling_rate=16000,
+        norm="slaney",
+        mel_scale="slaney",
+    )
     got = mel_filters(400, 80, 16000)
     assert got.shape == (201, 80)
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-15)
@@ -142,9 +148,16 @@ def test_encoder_states_equal_transformers(folders, name):
     assert isinstance(ours, WhisperEncoderNet)
     ref_enc = hf_encoder(folder)
     assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == {
-        k: tuple(v.shape) for k, v in ref_enc.state_dict().items()}
-    for field in ("d_model", "encoder_layers", "num_mel_bins", "max_source_positions",
-                  "encoder_attention_heads", "encoder_ffn_dim"):
+        k: tuple(v.shape) for k, v in ref_enc.state_dict().items()
+    }
+    for field in (
+        "d_model",
+        "encoder_layers",
+        "num_mel_bins",
+        "max_source_positions",
+        "encoder_attention_heads",
+        "encoder_ffn_dim",
+    ):
         assert getattr(ours.config, field) == getattr(ref_enc.config, field)
     mel = log_mel([torch.from_numpy(chirp(20.0)), torch.from_numpy(speechlike(30.0, SAMPLE_RATE))])
     with torch.inference_mode():
@@ -159,8 +172,15 @@ def test_encoder_states_equal_transformers(folders, name):
 
 def test_config_defaults_are_whisper_configs():
     cfg, ref = encoder_config({}), WhisperConfig()
-    for field in ("d_model", "encoder_layers", "num_mel_bins", "max_source_positions",
-                  "encoder_attention_heads", "encoder_ffn_dim", "activation_function"):
+    for field in (
+        "d_model",
+        "encoder_layers",
+        "num_mel_bins",
+        "max_source_positions",
+        "encoder_attention_heads",
+        "encoder_ffn_dim",
+        "activation_function",
+    ):
         assert getattr(cfg, field) == getattr(ref, field)
     with pytest.raises(ModelError, match="not a valid a whisper model config.*activation_function"):
         models.build_module("whisper", {**rm.WHISPER_TINY, "activation_function": "relu"})
@@ -195,7 +215,7 @@ def test_features_never_import_transformers(folders, tmp_path):
     sf.write(path, speechlike(1.5, SAMPLE_RATE), SAMPLE_RATE, subtype="FLOAT")
     code = (
         "import sys\n"
-        "from studio.core.audio import load\n"
+        "from studio.core.media.audio import load\n"
         "from studio.core.engines.whisper_features import WhisperFeatures\n"
         f"feats = WhisperFeatures({str(folders['tiny'])!r})(load({str(path)!r}))\n"
         "assert feats.array().shape[0] == 38, feats.array().shape\n"
@@ -221,15 +241,16 @@ def test_a_musetalk_render_never_imports_transformers(tmp_path, studio_home):
         f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
         "from conftest import DEMO_AVATAR\n"
         "from studio.core import avatar\n"
-        "from studio.core.render import Renderer, RenderSettings\n"
+        "from studio.core.render.renderer import Renderer, RenderSettings\n"
         "r = Renderer(avatar.prepare('astro', DEMO_AVATAR), sys.argv[1],\n"
         "             RenderSettings(engine='musetalk', device='cpu', batch=4, encoder='x264'))\n"
         "steps = list(r.run(sys.argv[2]))\n"
         "assert steps[-1].finished and r.result.engine == 'musetalk' and r.result.frames == 10\n"
         "sys.stdout.write('imported: ' + ','.join(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers')) + '\\n')\n"
     )
-    res = subprocess.run([sys.executable, "-c", code, str(voice), str(out)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(voice), str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip().splitlines()[-1] == "imported:", res.stdout[-2000:]
     assert out.stat().st_size > 0
@@ -243,10 +264,14 @@ def test_strict_loading_refuses_a_wrong_file(folders, tmp_path):
     shutil.copytree(folders["tiny"], bad)
     cfg = json.loads((bad / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps({**cfg, "encoder_layers": 3}))
-    with pytest.raises(ModelError, match=r"not a whisper model matching config\.json: .*unexpected \(e\.g\. layers\.3\."):
+    with pytest.raises(
+        ModelError, match=r"not a whisper model matching config\.json: .*unexpected \(e\.g\. layers\.3\."
+    ):
         wf.WhisperFeatures(bad)
     (bad / "config.json").write_text(json.dumps({**cfg, "encoder_ffn_dim": 48}))
-    with pytest.raises(ModelError, match=r"tensor layers\.0\.fc1\.weight has shape \[64, 32\] but config\.json needs \[48, 32\]"):
+    with pytest.raises(
+        ModelError, match=r"tensor layers\.0\.fc1\.weight has shape \[64, 32\] but config\.json needs \[48, 32\]"
+    ):
         wf.WhisperFeatures(bad)
     (bad / "config.json").write_text(json.dumps(cfg))
     state = torch.load(bad / "pytorch_model.bin", weights_only=True)
@@ -258,7 +283,13 @@ def test_strict_loading_refuses_a_wrong_file(folders, tmp_path):
 
 def test_preprocessor_settings_are_read_and_checked(folders, tmp_path):
     assert wf.mel_settings(folders["real"], 80) == {
-        "n_fft": 400, "hop": 160, "n_mels": 80, "sample_rate": 16000, "chunk_length": 30, "padding_value": 0.0}
+        "n_fft": 400,
+        "hop": 160,
+        "n_mels": 80,
+        "sample_rate": 16000,
+        "chunk_length": 30,
+        "padding_value": 0.0,
+    }
     assert wf.mel_settings(tmp_path, 80)["n_mels"] == 80  # no file: whisper's defaults
     pre = json.loads((folders["real"] / "preprocessor_config.json").read_text())
     (tmp_path / "preprocessor_config.json").write_text(json.dumps({**pre, "feature_size": 128}))

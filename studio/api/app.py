@@ -27,9 +27,9 @@ from starlette.concurrency import run_in_threadpool
 from studio import __version__
 from studio.api import errors
 from studio.api.errors import ApiError
+from studio.api.inputs import NAME_RE, RenderForm, form_body, library_avatar, library_folder, renders_dir, submit
 from studio.api.options import ServeOptions
-from studio.api.inputs import (NAME_RE, Decoder, Engine, RenderForm, form_body, library_avatar, library_folder,
-                               renders_dir, submit)
+from studio.api.schema import with_settings
 from studio.api.sse import JobEvents, links, state_dict
 from studio.api.uploads import UploadStore
 
@@ -40,7 +40,7 @@ ACTIVE_STATES = ("draft", "queued", "held", "running")
 
 def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> FastAPI:
     from studio.api.guard import Guard
-    from studio.core.paths import sub_dir
+    from studio.core.store.paths import sub_dir
 
     opts = (options or ServeOptions()).check()
     state = _State(opts, queue, pool, UploadStore(sub_dir("uploads"), opts.max_upload_bytes))
@@ -55,11 +55,15 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         finally:
             await run_in_threadpool(state.close)
 
-    app = FastAPI(title="Studio render API", version=__version__, lifespan=lifespan,
-                  description="Lip-synced presenter video over HTTP: `POST /generate` answers the MP4; "
-                              "`/v1/renders` queues jobs and streams their progress. Errors are "
-                              '`{"error": "one sentence"}`.',
-                  dependencies=[Depends(HTTPBearer(auto_error=False))] if opts.token else [])
+    app = FastAPI(
+        title="Studio render API",
+        version=__version__,
+        lifespan=lifespan,
+        description="Lip-synced presenter video over HTTP: `POST /generate` answers the MP4; "
+        "`/v1/renders` queues jobs and streams their progress. Errors are "
+        '`{"error": "one sentence"}`.',
+        dependencies=[Depends(HTTPBearer(auto_error=False))] if opts.token else [],
+    )
     app.state.studio = state
     errors.install(app)
     app.add_middleware(Guard, token=opts.token, max_body=opts.max_body_bytes, max_upload_mb=opts.max_upload_mb)
@@ -129,10 +133,17 @@ class _State:
 
     def job_json(self, job) -> dict:
         d = state_dict(job)
-        d.update(avatar=self.uploads.display_name(job.avatar) if "/" in job.avatar else job.avatar,
-                 audio=self.uploads.display_name(job.audio), output=Path(job.output).name,
-                 settings=job.settings, progress=job.progress, created=job.created, updated=job.updated,
-                 result=_public_result(job.result), links=links(job.id))
+        d.update(
+            avatar=self.uploads.display_name(job.avatar) if "/" in job.avatar else job.avatar,
+            audio=self.uploads.display_name(job.audio),
+            output=Path(job.output).name,
+            settings=job.settings,
+            progress=job.progress,
+            created=job.created,
+            updated=job.updated,
+            result=_public_result(job.result),
+            links=links(job.id),
+        )
         live = self.events.last_progress(job.id) if self.events is not None else None
         if live is not None and job.state == "running":
             d["live"] = live
@@ -147,10 +158,16 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
     @app.get("/v1/health", tags=["server"], summary="Is the server up; what is queued and running")
     def health():
         jobs = st.queue.list()
-        return {"ok": True, "version": __version__, "uptime_s": round(time.time() - st.started, 1),
-                "queued": sum(j.state == "queued" for j in jobs), "running": st.queue.running_job_id,
-                "warm_engines": len(st.pool.warm()), "max_queued": st.opts.max_queued,
-                "max_upload_mb": st.opts.max_upload_mb}
+        return {
+            "ok": True,
+            "version": __version__,
+            "uptime_s": round(time.time() - st.started, 1),
+            "queued": sum(j.state == "queued" for j in jobs),
+            "running": st.queue.running_job_id,
+            "warm_engines": len(st.pool.warm()),
+            "max_queued": st.opts.max_queued,
+            "max_upload_mb": st.opts.max_upload_mb,
+        }
 
     @app.get("/v1/engines", tags=["server"], summary="Which engines can run here, which auto picks, which are warm")
     def engines():
@@ -158,15 +175,17 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
 
         status = available_engines()
         auto = "musetalk" if status.get("musetalk", "").startswith("ready") else "classic"
-        return {"auto": auto,
-                "engines": [{"name": k, "ready": v.startswith("ready"), "detail": v} for k, v in status.items()],
-                "warm": st.pool.warm()}
+        return {
+            "auto": auto,
+            "engines": [{"name": k, "ready": v.startswith("ready"), "detail": v} for k, v in status.items()],
+            "warm": st.pool.warm(),
+        }
 
     # -- avatars ------------------------------------------------------------------------------
 
     @app.get("/v1/avatars", tags=["avatars"], summary="The avatar library, with thumbnail links")
     def avatars():
-        from studio.core.avatar import list_avatars
+        from studio.core.avatars.library import list_avatars
 
         out = []
         for a in list_avatars():
@@ -177,8 +196,12 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
             out.append(a)
         return {"avatars": out}
 
-    @app.get("/v1/avatars/{name}/thumbnail", tags=["avatars"], summary="The avatar's thumbnail (PNG)",
-             response_class=FileResponse)
+    @app.get(
+        "/v1/avatars/{name}/thumbnail",
+        tags=["avatars"],
+        summary="The avatar's thumbnail (PNG)",
+        response_class=FileResponse,
+    )
     def avatar_thumbnail(name: str):
         folder = library_folder(name)
         thumb = folder / "thumbnail.png"
@@ -186,23 +209,39 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
             raise ApiError(404, f"avatar '{name}' has no thumbnail")
         return FileResponse(thumb, media_type="image/png")
 
-    @app.post("/v1/avatars", tags=["avatars"], status_code=201,
-              summary="Add an avatar to the library from an uploaded photo or video")
-    async def add_avatar(name: Annotated[str, Form(description="library name: letters, digits, '.', '_', '-'")],
-                         file: Annotated[UploadFile, File(description="a photo (PNG, JPEG, WebP) or a video")],
-                         force: Annotated[bool, Form(description="replace an avatar of that name")] = False,
-                         bbox_shift: Annotated[int, Form()] = 0, cheek_width: Annotated[int, Form()] = 90,
-                         feather: Annotated[float, Form()] = 24.0, smooth: Annotated[float, Form()] = 0.5,
-                         trim_start: Annotated[float | None, Form()] = None,
-                         trim_end: Annotated[float | None, Form()] = None):
-        from studio.core import avatar as avatar_mod
+    @app.post(
+        "/v1/avatars",
+        tags=["avatars"],
+        status_code=201,
+        summary="Add an avatar to the library from an uploaded photo or video",
+    )
+    async def add_avatar(
+        name: Annotated[str, Form(description="library name: letters, digits, '.', '_', '-'")],
+        file: Annotated[UploadFile, File(description="a photo (PNG, JPEG, WebP) or a video")],
+        force: Annotated[bool, Form(description="replace an avatar of that name")] = False,
+        bbox_shift: Annotated[int, Form()] = 0,
+        cheek_width: Annotated[int, Form()] = 90,
+        feather: Annotated[float, Form()] = 24.0,
+        smooth: Annotated[float, Form()] = 0.5,
+        trim_start: Annotated[float | None, Form()] = None,
+        trim_end: Annotated[float | None, Form()] = None,
+    ):
+        from studio.core.avatars import library as avatar_mod
 
         if not NAME_RE.match(name):
-            raise ApiError(422, f"'{name[:64]}' is not a valid avatar name; use up to 64 letters, digits, '.', '_' or '-'")
+            raise ApiError(
+                422, f"'{name[:64]}' is not a valid avatar name; use up to 64 letters, digits, '.', '_' or '-'"
+            )
         if (avatar_mod.library_dir() / name / "meta.json").exists() and not force:
             raise ApiError(409, f"an avatar named '{name}' already exists; pick another name or send force=true")
-        params = avatar_mod.AvatarParams(bbox_shift=bbox_shift, cheek_width=cheek_width, feather=feather,
-                                         smooth=smooth, trim_start=trim_start, trim_end=trim_end).check()
+        params = avatar_mod.AvatarParams(
+            bbox_shift=bbox_shift,
+            cheek_width=cheek_width,
+            feather=feather,
+            smooth=smooth,
+            trim_start=trim_start,
+            trim_end=trim_end,
+        ).check()
         stored = await st.uploads.save_avatar(file)
         await run_in_threadpool(avatar_mod.prepare, name, stored.path, params, force=force)
         st.pool.invalidate()
@@ -210,7 +249,7 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
 
     @app.delete("/v1/avatars/{name}", tags=["avatars"], summary="Remove an avatar from the library")
     def remove_avatar(name: str):
-        from studio.core import avatar as avatar_mod
+        from studio.core.avatars import library as avatar_mod
 
         library_folder(name)
         avatar_mod.remove(name)
@@ -219,31 +258,34 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
 
     # -- voice-overs --------------------------------------------------------------------------
 
-    @app.post("/v1/audio", tags=["audio"], status_code=201,
-              summary="Upload a voice-over once; renders and frames use it by id. Answers its silence analysis")
-    async def add_audio(file: Annotated[UploadFile, File(description="WAV, FLAC, OGG or MP3")],
-                        threshold: Annotated[float, Form(ge=0)] = 0.008,
-                        min_silence: Annotated[int, Form(ge=1)] = 3):
+    async def add_audio(file: Annotated[UploadFile, File(description="WAV, FLAC, OGG or MP3")], **silence):
         stored = await st.uploads.save_audio(file)
-        return await run_in_threadpool(_analysis, st, stored.id, threshold, min_silence)
+        return await run_in_threadpool(_analysis, st, stored.id, silence["threshold"], silence["min_silence"])
 
-    @app.get("/v1/audio/{audio_id}", tags=["audio"], summary="An uploaded voice-over's silence analysis")
-    def audio_info(audio_id: str, threshold: Annotated[float, Query(ge=0)] = 0.008,
-                   min_silence: Annotated[int, Query(ge=1)] = 3):
-        return _analysis(st, audio_id, threshold, min_silence)
+    app.post(
+        "/v1/audio",
+        tags=["audio"],
+        status_code=201,
+        summary="Upload a voice-over once; renders and frames use it by id. Answers its silence analysis",
+    )(with_settings(add_audio, Form, groups=("silence",)))
+
+    def audio_info(audio_id: str, **silence):
+        return _analysis(st, audio_id, silence["threshold"], silence["min_silence"])
+
+    app.get("/v1/audio/{audio_id}", tags=["audio"], summary="An uploaded voice-over's silence analysis")(
+        with_settings(audio_info, Query, groups=("silence",))
+    )
 
     # -- the exact frame ----------------------------------------------------------------------
 
-    @app.get("/v1/frame", tags=["frames"], response_class=Response,
-             responses={200: {"content": {"image/png": {}}, "description": "the frame, PNG"}},
-             summary="The exact frame a render writes at time t (PNG): scrubbing over HTTP")
-    def frame(t: Annotated[float, Query(ge=0, description="seconds")],
-              avatar: Annotated[str | None, Query(description="library name")] = None,
-              audio_id: Annotated[str | None, Query()] = None,
-              job: Annotated[int | None, Query(description="use a job's avatar, voice-over and settings")] = None,
-              engine: Engine = "auto", decoder: Decoder = "taesd", threshold: Annotated[float, Query(ge=0)] = 0.008,
-              min_silence: Annotated[int, Query(ge=1)] = 3):
-        from studio.core.render import RenderSettings
+    def frame(
+        t: Annotated[float, Query(ge=0, description="seconds")],
+        avatar: Annotated[str | None, Query(description="library name")] = None,
+        audio_id: Annotated[str | None, Query()] = None,
+        job: Annotated[int | None, Query(description="use a job's avatar, voice-over and settings")] = None,
+        **frame_settings,
+    ):
+        from studio.core.settings import from_dict
 
         if job is not None:
             from studio.service import request_of
@@ -254,15 +296,28 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
             if not avatar or not audio_id:
                 raise ApiError(422, "give avatar and audio_id (or job) with t")
             av, audio = library_avatar(avatar), str(st.uploads.audio_path(audio_id))
-            settings = RenderSettings(engine=engine, decoder=decoder, threshold=threshold, min_silence=min_silence)
+            settings = from_dict(frame_settings)
         rgb = st.pool.frame_at(av, audio, settings, t)
         return Response(png_bytes(rgb), media_type="image/png")
 
+    # every setting that changes the frames (engine and silence groups), from the schema
+    app.get(
+        "/v1/frame",
+        tags=["frames"],
+        response_class=Response,
+        responses={200: {"content": {"image/png": {}}, "description": "the frame, PNG"}},
+        summary="The exact frame a render writes at time t (PNG): scrubbing over HTTP",
+    )(with_settings(frame, Query, groups=("engine", "silence")))
+
     # -- renders ------------------------------------------------------------------------------
 
-    @app.post("/generate", tags=["renders"], response_class=FileResponse,
-              responses={200: {"content": {"video/mp4": {}}, "description": "the finished MP4"}},
-              summary="Render and answer the finished MP4 (the reference interface)")
+    @app.post(
+        "/generate",
+        tags=["renders"],
+        response_class=FileResponse,
+        responses={200: {"content": {"video/mp4": {}}, "description": "the finished MP4"}},
+        summary="Render and answer the finished MP4 (the reference interface)",
+    )
     async def generate(request: Request, form: Annotated[RenderForm, Depends()]):
         form_body(request)
         job = await submit(st, form)
@@ -274,12 +329,19 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
         if done.state != "done":
             raise ApiError(500 if done.state == "failed" else 409, f"render job {done.id} {done.state}: {done.reason}")
         r = done.result or {}
-        return FileResponse(done.output, media_type="video/mp4", filename=Path(done.output).name,
-                            headers={"X-Studio-Job": str(done.id),
-                                     "X-Studio-Render-Seconds": f"{float(r.get('seconds') or 0):.4f}"})
+        return FileResponse(
+            done.output,
+            media_type="video/mp4",
+            filename=Path(done.output).name,
+            headers={"X-Studio-Job": str(done.id), "X-Studio-Render-Seconds": f"{float(r.get('seconds') or 0):.4f}"},
+        )
 
-    @app.post("/v1/renders", tags=["renders"], status_code=202,
-              summary="Queue a render; answers its id and links at once (429 when the queue is full)")
+    @app.post(
+        "/v1/renders",
+        tags=["renders"],
+        status_code=202,
+        summary="Queue a render; answers its id and links at once (429 when the queue is full)",
+    )
     async def add_render(request: Request, form: Annotated[RenderForm, Depends()]):
         form_body(request)
         job = await submit(st, form)
@@ -293,17 +355,24 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
     def get_render(job_id: int):
         return st.job_json(st.job(job_id))
 
-    @app.get("/v1/renders/{job_id}/events", tags=["renders"],
-             summary="Server-Sent Events: state, then progress (frames, fps, ETA, preview) until a final state")
+    @app.get(
+        "/v1/renders/{job_id}/events",
+        tags=["renders"],
+        summary="Server-Sent Events: state, then progress (frames, fps, ETA, preview) until a final state",
+    )
     async def render_events(job_id: int):
         from sse_starlette.sse import EventSourceResponse
 
         st.job(job_id)
         return EventSourceResponse(st.events.stream(job_id, st.job_or_none), ping=10)
 
-    @app.get("/v1/renders/{job_id}/video", tags=["renders"], response_class=FileResponse,
-             responses={200: {"content": {"video/mp4": {}}}, 206: {"description": "a byte range"}},
-             summary="The finished MP4 (HTTP Range supported)")
+    @app.get(
+        "/v1/renders/{job_id}/video",
+        tags=["renders"],
+        response_class=FileResponse,
+        responses={200: {"content": {"video/mp4": {}}}, 206: {"description": "a byte range"}},
+        summary="The finished MP4 (HTTP Range supported)",
+    )
     def render_video(job_id: int):
         job = st.job(job_id)
         if job.state != "done":
@@ -312,19 +381,30 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
             raise ApiError(410, f"the video of render job {job_id} is no longer on the server")
         return FileResponse(job.output, media_type="video/mp4", filename=Path(job.output).name)
 
-    @app.get("/v1/renders/{job_id}/preview", tags=["renders"], response_class=Response,
-             responses={200: {"content": {"image/jpeg": {}}}}, summary="The latest preview frame of a running job")
+    @app.get(
+        "/v1/renders/{job_id}/preview",
+        tags=["renders"],
+        response_class=Response,
+        responses={200: {"content": {"image/jpeg": {}}}},
+        summary="The latest preview frame of a running job",
+    )
     def render_preview(job_id: int):
         st.job(job_id)
         got = st.events.preview(job_id)
         if got is None:
             raise ApiError(404, f"render job {job_id} has no preview (it is not running, or none has arrived yet)")
         index, rgb = got
-        return Response(jpeg_bytes(rgb), media_type="image/jpeg",
-                        headers={"X-Studio-Frame": str(index)} if index is not None else None)
+        return Response(
+            jpeg_bytes(rgb),
+            media_type="image/jpeg",
+            headers={"X-Studio-Frame": str(index)} if index is not None else None,
+        )
 
-    @app.delete("/v1/renders/{job_id}", tags=["renders"],
-                summary="Cancel a queued or running job (nothing is written); remove a finished one and its file")
+    @app.delete(
+        "/v1/renders/{job_id}",
+        tags=["renders"],
+        summary="Cancel a queued or running job (nothing is written); remove a finished one and its file",
+    )
     def delete_render(job_id: int):
         job = st.job(job_id)
         if job.state in ACTIVE_STATES:
@@ -336,8 +416,12 @@ def _routes(app: FastAPI, st: _State) -> None:  # noqa: C901 - one flat list of 
             out.unlink()
         return {"id": job_id, "state": "removed", "reason": "removed from the queue"}
 
-    @app.post("/v1/renders/{job_id}/retry", tags=["renders"], status_code=202,
-              summary="Queue a failed, cancelled, interrupted or done job again")
+    @app.post(
+        "/v1/renders/{job_id}/retry",
+        tags=["renders"],
+        status_code=202,
+        summary="Queue a failed, cancelled, interrupted or done job again",
+    )
     def retry_render(job_id: int):
         job = st.job(job_id)
         if job.state in ACTIVE_STATES:
@@ -366,7 +450,7 @@ def jpeg_bytes(rgb) -> bytes:
 
 
 def _analysis(st: _State, audio_id: str, threshold: float, min_silence: int) -> dict:
-    from studio.core.audio import analyze
+    from studio.core.media.audio import analyze
 
     meta = st.uploads.audio_meta(audio_id)
     summary = analyze(st.uploads.audio_path(audio_id)).summary(threshold, min_silence)

@@ -26,8 +26,12 @@ class Guard:
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or ())
         if self.token is not None and scope.get("path") not in OPEN_PATHS and not self._authorized(headers):
-            return await _send_json(send, 401, "this server needs its token: send 'Authorization: Bearer TOKEN'",
-                                    [(b"www-authenticate", b"Bearer")])
+            return await _send_json(
+                send,
+                401,
+                "this server needs its token: send 'Authorization: Bearer TOKEN'",
+                [(b"www-authenticate", b"Bearer")],
+            )
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > self.max_body:
             return await _send_json(send, 413, self._too_large())
@@ -56,7 +60,11 @@ class Guard:
 
 async def _send_json(send, status: int, message: str, extra=()) -> None:
     body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *extra]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

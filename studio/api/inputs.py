@@ -9,22 +9,18 @@ go to ``<data folder>/renders/`` unless ``--allow-paths`` lets the client name o
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import File, Form, Request, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
+from studio.api.schema import with_settings
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-Engine = Literal["auto", "classic", "musetalk"]
-Decoder = Literal["taesd", "sd-vae"]
-Encoder = Literal["auto", "x264", "x264-parallel", "nvenc"]
-Precision = Literal["auto", "fp32", "fp16", "bf16"]
-Runtime = Literal["auto", "torch", "tensorrt"]
 
 
 class RenderForm:
@@ -38,43 +34,44 @@ class RenderForm:
         audio_id: Annotated[str | None, Form(description="or a voice-over uploaded with POST /v1/audio")] = None,
         text: Annotated[str | None, Form(description="or a script spoken by espeak-ng")] = None,
         voice: Annotated[str, Form(description="espeak-ng voice for text")] = "en-us",
-        engine: Annotated[Engine, Form()] = "auto",
-        decoder: Annotated[Decoder, Form()] = "taesd",
-        encoder: Annotated[Encoder, Form()] = "auto",
-        precision: Annotated[Precision, Form()] = "auto",
-        runtime: Annotated[Runtime, Form()] = "auto",
-        crf: Annotated[int, Form(ge=0, le=51)] = 20,
-        preset: Annotated[str, Form()] = "veryfast",
-        batch: Annotated[int, Form(ge=0)] = 0,
-        threshold: Annotated[float, Form(ge=0)] = 0.008,
-        min_silence: Annotated[int, Form(ge=1)] = 3,
         avatar_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
         audio_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
         output: Annotated[str | None, Form(description="an output path on the server (--allow-paths only)")] = None,
         frame_start: Annotated[int | None, Form(ge=0, description="render from this video frame (25 fps)")] = None,
         frame_end: Annotated[int | None, Form(ge=1, description="up to, not including, this frame")] = None,
+        **settings,  # every render setting of the schema, as form fields (studio.api.schema)
     ):
         self.avatar, self.avatar_file, self.avatar_path = avatar or None, _file(avatar_file), avatar_path or None
         self.audio, self.audio_id, self.audio_path = _file(audio), audio_id or None, audio_path or None
         self.text, self.voice, self.output = text, voice, output or None
         self.frames = None if frame_start is None and frame_end is None else (frame_start or 0, frame_end)
-        self.settings = dict(engine=engine, decoder=decoder, encoder=encoder, precision=precision,
-                             runtime=runtime, crf=crf, preset=preset, batch=batch, threshold=threshold,
-                             min_silence=min_silence)
+        self.settings = settings
+
+
+with_settings(RenderForm.__init__, Form)
+RenderForm.__signature__ = inspect.signature(
+    RenderForm.__init__
+).replace(  # type: ignore[attr-defined]
+    parameters=list(inspect.signature(RenderForm.__init__).parameters.values())[1:]
+)
 
 
 async def submit(st, form: RenderForm):
     """Check and store the inputs, then add the job to the queue (429 when it is full)."""
     from studio.core.errors import StudioError
+    from studio.core.settings import from_dict as settings_from_dict
     from studio.service import RenderRequest
-    from studio.service.request import settings_from_dict
 
     settings = settings_from_dict(form.settings)
-    paths = [n for n, v in (("avatar_path", form.avatar_path), ("audio_path", form.audio_path),
-                            ("output", form.output)) if v]
+    paths = [
+        n for n, v in (("avatar_path", form.avatar_path), ("audio_path", form.audio_path), ("output", form.output)) if v
+    ]
     if paths and not st.opts.allow_paths:
-        raise ApiError(403, f"this server opens no paths of its own ({', '.join(paths)}); upload the files "
-                            "instead (or start it with --allow-paths)")
+        raise ApiError(
+            403,
+            f"this server opens no paths of its own ({', '.join(paths)}); upload the files "
+            "instead (or start it with --allow-paths)",
+        )
     avatars = [v for v in (form.avatar, form.avatar_file, form.avatar_path) if v]
     if len(avatars) != 1:
         raise ApiError(422, "give exactly one avatar: avatar (a library name) or avatar_file (an upload)")
@@ -94,7 +91,7 @@ async def submit(st, form: RenderForm):
     elif form.audio_id:
         audio, audio_label = str(st.uploads.audio_path(form.audio_id)), form.audio_id
     elif form.text:
-        from studio.core.speech import speak
+        from studio.core.media.speech import speak
 
         audio, audio_label = str(await run_in_threadpool(speak, form.text, form.voice)), "speech"
     else:
@@ -107,7 +104,7 @@ async def submit(st, form: RenderForm):
         output = renders_dir() / f"{_slug(avatar_label)}-{_slug(audio_label)}.mp4"
     frames = form.frames
     if frames is not None and frames[1] is None:
-        from studio.core.audio import probe
+        from studio.core.media.audio import probe
 
         frames = (frames[0], probe(audio).frames)
     request = RenderRequest(avatar, audio, str(output), settings, frames=frames)
@@ -119,7 +116,6 @@ async def submit(st, form: RenderForm):
         raise
 
 
-
 def form_body(request: Request) -> None:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind not in ("", "multipart/form-data", "application/x-www-form-urlencoded"):
@@ -127,7 +123,7 @@ def form_body(request: Request) -> None:
 
 
 def library_folder(name: str) -> Path:
-    from studio.core.avatar import library_dir
+    from studio.core.avatars.library import library_dir
 
     folder = library_dir() / name if NAME_RE.match(name or "") else None
     if folder is None or not (folder / "meta.json").exists():
@@ -148,7 +144,7 @@ def _server_file(path: str, field: str) -> str:
 
 
 def renders_dir() -> Path:
-    from studio.core.paths import sub_dir
+    from studio.core.store.paths import sub_dir
 
     return sub_dir("renders")
 

@@ -41,8 +41,10 @@ class ServeOptions:
         if self.token is not None and len(self.token) < 8:
             raise InputError("--token must be at least 8 characters (use a long random one)")
         if not is_loopback(self.host) and not self.token:
-            raise InputError(f"--host {self.host} is reachable from other machines: give --token (or set "
-                             "STUDIO_SERVER_TOKEN) so that only clients with the token can render")
+            raise InputError(
+                f"--host {self.host} is reachable from other machines: give --token (or set "
+                "STUDIO_SERVER_TOKEN) so that only clients with the token can render"
+            )
         return self
 
 

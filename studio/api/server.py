@@ -39,8 +39,11 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         return socket.create_server((host.strip("[]"), port), family=family)
     except OSError as exc:
-        hint = ("another program (another `studio serve`?) listens there: choose another --port"
-                if exc.errno == 98 else "check --host (an address of this machine) and --port")
+        hint = (
+            "another program (another `studio serve`?) listens there: choose another --port"
+            if exc.errno == 98
+            else "check --host (an address of this machine) and --port"
+        )
         import os
 
         why = os.strerror(exc.errno) if exc.errno else str(exc)

@@ -147,8 +147,15 @@ def _sse(event: str, data: dict) -> dict:
 
 def links(job_id: int) -> dict:
     base = f"/v1/renders/{job_id}"
-    return {"self": base, "events": f"{base}/events", "video": f"{base}/video", "preview": f"{base}/preview",
-            "cancel": base, "retry": f"{base}/retry", "frame": f"/v1/frame?job={job_id}&t=0"}
+    return {
+        "self": base,
+        "events": f"{base}/events",
+        "video": f"{base}/video",
+        "preview": f"{base}/preview",
+        "cancel": base,
+        "retry": f"{base}/retry",
+        "frame": f"/v1/frame?job={job_id}&t=0",
+    }
 
 
 def state_dict(job) -> dict:
@@ -160,9 +167,15 @@ def state_dict(job) -> dict:
 
 
 def progress_dict(job_id: int, p, has_preview: bool) -> dict:
-    d = {"id": job_id, "done": int(p.done), "total": int(p.total), "fps": round(float(p.fps), 2),
-         "eta_s": round(float(p.eta_s), 2), "elapsed_s": round(float(p.elapsed_s), 3),
-         "preview": links(job_id)["preview"] if has_preview else None}
+    d = {
+        "id": job_id,
+        "done": int(p.done),
+        "total": int(p.total),
+        "fps": round(float(p.fps), 2),
+        "eta_s": round(float(p.eta_s), 2),
+        "elapsed_s": round(float(p.elapsed_s), 3),
+        "preview": links(job_id)["preview"] if has_preview else None,
+    }
     for name in ("workers", "chunks_done", "chunks", "retries"):
         v = getattr(p, name, None)
         if v:

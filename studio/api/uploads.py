@@ -60,10 +60,11 @@ class UploadStore:
             _unlink(tmp)
         meta = self.root / "audio" / f"{stored.id}.json"
         if not meta.exists():
-            from studio.core.fsutil import atomic_write_bytes
+            from studio.core.store.fsutil import atomic_write_bytes
 
-            atomic_write_bytes(meta, json.dumps({"id": stored.id, "filename": name, "bytes": size,
-                                                 "file": stored.path.name}).encode())
+            atomic_write_bytes(
+                meta, json.dumps({"id": stored.id, "filename": name, "bytes": size, "file": stored.path.name}).encode()
+            )
         return stored
 
     async def save_avatar(self, upload) -> Stored:
@@ -109,8 +110,11 @@ class UploadStore:
                 while block := await upload.read(CHUNK):
                     size += len(block)
                     if size > self.max_bytes:
-                        raise ApiError(413, f"{_said(name)} is too large: this server takes files of up to "
-                                            f"{self.max_bytes / 2**20:g} MB (--max-upload-mb)")
+                        raise ApiError(
+                            413,
+                            f"{_said(name)} is too large: this server takes files of up to "
+                            f"{self.max_bytes / 2**20:g} MB (--max-upload-mb)",
+                        )
                     h.update(block)
                     fh.write(block)
         except BaseException:
@@ -143,8 +147,8 @@ def _said(name: str) -> str:
 
 
 def _probe_audio(tmp: Path, name: str):
-    from studio.core.audio import probe
     from studio.core.errors import AudioError
+    from studio.core.media.audio import probe
 
     try:
         return probe(tmp)
@@ -154,7 +158,7 @@ def _probe_audio(tmp: Path, name: str):
 
 
 def _sniff_avatar(tmp: Path, name: str) -> tuple[str, str]:
-    from studio.core.avatar_sources import source_kind
+    from studio.core.avatars.sources import source_kind
     from studio.core.errors import AvatarError
 
     try:

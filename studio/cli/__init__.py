@@ -54,14 +54,14 @@ _QUICK_EXIT = [False]  # set once a command (not the window) has run
 def _main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["__studio_x264_worker__"]:  # a frozen app re-launched as an encoder worker
-        from studio.core.x264_pool import run_worker
+        from studio.core.media.x264_pool import run_worker
 
         run_worker(int(args_in[1]))
         return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
-    from studio.core.fsutil import sweep_dead_temps
+    from studio.core.store.fsutil import sweep_dead_temps
 
     sweep_dead_temps()  # temporaries of runs that were killed (SIGKILL, power cut): one listing
     if not getattr(args, "command", None):
@@ -89,20 +89,17 @@ def _main(argv: list[str] | None = None) -> int:
         path = _log_traceback()
         _say(f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. Please report it.")
         return 1
-    except Exception:  # an internal bug: one line on stderr, the traceback in the log
+    except Exception:  # noqa: BLE001 - an internal bug: one line on stderr, the traceback in the log
         path = _log_traceback()
-        _say(
-            f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. "
-            "Please report it."
-        )
+        _say(f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. Please report it.")
         return 1
 
 
 def _stop_workers() -> None:
     """Encoder processes and this run's leftover temporaries go before the exit message."""
-    if "studio.core.x264_pool" in sys.modules:
-        sys.modules["studio.core.x264_pool"].shutdown_pool()
-    from studio.core.fsutil import remove_own_temps
+    if "studio.core.media.x264_pool" in sys.modules:
+        sys.modules["studio.core.media.x264_pool"].shutdown_pool()
+    from studio.core.store.fsutil import remove_own_temps
 
     remove_own_temps()
 
@@ -156,7 +153,7 @@ def _setup_logging(verbose: bool) -> None:
     err.setFormatter(logging.Formatter("studio: %(levelname)s: %(message)s"))
     root.addHandler(err)
     try:
-        from studio.core.paths import log_file
+        from studio.core.store.paths import log_file
 
         fh = logging.FileHandler(log_file(), encoding="utf-8")
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -167,7 +164,7 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _log_traceback() -> str:
-    from studio.core.paths import log_file
+    from studio.core.store.paths import log_file
 
     path = log_file()
     with open(path, "a", encoding="utf-8") as fh:

@@ -8,10 +8,19 @@ from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_TH
 def register(sub) -> None:
     p = sub.add_parser("analyze", help="analyse a voice-over: frames on the 25 fps grid and silences")
     p.add_argument("audio", help="WAV, FLAC, OGG or MP3 file")
-    p.add_argument("--threshold", type=float, default=DEFAULT_SILENCE_THRESHOLD,
-                   help=f"RMS below which a frame is silent (default {DEFAULT_SILENCE_THRESHOLD})")
-    p.add_argument("--min-silence", type=int, default=DEFAULT_MIN_SILENCE_FRAMES, metavar="N",
-                   help=f"shortest silent run in frames (default {DEFAULT_MIN_SILENCE_FRAMES})")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_SILENCE_THRESHOLD,
+        help=f"RMS below which a frame is silent (default {DEFAULT_SILENCE_THRESHOLD})",
+    )
+    p.add_argument(
+        "--min-silence",
+        type=int,
+        default=DEFAULT_MIN_SILENCE_FRAMES,
+        metavar="N",
+        help=f"shortest silent run in frames (default {DEFAULT_MIN_SILENCE_FRAMES})",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the analysis cache")
     p.set_defaults(func=run)
@@ -19,8 +28,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from studio.cli._common import emit_json, fmt_seconds
-    from studio.core.audio import analyze
     from studio.core.errors import InputError
+    from studio.core.media.audio import analyze
 
     if args.threshold < 0:
         raise InputError("--threshold must be 0 or more (an RMS level such as 0.008)")
@@ -35,8 +44,10 @@ def run(args) -> int:
     print(f"format:          {s['format']} {s['subtype']}, {s['sample_rate']} Hz, {s['channels']} channel(s)")
     print(f"duration:        {fmt_seconds(s['duration_s'])} ({s['duration_s']:.3f} s)")
     print(f"frames:          {s['frames']} at {s['fps']} fps")
-    print(f"silent frames:   {s['silent_frames']} ({s['silent_percent']:.1f} %), "
-          f"threshold {s['silence_threshold']}, runs of >= {s['min_silence_frames']}")
+    print(
+        f"silent frames:   {s['silent_frames']} ({s['silent_percent']:.1f} %), "
+        f"threshold {s['silence_threshold']}, runs of >= {s['min_silence_frames']}"
+    )
     print(f"silent spans:    {len(s['silent_spans'])}")
     print(f"longest silence: {s['longest_silence_frames']} frames ({s['longest_silence_s']:.2f} s)")
     return 0

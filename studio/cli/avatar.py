@@ -13,22 +13,56 @@ def register(sub) -> None:
     a = cmds.add_parser("add", help="prepare an image or video as a library avatar")
     a.add_argument("name", help="library name (letters, digits, '.', '_', '-')")
     a.add_argument("source", help="PNG/JPEG/WebP photo or a video file")
-    a.add_argument("--bbox-shift", type=int, default=0, metavar="N",
-                   help="move the mask's top (the nose-bridge line) down (+) or up (-) in pixels (default 0)")
-    a.add_argument("--extra-margin", type=int, default=10, metavar="N",
-                   help="pixels added below the chin (MuseTalk v1.5 rule, default 10)")
-    a.add_argument("--cheek-width", type=int, default=90, metavar="N",
-                   help="jaw mode: half-width of the central band, MuseTalk units (default 90)")
-    a.add_argument("--feather", type=float, default=24.0, metavar="N",
-                   help="soft-edge width of the blend mask in 256-crop pixels (default 24)")
-    a.add_argument("--mask-mode", choices=["jaw", "raw"], default="jaw",
-                   help="jaw: lower face with the cheek edges kept (default); raw: the whole lower face")
-    a.add_argument("--smooth", type=float, default=0.5, metavar="X",
-                   help="temporal smoothing of the face track for videos, 0..1 (default 0.5)")
+    a.add_argument(
+        "--bbox-shift",
+        type=int,
+        default=0,
+        metavar="N",
+        help="move the mask's top (the nose-bridge line) down (+) or up (-) in pixels (default 0)",
+    )
+    a.add_argument(
+        "--extra-margin",
+        type=int,
+        default=10,
+        metavar="N",
+        help="pixels added below the chin (MuseTalk v1.5 rule, default 10)",
+    )
+    a.add_argument(
+        "--cheek-width",
+        type=int,
+        default=90,
+        metavar="N",
+        help="jaw mode: half-width of the central band, MuseTalk units (default 90)",
+    )
+    a.add_argument(
+        "--feather",
+        type=float,
+        default=24.0,
+        metavar="N",
+        help="soft-edge width of the blend mask in 256-crop pixels (default 24)",
+    )
+    a.add_argument(
+        "--mask-mode",
+        choices=["jaw", "raw"],
+        default="jaw",
+        help="jaw: lower face with the cheek edges kept (default); raw: the whole lower face",
+    )
+    a.add_argument(
+        "--smooth",
+        type=float,
+        default=0.5,
+        metavar="X",
+        help="temporal smoothing of the face track for videos, 0..1 (default 0.5)",
+    )
     a.add_argument("--trim-start", type=float, default=None, metavar="S", help="video: start at S seconds")
     a.add_argument("--trim-end", type=float, default=None, metavar="S", help="video: end at S seconds")
-    a.add_argument("--face", type=int, default=None, metavar="N",
-                   help="several faces in the picture: use the N-th from the left (default: the largest)")
+    a.add_argument(
+        "--face",
+        type=int,
+        default=None,
+        metavar="N",
+        help="several faces in the picture: use the N-th from the left (default: the largest)",
+    )
     a.add_argument("--force", action="store_true", help="replace an avatar of that name (reuses what still fits)")
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.set_defaults(func=run_add)
@@ -51,12 +85,18 @@ def register(sub) -> None:
 
 def run_add(args) -> int:
     from studio.cli._common import ProgressBar, emit_json
-    from studio.core import avatar
+    from studio.core.avatars import library as avatar
 
     params = avatar.AvatarParams(
-        bbox_shift=args.bbox_shift, extra_margin=args.extra_margin, cheek_width=args.cheek_width,
-        feather=args.feather, mask_mode=args.mask_mode, smooth=args.smooth,
-        trim_start=args.trim_start, trim_end=args.trim_end, face=args.face,
+        bbox_shift=args.bbox_shift,
+        extra_margin=args.extra_margin,
+        cheek_width=args.cheek_width,
+        feather=args.feather,
+        mask_mode=args.mask_mode,
+        smooth=args.smooth,
+        trim_start=args.trim_start,
+        trim_end=args.trim_end,
+        face=args.face,
     )
     bar = ProgressBar(f"avatar {args.name}")
     stage_seen = [""]
@@ -84,7 +124,7 @@ def run_add(args) -> int:
 
 def run_list(args) -> int:
     from studio.cli._common import emit_json
-    from studio.core import avatar
+    from studio.core.avatars import library as avatar
 
     rows = avatar.list_avatars()
     if args.json:
@@ -104,11 +144,10 @@ def run_list(args) -> int:
 
 
 def run_show(args) -> int:
-    from studio.cli._common import emit_json
-    from studio.core import avatar
-
     from pathlib import Path
 
+    from studio.cli._common import emit_json
+    from studio.core.avatars import library as avatar
     from studio.core.errors import InputError
 
     out = Path(args.overlay) if args.overlay else None
@@ -122,7 +161,7 @@ def run_show(args) -> int:
     if out is not None:
         from PIL import Image
 
-        from studio.core.fsutil import atomic_path
+        from studio.core.store.fsutil import atomic_path
 
         img = avatar.overlay(a, args.frame)
         with atomic_path(out) as tmp:
@@ -137,7 +176,7 @@ def run_show(args) -> int:
 
 
 def run_rm(args) -> int:
-    from studio.core import avatar
+    from studio.core.avatars import library as avatar
 
     avatar.remove(args.name)
     print(f"removed avatar '{args.name}'")
@@ -147,11 +186,23 @@ def run_rm(args) -> int:
 def _summary(a) -> dict:
     m = a.meta
     return {
-        "name": a.name, "kind": m["kind"], "frames": a.N, "width": a.width, "height": a.height, "fps": a.fps,
-        "faceless_frames": int(m["faceless_frames"]), "box": [int(v) for v in a.boxes[0]],
-        "source": m["source"], "source_fps": m.get("source_fps"), "duration_s": m.get("duration_s"),
-        "params": m["params"], "bbox_shift_range": m.get("bbox_shift_range"), "rebuilt": m.get("rebuilt"),
-        "folder": str(a.folder), "faces_found": m.get("faces_found", 1), "face": m.get("face", 1),
+        "name": a.name,
+        "kind": m["kind"],
+        "frames": a.N,
+        "width": a.width,
+        "height": a.height,
+        "fps": a.fps,
+        "faceless_frames": int(m["faceless_frames"]),
+        "box": [int(v) for v in a.boxes[0]],
+        "source": m["source"],
+        "source_fps": m.get("source_fps"),
+        "duration_s": m.get("duration_s"),
+        "params": m["params"],
+        "bbox_shift_range": m.get("bbox_shift_range"),
+        "rebuilt": m.get("rebuilt"),
+        "folder": str(a.folder),
+        "faces_found": m.get("faces_found", 1),
+        "face": m.get("face", 1),
         "downscaled_from": m.get("downscaled_from"),
     }
 
@@ -159,8 +210,10 @@ def _summary(a) -> dict:
 def _print_summary(info: dict, title: str) -> None:
     out = sys.stdout
     out.write(f"{title}\n")
-    out.write(f"  kind:          {info['kind']} ({info['frames']} frame(s) at {info['fps']} fps, "
-              f"{info['width']}x{info['height']})\n")
+    out.write(
+        f"  kind:          {info['kind']} ({info['frames']} frame(s) at {info['fps']} fps, "
+        f"{info['width']}x{info['height']})\n"
+    )
     if info.get("downscaled_from"):
         out.write(f"  downscaled:    from {info['downscaled_from'][0]}x{info['downscaled_from'][1]}\n")
     if info.get("faces_found", 1) > 1:

@@ -10,14 +10,26 @@ def register(sub) -> None:
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     b = verbs.add_parser("build", help="export the UNet and decoder(s) to ONNX and build TensorRT engines")
-    b.add_argument("--precision", choices=("fp16", "fp8", "fp32"), default="fp16",
-                   help="fp16 (default); fp8 quantizes the UNet's linears with NVIDIA ModelOpt, "
-                        "accepted only if it stays close to fp16")
-    b.add_argument("--profile", default=None, metavar="MIN,OPT,MAX",
-                   help="batch sizes of the optimization profile, or a name from engines/profiles.json "
-                        "(default: its 'default', 1,32,64)")
-    b.add_argument("--decoder", choices=("taesd", "sd-vae", "both"), default="both",
-                   help="which decoder engine(s) to build besides the UNet (default both)")
+    b.add_argument(
+        "--precision",
+        choices=("fp16", "fp8", "fp32"),
+        default="fp16",
+        help="fp16 (default); fp8 quantizes the UNet's linears with NVIDIA ModelOpt, "
+        "accepted only if it stays close to fp16",
+    )
+    b.add_argument(
+        "--profile",
+        default=None,
+        metavar="MIN,OPT,MAX",
+        help="batch sizes of the optimization profile, or a name from engines/profiles.json "
+        "(default: its 'default', 1,32,64)",
+    )
+    b.add_argument(
+        "--decoder",
+        choices=("taesd", "sd-vae", "both"),
+        default="both",
+        help="which decoder engine(s) to build besides the UNet (default both)",
+    )
     b.add_argument("--force", action="store_true", help="rebuild even when a valid engine is cached")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=run_build)

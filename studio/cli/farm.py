@@ -1,10 +1,10 @@
 """``studio farm up|status|down``: a Ray cluster for ``studio render --farm``.
 
-    studio farm up                          # a head on this host, listening on 127.0.0.1 only
-    studio farm up --host 10.0.0.5          # a head other hosts can join (on that address)
-    studio farm up --address 10.0.0.5:6379 --host 10.0.0.6   # this host joins as a worker node
-    studio farm status [--json]
-    studio farm down
+studio farm up                          # a head on this host, listening on 127.0.0.1 only
+studio farm up --host 10.0.0.5          # a head other hosts can join (on that address)
+studio farm up --address 10.0.0.5:6379 --host 10.0.0.6   # this host joins as a worker node
+studio farm status [--json]
+studio farm down
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ def register(sub) -> None:
     up = fs.add_parser("up", help="start a head node here (127.0.0.1 unless --host), or join --address")
     up.add_argument("--address", default=None, help="join the head at HOST:PORT instead of starting one")
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"head port (default {DEFAULT_PORT})")
-    up.add_argument("--host", default=None,
-                    help="this node's address that other hosts reach (default: 127.0.0.1, this host only)")
+    up.add_argument(
+        "--host", default=None, help="this node's address that other hosts reach (default: 127.0.0.1, this host only)"
+    )
     up.add_argument("--num-cpus", type=int, default=None, help="CPU slots to offer (default: all)")
     up.add_argument("--num-gpus", type=int, default=None, help="GPUs to offer (default: all)")
     up.set_defaults(func=run_up)
@@ -48,7 +49,7 @@ def run_up(args) -> int:
     cmd = ["start", "--disable-usage-stats"]
     env = dict(os.environ)
     if args.host is None:  # this host only: every Ray server listens on 127.0.0.1
-        from studio.core.farm import loopback_only
+        from studio.core.scale.farm import loopback_only
 
         env.update(loopback_only())
         cmd += ["--node-ip-address", "127.0.0.1"]
@@ -64,14 +65,16 @@ def run_up(args) -> int:
         cmd += ["--num-gpus", str(args.num_gpus)]
     _ray(cmd, env)
     where = args.address or f"{args.host or '127.0.0.1'}:{args.port}"
-    print(f"farm {'joined' if args.address else 'head started'}: {where}; render with "
-          f"`studio render ... --farm{'' if args.host is None and not args.address else ' ' + where}`")
+    print(
+        f"farm {'joined' if args.address else 'head started'}: {where}; render with "
+        f"`studio render ... --farm{'' if args.host is None and not args.address else ' ' + where}`"
+    )
     return 0
 
 
 def run_status(args) -> int:
     from studio.cli._common import emit_json
-    from studio.core.farm import init_ray
+    from studio.core.scale.farm import init_ray
 
     init_ray(args.address)  # raises a one-line StudioError when ray is missing or unreachable
     import ray
@@ -83,16 +86,28 @@ def run_status(args) -> int:
     finally:
         ray.shutdown()
     info = {
-        "address": args.address, "nodes": len(nodes), "cpus": res.get("CPU", 0), "gpus": res.get("GPU", 0),
-        "free_cpus": free.get("CPU", 0), "free_gpus": free.get("GPU", 0),
-        "node_list": [{"ip": n.get("NodeManagerAddress"), "cpus": n["Resources"].get("CPU", 0),
-                       "gpus": n["Resources"].get("GPU", 0)} for n in nodes],
+        "address": args.address,
+        "nodes": len(nodes),
+        "cpus": res.get("CPU", 0),
+        "gpus": res.get("GPU", 0),
+        "free_cpus": free.get("CPU", 0),
+        "free_gpus": free.get("GPU", 0),
+        "node_list": [
+            {
+                "ip": n.get("NodeManagerAddress"),
+                "cpus": n["Resources"].get("CPU", 0),
+                "gpus": n["Resources"].get("GPU", 0),
+            }
+            for n in nodes
+        ],
     }
     if args.json:
         emit_json(info)
         return 0
-    print(f"farm: {info['nodes']} node(s), {info['cpus']:g} CPUs ({info['free_cpus']:g} free), "
-          f"{info['gpus']:g} GPUs ({info['free_gpus']:g} free)")
+    print(
+        f"farm: {info['nodes']} node(s), {info['cpus']:g} CPUs ({info['free_cpus']:g} free), "
+        f"{info['gpus']:g} GPUs ({info['free_gpus']:g} free)"
+    )
     for n in info["node_list"]:
         print(f"  {n['ip']}: {n['cpus']:g} CPUs, {n['gpus']:g} GPUs")
     return 0
@@ -106,7 +121,7 @@ def run_down(args) -> int:
 
 def _ray(argv: list[str], env: dict) -> None:
     from studio.core.errors import RenderError
-    from studio.core.farm import ray_available
+    from studio.core.scale.farm import ray_available
 
     ok, why = ray_available()
     if not ok:

@@ -7,8 +7,7 @@ def register(sub) -> None:
     p = sub.add_parser("features", help="write MuseTalk's per-frame audio tokens [T,50,384] to a .npy file")
     p.add_argument("audio", help="WAV, FLAC, OGG or MP3 file")
     p.add_argument("-o", "--output", required=True, help="the .npy file to write (float32 [T,50,384], PE included)")
-    p.add_argument("--whisper", metavar="DIR",
-                   help="a Hugging Face whisper-tiny folder (default: the imported one)")
+    p.add_argument("--whisper", metavar="DIR", help="a Hugging Face whisper-tiny folder (default: the imported one)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -20,11 +19,11 @@ def run(args) -> int:
     import numpy as np
 
     from studio.cli._common import emit_json
-    from studio.core import models
-    from studio.core.audio import load
     from studio.core.engines.whisper_features import WhisperFeatures
     from studio.core.errors import InputError, ModelError
-    from studio.core.fsutil import atomic_path
+    from studio.core.media.audio import load
+    from studio.core.store import models
+    from studio.core.store.fsutil import atomic_path
 
     out = Path(args.output)
     if out.suffix != ".npy":
@@ -42,8 +41,13 @@ def run(args) -> int:
     arr = feats.array()
     with atomic_path(out) as tmp, open(tmp, "wb") as fh:
         np.save(fh, arr)
-    info = {"output": str(out), "shape": list(arr.shape), "frames": wave.frames,
-            "duration_s": wave.duration_s, "dtype": str(arr.dtype)}
+    info = {
+        "output": str(out),
+        "shape": list(arr.shape),
+        "frames": wave.frames,
+        "duration_s": wave.duration_s,
+        "dtype": str(arr.dtype),
+    }
     if args.json:
         emit_json(info)
     else:

@@ -25,8 +25,8 @@ def register(sub) -> None:
 
 def run_import(args) -> int:
     from studio.cli._common import emit_json
-    from studio.core import models
     from studio.core.errors import InputError
+    from studio.core.store import models
 
     if not args.folder and not args.taesd:
         raise InputError("give the MuseTalk models/ folder, --taesd DIR, or both")
@@ -45,7 +45,7 @@ def run_import(args) -> int:
 
 def run_list(args) -> int:
     from studio.cli._common import emit_json
-    from studio.core import models
+    from studio.core.store import models
 
     comps = models.list_models()
     status = models.availability()
@@ -65,8 +65,8 @@ def run_list(args) -> int:
 
 def run_verify(args) -> int:
     from studio.cli._common import emit_json
-    from studio.core import models
     from studio.core.errors import ModelError
+    from studio.core.store import models
 
     rows = models.verify_store()
     bad = [r for r in rows if r["status"] != "ok"]

@@ -36,10 +36,13 @@ def register(sub) -> None:
     run.add_argument("--json", action="store_true", help="print the finished jobs as a JSON list")
     run.set_defaults(func=run_run)
 
-    for name, helptext in (("cancel", "cancel a queued, held or running job"),
-                           ("retry", "queue a finished job again (a new numbered file)"),
-                           ("hold", "keep a queued job waiting"), ("resume", "queue a held job again"),
-                           ("rm", "remove a job that is not running")):
+    for name, helptext in (
+        ("cancel", "cancel a queued, held or running job"),
+        ("retry", "queue a finished job again (a new numbered file)"),
+        ("hold", "keep a queued job waiting"),
+        ("resume", "queue a held job again"),
+        ("rm", "remove a job that is not running"),
+    ):
         c = qs.add_parser(name, help=helptext)
         c.add_argument("id", type=int)
         c.set_defaults(func=run_action, action=name)
@@ -60,9 +63,20 @@ def job_json(job, progress=None) -> dict:
     from studio.core.progress import fraction_percent
 
     frac = progress.fraction if progress is not None else job.progress
-    return {"id": job.id, "state": job.state, "avatar": job.avatar, "audio": job.audio, "output": job.output,
-            "progress": round(frac, 4), "percent": fraction_percent(frac), "reason": job.reason,
-            "created": job.created, "updated": job.updated, "settings": job.settings, "result": job.result}
+    return {
+        "id": job.id,
+        "state": job.state,
+        "avatar": job.avatar,
+        "audio": job.audio,
+        "output": job.output,
+        "progress": round(frac, 4),
+        "percent": fraction_percent(frac),
+        "reason": job.reason,
+        "created": job.created,
+        "updated": job.updated,
+        "settings": job.settings,
+        "result": job.result,
+    }
 
 
 def run_add(args) -> int:
@@ -146,6 +160,8 @@ def run_run(args) -> int:
         emit_json([job_json(j) for j in finished if j is not None])
     else:
         states = [j.state for j in finished if j is not None]
-        print(f"queue empty: {len(states)} job(s) run, {states.count('done')} done, {states.count('failed')} failed, "
-              f"{states.count('cancelled')} cancelled")
+        print(
+            f"queue empty: {len(states)} job(s) run, {states.count('done')} done, {states.count('failed')} failed, "
+            f"{states.count('cancelled')} cancelled"
+        )
     return 0

@@ -8,11 +8,20 @@ cancels the job on the server. The last line (or ``--json``) is what a local ren
 
 from __future__ import annotations
 
-import os
 import sys
 
-SETTINGS = ("engine", "decoder", "encoder", "precision", "runtime", "crf", "preset", "batch", "threshold",
-            "min_silence")
+SETTINGS = (
+    "engine",
+    "decoder",
+    "encoder",
+    "precision",
+    "runtime",
+    "crf",
+    "preset",
+    "batch",
+    "threshold",
+    "min_silence",
+)
 
 
 def register(sub) -> None:
@@ -21,14 +30,18 @@ def register(sub) -> None:
 
 
 def add_option(p) -> None:
-    p.add_argument("--server", default=None, metavar="URL",
-                   help="render on a running `studio serve` (http://HOST:PORT; token from $STUDIO_SERVER_TOKEN)")
+    p.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="render on a running `studio serve` (http://HOST:PORT; token from $STUDIO_SERVER_TOKEN)",
+    )
 
 
 def render_remote(args) -> int:
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
-    from studio.core.audio import probe
     from studio.core.errors import InputError
+    from studio.core.media.audio import probe
 
     if getattr(args, "farm", None) is not None or getattr(args, "chunks", 0) or getattr(args, "gpus", None):
         raise InputError("--server renders where the server runs: leave out --farm, --chunks and --gpus")
@@ -41,7 +54,9 @@ def render_remote(args) -> int:
     try:
         from studio.service.client import StudioClient
     except ImportError as exc:
-        raise InputError(f"--server needs the serve extra ({exc.name} is missing): pip install 'studio[serve]'") from None
+        raise InputError(
+            f"--server needs the serve extra ({exc.name} is missing): pip install 'studio[serve]'"
+        ) from None
     settings = {k: getattr(args, k) for k in SETTINGS if hasattr(args, k)}
     frames = _frames(args)
     if frames is not None:
@@ -52,8 +67,13 @@ def render_remote(args) -> int:
         job = client.submit(args.avatar, audio=args.audio, settings=settings)
         bar = ProgressBar("render")
         try:
-            final = client.wait(job["id"], lambda kind, d: kind == "progress" and bar.update(
-                d["done"], d["total"], f"{d['fps']:6.1f} fps  ETA {fmt_seconds(d['eta_s'])}"))
+            final = client.wait(
+                job["id"],
+                lambda kind, d: (
+                    kind == "progress"
+                    and bar.update(d["done"], d["total"], f"{d['fps']:6.1f} fps  ETA {fmt_seconds(d['eta_s'])}")
+                ),
+            )
         except KeyboardInterrupt:
             client.cancel(job["id"])
             raise
@@ -69,6 +89,8 @@ def render_remote(args) -> int:
         emit_json(r)
     else:
         print(f"engine: {r.get('engine')} ({r.get('engine_reason')}) on {args.server}", file=sys.stderr)
-        print(f"wrote {r['output']}: {r['frames']} frames ({r['silent_frames']} silent), {r['width']}x{r['height']}, "
-              f"{r['engine']} + {r['encoder']}, {r['seconds']:.1f} s ({r['fps']:.1f} fps)")
+        print(
+            f"wrote {r['output']}: {r['frames']} frames ({r['silent_frames']} silent), {r['width']}x{r['height']}, "
+            f"{r['engine']} + {r['encoder']}, {r['seconds']:.1f} s ({r['fps']:.1f} fps)"
+        )
     return 0

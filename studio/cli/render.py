@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 import sys
 
-from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
-
 
 def register(sub) -> None:
     p = sub.add_parser("render", help="render an avatar speaking a voice-over to an MP4")
@@ -44,53 +42,92 @@ def job_options(p, output_help: str) -> None:
 
 
 def _render_options(p, encoder: bool = True) -> None:
-    p.add_argument("--engine", default="auto", choices=["auto", "classic", "musetalk"], help="lip-sync engine (default auto)")
-    p.add_argument("--device", default=None, help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda when present)")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"], help="MuseTalk precision")
-    p.add_argument("--decoder", default="taesd", choices=["taesd", "sd-vae"], help="MuseTalk decoder (speed vs quality)")
-    p.add_argument("--runtime", default="auto", choices=["auto", "torch", "tensorrt"],
-                   help="MuseTalk runtime: TensorRT engines when built and valid (auto), or force one")
-    p.add_argument("--batch", type=int, default=0, help="frames per batch (default: the engine's choice)")
-    p.add_argument("--compile", action="store_true",
-                   help="MuseTalk: torch.compile the networks (about a minute to load; then UNet + TAESD ran "
-                        "1.75x and UNet + SD-VAE 2.1x faster on an H200: for long clips and warm servers)")
-    p.add_argument("--threshold", type=float, default=DEFAULT_SILENCE_THRESHOLD, help="silence RMS threshold")
-    p.add_argument("--min-silence", type=int, default=DEFAULT_MIN_SILENCE_FRAMES, metavar="N", help="shortest silence in frames")
-    if encoder:
-        p.add_argument("--encoder", default="auto", choices=["auto", "x264", "x264-parallel", "nvenc"], help="video encoder")
-        p.add_argument("--crf", type=int, default=20, help="x264/NVENC quality, lower is better (default 20)")
-        p.add_argument("--preset", default="veryfast", help="x264 preset (default veryfast)")
+    """One option per render setting, made from the schema (``studio.core.settings``); ``frame`` has no
+    encoder settings (a PNG is not encoded)."""
+    from studio.core.settings import specs
+
+    for spec in specs("cli", None if encoder else ("engine", "silence")):
+        kw: dict = {"dest": spec.name, "default": None}
+        if spec.kind is bool:
+            import argparse
+
+            kw.update(
+                action=argparse.BooleanOptionalAction, help=f"{spec.help} (default {'on' if spec.default else 'off'})"
+            )
+        else:
+            shown = spec.auto_label if spec.default is None else spec.default
+            kw.update(type=_typed(spec), help=f"{spec.help} (default {shown})")
+            if spec.choices:
+                kw["choices"] = spec.choices
+            elif spec.kind is not str:
+                kw["metavar"] = "N" if spec.kind is int else "X"
+        p.add_argument(spec.option, **kw)
+
+
+def _typed(spec):
+    """argparse's type for a setting: the schema's own parser (one sentence for a bad value)."""
+    import argparse
+
+    def parse(text):
+        from studio.core.errors import InputError
+
+        try:
+            return spec.parse(text)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = spec.kind.__name__
+    return parse
 
 
 def _scale_options(p) -> None:
-    p.add_argument("--farm", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="render in chunks on a Ray farm: HOST:PORT, or none for the one `studio farm up` "
-                        "started here (else a local one on 127.0.0.1)")
-    p.add_argument("--chunks", type=int, default=0, metavar="N",
-                   help="segments to render in parallel (farm default: one per worker; without --farm: "
-                        "N local processes)")
-    p.add_argument("--gpus", default=None, metavar="N|all",
-                   help="render on N GPUs of this machine at once (contiguous parts, one writer, one mux)")
+    p.add_argument(
+        "--farm",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="render in chunks on a Ray farm: HOST:PORT, or none for the one `studio farm up` "
+        "started here (else a local one on 127.0.0.1)",
+    )
+    p.add_argument(
+        "--chunks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="segments to render in parallel (farm default: one per worker; without --farm: N local processes)",
+    )
+    p.add_argument(
+        "--gpus",
+        default=None,
+        metavar="N|all",
+        help="render on N GPUs of this machine at once (contiguous parts, one writer, one mux)",
+    )
 
 
 def _range_options(p) -> None:
-    p.add_argument("--in", dest="range_in", default=None, metavar="TIME",
-                   help="render from this point: seconds (12.5), a timecode (00:00:12:12, fields from the right) "
-                        "or a frame (#312)")
-    p.add_argument("--out", dest="range_out", default=None, metavar="TIME",
-                   help="render up to (not including) this point; same forms as --in")
+    p.add_argument(
+        "--in",
+        dest="range_in",
+        default=None,
+        metavar="TIME",
+        help="render from this point: seconds (12.5), a timecode (00:00:12:12, fields from the right) "
+        "or a frame (#312)",
+    )
+    p.add_argument(
+        "--out",
+        dest="range_out",
+        default=None,
+        metavar="TIME",
+        help="render up to (not including) this point; same forms as --in",
+    )
 
 
 def _settings(args):
-    """The command line's settings as the service's ``RenderSettings`` (checked there)."""
-    from studio.service.request import settings_from_dict
+    """The settings the command line gave (the schema's defaults for the others), checked."""
+    from studio.core.settings import SCHEMA, from_dict
 
-    kw = dict(engine=args.engine, device=args.device, precision=args.precision, decoder=args.decoder,
-              runtime=args.runtime, batch=args.batch, threshold=args.threshold, min_silence=args.min_silence,
-              compile=getattr(args, "compile", False))
-    if hasattr(args, "encoder"):
-        kw.update(encoder=args.encoder, crf=args.crf, preset=args.preset)
-    return settings_from_dict(kw)
+    return from_dict({n: getattr(args, n) for n in SCHEMA if getattr(args, n, None) is not None})
 
 
 def _placement(args):
@@ -106,7 +143,7 @@ def _placement(args):
         return Placement("chunks", chunks=chunks)
     gpus = getattr(args, "gpus", None)
     if gpus:
-        from studio.core.multigpu import cuda_devices
+        from studio.core.scale.multigpu import cuda_devices
 
         have = cuda_devices()
         n = len(have) if gpus == "all" else int(gpus) if str(gpus).isdigit() else 0
@@ -123,9 +160,9 @@ def _frames(args):
     a, b = getattr(args, "range_in", None), getattr(args, "range_out", None)
     if a is None and b is None:
         return None
-    from studio.core.audio import probe
     from studio.core.errors import InputError
-    from studio.core.timecode import TimecodeError, parse_jump
+    from studio.core.media.audio import probe
+    from studio.core.media.timecode import TimecodeError, parse_jump
 
     total = probe(args.audio).frames
 
@@ -134,7 +171,7 @@ def _frames(args):
             return default
         text = str(text).strip()
         if re.fullmatch(r"\d+(\.\d+)?", text):  # a plain number is seconds, as in ffmpeg's -ss
-            from studio.core.render import frame_index
+            from studio.core.render.plan import frame_index
 
             return frame_index(float(text))
         try:
@@ -149,8 +186,15 @@ def request_from_args(avatar, audio, output, args):
     """The ``RenderRequest`` that ``studio render`` and ``studio queue add`` build from their options."""
     from studio.service.request import RenderRequest
 
-    return RenderRequest(avatar, audio, output, _settings(args), _placement(args), _frames(args),
-                         overwrite=bool(getattr(args, "overwrite", False)))
+    return RenderRequest(
+        avatar,
+        audio,
+        output,
+        _settings(args),
+        _placement(args),
+        _frames(args),
+        overwrite=bool(getattr(args, "overwrite", False)),
+    )
 
 
 def _render(avatar, audio, output, args) -> int:
@@ -187,15 +231,17 @@ def _render(avatar, audio, output, args) -> int:
             out.update(chunks=render.last.chunks, retries=render.last.retries, workers=sorted(render.last.workers))
         emit_json(out)
     else:
-        print(f"wrote {r.output}: {r.frames} frames ({r.silent_frames} silent), {r.width}x{r.height}, "
-              f"{r.engine} + {r.encoder}, {r.seconds:.1f} s ({r.fps:.1f} fps)"
-              + ("" if render.where == "this computer" else f", {render.where}"))
+        print(
+            f"wrote {r.output}: {r.frames} frames ({r.silent_frames} silent), {r.width}x{r.height}, "
+            f"{r.engine} + {r.encoder}, {r.seconds:.1f} s ({r.fps:.1f} fps)"
+            + ("" if render.where == "this computer" else f", {render.where}")
+        )
     return 0
 
 
 def _check_output(output, avatar, audio, kind: str):
     """An output that is an input, a folder, a wrong extension or an unwritable folder: one sentence, before any work."""
-    from studio.core.outputs import check_output
+    from studio.core.store.outputs import check_output
 
     return check_output(output, {"voice-over": audio, "avatar": avatar}, kind)
 
@@ -209,7 +255,7 @@ def run_render(args) -> int:
 
 
 def run_demo(args) -> int:
-    from studio.core.paths import repo_resources
+    from studio.core.store.paths import repo_resources
 
     demo = repo_resources() / "demo"
     return _render(str(demo / "astronaut.png"), str(demo / "voiceover.flac"), args.output, args)
@@ -220,10 +266,11 @@ def run_frame(args) -> int:
 
     import PIL.Image
 
-    from studio.core.audio import probe
     from studio.core.errors import InputError
-    from studio.core.fsutil import atomic_path
-    from studio.core.render import Renderer, frame_index
+    from studio.core.media.audio import probe
+    from studio.core.render.plan import frame_index
+    from studio.core.render.renderer import Renderer
+    from studio.core.store.fsutil import atomic_path
 
     if not math.isfinite(args.time):
         raise InputError(f"-t {args.time}: give the time as a number of seconds, such as 12.48")
@@ -236,6 +283,8 @@ def run_frame(args) -> int:
     with atomic_path(out) as tmp:
         PIL.Image.fromarray(img).save(tmp, format="PNG")
     idx = frame_index(args.time)
-    print(f"wrote {out}: frame {idx} ({idx / 25:.2f} s), {'silent' if renderer.plan.silent[idx] else 'speech'}, "
-          f"engine {renderer.engine.name}")
+    print(
+        f"wrote {out}: frame {idx} ({idx / 25:.2f} s), {'silent' if renderer.plan.silent[idx] else 'speech'}, "
+        f"engine {renderer.engine.name}"
+    )
     return 0

@@ -7,7 +7,7 @@ values), TAESD and SD-VAE decoders. Each run is timed from the audio file to the
 
 The avatar is built from a known motion of the demo photo: its face-mesh landmarks (stored once in
 ``resources/demo/astronaut_landmarks.npy``) are moved with the same displacement as the pixels,
-then boxes, crops and masks come from ``studio.core.faces`` exactly as for a tracked avatar. This
+then boxes, crops and masks come from ``studio.core.avatars.faces`` exactly as for a tracked avatar. This
 keeps the benchmark free of the face tracker (which is not part of a render) and of mediapipe.
 
 ``official_loop`` reproduces MuseTalk's realtime script (spec §4.2) on the same inputs: fp16 eager
@@ -44,8 +44,8 @@ def reference_audio(workdir: Path, frames: int = REF_FRAMES) -> Path:
     """The demo voice-over cut (or looped) to exactly ``frames`` video frames, as 16 kHz WAV."""
     import soundfile as sf
 
-    from studio.core.audio import load
-    from studio.core.paths import repo_resources
+    from studio.core.media.audio import load
+    from studio.core.store.paths import repo_resources
 
     wave = load(repo_resources() / "demo" / "voiceover.flac")
     n = frames * SAMPLES_PER_FRAME
@@ -56,8 +56,9 @@ def reference_audio(workdir: Path, frames: int = REF_FRAMES) -> Path:
     return path
 
 
-def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, spread=(0.09, 0.20),
-                     photo: bool = False):
+def synthetic_avatar(
+    workdir: Path, height: int = 1080, loop_frames: int = 50, spread=(0.09, 0.20), photo: bool = False
+):
     """An in-memory ``AvatarAssets``: the demo photo on a 16:9 backdrop, the presenter swaying
     over a ``loop_frames`` loop.
 
@@ -74,8 +75,8 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
     import cv2
     import PIL.Image
 
-    from studio.core import faces
-    from studio.core.paths import repo_resources
+    from studio.core.avatars import faces
+    from studio.core.store.paths import repo_resources
 
     still = photo is True  # ``photo`` is reused below for the demo image
     if still:
@@ -85,7 +86,7 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
     lm0 = np.load(demo / "astronaut_landmarks.npy").astype(np.float32)
     width = (height * 16 // 9) // 2 * 2
     ramp = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None, None]
-    backdrop = (np.array([22, 30, 48], np.float32) * (1 - ramp) + np.array([60, 70, 92], np.float32) * ramp)
+    backdrop = np.array([22, 30, 48], np.float32) * (1 - ramp) + np.array([60, 70, 92], np.float32) * ramp
     canvas = np.broadcast_to(backdrop, (height, width, 3)).astype(np.uint8).copy()
     s = 0.95 * height / photo.shape[0]
     pw, ph = int(round(photo.shape[1] * s)), int(round(photo.shape[0] * s))
@@ -114,12 +115,21 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
     masks = np.stack([faces.blend_mask(c, b) for c, b in zip(crop_lm, boxes)])
     folder = Path(workdir) / ("photo" if still else "avatar")  # its own engine caches (latents)
     folder.mkdir(parents=True, exist_ok=True)
-    from studio.core.avatar import AvatarAssets
+    from studio.core.avatars.library import AvatarAssets
 
-    meta = {"kind": "photo" if still else "video", "fps": FPS, "frames": loop_frames, "width": width,
-            "height": height}
-    return AvatarAssets(name="bench", folder=folder, meta=meta, frames=frames, boxes=boxes, crops=crops, masks=masks,
-                        landmarks=lms, crop_landmarks=crop_lm, face_ok=np.ones(loop_frames, bool))
+    meta = {"kind": "photo" if still else "video", "fps": FPS, "frames": loop_frames, "width": width, "height": height}
+    return AvatarAssets(
+        name="bench",
+        folder=folder,
+        meta=meta,
+        frames=frames,
+        boxes=boxes,
+        crops=crops,
+        masks=masks,
+        landmarks=lms,
+        crop_landmarks=crop_lm,
+        face_ok=np.ones(loop_frames, bool),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,8 +139,8 @@ def synthetic_avatar(workdir: Path, height: int = 1080, loop_frames: int = 50, s
 def time_render(avatar, audio: Path, settings, engine, output: Path, engines=None) -> dict:
     """Render ``audio`` with a warm ``engine`` (or warm ``engines``, one per GPU, at once); wall
     time from the audio file to the MP4 on disk."""
-    from studio.core.multigpu import DeviceRender
-    from studio.core.render import Renderer
+    from studio.core.render.renderer import Renderer
+    from studio.core.scale.multigpu import DeviceRender
 
     trace_dir = os.environ.get("STUDIO_TRACE_DIR")  # per-frame encoder traces of the timed runs
     if trace_dir and not output.stem.startswith("warm"):
@@ -147,7 +157,8 @@ def time_render(avatar, audio: Path, settings, engine, output: Path, engines=Non
         result = renderer.render(output)
     wall = time.perf_counter() - t0
     extra = {"stacks": sampler.top()} if sampler is not None else {}
-    return {**extra,
+    return {
+        **extra,
         "frames": result.frames,
         "silent_frames": result.silent_frames,
         "seconds": round(wall, 3),
@@ -241,8 +252,9 @@ def official_blend(frame_bgr: np.ndarray, face_bgr: np.ndarray, box, mask: np.nd
     return np.asarray(body)[:, :, ::-1]
 
 
-def official_loop(avatar, audio: Path, unet, vae, features: np.ndarray, latents, output: Path, device,
-                  frames: int | None = None) -> dict:
+def official_loop(
+    avatar, audio: Path, unet, vae, features: np.ndarray, latents, output: Path, device, frames: int | None = None
+) -> dict:
     """Time the official realtime loop on ``frames`` frames (all by default).
 
     ``unet``/``vae`` are the loaded modules (``models.load_module``: ours, with diffusers'
@@ -272,7 +284,16 @@ def official_loop(avatar, audio: Path, unet, vae, features: np.ndarray, latents,
             img = vae.decode(pred / 0.18215, return_dict=False)[0]
         if device.type == "cuda":
             torch.cuda.synchronize()
-        img = (img.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).mul(255).round().to(torch.uint8).cpu().numpy()[..., ::-1]
+        img = (
+            (img.float() / 2 + 0.5)
+            .clamp(0, 1)
+            .permute(0, 2, 3, 1)
+            .mul(255)
+            .round()
+            .to(torch.uint8)
+            .cpu()
+            .numpy()[..., ::-1]
+        )
         stages["model"] += time.perf_counter() - t0
         for j, t in enumerate(range(a, b)):
             t0 = time.perf_counter()
@@ -294,8 +315,12 @@ def official_loop(avatar, audio: Path, unet, vae, features: np.ndarray, latents,
     stages["mux"] = time.perf_counter() - t0
     wall = time.perf_counter() - t_start
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"frames": T, "seconds": round(wall, 3), "fps": round(T / wall, 2),
-            "stage_s": {k: round(v, 3) for k, v in stages.items()}}
+    return {
+        "frames": T,
+        "seconds": round(wall, 3),
+        "fps": round(T / wall, 2),
+        "stage_s": {k: round(v, 3) for k, v in stages.items()},
+    }
 
 
 def _encode_pngs(pngs, out: Path, width: int, height: int) -> None:
@@ -357,31 +382,58 @@ def machine_info() -> dict:
         info["torch"] = torch.__version__
         if torch.cuda.is_available():
             p = torch.cuda.get_device_properties(0)
-            info.update(gpu=p.name, gpu_count=torch.cuda.device_count(), cuda=torch.version.cuda,
-                        gpu_memory_gib=round(p.total_memory / 2**30, 1))
+            info.update(
+                gpu=p.name,
+                gpu_count=torch.cuda.device_count(),
+                cuda=torch.version.cuda,
+                gpu_memory_gib=round(p.total_memory / 2**30, 1),
+            )
             try:
                 import subprocess
 
-                info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                                capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
-            except Exception:
+                info["driver"] = (
+                    subprocess.run(
+                        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                        capture_output=True,
+                        text=True,
+                        timeout=10,
+                    )
+                    .stdout.strip()
+                    .splitlines()[0]
+                )
+            except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
                 pass
     except ImportError:
         pass
     return info
 
 
-
-
 # --------------------------------------------------------------------------------------------
 # The whole benchmark
 
 
-def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = None, height: int | None = None,
-              decoders=("taesd", "sd-vae"), official_frames: int | None = None, encoder: str = "auto",
-              preset: str = "ultrafast", crf: int = 20, batch: int = 0, compile: bool = False, classic: bool = True,
-              gpus: int = 1, official: bool = True, long_frames: int = 0, photo: bool = False,
-              cold: bool = False, cold_frames: int = 375, note=log.info) -> dict:
+def run_bench(
+    workdir: Path,
+    *,
+    device: str | None = None,
+    frames: int | None = None,
+    height: int | None = None,
+    decoders=("taesd", "sd-vae"),
+    official_frames: int | None = None,
+    encoder: str = "auto",
+    preset: str = "ultrafast",
+    crf: int = 20,
+    batch: int = 0,
+    compile: bool = False,
+    classic: bool = True,
+    gpus: int = 1,
+    official: bool = True,
+    long_frames: int = 0,
+    photo: bool = False,
+    cold: bool = False,
+    cold_frames: int = 375,
+    note=log.info,
+) -> dict:
     """Time our renderer (MuseTalk with each decoder, and the classic engine) and the official loop.
 
     On CUDA the defaults are the reference workload (672 frames, 1080p, real architecture); on
@@ -394,30 +446,38 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
     """
     import torch
 
-    from studio.core import models
     from studio.core.engines import runtime_torch as rt
     from studio.core.engines.classic import ClassicEngine
     from studio.core.engines.musetalk import MuseTalkEngine
-    from studio.core.render import RenderSettings
+    from studio.core.settings import RenderSettings
+    from studio.core.store import models
 
     dev = rt.resolve_device(device)
     cuda = dev.type == "cuda"
     if gpus > 1 and (not cuda or torch.cuda.device_count() < gpus):
         from studio.core.errors import InputError
 
-        raise InputError(f"--gpus {gpus} needs {gpus} CUDA GPUs; this machine has "
-                         f"{torch.cuda.device_count() if cuda else 0}")
+        raise InputError(
+            f"--gpus {gpus} needs {gpus} CUDA GPUs; this machine has {torch.cuda.device_count() if cuda else 0}"
+        )
     frames = frames or (REF_FRAMES if cuda else 48)
     height = height or (1080 if cuda else 360)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    out = {"machine": machine_info(), "device": str(dev), "frames": frames, "height": height,
-           "preset": preset, "crf": crf, "runs": {}}
+    out = {
+        "machine": machine_info(),
+        "device": str(dev),
+        "frames": frames,
+        "height": height,
+        "preset": preset,
+        "crf": crf,
+        "runs": {},
+    }
 
     note(f"inputs: {frames} frames, {height}p video avatar")
     audio = reference_audio(workdir, frames)
     avatar = synthetic_avatar(workdir, height)
-    from studio.core.audio import analysis_of, load
+    from studio.core.media.audio import analysis_of, load
 
     out["silent_fraction"] = round(float(analysis_of(load(audio)).mask().mean()), 3)
     models_dir, weights = _bench_models(workdir, tiny=not cuda, note=note)
@@ -425,8 +485,12 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
     warm_audio = audio if frames <= REF_FRAMES else reference_audio(workdir, REF_FRAMES)
     if cold:  # first, while nothing else holds the GPU
         dec = decoders[0] if decoders else "taesd"
-        plan = [("cold-classic", "classic", None), (f"cold-musetalk-{dec}-no-fast-copies", "musetalk", dec),
-                ("fast copies", None, None), (f"cold-musetalk-{dec}", "musetalk", dec)]
+        plan = [
+            ("cold-classic", "classic", None),
+            (f"cold-musetalk-{dec}-no-fast-copies", "musetalk", dec),
+            ("fast copies", None, None),
+            (f"cold-musetalk-{dec}", "musetalk", dec),
+        ]
         for key, eng_name, d in plan if cuda else plan[:1] + plan[-1:]:
             if eng_name is None:  # what `studio models import` can store: fp16 safetensors for the GPU
                 t0 = time.perf_counter()
@@ -434,9 +498,19 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
                 out["fast_copies_s"] = round(time.perf_counter() - t0, 3)
                 continue
             note(f"cold start: a fresh process renders {cold_frames} frames with {eng_name}")
-            out["runs"][key] = cold_render(workdir, eng_name, d, str(dev), models_dir, cold_frames, height,
-                                           encoder=encoder, preset=preset, crf=crf,
-                                           fast_copies="no-fast" not in key and eng_name == "musetalk")
+            out["runs"][key] = cold_render(
+                workdir,
+                eng_name,
+                d,
+                str(dev),
+                models_dir,
+                cold_frames,
+                height,
+                encoder=encoder,
+                preset=preset,
+                crf=crf,
+                fast_copies="no-fast" not in key and eng_name == "musetalk",
+            )
             note(f"{key}: {out['runs'][key]['seconds']} s wall")
 
     def settings(**kw):
@@ -444,31 +518,54 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
 
     for decoder in decoders:
         note(f"MuseTalk + {decoder}: loading and warming up")
-        engine = MuseTalkEngine(device=str(dev), precision="fp16" if cuda else "fp32", decoder=decoder,
-                                batch=batch, compile=compile, models_dir=models_dir)
-        time_render(avatar, warm_audio, settings(engine="musetalk", decoder=decoder), engine,
-                    workdir / f"warm_{decoder}.mp4")  # graphs, encoders, latents: all warm
+        engine = MuseTalkEngine(
+            device=str(dev),
+            precision="fp16" if cuda else "fp32",
+            decoder=decoder,
+            batch=batch,
+            compile=compile,
+            models_dir=models_dir,
+        )
+        time_render(
+            avatar, warm_audio, settings(engine="musetalk", decoder=decoder), engine, workdir / f"warm_{decoder}.mp4"
+        )  # graphs, encoders, latents: all warm
         note(f"MuseTalk + {decoder}: timing")
-        run = time_render(avatar, audio, settings(engine="musetalk", decoder=decoder), engine,
-                          workdir / f"ours_{decoder}.mp4")
+        run = time_render(
+            avatar, audio, settings(engine="musetalk", decoder=decoder), engine, workdir / f"ours_{decoder}.mp4"
+        )
         run["engine"] = engine.describe()
         run["batch"] = batch or engine.preferred_batch()
         out["runs"][f"musetalk-{decoder}"] = run
         note(f"MuseTalk + {decoder}: {run['fps']} frames/s end to end")
         if decoder == decoders[0] and photo:
             still = synthetic_avatar(workdir, height, photo=True)
-            time_render(still, warm_audio, settings(engine="musetalk", decoder=decoder), engine,
-                        workdir / f"warm_{decoder}_photo.mp4")
-            run_p = time_render(still, audio, settings(engine="musetalk", decoder=decoder), engine,
-                                workdir / f"ours_{decoder}_photo.mp4")
+            time_render(
+                still,
+                warm_audio,
+                settings(engine="musetalk", decoder=decoder),
+                engine,
+                workdir / f"warm_{decoder}_photo.mp4",
+            )
+            run_p = time_render(
+                still,
+                audio,
+                settings(engine="musetalk", decoder=decoder),
+                engine,
+                workdir / f"ours_{decoder}_photo.mp4",
+            )
             out["runs"][f"musetalk-{decoder}-photo"] = run_p
             note(f"MuseTalk + {decoder}, photo avatar: {run_p['fps']} frames/s end to end")
             # the same without telling x264 what cannot change: the photo, and the video avatar's still backdrop
             for who, av_, stem in (("photo", still, "photo_nohints"), ("video", avatar, "nohints")):
                 os.environ["STUDIO_VIDEO_HINTS"] = "0"
                 try:
-                    run_n = time_render(av_, audio, settings(engine="musetalk", decoder=decoder), engine,
-                                        workdir / f"ours_{decoder}_{stem}.mp4")
+                    run_n = time_render(
+                        av_,
+                        audio,
+                        settings(engine="musetalk", decoder=decoder),
+                        engine,
+                        workdir / f"ours_{decoder}_{stem}.mp4",
+                    )
                 finally:
                     os.environ.pop("STUDIO_VIDEO_HINTS", None)
                 out["runs"][f"musetalk-{decoder}{'-photo' if who == 'photo' else ''}-no-hints"] = run_n
@@ -476,20 +573,46 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
         if decoder == decoders[0] and long_frames:
             long_audio = reference_audio(workdir, long_frames)
             note(f"MuseTalk + {decoder}: timing a {long_frames}-frame clip")
-            run_l = time_render(avatar, long_audio, settings(engine="musetalk", decoder=decoder), engine,
-                                workdir / f"ours_{decoder}_long.mp4")
+            run_l = time_render(
+                avatar,
+                long_audio,
+                settings(engine="musetalk", decoder=decoder),
+                engine,
+                workdir / f"ours_{decoder}_long.mp4",
+            )
             out["runs"][f"musetalk-{decoder}-{long_frames}"] = run_l
             note(f"MuseTalk + {decoder}, {long_frames} frames: {run_l['fps']} frames/s, finish {run_l['finish_ms']}")
             (workdir / f"ours_{decoder}_long.mp4").unlink(missing_ok=True)
         if gpus > 1:
-            extra = [MuseTalkEngine(device=f"cuda:{g}", precision="fp16", decoder=decoder, batch=batch,
-                                    compile=compile, models_dir=models_dir) for g in range(1, gpus)]
+            extra = [
+                MuseTalkEngine(
+                    device=f"cuda:{g}",
+                    precision="fp16",
+                    decoder=decoder,
+                    batch=batch,
+                    compile=compile,
+                    models_dir=models_dir,
+                )
+                for g in range(1, gpus)
+            ]
             engines = [engine, *extra]
             note(f"MuseTalk + {decoder} on {gpus} GPUs: warming up")
-            time_render(avatar, audio, settings(engine="musetalk", decoder=decoder), None,
-                        workdir / f"warm_{decoder}_{gpus}gpu.mp4", engines=engines)
-            multi = time_render(avatar, audio, settings(engine="musetalk", decoder=decoder), None,
-                                workdir / f"ours_{decoder}_{gpus}gpu.mp4", engines=engines)
+            time_render(
+                avatar,
+                audio,
+                settings(engine="musetalk", decoder=decoder),
+                None,
+                workdir / f"warm_{decoder}_{gpus}gpu.mp4",
+                engines=engines,
+            )
+            multi = time_render(
+                avatar,
+                audio,
+                settings(engine="musetalk", decoder=decoder),
+                None,
+                workdir / f"ours_{decoder}_{gpus}gpu.mp4",
+                engines=engines,
+            )
             multi["gpus"] = gpus
             multi["scaling"] = round(multi["fps"] / run["fps"], 2)
             out["runs"][f"musetalk-{decoder}-{gpus}gpu"] = multi
@@ -526,8 +649,19 @@ def run_bench(workdir: Path, *, device: str | None = None, frames: int | None = 
     return out
 
 
-def cold_render(workdir: Path, engine: str, decoder: str | None, device: str, models_dir, frames: int, height: int,
-                encoder: str = "auto", preset: str = "ultrafast", crf: int = 20, fast_copies: bool = False) -> dict:
+def cold_render(
+    workdir: Path,
+    engine: str,
+    decoder: str | None,
+    device: str,
+    models_dir,
+    frames: int,
+    height: int,
+    encoder: str = "auto",
+    preset: str = "ultrafast",
+    crf: int = 20,
+    fast_copies: bool = False,
+) -> dict:
     """A fresh Python process renders ``frames`` frames of a ``height``p photo avatar: wall time of
     the whole process (interpreter start to exit), less the time it spends building the synthetic
     avatar (a library avatar is a memory map); with the child's own breakdown."""
@@ -535,16 +669,36 @@ def cold_render(workdir: Path, engine: str, decoder: str | None, device: str, mo
     import subprocess
     import sys
 
-    args = {"workdir": str(workdir), "engine": engine, "decoder": decoder, "device": device, "frames": frames,
-            "models_dir": None if models_dir is None else str(models_dir), "height": height, "encoder": encoder,
-            "preset": preset, "crf": crf}
+    args = {
+        "workdir": str(workdir),
+        "engine": engine,
+        "decoder": decoder,
+        "device": device,
+        "frames": frames,
+        "models_dir": None if models_dir is None else str(models_dir),
+        "height": height,
+        "encoder": encoder,
+        "preset": preset,
+        "crf": crf,
+    }
     t0 = time.perf_counter()
     launched = time.time()
-    proc = subprocess.run([sys.executable, "-c", "import time; t=time.time(); import sys; "
-                           "from studio.core.bench import _cold_child; _cold_child(sys.argv[1], t)", json.dumps(args)],
-                          capture_output=True, text=True,
-                          env=dict(os.environ, STUDIO_X264_NICE=os.environ.get("STUDIO_X264_NICE", "5"),
-                                   **({"STUDIO_FAST_COPIES": "1"} if fast_copies else {})))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import time; t=time.time(); import sys; "
+            "from studio.core.bench import _cold_child; _cold_child(sys.argv[1], t)",
+            json.dumps(args),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(
+            os.environ,
+            STUDIO_X264_NICE=os.environ.get("STUDIO_X264_NICE", "5"),
+            **({"STUDIO_FAST_COPIES": "1"} if fast_copies else {}),
+        ),
+    )
     wall = time.perf_counter() - t0
     ended = time.time()
     if proc.returncode != 0:
@@ -554,8 +708,12 @@ def cold_render(workdir: Path, engine: str, decoder: str | None, device: str, mo
     child["python_start_s"] = round(child.pop("t_first") - launched, 3)
     child["exit_s"] = round(ended - child.pop("t_answer"), 3)
     seconds = wall - child["avatar_s"]
-    child.update(seconds=round(seconds, 3), process_wall_s=round(wall, 3), fps=round(frames / seconds, 1),
-                 warnings=[ln for ln in proc.stderr.splitlines() if "WARNING" in ln][-5:])
+    child.update(
+        seconds=round(seconds, 3),
+        process_wall_s=round(wall, 3),
+        fps=round(frames / seconds, 1),
+        warnings=[ln for ln in proc.stderr.splitlines() if "WARNING" in ln][-5:],
+    )
     return child
 
 
@@ -568,7 +726,8 @@ def _cold_child(args_json: str, t_first: float = 0.0) -> None:
     import torch  # noqa: F401 - timed: the import a cold render pays
 
     t_torch = time.perf_counter()
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     t_import = time.perf_counter()
     workdir = Path(a["workdir"])
@@ -578,29 +737,51 @@ def _cold_child(args_json: str, t_first: float = 0.0) -> None:
     if a["engine"] == "musetalk":
         from studio.core.engines.musetalk import MuseTalkEngine
 
-        eng = MuseTalkEngine(device=a["device"], precision="fp16" if "cuda" in a["device"] else "fp32",
-                             decoder=a["decoder"], models_dir=a["models_dir"])
+        eng = MuseTalkEngine(
+            device=a["device"],
+            precision="fp16" if "cuda" in a["device"] else "fp32",
+            decoder=a["decoder"],
+            models_dir=a["models_dir"],
+        )
     else:
         from studio.core.engines.classic import ClassicEngine
 
         eng = ClassicEngine(device=a["device"])
-    settings = RenderSettings(engine=a["engine"], device=a["device"], decoder=a["decoder"] or "taesd",
-                              encoder=a["encoder"], preset=a["preset"], crf=a["crf"])
+    settings = RenderSettings(
+        engine=a["engine"],
+        device=a["device"],
+        decoder=a["decoder"] or "taesd",
+        encoder=a["encoder"],
+        preset=a["preset"],
+        crf=a["crf"],
+    )
     r = Renderer(avatar, audio, settings, engine=eng)
     t_engine = time.perf_counter()
     result = r.render(workdir / "cold" / f"cold_{a['engine']}.mp4")
     t_end = time.perf_counter()
     import sys
 
-    sys.stdout.write(json.dumps({  # the answer to the parent bench process (its protocol, not a message)
-        "frames": result.frames, "engine": eng.name, "encoder": result.encoder,
-        "import_s": round(t_import - t_start, 3), "import_torch_s": round(t_torch - t_start, 3),
-        "avatar_s": round(t_avatar - t_import, 3), "t_first": t_first,
-        "engine_object_s": round(t_engine - t_avatar, 3), "render_s": round(t_end - t_engine, 3),
-        "load_ms": getattr(eng, "load_ms", {}), "stage_ms": result.stage_ms, "finish_ms": result.finish_ms,
-        "modules": sorted(m for m in ("transformers", "diffusers", "torch._dynamo") if m in sys.modules),
-        "t_answer": time.time(),
-    }) + "\n")
+    sys.stdout.write(
+        json.dumps(
+            {  # the answer to the parent bench process (its protocol, not a message)
+                "frames": result.frames,
+                "engine": eng.name,
+                "encoder": result.encoder,
+                "import_s": round(t_import - t_start, 3),
+                "import_torch_s": round(t_torch - t_start, 3),
+                "avatar_s": round(t_avatar - t_import, 3),
+                "t_first": t_first,
+                "engine_object_s": round(t_engine - t_avatar, 3),
+                "render_s": round(t_end - t_engine, 3),
+                "load_ms": getattr(eng, "load_ms", {}),
+                "stage_ms": result.stage_ms,
+                "finish_ms": result.finish_ms,
+                "modules": sorted(m for m in ("transformers", "diffusers", "torch._dynamo") if m in sys.modules),
+                "t_answer": time.time(),
+            }
+        )
+        + "\n"
+    )
     sys.stdout.flush()
     from studio.core.signals import quick_exit
 
@@ -610,7 +791,8 @@ def _cold_child(args_json: str, t_first: float = 0.0) -> None:
 def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:
     """The imported weights when there are some; else random weights of the real architecture
     (tiny configs on CPU), imported into a private store under ``workdir``."""
-    from studio.core import models, random_models
+    from studio.core.engines import random_models
+    from studio.core.store import models
 
     if models.availability().startswith("ready") and not tiny:
         return None, "imported"
@@ -618,6 +800,8 @@ def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:
     if not models.availability(store).startswith("ready"):
         note("writing random-weight models (" + ("tiny configs" if tiny else "real architecture") + ")")
         src = random_models.write_official_models(workdir / "random", tiny=tiny)
-        taesd = random_models.write_taesd(workdir / "random" / "taesd", config=random_models.TAESD_TINY if tiny else None)
+        taesd = random_models.write_taesd(
+            workdir / "random" / "taesd", config=random_models.TAESD_TINY if tiny else None
+        )
         models.import_models(src, taesd.parent, models_dir=store)
     return store, "random (tiny configs)" if tiny else "random (real architecture)"

@@ -56,7 +56,9 @@ def run_checks(include_gui: bool = True) -> list[Check]:
         except Exception as exc:  # a doctor must survive a broken environment
             log.debug("doctor check %s crashed", fn.__name__, exc_info=True)
             name = fn.__name__.removeprefix("check_").replace("_", " ")
-            out.append(Check(name, FAIL, f"the check itself failed: {exc!r}", "report this with `studio doctor --json`"))
+            out.append(
+                Check(name, FAIL, f"the check itself failed: {exc!r}", "report this with `studio doctor --json`")
+            )
     return out
 
 
@@ -133,7 +135,7 @@ def check_cuda() -> Check:
 
 def check_nvenc() -> Check:
     try:
-        from studio.core.encode import probe_nvenc
+        from studio.core.media.writer import probe_nvenc
     except ImportError as exc:
         return Check("NVENC", WARN, f"the encoder module is not available ({exc})", "update Studio")
     ok, reason = probe_nvenc()
@@ -150,7 +152,7 @@ def check_nvenc() -> Check:
 def check_tensorrt() -> Check:
     try:
         trt = importlib.import_module("tensorrt")
-    except Exception as exc:  # ImportError, or OSError when libnvinfer is missing
+    except Exception as exc:  # noqa: BLE001 - ImportError, or OSError when libnvinfer is missing
         return Check(
             "TensorRT",
             WARN,
@@ -164,7 +166,7 @@ def check_engine_cache() -> Check:
     """TensorRT engines for the imported weights on this GPU: valid, stale or missing."""
     try:
         importlib.import_module("tensorrt")
-    except Exception:
+    except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         return Check("engine cache", INFO, "no TensorRT here: MuseTalk runs on PyTorch (CUDA graphs)")
     from studio.core.engines import runtime_tensorrt as rt
 
@@ -179,7 +181,7 @@ def check_engine_cache() -> Check:
 
 def check_weights() -> Check:
     try:
-        from studio.core import models
+        from studio.core.store import models
     except ImportError as exc:
         return Check("weights", WARN, f"the model store is not available ({exc})", "update Studio")
     from studio.core.errors import StudioError
@@ -199,7 +201,9 @@ def check_weights() -> Check:
     names = ", ".join(sorted(found))
     if status.startswith("ready"):
         return Check("weights", OK, f"imported: {names} ({status.removeprefix('ready: ')})")
-    return Check("weights", WARN, f"imported: {names}; {status}", "run: studio models verify, then studio models import DIR")
+    return Check(
+        "weights", WARN, f"imported: {names}; {status}", "run: studio models verify, then studio models import DIR"
+    )
 
 
 def check_engine() -> Check:
@@ -218,7 +222,7 @@ def check_engine() -> Check:
 
 
 def check_data_folder() -> Check:
-    from studio.core.paths import data_dir
+    from studio.core.store.paths import data_dir
 
     try:
         path = data_dir()
@@ -229,7 +233,9 @@ def check_data_folder() -> Check:
         return Check("data folder", FAIL, f"not writable: {exc}", "set STUDIO_HOME to a writable folder")
     free = shutil.disk_usage(path).free / 2**30
     if free < 2:
-        return Check("data folder", WARN, f"{path}: only {free:.1f} GiB free", "free some disk space for renders and caches")
+        return Check(
+            "data folder", WARN, f"{path}: only {free:.1f} GiB free", "free some disk space for renders and caches"
+        )
     return Check("data folder", OK, f"{path} ({free:.0f} GiB free)")
 
 
@@ -237,14 +243,16 @@ def check_espeak() -> Check:
     exe = shutil.which("espeak-ng")
     if exe:
         return Check("espeak-ng", OK, f"{exe}: 'speak this text' is available")
-    return Check("espeak-ng", INFO, "not installed: 'speak this text' is hidden", "sudo apt install espeak-ng (optional)")
+    return Check(
+        "espeak-ng", INFO, "not installed: 'speak this text' is hidden", "sudo apt install espeak-ng (optional)"
+    )
 
 
 def check_qt() -> Check:
     try:
         qtcore = importlib.import_module("PySide6.QtCore")
         importlib.import_module("pyqtgraph")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         return Check("Qt", FAIL, f"the window cannot open ({_short(exc)})", "pip install 'studio[gui]'")
     return Check("Qt", OK, f"PySide6 {qtcore.qVersion()}")
 
@@ -254,7 +262,7 @@ def check_multimedia() -> Check:
     os.environ.setdefault("QT_LOGGING_RULES", "qt.multimedia.symbolsresolver=false")
     try:
         importlib.import_module("PySide6.QtMultimedia")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         hint = "pip install pyside6-addons"
         if "libpulse" in str(exc):
             hint = "sudo apt install libpulse0"
@@ -276,10 +284,12 @@ def audio_output() -> str | None:
     if os.environ.get("PULSE_SERVER"):
         return f"PulseAudio at {os.environ['PULSE_SERVER']}"
     runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
-    for path, what in ((os.path.join(runtime, "pulse", "native"), "PulseAudio"),
-                       (os.path.join(runtime, "pipewire-0"), "PipeWire"),
-                       ("/var/run/pulse/native", "PulseAudio (system)"),
-                       ("/run/pulse/native", "PulseAudio (system)")):
+    for path, what in (
+        (os.path.join(runtime, "pulse", "native"), "PulseAudio"),
+        (os.path.join(runtime, "pipewire-0"), "PipeWire"),
+        ("/var/run/pulse/native", "PulseAudio (system)"),
+        ("/run/pulse/native", "PulseAudio (system)"),
+    ):
         if os.path.exists(path):
             return f"{what} ({path})"
     return None
@@ -298,19 +308,22 @@ def check_audio_output() -> Check:
     detail = "no PulseAudio or PipeWire server: playback in the app is silent"
     if cards and "no soundcards" not in cards:
         detail += " (a sound card is present)"
-    return Check("audio output device", WARN, detail,
-                 "start PulseAudio or PipeWire (e.g. `pulseaudio --start`), or connect a sound device; "
-                 "rendering is not affected")
+    return Check(
+        "audio output device",
+        WARN,
+        detail,
+        "start PulseAudio or PipeWire (e.g. `pulseaudio --start`), or connect a sound device; "
+        "rendering is not affected",
+    )
 
 
 def _try_import(name: str):
     try:
         return importlib.import_module(name)
-    except Exception:
+    except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         return None
 
 
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return text[:160]
-

@@ -23,44 +23,90 @@ class Knob:
     group: str = "run time"
 
 
-KNOBS: dict[str, Knob] = {k.name: k for k in (
-    Knob("STUDIO_HOME", "", "the data folder (avatars, models, engines, jobs.sqlite, settings, logs); "
-         "default: the platform's user data folder (~/.local/share/studio)"),
-    Knob("STUDIO_CPU_THREADS", "", "PyTorch threads of a CPU render (default: a quarter of the cores; "
-         "OMP_NUM_THREADS also counts)"),
-    Knob("STUDIO_AVATAR_MAX_GB", "", "the largest avatar cache `avatar add` writes (default: the module's limit)"),
-    Knob("STUDIO_ENGINE_CACHE", "", "where built TensorRT engines are kept (default: <data>/engines)"),
-    Knob("STUDIO_BACKGROUND_LOAD", "1", "0: MuseTalk loads its networks in the calling thread, not in the "
-         "background while the audio and the encoders get ready"),
-    Knob("STUDIO_X264_WORKERS", "", "parallel x264 chunk encoders (default: one per core)"),
-    Knob("STUDIO_X264_PROCESSES", "1", "0: parallel x264 chunks run in threads of this process"),
-    Knob("STUDIO_X264_NICE", "5", "the CPU priority (nice) of x264 encoder processes"),
-    Knob("STUDIO_SPILL_DIR", "", "where encoded chunks wait for the mux (default: /dev/shm when it has room, "
-         "else beside the output)"),
-    Knob("STUDIO_GPU_DIRECT", "1", "0: CUDA frames reach the encoder processes through a host copy thread"),
-    Knob("STUDIO_VIDEO_HINTS", "1", "0: do not tell x264 which macroblocks of a photo avatar cannot change"),
-    Knob("STUDIO_FAST_COPIES", "", "1: half-precision GPU loads use the fp16 safetensors copies "
-         "(models.write_fast_copies); off by default: on the H200 they loaded no faster with a warm page cache "
-         "(UNet 0.73 s against 0.74 s)"),
-    Knob("STUDIO_SERVER_TOKEN", "", "the bearer token of `studio serve` (server side) and of a server the "
-         "window or `studio render --server` renders on (client side); kept out of `ps` and the queue"),
-    Knob("STUDIO_PARENT_PID", "", "set by Studio for its encoder workers: they exit when that process is gone",
-         "internal"),
-    Knob("STUDIO_COMPILE", "0", "1: MuseTalk's networks run through torch.compile (default mode) under the CUDA "
-         "graphs; the first load compiles for about a minute, then UNet + TAESD ran 1.75x and UNet + SD-VAE "
-         "2.1x faster on an H200"),
-    Knob("STUDIO_TRACE", "", "a JSON file that receives per-frame encoder timestamps of one render", "diagnostics"),
-    Knob("STUDIO_TRACE_DIR", "", "`studio bench`: one trace per timed run in this folder", "diagnostics"),
-    Knob("STUDIO_STACKS", "", "`studio bench`: sample the render thread's stack every 5 ms and add the top "
-         "stacks of each timed run to its result (where the render thread waits)", "diagnostics"),
-    Knob("STUDIO_QUIT_AFTER_MS", "", "the window closes itself after this many ms (smoke tests)", "tests"),
-    Knob("STUDIO_SMOKE_GUI_MS", "", "packaging/smoke_test.sh: how long the frozen window stays open", "tests"),
-    Knob("STUDIO_PACKAGING_TEST", "", "1: `./dev test` also builds and smoke-tests the desktop app (CI sets it)",
-         "tests"),
-    Knob("STUDIO_VENV", "", "the venv `./dev` and packaging/build.sh use (default: .venv)", "build"),
-    Knob("STUDIO_TORCH", "", "the torch requirement `./dev setup` installs (default: the CPU build torch==2.13.0)",
-         "build"),
-)}
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob(
+            "STUDIO_HOME",
+            "",
+            "the data folder (avatars, models, engines, jobs.sqlite, settings, logs); "
+            "default: the platform's user data folder (~/.local/share/studio)",
+        ),
+        Knob(
+            "STUDIO_CPU_THREADS",
+            "",
+            "PyTorch threads of a CPU render (default: a quarter of the cores; OMP_NUM_THREADS also counts)",
+        ),
+        Knob("STUDIO_AVATAR_MAX_GB", "", "the largest avatar cache `avatar add` writes (default: the module's limit)"),
+        Knob("STUDIO_ENGINE_CACHE", "", "where built TensorRT engines are kept (default: <data>/engines)"),
+        Knob(
+            "STUDIO_BACKGROUND_LOAD",
+            "1",
+            "0: MuseTalk loads its networks in the calling thread, not in the "
+            "background while the audio and the encoders get ready",
+        ),
+        Knob("STUDIO_X264_WORKERS", "", "parallel x264 chunk encoders (default: one per core)"),
+        Knob("STUDIO_X264_PROCESSES", "1", "0: parallel x264 chunks run in threads of this process"),
+        Knob("STUDIO_X264_NICE", "5", "the CPU priority (nice) of x264 encoder processes"),
+        Knob(
+            "STUDIO_SPILL_DIR",
+            "",
+            "where encoded chunks wait for the mux (default: /dev/shm when it has room, else beside the output)",
+        ),
+        Knob("STUDIO_GPU_DIRECT", "1", "0: CUDA frames reach the encoder processes through a host copy thread"),
+        Knob("STUDIO_VIDEO_HINTS", "1", "0: do not tell x264 which macroblocks of a photo avatar cannot change"),
+        Knob(
+            "STUDIO_FAST_COPIES",
+            "",
+            "1: half-precision GPU loads use the fp16 safetensors copies "
+            "(models.write_fast_copies); off by default: on the H200 they loaded no faster with a warm page cache "
+            "(UNet 0.73 s against 0.74 s)",
+        ),
+        Knob(
+            "STUDIO_SERVER_TOKEN",
+            "",
+            "the bearer token of `studio serve` (server side) and of a server the "
+            "window or `studio render --server` renders on (client side); kept out of `ps` and the queue",
+        ),
+        Knob(
+            "STUDIO_PARENT_PID",
+            "",
+            "set by Studio for its encoder workers: they exit when that process is gone",
+            "internal",
+        ),
+        Knob(
+            "STUDIO_COMPILE",
+            "0",
+            "1: MuseTalk's networks run through torch.compile (default mode) under the CUDA "
+            "graphs; the first load compiles for about a minute, then UNet + TAESD ran 1.75x and UNet + SD-VAE "
+            "2.1x faster on an H200",
+        ),
+        Knob("STUDIO_TRACE", "", "a JSON file that receives per-frame encoder timestamps of one render", "diagnostics"),
+        Knob("STUDIO_TRACE_DIR", "", "`studio bench`: one trace per timed run in this folder", "diagnostics"),
+        Knob(
+            "STUDIO_STACKS",
+            "",
+            "`studio bench`: sample the render thread's stack every 5 ms and add the top "
+            "stacks of each timed run to its result (where the render thread waits)",
+            "diagnostics",
+        ),
+        Knob("STUDIO_QUIT_AFTER_MS", "", "the window closes itself after this many ms (smoke tests)", "tests"),
+        Knob("STUDIO_SMOKE_GUI_MS", "", "packaging/smoke_test.sh: how long the frozen window stays open", "tests"),
+        Knob(
+            "STUDIO_PACKAGING_TEST",
+            "",
+            "1: `./dev test` also builds and smoke-tests the desktop app (CI sets it)",
+            "tests",
+        ),
+        Knob("STUDIO_VENV", "", "the venv `./dev` and packaging/build.sh use (default: .venv)", "build"),
+        Knob(
+            "STUDIO_TORCH",
+            "",
+            "the torch requirement `./dev setup` installs (default: the CPU build torch==2.13.0)",
+            "build",
+        ),
+    )
+}
 
 _OFF = ("0", "false", "no", "off")
 

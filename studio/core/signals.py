@@ -74,7 +74,7 @@ def handle_stop_signals() -> bool:
 
 def _on_signal(signo, frame) -> None:
     if _state["fired"] is not None:  # a second signal while cleaning up: finish now
-        from studio.core.fsutil import remove_own_temps
+        from studio.core.store.fsutil import remove_own_temps
 
         with contextlib.suppress(BaseException):
             remove_own_temps()

@@ -13,11 +13,18 @@ neither (``tests/test_architecture.py`` checks it). Names are imported lazily so
 from __future__ import annotations
 
 _NAMES = {
-    "RenderRequest": "request", "Placement": "request", "settings_from_dict": "request",
-    "Render": "driver", "Progress": "driver",
-    "EnginePool": "pool", "default_pool": "pool",
-    "QueueService": "queue", "QueueEvent": "queue", "QueueFull": "queue", "request_of": "queue",
-    "gpus_here": "queue", "unique_output": "queue",
+    "RenderRequest": "request",
+    "Placement": "request",
+    "Render": "driver",
+    "Progress": "driver",
+    "EnginePool": "pool",
+    "default_pool": "pool",
+    "QueueService": "queue",
+    "QueueEvent": "queue",
+    "QueueFull": "queue",
+    "request_of": "queue",
+    "gpus_here": "queue",
+    "unique_output": "queue",
 }
 
 __all__ = sorted(_NAMES)

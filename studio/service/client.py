@@ -38,8 +38,12 @@ class StudioClient:
             url = f"http://{url}"
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport,
-                                  timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            transport=transport,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+        )
 
     def __enter__(self) -> StudioClient:
         return self
@@ -65,14 +69,20 @@ class StudioClient:
 
     def add_avatar(self, name: str, source: str | os.PathLike, force: bool = False, **params) -> dict:
         with open(source, "rb") as fh:
-            return self._json("POST", "/v1/avatars", data={"name": name, "force": str(force).lower(), **params},
-                              files={"file": (Path(source).name, fh)}, timeout=None)
+            return self._json(
+                "POST",
+                "/v1/avatars",
+                data={"name": name, "force": str(force).lower(), **params},
+                files={"file": (Path(source).name, fh)},
+                timeout=None,
+            )
 
     def remove_avatar(self, name: str) -> dict:
         return self._json("DELETE", f"/v1/avatars/{name}")
 
-    def upload_audio(self, path: str | os.PathLike, threshold: float | None = None,
-                     min_silence: int | None = None) -> dict:
+    def upload_audio(
+        self, path: str | os.PathLike, threshold: float | None = None, min_silence: int | None = None
+    ) -> dict:
         """Upload a voice-over (stored once per content); answers its id and silence analysis."""
         data = {k: str(v) for k, v in (("threshold", threshold), ("min_silence", min_silence)) if v is not None}
         with open(path, "rb") as fh:
@@ -80,8 +90,14 @@ class StudioClient:
 
     # -- renders ------------------------------------------------------------------------------
 
-    def submit(self, avatar: str, audio: str | os.PathLike | None = None, audio_id: str | None = None,
-               text: str | None = None, settings: dict | None = None) -> dict:
+    def submit(
+        self,
+        avatar: str,
+        audio: str | os.PathLike | None = None,
+        audio_id: str | None = None,
+        text: str | None = None,
+        settings: dict | None = None,
+    ) -> dict:
         """Queue a render (202): ``avatar`` is a library name on the server or a local image/video
         (uploaded); the voice-over a local file (uploaded once, by content), an ``audio_id`` or ``text``."""
         data, files = self._inputs(avatar, audio, audio_id, text, settings)
@@ -91,8 +107,9 @@ class StudioClient:
             for _, (_, fh) in files.items():
                 fh.close()
 
-    def generate(self, avatar: str, dest: str | os.PathLike, audio=None, audio_id=None, text=None,
-                 settings: dict | None = None) -> dict:
+    def generate(
+        self, avatar: str, dest: str | os.PathLike, audio=None, audio_id=None, text=None, settings: dict | None = None
+    ) -> dict:
         """``POST /generate``: render and download the MP4 into ``dest`` (atomically) in one request.
         Answers ``{"job": id, "render_seconds": s, "output": dest}``."""
         data, files = self._inputs(avatar, audio, audio_id, text, settings)
@@ -100,8 +117,11 @@ class StudioClient:
             with self._http.stream("POST", "/generate", data=data, files=files, timeout=None) as r:
                 self._check(r)
                 self._save(r, dest)
-                return {"job": int(r.headers.get("x-studio-job", 0)),
-                        "render_seconds": float(r.headers.get("x-studio-render-seconds", 0)), "output": str(dest)}
+                return {
+                    "job": int(r.headers.get("x-studio-job", 0)),
+                    "render_seconds": float(r.headers.get("x-studio-render-seconds", 0)),
+                    "output": str(dest),
+                }
         except _transport_errors() as exc:
             raise self._unreachable(exc) from None
         finally:
@@ -213,7 +233,7 @@ class StudioClient:
         raise ServerError(f"the server says: {message}", r.status_code)
 
     def _save(self, r, dest) -> Path:
-        from studio.core.fsutil import atomic_path
+        from studio.core.store.fsutil import atomic_path
 
         dest = Path(dest)
         if not dest.parent.is_dir():
@@ -224,8 +244,10 @@ class StudioClient:
         return dest
 
     def _unreachable(self, exc) -> ServerError:
-        return ServerError(f"cannot reach the Studio server at {self.url} ({type(exc).__name__}: {exc}); "
-                           "is `studio serve` running there?")
+        return ServerError(
+            f"cannot reach the Studio server at {self.url} ({type(exc).__name__}: {exc}); "
+            "is `studio serve` running there?"
+        )
 
 
 def _transport_errors():

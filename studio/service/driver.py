@@ -57,11 +57,22 @@ class Progress:
     @classmethod
     def of(cls, p) -> Progress:
         """From a core ``RenderProgress`` or ``ChunkedProgress``."""
-        return cls(done=p.done, total=p.total, fps=p.fps, eta_s=p.eta_s, elapsed_s=p.elapsed_s,
-                   stage_ms=dict(getattr(p, "stage_ms", {}) or {}), preview=getattr(p, "preview", None),
-                   preview_index=getattr(p, "preview_index", None), workers=dict(getattr(p, "workers", {}) or {}),
-                   chunks_done=getattr(p, "chunks_done", 0), chunks=getattr(p, "chunks", 0),
-                   retries=getattr(p, "retries", 0), finished=p.finished, output=p.output)
+        return cls(
+            done=p.done,
+            total=p.total,
+            fps=p.fps,
+            eta_s=p.eta_s,
+            elapsed_s=p.elapsed_s,
+            stage_ms=dict(getattr(p, "stage_ms", {}) or {}),
+            preview=getattr(p, "preview", None),
+            preview_index=getattr(p, "preview_index", None),
+            workers=dict(getattr(p, "workers", {}) or {}),
+            chunks_done=getattr(p, "chunks_done", 0),
+            chunks=getattr(p, "chunks", 0),
+            retries=getattr(p, "retries", 0),
+            finished=p.finished,
+            output=p.output,
+        )
 
 
 class Render:
@@ -100,8 +111,13 @@ class Render:
         self.result = None
         check_request(req)
         kind = req.placement.kind
-        strategy = {"local": self._local, "gpus": self._gpus, "chunks": self._chunks, "farm": self._farm,
-                    "server": self._server}[kind]
+        strategy = {
+            "local": self._local,
+            "gpus": self._gpus,
+            "chunks": self._chunks,
+            "farm": self._farm,
+            "server": self._server,
+        }[kind]
         t0 = time.perf_counter()
         last = None
         for p in strategy():
@@ -134,7 +150,7 @@ class Render:
 
     def _gpus(self):
         from studio.core.engines.runtime_torch import resolve_device
-        from studio.core.multigpu import DeviceRender, cuda_devices
+        from studio.core.scale.multigpu import DeviceRender, cuda_devices
 
         req = self.request
         devices = list(req.placement.devices) or cuda_devices()
@@ -160,7 +176,7 @@ class Render:
         self.result = r.result
 
     def _chunks(self):
-        from studio.core.chunks import render_chunked
+        from studio.core.scale.chunks import render_chunked
 
         req = self.request
         if req.frames is not None:
@@ -179,15 +195,19 @@ class Render:
         if req.frames is not None:
             raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
         if self._farm_link is None and self._in_process_farm:
-            from studio.core.farm import Farm
+            from studio.core.scale.farm import Farm
 
             farm = Farm.connect(req.placement.farm or None)
             self._active = farm
             try:
-                self._started(f"farm ({len(farm.workers)} {'GPU ' if farm.gpus else ''}worker"
-                              f"{'s' if len(farm.workers) != 1 else ''})", req.settings.engine)
-                for p in farm.render(req.avatar, req.audio, req.output, req.settings,
-                                     chunks=req.placement.chunks or None):
+                self._started(
+                    f"farm ({len(farm.workers)} {'GPU ' if farm.gpus else ''}worker"
+                    f"{'s' if len(farm.workers) != 1 else ''})",
+                    req.settings.engine,
+                )
+                for p in farm.render(
+                    req.avatar, req.audio, req.output, req.settings, chunks=req.placement.chunks or None
+                ):
                     if self._cancel.is_set():
                         farm.cancel()
                     yield p
@@ -198,8 +218,11 @@ class Render:
         from studio.service.farm_link import FarmLink, LinkLost
 
         for attempt in (1, 2):  # a link lost before the job made progress is opened again once
-            link = self._farm_link if self._farm_link is not None and self._farm_link.alive else \
-                FarmLink.open(req.placement.farm)
+            link = (
+                self._farm_link
+                if self._farm_link is not None and self._farm_link.alive
+                else FarmLink.open(req.placement.farm)
+            )
             self._farm_link = link
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
@@ -235,7 +258,7 @@ class Render:
 def check_request(req: RenderRequest) -> None:
     """Everything that can be refused before any work: the output (same file as an input, a
     folder, a bad extension, a missing or read-only folder) and the audio."""
-    from studio.core.audio import probe
+    from studio.core.media.audio import probe
 
     if req.placement.kind == "server":  # the server checks its inputs; here only the download target
         check_output(req.output, [req.audio] + ([req.avatar] if _is_path(req.avatar) else []))
@@ -248,8 +271,8 @@ def check_request(req: RenderRequest) -> None:
 
 
 def check_output(output: str, inputs: list[str]):
-    """The core's one same-file / output-path check (``studio.core.outputs``) for a video output."""
-    from studio.core.outputs import check_output as core_check
+    """The core's one same-file / output-path check (``studio.core.store.outputs``) for a video output."""
+    from studio.core.store.outputs import check_output as core_check
 
     return core_check(output, inputs, kind="video")
 
@@ -261,12 +284,21 @@ def _is_path(avatar: str) -> bool:
 
 
 def _chunked_result(req, p, seconds: float, encoder: str):
-    from studio.core import avatar as avatar_mod
-    from studio.core.render import RenderResult
+    from studio.core.avatars import library as avatar_mod
+    from studio.core.render.renderer import RenderResult
 
     a = avatar_mod.resolve(req.avatar)  # memory-mapped: the size only
-    return RenderResult(output=str(p.output), frames=p.total, silent_frames=0, engine=req.settings.engine,
-                        engine_reason="", encoder=encoder, seconds=round(seconds, 3),
-                        fps=round(p.total / seconds, 2) if seconds else 0.0, width=a.width, height=a.height,
-                        stage_ms={}, finish_ms={})
-
+    return RenderResult(
+        output=str(p.output),
+        frames=p.total,
+        silent_frames=0,
+        engine=req.settings.engine,
+        engine_reason="",
+        encoder=encoder,
+        seconds=round(seconds, 3),
+        fps=round(p.total / seconds, 2) if seconds else 0.0,
+        width=a.width,
+        height=a.height,
+        stage_ms={},
+        finish_ms={},
+    )

@@ -2,7 +2,7 @@
 
 Ray ends a driver's process when the Ray node it runs on stops (`studio farm down`, a crashed
 raylet): that must fail the job, not close the app. So one child process connects to the farm
-(``studio.core.farm.Farm.connect``), keeps it (and the farm's warm workers) between jobs, and
+(``studio.core.scale.farm.Farm.connect``), keeps it (and the farm's warm workers) between jobs, and
 streams each job's ``ChunkedProgress`` back through a pipe.
 
     link = FarmLink.open("10.0.0.5:6379")     # "" : the farm `studio farm up` started here
@@ -148,8 +148,10 @@ class FarmLink:
                 if not self._proc.is_alive():
                     raise self._lost(None)
                 if timeout is not None and time.monotonic() - t0 > timeout:
-                    raise RenderError(f"The farm at {self.address or 'this machine'} did not answer within "
-                                      f"{timeout:.0f} s: check it with `studio farm status`.")
+                    raise RenderError(
+                        f"The farm at {self.address or 'this machine'} did not answer within "
+                        f"{timeout:.0f} s: check it with `studio farm status`."
+                    )
                 continue
             if msg[1] != job:
                 continue
@@ -164,20 +166,24 @@ class FarmLink:
         self._proc.join(1)
         code = self._proc.exitcode
         why = f"exit code {code}" if code is not None else type(exc).__name__ if exc else "no answer"
-        return LinkLost(f"The connection to the farm at {self.address or 'this machine'} was lost ({why}; did its "
-                        "Ray node stop?): check `studio farm status` and render again.")
+        return LinkLost(
+            f"The connection to the farm at {self.address or 'this machine'} was lost ({why}; did its "
+            "Ray node stop?): check `studio farm status` and render again."
+        )
 
 
 def check_address(address: str) -> None:
-    """"" (the farm started here), "auto" or HOST:PORT; anything else is an ``InputError``."""
+    """ "" (the farm started here), "auto" or HOST:PORT; anything else is an ``InputError``."""
     from studio.core.errors import InputError
 
     if not address or address == "auto":
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"The farm address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379): fix it in "
-                         "Render on, or leave it empty for the farm started here.")
+        raise InputError(
+            f"The farm address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379): fix it in "
+            "Render on, or leave it empty for the farm started here."
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,7 +193,7 @@ def check_address(address: str) -> None:
 def serve(conn, address: str, cancel) -> None:
     """Child process: connect, answer "ready", then run jobs until "quit" or the app goes away."""
     try:
-        from studio.core.farm import Farm
+        from studio.core.scale.farm import Farm
 
         farm = Farm.connect(address or None)  # init_ray sends this host's token to HOST:PORT farms
     except BaseException as exc:  # noqa: BLE001 - every failure goes back as one sentence
@@ -229,7 +235,10 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, StudioError):
         return type(exc).__name__, " ".join(str(exc).split())
     log.error("farm link: unexpected error", exc_info=(type(exc), exc, exc.__traceback__))
-    return "LinkLost", f"The farm failed during the job ({_one_line(exc)}): check `studio farm status` and render again."
+    return (
+        "LinkLost",
+        f"The farm failed during the job ({_one_line(exc)}): check `studio farm status` and render again.",
+    )
 
 
 def _one_line(exc: BaseException, limit: int = 120) -> str:

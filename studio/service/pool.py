@@ -51,7 +51,7 @@ def resolve_device_name(device: str | None) -> str:
 def weights_id() -> str:
     """A short identity of the imported weights (the model store's manifest); '' when none."""
     try:
-        from studio.core.models import read_manifest
+        from studio.core.store.models import read_manifest
 
         manifest = read_manifest()
     except Exception:  # noqa: BLE001 - no store, a damaged one: no MuseTalk either
@@ -75,10 +75,16 @@ class EnginePool:
 
             name = "musetalk" if engine_status()["musetalk"].ready else "classic"
         musetalk = name == "musetalk"
-        return EngineKey(name, resolve_device_name(settings.device), settings.runtime if musetalk else "",
-                         settings.decoder if musetalk else "", settings.precision if musetalk else "",
-                         int(settings.batch), weights_id() if musetalk else "",
-                         bool(getattr(settings, "compile", False)) and musetalk)
+        return EngineKey(
+            name,
+            resolve_device_name(settings.device),
+            settings.runtime if musetalk else "",
+            settings.decoder if musetalk else "",
+            settings.precision if musetalk else "",
+            int(settings.batch),
+            weights_id() if musetalk else "",
+            bool(getattr(settings, "compile", False)) and musetalk,
+        )
 
     def get(self, settings, fresh: bool = False):
         """``(engine, reason)`` for ``settings``: the warm one, else a new one (kept). ``fresh``: a
@@ -90,9 +96,15 @@ class EnginePool:
                 return warm[0], warm[1]
         from studio.core.engines import select_engine
 
-        choice = select_engine(settings.engine, device=settings.device, precision=settings.precision,
-                               decoder=settings.decoder, batch=settings.batch, runtime=settings.runtime,
-                               **({"compile": True} if key.compile else {}))
+        choice = select_engine(
+            settings.engine,
+            device=settings.device,
+            precision=settings.precision,
+            decoder=settings.decoder,
+            batch=settings.batch,
+            runtime=settings.runtime,
+            **({"compile": True} if key.compile else {}),
+        )
         if fresh:
             return choice.engine, choice.reason
         with self._lock:
@@ -121,7 +133,7 @@ class EnginePool:
 
     def renderer(self, avatar, audio, settings):
         """A ``Renderer`` on the warm engine for ``settings``."""
-        from studio.core.render import Renderer
+        from studio.core.render.renderer import Renderer
 
         engine, reason = self.get(settings)
         r = Renderer(avatar, audio, settings, engine=engine)
@@ -159,8 +171,17 @@ class EnginePool:
 
     def warm(self) -> list[dict]:
         with self._lock:
-            return [dict(engine=k.engine, device=k.device, runtime=k.runtime, decoder=k.decoder,
-                         precision=k.precision, reason=v[1]) for k, v in self._engines.items()]
+            return [
+                dict(
+                    engine=k.engine,
+                    device=k.device,
+                    runtime=k.runtime,
+                    decoder=k.decoder,
+                    precision=k.precision,
+                    reason=v[1],
+                )
+                for k, v in self._engines.items()
+            ]
 
     def close(self) -> None:
         with self._lock:
@@ -169,7 +190,7 @@ class EnginePool:
         for engine, _, _ in engines:
             try:
                 engine.close()
-            except Exception:  # noqa: BLE001 - closing must not fail the exit
+            except Exception:
                 log.debug("engine close failed", exc_info=True)
 
 

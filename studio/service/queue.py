@@ -29,12 +29,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from studio.core import jobs as J
-from studio.core.jobs import (CANCELLED, DAMAGED, DONE, DRAFT, FAILED, FINAL, HELD, INTERRUPTED_STATE,  # noqa: F401
-                              QUEUED, RUNNING)  # the states, for views (they use the service, not the store)
 from studio.core.errors import Cancelled, InputError, StudioError
+from studio.core.settings import from_dict as settings_from_dict
+from studio.core.store import jobs as J
+from studio.core.store.jobs import (  # noqa: F401
+    CANCELLED,
+    DAMAGED,
+    DONE,
+    DRAFT,
+    FAILED,
+    FINAL,
+    HELD,
+    INTERRUPTED_STATE,
+    QUEUED,  # the states, for views (they use the service, not the store)
+    RUNNING,
+)
 from studio.service.driver import Progress, Render
-from studio.service.request import Placement, RenderRequest, settings_from_dict
+from studio.service.request import Placement, RenderRequest
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +69,28 @@ def request_of(job: J.Job) -> RenderRequest:
     """The ``RenderRequest`` a job row holds (rows of earlier versions included)."""
     s = dict(job.settings)
     frames = s.get("frames")
-    return RenderRequest(job.avatar, job.audio, job.output, settings_from_dict(s), request_of_settings(s),
-                         tuple(frames) if frames else None, bool(s.get("overwrite", False)))
+    return RenderRequest(
+        job.avatar,
+        job.audio,
+        job.output,
+        settings_from_dict(s),
+        request_of_settings(s),
+        tuple(frames) if frames else None,
+        bool(s.get("overwrite", False)),
+    )
 
 
 def request_of_settings(s: dict) -> Placement:
     """Where a job's stored settings say it renders."""
     place = s.get("placement")
     if isinstance(place, dict):
-        return Placement(kind=place.get("kind", "local"), devices=tuple(place.get("devices") or ()),
-                         chunks=int(place.get("chunks") or 0), farm=str(place.get("farm") or ""),
-                         server=str(place.get("server") or ""))
+        return Placement(
+            kind=place.get("kind", "local"),
+            devices=tuple(place.get("devices") or ()),
+            chunks=int(place.get("chunks") or 0),
+            farm=str(place.get("farm") or ""),
+            server=str(place.get("server") or ""),
+        )
     if s.get("render_on") == "farm":  # rows written by the window before the service
         return Placement("farm", farm=str(s.get("farm_address") or ""))
     if s.get("render_on") == "gpus":
@@ -98,6 +120,7 @@ def numbered(path: str, n: int) -> str:
 
 def unique_output(path: str, taken: set[str]) -> str:
     """``path`` if no file and no other job has it, else the first free ``_002``, ``_003`` ..."""
+
     def free(c: str) -> bool:
         return not Path(c).exists() and str(Path(c).resolve()) not in taken
 
@@ -111,8 +134,14 @@ def unique_output(path: str, taken: set[str]) -> str:
 
 
 class QueueService:
-    def __init__(self, store: J.JobStore | str | Path | None = None, pool=None, *, max_queued: int | None = None,
-                 in_process_farm: bool = False):
+    def __init__(
+        self,
+        store: J.JobStore | str | Path | None = None,
+        pool=None,
+        *,
+        max_queued: int | None = None,
+        in_process_farm: bool = False,
+    ):
         from studio.service.pool import default_pool
 
         self.store = store if isinstance(store, J.JobStore) else J.JobStore(store)  # a path, or None: the default
@@ -149,7 +178,7 @@ class QueueService:
         for cb in subs:
             try:
                 cb(ev)
-            except Exception:  # noqa: BLE001 - a broken view must not stop the queue
+            except Exception:
                 log.exception("queue subscriber failed on %s", kind)
 
     # ---- the queue ----------------------------------------------------------------------
@@ -312,7 +341,7 @@ class QueueService:
                     return
             try:
                 job = self.run_next()
-            except Exception:  # noqa: BLE001 - the store went away: wait and try again
+            except Exception:
                 log.exception("queue runner: could not take the next job")
                 job = None
             if job is None:
@@ -353,15 +382,16 @@ class QueueService:
             if render.cancelled:
                 return self._cancelled(job.id)
             return self._finish(job.id, J.FAILED, str(exc))
-        except BaseException as exc:  # noqa: BLE001 - an internal error fails the job, not the runner
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 self._finish(job.id, J.CANCELLED, "cancelled by the user")
                 raise
             log.error("job %d failed", job.id, exc_info=True)
-            from studio.core.paths import log_file
+            from studio.core.store.paths import log_file
 
-            return self._finish(job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); "
-                                                  f"the details are in {log_file()}")
+            return self._finish(
+                job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); the details are in {log_file()}"
+            )
         finally:
             self._farm_link = render.farm_link  # kept warm for the next farm job (None once lost)
             with self._lock:
@@ -388,6 +418,6 @@ class QueueService:
 
 def gpus_here() -> list[str]:
     """The CUDA devices of this machine (for "All GPUs here"); [] without torch or a GPU."""
-    from studio.core.multigpu import cuda_devices
+    from studio.core.scale.multigpu import cuda_devices
 
     return cuda_devices()

@@ -65,15 +65,17 @@ def server_avatar(c, avatar: str, upload: bool) -> str:
         return name
     if text in names:
         return text
-    from studio.core import avatar as avatar_mod
+    from studio.core.avatars import library as avatar_mod
 
     try:
         source = Path(avatar_mod.load(text).meta["source"])
     except Exception:  # noqa: BLE001 - not in this library either
         source = None
     if source is None or not source.is_file():
-        raise InputError(f"the Studio server has no avatar '{text}' and its source is not on this computer; "
-                         "add it there (POST /v1/avatars) or choose an image/video file")
+        raise InputError(
+            f"the Studio server has no avatar '{text}' and its source is not on this computer; "
+            "add it there (POST /v1/avatars) or choose an image/video file"
+        )
     if upload:
         return str(source)
     c.add_avatar(text, source)  # scrubbing needs a library name on the server
@@ -87,7 +89,7 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
     import numpy as np
     from PIL import Image
 
-    from studio.core.render import RenderResult
+    from studio.core.render.renderer import RenderResult
     from studio.service.driver import Progress
 
     url = request.placement.server
@@ -95,8 +97,9 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
     settings = dataclasses.asdict(request.settings)
     if request.frames:
         settings.update(frame_start=request.frames[0], frame_end=request.frames[1])
-    job = c.submit(server_avatar(c, request.avatar, upload=True), audio_id=audio_id(c, request.audio),
-                   settings=settings)
+    job = c.submit(
+        server_avatar(c, request.avatar, upload=True), audio_id=audio_id(c, request.audio), settings=settings
+    )
     job_id = job["id"]
     if on_placed is not None:
         on_placed(f"Studio server {c.url}")
@@ -118,10 +121,19 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
                             index = got[1]
                     except Exception as exc:  # noqa: BLE001 - a missed preview is not an error
                         log.debug("preview fetch failed: %s", exc)
-                yield Progress(done=d["done"], total=d["total"], fps=d["fps"], eta_s=d["eta_s"],
-                               elapsed_s=d["elapsed_s"], preview=preview, preview_index=index,
-                               workers=d.get("workers") or {}, chunks_done=d.get("chunks_done", 0),
-                               chunks=d.get("chunks", 0), retries=d.get("retries", 0))
+                yield Progress(
+                    done=d["done"],
+                    total=d["total"],
+                    fps=d["fps"],
+                    eta_s=d["eta_s"],
+                    elapsed_s=d["elapsed_s"],
+                    preview=preview,
+                    preview_index=index,
+                    workers=d.get("workers") or {},
+                    chunks_done=d.get("chunks_done", 0),
+                    chunks=d.get("chunks", 0),
+                    retries=d.get("retries", 0),
+                )
             elif d.get("state") in ("done", "failed", "cancelled", "interrupted", "removed"):
                 break
     except BaseException:  # cancelled, Ctrl-C, the window closing, the stream broke: stop it there too
@@ -142,12 +154,23 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
     kw = {k: v for k, v in r.items() if k in names}
     kw.update(output=str(out), seconds=round(time.perf_counter() - t0, 3))
     for f in dataclasses.fields(RenderResult):
-        kw.setdefault(f.name, f.default if f.default is not dataclasses.MISSING else
-                      (f.default_factory() if f.default_factory is not dataclasses.MISSING else 0))
+        kw.setdefault(
+            f.name,
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else 0),
+        )
     result = RenderResult(**kw)
     done = int(kw.get("frames") or 0)
-    yield Progress(done=done, total=done, fps=float(kw.get("fps") or 0), eta_s=0.0,
-                   elapsed_s=time.perf_counter() - t0, finished=True, output=str(out))
+    yield Progress(
+        done=done,
+        total=done,
+        fps=float(kw.get("fps") or 0),
+        eta_s=0.0,
+        elapsed_s=time.perf_counter() - t0,
+        finished=True,
+        output=str(out),
+    )
     return result
 
 
@@ -162,8 +185,10 @@ class RemoteFrames:
         from PIL import Image
 
         c = client(self.url)
-        png = c.frame(server_avatar(c, avatar, upload=False), audio_id(c, audio), seconds,
-                      engine=settings.engine, threshold=settings.threshold, min_silence=settings.min_silence)
+        # every setting that changes the frames (the schema's engine and silence groups): the frame
+        # shown is the one the server's render writes; the device is the server's own choice
+        wanted = {k: v for k, v in settings.frame_settings().items() if v is not None and k != "device"}
+        png = c.frame(server_avatar(c, avatar, upload=False), audio_id(c, audio), seconds, **wanted)
         return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
 
 
@@ -171,7 +196,7 @@ def _server_name(path: Path) -> str:
     """A library name for a local avatar file on the server: its stem and a key of path, size and time."""
     import re
 
-    from studio.core.fsutil import quick_file_key
+    from studio.core.store.fsutil import quick_file_key
 
     stem = re.sub(r"[^A-Za-z0-9_-]+", "_", path.stem)[:40].strip("_") or "avatar"
     return f"{stem}-{quick_file_key(path)[:10]}"

@@ -12,11 +12,10 @@ so a bad request fails before any work starts, wherever it came from.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 from studio.core.errors import InputError
-from studio.core.render import RenderSettings
+from studio.core.settings import RenderSettings, check, from_dict
 
 PLACEMENTS = ("local", "gpus", "chunks", "farm", "server")
 WHERE_LOCAL = "this computer"
@@ -100,20 +99,28 @@ class RenderRequest:
         if self.frames is not None:
             a, b = (int(x) for x in self.frames)
             if a < 0 or b <= a:
-                raise InputError(f"the frame range {a}..{b} is empty or negative: the out point must come after the in point")
+                raise InputError(
+                    f"the frame range {a}..{b} is empty or negative: the out point must come after the in point"
+                )
             object.__setattr__(self, "frames", (a, b))
-        check_settings(self.settings)
+        check(self.settings)
 
     def with_(self, **kw) -> RenderRequest:
         return dataclasses.replace(self, **kw)
 
     def to_dict(self) -> dict:
         return {
-            "avatar": self.avatar, "audio": self.audio, "output": self.output,
-            "settings": dataclasses.asdict(self.settings),
-            "placement": {"kind": self.placement.kind, "devices": list(self.placement.devices),
-                          "chunks": self.placement.chunks, "farm": self.placement.farm,
-                          "server": self.placement.server},
+            "avatar": self.avatar,
+            "audio": self.audio,
+            "output": self.output,
+            "settings": self.settings.to_dict(),
+            "placement": {
+                "kind": self.placement.kind,
+                "devices": list(self.placement.devices),
+                "chunks": self.placement.chunks,
+                "farm": self.placement.farm,
+                "server": self.placement.server,
+            },
             "frames": list(self.frames) if self.frames else None,
             "overwrite": self.overwrite,
         }
@@ -125,65 +132,17 @@ class RenderRequest:
         p = d.get("placement") or {}
         frames = d.get("frames")
         return cls(
-            avatar=d.get("avatar", ""), audio=d.get("audio", ""), output=d.get("output", ""),
-            settings=settings_from_dict(d.get("settings") or {}),
-            placement=Placement(kind=p.get("kind", "local"), devices=tuple(p.get("devices") or ()),
-                                chunks=int(p.get("chunks") or 0), farm=str(p.get("farm") or ""),
-                                server=str(p.get("server") or "")),
+            avatar=d.get("avatar", ""),
+            audio=d.get("audio", ""),
+            output=d.get("output", ""),
+            settings=from_dict(d.get("settings") or {}),
+            placement=Placement(
+                kind=p.get("kind", "local"),
+                devices=tuple(p.get("devices") or ()),
+                chunks=int(p.get("chunks") or 0),
+                farm=str(p.get("farm") or ""),
+                server=str(p.get("server") or ""),
+            ),
             frames=tuple(frames) if frames else None,
             overwrite=bool(d.get("overwrite", False)),
         )
-
-
-SETTING_FIELDS = {f.name: f for f in dataclasses.fields(RenderSettings)}
-CHOICES = {
-    "engine": ("auto", "classic", "musetalk"),
-    "precision": ("auto", "fp32", "fp16", "bf16"),
-    "decoder": ("taesd", "sd-vae"),
-    "runtime": ("auto", "torch", "tensorrt"),
-    "encoder": ("auto", "x264", "x264-parallel", "nvenc"),
-}
-
-
-def settings_from_dict(d: dict) -> RenderSettings:
-    """``RenderSettings`` from a dict (a job row, a form, JSON); unknown keys are ignored, bad values
-    are one ``InputError`` naming the setting."""
-    kw = {}
-    for name, value in (d or {}).items():
-        f = SETTING_FIELDS.get(name)
-        if f is None:
-            continue
-        default = f.default
-        try:
-            if value is None:
-                kw[name] = None if name == "device" else default
-            elif isinstance(default, bool):
-                kw[name] = bool(value)
-            elif isinstance(default, int) and not isinstance(default, bool):
-                kw[name] = int(value)
-            elif isinstance(default, float):
-                kw[name] = float(value)
-            else:
-                kw[name] = str(value)
-        except (TypeError, ValueError):
-            raise InputError(f"the setting {name}={value!r} is not a {type(default).__name__}") from None
-    s = RenderSettings(**kw)
-    check_settings(s)
-    return s
-
-
-def check_settings(s: RenderSettings) -> None:
-    """One sentence for the first bad value (the CLI, the window and the server say the same)."""
-    for name, allowed in CHOICES.items():
-        if getattr(s, name) not in allowed:
-            raise InputError(f"{name} {getattr(s, name)!r} is not one of {', '.join(allowed)}")
-    if not math.isfinite(s.threshold) or s.threshold < 0:
-        raise InputError("the silence threshold must be 0 or more (an RMS level such as 0.008)")
-    if s.min_silence < 1:
-        raise InputError("the shortest silence must be at least 1 frame")
-    if s.batch < 0:
-        raise InputError("the batch must be a positive number of frames (or 0 for automatic)")
-    if not 0 <= s.crf <= 51:
-        raise InputError("the CRF must be between 0 and 51")
-    if s.crossfade < 0:
-        raise InputError("the crossfade must be 0 or more frames")

@@ -41,17 +41,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def create_app(argv: list[str] | None = None):
     """The QApplication with the app's name, icon and dark style sheet (reused when one exists)."""
+    import pyqtgraph as pg
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
-
-    import pyqtgraph as pg
 
     app = QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv[:1])
     app.setApplicationName(APP_NAME)
     app.setOrganizationName("studio")
     app.setApplicationDisplayName(APP_NAME)
     app.setStyle("Fusion")
-    from studio.core.paths import repo_resources
+    from studio.core.store.paths import repo_resources
 
     res = repo_resources()
     app.setWindowIcon(QIcon(str(res / "icons" / "studio.svg")))
@@ -93,7 +92,7 @@ def install_stop_signals(window) -> None:
 def install_excepthook(window) -> None:
     """Log any uncaught exception with its traceback; show one readable line in the window."""
     from studio.core.errors import StudioError
-    from studio.core.paths import log_file
+    from studio.core.store.paths import log_file
 
     def hook(exc_type, exc, tb):
         if issubclass(exc_type, KeyboardInterrupt):

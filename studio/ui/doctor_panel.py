@@ -111,4 +111,3 @@ def _build_engines(progress=None):
     from studio.core.engines import runtime_tensorrt as rt
 
     return rt.build(progress=(lambda msg: progress(0, 0, msg)) if progress else None)
-

@@ -59,7 +59,7 @@ def dropped_paths(mime) -> list[str]:
 
 
 def file_kind(path: str) -> str:
-    """"avatar", "audio" or "" for a dropped file, by its suffix."""
+    """ "avatar", "audio" or "" for a dropped file, by its suffix."""
     suffix = Path(path).suffix.lower()
     return "avatar" if suffix in AVATAR_SUFFIXES else "audio" if suffix in AUDIO_SUFFIXES else ""
 
@@ -194,7 +194,7 @@ class LibraryPanel(FileDrops, QWidget):
 
     def refresh_avatars(self, select: str | None = None) -> None:
         try:
-            from studio.core.avatar import list_avatars
+            from studio.core.avatars.library import list_avatars
 
             entries = list_avatars()
         except ImportError:
@@ -228,7 +228,7 @@ class LibraryPanel(FileDrops, QWidget):
 
     def import_avatar(self, source: str, name: str | None = None, force: bool = False, wait: bool = False):
         """Prepare ``source`` as avatar ``name`` off the GUI thread behind a progress dialog."""
-        from studio.core import avatar as avatar_mod
+        from studio.core.avatars import library as avatar_mod
 
         if name is None:
             taken = {self.avatars.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.avatars.count())}
@@ -268,15 +268,21 @@ class LibraryPanel(FileDrops, QWidget):
                 self._imports.clear()  # cancel stops the rest of a dropped batch too
 
         self.task = run_in_background(
-            avatar_mod.prepare, name, source, params=self.params(), force=force,
-            on_done=finished, on_error=failed, on_progress=progressed,
+            avatar_mod.prepare,
+            name,
+            source,
+            params=self.params(),
+            force=force,
+            on_done=finished,
+            on_error=failed,
+            on_progress=progressed,
         )
         dialog.canceled.connect(self.task.cancel)
         return self.task
 
     def params(self):
         """``AvatarParams`` from the panel's fields (only the fields the core knows)."""
-        from studio.core.avatar import AvatarParams
+        from studio.core.avatars.library import AvatarParams
 
         wanted = {
             "bbox_shift": self.bbox_shift.value(),
@@ -300,7 +306,7 @@ class LibraryPanel(FileDrops, QWidget):
                 return None
         if path in self._checking:
             return None
-        from studio.core.audio import analyze
+        from studio.core.media.audio import analyze
 
         self._checking.add(path)
 
@@ -325,8 +331,10 @@ class LibraryPanel(FileDrops, QWidget):
         audio = [p for p in paths if file_kind(p) == "audio"]
         other = [Path(p).name for p in paths if not file_kind(p)]
         if other:
-            self.error.emit(f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''}: not a photo, video "
-                            "or audio file Studio imports; drop images/videos for avatars, audio for scripts")
+            self.error.emit(
+                f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''}: not a photo, video "
+                "or audio file Studio imports; drop images/videos for avatars, audio for scripts"
+            )
         for i, p in enumerate(audio):
             self.add_script(p, select=i == len(audio) - 1)
         self._imports.extend(avatars)
@@ -357,8 +365,12 @@ class LibraryPanel(FileDrops, QWidget):
         self.settings.setValue("library/selected_avatar", name)
         self.avatar_status.setText("")
         p = self._entries.get(name, {}).get("params") or {}
-        for key, box in (("bbox_shift", self.bbox_shift), ("extra_margin", self.extra_margin),
-                         ("cheek_width", self.cheek_width), ("feather", self.feather)):
+        for key, box in (
+            ("bbox_shift", self.bbox_shift),
+            ("extra_margin", self.extra_margin),
+            ("cheek_width", self.cheek_width),
+            ("feather", self.feather),
+        ):
             if key in p:
                 box.setValue(int(round(float(p[key]))))
         self.avatarSelected.emit(name)
@@ -411,7 +423,7 @@ class LibraryPanel(FileDrops, QWidget):
         if not name:
             return
         try:
-            from studio.core.avatar import remove
+            from studio.core.avatars.library import remove
 
             remove(name)
         except Exception as exc:  # noqa: BLE001
@@ -473,6 +485,6 @@ def _thumb_icon(thumb) -> QIcon:
 
 
 def _icon(name: str) -> str:
-    from studio.core.paths import repo_resources
+    from studio.core.store.paths import repo_resources
 
     return str(repo_resources() / "icons" / f"{name}.svg")

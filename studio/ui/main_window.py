@@ -4,15 +4,8 @@ Everything slow runs elsewhere: renders and scrub frames on the ``RenderWorker``
 analysis, avatar loading and the doctor on background tasks. Errors from the core appear in a
 banner above the preview (one readable sentence), never as a traceback dialog.
 
-Keys follow video editors (NLE) and work wherever the focus is in the window, except in text
-fields and spin boxes, which keep their own keys (``studio.ui.widgets.InputGuard``):
-
-    Space            play / stop              J K L      shuttle back / stop / forward (again: 2x, 4x)
-    Left / Right     one frame (also , .)     K+J, K+L   one frame back / on (K held)
-    Shift+Left/Right one second (also < >)    Home / End first / last frame
-    Up / Down        previous / next silence or speech edge
-    I / O            set in / out point       Alt+I / Alt+O   clear it
-    Ctrl+G           type a timecode to go to
+The editor's keys and the finished render's player are ``TransportControls``
+(``studio.ui.transport_controls``); playback's clock is the ``Transport``.
 """
 
 from __future__ import annotations
@@ -22,7 +15,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QIcon, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QFrame,
@@ -36,7 +29,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.constants import FPS
 from studio.ui import settings as cfg
 from studio.ui.doctor_panel import DoctorPanel
 from studio.ui.library import LibraryPanel
@@ -46,6 +38,7 @@ from studio.ui.render_panel import RenderPanel
 from studio.ui.render_queue import RenderQueue
 from studio.ui.timeline import TimelineView
 from studio.ui.transport import Transport
+from studio.ui.transport_controls import TransportControls
 from studio.ui.widgets import FileDrops, guard_inputs
 from studio.ui.workers import WorkerThread, error_text, run_in_background
 
@@ -68,7 +61,6 @@ class MainWindow(FileDrops, QMainWindow):
         self.assets = None
         self.last_scrub: tuple[float, int] | None = None
         self._errors: list[float] = []
-        self._k_held = False  # K is down: J / L step one frame
 
         from studio.core.errors import StudioError
         from studio.service import QueueService
@@ -80,8 +72,7 @@ class MainWindow(FileDrops, QMainWindow):
         except StudioError as exc:  # a damaged or foreign jobs.sqlite: say so, keep the app usable
             import tempfile
 
-            self.store_problem = (f"{exc} Until then the queue lives in a temporary file and is lost when "
-                                  "Studio closes.")
+            self.store_problem = f"{exc} Until then the queue lives in a temporary file and is lost when Studio closes."
             folder = tempfile.mkdtemp(prefix="studio-queue-")
             self.service = QueueService(Path(folder) / "jobs.sqlite")
         self.store = self.service.store
@@ -144,7 +135,8 @@ class MainWindow(FileDrops, QMainWindow):
         self.engine_status = QLabel("engine: loading…")
         self.engine_status.setObjectName("dim")
         self.statusBar().addPermanentWidget(self.engine_status)
-        self.player = None
+        self.controls = TransportControls(self, self.timeline, self.transport, self.preview)
+        self.controls.playerClosed.connect(lambda: self._playhead_moved(self.timeline.position))
 
         self._connect()
         self._restore()
@@ -194,108 +186,33 @@ class MainWindow(FileDrops, QMainWindow):
     def scrub_to(self, seconds: float) -> None:
         self.timeline.set_playhead(seconds)
 
-    def drop_files(self, paths) -> None:
-        """Import dropped files: photos and videos as avatars, audio files as scripts (several at once)."""
-        self.library.import_files([str(p) for p in paths])
-
     def play(self, path: str) -> None:
-        if not path or not Path(path).exists():
-            self.show_error(f"{path or 'the output'} does not exist any more; render it again")
-            return
-        try:
-            if self.player is None:
-                from studio.ui.player import PlayerWidget
+        """Play a finished render in the preview (the player and the timeline move together)."""
+        self.controls.play(path)
 
-                self.player = PlayerWidget()
-                self.player.closed.connect(self._player_closed)
-                self.player.error.connect(self.show_error)
-                self.player.frameChanged.connect(self._player_frame)
-                self.player.ended.connect(self.transport.media_ended)
-                self.player.playingChanged.connect(self._player_playing)
-            self.preview.set_widget(self.player)
-            self.transport.set_media(self.player.player)
-            self.player.play(path)
-        except ImportError as exc:
-            self.show_error(f"in-app playback needs QtMultimedia ({exc}); install pyside6-addons and libpulse0")
+    @property
+    def player(self):
+        return self.controls.player
 
     @property
     def player_shown(self) -> bool:
-        return self.player is not None and self.preview.stack.currentWidget() is self.player
+        return self.controls.player_shown
 
-    def _player_closed(self) -> None:
-        self.transport.set_media(None)
-        self.preview.set_widget(None)
-        self._playhead_moved(self.timeline.position)
-
-    def _player_frame(self, frame: int) -> None:
-        if self.player_shown:
-            self.timeline.set_frame(frame, emit=False)
-            self.transport.media_moved(frame)
-
-    def _player_playing(self, playing: bool) -> None:
-        # the player's own button: the transport and the timeline's button follow it
-        if playing and not self.transport.playing:
-            self.transport.speed = 1
-            self.timeline.set_playing(True)
-        elif not playing and self.transport.playing and self.transport.speed > 0:
-            self.transport.stop()
-        self.timeline.set_playing(self.transport.playing or playing)
-
-    # ---- keys ---------------------------------------------------------------------------
-
-    def _bind_keys(self) -> None:
-        t, tl = self.transport, self.timeline
-        bindings = [
-            ("Space", t.toggle), ("J", lambda: self._jkl(-1)), ("K", self._k_pressed), ("L", lambda: self._jkl(1)),
-            ("Left", lambda: self._step(-1)), ("Right", lambda: self._step(1)),
-            (",", lambda: self._step(-1)), (".", lambda: self._step(1)),
-            ("Shift+Left", lambda: self._step(-FPS)), ("Shift+Right", lambda: self._step(FPS)),
-            ("<", lambda: self._step(-FPS)), (">", lambda: self._step(FPS)),
-            ("Home", lambda: self._go(0)), ("End", lambda: self._go(tl.frames - 1)),
-            ("Up", lambda: self._edge(-1)), ("Down", lambda: self._edge(1)),
-            ("I", tl.set_in), ("O", tl.set_out), ("Alt+I", tl.clear_in), ("Alt+O", tl.clear_out),
-            ("Ctrl+G", self._focus_timecode),
-        ]
-        self.shortcuts: dict[str, QShortcut] = {}
-        for key, slot in bindings:
-            sc = QShortcut(QKeySequence(key), self)
-            sc.setContext(Qt.ShortcutContext.WindowShortcut)
-            sc.activated.connect(slot)
-            self.shortcuts[key] = sc
-
-    def _k_pressed(self) -> None:
-        self._k_held = True
-        self.transport.stop()
+    @property
+    def shortcuts(self):
+        return self.controls.shortcuts
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         guard_inputs(self)  # inputs made since construction (each is guarded once)
         super().showEvent(event)
 
     def keyReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        if event.key() == Qt.Key.Key_K and not event.isAutoRepeat():
-            self._k_held = False
+        self.controls.key_released(event)
         super().keyReleaseEvent(event)
 
-    def _jkl(self, direction: int) -> None:
-        if self._k_held:  # K+J / K+L: one frame
-            self._step(direction)
-        else:
-            self.transport.shuttle(direction)
-
-    def _step(self, frames: int) -> None:
-        self.transport.stop()
-        self.timeline.step(frames)
-
-    def _go(self, frame: int) -> None:
-        self.transport.stop()
-        self.timeline.set_frame(max(0, frame))
-
-    def _edge(self, direction: int) -> None:
-        self.transport.stop()
-        self.timeline.next_edge(direction)
-
-    def _focus_timecode(self) -> None:
-        self.timeline.timecode_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
+    def drop_files(self, paths) -> None:
+        """Import dropped files: photos and videos as avatars, audio files as scripts (several at once)."""
+        self.library.import_files([str(p) for p in paths])
 
     # ---- drag and drop ------------------------------------------------------------------
 
@@ -350,7 +267,6 @@ class MainWindow(FileDrops, QMainWindow):
         self.cancel_action.setEnabled(False)
         bar.addSeparator()
         action("Doctor", "doctor", self._show_doctor)
-        self._bind_keys()
 
     def _connect(self) -> None:
         lib, panel, w = self.library, self.render_panel, self.worker
@@ -410,8 +326,9 @@ class MainWindow(FileDrops, QMainWindow):
         self.transport.has_audio = device is not None
         if device is None:
             self.timeline.set_audio_note("no audio device: silent")
-            self.timeline.audio_note.setToolTip("No audio output device (PulseAudio/PipeWire) here: playback "
-                                                "is silent; see the Doctor")
+            self.timeline.audio_note.setToolTip(
+                "No audio output device (PulseAudio/PipeWire) here: playback is silent; see the Doctor"
+            )
         else:
             self.timeline.set_audio_note("")
             self.timeline.audio_note.setToolTip(f"sound: {device}")
@@ -423,7 +340,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.assets = None
         if not name:
             return
-        from studio.core.avatar import load
+        from studio.core.avatars.library import load
 
         def loaded(assets) -> None:
             if self.library.avatar != name:
@@ -458,7 +375,7 @@ class MainWindow(FileDrops, QMainWindow):
         try:
             import numpy as np
 
-            from studio.core.faces import overlay_image
+            from studio.core.avatars.faces import overlay_image
 
             i = int(avatar_index)
             blend = a.masks[i] if mask else np.zeros_like(a.masks[i])
@@ -469,8 +386,7 @@ class MainWindow(FileDrops, QMainWindow):
         return out, " · " + " + ".join(n for n, on in (("face box", box), ("blend mask", mask)) if on)
 
     def _overlay_toggled(self) -> None:
-        if self.last_scrub is not None and self.analysis is not None and self.current is None \
-                and self.library.script:
+        if self.last_scrub is not None and self.analysis is not None and self.current is None and self.library.script:
             self._playhead_moved(self.timeline.position)  # the scrub frame comes back decorated
         else:
             self._show_avatar_frame()
@@ -483,7 +399,7 @@ class MainWindow(FileDrops, QMainWindow):
             return
         import numpy as np
 
-        from studio.core.audio import runs
+        from studio.core.media.audio import runs
 
         ok = np.asarray(a.face_ok, bool)
         if ok.all():
@@ -496,7 +412,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.render_panel.set_context(script=path)
         if not path:
             return
-        from studio.core.audio import analyze
+        from studio.core.media.audio import analyze
 
         def done(analysis) -> None:
             if self.library.script != path:
@@ -533,7 +449,7 @@ class MainWindow(FileDrops, QMainWindow):
 
     def _playhead_moved(self, seconds: float) -> None:
         if self.player_shown:  # the finished render is on screen: the timeline seeks it
-            from studio.core.render import frame_index
+            from studio.core.render.plan import frame_index
 
             self.player.seek_frame(frame_index(seconds))
             return
@@ -556,7 +472,7 @@ class MainWindow(FileDrops, QMainWindow):
         extra = ""
         if self.assets is not None:
             image, extra = self._decorate(image, self.assets.cycle_index(index))
-        from studio.core.timecode import timecode
+        from studio.core.media.timecode import timecode
 
         during = " · while rendering" if self.current is not None else ""
         if self.current is not None:
@@ -642,9 +558,13 @@ class MainWindow(FileDrops, QMainWindow):
             return
         from PySide6.QtWidgets import QCheckBox, QMessageBox
 
-        box = QMessageBox(QMessageBox.Icon.Question, "Queued renders",
-                          f"{waiting} render(s) are queued from an earlier session. Start them now?",
-                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, self)
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Queued renders",
+            f"{waiting} render(s) are queued from an earlier session. Start them now?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            self,
+        )
         box.setObjectName("queuedOnStart")
         remember = QCheckBox("Remember my answer")
         box.setCheckBox(remember)
@@ -660,15 +580,19 @@ class MainWindow(FileDrops, QMainWindow):
         self.queued_box = box
         box.open()
 
-    def closeEvent(self, event) -> None:
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         if self.current is not None and not getattr(self, "_close_confirmed", False):
             from PySide6.QtWidgets import QMessageBox
 
             event.ignore()  # ask first; the answer closes (or not) later
-            box = QMessageBox(QMessageBox.Icon.Warning, "A render is running",
-                              "A render is running. Stop it and close Studio? Nothing of it is written; "
-                              "the job comes back as interrupted, ready to retry.",
-                              QMessageBox.StandardButton.Close | QMessageBox.StandardButton.Cancel, self)
+            box = QMessageBox(
+                QMessageBox.Icon.Warning,
+                "A render is running",
+                "A render is running. Stop it and close Studio? Nothing of it is written; "
+                "the job comes back as interrupted, ready to retry.",
+                QMessageBox.StandardButton.Close | QMessageBox.StandardButton.Cancel,
+                self,
+            )
             box.setObjectName("closeDuringRender")
             box.setDefaultButton(QMessageBox.StandardButton.Cancel)
 
@@ -695,6 +619,6 @@ def _short(text: str, limit: int = 90) -> str:
 
 
 def _icon(name: str) -> str:
-    from studio.core.paths import repo_resources
+    from studio.core.store.paths import repo_resources
 
     return str(repo_resources() / "icons" / f"{name}.svg")

@@ -31,9 +31,17 @@ from studio.core.progress import fraction_percent
 
 COLUMNS = ["", "#", "Job", "State", "Progress", "Duration", "Settings", "Output", "Note"]
 ID_COL, STATE_COL, PROGRESS_COL, OUTPUT_COL, NOTE_COL = 1, 3, 4, 7, 8
-STATE_COLOURS = {"done": "#7bd88f", "failed": "#ff6b6b", "running": "#4fa3ff", "cancelled": "#a0a4ad",
-                 "queued": "#ffb347", "draft": "#a0a4ad", "held": "#d6a2ff", "interrupted": "#ff9e6b",
-                 "damaged": "#ff6b6b"}
+STATE_COLOURS = {
+    "done": "#7bd88f",
+    "failed": "#ff6b6b",
+    "running": "#4fa3ff",
+    "cancelled": "#a0a4ad",
+    "queued": "#ffb347",
+    "draft": "#a0a4ad",
+    "held": "#d6a2ff",
+    "interrupted": "#ff9e6b",
+    "damaged": "#ff6b6b",
+}
 THUMB = 28  # small enough that a row shows whole in the Queue's height at 1366x768
 
 
@@ -77,8 +85,9 @@ class QueuePanel(QWidget):
 
         self.start_btn = QPushButton("Start queue")
         self.start_btn.setCheckable(True)
-        self.start_btn.setToolTip("Render queued jobs one after another (Pause: the running job finishes, "
-                                  "the next ones wait)")
+        self.start_btn.setToolTip(
+            "Render queued jobs one after another (Pause: the running job finishes, the next ones wait)"
+        )
         self.start_btn.clicked.connect(self._start_clicked)
         self.retry_btn = QPushButton("Retry")
         self.enqueue_btn = QPushButton("Queue draft")
@@ -103,8 +112,18 @@ class QueuePanel(QWidget):
         self.summary = QLabel("")
         self.summary.setObjectName("dim")
         row = QHBoxLayout()
-        for b in (self.start_btn, self.retry_btn, self.enqueue_btn, self.hold_btn, self.resume_btn, self.up_btn,
-                  self.down_btn, self.cancel_btn, self.remove_btn, self.clear_btn):
+        for b in (
+            self.start_btn,
+            self.retry_btn,
+            self.enqueue_btn,
+            self.hold_btn,
+            self.resume_btn,
+            self.up_btn,
+            self.down_btn,
+            self.cancel_btn,
+            self.remove_btn,
+            self.clear_btn,
+        ):
             row.addWidget(b)
         row.addStretch(1)
         row.addWidget(self.summary)
@@ -148,9 +167,17 @@ class QueuePanel(QWidget):
         self.table.setRowCount(len(jobs))
         for r, job in enumerate(jobs):
             live = self.live.get(job.id) if job.state == "running" else None
-            cells = ["", str(job.id), job.label, job.state, f"{fraction_percent(job.progress)} %",
-                     self._duration(job), settings_text(job), job.output,
-                     live[0] if live else job.reason or _result_note(job)]
+            cells = [
+                "",
+                str(job.id),
+                job.label,
+                job.state,
+                f"{fraction_percent(job.progress)} %",
+                self._duration(job),
+                settings_text(job),
+                job.output,
+                live[0] if live else job.reason or _result_note(job),
+            ]
             where = where_text(job)
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
@@ -220,14 +247,20 @@ class QueuePanel(QWidget):
         if avatar not in self._thumbs:
             icon = None
             try:
-                from studio.core.avatar import library_dir
+                from studio.core.avatars.library import library_dir
 
                 path = library_dir() / avatar / "thumbnail.png" if "/" not in avatar else None
                 if path is not None and path.exists():
                     pm = QPixmap(str(path))
                     if not pm.isNull():
-                        icon = QIcon(pm.scaled(THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio,
-                                               Qt.TransformationMode.SmoothTransformation))
+                        icon = QIcon(
+                            pm.scaled(
+                                THUMB,
+                                THUMB,
+                                Qt.AspectRatioMode.KeepAspectRatio,
+                                Qt.TransformationMode.SmoothTransformation,
+                            )
+                        )
             except Exception:  # noqa: BLE001 - no thumbnail, no problem
                 icon = None
             self._thumbs[avatar] = icon
@@ -235,7 +268,7 @@ class QueuePanel(QWidget):
 
     def _duration(self, job) -> str:
         """The clip's (or the in/out range's) length as HH:MM:SS:FF."""
-        from studio.core.timecode import timecode
+        from studio.core.media.timecode import timecode
 
         frames = (job.settings or {}).get("frames")
         if frames:
@@ -244,7 +277,7 @@ class QueuePanel(QWidget):
             return timecode(int(job.result["frames"]))
         if job.audio not in self._durations:
             try:
-                from studio.core.audio import probe
+                from studio.core.media.audio import probe
 
                 self._durations[job.audio] = timecode(probe(job.audio).frames)
             except Exception:  # noqa: BLE001 - a missing file: the job says so when it runs
@@ -270,8 +303,10 @@ class QueuePanel(QWidget):
     def _enqueue(self) -> None:
         job = self.selected_job()
         if job is None or job.state != "draft":
-            self.error.emit("select a draft in the Queue to queue it (Add to queue makes drafts when the "
-                            "queue is paused; drafts are jobs saved for later)")
+            self.error.emit(
+                "select a draft in the Queue to queue it (Add to queue makes drafts when the "
+                "queue is paused; drafts are jobs saved for later)"
+            )
             return
         self.enqueueClicked.emit(job.id)
 

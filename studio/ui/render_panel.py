@@ -28,23 +28,21 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
-    QSpinBox,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from studio.ui import settings as cfg
+from studio.ui.setting_widgets import SettingFields
 from studio.ui.widgets import ElidedLabel
 
-ENGINES = ["auto", "classic", "musetalk"]
-DEVICES = ["auto", "cuda", "cpu"]
-PRECISIONS = ["auto", "fp16", "bf16", "fp32"]
-DECODERS = ["taesd", "sd-vae"]
-ENCODERS = ["auto", "x264", "x264-parallel", "nvenc"]
-PRESETS = ["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"]
-TARGETS = {"local": "This computer", "gpus": "All GPUs here", "farm": "Render farm",
-           "server": "Studio server"}  # setting value -> text
+TARGETS = {
+    "local": "This computer",
+    "gpus": "All GPUs here",
+    "farm": "Render farm",
+    "server": "Studio server",
+}  # setting value -> text
 
 
 def fmt_eta(seconds: float) -> str:
@@ -71,23 +69,23 @@ class RenderPanel(QWidget):
         self.last_output = ""
         self._range: tuple[int, int] | None = None  # the timeline's in/out range, frames [start, end)
 
-        self.engine = _combo(ENGINES, "Lip-sync engine; auto picks MuseTalk when its weights are imported")
-        self.device = _combo(DEVICES, "Where the engine runs")
-        self.precision = _combo(PRECISIONS, "MuseTalk arithmetic precision")
-        self.decoder = _combo(DECODERS, "MuseTalk image decoder: TAESD is fast, SD-VAE is the reference")
-        self.batch = QSpinBox()
-        self.batch.setRange(0, 256)
-        self.batch.setSpecialValueText("auto")
-        self.batch.setToolTip("Frames per engine call; auto uses the engine's preferred batch")
-        self.compile_box = QCheckBox("Compile the networks")
-        self.compile_box.setToolTip("MuseTalk: torch.compile under the CUDA graphs. Loading takes about a minute "
-                                    "more once per session; then renders run faster (on an H200 UNet + TAESD "
-                                    "1.75x, UNet + SD-VAE 2.1x): worth it for long clips and many renders")
-        self.encoder = _combo(ENCODERS, "Video encoder; auto uses NVENC when a session opens, else libx264")
-        self.preset = _combo(PRESETS, "x264 speed/size trade-off")
-        self.crf = QSpinBox()
-        self.crf.setRange(0, 51)
-        self.crf.setToolTip("Quality: lower is better and larger (18-23 is typical)")
+        # every render setting the panel shows, made from the schema (threshold and min silence are
+        # the timeline's: set_silence)
+        from studio.core.settings import specs
+
+        self.fields = SettingFields(specs("ui", groups=("engine", "silence", "encode")))
+        for name in ("threshold", "min_silence"):
+            self.fields.pop(name).deleteLater()
+            self.fields.specs.pop(name)
+        f = self.fields
+        self.engine, self.device, self.precision, self.decoder = f["engine"], f["device"], f["precision"], f["decoder"]
+        self.runtime, self.batch, self.compile_box, self.crossfade = (
+            f["runtime"],
+            f["batch"],
+            f["compile"],
+            f["crossfade"],
+        )
+        self.encoder, self.preset, self.crf = f["encoder"], f["preset"], f["crf"]
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("output folder")
         browse = QToolButton()
@@ -98,9 +96,11 @@ class RenderPanel(QWidget):
         self.output_label = QLabel("")
         self.output_label.setObjectName("dim")
         self.output_label.setWordWrap(True)
-        self.target = _combo([TARGETS["local"], TARGETS["farm"], TARGETS["server"]],  # "All GPUs here": set_gpus
-                             "Where queued jobs render: here, split over all GPUs here (with two or more), "
-                             "or in chunks on a Ray render farm (studio farm up)")
+        self.target = _combo(
+            [TARGETS["local"], TARGETS["farm"], TARGETS["server"]],  # "All GPUs here": set_gpus
+            "Where queued jobs render: here, split over all GPUs here (with two or more), "
+            "or in chunks on a Ray render farm (studio farm up)",
+        )
         self._gpus: list[str] = []
         self._want_gpus = False  # the saved choice was "All GPUs here", not offered yet
         self.farm_edit = QLineEdit()
@@ -108,9 +108,11 @@ class RenderPanel(QWidget):
         self.farm_edit.setToolTip("The farm's HOST:PORT; empty: the farm `studio farm up` started on this machine")
         self.server_edit = QLineEdit()
         self.server_edit.setPlaceholderText("http://gpu-box:8321")
-        self.server_edit.setToolTip("A machine running `studio serve`: jobs render there and the finished MP4 is "
-                                    "downloaded into the output folder; scrubbing asks it for the exact frame. "
-                                    "Its token, if it has one, comes from STUDIO_SERVER_TOKEN")
+        self.server_edit.setToolTip(
+            "A machine running `studio serve`: jobs render there and the finished MP4 is "
+            "downloaded into the output folder; scrubbing asks it for the exact frame. "
+            "Its token, if it has one, comes from STUDIO_SERVER_TOKEN"
+        )
         self.target.currentIndexChanged.connect(lambda _i: self._show_farm_row())
 
         form = QFormLayout()
@@ -121,6 +123,7 @@ class RenderPanel(QWidget):
         form.addRow("Engine", self.engine)
         form.addRow("Device", _pair(self.device, "Batch", self.batch))
         form.addRow("Precision", _pair(self.precision, "Decoder", self.decoder))
+        form.addRow("Runtime", _pair(self.runtime, "Crossfade", self.crossfade))
         form.addRow("", self.compile_box)
         form.addRow("Encoder", self.encoder)
         enc = QHBoxLayout()
@@ -135,8 +138,10 @@ class RenderPanel(QWidget):
         form.addRow("Name", self.pattern)
         form.addRow(self.output_label)
         self.overwrite_box = QCheckBox("Overwrite existing files")
-        self.overwrite_box.setToolTip("Off: a name that is taken (a file, or another job's output) gets a "
-                                      "number, _002, _003 …, so no render is ever lost")
+        self.overwrite_box.setToolTip(
+            "Off: a name that is taken (a file, or another job's output) gets a "
+            "number, _002, _003 …, so no render is ever lost"
+        )
         form.addRow(self.overwrite_box)
         self.range_check = QCheckBox("Render in/out range only")
         self.range_check.setToolTip("Render only the frames between the timeline's in and out points (I / O)")
@@ -183,8 +188,9 @@ class RenderPanel(QWidget):
         self.fps_plot.showGrid(x=True, y=True, alpha=0.15)
         self.fps_plot.getAxis("left").setLabel("fps")
         self.fps_plot.getAxis("bottom").setLabel("s")
-        self.fps_curve = self.fps_plot.plot(pen=pg.mkPen("#4fa3ff", width=2), fillLevel=0,
-                                            brush=pg.mkBrush(79, 163, 255, 50))
+        self.fps_curve = self.fps_plot.plot(
+            pen=pg.mkPen("#4fa3ff", width=2), fillLevel=0, brush=pg.mkBrush(79, 163, 255, 50)
+        )
         self.fps_x: list[float] = []
         self.fps_y: list[float] = []
 
@@ -242,20 +248,10 @@ class RenderPanel(QWidget):
     # ---- settings ----------------------------------------------------------------------
 
     def render_settings(self):
-        from studio.core.render import RenderSettings
+        from studio.core.settings import RenderSettings
 
         return RenderSettings(
-            engine=self.engine.currentText(),
-            device=None if self.device.currentText() == "auto" else self.device.currentText(),
-            precision=self.precision.currentText(),
-            decoder=self.decoder.currentText(),
-            batch=self.batch.value(),
-            compile=self.compile_box.isChecked(),
-            encoder=self.encoder.currentText(),
-            crf=self.crf.value(),
-            preset=self.preset.currentText(),
-            threshold=float(self.threshold),
-            min_silence=int(self.min_silence),
+            threshold=float(self.threshold), min_silence=int(self.min_silence), **self.fields.values()
         )
 
     def set_gpus(self, devices) -> None:
@@ -331,7 +327,7 @@ class RenderPanel(QWidget):
         return self._range
 
     def _show_range(self) -> None:
-        from studio.core.timecode import seconds_text, timecode
+        from studio.core.media.timecode import seconds_text, timecode
 
         if self._range is None:
             self.range_label.setText("set I / O on the timeline")
@@ -354,12 +350,7 @@ class RenderPanel(QWidget):
 
     def save(self) -> None:
         s = self.settings
-        for key, w in (("engine", self.engine), ("device", self.device), ("precision", self.precision),
-                       ("decoder", self.decoder), ("encoder", self.encoder), ("preset", self.preset)):
-            s.setValue(f"render/{key}", w.currentText())
-        s.setValue("render/batch", self.batch.value())
-        s.setValue("render/compile", self.compile_box.isChecked())
-        s.setValue("render/crf", self.crf.value())
+        self.fields.save(s)
         s.setValue("render/pattern", self.pattern.text())
         s.setValue("render/overwrite", self.overwrite_box.isChecked())
         s.setValue("render/threshold", self.threshold)
@@ -367,20 +358,22 @@ class RenderPanel(QWidget):
         s.setValue("folders/output", self.folder.text())
         offered = self.target.findText(TARGETS["gpus"]) >= 0
         gpus = self.render_devices() or (self._want_gpus and not offered)  # kept until the GPUs are known
-        target = ("farm" if self.farm_address() is not None else "server" if self.server_url() is not None
-                  else "gpus" if gpus else "local")
+        target = (
+            "farm"
+            if self.farm_address() is not None
+            else "server"
+            if self.server_url() is not None
+            else "gpus"
+            if gpus
+            else "local"
+        )
         s.setValue("render/target", target)
         s.setValue("render/farm_address", self.farm_edit.text().strip())
         s.setValue("render/server_url", self.server_edit.text().strip())
 
     def restore(self) -> None:
         s = self.settings
-        for key, w in (("engine", self.engine), ("device", self.device), ("precision", self.precision),
-                       ("decoder", self.decoder), ("encoder", self.encoder), ("preset", self.preset)):
-            w.setCurrentText(cfg.value(s, f"render/{key}", str))
-        self.batch.setValue(cfg.value(s, "render/batch", int))
-        self.compile_box.setChecked(cfg.value(s, "render/compile", bool))
-        self.crf.setValue(cfg.value(s, "render/crf", int))
+        self.fields.restore(s)
         self.pattern.setText(cfg.value(s, "render/pattern", str))
         self.overwrite_box.setChecked(cfg.value(s, "render/overwrite", bool))
         self.pattern.setCursorPosition(0)
@@ -500,12 +493,12 @@ def _combo(items: list[str], tip: str) -> QComboBox:
 
 
 def _default_folder() -> Path:
-    from studio.core.paths import sub_dir
+    from studio.core.store.paths import sub_dir
 
     return sub_dir("renders")
 
 
 def _icon(name: str) -> str:
-    from studio.core.paths import repo_resources
+    from studio.core.store.paths import repo_resources
 
     return str(repo_resources() / "icons" / f"{name}.svg")

@@ -99,8 +99,15 @@ class RenderQueue(QObject):
         else:
             placement = Placement()
         self.panel.set_context(avatar=avatar, script=script)  # {avatar} and {script} name this job's own
-        return RenderRequest(avatar, script, self.panel.output_path(), self.panel.render_settings(), placement,
-                             self.panel.render_range(), overwrite=self.panel.overwrite_outputs())
+        return RenderRequest(
+            avatar,
+            script,
+            self.panel.output_path(),
+            self.panel.render_settings(),
+            placement,
+            self.panel.render_range(),
+            overwrite=self.panel.overwrite_outputs(),
+        )
 
     def add(self, avatar: str, script: str, start: bool = True) -> int | None:
         """Queue avatar x script with the Render panel's settings; None when refused (one sentence)."""
@@ -194,7 +201,9 @@ class RenderQueue(QObject):
             self.panel.start(job.label if job else "")
             self.running.emit(True)
         self.queue_panel.set_live(run.job_id, where)
-        self.status.emit(f"rendering {Path(run.output).name}" + ("" if where == "this computer" else f" on the {where}"))
+        self.status.emit(
+            f"rendering {Path(run.output).name}" + ("" if where == "this computer" else f" on the {where}")
+        )
 
     def _progress(self, run, p) -> None:
         if self.current is None or run.job_id != self.current.job_id:
@@ -208,7 +217,7 @@ class RenderQueue(QObject):
 
     def _preview(self, image, index: int) -> None:
         if self.current is not None:
-            from studio.core.timecode import timecode
+            from studio.core.media.timecode import timecode
 
             self.previewFrame.emit(image, f"rendering · {timecode(index)} · frame {index} · {index / FPS:.2f} s", index)
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 
-from studio.core.render import RenderSettings
+from studio.core.settings import specs
 
 VERSION = 1
-
-_R = RenderSettings()
 
 #: every allowed key (group/key) and its default
 DEFAULTS: dict[str, object] = {
@@ -27,18 +25,8 @@ DEFAULTS: dict[str, object] = {
     "library/scripts": [],
     "library/selected_avatar": "",
     "library/selected_script": "",
-    # the render settings' defaults are the service's (one schema: RenderSettings); "auto" device = None
-    "render/engine": _R.engine,
-    "render/device": _R.device or "auto",
-    "render/precision": _R.precision,
-    "render/decoder": _R.decoder,
-    "render/batch": _R.batch,
-    "render/compile": _R.compile,
-    "render/encoder": _R.encoder,
-    "render/preset": _R.preset,
-    "render/crf": _R.crf,
-    "render/min_silence": _R.min_silence,
-    "render/threshold": _R.threshold,
+    # every render setting the window shows, with the schema's default (studio.core.settings)
+    **{f"render/{sp.name}": (sp.auto_label if sp.default is None else sp.default) for sp in specs("ui")},
     "render/pattern": "{avatar}_{script}_{engine}_crf{crf}.mp4",
     "render/overwrite": False,  # False: a taken output name gets a number (_002)
     "queue/on_start": "ask",  # queued jobs when the window opens: ask | start | wait
@@ -49,7 +37,7 @@ DEFAULTS: dict[str, object] = {
 
 
 def settings() -> QSettings:
-    from studio.core.paths import data_dir
+    from studio.core.store.paths import data_dir
 
     s = QSettings(str(data_dir() / "settings.ini"), QSettings.Format.IniFormat)
     migrate(s)

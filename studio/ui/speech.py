@@ -1,8 +1,8 @@
-"""'Speak this text' in the window: the core's espeak-ng helper (``studio.core.speech``), also used by
+"""'Speak this text' in the window: the core's espeak-ng helper (``studio.core.media.speech``), also used by
 ``studio serve``'s ``text`` field, so the window and the server speak a script the same way."""
 
 from __future__ import annotations
 
-from studio.core.speech import MAX_CHARS, available, speak
+from studio.core.media.speech import MAX_CHARS, available, speak
 
 __all__ = ["MAX_CHARS", "available", "speak"]

@@ -6,7 +6,7 @@ downsampling and clip-to-view, so a one-hour file pans smoothly. Silent spans ar
 ``LinearRegionItem``s (a shaded step curve past ``MAX_REGIONS`` spans). Moving the threshold line
 (or typing in the number field beside it) recomputes the mask at once. A click anywhere on the
 waveform, the RMS plot or the time ruler moves the playhead there; so does dragging the playhead,
-typing a timecode in the timecode field (see ``studio.core.timecode``) or the transport keys the
+typing a timecode in the timecode field (see ``studio.core.media.timecode``) or the transport keys the
 main window binds. The playhead always sits on the start of a frame and emits
 ``playheadMoved(seconds)``.
 
@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, FPS
-from studio.core.timecode import JUMP_HELP, parse_jump, seconds_text, timecode
+from studio.core.media.timecode import JUMP_HELP, parse_jump, seconds_text, timecode
 from studio.ui.widgets import ElidedLabel
 
 MAX_REGIONS = 400
@@ -125,8 +125,12 @@ class TimelineView(QWidget):
         self.faceless_curve.setZValue(5)
 
         self.threshold_line = pg.InfiniteLine(
-            angle=0, movable=True, pen=pg.mkPen(ACCENT, width=2), hoverPen=pg.mkPen("#ffd08a", width=3),
-            label="threshold {value:.4f}", labelOpts={"position": 0.88, "color": ACCENT, "movable": True},
+            angle=0,
+            movable=True,
+            pen=pg.mkPen(ACCENT, width=2),
+            hoverPen=pg.mkPen("#ffd08a", width=3),
+            label="threshold {value:.4f}",
+            labelOpts={"position": 0.88, "color": ACCENT, "movable": True},
         )
         self.threshold_line.setValue(math.log10(self.threshold))
         self.threshold_line.sigPositionChanged.connect(self._threshold_dragged)
@@ -134,8 +138,9 @@ class TimelineView(QWidget):
         self.threshold_line.label.setFormat("")  # the label shows the RMS value, not its log
         self.playheads = []
         for p in (self.wave_plot, self.rms_plot):
-            line = pg.InfiniteLine(angle=90, movable=True, pen=pg.mkPen(PLAYHEAD, width=2),
-                                   hoverPen=pg.mkPen("#ff8da1", width=3))
+            line = pg.InfiniteLine(
+                angle=90, movable=True, pen=pg.mkPen(PLAYHEAD, width=2), hoverPen=pg.mkPen("#ff8da1", width=3)
+            )
             line.setZValue(20)
             line.sigPositionChanged.connect(self._playhead_dragged)
             p.addItem(line)
@@ -173,7 +178,9 @@ class TimelineView(QWidget):
         self.range_label.setToolTip("In/out range: I sets in, O sets out, Alt+I / Alt+O clear them")
         self.audio_note = ElidedLabel("", max_hint=400)
         self.audio_note.setObjectName("warnLabel")
-        self.audio_note.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)  # its width, if there is room
+        self.audio_note.setSizePolicy(
+            QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred
+        )  # its width, if there is room
 
         # ---- silence row: summary, threshold number, min silence
         self.info = ElidedLabel("Import a voice-over to see its waveform and silences")
@@ -228,7 +235,7 @@ class TimelineView(QWidget):
     @property
     def frame(self) -> int:
         """The playhead's frame."""
-        from studio.core.render import frame_index
+        from studio.core.render.plan import frame_index
 
         return frame_index(self.position)
 
@@ -261,7 +268,7 @@ class TimelineView(QWidget):
         self._recompute()
 
     def set_playhead(self, seconds: float, emit: bool = True) -> None:
-        from studio.core.render import frame_index
+        from studio.core.render.plan import frame_index
 
         last = max(0, self.frames - 1)
         frame = min(max(0, frame_index(max(0.0, seconds) + 1e-9)), last)
@@ -359,7 +366,7 @@ class TimelineView(QWidget):
 
     @property
     def silent_spans(self) -> list[tuple[int, int]]:
-        from studio.core.audio import runs
+        from studio.core.media.audio import runs
 
         return runs(self.mask) if self.mask is not None else []
 
@@ -382,7 +389,7 @@ class TimelineView(QWidget):
         self.wave_plot.setXRange(-pad, duration + pad, padding=0)
 
     def _time_caption(self, seconds: float) -> str:
-        from studio.core.render import frame_index
+        from studio.core.render.plan import frame_index
 
         total = self.frames
         return f"frame {frame_index(seconds + 1e-9)} / {total}" if total else f"frame {frame_index(seconds + 1e-9)}"
@@ -463,8 +470,9 @@ class TimelineView(QWidget):
         else:
             a, b = r
             self.range_label.setText(f"in {timecode(a)} · out {timecode(b - 1)} ({seconds_text(b - a)})")
-        self.range_label.setToolTip(f"{self.range_label.text()}\nI sets the in point, O the out point (included); "
-                                    "Alt+I / Alt+O clear them")
+        self.range_label.setToolTip(
+            f"{self.range_label.text()}\nI sets the in point, O the out point (included); Alt+I / Alt+O clear them"
+        )
 
     def _recompute(self) -> None:
         if self.analysis is None:

@@ -210,6 +210,6 @@ class Transport(QObject):
                 self._audio.setSource(QUrl.fromLocalFile(self.audio_path))
             self._audio.setPosition(int(self.timeline.frame * 1000 / FPS))
             self._audio.play()
-        except Exception:  # noqa: BLE001 - sound is a nicety; playback goes on silently
+        except Exception:
             log.warning("script audio playback failed", exc_info=True)
             self.has_audio = False

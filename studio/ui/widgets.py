@@ -92,8 +92,9 @@ class InputGuard(QObject):
             return True
         if kind == QEvent.Type.ShortcutOverride and _is_text_input(obj):
             mods = event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier
-            if not mods & (Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier
-                           | Qt.KeyboardModifier.MetaModifier):
+            if not mods & (
+                Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier | Qt.KeyboardModifier.MetaModifier
+            ):
                 event.accept()  # the key goes to the text field, not to a window shortcut
                 return True
         return False
@@ -153,4 +154,3 @@ class FileDrops:
 
     def files_dropped(self, paths: list[str]) -> None:  # pragma: no cover - defined by the subclass
         raise NotImplementedError
-

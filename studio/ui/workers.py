@@ -46,7 +46,7 @@ class JobRun:
 
 def frame_index(seconds: float) -> int:
     """The frame shown at ``seconds`` (the renderer's own rule, ``floor(t * 25)``)."""
-    from studio.core.render import frame_index as rule
+    from studio.core.render.plan import frame_index as rule
 
     return rule(seconds)
 
@@ -58,7 +58,7 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, StudioError):
         return str(exc)
     log.error("internal error", exc_info=(type(exc), exc, exc.__traceback__))
-    from studio.core.paths import log_file
+    from studio.core.store.paths import log_file
 
     return f"internal error ({type(exc).__name__}: {exc}); the details are in {log_file()}"
 
@@ -112,7 +112,7 @@ class RenderWorker(QObject):
         if run is not None:
             try:
                 self.service.cancel(run.job_id)
-            except Exception:  # noqa: BLE001 - it may have just finished
+            except Exception:
                 log.debug("cancel of job %s ignored", run.job_id, exc_info=True)
 
     def invalidate(self) -> None:
@@ -198,7 +198,7 @@ def _result(data: dict):
     """The job's stored result as a ``RenderResult`` (fields it lacks take their defaults)."""
     import dataclasses
 
-    from studio.core.render import RenderResult
+    from studio.core.render.renderer import RenderResult
 
     names = {f.name for f in dataclasses.fields(RenderResult)}
     kw = {k: v for k, v in (data or {}).items() if k in names}

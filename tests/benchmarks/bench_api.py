@@ -40,6 +40,7 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from served import Server  # noqa: E402 - the tests' real-server helper (127.0.0.1, free port)
+
 DEMO = ROOT / "resources" / "demo"
 FINAL = ("done", "failed", "cancelled", "interrupted")
 
@@ -74,8 +75,11 @@ def overhead(home: Path, args) -> None:
         for i in range(args.runs + 1):  # the first one warms the engine, the avatar cache and imports
             t0 = time.perf_counter()
             with open(DEMO / "voiceover.flac", "rb") as fh:
-                r = c.post("/generate", data={"avatar": "astro", "engine": args.engine},
-                           files={"audio": ("voiceover.flac", fh)})
+                r = c.post(
+                    "/generate",
+                    data={"avatar": "astro", "engine": args.engine},
+                    files={"audio": ("voiceover.flac", fh)},
+                )
             wall = time.perf_counter() - t0
             r.raise_for_status()
             render = float(r.headers["x-studio-render-seconds"])
@@ -83,16 +87,20 @@ def overhead(home: Path, args) -> None:
             out.write_bytes(r.content)
             frames = count_frames(out)
             label = "warm-up" if i == 0 else f"run {i}"
-            print(f"generate {label:>7}: wall {wall:6.3f} s, server render {render:6.3f} s, overhead "
-                  f"{wall - render:5.3f} s ({100 * (wall - render) / render:4.1f} %), {frames} frames, "
-                  f"{len(r.content) / 1e6:.2f} MB")
+            print(
+                f"generate {label:>7}: wall {wall:6.3f} s, server render {render:6.3f} s, overhead "
+                f"{wall - render:5.3f} s ({100 * (wall - render) / render:4.1f} %), {frames} frames, "
+                f"{len(r.content) / 1e6:.2f} MB"
+            )
             if i:
                 rows.append((wall, render))
         walls = [w for w, _ in rows]
         renders = [r for _, r in rows]
         ov = [100 * (w - r) / r for w, r in rows]
-        print(f"generate median: wall {statistics.median(walls):.3f} s, render {statistics.median(renders):.3f} s, "
-              f"overhead {statistics.median(ov):.1f} % (min {min(ov):.1f} %, max {max(ov):.1f} %; target <= 5 %)")
+        print(
+            f"generate median: wall {statistics.median(walls):.3f} s, render {statistics.median(renders):.3f} s, "
+            f"overhead {statistics.median(ov):.1f} % (min {min(ov):.1f} %, max {max(ov):.1f} %; target <= 5 %)"
+        )
 
 
 def load(home: Path, args) -> None:
@@ -111,8 +119,11 @@ def load(home: Path, args) -> None:
                 barrier.wait()
                 t0 = time.perf_counter()
                 with open(paths[i], "rb") as fh:
-                    r = hc.post("/v1/renders", data={"avatar": "astro", "engine": args.engine},
-                                files={"audio": (paths[i].name, fh)})
+                    r = hc.post(
+                        "/v1/renders",
+                        data={"avatar": "astro", "engine": args.engine},
+                        files={"audio": (paths[i].name, fh)},
+                    )
                 if r.status_code != 202:
                     results[i] = {"status": r.status_code, "error": r.json().get("error")}
                     return
@@ -128,8 +139,14 @@ def load(home: Path, args) -> None:
                         if cancel and len(seen) == 1:
                             hc.delete(job["links"]["cancel"])
                 final = hc.get(job["links"]["self"]).json()
-                results[i] = {"id": job["id"], "state": final["state"], "cancel": cancel, "events": len(seen),
-                              "seconds": time.perf_counter() - t0, "output": final["output"]}
+                results[i] = {
+                    "id": job["id"],
+                    "state": final["state"],
+                    "cancel": cancel,
+                    "events": len(seen),
+                    "seconds": time.perf_counter() - t0,
+                    "output": final["output"],
+                }
                 if final["state"] == "done":
                     v = hc.get(job["links"]["video"])
                     p = home / f"load-{i:02d}.mp4"
@@ -148,21 +165,32 @@ def load(home: Path, args) -> None:
         done = [r for r in results if r.get("state") == "done"]
         good = [r for r in done if r.get("frames") == 40]
         cancelled = [r for r in results if r.get("state") == "cancelled"]
-        leftovers = [str(p.relative_to(home)) for p in home.rglob("*")
-                     if p.is_file() and (".part" in p.name or p.name.startswith(".incoming"))]
+        leftovers = [
+            str(p.relative_to(home))
+            for p in home.rglob("*")
+            if p.is_file() and (".part" in p.name or p.name.startswith(".incoming"))
+        ]
         cancelled_files = [r["output"] for r in cancelled if (home / "renders" / r["output"]).exists()]
-        print(f"load: {args.clients} clients ({args.cancelling} cancelling) in {wall:.1f} s: "
-              + ", ".join(f"{s} {states.count(s)}" for s in sorted(set(states))))
-        print(f"load: every job final: {all(s in FINAL for s in states)}; done files valid MP4 with 40 frames: "
-              f"{len(good)}/{len(done)}; files of cancelled jobs: {len(cancelled_files)}; temporaries left: "
-              f"{len(leftovers)} {leftovers[:3]}")
+        print(
+            f"load: {args.clients} clients ({args.cancelling} cancelling) in {wall:.1f} s: "
+            + ", ".join(f"{s} {states.count(s)}" for s in sorted(set(states)))
+        )
+        print(
+            f"load: every job final: {all(s in FINAL for s in states)}; done files valid MP4 with 40 frames: "
+            f"{len(good)}/{len(done)}; files of cancelled jobs: {len(cancelled_files)}; temporaries left: "
+            f"{len(leftovers)} {leftovers[:3]}"
+        )
         lat = sorted(r["seconds"] for r in done)
         if lat:
-            print(f"load: done jobs' client time from POST to final state: min {lat[0]:.1f} s, median "
-                  f"{statistics.median(lat):.1f} s, max {lat[-1]:.1f} s ({len(done) * 40 / wall:.1f} frames/s overall)")
-        print(f"load: server RSS (process + children) before {rss.first / 2**20:.0f} MiB, peak {rss.peak / 2**20:.0f} MiB, "
-              f"after {rss.last / 2**20:.0f} MiB ({rss.samples} samples; the server process alone "
-              f"{tree_rss(srv.proc.pid, children=False) / 2**20:.0f} MiB)")
+            print(
+                f"load: done jobs' client time from POST to final state: min {lat[0]:.1f} s, median "
+                f"{statistics.median(lat):.1f} s, max {lat[-1]:.1f} s ({len(done) * 40 / wall:.1f} frames/s overall)"
+            )
+        print(
+            f"load: server RSS (process + children) before {rss.first / 2**20:.0f} MiB, peak {rss.peak / 2**20:.0f} MiB, "
+            f"after {rss.last / 2**20:.0f} MiB ({rss.samples} samples; the server process alone "
+            f"{tree_rss(srv.proc.pid, children=False) / 2**20:.0f} MiB)"
+        )
         for extra in range(2, args.rounds + 1):  # more rounds: memory must level off, not grow per job
             rss2 = RssSampler(srv.proc.pid)
             rss2.start()
@@ -174,10 +202,12 @@ def load(home: Path, args) -> None:
                 t.join()
             rss2.stop()
             states = [r.get("state", f"HTTP {r.get('status')}") for r in results]
-            print(f"load: round {extra} ({time.perf_counter() - t1:.1f} s; "
-                  + ", ".join(f"{s} {states.count(s)}" for s in sorted(set(states)))
-                  + f"): server RSS peak {rss2.peak / 2**20:.0f} MiB, after {rss2.last / 2**20:.0f} MiB "
-                  f"(the server process alone {tree_rss(srv.proc.pid, children=False) / 2**20:.0f} MiB)")
+            print(
+                f"load: round {extra} ({time.perf_counter() - t1:.1f} s; "
+                + ", ".join(f"{s} {states.count(s)}" for s in sorted(set(states)))
+                + f"): server RSS peak {rss2.peak / 2**20:.0f} MiB, after {rss2.last / 2**20:.0f} MiB "
+                f"(the server process alone {tree_rss(srv.proc.pid, children=False) / 2**20:.0f} MiB)"
+            )
 
 
 def kill(home: Path, args) -> None:
@@ -189,8 +219,10 @@ def kill(home: Path, args) -> None:
         add_avatar(c)
         with open(medium, "rb") as fh:
             audio_id = c.post("/v1/audio", files={"file": ("medium.wav", fh)}).json()["id"]
-        ids = [c.post("/v1/renders", data={"avatar": "astro", "audio_id": audio_id, "engine": args.engine}).json()["id"]
-               for _ in range(6)]
+        ids = [
+            c.post("/v1/renders", data={"avatar": "astro", "audio_id": audio_id, "engine": args.engine}).json()["id"]
+            for _ in range(6)
+        ]
         with c.stream("GET", f"/v1/renders/{ids[0]}/events") as ev:
             for line in ev.iter_lines():
                 if line.startswith("event: progress"):
@@ -201,14 +233,18 @@ def kill(home: Path, args) -> None:
     parts = [str(p.relative_to(home)) for p in (home / "renders").iterdir() if ".part" in p.name]
     with Server(home) as srv2, httpx.Client(base_url=srv2.url, timeout=600) as c:
         states = {j["id"]: j["state"] for j in c.get("/v1/renders").json()["renders"]}
-        print(f"kill: after restart: job {ids[0]} {states.get(ids[0])}; the others: "
-              + ", ".join(f"{i} {states.get(i)}" for i in ids[1:]))
+        print(
+            f"kill: after restart: job {ids[0]} {states.get(ids[0])}; the others: "
+            + ", ".join(f"{i} {states.get(i)}" for i in ids[1:])
+        )
         t0 = time.perf_counter()
         finals = {i: wait(c, i)["state"] for i in ids[1:]}
-        print(f"kill: the queued jobs then ran: {finals} in {time.perf_counter() - t0:.1f} s; "
-              f"partial files of the killed render after restart: "
-              f"{[str(p.relative_to(home)) for p in (home / 'renders').iterdir() if '.part' in p.name]} "
-              f"(at the kill: {parts})")
+        print(
+            f"kill: the queued jobs then ran: {finals} in {time.perf_counter() - t0:.1f} s; "
+            f"partial files of the killed render after restart: "
+            f"{[str(p.relative_to(home)) for p in (home / 'renders').iterdir() if '.part' in p.name]} "
+            f"(at the kill: {parts})"
+        )
         retried = c.post(f"/v1/renders/{ids[0]}/retry").json()
         print(f"kill: the interrupted job retried: {wait(c, ids[0])['state']} (was {retried['state']})")
 
@@ -276,8 +312,12 @@ def short_clip(path: Path, seed: int, seconds: float = 1.6, rate: int = 16_000) 
     rng = np.random.default_rng(seed)
     n = int(seconds * rate)
     t = np.arange(n) / rate
-    x = 0.2 * (np.sin(2 * np.pi * (120 + seed) * t) + 0.1 * rng.standard_normal(n)) * (0.6 + 0.4 * np.abs(np.sin(8 * t)))
-    x[int(0.4 * n): int(0.6 * n)] = 0
+    x = (
+        0.2
+        * (np.sin(2 * np.pi * (120 + seed) * t) + 0.1 * rng.standard_normal(n))
+        * (0.6 + 0.4 * np.abs(np.sin(8 * t)))
+    )
+    x[int(0.4 * n) : int(0.6 * n)] = 0
     sf.write(path, x.astype(np.float32), rate, subtype="PCM_16")
     return path
 

@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_avatar_load.py [--seconds 10] [--size 1920x1080] [--keep]
 
 Makes a real H.264 video (the astronaut photo under a slow virtual camera), prepares it with
-``studio.core.avatar.prepare`` in a temporary data folder, then times:
+``studio.core.avatars.library.prepare`` in a temporary data folder, then times:
 
 * ``load(name)``: metadata, header/size/checksum checks, every array memory-mapped;
 * ``resolve(path)``: the same avatar reached through its source path (adds the source check);
@@ -80,7 +80,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="bench_avatar_"))
     os.environ["STUDIO_HOME"] = str(work / "home")
-    from studio.core import avatar
+    from studio.core.avatars import library as avatar
 
     src = work / "presenter.mp4"
     t = time.perf_counter()
@@ -91,10 +91,14 @@ def main() -> int:
     a = avatar.prepare("bench", src)
     prep_s = time.perf_counter() - t
     size = sum((a.folder / f"{n}.npy").stat().st_size for n in a.meta["files"])
-    print(f"prepare: {a.N} frames in {prep_s:.1f} s ({a.N / prep_s:.1f} frames/s), "
-          f"cache {size / 2**30:.2f} GiB, face-less frames {a.meta['faceless_frames']}")
-    print("  per stage: " + ", ".join(f"{k} {v:.1f} s ({a.N / max(v, 1e-9):.0f} frames/s)"
-                                      for k, v in a.meta["stage_s"].items()))
+    print(
+        f"prepare: {a.N} frames in {prep_s:.1f} s ({a.N / prep_s:.1f} frames/s), "
+        f"cache {size / 2**30:.2f} GiB, face-less frames {a.meta['faceless_frames']}"
+    )
+    print(
+        "  per stage: "
+        + ", ".join(f"{k} {v:.1f} s ({a.N / max(v, 1e-9):.0f} frames/s)" for k, v in a.meta["stage_s"].items())
+    )
     del a
 
     load_ms = timed(lambda: avatar.load("bench"), args.repeat)
@@ -111,8 +115,10 @@ def main() -> int:
     folder = avatar.library_dir() / "bench"
 
     def full_read():
-        return [np.load(folder / f"{n}.npy") for n in ("frames", "boxes", "crops", "masks", "landmarks",
-                                                     "crop_landmarks", "face_ok")]
+        return [
+            np.load(folder / f"{n}.npy")
+            for n in ("frames", "boxes", "crops", "masks", "landmarks", "crop_landmarks", "face_ok")
+        ]
 
     full_read()  # warm the page cache so the baseline measures memory copies, not the disk
     base_ms = timed(full_read, max(3, args.repeat // 10))
@@ -124,8 +130,10 @@ def main() -> int:
     print(f"resolve(path)            median {med(resolve_ms):7.2f} ms")
     print(f"load + touch one frame   median {med(touch_ms):7.2f} ms")
     print(f"baseline np.load (full)  median {med(base_ms):7.2f} ms")
-    print(f"ratio baseline / load    {med(base_ms) / med(load_ms):.0f}x   target: load < 10 ms -> "
-          f"{'OK' if med(load_ms) < 10 else 'MISSED'}")
+    print(
+        f"ratio baseline / load    {med(base_ms) / med(load_ms):.0f}x   target: load < 10 ms -> "
+        f"{'OK' if med(load_ms) < 10 else 'MISSED'}"
+    )
     for line in verify:
         print(line)
     if args.keep:
@@ -139,7 +147,7 @@ def main() -> int:
 
 def bench_verify(avatar, folder: Path, repeat: int) -> list[str]:
     """The cost of the block checksums: cold (first read in a process) and warm (checked before)."""
-    from studio.core import avatar_check
+    from studio.core.avatars import checksums as avatar_check
 
     med = statistics.median
     out = []
@@ -158,8 +166,10 @@ def bench_verify(avatar, folder: Path, repeat: int) -> list[str]:
             fresh.verify_all()
             times.append(time.perf_counter() - t)
         s = min(times)
-        out.append(f"verify all {name:<14} {s * 1000:8.1f} ms cold  ({s * 1000 / n:.2f} ms/row, "
-                   f"{arr.nbytes / s / 1e9:.2f} GB/s, {avatar_check._pool()._max_workers} threads)")
+        out.append(
+            f"verify all {name:<14} {s * 1000:8.1f} ms cold  ({s * 1000 / n:.2f} ms/row, "
+            f"{arr.nbytes / s / 1e9:.2f} GB/s, {avatar_check._pool()._max_workers} threads)"
+        )
     one = []
     for i in range(min(n, max(5, repeat))):
         avatar_check.forget_verified()
@@ -189,12 +199,16 @@ def bench_verify(avatar, folder: Path, repeat: int) -> list[str]:
             a[i % n : i % n + 2]
 
     per_call = [min(timed(lambda: views(x), 5)) / 4000 * 1000 for x in (b.frames, raw)]
-    out.append(f"warm, per read (index bookkeeping only): checked {per_call[0]:.1f} us, bare memmap {per_call[1]:.1f} us")
+    out.append(
+        f"warm, per read (index bookkeeping only): checked {per_call[0]:.1f} us, bare memmap {per_call[1]:.1f} us"
+    )
     for label, fn in (("64-frame slices, whole clip", slices), ("random batches of 16", random_batches)):
         checked = min(timed(lambda: fn(b.frames), 3))
         bare = min(timed(lambda: fn(raw), 3))
-        out.append(f"warm {label:<28} checked {checked:8.1f} ms, bare memmap {bare:8.1f} ms "
-                   f"(+{(checked - bare) / max(bare, 1e-9) * 100:.1f} %)")
+        out.append(
+            f"warm {label:<28} checked {checked:8.1f} ms, bare memmap {bare:8.1f} ms "
+            f"(+{(checked - bare) / max(bare, 1e-9) * 100:.1f} %)"
+        )
     return out
 
 

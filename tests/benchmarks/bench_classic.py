@@ -41,13 +41,14 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("STUDIO_HOME", tmp)
+        import classic_v1
         import torch
 
-        from studio.core import avatar as avatar_mod
+        from studio.core.avatars import library as avatar_mod
         from studio.core.engines.classic import ClassicEngine
-        from studio.core.paths import repo_resources
-        from studio.core.render import Renderer, RenderSettings
-        import classic_v1
+        from studio.core.render.renderer import Renderer
+        from studio.core.settings import RenderSettings
+        from studio.core.store.paths import repo_resources
 
         demo = repo_resources() / "demo"
         data, rate = sf.read(demo / "voiceover.flac", dtype="float32")
@@ -100,21 +101,32 @@ def main() -> None:
                     t0 = time.perf_counter()
                     res = rr.render(Path(tmp) / f"{version}{k}.mp4")
                     fps = max(fps, res.frames / (time.perf_counter() - t0))
-                row[version] = {"features_s": round(t_feat, 3), "engine_faces_per_s": round(best, 1),
-                                "render_frames_per_s": round(fps, 1), "frames": int(plan.frames),
-                                "speech_frames": int(len(speech)), "encoder": res.encoder}
+                row[version] = {
+                    "features_s": round(t_feat, 3),
+                    "engine_faces_per_s": round(best, 1),
+                    "render_frames_per_s": round(fps, 1),
+                    "frames": int(plan.frames),
+                    "speech_frames": int(len(speech)),
+                    "encoder": res.encoder,
+                }
                 engine.close()
             b, a = row["before"], row["after"]
-            print(f"{label}: {a['frames']} frames ({a['speech_frames']} with speech), device {args.device}, "
-                  f"{os.cpu_count()} cores, torch threads {threads}")
-            for key, name in (("features_s", "features (s)"), ("engine_faces_per_s", "engine faces/s"),
-                              ("render_frames_per_s", "render frames/s")):
+            print(
+                f"{label}: {a['frames']} frames ({a['speech_frames']} with speech), device {args.device}, "
+                f"{os.cpu_count()} cores, torch threads {threads}"
+            )
+            for key, name in (
+                ("features_s", "features (s)"),
+                ("engine_faces_per_s", "engine faces/s"),
+                ("render_frames_per_s", "render frames/s"),
+            ):
                 ratio = a[key] / max(b[key], 1e-9)
                 print(f"  {name:<18} before {b[key]:>8}  after {a[key]:>8}  after/before x{ratio:.2f}")
             results.append({"avatar": label, **row})
         if args.json:
-            Path(args.json).write_text(json.dumps({"device": args.device, "cores": os.cpu_count(),
-                                                   "results": results}, indent=2))
+            Path(args.json).write_text(
+                json.dumps({"device": args.device, "cores": os.cpu_count(), "results": results}, indent=2)
+            )
 
 
 def _sync(device: str) -> None:

@@ -22,8 +22,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from studio.core.composite import Compositor, rgb_to_nv12  # noqa: E402
-from studio.core.encode import open_video  # noqa: E402
+from studio.core.media.writer import open_video
+from studio.core.render.composite import Compositor, rgb_to_nv12
 
 
 def synthetic_clip(n: int, w: int, h: int, seed: int = 0) -> np.ndarray:
@@ -31,6 +31,7 @@ def synthetic_clip(n: int, w: int, h: int, seed: int = 0) -> np.ndarray:
     import cv2
 
     rng = np.random.default_rng(seed)
+
     def soft_noise(sigma, amp):
         return cv2.GaussianBlur(rng.normal(0, 1, (h, w)).astype(np.float32), (0, 0), sigma) * amp
 
@@ -105,8 +106,12 @@ def main() -> None:
     paste_ms = (time.perf_counter() - t0) / 48 * 1000
     print(f"CPU per frame: paste {paste_ms:.1f} ms, RGB->NV12 {conv_ms:.1f} ms")
 
-    runs = [("x264", nv12, "NV12"), ("x264-parallel", nv12, "NV12"), ("x264", rgb, "RGB"),
-            ("x264-parallel", rgb, "RGB")]
+    runs = [
+        ("x264", nv12, "NV12"),
+        ("x264-parallel", nv12, "NV12"),
+        ("x264", rgb, "RGB"),
+        ("x264-parallel", rgb, "RGB"),
+    ]
     best: dict[tuple[str, str], tuple[float, str, int]] = {}
     with tempfile.TemporaryDirectory() as folder:
         for _ in range(args.repeat):  # alternate the runs: a shared machine's load hits all alike

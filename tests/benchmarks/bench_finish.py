@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from studio.core.composite import rgb_to_nv12  # noqa: E402
-from studio.core.encode import VideoWriter, open_video, rolling_chunks  # noqa: E402
-from studio.core.render import stripes  # noqa: E402
+from studio.core.media.writer import VideoWriter, open_video, rolling_chunks
+from studio.core.render.composite import rgb_to_nv12
+from studio.core.render.plan import stripes
 
 
 def run(mode: str, nv12: np.ndarray, frames: int, w: int, h: int, workers: int, audio: Path, folder: str) -> dict:
@@ -37,8 +37,21 @@ def run(mode: str, nv12: np.ndarray, frames: int, w: int, h: int, workers: int, 
     probe.abort()
     if mode == "rolling":
         chunks = rolling_chunks(frames, window)
-    wr = VideoWriter(path, w, h, audio=audio, name=name, reason=mode, chunks=chunks, crf=20, preset="ultrafast",
-                     fps=25, write_hook=None, window=window, stream_mux=mode != "join")
+    wr = VideoWriter(
+        path,
+        w,
+        h,
+        audio=audio,
+        name=name,
+        reason=mode,
+        chunks=chunks,
+        crf=20,
+        preset="ultrafast",
+        fps=25,
+        write_hook=None,
+        window=window,
+        stream_mux=mode != "join",
+    )
     t0 = time.perf_counter()
     n = len(nv12)
     for idx in stripes(frames, 64, wr.chunks, window=wr.window):
@@ -46,9 +59,16 @@ def run(mode: str, nv12: np.ndarray, frames: int, w: int, h: int, workers: int, 
     t1 = time.perf_counter()
     wr.close()
     t2 = time.perf_counter()
-    return {"mode": mode, "chunks": len(chunks), "seconds": round(t2 - t0, 3), "fps": round(frames / (t2 - t0), 1),
-            "after_last_frame_s": round(t2 - t1, 3), "close_ms": {k: round(v, 1) for k, v in wr.close_ms.items()},
-            "bytes": path.stat().st_size, "spill": str(wr.spill_dir.parent)}
+    return {
+        "mode": mode,
+        "chunks": len(chunks),
+        "seconds": round(t2 - t0, 3),
+        "fps": round(frames / (t2 - t0), 1),
+        "after_last_frame_s": round(t2 - t1, 3),
+        "close_ms": {k: round(v, 1) for k, v in wr.close_ms.items()},
+        "bytes": path.stat().st_size,
+        "spill": str(wr.spill_dir.parent),
+    }
 
 
 def main() -> None:
@@ -73,8 +93,11 @@ def main() -> None:
         for mode in ("join", "contiguous", "rolling"):
             r = run(mode, nv12, args.frames, w, h, args.workers, audio, folder)
             out["runs"].append(r)
-            print(f"{mode:11s} {r['chunks']:4d} chunks {r['seconds']:7.2f} s {r['fps']:7.1f} fps  "
-                  f"after the last frame {r['after_last_frame_s']:.3f} s  {r['close_ms']}", flush=True)
+            print(
+                f"{mode:11s} {r['chunks']:4d} chunks {r['seconds']:7.2f} s {r['fps']:7.1f} fps  "
+                f"after the last frame {r['after_last_frame_s']:.3f} s  {r['close_ms']}",
+                flush=True,
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
 

@@ -36,9 +36,9 @@ def main():
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     from studio.core.bench import synthetic_avatar
-    from studio.core.composite import Compositor, rgb_to_nv12
-    from studio.core.encode import open_video
     from studio.core.engines.musetalk import MuseTalkEngine
+    from studio.core.media.writer import open_video
+    from studio.core.render.composite import Compositor, rgb_to_nv12
 
     out = {}
     work = Path(tempfile.mkdtemp())
@@ -66,16 +66,26 @@ def main():
     s3 = timed(lambda: nv.cpu())
     pinned = torch.empty(nv.shape, dtype=torch.uint8, pin_memory=True)
     s4 = timed(lambda: pinned.copy_(nv))
-    out.update(nv12_b32_fps=round(32 / s2, 1), d2h_pageable_b32_fps=round(32 / s3, 1), d2h_pinned_b32_fps=round(32 / s4, 1))
-    print(f"paste 1080p b32: {32 / s:.0f} fps; NV12 {32 / s2:.0f} fps; D2H pageable {32 / s3:.0f} fps, "
-          f"pinned {32 / s4:.0f} fps", flush=True)
+    out.update(
+        nv12_b32_fps=round(32 / s2, 1), d2h_pageable_b32_fps=round(32 / s3, 1), d2h_pinned_b32_fps=round(32 / s4, 1)
+    )
+    print(
+        f"paste 1080p b32: {32 / s:.0f} fps; NV12 {32 / s2:.0f} fps; D2H pageable {32 / s3:.0f} fps, "
+        f"pinned {32 / s4:.0f} fps",
+        flush=True,
+    )
     nv12 = rgb_to_nv12(comp.background(np.arange(av_.N))).cpu().numpy()
     T = 672
-    from studio.core.render import stripes
+    from studio.core.render.plan import stripes
 
-    for enc, preset in (("x264", "veryfast"), ("x264-parallel", "veryfast"), ("x264", "ultrafast"),
-                        ("x264-parallel", "ultrafast"), ("x264-parallel", "superfast")):
-        for rep in range(2):  # the first run starts the worker processes
+    for enc, preset in (
+        ("x264", "veryfast"),
+        ("x264-parallel", "veryfast"),
+        ("x264", "ultrafast"),
+        ("x264-parallel", "ultrafast"),
+        ("x264-parallel", "superfast"),
+    ):
+        for _rep in range(2):  # the first run starts the worker processes
             path = work / f"{enc}.mp4"
             t0 = time.perf_counter()
             with open_video(path, av_.width, av_.height, encoder=enc, total_frames=T, preset=preset) as w:

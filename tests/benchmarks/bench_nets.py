@@ -52,11 +52,15 @@ def import_times(n: int) -> dict:
     for name, stmt in IMPORTS.items():
         runs = []
         for _ in range(n):
-            r = subprocess.run([sys.executable, "-c", CHILD.format(stmt=stmt)], capture_output=True, text=True,
-                               cwd=ROOT, check=True)
+            r = subprocess.run(
+                [sys.executable, "-c", CHILD.format(stmt=stmt)], capture_output=True, text=True, cwd=ROOT, check=True
+            )
             runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
-        out[name] = {"torch_s": statistics.median(x["torch"] for x in runs),
-                     "import_s": statistics.median(x["import"] for x in runs), "heavy": runs[-1]["heavy"]}
+        out[name] = {
+            "torch_s": statistics.median(x["torch"] for x in runs),
+            "import_s": statistics.median(x["import"] for x in runs),
+            "heavy": runs[-1]["heavy"],
+        }
     return out
 
 
@@ -146,7 +150,7 @@ def main() -> None:
 
     import torch
 
-    from studio.core import random_models as rm
+    from studio.core.engines import random_models as rm
 
     torch.set_num_threads(args.threads)
     rows = [("import (after torch)", imp["diffusers"]["import_s"], imp["nets"]["import_s"], "")]
@@ -162,8 +166,10 @@ def main() -> None:
         f = forward(kind, cfg, args.runs, width)
         rows.append((f"forward {label} b1", f["diffusers"], f["nets"], f"{f['max_abs_diff']:.1e}"))
 
-    print(f"torch {torch.__version__}, {args.threads} threads, median of {args.runs} runs "
-          f"(imports: {args.imports} processes; torch itself {imp['nets']['torch_s']:.2f} s)")
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, median of {args.runs} runs "
+        f"(imports: {args.imports} processes; torch itself {imp['nets']['torch_s']:.2f} s)"
+    )
     print(f"after the diffusers import: {imp['diffusers']['heavy']}; after nets: {imp['nets']['heavy']}")
     print(f"{'what':<28}{'diffusers ms':>14}{'nets ms':>12}{'ratio':>8}{'max |diff|':>12}")
     for what, a, b, diff in rows:

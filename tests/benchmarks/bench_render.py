@@ -24,10 +24,11 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("STUDIO_HOME", tmp)
-        from studio.core import avatar as avatar_mod
+        from studio.core.avatars import library as avatar_mod
         from studio.core.engines import select_engine
-        from studio.core.paths import repo_resources
-        from studio.core.render import Renderer, RenderSettings
+        from studio.core.render.renderer import Renderer
+        from studio.core.settings import RenderSettings
+        from studio.core.store.paths import repo_resources
 
         demo = repo_resources() / "demo"
         data, rate = sf.read(demo / "voiceover.flac", dtype="float32")
@@ -44,8 +45,10 @@ def main() -> None:
                 res = r.render(Path(tmp) / f"{enc}.mp4")
                 fps = res.frames / (time.perf_counter() - t0)
             base = base or fps
-            print(f"{enc:<14} {res.encoder:<24} {res.frames} frames  {fps:6.1f} fps  x{fps / base:.2f}  "
-                  f"({os.cpu_count()} cores, engine {res.engine} on {engine.device})")
+            print(
+                f"{enc:<14} {res.encoder:<24} {res.frames} frames  {fps:6.1f} fps  x{fps / base:.2f}  "
+                f"({os.cpu_count()} cores, engine {res.engine} on {engine.device})"
+            )
 
 
 if __name__ == "__main__":

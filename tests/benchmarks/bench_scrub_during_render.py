@@ -38,9 +38,9 @@ def main() -> int:
     import os
 
     os.environ.setdefault("STUDIO_HOME", tempfile.mkdtemp(prefix="bench-scrub-"))
-    from studio.core.audio import probe
-    from studio.core.paths import repo_resources
-    from studio.core.render import RenderSettings
+    from studio.core.media.audio import probe
+    from studio.core.settings import RenderSettings
+    from studio.core.store.paths import repo_resources
     from studio.service.pool import EnginePool
 
     demo = repo_resources() / "demo"
@@ -80,9 +80,13 @@ def main() -> int:
         stop.set()
         if th:
             th.join()
-        return {"fps": r.result.frames / seconds, "seconds": seconds, "scrubs": len(latencies),
-                "scrub_ms_median": 1e3 * statistics.median(latencies) if latencies else None,
-                "scrub_ms_max": 1e3 * max(latencies) if latencies else None}
+        return {
+            "fps": r.result.frames / seconds,
+            "seconds": seconds,
+            "scrubs": len(latencies),
+            "scrub_ms_median": 1e3 * statistics.median(latencies) if latencies else None,
+            "scrub_ms_max": 1e3 * max(latencies) if latencies else None,
+        }
 
     render_once("warm", False)
     alone, with_scrub = [], []
@@ -92,17 +96,29 @@ def main() -> int:
     a = statistics.median(x["fps"] for x in alone)
     b = statistics.median(x["fps"] for x in with_scrub)
     lat = [x["scrub_ms_median"] for x in with_scrub if x["scrub_ms_median"] is not None]
-    report = {"engine": args.engine, "device": str(settings.device or "auto"), "rate_per_s": args.rate,
-              "avatar": avatar if isinstance(avatar, str) else "synthetic 1080p loop",
-              "alone": alone, "with_scrub": with_scrub, "fps_alone": a, "fps_with_scrub": b,
-              "ratio": b / a if a else None, "scrub_latency_ms_median": statistics.median(lat) if lat else None}
+    report = {
+        "engine": args.engine,
+        "device": str(settings.device or "auto"),
+        "rate_per_s": args.rate,
+        "avatar": avatar if isinstance(avatar, str) else "synthetic 1080p loop",
+        "alone": alone,
+        "with_scrub": with_scrub,
+        "fps_alone": a,
+        "fps_with_scrub": b,
+        "ratio": b / a if a else None,
+        "scrub_latency_ms_median": statistics.median(lat) if lat else None,
+    }
     runs_a = ", ".join(f"{x['fps']:.1f}" for x in alone)
     runs_b = ", ".join(f"{x['fps']:.1f}" for x in with_scrub)
     print(f"render alone        {a:7.1f} frames/s  ({runs_a})")
-    print(f"render + scrubbing  {b:7.1f} frames/s  ({runs_b}), "
-          f"{args.rate:g} scrub frames/s asked, {sum(x['scrubs'] for x in with_scrub)} served")
-    print(f"ratio {b / a:.3f} (slowdown {100 * (1 - b / a):.1f} %); scrub frame latency median "
-          f"{report['scrub_latency_ms_median']:.0f} ms during the render")
+    print(
+        f"render + scrubbing  {b:7.1f} frames/s  ({runs_b}), "
+        f"{args.rate:g} scrub frames/s asked, {sum(x['scrubs'] for x in with_scrub)} served"
+    )
+    print(
+        f"ratio {b / a:.3f} (slowdown {100 * (1 - b / a):.1f} %); scrub frame latency median "
+        f"{report['scrub_latency_ms_median']:.0f} ms during the render"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

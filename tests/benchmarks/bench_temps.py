@@ -27,19 +27,33 @@ def best_of(fn, n=200) -> tuple[float, float]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as home:
         os.environ["STUDIO_HOME"] = home
-        from studio.core import fsutil
+        from studio.core.store import fsutil
 
-        print(f"sweep, no records folder:     best {best_of(fsutil.sweep_dead_temps)[0]:.3f} ms, "
-              f"median {best_of(fsutil.sweep_dead_temps)[1]:.3f} ms")
+        print(
+            f"sweep, no records folder:     best {best_of(fsutil.sweep_dead_temps)[0]:.3f} ms, "
+            f"median {best_of(fsutil.sweep_dead_temps)[1]:.3f} ms"
+        )
         (Path(home) / "tmp").mkdir()
-        print(f"sweep, empty records folder:  best/median {'/'.join(f'{v:.3f}' for v in best_of(fsutil.sweep_dead_temps))} ms")
+        print(
+            f"sweep, empty records folder:  best/median {'/'.join(f'{v:.3f}' for v in best_of(fsutil.sweep_dead_temps))} ms"
+        )
         out = Path(home) / "out"
         out.mkdir()
-        child = subprocess.Popen([sys.executable, "-c", "from studio.core import fsutil; import sys, time; "
-                                  f"fsutil.temp_file({str(out)!r}, '.x.', '.part.mp4'); print('ok', flush=True); "
-                                  "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from studio.core import fsutil; import sys, time; "
+                f"fsutil.temp_file({str(out)!r}, '.x.', '.part.mp4'); print('ok', flush=True); "
+                "time.sleep(60)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         child.stdout.readline()
-        print(f"sweep, one live record:       best/median {'/'.join(f'{v:.3f}' for v in best_of(fsutil.sweep_dead_temps))} ms")
+        print(
+            f"sweep, one live record:       best/median {'/'.join(f'{v:.3f}' for v in best_of(fsutil.sweep_dead_temps))} ms"
+        )
         child.kill()
         child.wait()
         t0 = time.perf_counter()
@@ -51,8 +65,10 @@ def main() -> None:
             p.unlink()
             fsutil.release_temp(p)
 
-        print(f"one registered temporary:     best/median {'/'.join(f'{v:.3f}' for v in best_of(one, 100))} ms "
-              f"(record line + fsync, create, unlink, release) on {out}")
+        print(
+            f"one registered temporary:     best/median {'/'.join(f'{v:.3f}' for v in best_of(one, 100))} ms "
+            f"(record line + fsync, create, unlink, release) on {out}"
+        )
 
 
 if __name__ == "__main__":

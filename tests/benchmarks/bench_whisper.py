@@ -28,10 +28,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from studio.core.constants import SAMPLE_RATE  # noqa: E402
 
-OLD_IMPORT = ("from transformers import WhisperConfig, WhisperFeatureExtractor\n"
-              "from transformers.models.whisper.modeling_whisper import WhisperEncoder\n")
-NEW_IMPORT = ("from studio.core.engines.whisper_features import WhisperFeatures\n"
-              "from studio.core.engines.whisper_net import WhisperEncoderNet, log_mel\n")
+OLD_IMPORT = (
+    "from transformers import WhisperConfig, WhisperFeatureExtractor\n"
+    "from transformers.models.whisper.modeling_whisper import WhisperEncoder\n"
+)
+NEW_IMPORT = (
+    "from studio.core.engines.whisper_features import WhisperFeatures\n"
+    "from studio.core.engines.whisper_net import WhisperEncoderNet, log_mel\n"
+)
 OLD_BUILD = OLD_IMPORT + (
     "import json, torch\n"
     "from studio.core import models\n"
@@ -52,9 +56,7 @@ def child_time(body: str, folder: str, device: str) -> float:
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "import torch\n"
         f"FOLDER, DEVICE = {folder!r}, {device!r}\n"
-        "t0 = time.perf_counter()\n"
-        + body
-        + "sys.stdout.write(repr(time.perf_counter() - t0) + '\\n')\n"
+        "t0 = time.perf_counter()\n" + body + "sys.stdout.write(repr(time.perf_counter() - t0) + '\\n')\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     return float(res.stdout.strip().splitlines()[-1])
@@ -80,8 +82,8 @@ def bench_device(folder: Path, samples: np.ndarray, device: str, repeat: int) ->
     from transformers import WhisperConfig, WhisperFeatureExtractor
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
-    from studio.core import models
     from studio.core.engines.whisper_features import WhisperFeatures
+    from studio.core.store import models
 
     dev = torch.device(device)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
@@ -100,14 +102,22 @@ def bench_device(folder: Path, samples: np.ndarray, device: str, repeat: int) ->
     diff = (mel_old - mel_new).abs().max().item()
     with torch.inference_mode():
         t_mel_old, t_mel_new = best_pair(old_mel, lambda: new.log_mel(pieces), repeat, sync)
-        t_enc_old, t_enc_new = best_pair(lambda: old(mel_old, output_hidden_states=True),
-                                         lambda: new.encoder(mel_new), repeat, sync)
-        t_all_old, t_all_new = best_pair(lambda: old(old_mel(), output_hidden_states=True),
-                                         lambda: new.hidden_states(samples), repeat, sync)
+        t_enc_old, t_enc_new = best_pair(
+            lambda: old(mel_old, output_hidden_states=True), lambda: new.encoder(mel_new), repeat, sync
+        )
+        t_all_old, t_all_new = best_pair(
+            lambda: old(old_mel(), output_hidden_states=True), lambda: new.hidden_states(samples), repeat, sync
+        )
     print(f"[{device}] {len(samples) / SAMPLE_RATE:.0f} s clip, best of {repeat} (mel max |diff| {diff:.2e}):")
-    print(f"  log-mel     old (HF extractor, CPU) {t_mel_old * 1e3:8.1f} ms   new (torch, {device}) {t_mel_new * 1e3:8.1f} ms")
-    print(f"  encoder     old (HF WhisperEncoder) {t_enc_old * 1e3:8.1f} ms   new (WhisperEncoderNet) {t_enc_new * 1e3:8.1f} ms")
-    print(f"  mel+encoder old                     {t_all_old * 1e3:8.1f} ms   new (hidden_states)     {t_all_new * 1e3:8.1f} ms")
+    print(
+        f"  log-mel     old (HF extractor, CPU) {t_mel_old * 1e3:8.1f} ms   new (torch, {device}) {t_mel_new * 1e3:8.1f} ms"
+    )
+    print(
+        f"  encoder     old (HF WhisperEncoder) {t_enc_old * 1e3:8.1f} ms   new (WhisperEncoderNet) {t_enc_new * 1e3:8.1f} ms"
+    )
+    print(
+        f"  mel+encoder old                     {t_all_old * 1e3:8.1f} ms   new (hidden_states)     {t_all_new * 1e3:8.1f} ms"
+    )
 
 
 def main() -> None:
@@ -121,7 +131,7 @@ def main() -> None:
     import torch
     from conftest import speechlike
 
-    from studio.core.random_models import write_whisper
+    from studio.core.engines.random_models import write_whisper
 
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     devices = [d for d in devices if d != "cuda" or torch.cuda.is_available()]
@@ -140,7 +150,9 @@ def main() -> None:
             imp_old, imp_new, build_old, build_new = (min(v) for v in runs.values())
             print(f"[{device}] fresh process, after import torch (best of {args.children}):")
             print(f"  import      old (transformers whisper) {imp_old:6.2f} s   new (whisper_net) {imp_new:6.2f} s")
-            print(f"  import+load old (extractor + encoder)  {build_old:6.2f} s   new (WhisperFeatures) {build_new:6.2f} s")
+            print(
+                f"  import+load old (extractor + encoder)  {build_old:6.2f} s   new (WhisperFeatures) {build_new:6.2f} s"
+            )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from studio.core.constants import FACE_SIZE, FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
+from studio.core.constants import FACE_SIZE, SAMPLE_RATE, SAMPLES_PER_FRAME
 from studio.core.devices import to_device
 from studio.core.engines.base import LipSyncEngine
 
@@ -126,7 +126,9 @@ class ClassicEngine(LipSyncEngine):
         outs = []
         for j, i in enumerate(avatar_idx):
             crop = torch.from_numpy(np.array(prepared.crops[i : i + 1]))
-            outs.append(warp_mouth(crop, _rig_rows(prepared.rig, avatar_idx[j : j + 1]), params[j : j + 1], self.device))
+            outs.append(
+                warp_mouth(crop, _rig_rows(prepared.rig, avatar_idx[j : j + 1]), params[j : j + 1], self.device)
+            )
         return torch.cat(outs, 0)
 
 
@@ -278,7 +280,11 @@ def warp_mouth(crops, rig: np.ndarray, params: np.ndarray, device):
     split_table = r[:, 9:].contiguous()
     o, w, th = (p[:, k].view(B, 1, 1) for k in range(3))
 
-    ys, xs = torch.meshgrid(torch.arange(S, device=device, dtype=torch.float32), torch.arange(S, device=device, dtype=torch.float32), indexing="ij")
+    ys, xs = torch.meshgrid(
+        torch.arange(S, device=device, dtype=torch.float32),
+        torch.arange(S, device=device, dtype=torch.float32),
+        indexing="ij",
+    )
     xs = xs.expand(B, S, S) + 0.5
     ys = ys.expand(B, S, S) + 0.5
     nx, ny = -ay, ax  # the normal, pointing down the face
@@ -297,7 +303,7 @@ def warp_mouth(crops, rig: np.ndarray, params: np.ndarray, device):
         v = dx * nx + dy * ny - _lookup(split_table, u)
         au = u.abs()
         lens = (1 - (au / INNER).clamp(max=1) ** 2).clamp(min=0) ** pexp
-        jaw_u = torch.exp(-((au - 0.9).clamp(min=0) / 0.9) ** 2)
+        jaw_u = torch.exp(-(((au - 0.9).clamp(min=0) / 0.9) ** 2))
         t_lip = _smoothstep(v / (lo * 2.0))
         jaw = jaw_u * 0.85 * _smoothstep(v / (chin * 0.7))
         prof = lens * (1 - t_lip) + torch.maximum(jaw, lens * 0.85) * t_lip
@@ -305,7 +311,7 @@ def warp_mouth(crops, rig: np.ndarray, params: np.ndarray, device):
         d_low = drop * prof * fade * (v > 0)
         d_up = -lift * lens * torch.exp(-((v / ((up + gap) * 1.8)) ** 2)) * (v <= 0)
         dv = d_low + d_up
-        side = torch.exp(-((v / (hw * 0.7)) ** 2)) * torch.exp(-((au - 1.0).clamp(min=0) / 0.6) ** 2)
+        side = torch.exp(-((v / (hw * 0.7)) ** 2)) * torch.exp(-(((au - 1.0).clamp(min=0) / 0.6) ** 2))
         du = spread * u.clamp(-1.2, 1.2) * side
         return du * ax + dv * nx, du * ay + dv * ny
 
@@ -339,10 +345,10 @@ def warp_mouth(crops, rig: np.ndarray, params: np.ndarray, device):
     mouth = mouth + (tongue_c * shade - mouth) * tongue_w * 0.8
     # synthesise upper teeth only where the source shows none (a closed-mouth portrait)
     own_teeth = (gap / (0.12 * hw)).clamp(0, 1)
-    band = torch.minimum(opening * 0.4, 0.25 * hw) * lens_c ** 0.35 * (1 - own_teeth)
+    band = torch.minimum(opening * 0.4, 0.25 * hw) * lens_c**0.35 * (1 - own_teeth)
     gaps = 0.85 + 0.15 * torch.cos(u * np.pi * 4.5).abs() ** 0.2
     upper_teeth = (torch.sigmoid((top + band - v) / aa) * (band > 0.5)).unsqueeze(1)
-    lower_band = torch.minimum(opening * 0.35, 0.2 * hw) * lens_c ** 0.35 * th
+    lower_band = torch.minimum(opening * 0.35, 0.2 * hw) * lens_c**0.35 * th
     lower_teeth = (torch.sigmoid((v - (low - lower_band)) / aa) * (th > 0.05)).unsqueeze(1)
     teeth_shaded = teeth_c * (shade * 0.85 + 0.15) * gaps.unsqueeze(1)
     mouth = mouth + (teeth_shaded - mouth) * torch.clamp(upper_teeth + lower_teeth, max=1)

@@ -18,7 +18,7 @@ el() { echo $(( $(date +%s) - start )); }
 if [ "${MODE:-a}" = a ]; then
   for i in 1 2; do python3 -c "
 import time; t=time.time(); import torch; a=time.time(); torch.zeros(1, device='cuda'); b=time.time()
-import studio.core.render, studio.core.engines.musetalk, studio.core.engines.nets, studio.core.engines.whisper_net; c=time.time()
+import studio.core.render.renderer, studio.core.engines.musetalk, studio.core.engines.nets, studio.core.engines.whisper_net; c=time.time()
 import diffusers.models.unets.unet_2d_condition; d=time.time(); import transformers.models.whisper.modeling_whisper; e=time.time()
 print(f'import torch {a-t:.2f}s, CUDA init {b-a:.2f}s, studio engine modules {c-b:.2f}s, (diffusers UNet {d-c:.2f}s, transformers whisper {e-d:.2f}s)')"; done | tee "$OUT/imports.txt"
   timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_nets.py tests/test_whisper_net.py \

@@ -24,8 +24,8 @@ import torch
 
 def pool_fps(nv12: np.ndarray, total: int, n: int, preset: str, crf: int = 20) -> float:
     """Aggregate frames/s of ``n`` encoder processes on contiguous chunks of ``total`` frames."""
-    from studio.core.encode import _split
-    from studio.core.x264_pool import ProcessEncoder, worker_pool
+    from studio.core.media.writer import _split
+    from studio.core.media.x264_pool import ProcessEncoder, worker_pool
 
     h2, w = nv12.shape[1:]
     h = h2 * 2 // 3
@@ -50,8 +50,11 @@ def pool_fps(nv12: np.ndarray, total: int, n: int, preset: str, crf: int = 20) -
     for t in threads:
         t.join()
     wall = max(ends) - t0
-    print(f"  pool of {n}: x264 busy {100 * sum(busy) / (n * wall):.0f} % of the wall time, "
-          f"{sum(busy) / total * 1e3:.1f} ms of x264 per frame", flush=True)
+    print(
+        f"  pool of {n}: x264 busy {100 * sum(busy) / (n * wall):.0f} % of the wall time, "
+        f"{sum(busy) / total * 1e3:.1f} ms of x264 per frame",
+        flush=True,
+    )
     return total / wall
 
 
@@ -63,15 +66,17 @@ def main() -> None:
     ap.add_argument("--no-encoders", action="store_true", help="skip the encoder-only figures")
     args = ap.parse_args()
     from studio.core.bench import _bench_models, reference_audio, synthetic_avatar
-    from studio.core.composite import pad_even, rgb_to_nv12
     from studio.core.engines.classic import ClassicEngine
     from studio.core.engines.musetalk import MuseTalkEngine
-    from studio.core.render import Renderer, RenderSettings, batch_ranges, stripes
+    from studio.core.render.composite import pad_even, rgb_to_nv12
+    from studio.core.render.plan import stripes
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     out: dict = {"cpu_count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}
     try:
         out["lscpu"] = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except Exception:
+    except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         pass
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -99,12 +104,13 @@ def main() -> None:
         say("x264_1proc_wide_sway_fps", round(pool_fps(nv_wide, 84, 1, args.preset), 1))
         say(f"x264_pool{ncores}_wide_sway_fps", round(pool_fps(nv_wide, T, ncores, args.preset), 1))
         del wide, nv_wide
-        from studio.core.encode import open_video
+        from studio.core.media.writer import open_video
 
-        for rep in range(2):
+        for _rep in range(2):
             t0 = time.perf_counter()
-            with open_video(work / "host.mp4", av_.width, av_.height, encoder="x264-parallel", total_frames=T,
-                            preset=args.preset) as w:
+            with open_video(
+                work / "host.mp4", av_.width, av_.height, encoder="x264-parallel", total_frames=T, preset=args.preset
+            ) as w:
                 for idx in stripes(T, 64, w.chunks):
                     w.write([nv12[i % av_.N] for i in idx], indices=idx)
             dt = time.perf_counter() - t0
@@ -122,9 +128,12 @@ def main() -> None:
         r._ready()
         say(f"{dec}_ready_ms", round((time.perf_counter() - t0) * 1e3, 1))
         chunks16 = [(round(T * k / ncores), round(T * (k + 1) / ncores)) for k in range(ncores)]
-        for name, batches in (("plain64", stripes(T, 64, [(0, T)])), ("stripes", stripes(T, 64, chunks16)),
-                              ("stripes_nv12", stripes(T, 64, chunks16))):
-            for rep in range(2):
+        for name, batches in (
+            ("plain64", stripes(T, 64, [(0, T)])),
+            ("stripes", stripes(T, 64, chunks16)),
+            ("stripes_nv12", stripes(T, 64, chunks16)),
+        ):
+            for _rep in range(2):
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 for _, frames in r.iter_batches(batches, nv12=name.endswith("nv12")):
@@ -146,13 +155,17 @@ def main() -> None:
         say("speech_frames", int(len(speech)))
 
         # -- full renders with a timeline -----------------------------------------------------
-        from studio.core.x264_pool import shutdown_pool
-
         import sys
 
-        variants = [("nice5_w16", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores)}),
-                    ("nice5_w16_copythread", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores),
-                                              "STUDIO_GPU_DIRECT": "0"})]
+        from studio.core.media.x264_pool import shutdown_pool
+
+        variants = [
+            ("nice5_w16", {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores)}),
+            (
+                "nice5_w16_copythread",
+                {"STUDIO_X264_NICE": "5", "STUDIO_X264_WORKERS": str(ncores), "STUDIO_GPU_DIRECT": "0"},
+            ),
+        ]
         for label, env in variants:
             if os.environ.get("STUDIO_X264_NICE") != env["STUDIO_X264_NICE"]:
                 shutdown_pool()  # workers read their priority when they start
@@ -171,7 +184,10 @@ def main() -> None:
             say(f"{dec}_render_{label}_stage_ms", r.result.stage_ms)
             say(f"{dec}_render_{label}_finish_ms", r.result.finish_ms)
             nw = int(env["STUDIO_X264_WORKERS"])
-            say(f"{dec}_render_{label}_x264_busy_pct", round(100 * r.result.finish_ms.get("x264_busy", 0) / 1e3 / (nw * dt), 1))
+            say(
+                f"{dec}_render_{label}_x264_busy_pct",
+                round(100 * r.result.finish_ms.get("x264_busy", 0) / 1e3 / (nw * dt), 1),
+            )
             say(f"{dec}_render_{label}_timeline", line)
         os.environ.pop("STUDIO_GPU_DIRECT", None)
         os.environ["STUDIO_X264_WORKERS"] = str(ncores)

@@ -31,20 +31,30 @@ def report(path: str) -> dict:
         fl = fl[np.argsort(fl[:, 2])]
         busy = float((fl[:, 3] - fl[:, 2]).sum())
         gaps = fl[1:, 2] - fl[:-1, 3]
-        lanes.append({"frames": len(fl), "first_arrival": round(float(fl[0, 1] - t0), 3), "last_end": round(float(fl[-1, 3] - t0), 3),
-                      "busy_s": round(busy, 3), "busy_pct_of_render": round(100 * busy / (end - t0), 1),
-                      "idle_gaps_s": round(float(gaps[gaps > 0].sum()), 3),
-                      "queued_in_worker_ms_median": round(1e3 * float(np.median(fl[:, 2] - fl[:, 1])), 2),
-                      "encode_ms_median": round(1e3 * float(np.median(fl[:, 3] - fl[:, 2])), 2)})
+        lanes.append(
+            {
+                "frames": len(fl),
+                "first_arrival": round(float(fl[0, 1] - t0), 3),
+                "last_end": round(float(fl[-1, 3] - t0), 3),
+                "busy_s": round(busy, 3),
+                "busy_pct_of_render": round(100 * busy / (end - t0), 1),
+                "idle_gaps_s": round(float(gaps[gaps > 0].sum()), 3),
+                "queued_in_worker_ms_median": round(1e3 * float(np.median(fl[:, 2] - fl[:, 1])), 2),
+                "encode_ms_median": round(1e3 * float(np.median(fl[:, 3] - fl[:, 2])), 2),
+            }
+        )
     writes = np.array([x[3] for x in t["writes"]]) - t0
     lane_rows = [np.array(r, float).reshape(-1, 6) for r in t["lanes"]]  # chunk, first, n, wait, got, sent
     took = np.concatenate([r[:, 4] - r[:, 3] for r in lane_rows if len(r)])
     handling = np.concatenate([r[:, 5] - r[:, 4] for r in lane_rows if len(r)])
     muxed = [c["muxed"] - t0 for c in chunks if c["muxed"] is not None]
     out = {
-        "render_span_s": round(end - t0, 3), "last_write_s": round(float(writes.max()), 3) if len(writes) else None,
-        "close_called_s": round(t["close_called"] - t0, 3), "last_frame_encoded_s": round(end - t0, 3),
-        "chunks": len(chunks), "chunks_muxed_before_close": sum(m < t["close_called"] - t0 for m in muxed),
+        "render_span_s": round(end - t0, 3),
+        "last_write_s": round(float(writes.max()), 3) if len(writes) else None,
+        "close_called_s": round(t["close_called"] - t0, 3),
+        "last_frame_encoded_s": round(end - t0, 3),
+        "chunks": len(chunks),
+        "chunks_muxed_before_close": sum(m < t["close_called"] - t0 for m in muxed),
         "last_mux_s": round(max(muxed), 3) if muxed else None,
         "lane_thread_wait_ms_median": round(1e3 * float(np.median(took)), 2),
         "lane_thread_send_ms_median": round(1e3 * float(np.median(handling)), 2),

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def one_hour_analysis(seconds: float = 3600.0, seed: int = 0):
     """A synthetic AudioAnalysis of ``seconds`` of speech with a pause every ~4 s (no decoding)."""
-    from studio.core.audio import ENVELOPE_BUCKET, AudioAnalysis, AudioInfo
     from studio.core.constants import FPS, SAMPLE_RATE
+    from studio.core.media.audio import ENVELOPE_BUCKET, AudioAnalysis, AudioInfo
 
     rng = np.random.default_rng(seed)
     frames = int(seconds * FPS)
@@ -44,7 +44,7 @@ def timed(fn, repeat: int = 3) -> float:
 
 
 def bench_timeline(app) -> None:
-    from studio.core.audio import analyze
+    from studio.core.media.audio import analyze
     from studio.ui.timeline import TimelineView
 
     demo = analyze(ROOT / "resources" / "demo" / "voiceover.flac")
@@ -61,13 +61,17 @@ def bench_timeline(app) -> None:
         t_zoom = timed(lambda: view.plots.grab())
         t_thr = timed(lambda: (view.set_threshold(0.02), view.set_threshold(0.008)))
         results[label] = (t_set, t_paint, t_zoom, t_thr, len(view.silent_spans))
-        print(f"timeline {label:9s}: load {t_set * 1e3:7.1f} ms · paint full {t_paint * 1e3:6.1f} ms · "
-              f"paint 10 s {t_zoom * 1e3:6.1f} ms · threshold drag step {t_thr / 2 * 1e3:6.1f} ms "
-              f"({results[label][4]} silences)")
+        print(
+            f"timeline {label:9s}: load {t_set * 1e3:7.1f} ms · paint full {t_paint * 1e3:6.1f} ms · "
+            f"paint 10 s {t_zoom * 1e3:6.1f} ms · threshold drag step {t_thr / 2 * 1e3:6.1f} ms "
+            f"({results[label][4]} silences)"
+        )
         view.close()
     a, b = results["demo 28 s"], results["1 hour"]
-    print(f"timeline ratio 1 hour / demo (128x the audio): load {b[0] / a[0]:.1f}x · paint full {b[1] / a[1]:.1f}x · "
-          f"paint 10 s {b[2] / a[2]:.1f}x")
+    print(
+        f"timeline ratio 1 hour / demo (128x the audio): load {b[0] / a[0]:.1f}x · paint full {b[1] / a[1]:.1f}x · "
+        f"paint 10 s {b[2] / a[2]:.1f}x"
+    )
 
 
 def bench_preview(app) -> None:
@@ -91,8 +95,10 @@ def bench_preview(app) -> None:
 
         t_fixed = timed(lambda: push(True), 1)
         t_auto = timed(lambda: push(False), 1)
-        print(f"preview {w}x{h}: fixed levels {n / t_fixed:6.1f} fps · auto levels {n / t_auto:6.1f} fps · "
-              f"ratio {t_auto / t_fixed:.2f}x")
+        print(
+            f"preview {w}x{h}: fixed levels {n / t_fixed:6.1f} fps · auto levels {n / t_auto:6.1f} fps · "
+            f"ratio {t_auto / t_fixed:.2f}x"
+        )
     view.close()
 
 

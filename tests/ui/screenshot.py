@@ -35,11 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     from PIL import Image
     from PySide6.QtCore import QEventLoop, QTimer
 
-    from studio.core.paths import data_dir
+    from studio.core.store.paths import data_dir
     from studio.ui.app import create_app
     from studio.ui.main_window import MainWindow
 
-    app = create_app([])
+    app = create_app([])  # noqa: F841 - keeps the QApplication alive
     w = MainWindow()
     w.resize(width, height)
     w.show()

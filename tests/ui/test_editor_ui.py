@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import DEMO_AVATAR
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QWheelEvent
 from PySide6.QtWidgets import QApplication, QDockWidget
 from ui_helpers import clip, load_demo, window  # noqa: F401 (fixture)
-
-from conftest import DEMO_AVATAR
 
 
 def _drop(widget, paths) -> bool:
@@ -31,8 +30,16 @@ def _drop(widget, paths) -> bool:
 
 def _wheel(widget, steps: int = 1) -> None:
     pos = QPointF(widget.width() / 2, widget.height() / 2)
-    ev = QWheelEvent(pos, widget.mapToGlobal(pos), QPoint(0, 0), QPoint(0, 120 * steps),
-                     Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    ev = QWheelEvent(
+        pos,
+        widget.mapToGlobal(pos),
+        QPoint(0, 0),
+        QPoint(0, 120 * steps),
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
     QApplication.sendEvent(widget, ev)
 
 
@@ -96,8 +103,9 @@ def test_dropping_files_imports_avatars_and_scripts(window, qtbot, tmp_path):
     # a drag with no files is refused
     mime = QMimeData()
     mime.setText("hello")
-    enter = QDragEnterEvent(QPoint(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                            Qt.KeyboardModifier.NoModifier)
+    enter = QDragEnterEvent(
+        QPoint(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
     QApplication.sendEvent(window.preview, enter)
     assert not enter.isAccepted()
 
@@ -156,7 +164,7 @@ def test_face_box_and_blend_mask_show_separately_and_stay_on_scrub_frames(window
     with qtbot.waitSignal(window.scrubShown, timeout=60_000, check_params_cb=lambda t, i: i == 60):
         window.scrub_to(2.4)
     assert "frame 60" in window.preview.caption.text() and "blend mask" in window.preview.caption.text()
-    from studio.core.render import Renderer
+    from studio.core.render.renderer import Renderer
 
     raw = Renderer("astronaut", lib.script, window.render_panel.render_settings()).frame(60)
     assert (window.preview.current_image != raw).any(axis=2).mean() > 0.01

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
 
-from studio.core import jobs
+from studio.core.store import jobs
 from studio.ui.queue_panel import ID_COL, NOTE_COL, STATE_COL
 from studio.ui.render_panel import TARGETS
 
@@ -27,7 +27,7 @@ def cluster(tmp_path_factory):
     """A local Ray cluster with 2 CPU slots (its address); its workers' data folder is the module's own."""
     ray = pytest.importorskip("ray", reason=NEEDS_RAY)
 
-    from studio.core.farm import init_ray
+    from studio.core.scale.farm import init_ray
 
     home = tmp_path_factory.mktemp("farm_ui_home")
     old = os.environ.get("STUDIO_HOME"), os.environ.get("RAY_ADDRESS")
@@ -74,8 +74,10 @@ def test_render_on_is_saved_with_the_settings_and_travels_with_queued_jobs(windo
     assert again.farm_edit.isEnabled() and again.farm_edit.isVisibleTo(again)
     assert job_farm(window.store.get(local).settings) is None
     assert job_farm(window.store.get(farm).settings) == "10.0.0.5:6379"
-    tips = {window.queue_panel.table.item(r, ID_COL).text(): window.queue_panel.table.item(r, STATE_COL).toolTip()
-            for r in range(window.queue_panel.table.rowCount())}
+    tips = {
+        window.queue_panel.table.item(r, ID_COL).text(): window.queue_panel.table.item(r, STATE_COL).toolTip()
+        for r in range(window.queue_panel.table.rowCount())
+    }
     assert "renders on this computer" in tips[str(local)] and "farm at 10.0.0.5:6379" in tips[str(farm)]
 
 
@@ -157,8 +159,7 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     assert [s["engines_loaded"] for s in farm.stats().values()] == [1, 1]
 
 
-def test_a_farm_that_goes_away_fails_the_job_not_the_app_and_the_next_job_reconnects(cluster, window, qtbot,
-                                                                                    tmp_path):
+def test_a_farm_that_goes_away_fails_the_job_not_the_app_and_the_next_job_reconnects(cluster, window, qtbot, tmp_path):
     load_demo(window, qtbot, audio=clip(tmp_path, 6.0, "six.wav"))
     _on_farm(window, tmp_path, cluster)
     window.render_panel.batch.setValue(2)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
 
-from studio.core import jobs
+from studio.core.store import jobs
 from studio.ui.render_panel import TARGETS
 
 

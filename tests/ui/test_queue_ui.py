@@ -12,16 +12,22 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from conftest import DEMO_AUDIO, ROOT
 from PySide6.QtCore import Qt
 from ui_helpers import window  # noqa: F401 (fixture)
 
-from conftest import DEMO_AUDIO, ROOT
-from studio.core import jobs
+from studio.core.store import jobs
 
 
 def studio(*args):
-    r = subprocess.run([sys.executable, "-m", "studio", *args], capture_output=True, text=True, timeout=120,
-                       cwd=ROOT, env=dict(os.environ))
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ),
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -32,8 +38,9 @@ def rows(window) -> dict[str, str]:
 
 
 def test_the_window_and_the_command_line_show_the_same_queue(window, qtbot, tmp_path):
-    out = studio("queue", "add", "--avatar", "astronaut", "--audio", str(DEMO_AUDIO), "-o", str(tmp_path / "a.mp4"),
-                 "--draft")
+    out = studio(
+        "queue", "add", "--avatar", "astronaut", "--audio", str(DEMO_AUDIO), "-o", str(tmp_path / "a.mp4"), "--draft"
+    )
     cli_job = out.split()[-1]
     qtbot.waitUntil(lambda: cli_job in rows(window), timeout=5000)  # another process's job appears
     assert rows(window)[cli_job] == jobs.DRAFT
@@ -41,8 +48,9 @@ def test_the_window_and_the_command_line_show_the_same_queue(window, qtbot, tmp_
     qtbot.mouseClick(window.queue_panel.hold_btn, Qt.MouseButton.LeftButton)  # a draft cannot be held
     assert not window.queue_panel.hold_btn.isEnabled()
     # the window's own job shows up in `studio queue list`
-    job = window.service.add(window.queue.request("astronaut", str(DEMO_AUDIO)).with_(output=str(tmp_path / "b.mp4")),
-                             state=jobs.DRAFT)
+    job = window.service.add(
+        window.queue.request("astronaut", str(DEMO_AUDIO)).with_(output=str(tmp_path / "b.mp4")), state=jobs.DRAFT
+    )
     listed = {j["id"]: j for j in json.loads(studio("queue", "list", "--json"))}
     assert listed[job.id]["state"] == jobs.DRAFT and listed[job.id]["output"] == str(tmp_path / "b.mp4")
     qtbot.waitUntil(lambda: set(listed) == {int(k) for k in rows(window)}, timeout=5000)
@@ -64,7 +72,7 @@ def test_queue_draft_with_nothing_selected_says_why(window, qtbot):
 
 
 def test_a_damaged_row_is_shown_damaged_and_can_be_removed(qtbot, studio_home, tmp_path):
-    from studio.core.jobs import JobStore
+    from studio.core.store.jobs import JobStore
     from studio.ui.app import create_app
     from studio.ui.main_window import MainWindow
 
@@ -100,15 +108,16 @@ def test_a_damaged_store_is_said_in_the_window(qtbot, studio_home):
     w.show()
     assert w.banner.isVisible() and "damaged" in w.banner_text.text()
     assert "temporary" in w.banner_text.text()
-    job = w.service.add(w.queue.request("astronaut", str(DEMO_AUDIO)).with_(output=str(Path(studio_home) / "x.mp4")),
-                        state=jobs.DRAFT)
+    job = w.service.add(
+        w.queue.request("astronaut", str(DEMO_AUDIO)).with_(output=str(Path(studio_home) / "x.mp4")), state=jobs.DRAFT
+    )
     assert w.store.get(job.id).state == jobs.DRAFT  # the queue still works this session
 
 
 def test_scrubbing_during_a_render_shows_the_exact_frame(window, qtbot, tmp_path):
     from ui_helpers import clip, load_demo
 
-    from studio.core.render import Renderer
+    from studio.core.render.renderer import Renderer
 
     load_demo(window, qtbot, audio=clip(tmp_path, 10.0, "long.wav"))
     p = window.render_panel
@@ -143,12 +152,30 @@ def test_sigterm_closes_the_window_and_its_running_job_comes_back_interrupted(st
     out = tmp_path / "out"
     out.mkdir()
     audio = speech_pause_speech(tmp_path / "long.wav", 30.0, 0.2, 30.0)
-    job_id = int(studio("queue", "add", "--avatar", str(ROOT / "resources" / "demo" / "astronaut.png"),
-                        "--audio", str(audio), "-o", str(out / "k.mp4"), "--engine", "classic").split()[-1])
+    job_id = int(
+        studio(
+            "queue",
+            "add",
+            "--avatar",
+            str(ROOT / "resources" / "demo" / "astronaut.png"),
+            "--audio",
+            str(audio),
+            "-o",
+            str(out / "k.mp4"),
+            "--engine",
+            "classic",
+        ).split()[-1]
+    )
     (Path(studio_home) / "settings.ini").write_text("[General]\nversion=1\n\n[queue]\non_start=start\n")
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    app = subprocess.Popen([sys.executable, "-m", "studio"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
+    app = subprocess.Popen(
+        [sys.executable, "-m", "studio"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         t0 = time.monotonic()
         while time.monotonic() - t0 < 150:
@@ -187,6 +214,8 @@ def test_two_identical_jobs_get_numbered_files_and_both_exist(window, qtbot, tmp
     outputs = [Path(window.store.get(i).output) for i in ids]
     assert outputs == [first, first.with_name(first.stem + "_002.mp4")]
     assert all(o.exists() for o in outputs)
-    shown = {window.queue_panel.table.item(r, 1).text(): window.queue_panel.table.item(r, 7).text()
-             for r in range(window.queue_panel.table.rowCount())}
+    shown = {
+        window.queue_panel.table.item(r, 1).text(): window.queue_panel.table.item(r, 7).text()
+        for r in range(window.queue_panel.table.rowCount())
+    }
     assert shown == {str(i): str(o) for i, o in zip(ids, outputs)}  # the resolved paths, in full

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import Qt, QTimer
 from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
 
-from studio.core import jobs
+from studio.core.store import jobs
 
 
 def _fast(window, tmp_path):
@@ -105,7 +105,7 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
 
     from PySide6.QtWidgets import QMessageBox
 
-    from studio.core.jobs import JobStore
+    from studio.core.store.jobs import JobStore
     from studio.ui.app import create_app
     from studio.ui.main_window import MainWindow
 
@@ -114,8 +114,10 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
     draft = store.add("astronaut", "/x/b.flac", {"engine": "classic"}, "/tmp/b.mp4", state=jobs.DRAFT)
     waiting = store.add("astronaut", "/x/c.flac", {"engine": "classic"}, "/tmp/c.mp4")
     # another Studio process takes the first job and is killed mid-render
-    code = ("import os, signal, sys; from studio.core.jobs import JobStore; "
-            "JobStore(sys.argv[1]).claim_next(); os.kill(os.getpid(), signal.SIGKILL)")
+    code = (
+        "import os, signal, sys; from studio.core.store.jobs import JobStore; "
+        "JobStore(sys.argv[1]).claim_next(); os.kill(os.getpid(), signal.SIGKILL)"
+    )
     r = subprocess.run([sys.executable, "-c", code, str(store.path)], env=dict(os.environ))
     assert r.returncode == -signal.SIGKILL
 
@@ -126,8 +128,7 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
     assert w.store.path == store.path
     assert w.queue_panel.table.rowCount() == 3
     states = {w.queue_panel.table.item(r, 1).text(): w.queue_panel.table.item(r, 3).text() for r in range(3)}
-    assert states == {str(running.id): jobs.INTERRUPTED_STATE, str(draft.id): jobs.DRAFT,
-                      str(waiting.id): jobs.QUEUED}
+    assert states == {str(running.id): jobs.INTERRUPTED_STATE, str(draft.id): jobs.DRAFT, str(waiting.id): jobs.QUEUED}
     assert "interrupted" in w.banner_text.text()
     assert w.store.get(running.id).reason.startswith("interrupted")
     # queued jobs do not start by themselves: the window asks
@@ -156,12 +157,13 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
 def test_closing_during_a_render_asks_leaves_no_file_and_the_job_comes_back_interrupted(window, qtbot, tmp_path):
     from PySide6.QtWidgets import QMessageBox
 
-    from studio.core.jobs import JobStore
+    from studio.core.store.jobs import JobStore
 
     job_id, output = _start_long_render(window, qtbot, tmp_path)
     window.close()  # asks first
-    qtbot.waitUntil(lambda: getattr(window, "close_box", None) is not None and window.close_box.isVisible(),
-                    timeout=5000)
+    qtbot.waitUntil(
+        lambda: getattr(window, "close_box", None) is not None and window.close_box.isVisible(), timeout=5000
+    )
     assert window.isVisible() and window.current is not None  # not closed yet
     qtbot.mouseClick(window.close_box.button(QMessageBox.StandardButton.Close), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=60_000)

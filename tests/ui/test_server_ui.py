@@ -9,15 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ui_helpers import decode, load_demo, window  # noqa: F401 (fixture)
-
 from conftest import DEMO_AVATAR, speech_pause_speech
+from ui_helpers import decode, load_demo, window  # noqa: F401 (fixture)
 
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
-from served import Server  # noqa: E402
+from served import Server
 
-from studio.core import jobs  # noqa: E402
+from studio.core.store import jobs
 
 TOKEN = "ui-link-token-0123456789"
 
@@ -84,7 +83,8 @@ def test_cancel_on_the_server_writes_nothing(remote_window, qtbot, tmp_path):
 
 
 def test_scrubbing_shows_the_servers_exact_frame(remote_window, qtbot, tmp_path):
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     window = remote_window
     audio = speech_pause_speech(tmp_path / "voice.wav", 0.6, 0.4, 0.6)

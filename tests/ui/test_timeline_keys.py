@@ -13,7 +13,7 @@ from studio.core.constants import FPS
 
 
 @pytest.fixture
-def timeline_window(window, qtbot, tmp_path):  # noqa: F811
+def timeline_window(window, qtbot, tmp_path):
     """The window with a 6 s voice-over (no avatar: the keys and clicks need only the timeline)."""
     window.resize(1600, 1000)  # the offscreen screen is 800x600: give the plots a real width
     with qtbot.waitSignal(window.analysisReady, timeout=30_000):
@@ -41,14 +41,19 @@ def key(qtbot, w, k, mods=Qt.KeyboardModifier.NoModifier):
 def test_a_click_on_the_waveform_or_the_ruler_seeks_there(timeline_window, qtbot):
     tl = timeline_window.timeline
     assert tl.frame == 0
-    QTest.mouseClick(tl.plots.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,
-                     viewport_point(tl, 2.02))  # the middle of frame 50
+    QTest.mouseClick(
+        tl.plots.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, viewport_point(tl, 2.02)
+    )  # the middle of frame 50
     assert tl.frame == 50
     assert tl.position == pytest.approx(2.0)
     assert tl.playheads[0].value() == pytest.approx(2.0)
     # the RMS plot
-    QTest.mouseClick(tl.plots.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,
-                     viewport_point(tl, 4.5, tl.rms_plot) + QPoint(0, 0))
+    QTest.mouseClick(
+        tl.plots.viewport(),
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+        viewport_point(tl, 4.5, tl.rms_plot) + QPoint(0, 0),
+    )
     assert tl.frame == int(4.5 * FPS)
     # the time ruler under the RMS plot
     axis = tl.rms_plot.getAxis("bottom")

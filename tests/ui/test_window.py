@@ -37,8 +37,13 @@ def test_first_paint_is_fast_and_loads_no_heavy_library(studio_home):
         print(f"{dt:.3f}", ",".join(heavy))
         w.close()
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={"STUDIO_HOME": str(studio_home), "QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"STUDIO_HOME": str(studio_home), "QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0, r.stderr
     seconds, heavy = r.stdout.split()[0], r.stdout.split()[1:] or [""]
     assert float(seconds) < 2.0
@@ -99,7 +104,7 @@ def test_the_playhead_previews_the_exact_frame_for_its_time(window, qtbot, tmp_p
     assert window.preview.current_index == 80
     assert "frame 80" in window.preview.caption.text()
 
-    from studio.core.render import Renderer
+    from studio.core.render.renderer import Renderer
 
     expected = Renderer("astronaut", str(audio), window.render_panel.render_settings()).frame(80)
     np.testing.assert_array_equal(window.preview.current_image, expected)
@@ -232,9 +237,8 @@ def test_uncaught_errors_are_logged_and_shown_as_one_line(window, studio_home):
 
 def test_a_video_avatar_imports_through_the_progress_dialog(window, qtbot, tmp_path):
     import av
-    from PIL import Image
-
     from conftest import DEMO_AVATAR
+    from PIL import Image
 
     face = np.asarray(Image.open(DEMO_AVATAR).convert("RGB").resize((256, 256)))
     path = tmp_path / "presenter.mp4"

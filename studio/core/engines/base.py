@@ -51,10 +51,13 @@ class LipSyncEngine(ABC):
         self.features = features
 
     @abstractmethod
-    def generate(self, prepared, avatar_idx, feat_idx):
+    def generate(self, prepared, avatar_idx, feat_idx, weight=None):
         """Faces for a batch: torch uint8 tensor ``[B,256,256,3]`` RGB on ``self.device``.
 
-        ``feat_idx`` indexes the features last given to ``bind`` (video-frame indices).
+        ``feat_idx`` indexes the features last given to ``bind`` (video-frame indices). ``weight``
+        (float ``[B]``, or None: 1) is the plan's blend weight of each face: the renderer crossfades
+        the face into the avatar frame by it; an engine may use it too (the classic mouth eases to
+        rest), never re-derive it.
         """
 
     def preferred_batch(self) -> int:

@@ -65,13 +65,21 @@ class ClassicEngine(LipSyncEngine):
     def audio_features(self, wave) -> MouthControls:
         return mouth_controls(wave.samples, wave.frames)
 
-    def generate(self, prepared: ClassicPrepared, avatar_idx, feat_idx):
+    def controls(self, feat_idx, weight=None) -> np.ndarray:
+        """``[B,5]`` mouth controls (open, width, close, teeth, tuck) ``generate`` uses for frames
+        ``feat_idx`` of the bound clip: eased to rest by the plan's ``weight`` over speech edges, so
+        the renderer's crossfade never shows a half-faded open mouth over the still one."""
+        params = self.features.rows(np.asarray(feat_idx, np.int64))
+        if weight is not None:
+            params *= np.asarray(weight, np.float32)[:, None]
+        params[:, :2] *= self.strength  # open, width
+        return params
+
+    def generate(self, prepared: ClassicPrepared, avatar_idx, feat_idx, weight=None):
         import torch
 
         avatar_idx = np.asarray(avatar_idx, np.int64)
-        feat_idx = np.asarray(feat_idx, np.int64)
-        params = self.features.rows(feat_idx)
-        params[:, :2] *= self.strength  # open, width
+        params = self.controls(feat_idx, weight)
         sc, ct, col = prepared.rig.rows(avatar_idx)
         if self.device.type == "cuda":
             crops = prepared.crops[to_device(avatar_idx, self.device)]

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, SAMPLE_RATE, SAMPLES_PER_FRAME
+from studio.core.constants import SAMPLE_RATE, SAMPLES_PER_FRAME
 
 HOP = 160  # 10 ms
 WIN = 400  # 25 ms
@@ -89,7 +89,7 @@ def mouth_controls(samples: np.ndarray, frames: int) -> MouthControls:
         z = np.zeros(0, np.float32)
         return MouthControls(z, z, z, z, z)
     f = features(samples, frames * PER_FRAME)
-    return controls_from_features(f, frames, samples)
+    return controls_from_features(f, frames)
 
 
 def features(samples: np.ndarray, hops: int) -> Features:
@@ -150,7 +150,7 @@ def _formants(seg: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return f1.astype(np.float32), f2.astype(np.float32)
 
 
-def controls_from_features(f: Features, frames: int, samples: np.ndarray | None = None) -> MouthControls:
+def controls_from_features(f: Features, frames: int) -> MouthControls:
     """The mapping of the module docstring, hop by hop, then per video frame."""
     t = hop_targets(f)
     per = PER_FRAME
@@ -176,11 +176,8 @@ def controls_from_features(f: Features, frames: int, samples: np.ndarray | None 
     open_ = open_ * (1 - close) * (1 - 0.5 * tuck)
     teeth = teeth * (1 - close)
     # speech edges: the renderer crossfades the first and last frames of each phrase into the
-    # avatar; the mouth eases in and out over them, so the crossfade never shows a half-faded
-    # open mouth (a ghost) over the still one
-    if samples is not None:
-        ease = edge_weights(samples, frames)
-        open_, width, close, teeth, tuck = (v * ease for v in (open_, width, close, teeth, tuck))
+    # avatar; the engine eases the mouth in and out by the plan's weights at generate time
+    # (``ClassicEngine.generate``), so the crossfade never shows a half-faded open mouth (a ghost)
     f32 = lambda v: np.clip(v, -1, 1).astype(np.float32)  # noqa: E731
     return MouthControls(open=f32(open_), width=f32(width), close=f32(close), teeth=f32(teeth), tuck=f32(tuck))
 
@@ -233,15 +230,6 @@ def hop_targets(f: Features) -> dict[str, np.ndarray]:
     tuck = np.clip(1.6 * fric * (1 - strong) * np.clip((-12.0 - rel_mid) / 8.0, 0, 1), 0, 1)
     open_ = open_ * (1 - 0.7 * teeth)
     return {"open": open_, "width": width, "close": close, "teeth": teeth, "tuck": tuck, "voice": level}
-
-
-def edge_weights(samples: np.ndarray, frames: int) -> np.ndarray:
-    """The renderer's default speech-edge crossfade weights (silence mask at the default threshold)."""
-    from studio.core.audio import frame_rms, silence_mask
-    from studio.core.render import crossfade_weights
-
-    silent = silence_mask(frame_rms(samples, frames), DEFAULT_SILENCE_THRESHOLD, DEFAULT_MIN_SILENCE_FRAMES)
-    return crossfade_weights(~silent, 3)
 
 
 def _gauss(x: np.ndarray, sigma: float) -> np.ndarray:

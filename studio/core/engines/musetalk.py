@@ -12,7 +12,7 @@ samples, which only adds noise) and the UNet input is cat(masked, reference) on 
 runs once at timestep 0 with the audio tokens as ``encoder_hidden_states``; its output is decoded
 by the SD-VAE (``decode(lat / 0.18215)``) or by TAESD (which lives in the scaled latent space, so
 no division), mapped from [-1,1] to uint8 with rounding. Faces stay RGB (the official code flips to
-BGR for OpenCV). Weights are the official files, loaded strictly (``studio.core.models``).
+BGR for OpenCV). Weights are the official files, loaded strictly (``studio.core.store.models``).
 
 Where the official code has known bugs we do the right thing (spec §1.6, §3.3, §4.2, §7):
 - the positional encoding is added at inference, as the official inference does (the released
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.core import models
+from studio.core.store import models
 from studio.core.constants import FACE_SIZE
 from studio.core.devices import to_device
 from studio.core.engines.base import LipSyncEngine
@@ -145,7 +145,7 @@ class MuseTalkEngine(LipSyncEngine):
         if latents is None:  # all N crops, face-less ones too: index i is always frame i
             latents = self.encode_crops(crops)
             cache.parent.mkdir(parents=True, exist_ok=True)
-            from studio.core.fsutil import atomic_path
+            from studio.core.store.fsutil import atomic_path
 
             with atomic_path(cache) as tmp, open(tmp, "wb") as fh:
                 np.save(fh, latents)
@@ -182,7 +182,7 @@ class MuseTalkEngine(LipSyncEngine):
         self._loader = threading.Thread(target=run, name="musetalk-load", daemon=True)
         self._loader.start()
 
-    def generate(self, prepared, avatar_idx, feat_idx):
+    def generate(self, prepared, avatar_idx, feat_idx, weight=None):
         import torch
 
         from studio.core.engines import runtime_torch as rt
@@ -359,6 +359,6 @@ class MuseTalkEngine(LipSyncEngine):
         sha = self.paths.sha256(self.paths.vae)
         if sha:
             return sha
-        from studio.core.fsutil import quick_file_key
+        from studio.core.store.fsutil import quick_file_key
 
         return quick_file_key(self.paths.weight_file(self.paths.vae))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.core import models
+from studio.core.store import models
 from studio.core.constants import FACE_SIZE
 from studio.core.errors import StudioError
 
@@ -175,7 +175,7 @@ def model_identity(component: str, paths) -> tuple[str, str]:
     if rec:
         files = sorted((f, info["sha256"]) for f, info in rec["files"].items())
     else:  # an official folder outside the store: path, size and mtime
-        from studio.core.fsutil import quick_file_key
+        from studio.core.store.fsutil import quick_file_key
 
         files = [(p.name, quick_file_key(p)) for p in sorted(folder.iterdir()) if p.is_file()]
     return name, hashlib.sha256(json.dumps(files).encode()).hexdigest()
@@ -183,7 +183,7 @@ def model_identity(component: str, paths) -> tuple[str, str]:
 
 def cache_dir() -> Path:
     """``$STUDIO_ENGINE_CACHE``, else ``engines/cache`` in a dev checkout, else ``data_dir()/engines``."""
-    from studio.core.paths import sub_dir
+    from studio.core.store.paths import sub_dir
 
     from studio.core import env
 
@@ -396,7 +396,7 @@ def build(components=("unet", "taesd"), precision: str = "fp16", profile: Profil
 
 def build_plan(onnx_path: Path, plan: Path, profile: Profile, precision: str, timing_cache: Path) -> None:
     """Parse the ONNX and serialize an engine with one optimization profile (TensorRT 10 or 11)."""
-    from studio.core.fsutil import atomic_write_bytes
+    from studio.core.store.fsutil import atomic_write_bytes
 
     trt = require_tensorrt()
     logger = trt.Logger(trt.Logger.WARNING)
@@ -694,7 +694,7 @@ def _sidecar_problems(plan: Path, key: EngineKey, meta: dict | None = None) -> l
 
 
 def _write_sidecar(plan: Path, key: EngineKey, **extra) -> None:
-    from studio.core.fsutil import atomic_write_bytes
+    from studio.core.store.fsutil import atomic_write_bytes
 
     meta = {"key": key.to_json(), "plan_bytes": plan.stat().st_size,
             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "opset": OPSET, **extra}

@@ -110,7 +110,7 @@ class WhisperFeatures:
     def __init__(self, folder: str | Path, device="cpu", weights: str | Path | None = None, batch: int = 8):
         import torch
 
-        from studio.core import models
+        from studio.core.store import models
 
         self.folder = Path(folder)
         self.device = torch.device(device)
@@ -168,7 +168,7 @@ class WhisperFeatures:
 def mel_settings(folder: Path, mel_bins: int) -> dict:
     """``log_mel``'s arguments from ``preprocessor_config.json`` (WhisperFeatureExtractor's defaults
     for absent fields, or for the whole file when there is none)."""
-    from studio.core import models
+    from studio.core.store import models
 
     path = Path(folder) / "preprocessor_config.json"
     if path.is_file():

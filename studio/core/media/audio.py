@@ -133,11 +133,9 @@ def probe(path: str | os.PathLike) -> AudioInfo:
     try:
         with quiet_stderr():
             info = sf.info(str(p))
-    except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
+    except Exception as exc:  # noqa: BLE001 - soundfile raises LibsndfileError / RuntimeError / TypeError
         detail = _sf_detail(exc)
-        raise AudioError(
-            f"{p}: not an audio file Studio can read ({detail}); convert it to {SUPPORTED}"
-        ) from None
+        raise AudioError(f"{p}: not an audio file Studio can read ({detail}); convert it to {SUPPORTED}") from None
     if info.frames <= 0 or info.samplerate <= 0:
         raise AudioError(f"{p}: contains no audio samples; export the voice-over again")
     return AudioInfo(
@@ -246,13 +244,15 @@ def load(path: str | os.PathLike) -> Wave:
                 put(resampler.resample_chunk(mono) if resampler else mono)
             if resampler:
                 put(resampler.resample_chunk(np.zeros(0, np.float32), last=True))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         raise AudioError(
             f"{info.path}: the audio data is corrupt ({_sf_detail(exc)}); export the voice-over again"
         ) from None
     if bad:  # refused, not patched: the render's AAC track is encoded from the file itself
-        raise AudioError(f"{info.path}: {bad} of {info.source_frames * info.channels} samples are not numbers "
-                         "(NaN or infinite), so the file is damaged; export the voice-over again")
+        raise AudioError(
+            f"{info.path}: {bad} of {info.source_frames * info.channels} samples are not numbers "
+            "(NaN or infinite), so the file is damaged; export the voice-over again"
+        )
     if pos == 0:
         raise AudioError(f"{info.path}: contains no audio samples; export the voice-over again")
     if pos < n_out * 0.98:
@@ -357,9 +357,7 @@ class AudioAnalysis:
     def mask(self, threshold: float = DEFAULT_SILENCE_THRESHOLD, min_run: int = DEFAULT_MIN_SILENCE_FRAMES):
         return silence_mask(self.rms, threshold, min_run)
 
-    def summary(
-        self, threshold: float = DEFAULT_SILENCE_THRESHOLD, min_run: int = DEFAULT_MIN_SILENCE_FRAMES
-    ) -> dict:
+    def summary(self, threshold: float = DEFAULT_SILENCE_THRESHOLD, min_run: int = DEFAULT_MIN_SILENCE_FRAMES) -> dict:
         mask = self.mask(threshold, min_run)
         spans = runs(mask)
         longest = max((b - a for a, b in spans), default=0)
@@ -393,12 +391,12 @@ def analyze(path: str | os.PathLike, use_cache: bool = True) -> AudioAnalysis:
                 meta = json.loads(str(z["meta"]))
                 if meta.get("version") == CACHE_VERSION and meta.get("info") == asdict(info):
                     return AudioAnalysis(info, z["rms"], z["env_min"], z["env_max"], int(meta["bucket"]), True)
-        except Exception as exc:  # a damaged cache is rebuilt, never trusted
+        except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt, never trusted
             log.warning("audio cache %s unreadable (%s); rebuilding", cache, exc)
     wave = load(path)
     result = analysis_of(wave)
     if cache is not None:
-        from studio.core.fsutil import atomic_path
+        from studio.core.store.fsutil import atomic_path
 
         meta = json.dumps({"version": CACHE_VERSION, "info": asdict(info), "bucket": result.bucket})
         try:
@@ -416,8 +414,8 @@ def analysis_of(wave: Wave) -> AudioAnalysis:
 
 def _cache_file(path: str | os.PathLike) -> Path | None:
     try:
-        from studio.core.fsutil import quick_file_key
-        from studio.core.paths import sub_dir
+        from studio.core.store.fsutil import quick_file_key
+        from studio.core.store.paths import sub_dir
 
         return sub_dir("cache/audio") / f"{quick_file_key(path)}.npz"
     except OSError:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from studio.core.errors import AudioError
-from studio.core.x264_pool import REC
+from studio.core.media.x264_pool import REC
 
 AAC_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000)
 BT709, RANGE_MPEG = 1, 1  # AVCOL_PRI/TRC/SPC_BT709 and AVCOL_RANGE_MPEG (limited)
@@ -31,15 +31,16 @@ def probe_nvenc() -> tuple[bool, str]:
     """(available, why): NVENC counts as available only when an encode session really opens."""
     try:
         import PyNvVideoCodec as nvc  # noqa: N813
-    except Exception as exc:  # ImportError, or OSError for a missing libnvidia-encode.so.1
+    except Exception as exc:  # noqa: BLE001 - ImportError, or OSError for a missing libnvidia-encode.so.1
         return False, f"PyNvVideoCodec cannot be imported ({type(exc).__name__}: {exc})"
     try:
         enc = nvc.CreateEncoder(256, 256, "NV12", True, codec="h264")
         enc.EndEncode()
         del enc
-    except Exception as exc:  # PyNvVCException on GPUs without NVENC (H100/H200)
+    except Exception as exc:  # noqa: BLE001 - PyNvVCException on GPUs without NVENC (H100/H200)
         return False, f"NVENC session cannot be opened ({type(exc).__name__}: {exc})"
     return True, "NVENC session opened"
+
 
 def configure_x264(ctx, width, height, fps, crf, preset, threads) -> None:
     ctx.width, ctx.height = width, height
@@ -50,6 +51,7 @@ def configure_x264(ctx, width, height, fps, crf, preset, threads) -> None:
     ctx.color_range = RANGE_MPEG
     ctx.thread_count = threads
     ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0"}
+
 
 class X264Encoder:
     """A libx264 codec context fed NV12 frames; yields PyAV packets."""
@@ -74,8 +76,18 @@ class X264Encoder:
 
 
 # x264 preset names -> NVENC presets P1 (fastest) .. P7 (best)
-NV_PRESETS = {"ultrafast": "P1", "superfast": "P1", "veryfast": "P2", "faster": "P3", "fast": "P4",
-               "medium": "P4", "slow": "P5", "slower": "P6", "veryslow": "P7", "placebo": "P7"}
+NV_PRESETS = {
+    "ultrafast": "P1",
+    "superfast": "P1",
+    "veryfast": "P2",
+    "faster": "P3",
+    "fast": "P4",
+    "medium": "P4",
+    "slow": "P5",
+    "slower": "P6",
+    "veryslow": "P7",
+    "placebo": "P7",
+}
 
 
 class NvencEncoder:
@@ -85,9 +97,20 @@ class NvencEncoder:
         import PyNvVideoCodec as nvc  # noqa: N813
 
         self._enc = nvc.CreateEncoder(
-            width, height, "NV12", True, codec="h264", preset=NV_PRESETS.get(str(preset), "P4"),
-            tuning_info="high_quality", rc="constqp", constqp=int(crf), fps=int(fps),
-            gop=10 * int(fps), idrperiod=10 * int(fps), bf=0, repeatspspps=1,
+            width,
+            height,
+            "NV12",
+            True,
+            codec="h264",
+            preset=NV_PRESETS.get(str(preset), "P4"),
+            tuning_info="high_quality",
+            rc="constqp",
+            constqp=int(crf),
+            fps=int(fps),
+            gop=10 * int(fps),
+            idrperiod=10 * int(fps),
+            bf=0,
+            repeatspspps=1,
         )
 
     def encode(self, nv12: np.ndarray, pts: int):
@@ -102,11 +125,12 @@ class NvencEncoder:
 # Encoders that produce an H.264 Annex B elementary stream (no B-frames), by writer-name prefix.
 ELEMENTARY = {"nvenc": NvencEncoder}
 
+
 class HookedFile:
     """A binary file whose writes first call ``hook(nbytes)`` (to simulate a full disk)."""
 
     def __init__(self, path, mode, hook):
-        self._f = open(path, mode)  # noqa: SIM115 - closed by the owner
+        self._f = open(path, mode)
         self._hook = hook
         self.name = str(path)
 
@@ -132,8 +156,6 @@ class RawFile:
     def close(self) -> None:
         if not self._f.closed:
             self._f.close()
-
-
 
 
 class PacketFile:
@@ -164,6 +186,7 @@ def read_packets(path: Path, stream):
             pkt.is_keyframe = bool(key)
             yield pkt
 
+
 AREC = struct.Struct("<qqII")  # one AAC packet in a worker's audio file: pts, dts, size, duration
 
 
@@ -184,8 +207,9 @@ class AudioSource:
         try:
             self._sf = sf.SoundFile(str(self.path))
         except Exception as exc:
-            raise AudioError(f"Cannot read the audio file {self.path.name} ({exc}): "
-                             "use a WAV, FLAC, OGG or MP3 file.") from exc
+            raise AudioError(
+                f"Cannot read the audio file {self.path.name} ({exc}): use a WAV, FLAC, OGG or MP3 file."
+            ) from exc
         self.rate_in = self._sf.samplerate
         self.channels = min(self._sf.channels, 2) if self._sf.channels <= 2 else 1
         self.rate = self.rate_in if self.rate_in in AAC_RATES else 48000
@@ -223,8 +247,7 @@ class AudioSource:
                 block = self._resampler.resample_chunk(block, last=last)
             self._eof = last
             if len(block):
-                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block.T), format="fltp",
-                                                   layout=self._layout)
+                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block.T), format="fltp", layout=self._layout)
                 frame.sample_rate = self.rate
                 frame.pts = self._sent
                 frame.time_base = Fraction(1, self.rate)
@@ -246,7 +269,7 @@ class AudioSource:
 
         if self._reader is None:
             try:
-                self._reader = open(self._remote[1], "rb")  # noqa: SIM115 - closed in close()
+                self._reader = open(self._remote[1], "rb")
             except FileNotFoundError:  # the worker has not started on it yet
                 return None
         f = self._reader

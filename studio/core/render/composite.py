@@ -19,8 +19,8 @@ import logging
 
 import numpy as np
 
-from studio.core.devices import to_device
 from studio.core.constants import FACE_SIZE
+from studio.core.devices import to_device
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ def _cache_budget(device) -> int:
 
     total = torch.cuda.get_device_properties(device).total_memory
     return min(GPU_FRAME_CACHE_BYTES, total // 4)
+
 
 # The avatar frames last uploaded, per device, kept for the next render of the same avatar
 # (a warm render starts without re-uploading the clip): device -> [key, source array, RGB, NV12].
@@ -255,8 +256,7 @@ class Compositor:
         gy = 2.0 * (ys - box[:, 1:2]) / (box[:, 3:4] - box[:, 1:2]) - 1.0
         gx = 2.0 * (xs - box[:, 0:1]) / (box[:, 2:3] - box[:, 0:1]) - 1.0
         grid = torch.stack(torch.broadcast_tensors(gx[:, None, :], gy[:, :, None]), dim=-1)
-        res = F.grid_sample(src, grid, mode="bilinear", padding_mode="border",
-                            align_corners=False)  # [n,4,win_h,win_w]
+        res = F.grid_sample(src, grid, mode="bilinear", padding_mode="border", align_corners=False)  # [n,4,win_h,win_w]
 
         # Alpha: mask/255 * weight, zero outside each item's own visible box.
         vis_t = to_device(vis.astype(np.float32), dev)
@@ -335,7 +335,7 @@ def nv12_to_rgb(nv12):
 
     b, h3, w = nv12.shape
     h = h3 * 2 // 3
-    y = (nv12[:, :h].float() - _OFF709[0])
+    y = nv12[:, :h].float() - _OFF709[0]
     uv = nv12[:, h:].float().view(b, h // 2, w // 2, 2) - 128.0
     uv = uv.repeat_interleave(2, dim=1).repeat_interleave(2, dim=2)
     m = torch.linalg.inv(torch.tensor(_M709, dtype=torch.float64)).float().to(nv12.device)

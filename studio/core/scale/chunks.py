@@ -12,7 +12,7 @@ the joined stream has frame t at pts t/25 exactly as a single-process render. Th
 frames are those of ``Renderer.iter_batches`` (bit for bit: each frame depends only on its index),
 and every segment uses the same encoder settings, so the stream headers agree and the join is a
 packet copy. ``render_chunked`` runs the chunks in local worker processes (no Ray); the Ray farm
-(``studio.core.farm``) uses the same three functions on remote workers.
+(``studio.core.scale.farm``) uses the same three functions on remote workers.
 """
 
 from __future__ import annotations
@@ -63,16 +63,23 @@ def split(total: int, n: int, min_chunk: int = MIN_CHUNK) -> list[tuple[int, int
     return [(edges[k], edges[k + 1]) for k in range(n)]
 
 
-def render_segment(renderer, start: int, end: int, path, *, on_batch: Callable[[int], None] | None = None,
-                   should_stop: Callable[[], bool] | None = None) -> str:
+def render_segment(
+    renderer,
+    start: int,
+    end: int,
+    path,
+    *,
+    on_batch: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> str:
     """Encode frames ``[start, end)`` of ``renderer``'s clip into a video-only MP4 at ``path``.
 
     The segment's first frame is an IDR (a fresh encoder, closed GOPs) and its timestamps start
     at 0. ``on_batch(frames)`` is called after each batch; ``should_stop()`` is checked between
     batches and raises ``Cancelled``. The file appears atomically (nothing is left on failure).
     """
-    from studio.core.encode import open_video
-    from studio.core.render import stripes
+    from studio.core.media.writer import open_video
+    from studio.core.render.plan import stripes
 
     plan = renderer.plan
     if not 0 <= start < end <= plan.frames:
@@ -80,8 +87,9 @@ def render_segment(renderer, start: int, end: int, path, *, on_batch: Callable[[
     s = renderer.settings
     a = renderer.avatar
     n = end - start
-    writer = open_video(path, a.width, a.height, audio=None, encoder=s.encoder, crf=s.crf, preset=s.preset,
-                        fps=FPS, total_frames=n)
+    writer = open_video(
+        path, a.width, a.height, audio=None, encoder=s.encoder, crf=s.crf, preset=s.preset, fps=FPS, total_frames=n
+    )
     with writer:
         nv12 = renderer.engine.device.type == "cuda" and renderer.nv12_ready
         batches = (start + b for b in stripes(n, renderer.batch_size, writer.chunks))
@@ -103,14 +111,16 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     """
     import av
 
-    from studio.core.encoders import AudioSource  # the single-process writer's AAC muxer
-    from studio.core.fsutil import atomic_path
+    from studio.core.media.encoders import AudioSource  # the single-process writer's AAC muxer
+    from studio.core.store.fsutil import atomic_path
 
     segments = sorted(segments, key=lambda s: s[0])
     expect = 0
     for s, e, _ in segments:
         if s != expect or e <= s:
-            raise RenderError(f"The chunks do not tile the clip: expected one starting at frame {expect}, got {s}..{e}.")
+            raise RenderError(
+                f"The chunks do not tile the clip: expected one starting at frame {expect}, got {s}..{e}."
+            )
         expect = e
     output = Path(output)
     if not output.parent.is_dir():
@@ -120,7 +130,7 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
         with atomic_path(output, suffix=".mp4") as tmp:
             _join(av, segments, tmp, src, fps)
     except OSError as exc:  # a full disk: one sentence naming the folder, not a traceback
-        from studio.core.encode import _disk_error
+        from studio.core.media.writer import _disk_error
 
         raise _disk_error(exc, output) from exc
     finally:
@@ -130,8 +140,16 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     return str(output)
 
 
-def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, workers: int | None = None,
-                   cancel: threading.Event | None = None) -> Iterator[ChunkedProgress]:
+def render_chunked(
+    avatar,
+    audio,
+    output,
+    settings=None,
+    *,
+    chunks: int = 2,
+    workers: int | None = None,
+    cancel: threading.Event | None = None,
+) -> Iterator[ChunkedProgress]:
     """Render in ``chunks`` segments on ``workers`` local processes (default: one per chunk), then join.
 
     Yields a ``ChunkedProgress`` now and then; the last has ``finished=True``. Setting ``cancel``
@@ -143,9 +161,10 @@ def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, wor
     import queue
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    from studio.core.encode import check_output
-    from studio.core.fsutil import release_temp, temp_dir
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.media.writer import check_output
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
+    from studio.core.store.fsutil import release_temp, temp_dir
 
     settings = settings or RenderSettings()
     t0 = time.perf_counter()
@@ -160,11 +179,17 @@ def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, wor
     tmpdir = temp_dir(Path(output).parent, f".{Path(output).stem}.chunks.")  # registered: gone even after a kill
     done, per_worker = 0, {}
     try:
-        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_child_init,
-                                   initargs=(q, stop, workers, os.getpid()))
+        pool = ProcessPoolExecutor(
+            workers, mp_context=ctx, initializer=_child_init, initargs=(q, stop, workers, os.getpid())
+        )
         try:
-            futs = {pool.submit(_child_render, avatar_ref, str(audio), settings, a, b,
-                                str(tmpdir / f"seg{k:04d}.mp4")): (a, b) for k, (a, b) in enumerate(ranges)}
+            futs = {
+                pool.submit(_child_render, avatar_ref, str(audio), settings, a, b, str(tmpdir / f"seg{k:04d}.mp4")): (
+                    a,
+                    b,
+                )
+                for k, (a, b) in enumerate(ranges)
+            }
             pending, finished = set(futs), []
             while pending:
                 if cancel is not None and cancel.is_set():
@@ -192,9 +217,18 @@ def render_chunked(avatar, audio, output, settings=None, *, chunks: int = 2, wor
         _rmtree(tmpdir)
         release_temp(tmpdir)
     elapsed = time.perf_counter() - t0
-    yield ChunkedProgress(done=T, total=T, fps=T / elapsed if elapsed else 0.0, eta_s=0.0, elapsed_s=elapsed,
-                          workers=per_worker, chunks_done=len(ranges), chunks=len(ranges), finished=True,
-                          output=path)
+    yield ChunkedProgress(
+        done=T,
+        total=T,
+        fps=T / elapsed if elapsed else 0.0,
+        eta_s=0.0,
+        elapsed_s=elapsed,
+        workers=per_worker,
+        chunks_done=len(ranges),
+        chunks=len(ranges),
+        finished=True,
+        output=path,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -208,10 +242,10 @@ def avatar_reference(assets) -> tuple[str, str]:
 
 def open_avatar(ref: tuple[str, str]):
     """The ``AvatarAssets`` of ``avatar_reference`` (memory-mapped from the same folder)."""
-    from studio.core import avatar as avatar_mod
-
     folder, name = ref
-    return avatar_mod._load_folder(Path(folder), name)  # no public loader by folder yet
+    from studio.core.avatars.cache import load_folder
+
+    return load_folder(Path(folder), name)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -221,9 +255,17 @@ def open_avatar(ref: tuple[str, str]):
 def _progress(done, total, t0, workers, chunks_done, chunks, retries=0) -> ChunkedProgress:
     elapsed = time.perf_counter() - t0
     fps = done / elapsed if elapsed > 0 else 0.0
-    return ChunkedProgress(done=min(done, total), total=total, fps=fps,
-                           eta_s=(total - done) / fps if fps else 0.0, elapsed_s=elapsed,
-                           workers=dict(workers), chunks_done=chunks_done, chunks=chunks, retries=retries)
+    return ChunkedProgress(
+        done=min(done, total),
+        total=total,
+        fps=fps,
+        eta_s=(total - done) / fps if fps else 0.0,
+        elapsed_s=elapsed,
+        workers=dict(workers),
+        chunks_done=chunks_done,
+        chunks=chunks,
+        retries=retries,
+    )
 
 
 def _join(av, segments, tmp: Path, audio, fps: int) -> None:
@@ -243,7 +285,9 @@ def _join(av, segments, tmp: Path, audio, fps: int) -> None:
                         audio.add_stream(out)
                     out.start_encoding()
                 elif bytes(sv.codec_context.extradata or b"") != extradata:
-                    raise RenderError("The chunks' encoders disagree on stream headers: render them with the same settings.")
+                    raise RenderError(
+                        "The chunks' encoders disagree on stream headers: render them with the same settings."
+                    )
                 count = 0
                 for pkt in seg.demux(sv):
                     if pkt.size == 0:
@@ -266,7 +310,9 @@ def _join(av, segments, tmp: Path, audio, fps: int) -> None:
                     if audio is not None:
                         audio.mux_until(out, muxed_until / fps)
                 if count != end - start:
-                    raise RenderError(f"Chunk {start}..{end} holds {count} frames instead of {end - start}: render it again.")
+                    raise RenderError(
+                        f"Chunk {start}..{end} holds {count} frames instead of {end - start}: render it again."
+                    )
         if audio is not None:
             audio.mux_until(out, None)
     finally:
@@ -331,7 +377,7 @@ def _child_init(q, stop, workers: int, parent_pid: int | None = None) -> None:
 
 
 def _child_render(avatar_ref, audio, settings, start, end, path):
-    from studio.core.render import Renderer
+    from studio.core.render.renderer import Renderer
 
     renderer = Renderer(open_avatar(avatar_ref), audio, settings)
     t0, done = time.perf_counter(), 0

@@ -73,7 +73,7 @@ def changing_macroblocks(avatar, block: int = 16) -> np.ndarray | None:
         if bx1 > bx0 and by1 > by0:
             mask[by0:by1, bx0:bx1] = True
     if cache is not None:
-        from studio.core.fsutil import atomic_path
+        from studio.core.store.fsutil import atomic_path
 
         try:
             with atomic_path(cache) as tmp, open(tmp, "wb") as fh:

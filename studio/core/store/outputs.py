@@ -52,8 +52,9 @@ def check_output(output: str | os.PathLike, inputs: Iterable | Mapping = (), kin
         if inp is None or not same_file(out, inp):
             continue
         via = "" if os.path.abspath(out) == os.path.abspath(inp) else f" ({inp}, through a link or another name)"
-        raise InputError(f"{out}: is the {label} itself{via}; writing there would destroy it, "
-                         "so choose another output name.")
+        raise InputError(
+            f"{out}: is the {label} itself{via}; writing there would destroy it, so choose another output name."
+        )
     if out.suffix.lower() not in suffixes:
         names = ", ".join(suffixes[:-1]) + " or " + suffixes[-1] if len(suffixes) > 1 else suffixes[0]
         raise InputError(f"{out.name}: Studio writes {_WHAT[kind]}; give the output a {names} name.")
@@ -80,7 +81,7 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 
 def check_folder(out: str | os.PathLike) -> Path:
     """Raise unless ``out``'s folder exists and accepts a new file (one is created and removed)."""
-    from studio.core.fsutil import release_temp, temp_file
+    from studio.core.store.fsutil import release_temp, temp_file
 
     out = Path(out)
     folder = out.parent

@@ -223,7 +223,7 @@ def tmp_records_dir() -> Path | None:
         home = env.get("STUDIO_HOME")
         if home:
             return Path(home).expanduser() / "tmp"
-        from studio.core.paths import data_dir
+        from studio.core.store.paths import data_dir
 
         return data_dir() / "tmp"
     except Exception:  # noqa: BLE001 - a sweep must never stop a command

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -39,8 +38,9 @@ def repo_resources() -> Path:
     frozen_root = getattr(sys, "_MEIPASS", None)
     if getattr(sys, "frozen", False) and frozen_root:
         return Path(frozen_root) / "resources"
-    here = Path(__file__).resolve().parent.parent.parent / "resources"
+    package = Path(__file__).resolve().parents[2]  # studio/ (this file is studio/core/store/paths.py)
+    here = package.parent / "resources"
     if here.is_dir():
         return here
     # Frozen/installed layouts put resources next to the package.
-    return Path(__file__).resolve().parent.parent / "resources"
+    return package / "resources"

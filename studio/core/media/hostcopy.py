@@ -49,7 +49,7 @@ class CopyThread:
 
         import torch
 
-        from studio.core.composite import pad_even, rgb_to_nv12
+        from studio.core.render.composite import pad_even, rgb_to_nv12
 
         self._raise()
         nv12 = frames if frames.ndim == 3 else rgb_to_nv12(pad_even(frames))
@@ -97,7 +97,7 @@ class CopyThread:
     def _loop(self) -> None:
         import torch
 
-        from studio.core.x264_pool import wait_blocking
+        from studio.core.media.x264_pool import wait_blocking
 
         try:
             while (item := self.q.get()) is not None:
@@ -109,8 +109,9 @@ class CopyThread:
                         self.pool[i].copy_(nv12[k], non_blocking=True)
                 wait_blocking(self.stream)
                 del nv12  # safe: the copies that read it have finished
-                self.writer.write([self.pool_np[i] for i in ids], indices=indices,
-                                  release=lambda k, ids=ids: self.free.put(ids[k]))
+                self.writer.write(
+                    [self.pool_np[i] for i in ids], indices=indices, release=lambda k, ids=ids: self.free.put(ids[k])
+                )
         except BaseException as exc:  # noqa: BLE001 - re-raised in the render thread
             self.error = exc
 

@@ -1,10 +1,10 @@
 """Avatar sources: what a file is (photo or video), photos as RGB, videos resampled to 25 fps.
 
-    kind = source_kind(path)                   # "photo" or "video"; AvatarError otherwise
-    rgb = read_image(path)                     # [H,W,3] uint8, EXIF orientation applied
-    rgb, was = fit_photo(rgb)                  # at most 3840x2160 (either orientation), even sides
-                                               # (photos, and every frame of a video above 4K)
-    for rgb in VideoReader(path, trim_start, trim_end): ...   # frame k = the one shown at start + k/25
+kind = source_kind(path)                   # "photo" or "video"; AvatarError otherwise
+rgb = read_image(path)                     # [H,W,3] uint8, EXIF orientation applied
+rgb, was = fit_photo(rgb)                  # at most 3840x2160 (either orientation), even sides
+                                           # (photos, and every frame of a video above 4K)
+for rgb in VideoReader(path, trim_start, trim_end): ...   # frame k = the one shown at start + k/25
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def source_kind(path: Path) -> str:
             if container.streams.video:
                 next(container.decode(video=0))  # garbage often probes as something; it never decodes
                 return "video"
-    except Exception:  # PyAV raises FFmpegError subclasses (InvalidDataError, ...), StopIteration
+    except Exception:  # noqa: BLE001 - PyAV raises FFmpegError subclasses (InvalidDataError, ...), StopIteration
         pass
     raise AvatarError(f"{path}: not an image or video Studio can read (or the file is corrupt); give {SOURCE_HELP}")
 
@@ -53,8 +53,10 @@ def read_image(path: Path) -> np.ndarray:
             im = ImageOps.exif_transpose(im)
             rgb = np.asarray(im.convert("RGB"))
     except Image.DecompressionBombError:
-        raise AvatarError(f"{path}: the image has too many pixels to read safely (over "
-                          f"{2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.0f} megapixels); export it at 4K or less") from None
+        raise AvatarError(
+            f"{path}: the image has too many pixels to read safely (over "
+            f"{2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.0f} megapixels); export it at 4K or less"
+        ) from None
     except (OSError, ValueError) as exc:
         raise AvatarError(f"{path}: the image is corrupt ({exc}); export it again") from None
     return np.ascontiguousarray(rgb)
@@ -96,9 +98,12 @@ class VideoReader:
                 dur = float(s.duration * s.time_base) if s.duration else (c.duration / 1e6 if c.duration else None)
                 # what the video stream itself declares (an index that survived a truncation still
                 # says it): its duration, else its frame count at its rate
-                own = float(s.duration * s.time_base) if s.duration else (
-                    s.frames / self.source_fps if s.frames and self.source_fps else None)
-        except Exception as exc:
+                own = (
+                    float(s.duration * s.time_base)
+                    if s.duration
+                    else (s.frames / self.source_fps if s.frames and self.source_fps else None)
+                )
+        except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
             raise AvatarError(f"{path}: the video cannot be opened ({exc}); re-encode it as H.264 MP4") from None
         span = None if dur is None else (min(dur, self.end) if self.end else dur) - self.start
         if span is not None and span <= 0:

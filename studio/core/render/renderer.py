@@ -15,35 +15,24 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, FPS
+from studio.core.constants import FPS
+from studio.core.render.plan import (
+    RenderPlan,
+    audio_range,
+    batch_ranges,
+    check_range,
+    frame_index,
+    make_plan,
+    stripes,
+)
+from studio.core.settings import RenderSettings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RenderSettings:
-    engine: str = "auto"  # auto | classic | musetalk
-    device: str | None = None  # None: cuda when available, else cpu
-    precision: str = "auto"  # auto | fp32 | fp16 | bf16 (MuseTalk)
-    decoder: str = "taesd"  # taesd | sd-vae (MuseTalk)
-    runtime: str = "auto"  # auto | torch | tensorrt (MuseTalk: TensorRT engines when built and valid)
-    batch: int = 0  # 0: the engine's preferred batch
-    compile: bool = False  # MuseTalk: torch.compile under the CUDA graphs (a minute to load, then faster)
-    encoder: str = "auto"  # auto | x264 | x264-parallel | nvenc
-    crf: int = 20
-    preset: str = "veryfast"
-    threshold: float = DEFAULT_SILENCE_THRESHOLD
-    min_silence: int = DEFAULT_MIN_SILENCE_FRAMES
-    crossfade: int = 3  # frames of crossfade at each speech/silence edge
-    preview_interval_s: float = 0.25  # how often a progress carries a preview frame
-
-    def with_(self, **kw) -> RenderSettings:
-        return replace(self, **kw)
 
 
 @dataclass(frozen=True)
@@ -79,25 +68,6 @@ class RenderResult:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-@dataclass(frozen=True, eq=False)
-class RenderPlan:
-    """Per output frame: which avatar frame, silent or not, face found, and the engine weight."""
-
-    avatar_idx: np.ndarray  # [T] int
-    silent: np.ndarray  # [T] bool (from the silence mask)
-    face_ok: np.ndarray  # [T] bool
-    weight: np.ndarray  # [T] float32: 0 = avatar frame as is, 1 = generated face; ramps at edges
-
-    @property
-    def frames(self) -> int:
-        return len(self.avatar_idx)
-
-    @property
-    def engine_frames(self) -> np.ndarray:
-        """Indices of frames that need the engine (weight > 0)."""
-        return np.flatnonzero(self.weight > 0)
-
-
 class Renderer:
     """Renders one avatar x one voice-over. Construct cheaply; audio, avatar and engine load on first use.
 
@@ -130,7 +100,7 @@ class Renderer:
     @property
     def avatar(self):
         if self._avatar is None:
-            from studio.core import avatar as avatar_mod
+            from studio.core.avatars import library as avatar_mod
 
             a = self._avatar_arg
             self._avatar = a if hasattr(a, "frames") else avatar_mod.resolve(a)
@@ -139,7 +109,7 @@ class Renderer:
     @property
     def wave(self):
         if self._wave is None:
-            from studio.core.audio import load
+            from studio.core.media.audio import load
 
             self._wave = load(self.audio_path)
         return self._wave
@@ -150,8 +120,15 @@ class Renderer:
             from studio.core.engines import select_engine
 
             s = self.settings
-            choice = select_engine(s.engine, device=s.device, precision=s.precision, decoder=s.decoder, batch=s.batch,
-                                   runtime=s.runtime, **({"compile": True} if s.compile else {}))
+            choice = select_engine(
+                s.engine,
+                device=s.device,
+                precision=s.precision,
+                decoder=s.decoder,
+                batch=s.batch,
+                runtime=s.runtime,
+                **({"compile": True} if s.compile else {}),
+            )
             self._engine, self._engine_reason = choice.engine, choice.reason
         return self._engine
 
@@ -183,7 +160,7 @@ class Renderer:
                 self._prepared = engine.prepare(self.avatar)
                 self._stage("prepare", t0)
             if self._compositor is None:
-                from studio.core.composite import Compositor
+                from studio.core.render.composite import Compositor
 
                 a = self.avatar
                 self._compositor = Compositor(a.frames, a.boxes, a.masks, device=engine.device)
@@ -202,7 +179,7 @@ class Renderer:
             from studio.core.errors import InputError
 
             raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {T / FPS:.2f} s)")
-        (_, frames), = self.iter_frames([(index, index + 1)])
+        ((_, frames),) = self.iter_frames([(index, index + 1)])
         return frames[0].cpu().numpy()
 
     def frame_at(self, seconds: float) -> np.ndarray:
@@ -250,7 +227,7 @@ class Renderer:
             if getattr(engine, "features", None) is not self._features:  # a shared engine served another clip
                 engine.bind(self._features)
             t0 = time.perf_counter()
-            faces = engine.generate(self._prepared, idx[active], idx_f[active])
+            faces = engine.generate(self._prepared, idx[active], idx_f[active], weight[active])
             self._stage("engine", t0)
             t0 = time.perf_counter()
             if nv12:
@@ -287,8 +264,8 @@ class Renderer:
         On cancel raises ``Cancelled`` after removing every temporary file; an existing ``output``
         stays untouched. The last progress has ``finished=True``; ``self.result`` holds the summary.
         """
-        from studio.core.encode import open_video
-        from studio.core.hints import changing_region
+        from studio.core.media.hints import changing_region
+        from studio.core.media.writer import open_video
 
         self._cancel.clear()
         self._stage_ms = {}
@@ -305,8 +282,16 @@ class Renderer:
             if T != plan.frames:
                 audio = stack.enter_context(audio_range(self.wave, self.audio_path, first, end))
             writer = open_video(
-                output, a.width, a.height, audio=audio, encoder=self.settings.encoder,
-                crf=self.settings.crf, preset=self.settings.preset, fps=FPS, total_frames=T, rolling=True,
+                output,
+                a.width,
+                a.height,
+                audio=audio,
+                encoder=self.settings.encoder,
+                crf=self.settings.crf,
+                preset=self.settings.preset,
+                fps=FPS,
+                total_frames=T,
+                rolling=True,
                 changing=changing_region(a),  # a photo's face, a video's moving parts
             )
             self._stage("open", t0)
@@ -317,9 +302,11 @@ class Renderer:
 
         a = self.avatar
         with writer:
-            engine_frames = plan.weight[first:first + T] > 0
-            batches = [b + first for b in stripes(T, self.batch_size, writer.chunks, window=writer.window,
-                                                  engine=engine_frames)]
+            engine_frames = plan.weight[first : first + T] > 0
+            batches = [
+                b + first
+                for b in stripes(T, self.batch_size, writer.chunks, window=writer.window, engine=engine_frames)
+            ]
             done = 0
             last_preview = -1e9
             pending = None  # (pinned host frame, event, index): a preview on its way to the host
@@ -328,7 +315,7 @@ class Renderer:
             # directly (one DMA per frame into their slots); otherwise through a copy thread.
             sink = None
             if cuda and not writer.takes_gpu_frames():
-                from studio.core.hostcopy import CopyThread
+                from studio.core.media.hostcopy import CopyThread
 
                 sink = CopyThread(writer, T)
             nv12 = cuda and self.nv12_ready  # composite straight into the encoder's format
@@ -359,8 +346,13 @@ class Renderer:
                         pending[1].synchronize()
                         preview, preview_index, pending = pending[0].numpy(), pending[2], None
                     yield RenderProgress(
-                        done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0, elapsed_s=elapsed,
-                        stage_ms=dict(self._stage_ms), preview=preview,
+                        done=done,
+                        total=T,
+                        fps=fps,
+                        eta_s=(T - done) / fps if fps else 0.0,
+                        elapsed_s=elapsed,
+                        stage_ms=dict(self._stage_ms),
+                        preview=preview,
                         preview_index=preview_index,
                     )
                 if sink is not None:
@@ -377,15 +369,28 @@ class Renderer:
             self._stage("finish", t0)
         seconds = time.perf_counter() - t_start
         self.result = RenderResult(
-            output=str(path), frames=T, silent_frames=int(plan.silent[first:first + T].sum()), engine=self.engine.name,
-            engine_reason=self._engine_reason, encoder=writer.name, seconds=round(seconds, 3),
-            fps=round(T / seconds, 2) if seconds else 0.0, width=a.width, height=a.height,
+            output=str(path),
+            frames=T,
+            silent_frames=int(plan.silent[first : first + T].sum()),
+            engine=self.engine.name,
+            engine_reason=self._engine_reason,
+            encoder=writer.name,
+            seconds=round(seconds, 3),
+            fps=round(T / seconds, 2) if seconds else 0.0,
+            width=a.width,
+            height=a.height,
             stage_ms={k: round(v, 1) for k, v in self._stage_ms.items()},
             finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
         )
         yield RenderProgress(
-            done=T, total=T, fps=self.result.fps, eta_s=0.0, elapsed_s=seconds, stage_ms=dict(self._stage_ms),
-            finished=True, output=str(path),
+            done=T,
+            total=T,
+            fps=self.result.fps,
+            eta_s=0.0,
+            elapsed_s=seconds,
+            stage_ms=dict(self._stage_ms),
+            finished=True,
+            output=str(path),
         )
 
     def render(self, output: str | Path) -> RenderResult:
@@ -395,127 +400,12 @@ class Renderer:
         return self.result
 
 
-# ------------------------------------------------------------------------------------------------
-# Plan and scheduling (pure functions)
-
-
-def check_range(frames: tuple[int, int] | None, total: int) -> tuple[int, int]:
-    """``(start, end)`` of an in/out range inside a clip of ``total`` frames (None: all of it)."""
-    if frames is None:
-        return 0, total
-    a, b = int(frames[0]), min(int(frames[1]), total)
-    if a < 0 or a >= total or b <= a:
-        from studio.core.errors import InputError
-
-        raise InputError(f"the range {frames[0]}..{frames[1]} is outside the clip (frames 0..{total}, "
-                         f"{total / FPS:.2f} s): set the in and out points inside it")
-    return a, b
-
-
-@contextlib.contextmanager
-def audio_range(wave, path: str, first: int, end: int):
-    """A temporary FLAC of the original audio under frames ``first..end`` (its own rate and channels)."""
-    import tempfile
-
-    import soundfile as sf
-
-    with tempfile.TemporaryDirectory(prefix="studio-range.") as folder:
-        out = Path(folder) / "range.flac"
-        with sf.SoundFile(path) as src:
-            rate = src.samplerate
-            a, b = int(round(first / FPS * rate)), int(round(end / FPS * rate))
-            src.seek(min(a, src.frames))
-            data = src.read(max(0, min(b, src.frames) - a), dtype="float32", always_2d=True)
-            sf.write(out, data, rate, format="FLAC")
-        yield str(out)
-
-
-def frame_index(seconds: float) -> int:
-    """The frame shown at ``seconds`` on the 25 fps grid (robust to float error: 0.12 s -> 3)."""
-    return int(np.floor(seconds * FPS + 1e-6))
-
-
-def make_plan(wave, avatar, settings: RenderSettings) -> RenderPlan:
-    from studio.core.audio import frame_rms, silence_mask
-
-    T = wave.frames
-    avatar_idx = np.asarray(avatar.cycle_index(np.arange(T)), np.int64)
-    silent = silence_mask(frame_rms(wave.samples, T), settings.threshold, settings.min_silence)
-    face_ok = np.asarray(avatar.face_ok, bool)[avatar_idx]
-    return RenderPlan(avatar_idx, silent, face_ok, crossfade_weights(~silent & face_ok, settings.crossfade))
-
-
-def crossfade_weights(speech: np.ndarray, crossfade: int) -> np.ndarray:
-    """1 inside speech, ramping ``1/(n+1) .. n/(n+1)`` over the ``n`` frames next to each non-speech frame.
-
-    Non-speech frames get 0 (the avatar frame itself).
-    """
-    T = len(speech)
-    weight = speech.astype(np.float32)
-    if crossfade <= 0 or T == 0 or speech.all():
-        return weight
-    # distance of every frame to the nearest non-speech frame
-    idx = np.arange(T)
-    off = np.flatnonzero(~speech)
-    pos = np.searchsorted(off, idx)
-    left = np.where(pos > 0, idx - off[np.maximum(pos - 1, 0)], T + 1)
-    right = np.where(pos < len(off), off[np.minimum(pos, len(off) - 1)] - idx, T + 1)
-    dist = np.minimum(left, right).astype(np.float32)
-    return np.where(speech, np.minimum(1.0, dist / (crossfade + 1)), 0.0).astype(np.float32)
-
-
-def batch_ranges(total: int, batch: int) -> list[tuple[int, int]]:
-    batch = max(1, int(batch))
-    return [(a, min(total, a + batch)) for a in range(0, total, batch)]
-
-
-def stripes(total: int, batch: int, chunks: list[tuple[int, int]], window: int | None = None,
-            engine: np.ndarray | None = None, max_frames: int | None = None) -> list[np.ndarray]:
-    """Frame indices per batch for a writer with parallel ``chunks``: every batch takes the next
-    ``batch // lanes`` frames of each lane in turn, so all encoders get work from the first batch
-    on and finish together, while each chunk still receives its frames in order. ``window``: the
-    writer's lanes (``VideoWriter.window``; None: one lane per chunk): lane ``j`` holds chunks
-    ``j, j + window, ...`` one after the other (rolling chunks). Batches keep the full ``batch``
-    size (no bucket padding) until the chunks run out.
-
-    ``engine`` (bool per frame: needs the engine): batches are cut so that each holds ``batch``
-    engine frames instead of ``batch`` frames, so the engine always runs full (a silent frame
-    costs it nothing, but a batch of 64 frames with 13 silent ones still pays for a 64 bucket);
-    ``max_frames`` (default ``4 * batch``) bounds a batch through long silences."""
-    batch = max(1, int(batch))
-    if len(chunks) <= 1:
-        c0, c1 = chunks[0] if chunks else (0, total)
-        flat = np.arange(c0, c1)
-    else:
-        lanes = len(chunks) if window is None else max(1, min(int(window), len(chunks)))
-        share = max(1, batch // lanes)
-        seqs = [np.concatenate([np.arange(c0, c1) for c0, c1 in chunks[j::lanes]]) for j in range(lanes)]
-        runs = [s[a : a + share] for a in range(0, max(len(s) for s in seqs), share) for s in seqs if a < len(s)]
-        flat = np.concatenate(runs) if runs else np.zeros(0, np.int64)
-    if engine is None:
-        return [flat[i : i + batch] for i in range(0, len(flat), batch)]
-    return _cut_by_engine_frames(flat, np.asarray(engine, bool), batch, max_frames or 4 * batch)
-
-
-def _cut_by_engine_frames(flat: np.ndarray, engine: np.ndarray, batch: int, max_frames: int) -> list[np.ndarray]:
-    """``flat`` cut in order into pieces of ``batch`` engine frames (at most ``max_frames`` frames)."""
-    out, i, n = [], 0, len(flat)
-    count = np.concatenate([[0], np.cumsum(engine[flat])])  # engine frames before position p
-    while i < n:
-        # the end: the first position holding `batch` engine frames since i, or max_frames, or n
-        j = int(np.searchsorted(count, count[i] + batch, side="left"))
-        j = min(n, i + max_frames, max(j, i + 1))
-        out.append(flat[i:j])
-        i = j
-    return out
-
-
 def _preview_copy(frame, index: int):
     """Start copying a CUDA frame to pinned host memory without waiting: (host, event, index)."""
     import torch
 
     if frame.ndim == 2:  # NV12: an RGB preview
-        from studio.core.composite import nv12_to_rgb
+        from studio.core.render.composite import nv12_to_rgb
 
         frame = nv12_to_rgb(frame[None])[0]
     host = torch.empty(frame.shape, dtype=frame.dtype, pin_memory=True)

@@ -7,7 +7,7 @@ into a slot of the worker's shared-memory ring (a host copy, or one DMA from the
 CUDA-registered), sends ``(slot, pts)`` down a socket, and gets the slot back when it is encoded.
 With a spill ``path`` the worker writes the packets there itself (``REC`` records) and the parent
 only moves frames; without one the packets' bytes come back with the slot. Workers are fresh
-interpreters started with ``python -m studio.core.x264_pool FD`` (no inherited CUDA context or
+interpreters started with ``python -m studio.core.media.x264_pool FD`` (no inherited CUDA context or
 threads, and no re-import of the caller's ``__main__`` as multiprocessing's spawn would do), kept
 for later renders, at a lower CPU priority than the render thread that feeds them.
 
@@ -56,7 +56,7 @@ class _Worker:
         if getattr(sys, "frozen", False):  # a frozen app: its own executable knows the flag
             cmd = [sys.executable, WORKER_FLAG, str(fd)]
         else:
-            cmd = [sys.executable, "-m", "studio.core.x264_pool", str(fd)]
+            cmd = [sys.executable, "-m", "studio.core.media.x264_pool", str(fd)]
         env = dict(os.environ, OMP_NUM_THREADS="1", STUDIO_PARENT_PID=str(os.getpid()))  # dies with us
         if nice is not None:
             env["STUDIO_X264_NICE"] = str(nice)
@@ -103,7 +103,7 @@ class _Worker:
                 import torch
 
                 torch.cuda.cudart().cudaHostUnregister(self._pinned_addr)
-            except Exception:
+            except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
                 pass
             self.pinned = None
         if self.shm is not None:
@@ -204,8 +204,9 @@ def shutdown_pool() -> None:
 class ProcessEncoder:
     """One libx264 encoder (single-threaded, closed GOP) living in a worker process."""
 
-    def __init__(self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str, path=None,
-                 changing=None):
+    def __init__(
+        self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str, path=None, changing=None
+    ):
         """``path``: the worker writes the packets there (``REC`` records) and returns none, so
         the parent only moves frames; None: packets come back from ``encode``/``flush``."""
         if not worker.lock.acquire(timeout=60):
@@ -222,9 +223,21 @@ class ProcessEncoder:
         self.trace = None  # STUDIO_TRACE: per frame (pts, message received, encode start, end), by flush
         self.waits = {"worker": 0.0, "gpu": 0.0}  # the feeding thread's waits: free slot, frames copied
         self._extradata = None
-        worker.conn.send(("open", shm.name, SLOTS, width, height, fps, crf, preset,
-                          None if path is None else str(path), changing,
-                          bool(os.environ.get("STUDIO_TRACE"))))  # the parent's setting, even if set after our start
+        worker.conn.send(
+            (
+                "open",
+                shm.name,
+                SLOTS,
+                width,
+                height,
+                fps,
+                crf,
+                preset,
+                None if path is None else str(path),
+                changing,
+                bool(os.environ.get("STUDIO_TRACE")),
+            )
+        )  # the parent's setting, even if set after our start
 
     @property
     def extradata(self) -> bytes:
@@ -419,7 +432,7 @@ def video_hint(frame, rects) -> bool:
 # Worker side
 
 
-def _worker_main(conn) -> None:
+def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message kinds
     import os
     import time
 
@@ -467,7 +480,7 @@ def _worker_main(conn) -> None:
                     changing = msg[9] if len(msg) > 9 and msg[9] and hints_available() else None
                     if spill is not None:
                         spill.close()
-                    spill = open(path, "wb") if path else None  # noqa: SIM115 - closed at flush/error
+                    spill = open(path, "wb") if path else None
                     if shm is None or shm.name != name:
                         if shm is not None:
                             shm.close()
@@ -475,7 +488,7 @@ def _worker_main(conn) -> None:
                         # the parent owns the block: do not let this process's tracker unlink it
                         try:
                             resource_tracker.unregister(shm._name, "shared_memory")
-                        except Exception:
+                        except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
                             pass
                     slots = np.ndarray((n, height * 3 // 2, width), np.uint8, buffer=shm.buf)
                     ctx = av.CodecContext.create("libx264", "w")
@@ -486,14 +499,18 @@ def _worker_main(conn) -> None:
                     ctx.color_primaries = ctx.color_trc = ctx.colorspace = _BT709
                     ctx.color_range = _RANGE_MPEG
                     ctx.thread_count = 1
-                    ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0",
-                                   **({"mb_info": "1"} if changing is not None else {})}
+                    ctx.options = {
+                        "preset": str(preset),
+                        "crf": str(crf),
+                        "x264-params": "open-gop=0",
+                        **({"mb_info": "1"} if changing is not None else {}),
+                    }
                     ctx.open()
                     busy = 0.0
                     trace = [] if (msg[10] if len(msg) > 10 else os.environ.get("STUDIO_TRACE")) else None
                     conn.send(("opened", bytes(ctx.extradata or b"")))
                 elif kind == "aac":  # the writer's audio, encoded while the video renders
-                    from studio.core.encoders import encode_aac_file
+                    from studio.core.media.encoders import encode_aac_file
 
                     conn.send(("aac_done", encode_aac_file(msg[1], msg[2])))
                 elif kind == "frame":
@@ -508,7 +525,7 @@ def _worker_main(conn) -> None:
                         spill.close()  # flushed to the OS: the parent reads it next
                         spill = None
                     conn.send(("flushed", records, busy, trace))
-            except Exception as exc:  # report and wait for the next open
+            except Exception as exc:  # noqa: BLE001 - report and wait for the next open
                 ctx = None
                 where = getattr(exc, "filename", None) or (spill.name if spill is not None else None)
                 if spill is not None:
@@ -525,7 +542,7 @@ def _worker_main(conn) -> None:
             slots = None
             try:
                 shm.close()
-            except Exception:
+            except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
                 pass
 
 

@@ -23,8 +23,8 @@ def available() -> bool:
 def speak(text: str, voice: str = "en-us", speed: int = 160) -> Path:
     """Write ``text`` spoken by espeak-ng to ``<data>/scripts/speech-<hash>.wav`` and return it."""
     from studio.core.errors import InputError
-    from studio.core.fsutil import atomic_path
-    from studio.core.paths import sub_dir
+    from studio.core.store.fsutil import atomic_path
+    from studio.core.store.paths import sub_dir
 
     exe = shutil.which("espeak-ng")
     if exe is None:
@@ -41,8 +41,13 @@ def speak(text: str, voice: str = "en-us", speed: int = 160) -> Path:
     if target.exists():
         return target
     with atomic_path(target) as tmp:
-        r = subprocess.run([exe, "-v", voice, "-s", str(int(speed)), "-w", str(tmp), "--stdin"],
-                           input=text, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [exe, "-v", voice, "-s", str(int(speed)), "-w", str(tmp), "--stdin"],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if r.returncode != 0 or tmp.stat().st_size == 0:
             raise InputError(f"espeak-ng could not speak the text ({r.stderr.strip()[:120]}); try plain text")
     return target

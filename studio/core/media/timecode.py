@@ -18,7 +18,7 @@ Hand-written because the rules are Premiere Pro's timecode field's, which no lib
   = one second back).
 - Fields overflow as Premiere's do: ``1:30`` is 1 s + 30 f = 2 s 5 f.
 
-Frame ``t`` starts at ``t / FPS`` seconds (see ``studio.core.render.frame_index``).
+Frame ``t`` starts at ``t / FPS`` seconds (see ``studio.core.render.plan.frame_index``).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _parse_absolute(raw: str, original: str, fps: int) -> int:
         if len(low) > 8:
             raise bad
         padded = low.rjust((len(low) + 1) // 2 * 2, "0")
-        values = [int(padded[i:i + 2]) for i in range(0, len(padded), 2)]
+        values = [int(padded[i : i + 2]) for i in range(0, len(padded), 2)]
     else:
         raise bad
     values = [0] * (4 - len(values)) + values  # hours, minutes, seconds, frames

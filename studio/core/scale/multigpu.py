@@ -45,8 +45,9 @@ def split_chunks(chunks: list[tuple[int, int]], parts: int) -> list[list[tuple[i
     return [g for g in groups if g]
 
 
-def render_on_devices(avatar, audio, output, settings=None, *, devices=None, engines=None,
-                      cancel: threading.Event | None = None) -> Iterator:
+def render_on_devices(
+    avatar, audio, output, settings=None, *, devices=None, engines=None, cancel: threading.Event | None = None
+) -> Iterator:
     """``DeviceRender(...).run(output)``; ``cancel`` set from another thread stops it."""
     job = DeviceRender(avatar, audio, settings, devices=devices, engines=engines)
     if cancel is not None:
@@ -66,7 +67,8 @@ class DeviceRender:
 
     def __init__(self, avatar, audio, settings=None, *, devices=None, engines=None):
         from studio.core.engines.runtime_torch import resolve_device
-        from studio.core.render import Renderer, RenderSettings
+        from studio.core.render.renderer import Renderer
+        from studio.core.settings import RenderSettings
 
         self.settings = settings or RenderSettings()
         self.audio = str(audio)
@@ -101,8 +103,8 @@ class DeviceRender:
         return self.result
 
     def run(self, output) -> Iterator:
-        from studio.core.encode import open_video
-        from studio.core.render import RenderProgress, RenderResult
+        from studio.core.media.writer import open_video
+        from studio.core.render.renderer import RenderProgress, RenderResult
 
         self.result = None
         renderers = self.renderers
@@ -118,11 +120,20 @@ class DeviceRender:
         for r in renderers[1:]:  # share the loaded avatar and audio (plans are equal)
             r._avatar, r._wave, r._plan = first.avatar, first.wave, first.plan
         s = self.settings
-        from studio.core.hints import changing_region
+        from studio.core.media.hints import changing_region
 
-        writer = open_video(output, a.width, a.height, audio=self.audio, encoder=s.encoder, crf=s.crf,
-                            preset=s.preset, fps=FPS, total_frames=T,
-                            changing=changing_region(a))  # as Renderer.run: a photo's face, a video's moving parts
+        writer = open_video(
+            output,
+            a.width,
+            a.height,
+            audio=self.audio,
+            encoder=s.encoder,
+            crf=s.crf,
+            preset=s.preset,
+            fps=FPS,
+            total_frames=T,
+            changing=changing_region(a),
+        )  # as Renderer.run: a photo's face, a video's moving parts
         with writer:
             groups = split_chunks(writer.chunks, len(renderers))
             if len(groups) < len(renderers):
@@ -130,8 +141,15 @@ class DeviceRender:
                 renderers = renderers[: len(groups)]
             stop = threading.Event()
             events: queue.Queue = queue.Queue()
-            threads = [threading.Thread(target=_device_loop, args=(r, g, writer, stop, events), daemon=True,
-                                        name=f"render-{r.engine.device}") for r, g in zip(renderers, groups)]
+            threads = [
+                threading.Thread(
+                    target=_device_loop,
+                    args=(r, g, writer, stop, events),
+                    daemon=True,
+                    name=f"render-{r.engine.device}",
+                )
+                for r, g in zip(renderers, groups)
+            ]
             for t in threads:
                 t.start()
             done, running = 0, len(threads)
@@ -152,8 +170,14 @@ class DeviceRender:
                         done += value
                     elapsed = time.perf_counter() - t_start
                     fps = done / elapsed if elapsed > 0 else 0.0
-                    yield RenderProgress(done=done, total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0,
-                                         elapsed_s=elapsed, stage_ms=_stages(renderers))
+                    yield RenderProgress(
+                        done=done,
+                        total=T,
+                        fps=fps,
+                        eta_s=(T - done) / fps if fps else 0.0,
+                        elapsed_s=elapsed,
+                        stage_ms=_stages(renderers),
+                    )
             finally:
                 stop.set()
                 for t in threads:
@@ -166,20 +190,35 @@ class DeviceRender:
         stages["finish"] = finish_ms
         engine = first.engine
         self.result = RenderResult(
-            output=str(path), frames=T, silent_frames=int(plan.silent.sum()), engine=engine.name,
+            output=str(path),
+            frames=T,
+            silent_frames=int(plan.silent.sum()),
+            engine=engine.name,
             engine_reason=f"{len(renderers)} devices ({', '.join(str(r.engine.device) for r in renderers)}): "
-                          f"{first.engine_reason}",
-            encoder=writer.name, seconds=round(seconds, 3), fps=round(T / seconds, 2) if seconds else 0.0,
-            width=a.width, height=a.height, stage_ms={k: round(v, 1) for k, v in stages.items()},
+            f"{first.engine_reason}",
+            encoder=writer.name,
+            seconds=round(seconds, 3),
+            fps=round(T / seconds, 2) if seconds else 0.0,
+            width=a.width,
+            height=a.height,
+            stage_ms={k: round(v, 1) for k, v in stages.items()},
             finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
         )
-        yield RenderProgress(done=T, total=T, fps=self.result.fps, eta_s=0.0, elapsed_s=seconds, stage_ms=stages,
-                             finished=True, output=str(path))
+        yield RenderProgress(
+            done=T,
+            total=T,
+            fps=self.result.fps,
+            eta_s=0.0,
+            elapsed_s=seconds,
+            stage_ms=stages,
+            finished=True,
+            output=str(path),
+        )
 
 
 def _device_loop(renderer, chunks, writer, stop: threading.Event, events: queue.Queue) -> None:
     """One device's part: striped batches over its chunks, written as they come."""
-    from studio.core.render import stripes
+    from studio.core.render.plan import stripes
 
     try:
         dev = renderer.engine.device

@@ -94,8 +94,9 @@ def _pool():
         if _POOL is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            _POOL = ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1)),
-                                       thread_name_prefix="avatar-verify")
+            _POOL = ThreadPoolExecutor(
+                max_workers=max(1, min(8, os.cpu_count() or 1)), thread_name_prefix="avatar-verify"
+            )
         return _POOL
 
 
@@ -139,8 +140,14 @@ class CheckedArray(NDArrayOperatorsMixin):
     the fully checked array.
     """
 
-    def __init__(self, mm: np.ndarray, spec: dict, name: str,
-                 on_damage: Callable[[CheckedArray, np.ndarray, str], None], bound: float | None = None):
+    def __init__(
+        self,
+        mm: np.ndarray,
+        spec: dict,
+        name: str,
+        on_damage: Callable[[CheckedArray, np.ndarray, str], None],
+        bound: float | None = None,
+    ):
         self.name = name
         self._on_damage = on_damage
         self._bound = bound
@@ -301,8 +308,10 @@ class CheckedArray(NDArrayOperatorsMixin):
             if self._repairs > MAX_REPAIRS:
                 from studio.core.errors import AvatarError
 
-                raise AvatarError(f"{self.name}.npy of the avatar cache in {Path(str(self.filename)).parent} is "
-                                  f"still damaged after it was rebuilt ({what} {reason}); check the disk")
+                raise AvatarError(
+                    f"{self.name}.npy of the avatar cache in {Path(str(self.filename)).parent} is "
+                    f"still damaged after it was rebuilt ({what} {reason}); check the disk"
+                )
             self._on_damage(self, mm, f"{self.name}.npy {what} {reason}")
             if self._mm is mm:  # the handler neither raised nor swapped a repaired file in
                 raise RuntimeError(f"{self.name}.npy is damaged and was not repaired")

@@ -30,23 +30,141 @@ log = logging.getLogger(__name__)
 # Face-mesh index groups (MediaPipe's 468/478-point topology; "left/right" = the subject's).
 
 #: The face silhouette as a closed loop, clockwise in the image from the top of the forehead.
-FACE_OVAL = (10, 338, 297, 332, 284, 251, 389, 356, 454, 323, 361, 288, 397, 365, 379, 378, 400,
-             377, 152, 148, 176, 149, 150, 136, 172, 58, 132, 93, 234, 127, 162, 21, 54, 103, 67, 109)
+FACE_OVAL = (
+    10,
+    338,
+    297,
+    332,
+    284,
+    251,
+    389,
+    356,
+    454,
+    323,
+    361,
+    288,
+    397,
+    365,
+    379,
+    378,
+    400,
+    377,
+    152,
+    148,
+    176,
+    149,
+    150,
+    136,
+    172,
+    58,
+    132,
+    93,
+    234,
+    127,
+    162,
+    21,
+    54,
+    103,
+    67,
+    109,
+)
 #: The part of the silhouette that iBUG's contour points 0..16 cover: ear (eye level) - chin - ear.
-JAW = (127, 234, 93, 132, 58, 172, 136, 150, 149, 176, 148, 152, 377, 400, 378, 379, 365, 397, 288,
-       361, 323, 454, 356)
+JAW = (127, 234, 93, 132, 58, 172, 136, 150, 149, 176, 148, 152, 377, 400, 378, 379, 365, 397, 288, 361, 323, 454, 356)
 BROWS = (46, 52, 53, 55, 63, 65, 66, 70, 105, 107, 276, 282, 283, 285, 293, 295, 296, 300, 334, 336)
-EYES = (7, 33, 133, 144, 145, 153, 154, 155, 157, 158, 159, 160, 161, 163, 173, 246,
-        249, 263, 362, 373, 374, 380, 381, 382, 384, 385, 386, 387, 388, 390, 398, 466)
-NOSE = (1, 2, 4, 5, 6, 19, 45, 48, 64, 94, 97, 98, 115, 168, 195, 197, 220, 275, 278, 294, 326,
-        327, 344, 440)
+EYES = (
+    7,
+    33,
+    133,
+    144,
+    145,
+    153,
+    154,
+    155,
+    157,
+    158,
+    159,
+    160,
+    161,
+    163,
+    173,
+    246,
+    249,
+    263,
+    362,
+    373,
+    374,
+    380,
+    381,
+    382,
+    384,
+    385,
+    386,
+    387,
+    388,
+    390,
+    398,
+    466,
+)
+NOSE = (1, 2, 4, 5, 6, 19, 45, 48, 64, 94, 97, 98, 115, 168, 195, 197, 220, 275, 278, 294, 326, 327, 344, 440)
 #: Outer lip contour as a closed loop (corner 61 -> lower lip -> corner 291 -> upper lip).
 LIPS_OUTER = (61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291, 409, 270, 269, 267, 0, 37, 39, 40, 185)
 LIPS_INNER = (78, 95, 88, 178, 87, 14, 317, 402, 318, 324, 308, 415, 310, 311, 312, 13, 82, 81, 80, 191)
 #: The lower nose (tip, alae, nostrils, columella): cut out of the blend mask.
-NOSE_LOWER = (1, 2, 4, 19, 94, 97, 98, 326, 327, 48, 64, 278, 294, 115, 220, 45, 275, 440, 344, 49,
-              279, 129, 358, 219, 439, 102, 331, 240, 460, 75, 305, 166, 392, 79, 309, 60, 290,
-              99, 328, 141, 370, 242, 462, 125, 354, 241, 461, 44, 274, 237, 457, 218, 438)
+NOSE_LOWER = (
+    1,
+    2,
+    4,
+    19,
+    94,
+    97,
+    98,
+    326,
+    327,
+    48,
+    64,
+    278,
+    294,
+    115,
+    220,
+    45,
+    275,
+    440,
+    344,
+    49,
+    279,
+    129,
+    358,
+    219,
+    439,
+    102,
+    331,
+    240,
+    460,
+    75,
+    305,
+    166,
+    392,
+    79,
+    309,
+    60,
+    290,
+    99,
+    328,
+    141,
+    370,
+    242,
+    462,
+    125,
+    354,
+    241,
+    461,
+    44,
+    274,
+    237,
+    457,
+    218,
+    438,
+)
 #: The points that stand in for iBUG's 68 (contour, brows, eyes, nose, lips): the box's x range.
 IBUG_LIKE = tuple(sorted(set(JAW + BROWS + EYES + NOSE + LIPS_OUTER)))
 #: iBUG nose-bridge points 27..30 (evenly spaced from the nasion to the tip) on the face mesh:
@@ -190,8 +308,9 @@ def musetalk_box(lm: np.ndarray, width: int, height: int, bbox_shift: int = 0, e
     return box.astype(np.int32)
 
 
-def boxes_for(landmarks: np.ndarray, width: int, height: int, bbox_shift: int = 0,
-              extra_margin: int = 10) -> np.ndarray:
+def boxes_for(
+    landmarks: np.ndarray, width: int, height: int, bbox_shift: int = 0, extra_margin: int = 10
+) -> np.ndarray:
     """``musetalk_box`` for every frame of ``[N,478,2]`` landmarks -> ``[N,4]`` int32."""
     return np.stack([musetalk_box(lm, width, height, bbox_shift, extra_margin) for lm in landmarks]).astype(np.int32)
 
@@ -283,12 +402,14 @@ def crop_face(frame: np.ndarray, box: np.ndarray) -> np.ndarray:
     import cv2
 
     x1, y1, x2, y2 = (int(v) for v in box)
-    return cv2.resize(np.ascontiguousarray(frame[y1:y2, x1:x2]), (FACE_SIZE, FACE_SIZE),
-                      interpolation=cv2.INTER_LANCZOS4)
+    return cv2.resize(
+        np.ascontiguousarray(frame[y1:y2, x1:x2]), (FACE_SIZE, FACE_SIZE), interpolation=cv2.INTER_LANCZOS4
+    )
 
 
-def blend_mask(crop_lm: np.ndarray, box: np.ndarray, cheek_width: float = 90, feather: float = 24.0,
-               mode: str = "jaw") -> np.ndarray:
+def blend_mask(
+    crop_lm: np.ndarray, box: np.ndarray, cheek_width: float = 90, feather: float = 24.0, mode: str = "jaw"
+) -> np.ndarray:
     """The blend alpha of the lower face in crop coordinates: ``[256,256]`` uint8, 255 = generated.
 
     Geometry replaces MuseTalk's face parsing: the face silhouette (``FACE_OVAL``) stands for
@@ -343,8 +464,9 @@ def blend_mask(crop_lm: np.ndarray, box: np.ndarray, cheek_width: float = 90, fe
     return ((alpha.astype(np.uint16) * keep + 127) // 255).astype(np.uint8)
 
 
-def overlay_image(frame: np.ndarray, box: np.ndarray, mask: np.ndarray, landmarks: np.ndarray | None = None,
-                  face_ok: bool = True) -> np.ndarray:
+def overlay_image(
+    frame: np.ndarray, box: np.ndarray, mask: np.ndarray, landmarks: np.ndarray | None = None, face_ok: bool = True
+) -> np.ndarray:
     """Debug picture: the frame with the mask tinted magenta, the box in yellow, lips/jaw dots in cyan."""
     import cv2
 
@@ -374,8 +496,9 @@ def _soften(hard: np.ndarray, feather: float) -> np.ndarray:
     r = int(math.ceil(max(feather, 0.0) / 2))
     if r == 0:
         return hard
-    return cv2.GaussianBlur(hard, (2 * r + 1, 2 * r + 1), sigmaX=feather / 4, sigmaY=feather / 4,
-                            borderType=cv2.BORDER_CONSTANT)
+    return cv2.GaussianBlur(
+        hard, (2 * r + 1, 2 * r + 1), sigmaX=feather / 4, sigmaY=feather / 4, borderType=cv2.BORDER_CONSTANT
+    )
 
 
 def _fill(img: np.ndarray, pts: np.ndarray, value: int) -> None:

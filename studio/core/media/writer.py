@@ -39,18 +39,14 @@ import queue
 import shutil
 import threading
 import time
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 from studio.core.constants import FPS
 from studio.core.errors import RenderError
-from studio.core.fsutil import atomic_path, register_temp, release_temp, temp_dir
-from studio.core.encoders import (  # noqa: F401 - probe_nvenc is part of this module's API
-    BT709 as _BT709,
+from studio.core.media.encoders import (
     ELEMENTARY,
-    RANGE_MPEG as _RANGE_MPEG,
     AudioSource,
     HookedFile,
     PacketFile,
@@ -58,14 +54,13 @@ from studio.core.encoders import (  # noqa: F401 - probe_nvenc is part of this m
     X264Encoder,
     configure_x264,
     probe_nvenc,
-    read_packets,
 )
+from studio.core.media.mux import Muxer
+from studio.core.settings import ENCODERS, PRESETS
+from studio.core.store.fsutil import atomic_path, register_temp, release_temp, temp_dir
 
 log = logging.getLogger(__name__)
 
-ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
-X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower",
-                "veryslow", "placebo")
 MIN_PARALLEL_CHUNK = 24  # frames: auto picks parallel x264 only when every chunk gets at least this
 MIN_CHUNK = 8  # frames: x264's reorder delay is only constant from 3 frames on (dts must join up)
 QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks (one encoder)
@@ -75,13 +70,24 @@ ROLL_FRAMES = 125  # frames per rolling chunk at most (5 s: one IDR each, as x26
 SHM = Path("/dev/shm")
 SHM_SPILL_MAX = 2 << 30  # bytes: spill to RAM only while the estimate stays under this and 1/4 of its room
 SPILL_RATIO = 16  # the estimate of a spilled frame: raw NV12 / 16 (ultrafast CRF 20 measured ~70:1)
-SYNC_BYTES = 64 << 20  # the mux thread hands finished MP4 data to the disk every this many bytes
-MOOV_PER_SAMPLE = 48  # bytes of index per video frame or AAC packet at most (stsz, stts, ctts, stss, stsc, co64)
 
 
-def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, preset="veryfast",
-               fps=FPS, total_frames=None, workers=None, write_hook=None, rolling=False,
-               changing=None) -> VideoWriter:
+def open_video(
+    path,
+    width,
+    height,
+    *,
+    audio=None,
+    encoder="auto",
+    crf=20,
+    preset="veryfast",
+    fps=FPS,
+    total_frames=None,
+    workers=None,
+    write_hook=None,
+    rolling=False,
+    changing=None,
+) -> VideoWriter:
     """Open a streaming MP4 writer; checks the output folder and the audio before anything starts.
 
     ``width``/``height`` are the frame size the caller writes; odd sizes are padded to even.
@@ -95,8 +101,8 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
     """
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
-    if preset not in X264_PRESETS:
-        raise RenderError(f"Unknown preset {preset!r}: use one of {', '.join(X264_PRESETS)}.")
+    if preset not in PRESETS:
+        raise RenderError(f"Unknown preset {preset!r}: use one of {', '.join(PRESETS)}.")
     if not 0 <= crf <= 51:
         raise RenderError(f"CRF {crf} is out of range: use 0 (lossless) to 51 (smallest); 18-23 is typical.")
     if width < 2 or height < 2:
@@ -105,9 +111,21 @@ def open_video(path, width, height, *, audio=None, encoder="auto", crf=20, prese
     window = len(chunks)
     if rolling and window > 1:
         chunks = rolling_chunks(total_frames, window)
-    return VideoWriter(Path(path), int(width), int(height), audio=audio, name=name, reason=reason,
-                       chunks=chunks, crf=crf, preset=preset, fps=fps, write_hook=write_hook, window=window,
-                       changing=changing)
+    return VideoWriter(
+        Path(path),
+        int(width),
+        int(height),
+        audio=audio,
+        name=name,
+        reason=reason,
+        chunks=chunks,
+        crf=crf,
+        preset=preset,
+        fps=fps,
+        write_hook=write_hook,
+        window=window,
+        changing=changing,
+    )
 
 
 def rolling_chunks(total: int, lanes: int, max_frames: int = ROLL_FRAMES) -> list[tuple[int, int]]:
@@ -131,9 +149,9 @@ def rolling_chunks(total: int, lanes: int, max_frames: int = ROLL_FRAMES) -> lis
 def check_output(path) -> Path:
     """Raise RenderError unless ``path``'s folder exists and accepts new files (nothing is left).
 
-    The folder half of ``studio.core.outputs.check_output`` (which also refuses an output that is
+    The folder half of ``studio.core.store.outputs.check_output`` (which also refuses an output that is
     an input, a folder or a wrong extension)."""
-    from studio.core.outputs import check_folder
+    from studio.core.store.outputs import check_folder
 
     return check_folder(path)
 
@@ -142,9 +160,24 @@ class VideoWriter:
     """One output MP4. ``name``: the encoder used; ``reason``: why; ``chunks``: frame ranges;
     ``window``: lanes (encoders) running at once; chunk ``k`` runs on lane ``k % window``."""
 
-    def __init__(self, path: Path, width: int, height: int, *, audio, name: str, reason: str,
-                 chunks: list[tuple[int, int]], crf: int, preset: str, fps: int, write_hook,
-                 window: int | None = None, stream_mux: bool = True, changing=None):
+    def __init__(
+        self,
+        path: Path,
+        width: int,
+        height: int,
+        *,
+        audio,
+        name: str,
+        reason: str,
+        chunks: list[tuple[int, int]],
+        crf: int,
+        preset: str,
+        fps: int,
+        write_hook,
+        window: int | None = None,
+        stream_mux: bool = True,
+        changing=None,
+    ):
         """``stream_mux=False`` keeps every chunk's packets until ``close`` and joins them there
         (the behaviour before rolling chunks; tests compare the two)."""
         self.path = path
@@ -173,8 +206,6 @@ class VideoWriter:
         self._proc_encoders: list = []  # every worker-process encoder this writer opened
         self._gpu_slots = None  # per lane: page-locked slot views, False when unavailable
         self._mux_thread: threading.Thread | None = None
-        self._muxed = 0  # chunks appended to the MP4 so far
-        self._synced = 0
         self._tracing = bool(os.environ.get("STUDIO_TRACE"))
         self._parent_trace: list = []
         self._check_folder()
@@ -184,8 +215,15 @@ class VideoWriter:
         except BaseException:
             self._cleanup()
             raise
-        log.info("encoding %s with %s (%s), %d chunk(s) on %d lane(s), spill %s", path, name, reason,
-                 len(chunks), self.window, self.spill_dir)
+        log.info(
+            "encoding %s with %s (%s), %d chunk(s) on %d lane(s), spill %s",
+            path,
+            name,
+            reason,
+            len(chunks),
+            self.window,
+            self.spill_dir,
+        )
 
     # ------------------------------------------------------------------ public API
 
@@ -239,10 +277,13 @@ class VideoWriter:
                 raise ValueError(f"chunk {ch.start}..{ch.end} expects frame {ch.next} next, got {pos}")
             if pos == ch.start and ch.k >= self.window:
                 prev = self._chunks[ch.k - self.window]  # the lane's chunk before this one
-                if prev.next < prev.end or any(self._chunks[j].next < self._chunks[j].end
-                                               for j in range(ch.k % self.window, ch.k, self.window)):
-                    raise ValueError(f"chunk {prev.start}..{prev.end} must be complete before chunk "
-                                     f"{ch.start}..{ch.end} starts (one encoder takes them in turn)")
+                if prev.next < prev.end or any(
+                    self._chunks[j].next < self._chunks[j].end for j in range(ch.k % self.window, ch.k, self.window)
+                ):
+                    raise ValueError(
+                        f"chunk {prev.start}..{prev.end} must be complete before chunk "
+                        f"{ch.start}..{ch.end} starts (one encoder takes them in turn)"
+                    )
             limit = n if ch.end is None else min(n, s + ch.end - pos)
             e = s + 1
             while e < limit and int(indices[e]) == pos + e - s:
@@ -255,6 +296,11 @@ class VideoWriter:
         with self._lock:
             self._cursor = int(indices[n - 1]) + 1
             self.frames_written += n
+
+    @property
+    def chunks_muxed(self) -> int:
+        """Chunks already appended to the MP4 (the streaming mux runs while frames still arrive)."""
+        return self._mux.chunks_muxed
 
     def takes_gpu_frames(self) -> bool:
         """Whether ``write`` takes CUDA tensors without a host round trip (parallel x264 workers
@@ -279,22 +325,33 @@ class VideoWriter:
     def _gpu_nv12(self, frames):
         import torch
 
-        from studio.core.composite import pad_even, rgb_to_nv12
+        from studio.core.render.composite import pad_even, rgb_to_nv12
 
         if frames.ndim == 4:
             frames = rgb_to_nv12(pad_even(frames))
         if tuple(frames.shape[1:]) != (self.enc_height * 3 // 2, self.enc_width) or frames.dtype != torch.uint8:
-            raise ValueError(f"expected NV12 [B,{self.enc_height * 3 // 2},{self.enc_width}] uint8, got {tuple(frames.shape)}")
+            raise ValueError(
+                f"expected NV12 [B,{self.enc_height * 3 // 2},{self.enc_width}] uint8, got {tuple(frames.shape)}"
+            )
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(frames.device))
         return frames, event
 
     def _check_frame(self, f) -> None:
-        if not isinstance(f, np.ndarray) or f.dtype != np.uint8 or f.shape not in (
-            (self.enc_height * 3 // 2, self.enc_width), (self.height, self.width, 3), (self.enc_height, self.enc_width, 3)
+        if (
+            not isinstance(f, np.ndarray)
+            or f.dtype != np.uint8
+            or f.shape
+            not in (
+                (self.enc_height * 3 // 2, self.enc_width),
+                (self.height, self.width, 3),
+                (self.enc_height, self.enc_width, 3),
+            )
         ):
-            raise ValueError(f"expected NV12 [{self.enc_height * 3 // 2},{self.enc_width}] or RGB frames, "
-                             f"got {getattr(f, 'shape', type(f))}")
+            raise ValueError(
+                f"expected NV12 [{self.enc_height * 3 // 2},{self.enc_width}] or RGB frames, "
+                f"got {getattr(f, 'shape', type(f))}"
+            )
 
     def close(self) -> str:
         """Finish the encoders, append the chunks not yet in, mux the audio, write the index,
@@ -302,7 +359,7 @@ class VideoWriter:
         if self._done:
             return str(self.path)
         t0 = time.perf_counter()
-        muxed_before = self._muxed
+        muxed_before = self._mux.chunks_muxed
         try:
             for lane in self._lanes:
                 self._put(lane, None)
@@ -316,16 +373,15 @@ class VideoWriter:
                 raise RenderError(f"Frames {n}..{e - 1} were never written, so the video is incomplete.")
             if isinstance(self._chunks[0].sink, RawFile):
                 self._chunks[0].sink.close()
-                self._mux_annexb(self._chunks[0].sink.path)
+                self._mux.annexb(self._chunks[0].sink.path)
             if self._parallel:
                 if self._mux_thread is not None:
                     self._mux_thread.join()
                 else:  # stream_mux=False: the join after the last frame
                     self._mux_chunks()
                 self._raise_if_failed()
-            self._finish_audio()
+            self._mux.finish()
             t2 = time.perf_counter()
-            self._container.close()
             self._fh.close()
             self._atomic.__exit__(None, None, None)  # fsync, then rename onto the target
             t3 = time.perf_counter()
@@ -372,8 +428,8 @@ class VideoWriter:
                 t.join()
         with contextlib.suppress(Exception):
             self._fh.close()  # first: closing the container must not write (or faststart) anything
-        with contextlib.suppress(Exception):
-            self._container.close()
+        if getattr(self, "_mux", None) is not None:
+            self._mux.discard()
         self._cleanup()
         with contextlib.suppress(BaseException):
             self._atomic.__exit__(RenderError, RenderError("aborted"), None)  # deletes the temporary
@@ -388,14 +444,14 @@ class VideoWriter:
         try:
             self._tmp = self._atomic.__enter__()  # left in close() (rename) or abort() (delete)
         except OSError as exc:
-            raise RenderError(f"The output folder {folder} is not writable ({exc.strerror}): "
-                              "choose another folder.") from exc
+            raise RenderError(
+                f"The output folder {folder} is not writable ({exc.strerror}): choose another folder."
+            ) from exc
         self._tmp_files.append(self._tmp)
 
     def _start(self) -> None:
         self._fh = HookedFile(self._tmp, "wb+", self._hook)
-        self._muxed_until = 0  # video frames muxed so far (drives the audio interleave)
-        self._last_dts = -(1 << 62)
+        self._mux = Muxer(self._fh, self.fps, self.chunks[-1][1], self._audio)
         self._chunks = []
         self._lanes = []
         self._parallel = self._procs = False
@@ -404,7 +460,7 @@ class VideoWriter:
         if kind in ELEMENTARY:
             try:
                 enc = ELEMENTARY[kind](self.enc_width, self.enc_height, self.fps, self._crf, self._preset)
-            except Exception as exc:  # the probe's session opened, this one did not (busy, size...)
+            except Exception as exc:  # noqa: BLE001 - the probe's session opened, this one did not (busy, size...)
                 self.name = "libx264"
                 self.reason = f"NVENC unavailable: {type(exc).__name__}: {exc}; using libx264"
                 self.chunks, self.window = [(0, self.chunks[-1][1])], 1
@@ -420,8 +476,7 @@ class VideoWriter:
         self._starts = [c.start for c in self._chunks]
         for j in range(self.window):
             lane = _Lane(j, QUEUE_RUNS if self._parallel else QUEUE_BATCHES)
-            lane.thread = threading.Thread(target=self._encode_lane, args=(lane,), daemon=True,
-                                           name=f"encode-lane{j}")
+            lane.thread = threading.Thread(target=self._encode_lane, args=(lane,), daemon=True, name=f"encode-lane{j}")
             self._lanes.append(lane)
         for lane in self._lanes:
             lane.thread.start()
@@ -429,34 +484,19 @@ class VideoWriter:
             self._mux_thread = threading.Thread(target=self._mux_chunks, daemon=True, name="encode-mux")
             self._mux_thread.start()
 
-    def _open_container(self, template=None):
-        import av
-
-        options = {"movflags": "+faststart"}
-        total = self.chunks[-1][1]
-        if total:  # the index goes into space reserved up front: no rewrite of the whole file at close
-            samples = total + (self._audio.packets_at_most() if self._audio is not None else 0)
-            options = {"moov_size": str(16384 + MOOV_PER_SAMPLE * samples)}
-        self._container = av.open(self._fh, "w", format="mp4", options=options)
-        if template is None:
-            vs = self._container.add_stream("libx264", rate=Fraction(self.fps))
-        else:
-            vs = self._container.add_stream_from_template(template)
-            vs.time_base = Fraction(1, self.fps * 512)
-        cc = vs.codec_context
-        cc.color_primaries = cc.color_trc = cc.colorspace = _BT709
-        cc.color_range = _RANGE_MPEG
-        self._vstream = vs
-        if self._audio is not None:
-            self._audio.add_stream(self._container)
-        return vs
-
     def _start_x264(self) -> None:
-        vs = self._open_container()
+        vs = self._mux.open()
         parallel = self._parallel = len(self.chunks) > 1
-        configure_x264(vs.codec_context, self.enc_width, self.enc_height, self.fps, self._crf,
-                        self._preset, threads=1 if parallel else 0)
-        self._container.start_encoding()
+        configure_x264(
+            vs.codec_context,
+            self.enc_width,
+            self.enc_height,
+            self.fps,
+            self._crf,
+            self._preset,
+            threads=1 if parallel else 0,
+        )
+        self._mux.start()
         self._headers = bytes(vs.codec_context.extradata or b"")
         self._procs = parallel and _use_processes()
         if parallel:
@@ -467,7 +507,7 @@ class VideoWriter:
                 ch.spill = self.spill_dir / f"chunk{k:05d}.rec"
             self._chunks.append(ch)
         if self._procs:  # PyAV holds the GIL while x264 encodes: one process per lane (x264_pool)
-            from studio.core.x264_pool import audio_worker, worker_pool
+            from studio.core.media.x264_pool import audio_worker, worker_pool
 
             self._workers = worker_pool(self.window)
             for ch in self._chunks[: self.window]:  # the first encoders open at once; their headers are
@@ -477,7 +517,7 @@ class VideoWriter:
                 self._audio.encode_elsewhere(audio_worker(), self.spill_dir / "audio.rec")
         elif not parallel:
             self._chunks[0].encoder = X264Encoder(vs.codec_context)
-            self._chunks[0].sink = self._mux_video
+            self._chunks[0].sink = self._mux.video
 
     def _make_spill_dir(self) -> Path:
         """A private folder for the chunks' packets: in RAM (``/dev/shm``) when the estimate of
@@ -499,11 +539,18 @@ class VideoWriter:
         import av
 
         if self._procs:
-            from studio.core.x264_pool import ProcessEncoder
+            from studio.core.media.x264_pool import ProcessEncoder
 
-            ch.encoder = ProcessEncoder(self._workers[ch.k % self.window], self.enc_width, self.enc_height,
-                                        self.fps, self._crf, self._preset, path=ch.spill,
-                                        changing=self.changing)
+            ch.encoder = ProcessEncoder(
+                self._workers[ch.k % self.window],
+                self.enc_width,
+                self.enc_height,
+                self.fps,
+                self._crf,
+                self._preset,
+                path=ch.spill,
+                changing=self.changing,
+            )
             self._proc_encoders.append(ch.encoder)
             ch.sink = _no_packets  # the worker spills the packets itself
             if check:
@@ -520,25 +567,11 @@ class VideoWriter:
         if bytes(extradata or b"") != self._headers:
             raise RenderError("The parallel x264 encoders disagree on stream headers: use --encoder x264.")
 
-    def _mux_annexb(self, raw: Path) -> None:
-        """Mux an H.264 Annex B file (no B-frames: decode order = display order) frame by frame."""
-        import av
-
-        with av.open(str(raw), format="h264", options={"framerate": str(self.fps)}) as src:
-            self._open_container(src.streams.video[0])
-            self._container.start_encoding()
-            tb = Fraction(1, self.fps)
-            for i, pkt in enumerate(p for p in src.demux(src.streams.video[0]) if p.size):
-                pkt.pts = pkt.dts = i
-                pkt.duration = 1
-                pkt.time_base = tb
-                self._mux_video(pkt)
-
     # ------------------------------------------------------------------ threads
 
     def _encode_lane(self, lane: _Lane) -> None:
         """One lane: its chunks in turn, each flushed (and handed to the mux) before the next opens."""
-        from studio.core.composite import pad_even, rgb_to_nv12
+        from studio.core.render.composite import pad_even, rgb_to_nv12
 
         buf = None  # one NV12 frame, reused (the encoders copy their input)
         stream = None
@@ -604,42 +637,11 @@ class VideoWriter:
         """Append the chunks to the MP4 in order, each as soon as it and all before it are
         encoded (the mux thread; or ``close`` itself with ``stream_mux=False``)."""
         try:
-            for ch in self._chunks[self._muxed:]:
-                while not ch.done.wait(0.05):
-                    if self._stop.is_set():
-                        return
-                for pkt in read_packets(ch.spill, self._vstream):
-                    if self._stop.is_set():
-                        return
-                    self._mux_video(pkt)
-                with contextlib.suppress(FileNotFoundError):
-                    ch.spill.unlink()
-                ch.muxed_at = time.perf_counter()
-                self._muxed += 1
-                if self._fh.tell() - self._synced > SYNC_BYTES:  # write back as we go: a short fsync at close
-                    self._fh.flush()
-                    os.fdatasync(self._fh.fileno())
-                    self._synced = self._fh.tell()
+            self._mux.append_chunks(self._chunks, self._stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             if self._error is None:
                 self._error = exc
             self._stop.set()
-
-    def _mux_video(self, pkt) -> None:
-        pkt.stream = self._vstream
-        if pkt.dts is not None:  # safety net where two chunks' reorder delays differ
-            if pkt.dts <= self._last_dts < pkt.pts:
-                pkt.dts = self._last_dts + 1
-            self._last_dts = pkt.dts
-        self._container.mux(pkt)
-        if pkt.pts is not None:
-            self._muxed_until = max(self._muxed_until, int(pkt.pts) + 1)
-        if self._audio is not None:
-            self._audio.mux_until(self._container, self._muxed_until / self.fps)
-
-    def _finish_audio(self) -> None:
-        if self._audio is not None:
-            self._audio.mux_until(self._container, None)
 
     def _write_trace(self, t_close: float) -> None:
         """``STUDIO_TRACE``: per lane and chunk, when frames were handed over, taken by the lane
@@ -648,12 +650,20 @@ class VideoWriter:
         import json
 
         self.trace = {
-            "close_called": t_close, "window": self.window,
+            "close_called": t_close,
+            "window": self.window,
             "writes": [list(w) for w in self._parent_trace],  # chunk, first frame, frames, handed over
             "lanes": [[list(r) for r in lane.trace] for lane in self._lanes],  # chunk, first, n, wait, got, sent
-            "chunks": [{"k": c.k, "start": c.start, "end": c.end, "muxed": c.muxed_at,
-                        "frames": [list(f) for f in (c.trace or [])]}  # pts, received, encode start, end
-                       for c in self._chunks],
+            "chunks": [
+                {
+                    "k": c.k,
+                    "start": c.start,
+                    "end": c.end,
+                    "muxed": c.muxed_at,
+                    "frames": [list(f) for f in (c.trace or [])],
+                }  # pts, received, encode start, end
+                for c in self._chunks
+            ],
         }
         target = os.environ.get("STUDIO_TRACE")
         try:
@@ -666,20 +676,24 @@ class VideoWriter:
     def _as_host_frames(self, frames):
         if hasattr(frames, "detach"):  # torch
             if frames.ndim == 4 and frames.device.type != "cpu":
-                from studio.core.composite import pad_even, rgb_to_nv12
+                from studio.core.render.composite import pad_even, rgb_to_nv12
 
                 frames = rgb_to_nv12(pad_even(frames))  # on the GPU: 2x less to copy, no CPU work
             frames = frames.detach().cpu().numpy()
         frames = np.asarray(frames)
         if frames.dtype != np.uint8:
             raise ValueError(f"frames must be uint8, got {frames.dtype}")
-        if frames.ndim == 4 and frames.shape[1:] in ((self.height, self.width, 3),
-                                                     (self.enc_height, self.enc_width, 3)):
+        if frames.ndim == 4 and frames.shape[1:] in (
+            (self.height, self.width, 3),
+            (self.enc_height, self.enc_width, 3),
+        ):
             return frames
         if frames.ndim == 3 and frames.shape[1:] == (self.enc_height * 3 // 2, self.enc_width):
             return frames
-        raise ValueError(f"expected RGB [B,{self.height},{self.width},3] or NV12 "
-                         f"[B,{self.enc_height * 3 // 2},{self.enc_width}], got {frames.shape}")
+        raise ValueError(
+            f"expected RGB [B,{self.height},{self.width},3] or NV12 "
+            f"[B,{self.enc_height * 3 // 2},{self.enc_width}], got {frames.shape}"
+        )
 
     def _chunk_of(self, index: int) -> _Chunk:
         k = bisect.bisect_right(self._starts, index) - 1
@@ -746,8 +760,11 @@ def _choose(encoder: str, total_frames: int | None, workers: int | None):
             return "libx264", f"NVENC unavailable: {why}; using libx264", whole
         n = _parallel_chunks(total_frames, workers or cores, MIN_PARALLEL_CHUNK)
         if cores >= 4 and n > 1:
-            return (f"libx264 x{n} parallel", f"NVENC unavailable: {why}; {cores} cores, "
-                    f"{total_frames} frames: parallel libx264", _split(total_frames, n))
+            return (
+                f"libx264 x{n} parallel",
+                f"NVENC unavailable: {why}; {cores} cores, {total_frames} frames: parallel libx264",
+                _split(total_frames, n),
+            )
         return "libx264", f"NVENC unavailable: {why}; using libx264", whole
     if encoder == "x264-parallel":
         if total_frames is None:
@@ -778,7 +795,7 @@ def _changing_rects(changing, width: int, height: int):
         return None
     arr = np.asarray(changing)
     if arr.ndim == 2 and arr.dtype == bool:
-        from studio.core.hints import mask_rects
+        from studio.core.media.hints import mask_rects
 
         rects = mask_rects(arr, width, height)
         return tuple(rects) if rects else None
@@ -810,8 +827,9 @@ def _disk_error(exc: OSError, path: Path) -> RenderError:
     where = Path(exc.filename).parent if isinstance(getattr(exc, "filename", None), str) else path.parent
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         why = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
-        return RenderError(f"The disk is full ({why} in {where}) while writing {path.name}: "
-                           "free some space and render again.")
+        return RenderError(
+            f"The disk is full ({why} in {where}) while writing {path.name}: free some space and render again."
+        )
     if exc.errno == errno.EPIPE:  # a pipe to an encoder process, not the disk
         return RenderError(f"An encoder process stopped while writing {path.name} ({exc}): render again.")
     return RenderError(f"Writing {path.name} failed ({exc.strerror or exc}, in {where}): check the output folder.")

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from studio.core.errors import ModelError
-from studio.core.fsutil import atomic_path, atomic_write_bytes, file_sha256
-from studio.core.paths import sub_dir
+from studio.core.store.fsutil import atomic_path, atomic_write_bytes, file_sha256
+from studio.core.store.paths import sub_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +51,31 @@ COMPONENTS: dict[str, Component] = {
     for c in (
         Component("musetalkV15", "unet", "v1.5 UNet", ("musetalkV15",), "musetalk.json", ("unet.pth",)),
         Component("musetalk", "unet", "v1.0 UNet", ("musetalk",), "musetalk.json", ("pytorch_model.bin",)),
-        Component("sd-vae", "vae", "sd-vae", ("sd-vae", "sd-vae-ft-mse"), "config.json",
-                  ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")),
-        Component("whisper", "whisper", "whisper-tiny", ("whisper",), "config.json",
-                  ("model.safetensors", "pytorch_model.bin"), ("preprocessor_config.json",)),
-        Component("taesd", "taesd", "taesd", ("taesd",), "config.json",
-                  ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")),
+        Component(
+            "sd-vae",
+            "vae",
+            "sd-vae",
+            ("sd-vae", "sd-vae-ft-mse"),
+            "config.json",
+            ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin"),
+        ),
+        Component(
+            "whisper",
+            "whisper",
+            "whisper-tiny",
+            ("whisper",),
+            "config.json",
+            ("model.safetensors", "pytorch_model.bin"),
+            ("preprocessor_config.json",),
+        ),
+        Component(
+            "taesd",
+            "taesd",
+            "taesd",
+            ("taesd",),
+            "config.json",
+            ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin"),
+        ),
     )
 }
 UNET_VERSIONS = {"v15": "musetalkV15", "v1": "musetalk", "v10": "musetalk"}
@@ -136,8 +155,15 @@ def resolve(models_dir=None, version: str = "v15") -> ModelSet:
     unet_name = next((n for n in order if folder(n)), None)
     if unet_name and unet_name != want:
         log.warning("MuseTalk %s UNet not imported; using %s", version, COMPONENTS[unet_name].label)
-    return ModelSet(root, folder(unet_name) if unet_name else None, unet_name, folder("sd-vae"),
-                    folder("whisper"), folder("taesd"), manifest)
+    return ModelSet(
+        root,
+        folder(unet_name) if unet_name else None,
+        unet_name,
+        folder("sd-vae"),
+        folder("whisper"),
+        folder("taesd"),
+        manifest,
+    )
 
 
 def import_models(source=None, taesd=None, models_dir=None, link: bool = True) -> list[dict]:
@@ -254,11 +280,20 @@ def availability(models_dir=None, version: str = "v15") -> str:
                 return f"unavailable: {p} is missing or changed; run studio models verify, then re-import"
         have.append(name)
     unets = [n for n in (UNET_VERSIONS.get(version, "musetalkV15"), "musetalkV15", "musetalk") if n in have]
-    missing = [label for label, ok in (("a MuseTalk UNet (musetalkV15/ or musetalk/)", unets),
-                                       ("sd-vae/", "sd-vae" in have), ("whisper/", "whisper" in have)) if not ok]
+    missing = [
+        label
+        for label, ok in (
+            ("a MuseTalk UNet (musetalkV15/ or musetalk/)", unets),
+            ("sd-vae/", "sd-vae" in have),
+            ("whisper/", "whisper" in have),
+        )
+        if not ok
+    ]
     if missing:
-        return ("unavailable: not imported: " + ", ".join(missing) + "; run studio models import DIR "
-                "with the official MuseTalk models/ folder")
+        return (
+            "unavailable: not imported: " + ", ".join(missing) + "; run studio models import DIR "
+            "with the official MuseTalk models/ folder"
+        )
     parts = [COMPONENTS[unets[0]].label, "sd-vae", "whisper-tiny"]
     parts.append("taesd" if "taesd" in have else "no taesd (decoder sd-vae only)")
     return "ready: " + ", ".join(parts)
@@ -281,7 +316,9 @@ def read_config(path: Path) -> dict:
     try:
         cfg = json.loads(Path(path).read_text("utf-8"))
     except (OSError, ValueError) as exc:
-        raise ModelError(f"{path}: not a readable JSON config ({exc}); copy it again from the original download") from None
+        raise ModelError(
+            f"{path}: not a readable JSON config ({exc}); copy it again from the original download"
+        ) from None
     if not isinstance(cfg, dict):
         raise ModelError(f"{path}: not a model config (expected a JSON object)")
     return cfg
@@ -308,7 +345,7 @@ def build_module(kind: str, config: dict, cfg_path: Path | None = None, device: 
                 raise ValueError(kind)
     except ModelError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         raise ModelError(f"{where}: not a valid {KIND_NAMES[kind]} config ({_short(exc)})") from None
     if kind == "unet" and (module.config.in_channels != 8 or module.config.out_channels != 4):
         raise ModelError(
@@ -340,7 +377,7 @@ def read_state_dict(path: Path, mmap: bool = True) -> dict:
             if not mmap or "mmap" not in str(exc):
                 raise
             obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         raise ModelError(
             f"{path}: cannot be read ({_short(exc)}); the file is truncated or corrupt, copy it again"
         ) from None
@@ -349,7 +386,7 @@ def read_state_dict(path: Path, mmap: bool = True) -> dict:
     if not isinstance(obj, dict) or not obj:
         raise ModelError(f"{path}: holds no state dict (a dict of tensors); use the official weight file")
     if all(k.startswith("module.") for k in obj):
-        obj = {k[len("module."):]: v for k, v in obj.items()}  # saved from DataParallel
+        obj = {k[len("module.") :]: v for k, v in obj.items()}  # saved from DataParallel
     return obj
 
 
@@ -361,7 +398,7 @@ def read_shapes(path: Path) -> dict[str, tuple]:
 
             with safe_open(str(path), framework="pt") as fh:
                 return {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
             raise ModelError(
                 f"{path}: cannot be read ({_short(exc)}); the file is truncated or corrupt, copy it again"
             ) from None
@@ -375,7 +412,7 @@ def normalize_keys(kind: str, tensors: dict) -> dict:
         for k, v in tensors.items():
             for prefix in ("model.encoder.", "encoder."):
                 if k.startswith(prefix):
-                    out[k[len(prefix):]] = v
+                    out[k[len(prefix) :]] = v
                     break
         return out
     if kind == "vae":
@@ -469,8 +506,13 @@ def load_module(kind: str, folder: Path, weights: Path, device="cpu", dtype=None
     failure seen after a fast load earlier that day was the engine's timestep bug, fixed in
     f1361f8, not the fast copy.)
     """
-    if (fast and os.environ.get("STUDIO_FAST_COPIES") == "1" and dtype is not None
-            and str(dtype) in ("torch.float16", "torch.bfloat16") and "cuda" in str(device)):
+    if (
+        fast
+        and os.environ.get("STUDIO_FAST_COPIES") == "1"
+        and dtype is not None
+        and str(dtype) in ("torch.float16", "torch.bfloat16")
+        and "cuda" in str(device)
+    ):
         module = _load_fast(kind, folder, weights, device, dtype)
         if module is not None:
             return module

@@ -31,8 +31,8 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from studio.core.chunks import ChunkedProgress, avatar_reference, join_segments, render_segment, split
 from studio.core.errors import Cancelled, RenderError, StudioError
+from studio.core.scale.chunks import ChunkedProgress, avatar_reference, join_segments, render_segment, split
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,11 @@ def _token_auth_as_for_auto() -> None:
     """
     if "RAY_AUTH_MODE" in os.environ:
         return
-    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or \
-            (Path.home() / ".ray" / "auth_token").is_file():
+    if (
+        os.environ.get("RAY_AUTH_TOKEN")
+        or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        or (Path.home() / ".ray" / "auth_token").is_file()
+    ):
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
@@ -187,8 +190,9 @@ class Farm:
         """
         import ray
 
-        from studio.core.encode import check_output
-        from studio.core.render import Renderer, RenderResult, RenderSettings
+        from studio.core.media.writer import check_output
+        from studio.core.render.renderer import Renderer, RenderResult
+        from studio.core.settings import RenderSettings
 
         settings = settings or RenderSettings()
         self._cancel.clear()
@@ -197,8 +201,13 @@ class Farm:
         probe = Renderer(avatar, audio, settings)
         T = probe.plan.frames
         ranges = split(T, chunks or len(self._actors))
-        job = dict(id=uuid.uuid4().hex, avatar=self._ship(probe.avatar), audio=_ship_file(audio),
-                   settings=settings, board=self._board)
+        job = dict(
+            id=uuid.uuid4().hex,
+            avatar=self._ship(probe.avatar),
+            audio=_ship_file(audio),
+            settings=settings,
+            board=self._board,
+        )
         todo = deque((a, b, 1) for a, b in ranges)
         idle = deque(self._actors)
         running: dict = {}  # ref -> (label, start, end, attempt)
@@ -239,14 +248,24 @@ class Farm:
                         raise RenderError(f"Chunk {a}..{b} failed on worker {label}: {cause or exc}.") from exc
                 try:
                     done, per_worker = ray.get(self._board.poll.remote(job["id"]))
-                except Exception as exc:  # noqa: BLE001 - the node went away (e.g. `studio farm down`)
-                    raise RenderError(f"The farm stopped answering during the job ({type(exc).__name__}): "
-                                      "check `studio farm status` and render again.") from exc
+                except Exception as exc:
+                    raise RenderError(
+                        f"The farm stopped answering during the job ({type(exc).__name__}): "
+                        "check `studio farm status` and render again."
+                    ) from exc
                 elapsed = time.perf_counter() - t0
                 fps = done / elapsed if elapsed else 0.0
-                yield ChunkedProgress(done=min(done, T), total=T, fps=fps, eta_s=(T - done) / fps if fps else 0.0,
-                                      elapsed_s=elapsed, workers=per_worker, chunks_done=len(segments),
-                                      chunks=len(ranges), retries=self.retries)
+                yield ChunkedProgress(
+                    done=min(done, T),
+                    total=T,
+                    fps=fps,
+                    eta_s=(T - done) / fps if fps else 0.0,
+                    elapsed_s=elapsed,
+                    workers=per_worker,
+                    chunks_done=len(segments),
+                    chunks=len(ranges),
+                    retries=self.retries,
+                )
         except BaseException:  # an error, Ctrl-C or the caller dropping the generator: stop the chunks
             self._stop(job, running)
             with contextlib.suppress(Exception):
@@ -260,16 +279,31 @@ class Farm:
         seconds = time.perf_counter() - t0
         names = {s[3]["engine"] for s in segments}
         self.result = RenderResult(
-            output=path, frames=T, silent_frames=int(probe.plan.silent.sum()), engine=",".join(sorted(names)),
-            engine_reason=segments[0][3]["engine_reason"], encoder=f"{segments[0][3]['encoder']} x{len(ranges)} segments",
-            seconds=round(seconds, 3), fps=round(T / seconds, 2) if seconds else 0.0,
-            width=probe.avatar.width, height=probe.avatar.height,
+            output=path,
+            frames=T,
+            silent_frames=int(probe.plan.silent.sum()),
+            engine=",".join(sorted(names)),
+            engine_reason=segments[0][3]["engine_reason"],
+            encoder=f"{segments[0][3]['encoder']} x{len(ranges)} segments",
+            seconds=round(seconds, 3),
+            fps=round(T / seconds, 2) if seconds else 0.0,
+            width=probe.avatar.width,
+            height=probe.avatar.height,
             stage_ms={"farm": round(seconds * 1e3, 1)},
         )
-        yield ChunkedProgress(done=T, total=T, fps=self.result.fps, eta_s=0.0, elapsed_s=seconds,
-                              workers=per_worker, chunks_done=len(ranges), chunks=len(ranges), retries=self.retries,
-                              finished=True,
-                              output=path)
+        yield ChunkedProgress(
+            done=T,
+            total=T,
+            fps=self.result.fps,
+            eta_s=0.0,
+            elapsed_s=seconds,
+            workers=per_worker,
+            chunks_done=len(ranges),
+            chunks=len(ranges),
+            retries=self.retries,
+            finished=True,
+            output=path,
+        )
 
     def stats(self) -> dict[str, dict]:
         """Per worker: engines loaded, jobs, chunks and avatar fetches since its process started."""
@@ -293,8 +327,9 @@ class Farm:
 
         failures[label] = failures.get(label, 0) + 1
         self.retries += 1
-        log.warning("farm: worker %s died during chunk %d..%d (attempt %d): %s", label, a, b, attempt,
-                    type(exc).__name__)
+        log.warning(
+            "farm: worker %s died during chunk %d..%d (attempt %d): %s", label, a, b, attempt, type(exc).__name__
+        )
         if attempt >= MAX_ATTEMPTS:
             raise RenderError(f"Chunk {a}..{b} failed {attempt} times as its workers died: check the farm's nodes.")
         todo.appendleft((a, b, attempt + 1))  # taken by the next idle worker, another one where any is idle
@@ -358,7 +393,9 @@ def _ship_avatar(assets) -> dict:
     for p in sorted(Path(folder).rglob("*")):
         if p.is_file() and not p.name.startswith("."):
             files[str(p.relative_to(folder))] = p.read_bytes()
-    return dict(key=_avatar_key(folder), folder=folder, name=name, files=[ray.put(files)])  # a list: not resolved by Ray
+    return dict(
+        key=_avatar_key(folder), folder=folder, name=name, files=[ray.put(files)]
+    )  # a list: not resolved by Ray
 
 
 def _avatar_key(folder) -> str:
@@ -378,8 +415,8 @@ def _local_avatar(spec: dict):
     """``(assets, fetched)``: the shipped avatar on this node: the driver's folder when this node
     shares it, else a node-local copy made once from the object store (``fetched`` = 1 then) and
     reused by every worker and job here."""
-    from studio.core.chunks import open_avatar
-    from studio.core.paths import sub_dir
+    from studio.core.scale.chunks import open_avatar
+    from studio.core.store.paths import sub_dir
 
     src = Path(spec["folder"])
     meta = src / "meta.json"
@@ -406,14 +443,14 @@ def _local_avatar(spec: dict):
 
 
 def _local_file(spec: dict) -> str:
-    from studio.core.paths import sub_dir
+    from studio.core.store.paths import sub_dir
 
     suffix = Path(spec["name"]).suffix
     dest = sub_dir("cache/farm/audio") / f"{spec['key']}{suffix}"
     if not dest.is_file():
         import ray
 
-        from studio.core.fsutil import atomic_write_bytes
+        from studio.core.store.fsutil import atomic_write_bytes
 
         atomic_write_bytes(dest, ray.get(spec["data"][0]))
     return str(dest)
@@ -487,12 +524,17 @@ class _Worker:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        info = dict(engine=renderer.engine.name, engine_reason=renderer.engine_reason,
-                    encoder="libx264", worker=self.label, seconds=time.perf_counter() - t0)
+        info = dict(
+            engine=renderer.engine.name,
+            engine_reason=renderer.engine_reason,
+            encoder="libx264",
+            worker=self.label,
+            seconds=time.perf_counter() - t0,
+        )
         return start, end, data, info
 
     def _renderer(self, job: dict):
-        from studio.core.render import Renderer
+        from studio.core.render.renderer import Renderer
 
         if job["id"] in self.jobs:
             return self.jobs[job["id"]]

@@ -38,8 +38,7 @@ STATES = (DRAFT, QUEUED, HELD, RUNNING, DONE, FAILED, CANCELLED, INTERRUPTED_STA
 FINAL = (DONE, FAILED, CANCELLED, INTERRUPTED_STATE)
 INTERRUPTED = "interrupted: Studio stopped while this job was running; press Retry to run it again"
 SCHEMA_VERSION = 2
-COLUMNS = ("id", "avatar", "audio", "settings", "output", "state", "reason", "created", "updated", "progress",
-           "result")
+COLUMNS = ("id", "avatar", "audio", "settings", "output", "state", "reason", "created", "updated", "progress", "result")
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class JobStore:
 
     def __init__(self, path: str | Path | None = None):
         if path is None:
-            from studio.core.paths import data_dir
+            from studio.core.store.paths import data_dir
 
             path = data_dir() / "jobs.sqlite"
         self.path = Path(path)
@@ -96,8 +95,17 @@ class JobStore:
             cur = db.execute(
                 "INSERT INTO jobs(avatar, audio, settings, output, state, reason, created, updated, progress, result,"
                 " position, owner) VALUES (?,?,?,?,?,?,?,?,0,'{}',?,'')",
-                (str(avatar), str(audio), json.dumps(settings, sort_keys=True), str(output), state, "", now, now,
-                 (top or 0) + 1),
+                (
+                    str(avatar),
+                    str(audio),
+                    json.dumps(settings, sort_keys=True),
+                    str(output),
+                    state,
+                    "",
+                    now,
+                    now,
+                    (top or 0) + 1,
+                ),
             )
             job_id = cur.lastrowid
         log.info("job %d added (%s)", job_id, state)
@@ -147,8 +155,9 @@ class JobStore:
         job = self._move(job_id, QUEUED, "", allowed=FINAL)
         with self._tx() as db:
             top = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
-            db.execute("UPDATE jobs SET position=?, output=COALESCE(?, output) WHERE id=?",
-                       ((top or 0) + 1, output, job_id))
+            db.execute(
+                "UPDATE jobs SET position=?, output=COALESCE(?, output) WHERE id=?", ((top or 0) + 1, output, job_id)
+            )
         return self.get(job.id)
 
     def hold(self, job_id: int) -> Job:
@@ -248,8 +257,10 @@ class JobStore:
                 cols = {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
                 missing = [c for c in COLUMNS if c not in cols]
                 if missing:
-                    raise InputError(f"{self.path} is not a Studio job queue (its jobs table has no "
-                                     f"{', '.join(missing)} column); {away}")
+                    raise InputError(
+                        f"{self.path} is not a Studio job queue (its jobs table has no "
+                        f"{', '.join(missing)} column); {away}"
+                    )
                 row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
                 try:
                     schema = None if row is None else int(row[0])
@@ -276,8 +287,10 @@ class JobStore:
             rows = db.execute("SELECT id, owner FROM jobs WHERE state=?", (RUNNING,)).fetchall()
             ids = [r[0] for r in rows if not owner_alive(str(r[1] or ""))]
             for job_id in ids:
-                db.execute("UPDATE jobs SET state=?, reason=?, updated=? WHERE id=? AND state=?",
-                           (INTERRUPTED_STATE, INTERRUPTED, time.time(), job_id, RUNNING))
+                db.execute(
+                    "UPDATE jobs SET state=?, reason=?, updated=? WHERE id=? AND state=?",
+                    (INTERRUPTED_STATE, INTERRUPTED, time.time(), job_id, RUNNING),
+                )
         if ids:
             log.warning("%d job(s) were running when Studio last stopped: marked interrupted", len(ids))
         return ids
@@ -315,17 +328,36 @@ def _job(row: sqlite3.Row) -> Job:
         state = row["state"]
         if state not in STATES:
             raise ValueError(f"unknown state {state!r}")
-        return Job(id=int(row["id"]), avatar=str(row["avatar"]), audio=str(row["audio"]), settings=settings,
-                   output=str(row["output"]), state=state, reason=str(row["reason"]), created=float(row["created"]),
-                   updated=float(row["updated"]), progress=float(row["progress"]), result=result,
-                   position=float(row["position"]))
+        return Job(
+            id=int(row["id"]),
+            avatar=str(row["avatar"]),
+            audio=str(row["audio"]),
+            settings=settings,
+            output=str(row["output"]),
+            state=state,
+            reason=str(row["reason"]),
+            created=float(row["created"]),
+            updated=float(row["updated"]),
+            progress=float(row["progress"]),
+            result=result,
+            position=float(row["position"]),
+        )
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         log.warning("job row %s is damaged: %s", row["id"], exc)
-        return Job(id=int(row["id"]), avatar=str(row["avatar"] or ""), audio=str(row["audio"] or ""), settings={},
-                   output=str(row["output"] or ""), state=DAMAGED,
-                   reason=f"this job's entry is damaged ({str(exc)[:80]}); remove it and queue it again",
-                   created=_num(row["created"]), updated=_num(row["updated"]), progress=0.0, result={},
-                   position=_num(row["position"]))
+        return Job(
+            id=int(row["id"]),
+            avatar=str(row["avatar"] or ""),
+            audio=str(row["audio"] or ""),
+            settings={},
+            output=str(row["output"] or ""),
+            state=DAMAGED,
+            reason=f"this job's entry is damaged ({str(exc)[:80]}); remove it and queue it again",
+            created=_num(row["created"]),
+            updated=_num(row["updated"]),
+            progress=0.0,
+            result={},
+            position=_num(row["position"]),
+        )
 
 
 def _num(value) -> float:

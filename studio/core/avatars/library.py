@@ -1,0 +1,209 @@
+"""Avatars: a photo or a video ingested once into a pre-stacked, memory-mapped cache.
+
+    a = prepare("anna", "anna.mp4", AvatarParams(feather=30))   # decode, track, crop, mask; cached
+    a = load("anna")                    # < 10 ms: plain .npy files opened with mmap
+    a = resolve("clip.mp4")             # a library name, or a path prepared on the fly and cached
+    a.frames[i], a.boxes[i], a.crops[i], a.masks[i], a.cycle_index(t)
+
+One folder per avatar (``<data>/avatars/<name>/``; path avatars under ``<data>/cache/avatars/``):
+``meta.json`` (schema version, source and its SHA-256, parameters, sizes, per-stage keys, per-file
+shape/size/checksums) and one ``.npy`` per array. Three stages, each keyed by what it depends on:
+
+    frames  frames, face_ok, raw_landmarks      <- source bytes, trim          (decode + tracking)
+    crops   landmarks, boxes, crops, crop_lm    <- + smooth, bbox_shift, extra_margin
+    masks   masks                               <- + cheek_width, feather, mask_mode
+
+A changed key or a damaged file rebuilds that stage and the ones after it, nothing before it
+(a new feather recomputes masks only). Rebuilt crops also clear ``engines/`` (per-engine arrays
+such as MuseTalk latents depend on them). New files are written beside the old ones and renamed
+in just before ``meta.json``; a failed or cancelled build leaves the previous avatar intact.
+
+Integrity: ``load()`` checks meta.json's structure, each file's size, header and head/tail CRC
+(small files: every byte); every array bigger than 64 KiB is opened as a ``CheckedArray``
+(``avatar_check``) whose per-block CRC-32s are verified the first time the render reads each
+block. A damaged block, or a meta.json that contradicts itself, rebuilds what it belongs to
+from the source, and only when the source still has the SHA-256 recorded at ``add`` time;
+otherwise one sentence says what to do. Rebuilds of one folder are serialised across processes
+(``flock`` on the folder).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from studio.core.avatars import faces
+from studio.core.avatars.assets import HEX64, NAME_RE, AvatarAssets, AvatarParams, Progress, library_dir
+from studio.core.avatars.builder import build
+from studio.core.avatars.cache import Damaged, fix_hint, load_folder, meta_problem, open_assets, read_meta
+from studio.core.avatars.sources import SOURCE_HELP
+from studio.core.errors import AvatarError
+
+log = logging.getLogger(__name__)
+
+
+def prepare(
+    name: str,
+    source: str | os.PathLike,
+    params: AvatarParams = AvatarParams(),
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> AvatarAssets:
+    """Ingest ``source`` as library avatar ``name``. An existing name needs ``force=True``, and then
+    only what the new source/parameters change is recomputed."""
+    _check_name(name)
+    params.check()
+    src = _check_source(source)
+    folder = library_dir() / name
+    if (folder / "meta.json").exists() and not force:
+        raise AvatarError(f"an avatar named '{name}' already exists; pick another name or pass --force to replace it")
+    from studio.core.store.fsutil import file_sha256, quick_file_key
+
+    return build(folder, name, src, file_sha256(src), quick_file_key(src), params, progress)
+
+
+def load(name: str) -> AvatarAssets:
+    """Open library avatar ``name`` (< 10 ms); a damaged cache is rebuilt from its source (with a
+    warning), now or when the render first reads a damaged block."""
+    _check_name(name)
+    folder = library_dir() / name
+    if not folder.is_dir():
+        raise AvatarError(
+            f"no avatar named '{name}' in the library; see `studio avatar list` or add it "
+            f"with `studio avatar add {name} IMAGE_OR_VIDEO`"
+        )
+    return load_folder(folder, name)
+
+
+def resolve(
+    name_or_path: str | os.PathLike, params: AvatarParams | None = None, progress: Progress | None = None
+) -> AvatarAssets:
+    """A library name, or an image/video path prepared on the fly and cached (reused while the
+    source and the parameters are unchanged). ``params`` for a library name re-prepares it when
+    they differ from its own."""
+    text = str(name_or_path)
+    is_name = not isinstance(name_or_path, os.PathLike) and NAME_RE.match(text)
+    if is_name and (library_dir() / text / "meta.json").exists():
+        assets = load(text)
+        if params is None or params == assets.params:
+            return assets
+        params.check()
+        src = Path(assets.meta["source"])
+        return build(
+            assets.folder,
+            text,
+            src if src.is_file() else None,
+            assets.meta["source_sha256"],
+            assets.meta.get("source_key"),
+            params,
+            progress,
+            check_source=True,
+        )
+    path = Path(text).expanduser()
+    if not path.exists() and NAME_RE.match(text) and not path.suffix:
+        raise AvatarError(f"no avatar named '{text}' in the library and no such file; see `studio avatar list`")
+    src = _check_source(path)
+    params = (params or AvatarParams()).check()
+    import hashlib
+
+    from studio.core.store.fsutil import file_sha256, quick_file_key
+    from studio.core.store.paths import sub_dir
+
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", src.stem)[:40] or "avatar"
+    folder = sub_dir("cache/avatars") / f"{stem}-{hashlib.sha256(str(src).encode()).hexdigest()[:12]}"
+    old = read_meta(folder)
+    qkey = quick_file_key(src)
+    known = old.get("source_sha256") if old and old.get("source_key") == qkey else None
+    sha = known if isinstance(known, str) and HEX64.match(known) else file_sha256(src)
+    return build(folder, stem, src, sha, qkey, params, progress)
+
+
+def list_avatars() -> list[dict]:
+    """The library, sorted by name (damaged entries are listed with ``"damaged": True``)."""
+    out = []
+    for folder in sorted(library_dir().iterdir()):
+        if not folder.is_dir() or not (folder / "meta.json").exists():
+            continue
+        meta = read_meta(folder)
+        problem = meta_problem(meta)
+        if problem is None:
+            try:  # the quick checks of load(): sizes, headers, head/tail checksums
+                open_assets(folder, meta, wrap=False)
+            except Damaged as exc:
+                problem = str(exc)
+        if problem is not None:
+            out.append(
+                {
+                    "name": folder.name,
+                    "damaged": True,
+                    "problem": problem,
+                    "fix": fix_hint(folder.name, folder, meta),
+                    "folder": str(folder),
+                    "source": meta.get("source") if isinstance(meta, dict) else None,
+                }
+            )
+            continue
+        thumb = folder / "thumbnail.png"
+        out.append(
+            {
+                "name": folder.name,
+                "kind": meta.get("kind"),
+                "frames": meta.get("frames"),
+                "width": meta.get("width"),
+                "height": meta.get("height"),
+                "fps": meta.get("fps"),
+                "faceless_frames": meta.get("faceless_frames"),
+                "duration_s": meta.get("duration_s"),
+                "source": meta.get("source"),
+                "params": meta.get("params"),
+                "size_bytes": sum(f.get("bytes", 0) for f in meta["files"].values()),
+                "thumbnail": str(thumb) if thumb.exists() else None,
+                "folder": str(folder),
+                "damaged": False,
+            }
+        )
+    return out
+
+
+def remove(name: str) -> None:
+    _check_name(name)
+    folder = library_dir() / name
+    if not folder.is_dir():
+        raise AvatarError(f"no avatar named '{name}' in the library; see `studio avatar list`")
+    shutil.rmtree(folder)
+    log.info("removed avatar %s", name)
+
+
+def overlay(assets: AvatarAssets, index: int = 0) -> np.ndarray:
+    """RGB debug picture of frame ``index``: the box, the tinted mask and the mouth/jaw landmarks."""
+    if not 0 <= index < assets.N:
+        raise AvatarError(f"frame {index} is out of range; avatar '{assets.name}' has frames 0..{assets.N - 1}")
+    return faces.overlay_image(
+        assets.frames[index],
+        assets.boxes[index],
+        assets.masks[index],
+        assets.landmarks[index],
+        bool(assets.face_ok[index]),
+    )
+
+
+def _check_name(name: str) -> None:
+    if not NAME_RE.match(str(name)):
+        raise AvatarError(f"'{name}' is not a valid avatar name; use up to 64 letters, digits, '.', '_' or '-'")
+
+
+def _check_source(source: str | os.PathLike) -> Path:
+    p = Path(source).expanduser()
+    if not p.exists():
+        raise AvatarError(f"{p}: no such file; give {SOURCE_HELP}")
+    if p.is_dir():
+        raise AvatarError(f"{p}: is a folder; give {SOURCE_HELP}")
+    if p.stat().st_size == 0:
+        raise AvatarError(f"{p}: the file is empty (0 bytes); give {SOURCE_HELP}")
+    return p.resolve()

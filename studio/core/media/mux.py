@@ -1,0 +1,128 @@
+"""The output container: one MP4 with the video stream and the voice-over's AAC interleaved.
+
+    mux = Muxer(fh, fps, total_frames, audio)        # audio: an encoders.AudioSource or None
+    vs = mux.open()                                   # libx264 stream (or mux.open(template) for NVENC)
+    mux.video(pkt)                                    # one encoded packet, in decode order
+    mux.append_chunks(chunks, stop)                   # the streaming mux: spilled chunks, in order
+    mux.finish()                                      # the rest of the audio, the index; then close
+
+The index (``moov``) goes into space reserved at the front when the frame count is known (no rewrite
+at the end), else by a faststart rewrite. The audio is muxed up to the video's time as the video
+arrives, so the file is interleaved without a second pass. The writer (``media.writer``) owns the
+encoders and lanes; this module owns what goes into the file and in which order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from studio.core.media.encoders import BT709, RANGE_MPEG, read_packets
+
+SYNC_BYTES = 64 << 20  # the mux hands finished MP4 data to the disk every this many bytes
+MOOV_PER_SAMPLE = 48  # bytes of index per video frame or AAC packet at most (stsz, stts, ctts, stss, stsc, co64)
+
+
+class Muxer:
+    """Packets into one MP4 file object ``fh``: video in decode order, audio interleaved by time."""
+
+    def __init__(self, fh, fps: int, total_frames: int | None, audio=None):
+        self.fh = fh
+        self.fps = int(fps)
+        self.total_frames = int(total_frames or 0)  # 0: unknown (the index is written at the end)
+        self.audio = audio
+        self.container: Any = None  # av.container.OutputContainer once open()ed
+        self.vstream: Any = None
+        self.chunks_muxed = 0  # chunks appended so far (append_chunks)
+        self._muxed_until = 0  # video frames muxed so far (drives the audio interleave)
+        self._last_dts = -(1 << 62)
+        self._synced = 0
+
+    def open(self, template=None):
+        """Open the container with a libx264 stream (the caller configures its codec context), or a
+        stream copied from ``template`` (an NVENC elementary stream's); returns the video stream."""
+        import av
+
+        options = {"movflags": "+faststart"}
+        if self.total_frames:  # the index goes into space reserved up front: no rewrite of the whole file at close
+            samples = self.total_frames + (self.audio.packets_at_most() if self.audio is not None else 0)
+            options = {"moov_size": str(16384 + MOOV_PER_SAMPLE * samples)}
+        self.container = av.open(self.fh, "w", format="mp4", options=options)
+        if template is None:
+            vs = self.container.add_stream("libx264", rate=Fraction(self.fps))
+        else:
+            vs = self.container.add_stream_from_template(template)
+            vs.time_base = Fraction(1, self.fps * 512)
+        cc = vs.codec_context
+        cc.color_primaries = cc.color_trc = cc.colorspace = BT709
+        cc.color_range = RANGE_MPEG
+        self.vstream = vs
+        if self.audio is not None:
+            self.audio.add_stream(self.container)
+        return vs
+
+    def start(self) -> None:
+        self.container.start_encoding()
+
+    def video(self, pkt) -> None:
+        """Mux one video packet, then the audio up to its time."""
+        pkt.stream = self.vstream
+        if pkt.dts is not None:  # safety net where two chunks' reorder delays differ
+            if pkt.dts <= self._last_dts < pkt.pts:
+                pkt.dts = self._last_dts + 1
+            self._last_dts = pkt.dts
+        self.container.mux(pkt)
+        if pkt.pts is not None:
+            self._muxed_until = max(self._muxed_until, int(pkt.pts) + 1)
+        if self.audio is not None:
+            self.audio.mux_until(self.container, self._muxed_until / self.fps)
+
+    def annexb(self, raw: Path) -> None:
+        """Mux an H.264 Annex B file (no B-frames: decode order = display order) frame by frame."""
+        import av
+
+        with av.open(str(raw), format="h264", options={"framerate": str(self.fps)}) as src:
+            self.open(src.streams.video[0])
+            self.start()
+            tb = Fraction(1, self.fps)
+            for i, pkt in enumerate(p for p in src.demux(src.streams.video[0]) if p.size):
+                pkt.pts = pkt.dts = i
+                pkt.duration = 1
+                pkt.time_base = tb
+                self.video(pkt)
+
+    def append_chunks(self, chunks, stop) -> None:
+        """Append spilled ``chunks`` (from ``chunks_muxed`` on) in order, each as soon as it is encoded
+        (``chunk.done``); its spill file is deleted once in. Returns early when ``stop`` is set."""
+        for ch in chunks[self.chunks_muxed :]:
+            while not ch.done.wait(0.05):
+                if stop.is_set():
+                    return
+            for pkt in read_packets(ch.spill, self.vstream):
+                if stop.is_set():
+                    return
+                self.video(pkt)
+            with contextlib.suppress(FileNotFoundError):
+                ch.spill.unlink()
+            ch.muxed_at = time.perf_counter()
+            self.chunks_muxed += 1
+            if self.fh.tell() - self._synced > SYNC_BYTES:  # write back as we go: a short fsync at close
+                self.fh.flush()
+                os.fdatasync(self.fh.fileno())
+                self._synced = self.fh.tell()
+
+    def finish(self) -> None:
+        """The rest of the audio, then the index (the container is closed; the file object is not)."""
+        if self.audio is not None:
+            self.audio.mux_until(self.container, None)
+        self.container.close()
+
+    def discard(self) -> None:
+        """Close without writing anything more (the file object must be closed first)."""
+        if self.container is not None:
+            with contextlib.suppress(Exception):
+                self.container.close()

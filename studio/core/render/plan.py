@@ -1,0 +1,157 @@
+"""The render plan and the batch schedule: pure functions, testable without a GPU.
+
+    plan = make_plan(wave, avatar, settings)      # per frame: avatar index, silent, face found, weight
+    plan.engine_frames                            # the frames the engine renders (weight > 0)
+    batches = stripes(T, 64, writer.chunks, window=writer.window, engine=plan.weight > 0)
+
+The crossfade weights are the plan's decision; engines are handed them (``plan.weight``), never
+re-derive them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from studio.core.constants import FPS
+
+
+@dataclass(frozen=True, eq=False)
+class RenderPlan:
+    """Per output frame: which avatar frame, silent or not, face found, and the engine weight."""
+
+    avatar_idx: np.ndarray  # [T] int
+    silent: np.ndarray  # [T] bool (from the silence mask)
+    face_ok: np.ndarray  # [T] bool
+    weight: np.ndarray  # [T] float32: 0 = avatar frame as is, 1 = generated face; ramps at edges
+
+    @property
+    def frames(self) -> int:
+        return len(self.avatar_idx)
+
+    @property
+    def engine_frames(self) -> np.ndarray:
+        """Indices of frames that need the engine (weight > 0)."""
+        return np.flatnonzero(self.weight > 0)
+
+
+def check_range(frames: tuple[int, int] | None, total: int) -> tuple[int, int]:
+    """``(start, end)`` of an in/out range inside a clip of ``total`` frames (None: all of it)."""
+    if frames is None:
+        return 0, total
+    a, b = int(frames[0]), min(int(frames[1]), total)
+    if a < 0 or a >= total or b <= a:
+        from studio.core.errors import InputError
+
+        raise InputError(
+            f"the range {frames[0]}..{frames[1]} is outside the clip (frames 0..{total}, "
+            f"{total / FPS:.2f} s): set the in and out points inside it"
+        )
+    return a, b
+
+
+@contextlib.contextmanager
+def audio_range(wave, path: str, first: int, end: int):
+    """A temporary FLAC of the original audio under frames ``first..end`` (its own rate and channels)."""
+    import tempfile
+
+    import soundfile as sf
+
+    with tempfile.TemporaryDirectory(prefix="studio-range.") as folder:
+        out = Path(folder) / "range.flac"
+        with sf.SoundFile(path) as src:
+            rate = src.samplerate
+            a, b = int(round(first / FPS * rate)), int(round(end / FPS * rate))
+            src.seek(min(a, src.frames))
+            data = src.read(max(0, min(b, src.frames) - a), dtype="float32", always_2d=True)
+            sf.write(out, data, rate, format="FLAC")
+        yield str(out)
+
+
+def frame_index(seconds: float) -> int:
+    """The frame shown at ``seconds`` on the 25 fps grid (robust to float error: 0.12 s -> 3)."""
+    return int(np.floor(seconds * FPS + 1e-6))
+
+
+def make_plan(wave, avatar, settings) -> RenderPlan:
+    from studio.core.media.audio import frame_rms, silence_mask
+
+    T = wave.frames
+    avatar_idx = np.asarray(avatar.cycle_index(np.arange(T)), np.int64)
+    silent = silence_mask(frame_rms(wave.samples, T), settings.threshold, settings.min_silence)
+    face_ok = np.asarray(avatar.face_ok, bool)[avatar_idx]
+    return RenderPlan(avatar_idx, silent, face_ok, crossfade_weights(~silent & face_ok, settings.crossfade))
+
+
+def crossfade_weights(speech: np.ndarray, crossfade: int) -> np.ndarray:
+    """1 inside speech, ramping ``1/(n+1) .. n/(n+1)`` over the ``n`` frames next to each non-speech frame.
+
+    Non-speech frames get 0 (the avatar frame itself).
+    """
+    T = len(speech)
+    weight = speech.astype(np.float32)
+    if crossfade <= 0 or T == 0 or speech.all():
+        return weight
+    # distance of every frame to the nearest non-speech frame
+    idx = np.arange(T)
+    off = np.flatnonzero(~speech)
+    pos = np.searchsorted(off, idx)
+    left = np.where(pos > 0, idx - off[np.maximum(pos - 1, 0)], T + 1)
+    right = np.where(pos < len(off), off[np.minimum(pos, len(off) - 1)] - idx, T + 1)
+    dist = np.minimum(left, right).astype(np.float32)
+    return np.where(speech, np.minimum(1.0, dist / (crossfade + 1)), 0.0).astype(np.float32)
+
+
+def batch_ranges(total: int, batch: int) -> list[tuple[int, int]]:
+    batch = max(1, int(batch))
+    return [(a, min(total, a + batch)) for a in range(0, total, batch)]
+
+
+def stripes(
+    total: int,
+    batch: int,
+    chunks: list[tuple[int, int]],
+    window: int | None = None,
+    engine: np.ndarray | None = None,
+    max_frames: int | None = None,
+) -> list[np.ndarray]:
+    """Frame indices per batch for a writer with parallel ``chunks``: every batch takes the next
+    ``batch // lanes`` frames of each lane in turn, so all encoders get work from the first batch
+    on and finish together, while each chunk still receives its frames in order. ``window``: the
+    writer's lanes (``VideoWriter.window``; None: one lane per chunk): lane ``j`` holds chunks
+    ``j, j + window, ...`` one after the other (rolling chunks). Batches keep the full ``batch``
+    size (no bucket padding) until the chunks run out.
+
+    ``engine`` (bool per frame: needs the engine): batches are cut so that each holds ``batch``
+    engine frames instead of ``batch`` frames, so the engine always runs full (a silent frame
+    costs it nothing, but a batch of 64 frames with 13 silent ones still pays for a 64 bucket);
+    ``max_frames`` (default ``4 * batch``) bounds a batch through long silences."""
+    batch = max(1, int(batch))
+    if len(chunks) <= 1:
+        c0, c1 = chunks[0] if chunks else (0, total)
+        flat = np.arange(c0, c1)
+    else:
+        lanes = len(chunks) if window is None else max(1, min(int(window), len(chunks)))
+        share = max(1, batch // lanes)
+        seqs = [np.concatenate([np.arange(c0, c1) for c0, c1 in chunks[j::lanes]]) for j in range(lanes)]
+        runs = [s[a : a + share] for a in range(0, max(len(s) for s in seqs), share) for s in seqs if a < len(s)]
+        flat = np.concatenate(runs) if runs else np.zeros(0, np.int64)
+    if engine is None:
+        return [flat[i : i + batch] for i in range(0, len(flat), batch)]
+    return _cut_by_engine_frames(flat, np.asarray(engine, bool), batch, max_frames or 4 * batch)
+
+
+def _cut_by_engine_frames(flat: np.ndarray, engine: np.ndarray, batch: int, max_frames: int) -> list[np.ndarray]:
+    """``flat`` cut in order into pieces of ``batch`` engine frames (at most ``max_frames`` frames)."""
+    out, i, n = [], 0, len(flat)
+    count = np.concatenate([[0], np.cumsum(engine[flat])])  # engine frames before position p
+    while i < n:
+        # the end: the first position holding `batch` engine frames since i, or max_frames, or n
+        j = int(np.searchsorted(count, count[i] + batch, side="left"))
+        j = min(n, i + max_frames, max(j, i + 1))
+        out.append(flat[i:j])
+        i = j
+    return out

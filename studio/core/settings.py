@@ -1,0 +1,298 @@
+"""Every render setting, declared once: type, default, choices or range, help, and the faces that show it.
+
+    s = RenderSettings(engine="classic", crf=18)           # a frozen value, checked by ``check``
+    for spec in SCHEMA.values(): spec.name, spec.kind, spec.default, spec.choices, spec.help, spec.faces
+    s = from_dict({"engine": "classic", "crf": "18"})       # a job row, a form, JSON: one sentence if bad
+    check(s)                                                # the checker every face uses
+
+``RenderSettings`` is the declaration: each field's default comes with its ``Spec`` (``setting(...)``),
+so the command line's options (``studio render``, ``studio queue add``, ``frame``, ``demo``), the HTTP
+form, the window's widgets and saved defaults, the server client and the job store are all made by walking
+``SCHEMA``. A new setting is added here and nowhere else; ``tests/test_settings.py`` proves every face
+offers every setting it is declared for.
+
+Faces: ``cli`` (the render commands), ``http`` (``studio serve``'s form), ``ui`` (the window), ``job``
+(stored with a queued job and sent to a server). Groups: ``engine`` and ``silence`` change the frames
+(``frame_at`` needs them: a scrub on a server sends them all), ``encode`` only the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
+from studio.core.errors import InputError
+
+T = TypeVar("T")
+
+ALL_FACES = frozenset({"cli", "http", "ui", "job"})
+GROUPS = ("engine", "silence", "encode", "output")
+
+ENGINES = ("auto", "classic", "musetalk")
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+DECODERS = ("taesd", "sd-vae")
+RUNTIMES = ("auto", "torch", "tensorrt")
+ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
+PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a face needs to show one setting."""
+
+    name: str
+    kind: type  # bool, int, float or str
+    default: Any
+    help: str
+    label: str
+    group: str
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    faces: frozenset[str] = ALL_FACES
+    optional: bool = False  # None is a value (device: None = pick automatically)
+    auto_label: str = ""  # how a face shows None (device: "auto")
+
+    @property
+    def option(self) -> str:
+        """The command line's option: ``--min-silence``."""
+        return "--" + self.name.replace("_", "-")
+
+    def parse(self, value: Any) -> Any:
+        """``value`` (a string from a form or a command line, or JSON) as this setting's type; one
+        sentence naming the setting when it is not one."""
+        if value is None or (self.optional and value in ("", self.auto_label)):
+            if self.optional:
+                return None
+            return self.default
+        try:
+            if self.kind is bool:
+                if isinstance(value, str):
+                    low = value.strip().lower()
+                    if low in ("1", "true", "yes", "on"):
+                        return True
+                    if low in ("0", "false", "no", "off", ""):
+                        return False
+                    raise ValueError(value)
+                if isinstance(value, (bool, int)) and value in (0, 1):
+                    return bool(value)
+                raise ValueError(value)
+            if self.kind is int:
+                if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                    raise ValueError(value)
+                return int(value)
+            if self.kind is float:
+                if isinstance(value, bool):
+                    raise ValueError(value)
+                return float(value)
+            if not isinstance(value, str):
+                raise ValueError(value)
+            return value
+        except (TypeError, ValueError):
+            what = {bool: "true or false", int: "a whole number", float: "a number", str: "a text"}[self.kind]
+            raise InputError(f"the setting {self.name}={value!r} is not {what}") from None
+
+    def problem(self, value: Any) -> str | None:
+        """One sentence if ``value`` is not allowed, else None."""
+        if value is None and self.optional:
+            return None
+        if self.kind is bool:
+            return None if isinstance(value, bool) else f"{self.name} must be true or false"
+        if self.kind in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"{self.name} {value!r} is not a number"
+            if self.kind is int and not float(value).is_integer():
+                return f"{self.name} must be a whole number"
+            if not math.isfinite(value):
+                return f"{self.name} must be a finite number"
+        if self.choices is not None and value not in self.choices:
+            return f"{self.name} {value!r} is not one of {', '.join(self.choices)}"
+        low, high = self.minimum, self.maximum
+        if (low is not None and value < low) or (high is not None and value > high):
+            return f"{self.name} must be {_range_text(low, high)} ({self.help})"
+        return None
+
+
+def setting(
+    default: T,
+    help: str,
+    *,
+    label: str = "",
+    group: str = "engine",
+    choices: tuple[str, ...] | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    faces: frozenset[str] = ALL_FACES,
+    auto_label: str = "",
+) -> T:
+    """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``)."""
+    meta = dict(
+        help=help,
+        label=label,
+        group=group,
+        choices=choices,
+        minimum=minimum,
+        maximum=maximum,
+        faces=frozenset(faces),
+        auto_label=auto_label,
+    )
+    return field(default=default, metadata={"spec": meta})
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """How a clip is rendered (not what or where: that is the service's ``RenderRequest``)."""
+
+    engine: str = setting(
+        "auto",
+        "lip-sync engine: auto picks MuseTalk when its weights are imported, else classic",
+        label="Engine",
+        choices=ENGINES,
+    )
+    device: str | None = setting(
+        None, "torch device, e.g. cpu, cuda, cuda:1 (auto: cuda when present)", label="Device", auto_label="auto"
+    )
+    precision: str = setting("auto", "MuseTalk arithmetic precision", label="Precision", choices=PRECISIONS)
+    decoder: str = setting(
+        "taesd",
+        "MuseTalk image decoder: TAESD is fast, SD-VAE is the reference quality",
+        label="Decoder",
+        choices=DECODERS,
+    )
+    runtime: str = setting(
+        "auto",
+        "MuseTalk runtime: TensorRT engines when built and valid (auto), or force one",
+        label="Runtime",
+        choices=RUNTIMES,
+    )
+    batch: int = setting(
+        0, "frames per engine call (0: the engine's preferred batch)", label="Batch", minimum=0, maximum=1024
+    )
+    compile: bool = setting(
+        False,
+        "MuseTalk: torch.compile the networks (about a minute to load once; then UNet + "
+        "TAESD ran 1.75x and UNet + SD-VAE 2.1x faster on an H200: for long clips and warm "
+        "servers)",
+        label="Compile the networks",
+    )
+    threshold: float = setting(
+        DEFAULT_SILENCE_THRESHOLD,
+        "silence RMS threshold (frames quieter than this are silent and show the avatar itself)",
+        label="Threshold",
+        group="silence",
+        minimum=0.0,
+        maximum=1.0,
+    )
+    min_silence: int = setting(
+        DEFAULT_MIN_SILENCE_FRAMES,
+        "shortest silence, in frames",
+        label="Min silence",
+        group="silence",
+        minimum=1,
+        maximum=10_000,
+    )
+    crossfade: int = setting(
+        3,
+        "frames of crossfade at each speech/silence edge (the mouth eases to rest)",
+        label="Crossfade",
+        group="silence",
+        minimum=0,
+        maximum=25,
+    )
+    encoder: str = setting(
+        "auto",
+        "video encoder: auto uses NVENC when a session opens, else libx264 in parallel",
+        label="Encoder",
+        group="encode",
+        choices=ENCODERS,
+    )
+    crf: int = setting(
+        20,
+        "x264/NVENC quality: lower is better and larger (18-23 is typical)",
+        label="CRF",
+        group="encode",
+        minimum=0,
+        maximum=51,
+    )
+    preset: str = setting("veryfast", "x264 speed/size trade-off", label="Preset", group="encode", choices=PRESETS)
+    preview_interval_s: float = setting(
+        0.25,
+        "seconds between preview frames in the progress",
+        label="Preview every",
+        group="output",
+        minimum=0.0,
+        faces=frozenset(),
+    )
+
+    def __post_init__(self):
+        # coerce what a face may hand over (an int for a float setting); ``check`` says what is wrong
+        for spec in SCHEMA.values():
+            v = getattr(self, spec.name)
+            if spec.kind is float and isinstance(v, int) and not isinstance(v, bool):
+                object.__setattr__(self, spec.name, float(v))
+
+    def with_(self, **kw) -> RenderSettings:
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def frame_settings(self) -> dict[str, Any]:
+        """The settings that change the frames (everything but the encoding): what a scrub needs."""
+        return {n: getattr(self, n) for n, s in SCHEMA.items() if s.group in ("engine", "silence")}
+
+
+def _schema() -> dict[str, Spec]:
+    out = {}
+    for f in dataclasses.fields(RenderSettings):
+        meta = dict(f.metadata["spec"])
+        default = f.default
+        kind = {bool: bool, int: int, float: float, str: str}[type(default)] if default is not None else str
+        out[f.name] = Spec(
+            name=f.name, kind=kind, default=default, optional=default is None, label=meta.pop("label") or f.name, **meta
+        )
+    return out
+
+
+#: every render setting by name, in declaration order
+SCHEMA: dict[str, Spec] = _schema()
+
+
+def specs(face: str, groups: tuple[str, ...] | None = None) -> list[Spec]:
+    """The settings ``face`` shows (optionally only those of ``groups``), in declaration order."""
+    return [s for s in SCHEMA.values() if face in s.faces and (groups is None or s.group in groups)]
+
+
+def from_dict(d: dict | None, *, strict: bool = False) -> RenderSettings:
+    """``RenderSettings`` from a dict (a job row, a form, JSON); values may be strings. Unknown keys are
+    ignored, or with ``strict`` one sentence naming them. Bad values: one ``InputError`` naming the setting."""
+    d = dict(d or {})
+    unknown = sorted(k for k in d if k not in SCHEMA)
+    if strict and unknown:
+        raise InputError(
+            f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: the settings "
+            f"are {', '.join(SCHEMA)}"
+        )
+    kw = {name: SCHEMA[name].parse(value) for name, value in d.items() if name in SCHEMA}
+    s = RenderSettings(**kw)
+    check(s)
+    return s
+
+
+def check(s: RenderSettings) -> RenderSettings:
+    """One sentence for the first bad value (the CLI, the window and the server say the same)."""
+    for spec in SCHEMA.values():
+        msg = spec.problem(getattr(s, spec.name))
+        if msg:
+            raise InputError(msg)
+    return s
+
+
+def _range_text(low: float | None, high: float | None) -> str:
+    fmt = lambda v: f"{v:g}"  # noqa: E731
+    if low is not None and high is not None:
+        return f"between {fmt(low)} and {fmt(high)}"
+    return f"at least {fmt(low)}" if low is not None else f"at most {fmt(high)}"
