@@ -25,9 +25,7 @@ EDITS = ("open", "blur", "seam", "drift")
 DEFAULT_AMOUNT = {"open": 0.0, "blur": 2.0, "seam": 12.0, "drift": 4.0}
 
 
-def shifted_voice(
-    samples: np.ndarray, frames: int, fps: float = 25.0, rate: int = 16_000
-) -> np.ndarray:
+def shifted_voice(samples: np.ndarray, frames: int, fps: float = 25.0, rate: int = 16_000) -> np.ndarray:
     """``samples`` delayed by ``frames`` (positive: silence put before) or advanced (negative:
     the start cut off), same length."""
     n = round(frames * rate / fps)
@@ -63,8 +61,8 @@ def edit_video(
     """A copy of ``render`` with ``kind`` (one of ``EDITS``) done to it, its audio ``voice``."""
     import cv2
 
-    from studio.core.audio import frame_rms, load, silence_mask
-    from studio.core.encode import open_video
+    from studio.core.media.audio import frame_rms, load, silence_mask
+    from studio.core.media.writer import open_video
 
     amount = DEFAULT_AMOUNT[kind] if amount is None else float(amount)
     frames = decode_rgb(render)
@@ -74,12 +72,7 @@ def edit_video(
     silent = np.asarray(silent, bool)[:t_all]
     speech = np.flatnonzero(~silent)
     x1, y1, x2, y2 = (int(v) for v in np.asarray(avatar.boxes[0]))
-    alpha = (
-        cv2.resize(np.asarray(avatar.masks[0]), (x2 - x1, y2 - y1)).astype(np.float32)[
-            ..., None
-        ]
-        / 255.0
-    )
+    alpha = cv2.resize(np.asarray(avatar.masks[0]), (x2 - x1, y2 - y1)).astype(np.float32)[..., None] / 255.0
     out_frames = frames.copy()
     if kind == "open":
         loop = speech[(speech >= speech[0] + 25) & (speech < speech[0] + 50)]
@@ -95,15 +88,11 @@ def edit_video(
                 new = roi + amount
             elif kind == "drift":
                 m = np.float32([[1, 0, 0], [0, 1, amount]])
-                new = cv2.warpAffine(
-                    frames[t], m, (w, h), borderMode=cv2.BORDER_REPLICATE
-                )[y1:y2, x1:x2]
+                new = cv2.warpAffine(frames[t], m, (w, h), borderMode=cv2.BORDER_REPLICATE)[y1:y2, x1:x2]
                 new = new.astype(np.float32)
             else:
                 raise ValueError(f"kind must be one of {EDITS}")
-            out_frames[t, y1:y2, x1:x2] = (
-                (roi * (1 - alpha) + new * alpha).round().clip(0, 255).astype(np.uint8)
-            )
+            out_frames[t, y1:y2, x1:x2] = (roi * (1 - alpha) + new * alpha).round().clip(0, 255).astype(np.uint8)
     with open_video(out, w, h, audio=str(voice), total_frames=t_all) as writer:
         for a in range(0, t_all, 32):
             writer.write(out_frames[a : a + 32])

@@ -31,9 +31,7 @@ def register(sub) -> None:
         help="the avatar the video was rendered from (library name or image/video path): sharpness, "
         "seam and drift are then measured against its frames (default: the video's own rest frame)",
     )
-    p.add_argument(
-        "--json", action="store_true", help="print the whole report as one JSON object"
-    )
+    p.add_argument("--json", action="store_true", help="print the whole report as one JSON object")
     p.add_argument(
         "--fail-under",
         metavar="LIMITS",
@@ -96,9 +94,7 @@ def run(args) -> int:
     else:
         print_report(report)
     if failed:
-        print(
-            f"studio: check: --fail-under not met: {'; '.join(failed)}", file=sys.stderr
-        )
+        print(f"studio: check: --fail-under not met: {'; '.join(failed)}", file=sys.stderr)
         return FAIL_EXIT
     return 0
 
@@ -112,25 +108,15 @@ def print_report(r) -> None:
         return "n/a" if v is None or not math.isfinite(v) else format(v, fmt)
 
     print(f"{r.verdict}: {r.reason}")
-    print(
-        f"offset:          {r.offset_frames:+d} frames ({r.offset_ms:+.0f} ms; + = the video is late)"
-    )
+    print(f"offset:          {r.offset_frames:+d} frames ({r.offset_ms:+.0f} ms; + = the video is late)")
     print(
         f"confidence:      {f(r.confidence, '.2f')}   (out of sync under {th.min_confidence:.2f}, "
         f"weak under {th.weak_confidence:.2f})"
     )
-    print(
-        f"silence motion:  {f(r.silence_motion, '.2f')}   (check over {th.max_silence_motion:.2f})"
-    )
-    print(
-        f"sharpness:       {f(r.sharpness, '.2f')}   (check under {th.min_sharpness:.2f})"
-    )
-    print(
-        f"seam:            {f(r.seam, '.1f')} luma levels   (check over {th.max_seam:.1f})"
-    )
-    print(
-        f"drift:           {f(100 * r.drift, '.1f')} % of the eye distance   (check over {100 * th.max_drift:.1f} %)"
-    )
+    print(f"silence motion:  {f(r.silence_motion, '.2f')}   (check over {th.max_silence_motion:.2f})")
+    print(f"sharpness:       {f(r.sharpness, '.2f')}   (check under {th.min_sharpness:.2f})")
+    print(f"seam:            {f(r.seam, '.1f')} luma levels   (check over {th.max_seam:.1f})")
+    print(f"drift:           {f(100 * r.drift, '.1f')} % of the eye distance   (check over {100 * th.max_drift:.1f} %)")
     print(f"reference:       {r.reference}")
     if r.worst_second is not None:
         print(f"worst second:    {r.worst_second // 60}:{r.worst_second % 60:02d}")

@@ -31,9 +31,7 @@ def main() -> int:
         default=20.0,
         help="clip length (default 20 s of the voice-over)",
     )
-    ap.add_argument(
-        "--cores", type=int, default=2, help="CPU cores to run on (default 2)"
-    )
+    ap.add_argument("--cores", type=int, default=2, help="CPU cores to run on (default 2)")
     ap.add_argument(
         "--runs",
         type=int,
@@ -51,23 +49,20 @@ def main() -> int:
 
     import soundfile as sf
 
-    from studio.core.audio import load
     from studio.core.bench import synthetic_avatar
+    from studio.core.media.audio import load
     from studio.core.quality import check_video, measure_video, speech_of
     from studio.core.quality.video import probe_video
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
-    voice = load(ROOT / "resources" / "demo" / "voiceover.flac").samples[
-        : int(args.seconds * 16_000)
-    ]
+    voice = load(ROOT / "resources" / "demo" / "voiceover.flac").samples[: int(args.seconds * 16_000)]
     wav = work / "voice.wav"
     sf.write(wav, voice, 16_000, subtype="PCM_16")
     avatar = synthetic_avatar(work, args.height, loop_frames=50)
     out = work / "clip.mp4"
     t0 = time.monotonic()
-    for _ in Renderer(avatar, wav, RenderSettings(engine="classic", device="cpu")).run(
-        out
-    ):
+    for _ in Renderer(avatar, wav, RenderSettings(engine="classic", device="cpu")).run(out):
         pass
     info = probe_video(out)
     print(
@@ -90,9 +85,7 @@ def main() -> int:
                 f"  {name}: {m.frames} frames in {total_s:.2f} s (measuring {measure_s:.2f} s) = "
                 f"{fps:.1f} frames/s, {fps / info.fps:.2f}x real time; verdict {r.verdict}"
             )
-        print(
-            f"{name}: best {best:.1f} frames/s = {best / info.fps:.2f}x the video's {info.fps:g} fps"
-        )
+        print(f"{name}: best {best:.1f} frames/s = {best / info.fps:.2f}x the video's {info.fps:g} fps")
     print(f"load average after: {_load()}")
     return 0
 

@@ -53,9 +53,7 @@ def espeak(text: str, path: Path) -> Path:
     import soxr
 
     raw = path.with_suffix(".raw.wav")
-    subprocess.run(
-        ["espeak-ng", "-v", "en-us", "-s", "160", "-w", str(raw), text], check=True
-    )
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", str(raw), text], check=True)
     x, rate = sf.read(raw, dtype="float32")
     sf.write(path, soxr.resample(x, rate, 16_000), 16_000, subtype="PCM_16")
     return path
@@ -69,9 +67,7 @@ def main() -> int:
         default=28.3,
         help="length of the voice-over used (default: all)",
     )
-    ap.add_argument(
-        "--out", default=None, help="folder for the renders (default: a temporary one)"
-    )
+    ap.add_argument("--out", default=None, help="folder for the renders (default: a temporary one)")
     args = ap.parse_args()
     work = Path(args.out or tempfile.mkdtemp(prefix="validate_check_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -79,11 +75,12 @@ def main() -> int:
 
     import check_cases as cc
 
-    from studio.core import avatar as avatar_mod
-    from studio.core.audio import load
+    from studio.core.avatars import library as avatar_mod
+    from studio.core.media.audio import load
     from studio.core.quality import check_video, measure_video, speech_of
     from studio.core.quality.video import probe_video
-    from studio.core.render import Renderer, RenderSettings
+    from studio.core.render.renderer import Renderer
+    from studio.core.settings import RenderSettings
 
     demo = ROOT / "resources" / "demo"
     voice = load(demo / "voiceover.flac").samples[: int(args.seconds * 16_000)]
@@ -91,9 +88,7 @@ def main() -> int:
     astro = avatar_mod.prepare("astro", demo / "astronaut.png", force=True)
     t0 = time.monotonic()
     render = work / "render.mp4"
-    for _ in Renderer(astro, wav, RenderSettings(engine="classic", device="cpu")).run(
-        render
-    ):
+    for _ in Renderer(astro, wav, RenderSettings(engine="classic", device="cpu")).run(render):
         pass
     print(f"rendered {render} in {time.monotonic() - t0:.1f} s", file=sys.stderr)
 
@@ -106,9 +101,7 @@ def main() -> int:
             )
         )
     for k, text in enumerate(OTHER_SCRIPTS):
-        voices.append(
-            (f"another script #{k + 1}", espeak(text, work / f"other{k}.wav"))
-        )
+        voices.append((f"another script #{k + 1}", espeak(text, work / f"other{k}.wav")))
     videos = [("render", render)]
     for kind in cc.EDITS:
         videos.append(
@@ -126,9 +119,7 @@ def main() -> int:
             for aname, audio in voices if vname == "render" else voices[:1]:
                 r = check_video(video, audio, av, measurements=m)
                 rows.append((vname, mode, aname, r))
-    print(
-        "| video | reference | voice | offset | confidence | silence_motion | sharpness | seam | drift | verdict |"
-    )
+    print("| video | reference | voice | offset | confidence | silence_motion | sharpness | seam | drift | verdict |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for vname, mode, aname, r in rows:
         print(

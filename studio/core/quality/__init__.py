@@ -56,9 +56,7 @@ class NoFace(InputError):
     """No face in the checked video."""
 
 
-def voice_of(
-    video: str | os.PathLike, audio: str | os.PathLike | None = None
-) -> np.ndarray:
+def voice_of(video: str | os.PathLike, audio: str | os.PathLike | None = None) -> np.ndarray:
     """The voice as 16 kHz mono samples: ``audio``, else the video's own track (one sentence if none)."""
     from studio.core.quality.video import load_voice, probe_video
 
@@ -74,7 +72,7 @@ def speech_of(
     min_silence: int = DEFAULT_MIN_SILENCE_FRAMES,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(envelope, silent)`` per video frame; ``min_silence`` is in 25 fps frames, as the render's."""
-    from studio.core.audio import silence_mask
+    from studio.core.media.audio import silence_mask
     from studio.core.quality.sync import envelope
 
     env = envelope(samples, frames, fps)
@@ -94,7 +92,7 @@ def measure_video(
     """Per-frame measurements of ``video`` against ``avatar`` (``AvatarAssets``, a library name or
     a path), or against the video's first rest frame (the middle of its first silence in
     ``silent``, a per-frame bool array) when no avatar is given."""
-    from studio.core.audio import runs
+    from studio.core.media.audio import runs
     from studio.core.quality import mouth
     from studio.core.quality.video import frame_at, iter_frames, probe_video
 
@@ -104,9 +102,7 @@ def measure_video(
 
     def reference_for(finder: mouth.FaceFinder):
         if assets is not None:
-            return mouth.avatar_reference(
-                assets, finder, info.width, info.height, avatar_start
-            )
+            return mouth.avatar_reference(assets, finder, info.width, info.height, avatar_start)
         candidates: list[int] = []
         margin = max(1, round(0.16 * info.fps))
         if silent is not None:
@@ -120,8 +116,7 @@ def measure_video(
             ref = mouth.video_reference(
                 frame,
                 finder,
-                f"the video's own frame {idx} (at {idx / info.fps:.2f} s, "
-                "in a silence)",
+                f"the video's own frame {idx} (at {idx / info.fps:.2f} s, in a silence)",
                 24.0,
             )
             if ref is not None:
@@ -171,9 +166,7 @@ def check_video(
     frames = measurements.frames if measurements is not None else (info.frames or 0)
     extra = {}
     if measurements is None:
-        if (
-            frames <= 0
-        ):  # the container does not say: count while measuring, voice mask after
+        if frames <= 0:  # the container does not say: count while measuring, voice mask after
             env, silent = None, None
         else:
             env, silent = speech_of(samples, frames, info.fps, threshold, min_silence)
@@ -185,17 +178,12 @@ def check_video(
             progress=progress,
             cancelled=cancelled,
         )
-        extra["check_fps"] = round(
-            measurements.frames / max(time.monotonic() - t0, 1e-6), 1
-        )
-    env, silent = speech_of(
-        samples, measurements.frames, info.fps, threshold, min_silence
-    )
+        extra["check_fps"] = round(measurements.frames / max(time.monotonic() - t0, 1e-6), 1)
+    env, silent = speech_of(samples, measurements.frames, info.fps, threshold, min_silence)
     notes = []
     if measurements.reference_kind == "video":
         notes.append(
-            f"No avatar was given: the reference is {measurements.reference}; give --avatar for "
-            "the exact comparison."
+            f"No avatar was given: the reference is {measurements.reference}; give --avatar for the exact comparison."
         )
     voice_s, video_s = len(samples) / 16_000, measurements.frames / info.fps
     if abs(voice_s - video_s) > 1.0:
@@ -222,6 +210,6 @@ def _assets(avatar):
         return None
     if hasattr(avatar, "frames") and hasattr(avatar, "masks"):
         return avatar
-    from studio.core import avatar as avatar_mod
+    from studio.core.avatars import library as avatar_mod
 
     return avatar_mod.resolve(avatar)

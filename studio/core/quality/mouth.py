@@ -21,7 +21,7 @@ from typing import Self
 
 import numpy as np
 
-from studio.core import faces
+from studio.core.avatars import faces
 from studio.core.constants import FACE_SIZE
 
 log = logging.getLogger(__name__)
@@ -36,9 +36,7 @@ ALIGN_POINTS = tuple(sorted(set(faces.EYES + faces.BROWS + (168, 6, 197))))
 #: (each group's RMS distance from the reference's; the drift is the largest of the three).
 DRIFT_GROUPS = {"jaw": faces.JAW, "nose": faces.NOSE, "eyes": faces.EYES}
 WINDOW = 2.0  # the face box the mesh runs on: this many times the face's landmark extent, square
-WINDOW_MARGIN = (
-    0.15  # re-centre when the face comes closer to the box's side than this share
-)
+WINDOW_MARGIN = 0.15  # re-centre when the face comes closer to the box's side than this share
 LOST_RETRY = 5  # frames between two whole-frame searches while no face is found
 SEAM_SIGMA = 2.0  # crop pixels: the smoothing before luma is sampled across the border
 SEAM_STEP = 3.0  # crop pixels past the soft edge, each side, where the step is read
@@ -73,9 +71,7 @@ class FaceFinder:
             return None
         self._lost = 0
         self._follow(lm, frame.width, frame.height)
-        if (
-            self._window is not None
-        ):  # measured again on its box: as precise as every other frame
+        if self._window is not None:  # measured again on its box: as precise as every other frame
             x0, y0, x1, y1 = self._window
             again = self._tracker(frame.rgb(x0, y0, x1, y1))
             if again is not None:
@@ -99,9 +95,7 @@ class FaceFinder:
         of half of it (overlapping by half): the mesh's detector sees faces at 128 px, so a face
         that is small in a 1080p frame is found in a smaller square."""
         w, h = frame.width, frame.height
-        with (
-            faces._quiet_stderr()
-        ):  # the graph's one-off warnings about a whole frame's shape
+        with faces._quiet_stderr():  # the graph's one-off warnings about a whole frame's shape
             lm = self._tracker(frame.rgb())
             if lm is not None:
                 return lm
@@ -124,12 +118,7 @@ class FaceFinder:
         if self._window is not None:
             x0, y0, x1, y1 = self._window
             m = WINDOW_MARGIN * (x1 - x0)
-            inside = (
-                lo[0] - x0 >= m
-                and lo[1] - y0 >= m
-                and x1 - hi[0] >= m
-                and y1 - hi[1] >= m
-            )
+            inside = lo[0] - x0 >= m and lo[1] - y0 >= m and x1 - hi[0] >= m and y1 - hi[1] >= m
             if inside and 0.75 <= size / max(self._size, 1e-6) <= 1.33:
                 return
         # a square (the mesh's graph warns about other shapes), slid inside the frame at its edges
@@ -170,9 +159,7 @@ def eye_distance(lm: np.ndarray) -> float:
 
 def mouth_opening(lm: np.ndarray) -> float:
     """The inner lip gap in eye distances."""
-    return float(np.linalg.norm(lm[LIP_TOP] - lm[LIP_BOTTOM])) / max(
-        eye_distance(lm), 1e-6
-    )
+    return float(np.linalg.norm(lm[LIP_TOP] - lm[LIP_BOTTOM])) / max(eye_distance(lm), 1e-6)
 
 
 def luma_of_rgb(rgb: np.ndarray) -> np.ndarray:
@@ -182,20 +169,16 @@ def luma_of_rgb(rgb: np.ndarray) -> np.ndarray:
 
     w = np.array([[0.2126, 0.7152, 0.0722]], np.float32) * (219.0 / 255.0)
     y = cv2.transform(np.ascontiguousarray(rgb), w)  # saturating uint8, rounded
-    return cv2.add(y, 16)
+    return np.asarray(cv2.add(y, np.full_like(y, 16)))
 
 
-def detail_region(
-    lm: np.ndarray, width: int, height: int
-) -> tuple[tuple[int, int, int, int], np.ndarray]:
+def detail_region(lm: np.ndarray, width: int, height: int) -> tuple[tuple[int, int, int, int], np.ndarray]:
     """The mouth region (lips, the skin around them, down to the chin) as a rectangle, and the mask
     of its pixels that count: all but the mouth's opening (teeth and cavity change with speech)."""
     import cv2
 
     mw = float(np.linalg.norm(lm[MOUTH_RIGHT] - lm[MOUTH_LEFT]))
-    top = float(
-        lm[faces.NOSE_TIP, 1] + 0.25 * (lm[faces.CHIN, 1] - lm[faces.NOSE_TIP, 1])
-    )
+    top = float(lm[faces.NOSE_TIP, 1] + 0.25 * (lm[faces.CHIN, 1] - lm[faces.NOSE_TIP, 1]))
     x0 = int(max(0, np.floor(min(lm[MOUTH_LEFT, 0], lm[MOUTH_RIGHT, 0]) - 0.3 * mw)))
     x1 = int(min(width, np.ceil(max(lm[MOUTH_LEFT, 0], lm[MOUTH_RIGHT, 0]) + 0.3 * mw)))
     y0 = int(max(0, np.floor(top)))
@@ -203,26 +186,20 @@ def detail_region(
     if x1 - x0 < 8 or y1 - y0 < 8:
         return (x0, y0, x1, y1), np.zeros((max(0, y1 - y0), max(0, x1 - x0)), bool)
     keep = np.full((y1 - y0, x1 - x0), 255, np.uint8)
-    inner = np.round((lm[list(faces.LIPS_INNER)] - np.array([x0, y0])) * 4).astype(
-        np.int32
-    )
+    inner = np.round((lm[list(faces.LIPS_INNER)] - np.array([x0, y0])) * 4).astype(np.int32)
     cv2.fillPoly(keep, [inner], 0, lineType=cv2.LINE_8, shift=2)
     kept = cv2.erode(keep, np.ones((5, 5), np.uint8))  # and 2 pixels around the opening
     return (x0, y0, x1, y1), kept > 0
 
 
-def detail(
-    luma: np.ndarray, rect: tuple[int, int, int, int], keep: np.ndarray
-) -> float:
+def detail(luma: np.ndarray, rect: tuple[int, int, int, int], keep: np.ndarray) -> float:
     """Mean squared Laplacian of the luma over the region's kept pixels (high-frequency energy)."""
     import cv2
 
     x0, y0, x1, y1 = rect
     if not keep.any():
         return float("nan")
-    patch = np.asarray(
-        luma[max(0, y0 - 1) : y1 + 1, max(0, x0 - 1) : x1 + 1], np.float32
-    )
+    patch = np.asarray(luma[max(0, y0 - 1) : y1 + 1, max(0, x0 - 1) : x1 + 1], np.float32)
     lap = cv2.Laplacian(patch, cv2.CV_32F, ksize=3)
     lap = lap[(1 if y0 > 0 else 0) :, (1 if x0 > 0 else 0) :][: y1 - y0, : x1 - x0]
     return float(np.mean(lap[keep] ** 2))
@@ -243,12 +220,8 @@ class SeamProbe:
         hard = (np.asarray(mask) >= 128).astype(np.uint8)
         if hard.sum() < 64 or hard.all():
             return None
-        signed = cv2.distanceTransform(hard, cv2.DIST_L2, 5) - cv2.distanceTransform(
-            1 - hard, cv2.DIST_L2, 5
-        )
-        d = cv2.GaussianBlur(
-            signed, (0, 0), 2.0
-        )  # a smooth field: its gradient is the edge's normal
+        signed = cv2.distanceTransform(hard, cv2.DIST_L2, 5) - cv2.distanceTransform(1 - hard, cv2.DIST_L2, 5)
+        d = cv2.GaussianBlur(signed, (0, 0), 2.0)  # a smooth field: its gradient is the edge's normal
         gx = cv2.Sobel(d, cv2.CV_32F, 1, 0, ksize=3)
         gy = cv2.Sobel(d, cv2.CV_32F, 0, 1, ksize=3)
         contours, _ = cv2.findContours(hard, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
@@ -262,9 +235,7 @@ class SeamProbe:
         pout = np.round(pts - r * n).astype(np.int32)
         lo, hi = 2, FACE_SIZE - 3
         ok = ((pin >= lo) & (pin <= hi) & (pout >= lo) & (pout <= hi)).all(1)
-        ok &= ((pts >= 6) & (pts <= FACE_SIZE - 7)).all(
-            1
-        )  # the crop's own edge is no seam
+        ok &= ((pts >= 6) & (pts <= FACE_SIZE - 7)).all(1)  # the crop's own edge is no seam
         if ok.sum() < 16:
             return None
         return cls(pin[ok], pout[ok])
@@ -274,10 +245,7 @@ class SeamProbe:
         import cv2
 
         g = cv2.GaussianBlur(np.asarray(crop_luma, np.float32), (0, 0), SEAM_SIGMA)
-        return (
-            g[self.inside[:, 1], self.inside[:, 0]]
-            - g[self.outside[:, 1], self.outside[:, 0]]
-        )
+        return g[self.inside[:, 1], self.inside[:, 0]] - g[self.outside[:, 1], self.outside[:, 0]]
 
     def jump(self, crop_luma: np.ndarray, ref_luma: np.ndarray) -> float:
         """The step the blend adds across the border, in 8-bit luma levels: the median over the
@@ -291,9 +259,7 @@ def box_crop(luma: np.ndarray, box, m: np.ndarray | None = None) -> np.ndarray:
     import cv2
 
     x1, y1, x2, y2 = (float(v) for v in box)
-    a = np.array(
-        [[(x2 - x1) / FACE_SIZE, 0.0, x1], [0.0, (y2 - y1) / FACE_SIZE, y1]]
-    )  # crop -> frame
+    a = np.array([[(x2 - x1) / FACE_SIZE, 0.0, x1], [0.0, (y2 - y1) / FACE_SIZE, y1]])  # crop -> frame
     if m is not None:
         a = m[:, :2] @ a
         a[:, 2] += m[:, 2]
@@ -399,9 +365,7 @@ def ref_frame(
     )
 
 
-def avatar_reference(
-    assets, finder: FaceFinder, width: int, height: int, start: int = 0
-) -> Reference:
+def avatar_reference(assets, finder: FaceFinder, width: int, height: int, start: int = 0) -> Reference:
     """The avatar's frames as the reference, resized to the checked video when its size differs.
     Landmarks come from the same face finder the video's frames go through (so equal pixels give
     equal figures); each avatar frame is measured once."""
@@ -412,9 +376,7 @@ def avatar_reference(
     cache: dict[int, RefFrame | None] = {}
     scale = np.array([width / assets.width, height / assets.height], np.float32)
     same = assets.width == width and assets.height == height
-    feather = float(
-        (assets.meta.get("params") or {}).get("feather", 24.0)
-    )  # in-memory avatars: the default
+    feather = float((assets.meta.get("params") or {}).get("feather", 24.0))  # in-memory avatars: the default
 
     def get(t: int) -> RefFrame | None:
         i = int(assets.cycle_index(start + t))
@@ -427,11 +389,7 @@ def avatar_reference(
             rgb = cv2.resize(rgb, (width, height), interpolation=cv2.INTER_AREA)
         luma = luma_of_rgb(rgb)
         hint = np.asarray(assets.landmarks[i], np.float32) * scale
-        lm = (
-            finder.near(Frame.of_rgb(rgb, luma), hint)
-            if bool(assets.face_ok[i])
-            else None
-        )
+        lm = finder.near(Frame.of_rgb(rgb, luma), hint) if bool(assets.face_ok[i]) else None
         if lm is None:
             cache[i] = None
             return None
@@ -440,14 +398,10 @@ def avatar_reference(
         cache[i] = ref_frame(luma, lm, feather, np.asarray(assets.masks[i]), box)
         return cache[i]
 
-    return Reference(
-        "avatar", f"the avatar '{assets.name}'", get, aligned=False, feather=feather
-    )
+    return Reference("avatar", f"the avatar '{assets.name}'", get, aligned=False, feather=feather)
 
 
-def video_reference(
-    frame, finder: FaceFinder, describe: str, feather: float
-) -> Reference | None:
+def video_reference(frame, finder: FaceFinder, describe: str, feather: float) -> Reference | None:
     """One frame of the checked video as the reference (None when it shows no face)."""
     lm = finder.once(frame)
     if lm is None:
@@ -471,13 +425,9 @@ class Measurements:
     opening: np.ndarray  # [T] lip gap / eye distance
     rest: np.ndarray  # [T] the reference's opening (the mouth at rest)
     detail: np.ndarray  # [T] the video's mouth-region detail
-    detail_ref: (
-        np.ndarray
-    )  # [T] the reference's: same region (avatar) or its own (video frame)
+    detail_ref: np.ndarray  # [T] the reference's: same region (avatar) or its own (video frame)
     seam: np.ndarray  # [T] luma levels the blend adds across the mask's border
-    drift: (
-        np.ndarray
-    )  # [T] the largest group's RMS distance from the reference's, in eye distances
+    drift: np.ndarray  # [T] the largest group's RMS distance from the reference's, in eye distances
     drift_groups: dict[str, np.ndarray]  # [T] per group of DRIFT_GROUPS
     reference: str  # what the reference was, in words
     reference_kind: str  # "avatar" | "video" | "none"
@@ -487,9 +437,7 @@ class Measurements:
         return len(self.face)
 
 
-COLUMNS = ("opening", "rest", "detail", "detail_ref", "seam", "drift") + tuple(
-    f"drift_{g}" for g in DRIFT_GROUPS
-)
+COLUMNS = ("opening", "rest", "detail", "detail_ref", "seam", "drift") + tuple(f"drift_{g}" for g in DRIFT_GROUPS)
 
 
 def measure(
@@ -544,9 +492,7 @@ def measure(
     )
 
 
-def _frame_figures(
-    frame, lm: np.ndarray | None, rf: RefFrame | None, ref: Reference | None
-) -> dict[str, float]:
+def _frame_figures(frame, lm: np.ndarray | None, rf: RefFrame | None, ref: Reference | None) -> dict[str, float]:
     row = dict.fromkeys(COLUMNS, float("nan"))
     if lm is None:
         return row
@@ -556,15 +502,11 @@ def _frame_figures(
     if rf is None or ref is None:
         return row
     iod = max(eye_distance(lm), 1e-6)
-    if (
-        ref.aligned
-    ):  # the video's own frame: its geometry moved onto this frame's upper face
+    if ref.aligned:  # the video's own frame: its geometry moved onto this frame's upper face
         m = similarity(rf.landmarks[list(ALIGN_POINTS)], lm[list(ALIGN_POINTS)])
         ref_lm = apply(m, rf.landmarks)
         row["detail_ref"] = rf.detail
-        crop = box_crop(
-            frame.luma, rf.box, m
-        )  # the reference's box, moved onto this face
+        crop = box_crop(frame.luma, rf.box, m)  # the reference's box, moved onto this face
     else:  # the avatar's frame: same place, same mask, same region
         ref_lm = rf.landmarks
         row["detail_ref"] = detail(rf.luma, rect, keep)
@@ -574,10 +516,7 @@ def _frame_figures(
         row["seam"] = rf.probe.jump(crop, rf.crop)
     worst = 0.0
     for g, pts in DRIFT_GROUPS.items():
-        d = (
-            float(np.sqrt(np.mean(np.sum((lm[list(pts)] - ref_lm[list(pts)]) ** 2, 1))))
-            / iod
-        )
+        d = float(np.sqrt(np.mean(np.sum((lm[list(pts)] - ref_lm[list(pts)]) ** 2, 1)))) / iod
         row[f"drift_{g}"] = d
         worst = max(worst, d)
     row["drift"] = worst

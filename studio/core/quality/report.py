@@ -25,21 +25,15 @@ QUIET_MARGIN_S = 0.16  # silence this close to speech is left out of silence_mot
 MIN_SPEECH_S = 2.0  # less speech than this cannot be judged for sync
 MIN_FACE_SHARE = 0.9  # frames with a face, below which the report says "check"
 MIN_QUIET_FRAMES = 5  # silent frames needed for the video's own seam baseline
-OPENING_FLOOR = (
-    0.02  # eye distances: the smallest speech motion silence_motion is divided by
-)
+OPENING_FLOOR = 0.02  # eye distances: the smallest speech motion silence_motion is divided by
 
 
 @dataclass(frozen=True)
 class Thresholds:
     """Where each figure turns a verdict (see docs/check.md for how they were measured)."""
 
-    max_offset: int = (
-        1  # frames either way that still count as in sync (40 ms at 25 fps)
-    )
-    min_confidence: float = (
-        0.25  # below: the mouth does not follow this voice ("out of sync")
-    )
+    max_offset: int = 1  # frames either way that still count as in sync (40 ms at 25 fps)
+    min_confidence: float = 0.25  # below: the mouth does not follow this voice ("out of sync")
     weak_confidence: float = 0.40  # below: the sync is weak ("check")
     max_silence_motion: float = 0.35
     min_sharpness: float = 0.70
@@ -221,10 +215,7 @@ def build_report(
     sharp = np.sqrt(m.detail / np.where(m.detail_ref > 0, m.detail_ref, np.nan))
     sharpness = _nanmedian(sharp[talk])
     seam_t = m.seam
-    if (
-        m.reference_kind == "video"
-        and np.isfinite(m.seam[quiet]).sum() >= MIN_QUIET_FRAMES
-    ):
+    if m.reference_kind == "video" and np.isfinite(m.seam[quiet]).sum() >= MIN_QUIET_FRAMES:
         # one frame of the video, moved onto each frame by a similarity, lines up less well than
         # the avatar's own frame does: what that leaves on the untouched (silent) frames is taken off
         seam_t = np.maximum(m.seam - _nanmedian(m.seam[quiet]), 0.0)
@@ -236,10 +227,7 @@ def build_report(
     seconds = math.ceil(T / fps)
     local = sync.local_sync(mouth_hp, voice_hp, offset, speech, fps)
     per: list[dict] = []
-    cols = {
-        k: np.full(seconds, np.nan)
-        for k in ("silence_motion", "sharpness", "seam", "drift")
-    }
+    cols = {k: np.full(seconds, np.nan) for k in ("silence_motion", "sharpness", "seam", "drift")}
     for k in range(seconds):
         a, b = round(k * fps), min(T, round((k + 1) * fps))
         sl = slice(a, b)
@@ -249,17 +237,13 @@ def build_report(
             "speech": round(float(speech[sl].mean()), 3) if b > a else 0.0,
             "face": round(float(face[sl].mean()), 3) if b > a else 0.0,
             "sync": _num(local[k]) if k < len(local) else None,
-            "opening": _num(
-                _nanmean(m.opening[sl]) if face[sl].any() else float("nan")
-            ),
+            "opening": _num(_nanmean(m.opening[sl]) if face[sl].any() else float("nan")),
         }
         vals = {
             "silence_motion": _nanmean(dev[sl][q]) / scale if q.any() else float("nan"),
             "sharpness": _nanmedian(sharp[sl][s]) if s.any() else float("nan"),
             "seam": _nanmedian(seam_t[sl][s]) if s.any() else float("nan"),
-            "drift": _nanmedian(m.drift[sl][face[sl]])
-            if face[sl].any()
-            else float("nan"),
+            "drift": _nanmedian(m.drift[sl][face[sl]]) if face[sl].any() else float("nan"),
         }
         for name, v in vals.items():
             cols[name][k] = v
@@ -375,9 +359,7 @@ def build_report(
                 f"a face is found in only {100 * face_share:.0f} % of the frames",
             )
         )
-    worst_second = next(
-        (i.worst_second for i in issues if i.worst_second is not None), None
-    )
+    worst_second = next((i.worst_second for i in issues if i.worst_second is not None), None)
     if worst_second is None:
         worst_second = worst("sync", False)
     reason = _sentence(verdict, issues, offset, confidence, fps, worst_second)
@@ -485,9 +467,7 @@ class Limits:
             except ValueError:
                 v = float("nan")
             if not math.isfinite(v) or v < 0:
-                raise InputError(
-                    f"--fail-under {part!r}: the value must be a number of 0 or more"
-                )
+                raise InputError(f"--fail-under {part!r}: the value must be a number of 0 or more")
             figs.append((name, v))
         return cls(verdict, tuple(figs))
 
@@ -497,9 +477,7 @@ class Limits:
         if self.verdict is not None:
             need = VERDICTS.index(self.verdict)
             if VERDICTS.index(r.verdict) > need:
-                out.append(
-                    f"the verdict is '{r.verdict}', not '{self.verdict}' or better"
-                )
+                out.append(f"the verdict is '{r.verdict}', not '{self.verdict}' or better")
         for name, limit in self.figures:
             v = abs(r.offset_frames) if name == "offset" else getattr(r, name)
             if v is None or not math.isfinite(float(v)):

@@ -26,24 +26,16 @@ from __future__ import annotations
 import numpy as np
 
 MAX_SHIFT = 15  # frames each way
-HIGH_PASS_FRAMES = (
-    11  # the moving average removed from both signals (at 25 fps: 0.44 s)
-)
+HIGH_PASS_FRAMES = 11  # the moving average removed from both signals (at 25 fps: 0.44 s)
 
 
-def envelope(
-    samples: np.ndarray, frames: int, fps: float, rate: int = 16_000
-) -> np.ndarray:
+def envelope(samples: np.ndarray, frames: int, fps: float, rate: int = 16_000) -> np.ndarray:
     """RMS of the samples under each video frame (frame ``t`` covers ``[t/fps, (t+1)/fps)``)."""
     x = np.asarray(samples, np.float64)
-    edges = np.minimum(
-        np.round(np.arange(frames + 1) * rate / fps).astype(np.int64), len(x)
-    )
+    edges = np.minimum(np.round(np.arange(frames + 1) * rate / fps).astype(np.int64), len(x))
     sq = np.concatenate([[0.0], np.cumsum(x * x)])
     n = np.maximum(np.diff(np.round(np.arange(frames + 1) * rate / fps)), 1.0)
-    return np.sqrt(np.maximum(sq[edges[1:]] - sq[edges[:-1]], 0.0) / n).astype(
-        np.float64
-    )
+    return np.sqrt(np.maximum(sq[edges[1:]] - sq[edges[:-1]], 0.0) / n).astype(np.float64)
 
 
 def high_pass(x: np.ndarray, fps: float = 25.0) -> np.ndarray:
@@ -71,9 +63,7 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float:
     return float((x * y).sum() / den) if den > 1e-12 else float("nan")
 
 
-def shifted(
-    mouth: np.ndarray, voice: np.ndarray, s: int
-) -> tuple[np.ndarray, np.ndarray]:
+def shifted(mouth: np.ndarray, voice: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
     """The overlapping parts of ``mouth[t + s]`` and ``voice[t]``."""
     n = min(len(mouth), len(voice))
     mouth, voice = mouth[:n], voice[:n]
@@ -82,13 +72,9 @@ def shifted(
     return mouth[: n + s], voice[-s:]
 
 
-def correlation(
-    mouth: np.ndarray, voice: np.ndarray, max_shift: int = MAX_SHIFT
-) -> np.ndarray:
+def correlation(mouth: np.ndarray, voice: np.ndarray, max_shift: int = MAX_SHIFT) -> np.ndarray:
     """Pearson r of the (already high-passed) signals at every shift ``-max_shift..max_shift``."""
-    return np.array(
-        [pearson(*shifted(mouth, voice, s)) for s in range(-max_shift, max_shift + 1)]
-    )
+    return np.array([pearson(*shifted(mouth, voice, s)) for s in range(-max_shift, max_shift + 1)])
 
 
 def best_shift(curve: np.ndarray) -> tuple[int, float, float]:
@@ -114,9 +100,7 @@ def local_sync(
     """Per second ``k``: the correlation at ``offset`` over the ``window_s`` seconds centred on that
     second (NaN where the window has less than ``min_speech_s`` of speech)."""
     m, v = shifted(mouth, voice, offset)
-    sp = shifted(speech.astype(np.float64), speech.astype(np.float64), offset)[
-        1
-    ]  # the voice's frames
+    sp = shifted(speech.astype(np.float64), speech.astype(np.float64), offset)[1]  # the voice's frames
     lab = np.arange(len(m)) + max(offset, 0)  # each pair is labelled by its mouth frame
     seconds = int(np.ceil(len(mouth) / fps))
     out = np.full(seconds, np.nan)

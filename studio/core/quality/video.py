@@ -54,13 +54,9 @@ def _check_file(path: str | os.PathLike, what: str) -> Path:
         raise InputError(f"{p}: is a folder; give the path of the {what}")
     mode = p.stat().st_mode
     if stat.S_ISFIFO(mode):
-        raise InputError(
-            f"{p}: is a pipe (FIFO); save the {what} to a file and give its path"
-        )
+        raise InputError(f"{p}: is a pipe (FIFO); save the {what} to a file and give its path")
     if not stat.S_ISREG(mode):
-        raise InputError(
-            f"{p}: is a device or socket, not a regular file; give the path of the {what}"
-        )
+        raise InputError(f"{p}: is a device or socket, not a regular file; give the path of the {what}")
     return p
 
 
@@ -73,9 +69,7 @@ def probe_video(path: str | os.PathLike) -> VideoInfo:
     try:
         with av.open(str(p)) as c:
             if not c.streams.video:
-                raise InputError(
-                    f"{p}: has no video stream; give an MP4, MOV, MKV or WebM video"
-                )
+                raise InputError(f"{p}: has no video stream; give an MP4, MOV, MKV or WebM video")
             s = c.streams.video[0]
             rate = s.average_rate or s.guessed_rate or s.base_rate
             fps = float(rate) if rate else 25.0
@@ -84,18 +78,10 @@ def probe_video(path: str | os.PathLike) -> VideoInfo:
             frames = int(s.frames) if s.frames else None
             if frames is None and s.duration and s.time_base:
                 frames = max(1, round(float(s.duration * s.time_base) * fps))
-            start = (
-                float(s.start_time * s.time_base)
-                if s.start_time is not None and s.time_base
-                else 0.0
-            )
-            first = next(
-                c.decode(s), None
-            )  # garbage often probes as something; it never decodes
+            start = float(s.start_time * s.time_base) if s.start_time is not None and s.time_base else 0.0
+            first = next(c.decode(s), None)  # garbage often probes as something; it never decodes
             if first is None:
-                raise InputError(
-                    f"{p}: the video stream has no frames; export the clip again"
-                )
+                raise InputError(f"{p}: the video stream has no frames; export the clip again")
             return VideoInfo(
                 str(p),
                 int(first.width),
@@ -138,9 +124,7 @@ class Frame:
     def height(self) -> int:
         return int(self.luma.shape[0])
 
-    def rgb(
-        self, x0: int = 0, y0: int = 0, x1: int | None = None, y1: int | None = None
-    ) -> np.ndarray:
+    def rgb(self, x0: int = 0, y0: int = 0, x1: int | None = None, y1: int | None = None) -> np.ndarray:
         """RGB uint8 of the rectangle ``[y0:y1, x0:x1]`` (even corners for 4:2:0; clipped to the frame)."""
         import cv2
 
@@ -149,23 +133,15 @@ class Frame:
         y1 = h if y1 is None else y1
         x0, y0 = max(0, x0 // 2 * 2), max(0, y0 // 2 * 2)
         x1, y1 = min(w // 2 * 2, -(-x1 // 2) * 2), min(h // 2 * 2, -(-y1 // 2) * 2)
-        if (
-            self._u is None or self._v is None
-        ):  # not 4:2:0 planar: the library converts it all
+        if self._u is None or self._v is None:  # not 4:2:0 planar: the library converts it all
             full = self._frame.to_ndarray(format="rgb24")  # type: ignore[attr-defined]
             return np.ascontiguousarray(full[y0:y1, x0:x1])
         cw, ch = x1 - x0, y1 - y0
         n = ch * cw
-        flat = np.empty(
-            n * 3 // 2, np.uint8
-        )  # I420: Y, then the quarter-size U and V planes
+        flat = np.empty(n * 3 // 2, np.uint8)  # I420: Y, then the quarter-size U and V planes
         flat[:n].reshape(ch, cw)[:] = self.luma[y0:y1, x0:x1]
-        flat[n : n + n // 4].reshape(ch // 2, cw // 2)[:] = self._u[
-            y0 // 2 : y1 // 2, x0 // 2 : x1 // 2
-        ]
-        flat[n + n // 4 :].reshape(ch // 2, cw // 2)[:] = self._v[
-            y0 // 2 : y1 // 2, x0 // 2 : x1 // 2
-        ]
+        flat[n : n + n // 4].reshape(ch // 2, cw // 2)[:] = self._u[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2]
+        flat[n + n // 4 :].reshape(ch // 2, cw // 2)[:] = self._v[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2]
         buf = flat.reshape(ch * 3 // 2, cw)
         return cv2.cvtColor(buf, cv2.COLOR_YUV2RGB_I420)
 
@@ -185,9 +161,7 @@ def _plane(plane, rows: int, cols: int) -> np.ndarray:
     return arr.reshape(-1, plane.line_size)[:rows, :cols]
 
 
-def iter_frames(
-    path: str | os.PathLike, info: VideoInfo | None = None
-) -> Iterator[Frame]:
+def iter_frames(path: str | os.PathLike, info: VideoInfo | None = None) -> Iterator[Frame]:
     """Every frame of the first video stream, in presentation order, numbered from 0."""
     import av
 
@@ -198,11 +172,7 @@ def iter_frames(
             s.thread_type = "AUTO"
             for k, f in enumerate(c.decode(s)):
                 t = float(f.time) - info.start_s if f.time is not None else k / info.fps
-                if (
-                    f.format.name in PLANAR_420
-                    and f.width % 2 == 0
-                    and f.height % 2 == 0
-                ):
+                if f.format.name in PLANAR_420 and f.width % 2 == 0 and f.height % 2 == 0:
                     y = _plane(f.planes[0], f.height, f.width)
                     u = _plane(f.planes[1], f.height // 2, f.width // 2)
                     v = _plane(f.planes[2], f.height // 2, f.width // 2)
@@ -211,13 +181,9 @@ def iter_frames(
                     import cv2
 
                     rgb = f.to_ndarray(format="rgb24")
-                    yield Frame(
-                        k, t, cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), f, None, None
-                    )
+                    yield Frame(k, t, cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), f, None, None)
     except av.error.FFmpegError as exc:
-        raise InputError(
-            f"{path}: the video data is damaged ({_short(exc)}); export the clip again"
-        ) from None
+        raise InputError(f"{path}: the video data is damaged ({_short(exc)}); export the clip again") from None
 
 
 def load_voice(
@@ -225,11 +191,11 @@ def load_voice(
     info: VideoInfo | None = None,
     audio: str | os.PathLike | None = None,
 ) -> np.ndarray:
-    """The voice as mono float32 at 16 kHz: ``audio`` (any file ``studio.core.audio`` reads, or a
+    """The voice as mono float32 at 16 kHz: ``audio`` (any file ``studio.core.media.audio`` reads, or a
     video's audio track) when given, else the video's own track aligned to its first frame."""
     if audio is not None:
-        from studio.core.audio import load
         from studio.core.errors import AudioError
+        from studio.core.media.audio import load
 
         try:
             return load(audio).samples
@@ -241,9 +207,7 @@ def load_voice(
                 raise exc from None
     info = info or probe_video(path)
     if not info.has_audio:
-        raise InputError(
-            f"{info.path}: the video has no audio track; give the voice-over with --audio VOICE"
-        )
+        raise InputError(f"{info.path}: the video has no audio track; give the voice-over with --audio VOICE")
     return _track_samples(Path(info.path), info.start_s)
 
 
@@ -257,9 +221,7 @@ def _track_samples(path: Path, video_start: float | None) -> np.ndarray:
     try:
         with av.open(str(path)) as c:
             if not c.streams.audio:
-                raise InputError(
-                    f"{path}: has no audio track; give a WAV, FLAC, OGG or MP3 voice-over"
-                )
+                raise InputError(f"{path}: has no audio track; give a WAV, FLAC, OGG or MP3 voice-over")
             s = c.streams.audio[0]
             res = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
             for f in c.decode(s):
@@ -273,14 +235,11 @@ def _track_samples(path: Path, video_start: float | None) -> np.ndarray:
         raise
     except Exception as exc:  # noqa: BLE001 - any decoder failure gets the same sentence
         raise InputError(
-            f"{path}: its audio track cannot be decoded ({_short(exc)}); give the voice-over "
-            "with --audio VOICE"
+            f"{path}: its audio track cannot be decoded ({_short(exc)}); give the voice-over with --audio VOICE"
         ) from None
     x = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
     if not np.isfinite(x).all():
-        raise InputError(
-            f"{path}: the audio track holds invalid (NaN or infinite) samples; export it again"
-        )
+        raise InputError(f"{path}: the audio track holds invalid (NaN or infinite) samples; export it again")
     if video_start is not None and first_t is not None:
         lead = round((first_t - video_start) * SAMPLE_RATE)
         if lead > 0:
@@ -312,11 +271,7 @@ def frame_at(path: str | os.PathLike, index: int, info: VideoInfo) -> Frame | No
             for k, f in enumerate(c.decode(s)):
                 t = float(f.time) - info.start_s if f.time is not None else k / info.fps
                 if t >= target - 0.5 / info.fps:
-                    y = (
-                        _plane(f.planes[0], f.height, f.width)
-                        if f.format.name in PLANAR_420
-                        else None
-                    )
+                    y = _plane(f.planes[0], f.height, f.width) if f.format.name in PLANAR_420 else None
                     if y is not None and f.width % 2 == 0 and f.height % 2 == 0:
                         u = _plane(f.planes[1], f.height // 2, f.width // 2)
                         v = _plane(f.planes[2], f.height // 2, f.width // 2)
@@ -324,11 +279,7 @@ def frame_at(path: str | os.PathLike, index: int, info: VideoInfo) -> Frame | No
                     import cv2
 
                     rgb = f.to_ndarray(format="rgb24")
-                    return Frame(
-                        index, t, cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), f, None, None
-                    )
+                    return Frame(index, t, cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), f, None, None)
     except av.error.FFmpegError as exc:
-        raise InputError(
-            f"{path}: the video data is damaged ({_short(exc)}); export the clip again"
-        ) from None
+        raise InputError(f"{path}: the video data is damaged ({_short(exc)}); export the clip again") from None
     return None
