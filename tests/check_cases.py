@@ -57,8 +57,10 @@ def edit_video(
     kind: str,
     amount: float | None = None,
     silent: np.ndarray | None = None,
+    span: tuple[int, int] | None = None,
 ) -> Path:
-    """A copy of ``render`` with ``kind`` (one of ``EDITS``) done to it, its audio ``voice``."""
+    """A copy of ``render`` with ``kind`` (one of ``EDITS``) done to it, its audio ``voice``;
+    ``span``: only to the frames ``[a, b)``."""
     import cv2
 
     from studio.core.media.audio import frame_rms, load, silence_mask
@@ -71,16 +73,18 @@ def edit_video(
         silent = silence_mask(frame_rms(load(voice).samples, t_all))
     silent = np.asarray(silent, bool)[:t_all]
     speech = np.flatnonzero(~silent)
+    edited = np.zeros(t_all, bool)
+    edited[slice(*span) if span else slice(None)] = True
     x1, y1, x2, y2 = (int(v) for v in np.asarray(avatar.boxes[0]))
     alpha = cv2.resize(np.asarray(avatar.masks[0]), (x2 - x1, y2 - y1)).astype(np.float32)[..., None] / 255.0
     out_frames = frames.copy()
     if kind == "open":
         loop = speech[(speech >= speech[0] + 25) & (speech < speech[0] + 50)]
         loop = loop if len(loop) else speech
-        for j, t in enumerate(np.flatnonzero(silent)):
+        for j, t in enumerate(np.flatnonzero(silent & edited)):
             out_frames[t] = frames[loop[j % len(loop)]]
     else:
-        for t in speech:
+        for t in speech[edited[speech]]:
             roi = frames[t, y1:y2, x1:x2].astype(np.float32)
             if kind == "blur":
                 new = cv2.GaussianBlur(roi, (0, 0), amount)
