@@ -53,6 +53,13 @@ def register(sub) -> None:
         metavar="N",
         help=f"shortest silence in frames, as the render's (default {DEFAULT_MIN_SILENCE_FRAMES})",
     )
+    p.add_argument(
+        "--first-frame",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the avatar frame the video starts at (a render of an --in/--out range: its first frame; default 0)",
+    )
     p.set_defaults(func=run)
 
 
@@ -68,7 +75,15 @@ def run(args) -> int:
         raise InputError("--threshold must be 0 or more (an RMS level such as 0.008)")
     if args.min_silence < 1:
         raise InputError("--min-silence must be at least 1 frame")
+    if args.first_frame < 0:
+        raise InputError("--first-frame must be 0 or more")
     limits = Limits.parse(args.fail_under)  # a bad limit is said before any work
+    import os
+
+    if os.environ.get("STUDIO_PARENT_PID"):  # run by a render queue: end with it
+        from studio.core.signals import die_with_parent
+
+        die_with_parent(pdeathsig=False)
     bar = ProgressBar("check")
     try:
         report = check_video(
@@ -77,6 +92,7 @@ def run(args) -> int:
             args.avatar,
             threshold=args.threshold,
             min_silence=args.min_silence,
+            avatar_start=args.first_frame,
             progress=lambda d, t: bar.update(d, t),
         )
     finally:

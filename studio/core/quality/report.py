@@ -38,7 +38,7 @@ class Thresholds:
     max_silence_motion: float = 0.35
     min_sharpness: float = 0.70
     max_seam: float = 5.0
-    max_drift: float = 0.035
+    max_drift: float = 0.030
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
