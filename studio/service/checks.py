@@ -191,11 +191,11 @@ class CheckRunner:
             if self.on_start is not None:
                 try:
                     self.on_start(job_id)
-                except Exception:  # noqa: BLE001 - removed meanwhile: checked all the same
+                except Exception:
                     log.debug("job %s: check start not recorded", job_id, exc_info=True)
             try:
                 result = run_check(output, request, self._stop)
-            except Exception as exc:  # noqa: BLE001 - a check must never take the queue down
+            except Exception as exc:
                 log.exception("the check of job %s failed", job_id)
                 result = {"state": "failed", "reason": f"internal error ({type(exc).__name__}: {exc})"}
             self._done(job_id, result)
@@ -206,5 +206,5 @@ class CheckRunner:
     def _done(self, job_id: int, result: dict) -> None:
         try:
             self.on_done(job_id, result)
-        except Exception:  # noqa: BLE001 - the job may have been removed meanwhile
+        except Exception:
             log.debug("check result of job %s dropped", job_id, exc_info=True)
