@@ -118,6 +118,78 @@ def test_health_engines_and_docs(server, client):
     assert {"/generate", "/v1/renders", "/v1/frame", "/v1/avatars", "/v1/audio"} <= set(paths)
 
 
+OPERATIONS = {  # stable operation ids: generated clients name their functions after them
+    ("get", "/v1/health"): "health",
+    ("get", "/v1/engines"): "list_engines",
+    ("get", "/v1/avatars"): "list_avatars",
+    ("post", "/v1/avatars"): "add_avatar",
+    ("get", "/v1/avatars/{name}/thumbnail"): "get_avatar_thumbnail",
+    ("delete", "/v1/avatars/{name}"): "remove_avatar",
+    ("post", "/v1/audio"): "upload_audio",
+    ("get", "/v1/audio/{audio_id}"): "get_audio",
+    ("get", "/v1/frame"): "get_frame",
+    ("post", "/generate"): "generate",
+    ("post", "/v1/renders"): "create_render",
+    ("get", "/v1/renders"): "list_renders",
+    ("get", "/v1/renders/{job_id}"): "get_render",
+    ("delete", "/v1/renders/{job_id}"): "delete_render",
+    ("get", "/v1/renders/{job_id}/events"): "render_events",
+    ("get", "/v1/renders/{job_id}/video"): "get_render_video",
+    ("get", "/v1/renders/{job_id}/preview"): "get_render_preview",
+    ("post", "/v1/renders/{job_id}/retry"): "retry_render",
+}
+BINARY = {
+    "get_avatar_thumbnail": "image/png",
+    "get_frame": "image/png",
+    "generate": "video/mp4",
+    "get_render_video": "video/mp4",
+    "get_render_preview": "image/jpeg",
+}
+
+
+def test_the_openapi_document_is_typed(server):
+    from studio.core.settings import specs
+
+    doc = httpx.get(f"{server.url}/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    ops = {(m, p): o for p, item in doc["paths"].items() for m, o in item.items()}
+    assert {k: o["operationId"] for k, o in ops.items() if k in OPERATIONS} == OPERATIONS
+    assert "HTTPValidationError" not in schemas  # FastAPI's `detail` shape: this server never sends it
+    for (method, path), op in ops.items():
+        codes = {int(c) for c in op["responses"]}
+        assert {401, 500} <= codes, (method, path)
+        for code, r in op["responses"].items():
+            content = r.get("content", {})
+            if int(code) >= 400:
+                assert content["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}, (path, code)
+            elif op["operationId"] in BINARY:
+                assert content[BINARY[op["operationId"]]]["schema"] == {"type": "string", "format": "binary"}
+            elif op["operationId"] == "render_events":
+                assert list(content) == ["text/event-stream"]
+            else:
+                schema = content["application/json"]["schema"]
+                assert schema != {} and ("$ref" in schema or "anyOf" in schema), (method, path, schema)
+    assert schemas["Error"]["required"] == ["error"] and schemas["Error"]["additionalProperties"] is False
+    # the render settings' models are the schema's, field for field (formats' and check's settings included)
+    form = schemas["RenderForm"]["properties"]
+    for spec in specs("http"):
+        assert form[spec.name]["description"] == spec.help, spec.name
+    assert set(schemas["RenderSettings"]["properties"]) == {s.name for s in specs("job")}
+    assert form["crf"]["maximum"] == 51 and form["engine"]["enum"] == ["auto", "classic", "musetalk"]
+    assert form["audio"]["anyOf"][0] == {"type": "string", "format": "binary"}
+    assert schemas["RenderForm"]["additionalProperties"] is False
+    body = ops[("post", "/v1/renders")]["requestBody"]["content"]
+    assert list(body) == ["multipart/form-data"]
+    assert {"StateEvent", "ProgressEvent", "Job", "RenderResult"} <= set(schemas)
+
+
+def test_unknown_fields_are_named(client):
+    r = client.post("/v1/renders", data={"avatar": "astro", "text": "hi", "crff": "18", "engin": "classic"})
+    assert one_sentence(r, 422).startswith("unknown fields 'crff', 'engin'")
+    r = client.get("/v1/frame", params={"t": 0, "avatar": "astro", "audio_id": "x", "thresold": 0.1})
+    assert one_sentence(r, 422).startswith("unknown field 'thresold'")
+
+
 def test_a_token_is_required_when_bound_with_one(server):
     for headers in ({}, {"Authorization": "Bearer wrong-token-xxxx"}, {"Authorization": TOKEN}):
         r = httpx.post(f"{server.url}/v1/audio", headers=headers, files={"file": ("a.wav", b"x" * 100)})

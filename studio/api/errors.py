@@ -74,6 +74,10 @@ def validation_sentence(errors) -> str:
     """FastAPI's list of validation errors as one sentence about the first one."""
     if not errors:
         return "the request is not valid"
+    unknown = [str(e["loc"][-1]) for e in errors if e.get("type") == "extra_forbidden" and e.get("loc")]
+    if unknown:
+        fields = "field" if len(unknown) == 1 else "fields"
+        return f"unknown {fields} {', '.join(repr(u) for u in unknown)}: see /docs for the fields this endpoint takes"
     e = errors[0]
     loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path", "header", "form")]
     where = ".".join(loc) or "the request"

@@ -9,59 +9,38 @@ go to ``<data folder>/renders/`` unless ``--allow-paths`` lets the client name o
 
 from __future__ import annotations
 
-import inspect
 import re
 from pathlib import Path
-from typing import Annotated
 
-from fastapi import File, Form, Request, UploadFile
+from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
-from studio.api.schema import with_settings
+from studio.api.schema import settings_of
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-class RenderForm:
-    """The inputs of ``POST /generate`` and ``POST /v1/renders`` (multipart form fields)."""
+class Inputs:
+    """A parsed ``RenderForm``, with empty parts (``curl -F 'audio='``) read as absent."""
 
-    def __init__(
-        self,
-        avatar: Annotated[str | None, Form(description="a library avatar's name")] = None,
-        avatar_file: Annotated[UploadFile | None, File(description="or an uploaded photo/video")] = None,
-        audio: Annotated[UploadFile | None, File(description="the voice-over (WAV, FLAC, OGG, MP3)")] = None,
-        audio_id: Annotated[str | None, Form(description="or a voice-over uploaded with POST /v1/audio")] = None,
-        text: Annotated[str | None, Form(description="or a script spoken by espeak-ng")] = None,
-        voice: Annotated[str, Form(description="espeak-ng voice for text")] = "en-us",
-        avatar_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
-        audio_path: Annotated[str | None, Form(description="a file on the server (--allow-paths only)")] = None,
-        output: Annotated[str | None, Form(description="an output path on the server (--allow-paths only)")] = None,
-        frame_start: Annotated[int | None, Form(ge=0, description="render from this video frame (25 fps)")] = None,
-        frame_end: Annotated[int | None, Form(ge=1, description="up to, not including, this frame")] = None,
-        **settings,  # every render setting of the schema, as form fields (studio.api.schema)
-    ):
-        self.avatar, self.avatar_file, self.avatar_path = avatar or None, _file(avatar_file), avatar_path or None
-        self.audio, self.audio_id, self.audio_path = _file(audio), audio_id or None, audio_path or None
-        self.text, self.voice, self.output = text, voice, output or None
-        self.frames = None if frame_start is None and frame_end is None else (frame_start or 0, frame_end)
-        self.settings = settings
+    def __init__(self, form):
+        self.avatar, self.avatar_file, self.avatar_path = form.avatar or None, _file(form.avatar_file), form.avatar_path
+        self.audio, self.audio_id, self.audio_path = _file(form.audio), form.audio_id or None, form.audio_path or None
+        self.avatar_path = self.avatar_path or None
+        self.text, self.voice, self.output = form.text or None, form.voice, form.output or None
+        start, end = form.frame_start, form.frame_end
+        self.frames = None if start is None and end is None else (start or 0, end)
+        self.settings = settings_of(form)
 
 
-with_settings(RenderForm.__init__, Form)
-RenderForm.__signature__ = inspect.signature(
-    RenderForm.__init__
-).replace(  # type: ignore[attr-defined]
-    parameters=list(inspect.signature(RenderForm.__init__).parameters.values())[1:]
-)
-
-
-async def submit(st, form: RenderForm):
+async def submit(st, model):
     """Check and store the inputs, then add the job to the queue (429 when it is full)."""
     from studio.core.errors import StudioError
     from studio.core.settings import from_dict as settings_from_dict
     from studio.service import RenderRequest
 
+    form = Inputs(model)
     settings = settings_from_dict(form.settings)
     paths = [
         n for n, v in (("avatar_path", form.avatar_path), ("audio_path", form.audio_path), ("output", form.output)) if v

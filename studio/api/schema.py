@@ -1,58 +1,89 @@
-"""The render settings as HTTP parameters, made from the one schema (``studio.core.settings``).
+"""The render settings as Pydantic models, made from the one schema (``studio.core.settings``).
 
-    params = setting_params(Form)                 # inspect.Parameter per setting, typed for OpenAPI
-    params = setting_params(Query, groups=("engine", "silence"))   # what a scrub frame needs
+    Fields = settings_fields("http")                         # name -> (annotation, FieldInfo)
+    Form = settings_model("RenderForm", "http", base=Inputs) # a form model: the inputs + every setting
+    Query = settings_model("FrameQuery", "http", groups=("engine", "silence"), base=FrameInputs)
+    Out = settings_model("RenderSettings", "job", strict=False)    # what a job's answer carries
 
-Each setting becomes a form (or query) field with its type, default, choices (``Literal``), range
-(``ge``/``le``) and help as the description, so the OpenAPI document and the checker say what the
-command line and the window say. Hand-written because FastAPI has no way to turn a dataclass's
-metadata into form fields mixed with file uploads (a Pydantic form model cannot sit beside ``File``
-parameters in one route).
+Each setting becomes a field with its type, default, choices (``Literal``), range (``ge``/``le``),
+label (``title``) and help (``description``), so the OpenAPI document, the generated clients and the
+checker say what the command line and the window say. A setting added to ``RenderSettings`` shows up
+in every model here, and so in the form, the scrub frame's query, the job answers and the document,
+without a line changed in the API. Input models forbid unknown fields (a misspelt setting is 422
+naming it); the values are then checked again by the core's own checker (``settings.from_dict``),
+the one every face uses.
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 
-def setting_annotation(spec, where) -> Any:
-    """``Annotated[type, where(...)]`` for one ``Spec``."""
+def setting_field(spec, *, defaults: bool = True) -> tuple[Any, Any]:
+    """``(annotation, Field)`` for one ``Spec``."""
     kind: Any = spec.kind
     if spec.choices:
         kind = Literal[spec.choices]
     if spec.optional:
         kind = kind | None
-    kw: dict[str, Any] = {"description": spec.help}
+    kw: dict[str, Any] = {"description": spec.help, "title": spec.label}
     if spec.minimum is not None:
         kw["ge"] = spec.minimum
     if spec.maximum is not None:
         kw["le"] = spec.maximum
-    return Annotated[kind, where(**kw)]
+    example = spec.default if spec.default is not None else (spec.auto_label or None)
+    if example is not None:
+        kw["examples"] = [example]
+    return kind, Field(spec.default if defaults else None, **kw)
 
 
-def setting_params(where, groups: tuple[str, ...] | None = None) -> list[inspect.Parameter]:
+def field_name(setting: str) -> str:
+    """The model's attribute for a setting: its name, or ``name_`` (aliased to the name) where the
+    name is one of ``BaseModel``'s own attributes (``copy``, ``json``, ``schema`` ...)."""
+    return f"{setting}_" if hasattr(BaseModel, setting) else setting
+
+
+def settings_fields(face: str, groups: tuple[str, ...] | None = None) -> dict[str, tuple[Any, Any]]:
+    """Every setting ``face`` shows (optionally only ``groups``), as Pydantic field definitions."""
     from studio.core.settings import specs
 
-    return [
-        inspect.Parameter(
-            s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default, annotation=setting_annotation(s, where)
-        )
-        for s in specs("http", groups)
-    ]
+    out = {}
+    for s in specs(face, groups):
+        kind, info = setting_field(s)
+        if field_name(s.name) != s.name:
+            info.alias = info.validation_alias = info.serialization_alias = s.name
+        out[field_name(s.name)] = (kind, info)
+    return out
 
 
-def with_settings(func, where, groups: tuple[str, ...] | None = None):
-    """``func`` (taking ``**settings``) with the settings' parameters added to its signature, so
-    FastAPI reads, types and documents them; they reach ``func`` as keyword arguments."""
-    import typing
+def settings_model(
+    name: str,
+    face: str,
+    groups: tuple[str, ...] | None = None,
+    *,
+    base: type[BaseModel] | None = None,
+    strict: bool = True,
+    doc: str = "",
+) -> type[BaseModel]:
+    """A Pydantic model of the settings (on ``base``'s fields): ``strict`` forbids unknown fields
+    (an input), else they are kept (an answer: a job stored by a newer Studio)."""
+    config = ConfigDict(extra="forbid" if strict else "allow")
+    fields = settings_fields(face, groups)
+    if base is not None:
+        clash = set(fields) & set(base.model_fields)
+        if clash:
+            raise TypeError(f"{name}: settings {sorted(clash)} clash with the fields of {base.__name__}")
+        model = create_model(name, __base__=base, __doc__=doc or base.__doc__, **fields)  # type: ignore[call-overload]
+        model.model_config.update(config)
+        model.model_rebuild(force=True)
+        return model
+    return create_model(name, __config__=config, __doc__=doc, **fields)  # type: ignore[call-overload]
 
-    sig = inspect.signature(func)
-    hints = typing.get_type_hints(func, include_extras=True)  # resolved: FastAPI may not see func's globals
-    own = [
-        p.replace(annotation=hints.get(p.name, p.annotation))
-        for p in sig.parameters.values()
-        if p.kind != inspect.Parameter.VAR_KEYWORD
-    ]
-    func.__signature__ = sig.replace(parameters=own + setting_params(where, groups))
-    return func
+
+def settings_of(model: BaseModel, groups: tuple[str, ...] | None = None, face: str = "http") -> dict[str, Any]:
+    """The settings' values of a parsed form/query model, for ``settings.from_dict``."""
+    from studio.core.settings import specs
+
+    return {s.name: getattr(model, field_name(s.name)) for s in specs(face, groups)}

@@ -1,0 +1,405 @@
+"""The API's answers and inputs as Pydantic models: what ``/openapi.json`` describes and clients get.
+
+Every JSON answer has a model here (a generated client gets typed objects, never ``None``); every
+error is ``Error`` (``{"error": "one sentence"}``), documented per route with ``errors(...)``. The
+render settings' models are made from the one schema (``studio.api.schema``), never typed out:
+``RenderSettingsOut`` in a job's answer, ``RenderForm`` (the inputs + every setting) for
+``POST /v1/renders`` and ``POST /generate``, ``FrameQuery`` for ``GET /v1/frame``. A render's result
+is made from the core's ``RenderResult`` fields the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from fastapi import UploadFile
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from studio.api.schema import settings_model
+
+JOB_STATES = ("draft", "queued", "held", "running", "done", "failed", "cancelled", "interrupted", "expired", "damaged")
+FINAL_STATES = ("done", "failed", "cancelled", "interrupted", "expired")
+JobState = Literal[JOB_STATES]  # type: ignore[valid-type]
+
+
+class Answer(BaseModel):
+    """An answer: fields a newer server adds are kept by clients (``extra`` allowed)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+
+
+class Error(BaseModel):
+    """Every error: one sentence saying what is wrong and what to do."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"error": "no render job 7; see GET /v1/renders"}]}
+    )
+    error: str = Field(description="one sentence: what is wrong and what to do")
+
+
+ERROR_TEXT = {
+    400: "the request is malformed",
+    401: "the server needs its token (`Authorization: Bearer TOKEN`) and none, or another, was sent",
+    403: "not allowed here (a server path this server does not open, or a read-only token)",
+    404: "no such job, avatar, voice-over or endpoint",
+    409: "the resource is in another state (a job not finished yet, a finished job, a name taken, an "
+    "Idempotency-Key in use)",
+    410: "the file is no longer on the server (removed by retention, or by hand)",
+    413: "an upload is larger than the server's --max-upload-mb",
+    415: "an upload is not a format the server reads, or the body is not a form",
+    422: "a field is missing, unknown or not valid (the sentence names it)",
+    429: "the queue is full (--max-queued); retry after the Retry-After seconds",
+    499: "the client went away before the answer was ready (the job was cancelled)",
+    500: "the render failed, or a bug (the traceback is in the server's log)",
+    503: "the server cannot render now (no engine, no device, no writable data folder)",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for a route: each code with the ``Error`` model. 401 (a server with a
+    token) and 500 are on every route."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in sorted({401, 500, *codes}):
+        out[code] = {"model": Error, "description": ERROR_TEXT[code]}
+    return out
+
+
+def binary(media_type: str, description: str, *codes: int, headers: dict | None = None) -> dict:
+    """``responses=`` for a binary answer (``video/mp4``, ``image/png``, ``image/jpeg``) and its errors."""
+    ok: dict[str, Any] = {
+        "description": description,
+        "content": {media_type: {"schema": {"type": "string", "format": "binary"}}},
+    }
+    if headers:
+        ok["headers"] = headers
+    return {200: ok, **errors(*codes)}
+
+
+# --------------------------------------------------------------------------------------------
+# server
+
+
+class Health(Answer):
+    ok: bool = Field(description="the server answers (liveness); see /v1/ready for whether it can render")
+    version: str
+    uptime_s: float
+    queued: int = Field(description="jobs waiting in the queue")
+    running: int | None = Field(None, description="the id of the job rendering now")
+    warm_engines: int
+    max_queued: int | None
+    max_upload_mb: float
+
+
+class ReadyCheck(Answer):
+    name: str = Field(description="engine | device | data folder | queue")
+    ok: bool
+    detail: str
+
+
+class Ready(Answer):
+    ready: bool
+    checks: list[ReadyCheck]
+
+
+class EngineInfo(Answer):
+    name: str
+    ready: bool = Field(description="it can run on this server now")
+    detail: str = Field(description="why (or why not, with the fix)")
+
+
+class WarmEngine(Answer):
+    engine: str | None = None
+    device: str | None = None
+    runtime: str | None = None
+    decoder: str | None = None
+    precision: str | None = None
+    reason: str | None = None
+
+
+class Engines(Answer):
+    auto: str = Field(description="the engine `engine=auto` picks here")
+    engines: list[EngineInfo]
+    warm: list[WarmEngine] = Field(description="engines loaded and kept warm between jobs")
+
+
+# --------------------------------------------------------------------------------------------
+# avatars
+
+
+class Avatar(Answer):
+    name: str
+    kind: str | None = Field(None, description="photo | video")
+    frames: int | None = None
+    width: int | None = None
+    height: int | None = None
+    fps: float | None = None
+    faceless_frames: int | None = None
+    duration_s: float | None = None
+    source: str | None = Field(None, description="the source file's name")
+    params: dict[str, Any] | None = Field(None, description="how it was prepared")
+    size_bytes: int | None = None
+    thumbnail: str | None = Field(None, description="URL of its PNG thumbnail")
+    damaged: bool = Field(False, description="its cache is damaged: `problem` says how, `fix` what to do")
+    problem: str | None = None
+    fix: str | None = None
+
+
+class AvatarList(Answer):
+    avatars: list[Avatar]
+
+
+class AvatarRemoved(Answer):
+    removed: str
+
+
+def _avatar_form() -> type[BaseModel]:
+    """The form of ``POST /v1/avatars``: name, file, force, and every ``AvatarParams`` field."""
+    from studio.core.avatars.assets import AvatarParams
+
+    help_ = {
+        "bbox_shift": "pixels: moves the face box's mirror line down (+) or up (-)",
+        "extra_margin": "pixels added below the chin",
+        "cheek_width": "jaw mask: half-width of the central band (0-512)",
+        "feather": "width of the mask's soft edge in 256-crop pixels (0-128)",
+        "mask_mode": "jaw (MuseTalk v1.5) or raw (the lower half of the face silhouette)",
+        "smooth": "temporal smoothing 0..1 of landmarks and boxes (videos)",
+        "trim_start": "seconds into a video where the avatar starts",
+        "trim_end": "seconds into a video where the avatar ends",
+        "face": "several faces: the N-th from the left (1-based)",
+    }
+    hints = typing.get_type_hints(AvatarParams)
+    fields: dict[str, Any] = {
+        "name": (str, Field(description="library name: up to 64 letters, digits, '.', '_', '-'", examples=["anna"])),
+        "file": (UploadFile, Field(description="a photo (PNG, JPEG, WebP) or a video")),
+        "force": (bool, Field(False, description="replace an avatar of that name")),
+    }
+    for f in dataclasses.fields(AvatarParams):
+        fields[f.name] = (hints[f.name], Field(f.default, description=help_.get(f.name, f.name)))
+    return create_model("AvatarForm", __config__=ConfigDict(extra="forbid"), __doc__="A new library avatar.", **fields)
+
+
+if TYPE_CHECKING:  # made at import time: to a type checker, any model
+    AvatarForm: TypeAlias = Any
+else:
+    AvatarForm = _avatar_form()
+
+
+# --------------------------------------------------------------------------------------------
+# voice-overs
+
+
+class AudioFile(BaseModel):
+    """A voice-over to upload, and the silence settings its analysis uses."""
+
+    file: UploadFile = Field(description="WAV, FLAC, OGG or MP3")
+
+
+if TYPE_CHECKING:
+    AudioForm: TypeAlias = Any
+    SilenceQuery: TypeAlias = Any
+else:
+    AudioForm = settings_model("AudioForm", "http", ("silence",), base=AudioFile)
+    SilenceQuery = settings_model("SilenceQuery", "http", ("silence",), doc="The silence settings of an analysis.")
+
+
+class AudioAnalysis(Answer):
+    """An uploaded voice-over: its id (renders and frames use it) and where it is silent."""
+
+    id: str = Field(description="16 hex digits of the content's SHA-256: the same file gets the same id")
+    filename: str = Field(description="what the client called it")
+    bytes: int
+    duration_s: float
+    sample_rate: int
+    channels: int
+    format: str
+    subtype: str | None = None
+    frames: int = Field(description="video frames it lasts")
+    fps: float
+    silence_threshold: float
+    min_silence_frames: int
+    silent_frames: int
+    silent_percent: float
+    longest_silence_frames: int
+    longest_silence_s: float
+    silent_spans: list[list[int]] = Field(description="[start, end) video frames of each silence")
+
+
+# --------------------------------------------------------------------------------------------
+# frames
+
+
+class FrameInputs(BaseModel):
+    """Which frame: a library avatar and an uploaded voice-over (or a job's), at ``t`` seconds."""
+
+    t: float = Field(ge=0, description="seconds into the voice-over")
+    avatar: str | None = Field(None, description="a library avatar's name")
+    audio_id: str | None = Field(None, description="a voice-over uploaded with POST /v1/audio")
+    job: int | None = Field(None, description="use a job's avatar, voice-over and settings")
+
+
+if TYPE_CHECKING:
+    FrameQuery: TypeAlias = Any
+else:
+    FrameQuery = settings_model(
+        "FrameQuery",
+        "http",
+        ("engine", "silence"),
+        base=FrameInputs,
+        doc="The frame at t, and the settings that make it.",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# renders
+
+
+class RenderInputs(BaseModel):
+    """The inputs of a render: exactly one avatar, exactly one voice-over; the settings follow."""
+
+    avatar: str | None = Field(None, description="a library avatar's name", examples=["anna"])
+    avatar_file: UploadFile | None = Field(None, description="or an uploaded photo/video")
+    audio: UploadFile | None = Field(None, description="the voice-over (WAV, FLAC, OGG, MP3)")
+    audio_id: str | None = Field(None, description="or a voice-over uploaded with POST /v1/audio")
+    text: str | None = Field(None, description="or a script spoken by espeak-ng")
+    voice: str = Field("en-us", description="espeak-ng voice for text")
+    avatar_path: str | None = Field(None, description="or a file on the server (under --allow-paths folders)")
+    audio_path: str | None = Field(None, description="or a file on the server (under --allow-paths folders)")
+    output: str | None = Field(None, description="an output path on the server (under --allow-paths folders)")
+    frame_start: int | None = Field(None, ge=0, description="render from this video frame (the in point)")
+    frame_end: int | None = Field(None, ge=1, description="up to, not including, this frame (the out point)")
+
+
+if TYPE_CHECKING:
+    RenderForm: TypeAlias = Any
+    RenderSettingsOut: TypeAlias = Any
+else:
+    RenderForm = settings_model(
+        "RenderForm",
+        "http",
+        base=RenderInputs,
+        doc="A render: one avatar, one voice-over, optional in/out frames, and any render setting.",
+    )
+    RenderSettingsOut = settings_model(
+        "RenderSettings", "job", strict=False, doc="Every render setting of a job (the schema's defaults where unset)."
+    )
+
+
+def _result_model() -> type[BaseModel]:
+    """A finished job's result: the core's ``RenderResult`` fields (all optional: rows of older
+    versions), plus where it ran."""
+    from studio.core.render.renderer import RenderResult
+
+    try:
+        hints = typing.get_type_hints(RenderResult)
+    except Exception:  # noqa: BLE001 - an annotation this module cannot resolve: untyped then
+        hints = {}
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(RenderResult):
+        kind = hints.get(f.name, Any)
+        fields[f.name] = (kind | None, None)
+    fields.setdefault("ran_on", (str | None, Field(None, description="where it rendered (a server, a farm, here)")))
+    return create_model(
+        "RenderResult", __base__=Answer, __doc__="What the render did (figures, engine, encoder, where).", **fields
+    )
+
+
+if TYPE_CHECKING:
+    RenderResultOut: TypeAlias = Any
+else:
+    RenderResultOut = _result_model()
+
+
+class Links(Answer):
+    self: str
+    events: str = Field(description="Server-Sent Events until a final state")
+    video: str = Field(description="the MP4 once done (HTTP Range supported)")
+    preview: str = Field(description="the latest preview frame while it renders (JPEG)")
+    cancel: str = Field(description="DELETE: cancel a queued or running job")
+    retry: str = Field(description="POST: render it again as a new job")
+    frame: str = Field(description="the exact frame of this job at t (PNG)")
+
+
+class ProgressEvent(Answer):
+    """A ``progress`` event (and a running job's ``live`` figures)."""
+
+    id: int
+    done: int = Field(description="frames written")
+    total: int
+    fps: float
+    eta_s: float
+    elapsed_s: float
+    preview: str | None = Field(None, description="URL of the latest preview frame, when there is one")
+    workers: dict[str, Any] | None = None
+    chunks_done: int | None = None
+    chunks: int | None = None
+    retries: int | None = None
+
+
+class StateEvent(Answer):
+    """A ``state`` event: the job's state now (the video's link and figures once done)."""
+
+    id: int
+    state: Literal[JOB_STATES + ("removed",)]  # type: ignore[valid-type]
+    reason: str = ""
+    video: str | None = None
+    frames: int | None = None
+    seconds: float | None = None
+    fps: float | None = None
+
+
+class Job(Answer):
+    """A render job."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": 7,
+                    "state": "queued",
+                    "reason": "",
+                    "avatar": "anna",
+                    "audio": "voice.wav",
+                    "output": "anna-voice.mp4",
+                    "progress": 0.0,
+                    "position": 1,
+                    "eta_s": 12.5,
+                    "links": {"self": "/v1/renders/7", "events": "/v1/renders/7/events"},
+                }
+            ]
+        },
+    )
+    id: int
+    state: JobState
+    reason: str = Field(description="why it failed or was cancelled; empty otherwise")
+    avatar: str = Field(description="the library name, or the uploaded file's name")
+    audio: str = Field(description="the voice-over's name")
+    output: str = Field(description="the output file's name")
+    settings: RenderSettingsOut
+    frame_range: list[int] | None = Field(None, description="[in, out) video frames, when only a range renders")
+    progress: float = Field(description="0..1")
+    created: float = Field(description="seconds since the epoch")
+    updated: float
+    result: RenderResultOut | None = None
+    links: Links
+    live: ProgressEvent | None = Field(None, description="the latest progress of a running job")
+    video: str | None = Field(None, description="the MP4's URL once done")
+    frames: int | None = Field(None, description="frames written, once done")
+    seconds: float | None = Field(None, description="render seconds, once done")
+    fps: float | None = Field(None, description="frames per second of the render, once done")
+
+
+class JobList(Answer):
+    renders: list[Job]
+
+
+class Removed(Answer):
+    id: int
+    state: Literal["removed"]
+    reason: str

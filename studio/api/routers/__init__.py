@@ -1,0 +1,15 @@
+"""The API's routes, one router per resource (each module's ``router``).
+
+``renders`` (``/generate``, ``/v1/renders``), ``avatars``, ``audio``, ``frames``, ``engines`` and
+``ops`` (health, readiness, metrics). The routes are thin: the work is the service's and the core's;
+they reach the shared state through the ``State`` dependency (``studio.api.state``).
+"""
+
+ROUTERS = ("ops", "engines", "avatars", "audio", "frames", "renders")
+
+
+def include_all(app) -> None:
+    import importlib
+
+    for name in ROUTERS:
+        app.include_router(importlib.import_module(f"{__name__}.{name}").router)

@@ -1,0 +1,48 @@
+"""``/v1/audio``: upload a voice-over once (renders and frames use its id); its silence analysis."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, File, Query
+from starlette.concurrency import run_in_threadpool
+
+from studio.api.models import AudioAnalysis, AudioForm, SilenceQuery, errors
+from studio.api.state import ApiState, State
+
+router = APIRouter(tags=["audio"])
+
+
+@router.post(
+    "/v1/audio",
+    operation_id="upload_audio",
+    status_code=201,
+    response_model=AudioAnalysis,
+    responses=errors(413, 415, 422),
+    summary="Upload a voice-over once; renders and frames use it by id. Answers its silence analysis",
+)
+async def upload_audio(st: State, form: Annotated[AudioForm, File()]) -> dict:
+    f = form
+    stored = await st.uploads.save_audio(f.file)
+    return await run_in_threadpool(analysis, st, stored.id, f.threshold, f.min_silence)
+
+
+@router.get(
+    "/v1/audio/{audio_id}",
+    operation_id="get_audio",
+    response_model=AudioAnalysis,
+    responses=errors(404, 422),
+    summary="An uploaded voice-over's silence analysis",
+)
+def get_audio(st: State, audio_id: str, q: Annotated[SilenceQuery, Query()]) -> dict:
+    return analysis(st, audio_id, q.threshold, q.min_silence)
+
+
+def analysis(st: ApiState, audio_id: str, threshold: float, min_silence: int) -> dict:
+    from studio.core.media.audio import analyze
+
+    meta = st.uploads.audio_meta(audio_id)
+    summary = analyze(st.uploads.audio_path(audio_id)).summary(threshold, min_silence)
+    summary.pop("path", None)
+    summary.pop("silent_mask", None)  # the spans say the same, shorter
+    return {"id": audio_id, "filename": meta["filename"], "bytes": meta["bytes"], **summary}

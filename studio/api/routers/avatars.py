@@ -1,0 +1,97 @@
+"""``/v1/avatars``: the avatar library (list, thumbnail, add from an upload, remove)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, File
+from fastapi.responses import FileResponse
+from starlette.concurrency import run_in_threadpool
+
+from studio.api.errors import ApiError
+from studio.api.inputs import NAME_RE, library_folder
+from studio.api.models import Avatar, AvatarForm, AvatarList, AvatarRemoved, binary, errors
+from studio.api.state import State
+
+router = APIRouter(tags=["avatars"])
+
+
+def listed() -> list[dict]:
+    from studio.core.avatars.library import list_avatars
+
+    out = []
+    for a in list_avatars():
+        a = dict(a)
+        a.pop("folder", None)
+        a["source"] = Path(a["source"]).name if a.get("source") else None
+        a["thumbnail"] = f"/v1/avatars/{a['name']}/thumbnail" if a.get("thumbnail") else None
+        out.append(a)
+    return out
+
+
+@router.get(
+    "/v1/avatars",
+    operation_id="list_avatars",
+    response_model=AvatarList,
+    responses=errors(),
+    summary="The avatar library, with thumbnail links",
+)
+def avatars() -> dict:
+    return {"avatars": listed()}
+
+
+@router.get(
+    "/v1/avatars/{name}/thumbnail",
+    operation_id="get_avatar_thumbnail",
+    response_class=FileResponse,
+    responses=binary("image/png", "the avatar's thumbnail", 404, 422),
+    summary="The avatar's thumbnail (PNG)",
+)
+def avatar_thumbnail(name: str):
+    thumb = library_folder(name) / "thumbnail.png"
+    if not thumb.exists():
+        raise ApiError(404, f"avatar '{name}' has no thumbnail")
+    return FileResponse(thumb, media_type="image/png")
+
+
+@router.post(
+    "/v1/avatars",
+    operation_id="add_avatar",
+    status_code=201,
+    response_model=Avatar,
+    responses=errors(409, 413, 415, 422),
+    summary="Add an avatar to the library from an uploaded photo or video",
+)
+async def add_avatar(st: State, form: Annotated[AvatarForm, File()]) -> dict:
+    from studio.core.avatars import library as avatar_mod
+
+    f = form
+    name = f.name
+    if not NAME_RE.match(name):
+        raise ApiError(422, f"'{name[:64]}' is not a valid avatar name; use up to 64 letters, digits, '.', '_' or '-'")
+    if (avatar_mod.library_dir() / name / "meta.json").exists() and not f.force:
+        raise ApiError(409, f"an avatar named '{name}' already exists; pick another name or send force=true")
+    params = avatar_mod.AvatarParams(
+        **{k: getattr(f, k) for k in avatar_mod.AvatarParams.__dataclass_fields__}  # every field of the form
+    ).check()
+    stored = await st.uploads.save_avatar(f.file)
+    await run_in_threadpool(avatar_mod.prepare, name, stored.path, params, force=f.force)
+    st.pool.invalidate()
+    return next(a for a in listed() if a["name"] == name)
+
+
+@router.delete(
+    "/v1/avatars/{name}",
+    operation_id="remove_avatar",
+    response_model=AvatarRemoved,
+    responses=errors(404, 422),
+    summary="Remove an avatar from the library",
+)
+def remove_avatar(st: State, name: str) -> dict:
+    from studio.core.avatars import library as avatar_mod
+
+    library_folder(name)
+    avatar_mod.remove(name)
+    st.pool.invalidate()
+    return {"removed": name}

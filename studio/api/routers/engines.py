@@ -1,0 +1,29 @@
+"""``GET /v1/engines``: which engines can run here, which ``auto`` picks, which are warm."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from studio.api.models import Engines, errors
+from studio.api.state import State
+
+router = APIRouter(tags=["server"])
+
+
+@router.get(
+    "/v1/engines",
+    operation_id="list_engines",
+    response_model=Engines,
+    responses=errors(),
+    summary="Which engines can run here, which auto picks, which are warm",
+)
+def engines(st: State) -> dict:
+    from studio.core.engines import available_engines
+
+    status = available_engines()
+    auto = "musetalk" if status.get("musetalk", "").startswith("ready") else "classic"
+    return {
+        "auto": auto,
+        "engines": [{"name": k, "ready": v.startswith("ready"), "detail": v} for k, v in status.items()],
+        "warm": st.pool.warm(),
+    }

@@ -1,0 +1,131 @@
+"""What the routers share: the options, the queue, the engine pool, the uploads and the event hub.
+
+    st = ApiState(opts, queue=None, pool=None, uploads=UploadStore(...))   # app.state.studio
+    def route(st: State): ...                      # a router's dependency (``get_state``)
+
+The queue and the pool are made on first use (a test may hand in its own); ``open`` and ``close``
+are the app's lifespan: the queue's events are fanned out to HTTP clients, the runner starts, and
+on shutdown a running job is stopped, as when the window closes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from studio.api.errors import ApiError
+from studio.api.options import ServeOptions
+from studio.api.sse import JobEvents, links, state_dict
+from studio.api.uploads import UploadStore
+
+
+class ApiState:
+    def __init__(self, opts: ServeOptions, queue, pool, uploads: UploadStore):
+        self.opts = opts
+        self._queue = queue
+        self._pool = pool
+        self.uploads = uploads
+        self._events: JobEvents | None = None
+        self.started = time.time()
+        self._unsubscribe: Any = None
+
+    @property
+    def queue(self):
+        if self._queue is None:
+            from studio.service import QueueService
+
+            self._queue = QueueService(pool=self.pool)
+        return self._queue
+
+    @property
+    def pool(self):
+        if self._pool is None:
+            from studio.service import default_pool
+
+            self._pool = default_pool()
+        return self._pool
+
+    @property
+    def events(self) -> JobEvents:
+        """The event hub (made when the app starts)."""
+        if self._events is None:
+            raise RuntimeError("the app has not started: no event loop for job events yet")
+        return self._events
+
+    def open(self, loop) -> None:
+        self._events = JobEvents(loop)
+        q = self.queue
+        if self.opts.max_queued is not None:
+            q.max_queued = self.opts.max_queued
+        self._unsubscribe = q.subscribe(self.events.on_event)
+        q.start()
+
+    def close(self) -> None:
+        """The server stops: as when the window closes, a running job is stopped (nothing written)."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        if self._queue is not None:
+            self._queue.close()
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def job(self, job_id: int):
+        """The job, or 404."""
+        from studio.core.errors import InputError
+
+        try:
+            return self.queue.get(int(job_id))
+        except InputError:
+            raise ApiError(404, f"no render job {job_id}; see GET /v1/renders") from None
+
+    def job_or_none(self, job_id: int):
+        from studio.core.errors import InputError
+
+        try:
+            return self.queue.get(int(job_id))
+        except InputError:
+            return None
+
+    def job_json(self, job) -> dict:
+        """A job as the API shows it (``models.Job``): names, never the server's paths."""
+        from studio.core.settings import SCHEMA
+
+        d = state_dict(job)
+        stored = dict(job.settings or {})
+        frames = stored.get("frames")
+        d.update(
+            avatar=self.uploads.display_name(job.avatar) if "/" in job.avatar else job.avatar,
+            audio=self.uploads.display_name(job.audio),
+            output=Path(job.output).name,
+            settings={k: v for k, v in stored.items() if k in SCHEMA},
+            frame_range=list(frames) if frames else None,
+            progress=job.progress,
+            created=job.created,
+            updated=job.updated,
+            result=public_result(job.result),
+            links=links(job.id),
+        )
+        live = self._events.last_progress(job.id) if self._events is not None else None
+        if live is not None and job.state == "running":
+            d["live"] = live
+        return d
+
+
+def public_result(result: dict | None) -> dict | None:
+    """A job's result without server paths (``None`` before it is done)."""
+    if not result:
+        return None
+    r = dict(result)
+    if r.get("output"):
+        r["output"] = Path(r["output"]).name
+    return r
+
+
+def get_state(request: Request) -> ApiState:
+    return request.app.state.studio
+
+
+State = Annotated[ApiState, Depends(get_state)]
