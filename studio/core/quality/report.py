@@ -409,8 +409,8 @@ def _sentence(
     text = head[0].upper() + head[1:]
     if rest:
         text += "; also " + ", ".join(rest)
-    if worst_second is not None:
-        text += f" (worst at {_clock(worst_second)})"
+    if issues[0].worst_second is not None:  # a whole-clip offset has no worst second of its own
+        text += f" (worst at {_clock(issues[0].worst_second)})"
     return text + "."
 
 
