@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/validate_check.py [--seconds 28] [--out DIR]
 
 The demo avatar (the astronaut photo) speaks the demo voice-over (espeak-ng, 28 s) with the classic
-engine on the CPU. Then ``studio check`` measures, each with the avatar as the reference and
+engine on the CPU (``--engine musetalk`` on a GPU machine with its weights). Then ``studio check`` measures, each with the avatar as the reference and
 without it (the video's own rest frame):
 
 * the render with its own voice-over (known offset 0);
@@ -68,6 +68,10 @@ def main() -> int:
         help="length of the voice-over used (default: all)",
     )
     ap.add_argument("--out", default=None, help="folder for the renders (default: a temporary one)")
+    ap.add_argument(
+        "--engine", default="classic", help="the render's engine (musetalk: on a GPU machine with its weights)"
+    )
+    ap.add_argument("--device", default=None, help="torch device (default: cpu for classic, else auto)")
     args = ap.parse_args()
     work = Path(args.out or tempfile.mkdtemp(prefix="validate_check_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -88,7 +92,8 @@ def main() -> int:
     astro = avatar_mod.prepare("astro", demo / "astronaut.png", force=True)
     t0 = time.monotonic()
     render = work / "render.mp4"
-    for _ in Renderer(astro, wav, RenderSettings(engine="classic", device="cpu")).run(render):
+    device = args.device or ("cpu" if args.engine == "classic" else None)
+    for _ in Renderer(astro, wav, RenderSettings(engine=args.engine, device=device)).run(render):
         pass
     print(f"rendered {render} in {time.monotonic() - t0:.1f} s", file=sys.stderr)
 
