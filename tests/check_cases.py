@@ -101,3 +101,54 @@ def edit_video(
         for a in range(0, t_all, 32):
             writer.write(out_frames[a : a + 32])
     return out
+
+
+def shift_audio_track(src: Path, dst: Path, seconds: float) -> Path:
+    """A copy of ``src`` whose audio packets are stamped ``seconds`` later (negative: earlier), the
+    frames untouched: a muxing offset, as a faulty editor or transcoder leaves it."""
+    import av
+
+    with av.open(str(src)) as i, av.open(str(dst), "w") as o:
+        vs = o.add_stream_from_template(i.streams.video[0])
+        aus = o.add_stream_from_template(i.streams.audio[0])
+        for pkt in i.demux():
+            if pkt.dts is None:
+                continue
+            if pkt.stream.type == "audio":
+                d = round(seconds / pkt.time_base)
+                pkt.pts, pkt.dts = pkt.pts + d, pkt.dts + d
+                pkt.stream = aus
+            else:
+                pkt.stream = vs
+            o.mux(pkt)
+    return dst
+
+
+def transcode_mjpeg(src: Path, dst: Path) -> Path:
+    """``src`` as Motion-JPEG (yuvj422p, not 4:2:0) with PCM audio in an AVI: another decoding path."""
+    from fractions import Fraction
+
+    import av
+
+    res = av.AudioResampler(format="s16", layout="mono", rate=16_000)
+    with av.open(str(src)) as i:
+        sound = [g for f in i.decode(audio=0) for g in res.resample(f)] + list(res.resample(None))
+    with av.open(str(src)) as i, av.open(str(dst), "w") as o:
+        v = o.add_stream("mjpeg", rate=25)
+        v.time_base = Fraction(1, 25)
+        v.width, v.height, v.pix_fmt = i.streams.video[0].width, i.streams.video[0].height, "yuvj422p"
+        a = o.add_stream("pcm_s16le", rate=16_000, layout="mono")
+        for k, f in enumerate(i.decode(video=0)):
+            g = f.reformat(format="yuvj422p")
+            g.pts, g.time_base = k, Fraction(1, 25)
+            for pkt in v.encode(g):
+                o.mux(pkt)
+        for pkt in v.encode(None):
+            o.mux(pkt)
+        for g in sound:
+            g.pts = None
+            for pkt in a.encode(g):
+                o.mux(pkt)
+        for pkt in a.encode(None):
+            o.mux(pkt)
+    return dst

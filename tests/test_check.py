@@ -281,3 +281,20 @@ def test_bad_inputs_are_one_sentence(work, what, capsys):
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("studio: error:") and err.count("\n") == 0
+
+
+def test_a_muxing_offset_in_the_videos_own_track_is_found(work, render, astro, measured):
+    """The audio packets stamped 160 ms late (the frames untouched): the video is 4 frames early."""
+    late = cc.shift_audio_track(render, work / "late-track.mp4", 0.16)
+    r = _check(late, None, astro, measured)
+    assert r.offset_frames == -4 and r.verdict == "out of sync"
+    assert "advance the audio by 4 frames" in r.reason
+
+
+def test_other_pixel_formats_and_containers(work, render, astro):
+    """Motion-JPEG (full-range 4:2:2) with PCM in an AVI: decoded through RGB, the same answers."""
+    from studio.core.quality import check_video
+
+    r = check_video(cc.transcode_mjpeg(render, work / "render.avi"), None, astro)
+    assert r.offset_frames == 0 and r.confidence > 0.5
+    assert r.verdict == "ok", r.reason

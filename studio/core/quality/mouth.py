@@ -23,6 +23,7 @@ import numpy as np
 
 from studio.core.avatars import faces
 from studio.core.constants import FACE_SIZE
+from studio.core.quality.video import luma_of_rgb
 
 log = logging.getLogger(__name__)
 
@@ -160,16 +161,6 @@ def eye_distance(lm: np.ndarray) -> float:
 def mouth_opening(lm: np.ndarray) -> float:
     """The inner lip gap in eye distances."""
     return float(np.linalg.norm(lm[LIP_TOP] - lm[LIP_BOTTOM])) / max(eye_distance(lm), 1e-6)
-
-
-def luma_of_rgb(rgb: np.ndarray) -> np.ndarray:
-    """BT.709 limited-range luma of RGB, as Studio's encoders write it (so an avatar frame and a
-    decoded frame of its render compare in the same units)."""
-    import cv2
-
-    w = np.array([[0.2126, 0.7152, 0.0722]], np.float32) * (219.0 / 255.0)
-    y = cv2.transform(np.ascontiguousarray(rgb), w)  # saturating uint8, rounded
-    return np.asarray(cv2.add(y, np.full_like(y, 16)))
 
 
 def detail_region(lm: np.ndarray, width: int, height: int) -> tuple[tuple[int, int, int, int], np.ndarray]:

@@ -28,7 +28,8 @@ from studio.core.errors import InputError
 
 log = logging.getLogger(__name__)
 
-PLANAR_420 = ("yuv420p", "yuvj420p")
+PLANAR_420 = ("yuv420p",)  # limited range 4:2:0: its planes are used as they are
+JPEG_RANGE = 2  # PyAV's frame.color_range for full-range ("JPEG") video
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,33 @@ class _RGB:
         return self._rgb
 
 
+def luma_of_rgb(rgb: np.ndarray) -> np.ndarray:
+    """BT.709 limited-range luma of RGB, as Studio's encoders write it (so an avatar frame, a decoded
+    frame of its render and a frame of any other format compare in the same units)."""
+    import cv2
+
+    w = np.array([[0.2126, 0.7152, 0.0722]], np.float32) * (219.0 / 255.0)
+    y = cv2.transform(np.ascontiguousarray(rgb), w)  # saturating uint8, rounded
+    return np.asarray(cv2.add(y, np.full_like(y, 16)))
+
+
+def _frame(k: int, t: float, f) -> Frame:
+    """A decoded frame: limited-range 4:2:0 planes in place; any other format (4:2:2, 4:4:4, full
+    range, RGB, odd sizes) converted to RGB once by the library, its luma computed as Studio's."""
+    if (
+        f.format.name in PLANAR_420
+        and f.width % 2 == 0
+        and f.height % 2 == 0
+        and getattr(f, "color_range", 0) != JPEG_RANGE
+    ):
+        y = _plane(f.planes[0], f.height, f.width)
+        u = _plane(f.planes[1], f.height // 2, f.width // 2)
+        v = _plane(f.planes[2], f.height // 2, f.width // 2)
+        return Frame(k, t, y, f, u, v)
+    rgb = f.to_ndarray(format="rgb24")
+    return Frame(k, t, luma_of_rgb(rgb), _RGB(rgb), None, None)
+
+
 def _plane(plane, rows: int, cols: int) -> np.ndarray:
     arr = np.frombuffer(plane, np.uint8)
     return arr.reshape(-1, plane.line_size)[:rows, :cols]
@@ -172,16 +200,7 @@ def iter_frames(path: str | os.PathLike, info: VideoInfo | None = None) -> Itera
             s.thread_type = "AUTO"
             for k, f in enumerate(c.decode(s)):
                 t = float(f.time) - info.start_s if f.time is not None else k / info.fps
-                if f.format.name in PLANAR_420 and f.width % 2 == 0 and f.height % 2 == 0:
-                    y = _plane(f.planes[0], f.height, f.width)
-                    u = _plane(f.planes[1], f.height // 2, f.width // 2)
-                    v = _plane(f.planes[2], f.height // 2, f.width // 2)
-                    yield Frame(k, t, y, f, u, v)
-                else:
-                    import cv2
-
-                    rgb = f.to_ndarray(format="rgb24")
-                    yield Frame(k, t, cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), f, None, None)
+                yield _frame(k, t, f)
     except av.error.FFmpegError as exc:
         raise InputError(f"{path}: the video data is damaged ({_short(exc)}); export the clip again") from None
 
@@ -271,15 +290,7 @@ def frame_at(path: str | os.PathLike, index: int, info: VideoInfo) -> Frame | No
             for k, f in enumerate(c.decode(s)):
                 t = float(f.time) - info.start_s if f.time is not None else k / info.fps
                 if t >= target - 0.5 / info.fps:
-                    y = _plane(f.planes[0], f.height, f.width) if f.format.name in PLANAR_420 else None
-                    if y is not None and f.width % 2 == 0 and f.height % 2 == 0:
-                        u = _plane(f.planes[1], f.height // 2, f.width // 2)
-                        v = _plane(f.planes[2], f.height // 2, f.width // 2)
-                        return Frame(index, t, y, f, u, v)
-                    import cv2
-
-                    rgb = f.to_ndarray(format="rgb24")
-                    return Frame(index, t, cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), f, None, None)
+                    return _frame(index, t, f)
     except av.error.FFmpegError as exc:
         raise InputError(f"{path}: the video data is damaged ({_short(exc)}); export the clip again") from None
     return None
