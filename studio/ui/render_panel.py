@@ -144,8 +144,11 @@ class RenderPanel(QWidget):
             "Off: a name that is taken (a file, or another job's output) gets a "
             "number, _002, _003 …, so no render is ever lost"
         )
-        form.addRow(self.overwrite_box)
-        form.addRow(self.check_box)
+        boxes = QHBoxLayout()  # one row: the panel fits a 1080p screen without scrolling
+        boxes.addWidget(self.overwrite_box)
+        boxes.addWidget(self.check_box)
+        boxes.addStretch(1)
+        form.addRow(boxes)
         self.range_check = QCheckBox("Render in/out range only")
         self.range_check.setToolTip("Render only the frames between the timeline's in and out points (I / O)")
         self.range_check.setEnabled(False)
@@ -212,6 +215,7 @@ class RenderPanel(QWidget):
         self.check_label = QLabel("")
         self.check_label.setObjectName("checkLabel")
         self.check_label.setWordWrap(True)
+        self.check_label.hide()  # shown once a render asked for a check
         self.worst_btn = QPushButton("Worst second")
         self.worst_btn.setObjectName("worstSecond")
         self.worst_btn.setToolTip("Play the render from the second the check found worst")
@@ -454,6 +458,7 @@ class RenderPanel(QWidget):
         """The lip-sync check of ``output`` (the job result's ``check``; None: none was asked for)."""
         text, colour, worst = check_text(check)
         self.check_label.setText(text)
+        self.check_label.setVisible(bool(text))
         self.check_label.setToolTip((check or {}).get("reason") or "")
         self.check_label.setStyleSheet(f"color: {colour};" if colour else "")
         self._worst = (output, float(worst)) if worst is not None else None

@@ -1,5 +1,5 @@
 """Per-frame measurements of the checked video: the face mesh on the face box only, the mouth's
-opening, the mouth region's detail, the blend border's gradient jump and the face's geometry,
+opening, the mouth region's detail, the luma step across the blend mask's border and the face's geometry,
 each beside the same figure on the reference (the avatar's frame, or the video's own rest frame).
 
     finder = FaceFinder()
