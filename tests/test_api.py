@@ -431,6 +431,83 @@ def test_cancel_leaves_no_file_the_queue_is_capped_and_retry_requeues(server, cl
     assert gone.json()["state"] == "removed" and not (server.home / "renders" / done["output"]).exists()
 
 
+def test_max_queued_holds_under_fifty_concurrent_posts(server, client, astro, short_id, clips):
+    """Issue 24 item 7: 50 POSTs at once against --max-queued 3 accept exactly 3 (the count and the
+    insert are one transaction)."""
+    import concurrent.futures
+
+    with open(clips["long"], "rb") as fh:
+        long_id = client.post("/v1/audio", files={"file": ("long.wav", fh)}).json()["id"]
+    busy = client.post("/v1/renders", data={"avatar": "astro", "audio_id": long_id, "engine": "classic"}).json()
+    wait_state(client, busy["id"], states=("running",))  # the runner is busy: nothing else leaves the queue
+    assert not [j for j in client.get("/v1/renders").json()["renders"] if j["state"] == "queued"]
+
+    def post(_):
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as c:
+            return c.post("/v1/renders", data={"avatar": "astro", "audio_id": short_id, "engine": "classic"})
+
+    with concurrent.futures.ThreadPoolExecutor(50) as pool:
+        answers = list(pool.map(post, range(50)))
+    codes = [r.status_code for r in answers]
+    try:
+        assert codes.count(202) == MAX_QUEUED and codes.count(429) == 50 - MAX_QUEUED, codes
+        assert all(r.headers["retry-after"] for r in answers if r.status_code == 429)
+        queued = [j for j in client.get("/v1/renders").json()["renders"] if j["state"] == "queued"]
+        assert len(queued) == MAX_QUEUED
+    finally:
+        for r in answers:
+            if r.status_code == 202:
+                client.delete(f"/v1/renders/{r.json()['id']}")
+        client.delete(f"/v1/renders/{busy['id']}")
+        wait_state(client, busy["id"], states=("cancelled", "done"))
+
+
+def test_a_refused_voice_over_leaves_nothing_and_names_no_server_path(server, client, astro, clips):
+    """Issue 24 item 10: a WAV of float samples with NaNs is refused (422), under the client's name,
+    and nothing of it stays in uploads/."""
+    import soundfile as sf
+
+    x = np.sin(np.linspace(0, 400, 16000)).astype(np.float32)
+    x[4000:4100] = np.nan
+    bad = clips["dir"] / "nan.wav"
+    sf.write(bad, x, 16000, subtype="FLOAT")
+    uploads = server.home / "uploads"
+    before = sorted(p.relative_to(uploads) for p in uploads.rglob("*") if p.is_file())
+    for path, data, field in (("/v1/audio", {}, "file"), ("/v1/renders", {"avatar": "astro"}, "audio")):
+        with open(bad, "rb") as fh:
+            r = client.post(path, data=data, files={field: ("my voice.wav", fh)})
+        msg = one_sentence(r, 422)
+        assert "'my voice.wav'" in msg and "NaN" in msg, msg
+        assert str(server.home) not in msg and "uploads" not in msg
+    after = sorted(p.relative_to(uploads) for p in uploads.rglob("*") if p.is_file())
+    assert after == before
+
+
+def test_what_cannot_run_here_is_refused_before_the_202(client, astro, short_id):
+    """Issue 27 item 8: an engine, encoder or device this server cannot use, and a frame range outside
+    the clip (40 frames), are 422 with the reason; no job is made."""
+    from studio.core.engines.base import engine_status
+    from studio.core.media.encoders import probe_nvenc
+
+    before = len(client.get("/v1/renders").json()["renders"])
+    base = {"avatar": "astro", "audio_id": short_id, "engine": "classic"}
+    if not engine_status()["musetalk"].ready:
+        msg = one_sentence(client.post("/v1/renders", data={**base, "engine": "musetalk"}), 422)
+        assert msg.startswith("engine=musetalk cannot run here: ") and "studio models import" in msg
+    if not probe_nvenc()[0]:
+        msg = one_sentence(client.post("/v1/renders", data={**base, "encoder": "nvenc"}), 422)
+        assert msg.startswith("encoder=nvenc cannot run here: ")
+    assert "cuda:7" in one_sentence(client.post("/v1/renders", data={**base, "device": "cuda:7"}), 422)
+    for start, end in ((0, 41), (40, None), (45, 50)):
+        data = {**base, "frame_start": start, **({"frame_end": end} if end else {})}
+        msg = one_sentence(client.post("/v1/renders", data=data), 422)
+        assert "outside the clip, which has 40 frames" in msg, msg
+    assert len(client.get("/v1/renders").json()["renders"]) == before
+    ok = client.post("/v1/renders", data={**base, "frame_start": 10, "frame_end": 40})  # up to the end: fine
+    assert ok.status_code == 202 and ok.json()["frame_range"] == [10, 40]
+    assert wait_state(client, ok.json()["id"])["result"]["frames"] == 30
+
+
 def test_the_queue_is_shared_with_other_processes(server, client, astro, clips):
     """A job added to the data folder's jobs.sqlite by another process (the window) shows up and runs."""
     from studio.core.settings import RenderSettings
@@ -509,29 +586,57 @@ def test_generate_speaks_text(client, astro, clips):
     assert 10 < len(mp4_frames(path)) < 100
 
 
-def test_loopback_needs_no_token_and_allow_paths_opens_server_files(tmp_path, clips):
-    s = Server(tmp_path / "home", "--allow-paths")
+def test_loopback_needs_no_token_and_allow_paths_opens_only_the_folders_listed(tmp_path, clips):
+    """Issue 24 item 11: with --allow-paths DIR,DIR a client names files under those folders only:
+    /etc, '..' and a link out of an allowed folder are 403 (links and '..' are resolved first)."""
+    import shutil
+
+    inside, out_dir, outside = tmp_path / "in", tmp_path / "out", tmp_path / "elsewhere"
+    for d in (inside, out_dir, outside):
+        d.mkdir()
+    shutil.copy(DEMO_AVATAR, inside / "face.png")
+    shutil.copy(clips["short"], inside / "voice.wav")
+    shutil.copy(clips["short"], outside / "secret.wav")
+    (inside / "link.wav").symlink_to(outside / "secret.wav")
+    (inside / "escape").symlink_to(outside)
+    s = Server(tmp_path / "home", "--allow-paths", f"{inside},{out_dir}")
     try:
         with httpx.Client(base_url=s.url, timeout=120) as c:
             assert c.get("/v1/health").status_code == 200  # loopback, no token: open
-            out = tmp_path / "named-by-client.mp4"
-            r = c.post(
-                "/v1/renders",
-                data={
-                    "avatar_path": str(DEMO_AVATAR),
-                    "audio_path": str(clips["short"]),
-                    "output": str(out),
-                    "engine": "classic",
-                },
-            )
+            base = {
+                "avatar_path": str(inside / "face.png"),
+                "audio_path": str(inside / "voice.wav"),
+                "engine": "classic",
+            }
+            for field, path in (
+                ("output", "/etc/studio-test.mp4"),
+                ("output", str(out_dir / ".." / "elsewhere" / "x.mp4")),
+                ("output", str(inside / "escape" / "x.mp4")),
+                ("audio_path", str(inside / "link.wav")),
+                ("audio_path", str(outside / "secret.wav")),
+                ("avatar_path", "/etc/passwd"),
+            ):
+                msg = one_sentence(c.post("/v1/renders", data={**base, field: path}), 403)
+                assert f"{field} {path} is outside the folders this server opens" in msg
+            assert list(outside.iterdir()) == [outside / "secret.wav"]
+            out = out_dir / "named-by-client.mp4"
+            r = c.post("/v1/renders", data={**base, "output": str(out)})
             assert r.status_code == 202, r.text
             assert wait_state(c, r.json()["id"])["state"] == "done"
             assert len(mp4_frames(out)) == 40
             assert "no such file" in one_sentence(
-                c.post("/v1/renders", data={"avatar_path": str(tmp_path / "none.png"), "text": "hi"}), 422
+                c.post("/v1/renders", data={"avatar_path": str(inside / "none.png"), "text": "hi"}), 422
             )
     finally:
         s.stop()
+    bad = subprocess.run(
+        [sys.executable, "-m", "studio", "serve", "--port", "1", "--allow-paths", str(tmp_path / "nowhere")],
+        env=dict(os.environ, STUDIO_HOME=str(tmp_path / "home")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such folder" in bad.stderr
 
 
 def test_generate_cancels_its_job_when_the_client_goes_away(client, astro, clips):

@@ -8,7 +8,7 @@ from conftest import prepare_demo_avatar, speech_pause_speech
 
 from studio.core.errors import RenderError
 from studio.core.render.renderer import Renderer
-from studio.core.scale.chunks import join_segments, render_chunked, render_segment, split
+from studio.core.scale.chunks import ChunkedRender, join_segments, render_segment, split
 from studio.core.settings import RenderSettings
 
 LOSSLESS = RenderSettings(engine="classic", device="cpu", encoder="x264", crf=0, preset="ultrafast")
@@ -157,10 +157,15 @@ def test_join_refuses_a_gap_and_leaves_nothing(joined, voice, tmp_path):
 
 def test_render_chunked_in_local_processes_equals_the_single_render(avatar, voice, single, tmp_path):
     out = tmp_path / "local.mp4"
-    progress = list(render_chunked(avatar, voice, out, LOSSLESS, chunks=2))
+    job = ChunkedRender(avatar, voice, LOSSLESS, chunks=2)
+    progress = list(job.run(out))
     last = progress[-1]
     assert last.finished and last.output == str(out) and last.chunks == 2 and last.done == 50
     assert len(last.workers) == 2 and all(v > 0 for v in last.workers.values())
+    one = Renderer(avatar, voice, LOSSLESS)
+    r = job.result  # what the segments report: the real engine, the plan's silent frames
+    assert (r.output, r.frames, r.engine, r.encoder) == (str(out), 50, "classic", "libx264 x2 segments")
+    assert r.silent_frames == int(one.plan.silent.sum()) and r.width == one.avatar.width and r.fps > 0
     want, _, _, _, _ = decode(single)
     got, _, _, _, _ = decode(out)
     assert len(got) == 50 and all(np.array_equal(g[3], w[3]) for g, w in zip(got, want))

@@ -12,7 +12,7 @@ from conftest import prepare_demo_avatar, speech_pause_speech
 
 from studio.core.errors import Cancelled
 from studio.core.render.renderer import Renderer
-from studio.core.scale.multigpu import DeviceRender, render_on_devices, split_chunks
+from studio.core.scale.multigpu import DeviceRender, split_chunks
 from studio.core.settings import RenderSettings
 
 
@@ -42,7 +42,7 @@ def test_split_chunks_keeps_contiguous_groups():
 def test_two_devices_write_the_same_file_as_one(tmp_path, avatar, voice):
     settings = RenderSettings(engine="classic", device="cpu", encoder="x264-parallel", preset="ultrafast")
     one = Renderer(avatar, voice, settings).render(tmp_path / "one.mp4")
-    progress = list(render_on_devices(avatar, voice, tmp_path / "two.mp4", settings, devices=["cpu", "cpu"]))
+    progress = list(DeviceRender(avatar, voice, settings, devices=["cpu", "cpu"]).run(tmp_path / "two.mp4"))
     last = progress[-1]
     assert last.finished and last.done == last.total == one.frames == 60
     assert [p.done for p in progress] == sorted(p.done for p in progress)
@@ -60,12 +60,12 @@ def test_two_devices_write_the_same_file_as_one(tmp_path, avatar, voice):
 
 def test_cancel_leaves_nothing(tmp_path, avatar, voice):
     settings = RenderSettings(engine="classic", device="cpu", encoder="x264-parallel", preset="ultrafast", batch=4)
-    cancel = threading.Event()
     out = tmp_path / "cancelled.mp4"
+    job = DeviceRender(avatar, voice, settings, devices=["cpu", "cpu"])
     with pytest.raises(Cancelled):
-        for p in render_on_devices(avatar, voice, out, settings, devices=["cpu", "cpu"], cancel=cancel):
+        for p in job.run(out):
             if p.done:
-                cancel.set()
+                threading.Thread(target=job.cancel).start()  # from another thread, as the window does
     assert not out.exists()
     assert [f.name for f in tmp_path.iterdir()] == []
 
@@ -80,7 +80,7 @@ def test_two_gpus_match_one_gpu(tmp_path, voice):
     settings = RenderSettings(engine="classic", encoder="x264-parallel", preset="ultrafast")
     Renderer(av_, voice, settings, engine=ClassicEngine(device="cuda:0")).render(tmp_path / "one.mp4")
     engines = [ClassicEngine(device="cuda:0"), ClassicEngine(device="cuda:1")]
-    list(render_on_devices(av_, voice, tmp_path / "two.mp4", settings, engines=engines))
+    list(DeviceRender(av_, voice, settings, engines=engines).run(tmp_path / "two.mp4"))
     a, b = _video_packets(tmp_path / "one.mp4"), _video_packets(tmp_path / "two.mp4")
     assert len(a) == len(b) and a == b
     assert np.all([len(x[1]) > 0 for x in b])
@@ -123,6 +123,39 @@ def test_a_failing_device_fails_the_render_and_leaves_nothing(tmp_path, avatar, 
     out = tmp_path / "out.mp4"
     out.write_bytes(b"previous")
     with pytest.raises(StudioError):
-        list(render_on_devices(avatar, voice, out, settings, devices=["cpu", "cuda:7"]))
+        list(DeviceRender(avatar, voice, settings, devices=["cpu", "cuda:7"]).run(out))
     assert out.read_bytes() == b"previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mp4"]
+
+
+def test_the_devices_share_one_loaded_clip(avatar, voice):
+    from studio.core.engines.classic import ClassicEngine
+    from studio.core.render.clip import Clip
+    from studio.core.render.renderer import RenderResult
+
+    settings = RenderSettings(engine="classic", device="cpu")
+    job = DeviceRender(avatar, voice, settings, devices=["cpu", "cpu"])
+    a, b = job.renderers
+    assert a.clip is b.clip is job.clip and a.plan is b.plan and a.wave is b.wave and a.avatar is b.avatar
+    e1, e2 = ClassicEngine(device="cpu"), ClassicEngine(device="cpu")
+    assert job.clip.features(e1) is job.clip.features(e2)  # the classic controls are computed once
+    clip = Clip(avatar, voice, settings)
+    assert Renderer.for_clip(clip, settings.with_(crf=30)).plan is clip.plan  # encoding may differ
+    with pytest.raises(ValueError):
+        Renderer.for_clip(clip, settings.with_(threshold=0.2))  # another plan: not this clip
+    r = RenderResult.measured(
+        output="o.mp4",
+        frames=50,
+        silent_frames=3,
+        engine="classic",
+        engine_reason="x",
+        encoder="libx264",
+        seconds=2.0,
+        width=8,
+        height=6,
+        stage_ms={"engine": 1.234},
+    )
+    assert (r.fps, r.stage_ms) == (25.0, {"engine": 1.2})
+    assert RenderResult.from_json(dict(r.to_json(), ran_on="farm")) == r  # extra keys are ignored
+    partial = RenderResult.from_json({"output": "o.mp4", "frames": 7})
+    assert (partial.frames, partial.engine, partial.fps, partial.stage_ms, partial.finish_ms) == (7, "", 0.0, {}, {})

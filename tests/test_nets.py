@@ -208,7 +208,7 @@ def test_loading_the_networks_never_imports_diffusers(written):
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from studio.core import models\n"
+        "from studio.core.store import models\n"
         f"root = Path({str(written)!r})\n"
         "p = models.resolve(root)\n"
         "for kind, folder in (('unet', p.unet), ('vae', p.vae), ('taesd', p.taesd)):\n"

@@ -20,7 +20,7 @@ def test_writing_and_loading_the_folders_needs_neither_diffusers_nor_transformer
         "import sys\n"
         "sys.modules.update({'diffusers': None, 'transformers': None})  # importing either now fails\n"
         "from pathlib import Path\n"
-        "from studio.core import models, random_models as rm\n"
+        "from studio.core.store import models\nfrom studio.core.engines import random_models as rm\n"
         f"root = Path({str(tmp_path)!r})\n"
         "folder = rm.write_official_models(root, v10=True, tiny=True)\n"
         "rm.write_taesd(folder / 'taesd', config=rm.TAESD_TINY)\n"

@@ -48,13 +48,17 @@ def install(app) -> None:
 
     from studio.core.errors import StudioError
 
+    def public(request, text: str) -> str:
+        st = getattr(request.app.state, "studio", None)
+        return st.public_text(text) if st is not None else text
+
     @app.exception_handler(ApiError)
     async def _api(request, exc: ApiError):
-        return error_response(exc.status, exc.message, exc.headers)
+        return error_response(exc.status, public(request, exc.message), exc.headers)
 
     @app.exception_handler(StudioError)
     async def _studio(request, exc: StudioError):
-        return error_response(studio_error_status(exc), str(exc))
+        return error_response(studio_error_status(exc), public(request, str(exc)))
 
     @app.exception_handler(HTTPException)
     async def _http(request, exc: HTTPException):

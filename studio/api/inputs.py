@@ -1,14 +1,17 @@
 """The inputs of a render over HTTP: the form of ``POST /generate`` and ``POST /v1/renders``, checked,
 stored and turned into a ``RenderRequest`` for the queue (``submit``).
 
-Exactly one avatar (a library name, an upload, or with ``--allow-paths`` a server path) and one
-voice-over (an upload, an id from ``POST /v1/audio``, a ``text`` for espeak-ng, or a server path);
-settings are the service's own (``settings_from_dict``: one sentence for a bad value); finished files
-go to ``<data folder>/renders/`` unless ``--allow-paths`` lets the client name one.
+Exactly one avatar (a library name, an upload, or with ``--allow-paths DIR`` a server path under
+DIR) and one voice-over (an upload, an id from ``POST /v1/audio``, a ``text`` for espeak-ng, or a
+server path); settings are the core's own (``settings_from_dict``: one sentence for a bad value);
+finished files go to ``<data folder>/renders/`` unless the client names one under an allowed folder.
+Server paths are compared by their real paths (links and ``..`` resolved), so a link inside an
+allowed folder cannot reach outside it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -35,21 +38,21 @@ class Inputs:
 
 
 async def submit(st, model):
-    """Check and store the inputs, then add the job to the queue (429 when it is full)."""
-    from studio.core.errors import StudioError
+    """Check and store the inputs, check the render can run, then add the job to the queue (429 when
+    it is full). Everything the queue would refuse later is refused here, before the 202; a refused
+    request leaves nothing behind (uploads it stored are removed again)."""
     from studio.core.settings import from_dict as settings_from_dict
-    from studio.service import RenderRequest
+    from studio.service.preflight import runnable_here
 
     form = Inputs(model)
     settings = settings_from_dict(form.settings)
-    paths = [
-        n for n, v in (("avatar_path", form.avatar_path), ("audio_path", form.audio_path), ("output", form.output)) if v
-    ]
+    named = {"avatar_path": form.avatar_path, "audio_path": form.audio_path, "output": form.output}
+    paths = [n for n, v in named.items() if v]
     if paths and not st.opts.allow_paths:
         raise ApiError(
             403,
             f"this server opens no paths of its own ({', '.join(paths)}); upload the files "
-            "instead (or start it with --allow-paths)",
+            "instead (or start it with --allow-paths DIR)",
         )
     avatars = [v for v in (form.avatar, form.avatar_file, form.avatar_path) if v]
     if len(avatars) != 1:
@@ -58,15 +61,36 @@ async def submit(st, model):
     if len(audios) != 1:
         raise ApiError(422, "give exactly one voice-over: audio (an upload), audio_id or text")
     if form.avatar:
-        avatar, avatar_label = library_avatar(form.avatar), form.avatar
+        library_avatar(form.avatar)
+    if form.audio_id:
+        st.uploads.audio_meta(form.audio_id)  # 404 before anything is stored
+    await run_in_threadpool(runnable_here, settings)  # the engine, runtime, encoder, device: before any upload
+    stored = []
+    try:
+        return await _submit(st, form, settings, stored)
+    except BaseException:
+        for s in stored:  # this request's own new files: nobody else uses them
+            st.uploads.discard(s, in_use=_in_use(st))
+        raise
+
+
+async def _submit(st, form, settings, stored: list):
+    from studio.core.errors import StudioError
+    from studio.service import RenderRequest
+    from studio.service.preflight import preflight
+
+    if form.avatar:
+        avatar, avatar_label = form.avatar, form.avatar
     elif form.avatar_file:
-        stored = await st.uploads.save_avatar(form.avatar_file)
-        avatar, avatar_label = str(stored.path), Path(stored.filename).stem
+        s = await st.uploads.save_avatar(form.avatar_file)
+        stored.append(s)
+        avatar, avatar_label = str(s.path), Path(s.filename).stem
     else:
-        avatar, avatar_label = _server_file(form.avatar_path, "avatar_path"), Path(form.avatar_path).stem
+        avatar, avatar_label = allowed_file(st, form.avatar_path, "avatar_path"), Path(form.avatar_path).stem
     if form.audio:
-        stored = await st.uploads.save_audio(form.audio)
-        audio, audio_label = str(stored.path), Path(stored.filename).stem
+        s = await st.uploads.save_audio(form.audio)
+        stored.append(s)
+        audio, audio_label = str(s.path), Path(s.filename).stem
     elif form.audio_id:
         audio, audio_label = str(st.uploads.audio_path(form.audio_id)), form.audio_id
     elif form.text:
@@ -74,25 +98,70 @@ async def submit(st, model):
 
         audio, audio_label = str(await run_in_threadpool(speak, form.text, form.voice)), "speech"
     else:
-        audio, audio_label = _server_file(form.audio_path, "audio_path"), Path(form.audio_path).stem
+        audio = allowed_file(st, form.audio_path, "audio_path")
+        audio_label = Path(form.audio_path).stem
+        await run_in_threadpool(st.uploads.check_audio_file, Path(audio), form.audio_path)
     if form.output:
-        output = Path(form.output).expanduser()
-        if not output.is_absolute() or not output.parent.is_dir():
-            raise ApiError(422, f"output {form.output}: give an absolute path in an existing folder on the server")
+        output = allowed_output(st, form.output)
     else:
         output = renders_dir() / f"{_slug(avatar_label)}-{_slug(audio_label)}.mp4"
     frames = form.frames
-    if frames is not None and frames[1] is None:
+    if frames is not None:  # inside the clip, never clamped (the end defaults to the clip's end)
         from studio.core.media.audio import probe
+        from studio.service.preflight import check_frames
 
-        frames = (frames[0], probe(audio).frames)
+        total = (await run_in_threadpool(probe, audio)).frames
+        frames = (frames[0], total if frames[1] is None else frames[1])
+        check_frames(frames, total)
     request = RenderRequest(avatar, audio, str(output), settings, frames=frames)
+    await run_in_threadpool(preflight, request)
     try:
         return await run_in_threadpool(st.queue.add, request)
     except StudioError as exc:
         if type(exc).__name__ == "QueueFull":
             raise ApiError(429, str(exc), {"Retry-After": "10"}) from None
         raise
+
+
+def _in_use(st) -> set[str]:
+    return {p for j in st.queue.list() for p in (j.avatar, j.audio)}
+
+
+def allowed_file(st, path: str, field: str) -> str:
+    """A file the client named on the server: it exists and, links followed, lies under an
+    ``--allow-paths`` folder (403 otherwise)."""
+    p = Path(path).expanduser()
+    if not p.is_absolute():
+        raise ApiError(422, f"{field} {path}: give an absolute path on the server")
+    real = Path(os.path.realpath(p))
+    _inside(st, real, field, path)
+    if not real.is_file():
+        raise ApiError(422, f"{field} {path}: no such file on the server")
+    return str(real)
+
+
+def allowed_output(st, path: str) -> Path:
+    """An output path the client named: absolute, in an existing folder under an ``--allow-paths``
+    folder (its real path, links followed, and so is the file's own if it is a link)."""
+    p = Path(path).expanduser()
+    if not p.is_absolute():
+        raise ApiError(422, f"output {path}: give an absolute path in an existing folder on the server")
+    real = Path(os.path.realpath(p))
+    _inside(st, real, "output", path)
+    if not real.parent.is_dir():
+        raise ApiError(422, f"output {path}: give an absolute path in an existing folder on the server")
+    return real
+
+
+def _inside(st, real: Path, field: str, given: str) -> None:
+    for folder in st.opts.allow_paths:
+        if real == Path(folder) or Path(folder) in real.parents:
+            return
+    raise ApiError(
+        403,
+        f"{field} {given} is outside the folders this server opens ({', '.join(st.opts.allow_paths)}); "
+        "use a path under one of them",
+    )
 
 
 def form_body(request: Request) -> None:
@@ -113,13 +182,6 @@ def library_folder(name: str) -> Path:
 def library_avatar(name: str) -> str:
     library_folder(name)
     return name
-
-
-def _server_file(path: str, field: str) -> str:
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ApiError(422, f"{field} {path}: no such file on the server")
-    return str(p.resolve())
 
 
 def renders_dir() -> Path:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
@@ -16,7 +18,9 @@ class ServeOptions:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     token: str | None = None  # None: no auth (loopback only)
-    allow_paths: bool = False  # let clients name files on the server (avatar_path, audio_path, output)
+    # folders under which clients may name files on the server (avatar_path, audio_path, output), real
+    # paths once checked; none: clients name no paths
+    allow_paths: tuple[str, ...] = ()
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB  # per uploaded file
     max_queued: int | None = DEFAULT_MAX_QUEUED  # queued jobs before POST answers 429
 
@@ -32,6 +36,13 @@ class ServeOptions:
     def check(self) -> ServeOptions:
         from studio.core.errors import InputError
 
+        dirs = split_list(self.allow_paths) if isinstance(self.allow_paths, str) else self.allow_paths
+        folders = []
+        for d in dirs:
+            p = Path(os.path.expanduser(d))
+            if not p.is_dir():
+                raise InputError(f"--allow-paths {d}: no such folder on this machine")
+            folders.append(os.path.realpath(p))
         if not 0 < self.port < 65536:
             raise InputError(f"--port {self.port}: give a port between 1 and 65535")
         if self.max_upload_mb <= 0:
@@ -45,7 +56,7 @@ class ServeOptions:
                 f"--host {self.host} is reachable from other machines: give --token (or set "
                 "STUDIO_SERVER_TOKEN) so that only clients with the token can render"
             )
-        return self
+        return replace(self, allow_paths=tuple(folders))
 
 
 def is_loopback(host: str) -> bool:
@@ -55,3 +66,8 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a host name: it may resolve to anything
+
+
+def split_list(text: str | None) -> tuple[str, ...]:
+    """``"a, b,,c"`` -> ``("a", "b", "c")`` (an option's comma-separated list)."""
+    return tuple(x.strip() for x in (text or "").split(",") if x.strip())

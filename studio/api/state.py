@@ -10,6 +10,7 @@ on shutdown a running job is stopped, as when the window closes.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -70,6 +71,17 @@ class ApiState:
         if self._queue is not None:
             self._queue.close()
 
+    def public_text(self, text: str) -> str:
+        """A sentence for a client: paths inside the server's data folder become names (an upload:
+        what the client called it; anything else: its file name), so no server path leaks."""
+        from studio.core.store.paths import data_dir
+
+        root = str(data_dir())
+        if root not in text:
+            return text
+        pattern = re.escape(root) + r"/[^\s'\",;:()]*"
+        return re.sub(pattern, lambda m: self.uploads.display_name(m.group(0).rstrip(".")), text)
+
     # -- jobs ---------------------------------------------------------------------------------
 
     def job(self, job_id: int):
@@ -94,6 +106,7 @@ class ApiState:
         from studio.core.settings import SCHEMA
 
         d = state_dict(job)
+        d["reason"] = self.public_text(d["reason"])
         stored = dict(job.settings or {})
         frames = stored.get("frames")
         d.update(

@@ -27,6 +27,8 @@ from studio.api.errors import ApiError
 ID_RE = re.compile(r"^[0-9a-f]{16}$")
 CHUNK = 1 << 20
 AUDIO_EXT = {"WAV": ".wav", "FLAC": ".flac", "OGG": ".ogg", "MP3": ".mp3", "AIFF": ".aiff", "CAF": ".caf"}
+# voice-overs FFmpeg reads (``AudioInfo.format`` of an FFmpeg source): M4A/AAC, a video's sound
+AUDIO_EXT.update({"M4A/MP4": ".m4a", "MKV/WebM": ".mka", "AAC": ".aac", "AVI": ".avi", "WMA/ASF": ".wma"})
 IMAGE_EXT = {"PNG": ".png", "JPEG": ".jpg", "MPO": ".jpg", "WEBP": ".webp", "BMP": ".bmp", "TIFF": ".tiff"}
 
 
@@ -37,6 +39,7 @@ class Stored:
     filename: str  # the client's name for it (display only)
     bytes: int
     kind: str  # audio | photo | video
+    new: bool = False  # this upload wrote the file (it was not stored already)
 
 
 class UploadStore:
@@ -58,6 +61,11 @@ class UploadStore:
             stored = self._keep(tmp, "audio", sha, AUDIO_EXT.get(info.format, ".audio"), name, size, "audio")
         finally:
             _unlink(tmp)
+        try:  # decoded once, here (NaN samples, decode limits): the analysis is cached for the render
+            await run_in_threadpool(self.check_audio_file, stored.path, name)
+        except BaseException:
+            self.discard(stored)
+            raise
         meta = self.root / "audio" / f"{stored.id}.json"
         if not meta.exists():
             from studio.core.store.fsutil import atomic_write_bytes
@@ -77,6 +85,25 @@ class UploadStore:
             return self._keep(tmp, "avatars", sha, ext, name, size, kind)
         finally:
             _unlink(tmp)
+
+    def check_audio_file(self, path: Path, name: str) -> None:
+        """The voice-over decodes (no NaN or infinite samples, within the decode limits): 422 naming
+        it as the client did, never by its path on the server."""
+        from studio.core.errors import AudioError
+        from studio.core.media.audio import analyze
+
+        try:
+            analyze(path)
+        except AudioError as exc:
+            raise ApiError(422, str(exc).replace(str(path), _said(name))) from None
+
+    def discard(self, stored: Stored, in_use: set[str] | frozenset[str] = frozenset()) -> None:
+        """Remove a file this request stored (and nobody else uses): a refused request leaves nothing."""
+        if not stored.new or str(stored.path) in in_use:
+            return
+        _unlink(stored.path)
+        if stored.kind == "audio":
+            _unlink(self.root / "audio" / f"{stored.id}.json")
 
     # -- finding ------------------------------------------------------------------------------
 
@@ -128,11 +155,12 @@ class UploadStore:
     def _keep(self, tmp: Path, sub: str, sha: str, ext: str, name: str, size: int, kind: str) -> Stored:
         sid = sha[:16]
         final = self.root / sub / f"{sid}{ext}"
-        if not final.exists():
+        new = not final.exists()
+        if new:
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
             os.replace(tmp, final)
-        return Stored(sid, final, name, size, kind)
+        return Stored(sid, final, name, size, kind, new)
 
 
 def client_name(filename: str | None) -> str:

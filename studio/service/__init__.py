@@ -4,6 +4,7 @@
     Render                      one driver for every placement: run() -> Progress ..., cancel(), result
     EnginePool / default_pool   warm engines keyed by everything that picks one; scrub frames
     QueueService                the job queue over jobs.sqlite: add, cancel, retry, hold, move, run
+    preflight                   everything a render would refuse later, refused before it is queued
 
 Layers: ``ui``, ``cli`` and ``api`` import this package; it imports ``core``; ``core`` imports
 neither (``tests/test_architecture.py`` checks it). Names are imported lazily so that
@@ -25,6 +26,7 @@ _NAMES = {
     "request_of": "queue",
     "gpus_here": "queue",
     "unique_output": "queue",
+    "preflight": "preflight",
 }
 
 __all__ = sorted(_NAMES)

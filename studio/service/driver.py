@@ -21,58 +21,16 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from studio.core.errors import Cancelled, InputError
+from studio.core.render.renderer import RenderProgress
 from studio.service.request import WHERE_LOCAL, RenderRequest
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Progress:
-    """Progress of any render: one batch done (``finished``: the file is written)."""
-
-    done: int
-    total: int
-    fps: float
-    eta_s: float
-    elapsed_s: float
-    stage_ms: dict[str, float] = field(default_factory=dict)
-    preview: np.ndarray | None = None  # [H,W,3] uint8 RGB, now and then (this computer / GPUs here)
-    preview_index: int | None = None  # the preview's frame index in the whole clip
-    workers: dict[str, float] = field(default_factory=dict)  # per worker frames/s (chunks, farm)
-    chunks_done: int = 0
-    chunks: int = 0
-    retries: int = 0
-    finished: bool = False
-    output: str | None = None
-
-    @property
-    def fraction(self) -> float:
-        return self.done / self.total if self.total else 0.0
-
-    @classmethod
-    def of(cls, p) -> Progress:
-        """From a core ``RenderProgress`` or ``ChunkedProgress``."""
-        return cls(
-            done=p.done,
-            total=p.total,
-            fps=p.fps,
-            eta_s=p.eta_s,
-            elapsed_s=p.elapsed_s,
-            stage_ms=dict(getattr(p, "stage_ms", {}) or {}),
-            preview=getattr(p, "preview", None),
-            preview_index=getattr(p, "preview_index", None),
-            workers=dict(getattr(p, "workers", {}) or {}),
-            chunks_done=getattr(p, "chunks_done", 0),
-            chunks=getattr(p, "chunks", 0),
-            retries=getattr(p, "retries", 0),
-            finished=p.finished,
-            output=p.output,
-        )
+#: progress of any render, whatever the placement: core's one progress type
+Progress = RenderProgress
 
 
 class Render:
@@ -123,8 +81,8 @@ class Render:
         for p in strategy():
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
-            last = self.last = Progress.of(p)
-            yield last
+            last = self.last = p
+            yield p
         if last is None or not last.finished or self.result is None:
             raise Cancelled("render cancelled; nothing was written")
         log.info("rendered %s (%s) in %.2f s", req.output, self.where, time.perf_counter() - t0)
@@ -143,6 +101,7 @@ class Render:
         self._active = r
         if self._cancel.is_set():
             r.cancel()
+        r.focus(req.frames)  # a range of a long clip prepares only its stretch
         _ = r.plan  # the voice-over decoded and checked (NaN samples, ...) before anything says it started
         self._started(WHERE_LOCAL, r.engine.name, r.engine_reason)
         yield from r.run(req.output, frames=req.frames)
@@ -176,19 +135,19 @@ class Render:
         self.result = r.result
 
     def _chunks(self):
-        from studio.core.scale.chunks import render_chunked
+        from studio.core.scale.chunks import ChunkedRender
 
         req = self.request
         if req.frames is not None:
             raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
         n = req.placement.chunks or 2
+        r = ChunkedRender(req.avatar, req.audio, req.settings, chunks=n)
+        self._active = r
+        if self._cancel.is_set():
+            r.cancel()
         self._started(f"{n} local processes", req.settings.engine)
-        t0 = time.perf_counter()
-        last = None
-        for p in render_chunked(req.avatar, req.audio, req.output, req.settings, chunks=n, cancel=self._cancel):
-            last = p
-            yield p
-        self.result = _chunked_result(req, last, time.perf_counter() - t0, f"libx264 x{last.chunks} segments")
+        yield from r.run(req.output)
+        self.result = r.result
 
     def _farm(self):
         req = self.request
@@ -281,24 +240,3 @@ def _is_path(avatar: str) -> bool:
     from pathlib import Path
 
     return ("/" in avatar or "." in Path(avatar).name) and Path(avatar).exists()
-
-
-def _chunked_result(req, p, seconds: float, encoder: str):
-    from studio.core.avatars import library as avatar_mod
-    from studio.core.render.renderer import RenderResult
-
-    a = avatar_mod.resolve(req.avatar)  # memory-mapped: the size only
-    return RenderResult(
-        output=str(p.output),
-        frames=p.total,
-        silent_frames=0,
-        engine=req.settings.engine,
-        engine_reason="",
-        encoder=encoder,
-        seconds=round(seconds, 3),
-        fps=round(p.total / seconds, 2) if seconds else 0.0,
-        width=a.width,
-        height=a.height,
-        stage_ms={},
-        finish_ms={},
-    )

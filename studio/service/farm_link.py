@@ -3,10 +3,10 @@
 Ray ends a driver's process when the Ray node it runs on stops (`studio farm down`, a crashed
 raylet): that must fail the job, not close the app. So one child process connects to the farm
 (``studio.core.scale.farm.Farm.connect``), keeps it (and the farm's warm workers) between jobs, and
-streams each job's ``ChunkedProgress`` back through a pipe.
+streams each job's ``RenderProgress`` back through a pipe.
 
     link = FarmLink.open("10.0.0.5:6379")     # "" : the farm `studio farm up` started here
-    for p in link.render("anna", "voice.wav", "out.mp4", settings):   # ChunkedProgress
+    for p in link.render("anna", "voice.wav", "out.mp4", settings):   # RenderProgress
         ...
     link.result                               # a RenderResult
     link.cancel()                             # thread-safe: every chunk stops, nothing is written
@@ -83,7 +83,7 @@ class FarmLink:
         return f"farm ({n} {'GPU ' if self.gpus else ''}worker{'s' if n != 1 else ''})"
 
     def render(self, avatar, audio, output, settings) -> Iterator:
-        """Run one job on the farm, yielding its ``ChunkedProgress``; ``self.result`` at the end."""
+        """Run one job on the farm, yielding its ``RenderProgress``; ``self.result`` at the end."""
         job = next(self._jobs)
         self.result = None
         self._cancel.clear()

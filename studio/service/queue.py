@@ -196,16 +196,18 @@ class QueueService:
         ``overwrite``. Bad requests are refused here, before they reach the queue."""
         from studio.service.driver import check_output
 
-        if self.max_queued is not None and state == J.QUEUED:
-            if len(self.store.list((J.QUEUED,))) >= self.max_queued:
-                raise QueueFull(f"the queue is full ({self.max_queued} jobs waiting); try again when one has started")
         inputs = [request.audio] + ([request.avatar] if Path(request.avatar).exists() else [])
         output = request.output
         if not request.overwrite:
             output = unique_output(output, self._taken())
         check_output(output, inputs)
         request = request.with_(output=output)
-        job = self.store.add(request.avatar, request.audio, job_settings(request), output, state=state)
+        try:
+            job = self.store.add(
+                request.avatar, request.audio, job_settings(request), output, state=state, max_queued=self.max_queued
+            )
+        except J.QueueLimit as exc:
+            raise QueueFull(str(exc)) from None
         self._emit("added", job.id, job)
         self._poke()
         return job

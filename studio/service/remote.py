@@ -149,28 +149,9 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
         raise RenderError(f"the Studio server's render {final['state']}: {final.get('reason', '')}")
     out = Path(request.output)
     c.download(job_id, out)
-    r = dict(final.get("result") or {})
-    names = {f.name for f in dataclasses.fields(RenderResult)}
-    kw = {k: v for k, v in r.items() if k in names}
-    kw.update(output=str(out), seconds=round(time.perf_counter() - t0, 3))
-    for f in dataclasses.fields(RenderResult):
-        kw.setdefault(
-            f.name,
-            f.default
-            if f.default is not dataclasses.MISSING
-            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else 0),
-        )
-    result = RenderResult(**kw)
-    done = int(kw.get("frames") or 0)
-    yield Progress(
-        done=done,
-        total=done,
-        fps=float(kw.get("fps") or 0),
-        eta_s=0.0,
-        elapsed_s=time.perf_counter() - t0,
-        finished=True,
-        output=str(out),
-    )
+    r = dict(final.get("result") or {}, output=str(out), seconds=round(time.perf_counter() - t0, 3))
+    result = RenderResult.from_json(r)
+    yield Progress.final(result, time.perf_counter() - t0)
     return result
 
 

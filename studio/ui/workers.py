@@ -172,7 +172,8 @@ class RenderWorker(QObject):
                 self.cancelled.emit(run)
         elif ev.kind == "checked" and ev.job is not None:
             self.checked.emit(ev.job_id, (ev.job.result or {}).get("check"))
-        self.queueChanged.emit()
+        if ev.kind != "progress":  # per batch: the Render panel and the Queue's cell move, not the table
+            self.queueChanged.emit()
 
     # ---- scrub frames (this worker's thread) --------------------------------------------
 
@@ -199,21 +200,9 @@ class RenderWorker(QObject):
 
 def _result(data: dict):
     """The job's stored result as a ``RenderResult`` (fields it lacks take their defaults)."""
-    import dataclasses
-
     from studio.core.render.renderer import RenderResult
 
-    names = {f.name for f in dataclasses.fields(RenderResult)}
-    kw = {k: v for k, v in (data or {}).items() if k in names}
-    for f in dataclasses.fields(RenderResult):
-        if f.name not in kw:
-            if f.default is not dataclasses.MISSING:
-                kw[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                kw[f.name] = f.default_factory()
-            else:
-                kw[f.name] = "" if f.type in ("str", str) else 0
-    return RenderResult(**kw)
+    return RenderResult.from_json(data)
 
 
 class WorkerThread:

@@ -43,7 +43,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-c",
-                "from studio.core import fsutil; import sys, time; "
+                "from studio.core.store import fsutil; import sys, time; "
                 f"fsutil.temp_file({str(out)!r}, '.x.', '.part.mp4'); print('ok', flush=True); "
                 "time.sleep(60)",
             ],

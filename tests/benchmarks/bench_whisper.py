@@ -38,7 +38,7 @@ NEW_IMPORT = (
 )
 OLD_BUILD = OLD_IMPORT + (
     "import json, torch\n"
-    "from studio.core import models\n"
+    "from studio.core.store import models\n"
     "ext = WhisperFeatureExtractor.from_pretrained(FOLDER, local_files_only=True)\n"
     "with torch.device('meta'):\n"
     "    enc = WhisperEncoder(WhisperConfig.from_dict(json.load(open(FOLDER + '/config.json'))))\n"

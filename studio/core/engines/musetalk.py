@@ -38,7 +38,7 @@ import numpy as np
 from studio.core.store import models
 from studio.core.constants import FACE_SIZE
 from studio.core.devices import to_device
-from studio.core.engines.base import LipSyncEngine
+from studio.core.engines.base import Availability, LipSyncEngine
 from studio.core.errors import ModelError, StudioError
 
 log = logging.getLogger(__name__)
@@ -50,8 +50,9 @@ DECODERS = ("taesd", "sd-vae")
 PER_FRAME_BYTES = {"taesd": 48 << 20, "sd-vae": 192 << 20}
 
 
-def availability(models_dir=None) -> str:
-    """``ready: v1.5 UNet, sd-vae, whisper-tiny, taesd`` or ``unavailable: <why, with the fix>``.
+def availability(models_dir=None) -> Availability:
+    """Whether MuseTalk can run here (``str``: ``ready: v1.5 UNet, sd-vae, whisper-tiny, taesd`` or
+    ``unavailable: <why, with the fix>``).
 
     Cheap (reads the store's manifest and stats its files; no torch, no hashing).
     """
@@ -163,6 +164,10 @@ class MuseTalkEngine(LipSyncEngine):
             self._whisper = WhisperFeatures(self.paths.whisper, device=self.device)
             self.load_ms["whisper"] = (time.perf_counter() - t0) * 1e3
         return self._whisper(wave)
+
+    def features_key(self) -> tuple:
+        """Whisper tokens live on this engine's device and come from the imported whisper."""
+        return (*super().features_key(), str(self.paths.whisper))
 
     def load_in_background(self) -> None:
         """Start loading the networks (and capturing the render batch's CUDA graph) in a thread,

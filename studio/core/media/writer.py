@@ -208,6 +208,7 @@ class VideoWriter:
         self._mux_thread: threading.Thread | None = None
         self._tracing = bool(os.environ.get("STUDIO_TRACE"))
         self._parent_trace: list = []
+        self._opened = time.perf_counter()
         self._check_folder()
         self._audio = AudioSource(audio) if audio is not None else None
         try:
@@ -298,6 +299,12 @@ class VideoWriter:
             self.frames_written += n
 
     @property
+    def audio_how(self) -> str:
+        """How the output's AAC track was made: "copied" (the voice-over's own AAC packets),
+        "cached" (encoded by an earlier render of the same content) or "encoded"; "" for none."""
+        return "" if self._audio is None else self._audio.how
+
+    @property
     def chunks_muxed(self) -> int:
         """Chunks already appended to the MP4 (the streaming mux runs while frames still arrive)."""
         return self._mux.chunks_muxed
@@ -360,6 +367,7 @@ class VideoWriter:
             return str(self.path)
         t0 = time.perf_counter()
         muxed_before = self._mux.chunks_muxed
+        audio_waited = self._audio.wait_s if self._audio is not None else 0.0
         try:
             for lane in self._lanes:
                 self._put(lane, None)
@@ -390,8 +398,12 @@ class VideoWriter:
                 self.close_ms["chunks"] = len(self._chunks)
                 self.close_ms["chunks_left_at_close"] = len(self._chunks) - muxed_before
                 self.close_ms["spill_in_ram"] = float(self.spill_dir.parent == SHM)
-            if self._audio is not None and self._audio._remote is not None:
+            if self._audio is not None:  # how long the mux waited for AAC packets; when the track was ready
                 self.close_ms["audio_wait"] = self._audio.wait_s * 1e3
+                self.close_ms["audio_wait_finish"] = (self._audio.wait_s - audio_waited) * 1e3
+                if self._audio.ready_at is not None:
+                    self.close_ms["audio_ready"] = (self._audio.ready_at - self._opened) * 1e3
+                    self.close_ms["audio_after_close"] = max(0.0, self._audio.ready_at - t0) * 1e3
             if self._proc_encoders:  # time inside x264, summed over the worker processes
                 self.close_ms["x264_busy"] = sum(e.busy_s for e in self._proc_encoders) * 1e3
                 for k in ("worker", "gpu"):
@@ -513,7 +525,7 @@ class VideoWriter:
             for ch in self._chunks[: self.window]:  # the first encoders open at once; their headers are
                 self._open_encoder(ch, check=False)  # checked by the lanes: no wait here for the workers'
                 # start-up, which overlaps the engine's loading and the first batches instead
-            if self._audio is not None:  # the AAC is encoded by another process meanwhile
+            if self._audio is not None and not self._audio.copy:  # the AAC is prepared by another process meanwhile
                 self._audio.encode_elsewhere(audio_worker(), self.spill_dir / "audio.rec")
         elif not parallel:
             self._chunks[0].encoder = X264Encoder(vs.codec_context)

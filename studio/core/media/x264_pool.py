@@ -166,7 +166,7 @@ def worker_pool(n: int) -> list[_Worker]:
         return _POOL[:n]
 
 
-_AUDIO: list[_Worker] = []  # processes that encode a writer's audio (``("aac", src, out)``)
+_AUDIO: list[_Worker] = []  # processes that prepare a writer's audio (``("aac", src, out, cache)``)
 
 
 def audio_worker() -> _Worker:
@@ -509,10 +509,12 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                     busy = 0.0
                     trace = [] if (msg[10] if len(msg) > 10 else os.environ.get("STUDIO_TRACE")) else None
                     conn.send(("opened", bytes(ctx.extradata or b"")))
-                elif kind == "aac":  # the writer's audio, encoded while the video renders
+                elif kind == "aac":  # the writer's audio track, prepared while the video renders
                     from studio.core.media.encoders import encode_aac_file
 
-                    conn.send(("aac_done", encode_aac_file(msg[1], msg[2])))
+                    t0 = time.perf_counter()
+                    n, how = encode_aac_file(msg[1], msg[2], msg[3] if len(msg) > 3 else "")
+                    conn.send(("aac_done", n, how, t0, time.perf_counter()))
                 elif kind == "frame":
                     frame(msg[1], msg[2])
                 elif kind == "frames":

@@ -11,23 +11,25 @@ Qt-free: the GUI drives it from a worker thread and turns progress into signals.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from studio.core.constants import FPS
+from studio.core.render.clip import Clip
 from studio.core.render.plan import (
     RenderPlan,
     audio_range,
     batch_ranges,
     check_range,
     frame_index,
-    make_plan,
     stripes,
 )
 from studio.core.settings import RenderSettings
@@ -37,6 +39,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RenderProgress:
+    """Progress of any render, wherever it runs (one device, several GPUs, local chunks, a farm, a
+    server): one batch done; the last has ``finished=True`` and the ``output``."""
+
     done: int
     total: int
     fps: float
@@ -44,13 +49,50 @@ class RenderProgress:
     elapsed_s: float
     stage_ms: dict[str, float] = field(default_factory=dict)  # cumulative ms per stage
     preview: np.ndarray | None = None  # [H,W,3] uint8 RGB, now and then
-    preview_index: int | None = None
+    preview_index: int | None = None  # the preview's frame index in the whole clip
     finished: bool = False
     output: str | None = None
+    workers: dict[str, float] = field(default_factory=dict)  # frames per second per worker (chunks, farm)
+    chunks_done: int = 0
+    chunks: int = 0
+    retries: int = 0  # chunks tried again after their worker died (farm)
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 0.0
+
+    @classmethod
+    def measured(cls, done: int, total: int, elapsed_s: float, **kw: Any) -> RenderProgress:
+        """``done`` of ``total`` frames after ``elapsed_s``: fps and ETA from them (the one rule)."""
+        fps = done / elapsed_s if elapsed_s > 0 else 0.0
+        return cls(
+            done=min(done, total),
+            total=total,
+            fps=fps,
+            eta_s=(total - done) / fps if fps else 0.0,
+            elapsed_s=elapsed_s,
+            **kw,
+        )
+
+    @classmethod
+    def final(cls, result: RenderResult, elapsed_s: float, **kw: Any) -> RenderProgress:
+        """The last progress of a render that made ``result``: every frame done, ``finished``."""
+        return cls(
+            done=result.frames,
+            total=result.frames,
+            fps=result.fps,
+            eta_s=0.0,
+            elapsed_s=elapsed_s,
+            finished=True,
+            output=result.output,
+            **kw,
+        )
 
 
 @dataclass(frozen=True)
 class RenderResult:
+    """What a finished render made, wherever it ran (``measured`` builds one; ``from_json`` reads one back)."""
+
     output: str
     frames: int
     silent_frames: int
@@ -63,30 +105,102 @@ class RenderResult:
     height: int
     stage_ms: dict[str, float]
     finish_ms: dict[str, float] = field(default_factory=dict)  # the "finish" stage: encoder tail, join, file
+    audio: str = ""  # the output's AAC track: "copied" (the voice-over's own), "cached" or "encoded"
+
+    @classmethod
+    def measured(
+        cls,
+        *,
+        output: str | Path,
+        frames: int,
+        silent_frames: int,
+        engine: str,
+        engine_reason: str,
+        encoder: str,
+        seconds: float,
+        width: int,
+        height: int,
+        stage_ms: dict[str, float] | None = None,
+        finish_ms: dict[str, float] | None = None,
+        audio: str = "",
+    ) -> RenderResult:
+        """The one constructor of a render's result: fps from frames and seconds, times rounded."""
+        return cls(
+            output=str(output),
+            frames=int(frames),
+            silent_frames=int(silent_frames),
+            engine=engine,
+            engine_reason=engine_reason,
+            encoder=encoder,
+            seconds=round(seconds, 3),
+            fps=round(frames / seconds, 2) if seconds else 0.0,
+            width=int(width),
+            height=int(height),
+            stage_ms={k: round(v, 1) for k, v in (stage_ms or {}).items()},
+            finish_ms={k: round(v, 1) for k, v in (finish_ms or {}).items()},
+            audio=audio,
+        )
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> RenderResult:
+        """A result stored or sent as JSON (the job store, a server's answer): unknown keys are
+        ignored, missing fields take their defaults (0, "" or {})."""
+        data = data or {}
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name in data:
+                kw[f.name] = data[f.name]
+            elif f.default is not dataclasses.MISSING:
+                kw[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                kw[f.name] = f.default_factory()
+            else:
+                kw[f.name] = _EMPTY.get(str(f.type), 0)
+        return cls(**kw)
+
+
+_EMPTY: dict[str, Any] = {"str": "", "dict[str, float]": {}, "float": 0.0, "int": 0}
 
 
 class Renderer:
     """Renders one avatar x one voice-over. Construct cheaply; audio, avatar and engine load on first use.
 
     ``avatar`` is an ``AvatarAssets``, a library name or an image/video path; ``audio`` a file path.
-    ``engine`` may be given to reuse a warm engine across renders (the GUI does).
+    ``engine`` may be given to reuse a warm engine across renders (the GUI does), with the
+    ``engine_reason`` it was chosen for. ``Renderer.for_clip`` makes renderers that share one
+    loaded ``Clip`` (several devices of one render, the chunks of a farm job). ``frames``: the
+    in/out range this renderer is for (``focus``): on a voice-over over 5 minutes only that stretch
+    of the audio (and 30 s around it) is decoded and prepared.
     """
 
-    def __init__(self, avatar, audio, settings: RenderSettings | None = None, engine=None):
-        self.settings = settings or RenderSettings()
-        self._avatar_arg = avatar
-        self.audio_path = str(audio)
+    def __init__(
+        self,
+        avatar: Any = None,
+        audio: Any = None,
+        settings: RenderSettings | None = None,
+        engine: Any = None,
+        *,
+        engine_reason: str = "",
+        clip: Clip | None = None,
+        frames: tuple[int, int] | None = None,
+    ):
+        self.settings = settings or (clip.settings if clip is not None else RenderSettings())
+        if clip is None:
+            if avatar is None or audio is None:
+                raise ValueError("Renderer needs an avatar and a voice-over (or a clip)")
+            clip = Clip(avatar, audio, self.settings, frames=frames)
+        elif not clip.fits(self.settings):
+            raise ValueError("the clip was planned with other silence settings than this renderer's")
+        self.clip = clip
         self._engine = engine
-        self._engine_reason = "given by the caller" if engine is not None else ""
+        self._engine_reason = engine_reason or ("given by the caller" if engine is not None else "")
         self._cancel = threading.Event()
         self._lock = threading.RLock()
-        self._avatar = None
-        self._wave = None
-        self._plan = None
         self._features = None
+        self._features_gen = -1  # the clip generation self._features belongs to
         self._prepared = None
         self._compositor = None
         self._stage_ms: dict[str, float] = {}
@@ -95,24 +209,26 @@ class Renderer:
         #: scrub frame may use between two batches of a render): any context manager, or None
         self.engine_lock = None
 
+    @classmethod
+    def for_clip(
+        cls, clip: Clip, settings: RenderSettings | None = None, engine: Any = None, engine_reason: str = ""
+    ) -> Renderer:
+        """A renderer of ``clip`` (loaded once, shared): ``settings`` may differ in device and encoding."""
+        return cls(settings=settings, engine=engine, engine_reason=engine_reason, clip=clip)
+
     # -- lazily loaded parts ------------------------------------------------------------------
 
     @property
-    def avatar(self):
-        if self._avatar is None:
-            from studio.core.avatars import library as avatar_mod
+    def audio_path(self) -> str:
+        return self.clip.audio_path
 
-            a = self._avatar_arg
-            self._avatar = a if hasattr(a, "frames") else avatar_mod.resolve(a)
-        return self._avatar
+    @property
+    def avatar(self):
+        return self.clip.avatar
 
     @property
     def wave(self):
-        if self._wave is None:
-            from studio.core.media.audio import load
-
-            self._wave = load(self.audio_path)
-        return self._wave
+        return self.clip.wave
 
     @property
     def engine(self):
@@ -139,9 +255,17 @@ class Renderer:
 
     @property
     def plan(self) -> RenderPlan:
-        if self._plan is None:
-            self._plan = make_plan(self.wave, self.avatar, self.settings)
-        return self._plan
+        return self.clip.plan
+
+    def focus(self, frames: tuple[int, int] | None) -> None:
+        """What the next frames come from: the range ``frames`` (None: the whole clip). What is
+        prepared is kept when it covers it, else prepared again (``Clip.focus``)."""
+        self.clip.focus(frames)
+
+    @property
+    def stage_ms(self) -> dict[str, float]:
+        """Milliseconds per stage of the current (or last) render, cumulative."""
+        return dict(self._stage_ms)
 
     def _ready(self):
         """Load everything a frame needs (features, prepared avatar, compositor); idempotent."""
@@ -151,9 +275,10 @@ class Renderer:
                 from studio.core.engines.runtime_torch import limit_cpu_threads
 
                 limit_cpu_threads()
-            if self._features is None:
+            if self._features is None or self._features_gen != self.clip.generation:
                 t0 = time.perf_counter()
-                self._features = engine.audio_features(self.wave)
+                self._features_gen = self.clip.generation
+                self._features = self.clip.features(engine)
                 self._stage("features", t0)
             if self._prepared is None:
                 t0 = time.perf_counter()
@@ -179,6 +304,8 @@ class Renderer:
             from studio.core.errors import InputError
 
             raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {T / FPS:.2f} s)")
+        if not self.clip.covers(index):  # prepared for a range: a frame outside it prepares its own
+            self.focus((index, index + 1))
         ((_, frames),) = self.iter_frames([(index, index + 1)])
         return frames[0].cpu().numpy()
 
@@ -271,6 +398,7 @@ class Renderer:
         self._stage_ms = {}
         t_start = time.perf_counter()
         output = Path(output)
+        self.focus(frames)
         plan = self.plan
         self._stage("audio", t_start)  # read, analysed, planned (cached after the first use)
         a = self.avatar
@@ -297,6 +425,56 @@ class Renderer:
             self._stage("open", t0)
             yield from self._run(writer, plan, first, T, t_start)
 
+    def write_batches(
+        self,
+        writer,
+        batches: Iterable[np.ndarray],
+        *,
+        offset: int = 0,
+        stop: Callable[[], bool] | None = None,
+        host_copy: bool = True,
+    ) -> Iterator[tuple[np.ndarray, Any]]:
+        """The render loop every placement shares: each array of frame indices in ``batches``
+        rendered (``iter_batches``) and handed to ``writer`` as frames ``index - offset``; yields
+        ``(indices, frames)`` once a batch is handed over. A whole render (``run``), one device's
+        part of a multi-GPU render and a chunk of a chunked or farm render all go through here.
+
+        On CUDA frames are composited in NV12 where the avatar allows it, and go to the writer
+        as GPU tensors when its encoders take them, else through a copy thread (``host_copy``;
+        off for a writer fed by several devices at once, which takes them directly). ``stop()``
+        (default: ``cancel()`` was called) is checked between batches and raises ``Cancelled``.
+        The "encode" stage counts the time spent handing frames over.
+        """
+        from studio.core.errors import Cancelled
+
+        stop = stop or self._cancel.is_set
+        batches = list(batches)
+        cuda = self.engine.device.type == "cuda"
+        sink = None
+        if cuda and host_copy and not writer.takes_gpu_frames():
+            from studio.core.media.hostcopy import CopyThread
+
+            sink = CopyThread(writer, sum(len(b) for b in batches))
+        nv12 = cuda and self.nv12_ready  # composite straight into the encoder's format
+        try:
+            for idx, frames in self.iter_batches(batches, nv12=nv12):
+                if stop():
+                    raise Cancelled("render cancelled; nothing was written")
+                t0 = time.perf_counter()
+                if sink is not None:
+                    sink.put(idx - offset, frames)
+                else:
+                    writer.write(frames, indices=idx - offset)
+                self._stage("encode", t0)
+                yield idx, frames
+            if sink is not None:
+                t0 = time.perf_counter()
+                sink.join()
+                self._stage("encode", t0)
+        finally:
+            if sink is not None:
+                sink.stop()
+
     def _run(self, writer, plan, first: int, T: int, t_start: float) -> Iterator[RenderProgress]:
         from studio.core.errors import Cancelled
 
@@ -310,88 +488,50 @@ class Renderer:
             done = 0
             last_preview = -1e9
             pending = None  # (pinned host frame, event, index): a preview on its way to the host
-            cuda = self.engine.device.type == "cuda"
-            # CUDA: frames go to the writer as GPU tensors when its encoder processes take them
-            # directly (one DMA per frame into their slots); otherwise through a copy thread.
-            sink = None
-            if cuda and not writer.takes_gpu_frames():
-                from studio.core.media.hostcopy import CopyThread
-
-                sink = CopyThread(writer, T)
-            nv12 = cuda and self.nv12_ready  # composite straight into the encoder's format
-            try:
-                for idx, frames in self.iter_batches(batches, nv12=nv12):
-                    if self._cancel.is_set():
-                        raise Cancelled("render cancelled; nothing was written")
-                    t0 = time.perf_counter()
-                    if sink is not None:
-                        sink.put(idx - first, frames)
+            for idx, frames in self.write_batches(writer, batches, offset=first):
+                done += len(frames)
+                now = time.perf_counter()
+                preview = preview_index = None
+                if pending is None and now - last_preview >= self.settings.preview_interval_s:
+                    # the last frame of the batch's first run: the earliest chunk, moving steadily
+                    k = _first_run_end(idx)
+                    if frames.is_cuda:  # copied behind the GPU work, picked up at a later batch
+                        pending = _preview_copy(frames[k], int(idx[k]))
                     else:
-                        writer.write(frames, indices=idx - first)
-                    self._stage("encode", t0)
-                    done += len(frames)
-                    now = time.perf_counter()
-                    elapsed = now - t_start
-                    fps = done / elapsed if elapsed > 0 else 0.0
-                    preview = preview_index = None
-                    if pending is None and now - last_preview >= self.settings.preview_interval_s:
-                        # the last frame of the batch's first run: the earliest chunk, moving steadily
-                        k = _first_run_end(idx)
-                        if frames.is_cuda:  # copied behind the GPU work, picked up at a later batch
-                            pending = _preview_copy(frames[k], int(idx[k]))
-                        else:
-                            preview, preview_index = frames[k].numpy(), int(idx[k])
-                        last_preview = now
-                    if pending is not None and (done == T or pending[1].query()):  # copied meanwhile
-                        pending[1].synchronize()
-                        preview, preview_index, pending = pending[0].numpy(), pending[2], None
-                    yield RenderProgress(
-                        done=done,
-                        total=T,
-                        fps=fps,
-                        eta_s=(T - done) / fps if fps else 0.0,
-                        elapsed_s=elapsed,
-                        stage_ms=dict(self._stage_ms),
-                        preview=preview,
-                        preview_index=preview_index,
-                    )
-                if sink is not None:
-                    t0 = time.perf_counter()
-                    sink.join()
-                    self._stage("encode", t0)
-            finally:
-                if sink is not None:
-                    sink.stop()
+                        preview, preview_index = frames[k].numpy(), int(idx[k])
+                    last_preview = now
+                if pending is not None and (done == T or pending[1].query()):  # copied meanwhile
+                    pending[1].synchronize()
+                    preview, preview_index, pending = pending[0].numpy(), pending[2], None
+                yield RenderProgress.measured(
+                    done,
+                    T,
+                    now - t_start,
+                    stage_ms=dict(self._stage_ms),
+                    preview=preview,
+                    preview_index=preview_index,
+                )
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
             t0 = time.perf_counter()
             path = writer.close()
             self._stage("finish", t0)
         seconds = time.perf_counter() - t_start
-        self.result = RenderResult(
-            output=str(path),
+        self.result = RenderResult.measured(
+            output=path,
             frames=T,
             silent_frames=int(plan.silent[first : first + T].sum()),
             engine=self.engine.name,
             engine_reason=self._engine_reason,
             encoder=writer.name,
-            seconds=round(seconds, 3),
-            fps=round(T / seconds, 2) if seconds else 0.0,
+            seconds=seconds,
             width=a.width,
             height=a.height,
-            stage_ms={k: round(v, 1) for k, v in self._stage_ms.items()},
-            finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
+            stage_ms=self._stage_ms,
+            finish_ms=writer.close_ms,
+            audio=writer.audio_how,
         )
-        yield RenderProgress(
-            done=T,
-            total=T,
-            fps=self.result.fps,
-            eta_s=0.0,
-            elapsed_s=seconds,
-            stage_ms=dict(self._stage_ms),
-            finished=True,
-            output=str(path),
-        )
+        yield RenderProgress.final(self.result, seconds, stage_ms=dict(self._stage_ms))
 
     def render(self, output: str | Path) -> RenderResult:
         """Run to completion (no progress)."""

@@ -2,16 +2,19 @@
 segment, joined in order with the original audio muxed once.
 
     ranges = split(T, 4)                                  # [(0, 19), (19, 38), ...]
-    render_segment(renderer, a, b, "seg1.mp4")            # frames [a, b): an MP4 starting on an IDR
-    join_segments([(a, b, "seg1.mp4"), ...], "out.mp4", audio="voice.wav")   # atomic, A/V in sync
-    for p in render_chunked(avatar, audio, "out.mp4", settings, chunks=2):   # local processes
+    seg = render_segment(renderer, a, b, "seg1.mp4")      # frames [a, b): an MP4 starting on an IDR
+    join_segments([(a, b, seg), ...], "out.mp4", audio="voice.wav")   # atomic, A/V in sync
+    job = ChunkedRender(avatar, audio, settings, chunks=2)            # local processes
+    for p in job.run("out.mp4"):                          # RenderProgress, as Renderer.run's
         bar.update(p.done, p.total, p.fps)
+    job.result                                            # a RenderResult
 
 A segment holds frames [a, b) with timestamps relative to ``a``; the join shifts them by ``a``, so
 the joined stream has frame t at pts t/25 exactly as a single-process render. The pre-encode
 frames are those of ``Renderer.iter_batches`` (bit for bit: each frame depends only on its index),
 and every segment uses the same encoder settings, so the stream headers agree and the join is a
-packet copy. ``render_chunked`` runs the chunks in local worker processes (no Ray); the Ray farm
+packet copy. A segment is written by the renderer's own loop (``Renderer.write_batches``).
+``ChunkedRender`` runs the chunks in local worker processes (no Ray); the Ray farm
 (``studio.core.scale.farm``) uses the same three functions on remote workers.
 """
 
@@ -24,12 +27,16 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from studio.core.constants import FPS
 from studio.core.errors import Cancelled, RenderError
+
+if TYPE_CHECKING:
+    from studio.core.render.renderer import RenderProgress, RenderResult
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +45,23 @@ TB_SCALE = 512  # output video time base is 1 / (FPS * TB_SCALE), as the single-
 
 
 @dataclass(frozen=True)
-class ChunkedProgress:
-    """Progress of a chunked or farm render (the CLI bar reads done/total/fps like RenderProgress)."""
+class Segment:
+    """A rendered segment: frames ``[start, end)`` in the MP4 at ``path`` (``os.fspath`` gives it),
+    and what rendered it."""
 
-    done: int
-    total: int
-    fps: float  # aggregate frames per second since the start
-    eta_s: float
-    elapsed_s: float
-    workers: dict[str, float] = field(default_factory=dict)  # per-worker frames per second
-    chunks_done: int = 0
-    chunks: int = 0
-    retries: int = 0
-    finished: bool = False
-    output: str | None = None
+    start: int
+    end: int
+    path: str
+    engine: str
+    engine_reason: str
+    encoder: str  # the segment writer's name
+    seconds: float
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
 
 
 def split(total: int, n: int, min_chunk: int = MIN_CHUNK) -> list[tuple[int, int]]:
@@ -71,7 +81,7 @@ def render_segment(
     *,
     on_batch: Callable[[int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-) -> str:
+) -> Segment:
     """Encode frames ``[start, end)`` of ``renderer``'s clip into a video-only MP4 at ``path``.
 
     The segment's first frame is an IDR (a fresh encoder, closed GOPs) and its timestamps start
@@ -90,20 +100,27 @@ def render_segment(
     writer = open_video(
         path, a.width, a.height, audio=None, encoder=s.encoder, crf=s.crf, preset=s.preset, fps=FPS, total_frames=n
     )
+    t0 = time.perf_counter()
     with writer:
-        nv12 = renderer.engine.device.type == "cuda" and renderer.nv12_ready
-        batches = (start + b for b in stripes(n, renderer.batch_size, writer.chunks))
-        for idx, frames in renderer.iter_batches(batches, nv12=nv12):
-            if should_stop is not None and should_stop():
-                raise Cancelled("render cancelled; nothing was written")
-            writer.write(frames, indices=idx - start)
+        batches = [start + b for b in stripes(n, renderer.batch_size, writer.chunks)]
+        for idx, _ in renderer.write_batches(writer, batches, offset=start, stop=should_stop):
             if on_batch is not None:
-                on_batch(len(frames))
-        return writer.close()
+                on_batch(len(idx))
+        out = writer.close()
+    return Segment(
+        start,
+        end,
+        str(out),
+        renderer.engine.name,
+        renderer.engine_reason,
+        writer.name,
+        time.perf_counter() - t0,
+    )
 
 
 def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
-    """Join ``[(start, end, source), ...]`` (source: a segment path or its bytes) into ``output``.
+    """Join ``[(start, end, source), ...]`` (source: a segment path or its bytes) or ``Segment`` values
+    into ``output``.
 
     Segments must tile ``0..T`` in order. Video packets are copied with their timestamps shifted
     by ``start``; the original ``audio`` is encoded to AAC once, interleaved with the video. The
@@ -114,7 +131,7 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     from studio.core.media.encoders import AudioSource  # the single-process writer's AAC muxer
     from studio.core.store.fsutil import atomic_path
 
-    segments = sorted(segments, key=lambda s: s[0])
+    segments = sorted(((s.start, s.end, s.path) if isinstance(s, Segment) else s for s in segments), key=lambda s: s[0])
     expect = 0
     for s, e, _ in segments:
         if s != expect or e <= s:
@@ -140,94 +157,126 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     return str(output)
 
 
-def render_chunked(
-    avatar,
-    audio,
-    output,
-    settings=None,
-    *,
-    chunks: int = 2,
-    workers: int | None = None,
-    cancel: threading.Event | None = None,
-) -> Iterator[ChunkedProgress]:
-    """Render in ``chunks`` segments on ``workers`` local processes (default: one per chunk), then join.
+class ChunkedRender:
+    """One clip in ``chunks`` segments on ``workers`` local processes (default: one per chunk), then
+    joined; used like ``Renderer``: ``run(output)`` yields ``RenderProgress`` now and then (with
+    per-worker fps and chunk counts), the last with ``finished=True``; ``result`` then holds the
+    ``RenderResult``. ``cancel()`` (any thread) stops every chunk after its current batch and
+    ``run`` raises ``Cancelled``; nothing is written.
 
-    Yields a ``ChunkedProgress`` now and then; the last has ``finished=True``. Setting ``cancel``
-    stops every chunk after its current batch and raises ``Cancelled``; nothing is written.
     The workers are spawned interpreters: a calling script needs the ``if __name__ == "__main__"``
     guard (the ``studio`` command has it).
     """
-    import multiprocessing as mp
-    import queue
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    from studio.core.media.writer import check_output
-    from studio.core.render.renderer import Renderer
-    from studio.core.settings import RenderSettings
-    from studio.core.store.fsutil import release_temp, temp_dir
+    def __init__(self, avatar, audio, settings=None, *, chunks: int = 2, workers: int | None = None):
+        from studio.core.render.clip import Clip
+        from studio.core.settings import RenderSettings
 
-    settings = settings or RenderSettings()
-    t0 = time.perf_counter()
-    check_output(output)
-    probe = Renderer(avatar, audio, settings)
-    T = probe.plan.frames
-    ranges = split(T, chunks)
-    avatar_ref = avatar_reference(probe.avatar)
-    workers = max(1, min(workers or len(ranges), len(ranges)))
-    ctx = mp.get_context("spawn")
-    q, stop = ctx.Queue(), ctx.Event()
-    tmpdir = temp_dir(Path(output).parent, f".{Path(output).stem}.chunks.")  # registered: gone even after a kill
-    done, per_worker = 0, {}
-    try:
-        pool = ProcessPoolExecutor(
-            workers, mp_context=ctx, initializer=_child_init, initargs=(q, stop, workers, os.getpid())
-        )
+        self.settings = settings or RenderSettings()
+        self.audio = str(audio)
+        self.clip = Clip(avatar, audio, self.settings)
+        self.chunks = chunks
+        self.workers = workers
+        self._cancel = threading.Event()
+        self.result: RenderResult | None = None
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def render(self, output) -> RenderResult | None:
+        """Run to completion (no progress); returns the ``RenderResult``."""
+        for _ in self.run(output):
+            pass
+        return self.result
+
+    def run(self, output) -> Iterator[RenderProgress]:
+        import multiprocessing as mp
+        import queue
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        from studio.core.media.writer import check_output
+        from studio.core.render.renderer import RenderProgress
+        from studio.core.store.fsutil import release_temp, temp_dir
+
+        self.result = None
+        settings, audio = self.settings, self.audio
+        t0 = time.perf_counter()
+        check_output(output)
+        T = self.clip.plan.frames
+        ranges = split(T, self.chunks)
+        avatar_ref = avatar_reference(self.clip.avatar)
+        workers = max(1, min(self.workers or len(ranges), len(ranges)))
+        ctx = mp.get_context("spawn")
+        q, stop = ctx.Queue(), ctx.Event()
+        tmpdir = temp_dir(Path(output).parent, f".{Path(output).stem}.chunks.")  # registered: gone even after a kill
+        done, per_worker = 0, {}
         try:
-            futs = {
-                pool.submit(_child_render, avatar_ref, str(audio), settings, a, b, str(tmpdir / f"seg{k:04d}.mp4")): (
-                    a,
-                    b,
-                )
-                for k, (a, b) in enumerate(ranges)
-            }
-            pending, finished = set(futs), []
-            while pending:
-                if cancel is not None and cancel.is_set():
-                    stop.set()
-                    for f in pending:
-                        f.cancel()
-                    raise Cancelled("render cancelled; nothing was written")
-                ready, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-                for f in ready:
-                    finished.append(f.result())  # re-raises a chunk's error here
-                with contextlib.suppress(queue.Empty):
-                    while True:
-                        pid, n, fps = q.get_nowait()
-                        done += n
-                        per_worker[f"pid{pid}"] = fps
-                yield _progress(done, T, t0, per_worker, len(finished), len(ranges))
-        except BaseException:  # cancel, a chunk's error, Ctrl-C/SIGTERM, the generator closed
+            pool = ProcessPoolExecutor(
+                workers, mp_context=ctx, initializer=_child_init, initargs=(q, stop, workers, os.getpid())
+            )
+            try:
+                pending = {
+                    pool.submit(_child_render, avatar_ref, audio, settings, a, b, str(tmpdir / f"seg{k:04d}.mp4"))
+                    for k, (a, b) in enumerate(ranges)
+                }
+                finished: list[Segment] = []
+                while pending:
+                    if self._cancel.is_set():
+                        stop.set()
+                        for f in pending:
+                            f.cancel()
+                        raise Cancelled("render cancelled; nothing was written")
+                    ready, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                    for f in ready:
+                        finished.append(f.result())  # re-raises a chunk's error here
+                    with contextlib.suppress(queue.Empty):
+                        while True:
+                            pid, n, fps = q.get_nowait()
+                            done += n
+                            per_worker[f"pid{pid}"] = fps
+                    yield RenderProgress.measured(
+                        done,
+                        T,
+                        time.perf_counter() - t0,
+                        workers=dict(per_worker),
+                        chunks_done=len(finished),
+                        chunks=len(ranges),
+                    )
+            except BaseException:  # cancel, a chunk's error, Ctrl-C/SIGTERM, the generator closed
+                stop.set()
+                _stop_pool(pool)
+                raise
+            pool.shutdown(wait=True)
+            path = join_segments(finished, output, audio=audio)
+        finally:
             stop.set()
-            _stop_pool(pool)
-            raise
-        pool.shutdown(wait=True)
-        path = join_segments(finished, output, audio=audio)
-    finally:
-        stop.set()
-        _rmtree(tmpdir)
-        release_temp(tmpdir)
-    elapsed = time.perf_counter() - t0
-    yield ChunkedProgress(
-        done=T,
-        total=T,
-        fps=T / elapsed if elapsed else 0.0,
-        eta_s=0.0,
-        elapsed_s=elapsed,
-        workers=per_worker,
-        chunks_done=len(ranges),
-        chunks=len(ranges),
-        finished=True,
-        output=path,
+            _rmtree(tmpdir)
+            release_temp(tmpdir)
+        elapsed = time.perf_counter() - t0
+        self.result = segments_result(self.clip, finished, path, elapsed)
+        yield RenderProgress.final(
+            self.result, elapsed, workers=per_worker, chunks_done=len(ranges), chunks=len(ranges)
+        )
+
+
+def segments_result(clip, segments: list[Segment], output: str, seconds: float, **stage_ms: float) -> RenderResult:
+    """The ``RenderResult`` of a clip rendered in ``segments`` and joined into ``output`` (local
+    chunks, the farm): the engine(s) and encoder the segments report."""
+    from studio.core.render.renderer import RenderResult
+
+    segments = sorted(segments, key=lambda g: g.start)
+    engines = sorted({g.engine for g in segments})
+    return RenderResult.measured(
+        output=output,
+        frames=clip.plan.frames,
+        silent_frames=int(clip.plan.silent.sum()),
+        engine=",".join(engines),
+        engine_reason=segments[0].engine_reason if segments else "",
+        encoder=f"{segments[0].encoder.split()[0] if segments else 'libx264'} x{len(segments)} segments",
+        seconds=seconds,
+        width=clip.avatar.width,
+        height=clip.avatar.height,
+        stage_ms=stage_ms,
     )
 
 
@@ -250,22 +299,6 @@ def open_avatar(ref: tuple[str, str]):
 
 # ------------------------------------------------------------------------------------------------
 # Helpers
-
-
-def _progress(done, total, t0, workers, chunks_done, chunks, retries=0) -> ChunkedProgress:
-    elapsed = time.perf_counter() - t0
-    fps = done / elapsed if elapsed > 0 else 0.0
-    return ChunkedProgress(
-        done=min(done, total),
-        total=total,
-        fps=fps,
-        eta_s=(total - done) / fps if fps else 0.0,
-        elapsed_s=elapsed,
-        workers=dict(workers),
-        chunks_done=chunks_done,
-        chunks=chunks,
-        retries=retries,
-    )
 
 
 def _join(av, segments, tmp: Path, audio, fps: int) -> None:
@@ -356,7 +389,7 @@ def _stop_pool(pool, grace_s: float = 10.0) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Local worker processes (render_chunked)
+# Local worker processes (ChunkedRender)
 
 _Q = _STOP = None
 
@@ -387,5 +420,4 @@ def _child_render(avatar_ref, audio, settings, start, end, path):
         done += n
         _Q.put((os.getpid(), n, done / max(1e-9, time.perf_counter() - t0)))
 
-    render_segment(renderer, start, end, path, on_batch=on_batch, should_stop=_STOP.is_set)
-    return start, end, path
+    return render_segment(renderer, start, end, path, on_batch=on_batch, should_stop=_STOP.is_set)

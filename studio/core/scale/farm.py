@@ -30,9 +30,13 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from studio.core.errors import Cancelled, RenderError, StudioError
-from studio.core.scale.chunks import ChunkedProgress, avatar_reference, join_segments, render_segment, split
+from studio.core.scale.chunks import avatar_reference, join_segments, render_segment, segments_result, split
+
+if TYPE_CHECKING:
+    from studio.core.render.renderer import RenderProgress
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +44,6 @@ NAMESPACE = "studio"
 MAX_ATTEMPTS = 3  # a chunk is tried this often before the job fails
 ACTOR_RESTARTS = 2  # Ray restarts a dead worker process this often
 POLL_S = 0.25
-ENGINE_FIELDS = ("engine", "device", "precision", "decoder", "batch", "runtime")  # settings that pick the engine
 
 
 def ray_available() -> tuple[bool, str]:
@@ -182,8 +185,9 @@ class Farm:
         """Stop the running job: every chunk stops after its current batch; nothing is written."""
         self._cancel.set()
 
-    def render(self, avatar, audio, output, settings=None, *, chunks: int | None = None) -> Iterator[ChunkedProgress]:
-        """Render on the farm, yielding ``ChunkedProgress`` about four times a second.
+    def render(self, avatar, audio, output, settings=None, *, chunks: int | None = None) -> Iterator[RenderProgress]:
+        """Render on the farm, yielding ``RenderProgress`` (with per-worker fps and chunk counts)
+        about four times a second.
 
         ``chunks``: how many segments (default: one per worker). The last progress has
         ``finished=True``; ``self.result`` then holds a ``RenderResult``.
@@ -191,19 +195,21 @@ class Farm:
         import ray
 
         from studio.core.media.writer import check_output
-        from studio.core.render.renderer import Renderer, RenderResult
+        from studio.core.render.clip import Clip
+        from studio.core.render.renderer import RenderProgress
         from studio.core.settings import RenderSettings
 
         settings = settings or RenderSettings()
         self._cancel.clear()
+        self.result = None
         t0 = time.perf_counter()
         check_output(output)
-        probe = Renderer(avatar, audio, settings)
-        T = probe.plan.frames
+        clip = Clip(avatar, audio, settings)
+        T = clip.plan.frames
         ranges = split(T, chunks or len(self._actors))
         job = dict(
             id=uuid.uuid4().hex,
-            avatar=self._ship(probe.avatar),
+            avatar=self._ship(clip.avatar),
             audio=_ship_file(audio),
             settings=settings,
             board=self._board,
@@ -253,14 +259,10 @@ class Farm:
                         f"The farm stopped answering during the job ({type(exc).__name__}): "
                         "check `studio farm status` and render again."
                     ) from exc
-                elapsed = time.perf_counter() - t0
-                fps = done / elapsed if elapsed else 0.0
-                yield ChunkedProgress(
-                    done=min(done, T),
-                    total=T,
-                    fps=fps,
-                    eta_s=(T - done) / fps if fps else 0.0,
-                    elapsed_s=elapsed,
+                yield RenderProgress.measured(
+                    done,
+                    T,
+                    time.perf_counter() - t0,
                     workers=per_worker,
                     chunks_done=len(segments),
                     chunks=len(ranges),
@@ -272,37 +274,19 @@ class Farm:
                 self._board.forget.remote(job["id"])
             raise
         try:
-            path = join_segments([(a, b, data) for a, b, data, _ in segments], output, audio=audio)
+            path = join_segments([(g.start, g.end, data) for g, data in segments], output, audio=audio)
         finally:
             with contextlib.suppress(Exception):
                 self._board.forget.remote(job["id"])
         seconds = time.perf_counter() - t0
-        names = {s[3]["engine"] for s in segments}
-        self.result = RenderResult(
-            output=path,
-            frames=T,
-            silent_frames=int(probe.plan.silent.sum()),
-            engine=",".join(sorted(names)),
-            engine_reason=segments[0][3]["engine_reason"],
-            encoder=f"{segments[0][3]['encoder']} x{len(ranges)} segments",
-            seconds=round(seconds, 3),
-            fps=round(T / seconds, 2) if seconds else 0.0,
-            width=probe.avatar.width,
-            height=probe.avatar.height,
-            stage_ms={"farm": round(seconds * 1e3, 1)},
-        )
-        yield ChunkedProgress(
-            done=T,
-            total=T,
-            fps=self.result.fps,
-            eta_s=0.0,
-            elapsed_s=seconds,
+        self.result = segments_result(clip, [g for g, _ in segments], path, seconds, farm=seconds * 1e3)
+        yield RenderProgress.final(
+            self.result,
+            seconds,
             workers=per_worker,
             chunks_done=len(ranges),
             chunks=len(ranges),
             retries=self.retries,
-            finished=True,
-            output=path,
         )
 
     def stats(self) -> dict[str, dict]:
@@ -479,13 +463,16 @@ def _board_class():
 
 
 class _Worker:
-    """One render slot. Keeps engines (by settings) and the last jobs' renderers warm."""
+    """One render slot. Keeps engines (core's ``EngineCache``: keyed by everything that picks one,
+    compile and the imported weights included) and the last jobs' renderers warm."""
 
     KEEP_JOBS = 2
 
     def __init__(self, label: str, torch_threads: int):
+        from studio.core.engines.cache import EngineCache
+
         self.label = label
-        self.engines: dict = {}
+        self.engines = EngineCache()
         self.jobs: dict = {}
         self.counts = {"engines_loaded": 0, "jobs": 0, "chunks": 0, "avatar_fetches": 0}
         if torch_threads:
@@ -519,19 +506,12 @@ class _Worker:
         os.close(fd)
         os.unlink(tmp)
         try:
-            render_segment(renderer, start, end, tmp, on_batch=on_batch, should_stop=lambda: self._stop)
+            segment = render_segment(renderer, start, end, tmp, on_batch=on_batch, should_stop=lambda: self._stop)
             data = Path(tmp).read_bytes()
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        info = dict(
-            engine=renderer.engine.name,
-            engine_reason=renderer.engine_reason,
-            encoder="libx264",
-            worker=self.label,
-            seconds=time.perf_counter() - t0,
-        )
-        return start, end, data, info
+        return segment, data  # the segment's file travels as bytes (the driver may be elsewhere)
 
     def _renderer(self, job: dict):
         from studio.core.render.renderer import Renderer
@@ -541,16 +521,11 @@ class _Worker:
         s = job["settings"]
         avatar, fetched = _local_avatar(job["avatar"])
         audio = _local_file(job["audio"])
-        key = tuple(getattr(s, k, None) for k in ENGINE_FIELDS)
-        if key not in self.engines:  # the renderer's own selection, kept for later chunks and jobs
-            first = Renderer(avatar, audio, s)
-            self.engines[key] = (first.engine, first.engine_reason)
-            self.counts["engines_loaded"] += 1
-        engine, reason = self.engines[key]
+        engine, reason = self.engines.get(s)  # kept for later chunks and jobs
+        self.counts["engines_loaded"] = self.engines.loaded
         self.counts["avatar_fetches"] += fetched
         self.counts["jobs"] += 1
-        r = Renderer(avatar, audio, s, engine=engine)
-        r._engine_reason = reason
+        r = Renderer(avatar, audio, s, engine=engine, engine_reason=reason)
         while len(self.jobs) >= self.KEEP_JOBS:
             self.jobs.pop(next(iter(self.jobs)))
         self.jobs[job["id"]] = r

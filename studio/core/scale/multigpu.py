@@ -11,7 +11,9 @@ a one-device render does) and feeds them to the same writer, whose encoder proce
 frames of every device. So there is no segment file and no join step: the writer muxes the
 chunks and the audio once, exactly as for a one-device render, and the output is the same file
 (each frame depends only on its index). Each device runs in its own thread with its own warm
-engine (``engines``, or one made per device from ``settings``).
+engine (``engines``, or one made per device from ``settings``); the devices' renderers share one
+loaded ``Clip`` (the avatar, the voice-over and its plan are loaded once) and write through the
+renderer's own loop (``Renderer.write_batches``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from studio.core.constants import FPS
 from studio.core.errors import Cancelled, RenderError
+
+if TYPE_CHECKING:
+    from studio.core.render.renderer import RenderResult
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +51,6 @@ def split_chunks(chunks: list[tuple[int, int]], parts: int) -> list[list[tuple[i
     return [g for g in groups if g]
 
 
-def render_on_devices(
-    avatar, audio, output, settings=None, *, devices=None, engines=None, cancel: threading.Event | None = None
-) -> Iterator:
-    """``DeviceRender(...).run(output)``; ``cancel`` set from another thread stops it."""
-    job = DeviceRender(avatar, audio, settings, devices=devices, engines=engines)
-    if cancel is not None:
-        job._cancel = cancel
-    return job.run(output)
-
-
 class DeviceRender:
     """Render one clip on several devices at once, like ``Renderer`` on one.
 
@@ -67,22 +63,24 @@ class DeviceRender:
 
     def __init__(self, avatar, audio, settings=None, *, devices=None, engines=None):
         from studio.core.engines.runtime_torch import resolve_device
+        from studio.core.render.clip import Clip
         from studio.core.render.renderer import Renderer
         from studio.core.settings import RenderSettings
 
         self.settings = settings or RenderSettings()
         self.audio = str(audio)
+        self.clip = Clip(avatar, audio, self.settings)  # loaded once, shared by every device
         if engines is None:
             devices = list(devices or cuda_devices())
             if not devices:
                 raise RenderError("No GPU is visible to PyTorch: render on one device instead.")
             for d in devices:
                 resolve_device(d)  # one sentence for a device that is not there
-            self.renderers = [Renderer(avatar, audio, self.settings.with_(device=d)) for d in devices]
+            self.renderers = [Renderer.for_clip(self.clip, self.settings.with_(device=d)) for d in devices]
         else:
-            self.renderers = [Renderer(avatar, audio, self.settings, engine=e) for e in engines]
+            self.renderers = [Renderer.for_clip(self.clip, self.settings, engine=e) for e in engines]
         self._cancel = threading.Event()
-        self.result = None
+        self.result: RenderResult | None = None
 
     @property
     def engine(self):
@@ -114,11 +112,9 @@ class DeviceRender:
 
             limit_cpu_threads()  # here, before the device threads run CPU work
         first = renderers[0]
-        plan = first.plan
+        plan = self.clip.plan
         T = plan.frames
-        a = first.avatar
-        for r in renderers[1:]:  # share the loaded avatar and audio (plans are equal)
-            r._avatar, r._wave, r._plan = first.avatar, first.wave, first.plan
+        a = self.clip.avatar
         s = self.settings
         from studio.core.media.hints import changing_region
 
@@ -168,16 +164,7 @@ class DeviceRender:
                         continue
                     if kind == "frames":
                         done += value
-                    elapsed = time.perf_counter() - t_start
-                    fps = done / elapsed if elapsed > 0 else 0.0
-                    yield RenderProgress(
-                        done=done,
-                        total=T,
-                        fps=fps,
-                        eta_s=(T - done) / fps if fps else 0.0,
-                        elapsed_s=elapsed,
-                        stage_ms=_stages(renderers),
-                    )
+                    yield RenderProgress.measured(done, T, time.perf_counter() - t_start, stage_ms=_stages(renderers))
             finally:
                 stop.set()
                 for t in threads:
@@ -188,32 +175,22 @@ class DeviceRender:
         seconds = time.perf_counter() - t_start
         stages = _stages(renderers)
         stages["finish"] = finish_ms
-        engine = first.engine
-        self.result = RenderResult(
-            output=str(path),
+        self.result = RenderResult.measured(
+            output=path,
             frames=T,
             silent_frames=int(plan.silent.sum()),
-            engine=engine.name,
+            engine=first.engine.name,
             engine_reason=f"{len(renderers)} devices ({', '.join(str(r.engine.device) for r in renderers)}): "
             f"{first.engine_reason}",
             encoder=writer.name,
-            seconds=round(seconds, 3),
-            fps=round(T / seconds, 2) if seconds else 0.0,
+            seconds=seconds,
             width=a.width,
             height=a.height,
-            stage_ms={k: round(v, 1) for k, v in stages.items()},
-            finish_ms={k: round(v, 1) for k, v in writer.close_ms.items()},
-        )
-        yield RenderProgress(
-            done=T,
-            total=T,
-            fps=self.result.fps,
-            eta_s=0.0,
-            elapsed_s=seconds,
             stage_ms=stages,
-            finished=True,
-            output=str(path),
+            finish_ms=writer.close_ms,
+            audio=writer.audio_how,
         )
+        yield RenderProgress.final(self.result, seconds, stage_ms=stages)
 
 
 def _device_loop(renderer, chunks, writer, stop: threading.Event, events: queue.Queue) -> None:
@@ -227,11 +204,9 @@ def _device_loop(renderer, chunks, writer, stop: threading.Event, events: queue.
 
             # this thread's streams, graphs and events live there ("cuda": the current GPU)
             torch.cuda.set_device(dev.index if dev.index is not None else torch.cuda.current_device())
-        nv12 = dev.type == "cuda" and renderer.nv12_ready
-        for idx, frames in renderer.iter_batches(stripes(0, renderer.batch_size, chunks), nv12=nv12):
-            if stop.is_set():
-                break
-            writer.write(frames, indices=idx)
+        # the renderer's own loop; the shared writer takes every device's frames directly
+        batches = stripes(0, renderer.batch_size, chunks)
+        for idx, _ in renderer.write_batches(writer, batches, stop=stop.is_set, host_copy=False):
             events.put(("frames", len(idx)))
     except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
         events.put(("error", exc))
@@ -242,6 +217,6 @@ def _device_loop(renderer, chunks, writer, stop: threading.Event, events: queue.
 def _stages(renderers) -> dict[str, float]:
     out: dict[str, float] = {}
     for r in renderers:
-        for k, v in r._stage_ms.items():
+        for k, v in r.stage_ms.items():
             out[k] = out.get(k, 0.0) + v
     return out

@@ -41,6 +41,10 @@ SCHEMA_VERSION = 2
 COLUMNS = ("id", "avatar", "audio", "settings", "output", "state", "reason", "created", "updated", "progress", "result")
 
 
+class QueueLimit(InputError):
+    """``add`` with ``max_queued``: that many jobs are queued already."""
+
+
 @dataclass(frozen=True)
 class Job:
     id: int
@@ -84,13 +88,23 @@ class JobStore:
 
     # ---- adding and reading -------------------------------------------------------------
 
-    def add(self, avatar: str, audio: str, settings: dict, output: str, state: str = QUEUED) -> Job:
+    def add(
+        self, avatar: str, audio: str, settings: dict, output: str, state: str = QUEUED, max_queued: int | None = None
+    ) -> Job:
+        """A new job at the end of the queue. ``max_queued``: refuse it (``QueueLimit``) when that many
+        jobs are queued already, counted in the same transaction as the insert, so concurrent adds
+        (threads or processes) never pass the limit together."""
         if state not in (DRAFT, QUEUED):
             raise InputError(f"a new job starts as draft or queued, not {state!r}")
         if not avatar or not audio:
             raise InputError("a job needs an avatar and a script; choose both before queueing")
         now = time.time()
         with self._tx() as db:
+            db.execute("BEGIN IMMEDIATE")  # the count and the insert are one step for every process
+            if max_queued is not None and state == QUEUED:
+                waiting = db.execute("SELECT COUNT(*) FROM jobs WHERE state=?", (QUEUED,)).fetchone()[0]
+                if waiting >= max_queued:
+                    raise QueueLimit(f"the queue is full ({max_queued} jobs waiting); try again when one has started")
             top = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             cur = db.execute(
                 "INSERT INTO jobs(avatar, audio, settings, output, state, reason, created, updated, progress, result,"

@@ -1,0 +1,89 @@
+"""Everything a render would refuse later, refused before it is queued: ``preflight(request)``.
+
+    preflight(RenderRequest("anna", "voice.flac", "out.mp4", RenderSettings(engine="musetalk")))
+    # InputError: engine=musetalk cannot run here: no weights imported; run studio models import DIR
+
+The driver's own checks (the output: same file as an input, a folder, a bad name, a read-only
+folder; the voice-over's header) plus what only shows once a render starts: the frame range inside
+the clip (never clamped), and for a render on this machine whether the engine, its runtime, the
+encoder and the device can run here (from the engines' and encoders' availability, cheap: no
+weights are loaded). ``studio serve`` calls it before it answers 202, so a job that is accepted is
+one that can run. A render placed elsewhere (a farm, another server) is checked there.
+"""
+
+from __future__ import annotations
+
+from studio.core.errors import InputError, StudioError
+from studio.service.request import RenderRequest
+
+
+def preflight(req: RenderRequest) -> None:
+    """One ``InputError`` for the first thing that would stop ``req``; None when it can run."""
+    from studio.core.media.audio import probe
+    from studio.service.driver import check_request
+
+    check_request(req)  # the output, the voice-over's header
+    if req.frames is not None:
+        total = probe(req.audio).frames
+        check_frames(req.frames, total)
+    if req.placement.kind == "local":
+        runnable_here(req.settings)
+
+
+def check_frames(frames: tuple[int, int], total: int) -> None:
+    """The in/out range lies inside a clip of ``total`` frames (the end may be the clip's end)."""
+    a, b = frames
+    if a >= total or b > total:
+        raise InputError(
+            f"the frame range {a}..{b} is outside the clip, which has {total} frames (0..{total}): "
+            "set frame_start and frame_end inside it"
+        )
+
+
+def runnable_here(settings) -> None:
+    """The engine (and for MuseTalk its runtime), the encoder and the device can run on this machine."""
+    from studio.core.engines.base import auto_engine, engine_status
+
+    status = engine_status()
+    engine = settings.engine
+    if engine != "auto":
+        a = status.get(engine)
+        if a is None:
+            raise InputError(f"engine={engine} is not an engine of this Studio; use {', '.join(['auto', *status])}")
+        if not a.ready:
+            raise InputError(f"engine={engine} cannot run here: {a.reason}")
+    else:
+        engine = auto_engine(status)
+    if settings.device is not None:
+        _device(settings.device)
+    if engine == "musetalk" and settings.runtime == "tensorrt":
+        _tensorrt(settings.device)
+    if settings.encoder == "nvenc":
+        from studio.core.media.encoders import probe_nvenc
+
+        ok, why = probe_nvenc()
+        if not ok:
+            raise InputError(f"encoder=nvenc cannot run here: {why}; use encoder=auto or x264")
+
+
+def _device(device: str) -> None:
+    from studio.core.engines.runtime_torch import resolve_device
+
+    try:
+        resolve_device(device)
+    except StudioError as exc:
+        raise InputError(str(exc).replace("--device", "device=")) from None
+    except (RuntimeError, ValueError) as exc:  # torch.device("gpu7"): not a device name torch knows
+        raise InputError(f"device={device} is not a torch device ({exc}); use cpu, cuda or cuda:N") from None
+
+
+def _tensorrt(device: str | None) -> None:
+    from studio.core.engines.runtime_tensorrt import require_tensorrt
+    from studio.core.engines.runtime_torch import resolve_device
+
+    if resolve_device(device).type != "cuda":
+        raise InputError("runtime=tensorrt needs a CUDA GPU and this server renders on the CPU; use runtime=auto")
+    try:
+        require_tensorrt()
+    except StudioError as exc:
+        raise InputError(f"runtime=tensorrt cannot run here: {exc}") from None
