@@ -54,7 +54,7 @@ def test_a_queued_job_is_checked_after_its_render(tmp_path, voice, capsys):
     assert c["offset_frames"] == 0 and c["worst_second"] is not None
 
 
-def test_the_check_field_over_http(tmp_path, voice):
+def test_the_check_field_over_http(tmp_path, voice, capsys):
     with Server(tmp_path / "home") as server, httpx.Client(base_url=server.url, timeout=120) as client:
         with open(DEMO_AVATAR, "rb") as fh:
             assert client.post("/v1/avatars", data={"name": "astro"}, files={"file": ("a.png", fh)}).status_code == 201
@@ -78,6 +78,14 @@ def test_the_check_field_over_http(tmp_path, voice):
         c = job["result"]["check"]
         assert c["state"] == "done" and c["verdict"] == "ok" and c["reference"] == "the avatar 'astro'", c
         assert job["settings"]["check"] is True
+        # studio render --server ... --check: rendered there, checked here (no avatar here: its own frame)
+        from studio.cli import main
+
+        out = tmp_path / "remote.mp4"
+        argv = ["render", "--server", server.url, "--avatar", "astro", "--audio", str(voice), "-o", str(out)]
+        assert main([*argv, "--engine", "classic", "--check", "--json"]) == 0
+        c = json.loads(capsys.readouterr().out)["check"]
+        assert c["state"] == "done" and c["verdict"] == "ok" and c["reference"].startswith("the video's own frame")
         # a bad value for the field is one sentence
         bad = client.post("/v1/renders", data={**form, "check": "maybe"})
         assert bad.status_code == 422 and "check" in bad.json()["error"]
