@@ -40,3 +40,10 @@ def test_values_defaults_and_flags(monkeypatch):
     else:
         raise AssertionError("an unknown name must be refused")
     assert "| `STUDIO_HOME` |" in env.table()
+
+
+def test_the_environment_page_holds_the_table():
+    """docs/environment.md shows every variable as ``env.table()`` writes it (regenerate it from there)."""
+    page = (ROOT / "docs" / "environment.md").read_text()
+    assert env.table().strip() in page
+    assert all(f"| `{name}` |" in page for name in env.KNOBS)

@@ -143,9 +143,9 @@ def _placement(args):
         return Placement("chunks", chunks=chunks)
     gpus = getattr(args, "gpus", None)
     if gpus:
-        from studio.core.scale.multigpu import cuda_devices
+        from studio.service import gpus_here
 
-        have = cuda_devices()
+        have = gpus_here()
         n = len(have) if gpus == "all" else int(gpus) if str(gpus).isdigit() else 0
         if n < 1:
             raise InputError(f"--gpus {gpus}: give a number of GPUs or 'all'")
