@@ -237,7 +237,6 @@ class JobStore:
             )
         return self.get(job_id)
 
-<<<<<<< HEAD
     def update_result(self, job_id: int, **fields) -> Job:
         """Merge ``fields`` into a job's stored result (a check's verdict arriving after the render)."""
         with self._tx() as db:
@@ -253,11 +252,10 @@ class JobStore:
             result.update(fields)
             db.execute("UPDATE jobs SET result=?, updated=? WHERE id=?", (json.dumps(result), time.time(), job_id))
         return self.get(job_id)
-=======
+
     def expire(self, job_id: int, reason: str) -> Job:
         """A done job whose file was removed (retention): it stays, with its figures, as ``expired``."""
         return self._move(job_id, EXPIRED, reason, allowed=(DONE,))
->>>>>>> main
 
     def interrupt(self, job_id: int) -> Job:
         """A running job that was stopped with its process (the app closed mid-render)."""
