@@ -25,7 +25,12 @@ files Studio keeps in its data folder (``renders/``, ``uploads/``), never a file
 
 Events go to plain callbacks, called on the runner's thread (a Qt view re-emits them as queued
 signals): ``added``, ``state`` (any change of a job's state), ``progress`` (per batch, with the
-``Progress``), ``placed`` (the running job's placement is known: ``where``), ``removed``, ``moved``.
+``Progress``), ``placed`` (the running job's placement is known: ``where``), ``removed``, ``moved``,
+``checked`` (a done job's lip-sync check started or ended: ``job.result["check"]``).
+
+A job whose settings ask for it (``check``) is checked after its file is written (``checks``:
+``studio check`` in a child process at the lowest CPU priority, one at a time); the queue goes on
+to the next job meanwhile, and ``run_until_empty`` waits for the checks before it returns.
 """
 
 from __future__ import annotations
@@ -86,7 +91,7 @@ class Estimate:
 
 @dataclass(frozen=True)
 class QueueEvent:
-    kind: str  # added | state | placed | progress | removed | moved
+    kind: str  # added | state | placed | progress | removed | moved | checked
     job_id: int
     job: J.Job | None = None
     progress: Progress | None = None
@@ -190,6 +195,9 @@ class QueueService:
         self.retention = retention if retention is not None else Retention.from_env()
         self._swept = float("-inf")  # monotonic time of the last retention sweep
         self._frames_cache: dict[tuple, int] = {}
+        from studio.service.checks import CheckRunner
+
+        self.checks = CheckRunner(on_done=self._checked, on_start=lambda job_id: self._checked(job_id, None))
 
     # ---- events -------------------------------------------------------------------------
 
@@ -461,7 +469,8 @@ class QueueService:
             out = []
             while not self._stop and (job := self.run_next()) is not None:
                 out.append(job)
-            return out
+            self.checks.wait()  # the checks of the finished jobs, before the caller (a command) ends
+            return [self._fresh(j) for j in out]
         finally:
             if unsub:
                 unsub()
@@ -499,6 +508,18 @@ class QueueService:
         link, self._farm_link = self._farm_link, None
         if link is not None:
             link.close()
+        self.checks.close()
+
+    def _fresh(self, job: J.Job | None) -> J.Job | None:
+        try:
+            return self.store.get(job.id) if job is not None else None
+        except InputError:  # removed meanwhile
+            return job
+
+    def _checked(self, job_id: int, check: dict | None) -> None:
+        """A check started (``check`` None) or ended: into the job's result, and an event."""
+        job = self.store.update_result(job_id, check=check if check is not None else {"state": "running"})
+        self._emit("checked", job_id, job)
 
     def _poke(self) -> None:
         with self._lock:
@@ -546,8 +567,12 @@ class QueueService:
             r = render.result
             data = r.to_json() if hasattr(r, "to_json") else dict(r or {})
             data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
+            if req.settings.check:
+                data["check"] = {"state": "pending"}
             done = self.store.finish(job.id, output=data.get("output"), result=data)
             self._emit("state", job.id, done, where=render.where)
+            if req.settings.check and done.state == J.DONE:
+                self.checks.submit(job.id, req, done.output)
             return done
         except Cancelled:
             return self._cancelled(job.id)

@@ -93,9 +93,11 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
 
     url = request.placement.server
     c = client(url)
+    # the settings the server's form takes (the schema's http face); the check runs here on the
+    # downloaded file when the job asks for one, not twice
     from studio.core.settings import specs
 
-    settings = {s.name: getattr(request.settings, s.name) for s in specs("http")}  # what the form takes
+    settings = {s.name: getattr(request.settings, s.name) for s in specs("http") if s.name != "check"}
     if request.frames:
         settings.update(frame_start=request.frames[0], frame_end=request.frames[1])
     job = c.submit(
@@ -159,15 +161,14 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
 class RemoteFrames:
     """Scrub frames from a server: exactly what its render writes at a timestamp."""
 
-    def __init__(self, url: str, studio_client=None):
+    def __init__(self, url: str):
         self.url = url
-        self.client = studio_client  # a ``StudioClient`` to use (None: the shared one for ``url``)
 
     def frame_at(self, avatar: str, audio: str, settings, seconds: float):
         import numpy as np
         from PIL import Image
 
-        c = self.client or client(self.url)
+        c = client(self.url)
         # every setting that changes the frames (the schema's engine and silence groups): the frame
         # shown is the one the server's render writes; the device is the server's own choice
         wanted = {k: v for k, v in settings.frame_settings().items() if v is not None and k != "device"}

@@ -237,6 +237,22 @@ class JobStore:
             )
         return self.get(job_id)
 
+    def update_result(self, job_id: int, **fields) -> Job:
+        """Merge ``fields`` into a job's stored result (a check's verdict arriving after the render)."""
+        with self._tx() as db:
+            row = db.execute("SELECT result FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if row is None:
+                raise InputError(f"no job {job_id} in the queue")
+            try:
+                result = json.loads(row[0] or "{}")
+            except ValueError:
+                result = {}
+            if not isinstance(result, dict):
+                result = {}
+            result.update(fields)
+            db.execute("UPDATE jobs SET result=?, updated=? WHERE id=?", (json.dumps(result), time.time(), job_id))
+        return self.get(job_id)
+
     def expire(self, job_id: int, reason: str) -> Job:
         """A done job whose file was removed (retention): it stays, with its figures, as ``expired``."""
         return self._move(job_id, EXPIRED, reason, allowed=(DONE,))
