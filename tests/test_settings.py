@@ -23,10 +23,16 @@ TOKEN = "settings-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def other_value(spec: Spec):
-    """A valid value of ``spec`` that is not its default (so a face that drops it is caught)."""
+def window_default(spec: Spec):
+    """What the window starts with: the schema's default, or the window's own (``ui_default``)."""
+    return spec.default if spec.ui_default is None else spec.ui_default
+
+
+def other_value(spec: Spec, face: str = ""):
+    """A valid value of ``spec`` that is not the default ``face`` starts with (so a face that drops
+    it is caught)."""
     if spec.kind is bool:
-        return not spec.default
+        return not (window_default(spec) if face == "ui" else spec.default)
     if spec.choices:
         return next(c for c in reversed(spec.choices) if c != spec.default)
     if spec.kind is str:
@@ -39,7 +45,7 @@ def other_value(spec: Spec):
 
 
 def non_default(face: str, groups=None) -> dict:
-    return {s.name: other_value(s) for s in specs(face, groups)}
+    return {s.name: other_value(s, face) for s in specs(face, groups)}
 
 
 def test_the_schema_declares_what_every_face_needs():
@@ -143,7 +149,7 @@ def test_the_window_offers_every_setting(qtbot):
             items = [w.itemText(i) for i in range(w.count())]
             assert (items == list(spec.choices)) if spec.choices else (spec.auto_label in items), spec.name
         elif isinstance(w, QCheckBox):
-            assert w.isChecked() == spec.default, spec.name
+            assert w.isChecked() == window_default(spec), spec.name
         else:  # a spin box: the schema's range (the threshold's log plot starts above 0)
             assert w.maximum() == spec.maximum and w.minimum() >= (spec.minimum or 0), spec.name
             assert w.value() == pytest.approx(spec.default), spec.name
