@@ -83,8 +83,8 @@ def render_remote(args) -> int:
             from studio.core.errors import RenderError
 
             raise RenderError(f"the server's render job {final['id']} {final['state']}: {final['reason']}")
-        client.download(final["id"], args.output)
-    r = dict(final["result"], output=args.output)
+        wrote = client.download(final["id"], args.output, overwrite=bool(getattr(args, "overwrite", False)))
+    r = dict(final["result"], output=str(wrote))
     if args.json:
         emit_json(r)
     else:

@@ -4,7 +4,6 @@ retry). Jobs go into the service's queue, the same ``jobs.sqlite`` the window an
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, File, Query, Request
@@ -15,6 +14,7 @@ from studio.api.inputs import form_body, renders_dir, submit
 from studio.api.models import Job, JobList, Removed, RenderForm, binary, errors
 from studio.api.routers.frames import jpeg_bytes
 from studio.api.state import State
+from studio.service.queue import owned_output
 
 router = APIRouter(tags=["renders"])
 
@@ -58,10 +58,13 @@ async def generate(st: State, request: Request, form: Annotated[RenderForm, File
     if done.state != "done":
         raise ApiError(500 if done.state == "failed" else 409, f"render job {done.id} {done.state}: {done.reason}")
     r = done.result or {}
+    video = owned_output(done)  # the file this job wrote, never one that replaced it
+    if video is None:
+        raise ApiError(410, f"the video of render job {done.id} is no longer on the server")
     return FileResponse(
-        done.output,
+        video,
         media_type="video/mp4",
-        filename=Path(done.output).name,
+        filename=video.name,
         headers={"X-Studio-Job": str(done.id), "X-Studio-Render-Seconds": f"{float(r.get('seconds') or 0):.4f}"},
     )
 
@@ -133,9 +136,10 @@ def get_render_video(st: State, job_id: int):
     job = st.job(job_id)
     if job.state != "done":
         raise ApiError(409, f"render job {job_id} is {job.state}; its video is ready when it is done")
-    if not Path(job.output).is_file():
+    video = owned_output(job)  # the file this job wrote, never one that replaced it
+    if video is None:
         raise ApiError(410, f"the video of render job {job_id} is no longer on the server")
-    return FileResponse(job.output, media_type="video/mp4", filename=Path(job.output).name)
+    return FileResponse(video, media_type="video/mp4", filename=video.name)
 
 
 @router.get(
@@ -177,8 +181,8 @@ def delete_render(st: State, job_id: int) -> dict:
         st.queue.cancel(job_id)
         return st.job_json(st.job(job_id))
     st.queue.remove(job_id)
-    out = Path(job.output)
-    if out.parent == renders_dir() and out.is_file():
+    out = owned_output(job)  # only this job's own file, never another job's under the same name
+    if out is not None and out.parent == renders_dir():
         out.unlink()
     return {"id": job_id, "state": "removed", "reason": "removed from the queue"}
 
