@@ -150,8 +150,7 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
         from studio.core.errors import RenderError
 
         raise RenderError(f"the Studio server's render {final['state']}: {final.get('reason', '')}")
-    out = Path(request.output)
-    c.download(job_id, out)
+    out = c.download(job_id, Path(request.output), overwrite=request.overwrite)
     r = dict(final.get("result") or {}, output=str(out), seconds=round(time.perf_counter() - t0, 3))
     result = RenderResult.from_json(r)
     yield Progress.final(result, time.perf_counter() - t0)
