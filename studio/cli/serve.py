@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+DEFAULT_MAX_AUDIO_MINUTES = 60.0  # an hour of voice-over: 230 MB decoded (the CLI's own default is 240)
+
 
 def register(sub) -> None:
     from studio.api.options import DEFAULT_HOST, DEFAULT_MAX_QUEUED, DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT
@@ -41,11 +43,19 @@ def register(sub) -> None:
         metavar="N",
         help=f"queued jobs before new ones get 429 (default {DEFAULT_MAX_QUEUED})",
     )
+    p.add_argument(
+        "--max-audio-minutes",
+        type=float,
+        default=DEFAULT_MAX_AUDIO_MINUTES,
+        metavar="N",
+        help="longest voice-over accepted, read from the file's header before it is decoded "
+        f"(default {DEFAULT_MAX_AUDIO_MINUTES:g}: an upload's decoded size, not its file size, is what it costs)",
+    )
     p.set_defaults(func=run_serve)
 
 
 def run_serve(args) -> int:
-    from studio.core.errors import InputError
+    from studio.core.errors import InputError, StudioError
 
     try:
         import fastapi  # noqa: F401 - say which extra is missing before anything starts
@@ -58,7 +68,12 @@ def run_serve(args) -> int:
             f"studio serve needs the serve extra ({exc.name} is missing): pip install 'studio[serve]'"
         ) from None
     from studio.core import env
+    from studio.core.media.audio import set_max_audio_minutes
 
+    try:
+        set_max_audio_minutes(args.max_audio_minutes, "this server's --max-audio-minutes")
+    except StudioError:
+        raise InputError(f"--max-audio-minutes {args.max_audio_minutes:g}: give a positive number of minutes") from None
     token = args.token if args.token is not None else env.get("STUDIO_SERVER_TOKEN") or None
     options = ServeOptions(
         host=args.host,

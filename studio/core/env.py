@@ -37,6 +37,12 @@ KNOBS: dict[str, Knob] = {
             "",
             "PyTorch threads of a CPU render (default: a quarter of the cores; OMP_NUM_THREADS also counts)",
         ),
+        Knob(
+            "STUDIO_MAX_AUDIO_MINUTES",
+            "",
+            "the longest voice-over a command accepts, checked from the file's header before decoding "
+            "(default 240; `studio serve` has --max-audio-minutes)",
+        ),
         Knob("STUDIO_AVATAR_MAX_GB", "", "the largest avatar cache `avatar add` writes (default: the module's limit)"),
         Knob("STUDIO_ENGINE_CACHE", "", "where built TensorRT engines are kept (default: <data>/engines)"),
         Knob(

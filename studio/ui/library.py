@@ -22,6 +22,7 @@ import numpy as np
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QIcon, QImage, QPixmap
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QCheckBox,
     QFileDialog,
     QFormLayout,
@@ -75,11 +76,34 @@ def safe_name(stem: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "avatar"
 
 
+class HintList(QListWidget):
+    """A list that says what to do while it is empty (instead of a blank box)."""
+
+    def __init__(self, hint: str, parent=None):
+        super().__init__(parent)
+        self.hint = hint
+        self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)  # Ctrl/Shift-click: a batch
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().paintEvent(event)
+        if self.count():
+            return
+        from PySide6.QtGui import QPainter
+
+        p = QPainter(self.viewport())
+        p.setPen(self.palette().placeholderText().color())
+        r = self.viewport().rect().adjusted(12, 8, -12, -8)
+        p.drawText(r, int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap), self.hint)
+        p.end()
+
+
 class LibraryPanel(FileDrops, QWidget):
     avatarSelected = Signal(str)  # avatar name ("" when none)
     scriptSelected = Signal(str)  # audio path ("" when none)
+    selectionChanged = Signal()  # the avatars or scripts selected for a batch changed
     maskToggled = Signal(bool)
     avatarPrepared = Signal(str)
+    avatarPreparing = Signal(str)  # an import of this avatar started
     error = Signal(str)
 
     def __init__(self, parent=None):
@@ -94,12 +118,13 @@ class LibraryPanel(FileDrops, QWidget):
         self.setAcceptDrops(True)
 
         # ---- avatars
-        self.avatars = QListWidget()
+        self.avatars = HintList("No avatars yet.\nImport a photo or a video (Ctrl+I), or drop one here.")
         self.avatars.setObjectName("avatarList")
         self.avatars.setIconSize(QSize(THUMB, THUMB))
         self.avatars.setSpacing(2)
         self.avatars.setMinimumHeight(150)
         self.avatars.currentItemChanged.connect(self._avatar_changed)
+        self.avatars.itemSelectionChanged.connect(self.selectionChanged)
         self.import_avatar_btn = QPushButton(QIcon(_icon("import")), "Import photo or video…")
         self.import_avatar_btn.clicked.connect(self._import_avatar_dialog)
         self.remove_avatar_btn = QPushButton("Remove")
@@ -144,9 +169,12 @@ class LibraryPanel(FileDrops, QWidget):
         av.addLayout(params)
 
         # ---- scripts
-        self.scripts = QListWidget()
+        self.scripts = HintList(
+            "No voice-overs yet.\nImport an audio file (Ctrl+O), drop one here, or type a text below."
+        )
         self.scripts.setObjectName("scriptList")
         self.scripts.currentItemChanged.connect(self._script_changed)
+        self.scripts.itemSelectionChanged.connect(self.selectionChanged)
         self.scripts.setMinimumHeight(90)
         self.import_audio_btn = QPushButton(QIcon(_icon("audio")), "Import audio…")
         self.import_audio_btn.clicked.connect(self._import_audio_dialog)
@@ -192,6 +220,14 @@ class LibraryPanel(FileDrops, QWidget):
         item = self.scripts.currentItem()
         return item.data(Qt.ItemDataRole.UserRole) if item else ""
 
+    def selected_avatars(self) -> list[str]:
+        """The avatars selected for a batch (Ctrl/Shift-click), in list order; else the current one."""
+        return _selected(self.avatars) or ([self.avatar] if self.avatar else [])
+
+    def selected_scripts(self) -> list[str]:
+        """The voice-overs selected for a batch, in list order; else the current one."""
+        return _selected(self.scripts) or ([self.script] if self.script else [])
+
     def refresh_avatars(self, select: str | None = None) -> None:
         try:
             from studio.core.avatars.library import list_avatars
@@ -236,6 +272,7 @@ class LibraryPanel(FileDrops, QWidget):
             n = 2
             while name in taken:
                 name, n = f"{base}-{n}", n + 1
+        self.avatarPreparing.emit(name)
         dialog = QProgressDialog(f"Preparing avatar “{name}”…", "Cancel", 0, 100, self)
         dialog.setWindowTitle("Import avatar")
         dialog.setWindowModality(Qt.WindowModality.WindowModal)
@@ -461,6 +498,11 @@ class LibraryPanel(FileDrops, QWidget):
             self.add_script(str(path))
 
         run_in_background(speak, text, on_done=done, on_error=self.error.emit)
+
+
+def _selected(lst: QListWidget) -> list[str]:
+    rows = sorted(lst.row(i) for i in lst.selectedItems())
+    return [lst.item(r).data(Qt.ItemDataRole.UserRole) for r in rows]
 
 
 def _key(path: str) -> str:

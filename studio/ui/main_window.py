@@ -14,8 +14,8 @@ import logging
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QIcon, QKeySequence
+from PySide6.QtCore import QByteArray, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import (
     QDockWidget,
     QFrame,
@@ -108,8 +108,8 @@ class MainWindow(FileDrops, QMainWindow):
         self.splitter.addWidget(top)
         self.splitter.addWidget(self.timeline)
         self.splitter.setChildrenCollapsible(False)
-        top.setMinimumHeight(200)
-        self.timeline.setMinimumHeight(250)
+        top.setMinimumHeight(130)  # what fits under a 1280x720 screen's menu, toolbar, queue and status bar
+        self.timeline.setMinimumHeight(200)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.setCentralWidget(self.splitter)
@@ -131,15 +131,29 @@ class MainWindow(FileDrops, QMainWindow):
         self.queue_dock.raise_()
         self.doctor_dock.visibilityChanged.connect(self._doctor_visible)
 
-        self._build_toolbar()
+        from PySide6.QtGui import QUndoStack
+
+        self.undo_stack = QUndoStack(self)
+        self._build_actions()
         self.engine_status = QLabel("engine: loading…")
         self.engine_status.setObjectName("dim")
+        self.queue_state_label = QLabel("")
+        self.queue_state_label.setObjectName("queueState")
+        self.queue_state_label.setToolTip("The render queue: Start queue (Ctrl+Return) renders queued jobs in order")
+        self.statusBar().addPermanentWidget(self.queue_state_label)
         self.statusBar().addPermanentWidget(self.engine_status)
-        self.controls = TransportControls(self, self.timeline, self.transport, self.preview)
+        self.controls = TransportControls(self, self.timeline, self.transport, self.preview, self.actions)
         self.controls.playerClosed.connect(lambda: self._playhead_moved(self.timeline.position))
 
         self._connect()
         self._restore()
+        # the Library chose its avatar (the saved one) before these signals were connected: take it
+        # now, so the output name and the preview say that avatar from the first paint on
+        self.render_panel.set_context(avatar=self.library.avatar, script=self.library.script)
+        if self.library.avatar:
+            self._avatar_selected(self.library.avatar)
+        elif self.library.avatars.count() == 0:
+            self.preview.caption.setText(NO_AVATAR)
         self.setAcceptDrops(True)  # files dropped anywhere in the window are imported
         guard_inputs(self)
         self.statusBar().showMessage("Ready", 3000)
@@ -172,8 +186,31 @@ class MainWindow(FileDrops, QMainWindow):
         self.library.add_script(path)
 
     def render(self) -> int | None:
-        """Queue a render of the current avatar x script with the panel's settings and start the queue."""
+        """Render now: queue the current avatar x script with the panel's settings and start the queue."""
         return self.queue.add(self.library.avatar, self.library.script, start=True)
+
+    def add_to_queue(self) -> list[int]:
+        """Add to queue: every selected avatar x every selected script as a queued job, in one step.
+
+        The queue is not started: a stopped queue keeps them until Start queue, a running one takes
+        them in order. Names never collide: a taken name gets a number (_002)."""
+        pairs = [(a, s) for s in self.library.selected_scripts() for a in self.library.selected_avatars()]
+        if not pairs:
+            self.show_error("choose an avatar and a voice-over in the Library first")
+            return []
+        ids = [i for a, s in pairs if (i := self.queue.add(a, s, start=False)) is not None]
+        self.render_panel.set_context(avatar=self.library.avatar, script=self.library.script)
+        if ids:
+            state = self.queue.state
+            then = "the queue renders them in order" if state == "running" else "press Start queue to render"
+            self.statusBar().showMessage(f"{len(ids)} job(s) queued; {then}", 8000)
+        return ids
+
+    def _start_queue_toggled(self, on: bool) -> None:
+        if on:
+            self.queue.start()
+        else:
+            self.queue.pause()
 
     def cancel_render(self) -> None:
         self.queue.cancel()
@@ -205,6 +242,9 @@ class MainWindow(FileDrops, QMainWindow):
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         guard_inputs(self)  # inputs made since construction (each is guarded once)
         super().showEvent(event)
+        if not getattr(self, "_fitted", False):  # once the window manager's frame is known
+            self._fitted = True
+            QTimer.singleShot(200, self.fit_screen)
 
     def keyReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.controls.key_released(event)
@@ -232,7 +272,8 @@ class MainWindow(FileDrops, QMainWindow):
             area_widget = QScrollArea()
             area_widget.setWidgetResizable(True)
             area_widget.setFrameShape(QFrame.Shape.NoFrame)
-            area_widget.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+            # never clipped: should the contents ever be wider than the dock, a scroll bar shows
+            area_widget.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
             area_widget.setWidget(widget)
             bar = area_widget.verticalScrollBar().sizeHint().width()
             area_widget.setMinimumWidth(widget.minimumSizeHint().width() + bar + 2)
@@ -244,29 +285,182 @@ class MainWindow(FileDrops, QMainWindow):
         self.addDockWidget(area, dock)
         return dock
 
-    def _build_toolbar(self) -> None:
+    def _build_actions(self) -> None:
+        """The menu bar (File, Edit, View, Playback, Render, Help) and the toolbar, from one set of actions."""
+        from studio.ui.actions import Actions
+
+        acts = self.actions = Actions(self)
+        add, lib = acts.add, self.library
+        add(
+            "import_avatar",
+            "File",
+            "Import photo or video…",
+            lib._import_avatar_dialog,
+            "Ctrl+I",
+            "Import a photo or a video as an avatar",
+            _icon("import"),
+        )
+        add(
+            "import_audio",
+            "File",
+            "Import voice-over…",
+            lib._import_audio_dialog,
+            "Ctrl+O",
+            "Import an audio file as a script",
+            _icon("audio"),
+        )
+        acts.separator("File")
+        add("show_output", "File", "Show output folder", self._show_output_folder, tip="Open the output folder")
+        acts.separator("File")
+        add("quit", "File", "Quit", self.close, "Ctrl+Q")
+
+        undo = self.undo_stack.createUndoAction(self, "Undo")
+        redo = self.undo_stack.createRedoAction(self, "Redo")
+        add("undo", "Edit", "", shortcuts=["Ctrl+Z"], action=undo)
+        add("redo", "Edit", "", shortcuts=["Ctrl+Shift+Z", "Ctrl+Y"], action=redo)
+        acts.separator("Edit")
+        add(
+            "remove_avatar",
+            "Edit",
+            "Remove avatar",
+            lib._remove_avatar,
+            tip="Remove the selected avatar (undo restores it)",
+        )
+        add(
+            "remove_script",
+            "Edit",
+            "Remove voice-over from the list",
+            lib._remove_script,
+            tip="Take the selected voice-over off the list (the file stays)",
+        )
+
+        for dock in (self.library_dock, self.render_dock, self.queue_dock, self.doctor_dock):
+            view = dock.toggleViewAction()
+            add(f"view_{dock.objectName()}", "View", f"{dock.windowTitle()} panel", action=view)
+        acts.separator("View")
+        face = add("face_box", "View", "Face box on the preview", lib.show_box.setChecked, checkable=True)
+        lib.show_box.toggled.connect(face.setChecked)
+        mask = add("blend_mask", "View", "Blend mask on the preview", lib.show_mask.setChecked, checkable=True)
+        lib.show_mask.toggled.connect(mask.setChecked)
+        acts.separator("View")
+        add("reset_layout", "View", "Reset layout", self.reset_layout, tip="Put every panel back where it started")
+
+        add(
+            "render",
+            "Render",
+            "Render now",
+            self.render,
+            ["Ctrl+R", "Ctrl+M"],
+            "Queue the selected avatar and voice-over and start the queue",
+            _icon("render"),
+        )
+        add(
+            "add_to_queue",
+            "Render",
+            "Add to queue",
+            self.add_to_queue,
+            "Ctrl+Shift+R",
+            "Queue every selected avatar × voice-over pair; the queue renders them once started",
+            _icon("queue"),
+        )
+        acts.separator("Render")
+        add(
+            "start_queue",
+            "Render",
+            "Start queue",
+            self._start_queue_toggled,
+            "Ctrl+Return",
+            "Render queued jobs one after another (again: pause after the running job)",
+            checkable=True,
+        )
+        add(
+            "cancel",
+            "Render",
+            "Cancel render",
+            self.cancel_render,
+            "Esc",
+            "Stop the running render (nothing is written)",
+            _icon("cancel"),
+        )
+        self.render_action, self.cancel_action = acts["render"], acts["cancel"]
+        self.cancel_action.setEnabled(False)
+        acts.separator("Render")
+        rng = add(
+            "range_only", "Render", "Render in/out range only", self.render_panel.range_check.setChecked, checkable=True
+        )
+        self.render_panel.range_check.toggled.connect(rng.setChecked)
+        rng.setEnabled(False)
+
+        add("shortcuts", "Help", "Keyboard shortcuts", self.show_shortcuts, ["F1", "?"], "Every key of the editor")
+        add("doctor", "Help", "Doctor (check this machine)", self._show_doctor, icon=_icon("doctor"))
+        add("editor_guide", "Help", "Editor guide", self._open_guide, tip="docs/editor.md: keys, menus, undo, markers")
+        add("about", "Help", "About Studio", self._about)
+
         bar = QToolBar("Main")
         bar.setObjectName("mainToolbar")
         bar.setMovable(False)
+        bar.setIconSize(QSize(18, 18))
         bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.addToolBar(bar)
+        for key in ("import_avatar", "import_audio", None, "render", "add_to_queue", "cancel", None, "doctor"):
+            if key is None:
+                bar.addSeparator()
+            else:
+                bar.addAction(acts[key])
+        self.toolbar = bar
+        short = {
+            "import_avatar": "Import avatar",
+            "import_audio": "Import audio",
+            "render": "Render",
+            "cancel": "Cancel",
+            "doctor": "Doctor",
+        }
+        for key, text in short.items():  # the toolbar's words; the menus say it in full
+            acts[key].setIconText(text)
 
-        def action(text, icon, slot, shortcut=None):
-            a = QAction(QIcon(_icon(icon)), text, self)
-            a.triggered.connect(slot)
-            if shortcut:
-                a.setShortcut(QKeySequence(shortcut))
-            bar.addAction(a)
-            return a
+    def show_shortcuts(self):
+        """Help > Keyboard shortcuts (F1, ?): the list made from the menus' actions."""
+        return self.actions.show_shortcuts()
 
-        action("Import avatar", "import", self.library._import_avatar_dialog, "Ctrl+I")
-        action("Import audio", "audio", self.library._import_audio_dialog, "Ctrl+O")
-        bar.addSeparator()
-        self.render_action = action("Render", "render", self.render, "Ctrl+R")
-        self.cancel_action = action("Cancel", "cancel", self.cancel_render, "Esc")
-        self.cancel_action.setEnabled(False)
-        bar.addSeparator()
-        action("Doctor", "doctor", self._show_doctor)
+    def reset_layout(self) -> None:
+        for dock in (self.library_dock, self.render_dock, self.queue_dock, self.doctor_dock):
+            dock.show()
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.library_dock)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.render_dock)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.queue_dock)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.doctor_dock)
+        self.tabifyDockWidget(self.queue_dock, self.doctor_dock)
+        self.queue_dock.raise_()
+        self._default_sizes()
+
+    def _show_output_folder(self) -> None:
+        from PySide6.QtCore import QUrl
+        from PySide6.QtGui import QDesktopServices
+
+        folder = Path(self.render_panel.output_path()).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+
+    def _open_guide(self) -> None:
+        from PySide6.QtCore import QUrl
+        from PySide6.QtGui import QDesktopServices
+
+        guide = Path(__file__).resolve().parents[2] / "docs" / "editor.md"
+        if guide.exists():
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(guide)))
+        else:
+            self.show_shortcuts()
+
+    def _about(self) -> None:
+        from PySide6.QtWidgets import QMessageBox
+
+        try:
+            from importlib.metadata import version
+
+            v = version("studio")
+        except Exception:  # noqa: BLE001 - a source checkout
+            v = "(source)"
+        QMessageBox.about(self, "About Studio", f"Studio {v}\nLip-synced presenter video on this computer.")
 
     def _connect(self) -> None:
         lib, panel, w = self.library, self.render_panel, self.worker
@@ -275,6 +469,7 @@ class MainWindow(FileDrops, QMainWindow):
         lib.maskToggled.connect(lambda _on: self._overlay_toggled())
         lib.error.connect(self.show_error)
         lib.avatarPrepared.connect(lambda _name: self.worker.invalidate())
+        lib.avatarPreparing.connect(self._avatar_preparing)
         self.timeline.thresholdChanged.connect(self._threshold_changed)
         self.timeline.min_run_box.valueChanged.connect(lambda v: panel.set_silence(min_silence=v))
         self.timeline.playheadMoved.connect(self._playhead_moved)
@@ -283,7 +478,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.timeline.error.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.preview.filesDropped.connect(self.drop_files)
         panel.renderClicked.connect(self.render)
-        panel.queueClicked.connect(self.render)
+        panel.queueClicked.connect(self.add_to_queue)
         panel.cancelClicked.connect(self.cancel_render)
         panel.playClicked.connect(self.play)
         self.queue_panel.openClicked.connect(self.play)
@@ -294,6 +489,9 @@ class MainWindow(FileDrops, QMainWindow):
         q.status.connect(lambda text: self.statusBar().showMessage(text, 5000))
         q.previewFrame.connect(self._render_preview)
         q.running.connect(self._running)
+        q.stateChanged.connect(self._queue_state)
+        lib.selectionChanged.connect(self._selection_changed)
+        self._queue_state(q.state)
         w.frameReady.connect(self._frame_ready)
         w.engineReady.connect(lambda name, why: self.engine_status.setText(f"engine: {name}"))
         w.engineReady.connect(lambda name, why: self.engine_status.setToolTip(why))
@@ -303,18 +501,17 @@ class MainWindow(FileDrops, QMainWindow):
 
     def _start_background(self) -> None:
         """Warm up off the GUI thread: the engine list (imports torch) feeds the Render panel."""
-        from studio.core.engines import available_engines
+        from studio.core.engines import auto_engine, engine_status
 
         def ready(status: dict) -> None:
-            self.render_panel.show_engines(status)
+            self.render_panel.show_engines({k: str(v) for k, v in status.items()})
             from studio.service import gpus_here  # torch is loaded by now
 
             self.gpus_task = run_in_background(gpus_here, on_done=self.render_panel.set_gpus)  # "All GPUs here"
-            auto = "musetalk" if status.get("musetalk", "").startswith("ready") else "classic"
-            self.engine_status.setText(f"engine: auto → {auto}")
+            self.engine_status.setText(f"engine: auto → {auto_engine(status)}")
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))
 
-        self.engines_task = run_in_background(available_engines, on_done=ready, on_error=self.show_error)
+        self.engines_task = run_in_background(engine_status, on_done=ready, on_error=self.show_error)
         QTimer.singleShot(0, self._offer_queued)
         QTimer.singleShot(300, self._check_audio_device)
 
@@ -339,8 +536,13 @@ class MainWindow(FileDrops, QMainWindow):
         self.render_panel.set_context(avatar=name)
         self.assets = None
         if not name:
+            if self.current is None and not self.player_shown:
+                self.preview.clear(NO_AVATAR)
             return
         from studio.core.avatars.library import load
+
+        if self.current is None and not self.player_shown:
+            self.preview.caption.setText(f"loading avatar “{name}”…")
 
         def loaded(assets) -> None:
             if self.library.avatar != name:
@@ -353,6 +555,10 @@ class MainWindow(FileDrops, QMainWindow):
                 self._playhead_moved(self.timeline.position)
 
         run_in_background(load, name, on_done=loaded, on_error=self.show_error)
+
+    def _avatar_preparing(self, name: str) -> None:
+        if self.assets is None and self.current is None and not self.player_shown:
+            self.preview.caption.setText(f"preparing avatar “{name}”…")
 
     def _show_avatar_frame(self) -> None:
         if self.assets is None or self.current is not None:
@@ -475,6 +681,8 @@ class MainWindow(FileDrops, QMainWindow):
         from studio.core.media.timecode import timecode
 
         during = " · while rendering" if self.current is not None else ""
+        if self.transport.playing and index != self.timeline.frame:
+            during += " · playing (the picture catches up)"
         if self.current is not None:
             self._scrub_hold_until = time.monotonic() + self.SCRUB_HOLD_S
         self.preview.offer(image, f"{timecode(index)} · frame {index} · exact render preview{extra}{during}", index)
@@ -484,6 +692,24 @@ class MainWindow(FileDrops, QMainWindow):
         self.render_action.setEnabled(not running)
         if not running:  # no stale "rendering · frame 351": the scrub frame or the avatar comes back
             QTimer.singleShot(0, self._refresh_preview)
+
+    def _queue_state(self, state: str) -> None:
+        """The queue's state, always in sight: the status bar, the Queue dock's title, the menu."""
+        a = self.actions["start_queue"]
+        a.blockSignals(True)
+        a.setChecked(state == "running")
+        a.blockSignals(False)
+        a.setText("Pause queue" if state == "running" else "Start queue")
+        text = self.queue.state_text()
+        self.queue_state_label.setText(text)
+        self.queue_state_label.setProperty("state", state)
+        self.queue_state_label.style().unpolish(self.queue_state_label)
+        self.queue_state_label.style().polish(self.queue_state_label)
+
+    def _selection_changed(self) -> None:
+        n = len(self.library.selected_avatars()) * len(self.library.selected_scripts())
+        self.render_panel.set_batch(n)
+        self.actions["add_to_queue"].setText(f"Add {n} jobs to queue" if n > 1 else "Add to queue")
 
     def _refresh_preview(self) -> None:
         if self.current is not None or self.player_shown:
@@ -513,11 +739,9 @@ class MainWindow(FileDrops, QMainWindow):
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
         else:
-            screen = self.screen().availableGeometry() if self.screen() else None
-            w, h = (1480, 980) if screen is None else (min(1480, screen.width()), min(980, screen.height()))
-            self.resize(w, h)
-            self.resizeDocks([self.library_dock, self.render_dock], [310, 350], Qt.Orientation.Horizontal)
-            self.resizeDocks([self.queue_dock], [165], Qt.Orientation.Vertical)
+            self._first_geometry()
+            self._default_sizes()
+        self._placed_size = self.size()
         state = s.value("window/state")
         if isinstance(state, QByteArray) and not state.isEmpty():
             self.restoreState(state, cfg.VERSION)
@@ -531,6 +755,49 @@ class MainWindow(FileDrops, QMainWindow):
         script = cfg.value(s, "library/selected_script", str)
         if script and Path(script).exists():
             self.library.select_script(script)
+
+    DEFAULT_SIZE = (1480, 980)
+    FRAME_ALLOWANCE = (16, 48)  # a window manager's borders and title bar, before they are known
+
+    def _first_geometry(self) -> None:
+        """The first window fits the available screen area, title bar included: the default size,
+        or the screen's available area less a window manager's frame, centred. (``fit_screen``
+        corrects it once the real frame is known.)"""
+        screen = self.screen().availableGeometry() if self.screen() else None
+        w, h = self.DEFAULT_SIZE
+        if screen is None:
+            self.resize(w, h)
+            return
+        fw, fh = self.FRAME_ALLOWANCE
+        w, h = min(w, screen.width() - fw), min(h, screen.height() - fh)
+        self.resize(w, h)
+        self.move(screen.x() + (screen.width() - w - fw) // 2, screen.y() + (screen.height() - h - fh) // 2)
+
+    def fit_screen(self) -> None:
+        """Keep the whole frame (title bar too) inside the available screen area: a restored
+        geometry from a bigger monitor, or a frame taller than allowed for, is pulled in."""
+        if self.isMaximized() or self.isFullScreen() or self.screen() is None:
+            return
+        if self.size() != getattr(self, "_placed_size", self.size()):
+            return  # resized since it was placed (by the user, a tool, a test): theirs
+        avail = self.screen().availableGeometry()
+        frame, inner = self.frameGeometry(), self.geometry()
+        extra_w, extra_h = frame.width() - inner.width(), frame.height() - inner.height()
+        w = min(inner.width(), avail.width() - extra_w)
+        h = min(inner.height(), avail.height() - extra_h)
+        if (w, h) != (inner.width(), inner.height()):
+            self.resize(w, h)
+        frame = self.frameGeometry()
+        x = min(max(frame.x(), avail.x()), avail.right() - frame.width() + 1)
+        y = min(max(frame.y(), avail.y()), avail.bottom() - frame.height() + 1)
+        if (x, y) != (frame.x(), frame.y()):
+            self.move(x, y)
+
+    def _default_sizes(self) -> None:
+        """Docks as they start: Library and Render side by side with the centre, the Queue tall
+        enough for three rows."""
+        self.resizeDocks([self.library_dock, self.render_dock], [300, 360], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.queue_dock], [self.queue_panel.minimumSizeHint().height() + 34], Qt.Orientation.Vertical)
 
     def save_state(self) -> None:
         s = self.settings
@@ -595,11 +862,16 @@ class MainWindow(FileDrops, QMainWindow):
             )
             box.setObjectName("closeDuringRender")
             box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+            was_running = self.queue.state == "running"
+            if was_running:  # no next job starts while the question is open
+                self.queue.pause()
 
             def answered(button) -> None:
                 if box.standardButton(button) == QMessageBox.StandardButton.Close:
                     self._close_confirmed = True
                     QTimer.singleShot(0, self.close)
+                elif was_running:
+                    self.queue.start()
 
             box.buttonClicked.connect(answered)
             self.close_box = box
@@ -612,6 +884,9 @@ class MainWindow(FileDrops, QMainWindow):
         self.queue.close()  # a running job stops now (nothing written) and comes back interrupted
         self.worker_thread.stop()
         super().closeEvent(event)
+
+
+NO_AVATAR = "No avatar yet: import or drop a photo or a video (and a voice-over)"
 
 
 def _short(text: str, limit: int = 90) -> str:

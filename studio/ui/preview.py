@@ -38,7 +38,7 @@ class PreviewView(FileDrops, QWidget):
         self.view.setMouseEnabled(False, False)
         self.image_item = pg.ImageItem(axisOrder="row-major")
         self.view.addItem(self.image_item)
-        self.caption = ElidedLabel("No avatar yet: import or drop a photo or a video (and a voice-over)")
+        self.caption = ElidedLabel("")
         self.caption.setObjectName("previewCaption")
         self.caption.setAlignment(Qt.AlignmentFlag.AlignCenter)
 
@@ -66,6 +66,14 @@ class PreviewView(FileDrops, QWidget):
     def show_now(self, image: np.ndarray, caption: str = "", index: int = -1) -> None:
         self._pending = (image, caption, index)
         self._display()
+
+    def clear(self, caption: str = "") -> None:
+        """No picture (the avatar was removed): an empty preview and ``caption``."""
+        self._pending = None
+        self.image_item.clear()
+        self.current_image = None
+        self.current_index = -1
+        self.caption.setText(caption)
 
     def set_widget(self, widget: QWidget | None) -> None:
         """Show another widget (the video player) in place of the picture; None goes back."""

@@ -17,12 +17,14 @@ from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
+    QSizePolicy,
+    QStyledItemDelegate,
     QTableWidget,
     QTableWidgetItem,
+    QToolBar,
     QVBoxLayout,
     QWidget,
 )
@@ -43,6 +45,15 @@ STATE_COLOURS = {
     "damaged": "#ff6b6b",
 }
 THUMB = 28  # small enough that a row shows whole in the Queue's height at 1366x768
+MIN_ROWS = 3  # the Queue always shows at least this many rows
+
+
+class _Elide(QStyledItemDelegate):
+    """Cells of one column elided in the middle (a path keeps its folder start and its file name)."""
+
+    def initStyleOption(self, option, index) -> None:  # noqa: N802 (Qt's name)
+        super().initStyleOption(option, index)
+        option.textElideMode = Qt.TextElideMode.ElideMiddle
 
 
 class QueuePanel(QWidget):
@@ -63,6 +74,7 @@ class QueuePanel(QWidget):
         self.service = service
         self.store = service.store
         self.live: dict[int, tuple[str, str]] = {}  # running job -> (where it runs, detail)
+        self.fractions: dict[int, float] = {}  # running job -> the fraction the Live bar shows
         self._thumbs: dict[str, QIcon] = {}
         self._durations: dict[str, str] = {}
         self._version = None
@@ -75,13 +87,21 @@ class QueuePanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setAlternatingRowColors(True)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.table.setWordWrap(False)
         head = self.table.horizontalHeader()
         head.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # the long columns share what is left, the output path elided in its middle (full path: tooltip)
+        head.setSectionResizeMode(OUTPUT_COL, QHeaderView.ResizeMode.Stretch)
         head.setSectionResizeMode(NOTE_COL, QHeaderView.ResizeMode.Stretch)
+        head.setMinimumSectionSize(36)
+        self.table.setItemDelegateForColumn(OUTPUT_COL, _Elide(self.table))
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.table.itemDoubleClicked.connect(self._open)
         self.table.itemSelectionChanged.connect(self._update_buttons)
-        # the header and one whole row always show, whatever height the dock gets
-        self.table.setMinimumHeight(self.table.horizontalHeader().sizeHint().height() + THUMB + 12)
+        # the header and three whole rows always show, whatever height the dock gets
+        rows = MIN_ROWS * self.table.verticalHeader().defaultSectionSize()
+        self.table.setMinimumHeight(self.table.horizontalHeader().sizeHint().height() + rows + 4)
 
         self.start_btn = QPushButton("Start queue")
         self.start_btn.setCheckable(True)
@@ -111,9 +131,17 @@ class QueuePanel(QWidget):
         self.clear_btn.clicked.connect(self._clear_finished)
         self.summary = QLabel("")
         self.summary.setObjectName("dim")
-        row = QHBoxLayout()
+        self.state_label = QLabel("stopped")
+        self.state_label.setObjectName("queueState")
+        # the buttons sit in a tool bar: what does not fit the dock's width goes behind its » button
+        row = QToolBar("Queue")
+        row.setObjectName("queueButtons")
+        row.setMovable(False)
+        row.setIconSize(QSize(16, 16))
+        row.addWidget(self.start_btn)
+        row.addWidget(self.state_label)
+        row.addSeparator()
         for b in (
-            self.start_btn,
             self.retry_btn,
             self.enqueue_btn,
             self.hold_btn,
@@ -125,11 +153,15 @@ class QueuePanel(QWidget):
             self.clear_btn,
         ):
             row.addWidget(b)
-        row.addStretch(1)
+        spacer = QWidget()
+        spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        row.addWidget(spacer)
         row.addWidget(self.summary)
+        self.buttons = row
         box = QVBoxLayout(self)
-        box.setContentsMargins(6, 6, 6, 6)
-        box.addLayout(row)
+        box.setContentsMargins(6, 4, 6, 4)
+        box.setSpacing(4)
+        box.addWidget(row)
         box.addWidget(self.table, 1)
         self.poll = QTimer(self)
         self.poll.setInterval(1000)
@@ -167,12 +199,15 @@ class QueuePanel(QWidget):
         self.table.setRowCount(len(jobs))
         for r, job in enumerate(jobs):
             live = self.live.get(job.id) if job.state == "running" else None
+            progress = job.progress
+            if job.state == "running" and job.id in self.fractions:  # the store's is up to a second old:
+                progress = self.fractions[job.id]  # the batch the Live bar shows now
             cells = [
                 "",
                 str(job.id),
                 job.label,
                 job.state,
-                f"{fraction_percent(job.progress)} %",
+                f"{fraction_percent(progress)} %",
                 self._duration(job),
                 settings_text(job),
                 job.output,
@@ -202,12 +237,22 @@ class QueuePanel(QWidget):
         self.summary.setText(" · ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs")
         self._update_buttons()
 
+    def set_state(self, text: str) -> None:
+        """The queue's state line ("Queue: running · 2 waiting"), shown short beside Start."""
+        short = text.removeprefix("Queue: ").split(":")[0].replace(" (the running job finishes)", ", finishing")
+        self.state_label.setText(short)
+        self.state_label.setToolTip(text)
+        self.state_label.setProperty("state", text.removeprefix("Queue: ").split(" ")[0])
+        self.state_label.style().unpolish(self.state_label)
+        self.state_label.style().polish(self.state_label)
+
     def set_running(self, running: bool) -> None:
         """The queue runs (the button says Pause) or waits for Start."""
         self.start_btn.setChecked(running)
         self.start_btn.setText("Pause queue" if running else "Start queue")
 
     def set_progress(self, job_id: int, fraction: float) -> None:
+        self.fractions[job_id] = fraction
         r = self._row(job_id)
         if r is not None:
             self.table.item(r, PROGRESS_COL).setText(f"{fraction_percent(fraction)} %")
@@ -216,6 +261,7 @@ class QueuePanel(QWidget):
         """Show where the running job ``job_id`` runs (None: it ended) and, in the tooltip, ``detail``."""
         if where is None:
             self.live.pop(job_id, None)
+            self.fractions.pop(job_id, None)
             return
         self.live[job_id] = (where, detail)
         r = self._row(job_id)
@@ -304,8 +350,8 @@ class QueuePanel(QWidget):
         job = self.selected_job()
         if job is None or job.state != "draft":
             self.error.emit(
-                "select a draft in the Queue to queue it (Add to queue makes drafts when the "
-                "queue is paused; drafts are jobs saved for later)"
+                "select a draft in the Queue to queue it (drafts are jobs saved for later, "
+                "e.g. by `studio queue add --draft`)"
             )
             return
         self.enqueueClicked.emit(job.id)

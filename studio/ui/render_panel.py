@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer, QUrl, Signal
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QIcon
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -93,9 +93,10 @@ class RenderPanel(QWidget):
         browse.clicked.connect(self._browse)
         self.pattern = QLineEdit()
         self.pattern.setToolTip("Output name; {avatar} {script} {engine} {crf} {preset} {encoder} are filled in")
-        self.output_label = QLabel("")
+        # paths and file names have no spaces to wrap at: they are elided in the middle (the full
+        # text is the tooltip), so a long name never widens the dock past its edge
+        self.output_label = ElidedLabel("", mode=Qt.TextElideMode.ElideMiddle)
         self.output_label.setObjectName("dim")
-        self.output_label.setWordWrap(True)
         self.target = _combo(
             [TARGETS["local"], TARGETS["farm"], TARGETS["server"]],  # "All GPUs here": set_gpus
             "Where queued jobs render: here, split over all GPUs here (with two or more), "
@@ -157,7 +158,9 @@ class RenderPanel(QWidget):
         self.render_btn.setObjectName("primary")
         self.render_btn.clicked.connect(self.renderClicked)
         self.queue_btn = QPushButton(QIcon(_icon("queue")), "Add to queue")
+        self.queue_btn.setToolTip("Queue this avatar and voice-over; Start queue renders the queue (Ctrl+Shift+R)")
         self.queue_btn.clicked.connect(self.queueClicked)
+        self.render_btn.setToolTip("Queue this avatar and voice-over and start the queue now (Ctrl+R)")
         self.cancel_btn = QPushButton(QIcon(_icon("cancel")), "Cancel")
         self.cancel_btn.setEnabled(False)
         self.cancel_btn.clicked.connect(self.cancelClicked)
@@ -174,9 +177,8 @@ class RenderPanel(QWidget):
         self.fps_label.setObjectName("fpsLabel")
         self.eta_label = QLabel("ETA —")
         self.eta_label.setObjectName("dim")
-        self.stage_label = QLabel("")
+        self.stage_label = ElidedLabel("")
         self.stage_label.setObjectName("dim")
-        self.stage_label.setWordWrap(True)
         self.engine_label = ElidedLabel("")  # one line; the tooltip has all of it
         self.engine_label.setObjectName("dim")
         self.fps_plot = pg.PlotWidget()
@@ -212,12 +214,14 @@ class RenderPanel(QWidget):
         self.reveal_btn = QPushButton(QIcon(_icon("folder")), "Show in folder")
         self.reveal_btn.setEnabled(False)
         self.reveal_btn.clicked.connect(self.reveal)
-        self.result_label = QLabel("No render yet")
+        self.result_label = ElidedLabel("No render yet", mode=Qt.TextElideMode.ElideMiddle)
         self.result_label.setObjectName("dim")
-        self.result_label.setWordWrap(True)
+        self.result_detail = ElidedLabel("")
+        self.result_detail.setObjectName("dim")
         result = QGroupBox("Output")
         rv = QVBoxLayout(result)
         rv.addWidget(self.result_label)
+        rv.addWidget(self.result_detail)
         row = QHBoxLayout()
         row.addWidget(self.play_btn)
         row.addWidget(self.reveal_btn)
@@ -390,7 +394,7 @@ class RenderPanel(QWidget):
         self._show_farm_row()
 
     def show_engines(self, status: dict) -> None:
-        """Tooltips and availability of each engine (from ``available_engines``)."""
+        """Tooltips and availability of each engine (``str`` of ``engine_status``'s values)."""
         for i in range(self.engine.count()):
             name = self.engine.itemText(i)
             if name in status:
@@ -430,7 +434,10 @@ class RenderPanel(QWidget):
             self.last_output = output
             self.play_btn.setEnabled(True)
             self.reveal_btn.setEnabled(True)
-            self.result_label.setText(f"{Path(output).name}\n{detail or message}")
+            self.result_label.setText(Path(output).name)
+            self.result_label.setToolTip(output)
+            self.result_detail.setText(detail or message)
+            self.result_detail.setToolTip(detail or message)
 
     def set_running(self, running: bool) -> None:
         self.cancel_btn.setEnabled(running)
@@ -467,7 +474,18 @@ class RenderPanel(QWidget):
             self.folder.setText(path)
 
     def _update_output_label(self, *_):
-        self.output_label.setText(f"→ {self.output_path()}")
+        path = self.output_path()
+        self.output_label.setText(f"→ {path}")
+        self.output_label.setToolTip(path)
+
+    def set_batch(self, pairs: int) -> None:
+        """Several avatars x voice-overs are selected: Add to queue queues them all."""
+        self.queue_btn.setText(f"Add {pairs} to queue" if pairs > 1 else "Add to queue")
+        self.queue_btn.setToolTip(
+            f"Queue all {pairs} selected avatar × voice-over pairs (Ctrl+Shift+R)"
+            if pairs > 1
+            else "Queue this avatar and voice-over; Start queue renders the queue (Ctrl+Shift+R)"
+        )
 
 
 def farm_status(p) -> str:

@@ -53,6 +53,7 @@ class RenderQueue(QObject):
     status = Signal(str)
     error = Signal(str)
     runnerChanged = Signal(bool)  # the queue runs (True) or waits for Start (False)
+    stateChanged = Signal(str)  # "running", "paused" (the editor paused it) or "stopped" (not started yet)
 
     def __init__(self, service, worker, render_panel, queue_panel, parent=None):
         super().__init__(parent)
@@ -63,6 +64,7 @@ class RenderQueue(QObject):
         self.pending: int | None = None  # a job just added to an idle queue: the Live panel shows it starting
         self.closing = False
         self.where = ""
+        self.state = "stopped"
         worker.placed.connect(self._placed)
         worker.progress.connect(self._progress)
         worker.preview.connect(self._preview)
@@ -70,6 +72,7 @@ class RenderQueue(QObject):
         worker.failed.connect(self._failed)
         worker.cancelled.connect(self._cancelled)
         worker.queueChanged.connect(queue_panel.refresh)
+        worker.queueChanged.connect(self.refresh_state)
         queue_panel.retryClicked.connect(self.retry)
         queue_panel.cancelClicked.connect(self.cancel_job)
         queue_panel.enqueueClicked.connect(self.enqueue)
@@ -122,6 +125,7 @@ class RenderQueue(QObject):
             self.error.emit(error_text(exc))
             return None
         self.queue_panel.refresh()
+        self.refresh_state()
         if start:
             if self.current is None and self.service.running_job_id is None:
                 self.pending = job.id
@@ -135,14 +139,39 @@ class RenderQueue(QObject):
         if self.closing:
             return
         self.service.start()
-        self.queue_panel.set_running(True)
-        self.runnerChanged.emit(True)
+        self._set_state("running")
 
     def pause(self) -> None:
         """The running job finishes; the next ones wait for Start."""
         self.service.stop(timeout=None)
-        self.queue_panel.set_running(False)
-        self.runnerChanged.emit(False)
+        self._set_state("paused")
+
+    def _set_state(self, state: str) -> None:
+        changed = state != self.state
+        self.state = state
+        self.queue_panel.set_running(state == "running")
+        self.queue_panel.set_state(self.state_text())
+        if changed:
+            self.runnerChanged.emit(state == "running")
+            self.stateChanged.emit(state)
+
+    def state_text(self) -> str:
+        """One line: "Queue: running · 2 waiting", "Queue: paused (the running job finishes) · 3 waiting"."""
+        try:
+            waiting = len(self.store.list(("queued",)))
+        except Exception:  # noqa: BLE001 - the store's trouble is said elsewhere
+            waiting = 0
+        text = f"Queue: {self.state}"
+        if self.state != "running" and self.service.running_job_id is not None:
+            text += " (the running job finishes)"
+        if waiting:
+            text += f" · {waiting} waiting" + ("" if self.state == "running" else ": Start queue renders them")
+        return text
+
+    def refresh_state(self) -> None:
+        """The number waiting changed (a job added, started or finished): say it again."""
+        self.queue_panel.set_state(self.state_text())
+        self.stateChanged.emit(self.state)
 
     def pump(self) -> None:  # kept for callers of the earlier API: starting is explicit now
         self.start()

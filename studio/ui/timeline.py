@@ -335,6 +335,22 @@ class TimelineView(QWidget):
         self.out_frame = None
         self._range_changed()
 
+    def clear_range(self) -> None:
+        self.in_frame = self.out_frame = None
+        self._range_changed()
+
+    def set_range(self, in_frame: int | None, out_frame: int | None) -> None:
+        """Both points at once (``out_frame`` included), e.g. from a marker to the next, or an undo."""
+        self.in_frame = None if in_frame is None else int(in_frame)
+        self.out_frame = None if out_frame is None else int(out_frame)
+        self._range_changed()
+
+    def focus_timecode(self) -> None:
+        """The timecode field takes the focus with all its text selected (also when it had the focus)."""
+        edit = self.timecode_edit
+        edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        edit.selectAll()
+
     def range_frames(self) -> tuple[int, int] | None:
         """The in/out range as frames ``[start, end)``; None when neither point is set."""
         if self.analysis is None or (self.in_frame is None and self.out_frame is None):
@@ -398,12 +414,11 @@ class TimelineView(QWidget):
         try:
             frame = parse_jump(self.timecode_edit.text(), current=self.frame)
         except Exception as exc:  # noqa: BLE001 - TimecodeError: one sentence
-            self.timecode_edit.setProperty("bad", True)
-            self._repolish(self.timecode_edit)
+            self._set_bad(True)
+            self.timecode_edit.selectAll()  # the next entry replaces the bad one
             self.error.emit(str(exc))
             return
-        self.timecode_edit.setProperty("bad", False)
-        self._repolish(self.timecode_edit)
+        self._set_bad(False)
         self.timecode_edit.clearFocus()
         self.set_frame(frame)
         self.timecode_edit.setText(timecode(self.frame))
@@ -415,15 +430,24 @@ class TimelineView(QWidget):
 
                 QTimer.singleShot(0, self.timecode_edit.selectAll)
             elif event.type() == QEvent.Type.FocusOut:
+                self._set_bad(False)
                 self.timecode_edit.setText(timecode(self.frame))
             elif event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Escape:
+                self._set_bad(False)  # Esc: the error goes, the field shows the playhead again
                 self.timecode_edit.setText(timecode(self.frame))
                 self.timecode_edit.clearFocus()
                 return True
         return super().eventFilter(obj, event)
 
-    @staticmethod
-    def _repolish(w) -> None:
+    @property
+    def timecode_bad(self) -> bool:
+        return bool(self.timecode_edit.property("bad"))
+
+    def _set_bad(self, bad: bool) -> None:
+        w = self.timecode_edit
+        if bool(w.property("bad")) == bad:
+            return
+        w.setProperty("bad", bad)
         w.style().unpolish(w)
         w.style().polish(w)
 

@@ -47,6 +47,7 @@ def audio_device() -> str | None:
 class Transport(QObject):
     playingChanged = Signal(bool)
     speedChanged = Signal(int)  # frames of clip per frame of time: -4..4, 0 = stopped
+    loopChanged = Signal(bool)
 
     def __init__(self, timeline, parent=None):
         super().__init__(parent)
@@ -124,9 +125,12 @@ class Transport(QObject):
             self.playingChanged.emit(False)
 
     def set_loop(self, on: bool) -> None:
+        changed = self.loop != bool(on)
         self.loop = bool(on)
         if self.timeline.loop_btn.isChecked() != self.loop:
             self.timeline.loop_btn.setChecked(self.loop)
+        if changed:
+            self.loopChanged.emit(self.loop)
 
     def set_media(self, player) -> None:
         """Drive ``player`` (a QMediaPlayer) instead of scrub frames; None goes back to the timeline."""

@@ -1,7 +1,7 @@
 """The editor's keys and the finished render's player, wired to the timeline and the transport.
 
-    controls = TransportControls(window, timeline, transport, preview)
-    controls.shortcuts["Space"]          # every key binding (window-wide, not in text fields)
+    controls = TransportControls(window, timeline, transport, preview, actions)   # the Playback menu
+    controls.shortcuts["Space"]          # the action a key triggers (window-wide, not in text fields)
     controls.play("out.mp4")             # the render plays in the preview; playhead and player move together
 
 Keys follow video editors (NLE) and work wherever the focus is in the window, except in text fields
@@ -11,7 +11,8 @@ and spin boxes, which keep their own keys (``studio.ui.widgets.InputGuard``):
     Left / Right     one frame (also , .)     K+J, K+L   one frame back / on (K held)
     Shift+Left/Right one second (also < >)    Home / End first / last frame
     Up / Down        previous / next silence or speech edge
-    I / O            set in / out point       Alt+I / Alt+O   clear it
+    I / O            set in / out point       Alt+I / Alt+O   clear it (Alt+X both)
+    Shift+I/Shift+O  go to the in / out point Ctrl+/      loop playback
     Ctrl+G           type a timecode to go to
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import QAction
 
 from studio.core.constants import FPS
 
@@ -30,12 +31,13 @@ class TransportControls(QObject):
 
     playerClosed = Signal()  # the finished render left the preview: show the exact frame again
 
-    def __init__(self, window, timeline, transport, preview):
+    def __init__(self, window, timeline, transport, preview, actions):
         super().__init__(window)
         self.window, self.timeline, self.transport, self.preview = window, timeline, transport, preview
+        self.actions = actions
         self.player = None
         self._k_held = False  # K is down: J / L step one frame
-        self.shortcuts: dict[str, QShortcut] = {}
+        self.shortcuts: dict[str, QAction] = {}  # key text -> its action
         self._bind_keys()
 
     # ---- the player ----------------------------------------------------------------------
@@ -58,6 +60,7 @@ class TransportControls(QObject):
             self.preview.set_widget(self.player)
             self.transport.set_media(self.player.player)
             self.player.play(path)
+            self._player_caption(0)
         except ImportError as exc:
             w.show_error(f"in-app playback needs QtMultimedia ({exc}); install pyside6-addons and libpulse0")
 
@@ -74,6 +77,14 @@ class TransportControls(QObject):
         if self.player_shown:
             self.timeline.set_frame(frame, emit=False)
             self.transport.media_moved(frame)
+            self._player_caption(frame)
+
+    def _player_caption(self, frame: int) -> None:
+        """The caption says what plays: the rendered file and its frame (never a scrub frame's words)."""
+        from studio.core.media.timecode import timecode
+
+        name = Path(self.player.path).name if self.player is not None and self.player.path else "the render"
+        self.preview.caption.setText(f"{name} · {timecode(frame)} · frame {frame} · the rendered file")
 
     def _player_playing(self, playing: bool) -> None:
         # the player's own button: the transport and the timeline's button follow it
@@ -87,35 +98,33 @@ class TransportControls(QObject):
     # ---- keys ----------------------------------------------------------------------------
 
     def _bind_keys(self) -> None:
-        t, tl = self.transport, self.timeline
-        bindings = [
-            ("Space", t.toggle),
-            ("J", lambda: self._jkl(-1)),
-            ("K", self._k_pressed),
-            ("L", lambda: self._jkl(1)),
-            ("Left", lambda: self.step(-1)),
-            ("Right", lambda: self.step(1)),
-            (",", lambda: self.step(-1)),
-            (".", lambda: self.step(1)),
-            ("Shift+Left", lambda: self.step(-FPS)),
-            ("Shift+Right", lambda: self.step(FPS)),
-            ("<", lambda: self.step(-FPS)),
-            (">", lambda: self.step(FPS)),
-            ("Home", lambda: self.go(0)),
-            ("End", lambda: self.go(tl.frames - 1)),
-            ("Up", lambda: self.edge(-1)),
-            ("Down", lambda: self.edge(1)),
-            ("I", tl.set_in),
-            ("O", tl.set_out),
-            ("Alt+I", tl.clear_in),
-            ("Alt+O", tl.clear_out),
-            ("Ctrl+G", self.focus_timecode),
-        ]
-        for key, slot in bindings:
-            sc = QShortcut(QKeySequence(key), self.window)
-            sc.setContext(Qt.ShortcutContext.WindowShortcut)
-            sc.activated.connect(slot)
-            self.shortcuts[key] = sc
+        """The Playback menu: every transport key is an action (its menu entry shows the key)."""
+        t, tl, add = self.transport, self.timeline, self.actions.add
+        add("play", "Playback", "Play / stop", t.toggle, "Space")
+        add("shuttle_back", "Playback", "Play backwards (again: faster)", lambda: self._jkl(-1), "J")
+        add("stop", "Playback", "Stop (hold K: J / L step one frame)", self._k_pressed, "K")
+        add("shuttle_forward", "Playback", "Play forwards (again: faster)", lambda: self._jkl(1), "L")
+        add("loop", "Playback", "Loop playback", t.set_loop, "Ctrl+/", checkable=True)
+        t.loopChanged.connect(self.actions["loop"].setChecked)
+        self.actions.separator("Playback")
+        add("step_back", "Playback", "Previous frame", lambda: self.step(-1), ["Left", ","])
+        add("step_forward", "Playback", "Next frame", lambda: self.step(1), ["Right", "."])
+        add("second_back", "Playback", "Back one second", lambda: self.step(-FPS), ["Shift+Left", "<"])
+        add("second_forward", "Playback", "Forward one second", lambda: self.step(FPS), ["Shift+Right", ">"])
+        add("first_frame", "Playback", "First frame", lambda: self.go(0), "Home")
+        add("last_frame", "Playback", "Last frame", lambda: self.go(tl.frames - 1), "End")
+        add("prev_edge", "Playback", "Previous silence or speech edge", lambda: self.edge(-1), "Up")
+        add("next_edge", "Playback", "Next silence or speech edge", lambda: self.edge(1), "Down")
+        add("goto_timecode", "Playback", "Go to timecode…", self.focus_timecode, "Ctrl+G")
+        self.actions.separator("Playback")
+        add("set_in", "Playback", "Mark in", tl.set_in, "I")
+        add("set_out", "Playback", "Mark out", tl.set_out, "O")
+        add("go_in", "Playback", "Go to in", lambda: self._go_point(tl.in_frame), "Shift+I")
+        add("go_out", "Playback", "Go to out", lambda: self._go_point(tl.out_frame), "Shift+O")
+        add("clear_in", "Playback", "Clear in", tl.clear_in, ["Alt+I", "Ctrl+Shift+I"])
+        add("clear_out", "Playback", "Clear out", tl.clear_out, ["Alt+O", "Ctrl+Shift+O"])
+        add("clear_in_out", "Playback", "Clear in and out", tl.clear_range, ["Alt+X", "Ctrl+Shift+X"])
+        self.shortcuts = {k.toString(): a for a in self.actions.actions.values() for k in a.shortcuts()}
 
     def key_released(self, event) -> None:
         """The window's key releases: K let go ends K+J / K+L stepping."""
@@ -144,5 +153,12 @@ class TransportControls(QObject):
         self.transport.stop()
         self.timeline.next_edge(direction)
 
+    def _go_point(self, frame: int | None) -> None:
+        if frame is None:
+            self.window.statusBar().showMessage("no point set there: I marks in, O marks out", 4000)
+            return
+        self.go(frame)
+
     def focus_timecode(self) -> None:
-        self.timeline.timecode_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        """Ctrl+G: the timecode field with its text selected, so what is typed replaces it."""
+        self.timeline.focus_timecode()

@@ -33,6 +33,7 @@ class ElidedLabel(QLabel):
         super().__init__(parent)
         self._full = ""
         self._mode = mode
+        self._auto_tip = False  # the tooltip is the elided text's full version (kept up to date)
         self.max_hint = max_hint  # the widest size it asks for (the full text's width, at most this)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.setMinimumWidth(20)
@@ -49,11 +50,19 @@ class ElidedLabel(QLabel):
         super().resizeEvent(event)
         self._elide()
 
+    def setToolTip(self, tip: str) -> None:  # noqa: N802 (Qt's name)
+        self._auto_tip = False  # a tooltip of its own: kept
+        super().setToolTip(tip)
+
     def _elide(self) -> None:
         shown = self.fontMetrics().elidedText(self._full, self._mode, max(0, self.width() - 2))
         super().setText(shown)
-        if shown != self._full and not self.toolTip():
-            self.setToolTip(self._full)
+        if shown != self._full and (self._auto_tip or not self.toolTip()):
+            super().setToolTip(self._full)
+            self._auto_tip = True
+        elif shown == self._full and self._auto_tip:
+            super().setToolTip("")
+            self._auto_tip = False
         self.updateGeometry()
 
     def sizeHint(self):  # noqa: N802

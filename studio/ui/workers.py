@@ -169,7 +169,8 @@ class RenderWorker(QObject):
                 self.failed.emit(run, job.reason)
             elif job.state in (J.CANCELLED, J.INTERRUPTED_STATE) and was_running:
                 self.cancelled.emit(run)
-        self.queueChanged.emit()
+        if ev.kind != "progress":  # per batch: the Render panel and the Queue's cell move, not the table
+            self.queueChanged.emit()
 
     # ---- scrub frames (this worker's thread) --------------------------------------------
 

@@ -25,11 +25,12 @@ DEMO_AVATAR = ROOT / "resources" / "demo" / "astronaut.png"
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default=str(ROOT / "resources" / "screenshot.png"))
-    ap.add_argument("--size", default="1600x1000")
+    ap.add_argument("--size", default="1600x1000", help="the window's size; 'first': as on a first launch")
     ap.add_argument("--no-render", action="store_true")
     ap.add_argument("--raw", action="store_true")
     args = ap.parse_args(argv)
-    width, height = (int(v) for v in args.size.lower().split("x"))
+    first = args.size == "first"
+    width, height = (0, 0) if first else (int(v) for v in args.size.lower().split("x"))
 
     import soundfile as sf
     from PIL import Image
@@ -39,9 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     from studio.ui.app import create_app
     from studio.ui.main_window import MainWindow
 
-    app = create_app([])  # noqa: F841 - keeps the QApplication alive
+    app = create_app([])
     w = MainWindow()
-    w.resize(width, height)
+    if not first:
+        w.resize(width, height)
     w.show()
 
     def wait(ms: int) -> None:
@@ -82,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     until(lambda: w.last_scrub is not None and w.last_scrub[1] == 210)
     wait(1500)
     raw = str(Path(args.out).with_suffix(".raw.png"))
-    w.grab().save(raw)
+    if first:  # the whole screen: the window manager's frame and where the window sits
+        app.primaryScreen().grabWindow(0).save(raw)
+    else:
+        w.grab().save(raw)
     w.close()
     if args.raw:
         os.replace(raw, args.out)

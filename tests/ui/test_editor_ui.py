@@ -10,7 +10,7 @@ from conftest import DEMO_AVATAR
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QWheelEvent
 from PySide6.QtWidgets import QApplication, QDockWidget
-from ui_helpers import clip, load_demo, window  # noqa: F401 (fixture)
+from ui_helpers import SLOW, clip, load_demo, window  # noqa: F401 (fixture)
 
 
 def _drop(widget, paths) -> bool:
@@ -45,7 +45,7 @@ def _wheel(widget, steps: int = 1) -> None:
 
 def test_an_unreadable_audio_file_leaves_no_trace(window, qtbot, tmp_path):
     good = clip(tmp_path, 3.0, "good.wav")
-    with qtbot.waitSignal(window.analysisReady, timeout=30_000):
+    with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         window.load_script(str(good))
     lib, tl = window.library, window.timeline
     scripts = [lib.scripts.item(i).data(Qt.ItemDataRole.UserRole) for i in range(lib.scripts.count())]
@@ -54,7 +54,7 @@ def test_an_unreadable_audio_file_leaves_no_trace(window, qtbot, tmp_path):
 
     bad = tmp_path / "broken.wav"
     bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk" * 40)
-    with qtbot.waitSignal(lib.error, timeout=20_000) as b:
+    with qtbot.waitSignal(lib.error, timeout=SLOW) as b:
         window.load_script(str(bad))
     assert "broken.wav" in b.args[0] and "\n" not in b.args[0]
     qtbot.wait(200)
@@ -86,9 +86,9 @@ def test_dropping_files_imports_avatars_and_scripts(window, qtbot, tmp_path):
     note.write_text("not media")
     errors = []
     lib.error.connect(errors.append)
-    with qtbot.waitSignal(lib.avatarPrepared, timeout=90_000):
+    with qtbot.waitSignal(lib.avatarPrepared, timeout=SLOW):
         assert _drop(lib.avatars.viewport(), [DEMO_AVATAR, a, b, note])  # several files at once, on the list
-        qtbot.waitUntil(lambda: lib.scripts.count() == 2, timeout=30_000)
+        qtbot.waitUntil(lambda: lib.scripts.count() == 2, timeout=SLOW)
     assert lib.avatar == "astronaut"
     names = {lib.scripts.item(i).text() for i in range(lib.scripts.count())}
     assert names == {"first.wav", "second.wav"}
@@ -97,7 +97,7 @@ def test_dropping_files_imports_avatars_and_scripts(window, qtbot, tmp_path):
 
     # the preview takes drops too
     c = clip(tmp_path, 1.0, "third.wav")
-    with qtbot.waitSignal(window.analysisReady, timeout=30_000):
+    with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         assert _drop(window.preview, [c])
     assert lib.scripts.count() == 3 and lib.script.endswith("third.wav")
     # a drag with no files is refused
@@ -128,7 +128,7 @@ def test_wheel_over_an_unfocused_spin_box_does_not_change_it(window, qtbot):
 
 
 def test_threshold_field_and_line_are_bound_both_ways(window, qtbot, tmp_path):
-    with qtbot.waitSignal(window.analysisReady, timeout=30_000):
+    with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         window.load_script(str(clip(tmp_path, 6.0)))
     tl = window.timeline
     with qtbot.waitSignal(tl.maskChanged, timeout=2000):
@@ -143,17 +143,17 @@ def test_threshold_field_and_line_are_bound_both_ways(window, qtbot, tmp_path):
 def test_face_box_and_blend_mask_show_separately_and_stay_on_scrub_frames(window, qtbot, tmp_path):
     load_demo(window, qtbot, audio=clip(tmp_path, 4.0))
     lib = window.library
-    with qtbot.waitSignal(window.scrubShown, timeout=60_000, check_params_cb=lambda t, i: i == 50):
+    with qtbot.waitSignal(window.scrubShown, timeout=SLOW, check_params_cb=lambda t, i: i == 50):
         window.scrub_to(2.0)
     plain = window.preview.current_image.copy()
-    with qtbot.waitSignal(window.scrubShown, timeout=60_000):
+    with qtbot.waitSignal(window.scrubShown, timeout=SLOW):
         lib.show_box.setChecked(True)
     box_only = window.preview.current_image.copy()
     assert "face box" in window.preview.caption.text() and "blend mask" not in window.preview.caption.text()
     changed = (box_only != plain).any(axis=2)
     assert 0.001 < changed.mean() < 0.05  # a thin rectangle, no tinted area
 
-    with qtbot.waitSignal(window.scrubShown, timeout=60_000):
+    with qtbot.waitSignal(window.scrubShown, timeout=SLOW):
         lib.show_box.setChecked(False)
         lib.show_mask.setChecked(True)
     assert "blend mask" in window.preview.caption.text() and "face box" not in window.preview.caption.text()
@@ -161,14 +161,14 @@ def test_face_box_and_blend_mask_show_separately_and_stay_on_scrub_frames(window
     assert (mask_only != plain).any(axis=2).mean() > 0.01
 
     # the overlay stays while its box is ticked: the next scrub frame has it too
-    with qtbot.waitSignal(window.scrubShown, timeout=60_000, check_params_cb=lambda t, i: i == 60):
+    with qtbot.waitSignal(window.scrubShown, timeout=SLOW, check_params_cb=lambda t, i: i == 60):
         window.scrub_to(2.4)
     assert "frame 60" in window.preview.caption.text() and "blend mask" in window.preview.caption.text()
     from studio.core.render.renderer import Renderer
 
     raw = Renderer("astronaut", lib.script, window.render_panel.render_settings()).frame(60)
     assert (window.preview.current_image != raw).any(axis=2).mean() > 0.01
-    with qtbot.waitSignal(window.scrubShown, timeout=60_000):
+    with qtbot.waitSignal(window.scrubShown, timeout=SLOW):
         lib.show_mask.setChecked(False)
     np.testing.assert_array_equal(window.preview.current_image, raw)
 
@@ -188,11 +188,11 @@ def test_faceless_frames_of_a_video_avatar_are_marked_on_the_timeline(window, qt
                 c.mux(packet)
         for packet in s.encode():
             c.mux(packet)
-    with qtbot.waitSignal(window.avatarLoaded, timeout=90_000) as b:
+    with qtbot.waitSignal(window.avatarLoaded, timeout=SLOW) as b:
         window.load_avatar(str(path))
     assets = b.args[0]
     assert not assets.face_ok.all() and assets.face_ok[:6].all()
-    with qtbot.waitSignal(window.analysisReady, timeout=30_000):
+    with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         window.load_script(str(clip(tmp_path, 2.0)))
     spans = window.timeline.faceless_spans
     expected = ~assets.face_ok[assets.cycle_index(np.arange(50))]
@@ -249,7 +249,7 @@ def test_no_audio_device_is_said_in_the_window_and_the_doctor(window, qtbot):
         assert "no audio device" in window.timeline.audio_note.text()
     else:
         assert window.timeline.audio_note.text() == ""
-    with qtbot.waitSignal(window.doctor.checked, timeout=60_000) as b:
+    with qtbot.waitSignal(window.doctor.checked, timeout=SLOW) as b:
         window.doctor.run()
     check = {c.name: c for c in b.args[0]}["audio output device"]
     assert check.status == ("warn" if audio_output() is None else "ok")
@@ -263,10 +263,10 @@ def test_after_a_render_the_caption_clears_and_the_player_is_the_timeline(window
     p.folder.setText(str(tmp_path / "renders"))
     captions = []
     window.preview.shown.connect(lambda _i: captions.append(window.preview.caption.text()))
-    with qtbot.waitSignal(window.jobFinished, timeout=180_000):
+    with qtbot.waitSignal(window.jobFinished, timeout=SLOW):
         window.render()
     # no stale "rendering · frame N" once it is done: the scrub frame at the playhead comes back
-    qtbot.waitUntil(lambda: "exact render preview" in window.preview.caption.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: "exact render preview" in window.preview.caption.text(), timeout=SLOW)
     assert any(c.startswith("rendering") for c in captions)
     assert p.progress_bar.format().startswith("done")
 
@@ -306,7 +306,7 @@ def test_render_in_out_range_only_renders_those_frames(window, qtbot, tmp_path):
     tl.set_out()
     p.range_check.setChecked(True)
     assert p.render_range() == (10, 35)
-    with qtbot.waitSignal(window.worker.finished, timeout=180_000) as done:
+    with qtbot.waitSignal(window.worker.finished, timeout=SLOW) as done:
         window.render()
     _req, result = done.args
     frames, _audio, _first = decode(result.output)

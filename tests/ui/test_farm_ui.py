@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
+from ui_helpers import SLOW, clip, decode, load_demo, window  # noqa: F401 (fixture)
 
 from studio.core.store import jobs
 from studio.ui.queue_panel import ID_COL, NOTE_COL, STATE_COL
@@ -92,7 +92,7 @@ def test_a_bad_farm_address_fails_the_job_with_one_readable_line(window, qtbot, 
     assert window.store.list() == before
     for address, words in (("127.0.0.1:1", ("127.0.0.1:1", "studio farm up")),):
         _on_farm(window, tmp_path, address)
-        with qtbot.waitSignal(window.jobFinished, timeout=60_000) as finished:
+        with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
             job_id = window.queue.add("astronaut", str(audio))
         assert finished.args == [job_id, jobs.FAILED]
         reason = window.store.get(job_id).reason
@@ -115,7 +115,7 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     window.worker.progress.connect(lambda req, p: progress.append(p))
     window.worker.placed.connect(lambda req, where: placed.append(where))
 
-    with qtbot.waitSignal(window.jobFinished, timeout=120_000) as finished:
+    with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
         job_id = window.render()
     assert finished.args == [job_id, jobs.DONE], window.store.get(job_id).reason
     assert placed == ["farm (2 workers)"]
@@ -138,17 +138,17 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     farm = window.worker.farm
 
     # a longer job, cancelled from the Queue panel mid-render: every chunk stops, nothing is written
-    with qtbot.waitSignal(window.analysisReady, timeout=30_000):
+    with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         window.load_script(str(clip(tmp_path, 8.0, "long.wav")))
     long_output = Path(panel.output_path())
     assert long_output != output
     progress.clear()
     job_id = window.render()
-    qtbot.waitUntil(lambda: any(p.done > 0 for p in progress), timeout=60_000)
+    qtbot.waitUntil(lambda: any(p.done > 0 for p in progress), timeout=SLOW)
     row = [window.queue_panel.table.item(r, ID_COL).text() for r in range(window.queue_panel.table.rowCount())]
     window.queue_panel.table.selectRow(row.index(str(job_id)))
     assert window.queue_panel.table.item(row.index(str(job_id)), NOTE_COL).text() == "farm (2 workers)"
-    with qtbot.waitSignal(window.jobFinished, timeout=60_000) as finished:
+    with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
         window.queue_panel.cancel_btn.click()
     assert finished.args == [job_id, jobs.CANCELLED]
     assert progress[-1].done < 200 and not progress[-1].finished
@@ -166,9 +166,9 @@ def test_a_farm_that_goes_away_fails_the_job_not_the_app_and_the_next_job_reconn
     output = Path(window.render_panel.output_path())
     progress = []
     window.worker.progress.connect(lambda req, p: progress.append(p))
-    with qtbot.waitSignal(window.jobFinished, timeout=120_000) as finished:
+    with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
         job_id = window.render()
-        qtbot.waitUntil(lambda: any(p.done > 0 for p in progress), timeout=60_000)
+        qtbot.waitUntil(lambda: any(p.done > 0 for p in progress), timeout=SLOW)
         os.kill(window.worker.farm._proc.pid, signal.SIGKILL)  # as when its Ray node stops: the driver dies
     assert finished.args == [job_id, jobs.FAILED]
     reason = window.store.get(job_id).reason
@@ -176,8 +176,8 @@ def test_a_farm_that_goes_away_fails_the_job_not_the_app_and_the_next_job_reconn
     assert "\n" not in reason and not output.exists() and window.isVisible()
     # the next job opens a new link to the same farm and completes
     window.load_script(str(clip(tmp_path, 1.2, "short.wav")))
-    qtbot.waitUntil(lambda: window.library.script.endswith("short.wav"), timeout=30_000)
-    with qtbot.waitSignal(window.jobFinished, timeout=120_000) as finished:
+    qtbot.waitUntil(lambda: window.library.script.endswith("short.wav"), timeout=SLOW)
+    with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
         job_id = window.render()
     assert finished.args == [job_id, jobs.DONE], window.store.get(job_id).reason
     assert decode(window.store.get(job_id).output)[0] == 30

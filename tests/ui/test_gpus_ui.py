@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
+from ui_helpers import SLOW, clip, decode, load_demo, window  # noqa: F401 (fixture)
 
 from studio.core.store import jobs
 from studio.ui.render_panel import TARGETS
@@ -20,8 +20,8 @@ def test_all_gpus_here_renders_a_queued_job_on_every_device(window, qtbot, tmp_p
     from studio.ui.render_queue import job_devices
 
     panel = window.render_panel
-    qtbot.waitUntil(lambda: getattr(window, "gpus_task", None) is not None, timeout=60_000)
-    qtbot.waitUntil(window.gpus_task.finished_event.is_set, timeout=30_000)  # the real list (none here) first
+    qtbot.waitUntil(lambda: getattr(window, "gpus_task", None) is not None, timeout=SLOW)
+    qtbot.waitUntil(window.gpus_task.finished_event.is_set, timeout=SLOW)  # the real list (none here) first
     qtbot.wait(50)
     panel.set_gpus(["cuda:0"])  # one GPU: nothing to split over
     assert panel.target.findText(TARGETS["gpus"]) < 0 and panel.render_devices() is None
@@ -39,7 +39,7 @@ def test_all_gpus_here_renders_a_queued_job_on_every_device(window, qtbot, tmp_p
     progress, placed = [], []
     window.worker.progress.connect(lambda req, p: progress.append(p))
     window.worker.placed.connect(lambda req, where: placed.append(where))
-    with qtbot.waitSignal(window.jobFinished, timeout=120_000) as finished:
+    with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
         job_id = window.render()
     assert finished.args == [job_id, jobs.DONE], window.store.get(job_id).reason
     assert placed == ["2 GPUs here"]

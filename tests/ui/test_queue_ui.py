@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from conftest import DEMO_AUDIO, ROOT
 from PySide6.QtCore import Qt
-from ui_helpers import window  # noqa: F401 (fixture)
+from ui_helpers import SLOW, library_window, prepared_avatars, window  # noqa: F401 (fixture)
 
 from studio.core.store import jobs
 
@@ -128,9 +128,9 @@ def test_scrubbing_during_a_render_shows_the_exact_frame(window, qtbot, tmp_path
     p.folder.setText(str(tmp_path / "renders"))
     got = []
     window.worker.frameReady.connect(lambda s, i, img: got.append((i, img)))
-    with qtbot.waitSignal(window.worker.progress, timeout=120_000):
+    with qtbot.waitSignal(window.worker.progress, timeout=SLOW):
         job_id = window.render()
-    with qtbot.waitSignal(window.scrubShown, timeout=60_000):
+    with qtbot.waitSignal(window.scrubShown, timeout=SLOW):
         window.scrub_to(3.0)
     assert window.current is not None and window.current.job_id == job_id  # still rendering
     index, image = got[-1]
@@ -138,7 +138,7 @@ def test_scrubbing_during_a_render_shows_the_exact_frame(window, qtbot, tmp_path
     settings = p.render_settings()
     expected = Renderer("astronaut", str(tmp_path / "long.wav"), settings).frame(75)
     assert np.array_equal(image, expected)
-    with qtbot.waitSignal(window.jobFinished, timeout=60_000):
+    with qtbot.waitSignal(window.jobFinished, timeout=SLOW):
         p.cancel_btn.click()
 
 
@@ -209,7 +209,7 @@ def test_two_identical_jobs_get_numbered_files_and_both_exist(window, qtbot, tmp
     assert first.name.startswith("astronaut_one_")  # {avatar} is the job's own avatar
     ids = []
     for _ in range(2):
-        with qtbot.waitSignal(window.jobFinished, timeout=120_000):
+        with qtbot.waitSignal(window.jobFinished, timeout=SLOW):
             ids.append(window.render())
     outputs = [Path(window.store.get(i).output) for i in ids]
     assert outputs == [first, first.with_name(first.stem + "_002.mp4")]
@@ -219,3 +219,122 @@ def test_two_identical_jobs_get_numbered_files_and_both_exist(window, qtbot, tmp
         for r in range(window.queue_panel.table.rowCount())
     }
     assert shown == {str(i): str(o) for i, o in zip(ids, outputs)}  # the resolved paths, in full
+
+
+def _fast_settings(window, tmp_path):
+    p = window.render_panel
+    p.engine.setCurrentText("classic")
+    p.encoder.setCurrentText("x264")
+    p.preset.setCurrentText("ultrafast")
+    p.folder.setText(str(tmp_path / "renders"))
+
+
+def _select(lst, names):
+    """Ctrl-click ``names`` in a Library list (real mouse events), the first one a plain click."""
+    from PySide6.QtTest import QTest
+
+    for i, name in enumerate(names):
+        row = next(r for r in range(lst.count()) if lst.item(r).data(Qt.ItemDataRole.UserRole) == name)
+        rect = lst.visualItemRect(lst.item(row))
+        mods = Qt.KeyboardModifier.ControlModifier if i else Qt.KeyboardModifier.NoModifier
+        QTest.mouseClick(lst.viewport(), Qt.MouseButton.LeftButton, mods, rect.center())
+
+
+def test_add_to_queue_waits_for_start_and_a_running_queue_takes_jobs_in_order(library_window, qtbot, tmp_path):
+    from ui_helpers import clip
+
+    w = library_window
+    with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+        w.load_script(str(clip(tmp_path, 1.0, "one.wav")))
+    _fast_settings(w, tmp_path)
+    assert w.queue_panel.state_label.text() == "stopped"
+    qtbot.mouseClick(w.render_panel.queue_btn, Qt.MouseButton.LeftButton)
+    (job,) = w.store.list()
+    assert job.state == jobs.QUEUED and not w.service.started
+    assert w.queue.state == "stopped"
+    assert w.queue_state_label.text() == "Queue: stopped · 1 waiting: Start queue renders them"
+    assert "1 waiting" in w.queue_panel.state_label.toolTip()
+    # nothing starts by itself: no runner thread exists to claim it
+    assert w.service._thread is None and w.store.get(job.id).state == jobs.QUEUED and w.current is None
+
+    with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as first:
+        qtbot.mouseClick(w.queue_panel.start_btn, Qt.MouseButton.LeftButton)
+        assert w.queue.state == "running" and w.queue_panel.start_btn.text() == "Pause queue"
+        assert w.actions["start_queue"].isChecked() and w.actions["start_queue"].text() == "Pause queue"
+        assert w.queue_state_label.text().startswith("Queue: running")
+    assert first.args == [job.id, jobs.DONE]
+    # the queue keeps running: a job added now renders without another Start
+    with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as second:
+        w.add_to_queue()
+    assert second.args[1] == jobs.DONE and second.args[0] != job.id
+    # Pause: the queue waits again, and says so
+    qtbot.mouseClick(w.queue_panel.start_btn, Qt.MouseButton.LeftButton)
+    assert w.queue.state == "paused" and not w.service.started
+    assert w.queue_state_label.text() == "Queue: paused"
+    w.add_to_queue()
+    assert [j.state for j in w.store.list()].count(jobs.QUEUED) == 1
+    assert w.queue_state_label.text() == "Queue: paused · 1 waiting: Start queue renders them"
+
+
+def test_a_batch_queues_every_selected_pair_with_names_that_never_collide(library_window, qtbot, tmp_path):
+    from ui_helpers import clip
+
+    w = library_window
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one, two = clip(tmp_path / "a", 1.0, "intro.wav"), clip(tmp_path / "b", 1.5, "intro.wav")  # the same stem
+    for path in (one, two):
+        with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+            w.load_script(str(path))
+    _fast_settings(w, tmp_path)
+    w.resize(1400, 900)
+    _select(w.library.avatars, ["anna", "bob"])
+    _select(w.library.scripts, [str(one.resolve()), str(two.resolve())])
+    assert w.library.selected_avatars() == ["anna", "bob"]
+    assert len(w.library.selected_scripts()) == 2
+    assert w.render_panel.queue_btn.text() == "Add 4 to queue"
+    qtbot.mouseClick(w.render_panel.queue_btn, Qt.MouseButton.LeftButton)
+    queued = w.store.list()
+    assert len(queued) == 4 and all(j.state == jobs.QUEUED for j in queued)
+    assert {(j.avatar, Path(j.audio).parent.name) for j in queued} == {
+        (a, f) for a in ("anna", "bob") for f in ("a", "b")
+    }
+    outputs = [Path(j.output) for j in queued]
+    assert len(set(outputs)) == 4  # same avatar, same script name: numbered, never the same file
+    assert {o.name for o in outputs} == {
+        "anna_intro_classic_crf20.mp4",
+        "anna_intro_classic_crf20_002.mp4",
+        "bob_intro_classic_crf20.mp4",
+        "bob_intro_classic_crf20_002.mp4",
+    }
+    assert not w.service.started
+    # each job is named after its own avatar and script, and the preview of the name says the current pair
+    assert w.render_panel.output_path().endswith(f"{w.library.avatar}_intro_classic_crf20.mp4")
+
+
+def test_the_close_question_pauses_the_queue_while_it_is_open(library_window, qtbot, tmp_path):
+    from PySide6.QtWidgets import QMessageBox
+    from ui_helpers import clip
+
+    w = library_window
+    with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+        w.load_script(str(clip(tmp_path, 3.0, "three.wav")))
+    _fast_settings(w, tmp_path)
+    w.render_panel.batch.setValue(4)
+    w.add_to_queue()
+    w.add_to_queue()  # a second job waits behind the first
+    first, second = (j.id for j in w.store.list())
+    with qtbot.waitSignal(w.worker.progress, timeout=SLOW):
+        w.queue.start()
+    w.close()  # asks; the queue pauses while the question is open
+    qtbot.waitUntil(lambda: getattr(w, "close_box", None) is not None and w.close_box.isVisible(), timeout=SLOW)
+    assert w.queue.state == "paused"
+    assert "the running job finishes" in w.queue_state_label.text()
+    qtbot.waitUntil(lambda: w.store.get(first).state == jobs.DONE, timeout=SLOW)  # the running one finishes
+    qtbot.waitUntil(lambda: w.service.running_job_id is None, timeout=SLOW)
+    assert w.store.get(second).state == jobs.QUEUED and not w.service.started  # the next did not start
+    # Cancel: the window stays and the queue runs on
+    with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as b:
+        qtbot.mouseClick(w.close_box.button(QMessageBox.StandardButton.Cancel), Qt.MouseButton.LeftButton)
+    assert b.args == [second, jobs.DONE] and w.isVisible()
+    assert w.queue.state == "running"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt, QTimer
-from ui_helpers import clip, decode, load_demo, window  # noqa: F401 (fixture)
+from ui_helpers import SLOW, clip, decode, load_demo, window  # noqa: F401 (fixture)
 
 from studio.core.store import jobs
 
@@ -34,7 +34,7 @@ def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_p
     previews = []
     window.worker.preview.connect(lambda img, i: previews.append(i))
     heartbeat.start()
-    with qtbot.waitSignal(window.worker.finished, timeout=180_000) as done:
+    with qtbot.waitSignal(window.worker.finished, timeout=SLOW) as done:
         job_id = window.render()
         assert window.render_panel.cancel_btn.isEnabled()
         assert not window.render_panel.render_btn.isEnabled()
@@ -58,7 +58,7 @@ def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_p
     job = window.store.get(job_id)
     assert job.result["frames"] == 50 and job.progress == 1.0
     assert window.render_panel.play_btn.isEnabled()
-    assert "50 frames" in window.render_panel.result_label.text()
+    assert "50 frames" in window.render_panel.result_detail.text()
     window.render_panel._tick()
     assert window.render_panel.fps_x, "the FPS plot has no points"
     assert window.render_panel.fps_label.text().endswith("fps") and window.render_panel.fps_label.text() != "— fps"
@@ -80,14 +80,14 @@ def _start_long_render(window, qtbot, tmp_path):
     _fast(window, tmp_path)
     window.render_panel.batch.setValue(4)
     output = Path(window.render_panel.output_path())
-    with qtbot.waitSignal(window.worker.progress, timeout=120_000):
+    with qtbot.waitSignal(window.worker.progress, timeout=SLOW):
         job_id = window.render()
     return job_id, output
 
 
 def test_cancel_stops_the_render_and_leaves_no_file(window, qtbot, tmp_path):
     job_id, output = _start_long_render(window, qtbot, tmp_path)
-    with qtbot.waitSignal(window.worker.cancelled, timeout=60_000):
+    with qtbot.waitSignal(window.worker.cancelled, timeout=SLOW):
         window.render_panel.cancel_btn.click()
     assert not output.exists()
     assert list(output.parent.iterdir()) == []  # no partial files either
@@ -146,7 +146,7 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
     w.store.hold(waiting.id)  # keep the other one out of the way
     w.queue_panel.refresh()
     w.queue_panel.table.selectRow(0)
-    with qtbot.waitSignal(w.jobFinished, timeout=60_000) as b:
+    with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as b:
         w.queue_panel.retry_btn.click()
     assert b.args == [running.id, jobs.FAILED]
     assert "a.flac" in w.store.get(running.id).reason
@@ -166,7 +166,7 @@ def test_closing_during_a_render_asks_leaves_no_file_and_the_job_comes_back_inte
     )
     assert window.isVisible() and window.current is not None  # not closed yet
     qtbot.mouseClick(window.close_box.button(QMessageBox.StandardButton.Close), Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not window.isVisible(), timeout=60_000)
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=SLOW)
     assert not window.worker_thread.thread.isRunning()
     assert not output.exists() and list(output.parent.iterdir()) == []
     reopened = JobStore(window.store.path)  # the next start of the app

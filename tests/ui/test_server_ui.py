@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import DEMO_AVATAR, speech_pause_speech
-from ui_helpers import decode, load_demo, window  # noqa: F401 (fixture)
+from ui_helpers import SLOW, decode, load_demo, window  # noqa: F401 (fixture)
 
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
@@ -51,7 +51,7 @@ def test_a_job_rendered_on_the_server_is_watched_and_downloaded(remote_window, q
     progress, placed = [], []
     window.worker.progress.connect(lambda run, p: progress.append(p))
     window.worker.placed.connect(lambda run, where: placed.append(where))
-    with qtbot.waitSignal(window.jobFinished, timeout=180_000) as finished:
+    with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
         job_id = window.render()
     assert finished.args == [job_id, jobs.DONE], window.store.get(job_id).reason
     assert placed == [f"Studio server {server.url}"]
@@ -64,7 +64,7 @@ def test_a_job_rendered_on_the_server_is_watched_and_downloaded(remote_window, q
     assert job.result["ran_on"] == f"Studio server {server.url}" and job.result["frames"] == 110
     qtbot.waitUntil(lambda: window.render_panel.play_btn.isEnabled(), timeout=5000)
     # the same job again: a new numbered file, never the first one replaced
-    with qtbot.waitSignal(window.jobFinished, timeout=180_000):
+    with qtbot.waitSignal(window.jobFinished, timeout=SLOW):
         again = window.render()
     assert Path(window.store.get(again).output).name == output.stem + "_002.mp4"
     assert output.exists() and output.with_name(output.stem + "_002.mp4").exists()
@@ -74,9 +74,9 @@ def test_cancel_on_the_server_writes_nothing(remote_window, qtbot, tmp_path):
     window = remote_window
     load_demo(window, qtbot, audio=speech_pause_speech(tmp_path / "long.wav", 12.0, 0.4, 12.0))
     output = Path(window.render_panel.output_path())
-    with qtbot.waitSignal(window.worker.progress, timeout=120_000):
+    with qtbot.waitSignal(window.worker.progress, timeout=SLOW):
         job_id = window.render()
-    with qtbot.waitSignal(window.jobFinished, timeout=60_000) as finished:
+    with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
         window.render_panel.cancel_btn.click()
     assert finished.args == [job_id, jobs.CANCELLED]
     assert not output.exists() and not list(output.parent.glob("*.mp4"))

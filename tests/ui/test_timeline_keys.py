@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtTest import QTest
-from ui_helpers import clip, window  # noqa: F401 (fixture)
+from ui_helpers import SLOW, clip, window  # noqa: F401 (fixture)
 
 from studio.core.constants import FPS
 
@@ -16,7 +16,7 @@ from studio.core.constants import FPS
 def timeline_window(window, qtbot, tmp_path):
     """The window with a 6 s voice-over (no avatar: the keys and clicks need only the timeline)."""
     window.resize(1600, 1000)  # the offscreen screen is 800x600: give the plots a real width
-    with qtbot.waitSignal(window.analysisReady, timeout=30_000):
+    with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         window.load_script(str(clip(tmp_path, 6.0)))
     qtbot.waitUntil(lambda: window.timeline.wave_plot.vb.width() > 500, timeout=5000)
     window.raise_()

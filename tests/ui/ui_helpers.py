@@ -1,12 +1,33 @@
-"""Helpers for the window tests (pytest-qt, offscreen): a window that closes itself, demo loading."""
+"""Helpers for the window tests (pytest-qt, offscreen): a window that closes itself, demo loading,
+a library of prepared avatars.
+
+Waits follow events (``waitSignal``, ``waitUntil``) with generous timeouts: the suite runs on busy
+two-core machines where a background import can take half a minute; nothing waits for a fixed time
+as synchronisation.
+"""
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import DEMO_AUDIO, DEMO_AVATAR
 
 pytest.importorskip("pytestqt")
+
+#: a generous timeout (ms) for work on background threads (imports, analysis, preparation, renders)
+SLOW = 240_000
+#: for a reaction on the GUI thread (a click, a key, a timer)
+QUICK = 30_000
+
+
+def focus_window(window, qtbot) -> None:
+    """Make ``window`` the active window (window-wide keys reach it) and wait until it is."""
+    window.raise_()
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=QUICK)
 
 
 @pytest.fixture
@@ -25,11 +46,38 @@ def window(qtbot):
 
 def load_demo(window, qtbot, audio=DEMO_AUDIO, avatar=DEMO_AVATAR):
     """Import the demo avatar and a voice-over through the window, and wait until both are shown."""
-    with qtbot.waitSignal(window.avatarLoaded, timeout=90_000):
+    with qtbot.waitSignal(window.avatarLoaded, timeout=SLOW):
         window.load_avatar(str(avatar), "astronaut")
-    with qtbot.waitSignal(window.analysisReady, timeout=30_000):
+    with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         window.load_script(str(audio))
     return window
+
+
+@pytest.fixture(scope="session")
+def prepared_avatars(tmp_path_factory) -> Path:
+    """The demo photo prepared once as avatars "anna" and "bob" (a library folder to copy)."""
+    from conftest import prepare_demo_avatar
+
+    home = tmp_path_factory.mktemp("prepared")
+    for name in ("anna", "bob"):
+        prepare_demo_avatar(home, name)
+    return home / "avatars"
+
+
+@pytest.fixture
+def library_window(qtbot, studio_home, prepared_avatars):
+    """A window whose library already holds the avatars "anna" and "bob" (copied, not prepared)."""
+    shutil.copytree(prepared_avatars, Path(studio_home) / "avatars", dirs_exist_ok=True)
+    from studio.ui.app import create_app
+    from studio.ui.main_window import MainWindow
+
+    create_app([])
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    yield w
+    w._close_confirmed = True
 
 
 def clip(tmp_path, seconds: float, name: str = "clip.wav"):
