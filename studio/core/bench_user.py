@@ -346,7 +346,9 @@ def preset_comparison(avatar: str, audio: Path, settings, engine, workdir: Path,
             "fps": round(T / seconds, 1),
             "bytes": path.stat().st_size,
             "encoder": wr.name,
-            "x264_ms_per_frame": round(wr.close_ms.get("x264_busy", 0.0) / T, 2) if "x264_busy" in wr.close_ms else None,
+            "x264_ms_per_frame": round(wr.close_ms.get("x264_busy", 0.0) / T, 2)
+            if "x264_busy" in wr.close_ms
+            else None,
         }
         row.update(frame_quality(ref, path, ssim_every))
         out[preset] = row
