@@ -211,10 +211,12 @@ def test_a_killed_queue_runner_leaves_its_job_interrupted_and_retry_succeeds(tmp
     assert not (out / "k.mp4").exists()
     # the retry renders it (a shorter voice-over keeps the test quick: same path, new content)
     speech_pause_speech(audio, 0.6, 0.2, 0.6)
-    studio(env, "queue", "retry", str(job_id))
+    studio(env, "queue", "retry", str(job_id))  # a new job; the interrupted one stays as it was
     studio(env, "queue", "run")
-    job = queue_list(env)[job_id]
-    assert job["state"] == "done" and Path(job["output"]).exists()
+    jobs = queue_list(env)
+    again = max(jobs)
+    assert jobs[again]["retry_of"] == job_id and jobs[job_id]["state"] == "interrupted"
+    assert jobs[again]["state"] == "done" and Path(jobs[again]["output"]).exists()
 
 
 def test_the_contract_check_fails_when_core_imports_the_service(tmp_path):
@@ -233,3 +235,33 @@ def test_the_contract_check_fails_when_core_imports_the_service(tmp_path):
     broken = subprocess.run([str(lint)], cwd=copy, capture_output=True, text=True, timeout=120, env=env)
     assert broken.returncode != 0
     assert "studio.core.constants -> studio.service" in broken.stdout
+
+
+def test_the_core_contracts_bite_too(tmp_path):
+    """A copy whose engine imports the renderer, whose media module imports the plan and whose
+    command line imports the farm: each breaks its contract (docs/architecture.md)."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    if not lint.exists():
+        pytest.skip("import-linter is not installed (it is in the dev extra)")
+    copy = tmp_path / "copy"
+    shutil.copytree(ROOT / "studio", copy / "studio", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    for rel, line in (
+        ("core/engines/classic.py", "from studio.core.render import renderer  # noqa"),
+        ("core/media/timecode.py", "from studio.core.render import plan  # noqa"),
+        ("cli/render.py", "from studio.core.scale import farm  # noqa"),
+        ("core/render/plan.py", "from studio.core.scale import chunks  # noqa"),
+    ):
+        bad = copy / "studio" / rel
+        bad.write_text(bad.read_text() + f"\n{line}\n")
+    env = dict(os.environ, PYTHONPATH=str(copy))
+    broken = subprocess.run([str(lint)], cwd=copy, capture_output=True, text=True, timeout=120, env=env)
+    assert broken.returncode != 0
+    out = " ".join(broken.stdout.split())
+    for edge in (
+        "studio.core.engines.classic -> studio.core.render.renderer",
+        "studio.core.media.timecode -> studio.core.render.plan",
+        "studio.cli.render -> studio.core.scale.farm",
+        "studio.core.render.plan -> studio.core.scale.chunks",
+    ):
+        assert edge in out, (edge, broken.stdout[-3000:])

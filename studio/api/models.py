@@ -273,6 +273,12 @@ class RenderInputs(BaseModel):
     output: str | None = Field(None, description="an output path on the server (under --allow-paths folders)")
     frame_start: int | None = Field(None, ge=0, description="render from this video frame (the in point)")
     frame_end: int | None = Field(None, ge=1, description="up to, not including, this frame (the out point)")
+    webhook: str | None = Field(
+        None,
+        description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "
+        "(sha256=HMAC of the body); its host must be one of the server's --webhook-allow hosts",
+        examples=["https://newsroom.example/hooks/studio"],
+    )
 
 
 if TYPE_CHECKING:
@@ -290,6 +296,23 @@ else:
     )
 
 
+class CheckOut(Answer):
+    """The lip-sync check of a finished render (``check=true``; docs/check.md): it runs after the file
+    is written, so it is ``pending``/``running`` for a while after the job is ``done``."""
+
+    state: Literal["pending", "running", "done", "failed", "stopped"]
+    verdict: Literal["ok", "check", "out of sync"] | None = None
+    reason: str | None = Field(None, description="one sentence: why this verdict, or why the check did not run")
+    offset_frames: int | None = Field(None, description="the audio shift that best aligns the mouth; + = video late")
+    confidence: float | None = Field(None, description="peak minus median correlation over +-15 frames")
+    silence_motion: float | None = None
+    sharpness: float | None = None
+    seam: float | None = Field(None, description="luma levels the blend adds across the mask's border")
+    drift: float | None = Field(None, description="in eye distances")
+    worst_second: int | None = Field(None, description="where to look first")
+    reference: str | None = Field(None, description="what sharpness, seam and drift were measured against")
+
+
 def _result_model() -> type[BaseModel]:
     """A finished job's result: the core's ``RenderResult`` fields (all optional: rows of older
     versions), plus where it ran."""
@@ -304,6 +327,7 @@ def _result_model() -> type[BaseModel]:
         kind = hints.get(f.name, Any)
         fields[f.name] = (kind | None, None)
     fields.setdefault("ran_on", (str | None, Field(None, description="where it rendered (a server, a farm, here)")))
+    fields.setdefault("check", (CheckOut | None, Field(None, description="its lip-sync check, when asked for")))
     return create_model(
         "RenderResult", __base__=Answer, __doc__="What the render did (figures, engine, encoder, where).", **fields
     )
@@ -353,6 +377,25 @@ class StateEvent(Answer):
     fps: float | None = None
 
 
+class Delivery(Answer):
+    """One webhook call."""
+
+    state: str = Field(description="the job's final state it told of")
+    attempt: int
+    at: float = Field(description="seconds since the epoch")
+    ok: bool = Field(description="the listener answered 2xx")
+    status: int | None = Field(None, description="the listener's HTTP status (none when it could not be reached)")
+    error: str = ""
+
+
+class WebhookInfo(Answer):
+    url: str
+    state: Literal["pending", "delivered", "failed"] = Field(
+        description="pending: not yet told (or retrying with backoff); failed: every try failed"
+    )
+    deliveries: list[Delivery]
+
+
 class Job(Answer):
     """A render job."""
 
@@ -393,13 +436,26 @@ class Job(Answer):
     frames: int | None = Field(None, description="frames written, once done")
     seconds: float | None = Field(None, description="render seconds, once done")
     fps: float | None = Field(None, description="frames per second of the render, once done")
+    position: int | None = Field(None, description="queued: its place in the queue (1 = next); running: 0")
+    eta_s: float | None = Field(
+        None, description="queued or running: seconds until it is expected to be done (null until the speed is known)"
+    )
+    starts_in_s: float | None = Field(None, description="queued: seconds until it is expected to start")
+    retry_of: int | None = Field(None, description="the job this one renders again (POST .../retry)")
+    webhook: WebhookInfo | None = None
 
 
-class JobList(Answer):
+class JobPage(Answer):
+    """A page of jobs, newest first; ``next`` is the URL of the next page (null on the last)."""
+
     renders: list[Job]
+    next: str | None = Field(None, description="the next page's URL (same filters); null on the last page")
 
 
 class Removed(Answer):
+    """A purged job: it and its files are gone."""
+
     id: int
     state: Literal["removed"]
     reason: str
+    files: list[str] = Field(default_factory=list, description="the names of the files removed")

@@ -143,9 +143,9 @@ def _placement(args):
         return Placement("chunks", chunks=chunks)
     gpus = getattr(args, "gpus", None)
     if gpus:
-        from studio.core.scale.multigpu import cuda_devices
+        from studio.service import gpus_here
 
-        have = cuda_devices()
+        have = gpus_here()
         n = len(have) if gpus == "all" else int(gpus) if str(gpus).isdigit() else 0
         if n < 1:
             raise InputError(f"--gpus {gpus}: give a number of GPUs or 'all'")
@@ -224,11 +224,14 @@ def _render(avatar, audio, output, args) -> int:
     finally:
         bar.close()
     r = render.result
+    check = _check_after(r.output, req, args.json) if req.settings.check else None
     if args.json:
         out = r.to_json()
         out["ran_on"] = render.where
         if render.last is not None and render.last.chunks:  # local chunks, the farm
             out.update(chunks=render.last.chunks, retries=render.last.retries, workers=sorted(render.last.workers))
+        if check is not None:
+            out["check"] = check
         emit_json(out)
     else:
         print(
@@ -236,7 +239,27 @@ def _render(avatar, audio, output, args) -> int:
             f"{r.engine} + {r.encoder}, {r.seconds:.1f} s ({r.fps:.1f} fps)"
             + ("" if render.where == "this computer" else f", {render.where}")
         )
+        if check is not None:
+            print(
+                f"check: {check['verdict']}: {check['reason']}"
+                if check.get("state") == "done"
+                else f"check: could not run: {check.get('reason')}"
+            )
     return 0
+
+
+def _check_after(output, req, quiet: bool) -> dict:
+    """``--check``: the lip-sync check of the written file (the render is over, so it slows nothing):
+    the whole report with ``state`` "done", or ``state`` "failed" and the reason."""
+    from studio.cli._common import ProgressBar
+    from studio.service.checks import check_here
+
+    bar = ProgressBar("check", enabled=False if quiet else None)
+    try:
+        summary, full = check_here(output, req, progress=lambda d, t: bar.update(d, t))
+    finally:
+        bar.close()
+    return summary if full is None else {"state": "done", **full}
 
 
 def _check_output(output, avatar, audio, kind: str):

@@ -6,7 +6,7 @@
     env.flag("STUDIO_VIDEO_HINTS")       # True unless set to 0 / false / no / off
 
 Code reads these through this module (``tests/test_env.py`` fails on a ``STUDIO_*`` name that is not
-listed here); the README's "Environment" table is ``studio doctor --env``'s output.
+listed here); the table in ``docs/environment.md`` is ``table()``'s output (the same test checks it).
 """
 
 from __future__ import annotations
@@ -79,6 +79,27 @@ KNOBS: dict[str, Knob] = {
             "",
             "the bearer token of `studio serve` (server side) and of a server the "
             "window or `studio render --server` renders on (client side); kept out of `ps` and the queue",
+        ),
+        Knob(
+            "STUDIO_KEEP_RENDERS",
+            "",
+            "retention: renders in <data>/renders and uploads older than this (7d, 12h, 30m) are removed, "
+            "their jobs kept as expired (the window, `studio queue` and `studio serve`; default: kept forever)",
+        ),
+        Knob(
+            "STUDIO_MAX_STORAGE_GB",
+            "",
+            "retention: the oldest renders and uploads in the data folder go while they hold more than this",
+        ),
+        Knob(
+            "STUDIO_WEBHOOK_SECRET",
+            "",
+            "`studio serve`: the key webhooks are signed with (X-Studio-Signature: sha256=HMAC of the body)",
+        ),
+        Knob(
+            "STUDIO_READ_TOKEN",
+            "",
+            "`studio serve`: a second, read-only bearer token (GET only: dashboards, metrics)",
         ),
         Knob(
             "STUDIO_PARENT_PID",
@@ -156,8 +177,24 @@ def flag(name: str) -> bool:
 
 
 def table() -> str:
-    """The knobs as a Markdown table (the README's "Environment" section)."""
+    """The knobs as a Markdown table (``docs/environment.md``)."""
     lines = ["| variable | default | what it does |", "|---|---|---|"]
     for k in KNOBS.values():
         lines.append(f"| `{k.name}` | {('`' + k.default + '`') if k.default else '—'} | {k.help} |")
     return "\n".join(lines)
+
+
+def write_page(path: str) -> None:
+    """Replace the table in the Markdown page at ``path`` (from its ``| variable |`` line on) with ``table()``."""
+    from pathlib import Path
+
+    page = Path(path)
+    text = page.read_text()
+    start = text.index("| variable |")
+    page.write_text(text[:start] + table().strip() + "\n")
+
+
+if __name__ == "__main__":  # python -m studio.core.env docs/environment.md
+    import sys
+
+    write_page(sys.argv[1])

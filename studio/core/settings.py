@@ -55,6 +55,7 @@ class Spec:
     faces: frozenset[str] = ALL_FACES
     optional: bool = False  # None is a value (device: None = pick automatically)
     auto_label: str = ""  # how a face shows None (device: "auto")
+    ui_default: Any = None  # the window's own default where it differs (check: on there, off elsewhere)
 
     @property
     def option(self) -> str:
@@ -127,6 +128,7 @@ def setting(
     maximum: float | None = None,
     faces: frozenset[str] = ALL_FACES,
     auto_label: str = "",
+    ui_default: Any = None,
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``)."""
     meta = dict(
@@ -138,6 +140,7 @@ def setting(
         maximum=maximum,
         faces=frozenset(faces),
         auto_label=auto_label,
+        ui_default=ui_default,
     )
     return field(default=default, metadata={"spec": meta})
 
@@ -218,6 +221,14 @@ class RenderSettings:
         maximum=51,
     )
     preset: str = setting("veryfast", "x264 speed/size trade-off", label="Preset", group="encode", choices=PRESETS)
+    check: bool = setting(
+        False,
+        "after the file is written, measure its lip sync (studio check: offset, silence motion, sharpness, "
+        "seam, drift) at low priority and add the verdict to the result",
+        label="Check lip sync",
+        group="output",
+        ui_default=True,
+    )
     preview_interval_s: float = setting(
         0.25,
         "seconds between preview frames in the progress",

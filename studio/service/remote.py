@@ -13,7 +13,6 @@ nothing is written here. The token comes from ``STUDIO_SERVER_TOKEN`` (never sto
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import logging
 import threading
@@ -94,7 +93,11 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
 
     url = request.placement.server
     c = client(url)
-    settings = dataclasses.asdict(request.settings)
+    # the settings the server's form takes (the schema's http face); the check runs here on the
+    # downloaded file when the job asks for one, not twice
+    from studio.core.settings import specs
+
+    settings = {s.name: getattr(request.settings, s.name) for s in specs("http") if s.name != "check"}
     if request.frames:
         settings.update(frame_start=request.frames[0], frame_end=request.frames[1])
     job = c.submit(

@@ -227,6 +227,26 @@ class MainWindow(FileDrops, QMainWindow):
         """Play a finished render in the preview (the player and the timeline move together)."""
         self.controls.play(path)
 
+    def play_from(self, path: str, seconds: float) -> None:
+        """Play a finished render from ``seconds`` (its lip-sync check's worst second)."""
+        self.controls.play(path)
+        player = self.player
+        if player is None or not self.player_shown:
+            return
+        from studio.core.render.plan import frame_index
+
+        frame = frame_index(max(0.0, float(seconds)))
+        if player.player.duration() > 0:
+            player.seek_frame(frame)
+            return
+
+        def loaded(ms: int) -> None:  # the position is taken once the file is open
+            if ms > 0:
+                player.player.durationChanged.disconnect(loaded)
+                player.seek_frame(frame)
+
+        player.player.durationChanged.connect(loaded)
+
     @property
     def player(self):
         return self.controls.player
@@ -482,6 +502,8 @@ class MainWindow(FileDrops, QMainWindow):
         panel.cancelClicked.connect(self.cancel_render)
         panel.playClicked.connect(self.play)
         self.queue_panel.openClicked.connect(self.play)
+        panel.worstClicked.connect(self.play_from)
+        self.queue_panel.worstClicked.connect(self.play_from)
         self.queue_panel.error.connect(self.show_error)
         q = self.queue
         self.jobFinished = q.jobFinished

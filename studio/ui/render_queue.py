@@ -72,6 +72,7 @@ class RenderQueue(QObject):
         worker.failed.connect(self._failed)
         worker.cancelled.connect(self._cancelled)
         worker.queueChanged.connect(queue_panel.refresh)
+        worker.checked.connect(self._checked)
         worker.queueChanged.connect(self.refresh_state)
         queue_panel.retryClicked.connect(self.retry)
         queue_panel.cancelClicked.connect(self.cancel_job)
@@ -262,6 +263,13 @@ class RenderQueue(QObject):
                 f"{result.frames} frames in {result.seconds:.1f} s · {result.fps:.1f} fps · {result.engine} · "
                 f"{result.encoder}" + (f" · {ran_on}" if ran_on and ran_on != "this computer" else ""),
             )
+            self.panel.show_check((job.result or {}).get("check") if job else None, result.output)
+
+    def _checked(self, job_id: int, check) -> None:
+        """A lip-sync check started or ended: the Live panel shows it when it is the last render's."""
+        job = self._job(job_id)
+        if job is not None and check is not None and job.output == self.panel.last_output:
+            self.panel.show_check(check, job.output)
 
     def _failed(self, run, message: str) -> None:
         if run is None:  # a scrub frame, not a job

@@ -74,6 +74,7 @@ class RenderWorker(QObject):
     engineReady = Signal(str, str)  # engine name, why it was chosen
     placed = Signal(object, str)  # JobRun, where it runs: "this computer", "2 GPUs here", "farm (N workers)"
     queueChanged = Signal()  # any job of the queue changed (state, order, added, removed)
+    checked = Signal(int, object)  # job id, its result's "check" (a lip-sync check started or ended)
     _frameTick = Signal()
     _relay = Signal(object)  # a service event, from the runner's thread to this worker's thread
 
@@ -169,6 +170,8 @@ class RenderWorker(QObject):
                 self.failed.emit(run, job.reason)
             elif job.state in (J.CANCELLED, J.INTERRUPTED_STATE) and was_running:
                 self.cancelled.emit(run)
+        elif ev.kind == "checked" and ev.job is not None:
+            self.checked.emit(ev.job_id, (ev.job.result or {}).get("check"))
         if ev.kind != "progress":  # per batch: the Render panel and the Queue's cell move, not the table
             self.queueChanged.emit()
 

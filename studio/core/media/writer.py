@@ -332,7 +332,7 @@ class VideoWriter:
     def _gpu_nv12(self, frames):
         import torch
 
-        from studio.core.render.composite import pad_even, rgb_to_nv12
+        from studio.core.media.pixels import pad_even, rgb_to_nv12
 
         if frames.ndim == 4:
             frames = rgb_to_nv12(pad_even(frames))
@@ -583,7 +583,7 @@ class VideoWriter:
 
     def _encode_lane(self, lane: _Lane) -> None:
         """One lane: its chunks in turn, each flushed (and handed to the mux) before the next opens."""
-        from studio.core.render.composite import pad_even, rgb_to_nv12
+        from studio.core.media.pixels import pad_even, rgb_to_nv12
 
         buf = None  # one NV12 frame, reused (the encoders copy their input)
         stream = None
@@ -688,7 +688,7 @@ class VideoWriter:
     def _as_host_frames(self, frames):
         if hasattr(frames, "detach"):  # torch
             if frames.ndim == 4 and frames.device.type != "cpu":
-                from studio.core.render.composite import pad_even, rgb_to_nv12
+                from studio.core.media.pixels import pad_even, rgb_to_nv12
 
                 frames = rgb_to_nv12(pad_even(frames))  # on the GPU: 2x less to copy, no CPU work
             frames = frames.detach().cpu().numpy()

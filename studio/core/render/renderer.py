@@ -545,7 +545,7 @@ def _preview_copy(frame, index: int):
     import torch
 
     if frame.ndim == 2:  # NV12: an RGB preview
-        from studio.core.render.composite import nv12_to_rgb
+        from studio.core.media.pixels import nv12_to_rgb
 
         frame = nv12_to_rgb(frame[None])[0]
     host = torch.empty(frame.shape, dtype=frame.dtype, pin_memory=True)
