@@ -83,12 +83,12 @@ def render_remote(args) -> int:
             from studio.core.errors import RenderError
 
             raise RenderError(f"the server's render job {final['id']} {final['state']}: {final['reason']}")
-        client.download(final["id"], args.output)
-    r = dict(final["result"], output=args.output)
+        wrote = client.download(final["id"], args.output, overwrite=bool(getattr(args, "overwrite", False)))
+    r = dict(final["result"], output=str(wrote))
     if getattr(args, "check", None):  # the lip-sync check of the downloaded file, here
         from studio.cli.render import _check_after, request_from_args
 
-        r["check"] = _check_after(args.output, request_from_args(args.avatar, args.audio, args.output, args), args.json)
+        r["check"] = _check_after(str(wrote), request_from_args(args.avatar, args.audio, str(wrote), args), args.json)
     if args.json:
         emit_json(r)
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -20,11 +21,13 @@ def register(sub) -> None:
     f.add_argument("--audio", required=True, help="voice-over file")
     f.add_argument("-t", "--time", type=float, required=True, metavar="SECONDS", help="timestamp in seconds")
     f.add_argument("-o", "--output", required=True, help="output PNG path")
+    overwrite_option(f)
     _render_options(f, encoder=False)
     f.set_defaults(func=run_frame)
 
     d = sub.add_parser("demo", help="render the bundled demo clip (astronaut + news voice-over)")
     d.add_argument("-o", "--output", default="demo.mp4", help="output MP4 path (default demo.mp4)")
+    overwrite_option(d)
     _render_options(d)
     d.add_argument("--json", action="store_true", help="print one JSON object with the result")
     d.set_defaults(func=run_demo)
@@ -36,9 +39,18 @@ def job_options(p, output_help: str) -> None:
     p.add_argument("--avatar", required=True, help="avatar NAME from the library, or an image/video path")
     p.add_argument("--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3)")
     p.add_argument("-o", "--output", required=True, help=output_help)
+    overwrite_option(p)
     _render_options(p)
     _scale_options(p)
     _range_options(p)
+
+
+def overwrite_option(p) -> None:
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing file at the output path (default: keep it and write NAME_002, NAME_003 ...)",
+    )
 
 
 def _render_options(p, encoder: bool = True) -> None:
@@ -238,6 +250,7 @@ def _render(avatar, audio, output, args) -> int:
             f"wrote {r.output}: {r.frames} frames ({r.silent_frames} silent), {r.width}x{r.height}, "
             f"{r.engine} + {r.encoder}, {r.seconds:.1f} s ({r.fps:.1f} fps)"
             + ("" if render.where == "this computer" else f", {render.where}")
+            + kept_note(output, r.output)
         )
         if check is not None:
             print(
@@ -246,6 +259,16 @@ def _render(avatar, audio, output, args) -> int:
                 else f"check: could not run: {check.get('reason')}"
             )
     return 0
+
+
+def kept_note(asked, wrote) -> str:
+    """What to add to the "wrote" line when the name asked for was taken (a file is never replaced
+    without --overwrite)."""
+    from pathlib import Path
+
+    if Path(os.path.abspath(asked)) == Path(os.path.abspath(wrote)):
+        return ""
+    return f" ({Path(asked).name} exists and was kept; --overwrite replaces it)"
 
 
 def _check_after(output, req, quiet: bool) -> dict:
@@ -264,9 +287,9 @@ def _check_after(output, req, quiet: bool) -> dict:
 
 def _check_output(output, avatar, audio, kind: str):
     """An output that is an input, a folder, a wrong extension or an unwritable folder: one sentence, before any work."""
-    from studio.core.store.outputs import check_output
+    from studio.core.store.outputs import check_output, render_inputs
 
-    return check_output(output, {"voice-over": audio, "avatar": avatar}, kind)
+    return check_output(output, render_inputs(avatar, audio), kind)
 
 
 def run_render(args) -> int:
@@ -293,7 +316,7 @@ def run_frame(args) -> int:
     from studio.core.media.audio import probe
     from studio.core.render.plan import frame_index
     from studio.core.render.renderer import Renderer
-    from studio.core.store.fsutil import atomic_path
+    from studio.core.store.fsutil import atomic_output
 
     if not math.isfinite(args.time):
         raise InputError(f"-t {args.time}: give the time as a number of seconds, such as 12.48")
@@ -304,11 +327,12 @@ def run_frame(args) -> int:
     at = frame_index(args.time)
     renderer = Renderer(args.avatar, args.audio, _settings(args), frames=(at, at + 1))  # a long clip: its stretch
     img = renderer.frame_at(args.time)
-    with atomic_path(out) as tmp:
-        PIL.Image.fromarray(img).save(tmp, format="PNG")
+    with atomic_output(out, overwrite=args.overwrite) as written:
+        PIL.Image.fromarray(img).save(written.tmp, format="PNG")
     idx = frame_index(args.time)
     print(
-        f"wrote {out}: frame {idx} ({idx / 25:.2f} s), {'silent' if renderer.plan.silent[idx] else 'speech'}, "
-        f"engine {renderer.engine.name}"
+        f"wrote {written.final}: frame {idx} ({idx / 25:.2f} s), "
+        f"{'silent' if renderer.plan.silent[idx] else 'speech'}, engine {renderer.engine.name}"
+        + kept_note(out, written.final)
     )
     return 0

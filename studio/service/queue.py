@@ -39,8 +39,9 @@ to the next job meanwhile, and ``run_until_empty`` waits for the checks before i
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import re
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -62,6 +63,7 @@ from studio.core.store.jobs import (  # noqa: F401
     QUEUED,  # the states, for views (they use the service, not the store)
     RUNNING,
 )
+from studio.core.store.outputs import numbered, numbered_names  # noqa: F401 - numbered: for views
 from studio.service.driver import Progress, Render
 from studio.service.request import Placement, RenderRequest
 
@@ -145,30 +147,65 @@ def job_settings(req: RenderRequest) -> dict:
     return out
 
 
-_NUMBERED = re.compile(r"^(.*)_(\d{3,})$")
-
-
-def numbered(path: str, n: int) -> str:
-    """``out.mp4`` -> ``out_002.mp4`` (n=2); an already numbered stem is renumbered."""
-    p = Path(path)
-    m = _NUMBERED.match(p.stem)
-    stem = m.group(1) if m else p.stem
-    return str(p.with_name(f"{stem}_{n:03d}{p.suffix}"))
-
-
 def unique_output(path: str, taken: set[str]) -> str:
-    """``path`` if no file and no other job has it, else the first free ``_002``, ``_003`` ..."""
+    """``path`` if no file and no other job has it, else the first free ``_002``, ``_003`` ...
 
-    def free(c: str) -> bool:
-        return not Path(c).exists() and str(Path(c).resolve()) not in taken
+    What the queue shows for a new job; the name is only claimed when the file is written
+    (``studio.core.store.fsutil.claim``), so a file that appears meanwhile is never replaced."""
+    for name in numbered_names(path):
+        if not name.exists() and str(name.resolve()) not in taken:
+            return str(name)
+    raise InputError(f"no free name like {Path(path).name} in {Path(path).parent}")
 
-    if free(path):
-        return path
-    m = _NUMBERED.match(Path(path).stem)
-    n = int(m.group(2)) + 1 if m else 2
-    while not free(numbered(path, n)):
-        n += 1
-    return numbered(path, n)
+
+def absolute_request(req: RenderRequest) -> RenderRequest:
+    """``req`` with absolute paths (the voice-over, the output, an avatar that is a file), so a job
+    means the same files whichever folder the process that runs it started in. A library
+    avatar's name stays a name."""
+    import os
+
+    from studio.core.avatars.assets import library_dir
+
+    avatar = req.avatar
+    if not (library_dir() / avatar / "meta.json").exists() and (os.sep in avatar or Path(avatar).exists()):
+        avatar = os.path.abspath(os.path.expanduser(avatar))
+    return req.with_(
+        avatar=avatar,
+        audio=os.path.abspath(os.path.expanduser(req.audio)),
+        output=os.path.abspath(os.path.expanduser(req.output)),
+    )
+
+
+def relative_paths(job: J.Job) -> list[str]:
+    """Paths a job row holds that are not absolute (rows queued by an earlier Studio)."""
+    from studio.core.avatars.assets import NAME_RE
+
+    out = [p for p in (job.audio, job.output) if p and not Path(p).is_absolute()]
+    if job.avatar and not Path(job.avatar).is_absolute() and not NAME_RE.match(job.avatar):
+        out.append(job.avatar)
+    return out
+
+
+def file_identity(path: str | Path) -> str:
+    """What a finished job records about its file (device, inode, size, modification time): a file
+    replaced or moved in later no longer matches, so a job never serves another's file."""
+    st = os.stat(path)
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def owned_output(job: J.Job) -> Path | None:
+    """The file a done job wrote, while it is still that file (None: gone, or replaced by another
+    job's or anyone's); rows of earlier versions, which recorded no identity, by name only."""
+    if job.state != J.DONE or not job.output:
+        return None
+    path = Path(job.output)
+    want = (job.result or {}).get("output_id")
+    try:
+        if not path.is_file():
+            return None
+        return path if not want or file_identity(path) == want else None
+    except OSError:
+        return None
 
 
 class QueueService:
@@ -242,11 +279,11 @@ class QueueService:
         ``studio serve`` tells of the job's final state."""
         from studio.service.driver import check_output
 
-        inputs = [request.audio] + ([request.avatar] if Path(request.avatar).exists() else [])
+        request = absolute_request(request)
         output = request.output
         if not request.overwrite:
             output = unique_output(output, self._taken())
-        check_output(output, inputs)
+        check_output(output, request.avatar, request.audio)
         request = request.with_(output=output)
         try:
             job = self.store.add(
@@ -321,8 +358,8 @@ class QueueService:
                 f"job {job_id} is {job.state}; it is kept with its file: purge it to remove the job and its file"
             )
         removed = []
-        out = Path(job.output)
-        if job.state == J.DONE and job.output and out.is_file():
+        out = owned_output(job)  # this job's own file only, never one that replaced it
+        if out is not None:
             out.unlink()
             removed.append(str(out))
         self.remove(job_id)
@@ -595,6 +632,14 @@ class QueueService:
             log.warning("warming the engine's other batch sizes failed", exc_info=True)
 
     def _run(self, job: J.Job) -> J.Job:
+        relative = relative_paths(job)
+        if relative:
+            return self._finish(
+                job.id,
+                J.FAILED,
+                f"this job names {relative[0]} without its folder (queued by an earlier Studio), so which file it "
+                "means depends on where Studio runs; queue it again",
+            )
         try:
             req = request_of(job)
         except StudioError as exc:
@@ -635,6 +680,10 @@ class QueueService:
             r = render.result
             data = r.to_json() if hasattr(r, "to_json") else dict(r or {})
             data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
+            if data.get("output"):
+                data["output"] = os.path.abspath(data["output"])
+                with contextlib.suppress(OSError):
+                    data["output_id"] = file_identity(data["output"])  # owned_output checks it
             req = render.request
             if req.settings.check:
                 data["check"] = {"state": "pending"}

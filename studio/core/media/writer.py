@@ -57,7 +57,7 @@ from studio.core.media.encoders import (
 )
 from studio.core.media.mux import Muxer
 from studio.core.settings import ENCODERS, PRESETS
-from studio.core.store.fsutil import atomic_path, register_temp, release_temp, temp_dir
+from studio.core.store.fsutil import atomic_output, register_temp, release_temp, temp_dir
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ def open_video(
     write_hook=None,
     rolling=False,
     changing=None,
+    overwrite=True,
 ) -> VideoWriter:
     """Open a streaming MP4 writer; checks the output folder and the audio before anything starts.
 
@@ -98,6 +99,8 @@ def open_video(
     or a bool macroblock mask of what may change (``hints.changing_macroblocks``: a video avatar
     with a still backdrop); the parallel x264 workers then tell libx264 that the other
     macroblocks are unchanged (its ``mb_info``, FFmpeg's AVVideoHint), so it skips their analysis.
+    ``overwrite=False``: an existing file at ``path`` is never replaced; the name is claimed when the
+    MP4 is complete and a taken one gets the next number (``close()`` returns the name written).
     """
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
@@ -125,6 +128,7 @@ def open_video(
         write_hook=write_hook,
         window=window,
         changing=changing,
+        overwrite=overwrite,
     )
 
 
@@ -177,10 +181,12 @@ class VideoWriter:
         window: int | None = None,
         stream_mux: bool = True,
         changing=None,
+        overwrite: bool = True,
     ):
         """``stream_mux=False`` keeps every chunk's packets until ``close`` and joins them there
-        (the behaviour before rolling chunks; tests compare the two)."""
+        (the behaviour before rolling chunks; tests compare the two). ``overwrite``: see ``open_video``."""
         self.path = path
+        self.overwrite = overwrite
         self.name = name
         self.reason = reason
         self.chunks = chunks
@@ -210,11 +216,14 @@ class VideoWriter:
         self._parent_trace: list = []
         self._opened = time.perf_counter()
         self._check_folder()
-        self._audio = AudioSource(audio) if audio is not None else None
+        self._audio = None
         try:
+            self._audio = AudioSource(audio) if audio is not None else None
             self._start()
-        except BaseException:
+        except BaseException as exc:
             self._cleanup()
+            with contextlib.suppress(BaseException):
+                self._atomic.__exit__(type(exc), exc, None)  # the temporary MP4 goes too
             raise
         log.info(
             "encoding %s with %s (%s), %d chunk(s) on %d lane(s), spill %s",
@@ -391,7 +400,8 @@ class VideoWriter:
             self._mux.finish()
             t2 = time.perf_counter()
             self._fh.close()
-            self._atomic.__exit__(None, None, None)  # fsync, then rename onto the target
+            self._atomic.__exit__(None, None, None)  # fsync, then claim the name (or replace the target)
+            self.path = self._atomic.final or self.path
             t3 = time.perf_counter()
             self.close_ms = {"flush": (t1 - t0) * 1e3, "join": (t2 - t1) * 1e3, "file": (t3 - t2) * 1e3}
             if self._parallel:
@@ -452,9 +462,9 @@ class VideoWriter:
         folder = self.path.parent
         if not folder.is_dir():
             check_output(self.path)  # raises the "does not exist" sentence
-        self._atomic = atomic_path(self.path, suffix=".mp4")
+        self._atomic = atomic_output(self.path, suffix=".mp4", overwrite=self.overwrite)
         try:
-            self._tmp = self._atomic.__enter__()  # left in close() (rename) or abort() (delete)
+            self._tmp = self._atomic.__enter__().tmp  # left in close() (claim) or abort() (delete)
         except OSError as exc:
             raise RenderError(
                 f"The output folder {folder} is not writable ({exc.strerror}): choose another folder."

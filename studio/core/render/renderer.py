@@ -383,8 +383,13 @@ class Renderer:
         """Stop the running render after the current batch; nothing is written."""
         self._cancel.set()
 
-    def run(self, output: str | Path, frames: tuple[int, int] | None = None) -> Iterator[RenderProgress]:
+    def run(
+        self, output: str | Path, frames: tuple[int, int] | None = None, *, overwrite: bool = True
+    ) -> Iterator[RenderProgress]:
         """Render to ``output`` (MP4), yielding a ``RenderProgress`` per batch.
+
+        ``overwrite=False``: an existing file is never replaced; the name is claimed when the MP4
+        is complete (a taken one gets the next number: ``result.output`` says which).
 
         ``frames=(start, end)`` renders only frames ``start <= t < end`` (an in/out range) with the
         matching stretch of the original audio; each frame is the one the whole render has there.
@@ -421,6 +426,7 @@ class Renderer:
                 total_frames=T,
                 rolling=True,
                 changing=changing_region(a),  # a photo's face, a video's moving parts
+                overwrite=overwrite,
             )
             self._stage("open", t0)
             yield from self._run(writer, plan, first, T, t_start)

@@ -118,18 +118,19 @@ def render_segment(
     )
 
 
-def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
+def join_segments(segments, output, *, audio=None, fps: int = FPS, overwrite: bool = True) -> str:
     """Join ``[(start, end, source), ...]`` (source: a segment path or its bytes) or ``Segment`` values
     into ``output``.
 
     Segments must tile ``0..T`` in order. Video packets are copied with their timestamps shifted
     by ``start``; the original ``audio`` is encoded to AAC once, interleaved with the video. The
     output appears atomically; on any error nothing is left and an existing file is untouched.
+    ``overwrite=False``: an existing file is never replaced (the name written is returned).
     """
     import av
 
     from studio.core.media.encoders import AudioSource  # the single-process writer's AAC muxer
-    from studio.core.store.fsutil import atomic_path
+    from studio.core.store.fsutil import atomic_output
 
     segments = sorted(((s.start, s.end, s.path) if isinstance(s, Segment) else s for s in segments), key=lambda s: s[0])
     expect = 0
@@ -144,8 +145,8 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
         raise RenderError(f"The output folder {output.parent} does not exist: create it or choose another.")
     src = AudioSource(audio) if audio is not None else None
     try:
-        with atomic_path(output, suffix=".mp4") as tmp:
-            _join(av, segments, tmp, src, fps)
+        with atomic_output(output, suffix=".mp4", overwrite=overwrite) as out:
+            _join(av, segments, out.tmp, src, fps)
     except OSError as exc:  # a full disk: one sentence naming the folder, not a traceback
         from studio.core.media.writer import _disk_error
 
@@ -153,8 +154,9 @@ def join_segments(segments, output, *, audio=None, fps: int = FPS) -> str:
     finally:
         if src is not None:
             src.close()
-    log.info("joined %d segment(s) into %s (%d frames)", len(segments), output, expect)
-    return str(output)
+    final = out.final or output
+    log.info("joined %d segment(s) into %s (%d frames)", len(segments), final, expect)
+    return str(final)
 
 
 class ChunkedRender:
@@ -183,13 +185,13 @@ class ChunkedRender:
     def cancel(self) -> None:
         self._cancel.set()
 
-    def render(self, output) -> RenderResult | None:
+    def render(self, output, *, overwrite: bool = True) -> RenderResult | None:
         """Run to completion (no progress); returns the ``RenderResult``."""
-        for _ in self.run(output):
+        for _ in self.run(output, overwrite=overwrite):
             pass
         return self.result
 
-    def run(self, output) -> Iterator[RenderProgress]:
+    def run(self, output, *, overwrite: bool = True) -> Iterator[RenderProgress]:
         import multiprocessing as mp
         import queue
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -247,7 +249,7 @@ class ChunkedRender:
                 _stop_pool(pool)
                 raise
             pool.shutdown(wait=True)
-            path = join_segments(finished, output, audio=audio)
+            path = join_segments(finished, output, audio=audio, overwrite=overwrite)
         finally:
             stop.set()
             _rmtree(tmpdir)

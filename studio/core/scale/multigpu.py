@@ -100,7 +100,7 @@ class DeviceRender:
             pass
         return self.result
 
-    def run(self, output) -> Iterator:
+    def run(self, output, *, overwrite: bool = True) -> Iterator:
         from studio.core.media.writer import open_video
         from studio.core.render.renderer import RenderProgress, RenderResult
 
@@ -128,6 +128,7 @@ class DeviceRender:
             preset=s.preset,
             fps=FPS,
             total_frames=T,
+            overwrite=overwrite,
             changing=changing_region(a),
         )  # as Renderer.run: a photo's face, a video's moving parts
         with writer:

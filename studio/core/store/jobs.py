@@ -113,6 +113,10 @@ class JobStore:
             raise InputError(f"a new job starts as draft or queued, not {state!r}")
         if not avatar or not audio:
             raise InputError("a job needs an avatar and a script; choose both before queueing")
+        import os
+
+        # absolute: a job means the same files whichever folder the process that runs it is in
+        audio, output = os.path.abspath(str(audio)), os.path.abspath(str(output))
         now = time.time()
         with self._tx() as db:
             db.execute("BEGIN IMMEDIATE")  # the count and the insert are one step for every process
