@@ -173,7 +173,7 @@ def add_avatars(folder: Path, height: int) -> dict:
     from studio.core.avatars import library
 
     src = source_files(folder, height)
-    out = {"faces": "known landmarks", "photo_source": str(src["photo"]), "video_source": str(src["video"])}
+    out: dict = {"faces": "known landmarks", "photo_source": str(src["photo"]), "video_source": str(src["video"])}
     for name, kind in ((PHOTO, "photo"), (VIDEO, "video")):
         t0 = time.perf_counter()
         with _tracker(src[f"{kind}_landmarks"]):
@@ -193,11 +193,11 @@ def _tracker(landmarks):
         pass
 
     Known.landmarks = landmarks
-    faces.FaceTracker = Known  # type: ignore[misc, assignment]
+    faces.FaceTracker = Known
     try:
         yield
     finally:
-        faces.FaceTracker = saved  # type: ignore[misc]
+        faces.FaceTracker = saved
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ def reference_frames(avatar: str, audio: Path, settings, engine) -> list[np.ndar
     from studio.core.render.renderer import Renderer
 
     r = Renderer(avatar, audio, settings, engine=engine)
-    out = []
+    out: list[np.ndarray] = []
     for _, frames in r.iter_frames():
         nv12 = rgb_to_nv12(pad_even(frames))
         nv12 = nv12.cpu().numpy() if hasattr(nv12, "cpu") else np.asarray(nv12)
@@ -407,8 +407,9 @@ def _ssim(ref_nv12: np.ndarray, got_nv12: np.ndarray, w: int, h: int) -> tuple[f
     key = (w, h)
     if key not in _SSIM:
         g = av.filter.Graph()
-        a = g.add_buffer(width=w, height=h, format="nv12", time_base=Fraction(1, FPS))
-        b = g.add_buffer(width=w, height=h, format="nv12", time_base=Fraction(1, FPS))
+        nv12 = av.VideoFormat("nv12")
+        a = g.add_buffer(width=w, height=h, format=nv12, time_base=Fraction(1, FPS))
+        b = g.add_buffer(width=w, height=h, format=nv12, time_base=Fraction(1, FPS))
         s = g.add("ssim")
         sink = g.add("buffersink")
         a.link_to(s, 0, 0)

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ def queue_rows(folder: Path, pool, settings, voices: list[Path], note=log.info) 
         for k, v in enumerate(voices):
             qs.add(RenderRequest(bench_user.PHOTO, str(v), str(folder / f"{mode}_{k}.mp4"), settings, overwrite=True))
         t0 = time.perf_counter()
-        done = qs.run_until_empty()
+        done: list[Any] = list(qs.run_until_empty())
         wall = time.perf_counter() - t0
         qs.close()
         frames = sum(int((j.result or {}).get("frames", 0)) for j in done)

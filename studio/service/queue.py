@@ -648,6 +648,8 @@ class QueueService:
         render.on_started = lambda where: self._emit("placed", job.id, self.store.get(job.id), where=where)
         with self._lock:
             self._current = (job.id, render)
+            if self._interrupting:  # stop(interrupt=True) came while this job was being claimed
+                render.cancel()
         handed = False
         try:
             out = self._consume(job, render, render.run(), [0.0], may_hand_off=self.pipeline)
