@@ -49,7 +49,7 @@ def render_remote(args) -> int:
         raise InputError("--server picks the device on the server: leave out --device")
     from studio.cli.render import _check_output, _frames  # what a local render checks, read the same way
 
-    _check_output(args.output, args.avatar, args.audio, "video")
+    _check_output(args.output, args.avatar, args.audio, "video", getattr(args, "codec", None) or "h264")
     probe(args.audio)  # bad audio fails here, before any upload
     try:
         from studio.service.client import StudioClient

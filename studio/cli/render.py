@@ -212,7 +212,7 @@ def request_from_args(avatar, audio, output, args):
 
 
 def _render(avatar, audio, output, args) -> int:
-    _check_output(output, avatar, audio, "video")
+    _check_output(output, avatar, audio, "video", getattr(args, "codec", None) or "h264")
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
     from studio.service import Render
 
@@ -287,11 +287,11 @@ def _check_after(output, req, quiet: bool) -> dict:
     return summary if full is None else {"state": "done", **full}
 
 
-def _check_output(output, avatar, audio, kind: str):
+def _check_output(output, avatar, audio, kind: str, codec: str | None = None):
     """An output that is an input, a folder, a wrong extension or an unwritable folder: one sentence, before any work."""
     from studio.core.store.outputs import check_output, render_inputs
 
-    return check_output(output, render_inputs(avatar, audio), kind)
+    return check_output(output, render_inputs(avatar, audio), kind, codec=codec)
 
 
 def run_render(args) -> int:
