@@ -186,3 +186,16 @@ def test_small_frames_and_a_broken_lane_are_one_sentence(tmp_path):
         with open_codec_writer(tmp_path / "t.mov", 128, 96, codec="prores", total_frames=10, workers=2) as w:
             w.write(np.zeros((3, 50, 50, 3), np.uint8), indices=np.arange(3))
     assert not list(tmp_path.iterdir())
+
+
+def test_the_queue_keeps_the_codec_and_checks_its_extension(avatar, voice, tmp_path):
+    home = avatar.folder.parent.parent
+    add = ("queue", "add", "--avatar", "astro", "--audio", voice, "--engine", "classic", "--codec", "prores4444")
+    r = _studio(*add, "-o", tmp_path / "q.mp4", home=home)
+    assert r.returncode == 2 and "name the output q.mov" in r.stderr
+    r = _studio(*add, "-o", tmp_path / "q.mov", "--fps", "23.976", home=home)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.split()[-1]  # "queued ... as job N"
+    shown = json.loads(_studio("queue", "show", job, home=home).stdout)
+    settings = shown.get("settings") or shown["request"]["settings"]
+    assert settings["codec"] == "prores4444" and settings["fps"] == "23.976"
