@@ -160,14 +160,15 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
 class RemoteFrames:
     """Scrub frames from a server: exactly what its render writes at a timestamp."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, studio_client=None):
         self.url = url
+        self.client = studio_client  # a ``StudioClient`` to use (None: the shared one for ``url``)
 
     def frame_at(self, avatar: str, audio: str, settings, seconds: float):
         import numpy as np
         from PIL import Image
 
-        c = client(self.url)
+        c = self.client or client(self.url)
         # every setting that changes the frames (the schema's engine and silence groups): the frame
         # shown is the one the server's render writes; the device is the server's own choice
         wanted = {k: v for k, v in settings.frame_settings().items() if v is not None and k != "device"}

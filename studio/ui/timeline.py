@@ -187,13 +187,15 @@ class TimelineView(QWidget):
         self.info.setObjectName("timelineInfo")
         self.threshold_box = QDoubleSpinBox()
         self.threshold_box.setDecimals(4)
-        self.threshold_box.setRange(RMS_FLOOR, 1.0)
+        from studio.core.settings import SCHEMA  # the silence settings' ranges are the schema's
+
+        self.threshold_box.setRange(RMS_FLOOR, SCHEMA["threshold"].maximum)  # the log plot starts above 0
         self.threshold_box.setSingleStep(0.001)
         self.threshold_box.setValue(self.threshold)
         self.threshold_box.setToolTip("Silence threshold (RMS); the same as dragging the orange line")
         self.threshold_box.valueChanged.connect(self._threshold_typed)
         self.min_run_box = QSpinBox()
-        self.min_run_box.setRange(1, 250)
+        self.min_run_box.setRange(int(SCHEMA["min_silence"].minimum), int(SCHEMA["min_silence"].maximum))
         self.min_run_box.setValue(self.min_run)
         self.min_run_box.setSuffix(" frames")
         self.min_run_box.setToolTip("Shortest silence: shorter dips between words stay speech")

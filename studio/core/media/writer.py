@@ -529,9 +529,9 @@ class VideoWriter:
                 ch.spill = self.spill_dir / f"chunk{k:05d}.rec"
             self._chunks.append(ch)
         if self._procs:  # PyAV holds the GIL while x264 encodes: one process per lane (x264_pool)
-            from studio.core.media.x264_pool import audio_worker, worker_pool
+            from studio.core.media.x264_pool import audio_worker, lease_workers
 
-            self._workers = worker_pool(self.window)
+            self._workers = lease_workers(self.window, self)  # not another writer's (pipelined jobs)
             for ch in self._chunks[: self.window]:  # the first encoders open at once; their headers are
                 self._open_encoder(ch, check=False)  # checked by the lanes: no wait here for the workers'
                 # start-up, which overlaps the engine's loading and the first batches instead
@@ -748,6 +748,10 @@ class VideoWriter:
         for enc in self._proc_encoders:  # an encoder stopped midway: its worker is restarted
             with contextlib.suppress(Exception):
                 enc.abort()
+        if getattr(self, "_workers", None):
+            from studio.core.media.x264_pool import release_workers
+
+            release_workers(self)
         with contextlib.suppress(Exception):
             self._fh.close()
         for ch in getattr(self, "_chunks", []):
