@@ -147,6 +147,7 @@ class MainWindow(FileDrops, QMainWindow):
 
         self._connect()
         self._restore()
+        self._track_edits()
         # the Library chose its avatar (the saved one) before these signals were connected: take it
         # now, so the output name and the preview say that avatar from the first paint on
         self.render_panel.set_context(avatar=self.library.avatar, script=self.library.script)
@@ -470,10 +471,15 @@ class MainWindow(FileDrops, QMainWindow):
         lib.error.connect(self.show_error)
         lib.avatarPrepared.connect(lambda _name: self.worker.invalidate())
         lib.avatarPreparing.connect(self._avatar_preparing)
+        lib.avatarRestored.connect(lambda _name: self.worker.invalidate())
+        lib.status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.timeline.thresholdChanged.connect(self._threshold_changed)
         self.timeline.min_run_box.valueChanged.connect(lambda v: panel.set_silence(min_silence=v))
         self.timeline.playheadMoved.connect(self._playhead_moved)
         self.timeline.rangeChanged.connect(panel.set_range)
+        self.timeline.rangeChanged.connect(lambda _r: self._save_marks())
+        self.timeline.markersChanged.connect(self._save_marks)
+        self.timeline.renderMarker.connect(self.render_marker)
         self.timeline.playClicked.connect(self.transport.toggle)
         self.timeline.error.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.preview.filesDropped.connect(self.drop_files)
@@ -620,8 +626,15 @@ class MainWindow(FileDrops, QMainWindow):
         if not path:
             return
         from studio.core.media.audio import analyze
+        from studio.ui.voiceovers import content_key
 
-        def done(analysis) -> None:
+        known = self.library.analyses.get(path)  # checked when it was added: no second decode
+
+        def read(p: str):  # on a background thread: the analysis (cached) and the content key
+            return (known if known is not None else analyze(p)), content_key(p)
+
+        def done(result) -> None:
+            analysis, key = result
             if self.library.script != path:
                 return
             self.transport.stop()
@@ -631,15 +644,126 @@ class MainWindow(FileDrops, QMainWindow):
             self.timeline.set_min_run(self.render_panel.min_silence)
             self.timeline.set_analysis(analysis)
             self.render_panel.set_range(None)
+            self._restore_marks(key)
             self._mark_faceless()
             self.analysisReady.emit(analysis)
 
-        known = self.library.analyses.get(path)  # checked when it was added: no second decode
-        if known is not None:
-            done(known)
+        self.voice_key = ""  # until the new one is read, nothing is saved under the old one
+        if known is None:
+            self.timeline.info.setText(f"analysing {Path(path).name}…")
+        run_in_background(read, path, on_done=done, on_error=self.show_error)
+
+    # ---- in/out and markers per voice-over; undo ------------------------------------------
+
+    def _restore_marks(self, key: str) -> None:
+        """In/out and markers as they were left on this voice-over (any earlier session)."""
+        self.voice_key = key
+        m = self.memory.get(key)
+        with self.history.quiet():
+            self.timeline.set_markers(m["markers"])
+            if m["in"] is not None or m["out"] is not None:
+                self.timeline.set_range(m["in"], m["out"])
+        self.history.reset("range")
+        self.history.reset("markers")
+
+    def _save_marks(self) -> None:
+        if not self.voice_key:
             return
-        self.timeline.info.setText(f"analysing {Path(path).name}…")
-        run_in_background(analyze, path, on_done=done, on_error=self.show_error)
+        tl = self.timeline
+        self.memory.put(
+            self.voice_key,
+            name=Path(self.library.script).name,
+            in_frame=tl.in_frame,
+            out_frame=tl.out_frame,
+            markers=[(m.frame, m.name) for m in tl.markers],
+        )
+
+    def _track_edits(self) -> None:
+        """Every value an editor changes by hand becomes an undo step (``studio.ui.undo``)."""
+        from studio.core.media.timecode import timecode
+        from studio.ui.undo import History
+        from studio.ui.voiceovers import VoiceoverMemory
+
+        self.memory = VoiceoverMemory()
+        self.voice_key = ""
+        h = self.history = History(self.undo_stack)
+        tl, panel = self.timeline, self.render_panel
+        h.track(
+            "threshold",
+            "Threshold",
+            lambda: tl.threshold,
+            tl.set_threshold,
+            tl.thresholdChanged,
+            describe=lambda v: f"{v:g}",
+            widget=tl.threshold_box,
+        )
+        h.track(
+            "min_silence",
+            "Min silence",
+            lambda: tl.min_run,
+            tl.set_min_run,
+            tl.min_run_box.valueChanged,
+            describe=lambda v: f"{v} frames",
+            widget=tl.min_run_box,
+        )
+        tl.editSession.connect(h.session)
+
+        def point(v) -> str:
+            a, b = v
+            return (
+                "no in/out"
+                if a is None and b is None
+                else f"{'—' if a is None else timecode(a)}–{'—' if b is None else timecode(b)}"
+            )
+
+        h.track(
+            "range",
+            "In/out",
+            lambda: (tl.in_frame, tl.out_frame),
+            lambda v: tl.set_range(*v),
+            tl.rangeChanged,
+            describe=point,
+            scope=lambda: self.voice_key,
+            apply_elsewhere=lambda key, v: self.memory.put(key, in_frame=v[0], out_frame=v[1]),
+        )
+        h.track(
+            "markers",
+            "Markers",
+            lambda: tuple((m.frame, m.name) for m in tl.markers),
+            tl.set_markers,
+            tl.markersChanged,
+            describe=_markers_text,
+            scope=lambda: self.voice_key,
+            apply_elsewhere=lambda key, v: self.memory.put(key, markers=v),
+        )
+        for name, widget, label, get, set_, signal in panel.tracked_settings():
+            h.track(f"setting:{name}", label, get, set_, signal, widget=widget)
+        self.library.history = h
+
+    def _marker_action(self, what: str) -> None:
+        tl = self.timeline
+        if tl.analysis is None:
+            self.statusBar().showMessage("import a voice-over first: markers sit on its timeline", 5000)
+            return
+        here = [m for m in tl.markers if m.frame <= tl.frame]
+        if what == "add":
+            tl.add_marker()
+        elif what == "next":
+            tl.next_marker(1)
+        elif what == "prev":
+            tl.next_marker(-1)
+        elif not here:
+            self.statusBar().showMessage("no marker at or before the playhead (M adds one)", 5000)
+        elif what == "delete":
+            tl.remove_marker(here[-1].frame)
+        elif what == "rename":
+            tl.rename_marker(here[-1].frame)
+        elif what == "render":
+            self.render_marker(*tl.marker_span(here[-1].frame))
+
+    def render_marker(self, start: int, end: int) -> int | None:
+        """Render frames [start, end) (a marker to the next) of the current pair now."""
+        return self.queue.add(self.library.avatar, self.library.script, start=True, frames=(start, end))
 
     def _threshold_changed(self, value: float) -> None:
         self.render_panel.set_silence(threshold=value)
@@ -880,6 +1004,9 @@ class MainWindow(FileDrops, QMainWindow):
             return
         self.transport.stop()
         self.save_state()
+        from studio.ui.library import empty_trash
+
+        empty_trash()  # removals can be undone until now
         if self.player is not None:
             self.player.player.stop()
         self.queue.close()  # a running job stops now (nothing written) and comes back interrupted
@@ -888,6 +1015,13 @@ class MainWindow(FileDrops, QMainWindow):
 
 
 NO_AVATAR = "No avatar yet: import or drop a photo or a video (and a voice-over)"
+
+
+def _markers_text(v) -> str:
+    names = [n for _f, n in v]
+    if not names:
+        return "none"
+    return ", ".join(names[:3]) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
 
 
 def _short(text: str, limit: int = 90) -> str:
