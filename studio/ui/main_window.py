@@ -108,8 +108,8 @@ class MainWindow(FileDrops, QMainWindow):
         self.splitter.addWidget(top)
         self.splitter.addWidget(self.timeline)
         self.splitter.setChildrenCollapsible(False)
-        top.setMinimumHeight(130)  # what fits under a 1280x720 screen's menu, toolbar, queue and status bar
-        self.timeline.setMinimumHeight(200)
+        top.setMinimumHeight(120)  # what fits under a 1280x720 screen's menu, toolbar, queue and status bar
+        self.timeline.setMinimumHeight(180)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.setCentralWidget(self.splitter)
