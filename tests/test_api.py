@@ -422,13 +422,36 @@ def test_cancel_leaves_no_file_the_queue_is_capped_and_retry_requeues(server, cl
         assert "cancelled" in one_sentence(client.get(j["links"]["video"]), 409)
     assert [p.name for p in (server.home / "renders").iterdir() if ".part" in p.name or p.name.startswith(".")] == []
 
-    again = client.post(f"/v1/renders/{waiting[0]['id']}/retry")
-    assert again.status_code == 202 and again.json()["state"] == "queued"
-    assert "only a finished job" in one_sentence(client.post(f"/v1/renders/{waiting[0]['id']}/retry"), 409)
-    done = wait_state(client, waiting[0]["id"])
+    first = waiting[0]
+    again = client.post(f"/v1/renders/{first['id']}/retry")  # a new job; the cancelled one stays as it was
+    assert again.status_code == 202, again.text
+    new = again.json()
+    assert new["state"] == "queued" and new["retry_of"] == first["id"] and new["id"] != first["id"]
+    assert client.get(f"/v1/renders/{first['id']}").json()["state"] == "cancelled"
+    done = wait_state(client, new["id"])
     assert done["state"] == "done" and (server.home / "renders" / done["output"]).is_file()
-    gone = client.delete(f"/v1/renders/{waiting[0]['id']}")  # a finished job: removed with its file
-    assert gone.json()["state"] == "removed" and not (server.home / "renders" / done["output"]).exists()
+    active = client.post("/v1/renders", data={"avatar": "astro", "audio_id": long_id, "engine": "classic"}).json()
+    assert "only a finished job" in one_sentence(client.post(f"/v1/renders/{active['id']}/retry"), 409)
+    assert client.delete(f"/v1/renders/{active['id']}").json()["state"] in ("cancelled", "running")
+    wait_state(client, active["id"], states=("cancelled",))
+
+    video = server.home / "renders" / done["output"]  # a retried done job: a new file, the first one kept
+    redo = client.post(f"/v1/renders/{new['id']}/retry").json()
+    redone = wait_state(client, redo["id"])
+    assert redone["output"] != done["output"] and video.is_file()
+    assert client.get(f"/v1/renders/{new['id']}").json()["state"] == "done"
+
+    msg = one_sentence(client.delete(f"/v1/renders/{new['id']}"), 409)  # a finished job: kept, with its file
+    assert "purge" in msg and video.is_file() and client.get(new["links"]["video"]).status_code == 200
+    gone = client.delete(f"/v1/renders/{new['id']}", params={"purge": "true"})
+    assert gone.status_code == 200 and gone.json() == {
+        "id": new["id"],
+        "state": "removed",
+        "reason": "purged: the job and its files were removed",
+        "files": [done["output"]],
+    }
+    assert not video.exists() and (server.home / "renders" / redone["output"]).is_file()
+    assert "no render job" in one_sentence(client.get(f"/v1/renders/{new['id']}"), 404)
 
 
 def test_max_queued_holds_under_fifty_concurrent_posts(server, client, astro, short_id, clips):

@@ -171,6 +171,45 @@ def test_a_node_without_the_avatar_folder_fetches_it_once(farm, avatar):
     assert fetched == 0 and again.folder == assets.folder
 
 
+def test_the_workers_load_a_new_engine_when_the_weights_are_imported_again(farm, home, avatar, tmp_path, monkeypatch):
+    """The workers keep engines in core's ``EngineCache``: its key holds the imported weights' id
+    and ``compile`` (the old key of engine/device/precision/decoder/batch/runtime saw neither, so a
+    re-import went unseen and a compiled job got the plain engine)."""
+    from musetalk_fakes import write_official_and_taesd, write_official_models
+
+    from studio.core.engines.cache import EngineKey
+    from studio.core.store import models
+
+    f, _ = farm
+    monkeypatch.setenv("STUDIO_HOME", str(home))  # the workers' data folder: their model store
+    voice = tmp_path / "short.wav"
+    sf.write(voice, speechlike(0.8, RATE, 3), RATE, subtype="PCM_16")  # 20 frames: two chunks
+    settings = RenderSettings(engine="musetalk", device="cpu", batch=4, encoder="x264", preset="ultrafast")
+
+    def loaded() -> int:
+        return sum(s["engines_loaded"] for s in f.stats().values())
+
+    try:
+        folder, taesd = write_official_and_taesd(tmp_path / "weights1")
+        models.import_models(folder, taesd=taesd)
+        first = EngineKey.of(settings)
+        list(f.render(avatar, voice, tmp_path / "one.mp4", settings, chunks=2))
+        before = loaded()
+        list(f.render(avatar, voice, tmp_path / "two.mp4", settings, chunks=2))
+        assert loaded() == before  # same weights, same settings: the warm engines
+        other = write_official_models(tmp_path / "weights2", seed=7)  # other weights, imported over the first
+        models.import_models(other, taesd=taesd)
+        assert EngineKey.of(settings).weights != first.weights
+        assert EngineKey.of(settings.with_(compile=True)) != EngineKey.of(settings)
+        list(f.render(avatar, voice, tmp_path / "three.mp4", settings, chunks=2))
+        assert loaded() == before + 2  # both workers saw the new weights
+        assert f.result.engine == "musetalk" and f.result.frames == 20
+    finally:
+        import shutil
+
+        shutil.rmtree(models.models_root(), ignore_errors=True)  # the module's other tests render classic
+
+
 def test_cli_farm_status_without_a_cluster_says_how_to_start_one(home, tmp_path):
     import sys
 

@@ -100,7 +100,7 @@ def test_import_stores_hard_links_and_records_sha256_and_size(official, studio_h
         "pytorch_model.bin",
         "preprocessor_config.json",
     }
-    assert models.availability() == "ready: v1.5 UNet, sd-vae, whisper-tiny, taesd"
+    assert str(models.availability()) == "ready: v1.5 UNet, sd-vae, whisper-tiny, taesd"
     assert set(models.list_models()) == {"musetalkV15", "musetalk", "sd-vae", "whisper", "taesd"}
     assert all(r["status"] == "ok" for r in models.verify_store())
 
@@ -110,7 +110,7 @@ def test_copy_mode_copies_and_the_vae_folder_may_be_sd_vae_ft_mse(tmp_path, stud
     models.import_models(folder, link=False)
     stored = studio_home / "models" / "sd-vae" / "diffusion_pytorch_model.bin"
     assert stored.stat().st_ino != (folder / "sd-vae-ft-mse" / "diffusion_pytorch_model.bin").stat().st_ino
-    assert models.availability() == "ready: v1.5 UNet, sd-vae, whisper-tiny, no taesd (decoder sd-vae only)"
+    assert str(models.availability()) == "ready: v1.5 UNet, sd-vae, whisper-tiny, no taesd (decoder sd-vae only)"
 
 
 def test_verify_detects_truncated_and_changed_files(copy_of, studio_home):
@@ -126,16 +126,17 @@ def test_verify_detects_truncated_and_changed_files(copy_of, studio_home):
     assert status["musetalkV15/unet.pth"] == "truncated"
     assert status["sd-vae/diffusion_pytorch_model.bin"] == "changed"
     assert status["whisper/pytorch_model.bin"] == "ok"
-    assert models.availability().startswith("unavailable: ") and "unet.pth" in models.availability()
+    status = models.availability()
+    assert not status.ready and str(status).startswith("unavailable: ") and "unet.pth" in status.reason
 
 
 def test_empty_or_partial_store_is_unavailable_with_the_fix(official):
-    assert models.availability() == (
+    assert str(models.availability()) == (
         "unavailable: not imported: a MuseTalk UNet (musetalkV15/ or musetalk/), sd-vae/, whisper/; "
         "run studio models import DIR with the official MuseTalk models/ folder"
     )
     models.import_models(taesd=official[1])
-    assert models.availability().startswith(
+    assert str(models.availability()).startswith(
         "unavailable: not imported: a MuseTalk UNet (musetalkV15/ or musetalk/), sd-vae/, whisper/;"
     )
     assert list(models.list_models()) == ["taesd"]
@@ -177,7 +178,7 @@ def test_weights_of_another_architecture_fail_on_shape(copy_of):
 def test_v10_unet_in_the_v15_folder_is_accepted(copy_of, studio_home):
     shutil.copyfile(copy_of / "musetalk" / "pytorch_model.bin", copy_of / "musetalkV15" / "unet.pth")
     models.import_models(copy_of)
-    assert models.availability().startswith("ready: v1.5 UNet")
+    assert models.availability().ready and str(models.availability()).startswith("ready: v1.5 UNet")
 
 
 def test_whisper_width_must_match_the_unet(copy_of):

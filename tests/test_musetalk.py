@@ -232,10 +232,12 @@ def test_sd_vae_decoder_divides_by_the_scaling_factor(store, tmp_path):
 
 
 def test_select_engine_musetalk_when_imported_and_a_clear_error_otherwise(store, studio_home):
-    from studio.core.engines.base import available_engines, select_engine
+    from studio.core.engines.base import auto_engine, engine_status, select_engine
     from studio.core.errors import StudioError
 
-    assert available_engines()["musetalk"] == "ready: v1.5 UNet, sd-vae, whisper-tiny, taesd"
+    status = engine_status()
+    assert str(status["musetalk"]) == "ready: v1.5 UNet, sd-vae, whisper-tiny, taesd" and status["musetalk"].ready
+    assert auto_engine(status) == "musetalk"
     choice = select_engine("auto", device="cpu", decoder="taesd")
     assert choice.engine.name == "musetalk" and "weights are imported" in choice.reason
     (studio_home / "models" / "manifest.json").unlink()

@@ -208,10 +208,12 @@ def test_a_killed_queue_runner_leaves_its_job_interrupted_and_retry_succeeds(tmp
     assert not (out / "k.mp4").exists()
     # the retry renders it (a shorter voice-over keeps the test quick: same path, new content)
     speech_pause_speech(audio, 0.6, 0.2, 0.6)
-    studio(env, "queue", "retry", str(job_id))
+    studio(env, "queue", "retry", str(job_id))  # a new job; the interrupted one stays as it was
     studio(env, "queue", "run")
-    job = queue_list(env)[job_id]
-    assert job["state"] == "done" and Path(job["output"]).exists()
+    jobs = queue_list(env)
+    again = max(jobs)
+    assert jobs[again]["retry_of"] == job_id and jobs[job_id]["state"] == "interrupted"
+    assert jobs[again]["state"] == "done" and Path(jobs[again]["output"]).exists()
 
 
 def test_the_contract_check_fails_when_core_imports_the_service(tmp_path):

@@ -11,6 +11,7 @@ allowed folder cannot reach outside it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -35,6 +36,7 @@ class Inputs:
         start, end = form.frame_start, form.frame_end
         self.frames = None if start is None and end is None else (start or 0, end)
         self.settings = settings_of(form)
+        self.webhook = form.webhook or None
 
 
 async def submit(st, model):
@@ -64,6 +66,10 @@ async def submit(st, model):
         library_avatar(form.avatar)
     if form.audio_id:
         st.uploads.audio_meta(form.audio_id)  # 404 before anything is stored
+    if form.webhook:
+        from studio.api.webhooks import check_url
+
+        check_url(st.opts, form.webhook)
     await run_in_threadpool(runnable_here, settings)  # the engine, runtime, encoder, device: before any upload
     stored = []
     try:
@@ -116,7 +122,7 @@ async def _submit(st, form, settings, stored: list):
     request = RenderRequest(avatar, audio, str(output), settings, frames=frames)
     await run_in_threadpool(preflight, request)
     try:
-        return await run_in_threadpool(st.queue.add, request)
+        return await run_in_threadpool(functools.partial(st.queue.add, request, webhook=form.webhook or ""))
     except StudioError as exc:
         if type(exc).__name__ == "QueueFull":
             raise ApiError(429, str(exc), {"Retry-After": "10"}) from None

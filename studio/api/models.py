@@ -273,6 +273,12 @@ class RenderInputs(BaseModel):
     output: str | None = Field(None, description="an output path on the server (under --allow-paths folders)")
     frame_start: int | None = Field(None, ge=0, description="render from this video frame (the in point)")
     frame_end: int | None = Field(None, ge=1, description="up to, not including, this frame (the out point)")
+    webhook: str | None = Field(
+        None,
+        description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "
+        "(sha256=HMAC of the body); its host must be one of the server's --webhook-allow hosts",
+        examples=["https://newsroom.example/hooks/studio"],
+    )
 
 
 if TYPE_CHECKING:
@@ -353,6 +359,25 @@ class StateEvent(Answer):
     fps: float | None = None
 
 
+class Delivery(Answer):
+    """One webhook call."""
+
+    state: str = Field(description="the job's final state it told of")
+    attempt: int
+    at: float = Field(description="seconds since the epoch")
+    ok: bool = Field(description="the listener answered 2xx")
+    status: int | None = Field(None, description="the listener's HTTP status (none when it could not be reached)")
+    error: str = ""
+
+
+class WebhookInfo(Answer):
+    url: str
+    state: Literal["pending", "delivered", "failed"] = Field(
+        description="pending: not yet told (or retrying with backoff); failed: every try failed"
+    )
+    deliveries: list[Delivery]
+
+
 class Job(Answer):
     """A render job."""
 
@@ -393,13 +418,26 @@ class Job(Answer):
     frames: int | None = Field(None, description="frames written, once done")
     seconds: float | None = Field(None, description="render seconds, once done")
     fps: float | None = Field(None, description="frames per second of the render, once done")
+    position: int | None = Field(None, description="queued: its place in the queue (1 = next); running: 0")
+    eta_s: float | None = Field(
+        None, description="queued or running: seconds until it is expected to be done (null until the speed is known)"
+    )
+    starts_in_s: float | None = Field(None, description="queued: seconds until it is expected to start")
+    retry_of: int | None = Field(None, description="the job this one renders again (POST .../retry)")
+    webhook: WebhookInfo | None = None
 
 
-class JobList(Answer):
+class JobPage(Answer):
+    """A page of jobs, newest first; ``next`` is the URL of the next page (null on the last)."""
+
     renders: list[Job]
+    next: str | None = Field(None, description="the next page's URL (same filters); null on the last page")
 
 
 class Removed(Answer):
+    """A purged job: it and its files are gone."""
+
     id: int
     state: Literal["removed"]
     reason: str
+    files: list[str] = Field(default_factory=list, description="the names of the files removed")

@@ -23,6 +23,12 @@ class ServeOptions:
     allow_paths: tuple[str, ...] = ()
     max_upload_mb: float = DEFAULT_MAX_UPLOAD_MB  # per uploaded file
     max_queued: int | None = DEFAULT_MAX_QUEUED  # queued jobs before POST answers 429
+    read_token: str | None = None  # a second token that may only read (GET): dashboards, metrics
+    webhook_secret: str | None = None  # signs webhook bodies (HMAC-SHA256); None: no webhooks
+    webhook_allow: tuple[str, ...] = ()  # the only hosts webhooks may call (none: no webhooks)
+    keep_renders_s: float | None = None  # retention: renders and uploads older than this go (None: kept)
+    max_storage_gb: float | None = None  # retention: the oldest go while the data folder's files hold more
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (none: CORS off)
 
     @property
     def max_upload_bytes(self) -> int:
@@ -51,12 +57,48 @@ class ServeOptions:
             raise InputError("--max-queued must be at least 1")
         if self.token is not None and len(self.token) < 8:
             raise InputError("--token must be at least 8 characters (use a long random one)")
+        if self.read_token is not None:
+            if len(self.read_token) < 8:
+                raise InputError("--read-token must be at least 8 characters (use a long random one)")
+            if self.read_token == self.token:
+                raise InputError("--read-token must differ from --token (it may only read)")
+        allow = split_list(self.webhook_allow) if isinstance(self.webhook_allow, str) else self.webhook_allow
+        allow = tuple(h.lower().strip("[]") for h in allow)
+        if allow and not self.webhook_secret:
+            raise InputError(
+                "--webhook-allow needs a secret to sign the calls with: give --webhook-secret "
+                "(or set STUDIO_WEBHOOK_SECRET)"
+            )
+        if self.webhook_secret is not None and len(self.webhook_secret) < 16:
+            raise InputError("--webhook-secret must be at least 16 characters (use a long random one)")
+        for h in allow:
+            if "/" in h or (":" in h and not _is_ip(h)):
+                raise InputError(f"--webhook-allow {h}: give host names or addresses (no scheme, port or path)")
+        if self.keep_renders_s is not None and not self.keep_renders_s > 0:
+            raise InputError("--keep-renders must be more than 0 (such as 7d)")
+        if self.max_storage_gb is not None and not self.max_storage_gb > 0:
+            raise InputError("--max-storage-gb must be more than 0")
+        origins = split_list(self.cors_origins) if isinstance(self.cors_origins, str) else self.cors_origins
+        for o in origins:
+            if o != "*" and not o.startswith(("http://", "https://")):
+                raise InputError(f"--cors-origin {o}: give an origin such as https://dashboard.example (or *)")
         if not is_loopback(self.host) and not self.token:
             raise InputError(
                 f"--host {self.host} is reachable from other machines: give --token (or set "
                 "STUDIO_SERVER_TOKEN) so that only clients with the token can render"
             )
-        return replace(self, allow_paths=tuple(folders))
+        return replace(self, allow_paths=tuple(folders), webhook_allow=allow, cors_origins=tuple(origins))
+
+    @property
+    def retention(self):
+        """The queue's retention: this server's options, else the environment's (``STUDIO_KEEP_RENDERS``)."""
+        from studio.service.retention import Retention, gb
+
+        base = Retention.from_env()
+        return Retention(
+            self.keep_renders_s if self.keep_renders_s is not None else base.keep_s,
+            gb(self.max_storage_gb) if self.max_storage_gb is not None else base.max_bytes,
+        )
 
 
 def is_loopback(host: str) -> bool:
@@ -66,6 +108,14 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a host name: it may resolve to anything
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
 
 
 def split_list(text: str | None) -> tuple[str, ...]:

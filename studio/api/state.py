@@ -11,6 +11,7 @@ on shutdown a running job is stopped, as when the window closes.
 from __future__ import annotations
 
 import re
+import socket
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,6 +23,8 @@ from studio.api.options import ServeOptions
 from studio.api.sse import JobEvents, links, state_dict
 from studio.api.uploads import UploadStore
 
+WHERE_LOCAL = "this computer"  # what the service's placement calls a render here (``request.WHERE_LOCAL``)
+
 
 class ApiState:
     def __init__(self, opts: ServeOptions, queue, pool, uploads: UploadStore):
@@ -32,13 +35,14 @@ class ApiState:
         self._events: JobEvents | None = None
         self.started = time.time()
         self._unsubscribe: Any = None
+        self.webhooks: Any = None  # the webhook sender (``studio.api.webhooks``), when the server sends any
 
     @property
     def queue(self):
         if self._queue is None:
             from studio.service import QueueService
 
-            self._queue = QueueService(pool=self.pool)
+            self._queue = QueueService(pool=self.pool, retention=self.opts.retention)
         return self._queue
 
     @property
@@ -61,13 +65,22 @@ class ApiState:
         q = self.queue
         if self.opts.max_queued is not None:
             q.max_queued = self.opts.max_queued
-        self._unsubscribe = q.subscribe(self.events.on_event)
+        subs = [q.subscribe(self.events.on_event)]
+        if self.opts.webhook_secret and self.opts.webhook_allow:
+            from studio.api.webhooks import WebhookSender
+
+            self.webhooks = WebhookSender(self)
+            subs.append(q.subscribe(self.webhooks.on_event))
+            self.webhooks.start()
+        self._unsubscribe = lambda: [u() for u in subs]
         q.start()
 
     def close(self) -> None:
         """The server stops: as when the window closes, a running job is stopped (nothing written)."""
         if self._unsubscribe is not None:
             self._unsubscribe()
+        if self.webhooks is not None:
+            self.webhooks.stop()
         if self._queue is not None:
             self._queue.close()
 
@@ -101,8 +114,9 @@ class ApiState:
         except InputError:
             return None
 
-    def job_json(self, job) -> dict:
-        """A job as the API shows it (``models.Job``): names, never the server's paths."""
+    def job_json(self, job, estimates: dict | None = None) -> dict:
+        """A job as the API shows it (``models.Job``): names, never the server's paths. ``estimates``:
+        the queue's positions and ETAs when already computed for a page of jobs."""
         from studio.core.settings import SCHEMA
 
         d = state_dict(job)
@@ -118,23 +132,40 @@ class ApiState:
             progress=job.progress,
             created=job.created,
             updated=job.updated,
-            result=public_result(job.result),
+            result=self.public_result(job.result),
             links=links(job.id),
+            retry_of=job.retry_of,
         )
+        if job.state in ("queued", "running"):
+            est = (estimates if estimates is not None else self.queue.estimates()).get(job.id)
+            if est is not None:
+                d.update(position=est.position, eta_s=_round(est.eta_s), starts_in_s=_round(est.starts_in_s))
+        if job.webhook:
+            from studio.api.webhooks import describe
+
+            d["webhook"] = describe(self, job)
         live = self._events.last_progress(job.id) if self._events is not None else None
         if live is not None and job.state == "running":
             d["live"] = live
         return d
 
+    def public_result(self, result: dict | None) -> dict | None:
+        """A job's result without server paths (``None`` before it is done); ``ran_on`` names this
+        server rather than "this computer"."""
+        if not result:
+            return None
+        r = dict(result)
+        if r.get("output"):
+            r["output"] = Path(r["output"]).name
+        if r.get("ran_on") == WHERE_LOCAL:
+            r["ran_on"] = f"studio serve on {socket.gethostname()}"
+        if isinstance(r.get("engine_reason"), str):
+            r["engine_reason"] = self.public_text(r["engine_reason"])
+        return r
 
-def public_result(result: dict | None) -> dict | None:
-    """A job's result without server paths (``None`` before it is done)."""
-    if not result:
-        return None
-    r = dict(result)
-    if r.get("output"):
-        r["output"] = Path(r["output"]).name
-    return r
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
 
 
 def get_state(request: Request) -> ApiState:

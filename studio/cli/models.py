@@ -33,7 +33,7 @@ def run_import(args) -> int:
     records = models.import_models(args.folder, taesd=args.taesd, link=not args.copy)
     status = models.availability()
     if args.json:
-        emit_json({"imported": records, "musetalk": status, "store": str(models.models_root())})
+        emit_json({"imported": records, "musetalk": str(status), "store": str(models.models_root())})
         return 0
     for r in records:
         size = sum(f["size"] for f in r["files"].values())
@@ -50,7 +50,7 @@ def run_list(args) -> int:
     comps = models.list_models()
     status = models.availability()
     if args.json:
-        emit_json({"store": str(models.models_root()), "components": comps, "musetalk": status})
+        emit_json({"store": str(models.models_root()), "components": comps, "musetalk": str(status)})
         return 0
     if not comps:
         print("no weights imported; run: studio models import DIR (the official MuseTalk models/ folder)")

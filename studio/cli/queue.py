@@ -1,4 +1,4 @@
-"""``studio queue add|list|show|run|cancel|retry|hold|resume|move|rm``: the render queue from a terminal.
+"""``studio queue add|list|show|run|cancel|retry|hold|resume|move|rm|prune``: the render queue from a terminal.
 
 The same queue the window and ``studio serve`` use (``<data folder>/jobs.sqlite``), through the
 service: ``add`` takes ``studio render``'s options and prints the new job's id as its last word;
@@ -38,14 +38,25 @@ def register(sub) -> None:
 
     for name, helptext in (
         ("cancel", "cancel a queued, held or running job"),
-        ("retry", "queue a finished job again (a new numbered file)"),
+        ("retry", "render a finished job again as a new job (a new numbered file; the original stays)"),
         ("hold", "keep a queued job waiting"),
         ("resume", "queue a held job again"),
-        ("rm", "remove a job that is not running"),
+        ("rm", "remove a job that is not running (its file stays unless --purge)"),
     ):
         c = qs.add_parser(name, help=helptext)
         c.add_argument("id", type=int)
+        if name == "rm":
+            c.add_argument("--purge", action="store_true", help="a finished job: remove its video file too")
         c.set_defaults(func=run_action, action=name)
+
+    prune = qs.add_parser(
+        "prune",
+        help="apply retention now: renders and uploads in the data folder past the age or size limit go, "
+        "their jobs stay expired (files you named are never removed)",
+    )
+    prune.add_argument("--keep-renders", metavar="DURATION", help="e.g. 7d, 12h (default: $STUDIO_KEEP_RENDERS)")
+    prune.add_argument("--max-storage-gb", type=float, metavar="N", help="default: $STUDIO_MAX_STORAGE_GB")
+    prune.set_defaults(func=run_prune)
 
     mv = qs.add_parser("move", help="put a job at a place in the queue order (0 = first)")
     mv.add_argument("id", type=int)
@@ -76,6 +87,7 @@ def job_json(job, progress=None) -> dict:
         "updated": job.updated,
         "settings": job.settings,
         "result": job.result,
+        "retry_of": job.retry_of,
     }
 
 
@@ -112,9 +124,16 @@ def run_show(args) -> int:
     return 0
 
 
+FINAL = ("done", "failed", "cancelled", "interrupted", "expired")
+
+
 def run_action(args) -> int:
     qs = _service()
     if args.action == "rm":
+        if args.purge and qs.get(args.id).state in FINAL:
+            _, files = qs.delete(args.id, purge=True)
+            print(f"removed job {args.id}" + (f" and {', '.join(files)}" if files else ""))
+            return 0
         qs.remove(args.id)
         print(f"removed job {args.id}")
         return 0
@@ -164,4 +183,25 @@ def run_run(args) -> int:
             f"queue empty: {len(states)} job(s) run, {states.count('done')} done, {states.count('failed')} failed, "
             f"{states.count('cancelled')} cancelled"
         )
+    return 0
+
+
+def run_prune(args) -> int:
+    from studio.service.queue import QueueService
+    from studio.service.retention import Retention, gb, parse_duration
+
+    base = Retention.from_env()
+    retention = Retention(
+        parse_duration(args.keep_renders) if args.keep_renders else base.keep_s,
+        gb(args.max_storage_gb) if args.max_storage_gb is not None else base.max_bytes,
+    )
+    if not retention.active:
+        from studio.core.errors import InputError
+
+        raise InputError("give --keep-renders or --max-storage-gb (or set STUDIO_KEEP_RENDERS / STUDIO_MAX_STORAGE_GB)")
+    swept = QueueService(retention=retention).apply_retention()
+    print(
+        f"retention ({retention.describe()}): {len(swept.jobs)} job(s) expired, {len(swept.removed)} file(s) "
+        f"removed, {swept.freed / 2**20:.1f} MB freed"
+    )
     return 0

@@ -278,7 +278,8 @@ def run_frame(args) -> int:
     info = probe(args.audio)
     if args.time < 0 or frame_index(args.time) >= info.frames:
         raise InputError(f"-t {args.time} is outside the voice-over (0 to {info.duration_s:.2f} s)")
-    renderer = Renderer(args.avatar, args.audio, _settings(args))
+    at = frame_index(args.time)
+    renderer = Renderer(args.avatar, args.audio, _settings(args), frames=(at, at + 1))  # a long clip: its stretch
     img = renderer.frame_at(args.time)
     with atomic_path(out) as tmp:
         PIL.Image.fromarray(img).save(tmp, format="PNG")

@@ -794,10 +794,10 @@ def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:
     from studio.core.engines import random_models
     from studio.core.store import models
 
-    if models.availability().startswith("ready") and not tiny:
+    if models.availability().ready and not tiny:
         return None, "imported"
     store = workdir / "store"
-    if not models.availability(store).startswith("ready"):
+    if not models.availability(store).ready:
         note("writing random-weight models (" + ("tiny configs" if tiny else "real architecture") + ")")
         src = random_models.write_official_models(workdir / "random", tiny=tiny)
         taesd = random_models.write_taesd(

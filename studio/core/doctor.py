@@ -199,19 +199,19 @@ def check_weights() -> Check:
             "download the official MuseTalk models/ folder, then run: studio models import DIR",
         )
     names = ", ".join(sorted(found))
-    if status.startswith("ready"):
-        return Check("weights", OK, f"imported: {names} ({status.removeprefix('ready: ')})")
+    if status.ready:
+        return Check("weights", OK, f"imported: {names} ({status.reason})")
     return Check(
         "weights", WARN, f"imported: {names}; {status}", "run: studio models verify, then studio models import DIR"
     )
 
 
 def check_engine() -> Check:
-    from studio.core.engines import available_engines
+    from studio.core.engines import auto_engine, engine_status
 
-    status = available_engines()
+    status = engine_status()
     lines = "; ".join(f"{k}: {v}" for k, v in status.items())
-    if status.get("musetalk", "").startswith("ready"):
+    if auto_engine(status) == "musetalk":
         return Check("engine", OK, f"auto selects musetalk ({lines})")
     return Check(
         "engine",

@@ -37,6 +37,12 @@ KNOBS: dict[str, Knob] = {
             "",
             "PyTorch threads of a CPU render (default: a quarter of the cores; OMP_NUM_THREADS also counts)",
         ),
+        Knob(
+            "STUDIO_MAX_AUDIO_MINUTES",
+            "",
+            "the longest voice-over a command accepts, checked from the file's header before decoding "
+            "(default 240; `studio serve` has --max-audio-minutes)",
+        ),
         Knob("STUDIO_AVATAR_MAX_GB", "", "the largest avatar cache `avatar add` writes (default: the module's limit)"),
         Knob("STUDIO_ENGINE_CACHE", "", "where built TensorRT engines are kept (default: <data>/engines)"),
         Knob(
@@ -67,6 +73,27 @@ KNOBS: dict[str, Knob] = {
             "",
             "the bearer token of `studio serve` (server side) and of a server the "
             "window or `studio render --server` renders on (client side); kept out of `ps` and the queue",
+        ),
+        Knob(
+            "STUDIO_KEEP_RENDERS",
+            "",
+            "retention: renders in <data>/renders and uploads older than this (7d, 12h, 30m) are removed, "
+            "their jobs kept as expired (the window, `studio queue` and `studio serve`; default: kept forever)",
+        ),
+        Knob(
+            "STUDIO_MAX_STORAGE_GB",
+            "",
+            "retention: the oldest renders and uploads in the data folder go while they hold more than this",
+        ),
+        Knob(
+            "STUDIO_WEBHOOK_SECRET",
+            "",
+            "`studio serve`: the key webhooks are signed with (X-Studio-Signature: sha256=HMAC of the body)",
+        ),
+        Knob(
+            "STUDIO_READ_TOKEN",
+            "",
+            "`studio serve`: a second, read-only bearer token (GET only: dashboards, metrics)",
         ),
         Knob(
             "STUDIO_PARENT_PID",

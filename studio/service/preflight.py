@@ -42,7 +42,7 @@ def check_frames(frames: tuple[int, int], total: int) -> None:
 
 def runnable_here(settings) -> None:
     """The engine (and for MuseTalk its runtime), the encoder and the device can run on this machine."""
-    from studio.core.engines.base import engine_status
+    from studio.core.engines.base import auto_engine, engine_status
 
     status = engine_status()
     engine = settings.engine
@@ -53,7 +53,7 @@ def runnable_here(settings) -> None:
         if not a.ready:
             raise InputError(f"engine={engine} cannot run here: {a.reason}")
     else:
-        engine = "musetalk" if status.get("musetalk") is not None and status["musetalk"].ready else "classic"
+        engine = auto_engine(status)
     if settings.device is not None:
         _device(settings.device)
     if engine == "musetalk" and settings.runtime == "tensorrt":

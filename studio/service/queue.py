@@ -5,7 +5,12 @@
     unsubscribe = qs.subscribe(lambda ev: print(ev.kind, ev.job_id))
     qs.run_until_empty()                                  # foreground (``studio queue run``), or
     qs.start(); ...; qs.stop()                            # a runner thread (the window, the server)
-    qs.cancel(job.id); qs.retry(job.id); qs.hold(id); qs.resume(id); qs.move(id, 0); qs.remove(id)
+    qs.cancel(job.id); qs.hold(id); qs.resume(id); qs.move(id, 0); qs.remove(id)
+    again = qs.retry(job.id)                              # a new job (retry_of=job.id); the original stays
+    qs.delete(job.id)                                     # cancel an active job; a finished one: JobFinished
+    qs.delete(job.id, purge=True)                         # ... unless purged: the job and its file go
+    qs.estimates()                                        # {id: Estimate(position, eta_s)} of waiting jobs
+    qs.apply_retention()                                  # expire old renders, remove old uploads
 
 Jobs run one after another, in queue order, through the one driver (``Render``) on the shared
 engine pool, so engines stay warm between jobs. States and progress are persisted (progress at
@@ -13,6 +18,10 @@ most once a second), so every view of the same store (the window, ``studio queue
 server) sees the same queue. Nothing starts by itself: queued jobs wait until ``start`` or
 ``run_until_empty`` is called; a job that was running when its process died comes back
 ``interrupted`` (the store does it on open).
+
+Retention (``Retention``: ``STUDIO_KEEP_RENDERS`` / ``STUDIO_MAX_STORAGE_GB``, or what ``studio serve``
+was given) runs in the runner every minute and after each job, for every face alike: it removes only
+files Studio keeps in its data folder (``renders/``, ``uploads/``), never a file a user named.
 
 Events go to plain callbacks, called on the runner's thread (a Qt view re-emits them as queued
 signals): ``added``, ``state`` (any change of a job's state), ``progress`` (per batch, with the
@@ -50,10 +59,29 @@ from studio.service.request import Placement, RenderRequest
 log = logging.getLogger(__name__)
 
 STORE_PROGRESS_S = 1.0  # persisted progress at most this often
+RETENTION_EVERY_S = 60.0  # the runner applies retention this often (and after each job)
 
 
 class QueueFull(StudioError):
     """Too many jobs are queued already (the server answers 429)."""
+
+
+class JobFinished(InputError):
+    """A finished job was asked to go without ``purge`` (the server answers 409)."""
+
+
+class JobActive(InputError):
+    """A job that has not finished was asked to be retried (the server answers 409)."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Where a waiting job stands: ``position`` (1 = next; 0 = rendering now) and the seconds until it
+    is expected to be done (None until the queue has finished a job to learn the speed from)."""
+
+    position: int
+    eta_s: float | None
+    starts_in_s: float | None
 
 
 @dataclass(frozen=True)
@@ -141,8 +169,10 @@ class QueueService:
         *,
         max_queued: int | None = None,
         in_process_farm: bool = False,
+        retention=None,
     ):
         from studio.service.pool import default_pool
+        from studio.service.retention import Retention
 
         self.store = store if isinstance(store, J.JobStore) else J.JobStore(store)  # a path, or None: the default
         self.pool = pool if pool is not None else default_pool()
@@ -157,6 +187,9 @@ class QueueService:
         self._farm_link = None  # kept warm between farm jobs
         self._interrupting = False
         self.last_progress: dict[int, Progress] = {}
+        self.retention = retention if retention is not None else Retention.from_env()
+        self._swept = float("-inf")  # monotonic time of the last retention sweep
+        self._frames_cache: dict[tuple, int] = {}
 
     # ---- events -------------------------------------------------------------------------
 
@@ -183,9 +216,12 @@ class QueueService:
 
     # ---- the queue ----------------------------------------------------------------------
 
-    def add(self, request: RenderRequest, state: str = J.QUEUED) -> J.Job:
+    def add(
+        self, request: RenderRequest, state: str = J.QUEUED, *, retry_of: int | None = None, webhook: str = ""
+    ) -> J.Job:
         """Queue (or keep as a draft) a request; its output gets a free numbered name unless
-        ``overwrite``. Bad requests are refused here, before they reach the queue."""
+        ``overwrite``. Bad requests are refused here, before they reach the queue. ``webhook``: a URL
+        ``studio serve`` tells of the job's final state."""
         from studio.service.driver import check_output
 
         inputs = [request.audio] + ([request.avatar] if Path(request.avatar).exists() else [])
@@ -196,7 +232,14 @@ class QueueService:
         request = request.with_(output=output)
         try:
             job = self.store.add(
-                request.avatar, request.audio, job_settings(request), output, state=state, max_queued=self.max_queued
+                request.avatar,
+                request.audio,
+                job_settings(request),
+                output,
+                state=state,
+                max_queued=self.max_queued,
+                retry_of=retry_of,
+                webhook=webhook,
             )
         except J.QueueLimit as exc:
             raise QueueFull(str(exc)) from None
@@ -232,15 +275,39 @@ class QueueService:
         return self._changed(self.store.cancel(job_id))
 
     def retry(self, job_id: int) -> J.Job:
-        """Back in the queue; when its file exists (a done job retried) it writes a new numbered one."""
+        """A finished job rendered again as a new job (``retry_of`` names the original), at the end of
+        the queue; the original, and its video, stay as they were (the new job writes a new numbered
+        file when the old one is there, whatever ``overwrite`` says)."""
         job = self.store.get(job_id)
         if job.damaged:
             raise InputError(job.reason)
+        if job.state not in J.FINAL:
+            raise JobActive(f"job {job_id} is {job.state}; only a finished job can be retried")
         req = request_of(job)
-        out = req.output if req.overwrite else unique_output(req.output, self._taken(but=job_id))
-        job = self._changed(self.store.retry(job_id, output=out))
-        self._poke()
-        return job
+        if req.overwrite and Path(req.output).exists() and job.state == J.DONE:
+            req = req.with_(overwrite=False)
+        again = self.add(req, retry_of=job_id, webhook=job.webhook)
+        return again
+
+    def delete(self, job_id: int, purge: bool = False) -> tuple[J.Job | None, list[str]]:
+        """DELETE: a draft, queued, held or running job is cancelled (a running one stops within one
+        batch, writing nothing) and stays listed; a finished job is refused (``JobFinished``: nothing
+        changes) unless ``purge``, which removes the job and its file. Answers the job (None once
+        purged) and the files removed."""
+        job = self.store.get(job_id)
+        if job.state not in J.FINAL and not job.damaged:
+            return self.cancel(job_id), []
+        if not purge:
+            raise JobFinished(
+                f"job {job_id} is {job.state}; it is kept with its file: purge it to remove the job and its file"
+            )
+        removed = []
+        out = Path(job.output)
+        if job.state == J.DONE and job.output and out.is_file():
+            out.unlink()
+            removed.append(str(out))
+        self.remove(job_id)
+        return None, removed
 
     def hold(self, job_id: int) -> J.Job:
         return self._changed(self.store.hold(job_id))
@@ -259,6 +326,106 @@ class QueueService:
         self.store.remove(job_id)
         self.last_progress.pop(job_id, None)
         self._emit("removed", job_id)
+
+    # ---- pages, estimates, idempotency, deliveries (what ``studio serve`` shows) ---------------
+
+    def page(self, states: tuple[str, ...] | None = None, before: int | None = None, limit: int = 50) -> list[J.Job]:
+        """Jobs newest first, ids below ``before`` (a cursor that holds while the queue changes)."""
+        return self.store.page(states, before, limit)
+
+    def estimates(self) -> dict[int, Estimate]:
+        """The running job and every queued one (in queue order): position and expected seconds.
+
+        The speed is learnt from the last finished jobs (seconds per frame, loading included); the
+        running job's remaining frames from its progress."""
+        jobs = self.store.list((J.QUEUED, J.RUNNING))
+        if not jobs:
+            return {}
+        spf = self._seconds_per_frame()
+        out: dict[int, Estimate] = {}
+        clock: float | None = 0.0  # seconds from now until the job being placed can start
+        running = [j for j in jobs if j.state == J.RUNNING]
+        for j in running:  # one, normally (another process may run one too)
+            p = self.last_progress.get(j.id)
+            frames = self._frames_of(j)
+            if p is not None and p.fps > 0:
+                left: float | None = max(0, p.total - p.done) / p.fps
+            else:
+                left = None if spf is None or frames is None else frames * (1 - j.progress) * spf
+            out[j.id] = Estimate(0, left, 0.0)
+            clock = None if clock is None or left is None else max(clock, left)
+        waiting = sorted((j for j in jobs if j.state == J.QUEUED), key=lambda j: (j.position, j.id))
+        for n, j in enumerate(waiting, start=1):
+            frames = self._frames_of(j)
+            took = None if spf is None or frames is None else frames * spf
+            done = None if clock is None or took is None else clock + took
+            out[j.id] = Estimate(n, done, clock)
+            clock = done
+        return out
+
+    def _seconds_per_frame(self) -> float | None:
+        done = [j.result for j in self.store.page((J.DONE, J.EXPIRED), limit=20)]
+        frames = sum(int(r.get("frames") or 0) for r in done if r.get("seconds"))
+        seconds = sum(float(r.get("seconds") or 0) for r in done if r.get("frames"))
+        return seconds / frames if frames > 0 and seconds > 0 else None
+
+    def _frames_of(self, job: J.Job) -> int | None:
+        frames = job.settings.get("frames")
+        if frames:
+            return int(frames[1]) - int(frames[0])
+        try:
+            st = Path(job.audio).stat()
+        except OSError:
+            return None
+        key = (job.audio, st.st_size, st.st_mtime_ns)
+        if key not in self._frames_cache:
+            from studio.core.media.audio import probe
+
+            try:
+                self._frames_cache[key] = probe(job.audio).frames
+            except StudioError:
+                return None
+        return self._frames_cache[key]
+
+    def claim_key(self, scope: str, key: str, fingerprint: str, ttl_s: float = 86400.0) -> dict | None:
+        """An ``Idempotency-Key``: None when new (reserved now), else what it made (``store.claim_key``);
+        keys older than ``ttl_s`` are forgotten first."""
+        self.store.purge_keys(time.time() - ttl_s)
+        return self.store.claim_key(scope, key, fingerprint)
+
+    def finish_key(self, scope: str, key: str, job_id: int | None = None, answer: dict | None = None) -> None:
+        self.store.finish_key(scope, key, job_id, answer)
+
+    def release_key(self, scope: str, key: str) -> None:
+        self.store.release_key(scope, key)
+
+    def deliveries(self, job_id: int) -> list[dict]:
+        return self.store.deliveries(job_id)
+
+    def add_delivery(self, job_id: int, state: str, url: str, attempt: int, ok: bool, status, error: str) -> None:
+        self.store.add_delivery(job_id, state, url, attempt, ok, status, error)
+
+    def webhook_jobs(self) -> list[J.Job]:
+        return self.store.webhook_jobs()
+
+    # ---- retention ----------------------------------------------------------------------
+
+    def apply_retention(self, now: float | None = None):
+        """Expire renders and remove uploads past the retention's age or over its size (``Swept``)."""
+        from studio.service.retention import sweep
+
+        self._swept = time.monotonic()
+        swept = sweep(self, self.retention, now)
+        for job in swept.jobs:
+            self._emit("state", job.id, job)
+        return swept
+
+    def _maybe_sweep(self) -> None:
+        if self.retention.active and time.monotonic() - self._swept >= RETENTION_EVERY_S:
+            try:
+                self.apply_retention()
+            except Exception:
+                log.exception("retention sweep failed")
 
     def _changed(self, job: J.Job) -> J.Job:
         self._emit("state", job.id, job)
@@ -289,6 +456,7 @@ class QueueService:
     def run_until_empty(self, on_event: Callable[[QueueEvent], None] | None = None) -> list[J.Job]:
         """Run queued jobs in this thread until none is left; the finished jobs."""
         unsub = self.subscribe(on_event) if on_event else None
+        self._maybe_sweep()
         try:
             out = []
             while not self._stop and (job := self.run_next()) is not None:
@@ -341,11 +509,14 @@ class QueueService:
             with self._lock:
                 if self._stop:
                     return
+            self._maybe_sweep()
             try:
                 job = self.run_next()
             except Exception:
                 log.exception("queue runner: could not take the next job")
                 job = None
+            if job is not None:
+                self._swept = float("-inf")  # a new file: retention looks again before the next job
             if job is None:
                 with self._lock:
                     if self._stop:

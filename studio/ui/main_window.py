@@ -507,18 +507,17 @@ class MainWindow(FileDrops, QMainWindow):
 
     def _start_background(self) -> None:
         """Warm up off the GUI thread: the engine list (imports torch) feeds the Render panel."""
-        from studio.core.engines import available_engines
+        from studio.core.engines import auto_engine, engine_status
 
         def ready(status: dict) -> None:
-            self.render_panel.show_engines(status)
+            self.render_panel.show_engines({k: str(v) for k, v in status.items()})
             from studio.service import gpus_here  # torch is loaded by now
 
             self.gpus_task = run_in_background(gpus_here, on_done=self.render_panel.set_gpus)  # "All GPUs here"
-            auto = "musetalk" if status.get("musetalk", "").startswith("ready") else "classic"
-            self.engine_status.setText(f"engine: auto → {auto}")
+            self.engine_status.setText(f"engine: auto → {auto_engine(status)}")
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))
 
-        self.engines_task = run_in_background(available_engines, on_done=ready, on_error=self.show_error)
+        self.engines_task = run_in_background(engine_status, on_done=ready, on_error=self.show_error)
         QTimer.singleShot(0, self._offer_queued)
         QTimer.singleShot(300, self._check_audio_device)
 

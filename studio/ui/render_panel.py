@@ -447,7 +447,7 @@ class RenderPanel(QWidget):
         self._show_farm_row()
 
     def show_engines(self, status: dict) -> None:
-        """Tooltips and availability of each engine (from ``available_engines``)."""
+        """Tooltips and availability of each engine (``str`` of ``engine_status``'s values)."""
         for i in range(self.engine.count()):
             name = self.engine.itemText(i)
             if name in status:

@@ -148,8 +148,10 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
     w.queue_panel.table.selectRow(0)
     with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as b:
         w.queue_panel.retry_btn.click()
-    assert b.args == [running.id, jobs.FAILED]
-    assert "a.flac" in w.store.get(running.id).reason
+    again = max(j.id for j in w.store.list())  # a retry is a new job; the interrupted one stays as it was
+    assert b.args == [again, jobs.FAILED] and w.store.get(again).retry_of == running.id
+    assert "a.flac" in w.store.get(again).reason
+    assert w.store.get(running.id).state == jobs.INTERRUPTED_STATE
     assert w.store.get(draft.id).state == jobs.DRAFT  # drafts wait for "Queue draft"
     assert w.store.get(waiting.id).state == jobs.HELD
 

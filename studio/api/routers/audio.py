@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Query
+from fastapi import APIRouter, File, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
+from studio.api.idempotency import Idempotent, replayed_headers
 from studio.api.models import AudioAnalysis, AudioForm, SilenceQuery, errors
 from studio.api.state import ApiState, State
 
@@ -20,11 +22,18 @@ router = APIRouter(tags=["audio"])
     response_model=AudioAnalysis,
     responses=errors(413, 415, 422),
     summary="Upload a voice-over once; renders and frames use it by id. Answers its silence analysis",
+    openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
-async def upload_audio(st: State, form: Annotated[AudioForm, File()]) -> dict:
+async def upload_audio(st: State, request: Request, response: Response, form: Annotated[AudioForm, File()]) -> dict:
     f = form
-    stored = await st.uploads.save_audio(f.file)
-    return await run_in_threadpool(analysis, st, stored.id, f.threshold, f.min_silence)
+    async with Idempotent(st, request, form) as once:
+        if once.replayed is not None:
+            replayed_headers(response)
+            return await run_in_threadpool(analysis, st, once.replayed["answer"]["id"], f.threshold, f.min_silence)
+        stored = await st.uploads.save_audio(f.file)
+        answer = await run_in_threadpool(analysis, st, stored.id, f.threshold, f.min_silence)
+        once.done(answer={"id": stored.id})
+    return answer
 
 
 @router.get(

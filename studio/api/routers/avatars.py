@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, File
+from fastapi import APIRouter, File, Request, Response
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
+from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
+from studio.api.idempotency import Idempotent, replayed_headers
 from studio.api.inputs import NAME_RE, library_folder
 from studio.api.models import Avatar, AvatarForm, AvatarList, AvatarRemoved, binary, errors
 from studio.api.state import State
@@ -62,8 +64,24 @@ def avatar_thumbnail(name: str):
     response_model=Avatar,
     responses=errors(409, 413, 415, 422),
     summary="Add an avatar to the library from an uploaded photo or video",
+    openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
-async def add_avatar(st: State, form: Annotated[AvatarForm, File()]) -> dict:
+async def add_avatar(st: State, request: Request, response: Response, form: Annotated[AvatarForm, File()]) -> dict:
+    async with Idempotent(st, request, form) as once:
+        if once.replayed is not None:
+            replayed_headers(response)
+            name = once.replayed["answer"]["name"]
+            return next((a for a in listed() if a["name"] == name), None) or _gone(name)
+        answer = await _add_avatar(st, form)
+        once.done(answer={"name": answer["name"]})
+    return answer
+
+
+def _gone(name: str):
+    raise ApiError(410, f"the avatar '{name}', made by the first request with this key, was removed")
+
+
+async def _add_avatar(st, form) -> dict:
     from studio.core.avatars import library as avatar_mod
 
     f = form

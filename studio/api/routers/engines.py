@@ -18,12 +18,11 @@ router = APIRouter(tags=["server"])
     summary="Which engines can run here, which auto picks, which are warm",
 )
 def engines(st: State) -> dict:
-    from studio.core.engines import available_engines
+    from studio.core.engines import auto_engine, engine_status
 
-    status = available_engines()
-    auto = "musetalk" if status.get("musetalk", "").startswith("ready") else "classic"
+    status = engine_status()
     return {
-        "auto": auto,
-        "engines": [{"name": k, "ready": v.startswith("ready"), "detail": v} for k, v in status.items()],
+        "auto": auto_engine(status),
+        "engines": [{"name": k, "ready": v.ready, "detail": str(v)} for k, v in status.items()],
         "warm": st.pool.warm(),
     }

@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, File, Query, Request
 from fastapi.responses import FileResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
-from studio.api.inputs import form_body, renders_dir, submit
-from studio.api.models import Job, JobList, Removed, RenderForm, binary, errors
+from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
+from studio.api.idempotency import Idempotent, replayed_headers
+from studio.api.inputs import form_body, submit
+from studio.api.models import JOB_STATES, Job, JobPage, Removed, RenderForm, binary, errors
 from studio.api.routers.frames import jpeg_bytes
 from studio.api.state import State
 
 router = APIRouter(tags=["renders"])
 
-ACTIVE_STATES = ("draft", "queued", "held", "running")
+DEFAULT_PAGE, MAX_PAGE = 50, 500
+JobStateQuery = Literal[JOB_STATES]  # type: ignore[valid-type]
 MP4_HEADERS = {
     "X-Studio-Job": {"description": "the job's id", "schema": {"type": "integer"}},
     "X-Studio-Render-Seconds": {"description": "seconds the render took", "schema": {"type": "number"}},
@@ -46,10 +51,16 @@ SSE_DOC = {
     response_class=FileResponse,
     responses=binary("video/mp4", "the finished MP4", 403, 404, 409, 413, 415, 422, 429, 499, headers=MP4_HEADERS),
     summary="Render and answer the finished MP4 in one request (the reference interface)",
+    openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
 async def generate(st: State, request: Request, form: Annotated[RenderForm, File()]):
     form_body(request)
-    job = await submit(st, form)
+    async with Idempotent(st, request, form) as once:
+        if once.replayed is not None:  # the same request again: the same job's video
+            job = st.job(once.replayed["job_id"])
+        else:
+            job = await submit(st, form)
+            once.done(job_id=job.id)
     done = await st.events.wait_final(job.id, st.job_or_none, request.is_disconnected)
     if done is None:  # the client went away (or the job was removed): nobody wants the file
         with contextlib.suppress(Exception):
@@ -71,24 +82,44 @@ async def generate(st: State, request: Request, form: Annotated[RenderForm, File
     operation_id="create_render",
     status_code=202,
     response_model=Job,
-    responses=errors(403, 404, 413, 415, 422, 429),
+    responses=errors(403, 404, 409, 413, 415, 422, 429),
     summary="Queue a render; answers the job (its id and links) at once",
+    openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
-async def create_render(st: State, request: Request, form: Annotated[RenderForm, File()]) -> dict:
+async def create_render(st: State, request: Request, response: Response, form: Annotated[RenderForm, File()]) -> dict:
     form_body(request)
-    job = await submit(st, form)
+    async with Idempotent(st, request, form) as once:
+        if once.replayed is not None:
+            replayed_headers(response)
+            return st.job_json(_made(st, once.replayed))
+        job = await submit(st, form)
+        once.done(job_id=job.id)
     return st.job_json(job)
 
 
 @router.get(
     "/v1/renders",
     operation_id="list_renders",
-    response_model=JobList,
+    response_model=JobPage,
     responses=errors(422),
-    summary="Every job in the queue (the window's too)",
+    summary="The jobs, newest first, a page at a time (the window's and `studio queue`'s too)",
 )
-def list_renders(st: State, state: Annotated[str | None, Query(description="only jobs in this state")] = None) -> dict:
-    return {"renders": [st.job_json(j) for j in st.queue.list() if state is None or j.state == state]}
+def list_renders(
+    st: State,
+    request: Request,
+    state: Annotated[JobStateQuery | None, Query(description="only jobs in this state")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="jobs per page")] = DEFAULT_PAGE,
+    cursor: Annotated[str | None, Query(description="the `next` link's cursor (opaque)")] = None,
+) -> dict:
+    before = _cursor(cursor)
+    jobs = st.queue.page((state,) if state else None, before, limit + 1)
+    more, jobs = len(jobs) > limit, jobs[:limit]
+    estimates = st.queue.estimates()
+    nxt = None
+    if more:
+        q = {"limit": limit, "cursor": str(jobs[-1].id), **({"state": state} if state else {})}
+        nxt = f"/v1/renders?{urlencode(q)}"
+    return {"renders": [st.job_json(j, estimates) for j in jobs], "next": nxt}
 
 
 @router.get(
@@ -131,6 +162,8 @@ async def render_events(st: State, job_id: int):
 )
 def get_render_video(st: State, job_id: int):
     job = st.job(job_id)
+    if job.state == "expired":
+        raise ApiError(410, f"the video of render job {job_id} is no longer on the server ({job.reason})")
     if job.state != "done":
         raise ApiError(409, f"render job {job_id} is {job.state}; its video is ready when it is done")
     if not Path(job.output).is_file():
@@ -168,19 +201,31 @@ def get_render_preview(st: State, job_id: int):
     "/v1/renders/{job_id}",
     operation_id="delete_render",
     response_model=Job | Removed,
-    responses=errors(404, 422),
-    summary="Cancel a queued or running job (nothing is written); remove a finished one and its file",
+    responses=errors(404, 409, 422),
+    summary="Cancel a queued or running job (nothing is written); a finished one is 409 unless purge=true",
 )
-def delete_render(st: State, job_id: int) -> dict:
-    job = st.job(job_id)
-    if job.state in ACTIVE_STATES:
-        st.queue.cancel(job_id)
-        return st.job_json(st.job(job_id))
-    st.queue.remove(job_id)
-    out = Path(job.output)
-    if out.parent == renders_dir() and out.is_file():
-        out.unlink()
-    return {"id": job_id, "state": "removed", "reason": "removed from the queue"}
+def delete_render(
+    st: State,
+    job_id: int,
+    purge: Annotated[
+        bool, Query(description="a finished job: remove it and its video (without it a finished job stays: 409)")
+    ] = False,
+) -> dict:
+    from studio.service.queue import JobFinished
+
+    st.job(job_id)
+    try:
+        job, removed = st.queue.delete(job_id, purge=purge)
+    except JobFinished as exc:
+        raise ApiError(409, f"render job {job_id}: {str(exc).split(': ', 1)[-1]}; send ?purge=true") from None
+    if job is not None:
+        return st.job_json(job)
+    return {
+        "id": job_id,
+        "state": "removed",
+        "reason": "purged: the job and its files were removed",
+        "files": [Path(p).name for p in removed],
+    }
 
 
 @router.post(
@@ -188,11 +233,42 @@ def delete_render(st: State, job_id: int) -> dict:
     operation_id="retry_render",
     status_code=202,
     response_model=Job,
-    responses=errors(404, 409, 422),
-    summary="Queue a failed, cancelled, interrupted or done job again",
+    responses=errors(404, 409, 422, 429),
+    summary="Render a finished job again as a new job (retry_of names it); the original and its video stay",
+    openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
-def retry_render(st: State, job_id: int) -> dict:
-    job = st.job(job_id)
-    if job.state in ACTIVE_STATES:
-        raise ApiError(409, f"render job {job_id} is {job.state}; only a finished job can be retried")
-    return st.job_json(st.queue.retry(job_id))
+async def retry_render(st: State, request: Request, response: Response, job_id: int) -> dict:
+    from studio.core.errors import StudioError
+    from studio.service.queue import JobActive
+
+    st.job(job_id)
+    async with Idempotent(st, request, None) as once:
+        if once.replayed is not None:
+            replayed_headers(response)
+            return st.job_json(_made(st, once.replayed))
+        try:
+            again = await run_in_threadpool(st.queue.retry, job_id)
+        except JobActive as exc:
+            raise ApiError(409, f"render job {job_id}: {str(exc).split('; ', 1)[-1]}") from None
+        except StudioError as exc:
+            if type(exc).__name__ == "QueueFull":
+                raise ApiError(429, str(exc), {"Retry-After": "10"}) from None
+            raise
+        once.done(job_id=again.id)
+    return st.job_json(again)
+
+
+def _made(st, replayed: dict):
+    """The job a replayed request made (410 when it was purged since)."""
+    job = st.job_or_none(replayed["job_id"])
+    if job is None:
+        raise ApiError(410, f"render job {replayed['job_id']}, made by the first request with this key, was removed")
+    return job
+
+
+def _cursor(text: str | None) -> int | None:
+    if text is None or text == "":
+        return None
+    if not text.isdigit():
+        raise ApiError(422, "cursor: give the cursor of a `next` link")
+    return int(text)

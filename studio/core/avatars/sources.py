@@ -1,6 +1,7 @@
 """Avatar sources: what a file is (photo or video), photos as RGB, videos resampled to 25 fps.
 
-kind = source_kind(path)                   # "photo" or "video"; AvatarError otherwise
+kind = source_kind(path)                   # "photo" or "video"; AvatarError otherwise (also for a
+                                           # frame over MAX_PIXELS, read from the header, not decoded)
 rgb = read_image(path)                     # [H,W,3] uint8, EXIF orientation applied
 rgb, was = fit_photo(rgb)                  # at most 3840x2160 (either orientation), even sides
                                            # (photos, and every frame of a video above 4K)
@@ -9,6 +10,7 @@ for rgb in VideoReader(path, trim_start, trim_end): ...   # frame k = the one sh
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -22,14 +24,49 @@ log = logging.getLogger(__name__)
 IMAGE_FORMATS = ("PNG", "JPEG", "MPO", "WEBP", "BMP", "TIFF")
 MAX_PHOTO = (3840, 2160)  # long side x short side: 4K UHD, inside H.264 level 5.1's frame size
 SOURCE_HELP = "a PNG/JPEG/WebP photo or a video (MP4, MOV, MKV, WebM ...)"
+MAX_PIXELS = 100_000_000  # a photo's or a video frame's pixels, checked from the header before decoding
+
+
+def check_pixels(path: Path, width: int, height: int, what: str = "image") -> None:
+    """One sentence when a photo or video frame is bigger than ``MAX_PIXELS`` (its decoded size,
+    not its file size, is what it costs: a 32 KB PNG can hold 12000x12000 pixels, 432 MB of RGB)."""
+    if int(width) * int(height) > MAX_PIXELS:
+        raise AvatarError(
+            f"{path}: the {what} is {width}x{height} ({width * height / 1e6:.0f} megapixels), over Studio's "
+            f"{MAX_PIXELS / 1e6:.0f}-megapixel limit; scale it down (3840x2160 is the most an avatar uses) "
+            "and add it again"
+        )
+
+
+@contextlib.contextmanager
+def _open_image(path: Path):
+    """``PIL.Image.open`` (lazy: only the header is read) without PIL's DecompressionBombWarning on
+    stderr: the size is checked here, in one sentence, before any pixel is decoded."""
+    import warnings
+
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            im = Image.open(path)
+        except Image.DecompressionBombError:  # over PIL's own hard limit (2 x 89.5 megapixels)
+            raise AvatarError(
+                f"{path}: the image has more than {2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.0f} megapixels, over "
+                f"Studio's {MAX_PIXELS / 1e6:.0f}-megapixel limit; scale it down (3840x2160 is the most an avatar "
+                "uses) and add it again"
+            ) from None
+        with im:
+            yield im
 
 
 def source_kind(path: Path) -> str:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
+        with _open_image(path) as im:
             if im.format in IMAGE_FORMATS and getattr(im, "n_frames", 1) == 1:
+                check_pixels(path, *im.size, what="photo")
                 return "photo"
     except (UnidentifiedImageError, OSError, ValueError):
         pass
@@ -38,25 +75,26 @@ def source_kind(path: Path) -> str:
     try:
         with av.open(str(path)) as container:
             if container.streams.video:
+                cc = container.streams.video[0].codec_context
+                if cc.width and cc.height:
+                    check_pixels(path, cc.width, cc.height, what="video frame")  # before decoding one
                 next(container.decode(video=0))  # garbage often probes as something; it never decodes
                 return "video"
+    except AvatarError:
+        raise
     except Exception:  # noqa: BLE001 - PyAV raises FFmpegError subclasses (InvalidDataError, ...), StopIteration
         pass
     raise AvatarError(f"{path}: not an image or video Studio can read (or the file is corrupt); give {SOURCE_HELP}")
 
 
 def read_image(path: Path) -> np.ndarray:
-    from PIL import Image, ImageOps
+    from PIL import ImageOps
 
     try:
-        with Image.open(path) as im:
+        with _open_image(path) as im:
+            check_pixels(path, *im.size, what="photo")
             im = ImageOps.exif_transpose(im)
             rgb = np.asarray(im.convert("RGB"))
-    except Image.DecompressionBombError:
-        raise AvatarError(
-            f"{path}: the image has too many pixels to read safely (over "
-            f"{2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.0f} megapixels); export it at 4K or less"
-        ) from None
     except (OSError, ValueError) as exc:
         raise AvatarError(f"{path}: the image is corrupt ({exc}); export it again") from None
     return np.ascontiguousarray(rgb)

@@ -82,7 +82,7 @@ class EngineChoice:
 
     engine: LipSyncEngine
     reason: str
-    alternatives: dict[str, str] = field(default_factory=dict)
+    alternatives: dict[str, Availability] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -103,17 +103,17 @@ def engine_status() -> dict[str, Availability]:
     try:
         from studio.core.engines import musetalk
 
-        line = musetalk.availability()
+        out["musetalk"] = musetalk.availability()
     except ImportError as exc:
-        line = f"unavailable: {exc}"
-    ready = line.startswith("ready")
-    out["musetalk"] = Availability("musetalk", ready, line.split(": ", 1)[1] if ": " in line else line)
+        out["musetalk"] = Availability("musetalk", False, str(exc))
     return out
 
 
-def available_engines() -> dict[str, str]:
-    """Engine name -> one line on whether it can run here and why not (``str`` of ``engine_status``)."""
-    return {name: str(a) for name, a in engine_status().items()}
+def auto_engine(status: dict[str, Availability] | None = None) -> str:
+    """What ``engine=auto`` means, everywhere (the renderer, the engine cache, the window, the server,
+    the doctor): MuseTalk when its weights are imported and whole, else classic."""
+    status = status if status is not None else engine_status()
+    return "musetalk" if status["musetalk"].ready else "classic"
 
 
 def select_engine(name: str = "auto", device: str | None = None, **options) -> EngineChoice:
@@ -124,20 +124,17 @@ def select_engine(name: str = "auto", device: str | None = None, **options) -> E
     """
     from studio.core.errors import StudioError
 
-    typed = engine_status()
-    status = {k: str(v) for k, v in typed.items()}
+    status = engine_status()
     if name == "auto":
-        if typed["musetalk"].ready:
-            name, reason = "musetalk", f"MuseTalk weights are imported ({status['musetalk']})"
+        name = auto_engine(status)
+        if name == "musetalk":
+            reason = f"MuseTalk weights are imported ({status['musetalk']})"
             # TensorRT hook (issue 7): say which runtime MuseTalk is expected to use, and why
             from studio.core.engines.runtime_tensorrt import runtime_note
 
             reason += f"; {runtime_note(device, options.get('runtime', 'auto'))}"
         else:
-            reason = "classic: " + status.get("musetalk", "MuseTalk is not available").replace(
-                "unavailable: ", "MuseTalk unavailable: "
-            )
-            name = "classic"
+            reason = f"classic: MuseTalk unavailable: {status['musetalk'].reason}"
     else:
         reason = f"{name}: chosen explicitly"
     if name == "classic":
@@ -145,8 +142,8 @@ def select_engine(name: str = "auto", device: str | None = None, **options) -> E
 
         engine = ClassicEngine(device=device, **options)
     elif name == "musetalk":
-        if not typed["musetalk"].ready:
-            raise StudioError(f"the MuseTalk engine cannot run: {status.get('musetalk')}")
+        if not status["musetalk"].ready:
+            raise StudioError(f"the MuseTalk engine cannot run: {status['musetalk']}")
         from studio.core.engines.musetalk import MuseTalkEngine
 
         engine = MuseTalkEngine(device=device, **options)

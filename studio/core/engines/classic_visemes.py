@@ -10,8 +10,11 @@ Every 10 ms (a 25 ms Hann window) the voice gives:
   = spread, /u/ /o/ low = rounded).
 
 They are normalised over the clip (levels against its vowel level, formants against their own
-spread: a deep and a high voice give the same shapes) and mapped to the controls of
-``MouthControls``:
+spread: a deep and a high voice give the same shapes; ``ClipStats``) and mapped to the controls of
+``MouthControls``. A clip longer than ``STATS_HOPS`` hops (5 minutes) takes those statistics from
+``STATS_PIECES`` stretches of 5 s spread evenly over it (``sampled_stats``, read from the file
+itself), so that an in/out range of a two-hour voice-over needs only its own stretch of audio and
+still gets exactly the statistics, and so the mouth shapes, of the whole render:
 
 - ``open`` 0..1: the jaw, from the mid-band level and F1;
 - ``width`` -1..1: spread (+, /i/ /e/) or rounded (-, /u/ /o/ /w/), from F2 given F1;
@@ -50,6 +53,10 @@ WIN = 400  # 25 ms
 NFFT = 512
 LPC_ORDER = 16
 PER_FRAME = SAMPLES_PER_FRAME // HOP  # 4 hops per video frame
+STATS_HOPS = 30_000  # clips up to 5 minutes: the normalisation over every hop
+STATS_PIECES = 30  # longer clips: over this many stretches of PIECE_FRAMES spread evenly
+PIECE_FRAMES = 125  # 5 s
+CONTEXT_FRAMES = 25  # a frame's controls depend on the audio within this many frames (1 s; about 0.5 s used)
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,6 +71,16 @@ class MouthControls:
 
     def __len__(self) -> int:
         return len(self.open)
+
+    def placed(self, first: int, frames: int) -> MouthControls:
+        """These controls (of frames ``first..``) inside a clip of ``frames`` frames: zeros elsewhere."""
+
+        def put(x):
+            out = np.zeros(frames, np.float32)
+            out[first : first + len(x)] = x[: max(0, frames - first)]
+            return out
+
+        return MouthControls(*(put(x) for x in (self.open, self.width, self.close, self.teeth, self.tuck)))
 
     def rows(self, idx) -> np.ndarray:
         """``[B,5]`` float32: open, width, close, teeth, tuck for frames ``idx``."""
@@ -83,13 +100,61 @@ class Features:
     f2: np.ndarray
 
 
-def mouth_controls(samples: np.ndarray, frames: int) -> MouthControls:
-    """Per-frame controls for ``frames`` video frames of 16 kHz mono ``samples``."""
+@dataclass(frozen=True)
+class ClipStats:
+    """What the controls are normalised against: the clip's vowel level (dB) and its F1/F2 spread (Hz)."""
+
+    ref: float
+    lo1: float
+    hi1: float
+    lo2: float
+    hi2: float
+
+
+def mouth_controls(samples: np.ndarray, frames: int, stats: ClipStats | None = None) -> MouthControls:
+    """Per-frame controls for ``frames`` video frames of 16 kHz mono ``samples`` (``stats``: the
+    clip's, when ``samples`` are only a stretch of it; default: from these samples)."""
     if frames <= 0:
         z = np.zeros(0, np.float32)
         return MouthControls(z, z, z, z, z)
     f = features(samples, frames * PER_FRAME)
-    return controls_from_features(f, frames)
+    return controls_from_features(f, frames, stats)
+
+
+def clip_stats(f: Features) -> ClipStats:
+    """The normalisation of ``hop_targets`` from the hops ``f`` holds."""
+    mid = f.mid
+    loudest = float(np.max(mid)) if len(mid) else 0.0
+    live = mid > loudest - 50
+    ref = float(np.percentile(mid[live], 95)) if live.any() else loudest
+    voiced = np.isfinite(f.f1) & (mid - ref > -22)
+    if voiced.sum() >= 10:
+        lo1, hi1 = np.percentile(f.f1[voiced], [10, 90])
+        lo2, hi2 = np.percentile(f.f2[voiced], [10, 90])
+    else:
+        lo1, hi1, lo2, hi2 = 300.0, 700.0, 1000.0, 2200.0
+    lo1 = float(np.clip(lo1, 200, 450))
+    hi1 = max(lo1 + 250.0, float(hi1))
+    lo2 = float(np.clip(lo2, 700, 1400))
+    hi2 = max(lo2 + 600.0, float(hi2))
+    return ClipStats(ref, lo1, hi1, lo2, hi2)
+
+
+def sampled_stats(info) -> ClipStats:
+    """``clip_stats`` of ``STATS_PIECES`` stretches of 5 s spread evenly over the file ``info``
+    describes (``studio.core.media.audio.AudioInfo``), each read by seeking: what a clip longer
+    than ``STATS_HOPS`` hops is normalised against, whether it renders whole or in part."""
+    from studio.core.media.audio import frame_start, read_frames
+
+    T = info.frames
+    parts = []
+    for i in range(STATS_PIECES):
+        first = frame_start(info, (2 * i + 1) * T // (2 * STATS_PIECES) - PIECE_FRAMES // 2)
+        end = min(T, first + PIECE_FRAMES)
+        parts.append(features(read_frames(info, first, end), (end - first) * PER_FRAME))
+    return clip_stats(
+        Features(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("low", "mid", "high", "f1", "f2")))
+    )
 
 
 def features(samples: np.ndarray, hops: int) -> Features:
@@ -150,9 +215,9 @@ def _formants(seg: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return f1.astype(np.float32), f2.astype(np.float32)
 
 
-def controls_from_features(f: Features, frames: int) -> MouthControls:
+def controls_from_features(f: Features, frames: int, stats: ClipStats | None = None) -> MouthControls:
     """The mapping of the module docstring, hop by hop, then per video frame."""
-    t = hop_targets(f)
+    t = hop_targets(f, stats)
     per = PER_FRAME
     n = frames * per
 
@@ -182,26 +247,17 @@ def controls_from_features(f: Features, frames: int) -> MouthControls:
     return MouthControls(open=f32(open_), width=f32(width), close=f32(close), teeth=f32(teeth), tuck=f32(tuck))
 
 
-def hop_targets(f: Features) -> dict[str, np.ndarray]:
-    """Per-hop targets (open, width, close, teeth, tuck, voice) from the features, normalised over the clip."""
+def hop_targets(f: Features, stats: ClipStats | None = None) -> dict[str, np.ndarray]:
+    """Per-hop targets (open, width, close, teeth, tuck, voice) from the features, normalised over
+    the clip (``stats``; default: ``clip_stats(f)``)."""
     mid, high, low = f.mid, f.high, f.low
-    loudest = float(np.max(mid)) if len(mid) else 0.0
-    live = mid > loudest - 50
-    ref = float(np.percentile(mid[live], 95)) if live.any() else loudest
+    st = clip_stats(f) if stats is None else stats
+    ref, lo1, hi1, lo2, hi2 = st.ref, st.lo1, st.hi1, st.lo2, st.hi2
     rel_mid, rel_high, rel_low = mid - ref, high - ref, low - ref
     level = np.clip((rel_mid + 28.0) / 22.0, 0, 1)
     voiced = np.isfinite(f.f1) & (rel_mid > -22)
     f1 = _fill_gaps(np.where(voiced, f.f1, np.nan))
     f2 = _fill_gaps(np.where(voiced, f.f2, np.nan))
-    if voiced.sum() >= 10:
-        lo1, hi1 = np.percentile(f.f1[voiced], [10, 90])
-        lo2, hi2 = np.percentile(f.f2[voiced], [10, 90])
-    else:
-        lo1, hi1, lo2, hi2 = 300.0, 700.0, 1000.0, 2200.0
-    lo1 = float(np.clip(lo1, 200, 450))
-    hi1 = max(lo1 + 250.0, float(hi1))
-    lo2 = float(np.clip(lo2, 700, 1400))
-    hi2 = max(lo2 + 600.0, float(hi2))
     f1n = np.clip((f1 - lo1) / (hi1 - lo1), 0, 1)
     f2n = np.clip((f2 - lo2) / (hi2 - lo2), 0, 1)
     open_ = level * (0.35 + 0.65 * f1n)

@@ -38,7 +38,7 @@ import numpy as np
 from studio.core.store import models
 from studio.core.constants import FACE_SIZE
 from studio.core.devices import to_device
-from studio.core.engines.base import LipSyncEngine
+from studio.core.engines.base import Availability, LipSyncEngine
 from studio.core.errors import ModelError, StudioError
 
 log = logging.getLogger(__name__)
@@ -50,8 +50,9 @@ DECODERS = ("taesd", "sd-vae")
 PER_FRAME_BYTES = {"taesd": 48 << 20, "sd-vae": 192 << 20}
 
 
-def availability(models_dir=None) -> str:
-    """``ready: v1.5 UNet, sd-vae, whisper-tiny, taesd`` or ``unavailable: <why, with the fix>``.
+def availability(models_dir=None) -> Availability:
+    """Whether MuseTalk can run here (``str``: ``ready: v1.5 UNet, sd-vae, whisper-tiny, taesd`` or
+    ``unavailable: <why, with the fix>``).
 
     Cheap (reads the store's manifest and stats its files; no torch, no hashing).
     """

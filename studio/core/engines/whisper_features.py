@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import FPS, SAMPLE_RATE
+from studio.core.constants import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 from studio.core.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,8 @@ class Features:
     steps: object  # torch float32 [PAD_LEFT + S + pad_right, layers, width]
     frames: int  # T
     pe: object  # torch float32 [WINDOW * layers, width]
+    origin: int = 0  # the whisper step ``steps[PAD_LEFT]`` holds (> 0: only a stretch of the clip)
+    partial: bool = False  # only a stretch of the clip: frames outside it raise IndexError
 
     def __len__(self) -> int:
         return self.frames
@@ -72,7 +74,9 @@ class Features:
         import torch
 
         idx = torch.as_tensor(frame_idx, dtype=torch.long, device=self.steps.device).reshape(-1)
-        pos = idx[:, None] * STEPS_PER_FRAME + torch.arange(WINDOW, device=idx.device)  # padded coords
+        pos = idx[:, None] * STEPS_PER_FRAME - self.origin + torch.arange(WINDOW, device=idx.device)  # padded
+        if self.partial and (int(pos.min()) < 0 or int(pos.max()) >= len(self.steps)):
+            raise IndexError("frames outside the stretch of the clip these features were computed for")
         chunk = self.steps[pos]  # [B, 10, layers, width]
         return chunk.reshape(len(idx), self.tokens, self.width) + self.pe
 
@@ -125,19 +129,32 @@ class WhisperFeatures:
         self._pe = positional_encoding(WINDOW * self.layers, self.width).to(self.device)
 
     def __call__(self, wave) -> Features:
-        return self.features(np.asarray(wave.samples, np.float32), wave.frames)
+        """The clip's features; for a wave holding only a stretch (``wave.span``: an in/out range),
+        those of the 30 s pieces that stretch covers, which are the whole clip's (pieces start at
+        multiples of 30 s of the clip, and the stretch is decoded from whole pieces)."""
+        first, end = getattr(wave, "span", (0, wave.frames))
+        if (first, end) == (0, wave.frames):
+            return self.features(np.asarray(wave.samples, np.float32), wave.frames)
+        a = first * SAMPLES_PER_FRAME // SEGMENT_SAMPLES * SEGMENT_SAMPLES
+        b = min(len(wave.samples), -(-end * SAMPLES_PER_FRAME // SEGMENT_SAMPLES) * SEGMENT_SAMPLES)
+        samples = np.asarray(wave.samples[a:b], np.float32)
+        return self.features(samples, wave.frames, origin=a // SAMPLES_PER_STEP, end=end)
 
-    def features(self, samples: np.ndarray, frames: int) -> Features:
+    def features(self, samples: np.ndarray, frames: int, origin: int = 0, end: int | None = None) -> Features:
+        """``origin``: the whisper step ``samples`` start at (a multiple of a 30 s piece's 1500);
+        ``end``: the frame the stretch ends at (default: the clip's end)."""
         import torch
 
+        end = frames if end is None else int(end)
         states = self.hidden_states(samples)  # [S, layers, width]
-        pad_right = max(PAD_RIGHT_MIN, STEPS_PER_FRAME * frames + WINDOW - PAD_LEFT - len(states))
+        pad_right = max(PAD_RIGHT_MIN, STEPS_PER_FRAME * end - origin + WINDOW - PAD_LEFT - len(states))
         steps = torch.cat([
             states.new_zeros(PAD_LEFT, self.layers, self.width),
             states,
             states.new_zeros(pad_right, self.layers, self.width),
         ])
-        return Features(steps=steps, frames=int(frames), pe=self._pe)
+        partial = origin > 0 or end < frames
+        return Features(steps=steps, frames=int(frames), pe=self._pe, origin=int(origin), partial=partial)
 
     def log_mel(self, pieces):
         """whisper's log-mel of each (at most 30 s) piece: float32 ``[B, mel_bins, 3000]`` on ``self.device``."""

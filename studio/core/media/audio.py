@@ -9,11 +9,19 @@ output takes its packets as they are (no re-encode).
 Everything streams in blocks, so a two-hour file needs little memory beyond the 16 kHz array:
 
     wave = load("voice.flac")          # Wave: samples float32 [n] at 16 kHz, info about the source
+    part = load("voice.flac", window=(9000, 9500))   # only frames 9000..9499 decoded (seeked)
     rms = frame_rms(wave.samples, wave.frames)
     mask = silence_mask(rms, threshold=0.008, min_run=3)
 
-``analyze(path)`` does the same and caches RMS and envelope in the data folder, so the GUI can
-draw a one-hour waveform at once on the second open.
+``analyze(path)`` computes RMS and envelope in one streaming pass (memory bounded by the block
+size, not the file: 10 h of audio needs the 36 MB of its RMS and envelope, not 2.3 GB of
+samples) and caches them in the data folder, so the GUI can draw a one-hour waveform at once on
+the second open.
+
+Limits, checked from the header before anything is decoded (``probe``): a voice-over longer than
+``max_audio_minutes()`` (default 240 minutes, ``STUDIO_MAX_AUDIO_MINUTES``; ``studio serve
+--max-audio-minutes`` sets its own) is refused in one sentence, since its decoded size, not its
+file size, is what a render holds (a 917 KB FLAC can hold 10 h of silence: 2.3 GB decoded).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import os
 import stat
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -47,6 +56,8 @@ RMS_BLOCK_FRAMES = 8192  # video frames per RMS block (~5 M samples)
 ENVELOPE_BUCKET = 160  # samples per envelope bucket: 100 buckets per second
 CACHE_VERSION = 2  # 2: files with NaN/inf samples are refused (version 1 cached their NaN RMS)
 SUPPORTED = "WAV, FLAC, OGG (Vorbis/Opus), MP3 or M4A/AAC"
+DEFAULT_MAX_MINUTES = 240.0  # 4 h: 0.9 GB of 16 kHz samples in a render
+PREROLL_FRAMES = 10  # video frames decoded (and dropped) before a window, so the resampler is settled
 
 
 @dataclass(frozen=True)
@@ -77,10 +88,16 @@ class Wave:
 
     samples: np.ndarray
     info: AudioInfo
+    window: tuple[int, int] | None = None  # video frames that were decoded (None: all of them)
 
     @property
     def frames(self) -> int:
         return self.info.frames
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """``(first, end)``: the video frames whose samples are real (outside: zeros, never decoded)."""
+        return self.window if self.window is not None else (0, self.frames)
 
     @property
     def duration_s(self) -> float:
@@ -137,7 +154,9 @@ def probe(path: str | os.PathLike) -> AudioInfo:
     if what:
         raise AudioError(f"{p}: not an audio file (it looks like {what}); give the path of a {SUPPORTED} file")
     if _ffmpeg_container(head, p.suffix):  # M4A/AAC, a video file...: libsndfile does not read these
-        return _probe_ffmpeg(p)
+        info = _probe_ffmpeg(p)
+        check_duration(info)
+        return info
     try:
         with quiet_stderr():
             info = sf.info(str(p))
@@ -146,7 +165,7 @@ def probe(path: str | os.PathLike) -> AudioInfo:
         raise AudioError(f"{p}: not an audio file Studio can read ({detail}); convert it to {SUPPORTED}") from None
     if info.frames <= 0 or info.samplerate <= 0:
         raise AudioError(f"{p}: contains no audio samples; export the voice-over again")
-    return AudioInfo(
+    out = AudioInfo(
         path=str(p),
         format=info.format,
         subtype=info.subtype or "",
@@ -154,6 +173,60 @@ def probe(path: str | os.PathLike) -> AudioInfo:
         channels=int(info.channels),
         source_frames=int(info.frames),
     )
+    check_duration(out)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Limits (from the header, before decoding)
+
+_LIMIT: dict = {"minutes": None, "how": ""}  # set by ``set_max_audio_minutes`` (``studio serve``)
+
+
+def set_max_audio_minutes(minutes: float | None, how: str = "") -> None:
+    """Set this process's limit (None: back to ``STUDIO_MAX_AUDIO_MINUTES`` or the default);
+    ``how``: how the user raises it, for the message (e.g. "this server's --max-audio-minutes")."""
+    if minutes is not None and not (math.isfinite(minutes) and minutes > 0):
+        raise AudioError(f"the audio limit must be a positive number of minutes, not {minutes}")
+    _LIMIT.update(minutes=minutes, how=how)
+
+
+def max_audio_minutes() -> tuple[float, str]:
+    """The longest voice-over accepted, in minutes, and how to raise the limit."""
+    if _LIMIT["minutes"] is not None:
+        return float(_LIMIT["minutes"]), _LIMIT["how"] or "--max-audio-minutes raises it"
+    from studio.core import env
+
+    text = env.get("STUDIO_MAX_AUDIO_MINUTES").strip()
+    if not text:
+        return DEFAULT_MAX_MINUTES, "STUDIO_MAX_AUDIO_MINUTES raises it"
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value > 0):
+        from studio.core.errors import InputError
+
+        raise InputError(f"STUDIO_MAX_AUDIO_MINUTES={text}: give a positive number of minutes, such as 240")
+    return value, "STUDIO_MAX_AUDIO_MINUTES sets it"
+
+
+def check_duration(info: AudioInfo) -> None:
+    """One sentence when the header says the voice-over is longer than the limit."""
+    limit, how = max_audio_minutes()
+    if info.duration_s > limit * 60:
+        raise AudioError(
+            f"{info.path}: is {_hm(info.duration_s)} long, over the {_hm(limit * 60)} limit for a voice-over "
+            f"({how}); split it into parts"
+        )
+
+
+def _hm(seconds: float) -> str:
+    m = seconds / 60
+    if m < 120:
+        return f"{m:.4g} minutes" if m != int(m) else f"{int(m)} minutes"
+    h, rest = divmod(int(round(m)), 60)
+    return f"{h} h {rest} min" if rest else f"{h} hours"
 
 
 SNIFF_BYTES = 4096
@@ -216,48 +289,113 @@ def quiet_stderr():
                     log.debug("decoder output: %s", noise.replace("\n", " | "))
 
 
-def load(path: str | os.PathLike) -> Wave:
-    """Decode ``path`` to mono 16 kHz float32 in blocks (downmix, then a soxr resampler)."""
+def load(path: str | os.PathLike, window: tuple[int, int] | None = None) -> Wave:
+    """Decode ``path`` to mono 16 kHz float32 in blocks (downmix, then a soxr resampler).
+
+    ``window=(first, end)`` (video frames): decode only that stretch (``read_frames``: the file is
+    seeked); the other samples stay zero and are never touched (the array is allocated lazily by
+    the OS, so they cost no memory). ``first`` may move down a few frames (``frame_start``)."""
     info = probe(path)
     n_out = -(-info.source_frames * SAMPLE_RATE // info.source_rate)
+    if window is not None:
+        first = frame_start(info, window[0])
+        end = min(info.frames, max(first + 1, int(window[1])))
+        window = None if first == 0 and end >= info.frames else (first, end)
     out = np.zeros(n_out, np.float32)
+    first, end = window if window is not None else (0, info.frames)
+    read_frames(info, first, end, out=out[first * SAMPLES_PER_FRAME :])
+    return Wave(samples=out, info=info, window=window)
+
+
+def frame_start(info: AudioInfo, frame: int) -> int:
+    """``frame``, or the frame before it that starts on a whole source sample (every frame does at
+    8, 16, 22.05, 32, 44.1 and 48 kHz; at most 24 frames earlier at any rate)."""
+    step = FPS // math.gcd(info.source_rate, FPS)
+    return max(0, int(frame)) // step * step
+
+
+def read_frames(info: AudioInfo, first: int, end: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The 16 kHz samples of video frames ``first..end`` (``first`` from ``frame_start``), decoded
+    from there on (seeked, with a pre-roll that settles the resampler: the values equal a whole
+    decode's to float rounding). Shorter at the end of the clip; silence where decoding fell short.
+    ``out``: a zeroed float32 array to decode into (at least as long; its start is returned)."""
+    n_out = -(-info.source_frames * SAMPLE_RATE // info.source_rate)
+    a = first * SAMPLES_PER_FRAME
+    b = min(n_out, end * SAMPLES_PER_FRAME)
+    out = np.zeros(max(0, b - a), np.float32) if out is None else out[: max(0, b - a)]
     pos = 0
+    for chunk in decode(info, a, b - a):
+        out[pos : pos + len(chunk)] = chunk
+        pos += len(chunk)
+    if pos == 0 and len(out):
+        raise AudioError(f"{info.path}: contains no audio samples; export the voice-over again")
+    if pos < len(out) * 0.98:
+        log.warning("%s: decoded %d of %d expected samples; the rest is silence", info.path, pos, len(out))
+    return out
+
+
+def decode(info: AudioInfo, first: int = 0, count: int | None = None) -> Iterator[np.ndarray]:
+    """Yield 16 kHz mono float32 blocks of the file: ``count`` samples (default: to the end) from
+    16 kHz sample ``first`` (``first * source_rate / 16000`` must be a whole source sample).
+
+    Raises ``AudioError`` for corrupt data and, after the last block, for samples that are not
+    numbers (NaN, +-inf: refused, not patched, since the render's AAC track is encoded from the
+    file itself)."""
+    n_out = -(-info.source_frames * SAMPLE_RATE // info.source_rate)
+    count = n_out - first if count is None else min(count, n_out - first)
+    src_first, exact = divmod(first * info.source_rate, SAMPLE_RATE)
+    if exact:
+        raise ValueError(f"sample {first} does not start on a whole source sample at {info.source_rate} Hz")
+    drop = 0  # resampled pre-roll samples to drop
+    if src_first and info.source_rate != SAMPLE_RATE:
+        step = FPS // math.gcd(info.source_rate, FPS)
+        pre = min(first // SAMPLES_PER_FRAME, -(-PREROLL_FRAMES // step) * step)
+        drop = pre * SAMPLES_PER_FRAME
+        src_first -= pre * info.source_rate // FPS
     resampler = None
     if info.source_rate != SAMPLE_RATE:
         import soxr
 
         resampler = soxr.ResampleStream(info.source_rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+    left = count
 
-    def put(chunk: np.ndarray) -> None:
-        nonlocal pos
-        take = min(len(chunk), n_out - pos)
-        out[pos : pos + take] = chunk[:take]
-        pos += take
+    def take(chunk: np.ndarray) -> np.ndarray:
+        nonlocal drop, left
+        if drop:
+            cut = min(drop, len(chunk))
+            chunk, drop = chunk[cut:], drop - cut
+        chunk = chunk[:left]
+        left -= len(chunk)
+        return chunk
 
     bad = 0  # samples that are not numbers (NaN, +-inf): a damaged float file
+    total = 0
     try:
-        for block in read_blocks(info):
+        for block in read_blocks(info, READ_BLOCK, start=src_first):
+            total += block.size
             bad += block.size - int(np.count_nonzero(np.isfinite(block)))
             mono = block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0]
-            put(resampler.resample_chunk(mono) if resampler else mono)
-        if resampler:
-            put(resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+            chunk = take(resampler.resample_chunk(mono) if resampler else mono)
+            if len(chunk):
+                yield chunk
+            if left <= 0:
+                break
+        if resampler and left > 0:
+            chunk = take(resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+            if len(chunk):
+                yield chunk
     except AudioError:
         raise
     except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         raise AudioError(
             f"{info.path}: the audio data is corrupt ({_sf_detail(exc)}); export the voice-over again"
         ) from None
-    if bad:  # refused, not patched: the render's AAC track is encoded from the file itself
+    if bad:
+        of = f"{info.source_frames * info.channels}" if first == 0 and left <= 0 else f"the {total} read"
         raise AudioError(
-            f"{info.path}: {bad} of {info.source_frames * info.channels} samples are not numbers "
+            f"{info.path}: {bad} of {of} samples are not numbers "
             "(NaN or infinite), so the file is damaged; export the voice-over again"
         )
-    if pos == 0:
-        raise AudioError(f"{info.path}: contains no audio samples; export the voice-over again")
-    if pos < n_out * 0.98:
-        log.warning("%s: decoded %d of %d expected samples; the rest is silence", info.path, pos, n_out)
-    return Wave(samples=out, info=info)
 
 
 def read_blocks(info: AudioInfo, block: int = READ_BLOCK, start: int = 0, stop: int | None = None):
@@ -550,7 +688,7 @@ class AudioAnalysis:
 
 
 def analyze(path: str | os.PathLike, use_cache: bool = True) -> AudioAnalysis:
-    """Decode once, compute RMS and envelope, and cache them in ``<data>/cache/audio``."""
+    """RMS and envelope in one streaming pass (bounded memory), cached in ``<data>/cache/audio``."""
     info = probe(path)
     cache = _cache_file(path) if use_cache else None
     if cache is not None and cache.exists():
@@ -561,8 +699,7 @@ def analyze(path: str | os.PathLike, use_cache: bool = True) -> AudioAnalysis:
                     return AudioAnalysis(info, z["rms"], z["env_min"], z["env_max"], int(meta["bucket"]), True)
         except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt, never trusted
             log.warning("audio cache %s unreadable (%s); rebuilding", cache, exc)
-    wave = load(path)
-    result = analysis_of(wave)
+    result = stream_analysis(info)
     if cache is not None:
         from studio.core.store.fsutil import atomic_path
 
@@ -573,6 +710,47 @@ def analyze(path: str | os.PathLike, use_cache: bool = True) -> AudioAnalysis:
         except OSError as exc:
             log.warning("could not write audio cache %s: %s", cache, exc)
     return result
+
+
+def stream_analysis(info: AudioInfo) -> AudioAnalysis:
+    """``analysis_of(load(path))`` without holding the samples: the same values (the same
+    ``frame_rms`` and ``envelope`` applied to whole frames as they are decoded), memory bounded
+    by one decoded block plus the result."""
+    n_out = -(-info.source_frames * SAMPLE_RATE // info.source_rate)
+    T = info.frames
+    rms = np.zeros(T, np.float32)
+    n_env = -(-n_out // ENVELOPE_BUCKET)
+    mins, maxs = np.zeros(n_env, np.float32), np.zeros(n_env, np.float32)
+    carry = np.zeros(0, np.float32)
+    pos = 0  # samples consumed (a multiple of SAMPLES_PER_FRAME, itself a multiple of the bucket)
+
+    def consume(buf: np.ndarray, last: bool) -> np.ndarray:
+        nonlocal pos
+        full = len(buf) if last else len(buf) // SAMPLES_PER_FRAME * SAMPLES_PER_FRAME
+        if full:
+            part = buf[:full]
+            f0, b0 = pos // SAMPLES_PER_FRAME, pos // ENVELOPE_BUCKET
+            frames = (T - f0) if last else full // SAMPLES_PER_FRAME
+            rms[f0 : f0 + frames] = frame_rms(part, frames)
+            lo, hi = envelope(part)
+            mins[b0 : b0 + len(lo)], maxs[b0 : b0 + len(hi)] = lo, hi
+            pos += full
+        return buf[full:]
+
+    got = 0
+    for chunk in decode(info):
+        got += len(chunk)
+        carry = consume(np.concatenate([carry, chunk]) if len(carry) else chunk, False)
+    if got == 0:
+        raise AudioError(f"{info.path}: contains no audio samples; export the voice-over again")
+    if got < n_out * 0.98:
+        log.warning("%s: decoded %d of %d expected samples; the rest is silence", info.path, got, n_out)
+    while got < n_out:  # what did not decode is silence, as in ``load``
+        pad = min(n_out - got, READ_BLOCK)
+        carry = consume(np.concatenate([carry, np.zeros(pad, np.float32)]), False)
+        got += pad
+    consume(carry, True)
+    return AudioAnalysis(info, rms, mins, maxs)
 
 
 def analysis_of(wave: Wave) -> AudioAnalysis:

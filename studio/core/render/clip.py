@@ -8,6 +8,10 @@ Every part loads on first use, once, whichever renderer (and thread) asks first.
 the silence settings the clip was made with (``settings``); a renderer whose settings plan the clip
 differently cannot use it (``Clip.fits``). Audio features are kept per ``engine.features_key()``:
 engines with equal keys (the classic engine on any device; MuseTalk on one device) compute them once.
+
+``frames``/``focus``: the in/out range the clip is used for. On a voice-over over 5 minutes only
+that stretch and 30 s around it are decoded, planned and featured (``plan.audio_window``); a range
+outside it prepares again (``generation`` counts how often, so renderers drop what they kept).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from studio.core.render.plan import RenderPlan, make_plan
+from studio.core.render.plan import RenderPlan, audio_window, covers, make_plan
 from studio.core.settings import SCHEMA, RenderSettings
 
 #: the settings the plan is made from (the schema's "silence" group)
@@ -28,10 +32,14 @@ class Clip:
     ``avatar`` is an ``AvatarAssets``, a library name or an image/video path; ``audio`` a file path.
     """
 
-    def __init__(self, avatar: Any, audio: Any, settings: RenderSettings | None = None):
+    def __init__(
+        self, avatar: Any, audio: Any, settings: RenderSettings | None = None, frames: tuple[int, int] | None = None
+    ):
         self.settings = settings or RenderSettings()
         self.avatar_source = avatar
         self.audio_path = str(audio)
+        self._focus = None if frames is None else (int(frames[0]), int(frames[1]))
+        self.generation = 0  # bumped when a new focus drops the prepared audio
         self._lock = threading.RLock()
         self._avatar: Any = None
         self._wave: Any = None
@@ -59,10 +67,34 @@ class Clip:
         """The decoded voice-over (``studio.core.media.audio.Wave``)."""
         with self._lock:
             if self._wave is None:
-                from studio.core.media.audio import load
+                from studio.core.media.audio import load, probe
 
-                self._wave = load(self.audio_path)
+                window = None
+                if self._focus is not None:
+                    window = audio_window(self._focus, probe(self.audio_path).frames)
+                self._wave = load(self.audio_path, window=window)
             return self._wave
+
+    def focus(self, frames: tuple[int, int] | None) -> bool:
+        """Use the clip for the range ``frames`` (None: all of it) from now on; True when what was
+        prepared does not cover it and is dropped (it is prepared again on next use)."""
+        with self._lock:
+            self._focus = None if frames is None else (int(frames[0]), int(frames[1]))
+            w = self._wave
+            if w is None:
+                return False
+            window = None if self._focus is None else audio_window(self._focus, w.frames)
+            if covers(w.span, window, w.frames):
+                return False
+            self._wave, self._plan = None, None
+            self._features.clear()
+            self.generation += 1
+            return True
+
+    def covers(self, index: int) -> bool:
+        """Whether frame ``index`` can be rendered from what is prepared (or nothing is yet)."""
+        w = self._wave
+        return w is None or covers(w.span, audio_window((index, index + 1), w.frames), w.frames)
 
     @property
     def plan(self) -> RenderPlan:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import FPS
+from studio.core.constants import FPS, SAMPLES_PER_FRAME
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,6 +74,33 @@ def audio_range(wave, path: str, first: int, end: int):
         yield str(out)
 
 
+RANGE_CONTEXT = 750  # frames (30 s) of audio prepared on each side of an in/out range
+PIECE = 750  # frames per 30 s piece (MuseTalk's whisper windows start at multiples of it)
+RANGE_MIN_FRAMES = 7500  # clips up to 5 minutes are prepared whole whatever the range
+
+
+def audio_window(frames: tuple[int, int] | None, total: int) -> tuple[int, int] | None:
+    """The stretch of a clip of ``total`` frames that rendering ``frames`` needs prepared: the
+    range and ``RANGE_CONTEXT`` around it, in whole 30 s pieces; None: the whole clip.
+
+    Every per-frame value is local (the silence mask looks ``min_silence`` frames around, the
+    crossfade ``crossfade`` frames, the classic engine's smoothing about half a second, MuseTalk's
+    whisper one 30 s piece), so 30 s around the range leaves each frame of it what the whole
+    render gives it (the classic engine's clip statistics come from the file: ``sampled_stats``)."""
+    if frames is None or total <= RANGE_MIN_FRAMES:
+        return None
+    a, b = int(frames[0]), int(frames[1])
+    w0 = max(0, (a - RANGE_CONTEXT) // PIECE * PIECE)
+    w1 = min(total, -(-(b + RANGE_CONTEXT) // PIECE) * PIECE)
+    return None if w0 == 0 and w1 >= total else (w0, w1)
+
+
+def covers(span: tuple[int, int], window: tuple[int, int] | None, total: int) -> bool:
+    """Whether audio prepared for ``span`` holds what ``window`` (None: the whole clip) needs."""
+    need = (0, total) if window is None else window
+    return span[0] <= need[0] and span[1] >= need[1]
+
+
 def frame_index(seconds: float) -> int:
     """The frame shown at ``seconds`` on the 25 fps grid (robust to float error: 0.12 s -> 3)."""
     return int(np.floor(seconds * FPS + 1e-6))
@@ -84,7 +111,13 @@ def make_plan(wave, avatar, settings) -> RenderPlan:
 
     T = wave.frames
     avatar_idx = np.asarray(avatar.cycle_index(np.arange(T)), np.int64)
-    silent = silence_mask(frame_rms(wave.samples, T), settings.threshold, settings.min_silence)
+    first, end = getattr(wave, "span", (0, T))
+    if (first, end) == (0, T):
+        rms = frame_rms(wave.samples, T)
+    else:  # only a stretch was decoded (an in/out range): the rest is silent, and never rendered
+        rms = np.zeros(T, np.float32)
+        rms[first:end] = frame_rms(wave.samples[first * SAMPLES_PER_FRAME :], end - first)
+    silent = silence_mask(rms, settings.threshold, settings.min_silence)
     face_ok = np.asarray(avatar.face_ok, bool)[avatar_idx]
     return RenderPlan(avatar_idx, silent, face_ok, crossfade_weights(~silent & face_ok, settings.crossfade))
 

@@ -171,7 +171,9 @@ class Renderer:
     ``avatar`` is an ``AvatarAssets``, a library name or an image/video path; ``audio`` a file path.
     ``engine`` may be given to reuse a warm engine across renders (the GUI does), with the
     ``engine_reason`` it was chosen for. ``Renderer.for_clip`` makes renderers that share one
-    loaded ``Clip`` (several devices of one render, the chunks of a farm job).
+    loaded ``Clip`` (several devices of one render, the chunks of a farm job). ``frames``: the
+    in/out range this renderer is for (``focus``): on a voice-over over 5 minutes only that stretch
+    of the audio (and 30 s around it) is decoded and prepared.
     """
 
     def __init__(
@@ -183,12 +185,13 @@ class Renderer:
         *,
         engine_reason: str = "",
         clip: Clip | None = None,
+        frames: tuple[int, int] | None = None,
     ):
         self.settings = settings or (clip.settings if clip is not None else RenderSettings())
         if clip is None:
             if avatar is None or audio is None:
                 raise ValueError("Renderer needs an avatar and a voice-over (or a clip)")
-            clip = Clip(avatar, audio, self.settings)
+            clip = Clip(avatar, audio, self.settings, frames=frames)
         elif not clip.fits(self.settings):
             raise ValueError("the clip was planned with other silence settings than this renderer's")
         self.clip = clip
@@ -197,6 +200,7 @@ class Renderer:
         self._cancel = threading.Event()
         self._lock = threading.RLock()
         self._features = None
+        self._features_gen = -1  # the clip generation self._features belongs to
         self._prepared = None
         self._compositor = None
         self._stage_ms: dict[str, float] = {}
@@ -253,6 +257,11 @@ class Renderer:
     def plan(self) -> RenderPlan:
         return self.clip.plan
 
+    def focus(self, frames: tuple[int, int] | None) -> None:
+        """What the next frames come from: the range ``frames`` (None: the whole clip). What is
+        prepared is kept when it covers it, else prepared again (``Clip.focus``)."""
+        self.clip.focus(frames)
+
     @property
     def stage_ms(self) -> dict[str, float]:
         """Milliseconds per stage of the current (or last) render, cumulative."""
@@ -266,8 +275,9 @@ class Renderer:
                 from studio.core.engines.runtime_torch import limit_cpu_threads
 
                 limit_cpu_threads()
-            if self._features is None:
+            if self._features is None or self._features_gen != self.clip.generation:
                 t0 = time.perf_counter()
+                self._features_gen = self.clip.generation
                 self._features = self.clip.features(engine)
                 self._stage("features", t0)
             if self._prepared is None:
@@ -294,6 +304,8 @@ class Renderer:
             from studio.core.errors import InputError
 
             raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {T / FPS:.2f} s)")
+        if not self.clip.covers(index):  # prepared for a range: a frame outside it prepares its own
+            self.focus((index, index + 1))
         ((_, frames),) = self.iter_frames([(index, index + 1)])
         return frames[0].cpu().numpy()
 
@@ -386,6 +398,7 @@ class Renderer:
         self._stage_ms = {}
         t_start = time.perf_counter()
         output = Path(output)
+        self.focus(frames)
         plan = self.plan
         self._stage("audio", t_start)  # read, analysed, planned (cached after the first use)
         a = self.avatar

@@ -44,7 +44,6 @@ NAMESPACE = "studio"
 MAX_ATTEMPTS = 3  # a chunk is tried this often before the job fails
 ACTOR_RESTARTS = 2  # Ray restarts a dead worker process this often
 POLL_S = 0.25
-ENGINE_FIELDS = ("engine", "device", "precision", "decoder", "batch", "runtime")  # settings that pick the engine
 
 
 def ray_available() -> tuple[bool, str]:
@@ -464,13 +463,16 @@ def _board_class():
 
 
 class _Worker:
-    """One render slot. Keeps engines (by settings) and the last jobs' renderers warm."""
+    """One render slot. Keeps engines (core's ``EngineCache``: keyed by everything that picks one,
+    compile and the imported weights included) and the last jobs' renderers warm."""
 
     KEEP_JOBS = 2
 
     def __init__(self, label: str, torch_threads: int):
+        from studio.core.engines.cache import EngineCache
+
         self.label = label
-        self.engines: dict = {}
+        self.engines = EngineCache()
         self.jobs: dict = {}
         self.counts = {"engines_loaded": 0, "jobs": 0, "chunks": 0, "avatar_fetches": 0}
         if torch_threads:
@@ -519,12 +521,8 @@ class _Worker:
         s = job["settings"]
         avatar, fetched = _local_avatar(job["avatar"])
         audio = _local_file(job["audio"])
-        key = tuple(getattr(s, k, None) for k in ENGINE_FIELDS)
-        if key not in self.engines:  # the renderer's own selection, kept for later chunks and jobs
-            first = Renderer(avatar, audio, s)
-            self.engines[key] = (first.engine, first.engine_reason)
-            self.counts["engines_loaded"] += 1
-        engine, reason = self.engines[key]
+        engine, reason = self.engines.get(s)  # kept for later chunks and jobs
+        self.counts["engines_loaded"] = self.engines.loaded
         self.counts["avatar_fetches"] += fetched
         self.counts["jobs"] += 1
         r = Renderer(avatar, audio, s, engine=engine, engine_reason=reason)

@@ -5,8 +5,9 @@
     job = store.claim_next()                            # oldest queued job, now "running"
     store.finish(job.id, output="out.mp4")              # or store.fail(job.id, "reason")
 
-States: draft -> queued (<-> held) -> running -> done | failed | cancelled | interrupted; ``retry``
-puts a finished job back in the queue. Queued jobs run in ``position`` order (``move`` reorders).
+States: draft -> queued (<-> held) -> running -> done | failed | cancelled | interrupted, and a done
+job whose file retention removed -> expired; ``retry`` puts a finished job back in the queue (the
+service's retry makes a new job instead, ``retry_of`` naming the original). Queued jobs run in ``position`` order (``move`` reorders).
 A running job records its owner process; when the store is opened and that process is gone (the
 app, the server or ``studio queue run`` was killed mid-render) the job comes back ``interrupted``.
 Several processes may share one store (the window, ``studio queue``, ``studio serve``): claiming
@@ -14,6 +15,9 @@ a job is one transaction, so a job runs once.
 
 A damaged row (bad JSON, a text in a numeric column) is listed as ``damaged`` with the reason and
 can be removed; every other job still works. A damaged or foreign file is one ``InputError``.
+
+Beside the jobs (schema 3): ``idempotency`` (a client's ``Idempotency-Key`` -> the job or answer
+it made, kept a day) and ``deliveries`` (each webhook call made for a job's final state).
 
 Qt-free; every method opens its own short transaction, so a store can be used from any thread.
 """
@@ -34,10 +38,11 @@ log = logging.getLogger(__name__)
 
 DRAFT, QUEUED, HELD, RUNNING = "draft", "queued", "held", "running"
 DONE, FAILED, CANCELLED, INTERRUPTED_STATE, DAMAGED = "done", "failed", "cancelled", "interrupted", "damaged"
-STATES = (DRAFT, QUEUED, HELD, RUNNING, DONE, FAILED, CANCELLED, INTERRUPTED_STATE)
-FINAL = (DONE, FAILED, CANCELLED, INTERRUPTED_STATE)
+EXPIRED = "expired"  # done, and its file was removed by retention (the job and its figures stay)
+STATES = (DRAFT, QUEUED, HELD, RUNNING, DONE, FAILED, CANCELLED, INTERRUPTED_STATE, EXPIRED)
+FINAL = (DONE, FAILED, CANCELLED, INTERRUPTED_STATE, EXPIRED)
 INTERRUPTED = "interrupted: Studio stopped while this job was running; press Retry to run it again"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 2: position, owner; 3: retry_of, webhook, the idempotency and deliveries tables
 COLUMNS = ("id", "avatar", "audio", "settings", "output", "state", "reason", "created", "updated", "progress", "result")
 
 
@@ -59,6 +64,8 @@ class Job:
     progress: float  # 0..1, last reported
     result: dict = field(hash=False)  # RenderResult.to_json() once done
     position: float = 0.0  # queue order (lower runs first)
+    retry_of: int | None = None  # the job this one renders again
+    webhook: str = ""  # a URL told of each final state (studio serve)
 
     @property
     def label(self) -> str:
@@ -89,7 +96,15 @@ class JobStore:
     # ---- adding and reading -------------------------------------------------------------
 
     def add(
-        self, avatar: str, audio: str, settings: dict, output: str, state: str = QUEUED, max_queued: int | None = None
+        self,
+        avatar: str,
+        audio: str,
+        settings: dict,
+        output: str,
+        state: str = QUEUED,
+        max_queued: int | None = None,
+        retry_of: int | None = None,
+        webhook: str = "",
     ) -> Job:
         """A new job at the end of the queue. ``max_queued``: refuse it (``QueueLimit``) when that many
         jobs are queued already, counted in the same transaction as the insert, so concurrent adds
@@ -108,7 +123,7 @@ class JobStore:
             top = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             cur = db.execute(
                 "INSERT INTO jobs(avatar, audio, settings, output, state, reason, created, updated, progress, result,"
-                " position, owner) VALUES (?,?,?,?,?,?,?,?,0,'{}',?,'')",
+                " position, owner, retry_of, webhook) VALUES (?,?,?,?,?,?,?,?,0,'{}',?,'',?,?)",
                 (
                     str(avatar),
                     str(audio),
@@ -119,6 +134,8 @@ class JobStore:
                     now,
                     now,
                     (top or 0) + 1,
+                    retry_of,
+                    str(webhook or ""),
                 ),
             )
             job_id = cur.lastrowid
@@ -138,6 +155,21 @@ class JobStore:
             rows = db.execute("SELECT * FROM jobs ORDER BY position, id").fetchall()
         jobs = [_job(r) for r in rows]
         return [j for j in jobs if j.state in states] if states else jobs
+
+    def page(self, states: tuple[str, ...] | None = None, before: int | None = None, limit: int = 50) -> list[Job]:
+        """Up to ``limit`` jobs, newest first (by id), with ids below ``before``: a stable cursor
+        while jobs are added, reordered or removed."""
+        where, args = [], []
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args.extend(states)
+        if before is not None:
+            where.append("id < ?")
+            args.append(int(before))
+        sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
+        with self._tx() as db:
+            rows = db.execute(sql, (*args, int(limit))).fetchall()
+        return [_job(r) for r in rows]
 
     def version(self) -> tuple:
         """Changes whenever any process changed the queue (cheap: for views that poll)."""
@@ -205,6 +237,10 @@ class JobStore:
             )
         return self.get(job_id)
 
+    def expire(self, job_id: int, reason: str) -> Job:
+        """A done job whose file was removed (retention): it stays, with its figures, as ``expired``."""
+        return self._move(job_id, EXPIRED, reason, allowed=(DONE,))
+
     def interrupt(self, job_id: int) -> Job:
         """A running job that was stopped with its process (the app closed mid-render)."""
         return self._move(job_id, INTERRUPTED_STATE, INTERRUPTED, allowed=(RUNNING,))
@@ -229,6 +265,86 @@ class JobStore:
             raise InputError(f"job {job_id} is running; cancel it before removing it")
         with self._tx() as db:
             db.execute("DELETE FROM jobs WHERE id=?", (job_id,))
+            db.execute("DELETE FROM deliveries WHERE job_id=?", (job_id,))
+
+    # ---- idempotency keys ---------------------------------------------------------------
+
+    def claim_key(self, scope: str, key: str, fingerprint: str) -> dict | None:
+        """Reserve ``key`` (per ``scope``, e.g. ``POST /v1/renders``) for a request whose body has
+        ``fingerprint``; None when it is new (the caller does the work, then ``finish_key`` or
+        ``release_key``), else the stored record: ``{"fingerprint", "job_id", "answer", "busy"}``."""
+        now = time.time()
+        with self._tx() as db:
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute("SELECT * FROM idempotency WHERE scope=? AND key=?", (scope, key)).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO idempotency(scope, key, fingerprint, job_id, answer, created, done)"
+                    " VALUES (?,?,?,NULL,'',?,0)",
+                    (scope, key, fingerprint, now),
+                )
+                return None
+        return {
+            "fingerprint": row["fingerprint"],
+            "job_id": row["job_id"],
+            "answer": json.loads(row["answer"]) if row["answer"] else None,
+            "busy": not row["done"],
+            "created": row["created"],
+        }
+
+    def finish_key(self, scope: str, key: str, job_id: int | None = None, answer: dict | None = None) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE idempotency SET job_id=?, answer=?, done=1 WHERE scope=? AND key=?",
+                (job_id, json.dumps(answer) if answer is not None else "", scope, key),
+            )
+
+    def release_key(self, scope: str, key: str) -> None:
+        """The request failed: the key is free again (a retry does the work)."""
+        with self._tx() as db:
+            db.execute("DELETE FROM idempotency WHERE scope=? AND key=?", (scope, key))
+
+    def purge_keys(self, older_than: float) -> int:
+        """Forget keys made before ``older_than`` (seconds since the epoch)."""
+        with self._tx() as db:
+            return db.execute("DELETE FROM idempotency WHERE created < ?", (older_than,)).rowcount
+
+    # ---- webhook deliveries -------------------------------------------------------------
+
+    def add_delivery(
+        self, job_id: int, state: str, url: str, attempt: int, ok: bool, status: int | None, error: str
+    ) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO deliveries(job_id, state, url, attempt, at, ok, status, error) VALUES (?,?,?,?,?,?,?,?)",
+                (job_id, state, url, attempt, time.time(), int(ok), status, error[:300]),
+            )
+
+    def deliveries(self, job_id: int) -> list[dict]:
+        """Every webhook call made for a job, oldest first."""
+        with self._tx() as db:
+            rows = db.execute("SELECT * FROM deliveries WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
+        return [
+            {
+                "state": r["state"],
+                "url": r["url"],
+                "attempt": r["attempt"],
+                "at": r["at"],
+                "ok": bool(r["ok"]),
+                "status": r["status"],
+                "error": r["error"],
+            }
+            for r in rows
+        ]
+
+    def webhook_jobs(self) -> list[Job]:
+        """Jobs with a webhook in a final state (their deliveries decide what is left to send)."""
+        with self._tx() as db:
+            rows = db.execute(
+                f"SELECT * FROM jobs WHERE webhook != '' AND state IN ({','.join('?' * len(FINAL))}) ORDER BY id",
+                FINAL,
+            ).fetchall()
+        return [_job(r) for r in rows]
 
     # ---- internals ----------------------------------------------------------------------
 
@@ -291,6 +407,21 @@ class JobStore:
                     db.execute("UPDATE jobs SET position=id")
                 if "owner" not in cols:
                     db.execute("ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+                if "retry_of" not in cols:  # schema 2 -> 3
+                    db.execute("ALTER TABLE jobs ADD COLUMN retry_of INTEGER")
+                if "webhook" not in cols:
+                    db.execute("ALTER TABLE jobs ADD COLUMN webhook TEXT NOT NULL DEFAULT ''")
+                db.execute(
+                    "CREATE TABLE IF NOT EXISTS idempotency(scope TEXT NOT NULL, key TEXT NOT NULL,"
+                    " fingerprint TEXT NOT NULL, job_id INTEGER, answer TEXT NOT NULL, created REAL NOT NULL,"
+                    " done INTEGER NOT NULL, PRIMARY KEY(scope, key))"
+                )
+                db.execute(
+                    "CREATE TABLE IF NOT EXISTS deliveries(id INTEGER PRIMARY KEY AUTOINCREMENT, job_id INTEGER"
+                    " NOT NULL, state TEXT NOT NULL, url TEXT NOT NULL, attempt INTEGER NOT NULL, at REAL NOT NULL,"
+                    " ok INTEGER NOT NULL, status INTEGER, error TEXT NOT NULL)"
+                )
+                db.execute("CREATE INDEX IF NOT EXISTS deliveries_job ON deliveries(job_id)")
                 db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
         except sqlite3.DatabaseError as exc:
             raise InputError(f"{self.path}: the job queue file is damaged ({exc}); {away}") from None
@@ -355,6 +486,8 @@ def _job(row: sqlite3.Row) -> Job:
             progress=float(row["progress"]),
             result=result,
             position=float(row["position"]),
+            retry_of=_opt_int(row, "retry_of"),
+            webhook=str(_col(row, "webhook") or ""),
         )
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         log.warning("job row %s is damaged: %s", row["id"], exc)
@@ -372,6 +505,15 @@ def _job(row: sqlite3.Row) -> Job:
             result={},
             position=_num(row["position"]),
         )
+
+
+def _col(row: sqlite3.Row, name: str):
+    return row[name] if name in row.keys() else None
+
+
+def _opt_int(row: sqlite3.Row, name: str) -> int | None:
+    v = _col(row, name)
+    return None if v is None else int(v)
 
 
 def _num(value) -> float:

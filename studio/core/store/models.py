@@ -22,10 +22,14 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from studio.core.errors import ModelError
 from studio.core.store.fsutil import atomic_path, atomic_write_bytes, file_sha256
 from studio.core.store.paths import sub_dir
+
+if TYPE_CHECKING:
+    from studio.core.engines.base import Availability
 
 log = logging.getLogger(__name__)
 
@@ -265,19 +269,25 @@ def check_component(comp: Component | str, folder: str | os.PathLike) -> dict:
     }
 
 
-def availability(models_dir=None, version: str = "v15") -> str:
-    """``ready: ...`` or ``unavailable: <why, with the fix>``. Cheap: reads the manifest, stats files."""
+def availability(models_dir=None, version: str = "v15") -> Availability:
+    """Whether the imported weights run MuseTalk (``str``: ``ready: ...`` or ``unavailable: <why,
+    with the fix>``). Cheap: reads the manifest, stats files."""
+    from studio.core.engines.base import Availability
+
+    def no(why: str) -> Availability:
+        return Availability("musetalk", False, why)
+
     try:
         comps = list_models(models_dir)
     except ModelError as exc:
-        return f"unavailable: {exc}"
+        return no(str(exc))
     root = models_root(models_dir)
     have = []
     for name, rec in comps.items():
         for fname, info in rec.get("files", {}).items():
             p = root / name / fname
             if not p.is_file() or p.stat().st_size != info["size"]:
-                return f"unavailable: {p} is missing or changed; run studio models verify, then re-import"
+                return no(f"{p} is missing or changed; run studio models verify, then re-import")
         have.append(name)
     unets = [n for n in (UNET_VERSIONS.get(version, "musetalkV15"), "musetalkV15", "musetalk") if n in have]
     missing = [
@@ -290,13 +300,13 @@ def availability(models_dir=None, version: str = "v15") -> str:
         if not ok
     ]
     if missing:
-        return (
-            "unavailable: not imported: " + ", ".join(missing) + "; run studio models import DIR "
+        return no(
+            "not imported: " + ", ".join(missing) + "; run studio models import DIR "
             "with the official MuseTalk models/ folder"
         )
     parts = [COMPONENTS[unets[0]].label, "sd-vae", "whisper-tiny"]
     parts.append("taesd" if "taesd" in have else "no taesd (decoder sd-vae only)")
-    return "ready: " + ", ".join(parts)
+    return Availability("musetalk", True, ", ".join(parts))
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,212 @@
+"""Retention: old renders and uploads go, the jobs stay (``expired``): ``Retention`` and ``sweep``.
+
+    r = Retention(keep_s=parse_duration("7d"), max_bytes=gb(50))     # or Retention.from_env()
+    swept = sweep(queue_service, r)          # Swept(jobs=[expired jobs], removed=[paths], freed=bytes)
+
+Only files Studio keeps for jobs in its data folder are ever removed: the outputs in ``renders/``
+(``studio serve``'s) and the uploads in ``uploads/`` (voice-overs, avatar sources), plus files left in
+``renders/`` by jobs that are gone. A file a user named (the window's output, ``studio queue add -o``,
+an ``--allow-paths`` output) is never touched, whatever its age. A done job whose video is removed
+becomes ``expired`` (its figures stay; the server answers 410 for its video). An upload is kept while
+a job that has not finished uses it, and while a library avatar was made from it (its source).
+
+``keep_s``: renders finished longer ago than this, and uploads not used for this long, go.
+``max_bytes``: while ``renders/`` and ``uploads/`` together hold more, the oldest go first.
+The window and ``studio queue`` read ``STUDIO_KEEP_RENDERS`` / ``STUDIO_MAX_STORAGE_GB``;
+``studio serve --keep-renders / --max-storage-gb`` override them for the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from studio.core.errors import InputError
+
+log = logging.getLogger(__name__)
+
+OWNED = ("renders", "uploads")  # the data folder's sub-folders whose files retention may remove
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+@dataclass(frozen=True)
+class Retention:
+    keep_s: float | None = None
+    max_bytes: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.keep_s is not None or self.max_bytes is not None
+
+    @classmethod
+    def from_env(cls) -> Retention:
+        from studio.core import env
+
+        keep = env.get("STUDIO_KEEP_RENDERS")
+        size = env.get("STUDIO_MAX_STORAGE_GB")
+        return cls(
+            parse_duration(keep, "STUDIO_KEEP_RENDERS") if keep else None,
+            gb(parse_gb(size, "STUDIO_MAX_STORAGE_GB")) if size else None,
+        )
+
+    def describe(self) -> str:
+        parts = []
+        if self.keep_s is not None:
+            parts.append(f"renders and uploads older than {format_duration(self.keep_s)}")
+        if self.max_bytes is not None:
+            parts.append(f"the oldest beyond {self.max_bytes / 2**30:g} GB")
+        return " and ".join(parts) if parts else "nothing (no retention)"
+
+
+@dataclass
+class Swept:
+    jobs: list = field(default_factory=list)  # the jobs now expired
+    removed: list[str] = field(default_factory=list)  # every file removed
+    freed: int = 0  # bytes
+
+
+def parse_duration(text: str, option: str = "--keep-renders") -> float:
+    """``"7d"``, ``"12h"``, ``"30m"``, ``"90s"``, ``"2w"``, ``"1d12h"`` or plain seconds -> seconds."""
+    t = str(text).strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        seconds = float(t)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", t)
+        if not parts or "".join(a + b for a, b in parts) != t:
+            raise InputError(f"{option} {text!r}: give a duration such as 7d, 12h, 30m or 90s")
+        seconds = sum(float(a) * _UNITS[b] for a, b in parts)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InputError(f"{option} {text!r}: give a duration of more than 0 (such as 7d)")
+    return seconds
+
+
+def parse_gb(text: str, option: str = "--max-storage-gb") -> float:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        raise InputError(f"{option} {text!r}: give a number of gigabytes, such as 50") from None
+    if not math.isfinite(v) or v <= 0:
+        raise InputError(f"{option} {text!r}: give a number of gigabytes of more than 0")
+    return v
+
+
+def gb(value: float) -> int:
+    return int(value * 2**30)
+
+
+def format_duration(seconds: float) -> str:
+    for unit in ("w", "d", "h", "m"):
+        if seconds >= _UNITS[unit] and seconds % _UNITS[unit] == 0:
+            return f"{int(seconds // _UNITS[unit])}{unit}"
+    return f"{seconds:g}s"
+
+
+def owned_dirs() -> list[Path]:
+    from studio.core.store.paths import sub_dir
+
+    return [sub_dir(name) for name in OWNED]
+
+
+def sweep(qs, retention: Retention, now: float | None = None) -> Swept:
+    """Apply ``retention`` to the queue service's store and the data folder's owned files."""
+    out = Swept()
+    if not retention.active:
+        return out
+    from studio.core.store import jobs as J
+
+    now = time.time() if now is None else now
+    renders, uploads = owned_dirs()
+    jobs = qs.store.list()
+    active = {J.DRAFT, J.QUEUED, J.HELD, J.RUNNING}
+    in_use = {str(Path(p)) for j in jobs if j.state in active for p in (j.avatar, j.audio, j.output)}
+    sources = _avatar_sources()
+    last_used: dict[str, float] = {}
+    for j in jobs:
+        for p in (j.avatar, j.audio):
+            last_used[p] = max(last_used.get(p, 0.0), j.updated)
+    outputs = {str(Path(j.output)): j for j in jobs}
+
+    # candidates, each (when it became old, size, path, the done job it expires or None)
+    candidates: list[tuple[float, int, Path, J.Job | None]] = []
+    for f in _files(renders):
+        job = outputs.get(str(f))
+        if str(f) in in_use or f.name.startswith(".") or f.suffix.lower() not in VIDEO_SUFFIXES:
+            continue  # a running job's file, a temporary (.x.part.mp4), or not a video Studio wrote
+        if job is not None and job.state != J.DONE:
+            continue
+        candidates.append((job.updated if job is not None else _mtime(f), _size(f), f, job))
+    for f in _files(uploads) if sources is not None else []:
+        if str(f) in in_use or str(f) in (sources or ()) or f.name.startswith(".") or f.suffix == ".json":
+            continue
+        candidates.append((max(_mtime(f), last_used.get(str(f), 0.0)), _size(f), f, None))
+    candidates.sort(key=lambda c: c[0])
+
+    total = sum(_size(f) for d in (renders, uploads) for f in _files(d))
+    for when, size, path, job in candidates:
+        too_old = retention.keep_s is not None and when < now - retention.keep_s
+        too_big = retention.max_bytes is not None and total > retention.max_bytes
+        if not (too_old or too_big):
+            continue
+        if not _remove(path):
+            continue
+        out.removed.append(str(path))
+        out.freed += size
+        total -= size
+        if path.parent.name == "audio" and path.parent.parent == uploads:
+            _remove(path.with_suffix(".json"))
+        if job is not None:
+            why = "older than the retention" if too_old else "the storage limit was reached"
+            with contextlib.suppress(InputError):  # removed or changed meanwhile
+                out.jobs.append(qs.store.expire(job.id, f"expired: its video was removed ({why})"))
+    if out.removed:
+        log.info("retention removed %d file(s), %.1f MB", len(out.removed), out.freed / 2**20)
+    return out
+
+
+def _avatar_sources() -> set[str] | None:
+    """Uploads that library avatars were made from (their repair needs the source); None when the
+    library cannot be listed (every upload is kept this time)."""
+    try:
+        from studio.core.avatars.library import list_avatars
+
+        return {str(Path(a["source"])) for a in list_avatars() if a.get("source")}
+    except Exception:
+        log.warning("retention: the avatar library cannot be listed; uploads are kept", exc_info=True)
+        return None
+
+
+def _files(folder: Path):
+    if not folder.is_dir():
+        return []
+    return [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _remove(p: Path) -> bool:
+    try:
+        p.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        log.warning("retention could not remove %s: %s", p, exc)
+        return False

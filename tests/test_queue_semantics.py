@@ -1,0 +1,132 @@
+"""The queue's behaviour every face shares (the window, `studio queue`, `studio serve`): DELETE that
+never destroys a finished video, retry as a new job, positions, and retention by age and by size
+(only files Studio keeps in its data folder; a file a user named is never removed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("STUDIO_HOME", str(h))
+    monkeypatch.delenv("STUDIO_KEEP_RENDERS", raising=False)
+    monkeypatch.delenv("STUDIO_MAX_STORAGE_GB", raising=False)
+    return h
+
+
+def finished(qs, output: Path, size: int, age_s: float = 0.0, audio: str = "voice.wav"):
+    """A job that rendered ``output`` (``size`` bytes) ``age_s`` seconds ago, in a real jobs.sqlite."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_bytes(b"\0" * size)
+    job = qs.store.add("astro", audio, {}, str(output), state="draft")
+    qs.store.enqueue(job.id)
+    claimed = qs.store.claim_next()
+    assert claimed.id == job.id
+    done = qs.store.finish(job.id, output=str(output), result={"frames": 25, "seconds": 1.0})
+    when = time.time() - age_s
+    with qs.store._tx() as db:  # the job finished that long ago
+        db.execute("UPDATE jobs SET updated=? WHERE id=?", (when, job.id))
+    os.utime(output, (when, when))
+    return done
+
+
+def test_delete_cancels_active_jobs_and_keeps_finished_ones_unless_purged(home, tmp_path):
+    from studio.core.store.jobs import JobStore
+    from studio.service.queue import JobActive, JobFinished, QueueService
+
+    qs = QueueService(store=JobStore(tmp_path / "q.sqlite"))
+    video = home / "renders" / "a.mp4"
+    done = finished(qs, video, 1000)
+    waiting = qs.store.add("astro", "v.wav", {}, str(home / "renders" / "b.mp4"))
+    job, files = qs.delete(waiting.id)
+    assert job.state == "cancelled" and files == []
+    with pytest.raises(JobFinished, match="purge"):
+        qs.delete(done.id)
+    assert video.is_file() and qs.get(done.id).state == "done"
+    with pytest.raises(JobActive):
+        qs.retry(qs.store.add("astro", "v.wav", {}, str(tmp_path / "c.mp4")).id)
+    job, files = qs.delete(done.id, purge=True)
+    assert job is None and files == [str(video)] and not video.exists()
+    assert done.id not in {j.id for j in qs.list()}
+
+
+def test_retention_by_size_takes_the_oldest_first_and_never_a_users_file(home, tmp_path):
+    from studio.core.store.jobs import JobStore
+    from studio.service.queue import QueueService
+    from studio.service.retention import Retention
+
+    qs = QueueService(store=JobStore(tmp_path / "q.sqlite"), retention=Retention(max_bytes=2500))
+    oldest = finished(qs, home / "renders" / "oldest.mp4", 1000, age_s=300)
+    middle = finished(qs, home / "renders" / "middle.mp4", 1000, age_s=200)
+    newest = finished(qs, home / "renders" / "newest.mp4", 1000, age_s=100)
+    mine = finished(qs, tmp_path / "my-film.mp4", 5000, age_s=10_000)  # named by the user: never Studio's
+    upload = home / "uploads" / "audio" / "0123456789abcdef.wav"
+    upload.parent.mkdir(parents=True)
+    upload.write_bytes(b"\0" * 100)
+    os.utime(upload, (time.time() - 50, time.time() - 50))
+    swept = qs.apply_retention()
+    assert [j.id for j in swept.jobs] == [oldest.id] and swept.freed == 1000
+    assert {j.id: j.state for j in qs.list()} == {
+        oldest.id: "expired",
+        middle.id: "done",
+        newest.id: "done",
+        mine.id: "done",
+    }
+    assert qs.get(oldest.id).result["frames"] == 25 and "expired" in qs.get(oldest.id).reason
+    assert not Path(oldest.output).exists() and Path(middle.output).exists()
+    assert (tmp_path / "my-film.mp4").stat().st_size == 5000 and upload.exists()
+
+
+def test_retention_by_age_keeps_what_a_waiting_job_uses(home, tmp_path):
+    from studio.core.store.jobs import JobStore
+    from studio.service.queue import QueueService
+    from studio.service.retention import Retention, parse_duration
+
+    assert parse_duration("1d12h") == 129600 and parse_duration("90") == 90
+    with pytest.raises(Exception, match="such as 7d"):
+        parse_duration("soon")
+    qs = QueueService(store=JobStore(tmp_path / "q.sqlite"), retention=Retention(keep_s=60))
+    old = finished(qs, home / "renders" / "old.mp4", 10, age_s=120)
+    recent = finished(qs, home / "renders" / "recent.mp4", 10, age_s=5)
+    stale, needed = (home / "uploads" / "audio" / f"{n * 16}.wav" for n in "ab")
+    stale.parent.mkdir(parents=True)
+    for f in (stale, needed):
+        f.write_bytes(b"x")
+        os.utime(f, (time.time() - 600, time.time() - 600))
+    stale.with_suffix(".json").write_text("{}")
+    qs.store.add("astro", str(needed), {}, str(tmp_path / "later.mp4"))  # queued: its voice-over must stay
+    qs.apply_retention()
+    assert qs.get(old.id).state == "expired" and qs.get(recent.id).state == "done"
+    assert not stale.exists() and not stale.with_suffix(".json").exists() and needed.exists()
+
+
+def test_studio_queue_prune_and_retry_use_the_same_rules(home, tmp_path):
+    from studio.core.store.jobs import JobStore
+    from studio.service.queue import QueueService
+
+    qs = QueueService(store=JobStore(home / "jobs.sqlite"))
+    old = finished(qs, home / "renders" / "old.mp4", 10, age_s=7200)
+    env = dict(os.environ, STUDIO_HOME=str(home), STUDIO_KEEP_RENDERS="1h", PYTHONPATH=str(ROOT))
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "queue", "prune"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert "1 job(s) expired, 1 file(s) removed" in r.stdout
+    assert qs.get(old.id).state == "expired"
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "queue", "retry", str(old.id)], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    again = max(qs.list(), key=lambda j: j.id)
+    assert again.retry_of == old.id and again.state == "queued" and qs.get(old.id).state == "expired"
