@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
 from PySide6.QtGui import QIcon, QImage, QPixmap, QUndoCommand
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -51,6 +51,8 @@ AUDIO_FILTER = "Audio (*.wav *.flac *.ogg *.opus *.mp3);;All files (*)"
 AVATAR_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v"}
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".aif", ".aiff"}
 THUMB = 72
+#: a selection made by the program (an import, a restore) is that one item, never added to a batch
+ONLY = QItemSelectionModel.SelectionFlag.ClearAndSelect
 
 
 def dropped_paths(mime) -> list[str]:
@@ -261,10 +263,10 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatars.blockSignals(False)
         for i in range(self.avatars.count()):
             if self.avatars.item(i).data(Qt.ItemDataRole.UserRole) == keep:
-                self.avatars.setCurrentRow(i)
+                self.avatars.setCurrentRow(i, ONLY)
                 return
         if self.avatars.count():
-            self.avatars.setCurrentRow(0)
+            self.avatars.setCurrentRow(0, ONLY)
 
     def import_avatar(self, source: str, name: str | None = None, force: bool = False, wait: bool = False):
         """Prepare ``source`` as avatar ``name`` off the GUI thread behind a progress dialog."""
@@ -343,7 +345,7 @@ class LibraryPanel(FileDrops, QWidget):
         for i in range(self.scripts.count()):
             if self.scripts.item(i).data(Qt.ItemDataRole.UserRole) == path:
                 if select:
-                    self.scripts.setCurrentRow(i)
+                    self.scripts.setCurrentRow(i, ONLY)
                 return None
         if path in self._checking:
             return None
@@ -357,7 +359,7 @@ class LibraryPanel(FileDrops, QWidget):
             self._add_script_item(path)
             self._save_scripts()
             if select:
-                self.scripts.setCurrentRow(self.scripts.count() - 1)
+                self.scripts.setCurrentRow(self.scripts.count() - 1, ONLY)
 
         def unreadable(message: str) -> None:
             self._checking.discard(path)
@@ -574,7 +576,7 @@ class RemoveScript(QUndoCommand):
         item.setToolTip(self.path)
         p.scripts.insertItem(min(self.row, p.scripts.count()), item)
         p._save_scripts()
-        p.scripts.setCurrentItem(item)
+        p.scripts.setCurrentItem(item, ONLY)
 
 
 def trash_dir() -> Path:

@@ -319,6 +319,8 @@ class MainWindow(FileDrops, QMainWindow):
         redo = self.undo_stack.createRedoAction(self, "Redo")
         add("undo", "Edit", "", shortcuts=["Ctrl+Z"], action=undo)
         add("redo", "Edit", "", shortcuts=["Ctrl+Shift+Z", "Ctrl+Y"], action=redo)
+        undo.setProperty("command", "Undo")
+        redo.setProperty("command", "Redo")
         acts.separator("Edit")
         add(
             "remove_avatar",
@@ -374,6 +376,7 @@ class MainWindow(FileDrops, QMainWindow):
             "Render queued jobs one after another (again: pause after the running job)",
             checkable=True,
         )
+        acts["start_queue"].setProperty("command", "Start / pause queue")
         add(
             "cancel",
             "Render",
@@ -731,7 +734,7 @@ class MainWindow(FileDrops, QMainWindow):
             lambda: tuple((m.frame, m.name) for m in tl.markers),
             tl.set_markers,
             tl.markersChanged,
-            describe=_markers_text,
+            text=_markers_step,
             scope=lambda: self.voice_key,
             apply_elsewhere=lambda key, v: self.memory.put(key, markers=v),
         )
@@ -872,8 +875,9 @@ class MainWindow(FileDrops, QMainWindow):
         sizes = s.value("window/splitter")
         if isinstance(sizes, QByteArray) and not sizes.isEmpty():
             self.splitter.restoreState(sizes)
-        else:
-            self.splitter.setSizes([520, 300])
+        else:  # on a short screen the timeline gets the larger share: its plots need the height
+            screen = self.screen().availableGeometry().height() if self.screen() else 1000
+            self.splitter.setSizes([450, 550] if screen < 900 else [600, 400])
         self.timeline.set_threshold(self.render_panel.threshold)
         self.timeline.set_min_run(self.render_panel.min_silence)
         script = cfg.value(s, "library/selected_script", str)
@@ -1016,11 +1020,19 @@ class MainWindow(FileDrops, QMainWindow):
 NO_AVATAR = "No avatar yet: import or drop a photo or a video (and a voice-over)"
 
 
-def _markers_text(v) -> str:
-    names = [n for _f, n in v]
-    if not names:
-        return "none"
-    return ", ".join(names[:3]) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
+def _markers_step(before, after) -> str:
+    """An undo step's words for a change of the markers: "Add marker “Intro”", "Rename marker ..."."""
+    b, a = dict(before), dict(after)
+    added = [a[f] for f in a if f not in b]
+    gone = [b[f] for f in b if f not in a]
+    renamed = [(b[f], a[f]) for f in a if f in b and a[f] != b[f]]
+    if len(added) == 1 and not gone and not renamed:
+        return f"Add marker “{added[0]}”"
+    if len(gone) == 1 and not added and not renamed:
+        return f"Delete marker “{gone[0]}”"
+    if len(renamed) == 1 and not added and not gone:
+        return f"Rename marker “{renamed[0][0]}” to “{renamed[0][1]}”"
+    return "Change markers"
 
 
 def _short(text: str, limit: int = 90) -> str:

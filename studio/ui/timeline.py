@@ -277,9 +277,7 @@ class TimelineView(QWidget):
         self.range_label.setToolTip("In/out range: I sets in, O sets out, Alt+I / Alt+O clear them")
         self.audio_note = ElidedLabel("", max_hint=400)
         self.audio_note.setObjectName("warnLabel")
-        self.audio_note.setSizePolicy(
-            QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred
-        )  # its width, if there is room
+        self.audio_note.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 
         # ---- silence row: summary, threshold number, min silence
         self.info = ElidedLabel("Import a voice-over to see its waveform and silences")
@@ -308,11 +306,11 @@ class TimelineView(QWidget):
         transport.addWidget(self.loop_btn)
         transport.addWidget(self.timecode_edit)
         transport.addWidget(self.time_label)
-        transport.addWidget(self.range_label, 1)
+        transport.addWidget(self.range_label, 3)  # the in/out text first; the audio note gets a quarter
+        transport.addWidget(self.audio_note, 1)
         silence = QHBoxLayout()
         silence.setSpacing(6)
         silence.addWidget(self.info, 1)
-        silence.addWidget(self.audio_note)
         silence.addWidget(QLabel("threshold"))
         silence.addWidget(self.threshold_box)
         silence.addSpacing(6)

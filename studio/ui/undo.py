@@ -39,6 +39,7 @@ class Tracked:
     widget: object = None  # a spin box / line edit whose focus is one edit
     scope: Callable[[], str] | None = None  # the voice-over the value belongs to (None: global)
     apply_elsewhere: Callable[[str, object], None] | None = None  # set it for a voice-over not on screen
+    text: Callable[[object, object], str] | None = None  # the step's words (default: "label before → after")
     last: object = None
     session: int = 0  # bumped when an edit ends: no merging across it
     open: bool = False
@@ -56,7 +57,11 @@ class Change(QUndoCommand):
         self._text()
 
     def _text(self) -> None:
-        self.setText(f"{self.t.label} {self.t.describe(self.before)} → {self.t.describe(self.after)}")
+        t = self.t
+        if t.text is not None:
+            self.setText(t.text(self.before, self.after))
+        else:
+            self.setText(f"{t.label} {t.describe(self.before)} → {t.describe(self.after)}")
 
     def id(self) -> int:
         return self.history.id_of(self.t.key)
@@ -103,8 +108,9 @@ class History:
         widget=None,
         scope=None,
         apply_elsewhere=None,
+        text=None,
     ) -> Tracked:
-        t = Tracked(key, label, get, set, describe, widget, scope, apply_elsewhere)
+        t = Tracked(key, label, get, set, describe, widget, scope, apply_elsewhere, text)
         t.last = get()
         self.tracked[key] = t
         if signal is not None:
