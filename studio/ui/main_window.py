@@ -340,6 +340,13 @@ class MainWindow(FileDrops, QMainWindow):
         for dock in (self.library_dock, self.render_dock, self.queue_dock, self.doctor_dock):
             view = dock.toggleViewAction()
             add(f"view_{dock.objectName()}", "View", f"{dock.windowTitle()} panel", action=view)
+        bar = self.toolbar = QToolBar("Toolbar")
+        bar.setObjectName("mainToolbar")
+        bar.setMovable(False)
+        bar.setIconSize(QSize(18, 18))
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.addToolBar(bar)
+        add("view_toolbar", "View", "Toolbar", action=bar.toggleViewAction())
         acts.separator("View")
         face = add("face_box", "View", "Face box on the preview", lib.show_box.setChecked, checkable=True)
         lib.show_box.toggled.connect(face.setChecked)
@@ -400,18 +407,12 @@ class MainWindow(FileDrops, QMainWindow):
         add("editor_guide", "Help", "Editor guide", self._open_guide, tip="docs/editor.md: keys, menus, undo, markers")
         add("about", "Help", "About Studio", self._about)
 
-        bar = QToolBar("Main")
-        bar.setObjectName("mainToolbar")
-        bar.setMovable(False)
-        bar.setIconSize(QSize(18, 18))
-        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.addToolBar(bar)
+        bar = self.toolbar
         for key in ("import_avatar", "import_audio", None, "render", "add_to_queue", "cancel", None, "doctor"):
             if key is None:
                 bar.addSeparator()
             else:
                 bar.addAction(acts[key])
-        self.toolbar = bar
         short = {
             "import_avatar": "Import avatar",
             "import_audio": "Import audio",
@@ -868,6 +869,8 @@ class MainWindow(FileDrops, QMainWindow):
         else:
             self._first_geometry()
             self._default_sizes()
+            if self.height() < self.SHORT_SCREEN:  # a laptop: the timeline needs the toolbar's height
+                self.toolbar.hide()  # (View > Toolbar; the Render panel and the menus have it all)
         self._placed_size = self.size()
         state = s.value("window/state")
         if isinstance(state, QByteArray) and not state.isEmpty():
@@ -885,6 +888,7 @@ class MainWindow(FileDrops, QMainWindow):
             self.library.select_script(script)
 
     DEFAULT_SIZE = (1480, 980)
+    SHORT_SCREEN = 800  # a first window less tall than this starts without the toolbar
     FRAME_ALLOWANCE = (16, 48)  # a window manager's borders and title bar, before they are known
 
     def _first_geometry(self) -> None:

@@ -87,3 +87,25 @@ def test_the_first_window_fits_the_available_screen(qtbot):
     if avail.width() >= w.minimumSizeHint().width():  # (the offscreen screen is narrower than 1280)
         assert avail.left() <= frame.left() and frame.right() <= avail.right()
     w._close_confirmed = True
+
+
+def test_a_long_output_path_keeps_its_file_name_when_elided(qtbot):
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    from studio.ui.app import create_app
+    from studio.ui.queue_panel import elide_path
+
+    create_app([])
+    fm = QFontMetrics(QFont())
+    path = "/home/producer/projects/2026/evening-news/renders/anna_intro_auto_crf20.mp4"
+    width = fm.horizontalAdvance("…/renders/anna_intro_auto_crf20.mp4") + 4
+    shown = elide_path(path, fm, width)
+    assert shown.endswith("/anna_intro_auto_crf20.mp4") and "…" in shown and shown.startswith("/")
+    assert fm.horizontalAdvance(shown) <= width
+    assert elide_path(path, fm, 10_000) == path  # room enough: whole
+    tiny = elide_path(path, fm, fm.horizontalAdvance("anna…mp4") + 2)
+    assert (
+        tiny.startswith("an")
+        and tiny.endswith("mp4")
+        and fm.horizontalAdvance(tiny) <= fm.horizontalAdvance("anna…mp4") + 2
+    )
