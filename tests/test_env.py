@@ -40,3 +40,11 @@ def test_values_defaults_and_flags(monkeypatch):
     else:
         raise AssertionError("an unknown name must be refused")
     assert "| `STUDIO_HOME` |" in env.table()
+
+
+def test_the_environment_page_holds_the_table():
+    """docs/environment.md shows every variable as ``env.table()`` writes it (regenerate it from there)."""
+    page = (ROOT / "docs" / "environment.md").read_text()
+    fix = "regenerate the table: python -m studio.core.env docs/environment.md"
+    assert env.table().strip() in page, fix
+    assert all(f"| `{name}` |" in page for name in env.KNOBS), fix

@@ -296,6 +296,23 @@ else:
     )
 
 
+class CheckOut(Answer):
+    """The lip-sync check of a finished render (``check=true``; docs/check.md): it runs after the file
+    is written, so it is ``pending``/``running`` for a while after the job is ``done``."""
+
+    state: Literal["pending", "running", "done", "failed", "stopped"]
+    verdict: Literal["ok", "check", "out of sync"] | None = None
+    reason: str | None = Field(None, description="one sentence: why this verdict, or why the check did not run")
+    offset_frames: int | None = Field(None, description="the audio shift that best aligns the mouth; + = video late")
+    confidence: float | None = Field(None, description="peak minus median correlation over +-15 frames")
+    silence_motion: float | None = None
+    sharpness: float | None = None
+    seam: float | None = Field(None, description="luma levels the blend adds across the mask's border")
+    drift: float | None = Field(None, description="in eye distances")
+    worst_second: int | None = Field(None, description="where to look first")
+    reference: str | None = Field(None, description="what sharpness, seam and drift were measured against")
+
+
 def _result_model() -> type[BaseModel]:
     """A finished job's result: the core's ``RenderResult`` fields (all optional: rows of older
     versions), plus where it ran."""
@@ -310,6 +327,7 @@ def _result_model() -> type[BaseModel]:
         kind = hints.get(f.name, Any)
         fields[f.name] = (kind | None, None)
     fields.setdefault("ran_on", (str | None, Field(None, description="where it rendered (a server, a farm, here)")))
+    fields.setdefault("check", (CheckOut | None, Field(None, description="its lip-sync check, when asked for")))
     return create_model(
         "RenderResult", __base__=Answer, __doc__="What the render did (figures, engine, encoder, where).", **fields
     )

@@ -9,12 +9,7 @@ studio farm down
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-DEFAULT_PORT = 6379
+DEFAULT_PORT = 6379  # as studio.service.farm_admin's (kept here: --help must not import the service)
 
 
 def register(sub) -> None:
@@ -42,29 +37,11 @@ def register(sub) -> None:
 
 
 def run_up(args) -> int:
-    from studio.core.errors import InputError
+    from studio.service.farm_admin import farm_up
 
-    if not 1 <= args.port <= 65535:
-        raise InputError("--port must be between 1 and 65535")
-    cmd = ["start", "--disable-usage-stats"]
-    env = dict(os.environ)
-    if args.host is None:  # this host only: every Ray server listens on 127.0.0.1
-        from studio.core.scale.farm import loopback_only
-
-        env.update(loopback_only())
-        cmd += ["--node-ip-address", "127.0.0.1"]
-    else:
-        cmd += ["--node-ip-address", args.host]
-    if args.address:
-        cmd += ["--address", args.address]
-    else:
-        cmd += ["--head", "--port", str(args.port), "--include-dashboard=false"]
-    if args.num_cpus is not None:
-        cmd += ["--num-cpus", str(args.num_cpus)]
-    if args.num_gpus is not None:
-        cmd += ["--num-gpus", str(args.num_gpus)]
-    _ray(cmd, env)
-    where = args.address or f"{args.host or '127.0.0.1'}:{args.port}"
+    where = farm_up(
+        address=args.address, port=args.port, host=args.host, num_cpus=args.num_cpus, num_gpus=args.num_gpus
+    )
     print(
         f"farm {'joined' if args.address else 'head started'}: {where}; render with "
         f"`studio render ... --farm{'' if args.host is None and not args.address else ' ' + where}`"
@@ -74,33 +51,9 @@ def run_up(args) -> int:
 
 def run_status(args) -> int:
     from studio.cli._common import emit_json
-    from studio.core.scale.farm import init_ray
+    from studio.service.farm_admin import farm_status
 
-    init_ray(args.address)  # raises a one-line StudioError when ray is missing or unreachable
-    import ray
-
-    try:
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        res = ray.cluster_resources()
-        free = ray.available_resources()
-    finally:
-        ray.shutdown()
-    info = {
-        "address": args.address,
-        "nodes": len(nodes),
-        "cpus": res.get("CPU", 0),
-        "gpus": res.get("GPU", 0),
-        "free_cpus": free.get("CPU", 0),
-        "free_gpus": free.get("GPU", 0),
-        "node_list": [
-            {
-                "ip": n.get("NodeManagerAddress"),
-                "cpus": n["Resources"].get("CPU", 0),
-                "gpus": n["Resources"].get("GPU", 0),
-            }
-            for n in nodes
-        ],
-    }
+    info = farm_status(args.address)
     if args.json:
         emit_json(info)
         return 0
@@ -114,21 +67,8 @@ def run_status(args) -> int:
 
 
 def run_down(args) -> int:
-    _ray(["stop"], dict(os.environ))
+    from studio.service.farm_admin import farm_down
+
+    farm_down()
     print("farm stopped on this host")
     return 0
-
-
-def _ray(argv: list[str], env: dict) -> None:
-    from studio.core.errors import RenderError
-    from studio.core.scale.farm import ray_available
-
-    ok, why = ray_available()
-    if not ok:
-        raise RenderError(f"The render farm needs Ray: {why}.")
-    exe = Path(sys.executable).with_name("ray")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ray.scripts.scripts"]
-    r = subprocess.run(cmd + argv, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip() or r.stdout.strip() or "no output").splitlines()[-1]
-        raise RenderError(f"`ray {argv[0]}` failed ({last}): see `ray {argv[0]} --help`.")

@@ -20,7 +20,6 @@ def register(sub) -> None:
 
     add = qs.add_parser("add", help="queue a render (the options of `studio render`); prints the job id last")
     job_options(add, "output MP4 path (numbered _002 when taken)")
-    add.add_argument("--overwrite", action="store_true", help="replace an existing file instead of numbering")
     add.add_argument("--draft", action="store_true", help="keep it as a draft (not queued)")
     add.set_defaults(func=run_add)
 

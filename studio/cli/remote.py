@@ -83,8 +83,12 @@ def render_remote(args) -> int:
             from studio.core.errors import RenderError
 
             raise RenderError(f"the server's render job {final['id']} {final['state']}: {final['reason']}")
-        client.download(final["id"], args.output)
-    r = dict(final["result"], output=args.output)
+        wrote = client.download(final["id"], args.output, overwrite=bool(getattr(args, "overwrite", False)))
+    r = dict(final["result"], output=str(wrote))
+    if getattr(args, "check", None):  # the lip-sync check of the downloaded file, here
+        from studio.cli.render import _check_after, request_from_args
+
+        r["check"] = _check_after(str(wrote), request_from_args(args.avatar, args.audio, str(wrote), args), args.json)
     if args.json:
         emit_json(r)
     else:
@@ -93,4 +97,7 @@ def render_remote(args) -> int:
             f"wrote {r['output']}: {r['frames']} frames ({r['silent_frames']} silent), {r['width']}x{r['height']}, "
             f"{r['engine']} + {r['encoder']}, {r['seconds']:.1f} s ({r['fps']:.1f} fps)"
         )
+        c = r.get("check")
+        if c is not None:
+            print(f"check: {c['verdict']}: {c['reason']}" if c.get("state") == "done" else f"check: {c.get('reason')}")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -20,11 +21,13 @@ def register(sub) -> None:
     f.add_argument("--audio", required=True, help="voice-over file")
     f.add_argument("-t", "--time", type=float, required=True, metavar="SECONDS", help="timestamp in seconds")
     f.add_argument("-o", "--output", required=True, help="output PNG path")
+    overwrite_option(f)
     _render_options(f, encoder=False)
     f.set_defaults(func=run_frame)
 
     d = sub.add_parser("demo", help="render the bundled demo clip (astronaut + news voice-over)")
     d.add_argument("-o", "--output", default="demo.mp4", help="output MP4 path (default demo.mp4)")
+    overwrite_option(d)
     _render_options(d)
     d.add_argument("--json", action="store_true", help="print one JSON object with the result")
     d.set_defaults(func=run_demo)
@@ -36,9 +39,18 @@ def job_options(p, output_help: str) -> None:
     p.add_argument("--avatar", required=True, help="avatar NAME from the library, or an image/video path")
     p.add_argument("--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3)")
     p.add_argument("-o", "--output", required=True, help=output_help)
+    overwrite_option(p)
     _render_options(p)
     _scale_options(p)
     _range_options(p)
+
+
+def overwrite_option(p) -> None:
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing file at the output path (default: keep it and write NAME_002, NAME_003 ...)",
+    )
 
 
 def _render_options(p, encoder: bool = True) -> None:
@@ -143,9 +155,9 @@ def _placement(args):
         return Placement("chunks", chunks=chunks)
     gpus = getattr(args, "gpus", None)
     if gpus:
-        from studio.core.scale.multigpu import cuda_devices
+        from studio.service import gpus_here
 
-        have = cuda_devices()
+        have = gpus_here()
         n = len(have) if gpus == "all" else int(gpus) if str(gpus).isdigit() else 0
         if n < 1:
             raise InputError(f"--gpus {gpus}: give a number of GPUs or 'all'")
@@ -160,11 +172,13 @@ def _frames(args):
     a, b = getattr(args, "range_in", None), getattr(args, "range_out", None)
     if a is None and b is None:
         return None
+    from studio.core.avatars.library import output_rate_for
     from studio.core.errors import InputError
     from studio.core.media.audio import probe
     from studio.core.media.timecode import TimecodeError, parse_jump
 
-    total = probe(args.audio).frames
+    rate = output_rate_for(getattr(args, "fps", None), args.avatar)  # timecodes count the output's frames
+    total = probe(args.audio).frames_at(rate)
 
     def frame(text, default):
         if text is None:
@@ -173,9 +187,9 @@ def _frames(args):
         if re.fullmatch(r"\d+(\.\d+)?", text):  # a plain number is seconds, as in ffmpeg's -ss
             from studio.core.render.plan import frame_index
 
-            return frame_index(float(text))
+            return frame_index(float(text), rate)
         try:
-            return parse_jump(text, 0)
+            return parse_jump(text, 0, rate)
         except TimecodeError as exc:
             raise InputError(str(exc)) from None
 
@@ -224,26 +238,60 @@ def _render(avatar, audio, output, args) -> int:
     finally:
         bar.close()
     r = render.result
+    check = _check_after(r.output, req, args.json) if req.settings.check else None
     if args.json:
         out = r.to_json()
         out["ran_on"] = render.where
         if render.last is not None and render.last.chunks:  # local chunks, the farm
             out.update(chunks=render.last.chunks, retries=render.last.retries, workers=sorted(render.last.workers))
+        if check is not None:
+            out["check"] = check
         emit_json(out)
     else:
         print(
             f"wrote {r.output}: {r.frames} frames ({r.silent_frames} silent), {r.width}x{r.height}, "
             f"{r.engine} + {r.encoder}, {r.seconds:.1f} s ({r.fps:.1f} fps)"
             + ("" if render.where == "this computer" else f", {render.where}")
+            + kept_note(output, r.output)
         )
+        if check is not None:
+            print(
+                f"check: {check['verdict']}: {check['reason']}"
+                if check.get("state") == "done"
+                else f"check: could not run: {check.get('reason')}"
+            )
     return 0
+
+
+def kept_note(asked, wrote) -> str:
+    """What to add to the "wrote" line when the name asked for was taken (a file is never replaced
+    without --overwrite)."""
+    from pathlib import Path
+
+    if Path(os.path.abspath(asked)) == Path(os.path.abspath(wrote)):
+        return ""
+    return f" ({Path(asked).name} exists and was kept; --overwrite replaces it)"
+
+
+def _check_after(output, req, quiet: bool) -> dict:
+    """``--check``: the lip-sync check of the written file (the render is over, so it slows nothing):
+    the whole report with ``state`` "done", or ``state`` "failed" and the reason."""
+    from studio.cli._common import ProgressBar
+    from studio.service.checks import check_here
+
+    bar = ProgressBar("check", enabled=False if quiet else None)
+    try:
+        summary, full = check_here(output, req, progress=lambda d, t: bar.update(d, t))
+    finally:
+        bar.close()
+    return summary if full is None else {"state": "done", **full}
 
 
 def _check_output(output, avatar, audio, kind: str):
     """An output that is an input, a folder, a wrong extension or an unwritable folder: one sentence, before any work."""
-    from studio.core.store.outputs import check_output
+    from studio.core.store.outputs import check_output, render_inputs
 
-    return check_output(output, {"voice-over": audio, "avatar": avatar}, kind)
+    return check_output(output, render_inputs(avatar, audio), kind)
 
 
 def run_render(args) -> int:
@@ -270,22 +318,27 @@ def run_frame(args) -> int:
     from studio.core.media.audio import probe
     from studio.core.render.plan import frame_index
     from studio.core.render.renderer import Renderer
-    from studio.core.store.fsutil import atomic_path
+    from studio.core.store.fsutil import atomic_output
 
     if not math.isfinite(args.time):
         raise InputError(f"-t {args.time}: give the time as a number of seconds, such as 12.48")
     out = _check_output(args.output, args.avatar, args.audio, "image")
     info = probe(args.audio)
-    if args.time < 0 or frame_index(args.time) >= info.frames:
+    renderer = Renderer(args.avatar, args.audio, _settings(args))
+    rate = renderer.rate
+    if args.time < 0 or frame_index(args.time, rate) >= info.frames_at(rate):
         raise InputError(f"-t {args.time} is outside the voice-over (0 to {info.duration_s:.2f} s)")
-    at = frame_index(args.time)
-    renderer = Renderer(args.avatar, args.audio, _settings(args), frames=(at, at + 1))  # a long clip: its stretch
+    at = frame_index(args.time, rate)
+    renderer.focus((at, at + 1))  # a long clip: its stretch only
     img = renderer.frame_at(args.time)
-    with atomic_path(out) as tmp:
-        PIL.Image.fromarray(img).save(tmp, format="PNG")
-    idx = frame_index(args.time)
+    with atomic_output(out, overwrite=args.overwrite) as written:
+        PIL.Image.fromarray(img).save(written.tmp, format="PNG")
+    idx = frame_index(args.time, rate)
+    from studio.core.media.rates import rate_text
+
     print(
-        f"wrote {out}: frame {idx} ({idx / 25:.2f} s), {'silent' if renderer.plan.silent[idx] else 'speech'}, "
-        f"engine {renderer.engine.name}"
+        f"wrote {written.final}: frame {idx} ({float(idx / rate):.2f} s at {rate_text(rate)} fps), "
+        f"{'silent' if renderer.plan.silent[idx] else 'speech'}, engine {renderer.engine.name}"
+        + kept_note(out, written.final)
     )
     return 0

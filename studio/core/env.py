@@ -6,7 +6,7 @@
     env.flag("STUDIO_VIDEO_HINTS")       # True unless set to 0 / false / no / off
 
 Code reads these through this module (``tests/test_env.py`` fails on a ``STUDIO_*`` name that is not
-listed here); the README's "Environment" table is ``studio doctor --env``'s output.
+listed here); the table in ``docs/environment.md`` is ``table()``'s output (the same test checks it).
 """
 
 from __future__ import annotations
@@ -52,6 +52,12 @@ KNOBS: dict[str, Knob] = {
             "background while the audio and the encoders get ready",
         ),
         Knob("STUDIO_X264_WORKERS", "", "parallel x264 chunk encoders (default: one per core)"),
+        Knob(
+            "STUDIO_QUEUE_PIPELINE",
+            "1",
+            "0: queued jobs run strictly one after another (by default the next job's engine work "
+            "starts while the previous job's encoders drain)",
+        ),
         Knob("STUDIO_X264_PROCESSES", "1", "0: parallel x264 chunks run in threads of this process"),
         Knob("STUDIO_X264_NICE", "5", "the CPU priority (nice) of x264 encoder processes"),
         Knob(
@@ -171,8 +177,24 @@ def flag(name: str) -> bool:
 
 
 def table() -> str:
-    """The knobs as a Markdown table (the README's "Environment" section)."""
+    """The knobs as a Markdown table (``docs/environment.md``)."""
     lines = ["| variable | default | what it does |", "|---|---|---|"]
     for k in KNOBS.values():
         lines.append(f"| `{k.name}` | {('`' + k.default + '`') if k.default else '—'} | {k.help} |")
     return "\n".join(lines)
+
+
+def write_page(path: str) -> None:
+    """Replace the table in the Markdown page at ``path`` (from its ``| variable |`` line on) with ``table()``."""
+    from pathlib import Path
+
+    page = Path(path)
+    text = page.read_text()
+    start = text.index("| variable |")
+    page.write_text(text[:start] + table().strip() + "\n")
+
+
+if __name__ == "__main__":  # python -m studio.core.env docs/environment.md
+    import sys
+
+    write_page(sys.argv[1])

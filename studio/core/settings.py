@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
 from studio.core.errors import InputError
+from studio.core.media.rates import RATES
 
 T = TypeVar("T")
 
@@ -36,6 +37,7 @@ PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DECODERS = ("taesd", "sd-vae")
 RUNTIMES = ("auto", "torch", "tensorrt")
 ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
+FRAME_RATES = ("auto", *RATES)  # auto: the video avatar's own rate, 25 for a photo
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
 
@@ -55,6 +57,7 @@ class Spec:
     faces: frozenset[str] = ALL_FACES
     optional: bool = False  # None is a value (device: None = pick automatically)
     auto_label: str = ""  # how a face shows None (device: "auto")
+    ui_default: Any = None  # the window's own default where it differs (check: on there, off elsewhere)
 
     @property
     def option(self) -> str:
@@ -127,6 +130,7 @@ def setting(
     maximum: float | None = None,
     faces: frozenset[str] = ALL_FACES,
     auto_label: str = "",
+    ui_default: Any = None,
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``)."""
     meta = dict(
@@ -138,6 +142,7 @@ def setting(
         maximum=maximum,
         faces=frozenset(faces),
         auto_label=auto_label,
+        ui_default=ui_default,
     )
     return field(default=default, metadata={"spec": meta})
 
@@ -177,6 +182,13 @@ class RenderSettings:
         "TAESD ran 1.75x and UNet + SD-VAE 2.1x faster on an H200: for long clips and warm "
         "servers)",
         label="Compile the networks",
+    )
+    fps: str = setting(
+        "auto",
+        "output frame rate: auto keeps a video avatar's own rate (25 for a photo); 29.97 and 59.94 "
+        "are 30000/1001 and 60000/1001 exactly, with drop-frame timecode",
+        label="Frame rate",
+        choices=FRAME_RATES,
     )
     threshold: float = setting(
         DEFAULT_SILENCE_THRESHOLD,
@@ -218,6 +230,14 @@ class RenderSettings:
         maximum=51,
     )
     preset: str = setting("veryfast", "x264 speed/size trade-off", label="Preset", group="encode", choices=PRESETS)
+    check: bool = setting(
+        False,
+        "after the file is written, measure its lip sync (studio check: offset, silence motion, sharpness, "
+        "seam, drift) at low priority and add the verdict to the result",
+        label="Check lip sync",
+        group="output",
+        ui_default=True,
+    )
     preview_interval_s: float = setting(
         0.25,
         "seconds between preview frames in the progress",

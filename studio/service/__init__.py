@@ -26,6 +26,7 @@ _NAMES = {
     "request_of": "queue",
     "gpus_here": "queue",
     "unique_output": "queue",
+    "owned_output": "queue",
     "preflight": "preflight",
 }
 

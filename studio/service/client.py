@@ -164,12 +164,13 @@ class StudioClient:
                 break
         return self.render(job_id)
 
-    def download(self, job_id: int, dest: str | os.PathLike) -> Path:
-        """The finished video into ``dest``, written beside it and renamed when complete."""
+    def download(self, job_id: int, dest: str | os.PathLike, *, overwrite: bool = True) -> Path:
+        """The finished video into ``dest``, written beside it and renamed when complete
+        (``overwrite=False``: an existing file is kept and a free numbered name taken); the path."""
         try:
             with self._http.stream("GET", f"/v1/renders/{job_id}/video", timeout=None) as r:
                 self._check(r)
-                return self._save(r, dest)
+                return self._save(r, dest, overwrite)
         except _transport_errors() as exc:
             raise self._unreachable(exc) from None
 
@@ -232,16 +233,16 @@ class StudioClient:
             message = f"HTTP {r.status_code} from {self.url}"
         raise ServerError(f"the server says: {message}", r.status_code)
 
-    def _save(self, r, dest) -> Path:
-        from studio.core.store.fsutil import atomic_path
+    def _save(self, r, dest, overwrite: bool = True) -> Path:
+        from studio.core.store.fsutil import atomic_output
 
         dest = Path(dest)
         if not dest.parent.is_dir():
             raise ServerError(f"{dest.parent}: the output folder does not exist")
-        with atomic_path(dest) as tmp, open(tmp, "wb") as fh:
+        with atomic_output(dest, overwrite=overwrite) as out, open(out.tmp, "wb") as fh:
             for block in r.iter_bytes(1 << 20):
                 fh.write(block)
-        return dest
+        return out.final or dest
 
     def _unreachable(self, exc) -> ServerError:
         return ServerError(

@@ -62,6 +62,11 @@ class Render:
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
+    @property
+    def engine(self):
+        """The warm engine a local render ran on (None for other placements or before it starts)."""
+        return getattr(self._active, "engine", None) if self.request.placement.kind == "local" else None
+
     def run(self) -> Iterator[Progress]:
         """Yields ``Progress``; the last has ``finished=True`` and ``self.result`` is set. Raises
         ``Cancelled`` after a cancel (nothing is written) and a ``StudioError`` for bad input."""
@@ -79,7 +84,7 @@ class Render:
         t0 = time.perf_counter()
         last = None
         for p in strategy():
-            if self._cancel.is_set():
+            if self._cancel.is_set() and not p.finished:  # once the file is written, the job is done
                 raise Cancelled("render cancelled; nothing was written")
             last = self.last = p
             yield p
@@ -104,7 +109,7 @@ class Render:
         r.focus(req.frames)  # a range of a long clip prepares only its stretch
         _ = r.plan  # the voice-over decoded and checked (NaN samples, ...) before anything says it started
         self._started(WHERE_LOCAL, r.engine.name, r.engine_reason)
-        yield from r.run(req.output, frames=req.frames)
+        yield from r.run(req.output, frames=req.frames, overwrite=req.overwrite)
         self.result = r.result
 
     def _gpus(self):
@@ -131,7 +136,7 @@ class Render:
         if self._cancel.is_set():
             r.cancel()
         self._started(f"{len(engines)} GPUs here", r.engine.name, r.engine_reason)
-        yield from r.run(req.output)
+        yield from r.run(req.output, overwrite=req.overwrite)
         self.result = r.result
 
     def _chunks(self):
@@ -146,7 +151,7 @@ class Render:
         if self._cancel.is_set():
             r.cancel()
         self._started(f"{n} local processes", req.settings.engine)
-        yield from r.run(req.output)
+        yield from r.run(req.output, overwrite=req.overwrite)
         self.result = r.result
 
     def _farm(self):
@@ -165,7 +170,12 @@ class Render:
                     req.settings.engine,
                 )
                 for p in farm.render(
-                    req.avatar, req.audio, req.output, req.settings, chunks=req.placement.chunks or None
+                    req.avatar,
+                    req.audio,
+                    req.output,
+                    req.settings,
+                    chunks=req.placement.chunks or None,
+                    overwrite=req.overwrite,
                 ):
                     if self._cancel.is_set():
                         farm.cancel()
@@ -189,7 +199,7 @@ class Render:
             progressed = False
             try:
                 self._started(link.where, req.settings.engine)
-                for p in link.render(req.avatar, req.audio, req.output, req.settings):
+                for p in link.render(req.avatar, req.audio, req.output, req.settings, overwrite=req.overwrite):
                     if self._cancel.is_set():
                         link.cancel()
                     progressed = progressed or p.done > 0
@@ -219,21 +229,22 @@ def check_request(req: RenderRequest) -> None:
     folder, a bad extension, a missing or read-only folder) and the audio."""
     from studio.core.media.audio import probe
 
+    check_output(req.output, req.avatar, req.audio)
     if req.placement.kind == "server":  # the server checks its inputs; here only the download target
-        check_output(req.output, [req.audio] + ([req.avatar] if _is_path(req.avatar) else []))
         return
-    inputs = [req.audio]
-    if _is_path(req.avatar):
-        inputs.append(req.avatar)
-    check_output(req.output, inputs)
     probe(req.audio)
 
 
-def check_output(output: str, inputs: list[str]):
-    """The core's one same-file / output-path check (``studio.core.store.outputs``) for a video output."""
+def check_output(output: str, avatar, audio=None):
+    """The core's one same-file / output-path check (``studio.core.store.outputs``) for a video
+    output: never the voice-over, the avatar, a library avatar's source or its cache (``render_inputs``).
+    ``avatar`` may also be a list of input paths (the older form)."""
     from studio.core.store.outputs import check_output as core_check
+    from studio.core.store.outputs import render_inputs
 
-    return core_check(output, inputs, kind="video")
+    if isinstance(avatar, list | tuple):
+        return core_check(output, list(avatar), kind="video")
+    return core_check(output, render_inputs(avatar, audio), kind="video")
 
 
 def _is_path(avatar: str) -> bool:

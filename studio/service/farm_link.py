@@ -82,12 +82,12 @@ class FarmLink:
         n = len(self.workers)
         return f"farm ({n} {'GPU ' if self.gpus else ''}worker{'s' if n != 1 else ''})"
 
-    def render(self, avatar, audio, output, settings) -> Iterator:
+    def render(self, avatar, audio, output, settings, *, overwrite: bool = True) -> Iterator:
         """Run one job on the farm, yielding its ``RenderProgress``; ``self.result`` at the end."""
         job = next(self._jobs)
         self.result = None
         self._cancel.clear()
-        self._send(("render", job, str(avatar), str(audio), str(output), settings))
+        self._send(("render", job, str(avatar), str(audio), str(output), settings, bool(overwrite)))
         finished = False
         try:
             while True:
@@ -213,7 +213,7 @@ def serve(conn, address: str, cancel) -> None:
                 if kind == "stats":
                     conn.send(("stats", job, farm.stats()))
                 elif kind == "render":
-                    for p in farm.render(*msg[2:]):
+                    for p in farm.render(*msg[2:6], overwrite=msg[6] if len(msg) > 6 else True):
                         if cancel.is_set():
                             farm.cancel()
                         conn.send(("progress", job, p))

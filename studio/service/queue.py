@@ -12,8 +12,12 @@
     qs.estimates()                                        # {id: Estimate(position, eta_s)} of waiting jobs
     qs.apply_retention()                                  # expire old renders, remove old uploads
 
-Jobs run one after another, in queue order, through the one driver (``Render``) on the shared
-engine pool, so engines stay warm between jobs. States and progress are persisted (progress at
+Jobs run in queue order through the one driver (``Render``) on the shared engine pool, so engines
+stay warm between jobs. Pipelined (the default; ``pipeline=False`` or ``STUDIO_QUEUE_PIPELINE=0``
+runs them strictly one after another): once a job's last frame has left the engine, its encoders
+drain and its file is finished on a drain thread while the next job's engine work starts, so one
+GPU serves many clients at its own rate. At most one job drains while one renders (bounded
+memory), and each writes the file it would write alone. States and progress are persisted (progress at
 most once a second), so every view of the same store (the window, ``studio queue list``, the
 server) sees the same queue. Nothing starts by itself: queued jobs wait until ``start`` or
 ``run_until_empty`` is called; a job that was running when its process died comes back
@@ -25,13 +29,19 @@ files Studio keeps in its data folder (``renders/``, ``uploads/``), never a file
 
 Events go to plain callbacks, called on the runner's thread (a Qt view re-emits them as queued
 signals): ``added``, ``state`` (any change of a job's state), ``progress`` (per batch, with the
-``Progress``), ``placed`` (the running job's placement is known: ``where``), ``removed``, ``moved``.
+``Progress``), ``placed`` (the running job's placement is known: ``where``), ``removed``, ``moved``,
+``checked`` (a done job's lip-sync check started or ended: ``job.result["check"]``).
+
+A job whose settings ask for it (``check``) is checked after its file is written (``checks``:
+``studio check`` in a child process at the lowest CPU priority, one at a time); the queue goes on
+to the next job meanwhile, and ``run_until_empty`` waits for the checks before it returns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import re
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -53,12 +63,14 @@ from studio.core.store.jobs import (  # noqa: F401
     QUEUED,  # the states, for views (they use the service, not the store)
     RUNNING,
 )
+from studio.core.store.outputs import numbered, numbered_names  # noqa: F401 - numbered: for views
 from studio.service.driver import Progress, Render
 from studio.service.request import Placement, RenderRequest
 
 log = logging.getLogger(__name__)
 
 STORE_PROGRESS_S = 1.0  # persisted progress at most this often
+_HANDED = object()  # _consume: the job goes on in the drain thread
 RETENTION_EVERY_S = 60.0  # the runner applies retention this often (and after each job)
 
 
@@ -86,7 +98,7 @@ class Estimate:
 
 @dataclass(frozen=True)
 class QueueEvent:
-    kind: str  # added | state | placed | progress | removed | moved
+    kind: str  # added | state | placed | progress | removed | moved | checked
     job_id: int
     job: J.Job | None = None
     progress: Progress | None = None
@@ -135,30 +147,65 @@ def job_settings(req: RenderRequest) -> dict:
     return out
 
 
-_NUMBERED = re.compile(r"^(.*)_(\d{3,})$")
-
-
-def numbered(path: str, n: int) -> str:
-    """``out.mp4`` -> ``out_002.mp4`` (n=2); an already numbered stem is renumbered."""
-    p = Path(path)
-    m = _NUMBERED.match(p.stem)
-    stem = m.group(1) if m else p.stem
-    return str(p.with_name(f"{stem}_{n:03d}{p.suffix}"))
-
-
 def unique_output(path: str, taken: set[str]) -> str:
-    """``path`` if no file and no other job has it, else the first free ``_002``, ``_003`` ..."""
+    """``path`` if no file and no other job has it, else the first free ``_002``, ``_003`` ...
 
-    def free(c: str) -> bool:
-        return not Path(c).exists() and str(Path(c).resolve()) not in taken
+    What the queue shows for a new job; the name is only claimed when the file is written
+    (``studio.core.store.fsutil.claim``), so a file that appears meanwhile is never replaced."""
+    for name in numbered_names(path):
+        if not name.exists() and str(name.resolve()) not in taken:
+            return str(name)
+    raise InputError(f"no free name like {Path(path).name} in {Path(path).parent}")
 
-    if free(path):
-        return path
-    m = _NUMBERED.match(Path(path).stem)
-    n = int(m.group(2)) + 1 if m else 2
-    while not free(numbered(path, n)):
-        n += 1
-    return numbered(path, n)
+
+def absolute_request(req: RenderRequest) -> RenderRequest:
+    """``req`` with absolute paths (the voice-over, the output, an avatar that is a file), so a job
+    means the same files whichever folder the process that runs it started in. A library
+    avatar's name stays a name."""
+    import os
+
+    from studio.core.avatars.assets import library_dir
+
+    avatar = req.avatar
+    if not (library_dir() / avatar / "meta.json").exists() and (os.sep in avatar or Path(avatar).exists()):
+        avatar = os.path.abspath(os.path.expanduser(avatar))
+    return req.with_(
+        avatar=avatar,
+        audio=os.path.abspath(os.path.expanduser(req.audio)),
+        output=os.path.abspath(os.path.expanduser(req.output)),
+    )
+
+
+def relative_paths(job: J.Job) -> list[str]:
+    """Paths a job row holds that are not absolute (rows queued by an earlier Studio)."""
+    from studio.core.avatars.assets import NAME_RE
+
+    out = [p for p in (job.audio, job.output) if p and not Path(p).is_absolute()]
+    if job.avatar and not Path(job.avatar).is_absolute() and not NAME_RE.match(job.avatar):
+        out.append(job.avatar)
+    return out
+
+
+def file_identity(path: str | Path) -> str:
+    """What a finished job records about its file (device, inode, size, modification time): a file
+    replaced or moved in later no longer matches, so a job never serves another's file."""
+    st = os.stat(path)
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def owned_output(job: J.Job) -> Path | None:
+    """The file a done job wrote, while it is still that file (None: gone, or replaced by another
+    job's or anyone's); rows of earlier versions, which recorded no identity, by name only."""
+    if job.state != J.DONE or not job.output:
+        return None
+    path = Path(job.output)
+    want = (job.result or {}).get("output_id")
+    try:
+        if not path.is_file():
+            return None
+        return path if not want or file_identity(path) == want else None
+    except OSError:
+        return None
 
 
 class QueueService:
@@ -169,8 +216,10 @@ class QueueService:
         *,
         max_queued: int | None = None,
         in_process_farm: bool = False,
+        pipeline: bool | None = None,
         retention=None,
     ):
+        from studio.core import env
         from studio.service.pool import default_pool
         from studio.service.retention import Retention
 
@@ -184,12 +233,18 @@ class QueueService:
         self._thread: threading.Thread | None = None
         self._stop = False
         self._current: tuple[int, Render] | None = None
+        self.pipeline = env.flag("STUDIO_QUEUE_PIPELINE") if pipeline is None else bool(pipeline)
+        self._draining: tuple[int, Render, threading.Thread] | None = None  # a job finishing its file
+        self._idle_engine = None  # the last job's engine: it warms its other batch sizes when idle
         self._farm_link = None  # kept warm between farm jobs
         self._interrupting = False
         self.last_progress: dict[int, Progress] = {}
         self.retention = retention if retention is not None else Retention.from_env()
         self._swept = float("-inf")  # monotonic time of the last retention sweep
         self._frames_cache: dict[tuple, int] = {}
+        from studio.service.checks import CheckRunner
+
+        self.checks = CheckRunner(on_done=self._checked, on_start=lambda job_id: self._checked(job_id, None))
 
     # ---- events -------------------------------------------------------------------------
 
@@ -224,11 +279,11 @@ class QueueService:
         ``studio serve`` tells of the job's final state."""
         from studio.service.driver import check_output
 
-        inputs = [request.audio] + ([request.avatar] if Path(request.avatar).exists() else [])
+        request = absolute_request(request)
         output = request.output
         if not request.overwrite:
             output = unique_output(output, self._taken())
-        check_output(output, inputs)
+        check_output(output, request.avatar, request.audio)
         request = request.with_(output=output)
         try:
             job = self.store.add(
@@ -268,10 +323,11 @@ class QueueService:
     def cancel(self, job_id: int) -> J.Job:
         """A queued or held job is cancelled; a running one stops within one batch, leaving no file."""
         with self._lock:
-            cur = self._current
-        if cur is not None and cur[0] == job_id:
-            cur[1].cancel()
-            return self.store.get(job_id)
+            live = [c for c in (self._current, self._draining) if c is not None]
+        for cur in live:
+            if cur[0] == job_id:
+                cur[1].cancel()
+                return self.store.get(job_id)
         return self._changed(self.store.cancel(job_id))
 
     def retry(self, job_id: int) -> J.Job:
@@ -302,8 +358,8 @@ class QueueService:
                 f"job {job_id} is {job.state}; it is kept with its file: purge it to remove the job and its file"
             )
         removed = []
-        out = Path(job.output)
-        if job.state == J.DONE and job.output and out.is_file():
+        out = owned_output(job)  # this job's own file only, never one that replaced it
+        if out is not None:
             out.unlink()
             removed.append(str(out))
         self.remove(job_id)
@@ -440,13 +496,23 @@ class QueueService:
 
     @property
     def running_job_id(self) -> int | None:
+        """The job the engine works on (else the one finishing its file)."""
         with self._lock:
-            return self._current[0] if self._current else None
+            cur = self._current or self._draining
+            return cur[0] if cur else None
+
+    @property
+    def running_job_ids(self) -> list[int]:
+        """Every running job: the one on the engine and the one whose encoders drain."""
+        with self._lock:
+            return [c[0] for c in (self._draining, self._current) if c is not None]
 
     # ---- running ------------------------------------------------------------------------
 
     def run_next(self) -> J.Job | None:
-        """Claim and run the next queued job in this thread; None when nothing is queued."""
+        """Claim and run the next queued job in this thread; None when nothing is queued. A
+        pipelined job is answered (still ``running``) once its frames have left the engine: its
+        file is finished on the drain thread (``wait_drained``)."""
         job = self.store.claim_next()
         if job is None:
             return None
@@ -461,19 +527,30 @@ class QueueService:
             out = []
             while not self._stop and (job := self.run_next()) is not None:
                 out.append(job)
-            return out
+            self.wait_drained()
+            self.checks.wait()  # the checks of the finished jobs, before the caller (a command) ends
+            return [self._fresh(j) for j in out]
         finally:
             if unsub:
                 unsub()
 
+    def wait_drained(self, timeout: float | None = None) -> None:
+        """Wait until no job is finishing its file on the drain thread."""
+        with self._lock:
+            d = self._draining
+        if d is not None and d[2] is not threading.current_thread():
+            d[2].join(timeout)
+
     def start(self) -> None:
-        """Run queued jobs on a background thread until ``stop`` (jobs added later run too)."""
+        """Run queued jobs on a background thread until ``stop`` (jobs added later run too). The
+        encoder processes start meanwhile, so the first job does not wait for them."""
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
             self._stop = self._interrupting = False
             self._thread = threading.Thread(target=self._loop, name="studio-queue", daemon=True)
             self._thread.start()
+        threading.Thread(target=_prestart_encoders, name="studio-encoders-start", daemon=True).start()
 
     @property
     def started(self) -> bool:
@@ -485,13 +562,16 @@ class QueueService:
         with self._lock:
             self._stop = True
             self._interrupting = interrupt
-            cur = self._current
+            live = [c for c in (self._current, self._draining) if c is not None]
             self._wake.notify_all()
-        if cur is not None and interrupt:
-            cur[1].cancel()
+        if interrupt:
+            for cur in live:
+                cur[1].cancel()
         t = self._thread
         if timeout is not None and t is not None and t is not threading.current_thread():
             t.join(timeout)  # timeout None: do not wait (a pause lets the running job finish)
+        if timeout is not None:
+            self.wait_drained(timeout)
 
     def close(self) -> None:
         """Stop now (a running job is interrupted) and leave the farm."""
@@ -499,6 +579,18 @@ class QueueService:
         link, self._farm_link = self._farm_link, None
         if link is not None:
             link.close()
+        self.checks.close()
+
+    def _fresh(self, job: J.Job | None) -> J.Job | None:
+        try:
+            return self.store.get(job.id) if job is not None else None
+        except InputError:  # removed meanwhile
+            return job
+
+    def _checked(self, job_id: int, check: dict | None) -> None:
+        """A check started (``check`` None) or ended: into the job's result, and an event."""
+        job = self.store.update_result(job_id, check=check if check is not None else {"state": "running"})
+        self._emit("checked", job_id, job)
 
     def _poke(self) -> None:
         with self._lock:
@@ -518,12 +610,36 @@ class QueueService:
             if job is not None:
                 self._swept = float("-inf")  # a new file: retention looks again before the next job
             if job is None:
+                self._warm_idle()
                 with self._lock:
                     if self._stop:
                         return
                     self._wake.wait(1.0)  # also picks up jobs queued by another process
 
+    def _warm_idle(self) -> None:
+        """Nothing queued: let the last job's engine capture its other batch sizes now (a warm
+        server's short jobs then pay no capture), one at a time under its lock."""
+        engine, self._idle_engine = self._idle_engine, None
+        warm = getattr(engine, "warm_buckets", None)
+        if warm is None:
+            return
+        try:
+            lock = self.pool.lock_for(engine) if hasattr(self.pool, "lock_for") else None
+            got = warm(lock=lock)
+            if got:
+                log.info("engine warmed while idle: CUDA graphs for batches %s", got)
+        except Exception:
+            log.warning("warming the engine's other batch sizes failed", exc_info=True)
+
     def _run(self, job: J.Job) -> J.Job:
+        relative = relative_paths(job)
+        if relative:
+            return self._finish(
+                job.id,
+                J.FAILED,
+                f"this job names {relative[0]} without its folder (queued by an earlier Studio), so which file it "
+                "means depends on where Studio runs; queue it again",
+            )
         try:
             req = request_of(job)
         except StudioError as exc:
@@ -532,22 +648,52 @@ class QueueService:
         render.on_started = lambda where: self._emit("placed", job.id, self.store.get(job.id), where=where)
         with self._lock:
             self._current = (job.id, render)
-        last_store = 0.0
+            if self._interrupting:  # stop(interrupt=True) came while this job was being claimed
+                render.cancel()
+        handed = False
         try:
-            for p in render.run():
+            out = self._consume(job, render, render.run(), [0.0], may_hand_off=self.pipeline)
+            handed = out is _HANDED
+            return self.store.get(job.id) if handed else out
+        finally:
+            if not handed:
+                self._farm_link = render.farm_link  # kept warm for the next farm job (None once lost)
+            with self._lock:
+                if self._current is not None and self._current[0] == job.id:
+                    self._current = None
+
+    def _consume(self, job: J.Job, render: Render, gen, last_store: list, may_hand_off: bool):
+        """Run ``gen`` (the render's progress) to its end: the job's final row. With
+        ``may_hand_off``, a local render whose last frame has left the engine goes on in a drain
+        thread instead (``_HANDED``): its encoders drain while the runner takes the next job."""
+        try:
+            for p in gen:
                 self.last_progress[job.id] = replace(p, preview=None)  # kept per job: no frames
                 now = time.monotonic()
-                if now - last_store >= STORE_PROGRESS_S or p.finished:
-                    last_store = now
+                if now - last_store[0] >= STORE_PROGRESS_S or p.finished:
+                    last_store[0] = now
                     self.store.set_progress(job.id, p.fraction)
                     if self.store.get(job.id).state != J.RUNNING:  # cancelled by another process's view
                         render.cancel()
                 self._emit("progress", job.id, progress=p, where=render.where)
+                if may_hand_off and self._engine_done(render, p):
+                    self._hand_off(job, render, gen, last_store)
+                    return _HANDED
             r = render.result
             data = r.to_json() if hasattr(r, "to_json") else dict(r or {})
             data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
+            if data.get("output"):
+                data["output"] = os.path.abspath(data["output"])
+                with contextlib.suppress(OSError):
+                    data["output_id"] = file_identity(data["output"])  # owned_output checks it
+            req = render.request
+            if req.settings.check:
+                data["check"] = {"state": "pending"}
             done = self.store.finish(job.id, output=data.get("output"), result=data)
             self._emit("state", job.id, done, where=render.where)
+            if req.settings.check and done.state == J.DONE:
+                self.checks.submit(job.id, req, done.output)
+            self._idle_engine = render.engine or self._idle_engine
             return done
         except Cancelled:
             return self._cancelled(job.id)
@@ -565,10 +711,32 @@ class QueueService:
             return self._finish(
                 job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); the details are in {log_file()}"
             )
-        finally:
-            self._farm_link = render.farm_link  # kept warm for the next farm job (None once lost)
-            with self._lock:
+
+    @staticmethod
+    def _engine_done(render: Render, p: Progress) -> bool:
+        """Every frame has left the engine; what is left is the encoders' drain and the file."""
+        return render.request.placement.kind == "local" and not p.finished and 0 < p.total <= p.done
+
+    def _hand_off(self, job: J.Job, render: Render, gen, last_store: list) -> None:
+        """Finish ``job`` on a drain thread (after the previous one: at most one drains)."""
+        self.wait_drained()
+        t = threading.Thread(
+            target=self._drain, args=(job, render, gen, last_store), name=f"studio-queue-drain-{job.id}", daemon=True
+        )
+        with self._lock:
+            self._draining = (job.id, render, t)
+            if self._current is not None and self._current[0] == job.id:
                 self._current = None
+        t.start()
+
+    def _drain(self, job: J.Job, render: Render, gen, last_store: list) -> None:
+        try:
+            self._consume(job, render, gen, last_store, may_hand_off=False)
+        finally:
+            with self._lock:
+                if self._draining is not None and self._draining[0] == job.id:
+                    self._draining = None
+                self._wake.notify_all()
 
     def _cancelled(self, job_id: int) -> J.Job:
         if self._interrupting:
@@ -587,6 +755,24 @@ class QueueService:
             return self.store.get(job_id) if any(j.id == job_id for j in self.store.list()) else None
         self._emit("state", job_id, job)
         return job
+
+
+def _prestart_encoders() -> None:
+    """Start the parallel x264 encoder processes (one per core) and the audio one, where renders
+    use them (4 cores or more)."""
+    import os
+
+    from studio.core import env
+
+    cores = os.cpu_count() or 1
+    if cores < 4 or env.get("STUDIO_X264_PROCESSES") == "0":
+        return
+    try:
+        from studio.core.media.x264_pool import prestart
+
+        prestart(env.get_int("STUDIO_X264_WORKERS") or cores)
+    except Exception:
+        log.warning("starting the encoder processes ahead failed", exc_info=True)
 
 
 def gpus_here() -> list[str]:

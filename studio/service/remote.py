@@ -13,7 +13,6 @@ nothing is written here. The token comes from ``STUDIO_SERVER_TOKEN`` (never sto
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import logging
 import threading
@@ -94,7 +93,11 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
 
     url = request.placement.server
     c = client(url)
-    settings = dataclasses.asdict(request.settings)
+    # the settings the server's form takes (the schema's http face); the check runs here on the
+    # downloaded file when the job asks for one, not twice
+    from studio.core.settings import specs
+
+    settings = {s.name: getattr(request.settings, s.name) for s in specs("http") if s.name != "check"}
     if request.frames:
         settings.update(frame_start=request.frames[0], frame_end=request.frames[1])
     job = c.submit(
@@ -147,8 +150,7 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
         from studio.core.errors import RenderError
 
         raise RenderError(f"the Studio server's render {final['state']}: {final.get('reason', '')}")
-    out = Path(request.output)
-    c.download(job_id, out)
+    out = c.download(job_id, Path(request.output), overwrite=request.overwrite)
     r = dict(final.get("result") or {}, output=str(out), seconds=round(time.perf_counter() - t0, 3))
     result = RenderResult.from_json(r)
     yield Progress.final(result, time.perf_counter() - t0)
@@ -158,14 +160,15 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
 class RemoteFrames:
     """Scrub frames from a server: exactly what its render writes at a timestamp."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, studio_client=None):
         self.url = url
+        self.client = studio_client  # a ``StudioClient`` to use (None: the shared one for ``url``)
 
     def frame_at(self, avatar: str, audio: str, settings, seconds: float):
         import numpy as np
         from PIL import Image
 
-        c = client(self.url)
+        c = self.client or client(self.url)
         # every setting that changes the frames (the schema's engine and silence groups): the frame
         # shown is the one the server's render writes; the device is the server's own choice
         wanted = {k: v for k, v in settings.frame_settings().items() if v is not None and k != "device"}

@@ -228,6 +228,26 @@ class MainWindow(FileDrops, QMainWindow):
         """Play a finished render in the preview (the player and the timeline move together)."""
         self.controls.play(path)
 
+    def play_from(self, path: str, seconds: float) -> None:
+        """Play a finished render from ``seconds`` (its lip-sync check's worst second)."""
+        self.controls.play(path)
+        player = self.player
+        if player is None or not self.player_shown:
+            return
+        from studio.core.render.plan import frame_index
+
+        frame = frame_index(max(0.0, float(seconds)))
+        if player.player.duration() > 0:
+            player.seek_frame(frame)
+            return
+
+        def loaded(ms: int) -> None:  # the position is taken once the file is open
+            if ms > 0:
+                player.player.durationChanged.disconnect(loaded)
+                player.seek_frame(frame)
+
+        player.player.durationChanged.connect(loaded)
+
     @property
     def player(self):
         return self.controls.player
@@ -485,6 +505,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.timeline.markersChanged.connect(self._save_marks)
         self.timeline.renderMarker.connect(self.render_marker)
         self.timeline.playClicked.connect(self.transport.toggle)
+        panel.fields["fps"].currentTextChanged.connect(lambda _t: self._rate_changed())
         self.timeline.error.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.preview.filesDropped.connect(self.drop_files)
         panel.renderClicked.connect(self.render)
@@ -492,6 +513,8 @@ class MainWindow(FileDrops, QMainWindow):
         panel.cancelClicked.connect(self.cancel_render)
         panel.playClicked.connect(self.play)
         self.queue_panel.openClicked.connect(self.play)
+        panel.worstClicked.connect(self.play_from)
+        self.queue_panel.worstClicked.connect(self.play_from)
         self.queue_panel.error.connect(self.show_error)
         q = self.queue
         self.jobFinished = q.jobFinished
@@ -558,6 +581,7 @@ class MainWindow(FileDrops, QMainWindow):
             if self.library.avatar != name:
                 return
             self.assets = assets
+            self._rate_changed()  # "auto" follows the avatar's own rate
             self._show_avatar_frame()
             self._mark_faceless()
             self.avatarLoaded.emit(assets)
@@ -576,7 +600,7 @@ class MainWindow(FileDrops, QMainWindow):
         a = self.assets
         index = 0
         if self.last_scrub is not None:
-            index = a.cycle_index(self.last_scrub[1]) if hasattr(a, "cycle_index") else 0
+            index = self._avatar_index(self.last_scrub[1]) if hasattr(a, "cycle_index") else 0
         image, extra = self._decorate(a.frames[index], index)
         caption = f"{self.library.avatar} · {a.width}x{a.height} · {a.N} frame(s){extra}"
         self.preview.show_now(image, caption, -1)
@@ -621,8 +645,27 @@ class MainWindow(FileDrops, QMainWindow):
         if ok.all():
             self.timeline.set_faceless([])
             return
-        bad = ~ok[np.asarray(a.cycle_index(np.arange(analysis.frames)))]
+        bad = ~ok[np.asarray(self._avatar_index(np.arange(analysis.frames)))]
         self.timeline.set_faceless(runs(bad))
+
+    def _avatar_index(self, frame):
+        """The avatar frame output frame ``frame`` (an int or an array) shows, at the timeline's rate."""
+        from studio.core.media.rates import map_frames
+
+        a = self.assets
+        return a.cycle_index(map_frames(frame, self.timeline.rate, getattr(a, "fps", self.timeline.rate)))
+
+    def output_rate(self):
+        """The rate the next render has: the Frame rate setting, or for auto the avatar's own (25 for a photo)."""
+        from studio.core.media.rates import output_rate
+
+        return output_rate(self.render_panel.render_settings().fps, self.assets)
+
+    def _rate_changed(self) -> None:
+        """The output rate changed (the setting, or an avatar with another rate): the timeline's frames,
+        timecode and silence mask are those of the new rate."""
+        if self.library.script and self.analysis is not None and self.analysis.rate != self.output_rate():
+            self._script_selected(self.library.script)
 
     def _script_selected(self, path: str) -> None:
         self.render_panel.set_context(script=path)
@@ -631,14 +674,17 @@ class MainWindow(FileDrops, QMainWindow):
         from studio.core.media.audio import analyze
         from studio.ui.voiceovers import content_key
 
+        rate = self.output_rate()
         known = self.library.analyses.get(path)  # checked when it was added: no second decode
+        if known is not None and known.rate != rate:
+            known = None  # analysed at another frame rate
 
         def read(p: str):  # on a background thread: the analysis (cached) and the content key
-            return (known if known is not None else analyze(p)), content_key(p)
+            return (known if known is not None else analyze(p, True, rate)), content_key(p)
 
         def done(result) -> None:
             analysis, key = result
-            if self.library.script != path:
+            if self.library.script != path or analysis.rate != self.output_rate():
                 return
             self.transport.stop()
             self.transport.audio_path = path
@@ -661,7 +707,7 @@ class MainWindow(FileDrops, QMainWindow):
     def _restore_marks(self, key: str) -> None:
         """In/out and markers as they were left on this voice-over (any earlier session)."""
         self.voice_key = key
-        m = self.memory.get(key)
+        m = self.memory.get(key, rate=float(self.timeline.rate))
         with self.history.quiet():
             self.timeline.set_markers(m["markers"])
             if m["in"] is not None or m["out"] is not None:
@@ -676,6 +722,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.memory.put(
             self.voice_key,
             name=Path(self.library.script).name,
+            rate=float(tl.rate),
             in_frame=tl.in_frame,
             out_frame=tl.out_frame,
             markers=[(m.frame, m.name) for m in tl.markers],
@@ -716,7 +763,7 @@ class MainWindow(FileDrops, QMainWindow):
             return (
                 "no in/out"
                 if a is None and b is None
-                else f"{'—' if a is None else timecode(a)}–{'—' if b is None else timecode(b)}"
+                else f"{'—' if a is None else timecode(a, tl.rate)}–{'—' if b is None else timecode(b, tl.rate)}"
             )
 
         h.track(
@@ -785,7 +832,7 @@ class MainWindow(FileDrops, QMainWindow):
         if self.player_shown:  # the finished render is on screen: the timeline seeks it
             from studio.core.render.plan import frame_index
 
-            self.player.seek_frame(frame_index(seconds))
+            self.player.seek_frame(frame_index(seconds, self.timeline.rate))
             return
         avatar, script = self.library.avatar, self.library.script
         if not avatar or not script or self.analysis is None:
@@ -805,7 +852,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.last_scrub = (seconds, index)
         extra = ""
         if self.assets is not None:
-            image, extra = self._decorate(image, self.assets.cycle_index(index))
+            image, extra = self._decorate(image, self._avatar_index(index))
         from studio.core.media.timecode import timecode
 
         during = " · while rendering" if self.current is not None else ""
@@ -813,7 +860,8 @@ class MainWindow(FileDrops, QMainWindow):
             during += " · playing (the picture catches up)"
         if self.current is not None:
             self._scrub_hold_until = time.monotonic() + self.SCRUB_HOLD_S
-        self.preview.offer(image, f"{timecode(index)} · frame {index} · exact render preview{extra}{during}", index)
+        caption = f"{timecode(index, self.timeline.rate)} · frame {index} · exact render preview{extra}{during}"
+        self.preview.offer(image, caption, index)
 
     def _running(self, running: bool) -> None:
         self.cancel_action.setEnabled(running)

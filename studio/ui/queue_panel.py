@@ -31,8 +31,8 @@ from PySide6.QtWidgets import (
 
 from studio.core.progress import fraction_percent
 
-COLUMNS = ["", "#", "Job", "State", "Progress", "Duration", "Settings", "Output", "Note"]
-ID_COL, STATE_COL, PROGRESS_COL, OUTPUT_COL, NOTE_COL = 1, 3, 4, 7, 8
+COLUMNS = ["", "#", "Job", "State", "Progress", "Duration", "Settings", "Output", "Note", "Check"]
+ID_COL, STATE_COL, PROGRESS_COL, OUTPUT_COL, NOTE_COL, CHECK_COL = 1, 3, 4, 7, 8, 9
 STATE_COLOURS = {
     "done": "#7bd88f",
     "failed": "#ff6b6b",
@@ -80,6 +80,7 @@ class QueuePanel(QWidget):
     removeClicked = Signal(int)
     startClicked = Signal(bool)  # start (True) or pause (False) the queue
     openClicked = Signal(str)
+    worstClicked = Signal(str, float)  # a done job's output, the second its lip-sync check found worst
     error = Signal(str)
 
     def __init__(self, service, parent=None):
@@ -226,6 +227,7 @@ class QueuePanel(QWidget):
                 settings_text(job),
                 job.output,
                 live[0] if live else job.reason or _result_note(job),
+                "",  # the check's badge: set below
             ]
             where = where_text(job)
             for c, text in enumerate(cells):
@@ -242,6 +244,8 @@ class QueuePanel(QWidget):
                 if c in (STATE_COL, NOTE_COL):
                     tip = "\n".join(x for x in (text, live[1] if live else "", where) if x)
                 item.setToolTip(tip)
+                if c == CHECK_COL:
+                    _check_badge(item, (job.result or {}).get("check"))
                 self.table.setItem(r, c, item)
             if job.id == keep:
                 self.table.selectRow(r)
@@ -389,7 +393,11 @@ class QueuePanel(QWidget):
     def _open(self, item) -> None:
         job = self.store.get(int(self.table.item(item.row(), ID_COL).data(Qt.ItemDataRole.UserRole)))
         if job.state == "done" and Path(job.output).exists():
-            self.openClicked.emit(job.output)
+            worst = ((job.result or {}).get("check") or {}).get("worst_second")
+            if item.column() == CHECK_COL and worst is not None:  # the badge: to the worst second
+                self.worstClicked.emit(job.output, float(worst))
+            else:
+                self.openClicked.emit(job.output)
 
 
 def settings_text(job) -> str:
@@ -422,6 +430,34 @@ def where_text(job) -> str:
     if p.kind == "chunks":
         return f"renders in {p.chunks or 2} local processes"
     return "renders on this computer"
+
+
+CHECK_BADGES = {"ok": ("✓ ok", "#7bd88f"), "check": ("! check", "#ffb347"), "out of sync": ("✗ out of sync", "#ff6b6b")}
+
+
+def _check_badge(item, check: dict | None) -> None:
+    """The Check cell: the verdict as a coloured badge, the sentence (and the worst second) as its tooltip."""
+    if not check:
+        item.setText("")
+        item.setToolTip("")
+        return
+    state = check.get("state")
+    if state in ("pending", "running"):
+        item.setText("checking…")
+        item.setToolTip("the lip-sync check runs after the render, at low priority")
+        return
+    if state != "done":
+        item.setText("—")
+        item.setToolTip(f"the check did not run: {check.get('reason') or state}")
+        return
+    text, colour = CHECK_BADGES.get(str(check.get("verdict")), (str(check.get("verdict")), "#e6e6e6"))
+    item.setText(text)
+    item.setForeground(QColor(colour))
+    worst = check.get("worst_second")
+    tip = str(check.get("reason") or "")
+    if worst is not None:
+        tip += f"\nDouble-click: play from the worst second ({int(worst) // 60}:{int(worst) % 60:02d})"
+    item.setToolTip(tip)
 
 
 def _result_note(job) -> str:

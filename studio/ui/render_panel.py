@@ -57,6 +57,7 @@ class RenderPanel(QWidget):
     queueClicked = Signal()
     cancelClicked = Signal()
     playClicked = Signal(str)
+    worstClicked = Signal(str, float)  # a render's path, the second its check found worst
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -73,7 +74,7 @@ class RenderPanel(QWidget):
         # the timeline's: set_silence)
         from studio.core.settings import specs
 
-        self.fields = SettingFields(specs("ui", groups=("engine", "silence", "encode")))
+        self.fields = SettingFields(specs("ui", groups=("engine", "silence", "encode", "output")))
         for name in ("threshold", "min_silence"):
             self.fields.pop(name).deleteLater()
             self.fields.specs.pop(name)
@@ -86,6 +87,7 @@ class RenderPanel(QWidget):
             f["crossfade"],
         )
         self.encoder, self.preset, self.crf = f["encoder"], f["preset"], f["crf"]
+        self.check_box = f["check"]  # the lip-sync check after each render (studio check)
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("output folder")
         browse = QToolButton()
@@ -126,7 +128,7 @@ class RenderPanel(QWidget):
         form.addRow("Precision", _pair(self.precision, "Decoder", self.decoder))
         form.addRow("Runtime", _pair(self.runtime, "Crossfade", self.crossfade))
         form.addRow("", self.compile_box)
-        form.addRow("Encoder", self.encoder)
+        form.addRow("Encoder", _pair(self.encoder, "Frame rate", f["fps"]))
         enc = QHBoxLayout()
         enc.addWidget(self.preset, 1)
         enc.addWidget(QLabel("CRF"))
@@ -143,7 +145,11 @@ class RenderPanel(QWidget):
             "Off: a name that is taken (a file, or another job's output) gets a "
             "number, _002, _003 …, so no render is ever lost"
         )
-        form.addRow(self.overwrite_box)
+        boxes = QHBoxLayout()  # one row: the panel fits a 1080p screen without scrolling
+        boxes.addWidget(self.overwrite_box)
+        boxes.addWidget(self.check_box)
+        boxes.addStretch(1)
+        form.addRow(boxes)
         self.range_check = QCheckBox("Render in/out range only")
         self.range_check.setToolTip("Render only the frames between the timeline's in and out points (I / O)")
         self.range_check.setEnabled(False)
@@ -207,6 +213,21 @@ class RenderPanel(QWidget):
         lv.addWidget(self.fps_plot)
         lv.addWidget(self.stage_label)
         lv.addWidget(self.engine_label)
+        # the last render's lip-sync check: its verdict, the sentence, and a jump to the worst second
+        self.check_label = QLabel("")
+        self.check_label.setObjectName("checkLabel")
+        self.check_label.setWordWrap(True)
+        self.check_label.hide()  # shown once a render asked for a check
+        self.worst_btn = QPushButton("Worst second")
+        self.worst_btn.setObjectName("worstSecond")
+        self.worst_btn.setToolTip("Play the render from the second the check found worst")
+        self.worst_btn.hide()
+        self.worst_btn.clicked.connect(self._worst_clicked)
+        self._worst: tuple[str, float] | None = None
+        row = QHBoxLayout()
+        row.addWidget(self.check_label, 1)
+        row.addWidget(self.worst_btn)
+        lv.addLayout(row)
 
         self.play_btn = QPushButton(QIcon(_icon("play")), "Play")
         self.play_btn.setEnabled(False)
@@ -466,6 +487,7 @@ class RenderPanel(QWidget):
         self.fps_label.setText("— fps")
         self.eta_label.setText("ETA —")
         self.stage_label.setText("")
+        self.show_check(None, "")
         self.set_running(True)
         self.fps_timer.start()
 
@@ -491,6 +513,22 @@ class RenderPanel(QWidget):
             self.result_label.setToolTip(output)
             self.result_detail.setText(detail or message)
             self.result_detail.setToolTip(detail or message)
+
+    def show_check(self, check: dict | None, output: str) -> None:
+        """The lip-sync check of ``output`` (the job result's ``check``; None: none was asked for)."""
+        text, colour, worst = check_text(check)
+        self.check_label.setText(text)
+        self.check_label.setVisible(bool(text))
+        self.check_label.setToolTip((check or {}).get("reason") or "")
+        self.check_label.setStyleSheet(f"color: {colour};" if colour else "")
+        self._worst = (output, float(worst)) if worst is not None else None
+        self.worst_btn.setVisible(self._worst is not None)
+        if worst is not None:
+            self.worst_btn.setText(f"Worst second ({int(worst) // 60}:{int(worst) % 60:02d})")
+
+    def _worst_clicked(self) -> None:
+        if self._worst is not None:
+            self.worstClicked.emit(*self._worst)
 
     def set_running(self, running: bool) -> None:
         self.cancel_btn.setEnabled(running)
@@ -573,3 +611,19 @@ def _icon(name: str) -> str:
     from studio.core.store.paths import repo_resources
 
     return str(repo_resources() / "icons" / f"{name}.svg")
+
+
+CHECK_COLOURS = {"ok": "#7bd88f", "check": "#ffb347", "out of sync": "#ff6b6b"}
+
+
+def check_text(check: dict | None) -> tuple[str, str, float | None]:
+    """``(text, colour, worst second)`` of a job result's ``check``, for the window."""
+    if not check:
+        return "", "", None
+    state = check.get("state")
+    if state in ("pending", "running"):
+        return "check: measuring the lip sync…", "", None
+    if state != "done":
+        return f"check: {state or 'failed'}: {check.get('reason') or 'no reason given'}", "#a0a4ad", None
+    verdict = str(check.get("verdict") or "?")
+    return f"check: {verdict} — {check.get('reason') or ''}", CHECK_COLOURS.get(verdict, ""), check.get("worst_second")

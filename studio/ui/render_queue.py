@@ -24,7 +24,6 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from studio.core.constants import FPS
 from studio.ui.workers import error_text
 
 log = logging.getLogger(__name__)
@@ -72,6 +71,7 @@ class RenderQueue(QObject):
         worker.failed.connect(self._failed)
         worker.cancelled.connect(self._cancelled)
         worker.queueChanged.connect(queue_panel.refresh)
+        worker.checked.connect(self._checked)
         worker.queueChanged.connect(self.refresh_state)
         queue_panel.retryClicked.connect(self.retry)
         queue_panel.cancelClicked.connect(self.cancel_job)
@@ -249,7 +249,24 @@ class RenderQueue(QObject):
         if self.current is not None:
             from studio.core.media.timecode import timecode
 
-            self.previewFrame.emit(image, f"rendering · {timecode(index)} · frame {index} · {index / FPS:.2f} s", index)
+            rate = self._rate_of(self.current)
+            caption = f"rendering · {timecode(index, rate)} · frame {index} · {float(index / rate):.2f} s"
+            self.previewFrame.emit(image, caption, index)
+
+    def _rate_of(self, run):
+        """The output rate of ``run``'s render (its fps setting, or its avatar's own rate), once per job."""
+        cached = getattr(self, "_rate_cache", None)
+        if cached is not None and cached[0] == run.job_id:
+            return cached[1]
+        from studio.core.avatars.library import output_rate_for
+        from studio.core.media.rates import DEFAULT_RATE
+
+        try:
+            rate = output_rate_for(run.request.settings.fps, run.request.avatar)
+        except Exception:  # noqa: BLE001 - a caption only: an avatar that cannot be read shows 25
+            rate = DEFAULT_RATE
+        self._rate_cache = (run.job_id, rate)
+        return rate
 
     def _finished(self, run, result) -> None:
         if run is None:
@@ -263,6 +280,13 @@ class RenderQueue(QObject):
                 f"{result.frames} frames in {result.seconds:.1f} s · {result.fps:.1f} fps · {result.engine} · "
                 f"{result.encoder}" + (f" · {ran_on}" if ran_on and ran_on != "this computer" else ""),
             )
+            self.panel.show_check((job.result or {}).get("check") if job else None, result.output)
+
+    def _checked(self, job_id: int, check) -> None:
+        """A lip-sync check started or ended: the Live panel shows it when it is the last render's."""
+        job = self._job(job_id)
+        if job is not None and check is not None and job.output == self.panel.last_output:
+            self.panel.show_check(check, job.output)
 
     def _failed(self, run, message: str) -> None:
         if run is None:  # a scrub frame, not a job

@@ -18,11 +18,11 @@ SUGGESTIONS = {"device": ("cuda", "cpu")}
 
 
 def make_widget(spec) -> QWidget:
-    """One widget for ``spec``, set to its default."""
+    """One widget for ``spec``, set to its default (the window's own, ``ui_default``, where it has one)."""
     w: QWidget
     if spec.kind is bool:
         w = QCheckBox(spec.label)
-        w.setChecked(bool(spec.default))
+        w.setChecked(bool(spec.default if spec.ui_default is None else spec.ui_default))
     elif spec.choices or spec.kind is str:
         w = QComboBox()
         items = list(spec.choices or ())

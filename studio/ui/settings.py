@@ -26,7 +26,12 @@ DEFAULTS: dict[str, object] = {
     "library/selected_avatar": "",
     "library/selected_script": "",
     # every render setting the window shows, with the schema's default (studio.core.settings)
-    **{f"render/{sp.name}": (sp.auto_label if sp.default is None else sp.default) for sp in specs("ui")},
+    **{
+        f"render/{sp.name}": (
+            sp.ui_default if sp.ui_default is not None else sp.auto_label if sp.default is None else sp.default
+        )
+        for sp in specs("ui")
+    },
     "render/pattern": "{avatar}_{script}_{engine}_crf{crf}.mp4",
     "render/overwrite": False,  # False: a taken output name gets a number (_002)
     "queue/on_start": "ask",  # queued jobs when the window opens: ask | start | wait

@@ -36,7 +36,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, FPS
+from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
+from studio.core.media.rates import DEFAULT_RATE
 from studio.core.media.timecode import JUMP_HELP, parse_jump, seconds_text, timecode
 from studio.ui.widgets import ElidedLabel
 
@@ -151,6 +152,7 @@ class TimelineView(QWidget):
         super().__init__(parent)
         self.setObjectName("timeline")
         self.analysis = None
+        self.rate = DEFAULT_RATE  # the output's frame rate (exact): the clip's frames, timecode, frame_at
         self.mask: np.ndarray | None = None
         self.threshold = DEFAULT_SILENCE_THRESHOLD
         self.min_run = DEFAULT_MIN_SILENCE_FRAMES
@@ -259,7 +261,7 @@ class TimelineView(QWidget):
         self.loop_btn.setToolTip("Loop playback of the in/out range (the whole clip when no range is set)")
         self.loop_btn.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.loop_btn.toggled.connect(self.loopToggled)
-        self.timecode_edit = QLineEdit(timecode(0))
+        self.timecode_edit = QLineEdit(timecode(0, self.rate))
         self.timecode_edit.setObjectName("timecodeEdit")
         self.timecode_edit.setToolTip(JUMP_HELP + ". Enter jumps, Esc goes back.")
         self.timecode_edit.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -285,7 +287,9 @@ class TimelineView(QWidget):
         self.threshold_box = LogSpinBox()
         self.threshold_box.setObjectName("thresholdBox")
         self.threshold_box.setDecimals(THRESHOLD_DECIMALS)
-        self.threshold_box.setRange(RMS_FLOOR, 1.0)
+        from studio.core.settings import SCHEMA  # the silence settings' ranges are the schema's
+
+        self.threshold_box.setRange(RMS_FLOOR, SCHEMA["threshold"].maximum)  # the log plot starts above 0
         self.threshold_box.setValue(self.threshold)
         self.threshold_box.setKeyboardTracking(False)  # a typed value counts when it is complete (Enter, Tab)
         self.threshold_box.setToolTip(
@@ -294,7 +298,7 @@ class TimelineView(QWidget):
         )
         self.threshold_box.valueChanged.connect(self._threshold_typed)
         self.min_run_box = QSpinBox()
-        self.min_run_box.setRange(1, 250)
+        self.min_run_box.setRange(int(SCHEMA["min_silence"].minimum), int(SCHEMA["min_silence"].maximum))
         self.min_run_box.setValue(self.min_run)
         self.min_run_box.setSuffix(" frames")
         self.min_run_box.setToolTip("Shortest silence: shorter dips between words stay speech")
@@ -338,16 +342,24 @@ class TimelineView(QWidget):
         """The playhead's frame."""
         from studio.core.render.plan import frame_index
 
-        return frame_index(self.position)
+        return frame_index(self.position, self.rate)
+
+    @property
+    def fps(self) -> float:
+        """The output's frame rate as a float (for drawing; ``rate`` is exact)."""
+        return float(self.rate)
 
     def set_analysis(self, analysis) -> None:
-        """Show an ``AudioAnalysis`` (envelope, RMS); keeps the threshold, clears the in/out range."""
+        """Show an ``AudioAnalysis`` (envelope, RMS); keeps the threshold, clears the in/out range.
+        Its frame grid (``analysis.rate``) is the output's: frames, timecode (drop-frame at 29.97
+        and 59.94) and the playhead follow it."""
         self.analysis = analysis
+        self.rate = getattr(analysis, "rate", DEFAULT_RATE)
         n = len(analysis.env_max)
         t = np.arange(n, dtype=np.float64) * (analysis.bucket / 16000.0)
         self.wave_max.setData(t, analysis.env_max)
         self.wave_min.setData(t, analysis.env_min)
-        rt = (np.arange(analysis.frames, dtype=np.float64) + 0.5) / FPS
+        rt = (np.arange(analysis.frames, dtype=np.float64) + 0.5) / self.fps
         self.rms_curve.setData(rt, np.maximum(analysis.rms, RMS_FLOOR))
         self._set_x_extent(max(analysis.info.duration_s, 0.04))
         lo = math.log10(RMS_FLOOR)
@@ -420,7 +432,7 @@ class TimelineView(QWidget):
         self._naming = m.frame
         edit = self.marker_edit
         edit.setText(m.name)
-        x = int(self.plots.mapFromScene(self.scene_pos_of(m.frame / FPS)).x())
+        x = int(self.plots.mapFromScene(self.scene_pos_of(m.frame / self.fps)).x())
         width = max(120, edit.fontMetrics().horizontalAdvance(m.name) + 24)
         edit.setGeometry(max(0, min(x + 4, self.plots.width() - width)), 4, width, edit.sizeHint().height())
         edit.show()
@@ -451,7 +463,7 @@ class TimelineView(QWidget):
         """The marker whose line is within a few pixels of scene x ``scene_x``."""
         best, gap = None, MARKER_HIT_PX + 1.0
         for m in self.markers:
-            x = self.scene_pos_of(m.frame / FPS).x()
+            x = self.scene_pos_of(m.frame / self.fps).x()
             if abs(x - scene_x) < gap:
                 best, gap = m, abs(x - scene_x)
         return best
@@ -479,14 +491,14 @@ class TimelineView(QWidget):
             if i < len(self.markers):
                 m = self.markers[i]
                 for line in (wave, rms):
-                    line.setValue(m.frame / FPS)
+                    line.setValue(m.frame / self.fps)
                     line.show()
                 wave.label.setFormat(f" {m.name}")
                 wave.label.show()
             else:
                 wave.hide()
                 rms.hide()
-        xs = [m.frame / FPS for m in self.markers]
+        xs = [m.frame / self.fps for m in self.markers]
         lo = self.rms_plot.vb.viewRange()[1][0]
         self.marker_ticks.setData(xs, [lo] * len(xs))
 
@@ -546,8 +558,8 @@ class TimelineView(QWidget):
         from studio.core.render.plan import frame_index
 
         last = max(0, self.frames - 1)
-        frame = min(max(0, frame_index(max(0.0, seconds) + 1e-9)), last)
-        snapped = frame / FPS
+        frame = min(max(0, frame_index(max(0.0, seconds) + 1e-9, self.rate)), last)
+        snapped = frame / self.fps
         self.position = snapped
         for line in self.playheads:
             line.blockSignals(True)
@@ -555,12 +567,12 @@ class TimelineView(QWidget):
             line.blockSignals(False)
         self.time_label.setText(self._time_caption(snapped))
         if not self.timecode_edit.hasFocus():
-            self.timecode_edit.setText(timecode(frame))
+            self.timecode_edit.setText(timecode(frame, self.rate))
         if emit:
             self.playheadMoved.emit(snapped)
 
     def set_frame(self, frame: int, emit: bool = True) -> None:
-        self.set_playhead(int(frame) / FPS, emit=emit)
+        self.set_playhead(int(frame) / self.fps, emit=emit)
 
     def step(self, frames: int) -> None:
         """Move the playhead ``frames`` frames (negative: back)."""
@@ -651,7 +663,7 @@ class TimelineView(QWidget):
         if not self.faceless_spans:
             self.faceless_curve.setData([], [])
             return
-        xs = np.array([[a, a, b, b] for a, b in self.faceless_spans], np.float64).ravel() / FPS
+        xs = np.array([[a, a, b, b] for a, b in self.faceless_spans], np.float64).ravel() / self.fps
         ys = np.tile([0.86, 1.0, 1.0, 0.86], len(self.faceless_spans))
         self.faceless_curve.setData(xs, ys)
 
@@ -683,11 +695,12 @@ class TimelineView(QWidget):
         from studio.core.render.plan import frame_index
 
         total = self.frames
-        return f"frame {frame_index(seconds + 1e-9)} / {total}" if total else f"frame {frame_index(seconds + 1e-9)}"
+        frame = frame_index(seconds + 1e-9, self.rate)
+        return f"frame {frame} / {total}" if total else f"frame {frame}"
 
     def _jump_typed(self) -> None:
         try:
-            frame = parse_jump(self.timecode_edit.text(), current=self.frame)
+            frame = parse_jump(self.timecode_edit.text(), current=self.frame, fps=self.rate)
         except Exception as exc:  # noqa: BLE001 - TimecodeError: one sentence
             self._set_bad(True)
             self.timecode_edit.selectAll()  # the next entry replaces the bad one
@@ -696,7 +709,7 @@ class TimelineView(QWidget):
         self._set_bad(False)
         self.timecode_edit.clearFocus()
         self.set_frame(frame)
-        self.timecode_edit.setText(timecode(self.frame))
+        self.timecode_edit.setText(timecode(self.frame, self.rate))
 
     def eventFilter(self, obj, event):  # noqa: N802 (Qt's name)
         if obj is self.marker_edit:
@@ -713,10 +726,10 @@ class TimelineView(QWidget):
                 QTimer.singleShot(0, self.timecode_edit.selectAll)
             elif event.type() == QEvent.Type.FocusOut:
                 self._set_bad(False)
-                self.timecode_edit.setText(timecode(self.frame))
+                self.timecode_edit.setText(timecode(self.frame, self.rate))
             elif event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Escape:
                 self._set_bad(False)  # Esc: the error goes, the field shows the playhead again
-                self.timecode_edit.setText(timecode(self.frame))
+                self.timecode_edit.setText(timecode(self.frame, self.rate))
                 self.timecode_edit.clearFocus()
                 return True
         return super().eventFilter(obj, event)
@@ -785,13 +798,15 @@ class TimelineView(QWidget):
             if r is None:
                 item.hide()
             else:
-                item.setRegion((r[0] / FPS, r[1] / FPS))
+                item.setRegion((r[0] / self.fps, r[1] / self.fps))
                 item.show()
         if r is None:
             self.range_label.setText("no in/out range (I, O)")
         else:
             a, b = r
-            self.range_label.setText(f"in {timecode(a)} · out {timecode(b - 1)} ({seconds_text(b - a)})")
+            self.range_label.setText(
+                f"in {timecode(a, self.rate)} · out {timecode(b - 1, self.rate)} ({seconds_text(b - a, self.rate)})"
+            )
         self.range_label.setToolTip(
             f"{self.range_label.text()}\nI sets the in point, O the out point (included); Alt+I / Alt+O clear them"
         )
@@ -805,7 +820,7 @@ class TimelineView(QWidget):
         silent = int(self.mask.sum())
         total = max(1, len(self.mask))
         self.info.setText(
-            f"{seconds_text(len(self.mask))} · {len(self.mask)} frames · "
+            f"{seconds_text(len(self.mask), self.rate)} · {len(self.mask)} frames · "
             f"{len(spans)} silences · {silent} silent frames ({100 * silent / total:.0f} %)"
         )
         self.time_label.setText(self._time_caption(self.position))
@@ -821,7 +836,7 @@ class TimelineView(QWidget):
         for i, r in enumerate(self._regions):
             if use_regions and i < len(spans):
                 a, b = spans[i]
-                r.setRegion((a / FPS, b / FPS))
+                r.setRegion((a / self.fps, b / self.fps))
                 r.show()
             else:
                 r.hide()
@@ -831,7 +846,7 @@ class TimelineView(QWidget):
         if use_regions:
             self._silence_curve.setData([], [])
         else:
-            xs = np.array([[a, a, b, b] for a, b in spans], np.float64).ravel() / FPS
+            xs = np.array([[a, a, b, b] for a, b in spans], np.float64).ravel() / self.fps
             ys = np.tile([-1.0, 1.0, 1.0, -1.0], len(spans))
             self._silence_curve.setData(xs, ys)
 

@@ -4,6 +4,7 @@
     key = content_key("take3.flac")                # the SHA-256 of the file's bytes (moved or renamed: same key)
     memory.put(key, in_frame=25, out_frame=99, markers=[(40, "Intro"), (310, "Chorus")])
     memory.get(key)  -> {"in": 25, "out": 99, "markers": [[40, "Intro"], [310, "Chorus"]], "name": "take3.flac"}
+    memory.get(key, rate=30)                       # the same moments on a 30 fps grid (frames are saved with their rate)
 
 Keyed by content, not by path: the same recording copied elsewhere keeps its marks, and a file
 re-recorded under the same name starts clean. The file is written atomically (a temporary file,
@@ -52,16 +53,26 @@ class VoiceoverMemory:
         self.path = Path(path)
         self._data: dict[str, dict] = self._read()
 
-    def get(self, key: str) -> dict:
+    def get(self, key: str, rate: float | None = None) -> dict:
+        """The marks of ``key``; with ``rate``, their frames moved to that frame rate's grid (marks
+        made at 25 fps land on the same moments at 30 fps)."""
         entry = self._data.get(key) or {}
+        scale = 1.0
+        saved = entry.get("rate")
+        if rate and isinstance(saved, (int, float)) and saved > 0 and abs(saved - float(rate)) > 1e-6:
+            scale = float(rate) / float(saved)
+
+        def f(v):
+            return None if v is None else int(round(int(v) * scale))
+
         return {
-            "in": entry.get("in"),
-            "out": entry.get("out"),
-            "markers": [list(m) for m in entry.get("markers") or []],
+            "in": f(entry.get("in")),
+            "out": f(entry.get("out")),
+            "markers": [[f(m[0]), str(m[1])] for m in entry.get("markers") or []],
             "name": entry.get("name", ""),
         }
 
-    def put(self, key: str, *, name: str | None = None, **fields) -> None:
+    def put(self, key: str, *, name: str | None = None, rate: float | None = None, **fields) -> None:
         """Update ``in_frame``, ``out_frame`` and/or ``markers`` of ``key`` and write the file."""
         if not key:
             return
@@ -74,6 +85,8 @@ class VoiceoverMemory:
             entry["markers"] = [[int(f), str(n)] for f, n in fields["markers"]]
         if name:
             entry["name"] = name
+        if rate:
+            entry["rate"] = float(rate)
         if entry.get("in") is None and entry.get("out") is None and not entry.get("markers"):
             self._data.pop(key, None)
         else:

@@ -44,11 +44,22 @@ class JobRun:
         return p.farm if p.kind == "farm" else None
 
 
-def frame_index(seconds: float) -> int:
-    """The frame shown at ``seconds`` (the renderer's own rule, ``floor(t * 25)``)."""
+def frame_index(seconds: float, rate=25) -> int:
+    """The frame shown at ``seconds`` (the renderer's own rule, ``floor(t * rate)``)."""
     from studio.core.render.plan import frame_index as rule
 
-    return rule(seconds)
+    return rule(seconds, rate)
+
+
+def _rate(settings, avatar):
+    """The output rate of a scrub frame's render (25 where the avatar cannot be read here: a server's)."""
+    from studio.core.avatars.library import output_rate_for
+    from studio.core.errors import StudioError
+
+    try:
+        return output_rate_for(settings.fps, avatar)
+    except (StudioError, OSError):
+        return 25
 
 
 def error_text(exc: BaseException) -> str:
@@ -74,6 +85,7 @@ class RenderWorker(QObject):
     engineReady = Signal(str, str)  # engine name, why it was chosen
     placed = Signal(object, str)  # JobRun, where it runs: "this computer", "2 GPUs here", "farm (N workers)"
     queueChanged = Signal()  # any job of the queue changed (state, order, added, removed)
+    checked = Signal(int, object)  # job id, its result's "check" (a lip-sync check started or ended)
     _frameTick = Signal()
     _relay = Signal(object)  # a service event, from the runner's thread to this worker's thread
 
@@ -169,6 +181,8 @@ class RenderWorker(QObject):
                 self.failed.emit(run, job.reason)
             elif job.state in (J.CANCELLED, J.INTERRUPTED_STATE) and was_running:
                 self.cancelled.emit(run)
+        elif ev.kind == "checked" and ev.job is not None:
+            self.checked.emit(ev.job_id, (ev.job.result or {}).get("check"))
         if ev.kind != "progress":  # per batch: the Render panel and the Queue's cell move, not the table
             self.queueChanged.emit()
 
@@ -186,7 +200,7 @@ class RenderWorker(QObject):
             source = self.remote or self.pool
             image = source.frame_at(avatar, audio, settings, seconds)
             self.frames_rendered += 1
-            self.frameReady.emit(seconds, frame_index(seconds), image)
+            self.frameReady.emit(seconds, frame_index(seconds, _rate(settings, avatar)), image)
         except BaseException as exc:  # noqa: BLE001
             self.failed.emit(None, error_text(exc))
 

@@ -19,6 +19,7 @@ from studio.api.inputs import form_body, submit
 from studio.api.models import JOB_STATES, Job, JobPage, Removed, RenderForm, binary, errors
 from studio.api.routers.frames import jpeg_bytes
 from studio.api.state import State
+from studio.service.queue import owned_output
 
 router = APIRouter(tags=["renders"])
 
@@ -69,10 +70,13 @@ async def generate(st: State, request: Request, form: Annotated[RenderForm, File
     if done.state != "done":
         raise ApiError(500 if done.state == "failed" else 409, f"render job {done.id} {done.state}: {done.reason}")
     r = done.result or {}
+    video = owned_output(done)  # the file this job wrote, never one that replaced it
+    if video is None:
+        raise ApiError(410, f"the video of render job {done.id} is no longer on the server")
     return FileResponse(
-        done.output,
+        video,
         media_type="video/mp4",
-        filename=Path(done.output).name,
+        filename=video.name,
         headers={"X-Studio-Job": str(done.id), "X-Studio-Render-Seconds": f"{float(r.get('seconds') or 0):.4f}"},
     )
 
@@ -166,9 +170,10 @@ def get_render_video(st: State, job_id: int):
         raise ApiError(410, f"the video of render job {job_id} is no longer on the server ({job.reason})")
     if job.state != "done":
         raise ApiError(409, f"render job {job_id} is {job.state}; its video is ready when it is done")
-    if not Path(job.output).is_file():
+    video = owned_output(job)  # the file this job wrote, never one that replaced it
+    if video is None:
         raise ApiError(410, f"the video of render job {job_id} is no longer on the server")
-    return FileResponse(job.output, media_type="video/mp4", filename=Path(job.output).name)
+    return FileResponse(video, media_type="video/mp4", filename=video.name)
 
 
 @router.get(

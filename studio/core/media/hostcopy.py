@@ -49,7 +49,7 @@ class CopyThread:
 
         import torch
 
-        from studio.core.render.composite import pad_even, rgb_to_nv12
+        from studio.core.media.pixels import pad_even, rgb_to_nv12
 
         self._raise()
         nv12 = frames if frames.ndim == 3 else rgb_to_nv12(pad_even(frames))

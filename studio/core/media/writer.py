@@ -21,7 +21,7 @@ in, then deletes its spill file. So with rolling chunks the work after the last 
 window's packets plus the index, whatever the clip length. The audio is encoded to AAC by another
 worker process while the video renders, and its packets are interleaved as the video is muxed.
 
-The output is H.264 yuv420p at exactly ``fps`` (frame t has pts t/fps), BT.709 limited range
+The output is H.264 yuv420p at exactly ``fps`` (a Fraction: 30000/1001 at 29.97; frame t has pts t/fps), BT.709 limited range
 declared in the stream; the index (``moov``) goes first, into space reserved for it when the
 frame count is known (no rewrite of the file at the end), else by a faststart rewrite.
 ``STUDIO_TRACE=path.json`` writes per-frame arrival and encode times of every lane (see
@@ -39,11 +39,11 @@ import queue
 import shutil
 import threading
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import FPS
 from studio.core.errors import RenderError
 from studio.core.media.encoders import (
     ELEMENTARY,
@@ -56,8 +56,9 @@ from studio.core.media.encoders import (
     probe_nvenc,
 )
 from studio.core.media.mux import Muxer
+from studio.core.media.rates import DEFAULT_RATE
 from studio.core.settings import ENCODERS, PRESETS
-from studio.core.store.fsutil import atomic_path, register_temp, release_temp, temp_dir
+from studio.core.store.fsutil import atomic_output, register_temp, release_temp, temp_dir
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +82,13 @@ def open_video(
     encoder="auto",
     crf=20,
     preset="veryfast",
-    fps=FPS,
+    fps=DEFAULT_RATE,
     total_frames=None,
     workers=None,
     write_hook=None,
     rolling=False,
     changing=None,
+    overwrite=True,
 ) -> VideoWriter:
     """Open a streaming MP4 writer; checks the output folder and the audio before anything starts.
 
@@ -98,6 +100,8 @@ def open_video(
     or a bool macroblock mask of what may change (``hints.changing_macroblocks``: a video avatar
     with a still backdrop); the parallel x264 workers then tell libx264 that the other
     macroblocks are unchanged (its ``mb_info``, FFmpeg's AVVideoHint), so it skips their analysis.
+    ``overwrite=False``: an existing file at ``path`` is never replaced; the name is claimed when the
+    MP4 is complete and a taken one gets the next number (``close()`` returns the name written).
     """
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
@@ -125,6 +129,7 @@ def open_video(
         write_hook=write_hook,
         window=window,
         changing=changing,
+        overwrite=overwrite,
     )
 
 
@@ -172,22 +177,24 @@ class VideoWriter:
         chunks: list[tuple[int, int]],
         crf: int,
         preset: str,
-        fps: int,
+        fps: int | Fraction,
         write_hook,
         window: int | None = None,
         stream_mux: bool = True,
         changing=None,
+        overwrite: bool = True,
     ):
         """``stream_mux=False`` keeps every chunk's packets until ``close`` and joins them there
-        (the behaviour before rolling chunks; tests compare the two)."""
+        (the behaviour before rolling chunks; tests compare the two). ``overwrite``: see ``open_video``."""
         self.path = path
+        self.overwrite = overwrite
         self.name = name
         self.reason = reason
         self.chunks = chunks
         self.window = max(1, min(int(window or len(chunks)), len(chunks)))
         self.width, self.height = width, height
         self.enc_width, self.enc_height = width + width % 2, height + height % 2
-        self.fps = int(fps)
+        self.fps = Fraction(fps)
         self.frames_written = 0
         self.close_ms: dict[str, float] = {}  # close(): encoder tail, chunk join + audio, index + fsync
         self.spill_dir: Path | None = None  # the spilled chunks' folder (RAM or beside the output)
@@ -210,11 +217,14 @@ class VideoWriter:
         self._parent_trace: list = []
         self._opened = time.perf_counter()
         self._check_folder()
-        self._audio = AudioSource(audio) if audio is not None else None
+        self._audio = None
         try:
+            self._audio = AudioSource(audio) if audio is not None else None
             self._start()
-        except BaseException:
+        except BaseException as exc:
             self._cleanup()
+            with contextlib.suppress(BaseException):
+                self._atomic.__exit__(type(exc), exc, None)  # the temporary MP4 goes too
             raise
         log.info(
             "encoding %s with %s (%s), %d chunk(s) on %d lane(s), spill %s",
@@ -332,7 +342,7 @@ class VideoWriter:
     def _gpu_nv12(self, frames):
         import torch
 
-        from studio.core.render.composite import pad_even, rgb_to_nv12
+        from studio.core.media.pixels import pad_even, rgb_to_nv12
 
         if frames.ndim == 4:
             frames = rgb_to_nv12(pad_even(frames))
@@ -391,7 +401,8 @@ class VideoWriter:
             self._mux.finish()
             t2 = time.perf_counter()
             self._fh.close()
-            self._atomic.__exit__(None, None, None)  # fsync, then rename onto the target
+            self._atomic.__exit__(None, None, None)  # fsync, then claim the name (or replace the target)
+            self.path = self._atomic.final or self.path
             t3 = time.perf_counter()
             self.close_ms = {"flush": (t1 - t0) * 1e3, "join": (t2 - t1) * 1e3, "file": (t3 - t2) * 1e3}
             if self._parallel:
@@ -452,9 +463,9 @@ class VideoWriter:
         folder = self.path.parent
         if not folder.is_dir():
             check_output(self.path)  # raises the "does not exist" sentence
-        self._atomic = atomic_path(self.path, suffix=".mp4")
+        self._atomic = atomic_output(self.path, suffix=".mp4", overwrite=self.overwrite)
         try:
-            self._tmp = self._atomic.__enter__()  # left in close() (rename) or abort() (delete)
+            self._tmp = self._atomic.__enter__().tmp  # left in close() (claim) or abort() (delete)
         except OSError as exc:
             raise RenderError(
                 f"The output folder {folder} is not writable ({exc.strerror}): choose another folder."
@@ -519,9 +530,9 @@ class VideoWriter:
                 ch.spill = self.spill_dir / f"chunk{k:05d}.rec"
             self._chunks.append(ch)
         if self._procs:  # PyAV holds the GIL while x264 encodes: one process per lane (x264_pool)
-            from studio.core.media.x264_pool import audio_worker, worker_pool
+            from studio.core.media.x264_pool import audio_worker, lease_workers
 
-            self._workers = worker_pool(self.window)
+            self._workers = lease_workers(self.window, self)  # not another writer's (pipelined jobs)
             for ch in self._chunks[: self.window]:  # the first encoders open at once; their headers are
                 self._open_encoder(ch, check=False)  # checked by the lanes: no wait here for the workers'
                 # start-up, which overlaps the engine's loading and the first batches instead
@@ -583,7 +594,7 @@ class VideoWriter:
 
     def _encode_lane(self, lane: _Lane) -> None:
         """One lane: its chunks in turn, each flushed (and handed to the mux) before the next opens."""
-        from studio.core.render.composite import pad_even, rgb_to_nv12
+        from studio.core.media.pixels import pad_even, rgb_to_nv12
 
         buf = None  # one NV12 frame, reused (the encoders copy their input)
         stream = None
@@ -688,7 +699,7 @@ class VideoWriter:
     def _as_host_frames(self, frames):
         if hasattr(frames, "detach"):  # torch
             if frames.ndim == 4 and frames.device.type != "cpu":
-                from studio.core.render.composite import pad_even, rgb_to_nv12
+                from studio.core.media.pixels import pad_even, rgb_to_nv12
 
                 frames = rgb_to_nv12(pad_even(frames))  # on the GPU: 2x less to copy, no CPU work
             frames = frames.detach().cpu().numpy()
@@ -738,6 +749,10 @@ class VideoWriter:
         for enc in self._proc_encoders:  # an encoder stopped midway: its worker is restarted
             with contextlib.suppress(Exception):
                 enc.abort()
+        if getattr(self, "_workers", None):
+            from studio.core.media.x264_pool import release_workers
+
+            release_workers(self)
         with contextlib.suppress(Exception):
             self._fh.close()
         for ch in getattr(self, "_chunks", []):

@@ -185,7 +185,9 @@ class Farm:
         """Stop the running job: every chunk stops after its current batch; nothing is written."""
         self._cancel.set()
 
-    def render(self, avatar, audio, output, settings=None, *, chunks: int | None = None) -> Iterator[RenderProgress]:
+    def render(
+        self, avatar, audio, output, settings=None, *, chunks: int | None = None, overwrite: bool = True
+    ) -> Iterator[RenderProgress]:
         """Render on the farm, yielding ``RenderProgress`` (with per-worker fps and chunk counts)
         about four times a second.
 
@@ -274,7 +276,13 @@ class Farm:
                 self._board.forget.remote(job["id"])
             raise
         try:
-            path = join_segments([(g.start, g.end, data) for g, data in segments], output, audio=audio)
+            path = join_segments(
+                [(g.start, g.end, data) for g, data in segments],
+                output,
+                audio=audio,
+                fps=clip.rate,
+                overwrite=overwrite,
+            )
         finally:
             with contextlib.suppress(Exception):
                 self._board.forget.remote(job["id"])

@@ -4,6 +4,16 @@ Atomic outputs: write beside the target, rename on success, leave nothing on fai
 file gets the user's umask (created with mode 0666 & ~umask, as ``open`` would), a replaced
 file keeps the mode of the file it replaces.
 
+    with atomic_output("talk.mp4", overwrite=False) as out:   # the final name is claimed at the end
+        write(out.tmp)
+    out.final                                                  # talk.mp4, or talk_002.mp4 if taken
+
+With ``overwrite=False`` the name is claimed when the finished file is moved into place, never
+before: the temporary is hard-linked to the name (``link`` fails when the name exists, atomically,
+whoever made it) and a taken name gets the next number (``_002``, ``_003`` ...). Where the file
+system has no hard links (FAT, some network shares) the claim is an existence check and a rename
+under a lock in the data folder (``claims.lock``), which every Studio process of that folder takes.
+
 The registry makes sure no temporary outlives its run, even when the process is killed
 (SIGKILL, OOM killer, power cut), so that no later command trips over multi-hundred-MB
 ``.part``/``.tmp`` leftovers::
@@ -32,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -63,21 +74,96 @@ def atomic_path(target: str | os.PathLike, suffix: str | None = None) -> Iterato
     a killed process leaves nothing a later ``studio`` command does not remove. The new file's
     mode is the user's umask applied to 0666; a replaced file's mode is kept.
     """
-    target = Path(target)
-    suffix = target.suffix if suffix is None else suffix
-    tmp_path = temp_file(target.parent, f".{target.stem}.", f".part{suffix}")
-    try:
-        yield tmp_path
-        with open(tmp_path, "rb+") as fh:
-            os.fsync(fh.fileno())
-        keep_mode(tmp_path, target)
-        os.replace(tmp_path, target)
-    except BaseException:
+    with atomic_output(target, suffix) as out:
+        yield out.tmp
+
+
+class atomic_output:  # noqa: N801 - used as a context manager, like open()
+    """``atomic_path`` that says where the file went: ``.tmp`` while writing, ``.final`` after.
+
+    ``overwrite=True``: the file replaces ``target`` (its mode kept). ``overwrite=False``: an
+    existing ``target`` is never replaced; the name is claimed when the file is complete
+    (``claim``), and a taken name gets the next number (``final`` says which)."""
+
+    def __init__(self, target: str | os.PathLike, suffix: str | None = None, *, overwrite: bool = True):
+        self.target = Path(target)
+        self.suffix = self.target.suffix if suffix is None else suffix
+        self.overwrite = overwrite
+        self.tmp: Path = Path()
+        self.final: Path | None = None
+
+    def __enter__(self) -> atomic_output:
+        self.tmp = temp_file(self.target.parent, f".{self.target.stem}.", f".part{self.suffix}")
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                with open(self.tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())
+                self.final = claim(self.tmp, self.target, overwrite=self.overwrite)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                self.tmp.unlink()
+            raise
+        finally:
+            if exc_type is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    self.tmp.unlink()
+            release_temp(self.tmp)
+
+
+def claim(tmp: str | os.PathLike, target: str | os.PathLike, *, overwrite: bool) -> Path:
+    """Move the finished file ``tmp`` to its final name and return that name.
+
+    ``overwrite``: ``target`` is replaced (``os.replace``, the replaced file's mode kept).
+    Otherwise ``target`` if no file has that name at this moment, else the first free numbered
+    name (``numbered``): decided atomically, so two writers (threads, processes, another program)
+    never end on one name, and an existing file is never replaced."""
+    from studio.core.store.outputs import numbered_names
+
+    tmp, target = Path(tmp), Path(target)
+    if overwrite:
+        keep_mode(tmp, target)
+        os.replace(tmp, target)
+        return target
+    for name in numbered_names(target):
+        try:
+            os.link(tmp, name)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+            return _claim_locked(tmp, target)
         with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
-        raise
+            os.unlink(tmp)
+        return name
+    raise FileExistsError(f"no free name like {target.name} in {target.parent}")
+
+
+def _claim_locked(tmp: Path, target: Path) -> Path:
+    """``claim`` where hard links are not supported: check and rename under the data folder's lock."""
+    import fcntl
+
+    from studio.core.store.outputs import numbered_names
+
+    folder = tmp_records_dir()
+    lock_path = (folder.parent if folder is not None else tmp.parent) / "claims.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for name in numbered_names(target):
+            if not os.path.lexists(name):
+                os.rename(tmp, name)
+                return name
     finally:
-        release_temp(tmp_path)
+        os.close(fd)
+    raise FileExistsError(f"no free name like {target.name} in {target.parent}")
+
+
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS, errno.EACCES}
 
 
 def keep_mode(tmp: str | os.PathLike, target: str | os.PathLike) -> None:

@@ -113,6 +113,10 @@ class JobStore:
             raise InputError(f"a new job starts as draft or queued, not {state!r}")
         if not avatar or not audio:
             raise InputError("a job needs an avatar and a script; choose both before queueing")
+        import os
+
+        # absolute: a job means the same files whichever folder the process that runs it is in
+        audio, output = os.path.abspath(str(audio)), os.path.abspath(str(output))
         now = time.time()
         with self._tx() as db:
             db.execute("BEGIN IMMEDIATE")  # the count and the insert are one step for every process
@@ -235,6 +239,22 @@ class JobStore:
                 " WHERE id=? AND state=?",
                 (DONE, output, json.dumps(result or {}), time.time(), job_id, RUNNING),
             )
+        return self.get(job_id)
+
+    def update_result(self, job_id: int, **fields) -> Job:
+        """Merge ``fields`` into a job's stored result (a check's verdict arriving after the render)."""
+        with self._tx() as db:
+            row = db.execute("SELECT result FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if row is None:
+                raise InputError(f"no job {job_id} in the queue")
+            try:
+                result = json.loads(row[0] or "{}")
+            except ValueError:
+                result = {}
+            if not isinstance(result, dict):
+                result = {}
+            result.update(fields)
+            db.execute("UPDATE jobs SET result=?, updated=? WHERE id=?", (json.dumps(result), time.time(), job_id))
         return self.get(job_id)
 
     def expire(self, job_id: int, reason: str) -> Job:

@@ -1,13 +1,16 @@
 """Where an output may go: one check, before any work starts.
 
-    out = check_output("talk.mp4", {"voice-over": audio, "avatar": avatar})          # video
+    out = check_output("talk.mp4", render_inputs("anna", "voice.flac"))              # video
     png = check_output("frame.png", [audio, avatar], kind="image")
 
 ``check_output`` refuses, with one sentence (``InputError``/``RenderError``, exit 2):
 
 - an output that is one of the inputs: the same file by device and inode (so through symlinks,
   ``./``, ``..`` and hard links) or by resolved path; writing the MP4 there would destroy the
-  voice-over or the avatar;
+  voice-over or the avatar. ``render_inputs`` names them all: the voice-over, the avatar file, and
+  for a library avatar its source video or photo (recorded at ``avatar add``) and its cache folder;
+- an output inside an input folder or inside the data folder's own folders (avatars, caches,
+  uploads, models, temporaries: everything but ``renders/``);
 - an output that is a folder, or an existing non-regular file (a FIFO, a device: the atomic
   rename would replace the node itself);
 - a name whose extension is not one Studio writes: ``.mp4``, ``.mov``, ``.m4v`` for video (all
@@ -23,7 +26,8 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from studio.core.errors import InputError, RenderError
@@ -47,7 +51,15 @@ def check_output(output: str | os.PathLike, inputs: Iterable | Mapping = (), kin
     suffixes = SUFFIXES[kind]
     if out.is_dir():
         raise InputError(f"{out}: is a folder; give a file name inside it, such as {out / ('out' + suffixes[0])}.")
-    named = inputs.items() if isinstance(inputs, Mapping) else (("input", p) for p in inputs)
+    named = list(inputs.items() if isinstance(inputs, Mapping) else (("input", p) for p in inputs))
+    folders = [(f"the {label}", p) for label, p in named] + [
+        (f"Studio's own {p.name} folder", p) for p in data_folders()
+    ]
+    for label, inp in folders:
+        if inp is not None and os.path.isdir(inp) and inside(out, inp):
+            raise InputError(
+                f"{out}: is inside {label} ({inp}); Studio keeps its own files there, so choose another folder."
+            )
     for label, inp in named:
         if inp is None or not same_file(out, inp):
             continue
@@ -62,6 +74,53 @@ def check_output(output: str | os.PathLike, inputs: Iterable | Mapping = (), kin
         raise InputError(f"{out}: exists and is not a regular file (a pipe or a device); choose another output name.")
     check_folder(out)
     return out
+
+
+def render_inputs(avatar, audio) -> dict:
+    """Every file and folder a render reads, named for ``check_output``: the voice-over, the
+    avatar (a path), and a library avatar's source and cache folder. Never raises (what cannot be
+    read is left out; the render itself says what is wrong with it)."""
+    out: dict = {"voice-over": audio}
+    text = str(avatar or "")
+    if os.sep in text or os.path.exists(text):
+        out["avatar"] = text
+        return out
+    try:
+        from studio.core.avatars.cache import read_meta
+        from studio.core.avatars.library import library_dir
+
+        folder = library_dir() / text
+        if text and folder.is_dir():
+            meta = read_meta(folder) or {}
+            source, kind = meta.get("source"), meta.get("kind")
+            if isinstance(source, str) and source:
+                what = kind if kind in ("video", "photo") else "file"
+                out[f"avatar's source {what}"] = source
+            out["avatar's cache folder"] = folder
+    except Exception:  # noqa: BLE001 - a check that cannot read the library skips it
+        pass
+    return out
+
+
+def data_folders() -> list[Path]:
+    """The data folder's own folders (an output never goes there): everything but ``renders/``."""
+    try:
+        from studio.core import env
+        from studio.core.store.paths import data_dir
+
+        home = Path(env.get("STUDIO_HOME")).expanduser() if env.get("STUDIO_HOME") else data_dir()
+    except Exception:  # noqa: BLE001
+        return []
+    return [home / n for n in ("avatars", "cache", "uploads", "models", "engines", "tmp", "logs")]
+
+
+def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether ``path`` (resolved, links followed) lies in ``folder`` (resolved)."""
+    try:
+        p, f = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    except (OSError, ValueError):
+        return False
+    return p != f and f in p.parents
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -99,3 +158,24 @@ def check_folder(out: str | os.PathLike) -> Path:
     finally:
         release_temp(probe)
     return out
+
+
+_NUMBERED = re.compile(r"^(.*)_(\d{3,})$")
+
+
+def numbered(path: str | os.PathLike, n: int) -> str:
+    """``out.mp4`` -> ``out_002.mp4`` (n=2); an already numbered stem is renumbered."""
+    p = Path(path)
+    m = _NUMBERED.match(p.stem)
+    stem = m.group(1) if m else p.stem
+    return str(p.with_name(f"{stem}_{n:03d}{p.suffix}"))
+
+
+def numbered_names(path: str | os.PathLike, limit: int = 100_000) -> Iterator[Path]:
+    """``path``, then the numbered names after it: ``out.mp4``, ``out_002.mp4``, ``out_003.mp4`` ...
+    (``out_007.mp4``: ``out_007.mp4``, ``out_008.mp4`` ...)."""
+    yield Path(path)
+    m = _NUMBERED.match(Path(path).stem)
+    n = int(m.group(2)) + 1 if m else 2
+    for k in range(n, n + limit):
+        yield Path(numbered(path, k))

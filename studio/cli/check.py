@@ -1,0 +1,140 @@
+"""``studio check VIDEO``: the lip-sync quality report of a render (or any presenter video)."""
+
+from __future__ import annotations
+
+import sys
+
+from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
+
+FAIL_EXIT = 3  # --fail-under not met (0: met, 2: bad input)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "check",
+        help="measure a render's lip sync and mouth quality (offset, silence motion, sharpness, seam, drift)",
+        description="Measure a lip-synced video offline: the audio offset that best aligns the mouth with the voice "
+        "and its confidence, mouth motion during silences, the mouth's sharpness, the blend seam and face drift, "
+        "with a verdict (ok, check, out of sync). Exit code 0, 3 when --fail-under is not met, 2 on bad input.",
+    )
+    p.add_argument("video", help="the video to check (MP4, MOV, MKV, WebM)")
+    p.add_argument(
+        "--audio",
+        metavar="VOICE",
+        default=None,
+        help="the voice-over to check against (default: the video's own audio track)",
+    )
+    p.add_argument(
+        "--avatar",
+        metavar="NAME|PATH",
+        default=None,
+        help="the avatar the video was rendered from (library name or image/video path): sharpness, "
+        "seam and drift are then measured against its frames (default: the video's own rest frame)",
+    )
+    p.add_argument("--json", action="store_true", help="print the whole report as one JSON object")
+    p.add_argument(
+        "--fail-under",
+        metavar="LIMITS",
+        default=None,
+        help="exit 3 unless the report meets these: 'ok' or 'check' (the verdict at least that good), "
+        "and/or NAME=VALUE,... with confidence/sharpness as minimums and offset (frames either way), "
+        "silence_motion, seam, drift as maximums; e.g. --fail-under ok,confidence=0.4",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_SILENCE_THRESHOLD,
+        help=f"silence RMS threshold, as the render's (default {DEFAULT_SILENCE_THRESHOLD})",
+    )
+    p.add_argument(
+        "--min-silence",
+        type=int,
+        default=DEFAULT_MIN_SILENCE_FRAMES,
+        metavar="N",
+        help=f"shortest silence in frames, as the render's (default {DEFAULT_MIN_SILENCE_FRAMES})",
+    )
+    p.add_argument(
+        "--first-frame",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the avatar frame the video starts at (a render of an --in/--out range: its first frame; default 0)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import math
+
+    from studio.cli._common import ProgressBar, emit_json
+    from studio.core.errors import InputError
+    from studio.core.quality import check_video
+    from studio.core.quality.report import Limits
+
+    if not math.isfinite(args.threshold) or args.threshold < 0:
+        raise InputError("--threshold must be 0 or more (an RMS level such as 0.008)")
+    if args.min_silence < 1:
+        raise InputError("--min-silence must be at least 1 frame")
+    if args.first_frame < 0:
+        raise InputError("--first-frame must be 0 or more")
+    limits = Limits.parse(args.fail_under)  # a bad limit is said before any work
+    import os
+
+    if os.environ.get("STUDIO_PARENT_PID"):  # run by a render queue: end with it
+        from studio.core.signals import die_with_parent
+
+        die_with_parent(pdeathsig=False)
+    bar = ProgressBar("check")
+    try:
+        report = check_video(
+            args.video,
+            args.audio,
+            args.avatar,
+            threshold=args.threshold,
+            min_silence=args.min_silence,
+            avatar_start=args.first_frame,
+            progress=lambda d, t: bar.update(d, t),
+        )
+    finally:
+        bar.close()
+    failed = limits.failures(report)
+    if args.json:
+        out = report.to_json()
+        if args.fail_under is not None:
+            out["fail_under"] = {
+                "limits": limits.to_json(),
+                "met": not failed,
+                "failures": failed,
+            }
+        emit_json(out)
+    else:
+        print_report(report)
+    if failed:
+        print(f"studio: check: --fail-under not met: {'; '.join(failed)}", file=sys.stderr)
+        return FAIL_EXIT
+    return 0
+
+
+def print_report(r) -> None:
+    import math
+
+    th = r.thresholds
+
+    def f(v, fmt):
+        return "n/a" if v is None or not math.isfinite(v) else format(v, fmt)
+
+    print(f"{r.verdict}: {r.reason}")
+    print(f"offset:          {r.offset_frames:+d} frames ({r.offset_ms:+.0f} ms; + = the video is late)")
+    print(
+        f"confidence:      {f(r.confidence, '.2f')}   (out of sync under {th.min_confidence:.2f}, "
+        f"weak under {th.weak_confidence:.2f})"
+    )
+    print(f"silence motion:  {f(r.silence_motion, '.2f')}   (check over {th.max_silence_motion:.2f})")
+    print(f"sharpness:       {f(r.sharpness, '.2f')}   (check under {th.min_sharpness:.2f})")
+    print(f"seam:            {f(r.seam, '.1f')} luma levels   (check over {th.max_seam:.1f})")
+    print(f"drift:           {f(100 * r.drift, '.1f')} % of the eye distance   (check over {100 * th.max_drift:.1f} %)")
+    print(f"reference:       {r.reference}")
+    if r.worst_second is not None:
+        print(f"worst second:    {r.worst_second // 60}:{r.worst_second % 60:02d}")
+    for note in r.notes:
+        print(f"note: {note}")

@@ -1,0 +1,91 @@
+"""The check after a render: ``studio render --check``, ``studio queue add --check`` and the ``check``
+field over HTTP (a real ``studio serve`` process), each on a real classic render."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+from conftest import DEMO_AUDIO, DEMO_AVATAR
+from served import Server
+
+
+@pytest.fixture(scope="module")
+def voice(tmp_path_factory):
+    import soundfile as sf
+
+    x, rate = sf.read(DEMO_AUDIO, dtype="float32")
+    path = tmp_path_factory.mktemp("voice") / "voice.wav"
+    sf.write(path, x[: int(5.0 * rate)], rate)
+    return path
+
+
+def test_render_with_check_puts_the_report_in_the_result(tmp_path, voice, capsys):
+    from studio.cli import main
+
+    out = tmp_path / "out.mp4"
+    argv = ["render", "--engine", "classic", "--device", "cpu", "--avatar", str(DEMO_AVATAR), "--audio", str(voice)]
+    assert main([*argv, "-o", str(out), "--check", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    c = r["check"]
+    assert c["state"] == "done" and c["verdict"] == "ok" and c["offset_frames"] == 0
+    assert c["reference"].startswith("the avatar") and len(c["per_second"]) == 5
+    # without --check there is none, and the plain text says the verdict
+    assert main([*argv, "-o", str(tmp_path / "plain.mp4"), "--json"]) == 0
+    assert "check" not in json.loads(capsys.readouterr().out)
+    assert main([*argv, "-o", str(tmp_path / "text.mp4"), "--check"]) == 0
+    assert "check: ok: In sync" in capsys.readouterr().out
+
+
+def test_a_queued_job_is_checked_after_its_render(tmp_path, voice, capsys):
+    from studio.cli import main
+
+    out = tmp_path / "queued.mp4"
+    argv = ["queue", "add", "--engine", "classic", "--device", "cpu", "--avatar", str(DEMO_AVATAR)]
+    assert main([*argv, "--audio", str(voice), "-o", str(out), "--check"]) == 0
+    capsys.readouterr()
+    assert main(["queue", "run", "--json"]) == 0  # returns once the checks are done too
+    jobs = json.loads(capsys.readouterr().out)
+    c = jobs[0]["result"]["check"]
+    assert jobs[0]["settings"]["check"] is True
+    assert c["state"] == "done" and c["verdict"] == "ok", c
+    assert c["offset_frames"] == 0 and c["worst_second"] is not None
+
+
+def test_the_check_field_over_http(tmp_path, voice, capsys):
+    with Server(tmp_path / "home") as server, httpx.Client(base_url=server.url, timeout=120) as client:
+        with open(DEMO_AVATAR, "rb") as fh:
+            assert client.post("/v1/avatars", data={"name": "astro"}, files={"file": ("a.png", fh)}).status_code == 201
+        with open(voice, "rb") as fh:
+            audio_id = client.post("/v1/audio", files={"file": ("voice.wav", fh)}).json()["id"]
+        form = {"avatar": "astro", "audio_id": audio_id, "engine": "classic", "device": "cpu", "check": "true"}
+        r = client.post("/v1/renders", data=form)
+        assert r.status_code in (200, 201, 202), r.text
+        job_id = r.json()["id"]
+        deadline = time.monotonic() + 240
+        job = {}
+        while time.monotonic() < deadline:
+            job = client.get(f"/v1/renders/{job_id}").json()
+            if job["state"] in ("failed", "cancelled") or (job.get("result") or {}).get("check", {}).get("state") in (
+                "done",
+                "failed",
+            ):
+                break
+            time.sleep(0.3)
+        assert job["state"] == "done", job
+        c = job["result"]["check"]
+        assert c["state"] == "done" and c["verdict"] == "ok" and c["reference"] == "the avatar 'astro'", c
+        assert job["settings"]["check"] is True
+        # studio render --server ... --check: rendered there, checked here (no avatar here: its own frame)
+        from studio.cli import main
+
+        out = tmp_path / "remote.mp4"
+        argv = ["render", "--server", server.url, "--avatar", "astro", "--audio", str(voice), "-o", str(out)]
+        assert main([*argv, "--engine", "classic", "--check", "--json"]) == 0
+        c = json.loads(capsys.readouterr().out)["check"]
+        assert c["state"] == "done" and c["verdict"] == "ok" and c["reference"].startswith("the video's own frame")
+        # a bad value for the field is one sentence
+        bad = client.post("/v1/renders", data={**form, "check": "maybe"})
+        assert bad.status_code == 422 and "check" in bad.json()["error"]
