@@ -540,13 +540,19 @@ class MainWindow(FileDrops, QMainWindow):
             self.render_panel.show_engines({k: str(v) for k, v in status.items()})
             from studio.service import gpus_here  # torch is loaded by now
 
-            self.gpus_task = run_in_background(gpus_here, on_done=self.render_panel.set_gpus)  # "All GPUs here"
+            self.gpus_task = run_in_background(gpus_here, on_done=self._gpus_found)  # "All GPUs here"
             self.engine_status.setText(f"engine: auto → {auto_engine(status)}")
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))
 
         self.engines_task = run_in_background(engine_status, on_done=ready, on_error=self.show_error)
         QTimer.singleShot(0, self._offer_queued)
         QTimer.singleShot(300, self._check_audio_device)
+
+    def _gpus_found(self, devices) -> None:
+        """Offer "All GPUs here"; choosing the saved target again is no edit (nothing to undo)."""
+        with self.history.quiet():
+            self.render_panel.set_gpus(devices)
+        self.history.reset("setting:target")
 
     def _check_audio_device(self) -> None:
         """Say once, beside the transport, when playback will be silent (no audio output here)."""
