@@ -120,6 +120,8 @@ def test_health_engines_and_docs(server, client):
 
 OPERATIONS = {  # stable operation ids: generated clients name their functions after them
     ("get", "/v1/health"): "health",
+    ("get", "/v1/ready"): "ready",
+    ("get", "/metrics"): "metrics",
     ("get", "/v1/engines"): "list_engines",
     ("get", "/v1/avatars"): "list_avatars",
     ("post", "/v1/avatars"): "add_avatar",
@@ -166,6 +168,8 @@ def test_the_openapi_document_is_typed(server):
                 assert content[BINARY[op["operationId"]]]["schema"] == {"type": "string", "format": "binary"}
             elif op["operationId"] == "render_events":
                 assert list(content) == ["text/event-stream"]
+            elif op["operationId"] == "metrics":
+                assert list(content) == ["text/plain", "application/openmetrics-text"]
             else:
                 schema = content["application/json"]["schema"]
                 assert schema != {} and ("$ref" in schema or "anyOf" in schema), (method, path, schema)

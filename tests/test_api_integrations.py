@@ -20,7 +20,9 @@ from test_api import DEMO_AVATAR, one_sentence, wait_state  # noqa: E402
 
 TOKEN = "integrations-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+READ = {"Authorization": "Bearer dashboard-read-only"}
 SECRET = "webhook-secret-0123456789abcdef"
+ORIGIN = "https://dash.example"
 
 
 class Listener:
@@ -59,7 +61,20 @@ class Listener:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("integrations_home")
-    s = Server(home, "--token", TOKEN, "--webhook-secret", SECRET, "--webhook-allow", "127.0.0.1", token=TOKEN)
+    s = Server(
+        home,
+        "--token",
+        TOKEN,
+        "--read-token",
+        READ["Authorization"].split()[1],
+        "--webhook-secret",
+        SECRET,
+        "--webhook-allow",
+        "127.0.0.1",
+        "--cors-origin",
+        ORIGIN,
+        token=TOKEN,
+    )
     yield s
     s.stop()
 
@@ -188,13 +203,15 @@ def test_queued_jobs_show_their_position_and_eta(client, astro, audio_ids):
     wait_state(client, running["id"], states=("running",))
     queued = [render(client, audio_ids["short"]) for _ in range(2)]
     try:
-        now = [client.get(f"/v1/renders/{j['id']}").json() for j in queued]
-        assert [j["position"] for j in now] == [1, 2]
-        assert 0 < now[0]["starts_in_s"] < now[0]["eta_s"] <= now[1]["starts_in_s"] < now[1]["eta_s"]
-        listed = {j["id"]: j for j in client.get("/v1/renders").json()["renders"]}
-        assert listed[queued[1]["id"]]["position"] == 2
-        r = client.get(f"/v1/renders/{running['id']}").json()
-        assert r["position"] == 0 and r["eta_s"] is not None and r["eta_s"] <= now[0]["starts_in_s"] + 1
+        page = {j["id"]: j for j in client.get("/v1/renders").json()["renders"]}  # one moment's estimates
+        first, second, r = page[queued[0]["id"]], page[queued[1]["id"]], page[running["id"]]
+        assert (r["position"], first["position"], second["position"]) == (0, 1, 2)
+        assert r["eta_s"] is not None and first["starts_in_s"] == r["eta_s"]  # it starts when the running one ends
+        assert 0 < first["starts_in_s"] < first["eta_s"] == second["starts_in_s"] < second["eta_s"]
+        took = first["eta_s"] - first["starts_in_s"]  # both 40 frames: the same expected time
+        assert abs((second["eta_s"] - second["starts_in_s"]) - took) <= 0.2
+        one = client.get(f"/v1/renders/{queued[1]['id']}").json()
+        assert one["position"] == 2 and one["eta_s"] > 0
     finally:
         for j in [*queued, running]:
             client.delete(f"/v1/renders/{j['id']}")
@@ -259,6 +276,98 @@ def test_a_server_without_webhooks_refuses_one(tmp_path, clips):
         assert not [p for p in (s.home / "uploads").rglob("*") if p.is_file()]  # refused before any upload
     finally:
         s.stop()
+
+
+def test_metrics_in_prometheus_text_format(server, client, astro, audio_ids):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = httpx.get(f"{server.url}/metrics", headers=READ)  # a dashboard's read-only token may scrape
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=")
+    samples = {}
+    for family in text_string_to_metric_families(r.text):
+        assert family.name.startswith("studio"), family.name
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    jobs = client.get("/v1/renders", params={"limit": 500}).json()["renders"]
+    done = [j for j in jobs if j["state"] == "done"]
+    assert samples[("studio_jobs", (("state", "done"),))] == len(done) > 0
+    assert samples[("studio_queue_depth", ())] == sum(j["state"] == "queued" for j in jobs)
+    assert samples[("studio_render_seconds_count", ())] == len(done)  # every one rendered by this server
+    assert samples[("studio_frames_rendered_total", ())] == sum(j["result"]["frames"] for j in done)
+    assert samples[("studio_render_fps_count", ())] == len(done)
+    assert samples[("studio_uploads_total", (("kind", "audio"),))] >= 3
+    assert samples[("studio_storage_bytes", (("folder", "renders"),))] > 0
+    assert samples[("studio_webhook_deliveries_total", (("ok", "true"),))] >= 1
+    routes = {dict(k[1]).get("route") for k in samples if k[0] == "studio_http_requests_total"}
+    assert "/v1/renders/{job_id}" in routes and not any(r and r[-1].isdigit() for r in routes)
+    assert ("studio_info", (("version", client.get("/v1/health").json()["version"]),)) in samples
+
+
+def test_ready_says_why_not(server, client):
+    r = client.get("/v1/ready")
+    assert r.status_code == 200 and r.json()["ready"] is True
+    assert {c["name"] for c in r.json()["checks"]} == {"engine", "device", "data folder", "queue"}
+    renders = server.home / "renders"
+    renders.rename(server.home / "renders.away")
+    renders.write_text("not a folder")  # a hostile data folder: renders/ is a file
+    try:
+        msg = one_sentence(client.get("/v1/ready"), 503)
+        assert msg.startswith("not ready (data folder: its renders/ is not a folder")
+        assert client.get("/v1/health").status_code == 200  # alive, not ready
+    finally:
+        renders.unlink()
+        (server.home / "renders.away").rename(renders)
+    assert client.get("/v1/ready").status_code == 200
+
+
+def test_request_ids_are_echoed_and_logged(server, client):
+    r = client.get("/v1/health", headers={"X-Request-ID": "newsroom-4711"})
+    assert r.headers["x-request-id"] == "newsroom-4711"
+    made = client.get("/v1/health").headers["x-request-id"]
+    assert len(made) == 32 and int(made, 16) >= 0
+    for bad in ("two words", "x" * 200, "semi;colon"):
+        assert client.get("/v1/health", headers={"X-Request-ID": bad}).headers["x-request-id"] != bad
+    refused = httpx.get(f"{server.url}/v1/renders", headers={"X-Request-ID": "no-token-1"})
+    assert refused.status_code == 401 and refused.headers["x-request-id"] == "no-token-1"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        log = (server.home / "server.log").read_text()
+        if "request_id=no-token-1" in log:
+            break
+        time.sleep(0.1)
+    lines = [ln for ln in log.splitlines() if "request_id=newsroom-4711" in ln]
+    assert len(lines) == 1 and '"GET /v1/health" 200' in lines[0] and "127.0.0.1" in lines[0]
+    assert any('"GET /v1/renders" 401' in ln for ln in log.splitlines() if "request_id=no-token-1" in ln)
+    assert TOKEN not in log
+
+
+def test_a_read_only_token_only_reads(server, client, astro, audio_ids):
+    job = client.get("/v1/renders", params={"limit": 1}).json()["renders"][0]
+    assert httpx.get(f"{server.url}/v1/renders/{job['id']}", headers=READ).status_code == 200
+    assert httpx.get(f"{server.url}{job['links']['events']}", headers=READ).status_code == 200
+    for method, path in (
+        ("POST", "/v1/renders"),
+        ("DELETE", f"/v1/renders/{job['id']}"),
+        ("POST", f"/v1/renders/{job['id']}/retry"),
+        ("GET", f"/v1/frame?job={job['id']}&t=0"),  # renders a frame: not a read
+        ("DELETE", "/v1/avatars/astro"),
+    ):
+        r = httpx.request(method, f"{server.url}{path}", headers=READ)
+        assert "this token may only read" in one_sentence(r, 403), path
+    assert client.get("/v1/avatars").json()["avatars"][0]["name"] == "astro"
+
+
+def test_cors_only_for_the_origins_listed(server):
+    pre = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
+    r = httpx.options(f"{server.url}/v1/renders", headers=pre)  # a preflight needs no token
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == ORIGIN
+    r = httpx.get(f"{server.url}/v1/health", headers={**AUTH, "Origin": ORIGIN})
+    assert (
+        r.headers["access-control-allow-origin"] == ORIGIN
+        and "x-request-id" in r.headers["access-control-expose-headers"].lower()
+    )
+    other = httpx.get(f"{server.url}/v1/health", headers={**AUTH, "Origin": "https://evil.example"})
+    assert "access-control-allow-origin" not in other.headers
 
 
 def test_retention_expires_old_renders_and_removes_old_uploads(tmp_path, clips):

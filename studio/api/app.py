@@ -40,6 +40,7 @@ STREAM_MODELS = ("StateEvent", "ProgressEvent")
 
 
 def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> FastAPI:
+    from studio.api.access import RequestLog
     from studio.api.guard import Guard
     from studio.api.routers import include_all
     from studio.core.store.paths import sub_dir
@@ -66,7 +67,27 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
     )
     app.state.studio = state
     errors.install(app)
-    app.add_middleware(Guard, token=opts.token, max_body=opts.max_body_bytes, max_upload_mb=opts.max_upload_mb)
+    # outermost last: CORS (answers preflights, no token needed), the access log and request id (every
+    # answer, refusals included), then the guard (token, size) in front of the routes
+    app.add_middleware(
+        Guard,
+        token=opts.token,
+        max_body=opts.max_body_bytes,
+        max_upload_mb=opts.max_upload_mb,
+        read_token=opts.read_token,
+    )
+    app.add_middleware(RequestLog, metrics=state.metrics)
+    if opts.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(opts.cors_origins),
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "X-Request-ID", "Range"],
+            expose_headers=["X-Request-ID", "X-Studio-Job", "Idempotent-Replayed", "Content-Range", "Retry-After"],
+            max_age=600,
+        )
     include_all(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -70,7 +70,8 @@ def install(app) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(request, exc: Exception):
-        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+        rid = getattr(request.state, "request_id", "-")
+        log.error("internal error on %s %s (request_id=%s)", request.method, request.url.path, rid, exc_info=exc)
         return error_response(500, f"internal error ({type(exc).__name__}); the traceback is in the server's log")
 
 

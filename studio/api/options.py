@@ -62,6 +62,8 @@ class ServeOptions:
                 raise InputError("--read-token must be at least 8 characters (use a long random one)")
             if self.read_token == self.token:
                 raise InputError("--read-token must differ from --token (it may only read)")
+            if not self.token:
+                raise InputError("--read-token needs --token: without a token the server is open to every request")
         allow = split_list(self.webhook_allow) if isinstance(self.webhook_allow, str) else self.webhook_allow
         allow = tuple(h.lower().strip("[]") for h in allow)
         if allow and not self.webhook_secret:

@@ -21,6 +21,14 @@ def serve(options: ServeOptions, on_listening=None) -> None:
     from studio.api.app import create_app
 
     options = options.check()
+    access = logging.getLogger("studio.api.access")  # one line per request on stderr (and in the log file)
+    if not any(getattr(h, "studio_access", False) for h in access.handlers):
+        h = logging.StreamHandler()
+        h.setFormatter(logging.Formatter("studio: access: %(message)s"))
+        h.setLevel(logging.INFO)
+        h.studio_access = True  # type: ignore[attr-defined]
+        access.addHandler(h)
+        access.setLevel(logging.INFO)
     sock = bind(options.host, options.port)
     app = create_app(options=options)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="on")

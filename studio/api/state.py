@@ -36,6 +36,10 @@ class ApiState:
         self.started = time.time()
         self._unsubscribe: Any = None
         self.webhooks: Any = None  # the webhook sender (``studio.api.webhooks``), when the server sends any
+        from studio.api.metrics import Metrics
+
+        self.metrics = Metrics(self)
+        uploads.on_stored = lambda kind, size: self.metrics.upload(kind, size)
 
     @property
     def queue(self):
@@ -65,7 +69,7 @@ class ApiState:
         q = self.queue
         if self.opts.max_queued is not None:
             q.max_queued = self.opts.max_queued
-        subs = [q.subscribe(self.events.on_event)]
+        subs = [q.subscribe(self.events.on_event), q.subscribe(self.metrics.on_event)]
         if self.opts.webhook_secret and self.opts.webhook_allow:
             from studio.api.webhooks import WebhookSender
 

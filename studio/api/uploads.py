@@ -43,9 +43,10 @@ class Stored:
 
 
 class UploadStore:
-    def __init__(self, root: Path, max_bytes: int):
+    def __init__(self, root: Path, max_bytes: int, on_stored=None):
         self.root = Path(root)
         self.max_bytes = int(max_bytes)
+        self.on_stored = on_stored  # called with (kind, bytes) for each file received (metrics)
         for sub in ("audio", "avatars"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
@@ -156,10 +157,15 @@ class UploadStore:
         sid = sha[:16]
         final = self.root / sub / f"{sid}{ext}"
         new = not final.exists()
+        if self.on_stored is not None:
+            self.on_stored(sub, size)
         if new:
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
             os.replace(tmp, final)
+        else:
+            with contextlib.suppress(OSError):  # sent again: it is in use again (retention counts from now)
+                os.utime(final)
         return Stored(sid, final, name, size, kind, new)
 
 

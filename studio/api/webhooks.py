@@ -171,6 +171,7 @@ class WebhookSender:
             error = f"{type(exc).__name__}: {exc}"[:300]
         ok = not error
         self.st.queue.add_delivery(job.id, job.state, url, attempt, ok, status, error)
+        self.st.metrics.delivery(ok)
         (log.info if ok else log.warning)(
             "webhook for job %d (%s) try %d: %s", job.id, job.state, attempt, "delivered" if ok else error
         )

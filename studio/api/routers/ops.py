@@ -1,16 +1,23 @@
-"""Operations: ``GET /v1/health`` (liveness and the queue at a glance)."""
+"""Operations: ``GET /v1/health`` (liveness), ``GET /v1/ready`` (can it render now), ``GET /metrics``."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+import uuid
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from studio import __version__
-from studio.api.models import Health, errors
-from studio.api.state import State
+from studio.api.models import Health, Ready, errors
+from studio.api.state import ApiState, State
 
 router = APIRouter(tags=["server"])
+
+MIN_FREE_BYTES = 512 * 2**20  # a render needs room for its file and its temporaries
 
 
 @router.get(
@@ -18,7 +25,7 @@ router = APIRouter(tags=["server"])
     operation_id="health",
     response_model=Health,
     responses=errors(),
-    summary="Is the server up; what is queued and running",
+    summary="Is the server up (liveness); what is queued and running",
 )
 def health(st: State) -> dict:
     jobs = st.queue.list()
@@ -32,3 +39,102 @@ def health(st: State) -> dict:
         "max_queued": st.opts.max_queued,
         "max_upload_mb": st.opts.max_upload_mb,
     }
+
+
+@router.get(
+    "/v1/ready",
+    operation_id="ready",
+    response_model=Ready,
+    responses=errors(503),
+    summary="Can this server render now: an engine, the device, a writable data folder, the queue runner",
+)
+async def ready(st: State):
+    checks = await run_in_threadpool(readiness, st)
+    failed = [c for c in checks if not c["ok"]]
+    if failed:
+        text = st.public_text("; ".join(f"{c['name']}: {c['detail']}" for c in failed))
+        return JSONResponse({"error": f"not ready ({text})"}, status_code=503, headers={"Retry-After": "10"})
+    return {"ready": True, "checks": checks}
+
+
+def readiness(st: ApiState) -> list[dict]:
+    out = []
+
+    def check(name: str, fn) -> None:
+        try:
+            detail = fn()
+            out.append({"name": name, "ok": True, "detail": detail})
+        except Exception as exc:  # noqa: BLE001 - every failure is a reason, said in one line
+            out.append({"name": name, "ok": False, "detail": str(exc) or type(exc).__name__})
+
+    check("engine", _engine)
+    check("device", _device)
+    check("data folder", _data_folder)
+    check("queue", lambda: _queue(st))
+    return out
+
+
+def _engine() -> str:
+    from studio.core.engines.base import engine_status
+
+    ready = [a for a in engine_status().values() if a.ready]
+    if not ready:
+        raise RuntimeError("no engine can run here")
+    return ", ".join(f"{a.name} ({a.reason})" for a in ready)
+
+
+def _device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda ({torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0)})"
+    return f"cpu ({os.cpu_count()} cores; no CUDA GPU)"
+
+
+def _data_folder() -> str:
+    from studio.core.store.paths import data_dir
+    from studio.service.retention import OWNED
+
+    folders = [data_dir() / name for name in OWNED]
+    for folder in folders:
+        if not folder.is_dir():
+            raise RuntimeError(f"its {folder.name}/ is not a folder")
+        probe = folder / f".ready-{uuid.uuid4().hex}.tmp"
+        try:
+            probe.write_bytes(b"ok")
+        except OSError as exc:
+            raise RuntimeError(f"its {folder.name}/ cannot be written ({exc.strerror or exc})") from None
+        finally:
+            probe.unlink(missing_ok=True)
+    free = shutil.disk_usage(folders[0]).free
+    if free < MIN_FREE_BYTES:
+        raise RuntimeError(f"only {free / 2**20:.0f} MB free; a render needs at least {MIN_FREE_BYTES >> 20} MB")
+    return f"writable, {free / 2**30:.1f} GB free"
+
+
+def _queue(st: ApiState) -> str:
+    st.queue.list()  # jobs.sqlite readable
+    if not st.queue.started:
+        raise RuntimeError("the queue runner is not running")
+    return "jobs.sqlite readable, runner started"
+
+
+@router.get(
+    "/metrics",
+    operation_id="metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus' text format, or OpenMetrics when the scraper asks (names start with studio_)",
+            "content": {
+                "text/plain": {"schema": {"type": "string"}},
+                "application/openmetrics-text": {"schema": {"type": "string"}},
+            },
+        },
+        **errors(),
+    },
+    summary="Metrics for Prometheus: jobs by state, render seconds, frames/s, queue depth, uploads, GPU memory",
+)
+def metrics(st: State, request: Request):
+    body, kind = st.metrics.render(request.headers.get("accept"))
+    return Response(body, headers={"Content-Type": kind})

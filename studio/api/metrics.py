@@ -1,0 +1,159 @@
+"""``GET /metrics``: the server in Prometheus' text format (prometheus-client), every name ``studio_``.
+
+    m = Metrics(state)                # one registry per app (not the process-wide default)
+    m.on_event(queue_event)           # a job ended here: render seconds, frames/s, frames, jobs by end
+    m.request("POST", "/v1/renders", 202, 0.031)
+    body, content_type = m.render(accept)    # negotiated: Prometheus' text format or OpenMetrics
+
+Counted as they happen (this process): ``studio_render_seconds`` and ``studio_render_fps``
+(histograms of finished renders), ``studio_frames_rendered_total``, ``studio_jobs_finished_total``
+{state}, ``studio_uploads_total`` / ``studio_upload_bytes_total`` {kind},
+``studio_http_requests_total`` {method, route, status} and ``studio_http_request_seconds`` {route}
+(routes as templates, so ids do not make new series), ``studio_webhook_deliveries_total`` {ok}.
+Read at each scrape: ``studio_jobs`` {state} (the whole shared queue, every face's jobs),
+``studio_queue_depth``, ``studio_running_jobs``, ``studio_warm_engines``, ``studio_storage_bytes``
+{folder} (renders, uploads), ``studio_gpu_memory_bytes`` {device, kind} (allocated, reserved: when
+torch and CUDA are in use) and ``studio_info`` {version}.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+log = logging.getLogger(__name__)
+
+SECONDS_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+FPS_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 200, 400, 800)
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
+
+
+class Metrics:
+    def __init__(self, st):
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self.st = st
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.render_seconds = Histogram(
+            "studio_render_seconds", "Seconds a finished render took", buckets=SECONDS_BUCKETS, registry=r
+        )
+        self.render_fps = Histogram(
+            "studio_render_fps", "Frames per second of finished renders", buckets=FPS_BUCKETS, registry=r
+        )
+        self.frames = Counter("studio_frames_rendered", "Video frames written by finished renders", registry=r)
+        self.finished = Counter("studio_jobs_finished", "Jobs that reached a final state here", ["state"], registry=r)
+        self.uploads = Counter("studio_uploads", "Files uploaded (voice-overs, avatar sources)", ["kind"], registry=r)
+        self.upload_bytes = Counter("studio_upload_bytes", "Bytes uploaded", ["kind"], registry=r)
+        self.http = Counter("studio_http_requests", "HTTP requests answered", ["method", "route", "status"], registry=r)
+        self.http_seconds = Histogram(
+            "studio_http_request_seconds", "Seconds to answer", ["route"], buckets=HTTP_BUCKETS, registry=r
+        )
+        self.webhooks = Counter("studio_webhook_deliveries", "Webhook calls made", ["ok"], registry=r)
+        r.register(_Scrape(st))
+
+    def on_event(self, ev) -> None:
+        if ev.kind != "state" or ev.job is None or ev.job.state not in ("done", "failed", "cancelled", "interrupted"):
+            return
+        self.finished.labels(ev.job.state).inc()
+        if ev.job.state == "done":
+            r = ev.job.result or {}
+            if r.get("seconds"):
+                self.render_seconds.observe(float(r["seconds"]))
+            if r.get("fps"):
+                self.render_fps.observe(float(r["fps"]))
+            self.frames.inc(int(r.get("frames") or 0))
+
+    def request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.http.labels(method, route, str(status)).inc()
+        self.http_seconds.labels(route).observe(seconds)
+
+    def upload(self, kind: str, size: int) -> None:
+        self.uploads.labels(kind).inc()
+        self.upload_bytes.labels(kind).inc(size)
+
+    def delivery(self, ok: bool) -> None:
+        self.webhooks.labels(str(ok).lower()).inc()
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The samples in the format the scraper asks for (``Accept``: Prometheus' text format, or
+        OpenMetrics), and its content type."""
+        from prometheus_client.exposition import choose_encoder
+
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+
+class _Scrape:
+    """What is read at each scrape: the shared queue, storage, warm engines, GPU memory."""
+
+    def __init__(self, st):
+        self.st = st
+
+    def describe(self):
+        return []  # no samples at registration (the queue may not be open yet)
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+
+        from studio import __version__
+        from studio.api.models import JOB_STATES
+
+        info = InfoMetricFamily("studio", "This Studio server")
+        info.add_metric([], {"version": __version__})
+        yield info
+        jobs = self.st.queue.list()
+        by_state = GaugeMetricFamily("studio_jobs", "Jobs in the queue by state (every face's)", labels=["state"])
+        for state in JOB_STATES:
+            by_state.add_metric([state], sum(j.state == state for j in jobs))
+        yield by_state
+        yield GaugeMetricFamily(
+            "studio_queue_depth", "Jobs waiting to render", value=sum(j.state == "queued" for j in jobs)
+        )
+        yield GaugeMetricFamily(
+            "studio_running_jobs", "Jobs rendering now", value=sum(j.state == "running" for j in jobs)
+        )
+        yield GaugeMetricFamily("studio_warm_engines", "Engines loaded and kept warm", value=len(self.st.pool.warm()))
+        storage = GaugeMetricFamily("studio_storage_bytes", "Bytes kept in the data folder", labels=["folder"])
+        from studio.core.store.paths import data_dir
+        from studio.service.retention import OWNED
+
+        for name in OWNED:
+            storage.add_metric([name], _size(data_dir() / name))
+        yield storage
+        gpu = GaugeMetricFamily("studio_gpu_memory_bytes", "CUDA memory of this process", labels=["device", "kind"])
+        for device, kind, value in _gpu_memory():
+            gpu.add_metric([device, kind], value)
+        yield gpu
+
+
+def _size(folder) -> int:
+    total = 0
+    if not folder.is_dir():
+        return 0
+    for p in folder.rglob("*"):
+        try:
+            if p.is_file():
+                total += p.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def _gpu_memory() -> list[tuple[str, str, int]]:
+    """(device, allocated|reserved, bytes) of each CUDA device, when this process uses torch on CUDA
+    (torch is not imported for a scrape)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    try:
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return []
+        out = []
+        for i in range(torch.cuda.device_count()):
+            out.append((f"cuda:{i}", "allocated", int(torch.cuda.memory_allocated(i))))
+            out.append((f"cuda:{i}", "reserved", int(torch.cuda.memory_reserved(i))))
+        return out
+    except Exception:  # a driver problem must not break the scrape (logged)
+        log.debug("GPU memory not read", exc_info=True)
+        return []
