@@ -289,13 +289,18 @@ class JobStore:
 
     # ---- idempotency keys ---------------------------------------------------------------
 
-    def claim_key(self, scope: str, key: str, fingerprint: str) -> dict | None:
+    def claim_key(self, scope: str, key: str, fingerprint: str, stale_s: float = 600.0) -> dict | None:
         """Reserve ``key`` (per ``scope``, e.g. ``POST /v1/renders``) for a request whose body has
         ``fingerprint``; None when it is new (the caller does the work, then ``finish_key`` or
-        ``release_key``), else the stored record: ``{"fingerprint", "job_id", "answer", "busy"}``."""
+        ``release_key``), else the stored record: ``{"fingerprint", "job_id", "answer", "busy"}``.
+        A reservation never finished within ``stale_s`` (its process died mid-request) is free again."""
         now = time.time()
         with self._tx() as db:
             db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "DELETE FROM idempotency WHERE scope=? AND key=? AND done=0 AND created < ?",
+                (scope, key, now - stale_s),
+            )
             row = db.execute("SELECT * FROM idempotency WHERE scope=? AND key=?", (scope, key)).fetchone()
             if row is None:
                 db.execute(
