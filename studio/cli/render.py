@@ -172,11 +172,13 @@ def _frames(args):
     a, b = getattr(args, "range_in", None), getattr(args, "range_out", None)
     if a is None and b is None:
         return None
+    from studio.core.avatars.library import output_rate_for
     from studio.core.errors import InputError
     from studio.core.media.audio import probe
     from studio.core.media.timecode import TimecodeError, parse_jump
 
-    total = probe(args.audio).frames
+    rate = output_rate_for(getattr(args, "fps", None), args.avatar)  # timecodes count the output's frames
+    total = probe(args.audio).frames_at(rate)
 
     def frame(text, default):
         if text is None:
@@ -185,9 +187,9 @@ def _frames(args):
         if re.fullmatch(r"\d+(\.\d+)?", text):  # a plain number is seconds, as in ffmpeg's -ss
             from studio.core.render.plan import frame_index
 
-            return frame_index(float(text))
+            return frame_index(float(text), rate)
         try:
-            return parse_jump(text, 0)
+            return parse_jump(text, 0, rate)
         except TimecodeError as exc:
             raise InputError(str(exc)) from None
 
@@ -322,16 +324,20 @@ def run_frame(args) -> int:
         raise InputError(f"-t {args.time}: give the time as a number of seconds, such as 12.48")
     out = _check_output(args.output, args.avatar, args.audio, "image")
     info = probe(args.audio)
-    if args.time < 0 or frame_index(args.time) >= info.frames:
+    renderer = Renderer(args.avatar, args.audio, _settings(args))
+    rate = renderer.rate
+    if args.time < 0 or frame_index(args.time, rate) >= info.frames_at(rate):
         raise InputError(f"-t {args.time} is outside the voice-over (0 to {info.duration_s:.2f} s)")
-    at = frame_index(args.time)
-    renderer = Renderer(args.avatar, args.audio, _settings(args), frames=(at, at + 1))  # a long clip: its stretch
+    at = frame_index(args.time, rate)
+    renderer.focus((at, at + 1))  # a long clip: its stretch only
     img = renderer.frame_at(args.time)
     with atomic_output(out, overwrite=args.overwrite) as written:
         PIL.Image.fromarray(img).save(written.tmp, format="PNG")
-    idx = frame_index(args.time)
+    idx = frame_index(args.time, rate)
+    from studio.core.media.rates import rate_text
+
     print(
-        f"wrote {written.final}: frame {idx} ({idx / 25:.2f} s), "
+        f"wrote {written.final}: frame {idx} ({float(idx / rate):.2f} s at {rate_text(rate)} fps), "
         f"{'silent' if renderer.plan.silent[idx] else 'speech'}, engine {renderer.engine.name}"
         + kept_note(out, written.final)
     )

@@ -52,6 +52,12 @@ KNOBS: dict[str, Knob] = {
             "background while the audio and the encoders get ready",
         ),
         Knob("STUDIO_X264_WORKERS", "", "parallel x264 chunk encoders (default: one per core)"),
+        Knob(
+            "STUDIO_QUEUE_PIPELINE",
+            "1",
+            "0: queued jobs run strictly one after another (by default the next job's engine work "
+            "starts while the previous job's encoders drain)",
+        ),
         Knob("STUDIO_X264_PROCESSES", "1", "0: parallel x264 chunks run in threads of this process"),
         Knob("STUDIO_X264_NICE", "5", "the CPU priority (nice) of x264 encoder processes"),
         Knob(

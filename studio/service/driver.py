@@ -62,6 +62,11 @@ class Render:
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
+    @property
+    def engine(self):
+        """The warm engine a local render ran on (None for other placements or before it starts)."""
+        return getattr(self._active, "engine", None) if self.request.placement.kind == "local" else None
+
     def run(self) -> Iterator[Progress]:
         """Yields ``Progress``; the last has ``finished=True`` and ``self.result`` is set. Raises
         ``Cancelled`` after a cancel (nothing is written) and a ``StudioError`` for bad input."""
@@ -79,7 +84,7 @@ class Render:
         t0 = time.perf_counter()
         last = None
         for p in strategy():
-            if self._cancel.is_set():
+            if self._cancel.is_set() and not p.finished:  # once the file is written, the job is done
                 raise Cancelled("render cancelled; nothing was written")
             last = self.last = p
             yield p

@@ -12,8 +12,12 @@
     qs.estimates()                                        # {id: Estimate(position, eta_s)} of waiting jobs
     qs.apply_retention()                                  # expire old renders, remove old uploads
 
-Jobs run one after another, in queue order, through the one driver (``Render``) on the shared
-engine pool, so engines stay warm between jobs. States and progress are persisted (progress at
+Jobs run in queue order through the one driver (``Render``) on the shared engine pool, so engines
+stay warm between jobs. Pipelined (the default; ``pipeline=False`` or ``STUDIO_QUEUE_PIPELINE=0``
+runs them strictly one after another): once a job's last frame has left the engine, its encoders
+drain and its file is finished on a drain thread while the next job's engine work starts, so one
+GPU serves many clients at its own rate. At most one job drains while one renders (bounded
+memory), and each writes the file it would write alone. States and progress are persisted (progress at
 most once a second), so every view of the same store (the window, ``studio queue list``, the
 server) sees the same queue. Nothing starts by itself: queued jobs wait until ``start`` or
 ``run_until_empty`` is called; a job that was running when its process died comes back
@@ -66,6 +70,7 @@ from studio.service.request import Placement, RenderRequest
 log = logging.getLogger(__name__)
 
 STORE_PROGRESS_S = 1.0  # persisted progress at most this often
+_HANDED = object()  # _consume: the job goes on in the drain thread
 RETENTION_EVERY_S = 60.0  # the runner applies retention this often (and after each job)
 
 
@@ -211,8 +216,10 @@ class QueueService:
         *,
         max_queued: int | None = None,
         in_process_farm: bool = False,
+        pipeline: bool | None = None,
         retention=None,
     ):
+        from studio.core import env
         from studio.service.pool import default_pool
         from studio.service.retention import Retention
 
@@ -226,6 +233,9 @@ class QueueService:
         self._thread: threading.Thread | None = None
         self._stop = False
         self._current: tuple[int, Render] | None = None
+        self.pipeline = env.flag("STUDIO_QUEUE_PIPELINE") if pipeline is None else bool(pipeline)
+        self._draining: tuple[int, Render, threading.Thread] | None = None  # a job finishing its file
+        self._idle_engine = None  # the last job's engine: it warms its other batch sizes when idle
         self._farm_link = None  # kept warm between farm jobs
         self._interrupting = False
         self.last_progress: dict[int, Progress] = {}
@@ -313,10 +323,11 @@ class QueueService:
     def cancel(self, job_id: int) -> J.Job:
         """A queued or held job is cancelled; a running one stops within one batch, leaving no file."""
         with self._lock:
-            cur = self._current
-        if cur is not None and cur[0] == job_id:
-            cur[1].cancel()
-            return self.store.get(job_id)
+            live = [c for c in (self._current, self._draining) if c is not None]
+        for cur in live:
+            if cur[0] == job_id:
+                cur[1].cancel()
+                return self.store.get(job_id)
         return self._changed(self.store.cancel(job_id))
 
     def retry(self, job_id: int) -> J.Job:
@@ -485,13 +496,23 @@ class QueueService:
 
     @property
     def running_job_id(self) -> int | None:
+        """The job the engine works on (else the one finishing its file)."""
         with self._lock:
-            return self._current[0] if self._current else None
+            cur = self._current or self._draining
+            return cur[0] if cur else None
+
+    @property
+    def running_job_ids(self) -> list[int]:
+        """Every running job: the one on the engine and the one whose encoders drain."""
+        with self._lock:
+            return [c[0] for c in (self._draining, self._current) if c is not None]
 
     # ---- running ------------------------------------------------------------------------
 
     def run_next(self) -> J.Job | None:
-        """Claim and run the next queued job in this thread; None when nothing is queued."""
+        """Claim and run the next queued job in this thread; None when nothing is queued. A
+        pipelined job is answered (still ``running``) once its frames have left the engine: its
+        file is finished on the drain thread (``wait_drained``)."""
         job = self.store.claim_next()
         if job is None:
             return None
@@ -506,20 +527,30 @@ class QueueService:
             out = []
             while not self._stop and (job := self.run_next()) is not None:
                 out.append(job)
+            self.wait_drained()
             self.checks.wait()  # the checks of the finished jobs, before the caller (a command) ends
             return [self._fresh(j) for j in out]
         finally:
             if unsub:
                 unsub()
 
+    def wait_drained(self, timeout: float | None = None) -> None:
+        """Wait until no job is finishing its file on the drain thread."""
+        with self._lock:
+            d = self._draining
+        if d is not None and d[2] is not threading.current_thread():
+            d[2].join(timeout)
+
     def start(self) -> None:
-        """Run queued jobs on a background thread until ``stop`` (jobs added later run too)."""
+        """Run queued jobs on a background thread until ``stop`` (jobs added later run too). The
+        encoder processes start meanwhile, so the first job does not wait for them."""
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
             self._stop = self._interrupting = False
             self._thread = threading.Thread(target=self._loop, name="studio-queue", daemon=True)
             self._thread.start()
+        threading.Thread(target=_prestart_encoders, name="studio-encoders-start", daemon=True).start()
 
     @property
     def started(self) -> bool:
@@ -531,13 +562,16 @@ class QueueService:
         with self._lock:
             self._stop = True
             self._interrupting = interrupt
-            cur = self._current
+            live = [c for c in (self._current, self._draining) if c is not None]
             self._wake.notify_all()
-        if cur is not None and interrupt:
-            cur[1].cancel()
+        if interrupt:
+            for cur in live:
+                cur[1].cancel()
         t = self._thread
         if timeout is not None and t is not None and t is not threading.current_thread():
             t.join(timeout)  # timeout None: do not wait (a pause lets the running job finish)
+        if timeout is not None:
+            self.wait_drained(timeout)
 
     def close(self) -> None:
         """Stop now (a running job is interrupted) and leave the farm."""
@@ -576,10 +610,26 @@ class QueueService:
             if job is not None:
                 self._swept = float("-inf")  # a new file: retention looks again before the next job
             if job is None:
+                self._warm_idle()
                 with self._lock:
                     if self._stop:
                         return
                     self._wake.wait(1.0)  # also picks up jobs queued by another process
+
+    def _warm_idle(self) -> None:
+        """Nothing queued: let the last job's engine capture its other batch sizes now (a warm
+        server's short jobs then pay no capture), one at a time under its lock."""
+        engine, self._idle_engine = self._idle_engine, None
+        warm = getattr(engine, "warm_buckets", None)
+        if warm is None:
+            return
+        try:
+            lock = self.pool.lock_for(engine) if hasattr(self.pool, "lock_for") else None
+            got = warm(lock=lock)
+            if got:
+                log.info("engine warmed while idle: CUDA graphs for batches %s", got)
+        except Exception:
+            log.warning("warming the engine's other batch sizes failed", exc_info=True)
 
     def _run(self, job: J.Job) -> J.Job:
         relative = relative_paths(job)
@@ -598,17 +648,37 @@ class QueueService:
         render.on_started = lambda where: self._emit("placed", job.id, self.store.get(job.id), where=where)
         with self._lock:
             self._current = (job.id, render)
-        last_store = 0.0
+            if self._interrupting:  # stop(interrupt=True) came while this job was being claimed
+                render.cancel()
+        handed = False
         try:
-            for p in render.run():
+            out = self._consume(job, render, render.run(), [0.0], may_hand_off=self.pipeline)
+            handed = out is _HANDED
+            return self.store.get(job.id) if handed else out
+        finally:
+            if not handed:
+                self._farm_link = render.farm_link  # kept warm for the next farm job (None once lost)
+            with self._lock:
+                if self._current is not None and self._current[0] == job.id:
+                    self._current = None
+
+    def _consume(self, job: J.Job, render: Render, gen, last_store: list, may_hand_off: bool):
+        """Run ``gen`` (the render's progress) to its end: the job's final row. With
+        ``may_hand_off``, a local render whose last frame has left the engine goes on in a drain
+        thread instead (``_HANDED``): its encoders drain while the runner takes the next job."""
+        try:
+            for p in gen:
                 self.last_progress[job.id] = replace(p, preview=None)  # kept per job: no frames
                 now = time.monotonic()
-                if now - last_store >= STORE_PROGRESS_S or p.finished:
-                    last_store = now
+                if now - last_store[0] >= STORE_PROGRESS_S or p.finished:
+                    last_store[0] = now
                     self.store.set_progress(job.id, p.fraction)
                     if self.store.get(job.id).state != J.RUNNING:  # cancelled by another process's view
                         render.cancel()
                 self._emit("progress", job.id, progress=p, where=render.where)
+                if may_hand_off and self._engine_done(render, p):
+                    self._hand_off(job, render, gen, last_store)
+                    return _HANDED
             r = render.result
             data = r.to_json() if hasattr(r, "to_json") else dict(r or {})
             data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
@@ -616,12 +686,14 @@ class QueueService:
                 data["output"] = os.path.abspath(data["output"])
                 with contextlib.suppress(OSError):
                     data["output_id"] = file_identity(data["output"])  # owned_output checks it
+            req = render.request
             if req.settings.check:
                 data["check"] = {"state": "pending"}
             done = self.store.finish(job.id, output=data.get("output"), result=data)
             self._emit("state", job.id, done, where=render.where)
             if req.settings.check and done.state == J.DONE:
                 self.checks.submit(job.id, req, done.output)
+            self._idle_engine = render.engine or self._idle_engine
             return done
         except Cancelled:
             return self._cancelled(job.id)
@@ -639,10 +711,32 @@ class QueueService:
             return self._finish(
                 job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); the details are in {log_file()}"
             )
-        finally:
-            self._farm_link = render.farm_link  # kept warm for the next farm job (None once lost)
-            with self._lock:
+
+    @staticmethod
+    def _engine_done(render: Render, p: Progress) -> bool:
+        """Every frame has left the engine; what is left is the encoders' drain and the file."""
+        return render.request.placement.kind == "local" and not p.finished and 0 < p.total <= p.done
+
+    def _hand_off(self, job: J.Job, render: Render, gen, last_store: list) -> None:
+        """Finish ``job`` on a drain thread (after the previous one: at most one drains)."""
+        self.wait_drained()
+        t = threading.Thread(
+            target=self._drain, args=(job, render, gen, last_store), name=f"studio-queue-drain-{job.id}", daemon=True
+        )
+        with self._lock:
+            self._draining = (job.id, render, t)
+            if self._current is not None and self._current[0] == job.id:
                 self._current = None
+        t.start()
+
+    def _drain(self, job: J.Job, render: Render, gen, last_store: list) -> None:
+        try:
+            self._consume(job, render, gen, last_store, may_hand_off=False)
+        finally:
+            with self._lock:
+                if self._draining is not None and self._draining[0] == job.id:
+                    self._draining = None
+                self._wake.notify_all()
 
     def _cancelled(self, job_id: int) -> J.Job:
         if self._interrupting:
@@ -661,6 +755,24 @@ class QueueService:
             return self.store.get(job_id) if any(j.id == job_id for j in self.store.list()) else None
         self._emit("state", job_id, job)
         return job
+
+
+def _prestart_encoders() -> None:
+    """Start the parallel x264 encoder processes (one per core) and the audio one, where renders
+    use them (4 cores or more)."""
+    import os
+
+    from studio.core import env
+
+    cores = os.cpu_count() or 1
+    if cores < 4 or env.get("STUDIO_X264_PROCESSES") == "0":
+        return
+    try:
+        from studio.core.media.x264_pool import prestart
+
+        prestart(env.get_int("STUDIO_X264_WORKERS") or cores)
+    except Exception:
+        log.warning("starting the encoder processes ahead failed", exc_info=True)
 
 
 def gpus_here() -> list[str]:

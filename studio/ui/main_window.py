@@ -495,6 +495,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.timeline.playheadMoved.connect(self._playhead_moved)
         self.timeline.rangeChanged.connect(panel.set_range)
         self.timeline.playClicked.connect(self.transport.toggle)
+        panel.fields["fps"].currentTextChanged.connect(lambda _t: self._rate_changed())
         self.timeline.error.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.preview.filesDropped.connect(self.drop_files)
         panel.renderClicked.connect(self.render)
@@ -570,6 +571,7 @@ class MainWindow(FileDrops, QMainWindow):
             if self.library.avatar != name:
                 return
             self.assets = assets
+            self._rate_changed()  # "auto" follows the avatar's own rate
             self._show_avatar_frame()
             self._mark_faceless()
             self.avatarLoaded.emit(assets)
@@ -588,7 +590,7 @@ class MainWindow(FileDrops, QMainWindow):
         a = self.assets
         index = 0
         if self.last_scrub is not None:
-            index = a.cycle_index(self.last_scrub[1]) if hasattr(a, "cycle_index") else 0
+            index = self._avatar_index(self.last_scrub[1]) if hasattr(a, "cycle_index") else 0
         image, extra = self._decorate(a.frames[index], index)
         caption = f"{self.library.avatar} · {a.width}x{a.height} · {a.N} frame(s){extra}"
         self.preview.show_now(image, caption, -1)
@@ -633,8 +635,27 @@ class MainWindow(FileDrops, QMainWindow):
         if ok.all():
             self.timeline.set_faceless([])
             return
-        bad = ~ok[np.asarray(a.cycle_index(np.arange(analysis.frames)))]
+        bad = ~ok[np.asarray(self._avatar_index(np.arange(analysis.frames)))]
         self.timeline.set_faceless(runs(bad))
+
+    def _avatar_index(self, frame):
+        """The avatar frame output frame ``frame`` (an int or an array) shows, at the timeline's rate."""
+        from studio.core.media.rates import map_frames
+
+        a = self.assets
+        return a.cycle_index(map_frames(frame, self.timeline.rate, getattr(a, "fps", self.timeline.rate)))
+
+    def output_rate(self):
+        """The rate the next render has: the Frame rate setting, or for auto the avatar's own (25 for a photo)."""
+        from studio.core.media.rates import output_rate
+
+        return output_rate(self.render_panel.render_settings().fps, self.assets)
+
+    def _rate_changed(self) -> None:
+        """The output rate changed (the setting, or an avatar with another rate): the timeline's frames,
+        timecode and silence mask are those of the new rate."""
+        if self.library.script and self.analysis is not None and self.analysis.rate != self.output_rate():
+            self._script_selected(self.library.script)
 
     def _script_selected(self, path: str) -> None:
         self.render_panel.set_context(script=path)
@@ -642,8 +663,10 @@ class MainWindow(FileDrops, QMainWindow):
             return
         from studio.core.media.audio import analyze
 
+        rate = self.output_rate()
+
         def done(analysis) -> None:
-            if self.library.script != path:
+            if self.library.script != path or analysis.rate != self.output_rate():
                 return
             self.transport.stop()
             self.transport.audio_path = path
@@ -656,11 +679,11 @@ class MainWindow(FileDrops, QMainWindow):
             self.analysisReady.emit(analysis)
 
         known = self.library.analyses.get(path)  # checked when it was added: no second decode
-        if known is not None:
+        if known is not None and known.rate == rate:
             done(known)
             return
         self.timeline.info.setText(f"analysing {Path(path).name}…")
-        run_in_background(analyze, path, on_done=done, on_error=self.show_error)
+        run_in_background(analyze, path, True, rate, on_done=done, on_error=self.show_error)
 
     def _threshold_changed(self, value: float) -> None:
         self.render_panel.set_silence(threshold=value)
@@ -679,7 +702,7 @@ class MainWindow(FileDrops, QMainWindow):
         if self.player_shown:  # the finished render is on screen: the timeline seeks it
             from studio.core.render.plan import frame_index
 
-            self.player.seek_frame(frame_index(seconds))
+            self.player.seek_frame(frame_index(seconds, self.timeline.rate))
             return
         avatar, script = self.library.avatar, self.library.script
         if not avatar or not script or self.analysis is None:
@@ -699,7 +722,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.last_scrub = (seconds, index)
         extra = ""
         if self.assets is not None:
-            image, extra = self._decorate(image, self.assets.cycle_index(index))
+            image, extra = self._decorate(image, self._avatar_index(index))
         from studio.core.media.timecode import timecode
 
         during = " · while rendering" if self.current is not None else ""
@@ -707,7 +730,8 @@ class MainWindow(FileDrops, QMainWindow):
             during += " · playing (the picture catches up)"
         if self.current is not None:
             self._scrub_hold_until = time.monotonic() + self.SCRUB_HOLD_S
-        self.preview.offer(image, f"{timecode(index)} · frame {index} · exact render preview{extra}{during}", index)
+        caption = f"{timecode(index, self.timeline.rate)} · frame {index} · exact render preview{extra}{during}"
+        self.preview.offer(image, caption, index)
 
     def _running(self, running: bool) -> None:
         self.cancel_action.setEnabled(running)

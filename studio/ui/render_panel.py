@@ -128,7 +128,7 @@ class RenderPanel(QWidget):
         form.addRow("Precision", _pair(self.precision, "Decoder", self.decoder))
         form.addRow("Runtime", _pair(self.runtime, "Crossfade", self.crossfade))
         form.addRow("", self.compile_box)
-        form.addRow("Encoder", self.encoder)
+        form.addRow("Encoder", _pair(self.encoder, "Frame rate", f["fps"]))
         enc = QHBoxLayout()
         enc.addWidget(self.preset, 1)
         enc.addWidget(QLabel("CRF"))

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from studio.core.constants import FPS
 from studio.ui.workers import error_text
 
 log = logging.getLogger(__name__)
@@ -249,7 +248,24 @@ class RenderQueue(QObject):
         if self.current is not None:
             from studio.core.media.timecode import timecode
 
-            self.previewFrame.emit(image, f"rendering · {timecode(index)} · frame {index} · {index / FPS:.2f} s", index)
+            rate = self._rate_of(self.current)
+            caption = f"rendering · {timecode(index, rate)} · frame {index} · {float(index / rate):.2f} s"
+            self.previewFrame.emit(image, caption, index)
+
+    def _rate_of(self, run):
+        """The output rate of ``run``'s render (its fps setting, or its avatar's own rate), once per job."""
+        cached = getattr(self, "_rate_cache", None)
+        if cached is not None and cached[0] == run.job_id:
+            return cached[1]
+        from studio.core.avatars.library import output_rate_for
+        from studio.core.media.rates import DEFAULT_RATE
+
+        try:
+            rate = output_rate_for(run.request.settings.fps, run.request.avatar)
+        except Exception:  # noqa: BLE001 - a caption only: an avatar that cannot be read shows 25
+            rate = DEFAULT_RATE
+        self._rate_cache = (run.job_id, rate)
+        return rate
 
     def _finished(self, run, result) -> None:
         if run is None:

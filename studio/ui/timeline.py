@@ -35,7 +35,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, FPS
+from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
+from studio.core.media.rates import DEFAULT_RATE
 from studio.core.media.timecode import JUMP_HELP, parse_jump, seconds_text, timecode
 from studio.ui.widgets import ElidedLabel
 
@@ -68,6 +69,7 @@ class TimelineView(QWidget):
         super().__init__(parent)
         self.setObjectName("timeline")
         self.analysis = None
+        self.rate = DEFAULT_RATE  # the output's frame rate (exact): the clip's frames, timecode, frame_at
         self.mask: np.ndarray | None = None
         self.threshold = DEFAULT_SILENCE_THRESHOLD
         self.min_run = DEFAULT_MIN_SILENCE_FRAMES
@@ -160,7 +162,7 @@ class TimelineView(QWidget):
         self.loop_btn.setToolTip("Loop playback of the in/out range (the whole clip when no range is set)")
         self.loop_btn.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.loop_btn.toggled.connect(self.loopToggled)
-        self.timecode_edit = QLineEdit(timecode(0))
+        self.timecode_edit = QLineEdit(timecode(0, self.rate))
         self.timecode_edit.setObjectName("timecodeEdit")
         self.timecode_edit.setToolTip(JUMP_HELP + ". Enter jumps, Esc goes back.")
         self.timecode_edit.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -239,16 +241,24 @@ class TimelineView(QWidget):
         """The playhead's frame."""
         from studio.core.render.plan import frame_index
 
-        return frame_index(self.position)
+        return frame_index(self.position, self.rate)
+
+    @property
+    def fps(self) -> float:
+        """The output's frame rate as a float (for drawing; ``rate`` is exact)."""
+        return float(self.rate)
 
     def set_analysis(self, analysis) -> None:
-        """Show an ``AudioAnalysis`` (envelope, RMS); keeps the threshold, clears the in/out range."""
+        """Show an ``AudioAnalysis`` (envelope, RMS); keeps the threshold, clears the in/out range.
+        Its frame grid (``analysis.rate``) is the output's: frames, timecode (drop-frame at 29.97
+        and 59.94) and the playhead follow it."""
         self.analysis = analysis
+        self.rate = getattr(analysis, "rate", DEFAULT_RATE)
         n = len(analysis.env_max)
         t = np.arange(n, dtype=np.float64) * (analysis.bucket / 16000.0)
         self.wave_max.setData(t, analysis.env_max)
         self.wave_min.setData(t, analysis.env_min)
-        rt = (np.arange(analysis.frames, dtype=np.float64) + 0.5) / FPS
+        rt = (np.arange(analysis.frames, dtype=np.float64) + 0.5) / self.fps
         self.rms_curve.setData(rt, np.maximum(analysis.rms, RMS_FLOOR))
         self._set_x_extent(max(analysis.info.duration_s, 0.04))
         lo = math.log10(RMS_FLOOR)
@@ -273,8 +283,8 @@ class TimelineView(QWidget):
         from studio.core.render.plan import frame_index
 
         last = max(0, self.frames - 1)
-        frame = min(max(0, frame_index(max(0.0, seconds) + 1e-9)), last)
-        snapped = frame / FPS
+        frame = min(max(0, frame_index(max(0.0, seconds) + 1e-9, self.rate)), last)
+        snapped = frame / self.fps
         self.position = snapped
         for line in self.playheads:
             line.blockSignals(True)
@@ -282,12 +292,12 @@ class TimelineView(QWidget):
             line.blockSignals(False)
         self.time_label.setText(self._time_caption(snapped))
         if not self.timecode_edit.hasFocus():
-            self.timecode_edit.setText(timecode(frame))
+            self.timecode_edit.setText(timecode(frame, self.rate))
         if emit:
             self.playheadMoved.emit(snapped)
 
     def set_frame(self, frame: int, emit: bool = True) -> None:
-        self.set_playhead(int(frame) / FPS, emit=emit)
+        self.set_playhead(int(frame) / self.fps, emit=emit)
 
     def step(self, frames: int) -> None:
         """Move the playhead ``frames`` frames (negative: back)."""
@@ -378,7 +388,7 @@ class TimelineView(QWidget):
         if not self.faceless_spans:
             self.faceless_curve.setData([], [])
             return
-        xs = np.array([[a, a, b, b] for a, b in self.faceless_spans], np.float64).ravel() / FPS
+        xs = np.array([[a, a, b, b] for a, b in self.faceless_spans], np.float64).ravel() / self.fps
         ys = np.tile([0.86, 1.0, 1.0, 0.86], len(self.faceless_spans))
         self.faceless_curve.setData(xs, ys)
 
@@ -410,11 +420,12 @@ class TimelineView(QWidget):
         from studio.core.render.plan import frame_index
 
         total = self.frames
-        return f"frame {frame_index(seconds + 1e-9)} / {total}" if total else f"frame {frame_index(seconds + 1e-9)}"
+        frame = frame_index(seconds + 1e-9, self.rate)
+        return f"frame {frame} / {total}" if total else f"frame {frame}"
 
     def _jump_typed(self) -> None:
         try:
-            frame = parse_jump(self.timecode_edit.text(), current=self.frame)
+            frame = parse_jump(self.timecode_edit.text(), current=self.frame, fps=self.rate)
         except Exception as exc:  # noqa: BLE001 - TimecodeError: one sentence
             self._set_bad(True)
             self.timecode_edit.selectAll()  # the next entry replaces the bad one
@@ -423,7 +434,7 @@ class TimelineView(QWidget):
         self._set_bad(False)
         self.timecode_edit.clearFocus()
         self.set_frame(frame)
-        self.timecode_edit.setText(timecode(self.frame))
+        self.timecode_edit.setText(timecode(self.frame, self.rate))
 
     def eventFilter(self, obj, event):  # noqa: N802 (Qt's name)
         if obj is self.timecode_edit:
@@ -433,10 +444,10 @@ class TimelineView(QWidget):
                 QTimer.singleShot(0, self.timecode_edit.selectAll)
             elif event.type() == QEvent.Type.FocusOut:
                 self._set_bad(False)
-                self.timecode_edit.setText(timecode(self.frame))
+                self.timecode_edit.setText(timecode(self.frame, self.rate))
             elif event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Escape:
                 self._set_bad(False)  # Esc: the error goes, the field shows the playhead again
-                self.timecode_edit.setText(timecode(self.frame))
+                self.timecode_edit.setText(timecode(self.frame, self.rate))
                 self.timecode_edit.clearFocus()
                 return True
         return super().eventFilter(obj, event)
@@ -489,13 +500,15 @@ class TimelineView(QWidget):
             if r is None:
                 item.hide()
             else:
-                item.setRegion((r[0] / FPS, r[1] / FPS))
+                item.setRegion((r[0] / self.fps, r[1] / self.fps))
                 item.show()
         if r is None:
             self.range_label.setText("no in/out range (I, O)")
         else:
             a, b = r
-            self.range_label.setText(f"in {timecode(a)} · out {timecode(b - 1)} ({seconds_text(b - a)})")
+            self.range_label.setText(
+                f"in {timecode(a, self.rate)} · out {timecode(b - 1, self.rate)} ({seconds_text(b - a, self.rate)})"
+            )
         self.range_label.setToolTip(
             f"{self.range_label.text()}\nI sets the in point, O the out point (included); Alt+I / Alt+O clear them"
         )
@@ -509,7 +522,7 @@ class TimelineView(QWidget):
         silent = int(self.mask.sum())
         total = max(1, len(self.mask))
         self.info.setText(
-            f"{seconds_text(len(self.mask))} · {len(self.mask)} frames · "
+            f"{seconds_text(len(self.mask), self.rate)} · {len(self.mask)} frames · "
             f"{len(spans)} silences · {silent} silent frames ({100 * silent / total:.0f} %)"
         )
         self.time_label.setText(self._time_caption(self.position))
@@ -525,7 +538,7 @@ class TimelineView(QWidget):
         for i, r in enumerate(self._regions):
             if use_regions and i < len(spans):
                 a, b = spans[i]
-                r.setRegion((a / FPS, b / FPS))
+                r.setRegion((a / self.fps, b / self.fps))
                 r.show()
             else:
                 r.hide()
@@ -535,7 +548,7 @@ class TimelineView(QWidget):
         if use_regions:
             self._silence_curve.setData([], [])
         else:
-            xs = np.array([[a, a, b, b] for a, b in spans], np.float64).ravel() / FPS
+            xs = np.array([[a, a, b, b] for a, b in spans], np.float64).ravel() / self.fps
             ys = np.tile([-1.0, 1.0, 1.0, -1.0], len(spans))
             self._silence_curve.setData(xs, ys)
 

@@ -23,8 +23,6 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
 
-from studio.core.constants import FPS
-
 
 class TransportControls(QObject):
     """Key bindings (J/K/L, steps, edges, in/out, go to timecode) and the in-app player."""
@@ -57,12 +55,20 @@ class TransportControls(QObject):
                 self.player.frameChanged.connect(self._player_frame)
                 self.player.ended.connect(self.transport.media_ended)
                 self.player.playingChanged.connect(self._player_playing)
+            self.player.fps = self.timeline.fps  # the render's rate is the timeline's
             self.preview.set_widget(self.player)
             self.transport.set_media(self.player.player)
             self.player.play(path)
             self._player_caption(0)
         except ImportError as exc:
             w.show_error(f"in-app playback needs QtMultimedia ({exc}); install pyside6-addons and libpulse0")
+
+    @property
+    def second(self) -> int:
+        """Frames in one second of timecode at the timeline's rate (30 at 29.97)."""
+        from studio.core.media.rates import nominal
+
+        return nominal(self.timeline.rate)
 
     @property
     def player_shown(self) -> bool:
@@ -109,8 +115,8 @@ class TransportControls(QObject):
         self.actions.separator("Playback")
         add("step_back", "Playback", "Previous frame", lambda: self.step(-1), ["Left", ","])
         add("step_forward", "Playback", "Next frame", lambda: self.step(1), ["Right", "."])
-        add("second_back", "Playback", "Back one second", lambda: self.step(-FPS), ["Shift+Left", "<"])
-        add("second_forward", "Playback", "Forward one second", lambda: self.step(FPS), ["Shift+Right", ">"])
+        add("second_back", "Playback", "Back one second", lambda: self.step(-self.second), ["Shift+Left", "<"])
+        add("second_forward", "Playback", "Forward one second", lambda: self.step(self.second), ["Shift+Right", ">"])
         add("first_frame", "Playback", "First frame", lambda: self.go(0), "Home")
         add("last_frame", "Playback", "Last frame", lambda: self.go(tl.frames - 1), "End")
         add("prev_edge", "Playback", "Previous silence or speech edge", lambda: self.edge(-1), "Up")

@@ -338,21 +338,45 @@ class MuseTalkEngine(LipSyncEngine):
         log.info("MuseTalk loaded: %s", self.describe())
         return self._nets
 
-    def _warm_up(self, run, unet) -> None:
-        """Compile/capture the render's batch before the first frame; other buckets (the preview's
-        batch of 1, a clip's last short batch) are captured when first used."""
+    def _warm_up(self, run, unet, buckets=None) -> None:
+        """Compile/capture the render's batch before the first frame (or ``buckets``); other
+        buckets (the preview's batch of 1, a clip's last short batch) are captured when first used,
+        or by ``warm_buckets`` when a service is idle."""
         import torch
 
         c = unet.config
         side = FACE_SIZE // 8
         wcfg = models.read_config(self.paths.whisper / "config.json")
         tokens = 10 * (int(wcfg.get("encoder_layers", 4)) + 1)
-        for b in (min(self.preferred_batch(), run.buckets[-1]),):
+        for b in buckets or (min(self.preferred_batch(), run.buckets[-1]),):
             lat = torch.zeros(b, c.in_channels, side, side, device=self.device, dtype=self.dtype)
             audio = torch.zeros(b, tokens, c.cross_attention_dim, device=self.device, dtype=self.dtype)
             with torch.inference_mode():
                 run.warm_up(self._channels_last(lat), audio)
         torch.cuda.synchronize(self.device)
+
+    def warm_buckets(self, lock=None) -> list[int]:
+        """Capture the CUDA graph of every batch bucket up to the render batch not captured yet,
+        one at a time under ``lock`` (the engine's, so a render's batches go between them): a warm
+        server's short jobs and last short batches then pay no capture (~1 s once each on the
+        H200). The buckets captured; [] on a CPU, before the networks load, or when all are."""
+        import contextlib
+
+        nets = self._nets
+        if nets is None or self.device.type != "cuda" or not nets["run"].enabled:
+            return []
+        from studio.core.engines import runtime_torch as rt
+
+        run = nets["run"]
+        top = min(self.preferred_batch(), run.buckets[-1])
+        done = []
+        for b in run.buckets:
+            if b > top or b in run._graphs:
+                continue
+            with lock or contextlib.nullcontext(), rt.on_device(self.device):
+                self._warm_up(run, nets["unet"], (b,))
+            done.append(b)
+        return done
 
     def _channels_last(self, x):
         import torch

@@ -49,7 +49,7 @@ def probe_nvenc() -> tuple[bool, str]:
 def configure_x264(ctx, width, height, fps, crf, preset, threads) -> None:
     ctx.width, ctx.height = width, height
     ctx.pix_fmt = "nv12"  # x264 works in NV12 internally: no conversion on our side or its side
-    ctx.time_base = Fraction(1, fps)
+    ctx.time_base = 1 / Fraction(fps)  # pts = frame index, exact at 30000/1001 too
     ctx.framerate = Fraction(fps)
     ctx.color_primaries = ctx.color_trc = ctx.colorspace = BT709
     ctx.color_range = RANGE_MPEG
@@ -110,9 +110,9 @@ class NvencEncoder:
             tuning_info="high_quality",
             rc="constqp",
             constqp=int(crf),
-            fps=int(fps),
-            gop=10 * int(fps),
-            idrperiod=10 * int(fps),
+            fps=round(fps),
+            gop=10 * round(fps),
+            idrperiod=10 * round(fps),
             bf=0,
             repeatspspps=1,
         )

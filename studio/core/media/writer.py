@@ -21,7 +21,7 @@ in, then deletes its spill file. So with rolling chunks the work after the last 
 window's packets plus the index, whatever the clip length. The audio is encoded to AAC by another
 worker process while the video renders, and its packets are interleaved as the video is muxed.
 
-The output is H.264 yuv420p at exactly ``fps`` (frame t has pts t/fps), BT.709 limited range
+The output is H.264 yuv420p at exactly ``fps`` (a Fraction: 30000/1001 at 29.97; frame t has pts t/fps), BT.709 limited range
 declared in the stream; the index (``moov``) goes first, into space reserved for it when the
 frame count is known (no rewrite of the file at the end), else by a faststart rewrite.
 ``STUDIO_TRACE=path.json`` writes per-frame arrival and encode times of every lane (see
@@ -39,11 +39,11 @@ import queue
 import shutil
 import threading
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import FPS
 from studio.core.errors import RenderError
 from studio.core.media.encoders import (
     ELEMENTARY,
@@ -56,6 +56,7 @@ from studio.core.media.encoders import (
     probe_nvenc,
 )
 from studio.core.media.mux import Muxer
+from studio.core.media.rates import DEFAULT_RATE
 from studio.core.settings import ENCODERS, PRESETS
 from studio.core.store.fsutil import atomic_output, register_temp, release_temp, temp_dir
 
@@ -81,7 +82,7 @@ def open_video(
     encoder="auto",
     crf=20,
     preset="veryfast",
-    fps=FPS,
+    fps=DEFAULT_RATE,
     total_frames=None,
     workers=None,
     write_hook=None,
@@ -176,7 +177,7 @@ class VideoWriter:
         chunks: list[tuple[int, int]],
         crf: int,
         preset: str,
-        fps: int,
+        fps: int | Fraction,
         write_hook,
         window: int | None = None,
         stream_mux: bool = True,
@@ -193,7 +194,7 @@ class VideoWriter:
         self.window = max(1, min(int(window or len(chunks)), len(chunks)))
         self.width, self.height = width, height
         self.enc_width, self.enc_height = width + width % 2, height + height % 2
-        self.fps = int(fps)
+        self.fps = Fraction(fps)
         self.frames_written = 0
         self.close_ms: dict[str, float] = {}  # close(): encoder tail, chunk join + audio, index + fsync
         self.spill_dir: Path | None = None  # the spilled chunks' folder (RAM or beside the output)
@@ -529,9 +530,9 @@ class VideoWriter:
                 ch.spill = self.spill_dir / f"chunk{k:05d}.rec"
             self._chunks.append(ch)
         if self._procs:  # PyAV holds the GIL while x264 encodes: one process per lane (x264_pool)
-            from studio.core.media.x264_pool import audio_worker, worker_pool
+            from studio.core.media.x264_pool import audio_worker, lease_workers
 
-            self._workers = worker_pool(self.window)
+            self._workers = lease_workers(self.window, self)  # not another writer's (pipelined jobs)
             for ch in self._chunks[: self.window]:  # the first encoders open at once; their headers are
                 self._open_encoder(ch, check=False)  # checked by the lanes: no wait here for the workers'
                 # start-up, which overlaps the engine's loading and the first batches instead
@@ -748,6 +749,10 @@ class VideoWriter:
         for enc in self._proc_encoders:  # an encoder stopped midway: its worker is restarted
             with contextlib.suppress(Exception):
                 enc.abort()
+        if getattr(self, "_workers", None):
+            from studio.core.media.x264_pool import release_workers
+
+            release_workers(self)
         with contextlib.suppress(Exception):
             self._fh.close()
         for ch in getattr(self, "_chunks", []):

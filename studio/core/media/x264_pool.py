@@ -67,6 +67,7 @@ class _Worker:
         self.shm = None
         self.pinned = None
         self.lock = threading.Lock()  # one encoder at a time per worker
+        self.owner = None  # the writer that leased it (lease_workers)
         self._poller = None
 
     def ensure_shm(self, nbytes: int):
@@ -166,6 +167,45 @@ def worker_pool(n: int) -> list[_Worker]:
         return _POOL[:n]
 
 
+def lease_workers(n: int, owner) -> list[_Worker]:
+    """``n`` live encoder processes no other writer holds, for ``owner`` until ``release_workers``.
+
+    Two writers at once (a queued job rendering while the previous one's encoders drain) get
+    different processes, so neither waits for the other's chunks; the pool grows to what is used
+    at once (two sets when jobs are pipelined) and keeps them for later renders."""
+    with _POOL_LOCK:
+        _POOL[:] = [w for w in _POOL if w.alive()]
+        free = [w for w in _POOL if getattr(w, "owner", None) is None]
+        while len(free) < n:
+            w = _Worker()
+            _POOL.append(w)
+            free.append(w)
+        got = free[:n]
+        for w in got:
+            w.owner = owner
+        return got
+
+
+def release_workers(owner) -> None:
+    """Give back what ``lease_workers`` lent ``owner``."""
+    with _POOL_LOCK:
+        for w in _POOL:
+            if getattr(w, "owner", None) is owner:
+                w.owner = None
+
+
+def prestart(n: int, audio: bool = True) -> None:
+    """Start ``n`` encoder processes (and an audio one) now, so the first render does not wait for
+    interpreters to start (a server or a queue runner calls it when it starts)."""
+    with _POOL_LOCK:
+        _POOL[:] = [w for w in _POOL if w.alive()]
+        while len(_POOL) < n:
+            _POOL.append(_Worker())
+        _AUDIO[:] = [w for w in _AUDIO if w.alive()]
+        if audio and not _AUDIO:
+            _AUDIO.append(_Worker(nice=0))
+
+
 _AUDIO: list[_Worker] = []  # processes that prepare a writer's audio (``("aac", src, out, cache)``)
 
 
@@ -204,9 +244,7 @@ def shutdown_pool() -> None:
 class ProcessEncoder:
     """One libx264 encoder (single-threaded, closed GOP) living in a worker process."""
 
-    def __init__(
-        self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str, path=None, changing=None
-    ):
+    def __init__(self, worker: _Worker, width: int, height: int, fps, crf: int, preset: str, path=None, changing=None):
         """``path``: the worker writes the packets there (``REC`` records) and returns none, so
         the parent only moves frames; None: packets come back from ``encode``/``flush``."""
         if not worker.lock.acquire(timeout=60):
@@ -337,7 +375,7 @@ class ProcessEncoder:
             return []
         import av
 
-        tb = Fraction(1, self.fps)
+        tb = 1 / Fraction(self.fps)
         out = []
         for data, pts, dts, key in records:
             pkt = av.Packet(data)
@@ -494,7 +532,7 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                     ctx = av.CodecContext.create("libx264", "w")
                     ctx.flags |= av.codec.context.Flags.global_header
                     ctx.width, ctx.height, ctx.pix_fmt = width, height, "nv12"
-                    ctx.time_base = Fraction(1, fps)
+                    ctx.time_base = 1 / Fraction(fps)  # exact: fps may be 30000/1001
                     ctx.framerate = Fraction(fps)
                     ctx.color_primaries = ctx.color_trc = ctx.colorspace = _BT709
                     ctx.color_range = _RANGE_MPEG

@@ -277,7 +277,11 @@ class Farm:
             raise
         try:
             path = join_segments(
-                [(g.start, g.end, data) for g, data in segments], output, audio=audio, overwrite=overwrite
+                [(g.start, g.end, data) for g, data in segments],
+                output,
+                audio=audio,
+                fps=clip.rate,
+                overwrite=overwrite,
             )
         finally:
             with contextlib.suppress(Exception):

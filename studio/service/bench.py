@@ -1,0 +1,365 @@
+"""The user's path in ``studio bench --user``: weights imported from the official files, library
+avatars, the queue, a real ``studio serve`` and cold commands, in the bench's own data folder.
+
+    res = user_path(workdir, device="cuda", frames=672, long_frames=15000, note=print)
+
+Everything runs against ``<workdir>/home`` (``STUDIO_HOME``): the user's library, models and
+caches are never touched. In order:
+
+1. random weights written in the official layout (``random_models``: ``unet.pth``, the VAE's and
+   whisper's ``.bin``, TAESD's safetensors), then imported with the real ``studio models import``
+   (timed: checking, hashing, linking and the fast layout it writes);
+2. core's user rows (``studio.core.bench_user``) on the warm engine of an ``EnginePool``: library
+   avatars from a JPEG and an MP4, 48 kHz stereo WAV / MP3 / AAC voice-overs, the default preset
+   and ultrafast, a fresh ``Renderer`` per job, the preset comparison;
+3. the queue on that warm engine: ``clients`` jobs of ``clip_frames`` frames (each its own voice-
+   over) run one after another, then pipelined (the next job's engine work while the previous
+   job's encoders drain): frames/s together, and the ratio;
+4. cold commands, while nothing else holds the GPU: ``studio render`` of a 15 s voice-over in a
+   fresh process (MuseTalk from the imported fast layout, MuseTalk from the official pickles,
+   classic), wall time of the whole process, and what importing torch alone costs;
+5. a real ``studio serve`` process: ``POST /generate`` warm (default settings and ultrafast,
+   ``repeats`` times each): the request's wall time and the server's render seconds; then
+   ``clients`` clients posting ``clip_frames`` frames at once: frames/s together.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CLIP_FRAMES = 375  # 15 s
+
+
+def user_path(
+    workdir: Path,
+    *,
+    device: str | None = None,
+    frames: int = 672,
+    long_frames: int = 0,
+    height: int = 1080,
+    presets=("ultrafast", "superfast", "veryfast"),
+    clients: int = 8,
+    clip_frames: int = CLIP_FRAMES,
+    repeats: int = 3,
+    queue: bool = True,
+    cold: bool = True,
+    serve: bool = True,
+    note=log.info,
+) -> dict:
+    from studio.core import bench_user
+    from studio.core.engines.runtime_torch import resolve_device
+
+    workdir = Path(workdir)
+    home = workdir / "home"
+    dev = str(resolve_device(device))
+    cuda = dev.startswith("cuda")
+    out: dict = {"runs": {}, "home": str(home)}
+    env = dict(os.environ, STUDIO_HOME=str(home))
+    with bench_user.env_home(home):
+        out["import"] = import_official(workdir / "official", env, tiny=not cuda, note=note)
+        from studio.core.settings import RenderSettings
+        from studio.service.pool import EnginePool
+
+        pool = EnginePool()
+        settings = RenderSettings(device=dev, engine="musetalk")
+        t0 = time.perf_counter()
+        engine, _ = pool.get(settings)
+        out["engine_load_s"] = round(time.perf_counter() - t0, 3)
+        rows = bench_user.user_rows(
+            workdir / "user",
+            engine,
+            device=dev,
+            frames=frames,
+            long_frames=long_frames,
+            height=height,
+            presets=presets,
+            note=note,
+        )
+        out["runs"].update(rows.pop("runs"))
+        out.update(rows)
+        voices = [bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, clients + 1)]
+        if queue:
+            out["queue"] = queue_rows(workdir / "queue", pool, settings, voices, note=note)
+        pool.close()
+    if cold:
+        out["cold"] = cold_rows(workdir / "cold", env, dev, voices[0], note=note)
+    if serve:
+        out["serve"] = serve_rows(
+            workdir / "serve", env, voices, frames_voice=workdir / "user" / "voices", repeats=repeats, note=note
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# 1. The official files, imported
+
+
+def import_official(folder: Path, env: dict, tiny: bool, note=log.info) -> dict:
+    """Random weights in the official layout under ``folder``, then ``studio models import``."""
+    from studio.core.engines import random_models
+
+    if not (folder / "musetalkV15" / "unet.pth").is_file():
+        note("writing random weights in the official layout (" + ("tiny configs" if tiny else "real sizes") + ")")
+        t0 = time.perf_counter()
+        random_models.write_official_models(folder, tiny=tiny)
+        random_models.write_taesd(folder / "taesd", config=random_models.TAESD_TINY if tiny else None)
+        written = round(time.perf_counter() - t0, 3)
+    else:
+        written = 0.0
+    note("studio models import (the official .pth/.bin files)")
+    t0 = time.perf_counter()
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "models", "import", str(folder), "--taesd", str(folder / "taesd"), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    seconds = round(time.perf_counter() - t0, 3)
+    if r.returncode != 0:
+        raise RuntimeError(f"studio models import failed: {r.stderr.strip()[-1000:]}")
+    answer = json.loads(r.stdout)
+    return {"write_s": written, "import_s": seconds, "musetalk": answer.get("musetalk"), "fast": answer.get("fast")}
+
+
+# --------------------------------------------------------------------------------------------
+# 3. The queue: serial against pipelined, on one warm engine
+
+
+def queue_rows(folder: Path, pool, settings, voices: list[Path], note=log.info) -> dict:
+    """``len(voices)`` jobs through a ``QueueService`` on ``pool``'s warm engine, serially and
+    pipelined; frames/s together and whether both wrote the same files."""
+    from studio.core import bench_user
+    from studio.core.media import aac_cache
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict = {"jobs": len(voices)}
+    for mode in ("serial", "pipelined", "serial", "pipelined"):  # warm once each, then timed
+        aac_cache.clear()
+        store = folder / f"jobs-{mode}.sqlite"
+        store.unlink(missing_ok=True)
+        qs = QueueService(store, pool=pool, pipeline=mode == "pipelined")
+        for k, v in enumerate(voices):
+            qs.add(RenderRequest(bench_user.PHOTO, str(v), str(folder / f"{mode}_{k}.mp4"), settings, overwrite=True))
+        t0 = time.perf_counter()
+        done: list[Any] = list(qs.run_until_empty())
+        wall = time.perf_counter() - t0
+        qs.close()
+        frames = sum(int((j.result or {}).get("frames", 0)) for j in done)
+        failed = [j.reason for j in done if j.state != "done"]
+        out[mode] = {"seconds": round(wall, 3), "frames": frames, "fps": round(frames / wall, 1), "failed": failed}
+        note(f"queue, {len(voices)} jobs {mode}: {out[mode]['fps']} frames/s together ({wall:.2f} s)")
+    out["pipelined_over_serial"] = round(out["pipelined"]["fps"] / max(1e-9, out["serial"]["fps"]), 2)
+    out["same_files"] = all(
+        _packets(folder / f"serial_{k}.mp4") == _packets(folder / f"pipelined_{k}.mp4") for k in range(len(voices))
+    )
+    for p in folder.glob("*.mp4"):
+        p.unlink()
+    return out
+
+
+def _packets(path: Path) -> list[bytes]:
+    import av
+
+    with av.open(str(path)) as c:
+        return [bytes(p) for p in c.demux() if p.size]
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Cold commands
+
+
+def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info) -> dict:
+    """Fresh ``studio render`` processes of ``voice`` (wall time of the whole command)."""
+    from studio.core import bench_user
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict = {}
+    r = subprocess.run(
+        [sys.executable, "-c", "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    out["import_torch_s"] = round(float(r.stdout.strip() or 0), 3)
+    plan = [
+        ("cold-cli-musetalk", "musetalk", {}),
+        ("cold-cli-musetalk-pickles", "musetalk", {"STUDIO_FAST_COPIES": "0"}),
+        ("cold-cli-classic", "classic", {}),
+    ]
+    for key, engine, extra in plan:
+        note(f"cold: a fresh `studio render` of {voice.name} with {engine}" + (" (official pickles)" if extra else ""))
+        cmd = [sys.executable, "-m", "studio", "render", "--avatar", bench_user.PHOTO, "--audio", str(voice)]
+        cmd += ["-o", str(folder / f"{key}.mp4"), "--engine", engine, "--device", device, "--json"]
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True, env={**env, **extra})
+        wall = time.perf_counter() - t0
+        if p.returncode != 0:
+            out[key] = {"error": p.stderr.strip()[-1500:], "seconds": round(wall, 3)}
+            continue
+        res = json.loads(p.stdout.strip().splitlines()[-1])
+        out[key] = {
+            "seconds": round(wall, 3),
+            "render_s": res.get("seconds"),
+            "outside_render_s": round(wall - float(res.get("seconds") or 0), 3),
+            "frames": res.get("frames"),
+            "stage_ms": res.get("stage_ms"),
+            "audio": res.get("audio"),
+        }
+        note(f"{key}: {wall:.2f} s wall (render {res.get('seconds')} s)")
+        (folder / f"{key}.mp4").unlink(missing_ok=True)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# 5. A real server
+
+
+def serve_rows(folder: Path, env: dict, voices: list[Path], frames_voice: Path, repeats: int, note=log.info) -> dict:
+    """A ``studio serve`` process on the bench's data folder: ``POST /generate`` warm, then all
+    ``voices`` posted at once by as many clients."""
+    from studio.core import bench_user
+    from studio.core.media import aac_cache
+    from studio.service.client import StudioClient
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict = {"generate": {}}
+    voice = sorted(frames_voice.glob("voice_wav48_*_0.wav"))[0]  # the user rows' 48 kHz stereo voice-over
+    with _Server(folder, env) as srv, StudioClient(srv.url, timeout=600) as client:
+        note(f"serve: {srv.url} up in {srv.start_s:.1f} s; warming up")
+        client.generate(bench_user.PHOTO, folder / "warm.mp4", audio=voice)
+        for preset in ("", "ultrafast"):
+            rows = []
+            for _ in range(repeats):
+                with bench_user.env_home(Path(env["STUDIO_HOME"])):
+                    aac_cache.clear()  # each request is a voice-over the server has not seen
+                t0 = time.perf_counter()
+                r = client.generate(
+                    bench_user.PHOTO, folder / "out.mp4", audio=voice, settings={"preset": preset} if preset else None
+                )
+                wall = time.perf_counter() - t0
+                job = client.render(r["job"])
+                res = job.get("result") or {}
+                rows.append(
+                    {
+                        "request_s": round(wall, 3),
+                        "render_s": r["render_seconds"],
+                        "frames": res.get("frames"),
+                        "finish_s": round(float((res.get("stage_ms") or {}).get("finish", 0)) / 1e3, 3),
+                        "audio": res.get("audio"),
+                        "audio_wait_ms": (res.get("finish_ms") or {}).get("audio_wait"),
+                    }
+                )
+            key = preset or "default"
+            out["generate"][key] = rows
+            note(
+                f"serve: POST /generate ({key}): request "
+                + ", ".join(f"{x['request_s']:.3f}" for x in rows)
+                + " s; server's render "
+                + ", ".join(f"{x['render_s']:.3f}" for x in rows)
+                + " s"
+            )
+        out["concurrent"] = _burst(srv.url, voices, folder, note)
+    return out
+
+
+def _burst(url: str, voices: list[Path], folder: Path, note) -> dict:
+    """One client per voice-over, all posting at once; frames/s from the first post to the last answer."""
+    from studio.core import bench_user
+    from studio.service.client import StudioClient
+
+    answers: list = [None] * len(voices)
+    errors: list[str] = []
+    start = threading.Barrier(len(voices) + 1)
+
+    def client(k: int) -> None:
+        try:
+            with StudioClient(url, timeout=600) as c:
+                start.wait()
+                t0 = time.perf_counter()
+                r = c.generate(bench_user.PHOTO, folder / f"burst_{k}.mp4", audio=voices[k])
+                answers[k] = (t0, time.perf_counter(), c.render(r["job"]).get("result") or {})
+        except Exception as exc:  # noqa: BLE001 - reported in the row
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(len(voices))]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    frames = sum(int(a[2].get("frames") or 0) for a in answers if a)
+    row = {
+        "clients": len(voices),
+        "seconds": round(wall, 3),
+        "frames": frames,
+        "fps": round(frames / wall, 1) if wall else 0.0,
+        "request_s": [round(a[1] - a[0], 3) for a in answers if a],
+        "errors": errors,
+    }
+    note(f"serve: {len(voices)} clients at once: {row['fps']} frames/s together ({wall:.2f} s)")
+    return row
+
+
+class _Server:
+    """``python -m studio serve`` on a free 127.0.0.1 port with ``env``; waits for /v1/health."""
+
+    def __init__(self, folder: Path, env: dict, timeout: float = 180):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = open(folder / "server.log", "a")
+        env = {k: v for k, v in env.items() if k != "STUDIO_SERVER_TOKEN"}
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "studio", "serve", "--port", str(port)],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"studio serve exited: {(folder / 'server.log').read_text()[-1500:]}")
+            try:
+                if httpx.get(f"{self.url}/v1/health", timeout=2).status_code == 200:
+                    self.start_s = time.perf_counter() - t0
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        self.close()
+        raise RuntimeError(f"studio serve did not answer within {timeout:.0f} s")
+
+    def __enter__(self) -> _Server:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
