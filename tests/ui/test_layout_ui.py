@@ -86,7 +86,7 @@ def test_the_first_window_fits_the_available_screen(qtbot):
     assert avail.top() <= frame.top() and frame.bottom() <= avail.bottom()  # the title and status bars show
     if avail.width() >= w.minimumSizeHint().width():  # (the offscreen screen is narrower than 1280)
         assert avail.left() <= frame.left() and frame.right() <= avail.right()
-    w._close_confirmed = True
+    w.close_confirmed = True
 
 
 def test_a_long_output_path_keeps_its_file_name_when_elided(qtbot):

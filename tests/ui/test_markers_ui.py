@@ -122,7 +122,7 @@ def test_the_marker_menu_sets_in_out_and_marks_come_back_for_the_same_voice_over
     assert window.render_panel.range_check.isEnabled()
 
     # the same recording elsewhere, after a restart: its marks come back (keyed by content)
-    window._close_confirmed = True
+    window.close_confirmed = True
     window.close()
     moved = tmp_path / "elsewhere" / "renamed.wav"
     moved.parent.mkdir()
@@ -146,7 +146,7 @@ def test_the_marker_menu_sets_in_out_and_marks_come_back_for_the_same_voice_over
     with qtbot.waitSignal(w2.analysisReady, timeout=SLOW, check_params_cb=named("other.wav")):
         w2.load_script(str(clip(tmp_path, 2.0, "other.wav")))
     assert t2.markers == [] and t2.range_frames() is None
-    w2._close_confirmed = True
+    w2.close_confirmed = True
 
 
 def test_render_from_a_marker_to_the_next_renders_those_frames(library_window, qtbot, tmp_path):

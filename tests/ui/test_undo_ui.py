@@ -202,6 +202,6 @@ def test_undo_restores_render_settings_and_a_removed_avatar(library_window, qtbo
     assert [lib.scripts.item(i).text() for i in range(lib.scripts.count())] == ["a.wav", "b.wav"]
     assert Path(lib.script).name == "a.wav"
     # closing ends the undo history: the trash is emptied
-    w._close_confirmed = True
+    w.close_confirmed = True
     w.close()
     assert not trash_dir().exists() or not any(trash_dir().iterdir())
