@@ -614,7 +614,7 @@ def test_render_command_line_on_the_server(server, client, astro, clips):
         text=True,
         timeout=180,
     )
-    assert bad.returncode == 2 and "no avatar named 'nobody'" in bad.stderr and bad.stderr.count("\n") == 1
+    assert bad.returncode == 2 and "has no avatar 'nobody'" in bad.stderr and bad.stderr.count("\n") == 1
     assert not (clips["dir"] / "x.mp4").exists()
 
 

@@ -56,6 +56,8 @@ class MainWindow(FileDrops, QMainWindow):
         self.setWindowIcon(QIcon(_icon("studio")))
         self.setObjectName("mainWindow")
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks)
+        #: True: close without asking, even during a render (a signal, the answer "Close", a test's teardown)
+        self.close_confirmed = False
         self.settings = cfg.settings()
         self.analysis = None
         self.assets = None
@@ -894,7 +896,7 @@ class MainWindow(FileDrops, QMainWindow):
         box.open()
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        if self.current is not None and not getattr(self, "_close_confirmed", False):
+        if self.current is not None and not self.close_confirmed:
             from PySide6.QtWidgets import QMessageBox
 
             event.ignore()  # ask first; the answer closes (or not) later
@@ -914,7 +916,7 @@ class MainWindow(FileDrops, QMainWindow):
 
             def answered(button) -> None:
                 if box.standardButton(button) == QMessageBox.StandardButton.Close:
-                    self._close_confirmed = True
+                    self.close_confirmed = True
                     QTimer.singleShot(0, self.close)
                 elif was_running:
                     self.queue.start()

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
@@ -117,10 +119,13 @@ def _is_text_input(obj) -> bool:
     return False
 
 
+_GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # root widget -> its guard
+
+
 def guard_inputs(root: QWidget, guard: InputGuard | None = None) -> InputGuard:
     """Install ``guard`` (or a new ``InputGuard`` owned by ``root``) on every input under ``root``."""
-    guard = guard or getattr(root, "_input_guard", None) or InputGuard(root)
-    root._input_guard = guard
+    guard = guard or _GUARDS.get(root) or InputGuard(root)
+    _GUARDS[root] = guard
     for w in root.findChildren(QWidget):
         if isinstance(w, (*WHEEL_GUARDED, *TEXT_INPUTS)) and not w.property("_guarded"):
             w.installEventFilter(guard)
