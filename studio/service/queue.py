@@ -461,8 +461,9 @@ class QueueService:
     def add_delivery(self, job_id: int, state: str, url: str, attempt: int, ok: bool, status, error: str) -> None:
         self.store.add_delivery(job_id, state, url, attempt, ok, status, error)
 
-    def webhook_jobs(self) -> list[J.Job]:
-        return self.store.webhook_jobs()
+    def webhook_jobs(self, max_attempts: int | None = None) -> list[J.Job]:
+        """Finished jobs whose webhook is still to be told (``store.webhook_jobs``)."""
+        return self.store.webhook_jobs(max_attempts)
 
     # ---- retention ----------------------------------------------------------------------
 

@@ -154,7 +154,7 @@ class WhisperFeatures:
         self.folder = Path(folder)
         self.device = torch.device(device)
         comp = models.COMPONENTS["whisper"]
-        weights = Path(weights) if weights else models._find_weights(self.folder, comp)
+        weights = Path(weights) if weights else models.find_weights(self.folder, comp)
         # fp32 always: the encoder costs ~0.05 GFLOP per video frame, precision is free here.
         self.encoder = models.load_module("whisper", self.folder, weights, device=self.device)
         self.mel_settings = mel_settings(self.folder, self.encoder.config.num_mel_bins)

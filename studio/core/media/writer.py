@@ -260,7 +260,7 @@ class VideoWriter:
         unless ``release(k)`` is given: it is called (from an encoder thread) once frame ``k`` of
         this batch has been consumed, after which its memory may be reused.
         """
-        self._raise_if_failed()
+        self.raise_if_failed()
         if self._done:
             raise RenderError("This video writer is already closed.")
         n = len(frames)
@@ -383,7 +383,7 @@ class VideoWriter:
                 self._put(lane, None)
             for lane in self._lanes:
                 lane.thread.join()
-            self._raise_if_failed()
+            self.raise_if_failed()
             t1 = time.perf_counter()
             missing = [(c.start, c.end, c.next) for c in self._chunks if c.end is not None and c.next < c.end]
             if missing:
@@ -397,7 +397,7 @@ class VideoWriter:
                     self._mux_thread.join()
                 else:  # stream_mux=False: the join after the last frame
                     self._mux_chunks()
-                self._raise_if_failed()
+                self.raise_if_failed()
             self._mux.finish()
             t2 = time.perf_counter()
             self._fh.close()
@@ -728,14 +728,16 @@ class VideoWriter:
 
     def _put(self, lane: _Lane, item) -> None:
         while True:
-            self._raise_if_failed()
+            self.raise_if_failed()
             try:
                 lane.queue.put(item, timeout=0.2)
                 return
             except queue.Full:
                 continue
 
-    def _raise_if_failed(self) -> None:
+    def raise_if_failed(self) -> None:
+        """Raise what stopped an encoder or the mux (one sentence: a full disk names the folder);
+        the writer's own calls check it, and so does a thread that feeds it (``hostcopy``)."""
         exc = self._error
         if exc is None:
             return

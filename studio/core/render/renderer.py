@@ -274,12 +274,19 @@ class Renderer:
         self.clip.focus(frames)
 
     @property
+    def prepared(self) -> Any:
+        """The engine's per-avatar state (``engine.prepare(avatar)``), made by ``ready``."""
+        self.ready()
+        return self._prepared
+
+    @property
     def stage_ms(self) -> dict[str, float]:
         """Milliseconds per stage of the current (or last) render, cumulative."""
         return dict(self._stage_ms)
 
-    def _ready(self):
-        """Load everything a frame needs (features, prepared avatar, compositor); idempotent."""
+    def ready(self):
+        """Load everything a frame needs (the clip's audio features, the engine's prepared avatar,
+        the compositor) and bind the features; idempotent. Returns the engine."""
         with self._lock:
             engine = self.engine
             if engine.device.type == "cpu":
@@ -343,7 +350,7 @@ class Renderer:
         ``nv12_ready`` says so.
         """
         plan = self.plan
-        engine = self._ready()
+        engine = self.ready()
         comp = self._compositor
         if nv12 and not comp.nv12_ready:
             raise RuntimeError("this avatar cannot be composited in NV12 (see Renderer.nv12_ready)")
@@ -381,7 +388,7 @@ class Renderer:
     def nv12_ready(self) -> bool:
         """Whether ``iter_batches(..., nv12=True)`` works: a CUDA engine, and an avatar that fits
         the device cache with an even frame size."""
-        self._ready()
+        self.ready()
         return self.engine.device.type == "cuda" and self._compositor.nv12_ready
 
     @property

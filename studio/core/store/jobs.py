@@ -290,13 +290,18 @@ class JobStore:
 
     # ---- idempotency keys ---------------------------------------------------------------
 
-    def claim_key(self, scope: str, key: str, fingerprint: str) -> dict | None:
+    def claim_key(self, scope: str, key: str, fingerprint: str, stale_s: float = 600.0) -> dict | None:
         """Reserve ``key`` (per ``scope``, e.g. ``POST /v1/renders``) for a request whose body has
         ``fingerprint``; None when it is new (the caller does the work, then ``finish_key`` or
-        ``release_key``), else the stored record: ``{"fingerprint", "job_id", "answer", "busy"}``."""
+        ``release_key``), else the stored record: ``{"fingerprint", "job_id", "answer", "busy"}``.
+        A reservation never finished within ``stale_s`` (its process died mid-request) is free again."""
         now = time.time()
         with self._tx() as db:
             db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "DELETE FROM idempotency WHERE scope=? AND key=? AND done=0 AND created < ?",
+                (scope, key, now - stale_s),
+            )
             row = db.execute("SELECT * FROM idempotency WHERE scope=? AND key=?", (scope, key)).fetchone()
             if row is None:
                 db.execute(
@@ -358,12 +363,20 @@ class JobStore:
             for r in rows
         ]
 
-    def webhook_jobs(self) -> list[Job]:
-        """Jobs with a webhook in a final state (their deliveries decide what is left to send)."""
+    def webhook_jobs(self, max_attempts: int | None = None) -> list[Job]:
+        """Jobs with a webhook in a final state that are still to be told of it: no successful call
+        for that state yet (and, with ``max_attempts``, fewer tries than that)."""
+        tries = (
+            ""
+            if max_attempts is None
+            else " AND (SELECT COUNT(*) FROM deliveries d WHERE d.job_id=jobs.id AND d.state=jobs.state) < ?"
+        )
         with self._tx() as db:
             rows = db.execute(
-                f"SELECT * FROM jobs WHERE webhook != '' AND state IN ({','.join('?' * len(FINAL))}) ORDER BY id",
-                FINAL,
+                f"SELECT * FROM jobs WHERE webhook != '' AND state IN ({','.join('?' * len(FINAL))})"
+                " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id=jobs.id AND d.state=jobs.state AND d.ok=1)"
+                f"{tries} ORDER BY id",
+                (*FINAL, *(() if max_attempts is None else (max_attempts,))),
             ).fetchall()
         return [_job(r) for r in rows]
 
