@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 
 def emit_json(obj) -> None:
@@ -31,7 +32,7 @@ class ProgressBar:
         self.stream = stream or sys.stderr
         self.enabled = _isatty(self.stream) if enabled is None else enabled
         self.label = label
-        self._bar = None
+        self._bar: Any = None  # a tqdm, once drawn
 
     def update(self, done: int, total: int, extra: str = "", force: bool = False) -> None:
         if not self.enabled:
