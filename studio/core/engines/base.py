@@ -140,7 +140,7 @@ def select_engine(name: str = "auto", device: str | None = None, **options) -> E
     if name == "classic":
         from studio.core.engines.classic import ClassicEngine
 
-        engine = ClassicEngine(device=device, **options)
+        engine: LipSyncEngine = ClassicEngine(device=device, **options)
     elif name == "musetalk":
         if not status["musetalk"].ready:
             raise StudioError(f"the MuseTalk engine cannot run: {status['musetalk']}")
