@@ -239,7 +239,7 @@ class QueueService:
         self._farm_link = None  # kept warm between farm jobs
         self._interrupting = False
         self.last_progress: dict[int, Progress] = {}
-        self.retention = retention if retention is not None else Retention.from_env()
+        self.retention = retention if retention is not None else Retention.from_env(strict=False)
         self._swept = float("-inf")  # monotonic time of the last retention sweep
         self._frames_cache: dict[tuple, int] = {}
         from studio.service.checks import CheckRunner
