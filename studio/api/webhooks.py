@@ -132,7 +132,7 @@ class WebhookSender:
         """Send what is due; the seconds until the next try is due."""
         next_due = POLL_S
         now = time.time()
-        for job in self.st.queue.webhook_jobs():
+        for job in self.st.queue.webhook_jobs(MAX_ATTEMPTS):  # delivered and given-up ones are not read
             if self._stop.is_set():
                 break
             calls = [d for d in self.st.queue.deliveries(job.id) if d["state"] == job.state]

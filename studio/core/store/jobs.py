@@ -366,12 +366,20 @@ class JobStore:
             for r in rows
         ]
 
-    def webhook_jobs(self) -> builtins.list[Job]:
-        """Jobs with a webhook in a final state (their deliveries decide what is left to send)."""
+    def webhook_jobs(self, max_attempts: int | None = None) -> builtins.list[Job]:
+        """Jobs with a webhook in a final state that are still to be told of it: no successful call
+        for that state yet (and, with ``max_attempts``, fewer tries than that)."""
+        tries = (
+            ""
+            if max_attempts is None
+            else " AND (SELECT COUNT(*) FROM deliveries d WHERE d.job_id=jobs.id AND d.state=jobs.state) < ?"
+        )
         with self._tx() as db:
             rows = db.execute(
-                f"SELECT * FROM jobs WHERE webhook != '' AND state IN ({','.join('?' * len(FINAL))}) ORDER BY id",
-                FINAL,
+                f"SELECT * FROM jobs WHERE webhook != '' AND state IN ({','.join('?' * len(FINAL))})"
+                " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id=jobs.id AND d.state=jobs.state AND d.ok=1)"
+                f"{tries} ORDER BY id",
+                (*FINAL, *(() if max_attempts is None else (max_attempts,))),
             ).fetchall()
         return [_job(r) for r in rows]
 
