@@ -72,8 +72,8 @@ class LipSyncEngine(ABC):
     def describe(self) -> dict:
         return {"engine": self.name, "label": self.label, "device": str(self.device)}
 
-    def close(self) -> None:  # release GPU memory, sessions
-        pass
+    def close(self) -> None:  # noqa: B027 - optional: release GPU memory, sessions
+        """Release what the engine holds (GPU memory, sessions); nothing by default."""
 
 
 @dataclass(frozen=True)
