@@ -129,7 +129,7 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     panel = window.render_panel
     assert panel.progress_bar.value() == 1000 and panel.fps_label.text() != "— fps"
     assert panel.stage_label.text().startswith("farm: cpu0 ") and "chunks 2/2 · 0 retries" in panel.stage_label.text()
-    assert "farm (2 workers)" in panel.result_label.text() and "2 segments" in panel.result_label.text()
+    assert "farm (2 workers)" in panel.result_detail.text() and "2 segments" in panel.result_detail.text()
     # the Queue panel says where it ran
     job = window.store.get(job_id)
     assert job.result["ran_on"] == "farm (2 workers)" and job.result["frames"] == 60 and job.progress == 1.0
