@@ -114,6 +114,9 @@ def test_health_engines_and_docs(server, client):
     classic = next(x for x in e["engines"] if x["name"] == "classic")
     assert classic["ready"] is True and e["auto"] in ("classic", "musetalk")
     assert "swagger" in httpx.get(f"{server.url}/docs").text.lower()  # docs describe, need no token
+    assert (
+        "access-control-allow-origin" not in client.get("/v1/health", headers={"Origin": "https://x.example"}).headers
+    )
     paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
     assert {"/generate", "/v1/renders", "/v1/frame", "/v1/avatars", "/v1/audio"} <= set(paths)
 

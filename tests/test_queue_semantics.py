@@ -170,3 +170,15 @@ def test_webhook_jobs_are_those_still_to_be_told(tmp_path):
         store.add_delivery(ids[1], "cancelled", "http://127.0.0.1/h", n, False, 500, "HTTP 500")  # retrying
     assert [j.id for j in store.webhook_jobs()] == ids[1:]
     assert [j.id for j in store.webhook_jobs(max_attempts=2)] == [ids[2]]  # given up after 2 tries
+
+
+def test_a_bad_retention_variable_never_stops_a_queue_from_opening(home, tmp_path, monkeypatch):
+    from studio.core.errors import InputError
+    from studio.core.store.jobs import JobStore
+    from studio.service.queue import QueueService
+    from studio.service.retention import Retention
+
+    monkeypatch.setenv("STUDIO_KEEP_RENDERS", "forever")
+    assert not QueueService(store=JobStore(tmp_path / "q.sqlite")).retention.active  # the window still opens
+    with pytest.raises(InputError, match="STUDIO_KEEP_RENDERS 'forever': give a duration"):
+        Retention.from_env()  # `studio queue prune`, `studio serve`: one sentence, exit 2

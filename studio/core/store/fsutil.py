@@ -190,6 +190,45 @@ def atomic_write_bytes(target: str | os.PathLike, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def save_checked_npy(path: str | os.PathLike, array) -> None:
+    """Write a cache array (``.npy``, atomically) with its CRC-32 in ``<path>.crc`` beside it, so
+    that ``load_checked_npy`` notices any damaged byte, its header included."""
+    import zlib
+
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a repair may have emptied the folder meanwhile
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, array)
+    data = path.read_bytes()
+    atomic_write_bytes(path.with_name(path.name + ".crc"), json.dumps([len(data), zlib.crc32(data)]).encode())
+
+
+def load_checked_npy(path: str | os.PathLike):
+    """The array ``save_checked_npy`` wrote, or None (with the reason logged) when it is missing,
+    has no checksum, or any byte differs (the header too: numpy never parses a damaged one)."""
+    import zlib
+
+    import numpy as np
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+        size, crc = json.loads(path.with_name(path.name + ".crc").read_bytes())
+        if len(data) != size or zlib.crc32(data) != crc:
+            log.warning("cache %s is damaged (checksum); computing it again", path)
+            return None
+        import io
+
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - any damage means: compute it again
+        log.warning("cache %s is unreadable (%s); computing it again", path, type(exc).__name__)
+        return None
+
+
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
