@@ -541,9 +541,16 @@ def _probe_ffmpeg(p: Path) -> AudioInfo:
     finally:
         container.close()
     info = AudioInfo(str(p), _CONTAINERS.get(fmt, fmt.upper()), codec, rate, channels, n, decoder="ffmpeg")
-    if n <= 0:  # no length in the header: count what decodes
+    if n <= 0:  # no length in the header: count what decodes (no further than the limit allows)
+        limit, how = max_audio_minutes()
+        cap, n = int(limit * 60 * rate) + 1, 0
         try:
-            n = sum(len(b) for b in _ffmpeg_blocks(info, READ_BLOCK, 0, None))
+            for b in _ffmpeg_blocks(info, READ_BLOCK, 0, None):
+                n += len(b)
+                if n > cap:
+                    raise AudioError(
+                        f"{p}: is longer than the {_hm(limit * 60)} limit for a voice-over ({how}); split it into parts"
+                    )
         except AudioError:
             raise
         except Exception as exc:  # noqa: BLE001 - av.error.* while decoding
