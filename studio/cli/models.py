@@ -33,8 +33,8 @@ def run_import(args) -> int:
     records = models.import_models(args.folder, taesd=args.taesd, link=not args.copy)
     status = models.availability()
     if args.json:
-        fast = [str(f) for f in models.fast_files()]
-        emit_json({"imported": records, "musetalk": str(status), "store": str(models.models_root()), "fast": fast})
+        names = [str(f) for f in models.fast_files()]
+        emit_json({"imported": records, "musetalk": str(status), "store": str(models.models_root()), "fast": names})
         return 0
     for r in records:
         size = sum(f["size"] for f in r["files"].values())
