@@ -108,6 +108,13 @@ def run(args) -> int:
         if args.user:
             from studio.service.bench import user_path
 
+            if args.json:  # what there is so far: a run cut short still leaves its figures
+                atomic_write_bytes(args.json, json.dumps(res, indent=2).encode())
+
+            def part(user):
+                if args.json:
+                    atomic_write_bytes(args.json, json.dumps({**res, "user": user}, indent=2).encode())
+
             user = user_path(
                 work,
                 device=args.device,
@@ -122,6 +129,7 @@ def run(args) -> int:
                 cold=not args.no_cold_cli,
                 serve=not args.no_serve,
                 note=note,
+                on_part=part,
             )
             res["runs"].update(user.pop("runs"))
             res["user"] = user

@@ -55,8 +55,12 @@ def user_path(
     cold: bool = True,
     serve: bool = True,
     note=log.info,
+    on_part=None,
 ) -> dict:
+    """Every row above; ``on_part(out)`` after each part (the command saves what it has so far)."""
     from studio.core import bench_user
+
+    save = on_part or (lambda out: None)
     from studio.core.engines.runtime_torch import resolve_device
 
     workdir = Path(workdir)
@@ -87,12 +91,15 @@ def user_path(
         )
         out["runs"].update(rows.pop("runs"))
         out.update(rows)
+        save(out)
         voices = [bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, clients + 1)]
         if queue:
             out["queue"] = queue_rows(workdir / "queue", pool, settings, voices, note=note)
+            save(out)
         pool.close()
     if cold:
         out["cold"] = cold_rows(workdir / "cold", env, dev, voices[0], note=note)
+        save(out)
     if serve:
         voice = bench_user.voice_file(workdir / "user" / "voices", "wav48", frames)  # the user rows' one
         out["serve"] = serve_rows(workdir / "serve", env, voices, voice, repeats=repeats, note=note)

@@ -80,7 +80,7 @@ def open_video(
     audio=None,
     encoder="auto",
     crf=20,
-    preset="veryfast",
+    preset="superfast",
     fps=FPS,
     total_frames=None,
     workers=None,
