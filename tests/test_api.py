@@ -114,6 +114,9 @@ def test_health_engines_and_docs(server, client):
     classic = next(x for x in e["engines"] if x["name"] == "classic")
     assert classic["ready"] is True and e["auto"] in ("classic", "musetalk")
     assert "swagger" in httpx.get(f"{server.url}/docs").text.lower()  # docs describe, need no token
+    assert (
+        "access-control-allow-origin" not in client.get("/v1/health", headers={"Origin": "https://x.example"}).headers
+    )
     paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
     assert {"/generate", "/v1/renders", "/v1/frame", "/v1/avatars", "/v1/audio"} <= set(paths)
 
@@ -458,6 +461,20 @@ def test_cancel_leaves_no_file_the_queue_is_capped_and_retry_requeues(server, cl
     assert "no render job" in one_sentence(client.get(f"/v1/renders/{new['id']}"), 404)
 
 
+def test_a_retry_whose_voice_over_is_gone_is_refused_before_the_202(server, client, astro, clips):
+    voice = speech_pause_speech(clips["dir"] / "once.wav", 0.3, 0.2, 0.5)
+    with open(voice, "rb") as fh:
+        up = client.post("/v1/audio", files={"file": ("once.wav", fh)}).json()
+    done = wait_state(client, client.post("/v1/renders", data={"avatar": "astro", "audio_id": up["id"]}).json()["id"])
+    assert done["state"] == "done"
+    stored = next((server.home / "uploads" / "audio").glob(f"{up['id']}.*[!n]"))  # removed by hand
+    stored.unlink()
+    before = len(client.get("/v1/renders", params={"limit": 500}).json()["renders"])
+    msg = one_sentence(client.post(f"/v1/renders/{done['id']}/retry"), 422)
+    assert "no such file" in msg and str(server.home) not in msg
+    assert len(client.get("/v1/renders", params={"limit": 500}).json()["renders"]) == before
+
+
 def test_max_queued_holds_under_fifty_concurrent_posts(server, client, astro, short_id, clips):
     """Issue 24 item 7: 50 POSTs at once against --max-queued 3 accept exactly 3 (the count and the
     insert are one transaction)."""
@@ -600,7 +617,7 @@ def test_render_command_line_on_the_server(server, client, astro, clips):
         text=True,
         timeout=180,
     )
-    assert bad.returncode == 2 and "no avatar named 'nobody'" in bad.stderr and bad.stderr.count("\n") == 1
+    assert bad.returncode == 2 and "has no avatar 'nobody'" in bad.stderr and bad.stderr.count("\n") == 1
     assert not (clips["dir"] / "x.mp4").exists()
 
 

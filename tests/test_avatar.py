@@ -18,7 +18,7 @@ from studio.core.avatars.checksums import CheckedArray
 from studio.core.avatars.library import AvatarParams
 from studio.core.errors import AvatarError, Cancelled
 
-BLANK = range(45, 51)  # source frames (30 fps) that are black: times [1.5, 1.7) s -> 25 fps frames 38..42
+BLANK = range(45, 51)  # source frames (30 fps) that are black: times [1.5, 1.7) s (25 fps frames 38..42)
 
 
 def make_video(path, seconds=3.0, fps=30, size=(320, 240), blank=BLANK, seed_shift=0.0):
@@ -138,45 +138,52 @@ def test_a_source_without_any_face_is_refused(tmp_path):
 # Videos
 
 
-def test_video_avatar_resampled_flagged_and_smooth(pan_video):
+def test_video_avatar_keeps_its_own_rate_flagged_and_smooth(pan_video):
+    from fractions import Fraction
+
+    import av
+
     seen = []
     a = avatar.prepare("pan", pan_video, progress=lambda d, t, s: seen.append((d, t, s)))
-    assert (a.N, a.width, a.height, a.kind) == (75, 320, 240, "video")  # 3 s at 25 fps
-    assert a.meta["source_fps"] == pytest.approx(30)
-    assert np.flatnonzero(~np.asarray(a.face_ok)).tolist() == [38, 39, 40, 41, 42]
-    assert a.meta["faceless_frames"] == 5
+    assert (a.N, a.width, a.height, a.kind) == (90, 320, 240, "video")  # 3 s at its own 30 fps
+    assert a.fps == Fraction(30) and a.meta["rate"] == "30" and a.meta["source_fps"] == pytest.approx(30)
+    with av.open(str(pan_video)) as c:  # not resampled: frame k is source frame k
+        source = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    assert all(np.array_equal(a.frames[k], source[k]) for k in (0, 1, 44, 45, 89))
+    assert np.flatnonzero(~np.asarray(a.face_ok)).tolist() == list(BLANK)
+    assert a.meta["faceless_frames"] == 6
     # face-less frames carry the nearest valid box (never a zero box)
-    assert np.array_equal(a.boxes[38], a.boxes[37]) and np.array_equal(a.boxes[42], a.boxes[43])
+    assert np.array_equal(a.boxes[45], a.boxes[44]) and np.array_equal(a.boxes[50], a.boxes[51])
     assert (a.boxes[:, 2] > a.boxes[:, 0]).all() and (a.boxes[:, 3] > a.boxes[:, 1]).all()
     # the camera zooms in: the face box grows
     assert (a.boxes[-1, 2] - a.boxes[-1, 0]) > 1.2 * (a.boxes[0, 2] - a.boxes[0, 0])
     # bounded frame-to-frame jitter inside each run of face frames (2nd difference of the box)
-    for run in (slice(0, 38), slice(43, 75)):
+    for run in (slice(0, 45), slice(51, 90)):
         b = a.boxes[run].astype(int)
         assert np.abs(np.diff(b, 2, axis=0)).max() <= 2
-    assert seen[-1][2] == "blend masks" and seen[-1][0] == seen[-1][1] == 75
-    assert any(s == "decoding and tracking" and t == 75 for _, t, s in seen)
+    assert seen[-1][2] == "blend masks" and seen[-1][0] == seen[-1][1] == 90
+    assert any(s == "decoding and tracking" and t == 90 for _, t, s in seen)
     # the ping-pong cycle
-    assert a.cycle_index(np.array([0, 74, 75, 76, 149, 150])).tolist() == [0, 74, 74, 73, 0, 0]
+    assert a.cycle_index(np.array([0, 89, 90, 91, 179, 180])).tolist() == [0, 89, 89, 88, 0, 0]
+    assert avatar.avatar_rate("pan") == avatar.avatar_rate(pan_video) == Fraction(30)
     # smoothing really reduces jitter: without it the boxes shake more
     raw = avatar.prepare("pan", pan_video, AvatarParams(smooth=0.0), force=True)
     assert raw.meta["rebuilt"] == ["crops", "masks"]
 
     def jitter(x):
-        return np.abs(np.diff(x[:38].astype(int), 2, axis=0)).sum()
+        return np.abs(np.diff(x[:45].astype(int), 2, axis=0)).sum()
 
     assert jitter(a.boxes) < jitter(raw.boxes)
 
 
 def test_trim_and_the_size_limit(pan_video, monkeypatch):
     a = avatar.prepare("cut", pan_video, AvatarParams(trim_start=0.5, trim_end=1.5))
-    assert a.N == 25 and a.face_ok.all()
+    assert a.N == 30 and a.face_ok.all()  # one second at the video's own 30 fps
     whole = avatar.resolve(pan_video)
-    # trimmed frame j shows the source frame on screen at 0.5 + j/25 s: the same decoded picture
-    # as the untrimmed frame k whose time k/25 falls in that source frame (30 fps source)
-    assert np.array_equal(a.frames[0], whole.frames[13])  # source frame 15 (0.500 .. 0.533 s)
-    assert np.array_equal(a.frames[5], whole.frames[18])  # source frame 21 (0.700 .. 0.733 s)
-    assert not np.array_equal(a.frames[0], whole.frames[12])
+    # trimmed frame j is the source frame on screen at 0.5 + j/30 s: untrimmed frame 15 + j
+    assert np.array_equal(a.frames[0], whole.frames[15])  # source frame 15 (0.500 .. 0.533 s)
+    assert np.array_equal(a.frames[5], whole.frames[20])
+    assert not np.array_equal(a.frames[0], whole.frames[14])
     with pytest.raises(AvatarError, match="past the end"):
         avatar.prepare("late", pan_video, AvatarParams(trim_start=9.0))
     monkeypatch.setenv("STUDIO_AVATAR_MAX_GB", "0.005")  # ~5 MB: 75 frames of 320x240 need ~ 22 MB
@@ -259,21 +266,21 @@ def test_changing_a_parameter_recomputes_only_what_depends_on_it(pan_video, tmp_
 
     other = make_video(tmp_path / "other.mp4", seconds=2.0, blank=(), seed_shift=8.0)
     e = avatar.prepare("inv", other, force=True)
-    assert e.meta["rebuilt"] == ["frames", "crops", "masks"] and e.N == 50 and e.face_ok.all()
+    assert e.meta["rebuilt"] == ["frames", "crops", "masks"] and e.N == 60 and e.face_ok.all()  # 2 s at 30 fps
 
 
 def test_path_avatars_are_cached_and_follow_their_source(tmp_path, pan_video):
     src = tmp_path / "clip.mp4"
     shutil.copy(pan_video, src)
     a = avatar.resolve(str(src))
-    assert a.N == 75 and "cache" in str(a.folder)
+    assert a.N == 90 and "cache" in str(a.folder)
     b = avatar.resolve(src)
     assert b.folder == a.folder and _stat(b, "frames") == _stat(a, "frames")
     c = avatar.resolve(src, AvatarParams(mask_mode="raw"))
     assert c.meta["rebuilt"] == ["masks"]
     make_video(src, seconds=1.0, blank=())  # the file changes under the same path
     d = avatar.resolve(src, AvatarParams(mask_mode="raw"))
-    assert d.N == 25 and d.meta["rebuilt"] == ["frames", "crops", "masks"]
+    assert d.N == 30 and d.meta["rebuilt"] == ["frames", "crops", "masks"]
     assert avatar.list_avatars() == []  # path avatars are not library entries
     lib = avatar.prepare("lib", DEMO_AVATAR)
     assert avatar.resolve("lib").folder == lib.folder
@@ -528,7 +535,7 @@ def _edit_meta(folder, **changes):
 @pytest.mark.parametrize(
     "change, problem",
     [
-        ({"frames": 40}, "says 40 frames but records 75 rows"),
+        ({"frames": 40}, "says 40 frames but records 90 rows"),
         ({"files": []}, "lists no array files"),
         ({"frames": "many"}, "meta.json says 'many' frames"),
     ],
@@ -545,7 +552,7 @@ def test_inconsistent_meta_json_is_listed_as_damaged_and_rebuilt_from_its_source
     assert rows[0]["fix"] == f"it is rebuilt from its source {src} the next time it is used"
     with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         b = avatar.load("meta")
-    assert problem in caplog.text and b.N == 75 and b.meta["rebuilt"] == ["frames", "crops", "masks"]
+    assert problem in caplog.text and b.N == 90 and b.meta["rebuilt"] == ["frames", "crops", "masks"]
     assert not avatar.list_avatars()[0]["damaged"]
     # without its source, load and list give the same one instruction
     _edit_meta(b.folder, **change)

@@ -208,6 +208,32 @@ def test_sigterm_and_sighup_cancel_like_ctrl_c(home, voice, out, sig, mode):
     assert not list((home / "tmp").glob(f"{proc.pid}-*.rec"))  # its record went with it
 
 
+def test_sigterm_stops_chunk_workers_at_once_and_leaves_no_record(home, voice, out):
+    """Workers busy in a batch (or still loading) are not waited for: they are killed after half a
+    second and their registered temporaries (and records) removed by the exiting render itself
+    (it used to take 10.3 s, and three workers' records waited for the next command)."""
+    proc = start(home, *render_args(voice, out / "talk.mp4", "--chunks", "3"))
+    try:
+        mid_render(proc, out, chunks=True)
+        workers = descendants(proc.pid)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "studio: " + CANCEL.format(" (SIGTERM)"), err
+    assert took < 6.0, f"{took:.1f} s to stop"
+    assert not any(alive(p) for p in workers)
+    ours = {proc.pid, *workers}  # (the test process keeps a record of its own: the fixture's avatar)
+    left = [r.name for r in (home / "tmp").glob("*.rec") if int(r.name.split("-")[0]) in ours]
+    assert left == []  # no worker's record is left behind for the next command
+    assert os.listdir(out) == []
+
+
 def test_a_second_signal_during_the_clean_up_still_leaves_nothing(home, voice, out):
     proc = start(home, *render_args(voice, out / "talk.mp4", "--encoder", "x264-parallel"))
     try:

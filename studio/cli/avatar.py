@@ -184,6 +184,8 @@ def run_rm(args) -> int:
 
 
 def _summary(a) -> dict:
+    from studio.core.media.rates import rate_number
+
     m = a.meta
     return {
         "name": a.name,
@@ -191,7 +193,7 @@ def _summary(a) -> dict:
         "frames": a.N,
         "width": a.width,
         "height": a.height,
-        "fps": a.fps,
+        "fps": rate_number(a.fps),
         "faceless_frames": int(m["faceless_frames"]),
         "box": [int(v) for v in a.boxes[0]],
         "source": m["source"],
@@ -214,6 +216,11 @@ def _print_summary(info: dict, title: str) -> None:
         f"  kind:          {info['kind']} ({info['frames']} frame(s) at {info['fps']} fps, "
         f"{info['width']}x{info['height']})\n"
     )
+    src_fps = info.get("source_fps")
+    if info["kind"] == "video" and src_fps and abs(float(src_fps) / float(info["fps"]) - 1) > 0.002:
+        out.write(
+            f"  resampled:     from the video's {float(src_fps):g} fps to {info['fps']} fps (not a listed rate)\n"
+        )
     if info.get("downscaled_from"):
         out.write(f"  downscaled:    from {info['downscaled_from'][0]}x{info['downscaled_from'][1]}\n")
     if info.get("faces_found", 1) > 1:

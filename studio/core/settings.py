@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
 from studio.core.errors import InputError
+from studio.core.media.rates import RATES
 
 T = TypeVar("T")
 
@@ -36,6 +37,7 @@ PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DECODERS = ("taesd", "sd-vae")
 RUNTIMES = ("auto", "torch", "tensorrt")
 ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
+FRAME_RATES = ("auto", *RATES)  # auto: the video avatar's own rate, 25 for a photo
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
 
@@ -180,6 +182,13 @@ class RenderSettings:
         "TAESD ran 1.75x and UNet + SD-VAE 2.1x faster on an H200: for long clips and warm "
         "servers)",
         label="Compile the networks",
+    )
+    fps: str = setting(
+        "auto",
+        "output frame rate: auto keeps a video avatar's own rate (25 for a photo); 29.97 and 59.94 "
+        "are 30000/1001 and 60000/1001 exactly, with drop-frame timecode",
+        label="Frame rate",
+        choices=FRAME_RATES,
     )
     threshold: float = setting(
         DEFAULT_SILENCE_THRESHOLD,

@@ -24,7 +24,9 @@ def preflight(req: RenderRequest) -> None:
 
     check_request(req)  # the output, the voice-over's header
     if req.frames is not None:
-        total = probe(req.audio).frames
+        from studio.core.avatars.library import output_rate_for
+
+        total = probe(req.audio).frames_at(output_rate_for(req.settings.fps, req.avatar))  # at the output's rate
         check_frames(req.frames, total)
     if req.placement.kind == "local":
         runnable_here(req.settings)

@@ -239,7 +239,7 @@ class QueueService:
         self._farm_link = None  # kept warm between farm jobs
         self._interrupting = False
         self.last_progress: dict[int, Progress] = {}
-        self.retention = retention if retention is not None else Retention.from_env()
+        self.retention = retention if retention is not None else Retention.from_env(strict=False)
         self._swept = float("-inf")  # monotonic time of the last retention sweep
         self._frames_cache: dict[tuple, int] = {}
         from studio.service.checks import CheckRunner
@@ -461,8 +461,9 @@ class QueueService:
     def add_delivery(self, job_id: int, state: str, url: str, attempt: int, ok: bool, status, error: str) -> None:
         self.store.add_delivery(job_id, state, url, attempt, ok, status, error)
 
-    def webhook_jobs(self) -> list[J.Job]:
-        return self.store.webhook_jobs()
+    def webhook_jobs(self, max_attempts: int | None = None) -> list[J.Job]:
+        """Finished jobs whose webhook is still to be told (``store.webhook_jobs``)."""
+        return self.store.webhook_jobs(max_attempts)
 
     # ---- retention ----------------------------------------------------------------------
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import os
 import re
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QIcon, QImage, QPixmap
+from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
+from PySide6.QtGui import QIcon, QImage, QPixmap, QUndoCommand
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -50,6 +51,8 @@ AUDIO_FILTER = "Audio (*.wav *.flac *.ogg *.opus *.mp3);;All files (*)"
 AVATAR_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v"}
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".aif", ".aiff"}
 THUMB = 72
+#: a selection made by the program (an import, a restore) is that one item, never added to a batch
+ONLY = QItemSelectionModel.SelectionFlag.ClearAndSelect
 
 
 def dropped_paths(mime) -> list[str]:
@@ -104,6 +107,8 @@ class LibraryPanel(FileDrops, QWidget):
     maskToggled = Signal(bool)
     avatarPrepared = Signal(str)
     avatarPreparing = Signal(str)  # an import of this avatar started
+    avatarRestored = Signal(str)  # an undo brought a removed avatar back
+    status = Signal(str)  # a passing message (the status bar)
     error = Signal(str)
 
     def __init__(self, parent=None):
@@ -111,6 +116,7 @@ class LibraryPanel(FileDrops, QWidget):
         self.setObjectName("library")
         self.settings = cfg.settings()
         self.task = None  # the running avatar preparation, if any
+        self.history = None  # the window's undo history (studio.ui.undo.History)
         self._entries: dict[str, dict] = {}
         self.analyses: dict[str, object] = {}  # path -> AudioAnalysis of scripts checked on import
         self._checking: set[str] = set()  # audio files being read before they join the list
@@ -257,10 +263,10 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatars.blockSignals(False)
         for i in range(self.avatars.count()):
             if self.avatars.item(i).data(Qt.ItemDataRole.UserRole) == keep:
-                self.avatars.setCurrentRow(i)
+                self.avatars.setCurrentRow(i, ONLY)
                 return
         if self.avatars.count():
-            self.avatars.setCurrentRow(0)
+            self.avatars.setCurrentRow(0, ONLY)
 
     def import_avatar(self, source: str, name: str | None = None, force: bool = False, wait: bool = False):
         """Prepare ``source`` as avatar ``name`` off the GUI thread behind a progress dialog."""
@@ -339,7 +345,7 @@ class LibraryPanel(FileDrops, QWidget):
         for i in range(self.scripts.count()):
             if self.scripts.item(i).data(Qt.ItemDataRole.UserRole) == path:
                 if select:
-                    self.scripts.setCurrentRow(i)
+                    self.scripts.setCurrentRow(i, ONLY)
                 return None
         if path in self._checking:
             return None
@@ -353,7 +359,7 @@ class LibraryPanel(FileDrops, QWidget):
             self._add_script_item(path)
             self._save_scripts()
             if select:
-                self.scripts.setCurrentRow(self.scripts.count() - 1)
+                self.scripts.setCurrentRow(self.scripts.count() - 1, ONLY)
 
         def unreadable(message: str) -> None:
             self._checking.discard(path)
@@ -456,24 +462,36 @@ class LibraryPanel(FileDrops, QWidget):
         return path
 
     def _remove_avatar(self) -> None:
-        name = self.avatar
-        if not name:
+        """Remove the selected avatar(s): into the trash, from where Undo (Ctrl+Z) brings them back
+        until Studio closes."""
+        names = self.selected_avatars()
+        if not names:
+            self.error.emit("select an avatar to remove")
             return
-        try:
-            from studio.core.avatars.library import remove
-
-            remove(name)
-        except Exception as exc:  # noqa: BLE001
-            from studio.ui.workers import error_text
-
-            self.error.emit(error_text(exc))
-        self.refresh_avatars()
+        for name in names:
+            self._push(RemoveAvatar(self, name))
+        if all(n not in self._entries for n in names):
+            self.status.emit(f"removed {', '.join(f'“{n}”' for n in names)}; Edit > Undo (Ctrl+Z) brings it back")
 
     def _remove_script(self) -> None:
-        row = self.scripts.currentRow()
-        if row >= 0:
-            self.scripts.takeItem(row)
-            self._save_scripts()
+        """Take the selected voice-over(s) off the list (the files stay); Undo puts them back."""
+        paths = self.selected_scripts()
+        if not paths:
+            self.error.emit("select a voice-over to remove from the list")
+            return
+        for path in paths:
+            self._push(RemoveScript(self, path))
+
+    def _push(self, command) -> None:
+        if self.history is not None:
+            self.history.push_command(command)
+        else:
+            command.redo()
+
+    def _script_row(self, path: str) -> int:
+        return next(
+            (i for i in range(self.scripts.count()) if self.scripts.item(i).data(Qt.ItemDataRole.UserRole) == path), -1
+        )
 
     def _reprepare(self) -> None:
         name = self.avatar
@@ -498,6 +516,107 @@ class LibraryPanel(FileDrops, QWidget):
             self.add_script(str(path))
 
         run_in_background(speak, text, on_done=done, on_error=self.error.emit)
+
+
+class RemoveAvatar(QUndoCommand):
+    """Remove an avatar into the trash (``<data>/trash``); undo moves it back, prepared as it was."""
+
+    def __init__(self, panel: LibraryPanel, name: str):
+        super().__init__(f"Remove avatar “{name}”")
+        self.panel, self.name = panel, name
+        self.trashed: Path | None = None
+
+    def redo(self) -> None:
+        try:
+            self.trashed = trash_avatar(self.name)
+        except Exception as exc:  # noqa: BLE001 - nothing moved: no undo step either
+            from studio.ui.workers import error_text
+
+            self.panel.error.emit(error_text(exc))
+            self.setObsolete(True)
+            return
+        self.panel.refresh_avatars()
+
+    def undo(self) -> None:
+        if self.trashed is None:
+            return
+        try:
+            restore_avatar(self.trashed, self.name)
+        except Exception as exc:  # noqa: BLE001
+            from studio.ui.workers import error_text
+
+            self.panel.error.emit(error_text(exc))
+            return
+        self.trashed = None
+        self.panel.refresh_avatars(select=self.name)
+        self.panel.avatarRestored.emit(self.name)
+
+
+class RemoveScript(QUndoCommand):
+    """Take a voice-over off the list (the file stays where it is); undo puts it back in its place."""
+
+    def __init__(self, panel: LibraryPanel, path: str):
+        super().__init__(f"Remove “{Path(path).name}” from the list")
+        self.panel, self.path = panel, path
+        self.row = -1
+
+    def redo(self) -> None:
+        p = self.panel
+        self.row = p._script_row(self.path)
+        if self.row >= 0:
+            p.scripts.takeItem(self.row)
+            p._save_scripts()
+
+    def undo(self) -> None:
+        p = self.panel
+        if self.row < 0 or p._script_row(self.path) >= 0:
+            return
+        item = QListWidgetItem(QIcon(_icon("audio")), Path(self.path).name)
+        item.setData(Qt.ItemDataRole.UserRole, self.path)
+        item.setToolTip(self.path)
+        p.scripts.insertItem(min(self.row, p.scripts.count()), item)
+        p._save_scripts()
+        p.scripts.setCurrentItem(item, ONLY)
+
+
+def trash_dir() -> Path:
+    from studio.core.store.paths import sub_dir
+
+    return sub_dir("trash")
+
+
+def trash_avatar(name: str) -> Path:
+    """Move avatar ``name``'s folder into the trash (a rename inside the data folder); its new path."""
+    import uuid
+
+    from studio.core.avatars.library import library_dir
+    from studio.core.errors import AvatarError
+
+    folder = library_dir() / name
+    if not folder.is_dir():
+        raise AvatarError(f"no avatar named '{name}' in the library; see `studio avatar list`")
+    target = trash_dir() / f"{name}.{uuid.uuid4().hex[:8]}"
+    os.replace(folder, target)
+    log.info("avatar %s moved to the trash (%s)", name, target)
+    return target
+
+
+def restore_avatar(trashed: Path, name: str) -> None:
+    from studio.core.avatars.library import library_dir
+    from studio.core.errors import AvatarError
+
+    folder = library_dir() / name
+    if folder.exists():
+        raise AvatarError(f"an avatar named “{name}” was made since; remove or rename it, then undo again")
+    os.replace(trashed, folder)
+    log.info("avatar %s restored from the trash", name)
+
+
+def empty_trash() -> None:
+    """Delete what removals left in the trash (when the window closes: their undo ends with it)."""
+    import shutil
+
+    shutil.rmtree(trash_dir(), ignore_errors=True)
 
 
 def _selected(lst: QListWidget) -> list[str]:

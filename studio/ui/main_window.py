@@ -56,6 +56,8 @@ class MainWindow(FileDrops, QMainWindow):
         self.setWindowIcon(QIcon(_icon("studio")))
         self.setObjectName("mainWindow")
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks)
+        #: True: close without asking, even during a render (a signal, the answer "Close", a test's teardown)
+        self.close_confirmed = False
         self.settings = cfg.settings()
         self.analysis = None
         self.assets = None
@@ -108,8 +110,8 @@ class MainWindow(FileDrops, QMainWindow):
         self.splitter.addWidget(top)
         self.splitter.addWidget(self.timeline)
         self.splitter.setChildrenCollapsible(False)
-        top.setMinimumHeight(130)  # what fits under a 1280x720 screen's menu, toolbar, queue and status bar
-        self.timeline.setMinimumHeight(200)
+        top.setMinimumHeight(120)  # what fits under a 1280x720 screen's menu, toolbar, queue and status bar
+        self.timeline.setMinimumHeight(180)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.setCentralWidget(self.splitter)
@@ -147,6 +149,7 @@ class MainWindow(FileDrops, QMainWindow):
 
         self._connect()
         self._restore()
+        self._track_edits()
         # the Library chose its avatar (the saved one) before these signals were connected: take it
         # now, so the output name and the preview say that avatar from the first paint on
         self.render_panel.set_context(avatar=self.library.avatar, script=self.library.script)
@@ -338,6 +341,8 @@ class MainWindow(FileDrops, QMainWindow):
         redo = self.undo_stack.createRedoAction(self, "Redo")
         add("undo", "Edit", "", shortcuts=["Ctrl+Z"], action=undo)
         add("redo", "Edit", "", shortcuts=["Ctrl+Shift+Z", "Ctrl+Y"], action=redo)
+        undo.setProperty("command", "Undo")
+        redo.setProperty("command", "Redo")
         acts.separator("Edit")
         add(
             "remove_avatar",
@@ -357,6 +362,13 @@ class MainWindow(FileDrops, QMainWindow):
         for dock in (self.library_dock, self.render_dock, self.queue_dock, self.doctor_dock):
             view = dock.toggleViewAction()
             add(f"view_{dock.objectName()}", "View", f"{dock.windowTitle()} panel", action=view)
+        bar = self.toolbar = QToolBar("Toolbar")
+        bar.setObjectName("mainToolbar")
+        bar.setMovable(False)
+        bar.setIconSize(QSize(18, 18))
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.addToolBar(bar)
+        add("view_toolbar", "View", "Toolbar", action=bar.toggleViewAction())
         acts.separator("View")
         face = add("face_box", "View", "Face box on the preview", lib.show_box.setChecked, checkable=True)
         lib.show_box.toggled.connect(face.setChecked)
@@ -393,6 +405,7 @@ class MainWindow(FileDrops, QMainWindow):
             "Render queued jobs one after another (again: pause after the running job)",
             checkable=True,
         )
+        acts["start_queue"].setProperty("command", "Start / pause queue")
         add(
             "cancel",
             "Render",
@@ -416,18 +429,12 @@ class MainWindow(FileDrops, QMainWindow):
         add("editor_guide", "Help", "Editor guide", self._open_guide, tip="docs/editor.md: keys, menus, undo, markers")
         add("about", "Help", "About Studio", self._about)
 
-        bar = QToolBar("Main")
-        bar.setObjectName("mainToolbar")
-        bar.setMovable(False)
-        bar.setIconSize(QSize(18, 18))
-        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.addToolBar(bar)
+        bar = self.toolbar
         for key in ("import_avatar", "import_audio", None, "render", "add_to_queue", "cancel", None, "doctor"):
             if key is None:
                 bar.addSeparator()
             else:
                 bar.addAction(acts[key])
-        self.toolbar = bar
         short = {
             "import_avatar": "Import avatar",
             "import_audio": "Import audio",
@@ -490,11 +497,17 @@ class MainWindow(FileDrops, QMainWindow):
         lib.error.connect(self.show_error)
         lib.avatarPrepared.connect(lambda _name: self.worker.invalidate())
         lib.avatarPreparing.connect(self._avatar_preparing)
+        lib.avatarRestored.connect(lambda _name: self.worker.invalidate())
+        lib.status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.timeline.thresholdChanged.connect(self._threshold_changed)
         self.timeline.min_run_box.valueChanged.connect(lambda v: panel.set_silence(min_silence=v))
         self.timeline.playheadMoved.connect(self._playhead_moved)
         self.timeline.rangeChanged.connect(panel.set_range)
+        self.timeline.rangeChanged.connect(lambda _r: self._save_marks())
+        self.timeline.markersChanged.connect(self._save_marks)
+        self.timeline.renderMarker.connect(self.render_marker)
         self.timeline.playClicked.connect(self.transport.toggle)
+        panel.fields["fps"].currentTextChanged.connect(lambda _t: self._rate_changed())
         self.timeline.error.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.preview.filesDropped.connect(self.drop_files)
         panel.renderClicked.connect(self.render)
@@ -529,13 +542,19 @@ class MainWindow(FileDrops, QMainWindow):
             self.render_panel.show_engines({k: str(v) for k, v in status.items()})
             from studio.service import gpus_here  # torch is loaded by now
 
-            self.gpus_task = run_in_background(gpus_here, on_done=self.render_panel.set_gpus)  # "All GPUs here"
+            self.gpus_task = run_in_background(gpus_here, on_done=self._gpus_found)  # "All GPUs here"
             self.engine_status.setText(f"engine: auto → {auto_engine(status)}")
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))
 
         self.engines_task = run_in_background(engine_status, on_done=ready, on_error=self.show_error)
         QTimer.singleShot(0, self._offer_queued)
         QTimer.singleShot(300, self._check_audio_device)
+
+    def _gpus_found(self, devices) -> None:
+        """Offer "All GPUs here"; choosing the saved target again is no edit (nothing to undo)."""
+        with self.history.quiet():
+            self.render_panel.set_gpus(devices)
+        self.history.reset("setting:target")
 
     def _check_audio_device(self) -> None:
         """Say once, beside the transport, when playback will be silent (no audio output here)."""
@@ -570,6 +589,7 @@ class MainWindow(FileDrops, QMainWindow):
             if self.library.avatar != name:
                 return
             self.assets = assets
+            self._rate_changed()  # "auto" follows the avatar's own rate
             self._show_avatar_frame()
             self._mark_faceless()
             self.avatarLoaded.emit(assets)
@@ -588,7 +608,7 @@ class MainWindow(FileDrops, QMainWindow):
         a = self.assets
         index = 0
         if self.last_scrub is not None:
-            index = a.cycle_index(self.last_scrub[1]) if hasattr(a, "cycle_index") else 0
+            index = self._avatar_index(self.last_scrub[1]) if hasattr(a, "cycle_index") else 0
         image, extra = self._decorate(a.frames[index], index)
         caption = f"{self.library.avatar} · {a.width}x{a.height} · {a.N} frame(s){extra}"
         self.preview.show_now(image, caption, -1)
@@ -633,17 +653,46 @@ class MainWindow(FileDrops, QMainWindow):
         if ok.all():
             self.timeline.set_faceless([])
             return
-        bad = ~ok[np.asarray(a.cycle_index(np.arange(analysis.frames)))]
+        bad = ~ok[np.asarray(self._avatar_index(np.arange(analysis.frames)))]
         self.timeline.set_faceless(runs(bad))
+
+    def _avatar_index(self, frame):
+        """The avatar frame output frame ``frame`` (an int or an array) shows, at the timeline's rate."""
+        from studio.core.media.rates import map_frames
+
+        a = self.assets
+        return a.cycle_index(map_frames(frame, self.timeline.rate, getattr(a, "fps", self.timeline.rate)))
+
+    def output_rate(self):
+        """The rate the next render has: the Frame rate setting, or for auto the avatar's own (25 for a photo)."""
+        from studio.core.media.rates import output_rate
+
+        return output_rate(self.render_panel.render_settings().fps, self.assets)
+
+    def _rate_changed(self) -> None:
+        """The output rate changed (the setting, or an avatar with another rate): the timeline's frames,
+        timecode and silence mask are those of the new rate."""
+        if self.library.script and self.analysis is not None and self.analysis.rate != self.output_rate():
+            self._script_selected(self.library.script)
 
     def _script_selected(self, path: str) -> None:
         self.render_panel.set_context(script=path)
         if not path:
             return
         from studio.core.media.audio import analyze
+        from studio.ui.voiceovers import content_key
 
-        def done(analysis) -> None:
-            if self.library.script != path:
+        rate = self.output_rate()
+        known = self.library.analyses.get(path)  # checked when it was added: no second decode
+        if known is not None and known.rate != rate:
+            known = None  # analysed at another frame rate
+
+        def read(p: str):  # on a background thread: the analysis (cached) and the content key
+            return (known if known is not None else analyze(p, True, rate)), content_key(p)
+
+        def done(result) -> None:
+            analysis, key = result
+            if self.library.script != path or analysis.rate != self.output_rate():
                 return
             self.transport.stop()
             self.transport.audio_path = path
@@ -652,15 +701,127 @@ class MainWindow(FileDrops, QMainWindow):
             self.timeline.set_min_run(self.render_panel.min_silence)
             self.timeline.set_analysis(analysis)
             self.render_panel.set_range(None)
+            self._restore_marks(key)
             self._mark_faceless()
             self.analysisReady.emit(analysis)
 
-        known = self.library.analyses.get(path)  # checked when it was added: no second decode
-        if known is not None:
-            done(known)
+        self.voice_key = ""  # until the new one is read, nothing is saved under the old one
+        if known is None:
+            self.timeline.info.setText(f"analysing {Path(path).name}…")
+        run_in_background(read, path, on_done=done, on_error=self.show_error)
+
+    # ---- in/out and markers per voice-over; undo ------------------------------------------
+
+    def _restore_marks(self, key: str) -> None:
+        """In/out and markers as they were left on this voice-over (any earlier session)."""
+        self.voice_key = key
+        m = self.memory.get(key, rate=float(self.timeline.rate))
+        with self.history.quiet():
+            self.timeline.set_markers(m["markers"])
+            if m["in"] is not None or m["out"] is not None:
+                self.timeline.set_range(m["in"], m["out"])
+        self.history.reset("range")
+        self.history.reset("markers")
+
+    def _save_marks(self) -> None:
+        if not self.voice_key:
             return
-        self.timeline.info.setText(f"analysing {Path(path).name}…")
-        run_in_background(analyze, path, on_done=done, on_error=self.show_error)
+        tl = self.timeline
+        self.memory.put(
+            self.voice_key,
+            name=Path(self.library.script).name,
+            rate=float(tl.rate),
+            in_frame=tl.in_frame,
+            out_frame=tl.out_frame,
+            markers=[(m.frame, m.name) for m in tl.markers],
+        )
+
+    def _track_edits(self) -> None:
+        """Every value an editor changes by hand becomes an undo step (``studio.ui.undo``)."""
+        from studio.core.media.timecode import timecode
+        from studio.ui.undo import History
+        from studio.ui.voiceovers import VoiceoverMemory
+
+        self.memory = VoiceoverMemory()
+        self.voice_key = ""
+        h = self.history = History(self.undo_stack)
+        tl, panel = self.timeline, self.render_panel
+        h.track(
+            "threshold",
+            "Threshold",
+            lambda: tl.threshold,
+            tl.set_threshold,
+            tl.thresholdChanged,
+            describe=lambda v: f"{v:g}",
+            widget=tl.threshold_box,
+        )
+        h.track(
+            "min_silence",
+            "Min silence",
+            lambda: tl.min_run,
+            tl.set_min_run,
+            tl.min_run_box.valueChanged,
+            describe=lambda v: f"{v} frames",
+            widget=tl.min_run_box,
+        )
+        tl.editSession.connect(h.session)
+
+        def point(v) -> str:
+            a, b = v
+            return (
+                "no in/out"
+                if a is None and b is None
+                else f"{'—' if a is None else timecode(a, tl.rate)}–{'—' if b is None else timecode(b, tl.rate)}"
+            )
+
+        h.track(
+            "range",
+            "In/out",
+            lambda: (tl.in_frame, tl.out_frame),
+            lambda v: tl.set_range(*v),
+            tl.rangeChanged,
+            describe=point,
+            scope=lambda: self.voice_key,
+            apply_elsewhere=lambda key, v: self.memory.put(key, in_frame=v[0], out_frame=v[1]),
+        )
+        h.track(
+            "markers",
+            "Markers",
+            lambda: tuple((m.frame, m.name) for m in tl.markers),
+            tl.set_markers,
+            tl.markersChanged,
+            text=_markers_step,
+            scope=lambda: self.voice_key,
+            apply_elsewhere=lambda key, v: self.memory.put(key, markers=v),
+        )
+        for name, widget, label, get, set_, signal in panel.tracked_settings():
+            h.track(f"setting:{name}", label, get, set_, signal, widget=widget)
+        self.library.history = h
+
+    def _marker_action(self, what: str) -> None:
+        tl = self.timeline
+        if tl.analysis is None:
+            self.statusBar().showMessage("import a voice-over first: markers sit on its timeline", 5000)
+            return
+        here = [m for m in tl.markers if m.frame <= tl.frame]
+        if what == "add":
+            tl.add_marker()
+        elif what == "next":
+            tl.next_marker(1)
+        elif what == "prev":
+            tl.next_marker(-1)
+        elif not here:
+            self.statusBar().showMessage("no marker at or before the playhead (M adds one)", 5000)
+        elif what == "delete":
+            tl.remove_marker(here[-1].frame)
+        elif what == "rename":
+            tl.rename_marker(here[-1].frame)
+        elif what == "render":
+            self.render_marker(*tl.marker_span(here[-1].frame))
+
+    def render_marker(self, start: int, end: int) -> int | None:
+        """Render frames [start, end) (a marker to the next) of the current pair now."""
+        return self.queue.add(self.library.avatar, self.library.script, start=True, frames=(start, end))
 
     def _threshold_changed(self, value: float) -> None:
         self.render_panel.set_silence(threshold=value)
@@ -679,7 +840,7 @@ class MainWindow(FileDrops, QMainWindow):
         if self.player_shown:  # the finished render is on screen: the timeline seeks it
             from studio.core.render.plan import frame_index
 
-            self.player.seek_frame(frame_index(seconds))
+            self.player.seek_frame(frame_index(seconds, self.timeline.rate))
             return
         avatar, script = self.library.avatar, self.library.script
         if not avatar or not script or self.analysis is None:
@@ -699,7 +860,7 @@ class MainWindow(FileDrops, QMainWindow):
         self.last_scrub = (seconds, index)
         extra = ""
         if self.assets is not None:
-            image, extra = self._decorate(image, self.assets.cycle_index(index))
+            image, extra = self._decorate(image, self._avatar_index(index))
         from studio.core.media.timecode import timecode
 
         during = " · while rendering" if self.current is not None else ""
@@ -707,7 +868,8 @@ class MainWindow(FileDrops, QMainWindow):
             during += " · playing (the picture catches up)"
         if self.current is not None:
             self._scrub_hold_until = time.monotonic() + self.SCRUB_HOLD_S
-        self.preview.offer(image, f"{timecode(index)} · frame {index} · exact render preview{extra}{during}", index)
+        caption = f"{timecode(index, self.timeline.rate)} · frame {index} · exact render preview{extra}{during}"
+        self.preview.offer(image, caption, index)
 
     def _running(self, running: bool) -> None:
         self.cancel_action.setEnabled(running)
@@ -763,6 +925,8 @@ class MainWindow(FileDrops, QMainWindow):
         else:
             self._first_geometry()
             self._default_sizes()
+            if self.height() < self.SHORT_SCREEN:  # a laptop: the timeline needs the toolbar's height
+                self.toolbar.hide()  # (View > Toolbar; the Render panel and the menus have it all)
         self._placed_size = self.size()
         state = s.value("window/state")
         if isinstance(state, QByteArray) and not state.isEmpty():
@@ -770,8 +934,9 @@ class MainWindow(FileDrops, QMainWindow):
         sizes = s.value("window/splitter")
         if isinstance(sizes, QByteArray) and not sizes.isEmpty():
             self.splitter.restoreState(sizes)
-        else:
-            self.splitter.setSizes([520, 300])
+        else:  # on a short screen the timeline gets the larger share: its plots need the height
+            screen = self.screen().availableGeometry().height() if self.screen() else 1000
+            self.splitter.setSizes([450, 550] if screen < 900 else [600, 400])
         self.timeline.set_threshold(self.render_panel.threshold)
         self.timeline.set_min_run(self.render_panel.min_silence)
         script = cfg.value(s, "library/selected_script", str)
@@ -779,6 +944,7 @@ class MainWindow(FileDrops, QMainWindow):
             self.library.select_script(script)
 
     DEFAULT_SIZE = (1480, 980)
+    SHORT_SCREEN = 800  # a first window less tall than this starts without the toolbar
     FRAME_ALLOWANCE = (16, 48)  # a window manager's borders and title bar, before they are known
 
     def _first_geometry(self) -> None:
@@ -870,7 +1036,7 @@ class MainWindow(FileDrops, QMainWindow):
         box.open()
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        if self.current is not None and not getattr(self, "_close_confirmed", False):
+        if self.current is not None and not self.close_confirmed:
             from PySide6.QtWidgets import QMessageBox
 
             event.ignore()  # ask first; the answer closes (or not) later
@@ -890,7 +1056,7 @@ class MainWindow(FileDrops, QMainWindow):
 
             def answered(button) -> None:
                 if box.standardButton(button) == QMessageBox.StandardButton.Close:
-                    self._close_confirmed = True
+                    self.close_confirmed = True
                     QTimer.singleShot(0, self.close)
                 elif was_running:
                     self.queue.start()
@@ -901,6 +1067,9 @@ class MainWindow(FileDrops, QMainWindow):
             return
         self.transport.stop()
         self.save_state()
+        from studio.ui.library import empty_trash
+
+        empty_trash()  # removals can be undone until now
         if self.player is not None:
             self.player.player.stop()
         self.queue.close()  # a running job stops now (nothing written) and comes back interrupted
@@ -909,6 +1078,21 @@ class MainWindow(FileDrops, QMainWindow):
 
 
 NO_AVATAR = "No avatar yet: import or drop a photo or a video (and a voice-over)"
+
+
+def _markers_step(before, after) -> str:
+    """An undo step's words for a change of the markers: "Add marker “Intro”", "Rename marker ..."."""
+    b, a = dict(before), dict(after)
+    added = [a[f] for f in a if f not in b]
+    gone = [b[f] for f in b if f not in a]
+    renamed = [(b[f], a[f]) for f in a if f in b and a[f] != b[f]]
+    if len(added) == 1 and not gone and not renamed:
+        return f"Add marker “{added[0]}”"
+    if len(gone) == 1 and not added and not renamed:
+        return f"Delete marker “{gone[0]}”"
+    if len(renamed) == 1 and not added and not gone:
+        return f"Rename marker “{renamed[0][0]}” to “{renamed[0][1]}”"
+    return "Change markers"
 
 
 def _short(text: str, limit: int = 90) -> str:

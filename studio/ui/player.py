@@ -12,11 +12,10 @@ stops) and its button says Play again.
 from __future__ import annotations
 
 import logging
+import math
 
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
-
-from studio.core.constants import FPS
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +35,7 @@ class PlayerWidget(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("player")
+        self.fps = 25.0  # the render's frame rate (the window sets the timeline's before each play)
         from PySide6.QtMultimedia import QAudioOutput, QMediaPlayer
         from PySide6.QtMultimediaWidgets import QVideoWidget
 
@@ -87,14 +87,17 @@ class PlayerWidget(QWidget):
         if self.playing:
             self.player.pause()
         else:
-            if self.player.duration() > 0 and self.player.position() >= self.player.duration() - 1000 // FPS - 1:
+            if (
+                self.player.duration() > 0
+                and self.player.position() >= self.player.duration() - int(1000 / self.fps) - 1
+            ):
                 self.player.setPosition(0)  # at the end: from the start again
             self.player.play()
 
     def seek_frame(self, frame: int) -> None:
         """Show frame ``frame`` (the timeline's playhead moved)."""
-        ms = int(round(frame * 1000 / FPS))
-        if abs(self.player.position() - ms) > 1000 // FPS // 2:
+        ms = math.ceil(frame * 1000 / self.fps - 1e-9)  # inside the frame: never the one before
+        if abs(self.player.position() - ms) > int(500 / self.fps):
             self.player.setPosition(ms)
 
     def close_player(self) -> None:
@@ -113,7 +116,7 @@ class PlayerWidget(QWidget):
 
         if status == QMediaPlayer.MediaStatus.EndOfMedia:
             # stay on the last frame: position it there and pause (a stopped player shows black)
-            last = max(0, self.player.duration() - 1000 // FPS)
+            last = max(0, self.player.duration() - int(1000 / self.fps))
             self.player.setPosition(last)
             self.player.pause()
             self.ended.emit()
@@ -127,4 +130,4 @@ class PlayerWidget(QWidget):
         if not self.slider.isSliderDown():
             self.slider.setValue(int(ms))
         self.time.setText(f"{_mmss(ms)} / {_mmss(self.player.duration())}")
-        self.frameChanged.emit(int(ms * FPS // 1000))
+        self.frameChanged.emit(int(math.floor(ms * self.fps / 1000 + 1e-6)))

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from studio.core.constants import FPS
 from studio.ui.workers import error_text
 
 log = logging.getLogger(__name__)
@@ -88,8 +87,9 @@ class RenderQueue(QObject):
 
     # ---- public API ---------------------------------------------------------------------
 
-    def request(self, avatar: str, script: str):
-        """The Render panel's choices for avatar x script as a ``RenderRequest``."""
+    def request(self, avatar: str, script: str, frames: tuple[int, int] | None = None):
+        """The Render panel's choices for avatar x script as a ``RenderRequest`` (``frames``: this
+        range instead of the panel's)."""
         from studio.service import Placement, RenderRequest
 
         farm, devices = self.panel.farm_address(), self.panel.render_devices()
@@ -109,17 +109,17 @@ class RenderQueue(QObject):
             self.panel.output_path(),
             self.panel.render_settings(),
             placement,
-            self.panel.render_range(),
+            frames if frames is not None else self.panel.render_range(),
             overwrite=self.panel.overwrite_outputs(),
         )
 
-    def add(self, avatar: str, script: str, start: bool = True) -> int | None:
+    def add(self, avatar: str, script: str, start: bool = True, frames: tuple[int, int] | None = None) -> int | None:
         """Queue avatar x script with the Render panel's settings; None when refused (one sentence)."""
         if not avatar or not script:
             self.error.emit("choose an avatar and a script in the Library first")
             return None
         try:
-            req = self.request(avatar, script)
+            req = self.request(avatar, script, frames)
             Path(req.output).parent.mkdir(parents=True, exist_ok=True)
             job = self.service.add(req)
         except Exception as exc:  # noqa: BLE001
@@ -249,7 +249,24 @@ class RenderQueue(QObject):
         if self.current is not None:
             from studio.core.media.timecode import timecode
 
-            self.previewFrame.emit(image, f"rendering · {timecode(index)} · frame {index} · {index / FPS:.2f} s", index)
+            rate = self._rate_of(self.current)
+            caption = f"rendering · {timecode(index, rate)} · frame {index} · {float(index / rate):.2f} s"
+            self.previewFrame.emit(image, caption, index)
+
+    def _rate_of(self, run):
+        """The output rate of ``run``'s render (its fps setting, or its avatar's own rate), once per job."""
+        cached = getattr(self, "_rate_cache", None)
+        if cached is not None and cached[0] == run.job_id:
+            return cached[1]
+        from studio.core.avatars.library import output_rate_for
+        from studio.core.media.rates import DEFAULT_RATE
+
+        try:
+            rate = output_rate_for(run.request.settings.fps, run.request.avatar)
+        except Exception:  # noqa: BLE001 - a caption only: an avatar that cannot be read shows 25
+            rate = DEFAULT_RATE
+        self._rate_cache = (run.job_id, rate)
+        return rate
 
     def _finished(self, run, result) -> None:
         if run is None:

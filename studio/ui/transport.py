@@ -22,11 +22,10 @@ machine has an audio output device; ``audio_device()`` says whether it has.
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from PySide6.QtCore import QObject, QTimer, QUrl, Signal
-
-from studio.core.constants import FPS
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +140,7 @@ class Transport(QObject):
         """The finished render played to its end: loop, or stop on its last frame."""
         if self.loop and self.speed > 0 and self.media is not None:
             start, _end = self.timeline.play_span()
-            self.media.setPosition(int(start * 1000 / FPS))
+            self.media.setPosition(math.ceil(start * 1000 / self.timeline.fps - 1e-9))
             self.media.play()
             return
         self.stop()
@@ -153,9 +152,9 @@ class Transport(QObject):
         start, end = self.timeline.play_span()
         if frame >= end - 1 and (end < self.timeline.frames or self.loop):
             if self.loop:
-                self.media.setPosition(int(start * 1000 / FPS))
+                self.media.setPosition(math.ceil(start * 1000 / self.timeline.fps - 1e-9))
             else:
-                self.media.setPosition(int((end - 1) * 1000 / FPS))
+                self.media.setPosition(math.ceil((end - 1) * 1000 / self.timeline.fps - 1e-9))
                 self.stop()
 
     # ---- clock -------------------------------------------------------------------------
@@ -170,7 +169,7 @@ class Transport(QObject):
             return
         start, end = self.timeline.play_span()
         elapsed = time.monotonic() - self._anchor_t
-        frame = self._anchor_frame + int(self.speed * elapsed * FPS)
+        frame = self._anchor_frame + int(self.speed * elapsed * self.timeline.fps)
         if self.speed > 0 and frame >= end - 1:
             if self.loop and end - start > 1:
                 self.timeline.set_frame(start)
@@ -212,7 +211,7 @@ class Transport(QObject):
                 self._audio.setAudioOutput(self._audio_out)
             if self._audio.source().toLocalFile() != self.audio_path:
                 self._audio.setSource(QUrl.fromLocalFile(self.audio_path))
-            self._audio.setPosition(int(self.timeline.frame * 1000 / FPS))
+            self._audio.setPosition(int(self.timeline.frame * 1000 / self.timeline.fps))
             self._audio.play()
         except Exception:
             log.warning("script audio playback failed", exc_info=True)

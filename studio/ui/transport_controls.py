@@ -23,8 +23,6 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
 
-from studio.core.constants import FPS
-
 
 class TransportControls(QObject):
     """Key bindings (J/K/L, steps, edges, in/out, go to timecode) and the in-app player."""
@@ -57,12 +55,20 @@ class TransportControls(QObject):
                 self.player.frameChanged.connect(self._player_frame)
                 self.player.ended.connect(self.transport.media_ended)
                 self.player.playingChanged.connect(self._player_playing)
+            self.player.fps = self.timeline.fps  # the render's rate is the timeline's
             self.preview.set_widget(self.player)
             self.transport.set_media(self.player.player)
             self.player.play(path)
             self._player_caption(0)
         except ImportError as exc:
             w.show_error(f"in-app playback needs QtMultimedia ({exc}); install pyside6-addons and libpulse0")
+
+    @property
+    def second(self) -> int:
+        """Frames in one second of timecode at the timeline's rate (30 at 29.97)."""
+        from studio.core.media.rates import nominal
+
+        return nominal(self.timeline.rate)
 
     @property
     def player_shown(self) -> bool:
@@ -84,7 +90,9 @@ class TransportControls(QObject):
         from studio.core.media.timecode import timecode
 
         name = Path(self.player.path).name if self.player is not None and self.player.path else "the render"
-        self.preview.caption.setText(f"{name} · {timecode(frame)} · frame {frame} · the rendered file")
+        self.preview.caption.setText(
+            f"{name} · {timecode(frame, self.timeline.rate)} · frame {frame} · the rendered file"
+        )
 
     def _player_playing(self, playing: bool) -> None:
         # the player's own button: the transport and the timeline's button follow it
@@ -109,8 +117,8 @@ class TransportControls(QObject):
         self.actions.separator("Playback")
         add("step_back", "Playback", "Previous frame", lambda: self.step(-1), ["Left", ","])
         add("step_forward", "Playback", "Next frame", lambda: self.step(1), ["Right", "."])
-        add("second_back", "Playback", "Back one second", lambda: self.step(-FPS), ["Shift+Left", "<"])
-        add("second_forward", "Playback", "Forward one second", lambda: self.step(FPS), ["Shift+Right", ">"])
+        add("second_back", "Playback", "Back one second", lambda: self.step(-self.second), ["Shift+Left", "<"])
+        add("second_forward", "Playback", "Forward one second", lambda: self.step(self.second), ["Shift+Right", ">"])
         add("first_frame", "Playback", "First frame", lambda: self.go(0), "Home")
         add("last_frame", "Playback", "Last frame", lambda: self.go(tl.frames - 1), "End")
         add("prev_edge", "Playback", "Previous silence or speech edge", lambda: self.edge(-1), "Up")
@@ -124,6 +132,20 @@ class TransportControls(QObject):
         add("clear_in", "Playback", "Clear in", tl.clear_in, ["Alt+I", "Ctrl+Shift+I"])
         add("clear_out", "Playback", "Clear out", tl.clear_out, ["Alt+O", "Ctrl+Shift+O"])
         add("clear_in_out", "Playback", "Clear in and out", tl.clear_range, ["Alt+X", "Ctrl+Shift+X"])
+        self.actions.separator("Playback")
+        marker = self.window._marker_action
+        add("add_marker", "Playback", "Add marker (then type its name)", lambda: marker("add"), "M")
+        add("next_marker", "Playback", "Next marker", lambda: marker("next"), "Shift+M")
+        add("prev_marker", "Playback", "Previous marker", lambda: marker("prev"), "Ctrl+Shift+M")
+        add("rename_marker", "Playback", "Rename marker…", lambda: marker("rename"), "Ctrl+Alt+R")
+        add("delete_marker", "Playback", "Delete marker", lambda: marker("delete"), "Ctrl+Alt+M")
+        add(
+            "render_marker",
+            "Render",
+            "Render from the marker to the next",
+            lambda: marker("render"),
+            tip="Render from the marker at or before the playhead to the next one",
+        )
         self.shortcuts = {k.toString(): a for a in self.actions.actions.values() for k in a.shortcuts()}
 
     def key_released(self, event) -> None:

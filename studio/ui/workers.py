@@ -44,11 +44,22 @@ class JobRun:
         return p.farm if p.kind == "farm" else None
 
 
-def frame_index(seconds: float) -> int:
-    """The frame shown at ``seconds`` (the renderer's own rule, ``floor(t * 25)``)."""
+def frame_index(seconds: float, rate=25) -> int:
+    """The frame shown at ``seconds`` (the renderer's own rule, ``floor(t * rate)``)."""
     from studio.core.render.plan import frame_index as rule
 
-    return rule(seconds)
+    return rule(seconds, rate)
+
+
+def _rate(settings, avatar):
+    """The output rate of a scrub frame's render (25 where the avatar cannot be read here: a server's)."""
+    from studio.core.avatars.library import output_rate_for
+    from studio.core.errors import StudioError
+
+    try:
+        return output_rate_for(settings.fps, avatar)
+    except (StudioError, OSError):
+        return 25
 
 
 def error_text(exc: BaseException) -> str:
@@ -189,7 +200,7 @@ class RenderWorker(QObject):
             source = self.remote or self.pool
             image = source.frame_at(avatar, audio, settings, seconds)
             self.frames_rendered += 1
-            self.frameReady.emit(seconds, frame_index(seconds), image)
+            self.frameReady.emit(seconds, frame_index(seconds, _rate(settings, avatar)), image)
         except BaseException as exc:  # noqa: BLE001
             self.failed.emit(None, error_text(exc))
 

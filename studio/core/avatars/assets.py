@@ -11,13 +11,14 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 from studio.core.avatars import faces
-from studio.core.constants import FPS
 from studio.core.errors import AvatarError
+from studio.core.media.rates import DEFAULT_RATE, parse_rate
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +148,12 @@ class AvatarAssets:
         return int(self.frames.shape[1])
 
     @property
-    def fps(self) -> int:
-        return FPS
+    def fps(self) -> Fraction:
+        """The rate of the avatar's frames, exact (``meta["rate"]``; caches made before rates: 25)."""
+        try:
+            return parse_rate(self.meta.get("rate") or self.meta.get("fps") or DEFAULT_RATE)
+        except (TypeError, ValueError):
+            return DEFAULT_RATE
 
     @property
     def kind(self) -> str:

@@ -42,20 +42,26 @@ from studio.core.avatars.cache import (
     upgrade,
 )
 from studio.core.avatars.sources import VideoReader, fit_photo, read_image, source_kind
-from studio.core.constants import FACE_SIZE, FPS
+from studio.core.constants import FACE_SIZE
 from studio.core.errors import AvatarError
+from studio.core.media.rates import DEFAULT_RATE, rate_number, rate_text
 
 log = logging.getLogger(__name__)
 
 
-def _stage_keys(source_sha: str, p: AvatarParams) -> dict[str, str]:
+#: how a video's frames are timed, in the frames stage's key: "native" = at the video's own rate (a
+#: listed rate), 25 = resampled to 25 fps (caches made before output rates were a setting)
+NATIVE_RATE = "native"
+
+
+def _stage_keys(source_sha: str, p: AvatarParams, timing: str | int = NATIVE_RATE) -> dict[str, str]:
     import hashlib
 
     def h(*parts) -> str:
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
     picked = () if p.face is None else ("face", p.face)  # absent by default: older keys stay valid
-    k_frames = h(KEY_VERSION, source_sha, p.trim_start, p.trim_end, FPS, *picked)
+    k_frames = h(KEY_VERSION, source_sha, p.trim_start, p.trim_end, timing, *picked)
     k_crops = h(k_frames, p.smooth, p.bbox_shift, p.extra_margin, FACE_SIZE)
     k_masks = h(k_crops, p.cheek_width, p.feather, p.mask_mode)
     return {"frames": k_frames, "crops": k_crops, "masks": k_masks}
@@ -134,6 +140,15 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
     elif old is not None and old["schema_version"] != SCHEMA_VERSION:
         old = upgrade(folder, name, old)
     keys = _stage_keys(source_sha, params)
+    legacy = _stage_keys(source_sha, params, 25)
+    if (
+        old is not None
+        and old["stages"].get("frames") == legacy["frames"]
+        and (source is None or old.get("kind") == "photo")
+    ):
+        # a cache from before output rates: a photo's frame is the same at any rate, and a video whose
+        # source is gone keeps its 25 fps frames (``meta["fps"]`` says 25) instead of being lost
+        keys = legacy
     side = max(int(old["width"]), int(old["height"])) if old else 0
     todo: list[str] = []
     for stage, names in STAGES:
@@ -199,6 +214,7 @@ class _Builder:
         self.progress = progress or (lambda done, total, stage: None)
         self.tmp: dict[str, Path] = {}
         self.a: dict[str, np.ndarray] = {}
+        self.rate = DEFAULT_RATE  # the frames' rate (a photo: 25)
 
     def run(self, todo, old, source, source_sha, source_key, keys) -> dict:
         t0 = time.monotonic()
@@ -226,7 +242,8 @@ class _Builder:
             schema_version=SCHEMA_VERSION,
             name=self.name,
             params=asdict(self.params),
-            fps=FPS,
+            fps=rate_number(self.rate),
+            rate=rate_text(self.rate),
             frames=int(len(ok)),
             faceless_frames=int((~ok).sum()),
             stages=keys,
@@ -247,7 +264,15 @@ class _Builder:
         if kind == "photo":
             gen, total, info = iter([read_image(source)]), 1, {"source_fps": None, "duration_s": None}
         else:
-            reader = VideoReader(source, self.params.trim_start, self.params.trim_end)
+            from studio.core.media.rates import listed, nearest
+
+            own = VideoReader(source, self.params.trim_start, self.params.trim_end).source_fps
+            # a video at a listed rate keeps its own frames (nothing resampled); any other rate (15 fps,
+            # a variable-rate phone clip averaging 29.87) is resampled by timestamp to the nearest one
+            self.rate = listed(own) or nearest(own)
+            if listed(own) is None:
+                log.info("%s: %s fps is not a listed rate; its frames are resampled to %s fps", source, own, self.rate)
+            reader = VideoReader(source, self.params.trim_start, self.params.trim_end, self.rate)
             gen, total, info = iter(reader), reader.estimate, {"source_fps": reader.source_fps}
         first = next(gen, None)
         if first is None:
@@ -314,7 +339,9 @@ class _Builder:
         self._save("face_ok", face_ok)
         self._save("raw_landmarks", np.stack(lms).astype(np.float32))
         self.a["frames"] = np.load(self.tmp["frames"], mmap_mode="r")
-        info.update(kind=kind, width=w, height=h, duration_s=info.get("duration_s") if kind == "photo" else n / FPS)
+        info.update(
+            kind=kind, width=w, height=h, duration_s=info.get("duration_s") if kind == "photo" else float(n / self.rate)
+        )
         return info
 
     def _faces_in_first(self, source: Path, kind: str, first: np.ndarray, info: dict) -> list[np.ndarray]:
@@ -355,15 +382,15 @@ class _Builder:
         start = reader.start
         if declared is not None and n < declared - max(2, int(0.02 * declared)):
             raise AvatarError(
-                f"{source}: only {n} of its {declared} frames decode ({n / FPS:.2f} of "
-                f"{declared / FPS:.2f} s); the file looks truncated: re-download or re-encode it, "
-                f"or pass --trim-end {start + n / FPS:.2f} to use the part that decodes"
+                f"{source}: only {n} of its {declared} frames decode ({float(n / reader.rate):.2f} of "
+                f"{float(declared / reader.rate):.2f} s); the file looks truncated: re-download or re-encode it, "
+                f"or pass --trim-end {start + float(n / reader.rate):.2f} to use the part that decodes"
             )
         if declared is None and reader.stopped_early:
             log.warning(
                 "%s: decoding stopped after %.2f s (%s); using the frames before it",
                 source,
-                n / FPS,
+                float(n / reader.rate),
                 reader.stopped_early,
             )
 

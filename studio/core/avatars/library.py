@@ -4,6 +4,7 @@
     a = load("anna")                    # < 10 ms: plain .npy files opened with mmap
     a = resolve("clip.mp4")             # a library name, or a path prepared on the fly and cached
     a.frames[i], a.boxes[i], a.crops[i], a.masks[i], a.cycle_index(t)
+    avatar_rate("clip.mp4")             # the rate its frames have (or will have once prepared), cheaply
 
 One folder per avatar (``<data>/avatars/<name>/``; path avatars under ``<data>/cache/avatars/``):
 ``meta.json`` (schema version, source and its SHA-256, parameters, sizes, per-stage keys, per-file
@@ -122,6 +123,45 @@ def resolve(
     known = old.get("source_sha256") if old and old.get("source_key") == qkey else None
     sha = known if isinstance(known, str) and HEX64.match(known) else file_sha256(src)
     return build(folder, stem, src, sha, qkey, params, progress)
+
+
+def avatar_rate(name_or_path: str | os.PathLike | AvatarAssets):
+    """The rate of an avatar's frames (a Fraction) without preparing it: a library avatar's recorded
+    rate; a photo's 25; a video file's own rate when listed, else the listed rate it is resampled to
+    (what ``prepare`` will give). What the ``auto`` output rate follows."""
+    from studio.core.media.rates import DEFAULT_RATE, listed, nearest
+
+    if hasattr(name_or_path, "fps"):
+        return name_or_path.fps if name_or_path.kind == "video" else DEFAULT_RATE
+    text = str(name_or_path)
+    is_name = not isinstance(name_or_path, os.PathLike) and NAME_RE.match(text)
+    if is_name and (library_dir() / text / "meta.json").exists():
+        meta = read_meta(library_dir() / text) or {}
+        if meta.get("kind") != "video":
+            return DEFAULT_RATE
+        from studio.core.media.rates import parse_rate
+
+        try:
+            return parse_rate(meta.get("rate") or meta.get("fps") or DEFAULT_RATE)
+        except (TypeError, ValueError):
+            return DEFAULT_RATE
+    src = _check_source(Path(text).expanduser())
+    from studio.core.avatars.sources import VideoReader, source_kind
+
+    if source_kind(src) == "photo":
+        return DEFAULT_RATE
+    own = VideoReader(src, None, None).source_fps
+    return listed(own) or nearest(own)
+
+
+def output_rate_for(setting, avatar):
+    """The output rate of a render of ``avatar`` (a name, a path or an ``AvatarAssets``) with the
+    ``fps`` setting ``setting`` (``"auto"``: the avatar's rate, 25 for a photo)."""
+    from studio.core.media.rates import parse_rate
+
+    if setting not in (None, "", "auto"):
+        return parse_rate(setting)
+    return avatar_rate(avatar)
 
 
 def list_avatars() -> list[dict]:

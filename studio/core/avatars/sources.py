@@ -1,23 +1,24 @@
-"""Avatar sources: what a file is (photo or video), photos as RGB, videos resampled to 25 fps.
+"""Avatar sources: what a file is (photo or video), photos as RGB, videos on a frame grid by timestamp.
 
 kind = source_kind(path)                   # "photo" or "video"; AvatarError otherwise (also for a
                                            # frame over MAX_PIXELS, read from the header, not decoded)
 rgb = read_image(path)                     # [H,W,3] uint8, EXIF orientation applied
 rgb, was = fit_photo(rgb)                  # at most 3840x2160 (either orientation), even sides
                                            # (photos, and every frame of a video above 4K)
-for rgb in VideoReader(path, trim_start, trim_end): ...   # frame k = the one shown at start + k/25
+for rgb in VideoReader(path, trim_start, trim_end, rate): ...   # frame k = the one shown at start + k/rate
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import FPS
 from studio.core.errors import AvatarError
+from studio.core.media.rates import DEFAULT_RATE
 
 log = logging.getLogger(__name__)
 
@@ -118,14 +119,17 @@ def fit_photo(rgb: np.ndarray, limit: tuple[int, int] = MAX_PHOTO) -> tuple[np.n
 
 
 class VideoReader:
-    """Decodes a video with PyAV and yields RGB frames resampled to 25 fps by timestamp.
+    """Decodes a video with PyAV and yields RGB frames on the grid of ``rate`` by timestamp.
 
-    Output frame ``k`` is the source frame on screen at ``trim_start + k / 25``; the clip ends at
-    ``trim_end`` or where the last source frame stops being shown. Display rotation is applied.
+    Output frame ``k`` is the source frame on screen at ``trim_start + k / rate``; the clip ends at
+    ``trim_end`` or where the last source frame stops being shown. Display rotation is applied. At the
+    video's own (constant) rate every source frame comes out once: nothing is resampled.
     """
 
-    def __init__(self, path: Path, trim_start: float | None, trim_end: float | None):
+    def __init__(self, path: Path, trim_start: float | None, trim_end: float | None, rate=DEFAULT_RATE):
         self.path, self.start, self.end = path, float(trim_start or 0.0), trim_end
+        self.rate = Fraction(rate)
+        fps = float(self.rate)
         import av
 
         try:
@@ -146,15 +150,16 @@ class VideoReader:
         span = None if dur is None else (min(dur, self.end) if self.end else dur) - self.start
         if span is not None and span <= 0:
             raise AvatarError(f"{path}: --trim-start {self.start:g} s is past the end of the {dur:.2f} s video")
-        self.estimate = None if span is None else max(1, int(np.ceil(span * FPS - 1e-6)))
+        self.estimate = None if span is None else max(1, int(np.ceil(span * fps - 1e-6)))
         own_span = None if own is None else (min(own, self.end) if self.end else own) - self.start
-        #: 25 fps frames the stream's own header promises over the requested span (None: unknown)
-        self.declared = None if own_span is None or own_span <= 0 else max(1, int(np.ceil(own_span * FPS - 1e-6)))
+        #: frames (at ``rate``) the stream's own header promises over the requested span (None: unknown)
+        self.declared = None if own_span is None or own_span <= 0 else max(1, int(np.ceil(own_span * fps - 1e-6)))
         self.stopped_early: str | None = None  # the decoder error that ended the clip, if any
 
     def __iter__(self):
         import av
 
+        fps = float(self.rate)
         eps = 1e-6
         k, prev, prev_t, dur = 0, None, 0.0, None
         try:
@@ -164,14 +169,14 @@ class VideoReader:
                 origin = float(s.start_time * s.time_base) if s.start_time is not None else None
                 if self.start > 2.0:
                     c.seek(int((self.start - 1.0 + (origin or 0.0)) / s.time_base), stream=s, backward=True)
-                fallback = 1.0 / self.source_fps if self.source_fps else 1.0 / FPS
+                fallback = 1.0 / self.source_fps if self.source_fps else 1.0 / fps
                 for n, frame in enumerate(c.decode(s)):
                     if frame.time is None:
                         t = n * fallback
                     else:
                         origin = frame.time if origin is None else origin
                         t = frame.time - origin
-                    while prev is not None and self.start + k / FPS < t - eps and not self._past(k):
+                    while prev is not None and self.start + k / fps < t - eps and not self._past(k):
                         yield self._rgb(prev)
                         k += 1
                     if self._past(k):
@@ -188,12 +193,12 @@ class VideoReader:
         end = prev_t + (dur or 0.0)
         if self.end is not None:
             end = min(end, self.end)
-        while self.start + k / FPS < end - eps:
+        while self.start + k / fps < end - eps:
             yield self._rgb(prev)
             k += 1
 
     def _past(self, k: int) -> bool:
-        return self.end is not None and self.start + k / FPS >= self.end - 1e-6
+        return self.end is not None and self.start + float(k / self.rate) >= self.end - 1e-6
 
     @staticmethod
     def _rgb(frame) -> np.ndarray:

@@ -66,22 +66,24 @@ class ClassicEngine(LipSyncEngine):
         """The clip's controls; for a wave that holds only a stretch (``wave.span``, an in/out
         range) the controls of that stretch, normalised as the whole clip is (``sampled_stats``
         for a clip over 5 minutes), zeros elsewhere."""
-        from studio.core.constants import SAMPLES_PER_FRAME
-        from studio.core.engines.classic_visemes import PER_FRAME, STATS_HOPS, sampled_stats
+        from studio.core.engines.classic_visemes import HOP, STATS_HOPS, first_hop, sampled_stats
+        from studio.core.media.rates import DEFAULT_RATE, first_sample
 
+        rate = getattr(wave, "rate", DEFAULT_RATE)
         first, end = getattr(wave, "span", (0, wave.frames))
         info = getattr(wave, "info", None)
-        stats = sampled_stats(info) if info is not None and wave.frames * PER_FRAME > STATS_HOPS else None
+        hops = first_hop(wave.frames, rate)
+        stats = sampled_stats(info) if info is not None and hops > STATS_HOPS else None
         if (first, end) == (0, wave.frames):
-            return mouth_controls(wave.samples, wave.frames, stats)
+            return mouth_controls(wave.samples, wave.frames, stats, rate)
         if stats is None:  # a short clip read in part: its statistics from all of it, as a whole render
             from studio.core.engines.classic_visemes import clip_stats, features
             from studio.core.media.audio import read_frames
 
-            whole = read_frames(info, 0, wave.frames)
-            stats = clip_stats(features(whole, wave.frames * PER_FRAME))
-        part = wave.samples[first * SAMPLES_PER_FRAME : end * SAMPLES_PER_FRAME]
-        return mouth_controls(part, end - first, stats).placed(first, wave.frames)
+            whole = read_frames(info, 0, info.frames)
+            stats = clip_stats(features(whole, hops))
+        part = wave.samples[first_hop(first, rate) * HOP : int(first_sample(end, rate))]
+        return mouth_controls(part, end - first, stats, rate, first).placed(first, wave.frames)
 
     def features_key(self) -> tuple:
         """The mouth controls are numpy arrays: the same for every device."""

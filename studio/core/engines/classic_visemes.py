@@ -31,7 +31,9 @@ still gets exactly the statistics, and so the mouth shapes, of the whole render:
 Coarticulation: targets are smoothed with zero-phase Gaussians (the whole clip is known, so
 there is no lag), first per hop, then per video frame; closures of at least 30 ms are then
 imposed on the smoothed track (a 40-80 ms closure must survive smoothing). A frame's controls
-are the loudness-weighted mean over its 40 ms (4 hops), its closure the maximum. At the edges of
+are the loudness-weighted mean over the hops centred inside it (4 hops of its 40 ms at 25 fps; 3 or 4
+at 29.97, 1 or 2 at 60), its closure the maximum; the smoothing per video frame keeps its width in
+milliseconds at every rate. At the edges of
 each phrase, where the renderer crossfades into the still avatar, every control is scaled by
 the crossfade weight, so a half-faded open mouth never shows over the still one.
 
@@ -43,16 +45,19 @@ mouth shapes is the design itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from studio.core.constants import SAMPLE_RATE, SAMPLES_PER_FRAME
+from studio.core.media.rates import DEFAULT_RATE
 
 HOP = 160  # 10 ms
+HOPS_PER_S = SAMPLE_RATE // HOP  # 100
 WIN = 400  # 25 ms
 NFFT = 512
 LPC_ORDER = 16
-PER_FRAME = SAMPLES_PER_FRAME // HOP  # 4 hops per video frame
+PER_FRAME = SAMPLES_PER_FRAME // HOP  # 4 hops per video frame at 25 fps
 STATS_HOPS = 30_000  # clips up to 5 minutes: the normalisation over every hop
 STATS_PIECES = 30  # longer clips: over this many stretches of PIECE_FRAMES spread evenly
 PIECE_FRAMES = 125  # 5 s
@@ -111,14 +116,27 @@ class ClipStats:
     hi2: float
 
 
-def mouth_controls(samples: np.ndarray, frames: int, stats: ClipStats | None = None) -> MouthControls:
-    """Per-frame controls for ``frames`` video frames of 16 kHz mono ``samples`` (``stats``: the
-    clip's, when ``samples`` are only a stretch of it; default: from these samples)."""
+def first_hop(frame: int, rate=DEFAULT_RATE) -> int:
+    """The first 10 ms hop whose centre ``(k + 0.5) * 10 ms`` falls in frame ``frame`` (at ``rate``)
+    or after it: ``4 * frame`` at 25 fps; ``first_hop(T)`` hops cover a clip of ``T`` frames."""
+    rate = Fraction(rate)
+    num, den = rate.numerator, rate.denominator
+    return max(0, -(-(2 * HOPS_PER_S * int(frame) * den - num) // (2 * num)))
+
+
+def mouth_controls(
+    samples: np.ndarray, frames: int, stats: ClipStats | None = None, rate=DEFAULT_RATE, first: int = 0
+) -> MouthControls:
+    """Per-frame controls for ``frames`` video frames (at ``rate``) of 16 kHz mono ``samples``
+    (``stats``: the clip's, when ``samples`` are only a stretch of it; default: from these samples).
+    ``first``: the frames are ``first ..`` of a clip and ``samples`` start at hop ``first_hop(first)``
+    of it, so each frame gets the hops the whole clip gives it."""
     if frames <= 0:
         z = np.zeros(0, np.float32)
         return MouthControls(z, z, z, z, z)
-    f = features(samples, frames * PER_FRAME)
-    return controls_from_features(f, frames, stats)
+    h0 = first_hop(first, rate)
+    f = features(samples, first_hop(first + frames, rate) - h0)
+    return controls_from_features(f, frames, stats, rate, first)
 
 
 def clip_stats(f: Features) -> ClipStats:
@@ -215,15 +233,43 @@ def _formants(seg: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return f1.astype(np.float32), f2.astype(np.float32)
 
 
-def controls_from_features(f: Features, frames: int, stats: ClipStats | None = None) -> MouthControls:
-    """The mapping of the module docstring, hop by hop, then per video frame."""
+def controls_from_features(
+    f: Features, frames: int, stats: ClipStats | None = None, rate=DEFAULT_RATE, first: int = 0
+) -> MouthControls:
+    """The mapping of the module docstring, hop by hop, then per video frame (at ``rate``; the hops of
+    ``f`` start at ``first_hop(first)``)."""
     t = hop_targets(f, stats)
-    per = PER_FRAME
-    n = frames * per
+    rate = Fraction(rate)
+    per_f = HOPS_PER_S / rate
+    if per_f.denominator == 1:  # whole hops per frame (4 at 25 fps): rows of the hop track
+        per = int(per_f)
+        n = frames * per
 
-    def frame_mean(x, wts):
-        x, wts = x[:n].reshape(frames, per), wts[:n].reshape(frames, per)
-        return (x * wts).sum(1) / wts.sum(1)
+        def frame_mean(x, wts):
+            x, wts = x[:n].reshape(frames, per), wts[:n].reshape(frames, per)
+            return (x * wts).sum(1) / wts.sum(1)
+
+        def frame_max(x):
+            return x[:n].reshape(frames, per).max(1)
+
+    else:  # hop k (centred on (k + 0.5) * 10 ms of the clip) belongs to the frame its centre falls in
+        h0 = first_hop(first, rate)
+        k = np.arange(len(t["open"]), dtype=np.int64)
+        owner = ((2 * (k + h0) + 1) * rate.numerator) // (2 * HOPS_PER_S * rate.denominator) - first
+        keep = (owner >= 0) & (owner < frames)
+        owner, k = owner[keep], k[keep]
+
+        def frame_mean(x, wts):
+            num = np.bincount(owner, (x[k] * wts[k]).astype(np.float64), minlength=frames)
+            den = np.bincount(owner, wts[k].astype(np.float64), minlength=frames)
+            return num / np.maximum(den, 1e-12)
+
+        def frame_max(x):
+            out = np.zeros(frames, np.float64)
+            np.maximum.at(out, owner, x[k])
+            return out
+
+    per_frame = float(rate / DEFAULT_RATE)  # the per-frame smoothing below keeps its width in ms
 
     wts = 0.2 + t["voice"]  # louder hops count more within a frame
     open_ = frame_mean(_gauss(t["open"], 1.5), wts)
@@ -232,12 +278,12 @@ def controls_from_features(f: Features, frames: int, stats: ClipStats | None = N
     tuck = frame_mean(_gauss(t["tuck"], 1.0), wts)
     # closures: at least 3 hops (30 ms) long to count, then the frame's strongest
     c = _opening(t["close"], 3)
-    close = c[:n].reshape(frames, per).max(1)
-    # coarticulation at the frame rate: neighbours pull on each frame (zero phase)
-    open_ = _gauss(open_, 0.7)
-    width = _gauss(width, 1.0)
-    teeth = _gauss(teeth, 0.6)
-    tuck = _gauss(tuck, 0.6) * (1 - close)
+    close = frame_max(c)
+    # coarticulation at the frame rate: neighbours pull on each frame (zero phase; sigmas in 25 fps frames)
+    open_ = _gauss(open_, 0.7 * per_frame)
+    width = _gauss(width, 1.0 * per_frame)
+    teeth = _gauss(teeth, 0.6 * per_frame)
+    tuck = _gauss(tuck, 0.6 * per_frame) * (1 - close)
     open_ = open_ * (1 - close) * (1 - 0.5 * tuck)
     teeth = teeth * (1 - close)
     # speech edges: the renderer crossfades the first and last frames of each phrase into the

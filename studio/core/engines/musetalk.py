@@ -135,21 +135,18 @@ class MuseTalkEngine(LipSyncEngine):
         cache = Path(avatar.engine_dir(f"musetalk-{self._vae_key()[:16]}")) / LATENT_CACHE
         latents, from_cache = None, False
         if cache.is_file():
-            try:
-                arr = np.load(cache, mmap_mode="r")
-                if arr.shape == (n, 8, FACE_SIZE // 8, FACE_SIZE // 8) and arr.dtype == np.float32:
-                    latents, from_cache = np.array(arr), True
-                else:
-                    log.info("latent cache %s has shape %s, avatar has %d frames: re-encoding", cache, arr.shape, n)
-            except (OSError, ValueError) as exc:
-                log.warning("latent cache %s unreadable (%s): re-encoding", cache, exc)
+            from studio.core.store.fsutil import load_checked_npy
+
+            arr = load_checked_npy(cache)  # None: missing, damaged (header included) or unchecked
+            if arr is not None and arr.shape == (n, 8, FACE_SIZE // 8, FACE_SIZE // 8) and arr.dtype == np.float32:
+                latents, from_cache = arr, True
+            elif arr is not None:
+                log.info("latent cache %s has shape %s, avatar has %d frames: re-encoding", cache, arr.shape, n)
         if latents is None:  # all N crops, face-less ones too: index i is always frame i
             latents = self.encode_crops(crops)
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            from studio.core.store.fsutil import atomic_path
+            from studio.core.store.fsutil import save_checked_npy
 
-            with atomic_path(cache) as tmp, open(tmp, "wb") as fh:
-                np.save(fh, latents)
+            save_checked_npy(cache, latents)
             log.info("encoded %d avatar frames -> %s", n, cache)
         lat = torch.from_numpy(latents).to(self.device, self.dtype)
         return Prepared(self._channels_last(lat), cache, from_cache)

@@ -1,7 +1,7 @@
 """MuseTalk's audio tokens: whisper-tiny encoder states windowed per video frame (spec §1.4–1.6).
 
     enc = WhisperFeatures("models/whisper")
-    feats = enc(wave)                  # Features; len(feats) == wave.frames == ceil(duration * 25)
+    feats = enc(wave)                  # Features; len(feats) == wave.frames == ceil(duration * wave.rate)
     tokens = feats.window([0, 1, 2])   # [3, 50, 384] float32, positional encoding added
     full = feats.array()               # [T, 50, 384] numpy (what ``studio features`` writes)
 
@@ -11,6 +11,12 @@ hidden states: the embedding output, the outputs of layers 0..2 and the layer-no
 last layer, stacked to ``[steps, 5, 384]`` at 50 Hz and trimmed to ``floor(samples / 320)`` steps.
 Video frame ``f`` takes whisper steps ``2f-4 .. 2f+5`` (zeros outside the clip), flattened
 time-major (token ``k = 5 t + l``), plus the fixed sinusoidal positional encoding.
+
+At other output rates the window keeps its length (10 steps, 200 ms) and its place: centred on the
+frame's centre, ``(f + 0.5) / rate`` seconds, as at 25 fps. That centre falls between two steps
+(everywhere but 25 fps), so the window's states are interpolated linearly between the steps around
+it: the mouth follows the audio at the output frame times, without the jitter of rounding each frame
+to a step (at 30 fps, frames would take 1 or 2 steps in turn). At 25 fps nothing is interpolated.
 
 The spectrogram and the encoder are our own torch code (``whisper_net``), not transformers'
 ``WhisperFeatureExtractor`` and ``WhisperEncoder``: importing transformers cost most of a cold
@@ -33,13 +39,16 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
+from fractions import Fraction
+
+from studio.core.constants import SAMPLE_RATE
 from studio.core.errors import ModelError
+from studio.core.media.rates import DEFAULT_RATE, first_sample
 
 log = logging.getLogger(__name__)
 
 STEP_RATE = 50  # whisper encoder steps per second
-STEPS_PER_FRAME = STEP_RATE // FPS  # 2
+STEPS_PER_FRAME = STEP_RATE // int(DEFAULT_RATE)  # 2 at 25 fps
 WINDOW = 10  # steps per frame: 2 * (pad_left 2 + pad_right 2 + 1)
 PAD_LEFT = 4  # zero steps before the clip (frame 0 sees steps -4..5)
 PAD_RIGHT_MIN = 12  # the official right padding
@@ -52,11 +61,13 @@ PE_MAX_LEN = 5000
 class Features:
     """The clip's whisper states, zero-padded, and the per-frame window maths."""
 
-    steps: object  # torch float32 [PAD_LEFT + S + pad_right, layers, width]
+    steps: object  # torch float32 [pad_left + S + pad_right, layers, width]
     frames: int  # T
     pe: object  # torch float32 [WINDOW * layers, width]
-    origin: int = 0  # the whisper step ``steps[PAD_LEFT]`` holds (> 0: only a stretch of the clip)
+    origin: int = 0  # the whisper step ``steps[pad_left]`` holds (> 0: only a stretch of the clip)
     partial: bool = False  # only a stretch of the clip: frames outside it raise IndexError
+    rate: Fraction = DEFAULT_RATE  # the video frames' rate
+    pad_left: int = PAD_LEFT  # zero steps before the clip in ``steps``
 
     def __len__(self) -> int:
         return self.frames
@@ -74,10 +85,14 @@ class Features:
         import torch
 
         idx = torch.as_tensor(frame_idx, dtype=torch.long, device=self.steps.device).reshape(-1)
-        pos = idx[:, None] * STEPS_PER_FRAME - self.origin + torch.arange(WINDOW, device=idx.device)  # padded
-        if self.partial and (int(pos.min()) < 0 or int(pos.max()) >= len(self.steps)):
+        lo, w = window_start(idx, self.rate, self.pad_left)
+        pos = lo[:, None] - self.origin + torch.arange(WINDOW, device=idx.device)  # padded coords
+        last = int(pos.max()) + (w is not None)  # the interpolation reads one step more
+        if self.partial and (int(pos.min()) < 0 or last >= len(self.steps)):
             raise IndexError("frames outside the stretch of the clip these features were computed for")
         chunk = self.steps[pos]  # [B, 10, layers, width]
+        if w is not None:  # between two steps: interpolate
+            chunk = torch.lerp(chunk, self.steps[pos + 1], w.to(chunk.dtype)[:, None, None, None])
         return chunk.reshape(len(idx), self.tokens, self.width) + self.pe
 
     def array(self, block: int = 1024) -> np.ndarray:
@@ -90,9 +105,29 @@ class Features:
 
 
 def window_steps(frame: int) -> list[int]:
-    """The (unpadded) whisper steps frame ``frame`` reads: ``2f-4 .. 2f+5``; negatives are zeros."""
+    """The (unpadded) whisper steps frame ``frame`` reads at 25 fps: ``2f-4 .. 2f+5``; negatives are zeros."""
     first = frame * STEPS_PER_FRAME - PAD_LEFT
     return list(range(first, first + WINDOW))
+
+
+def window_start(idx, rate=DEFAULT_RATE, pad_left: int = PAD_LEFT):
+    """Where frame ``idx``'s window starts in padded steps: ``(lo, w)``, the window being steps
+    ``lo .. lo + 9`` moved ``w`` (0..1) of a step on (``w`` None: on the steps, 25 fps). Its centre is
+    the frame's centre, ``(2 idx + 1) * 25 / rate`` steps, as the official ``2f - 4 .. 2f + 5`` at 25."""
+    rate = Fraction(rate)
+    if rate == DEFAULT_RATE and pad_left == PAD_LEFT:
+        return idx * STEPS_PER_FRAME, None
+    # start = centre - WINDOW / 2 + pad_left = ((2 idx + 1) * 25 den - 5 num + pad_left num) / num, exactly
+    num, den = rate.numerator, rate.denominator
+    top = (2 * idx + 1) * (STEP_RATE // 2) * den + (pad_left - WINDOW // 2) * num
+    lo = top // num
+    return lo, (top - lo * num).double() / num
+
+
+def pad_left_for(rate) -> int:
+    """Zero steps before the clip: the official 4 at 25 fps; one more where windows are interpolated
+    (above 25 fps the first frame's window starts up to a step earlier)."""
+    return PAD_LEFT if Fraction(rate) == DEFAULT_RATE else PAD_LEFT + 1
 
 
 def positional_encoding(length: int, width: int):
@@ -119,7 +154,7 @@ class WhisperFeatures:
         self.folder = Path(folder)
         self.device = torch.device(device)
         comp = models.COMPONENTS["whisper"]
-        weights = Path(weights) if weights else models._find_weights(self.folder, comp)
+        weights = Path(weights) if weights else models.find_weights(self.folder, comp)
         # fp32 always: the encoder costs ~0.05 GFLOP per video frame, precision is free here.
         self.encoder = models.load_module("whisper", self.folder, weights, device=self.device)
         self.mel_settings = mel_settings(self.folder, self.encoder.config.num_mel_bins)
@@ -132,29 +167,40 @@ class WhisperFeatures:
         """The clip's features; for a wave holding only a stretch (``wave.span``: an in/out range),
         those of the 30 s pieces that stretch covers, which are the whole clip's (pieces start at
         multiples of 30 s of the clip, and the stretch is decoded from whole pieces)."""
+        rate = getattr(wave, "rate", DEFAULT_RATE)
         first, end = getattr(wave, "span", (0, wave.frames))
         if (first, end) == (0, wave.frames):
-            return self.features(np.asarray(wave.samples, np.float32), wave.frames)
-        a = first * SAMPLES_PER_FRAME // SEGMENT_SAMPLES * SEGMENT_SAMPLES
-        b = min(len(wave.samples), -(-end * SAMPLES_PER_FRAME // SEGMENT_SAMPLES) * SEGMENT_SAMPLES)
+            return self.features(np.asarray(wave.samples, np.float32), wave.frames, rate=rate)
+        a = int(first_sample(first, rate)) // SEGMENT_SAMPLES * SEGMENT_SAMPLES
+        b = min(len(wave.samples), -(-int(first_sample(end, rate)) // SEGMENT_SAMPLES) * SEGMENT_SAMPLES)
         samples = np.asarray(wave.samples[a:b], np.float32)
-        return self.features(samples, wave.frames, origin=a // SAMPLES_PER_STEP, end=end)
+        return self.features(samples, wave.frames, origin=a // SAMPLES_PER_STEP, end=end, rate=rate)
 
-    def features(self, samples: np.ndarray, frames: int, origin: int = 0, end: int | None = None) -> Features:
+    def features(
+        self, samples: np.ndarray, frames: int, origin: int = 0, end: int | None = None, rate=DEFAULT_RATE
+    ) -> Features:
         """``origin``: the whisper step ``samples`` start at (a multiple of a 30 s piece's 1500);
-        ``end``: the frame the stretch ends at (default: the clip's end)."""
+        ``end``: the frame the stretch ends at (default: the clip's end); ``rate``: the frames' rate."""
         import torch
 
+        rate = Fraction(rate)
         end = frames if end is None else int(end)
         states = self.hidden_states(samples)  # [S, layers, width]
-        pad_right = max(PAD_RIGHT_MIN, STEPS_PER_FRAME * end - origin + WINDOW - PAD_LEFT - len(states))
+        left = pad_left_for(rate)
+        if rate == DEFAULT_RATE:
+            pad_right = max(PAD_RIGHT_MIN, STEPS_PER_FRAME * end - origin + WINDOW - PAD_LEFT - len(states))
+        else:  # the last frame's window, and the step after it that the interpolation reads
+            last, _ = window_start(torch.tensor([max(0, end - 1)]), rate, left)
+            pad_right = max(PAD_RIGHT_MIN, int(last[0]) - origin + WINDOW + 1 - left - len(states))
         steps = torch.cat([
-            states.new_zeros(PAD_LEFT, self.layers, self.width),
+            states.new_zeros(left, self.layers, self.width),
             states,
             states.new_zeros(pad_right, self.layers, self.width),
         ])
         partial = origin > 0 or end < frames
-        return Features(steps=steps, frames=int(frames), pe=self._pe, origin=int(origin), partial=partial)
+        return Features(
+            steps=steps, frames=int(frames), pe=self._pe, origin=int(origin), partial=partial, rate=rate, pad_left=left
+        )
 
     def log_mel(self, pieces):
         """whisper's log-mel of each (at most 30 s) piece: float32 ``[B, mel_bins, 3000]`` on ``self.device``."""

@@ -1,5 +1,5 @@
-"""Audio: decode any voice-over to mono 16 kHz float32, the 25 fps frame grid, RMS, the silence
-mask and a cached display envelope.
+"""Audio: decode any voice-over to mono 16 kHz float32, the frame grid at the output's rate, RMS,
+the silence mask and a cached display envelope.
 
 WAV, FLAC, OGG and MP3 are read by libsndfile (soundfile); what it does not read (M4A/AAC, the audio
 track of a video file, Matroska/WebM, WMA...) is decoded by FFmpeg through PyAV (``read_blocks``
@@ -9,9 +9,15 @@ output takes its packets as they are (no re-encode).
 Everything streams in blocks, so a two-hour file needs little memory beyond the 16 kHz array:
 
     wave = load("voice.flac")          # Wave: samples float32 [n] at 16 kHz, info about the source
+    wave = wave.at(RATES["29.97"])     # the same samples on another frame grid (default 25 fps)
     part = load("voice.flac", window=(9000, 9500))   # only frames 9000..9499 decoded (seeked)
-    rms = frame_rms(wave.samples, wave.frames)
+    rms = frame_rms(wave.samples, wave.frames, wave.rate)
     mask = silence_mask(rms, threshold=0.008, min_run=3)
+
+Frame ``t`` at rate ``r`` covers samples ``[floor(16000 t / r), floor(16000 (t + 1) / r))`` (640 each
+at 25 fps; 533 or 534 at 29.97); a clip has ``ceil(duration x r)`` frames (``rates.frames_in``).
+Seeking (``load(window=)``, ``read_frames``, ``frame_start``) works in 25 fps frames whatever the
+output's rate (a window at another rate is widened to the 25 fps frames around it).
 
 ``analyze(path)`` computes RMS and envelope in one streaming pass (memory bounded by the block
 size, not the file: 10 h of audio needs the 36 MB of its RMS and envelope, not 2.3 GB of
@@ -36,6 +42,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +55,7 @@ from studio.core.constants import (
     SAMPLES_PER_FRAME,
 )
 from studio.core.errors import AudioError
+from studio.core.media.rates import DEFAULT_RATE, first_sample, frames_in, rate_number
 
 log = logging.getLogger(__name__)
 
@@ -81,39 +89,69 @@ class AudioInfo:
         """Video frames on the 25 fps grid: ``ceil(duration_s * 25)``, computed exactly."""
         return frames_for(self.source_frames, self.source_rate)
 
+    def frames_at(self, rate=DEFAULT_RATE) -> int:
+        """Video frames at ``rate``: ``ceil(duration_s * rate)``, computed exactly."""
+        return frames_for(self.source_frames, self.source_rate, rate)
+
 
 @dataclass(frozen=True, eq=False)
 class Wave:
-    """Mono 16 kHz float32 samples (``len == ceil(duration * 16000)``) and the source's info."""
+    """Mono 16 kHz float32 samples (``len == ceil(duration * 16000)``), the source's info, and the
+    frame grid (``rate``, exact) the clip is cut into."""
 
     samples: np.ndarray
     info: AudioInfo
-    window: tuple[int, int] | None = None  # video frames that were decoded (None: all of them)
+    window: tuple[int, int] | None = None  # 25 fps frames that were decoded (None: all of them)
+    rate: Fraction = DEFAULT_RATE
+
+    @property
+    def decoded(self) -> tuple[int, int]:
+        """``(first, end)``: the 25 fps frames (seeking's grid) whose samples were decoded."""
+        return self.window if self.window is not None else (0, self.info.frames)
+
+    def at(self, rate) -> Wave:
+        """The same samples on the frame grid of ``rate`` (no copy)."""
+        rate = Fraction(rate)
+        return self if rate == self.rate else replace(self, rate=rate)
 
     @property
     def frames(self) -> int:
-        return self.info.frames
+        return self.info.frames_at(self.rate)
 
     @property
     def span(self) -> tuple[int, int]:
-        """``(first, end)``: the video frames whose samples are real (outside: zeros, never decoded)."""
-        return self.window if self.window is not None else (0, self.frames)
+        """``(first, end)``: the frames (at ``rate``) whose samples are all real (outside: zeros,
+        never decoded)."""
+        if self.window is None:
+            return 0, self.frames
+        w0, w1 = self.window
+        if self.rate == DEFAULT_RATE:
+            return w0, w1
+        num, den = self.rate.numerator, self.rate.denominator
+        first = -(-w0 * SAMPLES_PER_FRAME * num // (SAMPLE_RATE * den))
+        end = self.frames if w1 >= self.info.frames else w1 * SAMPLES_PER_FRAME * num // (SAMPLE_RATE * den)
+        return first, max(first, end)
 
     @property
     def duration_s(self) -> float:
         return self.info.duration_s
 
+    def frame_span(self, t: int) -> tuple[int, int]:
+        """The samples ``[a, b)`` of frame ``t``."""
+        return int(first_sample(t, self.rate, SAMPLE_RATE)), int(first_sample(t + 1, self.rate, SAMPLE_RATE))
+
     def frame_samples(self, t: int) -> np.ndarray:
-        """The 640 samples of frame ``t`` (the last frame zero-padded)."""
-        out = np.zeros(SAMPLES_PER_FRAME, np.float32)
-        chunk = self.samples[t * SAMPLES_PER_FRAME : (t + 1) * SAMPLES_PER_FRAME]
+        """The samples of frame ``t`` (640 at 25 fps; the last frame zero-padded)."""
+        a, b = self.frame_span(t)
+        out = np.zeros(b - a, np.float32)
+        chunk = self.samples[a:b]
         out[: len(chunk)] = chunk
         return out
 
 
-def frames_for(source_frames: int, rate: int) -> int:
-    """``ceil(source_frames / rate * FPS)`` without floating-point error."""
-    return -(-source_frames * FPS // rate)
+def frames_for(source_frames: int, rate: int, fps=DEFAULT_RATE) -> int:
+    """``ceil(source_frames / rate * fps)`` without floating-point error."""
+    return frames_in(source_frames, rate, fps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,13 +327,15 @@ def quiet_stderr():
                     log.debug("decoder output: %s", noise.replace("\n", " | "))
 
 
-def load(path: str | os.PathLike, window: tuple[int, int] | None = None) -> Wave:
-    """Decode ``path`` to mono 16 kHz float32 in blocks (downmix, then a soxr resampler).
+def load(path: str | os.PathLike, window: tuple[int, int] | None = None, rate=DEFAULT_RATE) -> Wave:
+    """Decode ``path`` to mono 16 kHz float32 in blocks (downmix, then a soxr resampler), on the
+    frame grid of ``rate``.
 
-    ``window=(first, end)`` (video frames): decode only that stretch (``read_frames``: the file is
+    ``window=(first, end)`` (25 fps frames, seeking's grid at any ``rate``: ``decode_frames``): decode only that stretch (``read_frames``: the file is
     seeked); the other samples stay zero and are never touched (the array is allocated lazily by
     the OS, so they cost no memory). ``first`` may move down a few frames (``frame_start``)."""
     info = probe(path)
+    rate = Fraction(rate)
     n_out = -(-info.source_frames * SAMPLE_RATE // info.source_rate)
     if window is not None:
         first = frame_start(info, window[0])
@@ -304,7 +344,7 @@ def load(path: str | os.PathLike, window: tuple[int, int] | None = None) -> Wave
     out = np.zeros(n_out, np.float32)
     first, end = window if window is not None else (0, info.frames)
     read_frames(info, first, end, out=out[first * SAMPLES_PER_FRAME :])
-    return Wave(samples=out, info=info, window=window)
+    return Wave(samples=out, info=info, window=window, rate=rate)
 
 
 def frame_start(info: AudioInfo, frame: int) -> int:
@@ -580,17 +620,38 @@ def _sf_detail(exc: Exception) -> str:
 # Frame grid, RMS and the silence mask
 
 
-def frame_rms(samples: np.ndarray, frames: int) -> np.ndarray:
-    """RMS of each frame's 640 samples; frame ``t`` covers ``[640t, 640(t+1))``, zero-padded."""
+def frame_rms(samples: np.ndarray, frames: int, rate=DEFAULT_RATE, first: int = 0) -> np.ndarray:
+    """RMS of each frame's samples at ``rate``; frame ``t`` covers ``[640t, 640(t+1))`` at 25 fps
+    (``Wave.frame_span``), zero-padded past the end. ``first``: ``samples`` start at frame
+    ``first``'s first sample, and the RMS of frames ``first .. first + frames`` is returned."""
     rms = np.zeros(frames, np.float32)
-    full = min(frames, len(samples) // SAMPLES_PER_FRAME)
-    for a in range(0, full, RMS_BLOCK_FRAMES):
-        b = min(full, a + RMS_BLOCK_FRAMES)
-        block = samples[a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME].reshape(b - a, SAMPLES_PER_FRAME)
-        rms[a:b] = np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64) / SAMPLES_PER_FRAME)
+    rate = Fraction(rate)
+    per = SAMPLE_RATE / rate
+    base = int(first_sample(int(first), rate, SAMPLE_RATE))
+
+    def edge(t):  # frame first + t's first sample, in ``samples``
+        return first_sample(t + int(first), rate, SAMPLE_RATE) - base
+
+    if per.denominator == 1:  # a whole number of samples per frame (25, 50 fps): fixed-size rows
+        n = int(per)
+        full = min(frames, len(samples) // n)
+        for a in range(0, full, RMS_BLOCK_FRAMES):
+            b = min(full, a + RMS_BLOCK_FRAMES)
+            block = samples[a * n : b * n].reshape(b - a, n)
+            rms[a:b] = np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64) / n)
+    else:  # rows of two lengths (533 and 534 at 29.97): sums between the frame edges
+        ends = edge(np.arange(1, frames + 1, dtype=np.int64))
+        full = int(np.searchsorted(ends, len(samples), "right"))
+        for a in range(0, full, RMS_BLOCK_FRAMES):
+            b = min(full, a + RMS_BLOCK_FRAMES)
+            edges = edge(np.arange(a, b + 1, dtype=np.int64))
+            seg = samples[edges[0] : edges[-1]].astype(np.float64)
+            sums = np.add.reduceat(seg * seg, edges[:-1] - edges[0])
+            rms[a:b] = np.sqrt(sums / np.diff(edges))
     for t in range(full, frames):  # the padded tail: at most one or two frames
-        chunk = samples[t * SAMPLES_PER_FRAME : (t + 1) * SAMPLES_PER_FRAME].astype(np.float64)
-        rms[t] = math.sqrt(float(np.dot(chunk, chunk)) / SAMPLES_PER_FRAME)
+        s0, s1 = int(edge(t)), int(edge(t + 1))
+        chunk = samples[s0:s1].astype(np.float64)
+        rms[t] = math.sqrt(float(np.dot(chunk, chunk)) / max(1, s1 - s0))
     return rms
 
 
@@ -655,10 +716,11 @@ class AudioAnalysis:
     env_max: np.ndarray
     bucket: int = ENVELOPE_BUCKET
     from_cache: bool = field(default=False, compare=False)
+    rate: Fraction = DEFAULT_RATE  # the frame grid of ``rms``
 
     @property
     def frames(self) -> int:
-        return self.info.frames
+        return self.info.frames_at(self.rate)
 
     def mask(self, threshold: float = DEFAULT_SILENCE_THRESHOLD, min_run: int = DEFAULT_MIN_SILENCE_FRAMES):
         return silence_mask(self.rms, threshold, min_run)
@@ -675,35 +737,42 @@ class AudioAnalysis:
             "format": self.info.format,
             "subtype": self.info.subtype,
             "frames": self.frames,
-            "fps": FPS,
+            "fps": rate_number(self.rate),
             "silence_threshold": threshold,
             "min_silence_frames": min_run,
             "silent_frames": int(mask.sum()),
             "silent_percent": round(100.0 * float(mask.mean()) if self.frames else 0.0, 2),
             "longest_silence_frames": int(longest),
-            "longest_silence_s": longest / FPS,
+            "longest_silence_s": float(longest / self.rate),
             "silent_spans": [[a, b] for a, b in spans],
             "silent_mask": mask.astype(int).tolist(),
         }
 
 
-def analyze(path: str | os.PathLike, use_cache: bool = True) -> AudioAnalysis:
-    """RMS and envelope in one streaming pass (bounded memory), cached in ``<data>/cache/audio``."""
+def analyze(path: str | os.PathLike, use_cache: bool = True, rate=DEFAULT_RATE) -> AudioAnalysis:
+    """RMS (per frame at ``rate``) and envelope in one streaming pass (bounded memory), cached in
+    ``<data>/cache/audio`` (one file per rate)."""
     info = probe(path)
-    cache = _cache_file(path) if use_cache else None
+    rate = Fraction(rate)
+    cache = _cache_file(path, rate) if use_cache else None
     if cache is not None and cache.exists():
         try:
             with np.load(cache) as z:
                 meta = json.loads(str(z["meta"]))
-                if meta.get("version") == CACHE_VERSION and meta.get("info") == asdict(info):
-                    return AudioAnalysis(info, z["rms"], z["env_min"], z["env_max"], int(meta["bucket"]), True)
+                if (
+                    meta.get("version") == CACHE_VERSION
+                    and meta.get("info") == asdict(info)
+                    and meta.get("rate", "25") == str(rate)
+                ):
+                    rms, lo, hi = z["rms"], z["env_min"], z["env_max"]
+                    return AudioAnalysis(info, rms, lo, hi, int(meta["bucket"]), True, rate)
         except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt, never trusted
             log.warning("audio cache %s unreadable (%s); rebuilding", cache, exc)
-    result = stream_analysis(info)
+    result = stream_analysis(info, rate)
     if cache is not None:
         from studio.core.store.fsutil import atomic_path
 
-        meta = json.dumps({"version": CACHE_VERSION, "info": asdict(info), "bucket": result.bucket})
+        meta = json.dumps({"version": CACHE_VERSION, "info": asdict(info), "bucket": result.bucket, "rate": str(rate)})
         try:
             with atomic_path(cache) as tmp, open(tmp, "wb") as fh:
                 np.savez(fh, meta=meta, rms=result.rms, env_min=result.env_min, env_max=result.env_max)
@@ -712,26 +781,32 @@ def analyze(path: str | os.PathLike, use_cache: bool = True) -> AudioAnalysis:
     return result
 
 
-def stream_analysis(info: AudioInfo) -> AudioAnalysis:
-    """``analysis_of(load(path))`` without holding the samples: the same values (the same
-    ``frame_rms`` and ``envelope`` applied to whole frames as they are decoded), memory bounded
-    by one decoded block plus the result."""
+def stream_analysis(info: AudioInfo, rate=DEFAULT_RATE) -> AudioAnalysis:
+    """``analysis_of(load(path).at(rate))`` without holding the samples: the same values (the same
+    ``frame_rms`` and ``envelope`` applied to whole units of frames and buckets as they are
+    decoded), memory bounded by one decoded block plus the result."""
+    rate = Fraction(rate)
     n_out = -(-info.source_frames * SAMPLE_RATE // info.source_rate)
-    T = info.frames
+    T = info.frames_at(rate)
+    # a unit: the fewest frames that fill whole samples and whole envelope buckets (1 frame of 640
+    # samples at 25 fps, 3 of 1600 at 30, 300 of 160160 at 29.97)
+    num, den = rate.numerator, rate.denominator
+    unit_frames = num * ENVELOPE_BUCKET // math.gcd(SAMPLE_RATE * den, num * ENVELOPE_BUCKET)
+    unit = unit_frames * SAMPLE_RATE * den // num
     rms = np.zeros(T, np.float32)
     n_env = -(-n_out // ENVELOPE_BUCKET)
     mins, maxs = np.zeros(n_env, np.float32), np.zeros(n_env, np.float32)
     carry = np.zeros(0, np.float32)
-    pos = 0  # samples consumed (a multiple of SAMPLES_PER_FRAME, itself a multiple of the bucket)
+    pos = 0  # samples consumed (a multiple of the unit, itself a multiple of the bucket)
 
     def consume(buf: np.ndarray, last: bool) -> np.ndarray:
         nonlocal pos
-        full = len(buf) if last else len(buf) // SAMPLES_PER_FRAME * SAMPLES_PER_FRAME
+        full = len(buf) if last else len(buf) // unit * unit
         if full:
             part = buf[:full]
-            f0, b0 = pos // SAMPLES_PER_FRAME, pos // ENVELOPE_BUCKET
-            frames = (T - f0) if last else full // SAMPLES_PER_FRAME
-            rms[f0 : f0 + frames] = frame_rms(part, frames)
+            f0, b0 = pos // unit * unit_frames, pos // ENVELOPE_BUCKET
+            frames = (T - f0) if last else full // unit * unit_frames
+            rms[f0 : f0 + frames] = frame_rms(part, frames, rate, f0)
             lo, hi = envelope(part)
             mins[b0 : b0 + len(lo)], maxs[b0 : b0 + len(hi)] = lo, hi
             pos += full
@@ -750,19 +825,20 @@ def stream_analysis(info: AudioInfo) -> AudioAnalysis:
         carry = consume(np.concatenate([carry, np.zeros(pad, np.float32)]), False)
         got += pad
     consume(carry, True)
-    return AudioAnalysis(info, rms, mins, maxs)
+    return AudioAnalysis(info, rms, mins, maxs, rate=rate)
 
 
 def analysis_of(wave: Wave) -> AudioAnalysis:
     mins, maxs = envelope(wave.samples)
-    return AudioAnalysis(wave.info, frame_rms(wave.samples, wave.frames), mins, maxs)
+    return AudioAnalysis(wave.info, frame_rms(wave.samples, wave.frames, wave.rate), mins, maxs, rate=wave.rate)
 
 
-def _cache_file(path: str | os.PathLike) -> Path | None:
+def _cache_file(path: str | os.PathLike, rate: Fraction = DEFAULT_RATE) -> Path | None:
     try:
         from studio.core.store.fsutil import quick_file_key
         from studio.core.store.paths import sub_dir
 
-        return sub_dir("cache/audio") / f"{quick_file_key(path)}.npz"
+        tag = "" if rate == DEFAULT_RATE else f"-{rate.numerator}_{rate.denominator}"
+        return sub_dir("cache/audio") / f"{quick_file_key(path)}{tag}.npz"
     except OSError:
         return None

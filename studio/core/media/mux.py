@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.media.encoders import BT709, RANGE_MPEG, read_packets
+from studio.core.media.rates import mp4_time_base
 
 SYNC_BYTES = 64 << 20  # the mux hands finished MP4 data to the disk every this many bytes
 MOOV_PER_SAMPLE = 48  # bytes of index per video frame or AAC packet at most (stsz, stts, ctts, stss, stsc, co64)
@@ -30,9 +31,9 @@ MOOV_PER_SAMPLE = 48  # bytes of index per video frame or AAC packet at most (st
 class Muxer:
     """Packets into one MP4 file object ``fh``: video in decode order, audio interleaved by time."""
 
-    def __init__(self, fh, fps: int, total_frames: int | None, audio=None):
+    def __init__(self, fh, fps: int | Fraction, total_frames: int | None, audio=None):
         self.fh = fh
-        self.fps = int(fps)
+        self.fps = Fraction(fps)  # exact: 30000/1001 at 29.97
         self.total_frames = int(total_frames or 0)  # 0: unknown (the index is written at the end)
         self.audio = audio
         self.container: Any = None  # av.container.OutputContainer once open()ed
@@ -53,10 +54,10 @@ class Muxer:
             options = {"moov_size": str(16384 + MOOV_PER_SAMPLE * samples)}
         self.container = av.open(self.fh, "w", format="mp4", options=options)
         if template is None:
-            vs = self.container.add_stream("libx264", rate=Fraction(self.fps))
+            vs = self.container.add_stream("libx264", rate=self.fps)
         else:
             vs = self.container.add_stream_from_template(template)
-            vs.time_base = Fraction(1, self.fps * 512)
+            vs.time_base = mp4_time_base(self.fps)
         cc = vs.codec_context
         cc.color_primaries = cc.color_trc = cc.colorspace = BT709
         cc.color_range = RANGE_MPEG
@@ -79,7 +80,7 @@ class Muxer:
         if pkt.pts is not None:
             self._muxed_until = max(self._muxed_until, int(pkt.pts) + 1)
         if self.audio is not None:
-            self.audio.mux_until(self.container, self._muxed_until / self.fps)
+            self.audio.mux_until(self.container, float(self._muxed_until / self.fps))
 
     def annexb(self, raw: Path) -> None:
         """Mux an H.264 Annex B file (no B-frames: decode order = display order) frame by frame."""
@@ -88,7 +89,7 @@ class Muxer:
         with av.open(str(raw), format="h264", options={"framerate": str(self.fps)}) as src:
             self.open(src.streams.video[0])
             self.start()
-            tb = Fraction(1, self.fps)
+            tb = 1 / self.fps
             for i, pkt in enumerate(p for p in src.demux(src.streams.video[0]) if p.size):
                 pkt.pts = pkt.dts = i
                 pkt.duration = 1

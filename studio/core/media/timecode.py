@@ -1,6 +1,7 @@
-"""Timecode at the project's 25 fps: ``HH:MM:SS:FF`` text, and typed jumps as an editor types them.
+"""Timecode at the output's frame rate: ``HH:MM:SS:FF`` text, and typed jumps as an editor types them.
 
-    timecode(80)              -> "00:00:03:05"
+    timecode(80)              -> "00:00:03:05"          (25 fps, the default)
+    timecode(1800, RATES["29.97"]) -> "00:01:00;02"     (drop-frame: ``;`` before the frames)
     parse_jump("12:03")       -> 303        (12 s 3 frames)
     parse_jump("1:00:00")     -> 1500       (1 min)
     parse_jump("+1:00", 80)   -> 105        (one second later)
@@ -18,16 +19,22 @@ Hand-written because the rules are Premiere Pro's timecode field's, which no lib
   = one second back).
 - Fields overflow as Premiere's do: ``1:30`` is 1 s + 30 f = 2 s 5 f.
 
-Frame ``t`` starts at ``t / FPS`` seconds (see ``studio.core.render.plan.frame_index``).
+Frame ``t`` starts at ``t / rate`` seconds (see ``studio.core.media.rates.frame_index``). A timecode
+second counts ``round(rate)`` frames (24 at 23.976, 30 at 29.97). At 29.97 and 59.94 the timecode is
+**drop-frame** (SMPTE 12M): frame numbers 0-1 (59.94: 0-3) are skipped at the start of every minute but
+each tenth, so the label stays on the wall clock; it is written ``HH:MM:SS;FF`` and a typed timecode
+is read the same way (a label that was dropped, such as ``00:01:00;00``, means the next frame).
+23.976 is counted without drops (as editors use it).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
-from studio.core.constants import FPS
 from studio.core.errors import InputError
+from studio.core.media.rates import DEFAULT_RATE, drop_frames, nominal
 
 JUMP_HELP = (
     "Go to a timecode or a frame, as in Premiere: fields from the right are frames, seconds, minutes, "
@@ -40,17 +47,24 @@ class TimecodeError(InputError):
     """A typed timecode that cannot be read."""
 
 
-def timecode(frame: int, fps: int = FPS) -> str:
-    """``HH:MM:SS:FF`` of frame ``frame`` (negative frames clamp to 0)."""
+def timecode(frame: int, fps: int | Fraction = DEFAULT_RATE) -> str:
+    """``HH:MM:SS:FF`` of frame ``frame`` at rate ``fps`` (``HH:MM:SS;FF`` drop-frame at 29.97 and
+    59.94); negative frames clamp to 0."""
     frame = max(0, int(frame))
-    ff = frame % fps
-    s = frame // fps
-    return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}:{ff:02d}"
+    base, drop = nominal(fps), drop_frames(fps)
+    if drop:  # the frame number -> the label's count (skipped numbers added back)
+        per_10min = base * 600 - drop * 9
+        per_min = base * 60 - drop
+        tens, rest = divmod(frame, per_10min)
+        frame += drop * 9 * tens + (drop * ((rest - drop) // per_min) if rest > drop else 0)
+    ff = frame % base
+    s = frame // base
+    return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}{';' if drop else ':'}{ff:02d}"
 
 
-def seconds_text(frame: int, fps: int = FPS) -> str:
+def seconds_text(frame: int, fps: int | Fraction = DEFAULT_RATE) -> str:
     """A short duration such as ``28.24 s`` or ``1:02.40`` for a frame count."""
-    seconds = max(0, int(frame)) / fps
+    seconds = float(max(0, int(frame)) / Fraction(fps))
     if seconds < 60:
         return f"{seconds:.2f} s"
     m, s = divmod(seconds, 60)
@@ -60,7 +74,7 @@ def seconds_text(frame: int, fps: int = FPS) -> str:
 _SEP = re.compile(r"[:;.,]")
 
 
-def parse_jump(text: str, current: int = 0, fps: int = FPS) -> int:
+def parse_jump(text: str, current: int = 0, fps: int | Fraction = DEFAULT_RATE) -> int:
     """The frame a typed ``text`` points at (see the module docstring); raises ``TimecodeError``.
 
     The result is not clamped to a clip: the caller knows its length.
@@ -78,7 +92,7 @@ def parse_jump(text: str, current: int = 0, fps: int = FPS) -> int:
     return frames
 
 
-def _parse_absolute(raw: str, original: str, fps: int) -> int:
+def _parse_absolute(raw: str, original: str, fps: int | Fraction) -> int:
     bad = TimecodeError(f"'{original}' is not a timecode; {JUMP_HELP}")
     low = raw.lower()
     if low.startswith("#") or low.endswith("f"):
@@ -89,7 +103,7 @@ def _parse_absolute(raw: str, original: str, fps: int) -> int:
     if low.endswith("s"):
         if not re.fullmatch(r"\d+(\.\d*)?|\.\d+", low[:-1]):
             raise bad
-        return int(math.floor(float(low[:-1]) * fps + 1e-9))
+        return int(math.floor(float(low[:-1]) * float(fps) + 1e-9))
     if _SEP.search(low):
         fields = _SEP.split(low)
         if len(fields) > 4 or not all(f.isdigit() or f == "" for f in fields):
@@ -104,4 +118,11 @@ def _parse_absolute(raw: str, original: str, fps: int) -> int:
         raise bad
     values = [0] * (4 - len(values)) + values  # hours, minutes, seconds, frames
     h, m, s, f = values
-    return ((h * 60 + m) * 60 + s) * fps + f
+    base, drop = nominal(fps), drop_frames(fps)
+    count = ((h * 60 + m) * 60 + s) * base + f
+    if drop:  # a drop-frame label: the numbers skipped before it come off
+        minutes, pos = divmod(count, base * 60)
+        if minutes % 10 and pos < drop:  # a label that does not exist: the frame after it
+            count += drop - pos
+        count -= drop * (minutes - minutes // 10)
+    return count

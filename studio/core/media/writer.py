@@ -21,7 +21,7 @@ in, then deletes its spill file. So with rolling chunks the work after the last 
 window's packets plus the index, whatever the clip length. The audio is encoded to AAC by another
 worker process while the video renders, and its packets are interleaved as the video is muxed.
 
-The output is H.264 yuv420p at exactly ``fps`` (frame t has pts t/fps), BT.709 limited range
+The output is H.264 yuv420p at exactly ``fps`` (a Fraction: 30000/1001 at 29.97; frame t has pts t/fps), BT.709 limited range
 declared in the stream; the index (``moov``) goes first, into space reserved for it when the
 frame count is known (no rewrite of the file at the end), else by a faststart rewrite.
 ``STUDIO_TRACE=path.json`` writes per-frame arrival and encode times of every lane (see
@@ -39,11 +39,11 @@ import queue
 import shutil
 import threading
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import FPS
 from studio.core.errors import RenderError
 from studio.core.media.encoders import (
     ELEMENTARY,
@@ -56,6 +56,7 @@ from studio.core.media.encoders import (
     probe_nvenc,
 )
 from studio.core.media.mux import Muxer
+from studio.core.media.rates import DEFAULT_RATE
 from studio.core.settings import ENCODERS, PRESETS
 from studio.core.store.fsutil import atomic_output, register_temp, release_temp, temp_dir
 
@@ -81,7 +82,7 @@ def open_video(
     encoder="auto",
     crf=20,
     preset="superfast",
-    fps=FPS,
+    fps=DEFAULT_RATE,
     total_frames=None,
     workers=None,
     write_hook=None,
@@ -176,7 +177,7 @@ class VideoWriter:
         chunks: list[tuple[int, int]],
         crf: int,
         preset: str,
-        fps: int,
+        fps: int | Fraction,
         write_hook,
         window: int | None = None,
         stream_mux: bool = True,
@@ -193,7 +194,7 @@ class VideoWriter:
         self.window = max(1, min(int(window or len(chunks)), len(chunks)))
         self.width, self.height = width, height
         self.enc_width, self.enc_height = width + width % 2, height + height % 2
-        self.fps = int(fps)
+        self.fps = Fraction(fps)
         self.frames_written = 0
         self.close_ms: dict[str, float] = {}  # close(): encoder tail, chunk join + audio, index + fsync
         self.spill_dir: Path | None = None  # the spilled chunks' folder (RAM or beside the output)
@@ -259,7 +260,7 @@ class VideoWriter:
         unless ``release(k)`` is given: it is called (from an encoder thread) once frame ``k`` of
         this batch has been consumed, after which its memory may be reused.
         """
-        self._raise_if_failed()
+        self.raise_if_failed()
         if self._done:
             raise RenderError("This video writer is already closed.")
         n = len(frames)
@@ -382,7 +383,7 @@ class VideoWriter:
                 self._put(lane, None)
             for lane in self._lanes:
                 lane.thread.join()
-            self._raise_if_failed()
+            self.raise_if_failed()
             t1 = time.perf_counter()
             missing = [(c.start, c.end, c.next) for c in self._chunks if c.end is not None and c.next < c.end]
             if missing:
@@ -396,7 +397,7 @@ class VideoWriter:
                     self._mux_thread.join()
                 else:  # stream_mux=False: the join after the last frame
                     self._mux_chunks()
-                self._raise_if_failed()
+                self.raise_if_failed()
             self._mux.finish()
             t2 = time.perf_counter()
             self._fh.close()
@@ -727,14 +728,16 @@ class VideoWriter:
 
     def _put(self, lane: _Lane, item) -> None:
         while True:
-            self._raise_if_failed()
+            self.raise_if_failed()
             try:
                 lane.queue.put(item, timeout=0.2)
                 return
             except queue.Full:
                 continue
 
-    def _raise_if_failed(self) -> None:
+    def raise_if_failed(self) -> None:
+        """Raise what stopped an encoder or the mux (one sentence: a full disk names the folder);
+        the writer's own calls check it, and so does a thread that feeds it (``hostcopy``)."""
         exc = self._error
         if exc is None:
             return

@@ -244,9 +244,7 @@ def shutdown_pool() -> None:
 class ProcessEncoder:
     """One libx264 encoder (single-threaded, closed GOP) living in a worker process."""
 
-    def __init__(
-        self, worker: _Worker, width: int, height: int, fps: int, crf: int, preset: str, path=None, changing=None
-    ):
+    def __init__(self, worker: _Worker, width: int, height: int, fps, crf: int, preset: str, path=None, changing=None):
         """``path``: the worker writes the packets there (``REC`` records) and returns none, so
         the parent only moves frames; None: packets come back from ``encode``/``flush``."""
         if not worker.lock.acquire(timeout=60):
@@ -377,7 +375,7 @@ class ProcessEncoder:
             return []
         import av
 
-        tb = Fraction(1, self.fps)
+        tb = 1 / Fraction(self.fps)
         out = []
         for data, pts, dts, key in records:
             pkt = av.Packet(data)
@@ -534,7 +532,7 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                     ctx = av.CodecContext.create("libx264", "w")
                     ctx.flags |= av.codec.context.Flags.global_header
                     ctx.width, ctx.height, ctx.pix_fmt = width, height, "nv12"
-                    ctx.time_base = Fraction(1, fps)
+                    ctx.time_base = 1 / Fraction(fps)  # exact: fps may be 30000/1001
                     ctx.framerate = Fraction(fps)
                     ctx.color_primaries = ctx.color_trc = ctx.colorspace = _BT709
                     ctx.color_range = _RANGE_MPEG

@@ -17,13 +17,14 @@ outside it prepares again (``generation`` counts how often, so renderers drop wh
 from __future__ import annotations
 
 import threading
+from fractions import Fraction
 from typing import Any
 
 from studio.core.render.plan import RenderPlan, audio_window, covers, make_plan
 from studio.core.settings import SCHEMA, RenderSettings
 
-#: the settings the plan is made from (the schema's "silence" group)
-PLAN_SETTINGS = tuple(n for n, s in SCHEMA.items() if s.group == "silence")
+#: the settings the plan is made from (the schema's "silence" group, and the output's frame rate)
+PLAN_SETTINGS = (*(n for n, s in SCHEMA.items() if s.group == "silence"), "fps")
 
 
 class Clip:
@@ -42,13 +43,14 @@ class Clip:
         self.generation = 0  # bumped when a new focus drops the prepared audio
         self._lock = threading.RLock()
         self._avatar: Any = None
+        self._rate: Fraction | None = None
         self._wave: Any = None
         self._plan: RenderPlan | None = None
         self._features: dict[tuple, Any] = {}
         self._feature_locks: dict[tuple, threading.Lock] = {}
 
     def fits(self, settings: RenderSettings) -> bool:
-        """Whether ``settings`` plan this clip as its own settings do (same silence settings)."""
+        """Whether ``settings`` plan this clip as its own settings do (same silence settings and rate)."""
         return all(getattr(settings, n) == getattr(self.settings, n) for n in PLAN_SETTINGS)
 
     @property
@@ -63,16 +65,27 @@ class Clip:
             return self._avatar
 
     @property
+    def rate(self) -> Fraction:
+        """The output's frame rate, exact (``Fraction(30000, 1001)`` at 29.97): the ``fps`` setting,
+        or for ``auto`` the video avatar's own rate (25 for a photo)."""
+        with self._lock:
+            if self._rate is None:
+                from studio.core.media.rates import output_rate
+
+                self._rate = output_rate(self.settings.fps, self.avatar)
+            return self._rate
+
+    @property
     def wave(self) -> Any:
-        """The decoded voice-over (``studio.core.media.audio.Wave``)."""
+        """The decoded voice-over on the output's frame grid (``studio.core.media.audio.Wave``, ``rate``)."""
         with self._lock:
             if self._wave is None:
                 from studio.core.media.audio import load, probe
 
                 window = None
                 if self._focus is not None:
-                    window = audio_window(self._focus, probe(self.audio_path).frames)
-                self._wave = load(self.audio_path, window=window)
+                    window = audio_window(self._focus, probe(self.audio_path).frames, self.rate)
+                self._wave = load(self.audio_path, window=window, rate=self.rate)
             return self._wave
 
     def focus(self, frames: tuple[int, int] | None) -> bool:
@@ -83,8 +96,9 @@ class Clip:
             w = self._wave
             if w is None:
                 return False
-            window = None if self._focus is None else audio_window(self._focus, w.frames)
-            if covers(w.span, window, w.frames):
+            total = w.info.frames  # 25 fps: the window's grid
+            window = None if self._focus is None else audio_window(self._focus, total, w.rate)
+            if covers(w.decoded, window, total):
                 return False
             self._wave, self._plan = None, None
             self._features.clear()
@@ -94,7 +108,9 @@ class Clip:
     def covers(self, index: int) -> bool:
         """Whether frame ``index`` can be rendered from what is prepared (or nothing is yet)."""
         w = self._wave
-        return w is None or covers(w.span, audio_window((index, index + 1), w.frames), w.frames)
+        if w is None:
+            return True
+        return covers(w.decoded, audio_window((index, index + 1), w.info.frames, w.rate), w.info.frames)
 
     @property
     def plan(self) -> RenderPlan:

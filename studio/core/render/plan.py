@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from studio.core.constants import FPS, SAMPLES_PER_FRAME
+from studio.core.constants import SAMPLES_PER_FRAME
+from studio.core.media import rates
+from studio.core.media.rates import DEFAULT_RATE
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,7 +41,7 @@ class RenderPlan:
         return np.flatnonzero(self.weight > 0)
 
 
-def check_range(frames: tuple[int, int] | None, total: int) -> tuple[int, int]:
+def check_range(frames: tuple[int, int] | None, total: int, rate=DEFAULT_RATE) -> tuple[int, int]:
     """``(start, end)`` of an in/out range inside a clip of ``total`` frames (None: all of it)."""
     if frames is None:
         return 0, total
@@ -48,7 +51,7 @@ def check_range(frames: tuple[int, int] | None, total: int) -> tuple[int, int]:
 
         raise InputError(
             f"the range {frames[0]}..{frames[1]} is outside the clip (frames 0..{total}, "
-            f"{total / FPS:.2f} s): set the in and out points inside it"
+            f"{float(total / Fraction(rate)):.2f} s): set the in and out points inside it"
         )
     return a, b
 
@@ -66,7 +69,8 @@ def audio_range(wave, path: str, first: int, end: int):
         out = Path(folder) / "range.flac"
         info = probe(path)  # any voice-over: WAV ... M4A, a video's sound
         rate = info.source_rate
-        a, b = int(round(first / FPS * rate)), int(round(end / FPS * rate))
+        fps = Fraction(getattr(wave, "rate", DEFAULT_RATE))
+        a, b = int(round(first / fps * rate)), int(round(end / fps * rate))
         a, b = min(a, info.source_frames), min(b, info.source_frames)
         with sf.SoundFile(out, "w", rate, info.channels, format="FLAC") as dst:
             for block in read_blocks(info, start=a, stop=max(a, b)):
@@ -79,9 +83,10 @@ PIECE = 750  # frames per 30 s piece (MuseTalk's whisper windows start at multip
 RANGE_MIN_FRAMES = 7500  # clips up to 5 minutes are prepared whole whatever the range
 
 
-def audio_window(frames: tuple[int, int] | None, total: int) -> tuple[int, int] | None:
-    """The stretch of a clip of ``total`` frames that rendering ``frames`` needs prepared: the
-    range and ``RANGE_CONTEXT`` around it, in whole 30 s pieces; None: the whole clip.
+def audio_window(frames: tuple[int, int] | None, total: int, rate=DEFAULT_RATE) -> tuple[int, int] | None:
+    """The stretch of a clip of ``total`` frames (25 fps: seeking's grid) that rendering ``frames``
+    (frames at ``rate``) needs prepared: the range and ``RANGE_CONTEXT`` around it, in whole 30 s
+    pieces of 25 fps frames; None: the whole clip.
 
     Every per-frame value is local (the silence mask looks ``min_silence`` frames around, the
     crossfade ``crossfade`` frames, the classic engine's smoothing about half a second, MuseTalk's
@@ -89,7 +94,7 @@ def audio_window(frames: tuple[int, int] | None, total: int) -> tuple[int, int] 
     render gives it (the classic engine's clip statistics come from the file: ``sampled_stats``)."""
     if frames is None or total <= RANGE_MIN_FRAMES:
         return None
-    a, b = int(frames[0]), int(frames[1])
+    a, b = to_decode_frames(frames, rate)
     w0 = max(0, (a - RANGE_CONTEXT) // PIECE * PIECE)
     w1 = min(total, -(-(b + RANGE_CONTEXT) // PIECE) * PIECE)
     return None if w0 == 0 and w1 >= total else (w0, w1)
@@ -101,22 +106,33 @@ def covers(span: tuple[int, int], window: tuple[int, int] | None, total: int) ->
     return span[0] <= need[0] and span[1] >= need[1]
 
 
-def frame_index(seconds: float) -> int:
-    """The frame shown at ``seconds`` on the 25 fps grid (robust to float error: 0.12 s -> 3)."""
-    return int(np.floor(seconds * FPS + 1e-6))
+def to_decode_frames(frames: tuple[int, int], rate=DEFAULT_RATE) -> tuple[int, int]:
+    """Frames ``(a, b)`` at ``rate`` as the 25 fps frames (seeking's grid) that hold their samples."""
+    if Fraction(rate) == DEFAULT_RATE:
+        return int(frames[0]), int(frames[1])
+    a, b = (int(rates.first_sample(int(f), rate)) for f in frames)
+    return a // SAMPLES_PER_FRAME, -(-b // SAMPLES_PER_FRAME)
+
+
+def frame_index(seconds: float, rate=DEFAULT_RATE) -> int:
+    """The frame shown at ``seconds`` on the grid of ``rate`` (robust to float error: 0.12 s at 25 -> 3)."""
+    return rates.frame_index(seconds, rate)
 
 
 def make_plan(wave, avatar, settings) -> RenderPlan:
     from studio.core.media.audio import frame_rms, silence_mask
 
     T = wave.frames
-    avatar_idx = np.asarray(avatar.cycle_index(np.arange(T)), np.int64)
+    rate = getattr(wave, "rate", DEFAULT_RATE)
+    shown = rates.map_frames(np.arange(T, dtype=np.int64), rate, getattr(avatar, "fps", DEFAULT_RATE))
+    avatar_idx = np.asarray(avatar.cycle_index(shown), np.int64)
     first, end = getattr(wave, "span", (0, T))
     if (first, end) == (0, T):
-        rms = frame_rms(wave.samples, T)
+        rms = frame_rms(wave.samples, T, rate)
     else:  # only a stretch was decoded (an in/out range): the rest is silent, and never rendered
         rms = np.zeros(T, np.float32)
-        rms[first:end] = frame_rms(wave.samples[first * SAMPLES_PER_FRAME :], end - first)
+        start = int(rates.first_sample(first, rate))
+        rms[first:end] = frame_rms(wave.samples[start:], end - first, rate, first)
     silent = silence_mask(rms, settings.threshold, settings.min_silence)
     face_ok = np.asarray(avatar.face_ok, bool)[avatar_idx]
     return RenderPlan(avatar_idx, silent, face_ok, crossfade_weights(~silent & face_ok, settings.crossfade))

@@ -3,7 +3,7 @@
     r = Renderer(avatar, "voice.flac", RenderSettings(engine="auto"))
     for p in r.run("out.mp4"):          # one RenderProgress per batch; r.cancel() from any thread
         bar.update(p.done, p.total, p.fps)
-    img = r.frame_at(3.2)               # exactly the frame the render writes at floor(3.2 * 25)
+    img = r.frame_at(3.2)               # exactly the frame the render writes at floor(3.2 * r.rate)
 
 Qt-free: the GUI drives it from a worker thread and turns progress into signals.
 """
@@ -17,12 +17,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from studio.core.constants import FPS
+from studio.core.media.rates import rate_text
 from studio.core.render.clip import Clip
 from studio.core.render.plan import (
     RenderPlan,
@@ -106,6 +107,7 @@ class RenderResult:
     stage_ms: dict[str, float]
     finish_ms: dict[str, float] = field(default_factory=dict)  # the "finish" stage: encoder tail, join, file
     audio: str = ""  # the output's AAC track: "copied" (the voice-over's own), "cached" or "encoded"
+    frame_rate: str = "25"  # the output's frame rate ("29.97" is 30000/1001 exactly; rates.parse_rate)
 
     @classmethod
     def measured(
@@ -123,6 +125,7 @@ class RenderResult:
         stage_ms: dict[str, float] | None = None,
         finish_ms: dict[str, float] | None = None,
         audio: str = "",
+        frame_rate: str = "25",
     ) -> RenderResult:
         """The one constructor of a render's result: fps from frames and seconds, times rounded."""
         return cls(
@@ -139,6 +142,7 @@ class RenderResult:
             stage_ms={k: round(v, 1) for k, v in (stage_ms or {}).items()},
             finish_ms={k: round(v, 1) for k, v in (finish_ms or {}).items()},
             audio=audio,
+            frame_rate=frame_rate,
         )
 
     def to_json(self) -> dict:
@@ -227,7 +231,14 @@ class Renderer:
         return self.clip.avatar
 
     @property
+    def rate(self) -> Fraction:
+        """The output's frame rate, exact (``Fraction(30000, 1001)`` at 29.97): the ``fps`` setting,
+        or for ``auto`` the video avatar's own rate (25 for a photo)."""
+        return self.clip.rate
+
+    @property
     def wave(self):
+        """The voice-over on the output's frame grid (``wave.rate == self.rate``)."""
         return self.clip.wave
 
     @property
@@ -263,12 +274,19 @@ class Renderer:
         self.clip.focus(frames)
 
     @property
+    def prepared(self) -> Any:
+        """The engine's per-avatar state (``engine.prepare(avatar)``), made by ``ready``."""
+        self.ready()
+        return self._prepared
+
+    @property
     def stage_ms(self) -> dict[str, float]:
         """Milliseconds per stage of the current (or last) render, cumulative."""
         return dict(self._stage_ms)
 
-    def _ready(self):
-        """Load everything a frame needs (features, prepared avatar, compositor); idempotent."""
+    def ready(self):
+        """Load everything a frame needs (the clip's audio features, the engine's prepared avatar,
+        the compositor) and bind the features; idempotent. Returns the engine."""
         with self._lock:
             engine = self.engine
             if engine.device.type == "cpu":
@@ -303,15 +321,15 @@ class Renderer:
         if not 0 <= index < T:
             from studio.core.errors import InputError
 
-            raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {T / FPS:.2f} s)")
+            raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {float(T / self.rate):.2f} s)")
         if not self.clip.covers(index):  # prepared for a range: a frame outside it prepares its own
             self.focus((index, index + 1))
         ((_, frames),) = self.iter_frames([(index, index + 1)])
         return frames[0].cpu().numpy()
 
     def frame_at(self, seconds: float) -> np.ndarray:
-        """The frame shown at ``seconds``: index ``floor(seconds * 25)``."""
-        return self.frame(frame_index(seconds))
+        """The frame shown at ``seconds``: index ``floor(seconds * rate)`` at the output's rate."""
+        return self.frame(frame_index(seconds, self.rate))
 
     def iter_frames(self, ranges=None):
         """Yield ``(first_index, frames)`` per range; frames are torch uint8 ``[B,H,W,3]`` RGB on the engine device.
@@ -332,7 +350,7 @@ class Renderer:
         ``nv12_ready`` says so.
         """
         plan = self.plan
-        engine = self._ready()
+        engine = self.ready()
         comp = self._compositor
         if nv12 and not comp.nv12_ready:
             raise RuntimeError("this avatar cannot be composited in NV12 (see Renderer.nv12_ready)")
@@ -370,7 +388,7 @@ class Renderer:
     def nv12_ready(self) -> bool:
         """Whether ``iter_batches(..., nv12=True)`` works: a CUDA engine, and an avatar that fits
         the device cache with an even frame size."""
-        self._ready()
+        self.ready()
         return self.engine.device.type == "cuda" and self._compositor.nv12_ready
 
     @property
@@ -407,7 +425,7 @@ class Renderer:
         plan = self.plan
         self._stage("audio", t_start)  # read, analysed, planned (cached after the first use)
         a = self.avatar
-        first, end = check_range(frames, plan.frames)
+        first, end = check_range(frames, plan.frames, self.rate)
         T = end - first
         t0 = time.perf_counter()
         with contextlib.ExitStack() as stack:
@@ -422,7 +440,7 @@ class Renderer:
                 encoder=self.settings.encoder,
                 crf=self.settings.crf,
                 preset=self.settings.preset,
-                fps=FPS,
+                fps=self.rate,
                 total_frames=T,
                 rolling=True,
                 changing=changing_region(a),  # a photo's face, a video's moving parts
@@ -536,6 +554,7 @@ class Renderer:
             stage_ms=self._stage_ms,
             finish_ms=writer.close_ms,
             audio=writer.audio_how,
+            frame_rate=rate_text(self.rate),
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=dict(self._stage_ms))
 

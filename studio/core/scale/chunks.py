@@ -24,6 +24,7 @@ import contextlib
 import io
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,8 +33,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from studio.core.constants import FPS
 from studio.core.errors import Cancelled, RenderError
+from studio.core.media.rates import DEFAULT_RATE, mp4_time_base, rate_text, ticks_per_frame
 
 if TYPE_CHECKING:
     from studio.core.render.renderer import RenderProgress, RenderResult
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MIN_CHUNK = 8  # frames: shorter chunks cost an IDR each for little parallelism
-TB_SCALE = 512  # output video time base is 1 / (FPS * TB_SCALE), as the single-process writer's
+# the output video's time base is rates.mp4_time_base(rate), as the single-process writer's
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,15 @@ def render_segment(
     a = renderer.avatar
     n = end - start
     writer = open_video(
-        path, a.width, a.height, audio=None, encoder=s.encoder, crf=s.crf, preset=s.preset, fps=FPS, total_frames=n
+        path,
+        a.width,
+        a.height,
+        audio=None,
+        encoder=s.encoder,
+        crf=s.crf,
+        preset=s.preset,
+        fps=renderer.rate,
+        total_frames=n,
     )
     t0 = time.perf_counter()
     with writer:
@@ -118,7 +127,7 @@ def render_segment(
     )
 
 
-def join_segments(segments, output, *, audio=None, fps: int = FPS, overwrite: bool = True) -> str:
+def join_segments(segments, output, *, audio=None, fps: int | Fraction = DEFAULT_RATE, overwrite: bool = True) -> str:
     """Join ``[(start, end, source), ...]`` (source: a segment path or its bytes) or ``Segment`` values
     into ``output``.
 
@@ -249,7 +258,7 @@ class ChunkedRender:
                 _stop_pool(pool)
                 raise
             pool.shutdown(wait=True)
-            path = join_segments(finished, output, audio=audio, overwrite=overwrite)
+            path = join_segments(finished, output, audio=audio, fps=self.clip.rate, overwrite=overwrite)
         finally:
             stop.set()
             _rmtree(tmpdir)
@@ -279,6 +288,7 @@ def segments_result(clip, segments: list[Segment], output: str, seconds: float, 
         width=clip.avatar.width,
         height=clip.avatar.height,
         stage_ms=stage_ms,
+        frame_rate=rate_text(clip.rate),
     )
 
 
@@ -303,7 +313,9 @@ def open_avatar(ref: tuple[str, str]):
 # Helpers
 
 
-def _join(av, segments, tmp: Path, audio, fps: int) -> None:
+def _join(av, segments, tmp: Path, audio, fps: int | Fraction) -> None:
+    fps = Fraction(fps)
+    ticks = ticks_per_frame(fps)
     out = av.open(str(tmp), "w", format="mp4", options={"movflags": "+faststart"})
     try:
         vs = None
@@ -314,7 +326,7 @@ def _join(av, segments, tmp: Path, audio, fps: int) -> None:
                 sv = seg.streams.video[0]
                 if vs is None:
                     vs = out.add_stream_from_template(sv)
-                    vs.time_base = Fraction(1, fps * TB_SCALE)
+                    vs.time_base = mp4_time_base(fps)
                     extradata = bytes(sv.codec_context.extradata or b"")
                     if audio is not None:
                         audio.add_stream(out)
@@ -336,14 +348,14 @@ def _join(av, segments, tmp: Path, audio, fps: int) -> None:
                         raise RenderError(f"Chunk {start}..{end} does not join (dts after pts): render it again.")
                     last_dts = dts
                     pkt.stream = vs
-                    pkt.pts, pkt.dts = pts * TB_SCALE, dts * TB_SCALE
-                    pkt.duration = TB_SCALE
+                    pkt.pts, pkt.dts = pts * ticks, dts * ticks
+                    pkt.duration = ticks
                     pkt.time_base = vs.time_base
                     out.mux(pkt)
                     count += 1
                     muxed_until = max(muxed_until, pts + 1)
                     if audio is not None:
-                        audio.mux_until(out, muxed_until / fps)
+                        audio.mux_until(out, float(muxed_until / fps))
                 if count != end - start:
                     raise RenderError(
                         f"Chunk {start}..{end} holds {count} frames instead of {end - start}: render it again."
@@ -354,8 +366,8 @@ def _join(av, segments, tmp: Path, audio, fps: int) -> None:
         out.close()
 
 
-def _frames(ts, tb, fps: int) -> int:
-    """A timestamp in ``tb`` as a whole frame index (segments are on the exact 25 fps grid)."""
+def _frames(ts, tb, fps: int | Fraction) -> int:
+    """A timestamp in ``tb`` as a whole frame index (segments are on the exact frame grid)."""
     return int(round(Fraction(int(ts)) * Fraction(tb) * fps))
 
 
@@ -375,19 +387,62 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _stop_pool(pool, grace_s: float = 10.0) -> None:
+def _stop_pool(pool, grace_s: float = 0.5) -> None:
     """Stop a chunk pool now: queued chunks are dropped, running ones stop after their current
-    batch (the ``stop`` event); workers still busy after ``grace_s`` are killed. Without this, the
-    executor's own shutdown waits for every running chunk to render to its end."""
+    batch (the ``stop`` event); workers still busy after ``grace_s`` (one starting up, loading its
+    engine, or inside a long batch) are killed, and the temporaries they had registered (segment
+    files, encoder spill files and their records) are removed at once (``sweep_dead_temps``: a
+    killed worker's lock is free), not left for the next command. Without this, the executor's own
+    shutdown waits for every running chunk to render to its end."""
+    from studio.core.store.fsutil import sweep_dead_temps
+
     procs = list((getattr(pool, "_processes", None) or {}).values())  # private: the only handle on them
     pool.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + grace_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
+    groups = []
     for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join(1.0)
+        if p.is_alive():  # its process group: the worker and the encoder processes it started
+            groups.append(p.pid)
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                p.kill()
+    for p in procs:
+        p.join(5.0)
+    deadline = time.monotonic() + 5.0
+    while groups and time.monotonic() < deadline:  # until the workers' own children are gone too
+        groups = [g for g in groups if _group_alive(g)]
+        if groups:
+            time.sleep(0.02)
+    if procs:
+        sweep_dead_temps()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies waiting to be reaped do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for pid in entries:
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -402,7 +457,9 @@ def _child_init(q, stop, workers: int, parent_pid: int | None = None) -> None:
     from studio.core.signals import die_with_parent
 
     die_with_parent(parent_pid)  # a SIGKILL'd parent takes its workers with it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us (Ctrl-C, SIGTERM: _stop_pool)
+    with contextlib.suppress(OSError):
+        os.setpgrp()  # a group of its own: a stop kills it with the encoder processes it starts
     global _Q, _STOP
     _Q, _STOP = q, stop
     with contextlib.suppress(Exception):

@@ -25,7 +25,6 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from studio.core.constants import FPS
 from studio.core.errors import Cancelled, RenderError
 
 if TYPE_CHECKING:
@@ -101,6 +100,7 @@ class DeviceRender:
         return self.result
 
     def run(self, output, *, overwrite: bool = True) -> Iterator:
+        from studio.core.media.rates import rate_text
         from studio.core.media.writer import open_video
         from studio.core.render.renderer import RenderProgress, RenderResult
 
@@ -126,7 +126,7 @@ class DeviceRender:
             encoder=s.encoder,
             crf=s.crf,
             preset=s.preset,
-            fps=FPS,
+            fps=first.rate,
             total_frames=T,
             overwrite=overwrite,
             changing=changing_region(a),
@@ -190,6 +190,7 @@ class DeviceRender:
             stage_ms=stages,
             finish_ms=writer.close_ms,
             audio=writer.audio_how,
+            frame_rate=rate_text(first.rate),
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=stages)
 

@@ -99,7 +99,7 @@ class ModelSet:
 
     def weight_file(self, folder: Path) -> Path:
         comp = COMPONENTS[self.manifest_name(folder)]
-        return _find_weights(folder, comp)
+        return find_weights(folder, comp)
 
     def manifest_name(self, folder: Path) -> str:
         for c in COMPONENTS.values():
@@ -286,7 +286,7 @@ def check_component(comp: Component | str, folder: str | os.PathLike) -> dict:
         )
     if not cfg_path.is_file():
         raise ModelError(f"{cfg_path}: missing; the {comp.label} folder needs its {comp.config}")
-    weights = _find_weights(folder, comp)
+    weights = find_weights(folder, comp)
     config = read_config(cfg_path)
     expected = expected_shapes(comp.kind, config, cfg_path)
     raw = read_shapes(weights)
@@ -633,7 +633,9 @@ def _short(exc: Exception) -> str:
 # Helpers
 
 
-def _find_weights(folder: Path, comp: Component) -> Path:
+def find_weights(folder: Path, comp: Component) -> Path:
+    """The weight file of ``comp`` in ``folder`` (the first of its known names); one sentence when
+    it is missing or empty."""
     for name in comp.weights:
         p = folder / name
         if p.is_file():

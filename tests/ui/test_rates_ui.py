@@ -1,0 +1,45 @@
+"""The output frame rate in the window: the Render panel's Frame rate row, the timeline's frames and
+drop-frame timecode at 29.97, typed timecode and the one-second step at that rate (real key events)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+from PySide6.QtCore import Qt
+from ui_helpers import clip, window  # noqa: F401 (fixture)
+
+
+def test_frame_rate_row_drives_the_timeline_and_its_drop_frame_timecode(window, qtbot, tmp_path):
+    panel, tl = window.render_panel, window.timeline
+    combo = panel.fields["fps"]
+    assert combo.isVisible() and combo.parentWidget() is panel.encoder.parentWidget()  # beside the encoder
+    assert combo.currentText() == "auto" and [combo.itemText(i) for i in range(combo.count())][1:4] == [
+        "23.976",
+        "24",
+        "25",
+    ]
+    with qtbot.waitSignal(window.analysisReady, timeout=30_000):
+        window.load_script(str(clip(tmp_path, 3.0)))
+    assert tl.rate == 25 and tl.frames == 75 and tl.timecode_edit.text() == "00:00:00:00"
+
+    # choose 29.97 with the keyboard: the clip is analysed again on the 30000/1001 grid
+    combo.setFocus()
+    with qtbot.waitSignal(window.analysisReady, timeout=30_000):
+        qtbot.keyClicks(combo, "29.97")
+    assert combo.currentText() == "29.97"
+    assert tl.rate == Fraction(30000, 1001) and tl.frames == math.ceil(3 * 30000 / 1001) == 90
+    assert tl.timecode_edit.text() == "00:00:00;00"  # drop-frame: ';' before the frames
+
+    edit = tl.timecode_edit
+    edit.setFocus()
+    edit.selectAll()
+    qtbot.keyClicks(edit, "2;15")
+    qtbot.keyClick(edit, Qt.Key.Key_Return)
+    assert tl.frame == 75 and tl.position == pytest.approx(75 * 1001 / 30000)
+    assert edit.text() == "00:00:02;15"
+    tl.plots.setFocus()
+    qtbot.keyClick(tl.plots, Qt.Key.Key_Left, Qt.KeyboardModifier.ShiftModifier)  # one timecode second back
+    assert tl.frame == 45 and edit.text() == "00:00:01;15"
+    assert window.render_panel.render_settings().fps == "29.97"
