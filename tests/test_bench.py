@@ -118,7 +118,7 @@ def test_bench_user_path_prints_every_row_of_issue_26(tmp_path, studio_home):
             "--no-classic",
             "--user",
             "--presets",
-            "ultrafast,superfast",
+            "ultrafast,veryfast",
             "--clients",
             "2",
             "--clip-frames",
@@ -143,7 +143,7 @@ def test_bench_user_path_prints_every_row_of_issue_26(tmp_path, studio_home):
         "user-photo-wav48": "encoded",
         "user-photo-wav48-again": "cached",
         "user-photo-wav48-ultrafast": "encoded",
-        "user-photo-wav48-superfast": "encoded",
+        "user-photo-wav48-veryfast": "encoded",
         "user-photo-mp3": "encoded",
         "user-photo-aac": "copied",
         "user-video-wav48": "encoded",
@@ -154,7 +154,7 @@ def test_bench_user_path_prints_every_row_of_issue_26(tmp_path, studio_home):
     assert u["avatars"]["photo_size"].endswith("1 frame(s)") and u["avatars"]["video_size"].endswith("50 frame(s)")
     for kind in ("photo", "video"):
         table = u["presets"][kind]
-        for p in ("ultrafast", "superfast"):
+        for p in ("ultrafast", "veryfast"):
             assert table[p]["bytes"] > 0 and 30 < table[p]["psnr_y"] < 99 and 0.9 < table[p]["ssim"] <= 1
     q = u["queue"]
     assert q["same_files"] and q["serial"]["frames"] == q["pipelined"]["frames"] == 50
