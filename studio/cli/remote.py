@@ -32,7 +32,12 @@ def check_server_args(args) -> None:
     from studio.core.errors import InputError
     from studio.core.media.audio import probe
 
-    if getattr(args, "farm", None) is not None or getattr(args, "chunks", 0) or getattr(args, "gpus", None):
+    elsewhere = (
+        getattr(args, "farm", None) is not None,
+        bool(getattr(args, "chunks", 0)),
+        bool(getattr(args, "gpus", None)),
+    )
+    if any(elsewhere):
         raise InputError("--server renders where the server runs: leave out --farm, --chunks and --gpus")
     if getattr(args, "device", None):
         raise InputError("--server picks the device on the server: leave out --device")

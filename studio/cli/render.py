@@ -335,8 +335,13 @@ def run_frame(args) -> int:
     at = frame_index(args.time, rate)
     renderer.focus((at, at + 1))  # a long clip: its stretch only
     img = renderer.frame_at(args.time)
-    with atomic_output(out, overwrite=args.overwrite) as written:
-        PIL.Image.fromarray(img).save(written.tmp, format="PNG")
+    from studio.core.store.outputs import write_error
+
+    try:
+        with atomic_output(out, overwrite=args.overwrite) as written:
+            PIL.Image.fromarray(img).save(written.tmp, format="PNG")
+    except OSError as exc:  # a full disk, a name too long for a numbered copy: one sentence
+        raise write_error(exc, out) from None
     idx = frame_index(args.time, rate)
     from studio.core.media.rates import rate_text
 

@@ -117,6 +117,7 @@ class LibraryPanel(FileDrops, QWidget):
         self.settings = cfg.settings()
         self.task = None  # the running avatar preparation, if any
         self.history = None  # the window's undo history (studio.ui.undo.History)
+        self.jobs_using = None  # names -> how many waiting jobs of the queue use those avatars (the window's)
         self._entries: dict[str, dict] = {}
         self.analyses: dict[str, object] = {}  # path -> AudioAnalysis of scripts checked on import
         self._checking: set[str] = set()  # audio files being read before they join the list
@@ -468,6 +469,30 @@ class LibraryPanel(FileDrops, QWidget):
         if not names:
             self.error.emit("select an avatar to remove")
             return
+        waiting = self.jobs_using(names) if self.jobs_using is not None else 0
+        if not waiting:
+            self._remove_now(names)
+            return
+        from PySide6.QtWidgets import QMessageBox  # jobs would fail without it: ask first
+
+        who = ", ".join(f"“{n}”" for n in names)
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Remove avatar",
+            f"{waiting} job(s) in the Queue use {who} and would fail without it. Remove it anyway? "
+            "(Edit > Undo brings it back until Studio closes.)",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            self,
+        )
+        box.setObjectName("removeAvatarInUse")
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.buttonClicked.connect(
+            lambda b: self._remove_now(names) if box.standardButton(b) == QMessageBox.StandardButton.Yes else None
+        )
+        self.remove_box = box
+        box.open()
+
+    def _remove_now(self, names: list[str]) -> None:
         for name in names:
             self._push(RemoveAvatar(self, name))
         if all(n not in self._entries for n in names):

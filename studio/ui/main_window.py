@@ -797,6 +797,15 @@ class MainWindow(FileDrops, QMainWindow):
         for name, widget, label, get, set_, signal in panel.tracked_settings():
             h.track(f"setting:{name}", label, get, set_, signal, widget=widget)
         self.library.history = h
+        self.library.jobs_using = self._jobs_using
+
+    def _jobs_using(self, avatars: list[str]) -> int:
+        """Jobs of the queue still to render (draft, queued, held, running) with one of ``avatars``."""
+        try:
+            waiting = self.store.list(("draft", "queued", "held", "running"))
+        except Exception:  # noqa: BLE001 - the store's trouble is said elsewhere
+            return 0
+        return sum(1 for j in waiting if j.avatar in avatars)
 
     def _marker_action(self, what: str) -> None:
         tl = self.timeline

@@ -205,3 +205,29 @@ def test_undo_restores_render_settings_and_a_removed_avatar(library_window, qtbo
     w.close_confirmed = True
     w.close()
     assert not trash_dir().exists() or not any(trash_dir().iterdir())
+
+
+def test_removing_an_avatar_that_queued_jobs_use_asks_first(library_window, qtbot, tmp_path):
+    from PySide6.QtWidgets import QMessageBox
+
+    from studio.core.avatars.library import library_dir
+
+    w = library_window
+    lib = w.library
+    with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+        w.load_script(str(clip(tmp_path, 1.0, "a.wav")))
+    w.render_panel.folder.setText(str(tmp_path / "out"))
+    lib.avatars.setCurrentRow(0)  # anna
+    assert w.add_to_queue()  # a queued job uses anna (the queue is not started)
+    qtbot.mouseClick(lib.remove_avatar_btn, Qt.MouseButton.LeftButton)
+    box = lib.remove_box
+    qtbot.waitUntil(box.isVisible, timeout=QUICK)
+    assert "1 job(s)" in box.text() and "“anna”" in box.text()
+    qtbot.mouseClick(box.button(QMessageBox.StandardButton.Cancel), Qt.MouseButton.LeftButton)
+    assert (library_dir() / "anna").is_dir() and lib.avatars.count() == 2 and not w.undo_stack.canUndo()
+    qtbot.mouseClick(lib.remove_avatar_btn, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lib.remove_box.isVisible, timeout=QUICK)
+    qtbot.mouseClick(lib.remove_box.button(QMessageBox.StandardButton.Yes), Qt.MouseButton.LeftButton)
+    assert not (library_dir() / "anna").exists() and lib.avatars.count() == 1
+    undo(qtbot, w)
+    assert (library_dir() / "anna").is_dir()

@@ -72,8 +72,8 @@ class LipSyncEngine(ABC):
     def describe(self) -> dict:
         return {"engine": self.name, "label": self.label, "device": str(self.device)}
 
-    def close(self) -> None:  # release GPU memory, sessions
-        pass
+    def close(self) -> None:  # noqa: B027 - optional: release GPU memory, sessions
+        """Release what the engine holds (GPU memory, sessions); nothing by default."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def select_engine(name: str = "auto", device: str | None = None, **options) -> E
     if name == "classic":
         from studio.core.engines.classic import ClassicEngine
 
-        engine = ClassicEngine(device=device, **options)
+        engine: LipSyncEngine = ClassicEngine(device=device, **options)
     elif name == "musetalk":
         if not status["musetalk"].ready:
             raise StudioError(f"the MuseTalk engine cannot run: {status['musetalk']}")

@@ -175,5 +175,5 @@ class EngineCache:
         for w in engines:
             try:
                 w.engine.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
+            except Exception:
                 log.debug("engine close failed", exc_info=True)

@@ -17,6 +17,7 @@ The mask is computed once per avatar (one pass over its frames) and kept beside 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def changing_macroblocks(avatar, block: int = 16) -> np.ndarray | None:
     for s in range(1, n, block):  # frames differing from the first, anywhere in any channel
         chunk = np.asarray(frames[s : s + block])
         moving |= (chunk != first[None]).any(axis=(0, 3))
-    mask = np.zeros((mbh * MB, mbw * MB), bool)
+    mask: Any = np.zeros((mbh * MB, mbw * MB), bool)
     mask[:h, :w] = moving
     mask = mask.reshape(mbh, MB, mbw, MB).any(axis=(1, 3))
     for x1, y1, x2, y2 in np.asarray(avatar.boxes, np.float64):  # face boxes, one macroblock wider

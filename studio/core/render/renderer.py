@@ -203,15 +203,15 @@ class Renderer:
         self._engine_reason = engine_reason or ("given by the caller" if engine is not None else "")
         self._cancel = threading.Event()
         self._lock = threading.RLock()
-        self._features = None
+        self._features: Any = None
         self._features_gen = -1  # the clip generation self._features belongs to
-        self._prepared = None
-        self._compositor = None
+        self._prepared: Any = None
+        self._compositor: Any = None
         self._stage_ms: dict[str, float] = {}
         self.result: RenderResult | None = None
         #: held around each batch's engine work when the engine is shared (a warm engine that a
         #: scrub frame may use between two batches of a render): any context manager, or None
-        self.engine_lock = None
+        self.engine_lock: Any = None
 
     @classmethod
     def for_clip(
@@ -562,6 +562,8 @@ class Renderer:
         """Run to completion (no progress)."""
         for _ in self.run(output):
             pass
+        if self.result is None:  # run() ends with a result or raises
+            raise RuntimeError("the render ended without a result")
         return self.result
 
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from studio.core.errors import Cancelled, RenderError
 from studio.core.media.rates import DEFAULT_RATE, mp4_time_base, rate_text, ticks_per_frame
@@ -448,7 +448,8 @@ def _group_alive(pgid: int) -> bool:
 # ------------------------------------------------------------------------------------------------
 # Local worker processes (ChunkedRender)
 
-_Q = _STOP = None
+_Q: Any = None  # this worker process's progress queue and stop event (``_child_init``)
+_STOP: Any = None
 
 
 def _child_init(q, stop, workers: int, parent_pid: int | None = None) -> None:

@@ -24,6 +24,7 @@ Qt-free; every method opens its own short transaction, so a store can be used fr
 
 from __future__ import annotations
 
+import builtins  # JobStore.list shadows list in its annotations
 import json
 import logging
 import sqlite3
@@ -161,7 +162,9 @@ class JobStore:
         jobs = [_job(r) for r in rows]
         return [j for j in jobs if j.state in states] if states else jobs
 
-    def page(self, states: tuple[str, ...] | None = None, before: int | None = None, limit: int = 50) -> list[Job]:
+    def page(
+        self, states: tuple[str, ...] | None = None, before: int | None = None, limit: int = 50
+    ) -> builtins.list[Job]:
         """Up to ``limit`` jobs, newest first (by id), with ids below ``before``: a stable cursor
         while jobs are added, reordered or removed."""
         where, args = [], []
@@ -346,7 +349,7 @@ class JobStore:
                 (job_id, state, url, attempt, time.time(), int(ok), status, error[:300]),
             )
 
-    def deliveries(self, job_id: int) -> list[dict]:
+    def deliveries(self, job_id: int) -> builtins.list[dict]:
         """Every webhook call made for a job, oldest first."""
         with self._tx() as db:
             rows = db.execute("SELECT * FROM deliveries WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
@@ -363,7 +366,7 @@ class JobStore:
             for r in rows
         ]
 
-    def webhook_jobs(self, max_attempts: int | None = None) -> list[Job]:
+    def webhook_jobs(self, max_attempts: int | None = None) -> builtins.list[Job]:
         """Jobs with a webhook in a final state that are still to be told of it: no successful call
         for that state yet (and, with ``max_attempts``, fewer tries than that)."""
         tries = (
@@ -491,7 +494,7 @@ class JobStore:
         finally:
             db.close()
 
-    def _recover(self) -> list[int]:
+    def _recover(self) -> builtins.list[int]:
         """Jobs left running by a process that is gone become ``interrupted``."""
         with self._tx() as db:
             rows = db.execute("SELECT id, owner FROM jobs WHERE state=?", (RUNNING,)).fetchall()
@@ -555,7 +558,10 @@ def _job(row: sqlite3.Row) -> Job:
             webhook=str(_col(row, "webhook") or ""),
         )
     except (ValueError, TypeError, KeyError, IndexError) as exc:
-        log.warning("job row %s is damaged: %s", row["id"], exc)
+        key = (str(row["id"]), str(row["created"]), str(exc))
+        if key not in _WARNED:  # once per row and process: every listing reads every row again
+            _WARNED.add(key)
+            log.warning("job row %s is damaged: %s", row["id"], exc)
         return Job(
             id=int(row["id"]),
             avatar=str(row["avatar"] or ""),
@@ -579,6 +585,9 @@ def _col(row: sqlite3.Row, name: str):
 def _opt_int(row: sqlite3.Row, name: str) -> int | None:
     v = _col(row, name)
     return None if v is None else int(v)
+
+
+_WARNED: set[tuple[str, str]] = set()
 
 
 def _num(value) -> float:
