@@ -407,3 +407,12 @@ def test_a_video_avatar_repaired_mid_render_renders_the_undamaged_mp4_and_keeps_
     assert len(a) == len(b) == 50
     assert sum(not np.array_equal(x, y) for x, y in zip(a, b)) == 0
     assert not leftovers(home / "avatars", tmp_path)
+
+
+def test_a_disk_too_small_for_an_avatar_says_how_much_in_readable_units(small_disk, tmp_path, photo):
+    home = small_disk / "home"
+    r = studio(home, "avatar", "add", "anna", photo)
+    assert r.returncode == 2, r.stderr
+    (line,) = lines(r.stderr)
+    assert "0.0 GB" not in line and "needs 513 MB" in line and " MB is free" in line, line
+    assert not (home / "avatars" / "anna").exists() and not leftovers(small_disk)

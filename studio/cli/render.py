@@ -37,7 +37,9 @@ def job_options(p, output_help: str) -> None:
     """What a render is: avatar, voice-over, output, settings, where it runs and which frames
     (``studio render`` and ``studio queue add`` take the same)."""
     p.add_argument("--avatar", required=True, help="avatar NAME from the library, or an image/video path")
-    p.add_argument("--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3)")
+    p.add_argument(
+        "--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3, M4A/AAC, or a video with sound)"
+    )
     p.add_argument("-o", "--output", required=True, help=output_help)
     overwrite_option(p)
     _render_options(p)
@@ -333,8 +335,13 @@ def run_frame(args) -> int:
     at = frame_index(args.time, rate)
     renderer.focus((at, at + 1))  # a long clip: its stretch only
     img = renderer.frame_at(args.time)
-    with atomic_output(out, overwrite=args.overwrite) as written:
-        PIL.Image.fromarray(img).save(written.tmp, format="PNG")
+    from studio.core.store.outputs import write_error
+
+    try:
+        with atomic_output(out, overwrite=args.overwrite) as written:
+            PIL.Image.fromarray(img).save(written.tmp, format="PNG")
+    except OSError as exc:  # a full disk, a name too long for a numbered copy: one sentence
+        raise write_error(exc, out) from None
     idx = frame_index(args.time, rate)
     from studio.core.media.rates import rate_text
 

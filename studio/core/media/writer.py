@@ -81,7 +81,7 @@ def open_video(
     audio=None,
     encoder="auto",
     crf=20,
-    preset="veryfast",
+    preset="superfast",
     fps=DEFAULT_RATE,
     total_frames=None,
     workers=None,
@@ -779,7 +779,9 @@ class VideoWriter:
 
 def _choose(encoder: str, total_frames: int | None, workers: int | None):
     cores = os.cpu_count() or 1
-    workers = workers or int(os.environ.get("STUDIO_X264_WORKERS", "0")) or None  # parallel chunks (default: cores)
+    from studio.core import env
+
+    workers = workers or env.get_int("STUDIO_X264_WORKERS") or None  # parallel chunks (default: cores)
     whole = [(0, total_frames)]
     if encoder in ("auto", "nvenc"):
         ok, why = probe_nvenc()

@@ -257,7 +257,7 @@ def temp_file(folder: str | os.PathLike, prefix: str, suffix: str) -> Path:
     """
     folder = Path(folder)
     for _ in range(100):
-        path = folder / f"{prefix}{_token()}{suffix}"
+        path = folder / _temp_name(prefix, _token(), suffix)
         register_temp(path)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
@@ -276,7 +276,7 @@ def temp_dir(folder: str | os.PathLike, prefix: str, suffix: str = ".part") -> P
     """Create a temporary folder ``folder/prefix<random>suffix`` (registered first; removed as a whole)."""
     folder = Path(folder)
     for _ in range(100):
-        path = folder / f"{prefix}{_token()}{suffix}"
+        path = folder / _temp_name(prefix, _token(), suffix)
         register_temp(path, kind="dir")
         try:
             os.mkdir(path, 0o777)
@@ -288,6 +288,22 @@ def temp_dir(folder: str | os.PathLike, prefix: str, suffix: str = ".part") -> P
             raise
         return path
     raise FileExistsError(f"no free temporary name in {folder}")
+
+
+NAME_MAX = 255  # bytes in one file name on every common file system
+
+
+def _temp_name(prefix: str, token: str, suffix: str) -> str:
+    """``prefix + token + suffix``, its prefix shortened in the middle when the whole would not fit
+    in ``NAME_MAX`` bytes: a legal 254-byte output name still gets a temporary beside it."""
+    name = f"{prefix}{token}{suffix}"
+    over = len(name.encode("utf-8", "surrogateescape")) - NAME_MAX
+    if over <= 0:
+        return name
+    head, tail = prefix[:1], prefix[-1:] if len(prefix) > 1 else ""
+    raw = prefix[1 : len(prefix) - len(tail)].encode("utf-8", "surrogateescape")
+    middle = raw[: max(0, len(raw) - over)].decode("utf-8", "ignore")
+    return f"{head}{middle}{tail}{token}{suffix}"
 
 
 def is_temp_name(name: str) -> bool:

@@ -558,7 +558,10 @@ def _job(row: sqlite3.Row) -> Job:
             webhook=str(_col(row, "webhook") or ""),
         )
     except (ValueError, TypeError, KeyError, IndexError) as exc:
-        log.warning("job row %s is damaged: %s", row["id"], exc)
+        key = (str(row["id"]), str(row["created"]), str(exc))
+        if key not in _WARNED:  # once per row and process: every listing reads every row again
+            _WARNED.add(key)
+            log.warning("job row %s is damaged: %s", row["id"], exc)
         return Job(
             id=int(row["id"]),
             avatar=str(row["avatar"] or ""),
@@ -582,6 +585,9 @@ def _col(row: sqlite3.Row, name: str):
 def _opt_int(row: sqlite3.Row, name: str) -> int | None:
     v = _col(row, name)
     return None if v is None else int(v)
+
+
+_WARNED: set[tuple[str, str]] = set()
 
 
 def _num(value) -> float:
