@@ -368,8 +368,14 @@ def test_generate_answers_the_mp4_and_the_frame_endpoint_is_that_frame(server, c
     encoded = frames[12].astype(np.int16)  # the MP4's frame 12: the same picture through H.264
     assert encoded.shape == served.shape
     assert np.abs(encoded - served).mean() < 3.0
-    other = frames[30].astype(np.int16)  # and a different frame is further away: the test can fail
-    assert np.abs(encoded - served).mean() < np.abs(other - served).mean()
+    # and a different frame is further away where the two pictures differ (the mouth): the test can
+    # fail (over the whole frame, H.264's noise on the still background outweighs the mouth)
+    png30 = client.get("/v1/frame", params={"avatar": "astro", "audio_id": short_id, "t": 1.2, "engine": "classic"})
+    served30 = np.asarray(PIL.Image.open(io.BytesIO(png30.content)).convert("RGB")).astype(np.int16)
+    mouth = np.abs(served30 - served).max(axis=2) > 24
+    assert mouth.sum() > 50
+    other = frames[30].astype(np.int16)
+    assert np.abs(encoded - served)[mouth].mean() < np.abs(other - served)[mouth].mean()
 
 
 def test_queued_render_streams_events_in_order_and_serves_ranges(client, astro, short_id, clips):

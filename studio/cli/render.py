@@ -37,7 +37,9 @@ def job_options(p, output_help: str) -> None:
     """What a render is: avatar, voice-over, output, settings, where it runs and which frames
     (``studio render`` and ``studio queue add`` take the same)."""
     p.add_argument("--avatar", required=True, help="avatar NAME from the library, or an image/video path")
-    p.add_argument("--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3)")
+    p.add_argument(
+        "--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3, M4A/AAC, or a video with sound)"
+    )
     p.add_argument("-o", "--output", required=True, help=output_help)
     overwrite_option(p)
     _render_options(p)

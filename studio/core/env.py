@@ -69,10 +69,9 @@ KNOBS: dict[str, Knob] = {
         Knob("STUDIO_VIDEO_HINTS", "1", "0: do not tell x264 which macroblocks of a photo avatar cannot change"),
         Knob(
             "STUDIO_FAST_COPIES",
-            "",
-            "1: half-precision GPU loads use the fp16 safetensors copies "
-            "(models.write_fast_copies); off by default: on the H200 they loaded no faster with a warm page cache "
-            "(UNet 0.73 s against 0.74 s)",
+            "1",
+            "0: half-precision GPU loads read the official weight files instead of the fast layout "
+            "`studio models import` writes (fp16 safetensors, memory-mapped)",
         ),
         Knob(
             "STUDIO_SERVER_TOKEN",

@@ -133,9 +133,9 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatars.currentItemChanged.connect(self._avatar_changed)
         self.avatars.itemSelectionChanged.connect(self.selectionChanged)
         self.import_avatar_btn = QPushButton(QIcon(_icon("import")), "Import photo or video…")
-        self.import_avatar_btn.clicked.connect(self._import_avatar_dialog)
+        self.import_avatar_btn.clicked.connect(self.import_avatar_dialog)
         self.remove_avatar_btn = QPushButton("Remove")
-        self.remove_avatar_btn.clicked.connect(self._remove_avatar)
+        self.remove_avatar_btn.clicked.connect(self.remove_selected_avatars)
 
         self.bbox_shift = _spin(-40, 40, 0, " px", "Moves the mouth crop down (+) or up (-)")
         self.extra_margin = _spin(0, 80, 10, " px", "Extra space below the chin in the crop")
@@ -184,9 +184,9 @@ class LibraryPanel(FileDrops, QWidget):
         self.scripts.itemSelectionChanged.connect(self.selectionChanged)
         self.scripts.setMinimumHeight(90)
         self.import_audio_btn = QPushButton(QIcon(_icon("audio")), "Import audio…")
-        self.import_audio_btn.clicked.connect(self._import_audio_dialog)
+        self.import_audio_btn.clicked.connect(self.import_audio_dialog)
         self.remove_script_btn = QPushButton("Remove")
-        self.remove_script_btn.clicked.connect(self._remove_script)
+        self.remove_script_btn.clicked.connect(self.remove_selected_scripts)
         self.text = QPlainTextEdit()
         self.text.setPlaceholderText("Script text (optional). Type a text and press Speak to make a voice-over.")
         self.text.setMaximumHeight(110)
@@ -445,12 +445,14 @@ class LibraryPanel(FileDrops, QWidget):
         paths = [self.scripts.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.scripts.count())]
         self.settings.setValue("library/scripts", paths)
 
-    def _import_avatar_dialog(self) -> None:
+    def import_avatar_dialog(self) -> None:
+        """Ask for a photo or video and import it (the Import button, File > Import avatar)."""
         path = self._ask_file("folders/avatar", "Import an avatar photo or video", AVATAR_FILTER)
         if path:
             self.import_avatar(path)
 
-    def _import_audio_dialog(self) -> None:
+    def import_audio_dialog(self) -> None:
+        """Ask for a voice-over and add it to the list (the Import button, File > Import audio)."""
         path = self._ask_file("folders/audio", "Import a voice-over", AUDIO_FILTER)
         if path:
             self.add_script(path)
@@ -462,7 +464,7 @@ class LibraryPanel(FileDrops, QWidget):
             self.settings.setValue(key, str(Path(path).parent))
         return path
 
-    def _remove_avatar(self) -> None:
+    def remove_selected_avatars(self) -> None:
         """Remove the selected avatar(s): into the trash, from where Undo (Ctrl+Z) brings them back
         until Studio closes."""
         names = self.selected_avatars()
@@ -498,7 +500,7 @@ class LibraryPanel(FileDrops, QWidget):
         if all(n not in self._entries for n in names):
             self.status.emit(f"removed {', '.join(f'“{n}”' for n in names)}; Edit > Undo (Ctrl+Z) brings it back")
 
-    def _remove_script(self) -> None:
+    def remove_selected_scripts(self) -> None:
         """Take the selected voice-over(s) off the list (the files stay); Undo puts them back."""
         paths = self.selected_scripts()
         if not paths:

@@ -318,7 +318,7 @@ class MainWindow(FileDrops, QMainWindow):
             "import_avatar",
             "File",
             "Import photo or video…",
-            lib._import_avatar_dialog,
+            lib.import_avatar_dialog,
             "Ctrl+I",
             "Import a photo or a video as an avatar",
             _icon("import"),
@@ -327,7 +327,7 @@ class MainWindow(FileDrops, QMainWindow):
             "import_audio",
             "File",
             "Import voice-over…",
-            lib._import_audio_dialog,
+            lib.import_audio_dialog,
             "Ctrl+O",
             "Import an audio file as a script",
             _icon("audio"),
@@ -348,14 +348,14 @@ class MainWindow(FileDrops, QMainWindow):
             "remove_avatar",
             "Edit",
             "Remove avatar",
-            lib._remove_avatar,
+            lib.remove_selected_avatars,
             tip="Remove the selected avatar (undo restores it)",
         )
         add(
             "remove_script",
             "Edit",
             "Remove voice-over from the list",
-            lib._remove_script,
+            lib.remove_selected_scripts,
             tip="Take the selected voice-over off the list (the file stays)",
         )
 

@@ -408,7 +408,7 @@ def settings_text(job) -> str:
     parts = [s.get("engine", "auto")]
     if s.get("engine") == "musetalk" or (job.result or {}).get("engine") == "musetalk":
         parts.append(s.get("decoder", "taesd") + (" compiled" if s.get("compile") else ""))
-    parts.append(f"{s.get('encoder', 'auto')} crf{s.get('crf', 20)} {s.get('preset', 'veryfast')}")
+    parts.append(f"{s.get('encoder', 'auto')} crf{s.get('crf', 20)} {s.get('preset', 'superfast')}")
     return " · ".join(str(p) for p in parts)
 
 

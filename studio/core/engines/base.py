@@ -116,6 +116,19 @@ def auto_engine(status: dict[str, Availability] | None = None) -> str:
     return "musetalk" if status["musetalk"].ready else "classic"
 
 
+def select_for(settings) -> EngineChoice:
+    """A new engine for ``settings`` (a ``RenderSettings``): its engine, device and MuseTalk's options."""
+    return select_engine(
+        settings.engine,
+        device=settings.device,
+        precision=settings.precision,
+        decoder=settings.decoder,
+        batch=settings.batch,
+        runtime=settings.runtime,
+        **({"compile": True} if settings.compile else {}),
+    )
+
+
 def select_engine(name: str = "auto", device: str | None = None, **options) -> EngineChoice:
     """Pick an engine: MuseTalk (TensorRT, then PyTorch) when its weights are imported, else classic.
 

@@ -115,17 +115,9 @@ class EngineCache:
             warm = self._engines.get(key)
             if warm is not None and not fresh:
                 return warm.engine, warm.reason
-        from studio.core.engines.base import select_engine
+        from studio.core.engines.base import select_for
 
-        choice = select_engine(
-            settings.engine,
-            device=settings.device,
-            precision=settings.precision,
-            decoder=settings.decoder,
-            batch=settings.batch,
-            runtime=settings.runtime,
-            **({"compile": True} if key.compile else {}),
-        )
+        choice = select_for(settings)
         with self._lock:
             self.loaded += 1
             if fresh:

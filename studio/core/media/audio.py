@@ -524,9 +524,25 @@ def _open_av(p: Path):
     return container, container.streams.audio[0]
 
 
+_FFMPEG_INFO: dict[tuple, AudioInfo] = {}  # (path, size, mtime): a source without a length is decoded once
+
+
 def _probe_ffmpeg(p: Path) -> AudioInfo:
-    """Describe an FFmpeg source: the container's length of its first audio stream, or (no length
-    in the header: ADTS, some Matroska) the decoded count."""
+    """Describe an FFmpeg source: an MP4/M4A/MOV's length of its first audio stream, or (other
+    containers: ADTS, Matroska, AVI... where a length is missing or estimated from the bit rate)
+    the decoded count (remembered while the file is unchanged)."""
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    if key in _FFMPEG_INFO:
+        return _FFMPEG_INFO[key]
+    info = _probe_ffmpeg_now(p)
+    if len(_FFMPEG_INFO) > 64:
+        _FFMPEG_INFO.clear()
+    _FFMPEG_INFO[key] = info
+    return info
+
+
+def _probe_ffmpeg_now(p: Path) -> AudioInfo:
     container, stream = _open_av(p)
     try:
         ctx = stream.codec_context
@@ -534,9 +550,9 @@ def _probe_ffmpeg(p: Path) -> AudioInfo:
         if rate <= 0 or channels <= 0:
             raise AudioError(f"{p}: its audio track has no sample rate or channels; export the voice-over again")
         n = 0
-        if stream.duration and stream.time_base:
-            n = int(round(stream.duration * stream.time_base * rate))
         fmt = (container.format.name or "").split(",")[0]
+        if fmt == "mov" and stream.duration and stream.time_base:  # exact (the track's own length); other
+            n = int(round(stream.duration * stream.time_base * rate))  # formats' may be a bit-rate estimate
         codec = (ctx.name or "").upper()
     finally:
         container.close()

@@ -81,7 +81,7 @@ def open_video(
     audio=None,
     encoder="auto",
     crf=20,
-    preset="veryfast",
+    preset="superfast",
     fps=DEFAULT_RATE,
     total_frames=None,
     workers=None,

@@ -244,18 +244,9 @@ class Renderer:
     @property
     def engine(self):
         if self._engine is None:
-            from studio.core.engines import select_engine
+            from studio.core.engines.base import select_for
 
-            s = self.settings
-            choice = select_engine(
-                s.engine,
-                device=s.device,
-                precision=s.precision,
-                decoder=s.decoder,
-                batch=s.batch,
-                runtime=s.runtime,
-                **({"compile": True} if s.compile else {}),
-            )
+            choice = select_for(self.settings)
             self._engine, self._engine_reason = choice.engine, choice.reason
         return self._engine
 
