@@ -106,7 +106,7 @@ def test_a_voice_over_over_the_limit_is_refused_from_its_header(home, tmp_path):
     )
     one_error_line(
         studio(home, "analyze", tmp_path / "hour.flac", env={"STUDIO_MAX_AUDIO_MINUTES": "lots"}),
-        "STUDIO_MAX_AUDIO_MINUTES=lots: give a positive number of minutes",
+        "STUDIO_MAX_AUDIO_MINUTES=lots: give a number from 0.01",
     )
 
 
