@@ -514,7 +514,10 @@ def _open_av(p: Path):
 
     try:
         with quiet_stderr():
-            container = av.open(str(p), metadata_errors="ignore")
+            try:
+                container = av.open(str(p), metadata_errors="ignore")  # PyAV 18: badly encoded tags
+            except TypeError:  # PyAV 19 has no metadata_errors (its tags never raise)
+                container = av.open(str(p))
     except Exception as exc:  # noqa: BLE001 - av.error.* (InvalidDataError, ...), OSError
         raise _av_error(p, exc) from None
     if not container.streams.audio:
