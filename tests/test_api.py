@@ -114,6 +114,9 @@ def test_health_engines_and_docs(server, client):
     classic = next(x for x in e["engines"] if x["name"] == "classic")
     assert classic["ready"] is True and e["auto"] in ("classic", "musetalk")
     assert "swagger" in httpx.get(f"{server.url}/docs").text.lower()  # docs describe, need no token
+    assert (
+        "access-control-allow-origin" not in client.get("/v1/health", headers={"Origin": "https://x.example"}).headers
+    )
     paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
     assert {"/generate", "/v1/renders", "/v1/frame", "/v1/avatars", "/v1/audio"} <= set(paths)
 
@@ -365,8 +368,14 @@ def test_generate_answers_the_mp4_and_the_frame_endpoint_is_that_frame(server, c
     encoded = frames[12].astype(np.int16)  # the MP4's frame 12: the same picture through H.264
     assert encoded.shape == served.shape
     assert np.abs(encoded - served).mean() < 3.0
-    other = frames[30].astype(np.int16)  # and a different frame is further away: the test can fail
-    assert np.abs(encoded - served).mean() < np.abs(other - served).mean()
+    # and a different frame is further away where the two pictures differ (the mouth): the test can
+    # fail (over the whole frame, H.264's noise on the still background outweighs the mouth)
+    png30 = client.get("/v1/frame", params={"avatar": "astro", "audio_id": short_id, "t": 1.2, "engine": "classic"})
+    served30 = np.asarray(PIL.Image.open(io.BytesIO(png30.content)).convert("RGB")).astype(np.int16)
+    mouth = np.abs(served30 - served).max(axis=2) > 24
+    assert mouth.sum() > 50
+    other = frames[30].astype(np.int16)
+    assert np.abs(encoded - served)[mouth].mean() < np.abs(other - served)[mouth].mean()
 
 
 def test_queued_render_streams_events_in_order_and_serves_ranges(client, astro, short_id, clips):
@@ -456,6 +465,20 @@ def test_cancel_leaves_no_file_the_queue_is_capped_and_retry_requeues(server, cl
     }
     assert not video.exists() and (server.home / "renders" / redone["output"]).is_file()
     assert "no render job" in one_sentence(client.get(f"/v1/renders/{new['id']}"), 404)
+
+
+def test_a_retry_whose_voice_over_is_gone_is_refused_before_the_202(server, client, astro, clips):
+    voice = speech_pause_speech(clips["dir"] / "once.wav", 0.3, 0.2, 0.5)
+    with open(voice, "rb") as fh:
+        up = client.post("/v1/audio", files={"file": ("once.wav", fh)}).json()
+    done = wait_state(client, client.post("/v1/renders", data={"avatar": "astro", "audio_id": up["id"]}).json()["id"])
+    assert done["state"] == "done"
+    stored = next((server.home / "uploads" / "audio").glob(f"{up['id']}.*[!n]"))  # removed by hand
+    stored.unlink()
+    before = len(client.get("/v1/renders", params={"limit": 500}).json()["renders"])
+    msg = one_sentence(client.post(f"/v1/renders/{done['id']}/retry"), 422)
+    assert "no such file" in msg and str(server.home) not in msg
+    assert len(client.get("/v1/renders", params={"limit": 500}).json()["renders"]) == before
 
 
 def test_max_queued_holds_under_fifty_concurrent_posts(server, client, astro, short_id, clips):
@@ -600,7 +623,7 @@ def test_render_command_line_on_the_server(server, client, astro, clips):
         text=True,
         timeout=180,
     )
-    assert bad.returncode == 2 and "no avatar named 'nobody'" in bad.stderr and bad.stderr.count("\n") == 1
+    assert bad.returncode == 2 and "has no avatar 'nobody'" in bad.stderr and bad.stderr.count("\n") == 1
     assert not (clips["dir"] / "x.mp4").exists()
 
 

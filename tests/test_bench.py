@@ -99,3 +99,80 @@ def test_bench_long_photo_and_cold_runs_print_the_finish_and_cold_breakdowns(tmp
         assert "error" not in cold, cold.get("error")
         assert cold["frames"] == 375 and cold["import_s"] > 0 and 0 < cold["seconds"] < cold["process_wall_s"]
     assert "finish: encoders' tail" in r.stdout and "cold: python start" in r.stdout and ", exit " in r.stdout
+
+
+def test_bench_user_path_prints_every_row_of_issue_26(tmp_path, studio_home):
+    """The user's path at smoke sizes: library avatars, WAV/MP3/AAC, default preset and ultrafast,
+    the preset comparison, the queue serial vs pipelined, cold commands and a real server."""
+    out = tmp_path / "bench.json"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "studio",
+            "bench",
+            "--device",
+            "cpu",
+            "--frames",
+            "12",
+            "--height",
+            "144",
+            "--decoders",
+            "taesd",
+            "--official-frames",
+            "4",
+            "--no-classic",
+            "--user",
+            "--presets",
+            "ultrafast,veryfast",
+            "--clients",
+            "2",
+            "--clip-frames",
+            "25",
+            "--repeats",
+            "1",
+            "--workdir",
+            str(tmp_path / "work"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "STUDIO_HOME": str(studio_home)},
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = json.loads(out.read_text())
+    runs, u = d["runs"], d["user"]
+    how = {k: v["audio"] for k, v in runs.items() if k.startswith("user-")}
+    assert how == {
+        "user-photo-wav48": "encoded",
+        "user-photo-wav48-again": "cached",
+        "user-photo-wav48-ultrafast": "encoded",
+        "user-photo-wav48-veryfast": "encoded",
+        "user-photo-mp3": "encoded",
+        "user-photo-aac": "copied",
+        "user-video-wav48": "encoded",
+        "user-video-wav48-ultrafast": "encoded",
+    }
+    assert all(runs[k]["frames"] == 12 and k in d["ratios"] for k in how)
+    assert runs["user-photo-wav48"]["preset"] == u["default_preset"]
+    assert u["avatars"]["photo_size"].endswith("1 frame(s)") and u["avatars"]["video_size"].endswith("50 frame(s)")
+    for kind in ("photo", "video"):
+        table = u["presets"][kind]
+        for p in ("ultrafast", "veryfast"):
+            assert table[p]["bytes"] > 0 and 30 < table[p]["psnr_y"] < 99 and 0.9 < table[p]["ssim"] <= 1
+    q = u["queue"]
+    assert q["same_files"] and q["serial"]["frames"] == q["pipelined"]["frames"] == 50
+    assert len(u["import"]["fast"]) == 3 and u["import"]["musetalk"].startswith("ready")
+    for key in ("cold-cli-musetalk", "cold-cli-musetalk-pickles", "cold-cli-classic"):
+        assert "error" not in u["cold"][key], u["cold"][key]
+        assert u["cold"][key]["frames"] == 25 and u["cold"][key]["seconds"] > u["cold"][key]["render_s"]
+    assert u["cold"]["import_torch_s"] > 0
+    gen = u["serve"]["generate"]
+    assert [len(gen["default"]), len(gen["ultrafast"])] == [1, 1] and gen["default"][0]["frames"] == 12
+    assert gen["default"][0]["request_s"] >= gen["default"][0]["render_s"] > 0
+    burst = u["serve"]["concurrent"]
+    assert burst["frames"] == 50 and not burst["errors"]
+    for text in ("user's path:", "presets, photo avatar", "queue, 2 jobs", "cold `studio render`", "POST /generate"):
+        assert text in r.stdout, r.stdout

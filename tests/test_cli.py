@@ -144,3 +144,52 @@ def test_a_broken_pipe_that_is_not_stdout_is_an_error_not_exit_0(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 1, r.stderr
     assert r.stderr.startswith("studio: internal error (BrokenPipeError")
+
+
+@pytest.mark.parametrize("size", [True, False], ids=["a terminal window", "no size"])
+def test_the_progress_bar_draws_on_a_terminal_and_stays_silent_elsewhere(tmp_path, size):
+    """``studio render`` on a real pseudo-terminal draws tqdm's bar on stderr; through a pipe, nothing
+    but the result lines."""
+    import pty
+    import select
+
+    voice = tmp_path / "v.wav"
+    t = np.arange(int(1.2 * 16000)) / 16000
+    sf.write(voice, (0.2 * np.sin(2 * np.pi * 180 * t)).astype(np.float32), 16000)
+    from conftest import DEMO_AVATAR
+
+    argv = [sys.executable, "-m", "studio", "render", "--avatar", str(DEMO_AVATAR), "--audio", str(voice)]
+    argv += ["--engine", "classic", "--device", "cpu", "--preset", "ultrafast", "--batch", "4"]
+    env = dict(os.environ, COLUMNS="100")
+    piped = subprocess.run([*argv, "-o", str(tmp_path / "piped.mp4")], capture_output=True, text=True, env=env)
+    assert piped.returncode == 0, piped.stderr
+    assert "render" not in piped.stderr.replace("engine:", "") and "\r" not in piped.stderr  # no bar
+    main, child = pty.openpty()
+    if size:  # a terminal window of 100 x 30 (a bare pseudo-terminal reports none)
+        import fcntl
+        import struct
+        import termios
+
+        fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    proc = subprocess.Popen(
+        [*argv, "-o", str(tmp_path / "tty.mp4")], stdin=child, stdout=subprocess.PIPE, stderr=child, env=env
+    )
+    os.close(child)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([main], [], [], 120)
+        if not ready:
+            break
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out, _ = proc.communicate(timeout=120)
+    os.close(main)
+    assert proc.returncode == 0, seen.decode(errors="replace")
+    text = seen.decode(errors="replace")
+    assert "render" in text and "30/30" in text and "fps" in text  # tqdm's line, with our fps and ETA
+    assert out.decode().startswith(f"wrote {tmp_path / 'tty.mp4'}: 30 frames")

@@ -142,8 +142,6 @@ def test_a_worker_killed_mid_chunk_is_survived(farm, avatar, voice, single, tmp_
 
 
 def test_cancel_stops_every_chunk_and_writes_nothing(farm, avatar, voice, tmp_path):
-    import ray
-
     f, _ = farm
     out = tmp_path / "keep.mp4"
     out.write_bytes(b"previous render")
@@ -156,18 +154,18 @@ def test_cancel_stops_every_chunk_and_writes_nothing(farm, avatar, voice, tmp_pa
     assert seen[-1] < 75
     assert out.read_bytes() == b"previous render" and [x.name for x in tmp_path.iterdir()] == ["keep.mp4"]
     # both workers are free again at once (their chunks stopped, nothing still renders)
-    assert len(ray.get([a.pid.remote() for a in f._actors.values()], timeout=10)) == 2
+    assert len(f.stats(timeout=10)) == 2
 
 
 def test_a_node_without_the_avatar_folder_fetches_it_once(farm, avatar):
-    from studio.core.scale.farm import _local_avatar, _ship_avatar
+    from studio.core.scale.farm import local_avatar, ship_avatar
 
-    spec = _ship_avatar(avatar)
+    spec = ship_avatar(avatar)
     elsewhere = dict(spec, folder="/nonexistent/avatar")  # as seen from another host
-    assets, fetched = _local_avatar(elsewhere)
+    assets, fetched = local_avatar(elsewhere)
     assert fetched == 1 and np.array_equal(np.asarray(assets.frames), np.asarray(avatar.frames))
     assert np.array_equal(np.asarray(assets.masks), np.asarray(avatar.masks))
-    again, fetched = _local_avatar(dict(elsewhere, files=[None]))  # no object store access at all
+    again, fetched = local_avatar(dict(elsewhere, files=[None]))  # no object store access at all
     assert fetched == 0 and again.folder == assets.folder
 
 

@@ -42,6 +42,52 @@ def test_fast_copies_hold_the_same_half_precision_tensors_and_go_stale_with_thei
     assert models._load_fast("unet", p.unet, p.weight_file(p.unet), "cpu", torch.float16) is None
 
 
+def test_import_writes_the_fast_layout_and_half_precision_loads_never_unpickle(store, monkeypatch):
+    """`studio models import` converts the official files once; a half-precision load then maps
+    the safetensors copy (no ``torch.load`` of the fp32 pickles), unless STUDIO_FAST_COPIES=0."""
+    fast = sorted((store / models.FAST_DIR).glob("*.float16.safetensors"))
+    assert [f.name.split(".")[0] for f in fast] == ["musetalkV15", "sd-vae", "taesd"]
+    p = models.resolve(store)
+
+    def no_pickles(*a, **kw):
+        raise AssertionError("the official pickle was read")
+
+    monkeypatch.setattr(torch, "load", no_pickles)
+    for kind, folder in (("unet", p.unet), ("vae", p.vae), ("taesd", p.taesd)):
+        m = models.load_module(kind, folder, p.weight_file(folder), "cpu", torch.float16)
+        assert all(t.dtype == torch.float16 for t in m.state_dict().values())
+    monkeypatch.setenv("STUDIO_FAST_COPIES", "0")
+    with pytest.raises(models.ModelError):  # the switch reads the official .pth again (here: refused)
+        models.load_module("unet", p.unet, p.weight_file(p.unet), "cpu", torch.float16)
+
+
+def test_the_import_command_says_what_it_wrote(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from musetalk_fakes import write_official_and_taesd
+
+    official, taesd = write_official_and_taesd(tmp_path / "src")
+    env = dict(os.environ, STUDIO_HOME=str(tmp_path / "home"))
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "models", "import", str(official), "--taesd", str(taesd)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "fast layout: 3 file(s)" in r.stdout
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "models", "import", str(official), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["fast"]) == 3
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_fast_copy_loads_straight_to_the_gpu_and_its_unet_captures_a_cuda_graph(store, monkeypatch):

@@ -330,3 +330,89 @@ def test_damage_met_by_two_chunk_workers_is_repaired_once(home, photo, tmp_path)
     a, b = frames(good), frames(out)
     assert len(a) == len(b) == 30 and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert not leftovers(home / "avatars", tmp_path)
+
+
+@pytest.mark.parametrize("offset", [10, 60])  # inside the header's dict: numpy's parser raised TokenError
+def test_a_flipped_byte_in_a_small_arrays_header_is_damage_not_an_internal_error(home, photo, tmp_path, offset):
+    assert studio(home, "avatar", "add", "anna", photo).returncode == 0
+    good = tmp_path / "good.png"
+    assert _frame(home, good).returncode == 0
+    path = home / "avatars" / "anna" / "face_ok.npy"
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x5A
+    path.write_bytes(bytes(data))
+    listed = studio(home, "avatar", "list", "--json")
+    assert listed.returncode == 0, listed.stderr  # the library still lists, the avatar as damaged
+    (entry,) = json.loads(listed.stdout)
+    assert entry["damaged"] and "face_ok.npy" in entry["problem"], entry
+    shown = studio(home, "avatar", "show", "anna")
+    assert shown.returncode in (0, 2) and "internal error" not in shown.stderr, shown.stderr
+    out = tmp_path / "after.png"
+    r = _frame(home, out)
+    assert r.returncode == 0, r.stderr
+    said = lines(shown.stderr + r.stderr)  # `show` opens the avatar, so it repairs it and says so
+    assert [ln for ln in said if "damaged" in ln and "face_ok.npy" in ln], said
+    from PIL import Image
+
+    assert np.array_equal(np.asarray(Image.open(out)), np.asarray(Image.open(good)))
+    (entry,) = json.loads(studio(home, "avatar", "list", "--json").stdout)
+    assert not entry["damaged"]  # repaired once, for good
+    assert not leftovers(home / "avatars", tmp_path)
+
+
+def test_a_video_avatar_repaired_mid_render_renders_the_undamaged_mp4_and_keeps_its_hints(home, tmp_path):
+    """Frames damaged mid-file, found and rebuilt while the render reads them: the repair empties the
+    engine caches, and the video hints computed meanwhile are still written (their folder again),
+    so the MP4 is the undamaged render's, frame for frame, and the next render reads the hints."""
+    import av
+    import soundfile as sf
+    from conftest import speechlike
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(DEMO_AVATAR).convert("RGB").resize((256, 256)))
+    clip = tmp_path / "clip.mp4"
+    with av.open(str(clip), "w") as c:  # a still backdrop with a moving strip: hints matter
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 256, 256, "yuv420p"
+        for i in range(50):
+            f = rgb.copy()
+            f[:40] = (i * 5) % 255
+            for pkt in s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                c.mux(pkt)
+        for pkt in s.encode(None):
+            c.mux(pkt)
+    audio = tmp_path / "voice.wav"
+    sf.write(audio, speechlike(2.0, 16_000), 16_000)
+    assert studio(home, "avatar", "add", "vid", clip).returncode == 0
+    clean = tmp_path / "clean"
+    shutil.copytree(home, clean)
+
+    def render(data, out):
+        return studio(data, "render", "--avatar", "vid", "--audio", audio, "-o", out, "--engine", "classic")
+
+    good, out = tmp_path / "good.mp4", tmp_path / "out.mp4"
+    assert render(clean, good).returncode == 0
+    flip_middle(home / "avatars" / "vid" / "frames.npy")
+    r = render(home, out)
+    assert r.returncode == 0, r.stderr
+    assert [ln for ln in lines(r.stderr) if "damaged" in ln and "frames.npy" in ln], r.stderr
+    hints = list((home / "avatars" / "vid" / "engines" / "hints").glob("changing-*.npy"))
+    assert hints, "the video hints were not written after the repair"
+
+    def frames(path):
+        with av.open(str(path)) as c:
+            return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+    a, b = frames(good), frames(out)
+    assert len(a) == len(b) == 50
+    assert sum(not np.array_equal(x, y) for x, y in zip(a, b)) == 0
+    assert not leftovers(home / "avatars", tmp_path)
+
+
+def test_a_disk_too_small_for_an_avatar_says_how_much_in_readable_units(small_disk, tmp_path, photo):
+    home = small_disk / "home"
+    r = studio(home, "avatar", "add", "anna", photo)
+    assert r.returncode == 2, r.stderr
+    (line,) = lines(r.stderr)
+    assert "0.0 GB" not in line and "needs 513 MB" in line and " MB is free" in line, line
+    assert not (home / "avatars" / "anna").exists() and not leftovers(small_disk)

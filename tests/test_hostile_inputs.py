@@ -208,6 +208,32 @@ def test_sigterm_and_sighup_cancel_like_ctrl_c(home, voice, out, sig, mode):
     assert not list((home / "tmp").glob(f"{proc.pid}-*.rec"))  # its record went with it
 
 
+def test_sigterm_stops_chunk_workers_at_once_and_leaves_no_record(home, voice, out):
+    """Workers busy in a batch (or still loading) are not waited for: they are killed after half a
+    second and their registered temporaries (and records) removed by the exiting render itself
+    (it used to take 10.3 s, and three workers' records waited for the next command)."""
+    proc = start(home, *render_args(voice, out / "talk.mp4", "--chunks", "3"))
+    try:
+        mid_render(proc, out, chunks=True)
+        workers = descendants(proc.pid)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "studio: " + CANCEL.format(" (SIGTERM)"), err
+    assert took < 6.0, f"{took:.1f} s to stop"
+    assert not any(alive(p) for p in workers)
+    ours = {proc.pid, *workers}  # (the test process keeps a record of its own: the fixture's avatar)
+    left = [r.name for r in (home / "tmp").glob("*.rec") if int(r.name.split("-")[0]) in ours]
+    assert left == []  # no worker's record is left behind for the next command
+    assert os.listdir(out) == []
+
+
 def test_a_second_signal_during_the_clean_up_still_leaves_nothing(home, voice, out):
     proc = start(home, *render_args(voice, out / "talk.mp4", "--encoder", "x264-parallel"))
     try:
@@ -501,3 +527,76 @@ def test_sigterm_during_avatar_add_leaves_no_frames_temporary(home, presenter_cl
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == "studio: " + CANCEL.format(" (SIGTERM)"), err
     assert not folder.exists() or not [p for p in folder.iterdir() if ".tmp" in p.name or ".part" in p.name]
+
+
+# ------------------------------------------------------------------------------------------------
+# Messages: one sentence, exit 2 (each was an internal error or a raw traceback)
+
+
+@pytest.mark.parametrize(
+    "var, value, needle",
+    [
+        ("STUDIO_CPU_THREADS", "-1", "STUDIO_CPU_THREADS=-1: give a whole number from 0 to 1024"),
+        ("STUDIO_CPU_THREADS", "100000", "STUDIO_CPU_THREADS=100000: give a whole number from 0 to 1024"),
+        ("STUDIO_X264_WORKERS", "abc", "STUDIO_X264_WORKERS=abc: give a whole number from 0 to 256"),
+        ("STUDIO_SPILL_DIR", "/nonexistent/spill", "STUDIO_SPILL_DIR=/nonexistent/spill: no such folder"),
+        ("STUDIO_HOME", "/dev/null", "STUDIO_HOME=/dev/null: is not a folder"),
+        ("STUDIO_HOME", "/proc/x", "STUDIO_HOME=/proc/x: the data folder cannot be made there"),
+    ],
+)
+def test_a_bad_environment_value_is_one_sentence(home, short, out, var, value, needle):
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", *map(str, render_args(short, out / "talk.mp4", "--encoder", "x264-parallel"))],
+        capture_output=True,
+        text=True,
+        env={**_env(home), var: value},
+        timeout=120,
+    )
+    one_error_line(r, needle)
+    assert "Traceback" not in r.stderr and os.listdir(out) == []
+
+
+def test_file_names_at_and_over_the_file_systems_limit(home, short, out):
+    frame = ("frame", "--avatar", "astro", "--audio", short, "-t", "0.2", "--engine", "classic", "-o")
+    over = "n" * 256 + ".png"  # 260 bytes
+    one_error_line(studio(home, *frame, out / over), "the file name is 260 bytes long", "at most 255")
+    legal = "l" * 250 + ".png"  # 254 bytes: legal, though its temporary's name is longer
+    r = studio(home, *frame, out / legal)
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(out) == [legal]
+
+
+def test_frame_on_a_full_disk_is_one_sentence(home, short, small_mount):
+    r = studio(home, "frame", "--avatar", "astro", "--audio", short, "-t", "0.2", "-o", small_mount / "f.png")
+    one_error_line(r, "The disk is full (no space left on device in", "while writing f.png")
+    assert os.listdir(small_mount) == []
+
+
+def test_avatar_rm_of_a_linked_avatar_folder_removes_the_link_only(home, tmp_path):
+    import shutil
+
+    elsewhere = tmp_path / "kept_avatar"
+    shutil.copytree(home / "avatars" / "astro", elsewhere)
+    link = home / "avatars" / "linked"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    r = studio(home, "avatar", "rm", "linked")
+    assert r.returncode == 0, r.stderr
+    assert f"removed avatar 'linked' (a link to {elsewhere}; that folder is kept)" in r.stdout
+    assert not link.exists() and not link.is_symlink() and (elsewhere / "meta.json").is_file()
+
+
+def test_a_damaged_queue_row_is_warned_about_once_per_run(tmp_path):
+    import sqlite3
+
+    home = tmp_path / "home"
+    home.mkdir()
+    from studio.core.store.jobs import JobStore
+
+    store = JobStore(home / "jobs.sqlite")
+    job = store.add("astro", str(tmp_path / "v.wav"), {}, str(tmp_path / "o.mp4"))
+    with sqlite3.connect(home / "jobs.sqlite") as db:
+        db.execute("UPDATE jobs SET settings='{not json' WHERE id=?", (job.id,))
+    r = studio(home, "queue", "run")
+    assert r.returncode == 0, r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if f"job row {job.id} is damaged" in ln]
+    assert len(warned) == 1, r.stderr  # it was printed six times

@@ -106,7 +106,7 @@ def test_a_voice_over_over_the_limit_is_refused_from_its_header(home, tmp_path):
     )
     one_error_line(
         studio(home, "analyze", tmp_path / "hour.flac", env={"STUDIO_MAX_AUDIO_MINUTES": "lots"}),
-        "STUDIO_MAX_AUDIO_MINUTES=lots: give a positive number of minutes",
+        "STUDIO_MAX_AUDIO_MINUTES=lots: give a number from 0.01",
     )
 
 
@@ -243,3 +243,40 @@ def test_a_range_of_a_long_clip_prepares_only_its_stretch(home, six_minutes, mon
     # a frame outside the stretch prepares that one instead
     assert np.abs(part.frame(100).astype(np.int16) - whole.frame(100)).max() <= 1
     assert part.wave.window == (0, 1500)
+
+
+def test_a_stream_without_a_length_is_counted_no_further_than_the_limit(home, tmp_path):
+    """Matroska written without seeking declares no duration: its samples are counted by decoding,
+    and the count stops at the limit (an endless stream is never decoded to its end)."""
+    import io
+
+    import av
+
+    class NoSeek(io.RawIOBase):
+        def __init__(self, fh):
+            self.fh = fh
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            return self.fh.write(b)
+
+    path = tmp_path / "long.mka"
+    with open(path, "wb") as raw, av.open(NoSeek(raw), "w", format="matroska") as c:
+        s = c.add_stream("aac", rate=16_000, layout="mono")
+        for k in range(0, 16_000 * 6, 1024):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            frame.sample_rate, frame.pts = 16_000, k
+            for pkt in s.encode(frame):
+                c.mux(pkt)
+        for pkt in s.encode(None):
+            c.mux(pkt)
+    with av.open(str(path)) as c:
+        assert c.streams.audio[0].duration is None and c.duration is None  # nothing in the header
+    one_error_line(
+        studio(home, "analyze", path, env={"STUDIO_MAX_AUDIO_MINUTES": "0.05"}),
+        "long.mka: is longer than the 0.05 minutes limit",
+        "STUDIO_MAX_AUDIO_MINUTES",
+    )
+    assert studio(home, "analyze", path).returncode == 0

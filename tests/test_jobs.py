@@ -130,6 +130,47 @@ def test_a_foreign_or_odd_schema_is_one_sentence(tmp_path):
         JobStore(other)
 
 
+def test_another_programs_database_is_refused_and_left_exactly_as_it_was(tmp_path):
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    home = tmp_path / "home"
+    home.mkdir()
+    theirs = home / "jobs.sqlite"  # another program's file where the queue would be
+    with sqlite3.connect(theirs) as db:
+        db.execute("CREATE TABLE contacts(id INTEGER PRIMARY KEY, name TEXT)")
+        db.execute("INSERT INTO contacts(name) VALUES ('Ada')")
+    before = hashlib.sha256(theirs.read_bytes()).hexdigest()
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "queue", "list"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "STUDIO_HOME": str(home)},
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert "is not a Studio job queue (it holds tables Studio never makes: contacts)" in line, line
+    assert hashlib.sha256(theirs.read_bytes()).hexdigest() == before  # no jobs or meta table added
+    # a jobs table that is not Studio's: refused too, and it gets no meta table either
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE jobs(id INTEGER PRIMARY KEY, name TEXT)")
+    with pytest.raises(InputError, match="its jobs table has no avatar, audio"):
+        JobStore(other)
+    with sqlite3.connect(other) as db:
+        assert [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["jobs"]
+    # an empty file (0 bytes, or a database without tables) becomes a queue
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    assert JobStore(empty).list() == []
+
+
 def test_hold_resume_and_reorder(tmp_path):
     store = JobStore(tmp_path / "q.sqlite")
     a, b, c = (store.add("a", f"{k}.wav", {}, f"{k}.mp4") for k in range(3))

@@ -249,7 +249,7 @@ def test_the_compile_setting_reaches_the_engine_the_pool_key_and_the_command_lin
     """``RenderSettings.compile`` (the window's checkbox, ``--compile``, a job's settings) makes a
     compiling MuseTalk engine, warm apart from the plain one; the classic engine ignores it."""
     from studio.cli import build_parser
-    from studio.cli.render import _settings
+    from studio.cli.render import settings_from_args as _settings
     from studio.core.render.renderer import Renderer
     from studio.core.settings import RenderSettings
     from studio.core.settings import from_dict as settings_from_dict

@@ -1,7 +1,7 @@
 """Desktop packaging (packaging/): the MP4 checker, the desktop entry, the frozen-app resources
 path, and (only with STUDIO_PACKAGING_TEST=1) the real PyInstaller build + frozen smoke test.
 
-The build + smoke test takes minutes on 2 cores (see README, "Desktop app"), so it runs only with
+The build + smoke test takes minutes on 2 cores (see docs/desktop-app.md), so it runs only with
 STUDIO_PACKAGING_TEST=1, which ./dev test sets under CI (CI=true).
 """
 

@@ -130,3 +130,55 @@ def test_studio_queue_prune_and_retry_use_the_same_rules(home, tmp_path):
     assert r.returncode == 0, r.stderr
     again = max(qs.list(), key=lambda j: j.id)
     assert again.retry_of == old.id and again.state == "queued" and qs.get(old.id).state == "expired"
+
+
+def test_idempotency_keys_in_the_store(tmp_path):
+    from studio.core.store.jobs import JobStore
+    from studio.service.queue import QueueService
+
+    qs = QueueService(store=JobStore(tmp_path / "q.sqlite"))
+    assert qs.claim_key("POST /v1/renders", "k1", "fp-a") is None  # new: reserved
+    busy = qs.claim_key("POST /v1/renders", "k1", "fp-a")
+    assert busy["busy"] and busy["job_id"] is None
+    assert qs.claim_key("POST /v1/audio", "k1", "fp-a") is None  # keys are per endpoint
+    qs.finish_key("POST /v1/renders", "k1", job_id=7)
+    got = qs.claim_key("POST /v1/renders", "k1", "fp-b")
+    assert got == {"fingerprint": "fp-a", "job_id": 7, "answer": None, "busy": False, "created": got["created"]}
+    assert qs.claim_key("POST /v1/renders", "k1", "fp-b", ttl_s=0) is None  # older than the TTL: forgotten
+    qs.release_key("POST /v1/renders", "k1")
+    assert qs.claim_key("POST /v1/renders", "k1", "fp-c") is None  # a failed request freed it
+    # a reservation whose process died mid-request is free again after a while
+    with qs.store._tx() as db:
+        db.execute("UPDATE idempotency SET created=created-3600 WHERE key='k1' AND scope='POST /v1/renders'")
+    assert qs.store.claim_key("POST /v1/renders", "k1", "fp-d") is None
+    reopened = JobStore(tmp_path / "q.sqlite")  # kept across restarts
+    assert reopened.claim_key("POST /v1/renders", "k1", "fp-d")["busy"] is True
+
+
+def test_webhook_jobs_are_those_still_to_be_told(tmp_path):
+    from studio.core.store.jobs import JobStore
+
+    store = JobStore(tmp_path / "q.sqlite")
+    ids = []
+    for _ in range(3):
+        j = store.add("astro", "v.wav", {}, "o.mp4", webhook="http://127.0.0.1/h")
+        store.cancel(j.id)
+        ids.append(j.id)
+    store.add("astro", "v.wav", {}, "o.mp4", webhook="http://127.0.0.1/h")  # queued: nothing to tell yet
+    store.add_delivery(ids[0], "cancelled", "http://127.0.0.1/h", 1, True, 204, "")  # told
+    for n in (1, 2):
+        store.add_delivery(ids[1], "cancelled", "http://127.0.0.1/h", n, False, 500, "HTTP 500")  # retrying
+    assert [j.id for j in store.webhook_jobs()] == ids[1:]
+    assert [j.id for j in store.webhook_jobs(max_attempts=2)] == [ids[2]]  # given up after 2 tries
+
+
+def test_a_bad_retention_variable_never_stops_a_queue_from_opening(home, tmp_path, monkeypatch):
+    from studio.core.errors import InputError
+    from studio.core.store.jobs import JobStore
+    from studio.service.queue import QueueService
+    from studio.service.retention import Retention
+
+    monkeypatch.setenv("STUDIO_KEEP_RENDERS", "forever")
+    assert not QueueService(store=JobStore(tmp_path / "q.sqlite")).retention.active  # the window still opens
+    with pytest.raises(InputError, match="STUDIO_KEEP_RENDERS 'forever': give a duration"):
+        Retention.from_env()  # `studio queue prune`, `studio serve`: one sentence, exit 2

@@ -83,7 +83,7 @@ def _command_line(spec: Spec, value) -> list[str]:
 )
 def test_every_command_offers_every_setting(command, groups):
     from studio.cli import build_parser
-    from studio.cli.render import _settings
+    from studio.cli.render import settings_from_args as _settings
 
     want = non_default("cli", groups)
     argv = list(command)
@@ -118,7 +118,10 @@ def test_the_job_store_keeps_every_setting(tmp_path):
     sf.write(voice, speechlike(0.4, RATE), RATE, subtype="PCM_16")
     settings = RenderSettings(**non_default("job"))
     path = tmp_path / "jobs.sqlite"
-    job = QueueService(store=JobStore(path)).add(RenderRequest("anna", str(voice), str(tmp_path / "o.mp4"), settings))
+    from studio.core.media.codecs import CODECS
+
+    out = tmp_path / f"o{CODECS[settings.codec].suffix}"  # the extension follows the codec
+    job = QueueService(store=JobStore(path)).add(RenderRequest("anna", str(voice), str(out), settings))
     again = QueueService(store=JobStore(path))  # a fresh process's view of the same file
     assert again.request(job.id).settings == settings
     stored = json.loads(json.dumps(again.get(job.id).settings))  # what the row holds, as JSON
@@ -332,3 +335,20 @@ def test_the_classic_mouth_eases_at_the_renders_own_speech_edges(astro, voice):
     frame = r.frame(10)
     assert np.array_equal(frame, composed(w[10]))  # the mouth eased by the plan's own weight
     assert not np.array_equal(frame, composed(1.0))  # not the full mouth of the default's edges
+
+
+def test_render_on_a_server_carries_every_setting(server, http, on_server, voice, tmp_path, monkeypatch, capsys):
+    """``studio render --server`` goes through the service's server placement (the window's client):
+    its old hand-written list of settings left out compile and crossfade."""
+    from studio.cli import main as cli_main
+
+    monkeypatch.setenv("STUDIO_SERVER_TOKEN", TOKEN)
+    out = tmp_path / "remote.mp4"
+    argv = ["render", "--server", server.url, "--avatar", on_server, "--audio", str(voice), "-o", str(out)]
+    argv += ["--engine", "classic", "--compile", "--crossfade", "1", "--preset", "ultrafast", "--json"]
+    assert cli_main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["output"] == str(out) and result["frames"] == 50 and result["ran_on"] == f"Studio server {server.url}"
+    job = max(http.get("/v1/renders").json()["renders"], key=lambda j: j["id"])
+    assert job["settings"]["compile"] is True and job["settings"]["crossfade"] == 1
+    assert len(_decoded(out)) == 50

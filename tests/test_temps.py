@@ -56,7 +56,7 @@ def test_a_killed_process_temporaries_are_swept_and_nothing_else(tmp_path, studi
     assert len(removed) == 3
     assert sorted(os.listdir(out)) == ["done.mp4", "mine.txt"]
     assert (out / "done.mp4").read_bytes() == b"finished"
-    assert os.listdir(studio_home / "tmp") == []  # the dead record is gone too
+    assert os.listdir(studio_home / "tmp") in ([], [fsutil.KEY_NAME])  # the dead record is gone too
     assert fsutil.sweep_dead_temps() == []
 
 
@@ -67,7 +67,7 @@ def test_a_normal_exit_removes_what_the_process_left_registered(tmp_path, studio
     assert p.stdout.readline().strip() == "ready"
     assert p.wait(30) == 0
     assert sorted(os.listdir(out)) == ["done.mp4"]
-    assert os.listdir(studio_home / "tmp") == []
+    assert os.listdir(studio_home / "tmp") in ([], [fsutil.KEY_NAME])
 
 
 def test_a_damaged_record_never_deletes_anything_that_is_not_a_temporary(tmp_path, studio_home):
@@ -82,26 +82,64 @@ def test_a_damaged_record_never_deletes_anything_that_is_not_a_temporary(tmp_pat
     (out / ".clip.x.part.mp4").mkdir()  # registered as a file, but it is a folder now
     (out / ".link.part.chunks").symlink_to(tmp_path)  # registered as a folder, but it is a link
     (out / ".ok.part.mp4").write_bytes(b"x")  # the only real leftover
+    rec = studio_home / "tmp"
+    rec.mkdir()
+    key = fsutil._secret(rec, create=True)  # signed as this data folder's own processes sign
+
+    def line(op, path):
+        return json.dumps([op, path, fsutil._mac(key, op, path)])
+
     lines = [
         json.dumps({"studio_temps": 1, "pid": 1}),
-        json.dumps(["+f", str(out / "notes.txt")]),
-        json.dumps(["+f", str(out / ".bashrc")]),
-        json.dumps(["+f", str(out / ".clip.x.part.mp4")]),
-        json.dumps(["+d", str(out / ".link.part.chunks")]),
-        json.dumps(["+f", "relative/.x.part"]),
+        line("+f", str(out / "notes.txt")),
+        line("+f", str(out / ".bashrc")),
+        line("+f", str(out / ".clip.x.part.mp4")),
+        line("+d", str(out / ".link.part.chunks")),
+        line("+f", "relative/.x.part"),
         "garbage that is not json",
-        json.dumps(["+f", str(out / ".ok.part.mp4")]),
-        json.dumps(["+f", str(out / ".released.part.mp4")]),
-        json.dumps(["-", str(out / ".released.part.mp4")]),
+        line("+f", str(out / ".ok.part.mp4")),
+        line("+f", str(out / ".released.part.mp4")),
+        line("-", str(out / ".released.part.mp4")),
         '["+f", "' + str(out / ".torn"),
     ]  # a line cut by a power cut
     (out / ".released.part.mp4").write_bytes(b"renamed away then reused")
-    rec = studio_home / "tmp"
-    rec.mkdir()
     (rec / "1-dead.rec").write_text("\n".join(lines))
     assert fsutil.sweep_dead_temps() == [str(out / ".ok.part.mp4")]
     assert sorted(os.listdir(out)) == sorted([*keep, ".clip.x.part.mp4", ".link.part.chunks", ".released.part.mp4"])
-    assert (tmp_path / "out").is_dir() and os.listdir(rec) == []
+    assert (tmp_path / "out").is_dir() and os.listdir(rec) == [fsutil.KEY_NAME]
+
+
+def test_a_planted_record_deletes_nothing(tmp_path, studio_home):
+    """Records Studio did not write (no key, another data folder's key, a forged one, another
+    user's file) never remove anything, through the real ``studio`` command's sweep."""
+    victims = tmp_path / "elsewhere"
+    victims.mkdir()
+    names = [".thesis.part", ".backup.tmp", ".db.part.mp4", ".cache.tmp.d"]
+    for n in names[:-1]:
+        (victims / n).write_bytes(b"someone's work")
+    (victims / names[-1]).mkdir()
+    rec = studio_home / "tmp"
+    rec.mkdir()
+    header = json.dumps({"studio_temps": 1, "pid": 1})
+    plain = [json.dumps(["+f", str(victims / n)]) for n in names[:-1]] + [json.dumps(["+d", str(victims / names[-1])])]
+    (rec / "1-planted.rec").write_text("\n".join([header, *plain]))  # the old, unsigned form
+    other_key = os.urandom(32)  # signed, but with a key that is not this data folder's
+    forged = [json.dumps(["+f", str(victims / n), fsutil._mac(other_key, "+f", str(victims / n))]) for n in names]
+    (rec / "2-forged.rec").write_text("\n".join([header, *forged]))
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "queue", "list"], capture_output=True, text=True, timeout=120
+    )  # any command sweeps first
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(victims)) == sorted(names)
+    # a real process of this data folder is still cleaned up after as before
+    p = _child(tmp_path, "exit")
+    assert p.stdout.readline().strip() == "ready" and p.wait(30) == 0
+    assert (rec / fsutil.KEY_NAME).stat().st_mode & 0o777 == 0o600
+    key = fsutil._secret(rec, create=False)
+    bad = victims / names[0]
+    (rec / "3-late.rec").write_text("\n".join([header, json.dumps(["+f", str(bad), fsutil._mac(key, "+f", str(bad))])]))
+    os.chmod(rec / fsutil.KEY_NAME, 0o644)  # a key others can read proves nothing: it is not used
+    assert fsutil.sweep_dead_temps() == [] and bad.exists()
 
 
 def test_only_temporary_names_can_be_registered(tmp_path):

@@ -269,3 +269,16 @@ def test_the_in_process_and_worker_encodes_give_the_same_track(tmp_path, voices)
         src.mux_until(c, None)
         src.close()
     assert audio_packets(tmp_path / "ref.mp4") == worker_packets
+
+
+def test_an_adts_aac_file_is_read_and_its_track_encoded(tmp_path):
+    """A raw ``.aac`` (ADTS: no container, no length in a header) is decoded; its configuration is in
+    every packet header, not where an MP4 keeps it, so the output's track is encoded."""
+    path = write_aac(tmp_path / "voice.aac", _voice(48_000, 2), 48_000, fmt="adts")
+    info = audio.probe(path)
+    assert info.decoder == "ffmpeg" and info.format == "AAC" and abs(info.duration_s - SECONDS) < 0.1
+    assert not audio.aac_copyable(path)
+    w = _render(tmp_path / "out.mp4", path)
+    assert w.audio_how == "encoded"
+    with av.open(str(tmp_path / "out.mp4")) as c:
+        assert c.streams.audio[0].sample_rate == 48_000 and c.streams.audio[0].channels == 2

@@ -89,7 +89,9 @@ class ServeOptions:
                 f"--host {self.host} is reachable from other machines: give --token (or set "
                 "STUDIO_SERVER_TOKEN) so that only clients with the token can render"
             )
-        return replace(self, allow_paths=tuple(folders), webhook_allow=allow, cors_origins=tuple(origins))
+        checked = replace(self, allow_paths=tuple(folders), webhook_allow=allow, cors_origins=tuple(origins))
+        checked.retention  # noqa: B018 - a bad STUDIO_KEEP_RENDERS is one sentence now, not at the first job
+        return checked
 
     @property
     def retention(self):

@@ -34,6 +34,7 @@ MAX_ATTEMPTS = 5
 BACKOFF_S = 1.0  # the first retry waits this long; each next one twice as long
 TIMEOUT_S = 10.0
 POLL_S = 2.0  # also picks up jobs finished by other processes
+MAX_URL = 2000
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -48,6 +49,8 @@ def check_url(opts, url: str) -> str:
             "this server sends no webhooks; follow the job's events instead (or start the server with "
             "--webhook-secret and --webhook-allow HOST)",
         )
+    if len(url) > MAX_URL:
+        raise ApiError(422, f"webhook: the URL is {len(url)} characters long; give one of at most {MAX_URL}")
     try:
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
@@ -129,7 +132,7 @@ class WebhookSender:
         """Send what is due; the seconds until the next try is due."""
         next_due = POLL_S
         now = time.time()
-        for job in self.st.queue.webhook_jobs():
+        for job in self.st.queue.webhook_jobs(MAX_ATTEMPTS):  # delivered and given-up ones are not read
             if self._stop.is_set():
                 break
             calls = [d for d in self.st.queue.deliveries(job.id) if d["state"] == job.state]

@@ -60,13 +60,21 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     parser = build_parser()
     args = parser.parse_args(argv)
+    from studio.core.errors import StudioError
+
+    try:  # a STUDIO_* value Studio cannot use, a STUDIO_HOME that is a file: one sentence, before anything
+        from studio.core.env import check_environment
+
+        check_environment()
+    except StudioError as exc:
+        _say(f"studio: error: {exc}")
+        return exc.exit_code
     _setup_logging(args.verbose)
     from studio.core.store.fsutil import sweep_dead_temps
 
     sweep_dead_temps()  # temporaries of runs that were killed (SIGKILL, power cut): one listing
     if not getattr(args, "command", None):
         return _open_gui()
-    from studio.core.errors import StudioError
     from studio.core.signals import exit_code_of, handle_stop_signals
 
     handle_stop_signals()  # SIGTERM and SIGHUP cancel like Ctrl-C (exit 128 + signal number)
@@ -164,9 +172,22 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _log_traceback() -> str:
-    from studio.core.store.paths import log_file
+    """Where the traceback went: the log file, else a temporary file (never raises)."""
+    text = "".join(traceback.format_exc())
+    try:
+        from studio.core.store.paths import log_file
 
-    path = log_file()
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write("".join(traceback.format_exc()))
-    return str(path)
+        path = log_file()
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+        return str(path)
+    except Exception:  # noqa: BLE001 - the data folder itself may be what failed
+        import tempfile
+
+        try:
+            fd, name = tempfile.mkstemp(prefix="studio-traceback-", suffix=".txt")
+            with open(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            return name
+        except OSError:
+            return "nowhere (no folder could take it)"

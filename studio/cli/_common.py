@@ -1,10 +1,10 @@
-"""Shared CLI helpers: JSON output and a terminal progress bar."""
+"""Shared CLI helpers: JSON output and a terminal progress bar (tqdm's)."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
+from typing import Any
 
 
 def emit_json(obj) -> None:
@@ -21,29 +21,63 @@ def fmt_seconds(s: float) -> str:
 
 
 class ProgressBar:
-    """A one-line progress bar on a terminal (stderr); silent when stderr is not a terminal."""
+    """A one-line progress bar on stderr, drawn by tqdm; silent when stderr is not a terminal.
+
+    ``update(done, total, extra)`` moves it (``extra``: our own fps and ETA, which know the render's
+    stages better than tqdm's rate); ``close()`` ends the line, and a later ``update`` starts a new bar
+    (with ``label`` as it is then: ``studio avatar add`` shows one bar per stage).
+    """
 
     def __init__(self, label: str, enabled: bool | None = None, stream=None):
         self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.enabled = _isatty(self.stream) if enabled is None else enabled
         self.label = label
-        self._last = 0.0
+        self._bar: Any = None  # a tqdm, once drawn
 
     def update(self, done: int, total: int, extra: str = "", force: bool = False) -> None:
         if not self.enabled:
             return
-        now = time.monotonic()
-        if not force and now - self._last < 0.1 and done < total:
-            return
-        self._last = now
-        frac = done / total if total else 1.0
-        width = 28
-        fill = int(frac * width)
-        bar = "#" * fill + "-" * (width - fill)
-        self.stream.write(f"\r{self.label} [{bar}] {done}/{total} {extra}\x1b[K")
-        self.stream.flush()
+        if self._bar is None or done < self._bar.n:
+            from tqdm import tqdm
+
+            self.close()
+            self._bar = tqdm(
+                total=total,
+                desc=self.label,
+                file=self.stream,
+                mininterval=0.1,
+                # a terminal that reports no size (a bare pseudo-terminal): 80 x 24, else tqdm hides the bar
+                ncols=None if _columns(self.stream) else 80,
+                nrows=None if _columns(self.stream) else 24,
+                dynamic_ncols=bool(_columns(self.stream)),
+                bar_format="{desc} {bar} {n_fmt}/{total_fmt} {postfix}",
+            )
+        bar = self._bar
+        if total != bar.total:
+            bar.total = total
+        bar.set_postfix_str(extra, refresh=False)
+        bar.update(done - bar.n)
+        if force or done >= total:
+            bar.refresh()
 
     def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _columns(stream) -> int:
+    """The terminal's width (0 when it does not say)."""
+    import os
+
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False

@@ -178,8 +178,8 @@ def run_show(args) -> int:
 def run_rm(args) -> int:
     from studio.core.avatars import library as avatar
 
-    avatar.remove(args.name)
-    print(f"removed avatar '{args.name}'")
+    note = avatar.remove(args.name)
+    print(f"removed avatar '{args.name}'" + (f" ({note})" if note else ""))
     return 0
 
 

@@ -51,6 +51,23 @@ def register(sub) -> None:
         help="also time fresh processes rendering 15 s of a photo avatar (classic and MuseTalk)",
     )
     p.add_argument(
+        "--user",
+        action="store_true",
+        help="also the user's path: weights imported from official-layout files, library avatars from a JPEG "
+        "and an MP4, 48 kHz stereo WAV / MP3 / AAC voice-overs, default settings and ultrafast, the x264 "
+        "preset comparison, the queue (serial vs pipelined), cold `studio render` commands and a real "
+        "`studio serve` (POST /generate, concurrent clients)",
+    )
+    p.add_argument("--presets", default="ultrafast,superfast,veryfast", help="--user: the presets compared")
+    p.add_argument("--clients", type=int, default=8, metavar="N", help="--user: concurrent clients (default 8)")
+    p.add_argument(
+        "--clip-frames", type=int, default=375, metavar="N", help="--user: each client's clip (default 375: 15 s)"
+    )
+    p.add_argument("--repeats", type=int, default=3, metavar="N", help="--user: POST /generate repeats (default 3)")
+    p.add_argument("--no-serve", action="store_true", help="--user: skip the `studio serve` rows")
+    p.add_argument("--no-cold-cli", action="store_true", help="--user: skip the cold `studio render` rows")
+    p.add_argument("--no-queue", action="store_true", help="--user: skip the queue rows")
+    p.add_argument(
         "--codecs",
         default="h264,hevc,prores,prores4444,dnxhr,vp9",
         help="a classic-engine row per delivery codec (frames/s end to end); 'none' to skip",
@@ -94,6 +111,39 @@ def run(args) -> int:
             codecs=tuple(c for c in args.codecs.split(",") if c and c != "none"),
             note=note,
         )
+        if args.user:
+            from studio.service.bench import user_path
+
+            if args.json:  # what there is so far: a run cut short still leaves its figures
+                atomic_write_bytes(args.json, json.dumps(res, indent=2).encode())
+
+            def part(user):
+                if args.json:
+                    atomic_write_bytes(args.json, json.dumps({**res, "user": user}, indent=2).encode())
+
+            user = user_path(
+                work,
+                device=args.device,
+                frames=res["frames"],
+                long_frames=args.long,
+                height=res["height"],
+                presets=tuple(x for x in args.presets.split(",") if x),
+                clients=args.clients,
+                clip_frames=args.clip_frames,
+                repeats=args.repeats,
+                queue=not args.no_queue,
+                cold=not args.no_cold_cli,
+                serve=not args.no_serve,
+                note=note,
+                on_part=part,
+            )
+            res["runs"].update(user.pop("runs"))
+            res["user"] = user
+            if "official" in res["runs"]:
+                base = res["runs"]["official"]["fps"]
+                res["ratios"] = {
+                    k: round(v["fps"] / base, 1) for k, v in res["runs"].items() if k != "official" and "fps" in v
+                }
     m = res["machine"]
     print(
         f"{m.get('gpu', 'CPU')} | {m['cpu_count']} CPU cores | torch {m.get('torch')} | "
@@ -127,6 +177,79 @@ def run(args) -> int:
             )
         for s in r.get("stacks") or []:  # STUDIO_STACKS: where the render thread was
             print(f"{'':<18}{100 * s['share']:5.1f}%  " + " < ".join(s["stack"]))
+    if "user" in res:
+        print_user(res)
     if args.json:
         atomic_write_bytes(args.json, json.dumps(res, indent=2).encode())
     return 0
+
+
+def print_user(res: dict) -> None:
+    """The user's-path figures: each row against its baseline measured in the same run."""
+    u = res["user"]
+    runs = res["runs"]
+    first = next((k for k in runs if k.startswith("musetalk-") and k.count("-") == 1), None)
+    print()
+    print(
+        f"user's path: weights imported from official-layout files in {u['import']['import_s']:.1f} s "
+        f"(fast layout: {len(u['import'].get('fast') or [])} files); "
+        f"avatars {u['avatars']['photo_size']} from a JPEG, {u['avatars']['video_size']} from an MP4 "
+        f"(faces: {u['avatars']['faces']}); default preset {u['default_preset']}"
+    )
+    if first:
+        print(f"baseline: {first} (bench avatar, 16 kHz mono, ultrafast) {runs[first]['fps']:.1f} frames/s")
+    print(f"{'run':<32}{'frames/s':>9}{'seconds':>9}{'x base':>8}  audio (waited)  finish, preset")
+    for k, r in runs.items():
+        if not k.startswith("user-"):
+            continue
+        ratio = r["fps"] / runs[first]["fps"] if first else float("nan")
+        finish = (r.get("stage_ms") or {}).get("finish", 0) / 1e3
+        print(
+            f"{k:<32}{r['fps']:>9.1f}{r['seconds']:>9.3f}{ratio:>8.2f}  {r['audio']:<8}({r['audio_wait_ms']:>5.0f} ms)"
+            f"  {finish:.3f} s, {r['preset']}"
+        )
+    for kind, table in (u.get("presets") or {}).items():
+        print(f"presets, {kind} avatar ({table['frames']} frames {table['size']}, crf {table['crf']}, hints on):")
+        print(
+            f"  {'preset':<10}{'enc fps':>9}{'x264 ms/f':>10}{'MB':>8}{'PSNR-Y':>8}{'PSNR':>7}{'SSIM-Y':>8}{'SSIM':>8}"
+        )
+        for name, r in table.items():
+            if not isinstance(r, dict):
+                continue
+            ms = r.get("x264_ms_per_frame")
+            print(
+                f"  {name:<10}{r['fps']:>9.1f}{(ms if ms is not None else float('nan')):>10.2f}{r['bytes'] / 1e6:>8.2f}"
+                f"{r['psnr_y']:>8.2f}{r['psnr']:>7.2f}{r['ssim_y']:>8.4f}{r['ssim']:>8.4f}"
+            )
+    q = u.get("queue")
+    if q:
+        print(
+            f"queue, {q['jobs']} jobs on one warm engine: serial {q['serial']['fps']:.1f} frames/s, pipelined "
+            f"{q['pipelined']['fps']:.1f} ({q['pipelined_over_serial']:.2f}x), same files: {q['same_files']}"
+        )
+    c = u.get("cold") or {}
+    if c:
+        print(f"cold `studio render` of a 15 s voice-over (import torch alone {c.get('import_torch_s', 0):.2f} s):")
+        for k, r in c.items():
+            if isinstance(r, dict):
+                if "error" in r:
+                    print(f"  {k:<28} failed: {r['error'].splitlines()[-1] if r['error'] else '?'}")
+                else:
+                    print(
+                        f"  {k:<28}{r['seconds']:>7.2f} s wall, render {r['render_s']:.2f} s, rest {r['outside_render_s']:.2f} s"
+                    )
+    sv = u.get("serve") or {}
+    for key, rows in (sv.get("generate") or {}).items():
+        print(
+            f"serve: POST /generate ({key}): request "
+            + ", ".join(f"{x['request_s']:.3f}" for x in rows)
+            + " s; server's render "
+            + ", ".join(f"{x['render_s']:.3f}" for x in rows)
+            + " s; audio "
+            + ", ".join(f"{x['audio']}" for x in rows)
+        )
+    b = sv.get("concurrent")
+    if b:
+        print(
+            f"serve: {b['clients']} clients at once: {b['fps']:.1f} frames/s together ({b['frames']} frames in {b['seconds']:.2f} s)"
+        )

@@ -33,11 +33,16 @@ def run_import(args) -> int:
     records = models.import_models(args.folder, taesd=args.taesd, link=not args.copy)
     status = models.availability()
     if args.json:
-        emit_json({"imported": records, "musetalk": str(status), "store": str(models.models_root())})
+        names = [str(f) for f in models.fast_files()]
+        emit_json({"imported": records, "musetalk": str(status), "store": str(models.models_root()), "fast": names})
         return 0
     for r in records:
         size = sum(f["size"] for f in r["files"].values())
         print(f"imported {r['label']:<13} {r['tensors']:>4} tensors  {_mb(size):>9}  ({r['stored']})")
+    fast = models.fast_files()
+    if fast:
+        size = sum(f.stat().st_size for f in fast if f.is_file())
+        print(f"fast layout: {len(fast)} file(s), {_mb(size)} (fp16 safetensors, memory-mapped at load)")
     print(f"store:    {models.models_root()}")
     print(f"musetalk: {status}")
     return 0

@@ -37,7 +37,9 @@ def job_options(p, output_help: str) -> None:
     """What a render is: avatar, voice-over, output, settings, where it runs and which frames
     (``studio render`` and ``studio queue add`` take the same)."""
     p.add_argument("--avatar", required=True, help="avatar NAME from the library, or an image/video path")
-    p.add_argument("--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3)")
+    p.add_argument(
+        "--audio", required=True, help="voice-over file (WAV, FLAC, OGG, MP3, M4A/AAC, or a video with sound)"
+    )
     p.add_argument("-o", "--output", required=True, help=output_help)
     overwrite_option(p)
     _render_options(p)
@@ -135,7 +137,7 @@ def _range_options(p) -> None:
     )
 
 
-def _settings(args):
+def settings_from_args(args):
     """The settings the command line gave (the schema's defaults for the others), checked."""
     from studio.core.settings import SCHEMA, from_dict
 
@@ -146,6 +148,8 @@ def _placement(args):
     from studio.core.errors import InputError
     from studio.service.request import Placement
 
+    if getattr(args, "server", None):  # studio render --server URL (checked by check_server_args)
+        return Placement("server", server=args.server)
     chunks = getattr(args, "chunks", 0) or 0
     if chunks < 0:
         raise InputError("--chunks must be a positive number of segments (or 0 for one per worker)")
@@ -167,7 +171,7 @@ def _placement(args):
     return Placement()
 
 
-def _frames(args):
+def frames_from_args(args):
     """``--in``/``--out`` as a frame range (None: the whole clip)."""
     a, b = getattr(args, "range_in", None), getattr(args, "range_out", None)
     if a is None and b is None:
@@ -204,15 +208,15 @@ def request_from_args(avatar, audio, output, args):
         avatar,
         audio,
         output,
-        _settings(args),
+        settings_from_args(args),
         _placement(args),
-        _frames(args),
+        frames_from_args(args),
         overwrite=bool(getattr(args, "overwrite", False)),
     )
 
 
 def _render(avatar, audio, output, args) -> int:
-    _check_output(output, avatar, audio, "video", getattr(args, "codec", None) or "h264")
+    check_output_args(output, avatar, audio, "video", getattr(args, "codec", None) or "h264")
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
     from studio.service import Render
 
@@ -238,7 +242,7 @@ def _render(avatar, audio, output, args) -> int:
     finally:
         bar.close()
     r = render.result
-    check = _check_after(r.output, req, args.json) if req.settings.check else None
+    check = check_after(r.output, req, args.json) if req.settings.check else None
     if args.json:
         out = r.to_json()
         out["ran_on"] = render.where
@@ -273,7 +277,7 @@ def kept_note(asked, wrote) -> str:
     return f" ({Path(asked).name} exists and was kept; --overwrite replaces it)"
 
 
-def _check_after(output, req, quiet: bool) -> dict:
+def check_after(output, req, quiet: bool) -> dict:
     """``--check``: the lip-sync check of the written file (the render is over, so it slows nothing):
     the whole report with ``state`` "done", or ``state`` "failed" and the reason."""
     from studio.cli._common import ProgressBar
@@ -287,7 +291,7 @@ def _check_after(output, req, quiet: bool) -> dict:
     return summary if full is None else {"state": "done", **full}
 
 
-def _check_output(output, avatar, audio, kind: str, codec: str | None = None):
+def check_output_args(output, avatar, audio, kind: str, codec: str | None = None):
     """An output that is an input, a folder, a wrong extension or an unwritable folder: one sentence, before any work."""
     from studio.core.store.outputs import check_output, render_inputs
 
@@ -296,9 +300,9 @@ def _check_output(output, avatar, audio, kind: str, codec: str | None = None):
 
 def run_render(args) -> int:
     if getattr(args, "server", None):
-        from studio.cli.remote import render_remote
+        from studio.cli.remote import check_server_args
 
-        return render_remote(args)
+        check_server_args(args)
     return _render(args.avatar, args.audio, args.output, args)
 
 
@@ -322,17 +326,22 @@ def run_frame(args) -> int:
 
     if not math.isfinite(args.time):
         raise InputError(f"-t {args.time}: give the time as a number of seconds, such as 12.48")
-    out = _check_output(args.output, args.avatar, args.audio, "image")
+    out = check_output_args(args.output, args.avatar, args.audio, "image")
     info = probe(args.audio)
-    renderer = Renderer(args.avatar, args.audio, _settings(args))
+    renderer = Renderer(args.avatar, args.audio, settings_from_args(args))
     rate = renderer.rate
     if args.time < 0 or frame_index(args.time, rate) >= info.frames_at(rate):
         raise InputError(f"-t {args.time} is outside the voice-over (0 to {info.duration_s:.2f} s)")
     at = frame_index(args.time, rate)
     renderer.focus((at, at + 1))  # a long clip: its stretch only
     img = renderer.frame_at(args.time)
-    with atomic_output(out, overwrite=args.overwrite) as written:
-        PIL.Image.fromarray(img).save(written.tmp, format="PNG")
+    from studio.core.store.outputs import write_error
+
+    try:
+        with atomic_output(out, overwrite=args.overwrite) as written:
+            PIL.Image.fromarray(img).save(written.tmp, format="PNG")
+    except OSError as exc:  # a full disk, a name too long for a numbered copy: one sentence
+        raise write_error(exc, out) from None
     idx = frame_index(args.time, rate)
     from studio.core.media.rates import rate_text
 

@@ -730,7 +730,7 @@ def cold_render(
         env=dict(
             os.environ,
             STUDIO_X264_NICE=os.environ.get("STUDIO_X264_NICE", "5"),
-            **({"STUDIO_FAST_COPIES": "1"} if fast_copies else {}),
+            STUDIO_FAST_COPIES="1" if fast_copies else "0",
         ),
     )
     wall = time.perf_counter() - t0

@@ -286,7 +286,7 @@ def user_rows(
         for kind, avatar in (("photo", PHOTO), ("video", VIDEO)):
             note(f"preset comparison: {kind} avatar, {', '.join(presets)}")
             out["presets"][kind] = preset_comparison(
-                avatar, v["wav48"], default, engine, workdir / f"presets-{kind}", presets
+                avatar, v["wav48"], default, engine, workdir / f"presets-{kind}", presets, ssim_every=8
             )
     return out
 

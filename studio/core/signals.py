@@ -56,7 +56,7 @@ def exit_code_of(exc: BaseException) -> int:
     return exc.exit_code if isinstance(exc, Interrupted) else 128 + int(signal.SIGINT)
 
 
-_state = {"fired": None}
+_state: dict[str, int | None] = {"fired": None}
 
 
 def handle_stop_signals() -> bool:

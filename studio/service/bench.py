@@ -55,8 +55,12 @@ def user_path(
     cold: bool = True,
     serve: bool = True,
     note=log.info,
+    on_part=None,
 ) -> dict:
+    """Every row above; ``on_part(out)`` after each part (the command saves what it has so far)."""
     from studio.core import bench_user
+
+    save = on_part or (lambda out: None)
     from studio.core.engines.runtime_torch import resolve_device
 
     workdir = Path(workdir)
@@ -66,7 +70,7 @@ def user_path(
     out: dict = {"runs": {}, "home": str(home)}
     env = dict(os.environ, STUDIO_HOME=str(home))
     with bench_user.env_home(home):
-        out["import"] = import_official(workdir / "official", env, tiny=not cuda, note=note)
+        out["import"] = import_official(workdir / "random", env, tiny=not cuda, note=note)  # the base bench's files
         from studio.core.settings import RenderSettings
         from studio.service.pool import EnginePool
 
@@ -74,7 +78,7 @@ def user_path(
         settings = RenderSettings(device=dev, engine="musetalk")
         t0 = time.perf_counter()
         engine, _ = pool.get(settings)
-        out["engine_load_s"] = round(time.perf_counter() - t0, 3)
+        out["engine_object_s"] = round(time.perf_counter() - t0, 3)  # the networks load with the first job
         rows = bench_user.user_rows(
             workdir / "user",
             engine,
@@ -87,16 +91,18 @@ def user_path(
         )
         out["runs"].update(rows.pop("runs"))
         out.update(rows)
+        save(out)
         voices = [bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, clients + 1)]
         if queue:
             out["queue"] = queue_rows(workdir / "queue", pool, settings, voices, note=note)
+            save(out)
         pool.close()
     if cold:
         out["cold"] = cold_rows(workdir / "cold", env, dev, voices[0], note=note)
+        save(out)
     if serve:
-        out["serve"] = serve_rows(
-            workdir / "serve", env, voices, frames_voice=workdir / "user" / "voices", repeats=repeats, note=note
-        )
+        voice = bench_user.voice_file(workdir / "user" / "voices", "wav48", frames)  # the user rows' one
+        out["serve"] = serve_rows(workdir / "serve", env, voices, voice, repeats=repeats, note=note)
     return out
 
 
@@ -108,18 +114,19 @@ def import_official(folder: Path, env: dict, tiny: bool, note=log.info) -> dict:
     """Random weights in the official layout under ``folder``, then ``studio models import``."""
     from studio.core.engines import random_models
 
-    if not (folder / "musetalkV15" / "unet.pth").is_file():
+    official, taesd = folder / "models", folder / "taesd"  # what random_models writes
+    if not (official / "musetalkV15" / "unet.pth").is_file():
         note("writing random weights in the official layout (" + ("tiny configs" if tiny else "real sizes") + ")")
         t0 = time.perf_counter()
-        random_models.write_official_models(folder, tiny=tiny)
-        random_models.write_taesd(folder / "taesd", config=random_models.TAESD_TINY if tiny else None)
+        official = random_models.write_official_models(folder, tiny=tiny)
+        random_models.write_taesd(taesd, config=random_models.TAESD_TINY if tiny else None)
         written = round(time.perf_counter() - t0, 3)
     else:
         written = 0.0
     note("studio models import (the official .pth/.bin files)")
     t0 = time.perf_counter()
     r = subprocess.run(
-        [sys.executable, "-m", "studio", "models", "import", str(folder), "--taesd", str(folder / "taesd"), "--json"],
+        [sys.executable, "-m", "studio", "models", "import", str(official), "--taesd", str(taesd), "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -226,7 +233,7 @@ def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info) 
 # 5. A real server
 
 
-def serve_rows(folder: Path, env: dict, voices: list[Path], frames_voice: Path, repeats: int, note=log.info) -> dict:
+def serve_rows(folder: Path, env: dict, voices: list[Path], voice: Path, repeats: int, note=log.info) -> dict:
     """A ``studio serve`` process on the bench's data folder: ``POST /generate`` warm, then all
     ``voices`` posted at once by as many clients."""
     from studio.core import bench_user
@@ -235,10 +242,10 @@ def serve_rows(folder: Path, env: dict, voices: list[Path], frames_voice: Path, 
 
     folder.mkdir(parents=True, exist_ok=True)
     out: dict = {"generate": {}}
-    voice = sorted(frames_voice.glob("voice_wav48_*_0.wav"))[0]  # the user rows' 48 kHz stereo voice-over
     with _Server(folder, env) as srv, StudioClient(srv.url, timeout=600) as client:
         note(f"serve: {srv.url} up in {srv.start_s:.1f} s; warming up")
         client.generate(bench_user.PHOTO, folder / "warm.mp4", audio=voice)
+        time.sleep(2.0)  # the idle server captures its engine's other batch sizes (small jobs pay none)
         for preset in ("", "ultrafast"):
             rows = []
             for _ in range(repeats):

@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from studio.core.errors import Cancelled, InputError
-from studio.core.render.renderer import RenderProgress
+from studio.core.render.renderer import RenderProgress, RenderResult
 from studio.service.request import WHERE_LOCAL, RenderRequest
 
 log = logging.getLogger(__name__)
@@ -41,15 +42,17 @@ class Render:
 
         self.request = request
         self.pool = pool if pool is not None else default_pool()
-        self._farm_link = farm_link  # a FarmLink to use (the app's warm one), or None
+        self._farm_link: Any = farm_link  # a FarmLink to use (the app's warm one), or None
         self._in_process_farm = in_process_farm
         self._cancel = threading.Event()
-        self._active = None  # what cancel() reaches: a Renderer, DeviceRender, Farm or FarmLink
-        self.result = None
+        self._active: Any = None  # what cancel() reaches: a Renderer, DeviceRender, Farm or FarmLink
+        self.result: RenderResult | None = None
         self.where = request.placement.label
         self.engine_name = ""
         self.engine_reason = ""
-        self.on_started = None  # callback(where) once the placement is known (before the first frame)
+        self.on_started: Callable[[str], None] | None = (
+            None  # callback(where) once the placement is known (before the first frame)
+        )
         self.last: Progress | None = None  # the newest progress
 
     def cancel(self) -> None:

@@ -78,6 +78,11 @@ class FarmLink:
         return self._proc.is_alive()
 
     @property
+    def pid(self) -> int | None:
+        """The child process's id (the Ray driver; a watchdog or a test may signal it)."""
+        return self._proc.pid
+
+    @property
     def where(self) -> str:
         n = len(self.workers)
         return f"farm ({n} {'GPU ' if self.gpus else ''}worker{'s' if n != 1 else ''})"

@@ -39,6 +39,7 @@ to the next job meanwhile, and ``run_until_empty`` waits for the checks before i
 
 from __future__ import annotations
 
+import builtins  # QueueService.list shadows list in its annotations
 import contextlib
 import logging
 import os
@@ -239,7 +240,7 @@ class QueueService:
         self._farm_link = None  # kept warm between farm jobs
         self._interrupting = False
         self.last_progress: dict[int, Progress] = {}
-        self.retention = retention if retention is not None else Retention.from_env()
+        self.retention = retention if retention is not None else Retention.from_env(strict=False)
         self._swept = float("-inf")  # monotonic time of the last retention sweep
         self._frames_cache: dict[tuple, int] = {}
         from studio.service.checks import CheckRunner
@@ -345,7 +346,7 @@ class QueueService:
         again = self.add(req, retry_of=job_id, webhook=job.webhook)
         return again
 
-    def delete(self, job_id: int, purge: bool = False) -> tuple[J.Job | None, list[str]]:
+    def delete(self, job_id: int, purge: bool = False) -> tuple[J.Job | None, builtins.list[str]]:
         """DELETE: a draft, queued, held or running job is cancelled (a running one stops within one
         batch, writing nothing) and stays listed; a finished job is refused (``JobFinished``: nothing
         changes) unless ``purge``, which removes the job and its file. Answers the job (None once
@@ -385,7 +386,9 @@ class QueueService:
 
     # ---- pages, estimates, idempotency, deliveries (what ``studio serve`` shows) ---------------
 
-    def page(self, states: tuple[str, ...] | None = None, before: int | None = None, limit: int = 50) -> list[J.Job]:
+    def page(
+        self, states: tuple[str, ...] | None = None, before: int | None = None, limit: int = 50
+    ) -> builtins.list[J.Job]:
         """Jobs newest first, ids below ``before`` (a cursor that holds while the queue changes)."""
         return self.store.page(states, before, limit)
 
@@ -455,14 +458,15 @@ class QueueService:
     def release_key(self, scope: str, key: str) -> None:
         self.store.release_key(scope, key)
 
-    def deliveries(self, job_id: int) -> list[dict]:
+    def deliveries(self, job_id: int) -> builtins.list[dict]:
         return self.store.deliveries(job_id)
 
     def add_delivery(self, job_id: int, state: str, url: str, attempt: int, ok: bool, status, error: str) -> None:
         self.store.add_delivery(job_id, state, url, attempt, ok, status, error)
 
-    def webhook_jobs(self) -> list[J.Job]:
-        return self.store.webhook_jobs()
+    def webhook_jobs(self, max_attempts: int | None = None) -> builtins.list[J.Job]:
+        """Finished jobs whose webhook is still to be told (``store.webhook_jobs``)."""
+        return self.store.webhook_jobs(max_attempts)
 
     # ---- retention ----------------------------------------------------------------------
 
@@ -502,7 +506,7 @@ class QueueService:
             return cur[0] if cur else None
 
     @property
-    def running_job_ids(self) -> list[int]:
+    def running_job_ids(self) -> builtins.list[int]:
         """Every running job: the one on the engine and the one whose encoders drain."""
         with self._lock:
             return [c[0] for c in (self._draining, self._current) if c is not None]
@@ -519,7 +523,7 @@ class QueueService:
         self._emit("state", job.id, job)
         return self._run(job)
 
-    def run_until_empty(self, on_event: Callable[[QueueEvent], None] | None = None) -> list[J.Job]:
+    def run_until_empty(self, on_event: Callable[[QueueEvent], None] | None = None) -> builtins.list[J.Job]:
         """Run queued jobs in this thread until none is left; the finished jobs."""
         unsub = self.subscribe(on_event) if on_event else None
         self._maybe_sweep()
@@ -529,7 +533,7 @@ class QueueService:
                 out.append(job)
             self.wait_drained()
             self.checks.wait()  # the checks of the finished jobs, before the caller (a command) ends
-            return [self._fresh(j) for j in out]
+            return [f for j in out if (f := self._fresh(j)) is not None]  # a job removed meanwhile is left out
         finally:
             if unsub:
                 unsub()
@@ -631,7 +635,7 @@ class QueueService:
         except Exception:
             log.warning("warming the engine's other batch sizes failed", exc_info=True)
 
-    def _run(self, job: J.Job) -> J.Job:
+    def _run(self, job: J.Job) -> J.Job | None:
         relative = relative_paths(job)
         if relative:
             return self._finish(
@@ -662,7 +666,7 @@ class QueueService:
                 if self._current is not None and self._current[0] == job.id:
                     self._current = None
 
-    def _consume(self, job: J.Job, render: Render, gen, last_store: list, may_hand_off: bool):
+    def _consume(self, job: J.Job, render: Render, gen, last_store: builtins.list, may_hand_off: bool):
         """Run ``gen`` (the render's progress) to its end: the job's final row. With
         ``may_hand_off``, a local render whose last frame has left the engine goes on in a drain
         thread instead (``_HANDED``): its encoders drain while the runner takes the next job."""
@@ -680,7 +684,7 @@ class QueueService:
                     self._hand_off(job, render, gen, last_store)
                     return _HANDED
             r = render.result
-            data = r.to_json() if hasattr(r, "to_json") else dict(r or {})
+            data = r.to_json() if r is not None else {}
             data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
             if data.get("output"):
                 data["output"] = os.path.abspath(data["output"])
@@ -717,7 +721,7 @@ class QueueService:
         """Every frame has left the engine; what is left is the encoders' drain and the file."""
         return render.request.placement.kind == "local" and not p.finished and 0 < p.total <= p.done
 
-    def _hand_off(self, job: J.Job, render: Render, gen, last_store: list) -> None:
+    def _hand_off(self, job: J.Job, render: Render, gen, last_store: builtins.list) -> None:
         """Finish ``job`` on a drain thread (after the previous one: at most one drains)."""
         self.wait_drained()
         t = threading.Thread(
@@ -729,7 +733,7 @@ class QueueService:
                 self._current = None
         t.start()
 
-    def _drain(self, job: J.Job, render: Render, gen, last_store: list) -> None:
+    def _drain(self, job: J.Job, render: Render, gen, last_store: builtins.list) -> None:
         try:
             self._consume(job, render, gen, last_store, may_hand_off=False)
         finally:
@@ -738,12 +742,12 @@ class QueueService:
                     self._draining = None
                 self._wake.notify_all()
 
-    def _cancelled(self, job_id: int) -> J.Job:
+    def _cancelled(self, job_id: int) -> J.Job | None:
         if self._interrupting:
             return self._finish(job_id, J.INTERRUPTED_STATE, J.INTERRUPTED)
         return self._finish(job_id, J.CANCELLED, "cancelled by the user")
 
-    def _finish(self, job_id: int, state: str, reason: str) -> J.Job:
+    def _finish(self, job_id: int, state: str, reason: str) -> J.Job | None:
         try:
             if state in (J.CANCELLED, J.INTERRUPTED_STATE):
                 job = self.store.get(job_id)

@@ -45,15 +45,23 @@ class Retention:
         return self.keep_s is not None or self.max_bytes is not None
 
     @classmethod
-    def from_env(cls) -> Retention:
+    def from_env(cls, strict: bool = True) -> Retention:
+        """``STUDIO_KEEP_RENDERS`` / ``STUDIO_MAX_STORAGE_GB``; a bad value is one ``InputError``, or
+        with ``strict=False`` (a queue opening: the window must still start) a warning and no retention."""
         from studio.core import env
 
         keep = env.get("STUDIO_KEEP_RENDERS")
         size = env.get("STUDIO_MAX_STORAGE_GB")
-        return cls(
-            parse_duration(keep, "STUDIO_KEEP_RENDERS") if keep else None,
-            gb(parse_gb(size, "STUDIO_MAX_STORAGE_GB")) if size else None,
-        )
+        try:
+            return cls(
+                parse_duration(keep, "STUDIO_KEEP_RENDERS") if keep else None,
+                gb(parse_gb(size, "STUDIO_MAX_STORAGE_GB")) if size else None,
+            )
+        except InputError as exc:
+            if strict:
+                raise
+            log.warning("%s; retention is off", exc)
+            return cls()
 
     def describe(self) -> str:
         parts = []

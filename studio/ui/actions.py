@@ -82,6 +82,7 @@ class Actions:
         a = action or QAction(text, self.window)
         if action is not None and text:
             a.setText(text)
+        a.setProperty("command", text or a.text())  # the shortcuts window's words (menus may change theirs)
         a.setObjectName(f"action_{key}")
         if icon:
             a.setIcon(QIcon(icon))
@@ -117,7 +118,7 @@ class Actions:
         out = []
         for title, menu in self.menus.items():
             for a in _walk(menu):
-                text = a.text().replace("&", "")
+                text = str(a.property("command") or a.text()).replace("&", "")
                 if not text:
                     continue
                 keys = ", ".join(key_text(k) for k in a.shortcuts())

@@ -75,7 +75,7 @@ def install_stop_signals(window) -> None:
 
     def stop(signo, _frame) -> None:
         log.warning("%s: closing the window", signal.Signals(signo).name)
-        window._close_confirmed = True
+        window.close_confirmed = True
         QTimer.singleShot(0, window.close)
 
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):

@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import os
 import re
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QIcon, QImage, QPixmap
+from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
+from PySide6.QtGui import QIcon, QImage, QPixmap, QUndoCommand
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -50,6 +51,8 @@ AUDIO_FILTER = "Audio (*.wav *.flac *.ogg *.opus *.mp3);;All files (*)"
 AVATAR_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v"}
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".aif", ".aiff"}
 THUMB = 72
+#: a selection made by the program (an import, a restore) is that one item, never added to a batch
+ONLY = QItemSelectionModel.SelectionFlag.ClearAndSelect
 
 
 def dropped_paths(mime) -> list[str]:
@@ -104,6 +107,8 @@ class LibraryPanel(FileDrops, QWidget):
     maskToggled = Signal(bool)
     avatarPrepared = Signal(str)
     avatarPreparing = Signal(str)  # an import of this avatar started
+    avatarRestored = Signal(str)  # an undo brought a removed avatar back
+    status = Signal(str)  # a passing message (the status bar)
     error = Signal(str)
 
     def __init__(self, parent=None):
@@ -111,6 +116,8 @@ class LibraryPanel(FileDrops, QWidget):
         self.setObjectName("library")
         self.settings = cfg.settings()
         self.task = None  # the running avatar preparation, if any
+        self.history = None  # the window's undo history (studio.ui.undo.History)
+        self.jobs_using = None  # names -> how many waiting jobs of the queue use those avatars (the window's)
         self._entries: dict[str, dict] = {}
         self.analyses: dict[str, object] = {}  # path -> AudioAnalysis of scripts checked on import
         self._checking: set[str] = set()  # audio files being read before they join the list
@@ -126,9 +133,9 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatars.currentItemChanged.connect(self._avatar_changed)
         self.avatars.itemSelectionChanged.connect(self.selectionChanged)
         self.import_avatar_btn = QPushButton(QIcon(_icon("import")), "Import photo or video…")
-        self.import_avatar_btn.clicked.connect(self._import_avatar_dialog)
+        self.import_avatar_btn.clicked.connect(self.import_avatar_dialog)
         self.remove_avatar_btn = QPushButton("Remove")
-        self.remove_avatar_btn.clicked.connect(self._remove_avatar)
+        self.remove_avatar_btn.clicked.connect(self.remove_selected_avatars)
 
         self.bbox_shift = _spin(-40, 40, 0, " px", "Moves the mouth crop down (+) or up (-)")
         self.extra_margin = _spin(0, 80, 10, " px", "Extra space below the chin in the crop")
@@ -177,9 +184,9 @@ class LibraryPanel(FileDrops, QWidget):
         self.scripts.itemSelectionChanged.connect(self.selectionChanged)
         self.scripts.setMinimumHeight(90)
         self.import_audio_btn = QPushButton(QIcon(_icon("audio")), "Import audio…")
-        self.import_audio_btn.clicked.connect(self._import_audio_dialog)
+        self.import_audio_btn.clicked.connect(self.import_audio_dialog)
         self.remove_script_btn = QPushButton("Remove")
-        self.remove_script_btn.clicked.connect(self._remove_script)
+        self.remove_script_btn.clicked.connect(self.remove_selected_scripts)
         self.text = QPlainTextEdit()
         self.text.setPlaceholderText("Script text (optional). Type a text and press Speak to make a voice-over.")
         self.text.setMaximumHeight(110)
@@ -257,10 +264,10 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatars.blockSignals(False)
         for i in range(self.avatars.count()):
             if self.avatars.item(i).data(Qt.ItemDataRole.UserRole) == keep:
-                self.avatars.setCurrentRow(i)
+                self.avatars.setCurrentRow(i, ONLY)
                 return
         if self.avatars.count():
-            self.avatars.setCurrentRow(0)
+            self.avatars.setCurrentRow(0, ONLY)
 
     def import_avatar(self, source: str, name: str | None = None, force: bool = False, wait: bool = False):
         """Prepare ``source`` as avatar ``name`` off the GUI thread behind a progress dialog."""
@@ -339,7 +346,7 @@ class LibraryPanel(FileDrops, QWidget):
         for i in range(self.scripts.count()):
             if self.scripts.item(i).data(Qt.ItemDataRole.UserRole) == path:
                 if select:
-                    self.scripts.setCurrentRow(i)
+                    self.scripts.setCurrentRow(i, ONLY)
                 return None
         if path in self._checking:
             return None
@@ -353,7 +360,7 @@ class LibraryPanel(FileDrops, QWidget):
             self._add_script_item(path)
             self._save_scripts()
             if select:
-                self.scripts.setCurrentRow(self.scripts.count() - 1)
+                self.scripts.setCurrentRow(self.scripts.count() - 1, ONLY)
 
         def unreadable(message: str) -> None:
             self._checking.discard(path)
@@ -438,12 +445,14 @@ class LibraryPanel(FileDrops, QWidget):
         paths = [self.scripts.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.scripts.count())]
         self.settings.setValue("library/scripts", paths)
 
-    def _import_avatar_dialog(self) -> None:
+    def import_avatar_dialog(self) -> None:
+        """Ask for a photo or video and import it (the Import button, File > Import avatar)."""
         path = self._ask_file("folders/avatar", "Import an avatar photo or video", AVATAR_FILTER)
         if path:
             self.import_avatar(path)
 
-    def _import_audio_dialog(self) -> None:
+    def import_audio_dialog(self) -> None:
+        """Ask for a voice-over and add it to the list (the Import button, File > Import audio)."""
         path = self._ask_file("folders/audio", "Import a voice-over", AUDIO_FILTER)
         if path:
             self.add_script(path)
@@ -455,25 +464,61 @@ class LibraryPanel(FileDrops, QWidget):
             self.settings.setValue(key, str(Path(path).parent))
         return path
 
-    def _remove_avatar(self) -> None:
-        name = self.avatar
-        if not name:
+    def remove_selected_avatars(self) -> None:
+        """Remove the selected avatar(s): into the trash, from where Undo (Ctrl+Z) brings them back
+        until Studio closes."""
+        names = self.selected_avatars()
+        if not names:
+            self.error.emit("select an avatar to remove")
             return
-        try:
-            from studio.core.avatars.library import remove
+        waiting = self.jobs_using(names) if self.jobs_using is not None else 0
+        if not waiting:
+            self._remove_now(names)
+            return
+        from PySide6.QtWidgets import QMessageBox  # jobs would fail without it: ask first
 
-            remove(name)
-        except Exception as exc:  # noqa: BLE001
-            from studio.ui.workers import error_text
+        who = ", ".join(f"“{n}”" for n in names)
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Remove avatar",
+            f"{waiting} job(s) in the Queue use {who} and would fail without it. Remove it anyway? "
+            "(Edit > Undo brings it back until Studio closes.)",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            self,
+        )
+        box.setObjectName("removeAvatarInUse")
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.buttonClicked.connect(
+            lambda b: self._remove_now(names) if box.standardButton(b) == QMessageBox.StandardButton.Yes else None
+        )
+        self.remove_box = box
+        box.open()
 
-            self.error.emit(error_text(exc))
-        self.refresh_avatars()
+    def _remove_now(self, names: list[str]) -> None:
+        for name in names:
+            self._push(RemoveAvatar(self, name))
+        if all(n not in self._entries for n in names):
+            self.status.emit(f"removed {', '.join(f'“{n}”' for n in names)}; Edit > Undo (Ctrl+Z) brings it back")
 
-    def _remove_script(self) -> None:
-        row = self.scripts.currentRow()
-        if row >= 0:
-            self.scripts.takeItem(row)
-            self._save_scripts()
+    def remove_selected_scripts(self) -> None:
+        """Take the selected voice-over(s) off the list (the files stay); Undo puts them back."""
+        paths = self.selected_scripts()
+        if not paths:
+            self.error.emit("select a voice-over to remove from the list")
+            return
+        for path in paths:
+            self._push(RemoveScript(self, path))
+
+    def _push(self, command) -> None:
+        if self.history is not None:
+            self.history.push_command(command)
+        else:
+            command.redo()
+
+    def _script_row(self, path: str) -> int:
+        return next(
+            (i for i in range(self.scripts.count()) if self.scripts.item(i).data(Qt.ItemDataRole.UserRole) == path), -1
+        )
 
     def _reprepare(self) -> None:
         name = self.avatar
@@ -498,6 +543,107 @@ class LibraryPanel(FileDrops, QWidget):
             self.add_script(str(path))
 
         run_in_background(speak, text, on_done=done, on_error=self.error.emit)
+
+
+class RemoveAvatar(QUndoCommand):
+    """Remove an avatar into the trash (``<data>/trash``); undo moves it back, prepared as it was."""
+
+    def __init__(self, panel: LibraryPanel, name: str):
+        super().__init__(f"Remove avatar “{name}”")
+        self.panel, self.name = panel, name
+        self.trashed: Path | None = None
+
+    def redo(self) -> None:
+        try:
+            self.trashed = trash_avatar(self.name)
+        except Exception as exc:  # noqa: BLE001 - nothing moved: no undo step either
+            from studio.ui.workers import error_text
+
+            self.panel.error.emit(error_text(exc))
+            self.setObsolete(True)
+            return
+        self.panel.refresh_avatars()
+
+    def undo(self) -> None:
+        if self.trashed is None:
+            return
+        try:
+            restore_avatar(self.trashed, self.name)
+        except Exception as exc:  # noqa: BLE001
+            from studio.ui.workers import error_text
+
+            self.panel.error.emit(error_text(exc))
+            return
+        self.trashed = None
+        self.panel.refresh_avatars(select=self.name)
+        self.panel.avatarRestored.emit(self.name)
+
+
+class RemoveScript(QUndoCommand):
+    """Take a voice-over off the list (the file stays where it is); undo puts it back in its place."""
+
+    def __init__(self, panel: LibraryPanel, path: str):
+        super().__init__(f"Remove “{Path(path).name}” from the list")
+        self.panel, self.path = panel, path
+        self.row = -1
+
+    def redo(self) -> None:
+        p = self.panel
+        self.row = p._script_row(self.path)
+        if self.row >= 0:
+            p.scripts.takeItem(self.row)
+            p._save_scripts()
+
+    def undo(self) -> None:
+        p = self.panel
+        if self.row < 0 or p._script_row(self.path) >= 0:
+            return
+        item = QListWidgetItem(QIcon(_icon("audio")), Path(self.path).name)
+        item.setData(Qt.ItemDataRole.UserRole, self.path)
+        item.setToolTip(self.path)
+        p.scripts.insertItem(min(self.row, p.scripts.count()), item)
+        p._save_scripts()
+        p.scripts.setCurrentItem(item, ONLY)
+
+
+def trash_dir() -> Path:
+    from studio.core.store.paths import sub_dir
+
+    return sub_dir("trash")
+
+
+def trash_avatar(name: str) -> Path:
+    """Move avatar ``name``'s folder into the trash (a rename inside the data folder); its new path."""
+    import uuid
+
+    from studio.core.avatars.library import library_dir
+    from studio.core.errors import AvatarError
+
+    folder = library_dir() / name
+    if not folder.is_dir():
+        raise AvatarError(f"no avatar named '{name}' in the library; see `studio avatar list`")
+    target = trash_dir() / f"{name}.{uuid.uuid4().hex[:8]}"
+    os.replace(folder, target)
+    log.info("avatar %s moved to the trash (%s)", name, target)
+    return target
+
+
+def restore_avatar(trashed: Path, name: str) -> None:
+    from studio.core.avatars.library import library_dir
+    from studio.core.errors import AvatarError
+
+    folder = library_dir() / name
+    if folder.exists():
+        raise AvatarError(f"an avatar named “{name}” was made since; remove or rename it, then undo again")
+    os.replace(trashed, folder)
+    log.info("avatar %s restored from the trash", name)
+
+
+def empty_trash() -> None:
+    """Delete what removals left in the trash (when the window closes: their undo ends with it)."""
+    import shutil
+
+    shutil.rmtree(trash_dir(), ignore_errors=True)
 
 
 def _selected(lst: QListWidget) -> list[str]:

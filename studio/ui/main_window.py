@@ -56,6 +56,8 @@ class MainWindow(FileDrops, QMainWindow):
         self.setWindowIcon(QIcon(_icon("studio")))
         self.setObjectName("mainWindow")
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks)
+        #: True: close without asking, even during a render (a signal, the answer "Close", a test's teardown)
+        self.close_confirmed = False
         self.settings = cfg.settings()
         self.analysis = None
         self.assets = None
@@ -108,8 +110,8 @@ class MainWindow(FileDrops, QMainWindow):
         self.splitter.addWidget(top)
         self.splitter.addWidget(self.timeline)
         self.splitter.setChildrenCollapsible(False)
-        top.setMinimumHeight(130)  # what fits under a 1280x720 screen's menu, toolbar, queue and status bar
-        self.timeline.setMinimumHeight(200)
+        top.setMinimumHeight(120)  # what fits under a 1280x720 screen's menu, toolbar, queue and status bar
+        self.timeline.setMinimumHeight(180)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.setCentralWidget(self.splitter)
@@ -147,6 +149,7 @@ class MainWindow(FileDrops, QMainWindow):
 
         self._connect()
         self._restore()
+        self._track_edits()
         # the Library chose its avatar (the saved one) before these signals were connected: take it
         # now, so the output name and the preview say that avatar from the first paint on
         self.render_panel.set_context(avatar=self.library.avatar, script=self.library.script)
@@ -315,7 +318,7 @@ class MainWindow(FileDrops, QMainWindow):
             "import_avatar",
             "File",
             "Import photo or video…",
-            lib._import_avatar_dialog,
+            lib.import_avatar_dialog,
             "Ctrl+I",
             "Import a photo or a video as an avatar",
             _icon("import"),
@@ -324,7 +327,7 @@ class MainWindow(FileDrops, QMainWindow):
             "import_audio",
             "File",
             "Import voice-over…",
-            lib._import_audio_dialog,
+            lib.import_audio_dialog,
             "Ctrl+O",
             "Import an audio file as a script",
             _icon("audio"),
@@ -338,25 +341,34 @@ class MainWindow(FileDrops, QMainWindow):
         redo = self.undo_stack.createRedoAction(self, "Redo")
         add("undo", "Edit", "", shortcuts=["Ctrl+Z"], action=undo)
         add("redo", "Edit", "", shortcuts=["Ctrl+Shift+Z", "Ctrl+Y"], action=redo)
+        undo.setProperty("command", "Undo")
+        redo.setProperty("command", "Redo")
         acts.separator("Edit")
         add(
             "remove_avatar",
             "Edit",
             "Remove avatar",
-            lib._remove_avatar,
+            lib.remove_selected_avatars,
             tip="Remove the selected avatar (undo restores it)",
         )
         add(
             "remove_script",
             "Edit",
             "Remove voice-over from the list",
-            lib._remove_script,
+            lib.remove_selected_scripts,
             tip="Take the selected voice-over off the list (the file stays)",
         )
 
         for dock in (self.library_dock, self.render_dock, self.queue_dock, self.doctor_dock):
             view = dock.toggleViewAction()
             add(f"view_{dock.objectName()}", "View", f"{dock.windowTitle()} panel", action=view)
+        bar = self.toolbar = QToolBar("Toolbar")
+        bar.setObjectName("mainToolbar")
+        bar.setMovable(False)
+        bar.setIconSize(QSize(18, 18))
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.addToolBar(bar)
+        add("view_toolbar", "View", "Toolbar", action=bar.toggleViewAction())
         acts.separator("View")
         face = add("face_box", "View", "Face box on the preview", lib.show_box.setChecked, checkable=True)
         lib.show_box.toggled.connect(face.setChecked)
@@ -393,6 +405,7 @@ class MainWindow(FileDrops, QMainWindow):
             "Render queued jobs one after another (again: pause after the running job)",
             checkable=True,
         )
+        acts["start_queue"].setProperty("command", "Start / pause queue")
         add(
             "cancel",
             "Render",
@@ -416,18 +429,12 @@ class MainWindow(FileDrops, QMainWindow):
         add("editor_guide", "Help", "Editor guide", self._open_guide, tip="docs/editor.md: keys, menus, undo, markers")
         add("about", "Help", "About Studio", self._about)
 
-        bar = QToolBar("Main")
-        bar.setObjectName("mainToolbar")
-        bar.setMovable(False)
-        bar.setIconSize(QSize(18, 18))
-        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.addToolBar(bar)
+        bar = self.toolbar
         for key in ("import_avatar", "import_audio", None, "render", "add_to_queue", "cancel", None, "doctor"):
             if key is None:
                 bar.addSeparator()
             else:
                 bar.addAction(acts[key])
-        self.toolbar = bar
         short = {
             "import_avatar": "Import avatar",
             "import_audio": "Import audio",
@@ -490,10 +497,15 @@ class MainWindow(FileDrops, QMainWindow):
         lib.error.connect(self.show_error)
         lib.avatarPrepared.connect(lambda _name: self.worker.invalidate())
         lib.avatarPreparing.connect(self._avatar_preparing)
+        lib.avatarRestored.connect(lambda _name: self.worker.invalidate())
+        lib.status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.timeline.thresholdChanged.connect(self._threshold_changed)
         self.timeline.min_run_box.valueChanged.connect(lambda v: panel.set_silence(min_silence=v))
         self.timeline.playheadMoved.connect(self._playhead_moved)
         self.timeline.rangeChanged.connect(panel.set_range)
+        self.timeline.rangeChanged.connect(lambda _r: self._save_marks())
+        self.timeline.markersChanged.connect(self._save_marks)
+        self.timeline.renderMarker.connect(self.render_marker)
         self.timeline.playClicked.connect(self.transport.toggle)
         panel.fields["fps"].currentTextChanged.connect(lambda _t: self._rate_changed())
         self.timeline.error.connect(lambda text: self.statusBar().showMessage(text, 8000))
@@ -530,13 +542,19 @@ class MainWindow(FileDrops, QMainWindow):
             self.render_panel.show_engines({k: str(v) for k, v in status.items()})
             from studio.service import gpus_here  # torch is loaded by now
 
-            self.gpus_task = run_in_background(gpus_here, on_done=self.render_panel.set_gpus)  # "All GPUs here"
+            self.gpus_task = run_in_background(gpus_here, on_done=self._gpus_found)  # "All GPUs here"
             self.engine_status.setText(f"engine: auto → {auto_engine(status)}")
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))
 
         self.engines_task = run_in_background(engine_status, on_done=ready, on_error=self.show_error)
         QTimer.singleShot(0, self._offer_queued)
         QTimer.singleShot(300, self._check_audio_device)
+
+    def _gpus_found(self, devices) -> None:
+        """Offer "All GPUs here"; choosing the saved target again is no edit (nothing to undo)."""
+        with self.history.quiet():
+            self.render_panel.set_gpus(devices)
+        self.history.reset("setting:target")
 
     def _check_audio_device(self) -> None:
         """Say once, beside the transport, when playback will be silent (no audio output here)."""
@@ -662,11 +680,22 @@ class MainWindow(FileDrops, QMainWindow):
         if not path:
             return
         from studio.core.media.audio import analyze
+        from studio.ui.voiceovers import content_key
 
         rate = self.output_rate()
+        known = self.library.analyses.get(path)  # checked when it was added: no second decode
+        if known is not None and known.rate != rate:
+            known = None  # analysed at another frame rate
 
-        def done(analysis) -> None:
-            if self.library.script != path or analysis.rate != self.output_rate():
+        def read(p: str):  # on a background thread: the analysis (cached) and the content key
+            return (known if known is not None else analyze(p, True, rate)), content_key(p)
+
+        def done(result) -> None:
+            analysis, key = result
+            if self.library.script != path:
+                return
+            if analysis.rate != self.output_rate():  # the rate changed meanwhile: analyse at the new one
+                self._script_selected(path)
                 return
             self.transport.stop()
             self.transport.audio_path = path
@@ -675,15 +704,136 @@ class MainWindow(FileDrops, QMainWindow):
             self.timeline.set_min_run(self.render_panel.min_silence)
             self.timeline.set_analysis(analysis)
             self.render_panel.set_range(None)
+            self._restore_marks(key)
             self._mark_faceless()
             self.analysisReady.emit(analysis)
 
-        known = self.library.analyses.get(path)  # checked when it was added: no second decode
-        if known is not None and known.rate == rate:
-            done(known)
+        self.voice_key = ""  # until the new one is read, nothing is saved under the old one
+        if known is None:
+            self.timeline.info.setText(f"analysing {Path(path).name}…")
+        run_in_background(read, path, on_done=done, on_error=self.show_error)
+
+    # ---- in/out and markers per voice-over; undo ------------------------------------------
+
+    def _restore_marks(self, key: str) -> None:
+        """In/out and markers as they were left on this voice-over (any earlier session)."""
+        self.voice_key = key
+        m = self.memory.get(key, rate=float(self.timeline.rate))
+        with self.history.quiet():
+            self.timeline.set_markers(m["markers"])
+            if m["in"] is not None or m["out"] is not None:
+                self.timeline.set_range(m["in"], m["out"])
+        self.history.reset("range")
+        self.history.reset("markers")
+
+    def _save_marks(self) -> None:
+        if not self.voice_key:
             return
-        self.timeline.info.setText(f"analysing {Path(path).name}…")
-        run_in_background(analyze, path, True, rate, on_done=done, on_error=self.show_error)
+        tl = self.timeline
+        self.memory.put(
+            self.voice_key,
+            name=Path(self.library.script).name,
+            rate=float(tl.rate),
+            in_frame=tl.in_frame,
+            out_frame=tl.out_frame,
+            markers=[(m.frame, m.name) for m in tl.markers],
+        )
+
+    def _track_edits(self) -> None:
+        """Every value an editor changes by hand becomes an undo step (``studio.ui.undo``)."""
+        from studio.core.media.timecode import timecode
+        from studio.ui.undo import History
+        from studio.ui.voiceovers import VoiceoverMemory
+
+        self.memory = VoiceoverMemory()
+        self.voice_key = ""
+        h = self.history = History(self.undo_stack)
+        tl, panel = self.timeline, self.render_panel
+        h.track(
+            "threshold",
+            "Threshold",
+            lambda: tl.threshold,
+            tl.set_threshold,
+            tl.thresholdChanged,
+            describe=lambda v: f"{v:g}",
+            widget=tl.threshold_box,
+        )
+        h.track(
+            "min_silence",
+            "Min silence",
+            lambda: tl.min_run,
+            tl.set_min_run,
+            tl.min_run_box.valueChanged,
+            describe=lambda v: f"{v} frames",
+            widget=tl.min_run_box,
+        )
+        tl.editSession.connect(h.session)
+
+        def point(v) -> str:
+            a, b = v
+            return (
+                "no in/out"
+                if a is None and b is None
+                else f"{'—' if a is None else timecode(a, tl.rate)}–{'—' if b is None else timecode(b, tl.rate)}"
+            )
+
+        h.track(
+            "range",
+            "In/out",
+            lambda: (tl.in_frame, tl.out_frame),
+            lambda v: tl.set_range(*v),
+            tl.rangeChanged,
+            describe=point,
+            scope=lambda: self.voice_key,
+            apply_elsewhere=lambda key, v: self.memory.put(key, in_frame=v[0], out_frame=v[1]),
+        )
+        h.track(
+            "markers",
+            "Markers",
+            lambda: tuple((m.frame, m.name) for m in tl.markers),
+            tl.set_markers,
+            tl.markersChanged,
+            text=_markers_step,
+            scope=lambda: self.voice_key,
+            apply_elsewhere=lambda key, v: self.memory.put(key, markers=v),
+        )
+        for name, widget, label, get, set_, signal in panel.tracked_settings():
+            h.track(f"setting:{name}", label, get, set_, signal, widget=widget)
+        self.library.history = h
+        self.library.jobs_using = self._jobs_using
+
+    def _jobs_using(self, avatars: list[str]) -> int:
+        """Jobs of the queue still to render (draft, queued, held, running) with one of ``avatars``."""
+        try:
+            waiting = self.store.list(("draft", "queued", "held", "running"))
+        except Exception:  # noqa: BLE001 - the store's trouble is said elsewhere
+            return 0
+        return sum(1 for j in waiting if j.avatar in avatars)
+
+    def _marker_action(self, what: str) -> None:
+        tl = self.timeline
+        if tl.analysis is None:
+            self.statusBar().showMessage("import a voice-over first: markers sit on its timeline", 5000)
+            return
+        here = [m for m in tl.markers if m.frame <= tl.frame]
+        if what == "add":
+            tl.add_marker()
+        elif what == "next":
+            tl.next_marker(1)
+        elif what == "prev":
+            tl.next_marker(-1)
+        elif not here:
+            self.statusBar().showMessage("no marker at or before the playhead (M adds one)", 5000)
+        elif what == "delete":
+            tl.remove_marker(here[-1].frame)
+        elif what == "rename":
+            tl.rename_marker(here[-1].frame)
+        elif what == "render":
+            self.render_marker(*tl.marker_span(here[-1].frame))
+
+    def render_marker(self, start: int, end: int) -> int | None:
+        """Render frames [start, end) (a marker to the next) of the current pair now."""
+        return self.queue.add(self.library.avatar, self.library.script, start=True, frames=(start, end))
 
     def _threshold_changed(self, value: float) -> None:
         self.render_panel.set_silence(threshold=value)
@@ -787,6 +937,8 @@ class MainWindow(FileDrops, QMainWindow):
         else:
             self._first_geometry()
             self._default_sizes()
+            if self.height() < self.SHORT_SCREEN:  # a laptop: the timeline needs the toolbar's height
+                self.toolbar.hide()  # (View > Toolbar; the Render panel and the menus have it all)
         self._placed_size = self.size()
         state = s.value("window/state")
         if isinstance(state, QByteArray) and not state.isEmpty():
@@ -794,8 +946,9 @@ class MainWindow(FileDrops, QMainWindow):
         sizes = s.value("window/splitter")
         if isinstance(sizes, QByteArray) and not sizes.isEmpty():
             self.splitter.restoreState(sizes)
-        else:
-            self.splitter.setSizes([520, 300])
+        else:  # on a short screen the timeline gets the larger share: its plots need the height
+            screen = self.screen().availableGeometry().height() if self.screen() else 1000
+            self.splitter.setSizes([450, 550] if screen < 900 else [600, 400])
         self.timeline.set_threshold(self.render_panel.threshold)
         self.timeline.set_min_run(self.render_panel.min_silence)
         script = cfg.value(s, "library/selected_script", str)
@@ -803,6 +956,7 @@ class MainWindow(FileDrops, QMainWindow):
             self.library.select_script(script)
 
     DEFAULT_SIZE = (1480, 980)
+    SHORT_SCREEN = 800  # a first window less tall than this starts without the toolbar
     FRAME_ALLOWANCE = (16, 48)  # a window manager's borders and title bar, before they are known
 
     def _first_geometry(self) -> None:
@@ -894,7 +1048,7 @@ class MainWindow(FileDrops, QMainWindow):
         box.open()
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        if self.current is not None and not getattr(self, "_close_confirmed", False):
+        if self.current is not None and not self.close_confirmed:
             from PySide6.QtWidgets import QMessageBox
 
             event.ignore()  # ask first; the answer closes (or not) later
@@ -914,7 +1068,7 @@ class MainWindow(FileDrops, QMainWindow):
 
             def answered(button) -> None:
                 if box.standardButton(button) == QMessageBox.StandardButton.Close:
-                    self._close_confirmed = True
+                    self.close_confirmed = True
                     QTimer.singleShot(0, self.close)
                 elif was_running:
                     self.queue.start()
@@ -925,6 +1079,9 @@ class MainWindow(FileDrops, QMainWindow):
             return
         self.transport.stop()
         self.save_state()
+        from studio.ui.library import empty_trash
+
+        empty_trash()  # removals can be undone until now
         if self.player is not None:
             self.player.player.stop()
         self.queue.close()  # a running job stops now (nothing written) and comes back interrupted
@@ -933,6 +1090,21 @@ class MainWindow(FileDrops, QMainWindow):
 
 
 NO_AVATAR = "No avatar yet: import or drop a photo or a video (and a voice-over)"
+
+
+def _markers_step(before, after) -> str:
+    """An undo step's words for a change of the markers: "Add marker “Intro”", "Rename marker ..."."""
+    b, a = dict(before), dict(after)
+    added = [a[f] for f in a if f not in b]
+    gone = [b[f] for f in b if f not in a]
+    renamed = [(b[f], a[f]) for f in a if f in b and a[f] != b[f]]
+    if len(added) == 1 and not gone and not renamed:
+        return f"Add marker “{added[0]}”"
+    if len(gone) == 1 and not added and not renamed:
+        return f"Delete marker “{gone[0]}”"
+    if len(renamed) == 1 and not added and not gone:
+        return f"Rename marker “{renamed[0][0]}” to “{renamed[0][1]}”"
+    return "Change markers"
 
 
 def _short(text: str, limit: int = 90) -> str:

@@ -44,16 +44,30 @@ STATE_COLOURS = {
     "interrupted": "#ff9e6b",
     "damaged": "#ff6b6b",
 }
-THUMB = 28  # small enough that a row shows whole in the Queue's height at 1366x768
+THUMB = 22  # small enough that three rows show whole in the Queue at 1280x720
 MIN_ROWS = 3  # the Queue always shows at least this many rows
 
 
 class _Elide(QStyledItemDelegate):
-    """Cells of one column elided in the middle (a path keeps its folder start and its file name)."""
+    """A path column elided in its middle: the folder gives way first, the file name stays whole
+    while it fits ("/home/…/renders/anna_intro_auto_crf20.mp4"); the full path is the tooltip."""
 
     def initStyleOption(self, option, index) -> None:  # noqa: N802 (Qt's name)
         super().initStyleOption(option, index)
+        option.text = elide_path(option.text, option.fontMetrics, option.rect.width() - 12)
         option.textElideMode = Qt.TextElideMode.ElideMiddle
+
+
+def elide_path(text: str, fm, width: int) -> str:
+    """``text`` (a path) shortened to ``width`` pixels of font ``fm``, keeping the file name."""
+    if width <= 0 or fm.horizontalAdvance(text) <= width:
+        return text
+    folder, sep, name = text.rpartition("/")
+    tail = sep + name
+    room = width - fm.horizontalAdvance(tail)
+    if folder and room > fm.horizontalAdvance("…/"):
+        return fm.elidedText(folder, Qt.TextElideMode.ElideMiddle, room) + tail
+    return fm.elidedText(name or text, Qt.TextElideMode.ElideMiddle, width)
 
 
 class QueuePanel(QWidget):
@@ -394,7 +408,7 @@ def settings_text(job) -> str:
     parts = [s.get("engine", "auto")]
     if s.get("engine") == "musetalk" or (job.result or {}).get("engine") == "musetalk":
         parts.append(s.get("decoder", "taesd") + (" compiled" if s.get("compile") else ""))
-    parts.append(f"{s.get('encoder', 'auto')} crf{s.get('crf', 20)} {s.get('preset', 'veryfast')}")
+    parts.append(f"{s.get('encoder', 'auto')} crf{s.get('crf', 20)} {s.get('preset', 'superfast')}")
     return " · ".join(str(p) for p in parts)
 
 

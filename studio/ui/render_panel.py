@@ -279,6 +279,59 @@ class RenderPanel(QWidget):
             threshold=float(self.threshold), min_silence=int(self.min_silence), **self.fields.values()
         )
 
+    def tracked_settings(self):
+        """(name, widget, label, get, set, changed signal) of every setting an undo puts back."""
+        from PySide6.QtWidgets import QAbstractSpinBox
+
+        out = []
+        for name, w in self.fields.items():
+            spec = self.fields.specs[name]
+            label = spec.label or name
+            if isinstance(w, QCheckBox):
+                out.append((name, None, label, w.isChecked, w.setChecked, w.toggled))
+            elif isinstance(w, QComboBox):
+                out.append((name, None, label, w.currentText, w.setCurrentText, w.currentTextChanged))
+            elif isinstance(w, QAbstractSpinBox):
+                out.append((name, w, label, w.value, w.setValue, w.valueChanged))  # type: ignore[attr-defined]
+        for name, edit, label in (
+            ("folder", self.folder, "Output folder"),
+            ("pattern", self.pattern, "Output name"),
+            ("farm", self.farm_edit, "Farm address"),
+            ("server", self.server_edit, "Server"),
+        ):
+            out.append((name, None, label, edit.text, edit.setText, edit.editingFinished))
+        out.append(
+            (
+                "target",
+                None,
+                "Render on",
+                self.target.currentText,
+                self.target.setCurrentText,
+                self.target.currentTextChanged,
+            )
+        )
+        out.append(
+            (
+                "overwrite",
+                None,
+                "Overwrite",
+                self.overwrite_box.isChecked,
+                self.overwrite_box.setChecked,
+                self.overwrite_box.toggled,
+            )
+        )
+        out.append(
+            (
+                "range_only",
+                None,
+                "Range only",
+                self.range_check.isChecked,
+                self.range_check.setChecked,
+                self.range_check.toggled,
+            )
+        )
+        return out
+
     def set_gpus(self, devices) -> None:
         """Offer "All GPUs here" when this machine has two GPUs or more (``devices``: their names,
         e.g. ``multigpu.cuda_devices()``); the clip is then split over them, one writer, one mux."""

@@ -87,8 +87,9 @@ class RenderQueue(QObject):
 
     # ---- public API ---------------------------------------------------------------------
 
-    def request(self, avatar: str, script: str):
-        """The Render panel's choices for avatar x script as a ``RenderRequest``."""
+    def request(self, avatar: str, script: str, frames: tuple[int, int] | None = None):
+        """The Render panel's choices for avatar x script as a ``RenderRequest`` (``frames``: this
+        range instead of the panel's)."""
         from studio.service import Placement, RenderRequest
 
         farm, devices = self.panel.farm_address(), self.panel.render_devices()
@@ -108,17 +109,17 @@ class RenderQueue(QObject):
             self.panel.output_path(),
             self.panel.render_settings(),
             placement,
-            self.panel.render_range(),
+            frames if frames is not None else self.panel.render_range(),
             overwrite=self.panel.overwrite_outputs(),
         )
 
-    def add(self, avatar: str, script: str, start: bool = True) -> int | None:
+    def add(self, avatar: str, script: str, start: bool = True, frames: tuple[int, int] | None = None) -> int | None:
         """Queue avatar x script with the Render panel's settings; None when refused (one sentence)."""
         if not avatar or not script:
             self.error.emit("choose an avatar and a script in the Library first")
             return None
         try:
-            req = self.request(avatar, script)
+            req = self.request(avatar, script, frames)
             Path(req.output).parent.mkdir(parents=True, exist_ok=True)
             job = self.service.add(req)
         except Exception as exc:  # noqa: BLE001

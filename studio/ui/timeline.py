@@ -18,6 +18,7 @@ The in/out range is frames ``[in, out)``: ``set_in()`` marks the playhead's fram
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
@@ -49,6 +50,85 @@ RANGE_PEN = "#7cc0ff"
 FACELESS_BRUSH = (255, 90, 90, 170)
 ACCENT = "#ffb347"
 PLAYHEAD = "#ff5c7a"
+MARKER = "#c792ea"
+MARKER_HIT_PX = 7  # a click this close to a marker's line is on the marker
+
+
+@dataclass(frozen=True, order=True)
+class Marker:
+    """A named point on the timeline (a frame of the voice-over)."""
+
+    frame: int
+    name: str = ""
+
+
+THRESHOLD_DECIMALS = 5  # the number field's; the threshold is always a value it shows exactly
+DECADES_PER_PX = 0.01  # the line's drag: at most 1/100 of a decade (x1.023) per pixel ...
+FINE_DECADES_PER_PX = 0.001  # ... and with Shift held 1/1000 (x1.0023)
+
+
+def exact_threshold(value: float, significant: int | None = None) -> float:
+    """``value`` as the number field shows it (``THRESHOLD_DECIMALS``), first rounded to
+    ``significant`` digits (a dragged value: 0.0123, not 0.012347); within [RMS_FLOOR, 1]."""
+    v = min(max(float(value), RMS_FLOOR), 1.0)
+    if significant:
+        v = float(f"{v:.{significant}g}")
+    return round(v, THRESHOLD_DECIMALS)
+
+
+class ThresholdLine(pg.InfiniteLine):
+    """The horizontal threshold line on the log RMS axis. A drag moves it by a fixed ratio per pixel
+    (``DECADES_PER_PX``; Shift: ``FINE_DECADES_PER_PX``) rather than following the pointer, so a short
+    RMS plot (four decades in 60 pixels on a laptop) cannot jump from 0.008 to 0.15 in a flick; on a
+    tall plot, where a pixel is finer than that, it follows the pointer."""
+
+    sigDragStarted = Signal(object)
+
+    def mouseDragEvent(self, ev) -> None:  # noqa: N802 (pyqtgraph's name)
+        if not self.movable or ev.button() != Qt.MouseButton.LeftButton:
+            return
+        ev.accept()
+        if ev.isStart():
+            self.moving = True
+            self._anchor(ev)
+            self._y0 = ev.buttonDownScenePos().y()  # the whole movement counts, from the press
+            self.sigDragStarted.emit(self)
+        if not self.moving:
+            return
+        fine = bool(ev.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+        if fine != self._fine:  # Shift pressed or let go mid-drag: carry on from here
+            self._anchor(ev)
+        vb = self.getViewBox()
+        per_px = abs(vb.viewPixelSize()[1]) if vb is not None else DECADES_PER_PX
+        gain = min(per_px, FINE_DECADES_PER_PX if fine else DECADES_PER_PX)
+        dy = ev.scenePos().y() - self._y0  # scene y grows downwards
+        self.setValue(self._v0 - dy * gain)
+        self.sigDragged.emit(self)
+        if ev.isFinish():
+            self.moving = False
+            self.sigPositionChangeFinished.emit(self)
+
+    def _anchor(self, ev) -> None:
+        self._v0 = float(self.value())
+        self._y0 = ev.scenePos().y()
+        self._fine = bool(ev.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+
+
+class LogSpinBox(QDoubleSpinBox):
+    """The threshold's number field: arrows step by a ratio (about 5 %, Page Up/Down 25 %), so the
+    same key press means as much at 0.0005 as at 0.05; typed values are kept exactly."""
+
+    RATIO = 1.05
+    PAGE = 1.25
+
+    def stepBy(self, steps: int) -> None:  # noqa: N802 (Qt's name)
+        v = self.value()
+        ratio = self.PAGE if abs(steps) >= 10 else self.RATIO
+        n = steps // 10 if abs(steps) >= 10 else steps
+        target = exact_threshold(v * ratio**n, significant=3)
+        if target == v:  # at the field's resolution: one last digit
+            target = exact_threshold(v + (10**-THRESHOLD_DECIMALS) * (1 if steps > 0 else -1))
+        self.setValue(target)
 
 
 def time_text(seconds: float) -> str:
@@ -64,6 +144,9 @@ class TimelineView(QWidget):
     playClicked = Signal()
     loopToggled = Signal(bool)
     error = Signal(str)
+    markersChanged = Signal()  # added, renamed, removed (by the editor, an undo, or a restore)
+    renderMarker = Signal(int, int)  # frames [start, end): "Render from this marker to the next"
+    editSession = Signal(str, bool)  # "threshold" / "min_silence": an edit (a drag, a focused field) began / ended
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -77,6 +160,8 @@ class TimelineView(QWidget):
         self.in_frame: int | None = None
         self.out_frame: int | None = None  # the last frame of the range (included)
         self.faceless_spans: list[tuple[int, int]] = []
+        self.markers: list[Marker] = []
+        self._marker_items: list[tuple] = []  # (line on the waveform, line on the RMS plot) per marker
         self._regions: list[pg.LinearRegionItem] = []
         self._silence_curve = None
 
@@ -126,7 +211,7 @@ class TimelineView(QWidget):
         self.faceless_curve = self.wave_plot.plot(pen=None, fillLevel=0.86, brush=pg.mkBrush(*FACELESS_BRUSH))
         self.faceless_curve.setZValue(5)
 
-        self.threshold_line = pg.InfiniteLine(
+        self.threshold_line = ThresholdLine(
             angle=0,
             movable=True,
             pen=pg.mkPen(ACCENT, width=2),
@@ -135,7 +220,9 @@ class TimelineView(QWidget):
             labelOpts={"position": 0.88, "color": ACCENT, "movable": True},
         )
         self.threshold_line.setValue(math.log10(self.threshold))
-        self.threshold_line.sigPositionChanged.connect(self._threshold_dragged)
+        self.threshold_line.sigDragged.connect(self._threshold_dragged)
+        self.threshold_line.sigDragStarted.connect(lambda _l: self.editSession.emit("threshold", True))
+        self.threshold_line.sigPositionChangeFinished.connect(lambda _l: self.editSession.emit("threshold", False))
         self.rms_plot.addItem(self.threshold_line)
         self.threshold_line.label.setFormat("")  # the label shows the RMS value, not its log
         self.playheads = []
@@ -148,6 +235,18 @@ class TimelineView(QWidget):
             p.addItem(line)
             self.playheads.append(line)
         self.wave_plot.scene().sigMouseClicked.connect(self._clicked)
+        # markers on the ruler: a triangle under each one, on the time axis
+        self.marker_ticks = pg.ScatterPlotItem(size=11, symbol="t1", pen=pg.mkPen(None), brush=pg.mkBrush(MARKER))
+        self.marker_ticks.setZValue(25)
+        self.rms_plot.addItem(self.marker_ticks)
+        # naming a marker in place: a small field over the waveform at the marker
+        self.marker_edit = QLineEdit(self.plots)
+        self.marker_edit.setObjectName("markerName")
+        self.marker_edit.setPlaceholderText("marker name")
+        self.marker_edit.hide()
+        self.marker_edit.installEventFilter(self)
+        self.marker_edit.returnPressed.connect(self._name_done)
+        self._naming: int | None = None  # the frame of the marker being named
 
         # ---- transport row: play, loop, timecode field, frame / duration, in/out, audio note
         self.play_btn = QToolButton()
@@ -180,21 +279,23 @@ class TimelineView(QWidget):
         self.range_label.setToolTip("In/out range: I sets in, O sets out, Alt+I / Alt+O clear them")
         self.audio_note = ElidedLabel("", max_hint=400)
         self.audio_note.setObjectName("warnLabel")
-        self.audio_note.setSizePolicy(
-            QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred
-        )  # its width, if there is room
+        self.audio_note.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 
         # ---- silence row: summary, threshold number, min silence
         self.info = ElidedLabel("Import a voice-over to see its waveform and silences")
         self.info.setObjectName("timelineInfo")
-        self.threshold_box = QDoubleSpinBox()
-        self.threshold_box.setDecimals(4)
+        self.threshold_box = LogSpinBox()
+        self.threshold_box.setObjectName("thresholdBox")
+        self.threshold_box.setDecimals(THRESHOLD_DECIMALS)
         from studio.core.settings import SCHEMA  # the silence settings' ranges are the schema's
 
         self.threshold_box.setRange(RMS_FLOOR, SCHEMA["threshold"].maximum)  # the log plot starts above 0
-        self.threshold_box.setSingleStep(0.001)
         self.threshold_box.setValue(self.threshold)
-        self.threshold_box.setToolTip("Silence threshold (RMS); the same as dragging the orange line")
+        self.threshold_box.setKeyboardTracking(False)  # a typed value counts when it is complete (Enter, Tab)
+        self.threshold_box.setToolTip(
+            "Silence threshold (RMS); the same as dragging the orange line (Shift: fine). "
+            "Arrows step by 5 %, Page Up/Down by 25 %"
+        )
         self.threshold_box.valueChanged.connect(self._threshold_typed)
         self.min_run_box = QSpinBox()
         self.min_run_box.setRange(int(SCHEMA["min_silence"].minimum), int(SCHEMA["min_silence"].maximum))
@@ -209,11 +310,11 @@ class TimelineView(QWidget):
         transport.addWidget(self.loop_btn)
         transport.addWidget(self.timecode_edit)
         transport.addWidget(self.time_label)
-        transport.addWidget(self.range_label, 1)
+        transport.addWidget(self.range_label, 3)  # the in/out text first; the audio note gets a quarter
+        transport.addWidget(self.audio_note, 1)
         silence = QHBoxLayout()
         silence.setSpacing(6)
         silence.addWidget(self.info, 1)
-        silence.addWidget(self.audio_note)
         silence.addWidget(QLabel("threshold"))
         silence.addWidget(self.threshold_box)
         silence.addSpacing(6)
@@ -266,12 +367,186 @@ class TimelineView(QWidget):
         self.rms_plot.setYRange(lo, hi, padding=0)
         self.in_frame = self.out_frame = None
         self._show_range()
+        self._cancel_naming()
+        self.markers = []
+        self._draw_markers()
         self.set_faceless([])
         self.set_playhead(0.0, emit=False)
         self._recompute()
 
+    # ---- markers -----------------------------------------------------------------------
+
+    def add_marker(self, frame: int | None = None, name: str | None = None, edit: bool = True) -> Marker | None:
+        """A marker at ``frame`` (default: the playhead), named ``name`` (default "Marker N");
+        ``edit``: then named in place. A marker already there is renamed instead."""
+        if self.analysis is None:
+            return None
+        f = self.frame if frame is None else min(max(0, int(frame)), self.frames - 1)
+        old = self.marker_at(f)
+        if old is None:
+            taken = {m.name for m in self.markers}
+            n = len(self.markers) + 1
+            while f"Marker {n}" in taken:
+                n += 1
+            marker = Marker(f, name if name is not None else f"Marker {n}")
+            self.markers = sorted([*self.markers, marker])
+            self._markers_changed()
+        else:
+            marker = old
+        if edit:
+            self.rename_marker(f)
+        return marker
+
+    def marker_at(self, frame: int) -> Marker | None:
+        return next((m for m in self.markers if m.frame == int(frame)), None)
+
+    def set_markers(self, markers) -> None:
+        """All markers at once (an undo, a voice-over's remembered ones): ``Marker``s or (frame, name)."""
+        out = {}
+        for m in markers:
+            frame, name = (m.frame, m.name) if isinstance(m, Marker) else (int(m[0]), str(m[1]))
+            if 0 <= frame < max(1, self.frames):
+                out[frame] = Marker(frame, name)
+        new = sorted(out.values())
+        if new != self.markers:
+            self._cancel_naming()
+            self.markers = new
+            self._markers_changed()
+
+    def remove_marker(self, frame: int) -> None:
+        if self.marker_at(frame) is not None:
+            self._cancel_naming()
+            self.markers = [m for m in self.markers if m.frame != int(frame)]
+            self._markers_changed()
+
+    def rename_marker(self, frame: int, name: str | None = None) -> None:
+        """Rename the marker at ``frame`` to ``name``, or (None) open its name field in place."""
+        m = self.marker_at(frame)
+        if m is None:
+            return
+        if name is not None:
+            if name != m.name:
+                self.markers = sorted([x for x in self.markers if x.frame != m.frame] + [Marker(m.frame, name)])
+                self._markers_changed()
+            return
+        self._naming = m.frame
+        edit = self.marker_edit
+        edit.setText(m.name)
+        x = int(self.plots.mapFromScene(self.scene_pos_of(m.frame / self.fps)).x())
+        width = max(120, edit.fontMetrics().horizontalAdvance(m.name) + 24)
+        edit.setGeometry(max(0, min(x + 4, self.plots.width() - width)), 4, width, edit.sizeHint().height())
+        edit.show()
+        edit.raise_()
+        edit.setFocus(Qt.FocusReason.OtherFocusReason)
+        edit.selectAll()
+
+    def next_marker(self, direction: int) -> None:
+        """Move the playhead to the next (``direction`` > 0) or previous marker."""
+        f = self.frame
+        frames = [m.frame for m in self.markers]
+        target = (
+            next((x for x in frames if x > f), None)
+            if direction > 0
+            else next((x for x in reversed(frames) if x < f), None)
+        )
+        if target is None:
+            self.error.emit("no marker " + ("after" if direction > 0 else "before") + " the playhead (M adds one)")
+            return
+        self.set_frame(target)
+
+    def marker_span(self, frame: int) -> tuple[int, int]:
+        """Frames ``[marker, next marker)`` (or to the end) of the marker at ``frame``."""
+        later = [m.frame for m in self.markers if m.frame > frame]
+        return (int(frame), later[0] if later else self.frames)
+
+    def marker_near(self, scene_x: float) -> Marker | None:
+        """The marker whose line is within a few pixels of scene x ``scene_x``."""
+        best, gap = None, MARKER_HIT_PX + 1.0
+        for m in self.markers:
+            x = self.scene_pos_of(m.frame / self.fps).x()
+            if abs(x - scene_x) < gap:
+                best, gap = m, abs(x - scene_x)
+        return best
+
+    def _markers_changed(self) -> None:
+        self._draw_markers()
+        self.markersChanged.emit()
+
+    def _draw_markers(self) -> None:
+        while len(self._marker_items) < len(self.markers):
+            pair = []
+            for p, label in ((self.wave_plot, True), (self.rms_plot, False)):
+                line = pg.InfiniteLine(
+                    angle=90,
+                    movable=False,
+                    pen=pg.mkPen(MARKER, width=1, style=Qt.PenStyle.DashLine),
+                    label="" if label else None,
+                    labelOpts={"position": 0.93, "color": MARKER, "anchors": [(0, 0.5), (0, 0.5)]} if label else None,
+                )
+                line.setZValue(15)
+                p.addItem(line)
+                pair.append(line)
+            self._marker_items.append(tuple(pair))
+        for i, (wave, rms) in enumerate(self._marker_items):
+            if i < len(self.markers):
+                m = self.markers[i]
+                for line in (wave, rms):
+                    line.setValue(m.frame / self.fps)
+                    line.show()
+                wave.label.setFormat(f" {m.name}")
+                wave.label.show()
+            else:
+                wave.hide()
+                rms.hide()
+        xs = [m.frame / self.fps for m in self.markers]
+        lo = self.rms_plot.vb.viewRange()[1][0]
+        self.marker_ticks.setData(xs, [lo] * len(xs))
+
+    def _name_done(self) -> None:
+        frame, self._naming = self._naming, None
+        self.marker_edit.hide()
+        if frame is not None:
+            name = self.marker_edit.text().strip()
+            if name:
+                self.rename_marker(frame, name)
+        self.plots.setFocus(Qt.FocusReason.OtherFocusReason)
+
+    def _cancel_naming(self) -> None:
+        if self._naming is not None:
+            self._naming = None
+            self.marker_edit.hide()
+
+    def _marker_menu(self, marker: Marker, screen_pos) -> None:
+        from PySide6.QtWidgets import QMenu
+
+        menu = QMenu(self)
+        menu.setObjectName("markerMenu")
+        start, end = self.marker_span(marker.frame)
+        until = "the next marker" if end < self.frames else "the end"
+        render = menu.addAction(f"Render from “{marker.name}” to {until}")
+        use = menu.addAction(f"Set in/out from “{marker.name}” to {until}")
+        menu.addSeparator()
+        go = menu.addAction("Go to marker")
+        rename = menu.addAction("Rename…")
+        delete = menu.addAction("Delete marker")
+        render.triggered.connect(lambda: self.renderMarker.emit(start, end))
+        use.triggered.connect(lambda: self.set_range(start, end - 1))
+        go.triggered.connect(lambda: self.set_frame(marker.frame))
+        rename.triggered.connect(lambda: self.rename_marker(marker.frame))
+        delete.triggered.connect(lambda: self.remove_marker(marker.frame))
+        self.marker_menu = menu
+        menu.popup(screen_pos)
+
     def set_threshold(self, value: float) -> None:
-        self.threshold_line.setValue(math.log10(max(value, RMS_FLOOR)))
+        """Set the threshold to ``value`` as the number field shows it (5 decimals): line, field,
+        label and mask follow; ``thresholdChanged`` when it changed."""
+        v = exact_threshold(value)
+        line = self.threshold_line
+        line.blockSignals(True)
+        line.setValue(math.log10(v))
+        line.blockSignals(False)
+        line.update()
+        self._threshold_to(v)
 
     def set_min_run(self, frames: int) -> None:
         self.min_run = int(frames)
@@ -437,6 +712,13 @@ class TimelineView(QWidget):
         self.timecode_edit.setText(timecode(self.frame, self.rate))
 
     def eventFilter(self, obj, event):  # noqa: N802 (Qt's name)
+        if obj is self.marker_edit:
+            if event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Escape:
+                self._cancel_naming()  # the marker keeps the name it had
+                self.plots.setFocus(Qt.FocusReason.OtherFocusReason)
+                return True
+            if event.type() == QEvent.Type.FocusOut and self._naming is not None:
+                self._name_done()  # clicking elsewhere keeps what was typed
         if obj is self.timecode_edit:
             if event.type() == QEvent.Type.FocusIn:
                 from PySide6.QtCore import QTimer
@@ -464,28 +746,44 @@ class TimelineView(QWidget):
         w.style().unpolish(w)
         w.style().polish(w)
 
-    def _threshold_dragged(self) -> None:
-        self.threshold = float(10 ** self.threshold_line.value())
+    def _threshold_dragged(self, *_) -> None:
+        self._threshold_to(exact_threshold(10 ** self.threshold_line.value(), significant=3))
+
+    def _threshold_to(self, v: float) -> None:
+        changed = v != self.threshold
+        self.threshold = v
         self._update_threshold_label()
-        if abs(self.threshold_box.value() - self.threshold) > 0.5 * 10 ** -self.threshold_box.decimals():
+        if self.threshold_box.value() != v:
             self.threshold_box.blockSignals(True)
-            self.threshold_box.setValue(self.threshold)
+            self.threshold_box.setValue(v)
             self.threshold_box.blockSignals(False)
-        self._recompute()
-        self.thresholdChanged.emit(self.threshold)
+        if changed:
+            self._recompute()
+            self.thresholdChanged.emit(v)
 
     def _threshold_typed(self, value: float) -> None:
-        if abs(value - self.threshold) > 1e-9:
+        if value != self.threshold:
             self.set_threshold(value)
 
     def _update_threshold_label(self) -> None:
-        self.threshold_line.label.setFormat(f"threshold {self.threshold:.4f}")
+        self.threshold_line.label.setFormat(f"threshold {self.threshold:.{THRESHOLD_DECIMALS}g}")
 
     def _playhead_dragged(self, line) -> None:
         self.set_playhead(float(line.value()))
 
     def _clicked(self, event) -> None:
-        if event.button() != Qt.MouseButton.LeftButton or self.analysis is None or event.double():
+        if self.analysis is None:
+            return
+        near = self.marker_near(event.scenePos().x())
+        if event.button() == Qt.MouseButton.RightButton and near is not None:
+            event.accept()
+            self._marker_menu(near, event.screenPos().toPoint())
+            return
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        if event.double():
+            if near is not None:
+                self.rename_marker(near.frame)
             return
         pos = self.wave_plot.vb.mapSceneToView(event.scenePos())  # the plots share the x axis
         self.set_playhead(float(pos.x()))

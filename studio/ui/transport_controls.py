@@ -90,7 +90,9 @@ class TransportControls(QObject):
         from studio.core.media.timecode import timecode
 
         name = Path(self.player.path).name if self.player is not None and self.player.path else "the render"
-        self.preview.caption.setText(f"{name} · {timecode(frame)} · frame {frame} · the rendered file")
+        self.preview.caption.setText(
+            f"{name} · {timecode(frame, self.timeline.rate)} · frame {frame} · the rendered file"
+        )
 
     def _player_playing(self, playing: bool) -> None:
         # the player's own button: the transport and the timeline's button follow it
@@ -130,6 +132,20 @@ class TransportControls(QObject):
         add("clear_in", "Playback", "Clear in", tl.clear_in, ["Alt+I", "Ctrl+Shift+I"])
         add("clear_out", "Playback", "Clear out", tl.clear_out, ["Alt+O", "Ctrl+Shift+O"])
         add("clear_in_out", "Playback", "Clear in and out", tl.clear_range, ["Alt+X", "Ctrl+Shift+X"])
+        self.actions.separator("Playback")
+        marker = self.window._marker_action
+        add("add_marker", "Playback", "Add marker (then type its name)", lambda: marker("add"), "M")
+        add("next_marker", "Playback", "Next marker", lambda: marker("next"), "Shift+M")
+        add("prev_marker", "Playback", "Previous marker", lambda: marker("prev"), "Ctrl+Shift+M")
+        add("rename_marker", "Playback", "Rename marker…", lambda: marker("rename"), "Ctrl+Alt+R")
+        add("delete_marker", "Playback", "Delete marker", lambda: marker("delete"), "Ctrl+Alt+M")
+        add(
+            "render_marker",
+            "Render",
+            "Render from the marker to the next",
+            lambda: marker("render"),
+            tip="Render from the marker at or before the playhead to the next one",
+        )
         self.shortcuts = {k.toString(): a for a in self.actions.actions.values() for k in a.shortcuts()}
 
     def key_released(self, event) -> None:

@@ -7,11 +7,14 @@
     * a wheel over a spin box or combo box that does not have the keyboard focus scrolls the panel
       instead of changing the value (the event is passed on to the parent);
     * text fields and spin boxes keep their own keys: the window's transport shortcuts (Space, J K L,
-      arrows, Home/End, I/O) do not fire while one of them has the focus.
+      arrows, Home/End, I/O) do not fire while one of them has the focus; a focused list box
+      (combo box) keeps Up/Down/Home/End/Page Up/Page Down to step through its choices.
   Installed per widget, not on the QApplication, so the other events never pass through Python.
 """
 
 from __future__ import annotations
+
+import weakref
 
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import (
@@ -78,6 +81,7 @@ class ElidedLabel(QLabel):
 
 
 WHEEL_GUARDED = (QAbstractSpinBox, QComboBox)
+COMBO_KEYS = (Qt.Key.Key_Up, Qt.Key.Key_Down, Qt.Key.Key_Home, Qt.Key.Key_End, Qt.Key.Key_PageUp, Qt.Key.Key_PageDown)
 TEXT_INPUTS = (QLineEdit, QAbstractSpinBox, QPlainTextEdit, QTextEdit)
 
 
@@ -99,6 +103,10 @@ class InputGuard(QObject):
                     break
                 parent = parent.parentWidget()
             return True
+        if kind == QEvent.Type.ShortcutOverride and isinstance(obj, QComboBox) and not obj.isEditable():
+            if event.key() in COMBO_KEYS and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+                event.accept()  # a focused list box steps through its choices
+                return True
         if kind == QEvent.Type.ShortcutOverride and _is_text_input(obj):
             mods = event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier
             if not mods & (
@@ -117,10 +125,13 @@ def _is_text_input(obj) -> bool:
     return False
 
 
+_GUARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # root widget -> its guard
+
+
 def guard_inputs(root: QWidget, guard: InputGuard | None = None) -> InputGuard:
     """Install ``guard`` (or a new ``InputGuard`` owned by ``root``) on every input under ``root``."""
-    guard = guard or getattr(root, "_input_guard", None) or InputGuard(root)
-    root._input_guard = guard
+    guard = guard or _GUARDS.get(root) or InputGuard(root)
+    _GUARDS[root] = guard
     for w in root.findChildren(QWidget):
         if isinstance(w, (*WHEEL_GUARDED, *TEXT_INPUTS)) and not w.property("_guarded"):
             w.installEventFilter(guard)

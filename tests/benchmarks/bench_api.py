@@ -1,7 +1,9 @@
-"""``studio serve`` figures: round-trip overhead of POST /generate, a load of concurrent clients, a kill.
+"""``studio serve`` figures: round-trip overhead of POST /generate, a load of concurrent clients, a kill,
+and what a submit and a listing cost.
 
     .venv/bin/python tests/benchmarks/bench_api.py [--engine classic] [--runs 3] [--clients 20]
                                                   [--cancelling 5] [--skip-load] [--skip-kill]
+    .venv/bin/python tests/benchmarks/bench_api.py --only-submit      # part 4 alone (no renders)
 
 1. Overhead: the demo clip (the 28 s voice-over, 706 frames) through ``POST /generate`` (audio
    uploaded in the request, the MP4 downloaded in the answer), warm (one render first), against the
@@ -15,6 +17,11 @@
 3. Kill: six renders queued, the server SIGKILLed while the first renders, restarted on the same
    data folder: the running job comes back ``interrupted``, the queued ones are still queued and
    then render.
+
+4. Submit and list: the time to the 202 of ``POST /v1/renders`` (every check done before it: the
+   settings, the engine/encoder/device, the voice-over, the output; then the queue's transaction),
+   with and without an ``Idempotency-Key``, and ``GET /v1/renders`` at 150 jobs: the default page
+   (50) against all of them, in milliseconds and bytes.
 
 Each part starts its own server process (``sys.executable -m studio serve``) on 127.0.0.1 on a
 free port, with its own data folder.
@@ -54,11 +61,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="load rounds (memory after each)")
     ap.add_argument("--skip-load", action="store_true")
     ap.add_argument("--skip-kill", action="store_true")
+    ap.add_argument("--only-submit", action="store_true", help="only part 4 (submit and list)")
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores; engine {args.engine}; python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        if args.only_submit:
+            submit_and_list(tmp / "d")
+            return
         overhead(tmp / "a", args)
+        submit_and_list(tmp / "d")
         if not args.skip_load:
             load(tmp / "b", args)
         if not args.skip_kill:
@@ -271,6 +283,51 @@ class RssSampler(threading.Thread):
         self._stop_event.set()
         self.join()
         self.last = tree_rss(self.pid)
+
+
+def submit_and_list(home: Path, jobs: int = 150, posts: int = 20) -> None:
+    from studio.core.settings import RenderSettings
+    from studio.core.store.jobs import JobStore
+    from studio.service import QueueService, RenderRequest
+
+    with Server(home, "--max-queued", "1000") as srv, httpx.Client(base_url=srv.url, timeout=600) as c:
+        add_avatar(c)
+        clip = short_clip(home / "v.wav", 1)
+        with open(clip, "rb") as fh:
+            audio_id = c.post("/v1/audio", files={"file": ("v.wav", fh)}).json()["id"]
+        busy = c.post("/v1/renders", data={"avatar": "astro", "audio_id": audio_id, "engine": "classic"}).json()
+        times = {"no key": [], "Idempotency-Key": []}
+        made = []
+        for i in range(posts):  # queued behind `busy`, cancelled after
+            for kind in times:
+                headers = {"Idempotency-Key": f"bench-{i}"} if kind != "no key" else {}
+                t0 = time.perf_counter()
+                r = c.post(
+                    "/v1/renders",
+                    headers=headers,
+                    data={"avatar": "astro", "audio_id": audio_id, "engine": "classic"},
+                )
+                times[kind].append((time.perf_counter() - t0) * 1e3)
+                r.raise_for_status()
+                made.append(r.json()["id"])
+        for kind, ms in times.items():
+            print(f"submit ({kind}): 202 in {statistics.median(ms):.1f} ms median, {min(ms):.1f} best of {posts}")
+        for job_id in [*made, busy["id"]]:
+            c.delete(f"/v1/renders/{job_id}")
+        qs = QueueService(store=JobStore(home / "jobs.sqlite"))  # fill the queue to `jobs` (drafts)
+        req = RenderRequest("astro", str(clip), str(home / "d.mp4"), RenderSettings(engine="classic"))
+        while len(qs.list()) < jobs:
+            qs.add(req, state="draft")
+        for label, params in (("default page (50)", {}), (f"all {jobs}", {"limit": 500})):
+            ms, size = [], 0
+            for _ in range(10):
+                t0 = time.perf_counter()
+                r = c.get("/v1/renders", params=params)
+                ms.append((time.perf_counter() - t0) * 1e3)
+                size = len(r.content)
+            print(
+                f"GET /v1/renders at {jobs} jobs, {label}: {statistics.median(ms):.1f} ms median, {size / 1024:.0f} KB"
+            )
 
 
 def tree_rss(pid: int, children: bool = True) -> int:

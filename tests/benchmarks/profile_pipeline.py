@@ -125,7 +125,7 @@ def main() -> None:
         Renderer(av_, audio, settings.with_(decoder=dec), engine=eng).render(work / "warm.mp4")
         r = Renderer(av_, audio, settings.with_(decoder=dec), engine=eng)
         t0 = time.perf_counter()
-        r._ready()
+        r.ready()
         say(f"{dec}_ready_ms", round((time.perf_counter() - t0) * 1e3, 1))
         chunks16 = [(round(T * k / ncores), round(T * (k + 1) / ncores)) for k in range(ncores)]
         for name, batches in (
@@ -149,7 +149,7 @@ def main() -> None:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for i in range(0, len(speech), b):
-                eng.generate(r._prepared, idx[i : i + b], speech[i : i + b])
+                eng.generate(r.prepared, idx[i : i + b], speech[i : i + b])
             torch.cuda.synchronize()
             say(f"{dec}_engine_only_b{b}_fps_over_speech", round(len(speech) / (time.perf_counter() - t0), 1))
         say("speech_frames", int(len(speech)))

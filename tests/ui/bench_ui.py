@@ -111,7 +111,7 @@ def bench_first_paint() -> None:
         "import time; t0 = time.perf_counter()\n"
         "from studio.ui.app import create_app\nfrom studio.ui.main_window import MainWindow\n"
         "app = create_app([]); w = MainWindow(); w.show(); app.processEvents()\n"
-        "print(f'{time.perf_counter() - t0:.3f}'); w._close_confirmed = True; w.close()\n"
+        "print(f'{time.perf_counter() - t0:.3f}'); w.close_confirmed = True; w.close()\n"
     )
     env = dict(os.environ, STUDIO_HOME=tempfile.mkdtemp(prefix="studio-bench-"))
     runs = [

@@ -1,5 +1,6 @@
 """Make ``resources/screenshot.png``: the window after loading the demo, rendering a 9 s clip, and
-marking an in/out range on the full voice-over (the timecode field shows the playhead).
+marking an in/out range and three markers on the full voice-over (the timecode field shows the
+playhead).
 
     xvfb-run -s "-screen 0 1920x1080x24" env STUDIO_HOME=$(mktemp -d) QT_QPA_PLATFORM=xcb \\
         .venv/bin/python tests/ui/screenshot.py [OUT.png] [--size 1920x1080] [--no-render] [--raw]
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     tl.set_frame(14 * 25 + 3)
     tl.set_out()
     w.render_panel.range_check.setChecked(True)
+    for seconds, name in ((2.0, "Welcome"), (8.4, "Weather"), (20.0, "Sign-off")):
+        tl.add_marker(int(seconds * 25), name, edit=False)
     w.scrub_to(8.4)
     until(lambda: w.last_scrub is not None and w.last_scrub[1] == 210)
     wait(1500)

@@ -129,7 +129,7 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     panel = window.render_panel
     assert panel.progress_bar.value() == 1000 and panel.fps_label.text() != "— fps"
     assert panel.stage_label.text().startswith("farm: cpu0 ") and "chunks 2/2 · 0 retries" in panel.stage_label.text()
-    assert "farm (2 workers)" in panel.result_label.text() and "2 segments" in panel.result_label.text()
+    assert "farm (2 workers)" in panel.result_detail.text() and "2 segments" in panel.result_detail.text()
     # the Queue panel says where it ran
     job = window.store.get(job_id)
     assert job.result["ran_on"] == "farm (2 workers)" and job.result["frames"] == 60 and job.progress == 1.0
@@ -169,7 +169,7 @@ def test_a_farm_that_goes_away_fails_the_job_not_the_app_and_the_next_job_reconn
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
         job_id = window.render()
         qtbot.waitUntil(lambda: any(p.done > 0 for p in progress), timeout=SLOW)
-        os.kill(window.worker.farm._proc.pid, signal.SIGKILL)  # as when its Ray node stops: the driver dies
+        os.kill(window.worker.farm.pid, signal.SIGKILL)  # as when its Ray node stops: the driver dies
     assert finished.args == [job_id, jobs.FAILED]
     reason = window.store.get(job_id).reason
     assert reason.startswith("The connection to the farm at 127.0.0.1:") and "studio farm status" in reason, reason

@@ -61,7 +61,7 @@ def test_after_a_restart_the_output_name_and_the_preview_say_the_saved_avatar(
     qtbot.waitUntil(lambda: w.analysis is not None, timeout=SLOW)
     job = w.store.get(w.add_to_queue()[0])
     assert Path(job.output).name == Path(w.render_panel.output_path()).name
-    w._close_confirmed = True
+    w.close_confirmed = True
 
 
 def _recording(setter, into: list):

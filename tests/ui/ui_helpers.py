@@ -41,7 +41,7 @@ def window(qtbot):
     w.show()
     qtbot.waitExposed(w)
     yield w
-    w._close_confirmed = True  # a render still running at teardown: close without asking
+    w.close_confirmed = True  # a render still running at teardown: close without asking
 
 
 def load_demo(window, qtbot, audio=DEMO_AUDIO, avatar=DEMO_AVATAR):
@@ -77,7 +77,7 @@ def library_window(qtbot, studio_home, prepared_avatars):
     w.show()
     qtbot.waitExposed(w)
     yield w
-    w._close_confirmed = True
+    w.close_confirmed = True
 
 
 def clip(tmp_path, seconds: float, name: str = "clip.wav"):

@@ -251,6 +251,11 @@ async def retry_render(st: State, request: Request, response: Response, job_id: 
         if once.replayed is not None:
             replayed_headers(response)
             return st.job_json(_made(st, once.replayed))
+        job = st.job(job_id)
+        if job.state in ("done", "failed", "cancelled", "interrupted", "expired"):  # what it reads is still here
+            from studio.service.preflight import preflight
+
+            await run_in_threadpool(preflight, st.queue.request(job_id).with_(overwrite=False))
         try:
             again = await run_in_threadpool(st.queue.retry, job_id)
         except JobActive as exc:

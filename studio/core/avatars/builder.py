@@ -501,10 +501,19 @@ def _check_budget(source: Path, folder: Path, w: int, h: int, frames: int | None
     free = shutil.disk_usage(folder).free
     if need + DISK_RESERVE > free:
         raise AvatarError(
-            f"{source}: the avatar cache needs {need / 2**30:.1f} GB ({frames} frames of {w}x{h}) but "
-            f"only {free / 2**30:.1f} GB is free; free some disk space or use a shorter clip with "
-            "--trim-start/--trim-end"
+            f"{source}: the avatar cache needs {size_text(need + DISK_RESERVE)} ({frames} frames of {w}x{h}, "
+            f"with {size_text(DISK_RESERVE)} to spare) but only {size_text(free)} is free in {folder.parent}; free some "
+            "disk space or use a shorter clip with --trim-start/--trim-end"
         )
+
+
+def size_text(n: float) -> str:
+    """Bytes for a person: 3.2 GB, 740 MB, 48 KB, 0 bytes (never "0.0 GB" for a small disk)."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.1f} {unit}" if v < 10 else f"{v:.0f} {unit}"
+    return f"{int(n)} bytes"
 
 
 def _too_big(source: Path, limit: float, need: float | None = None, frames=None, w=None, h=None) -> str:

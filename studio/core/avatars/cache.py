@@ -135,15 +135,19 @@ def open_array(folder: Path, name: str, spec: dict | None, verify: bool = True, 
         size = path.stat().st_size
         if size != spec["bytes"]:
             raise Damaged(f"{name}.npy is {size} bytes, {spec['bytes']} expected (truncated or overwritten)")
+        # the checksum first: it covers the header (all of a small file, the first 32 KiB of a big
+        # one), so a damaged header is caught here and never reaches numpy's header parser
+        if verify and _checksum(path, size) != spec["crc32"]:
+            raise Damaged(f"{name}.npy fails its checksum")
         arr = np.load(path, mmap_mode="r")
     except FileNotFoundError:
         raise Damaged(f"{name}.npy is missing") from None
-    except (ValueError, OSError) as exc:
-        raise Damaged(f"{name}.npy is unreadable ({exc})") from None
+    except Damaged:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any header numpy cannot read (TokenError, SyntaxError, ...)
+        raise Damaged(f"{name}.npy is unreadable ({type(exc).__name__}: {str(exc)[:80]})") from None
     if list(arr.shape) != spec["shape"] or arr.dtype.str != spec["dtype"]:
         raise Damaged(f"{name}.npy holds {arr.dtype.str}{list(arr.shape)}, {spec['dtype']}{spec['shape']} expected")
-    if verify and _checksum(path, size) != spec["crc32"]:
-        raise Damaged(f"{name}.npy fails its checksum")
     if side is not None and size <= FULL_CHECKSUM_BYTES and not _values_ok(arr, name, side):
         raise Damaged(f"{name}.npy holds values no face tracker produces (NaN, infinite or far outside the frame)")
     return arr

@@ -85,7 +85,7 @@ def decode_sums(spec: dict, n_rows: int) -> tuple[int, np.ndarray]:
 
 def _crc(arr, b: int, rows: int) -> int:
     block = arr[b * rows : (b + 1) * rows]
-    return zlib.crc32(memoryview(np.ascontiguousarray(block)).cast("B"))
+    return zlib.crc32(np.ascontiguousarray(block).data.cast("B"))
 
 
 def _pool():

@@ -198,7 +198,7 @@ class FaceTracker:
     def __init__(self, video: bool = False, min_confidence: float = 0.5, max_faces: int = 1):
         import warnings
 
-        with _quiet_stderr(), _swallow_excepthook(), warnings.catch_warnings():  # mediapipe's start-up noise
+        with quiet_stderr(), _swallow_excepthook(), warnings.catch_warnings():  # mediapipe's start-up noise
             warnings.simplefilter("ignore", DeprecationWarning)
             import mediapipe as mp
 
@@ -229,7 +229,7 @@ class FaceTracker:
             small = cv2.resize(rgb, (max(1, round(w * f)), max(1, round(h * f))), interpolation=cv2.INTER_AREA)
         small = np.ascontiguousarray(small)
         # The graph's threads log start-up warnings during the first inferences.
-        ctx = _quiet_stderr() if self._calls < QUIET_CALLS else contextlib.nullcontext()
+        ctx = quiet_stderr() if self._calls < QUIET_CALLS else contextlib.nullcontext()
         with ctx:
             result = self._mesh.process(small)
         self._calls += 1
@@ -529,7 +529,7 @@ def _swallow_excepthook() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
+def quiet_stderr() -> Iterator[None]:
     """Silence C-level writes to fd 2 (mediapipe's start-up warnings); Python logging is unaffected
     because it runs in this thread and does not log inside the block."""
     try:

@@ -211,13 +211,27 @@ def list_avatars() -> list[dict]:
     return out
 
 
-def remove(name: str) -> None:
+def remove(name: str) -> str:
+    """Remove library avatar ``name``; "" or a note on what was kept. An avatar folder that is a
+    symbolic link loses the link only: the folder it points to was not made by Studio, so it stays."""
     _check_name(name)
     folder = library_dir() / name
+    if folder.is_symlink():
+        target = os.readlink(folder)
+        folder.unlink()
+        log.info("removed avatar %s (a link to %s; that folder is kept)", name, target)
+        return f"a link to {target}; that folder is kept"
     if not folder.is_dir():
         raise AvatarError(f"no avatar named '{name}' in the library; see `studio avatar list`")
-    shutil.rmtree(folder)
+    try:
+        shutil.rmtree(folder)
+    except OSError as exc:
+        raise AvatarError(
+            f"avatar '{name}' could not be removed completely ({exc.strerror or exc}: {exc.filename or folder}); "
+            "check the folder's permissions and remove it again"
+        ) from None
     log.info("removed avatar %s", name)
+    return ""
 
 
 def overlay(assets: AvatarAssets, index: int = 0) -> np.ndarray:

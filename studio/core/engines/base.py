@@ -72,8 +72,8 @@ class LipSyncEngine(ABC):
     def describe(self) -> dict:
         return {"engine": self.name, "label": self.label, "device": str(self.device)}
 
-    def close(self) -> None:  # release GPU memory, sessions
-        pass
+    def close(self) -> None:  # noqa: B027 - optional: release GPU memory, sessions
+        """Release what the engine holds (GPU memory, sessions); nothing by default."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,19 @@ def auto_engine(status: dict[str, Availability] | None = None) -> str:
     return "musetalk" if status["musetalk"].ready else "classic"
 
 
+def select_for(settings) -> EngineChoice:
+    """A new engine for ``settings`` (a ``RenderSettings``): its engine, device and MuseTalk's options."""
+    return select_engine(
+        settings.engine,
+        device=settings.device,
+        precision=settings.precision,
+        decoder=settings.decoder,
+        batch=settings.batch,
+        runtime=settings.runtime,
+        **({"compile": True} if settings.compile else {}),
+    )
+
+
 def select_engine(name: str = "auto", device: str | None = None, **options) -> EngineChoice:
     """Pick an engine: MuseTalk (TensorRT, then PyTorch) when its weights are imported, else classic.
 
@@ -140,7 +153,7 @@ def select_engine(name: str = "auto", device: str | None = None, **options) -> E
     if name == "classic":
         from studio.core.engines.classic import ClassicEngine
 
-        engine = ClassicEngine(device=device, **options)
+        engine: LipSyncEngine = ClassicEngine(device=device, **options)
     elif name == "musetalk":
         if not status["musetalk"].ready:
             raise StudioError(f"the MuseTalk engine cannot run: {status['musetalk']}")

@@ -115,17 +115,9 @@ class EngineCache:
             warm = self._engines.get(key)
             if warm is not None and not fresh:
                 return warm.engine, warm.reason
-        from studio.core.engines.base import select_engine
+        from studio.core.engines.base import select_for
 
-        choice = select_engine(
-            settings.engine,
-            device=settings.device,
-            precision=settings.precision,
-            decoder=settings.decoder,
-            batch=settings.batch,
-            runtime=settings.runtime,
-            **({"compile": True} if key.compile else {}),
-        )
+        choice = select_for(settings)
         with self._lock:
             self.loaded += 1
             if fresh:
@@ -175,5 +167,5 @@ class EngineCache:
         for w in engines:
             try:
                 w.engine.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
+            except Exception:
                 log.debug("engine close failed", exc_info=True)

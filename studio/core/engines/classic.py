@@ -28,8 +28,15 @@ from studio.core.engines.classic_visemes import MouthControls, mouth_controls
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClassicEngine", "ClassicPrepared", "MouthControls", "RigGeometry", "mouth_controls", "rig_geometry",
-           "warp_mouth"]
+__all__ = [
+    "ClassicEngine",
+    "ClassicPrepared",
+    "MouthControls",
+    "RigGeometry",
+    "mouth_controls",
+    "rig_geometry",
+    "warp_mouth",
+]
 
 
 @dataclass(frozen=True, eq=False)

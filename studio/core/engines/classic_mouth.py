@@ -158,7 +158,7 @@ def warp_mouth(crops, scalars: np.ndarray, contours: np.ndarray, colours: np.nda
     import torch
     import torch.nn.functional as F
 
-    B, S = crops.shape[0], FACE_SIZE
+    S = FACE_SIZE
     dev = device
     t = lambda a: torch.as_tensor(np.ascontiguousarray(a, np.float32), device=dev)  # noqa: E731
     sc, ct, col, p = t(scalars), t(contours), t(colours), t(params)
@@ -185,8 +185,13 @@ def warp_mouth(crops, scalars: np.ndarray, contours: np.ndarray, colours: np.nda
     top, bot = v4(nose), v4(bottom)
     # vertical: piecewise linear target segment -> source segment, per column
     vs = vt.expand_as(t_uo).clone()
-    segs = ((top, t_uo, top, s_uo), (t_uo, t_ui, s_uo, s_ui), (t_li, t_lo, s_li, s_lo),
-            (t_lo, t_jaw, s_lo, s_jaw), (t_jaw, bot, s_jaw, bot))
+    segs = (
+        (top, t_uo, top, s_uo),
+        (t_uo, t_ui, s_uo, s_ui),
+        (t_li, t_lo, s_li, s_lo),
+        (t_lo, t_jaw, s_lo, s_jaw),
+        (t_jaw, bot, s_jaw, bot),
+    )
     for ta, tb, sa, sb in segs:
         inside = (vt >= ta) & (vt < tb)
         k = (sb - sa) / (tb - ta).clamp(min=1e-3)
@@ -210,10 +215,12 @@ def warp_mouth(crops, scalars: np.ndarray, contours: np.ndarray, colours: np.nda
     v_top = float(torch.where(live, tables[:, 1] + tables[:, 6], torch.inf).min()) - 2
     v_bot = float(torch.where(live, tables[:, 2] + tables[:, 7], -torch.inf).max()) + 2
     corners = [(sgn * 1.25, v) for sgn in (-1, 1) for v in (v_top, v_bot)]
-    xs_ = [float((cx + uu * ax * hw - v * ay).min()) for uu, v in corners] + \
-          [float((cx + uu * ax * hw - v * ay).max()) for uu, v in corners]
-    ys_ = [float((cy + uu * ay * hw + v * ax).min()) for uu, v in corners] + \
-          [float((cy + uu * ay * hw + v * ax).max()) for uu, v in corners]
+    xs_ = [float((cx + uu * ax * hw - v * ay).min()) for uu, v in corners] + [
+        float((cx + uu * ax * hw - v * ay).max()) for uu, v in corners
+    ]
+    ys_ = [float((cy + uu * ay * hw + v * ax).min()) for uu, v in corners] + [
+        float((cy + uu * ay * hw + v * ax).max()) for uu, v in corners
+    ]
     ix0, ix1 = max(x0, int(np.floor(min(xs_)))), min(x1, int(np.ceil(max(xs_))))
     iy0, iy1 = max(y0, int(np.floor(min(ys_)))), min(y1, int(np.ceil(max(ys_))))
     if ix1 - ix0 < 1 or iy1 - iy0 < 1:

@@ -183,8 +183,10 @@ def features(samples: np.ndarray, hops: int) -> Features:
     x[off : off + take] = np.asarray(samples[:take], np.float32)
     freqs = np.fft.rfftfreq(NFFT, 1 / SAMPLE_RATE)
     window = np.hanning(WIN).astype(np.float32)
-    bands = {k: (freqs >= a) & (freqs < b) for k, (a, b) in
-             {"low": (60, 400), "mid": (400, 3000), "high": (3000, 8000)}.items()}
+    bands = {
+        k: (freqs >= a) & (freqs < b)
+        for k, (a, b) in {"low": (60, 400), "mid": (400, 3000), "high": (3000, 8000)}.items()
+    }
     out = {k: np.zeros(hops, np.float32) for k in ("low", "mid", "high", "f1", "f2")}
     step = 2048  # blocks of hops bound the memory on long clips
     for a in range(0, hops, step):

@@ -35,11 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.core.store import models
 from studio.core.constants import FACE_SIZE
 from studio.core.devices import to_device
 from studio.core.engines.base import Availability, LipSyncEngine
 from studio.core.errors import ModelError, StudioError
+from studio.core.store import models
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,19 @@ class MuseTalkEngine(LipSyncEngine):
     name = "musetalk"
     label = "MuseTalk one-step latent inpainting (PyTorch)"
 
-    def __init__(self, device=None, precision="auto", decoder="taesd", batch=0, compile=None,
-                 cuda_graphs=True, models_dir=None, version="v15", runtime="auto", **_):
+    def __init__(
+        self,
+        device=None,
+        precision="auto",
+        decoder="taesd",
+        batch=0,
+        compile=None,
+        cuda_graphs=True,
+        models_dir=None,
+        version="v15",
+        runtime="auto",
+        **_,
+    ):
         from studio.core.engines import runtime_torch as rt
 
         dev = rt.resolve_device(device)
@@ -92,8 +103,11 @@ class MuseTalkEngine(LipSyncEngine):
         self.cuda_graphs = bool(cuda_graphs)
         self.version = version
         self.paths = models.resolve(models_dir, version)
-        missing = [n for n, p in (("UNet", self.paths.unet), ("sd-vae", self.paths.vae),
-                                  ("whisper", self.paths.whisper)) if p is None]
+        missing = [
+            n
+            for n, p in (("UNet", self.paths.unet), ("sd-vae", self.paths.vae), ("whisper", self.paths.whisper))
+            if p is None
+        ]
         if missing:
             raise ModelError(
                 f"MuseTalk needs {', '.join(missing)} in {self.paths.root}; run studio models import DIR "
@@ -114,7 +128,9 @@ class MuseTalkEngine(LipSyncEngine):
             raise StudioError(f"the TensorRT runtime needs a CUDA GPU (device is {self.device}); use --runtime torch")
         self.runtime = runtime
         self.runtime_used = "torch"
-        self.runtime_reason = "PyTorch runtime (chosen explicitly)" if runtime == "torch" else "decided when the networks load"
+        self.runtime_reason = (
+            "PyTorch runtime (chosen explicitly)" if runtime == "torch" else "decided when the networks load"
+        )
         self.features = None
         self._nets = None
         self._whisper = None
@@ -135,21 +151,18 @@ class MuseTalkEngine(LipSyncEngine):
         cache = Path(avatar.engine_dir(f"musetalk-{self._vae_key()[:16]}")) / LATENT_CACHE
         latents, from_cache = None, False
         if cache.is_file():
-            try:
-                arr = np.load(cache, mmap_mode="r")
-                if arr.shape == (n, 8, FACE_SIZE // 8, FACE_SIZE // 8) and arr.dtype == np.float32:
-                    latents, from_cache = np.array(arr), True
-                else:
-                    log.info("latent cache %s has shape %s, avatar has %d frames: re-encoding", cache, arr.shape, n)
-            except (OSError, ValueError) as exc:
-                log.warning("latent cache %s unreadable (%s): re-encoding", cache, exc)
+            from studio.core.store.fsutil import load_checked_npy
+
+            arr = load_checked_npy(cache)  # None: missing, damaged (header included) or unchecked
+            if arr is not None and arr.shape == (n, 8, FACE_SIZE // 8, FACE_SIZE // 8) and arr.dtype == np.float32:
+                latents, from_cache = arr, True
+            elif arr is not None:
+                log.info("latent cache %s has shape %s, avatar has %d frames: re-encoding", cache, arr.shape, n)
         if latents is None:  # all N crops, face-less ones too: index i is always frame i
             latents = self.encode_crops(crops)
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            from studio.core.store.fsutil import atomic_path
+            from studio.core.store.fsutil import save_checked_npy
 
-            with atomic_path(cache) as tmp, open(tmp, "wb") as fh:
-                np.save(fh, latents)
+            save_checked_npy(cache, latents)
             log.info("encoded %d avatar frames -> %s", n, cache)
         lat = torch.from_numpy(latents).to(self.device, self.dtype)
         return Prepared(self._channels_last(lat), cache, from_cache)
@@ -174,8 +187,12 @@ class MuseTalkEngine(LipSyncEngine):
         so that whisper, the audio features and the avatar's latents overlap them; the first
         call that needs the networks waits for it. CUDA only (a CPU has no cores to spare);
         ``STUDIO_BACKGROUND_LOAD=0`` turns it off."""
-        if (self._nets is not None or self._loader is not None or self.device.type != "cuda"
-                or os.environ.get("STUDIO_BACKGROUND_LOAD", "1") == "0"):
+        if (
+            self._nets is not None
+            or self._loader is not None
+            or self.device.type != "cuda"
+            or os.environ.get("STUDIO_BACKGROUND_LOAD", "1") == "0"
+        ):
             return
 
         def run() -> None:
@@ -199,8 +216,10 @@ class MuseTalkEngine(LipSyncEngine):
         if len(a) != len(f) or len(a) == 0:
             raise ValueError(f"avatar_idx ({len(a)}) and feat_idx ({len(f)}) must be the same non-zero length")
         if a.min() < 0 or a.max() >= len(prepared) or f.min() < 0 or f.max() >= len(self.features):
-            raise IndexError(f"index out of range: avatar {a.min()}..{a.max()} of {len(prepared)}, "
-                             f"features {f.min()}..{f.max()} of {len(self.features)}")
+            raise IndexError(
+                f"index out of range: avatar {a.min()}..{a.max()} of {len(prepared)}, "
+                f"features {f.min()}..{f.max()} of {len(self.features)}"
+            )
         nets = self._load()
         with torch.inference_mode(), rt.on_device(self.device):
             lat = self._channels_last(prepared.latents[to_device(a, self.device)])
@@ -216,14 +235,22 @@ class MuseTalkEngine(LipSyncEngine):
 
     def describe(self) -> dict:
         d = super().describe()
-        d.update(version=self.version, unet=models.COMPONENTS[self.paths.unet_name].label,
-                 decoder=self.decoder, precision=str(self.dtype).replace("torch.", ""),
-                 compile=self.compile, cuda_graphs=self.cuda_graphs and self.device.type == "cuda",
-                 runtime=self.runtime_used, runtime_reason=self.runtime_reason)
+        d.update(
+            version=self.version,
+            unet=models.COMPONENTS[self.paths.unet_name].label,
+            decoder=self.decoder,
+            precision=str(self.dtype).replace("torch.", ""),
+            compile=self.compile,
+            cuda_graphs=self.cuda_graphs and self.device.type == "cuda",
+            runtime=self.runtime_used,
+            runtime_reason=self.runtime_reason,
+        )
         if self._nets is not None and self.device.type == "cuda":  # which batch sizes replay a graph
             graphs = self._nets["run"]._graphs
-            d.update(graph_buckets=sorted(b for b, g in graphs.items() if g is not False),
-                     eager_buckets=sorted(b for b, g in graphs.items() if g is False))
+            d.update(
+                graph_buckets=sorted(b for b, g in graphs.items() if g is not False),
+                eager_buckets=sorted(b for b, g in graphs.items() if g is False),
+            )
         return d
 
     def close(self) -> None:
@@ -251,7 +278,9 @@ class MuseTalkEngine(LipSyncEngine):
         out = np.empty((len(crops), 2 * vae.config.latent_channels, FACE_SIZE // 8, FACE_SIZE // 8), np.float32)
         with torch.inference_mode():
             for i in range(0, len(crops), batch):
-                x = torch.from_numpy(np.array(crops[i : i + batch])).to(self.device)  # a copy: crops may be a read-only memmap
+                x = torch.from_numpy(np.array(crops[i : i + batch])).to(
+                    self.device
+                )  # a copy: crops may be a read-only memmap
                 x = x.permute(0, 3, 1, 2).to(self.dtype) / 255.0  # RGB in [0,1]
                 masked = x.clone()
                 masked[:, :, FACE_SIZE // 2 :, :] = 0  # lower half black in [0,1] -> -1 below
@@ -272,8 +301,9 @@ class MuseTalkEngine(LipSyncEngine):
             self._loader = None
             if self._load_error is not None:  # load again here: a real fault raises from this thread
                 exc, self._load_error = self._load_error, None
-                log.warning("loading MuseTalk in the background failed (%s: %s); loading it again",
-                            type(exc).__name__, exc)
+                log.warning(
+                    "loading MuseTalk in the background failed (%s: %s); loading it again", type(exc).__name__, exc
+                )
             if self._nets is not None:
                 return self._nets
         from studio.core.engines import runtime_torch as rt
@@ -318,8 +348,9 @@ class MuseTalkEngine(LipSyncEngine):
         if self.runtime != "torch":
             from studio.core.engines import runtime_tensorrt as rtt
 
-            fns, self.runtime_reason = rtt.engine_functions(p, self.decoder, self.dtype, self.device,
-                                                            (torch_unet, torch_decode), self.runtime == "tensorrt")
+            fns, self.runtime_reason = rtt.engine_functions(
+                p, self.decoder, self.dtype, self.device, (torch_unet, torch_decode), self.runtime == "tensorrt"
+            )
             if fns is not None:
                 (unet_fn, decode_fn), self.runtime_used = fns, "tensorrt"
                 self.label = self.label.replace("PyTorch", "TensorRT")

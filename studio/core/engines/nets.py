@@ -256,7 +256,8 @@ class Transformer2D(nn.Module):
         self.norm = nn.GroupNorm(groups, channels, eps=1e-6)
         self.proj_in = nn.Linear(channels, inner) if linear else nn.Conv2d(channels, inner, 1)
         self.transformer_blocks = nn.ModuleList(
-            [TransformerBlock(inner, heads, head_dim, context_dim) for _ in range(layers)])
+            [TransformerBlock(inner, heads, head_dim, context_dim) for _ in range(layers)]
+        )
         self.proj_out = nn.Linear(inner, channels) if linear else nn.Conv2d(inner, channels, 1)
 
     def forward(self, x, context):
@@ -299,23 +300,53 @@ class SpatialSelfAttention(nn.Module):
 # The UNet (UNet2DConditionModel)
 
 UNET_DEFAULTS = {
-    "sample_size": None, "in_channels": 4, "out_channels": 4, "center_input_sample": False,
-    "flip_sin_to_cos": True, "freq_shift": 0,
+    "sample_size": None,
+    "in_channels": 4,
+    "out_channels": 4,
+    "center_input_sample": False,
+    "flip_sin_to_cos": True,
+    "freq_shift": 0,
     "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
     "mid_block_type": "UNetMidBlock2DCrossAttn",
     "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
-    "only_cross_attention": False, "block_out_channels": [320, 640, 1280, 1280], "layers_per_block": 2,
-    "downsample_padding": 1, "mid_block_scale_factor": 1, "dropout": 0.0, "act_fn": "silu",
-    "norm_num_groups": 32, "norm_eps": 1e-5, "cross_attention_dim": 1280, "transformer_layers_per_block": 1,
-    "reverse_transformer_layers_per_block": None, "encoder_hid_dim": None, "encoder_hid_dim_type": None,
-    "attention_head_dim": 8, "num_attention_heads": None, "dual_cross_attention": False,
-    "use_linear_projection": False, "class_embed_type": None, "addition_embed_type": None,
-    "addition_time_embed_dim": None, "num_class_embeds": None, "upcast_attention": False,
-    "resnet_time_scale_shift": "default", "resnet_skip_time_act": False, "resnet_out_scale_factor": 1.0,
-    "time_embedding_type": "positional", "time_embedding_dim": None, "time_embedding_act_fn": None,
-    "timestep_post_act": None, "time_cond_proj_dim": None, "conv_in_kernel": 3, "conv_out_kernel": 3,
-    "projection_class_embeddings_input_dim": None, "attention_type": "default",
-    "class_embeddings_concat": False, "mid_block_only_cross_attention": None, "cross_attention_norm": None,
+    "only_cross_attention": False,
+    "block_out_channels": [320, 640, 1280, 1280],
+    "layers_per_block": 2,
+    "downsample_padding": 1,
+    "mid_block_scale_factor": 1,
+    "dropout": 0.0,
+    "act_fn": "silu",
+    "norm_num_groups": 32,
+    "norm_eps": 1e-5,
+    "cross_attention_dim": 1280,
+    "transformer_layers_per_block": 1,
+    "reverse_transformer_layers_per_block": None,
+    "encoder_hid_dim": None,
+    "encoder_hid_dim_type": None,
+    "attention_head_dim": 8,
+    "num_attention_heads": None,
+    "dual_cross_attention": False,
+    "use_linear_projection": False,
+    "class_embed_type": None,
+    "addition_embed_type": None,
+    "addition_time_embed_dim": None,
+    "num_class_embeds": None,
+    "upcast_attention": False,
+    "resnet_time_scale_shift": "default",
+    "resnet_skip_time_act": False,
+    "resnet_out_scale_factor": 1.0,
+    "time_embedding_type": "positional",
+    "time_embedding_dim": None,
+    "time_embedding_act_fn": None,
+    "timestep_post_act": None,
+    "time_cond_proj_dim": None,
+    "conv_in_kernel": 3,
+    "conv_out_kernel": 3,
+    "projection_class_embeddings_input_dim": None,
+    "attention_type": "default",
+    "class_embeddings_concat": False,
+    "mid_block_only_cross_attention": None,
+    "cross_attention_norm": None,
     "addition_embed_type_num_heads": 64,
 }
 _DOWN = ("CrossAttnDownBlock2D", "DownBlock2D")
@@ -356,14 +387,17 @@ class TimestepEmbedding(nn.Module):
 class DownBlock(nn.Module):
     """ResNets (each followed by a transformer when ``heads``), then an optional stride-2 conv."""
 
-    def __init__(self, cin, cout, temb, layers, groups, eps, act, heads, context_dim, tf_layers, linear,
-                 downsample, padding):
+    def __init__(
+        self, cin, cout, temb, layers, groups, eps, act, heads, context_dim, tf_layers, linear, downsample, padding
+    ):
         super().__init__()
         self.resnets = nn.ModuleList(
-            [ResnetBlock(cin if i == 0 else cout, cout, temb, groups, eps, act) for i in range(layers)])
+            [ResnetBlock(cin if i == 0 else cout, cout, temb, groups, eps, act) for i in range(layers)]
+        )
         if heads:
             self.attentions = nn.ModuleList(
-                [Transformer2D(cout, heads, context_dim, groups, tf_layers, linear) for _ in range(layers)])
+                [Transformer2D(cout, heads, context_dim, groups, tf_layers, linear) for _ in range(layers)]
+            )
         else:
             self.attentions = None
         self.downsamplers = nn.ModuleList([Downsample(cout, cout, padding)]) if downsample else None
@@ -385,15 +419,22 @@ class UpBlock(nn.Module):
     """ResNets over the input joined with the matching down-path outputs, transformers when
     ``heads``, then an optional nearest x2 upsample and conv."""
 
-    def __init__(self, cin, prev, cout, temb, layers, groups, eps, act, heads, context_dim, tf_layers, linear,
-                 upsample):
+    def __init__(
+        self, cin, prev, cout, temb, layers, groups, eps, act, heads, context_dim, tf_layers, linear, upsample
+    ):
         super().__init__()
-        self.resnets = nn.ModuleList([
-            ResnetBlock((prev if i == 0 else cout) + (cin if i == layers - 1 else cout), cout, temb, groups, eps, act)
-            for i in range(layers)])
+        self.resnets = nn.ModuleList(
+            [
+                ResnetBlock(
+                    (prev if i == 0 else cout) + (cin if i == layers - 1 else cout), cout, temb, groups, eps, act
+                )
+                for i in range(layers)
+            ]
+        )
         if heads:
             self.attentions = nn.ModuleList(
-                [Transformer2D(cout, heads, context_dim, groups, tf_layers, linear) for _ in range(layers)])
+                [Transformer2D(cout, heads, context_dim, groups, tf_layers, linear) for _ in range(layers)]
+            )
         else:
             self.attentions = None
         self.upsamplers = nn.ModuleList([Upsample(cout, cout)]) if upsample else None
@@ -431,15 +472,35 @@ class UNet(nn.Module):
         what = "UNet (studio/core/engines/nets.py)"
         n = len(cfg.down_block_types)
         _require(
-            cfg, what, mid_block_type="UNetMidBlock2DCrossAttn", num_attention_heads=None,
-            dual_cross_attention=False, class_embed_type=None, addition_embed_type=None, num_class_embeds=None,
-            addition_time_embed_dim=None, encoder_hid_dim=None, encoder_hid_dim_type=None,
-            resnet_time_scale_shift="default", resnet_skip_time_act=False, resnet_out_scale_factor=1.0,
-            mid_block_scale_factor=1, time_embedding_type="positional", time_embedding_act_fn=None,
-            timestep_post_act=None, time_cond_proj_dim=None, conv_in_kernel=3, conv_out_kernel=3,
-            projection_class_embeddings_input_dim=None, attention_type="default", class_embeddings_concat=False,
-            cross_attention_norm=None, reverse_transformer_layers_per_block=None, act_fn=lambda v: v in _ACTS,
-            norm_num_groups=_is_int, cross_attention_dim=_is_int,
+            cfg,
+            what,
+            mid_block_type="UNetMidBlock2DCrossAttn",
+            num_attention_heads=None,
+            dual_cross_attention=False,
+            class_embed_type=None,
+            addition_embed_type=None,
+            num_class_embeds=None,
+            addition_time_embed_dim=None,
+            encoder_hid_dim=None,
+            encoder_hid_dim_type=None,
+            resnet_time_scale_shift="default",
+            resnet_skip_time_act=False,
+            resnet_out_scale_factor=1.0,
+            mid_block_scale_factor=1,
+            time_embedding_type="positional",
+            time_embedding_act_fn=None,
+            timestep_post_act=None,
+            time_cond_proj_dim=None,
+            conv_in_kernel=3,
+            conv_out_kernel=3,
+            projection_class_embeddings_input_dim=None,
+            attention_type="default",
+            class_embeddings_concat=False,
+            cross_attention_norm=None,
+            reverse_transformer_layers_per_block=None,
+            act_fn=lambda v: v in _ACTS,
+            norm_num_groups=_is_int,
+            cross_attention_dim=_is_int,
             only_cross_attention=lambda v: not any(v) if isinstance(v, (list, tuple)) else v is False,
             mid_block_only_cross_attention=lambda v: v in (None, False),
             down_block_types=lambda v: all(t in _DOWN for t in v),
@@ -447,14 +508,20 @@ class UNet(nn.Module):
             block_out_channels=lambda v: len(v) == n,
             time_embedding_dim=lambda v: v is None or _is_int(v),
             attention_head_dim=lambda v: _ints(v, n),
-            transformer_layers_per_block=lambda v: _ints(v, n), layers_per_block=lambda v: _ints(v, n),
+            transformer_layers_per_block=lambda v: _ints(v, n),
+            layers_per_block=lambda v: _ints(v, n),
         )
         heads = _per_block(cfg.attention_head_dim, n, "attention_head_dim")
         layers = _per_block(cfg.layers_per_block, n, "layers_per_block")
         tf_layers = _per_block(cfg.transformer_layers_per_block, n, "transformer_layers_per_block")
         chans = list(cfg.block_out_channels)
-        groups, eps, act, ctx, lin = (cfg.norm_num_groups, cfg.norm_eps, cfg.act_fn, cfg.cross_attention_dim,
-                                      bool(cfg.use_linear_projection))
+        groups, eps, act, ctx, lin = (
+            cfg.norm_num_groups,
+            cfg.norm_eps,
+            cfg.act_fn,
+            cfg.cross_attention_dim,
+            bool(cfg.use_linear_projection),
+        )
         temb = cfg.time_embedding_dim or chans[0] * 4
 
         self.center_input_sample = bool(cfg.center_input_sample)
@@ -466,9 +533,23 @@ class UNet(nn.Module):
         cout = chans[0]
         for i, kind in enumerate(cfg.down_block_types):
             cin, cout = cout, chans[i]
-            self.down_blocks.append(DownBlock(
-                cin, cout, temb, layers[i], groups, eps, act, heads[i] if kind == "CrossAttnDownBlock2D" else 0,
-                ctx, tf_layers[i], lin, i < n - 1, cfg.downsample_padding))
+            self.down_blocks.append(
+                DownBlock(
+                    cin,
+                    cout,
+                    temb,
+                    layers[i],
+                    groups,
+                    eps,
+                    act,
+                    heads[i] if kind == "CrossAttnDownBlock2D" else 0,
+                    ctx,
+                    tf_layers[i],
+                    lin,
+                    i < n - 1,
+                    cfg.downsample_padding,
+                )
+            )
         self.mid_block = MidBlockCrossAttn(chans[-1], temb, groups, eps, act, heads[-1], ctx, tf_layers[-1], lin)
 
         rchans, rheads, rlayers, rtf = chans[::-1], heads[::-1], layers[::-1], tf_layers[::-1]
@@ -476,9 +557,23 @@ class UNet(nn.Module):
         cout = rchans[0]
         for i, kind in enumerate(cfg.up_block_types):
             prev, cout, cin = cout, rchans[i], rchans[min(i + 1, n - 1)]
-            self.up_blocks.append(UpBlock(
-                cin, prev, cout, temb, rlayers[i] + 1, groups, eps, act,
-                rheads[i] if kind == "CrossAttnUpBlock2D" else 0, ctx, rtf[i], lin, i < n - 1))
+            self.up_blocks.append(
+                UpBlock(
+                    cin,
+                    prev,
+                    cout,
+                    temb,
+                    rlayers[i] + 1,
+                    groups,
+                    eps,
+                    act,
+                    rheads[i] if kind == "CrossAttnUpBlock2D" else 0,
+                    ctx,
+                    rtf[i],
+                    lin,
+                    i < n - 1,
+                )
+            )
         self.up_factor = 2 ** (n - 1)
 
         self.conv_norm_out = nn.GroupNorm(groups, chans[0], eps=eps)
@@ -515,11 +610,24 @@ class UNet(nn.Module):
 # The SD-VAE (AutoencoderKL)
 
 VAE_DEFAULTS = {
-    "in_channels": 3, "out_channels": 3, "down_block_types": ["DownEncoderBlock2D"],
-    "up_block_types": ["UpDecoderBlock2D"], "block_out_channels": [64], "layers_per_block": 1,
-    "act_fn": "silu", "latent_channels": 4, "norm_num_groups": 32, "sample_size": 32,
-    "scaling_factor": 0.18215, "shift_factor": None, "latents_mean": None, "latents_std": None,
-    "force_upcast": True, "use_quant_conv": True, "use_post_quant_conv": True, "mid_block_add_attention": True,
+    "in_channels": 3,
+    "out_channels": 3,
+    "down_block_types": ["DownEncoderBlock2D"],
+    "up_block_types": ["UpDecoderBlock2D"],
+    "block_out_channels": [64],
+    "layers_per_block": 1,
+    "act_fn": "silu",
+    "latent_channels": 4,
+    "norm_num_groups": 32,
+    "sample_size": 32,
+    "scaling_factor": 0.18215,
+    "shift_factor": None,
+    "latents_mean": None,
+    "latents_std": None,
+    "force_upcast": True,
+    "use_quant_conv": True,
+    "use_post_quant_conv": True,
+    "mid_block_add_attention": True,
 }
 _VAE_EPS = 1e-6
 
@@ -545,7 +653,8 @@ class CoderBlock(nn.Module):
     def __init__(self, cin: int, cout: int, layers: int, groups: int, act: str, down: bool, up: bool):
         super().__init__()
         self.resnets = nn.ModuleList(
-            [ResnetBlock(cin if i == 0 else cout, cout, None, groups, _VAE_EPS, act) for i in range(layers)])
+            [ResnetBlock(cin if i == 0 else cout, cout, None, groups, _VAE_EPS, act) for i in range(layers)]
+        )
         self.downsamplers = nn.ModuleList([Downsample(cout, cout, 0)]) if down else None
         self.upsamplers = nn.ModuleList([Upsample(cout, cout)]) if up else None
 
@@ -564,9 +673,12 @@ class VAEEncoder(nn.Module):
         super().__init__()
         chans, groups, act = list(cfg.block_out_channels), cfg.norm_num_groups, cfg.act_fn
         self.conv_in = nn.Conv2d(cfg.in_channels, chans[0], 3, padding=1)
-        self.down_blocks = nn.ModuleList([
-            CoderBlock(chans[max(i - 1, 0)], chans[i], cfg.layers_per_block, groups, act, i < len(chans) - 1, False)
-            for i in range(len(chans))])
+        self.down_blocks = nn.ModuleList(
+            [
+                CoderBlock(chans[max(i - 1, 0)], chans[i], cfg.layers_per_block, groups, act, i < len(chans) - 1, False)
+                for i in range(len(chans))
+            ]
+        )
         self.mid_block = MidBlock(chans[-1], groups, act, bool(cfg.mid_block_add_attention))
         self.conv_norm_out = nn.GroupNorm(groups, chans[-1], eps=_VAE_EPS)
         self.conv_act = _act(act)
@@ -585,10 +697,14 @@ class VAEDecoder(nn.Module):
         chans, groups, act = list(cfg.block_out_channels)[::-1], cfg.norm_num_groups, cfg.act_fn
         self.conv_in = nn.Conv2d(cfg.latent_channels, chans[0], 3, padding=1)
         self.mid_block = MidBlock(chans[0], groups, act, bool(cfg.mid_block_add_attention))
-        self.up_blocks = nn.ModuleList([
-            CoderBlock(chans[max(i - 1, 0)], chans[i], cfg.layers_per_block + 1, groups, act, False,
-                       i < len(chans) - 1)
-            for i in range(len(chans))])
+        self.up_blocks = nn.ModuleList(
+            [
+                CoderBlock(
+                    chans[max(i - 1, 0)], chans[i], cfg.layers_per_block + 1, groups, act, False, i < len(chans) - 1
+                )
+                for i in range(len(chans))
+            ]
+        )
         self.conv_norm_out = nn.GroupNorm(groups, chans[-1], eps=_VAE_EPS)
         self.conv_act = _act(act)
         self.conv_out = nn.Conv2d(chans[-1], cfg.out_channels, 3, padding=1)
@@ -607,16 +723,23 @@ class AutoencoderKL(nn.Module):
         super().__init__()
         cfg = self.config = _merge(VAE_DEFAULTS, config)
         n = len(cfg.block_out_channels)
-        _require(cfg, "SD-VAE (studio/core/engines/nets.py)", act_fn=lambda v: v in _ACTS,
-                 down_block_types=lambda v: list(v) == ["DownEncoderBlock2D"] * n,
-                 up_block_types=lambda v: list(v) == ["UpDecoderBlock2D"] * n,
-                 layers_per_block=_is_int, norm_num_groups=_is_int, latent_channels=_is_int)
+        _require(
+            cfg,
+            "SD-VAE (studio/core/engines/nets.py)",
+            act_fn=lambda v: v in _ACTS,
+            down_block_types=lambda v: list(v) == ["DownEncoderBlock2D"] * n,
+            up_block_types=lambda v: list(v) == ["UpDecoderBlock2D"] * n,
+            layers_per_block=_is_int,
+            norm_num_groups=_is_int,
+            latent_channels=_is_int,
+        )
         self.encoder = VAEEncoder(cfg)
         self.decoder = VAEDecoder(cfg)
         lat = 2 * cfg.latent_channels
         self.quant_conv = nn.Conv2d(lat, lat, 1) if cfg.use_quant_conv else None
-        self.post_quant_conv = (nn.Conv2d(cfg.latent_channels, cfg.latent_channels, 1)
-                                if cfg.use_post_quant_conv else None)
+        self.post_quant_conv = (
+            nn.Conv2d(cfg.latent_channels, cfg.latent_channels, 1) if cfg.use_post_quant_conv else None
+        )
 
     def encode(self, x, return_dict: bool = True):
         moments = self.encoder(x)
@@ -640,11 +763,22 @@ class AutoencoderKL(nn.Module):
 # TAESD (AutoencoderTiny)
 
 TAESD_DEFAULTS = {
-    "in_channels": 3, "out_channels": 3, "encoder_block_out_channels": [64, 64, 64, 64],
-    "decoder_block_out_channels": [64, 64, 64, 64], "act_fn": "relu", "upsample_fn": "nearest",
-    "latent_channels": 4, "upsampling_scaling_factor": 2, "num_encoder_blocks": [1, 3, 3, 3],
-    "num_decoder_blocks": [3, 3, 3, 1], "latent_magnitude": 3, "latent_shift": 0.5, "force_upcast": False,
-    "scaling_factor": 1.0, "shift_factor": 0.0, "block_out_channels": None,
+    "in_channels": 3,
+    "out_channels": 3,
+    "encoder_block_out_channels": [64, 64, 64, 64],
+    "decoder_block_out_channels": [64, 64, 64, 64],
+    "act_fn": "relu",
+    "upsample_fn": "nearest",
+    "latent_channels": 4,
+    "upsampling_scaling_factor": 2,
+    "num_encoder_blocks": [1, 3, 3, 3],
+    "num_decoder_blocks": [3, 3, 3, 1],
+    "latent_magnitude": 3,
+    "latent_shift": 0.5,
+    "force_upcast": False,
+    "scaling_factor": 1.0,
+    "shift_factor": 0.0,
+    "block_out_channels": None,
 }
 
 
@@ -653,8 +787,13 @@ class TinyBlock(nn.Module):
 
     def __init__(self, cin: int, cout: int, act: str):
         super().__init__()
-        self.conv = nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), _act(act), nn.Conv2d(cout, cout, 3, padding=1),
-                                  _act(act), nn.Conv2d(cout, cout, 3, padding=1))
+        self.conv = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, padding=1),
+            _act(act),
+            nn.Conv2d(cout, cout, 3, padding=1),
+            _act(act),
+            nn.Conv2d(cout, cout, 3, padding=1),
+        )
         self.skip = nn.Conv2d(cin, cout, 1, bias=False) if cin != cout else nn.Identity()
         self.fuse = nn.ReLU()
 
@@ -669,8 +808,11 @@ class TinyEncoder(nn.Module):
         layers: list[nn.Module] = []
         for i, blocks in enumerate(cfg.num_encoder_blocks):
             c = chans[i]
-            layers.append(nn.Conv2d(cfg.in_channels, c, 3, padding=1) if i == 0
-                          else nn.Conv2d(c, c, 3, padding=1, stride=2, bias=False))
+            layers.append(
+                nn.Conv2d(cfg.in_channels, c, 3, padding=1)
+                if i == 0
+                else nn.Conv2d(c, c, 3, padding=1, stride=2, bias=False)
+            )
             layers += [TinyBlock(c, c, act) for _ in range(blocks)]
         layers.append(nn.Conv2d(chans[-1], cfg.latent_channels, 3, padding=1))
         self.layers = nn.Sequential(*layers)
@@ -703,10 +845,14 @@ class AutoencoderTiny(nn.Module):
     def __init__(self, config: dict):
         super().__init__()
         cfg = _merge(TAESD_DEFAULTS, config)
-        _require(cfg, "TAESD (studio/core/engines/nets.py)", act_fn=lambda v: v in _ACTS,
-                 upsample_fn=lambda v: v in ("nearest", "bilinear", "bicubic"),
-                 encoder_block_out_channels=lambda v: len(v) == len(cfg.num_encoder_blocks),
-                 decoder_block_out_channels=lambda v: len(v) == len(cfg.num_decoder_blocks))
+        _require(
+            cfg,
+            "TAESD (studio/core/engines/nets.py)",
+            act_fn=lambda v: v in _ACTS,
+            upsample_fn=lambda v: v in ("nearest", "bilinear", "bicubic"),
+            encoder_block_out_channels=lambda v: len(v) == len(cfg.num_encoder_blocks),
+            decoder_block_out_channels=lambda v: len(v) == len(cfg.num_decoder_blocks),
+        )
         # diffusers records the decoder's widths as block_out_channels, whatever the file said
         self.config = cfg = Config({**cfg, "block_out_channels": list(cfg.decoder_block_out_channels)})
         self.encoder = TinyEncoder(cfg)

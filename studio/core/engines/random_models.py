@@ -28,74 +28,153 @@ WIDTH = 32  # the tiny whisper's d_model == the tiny UNet's cross_attention_dim
 
 # --- the real architectures (spec §1.1-1.4) ---------------------------------------------------
 MUSETALK_UNET_CONFIG = {
-    "_class_name": "UNet2DConditionModel", "_diffusers_version": "0.6.0.dev0",
-    "act_fn": "silu", "attention_head_dim": 8, "block_out_channels": [320, 640, 1280, 1280],
-    "center_input_sample": False, "cross_attention_dim": 384,
+    "_class_name": "UNet2DConditionModel",
+    "_diffusers_version": "0.6.0.dev0",
+    "act_fn": "silu",
+    "attention_head_dim": 8,
+    "block_out_channels": [320, 640, 1280, 1280],
+    "center_input_sample": False,
+    "cross_attention_dim": 384,
     "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
-    "downsample_padding": 1, "flip_sin_to_cos": True, "freq_shift": 0, "in_channels": 8,
-    "layers_per_block": 2, "mid_block_scale_factor": 1, "norm_eps": 1e-05, "norm_num_groups": 32,
-    "out_channels": 4, "sample_size": 64,
+    "downsample_padding": 1,
+    "flip_sin_to_cos": True,
+    "freq_shift": 0,
+    "in_channels": 8,
+    "layers_per_block": 2,
+    "mid_block_scale_factor": 1,
+    "norm_eps": 1e-05,
+    "norm_num_groups": 32,
+    "out_channels": 4,
+    "sample_size": 64,
     "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
 }
 SD_VAE_CONFIG = {
-    "_class_name": "AutoencoderKL", "_diffusers_version": "0.4.2", "act_fn": "silu",
+    "_class_name": "AutoencoderKL",
+    "_diffusers_version": "0.4.2",
+    "act_fn": "silu",
     "block_out_channels": [128, 256, 512, 512],
-    "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
-    "in_channels": 3, "out_channels": 3, "latent_channels": 4, "layers_per_block": 2,
-    "norm_num_groups": 32, "sample_size": 256,
+    "down_block_types": ["DownEncoderBlock2D"] * 4,
+    "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "in_channels": 3,
+    "out_channels": 3,
+    "latent_channels": 4,
+    "layers_per_block": 2,
+    "norm_num_groups": 32,
+    "sample_size": 256,
 }
 TAESD_CONFIG = {
-    "_class_name": "AutoencoderTiny", "act_fn": "relu", "decoder_block_out_channels": [64, 64, 64, 64],
-    "encoder_block_out_channels": [64, 64, 64, 64], "in_channels": 3, "latent_channels": 4,
-    "num_decoder_blocks": [3, 3, 3, 1], "num_encoder_blocks": [1, 3, 3, 3], "out_channels": 3,
-    "scaling_factor": 1.0, "upsampling_scaling_factor": 2,
+    "_class_name": "AutoencoderTiny",
+    "act_fn": "relu",
+    "decoder_block_out_channels": [64, 64, 64, 64],
+    "encoder_block_out_channels": [64, 64, 64, 64],
+    "in_channels": 3,
+    "latent_channels": 4,
+    "num_decoder_blocks": [3, 3, 3, 1],
+    "num_encoder_blocks": [1, 3, 3, 3],
+    "out_channels": 3,
+    "scaling_factor": 1.0,
+    "upsampling_scaling_factor": 2,
 }
 WHISPER_TINY_CONFIG = {
-    "model_type": "whisper", "d_model": 384, "encoder_layers": 4, "encoder_attention_heads": 6,
-    "encoder_ffn_dim": 1536, "decoder_layers": 4, "decoder_attention_heads": 6, "decoder_ffn_dim": 1536,
-    "num_mel_bins": 80, "max_source_positions": 1500, "max_target_positions": 448, "vocab_size": 51865,
+    "model_type": "whisper",
+    "d_model": 384,
+    "encoder_layers": 4,
+    "encoder_attention_heads": 6,
+    "encoder_ffn_dim": 1536,
+    "decoder_layers": 4,
+    "decoder_attention_heads": 6,
+    "decoder_ffn_dim": 1536,
+    "num_mel_bins": 80,
+    "max_source_positions": 1500,
+    "max_target_positions": 448,
+    "vocab_size": 51865,
 }
 
 # --- tiny versions of the same classes ---------------------------------------------------------
 UNET_TINY = {
-    **MUSETALK_UNET_CONFIG, "block_out_channels": [32, 64], "layers_per_block": 1,
+    **MUSETALK_UNET_CONFIG,
+    "block_out_channels": [32, 64],
+    "layers_per_block": 1,
     "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
-    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"], "attention_head_dim": 2,
-    "norm_num_groups": 8, "cross_attention_dim": WIDTH, "sample_size": 32,
+    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
+    "attention_head_dim": 2,
+    "norm_num_groups": 8,
+    "cross_attention_dim": WIDTH,
+    "sample_size": 32,
 }
 VAE_TINY = {**SD_VAE_CONFIG, "block_out_channels": [8, 8, 16, 16], "layers_per_block": 1, "norm_num_groups": 4}
-TAESD_TINY = {**TAESD_CONFIG, "decoder_block_out_channels": [8, 8, 8, 8],
-              "encoder_block_out_channels": [8, 8, 8, 8], "num_decoder_blocks": [1, 1, 1, 1],
-              "num_encoder_blocks": [1, 1, 1, 1]}
-WHISPER_TINY = {**WHISPER_TINY_CONFIG, "d_model": WIDTH, "encoder_attention_heads": 2, "encoder_ffn_dim": 64,
-                "decoder_layers": 1, "decoder_attention_heads": 2, "decoder_ffn_dim": 64,
-                "max_target_positions": 32}
+TAESD_TINY = {
+    **TAESD_CONFIG,
+    "decoder_block_out_channels": [8, 8, 8, 8],
+    "encoder_block_out_channels": [8, 8, 8, 8],
+    "num_decoder_blocks": [1, 1, 1, 1],
+    "num_encoder_blocks": [1, 1, 1, 1],
+}
+WHISPER_TINY = {
+    **WHISPER_TINY_CONFIG,
+    "d_model": WIDTH,
+    "encoder_attention_heads": 2,
+    "encoder_ffn_dim": 64,
+    "decoder_layers": 1,
+    "decoder_attention_heads": 2,
+    "decoder_ffn_dim": 64,
+    "max_target_positions": 32,
+}
 
 # The rest of what WhisperConfig writes to config.json (its defaults; decoder fields included, as
 # in openai/whisper-tiny's file, though only the encoder is used).
 WHISPER_CONFIG_FIELDS = {
-    "activation_dropout": 0.0, "activation_function": "gelu", "apply_spec_augment": False,
-    "attention_dropout": 0.0, "begin_suppress_tokens": [220, 50256], "bos_token_id": 50256,
-    "classifier_proj_size": 256, "decoder_layerdrop": 0.0, "decoder_start_token_id": 50257, "dropout": 0.0,
-    "encoder_layerdrop": 0.0, "eos_token_id": 50256, "init_std": 0.02, "is_encoder_decoder": True,
-    "mask_feature_length": 10, "mask_feature_min_masks": 0, "mask_feature_prob": 0.0, "mask_time_length": 10,
-    "mask_time_min_masks": 2, "mask_time_prob": 0.05, "median_filter_width": 7, "pad_token_id": 50256,
-    "scale_embedding": False, "suppress_tokens": None, "tie_word_embeddings": True, "use_cache": True,
+    "activation_dropout": 0.0,
+    "activation_function": "gelu",
+    "apply_spec_augment": False,
+    "attention_dropout": 0.0,
+    "begin_suppress_tokens": [220, 50256],
+    "bos_token_id": 50256,
+    "classifier_proj_size": 256,
+    "decoder_layerdrop": 0.0,
+    "decoder_start_token_id": 50257,
+    "dropout": 0.0,
+    "encoder_layerdrop": 0.0,
+    "eos_token_id": 50256,
+    "init_std": 0.02,
+    "is_encoder_decoder": True,
+    "mask_feature_length": 10,
+    "mask_feature_min_masks": 0,
+    "mask_feature_prob": 0.0,
+    "mask_time_length": 10,
+    "mask_time_min_masks": 2,
+    "mask_time_prob": 0.05,
+    "median_filter_width": 7,
+    "pad_token_id": 50256,
+    "scale_embedding": False,
+    "suppress_tokens": None,
+    "tie_word_embeddings": True,
+    "use_cache": True,
     "use_weighted_layer_sum": False,
 }
 # WhisperFeatureExtractor's defaults, as its save_pretrained writes them (feature_size = num_mel_bins).
 WHISPER_PREPROCESSOR = {
-    "chunk_length": 30, "dither": 0.0, "feature_extractor_type": "WhisperFeatureExtractor", "feature_size": 80,
-    "hop_length": 160, "n_fft": 400, "n_samples": 480000, "nb_max_frames": 3000, "padding_side": "right",
-    "padding_value": 0.0, "return_attention_mask": False, "sampling_rate": 16000,
+    "chunk_length": 30,
+    "dither": 0.0,
+    "feature_extractor_type": "WhisperFeatureExtractor",
+    "feature_size": 80,
+    "hop_length": 160,
+    "n_fft": 400,
+    "n_samples": 480000,
+    "nb_max_frames": 3000,
+    "padding_side": "right",
+    "padding_value": 0.0,
+    "return_attention_mask": False,
+    "sampling_rate": 16000,
 }
 DIFFUSERS_VERSION = "0.42.1"  # the diffusers release whose save_pretrained layout TAESD's folder copies
 
 _OLD_ATTN = {".to_q.": ".query.", ".to_k.": ".key.", ".to_v.": ".value.", ".to_out.0.": ".proj_attn."}
 
 
-def write_official_models(root: Path, v15: bool = True, v10: bool = False, vae_folder: str = "sd-vae",
-                          seed: int = 0, tiny: bool = False) -> Path:
+def write_official_models(
+    root: Path, v15: bool = True, v10: bool = False, vae_folder: str = "sd-vae", seed: int = 0, tiny: bool = False
+) -> Path:
     """``root/models`` in the official layout with random weights; returns that folder."""
     models = Path(root) / "models"
     unet, vae, whisper = (UNET_TINY, VAE_TINY, WHISPER_TINY) if tiny else (None, None, None)
@@ -221,6 +300,6 @@ def _randomize(model, seed: int) -> None:
 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.ndim >= 2 and not p.abs().sum():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.02)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -34,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from studio.core.store import models
 from studio.core.constants import FACE_SIZE
 from studio.core.errors import StudioError
+from studio.core.store import models
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +45,10 @@ EXPORT_FORMAT = 1  # bump when the exported graphs change: it is part of every e
 OPSET = 17
 EXTERNAL_DATA_BYTES = 1 << 30  # protobuf stops at 2 GB: larger graphs keep weights beside the .onnx
 DEFAULT_PROFILE = (1, 32, 64)
-INSTALL = ("install TensorRT on a machine with an NVIDIA GPU: "
-           "pip install 'studio[tensorrt]' --extra-index-url https://pypi.nvidia.com")
+INSTALL = (
+    "install TensorRT on a machine with an NVIDIA GPU: "
+    "pip install 'studio[tensorrt]' --extra-index-url https://pypi.nvidia.com"
+)
 ENGINES_DIR = Path(__file__).resolve().parents[3] / "engines"  # the dev checkout's engines/ folder
 
 
@@ -87,8 +88,10 @@ def load_profile(spec: str | None = None, path: Path | None = None) -> Profile:
     if name not in table:
         if spec is None:
             return Profile()
-        raise StudioError(f"unknown engine profile {spec!r}; give min,opt,max (e.g. 1,32,64) or one of: "
-                          f"{', '.join(sorted(table)) or 'none defined'}")
+        raise StudioError(
+            f"unknown engine profile {spec!r}; give min,opt,max (e.g. 1,32,64) or one of: "
+            f"{', '.join(sorted(table)) or 'none defined'}"
+        )
     p = table[name]
     return Profile(int(p["min"]), int(p["opt"]), int(p["max"]))
 
@@ -108,8 +111,10 @@ def current_target(device=None) -> Target:
     import torch
 
     if not torch.cuda.is_available():
-        raise StudioError(f"TensorRT {trt.__version__} is installed but PyTorch sees no CUDA GPU; "
-                          "install a CUDA build of PyTorch and the NVIDIA driver")
+        raise StudioError(
+            f"TensorRT {trt.__version__} is installed but PyTorch sees no CUDA GPU; "
+            "install a CUDA build of PyTorch and the NVIDIA driver"
+        )
     dev = torch.device(device or "cuda")
     major, minor = torch.cuda.get_device_capability(dev)
     return Target(torch.cuda.get_device_name(dev), f"{major}.{minor}", str(trt.__version__))
@@ -119,7 +124,7 @@ def require_tensorrt():
     """The ``tensorrt`` module, or ``StudioError`` with one line saying why and what to install."""
     try:
         import tensorrt
-    except Exception as exc:  # ImportError, or OSError when libnvinfer is missing
+    except Exception as exc:  # noqa: BLE001 - ImportError, or OSError when libnvinfer is missing
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise StudioError(f"TensorRT cannot be imported ({first}); {INSTALL}") from None
     return tensorrt
@@ -141,8 +146,10 @@ class EngineKey:
 
     @property
     def name(self) -> str:
-        return (f"{self.component}-{self.model}-{self.model_sha256[:16]}-{self.precision}-{self.profile.label}"
-                f"-{self.target_label}-x{self.export}.plan")
+        return (
+            f"{self.component}-{self.model}-{self.model_sha256[:16]}-{self.precision}-{self.profile.label}"
+            f"-{self.target_label}-x{self.export}.plan"
+        )
 
     @property
     def target_label(self) -> str:
@@ -183,9 +190,8 @@ def model_identity(component: str, paths) -> tuple[str, str]:
 
 def cache_dir() -> Path:
     """``$STUDIO_ENGINE_CACHE``, else ``engines/cache`` in a dev checkout, else ``data_dir()/engines``."""
-    from studio.core.store.paths import sub_dir
-
     from studio.core import env
+    from studio.core.store.paths import sub_dir
 
     cache = env.get("STUDIO_ENGINE_CACHE")
     if cache:
@@ -241,12 +247,19 @@ def compare(reference, candidate, bound: Bound) -> Verdict:
     ratio = float(out.std() / ref.std()) if ref.std() > 0 else 1.0
     facts = f"PSNR {psnr:.1f} dB, max error {max_abs:.3f} of range, spread ratio {ratio:.2f}"
     if not bound.std_ratio[0] <= ratio <= bound.std_ratio[1]:
-        return Verdict(False, f"output spread is {ratio:.2f}x the reference's (a washed-out or grey result); {facts}",
-                       psnr, max_abs, ratio)
+        return Verdict(
+            False,
+            f"output spread is {ratio:.2f}x the reference's (a washed-out or grey result); {facts}",
+            psnr,
+            max_abs,
+            ratio,
+        )
     if psnr < bound.min_psnr:
         return Verdict(False, f"PSNR {psnr:.1f} dB is below {bound.min_psnr} dB; {facts}", psnr, max_abs, ratio)
     if max_abs > bound.max_abs:
-        return Verdict(False, f"max error {max_abs:.3f} of range exceeds {bound.max_abs}; {facts}", psnr, max_abs, ratio)
+        return Verdict(
+            False, f"max error {max_abs:.3f} of range exceeds {bound.max_abs}; {facts}", psnr, max_abs, ratio
+        )
     return Verdict(True, facts, psnr, max_abs, ratio)
 
 
@@ -290,13 +303,21 @@ def example_inputs(component: str, module, batch: int = 2, seed: int = 0) -> dic
     side = FACE_SIZE // 8  # 32x32 latents of 256x256 faces (the UNet config's sample_size is 64)
     if component == "unet":
         c = module.unet.config
-        return {"latents": randn(batch, c.in_channels, side, side),
-                "audio": randn(batch, module.tokens, c.cross_attention_dim)}
+        return {
+            "latents": randn(batch, c.in_channels, side, side),
+            "audio": randn(batch, module.tokens, c.cross_attention_dim),
+        }
     return {"latents": randn(batch, module.net.config.latent_channels, side, side)}
 
 
-def export_onnx(component: str, paths, out: Path, precision: str = "fp32", device="cpu",
-                external_data_bytes: int = EXTERNAL_DATA_BYTES) -> Path:
+def export_onnx(
+    component: str,
+    paths,
+    out: Path,
+    precision: str = "fp32",
+    device="cpu",
+    external_data_bytes: int = EXTERNAL_DATA_BYTES,
+) -> Path:
     """Write ``component`` to ``out`` (.onnx) with a dynamic batch axis; fp16 weights for fp16/fp8."""
     import torch
 
@@ -322,18 +343,36 @@ def export_module(module, inputs: dict, out: Path, external_data_bytes: int = EX
     names = list(inputs)
     axes = {n: {0: "batch"} for n in [*names, "output"]}
     weight_bytes = sum(t.numel() * t.element_size() for t in module.state_dict().values())
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as tmp, torch.inference_mode(), \
-            warnings.catch_warnings():
+    with (
+        tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as tmp,
+        torch.inference_mode(),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
         raw = Path(tmp) / "graph.onnx"
-        torch.onnx.export(module, tuple(inputs.values()), str(raw), dynamo=False, opset_version=OPSET,
-                          input_names=names, output_names=["output"], dynamic_axes=axes, do_constant_folding=True)
+        torch.onnx.export(
+            module,
+            tuple(inputs.values()),
+            str(raw),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=names,
+            output_names=["output"],
+            dynamic_axes=axes,
+            do_constant_folding=True,
+        )
         graph = onnx.load(str(raw))  # pulls in external tensors the exporter may have split out
         data = out.with_name(out.name + ".data")
         data.unlink(missing_ok=True)
         if weight_bytes > external_data_bytes:
-            onnx.save_model(graph, str(out), save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=data.name, size_threshold=1024)
+            onnx.save_model(
+                graph,
+                str(out),
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=data.name,
+                size_threshold=1024,
+            )
         else:
             onnx.save_model(graph, str(out))
     log.info("exported %s (%.1f MB of weights) -> %s", type(module).__name__, weight_bytes / 1e6, out)
@@ -344,8 +383,13 @@ def export_module(module, inputs: dict, out: Path, external_data_bytes: int = EX
 # Build, list, clean
 
 
-def build(components=("unet", "taesd"), precision: str = "fp16", profile: Profile | None = None,
-          force: bool = False, progress=None) -> list[dict]:
+def build(
+    components=("unet", "taesd"),
+    precision: str = "fp16",
+    profile: Profile | None = None,
+    force: bool = False,
+    progress=None,
+) -> list[dict]:
     """Export, build, validate and cache engines; one ``{component, status, file, reason}`` each.
 
     ``fp8`` applies to the UNet (ModelOpt, linears only); the decoders are convolutional and stay fp16.
@@ -453,20 +497,31 @@ def list_engines(target: Target | None = None, paths=None) -> list[dict]:
             row["reasons"] = [f"no readable sidecar {side.name} ({type(exc).__name__})"]
             rows.append(row)
             continue
-        row.update(component=key.component, precision=key.precision, profile=key.profile.label,
-                   gpu=key.gpu, capability=key.capability, tensorrt=key.tensorrt, built=meta.get("built"))
+        row.update(
+            component=key.component,
+            precision=key.precision,
+            profile=key.profile.label,
+            gpu=key.gpu,
+            capability=key.capability,
+            tensorrt=key.tensorrt,
+            built=meta.get("built"),
+        )
         reasons = _sidecar_problems(plan, key, meta)
         try:
             current = model_identity(key.component, paths)
             if current != (key.model, key.model_sha256):
-                reasons.append(f"the {key.component} weights changed since the build ({key.model} "
-                               f"{key.model_sha256[:12]} -> {current[0]} {current[1][:12]})")
+                reasons.append(
+                    f"the {key.component} weights changed since the build ({key.model} "
+                    f"{key.model_sha256[:12]} -> {current[0]} {current[1][:12]})"
+                )
         except StudioError:
             reasons.append(f"the {key.component} weights are no longer imported")
         if target is not None:
             for field, label in (("gpu", "GPU"), ("capability", "compute capability"), ("tensorrt", "TensorRT")):
                 if getattr(key, field) != getattr(target, field):
-                    reasons.append(f"built for {label} {getattr(key, field)}, this machine has {getattr(target, field)}")
+                    reasons.append(
+                        f"built for {label} {getattr(key, field)}, this machine has {getattr(target, field)}"
+                    )
         row["reasons"] = reasons
         row["status"] = "stale" if reasons else ("valid" if target is not None else "unchecked")
         if not reasons and target is None:
@@ -516,8 +571,10 @@ class EngineRunner:
         self.device = torch.device(device)
         self.engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(self.plan.read_bytes())
         if self.engine is None:
-            raise StudioError(f"{self.plan.name}: TensorRT could not load this engine; "
-                              "run studio engines clean, then studio engines build")
+            raise StudioError(
+                f"{self.plan.name}: TensorRT could not load this engine; "
+                "run studio engines clean, then studio engines build"
+            )
         self.context = self.engine.create_execution_context()
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
         self.inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
@@ -581,12 +638,15 @@ def engine_functions(paths, decoder: str, dtype, device, reference, required: bo
         unet_plan = next((p for p in (_valid_plan("unet", pr, target, paths) for pr in unet_precs) if p), None)
         dec_plan = _valid_plan(decoder, dec_prec, target, paths)
         if unet_plan is None or dec_plan is None:
-            raise StudioError(f"no valid TensorRT engines for these weights on {target.gpu} "
-                              f"({'UNet' if unet_plan is None else decoder}); run studio engines build")
+            raise StudioError(
+                f"no valid TensorRT engines for these weights on {target.gpu} "
+                f"({'UNet' if unet_plan is None else decoder}); run studio engines build"
+            )
         unet_rt, dec_rt = EngineRunner(unet_plan[0], device), EngineRunner(dec_plan[0], device)
         unet_prec = unet_plan[1].precision
-        verdict = _check_pipeline((unet_rt, dec_rt), reference, unet_rt.shapes, device, dtype,
-                                  FP8_BOUND if unet_prec == "fp8" else LOAD_BOUND)
+        verdict = _check_pipeline(
+            (unet_rt, dec_rt), reference, unet_rt.shapes, device, dtype, FP8_BOUND if unet_prec == "fp8" else LOAD_BOUND
+        )
         if not verdict.ok:
             raise StudioError(f"TensorRT engines rejected, they disagree with PyTorch: {verdict.reason}")
     except Exception as exc:  # auto mode never fails a render over TensorRT: PyTorch takes over
@@ -596,8 +656,9 @@ def engine_functions(paths, decoder: str, dtype, device, reference, required: bo
             log.warning("TensorRT runtime failed to start; using PyTorch", exc_info=True)
             exc = f"TensorRT failed to start ({type(exc).__name__}: {exc})"
         return None, f"PyTorch runtime: {exc}"
-    return (unet_rt, dec_rt), (f"TensorRT {target.tensorrt}: {unet_prec} UNet + {decoder} "
-                               f"engines, checked against PyTorch ({verdict.reason})")
+    return (unet_rt, dec_rt), (
+        f"TensorRT {target.tensorrt}: {unet_prec} UNet + {decoder} engines, checked against PyTorch ({verdict.reason})"
+    )
 
 
 def runtime_note(device=None, runtime: str = "auto") -> str:
@@ -689,24 +750,33 @@ def _sidecar_problems(plan: Path, key: EngineKey, meta: dict | None = None) -> l
     if key.export != EXPORT_FORMAT:
         reasons.append(f"exported by an older Studio (format {key.export}, now {EXPORT_FORMAT})")
     if meta.get("plan_bytes") != plan.stat().st_size:
-        reasons.append(f"the plan is {plan.stat().st_size} bytes, the sidecar says {meta.get('plan_bytes')} (truncated?)")
+        reasons.append(
+            f"the plan is {plan.stat().st_size} bytes, the sidecar says {meta.get('plan_bytes')} (truncated?)"
+        )
     return reasons
 
 
 def _write_sidecar(plan: Path, key: EngineKey, **extra) -> None:
     from studio.core.store.fsutil import atomic_write_bytes
 
-    meta = {"key": key.to_json(), "plan_bytes": plan.stat().st_size,
-            "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "opset": OPSET, **extra}
+    meta = {
+        "key": key.to_json(),
+        "plan_bytes": plan.stat().st_size,
+        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "opset": OPSET,
+        **extra,
+    }
     atomic_write_bytes(plan.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True).encode())
 
 
 def _require_modelopt():
     try:
         import modelopt.torch.quantization as mtq
-    except Exception as exc:
-        raise StudioError(f"fp8 needs NVIDIA ModelOpt ({type(exc).__name__}: {exc}); "
-                          "pip install nvidia-modelopt[torch], or build --precision fp16") from None
+    except Exception as exc:  # noqa: BLE001 - not installed, or a broken install: one sentence
+        raise StudioError(
+            f"fp8 needs NVIDIA ModelOpt ({type(exc).__name__}: {exc}); "
+            "pip install nvidia-modelopt[torch], or build --precision fp16"
+        ) from None
     return mtq
 
 
@@ -727,8 +797,16 @@ def _quantize_fp8(module, calib: dict) -> None:
 def _torch_dtype(trt, dt):
     import torch
 
-    table = {"FLOAT": torch.float32, "HALF": torch.float16, "BF16": torch.bfloat16, "INT32": torch.int32,
-             "INT64": torch.int64, "BOOL": torch.bool, "INT8": torch.int8, "UINT8": torch.uint8}
+    table = {
+        "FLOAT": torch.float32,
+        "HALF": torch.float16,
+        "BF16": torch.bfloat16,
+        "INT32": torch.int32,
+        "INT64": torch.int64,
+        "BOOL": torch.bool,
+        "INT8": torch.int8,
+        "UINT8": torch.uint8,
+    }
     for name, tdt in table.items():
         if getattr(trt.DataType, name, None) == dt:
             return tdt

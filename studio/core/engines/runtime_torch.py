@@ -39,8 +39,9 @@ def resolve_device(device=None):
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         from studio.core.errors import StudioError
 
-        raise StudioError(f"device {device} was asked for but this machine has "
-                          f"{torch.cuda.device_count()} CUDA GPU(s) (cuda:0 ...)")
+        raise StudioError(
+            f"device {device} was asked for but this machine has {torch.cuda.device_count()} CUDA GPU(s) (cuda:0 ...)"
+        )
     return dev
 
 
@@ -153,8 +154,7 @@ def maybe_compile(module, enabled: bool):
     return torch.compile(module)
 
 
-def vram_batch(per_frame_bytes: int, device, fixed_bytes: int = 0, fraction: float = 0.6,
-               buckets=BUCKETS) -> int:
+def vram_batch(per_frame_bytes: int, device, fixed_bytes: int = 0, fraction: float = 0.6, buckets=BUCKETS) -> int:
     """The largest bucket whose working memory fits ``fraction`` of the free VRAM; CPU: small."""
     import torch
 
@@ -261,7 +261,7 @@ class GraphRunner:
                 out = self.fn(*static)
             log.debug("captured a CUDA graph for batch %d", b)
             return _Graph(graph, static, out)
-        except Exception as exc:  # pragma: no cover - depends on the GPU stack
+        except Exception as exc:  # noqa: BLE001 - depends on the GPU stack: run it eagerly
             log.warning("CUDA graph capture failed for batch %d (%s); running it eagerly", b, exc)
             torch.cuda.synchronize()
             return False

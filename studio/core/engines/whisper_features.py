@@ -35,11 +35,10 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-
-from fractions import Fraction
 
 from studio.core.constants import SAMPLE_RATE
 from studio.core.errors import ModelError
@@ -154,7 +153,7 @@ class WhisperFeatures:
         self.folder = Path(folder)
         self.device = torch.device(device)
         comp = models.COMPONENTS["whisper"]
-        weights = Path(weights) if weights else models._find_weights(self.folder, comp)
+        weights = Path(weights) if weights else models.find_weights(self.folder, comp)
         # fp32 always: the encoder costs ~0.05 GFLOP per video frame, precision is free here.
         self.encoder = models.load_module("whisper", self.folder, weights, device=self.device)
         self.mel_settings = mel_settings(self.folder, self.encoder.config.num_mel_bins)
@@ -192,11 +191,13 @@ class WhisperFeatures:
         else:  # the last frame's window, and the step after it that the interpolation reads
             last, _ = window_start(torch.tensor([max(0, end - 1)]), rate, left)
             pad_right = max(PAD_RIGHT_MIN, int(last[0]) - origin + WINDOW + 1 - left - len(states))
-        steps = torch.cat([
-            states.new_zeros(left, self.layers, self.width),
-            states,
-            states.new_zeros(pad_right, self.layers, self.width),
-        ])
+        steps = torch.cat(
+            [
+                states.new_zeros(left, self.layers, self.width),
+                states,
+                states.new_zeros(pad_right, self.layers, self.width),
+            ]
+        )
         partial = origin > 0 or end < frames
         return Features(
             steps=steps, frames=int(frames), pe=self._pe, origin=int(origin), partial=partial, rate=rate, pad_left=left
@@ -247,18 +248,25 @@ def mel_settings(folder: Path, mel_bins: int) -> dict:
         "chunk_length": cfg.get("chunk_length", 30),
         "padding_value": float(cfg.get("padding_value", 0.0) or 0.0),
     }
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
-               for k, v in out.items() if k != "padding_value"):
-        raise ModelError(f"{path}: n_fft, hop_length, feature_size, sampling_rate and chunk_length must be "
-                         "positive integers; copy it again from openai/whisper-tiny")
+    if not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for k, v in out.items() if k != "padding_value"
+    ):
+        raise ModelError(
+            f"{path}: n_fft, hop_length, feature_size, sampling_rate and chunk_length must be "
+            "positive integers; copy it again from openai/whisper-tiny"
+        )
     if out["n_mels"] != mel_bins:
-        raise ModelError(f"{path}: feature_size {out['n_mels']} but config.json has num_mel_bins {mel_bins}; "
-                         "the files do not belong together")
+        raise ModelError(
+            f"{path}: feature_size {out['n_mels']} but config.json has num_mel_bins {mel_bins}; "
+            "the files do not belong together"
+        )
     if out["sample_rate"] != SAMPLE_RATE:
         raise ModelError(f"{path}: sampling_rate {out['sample_rate']}, but whisper here takes {SAMPLE_RATE} Hz")
     if out["chunk_length"] * out["sample_rate"] != SEGMENT_SAMPLES or out["hop"] * STEP_RATE * 2 != SAMPLE_RATE:
-        raise ModelError(f"{path}: chunk_length {out['chunk_length']} s / hop_length {out['hop']}; whisper-tiny "
-                         "uses 30 s and 160 (MuseTalk's 50 Hz steps depend on them)")
+        raise ModelError(
+            f"{path}: chunk_length {out['chunk_length']} s / hop_length {out['hop']}; whisper-tiny "
+            "uses 30 s and 160 (MuseTalk's 50 Hz steps depend on them)"
+        )
     if cfg.get("dither"):
         log.warning("%s: dither %s ignored (whisper-tiny uses none)", path, cfg["dither"])
     return out

@@ -54,14 +54,21 @@ LN_EPS = 1e-5  # nn.LayerNorm's default, as HF builds them
 def encoder_config(config: dict) -> SimpleNamespace:
     """The encoder's fields of a whisper ``config.json`` dict, HF's defaults where absent."""
     cfg = SimpleNamespace(**{k: v if config.get(k) is None else config[k] for k, v in CONFIG_DEFAULTS.items()})
-    for k in ("d_model", "encoder_layers", "encoder_attention_heads", "encoder_ffn_dim",
-              "num_mel_bins", "max_source_positions"):
+    for k in (
+        "d_model",
+        "encoder_layers",
+        "encoder_attention_heads",
+        "encoder_ffn_dim",
+        "num_mel_bins",
+        "max_source_positions",
+    ):
         value = getattr(cfg, k)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{k} must be a positive integer, not {value!r}")
     if cfg.d_model % cfg.encoder_attention_heads:
-        raise ValueError(f"d_model {cfg.d_model} is not divisible by encoder_attention_heads "
-                         f"{cfg.encoder_attention_heads}")
+        raise ValueError(
+            f"d_model {cfg.d_model} is not divisible by encoder_attention_heads {cfg.encoder_attention_heads}"
+        )
     if cfg.activation_function != "gelu":
         raise ValueError(f"activation_function {cfg.activation_function!r} (whisper uses 'gelu')")
     return cfg
@@ -145,8 +152,9 @@ class WhisperEncoderNet(nn.Module):
         x = F.gelu(self.conv2(x)).transpose(1, 2)
         n = x.shape[1]
         if n > self.config.max_source_positions:
-            raise ValueError(f"{mel.shape[-1]} mel frames give {n} positions; the encoder has "
-                             f"{self.config.max_source_positions}")
+            raise ValueError(
+                f"{mel.shape[-1]} mel frames give {n} positions; the encoder has {self.config.max_source_positions}"
+            )
         x = x + self.embed_positions.weight[:n]
         states = [x]
         for layer in self.layers:
@@ -173,8 +181,9 @@ def _mel_to_hz(mels: np.ndarray) -> np.ndarray:
     return np.where(mels >= 15.0, 1000.0 * np.exp(np.log(6.4) / 27.0 * (mels - 15.0)), freq)
 
 
-def mel_filters(n_fft: int = 400, n_mels: int = 80, sample_rate: int = 16000,
-                fmin: float = 0.0, fmax: float = 8000.0) -> np.ndarray:
+def mel_filters(
+    n_fft: int = 400, n_mels: int = 80, sample_rate: int = 16000, fmin: float = 0.0, fmax: float = 8000.0
+) -> np.ndarray:
     """Slaney-scale, slaney-normalised triangular filters: float64 ``[1 + n_fft // 2, n_mels]``."""
     bins = 1 + n_fft // 2
     fft_freqs = np.linspace(0, sample_rate // 2, bins)
@@ -195,8 +204,15 @@ def _stft_constants(n_fft: int, n_mels: int, sample_rate: int, device: str):
     return window, filters  # filters [n_mels, bins]
 
 
-def log_mel(samples: torch.Tensor, n_fft: int = 400, hop: int = 160, n_mels: int = 80,
-            sample_rate: int = 16000, chunk_length: int = 30, padding_value: float = 0.0) -> torch.Tensor:
+def log_mel(
+    samples: torch.Tensor,
+    n_fft: int = 400,
+    hop: int = 160,
+    n_mels: int = 80,
+    sample_rate: int = 16000,
+    chunk_length: int = 30,
+    padding_value: float = 0.0,
+) -> torch.Tensor:
     """whisper's log-mel of each row of ``samples`` (``[B, n]`` or ``[n]`` float tensor on any device,
     or a list of 1-D pieces of any lengths): float32 ``[B, n_mels, chunk_length * sample_rate // hop]``
     on the tensor's device. Each piece is zero-padded (``padding_value``) or cut to ``chunk_length`` s."""
@@ -214,4 +230,3 @@ def log_mel(samples: torch.Tensor, n_fft: int = 400, hop: int = 160, n_mels: int
     logs = torch.matmul(filters, power)[..., :-1].clamp_(min=1e-10).log10_()  # the last frame is dropped
     peak = logs.amax(dim=(1, 2), keepdim=True)
     return torch.maximum(logs, peak - 8.0).add_(4.0).div_(4.0)
-

@@ -514,7 +514,10 @@ def _open_av(p: Path):
 
     try:
         with quiet_stderr():
-            container = av.open(str(p), metadata_errors="ignore")
+            try:
+                container = av.open(str(p), metadata_errors="ignore")  # PyAV 18: badly encoded tags
+            except TypeError:  # PyAV 19 has no metadata_errors (its tags never raise)
+                container = av.open(str(p))
     except Exception as exc:  # noqa: BLE001 - av.error.* (InvalidDataError, ...), OSError
         raise _av_error(p, exc) from None
     if not container.streams.audio:
@@ -524,9 +527,25 @@ def _open_av(p: Path):
     return container, container.streams.audio[0]
 
 
+_FFMPEG_INFO: dict[tuple, AudioInfo] = {}  # (path, size, mtime): a source without a length is decoded once
+
+
 def _probe_ffmpeg(p: Path) -> AudioInfo:
-    """Describe an FFmpeg source: the container's length of its first audio stream, or (no length
-    in the header: ADTS, some Matroska) the decoded count."""
+    """Describe an FFmpeg source: an MP4/M4A/MOV's length of its first audio stream, or (other
+    containers: ADTS, Matroska, AVI... where a length is missing or estimated from the bit rate)
+    the decoded count (remembered while the file is unchanged)."""
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    if key in _FFMPEG_INFO:
+        return _FFMPEG_INFO[key]
+    info = _probe_ffmpeg_now(p)
+    if len(_FFMPEG_INFO) > 64:
+        _FFMPEG_INFO.clear()
+    _FFMPEG_INFO[key] = info
+    return info
+
+
+def _probe_ffmpeg_now(p: Path) -> AudioInfo:
     container, stream = _open_av(p)
     try:
         ctx = stream.codec_context
@@ -534,16 +553,23 @@ def _probe_ffmpeg(p: Path) -> AudioInfo:
         if rate <= 0 or channels <= 0:
             raise AudioError(f"{p}: its audio track has no sample rate or channels; export the voice-over again")
         n = 0
-        if stream.duration and stream.time_base:
-            n = int(round(stream.duration * stream.time_base * rate))
         fmt = (container.format.name or "").split(",")[0]
+        if fmt == "mov" and stream.duration and stream.time_base:  # exact (the track's own length); other
+            n = int(round(stream.duration * stream.time_base * rate))  # formats' may be a bit-rate estimate
         codec = (ctx.name or "").upper()
     finally:
         container.close()
     info = AudioInfo(str(p), _CONTAINERS.get(fmt, fmt.upper()), codec, rate, channels, n, decoder="ffmpeg")
-    if n <= 0:  # no length in the header: count what decodes
+    if n <= 0:  # no length in the header: count what decodes (no further than the limit allows)
+        limit, how = max_audio_minutes()
+        cap, n = int(limit * 60 * rate) + 1, 0
         try:
-            n = sum(len(b) for b in _ffmpeg_blocks(info, READ_BLOCK, 0, None))
+            for b in _ffmpeg_blocks(info, READ_BLOCK, 0, None):
+                n += len(b)
+                if n > cap:
+                    raise AudioError(
+                        f"{p}: is longer than the {_hm(limit * 60)} limit for a voice-over ({how}); split it into parts"
+                    )
         except AudioError:
             raise
         except Exception as exc:  # noqa: BLE001 - av.error.* while decoding

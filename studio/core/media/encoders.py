@@ -223,7 +223,7 @@ class AudioSource:
         self.rate_in = self.info.source_rate
         self.channels = self.info.channels if self.info.channels <= 2 else 1  # more than stereo: a mono mix
         self.rate = self.rate_in if self.rate_in in AAC_RATES else 48000
-        self._layout = "mono" if self.channels == 1 else "stereo"
+        self.layout = "mono" if self.channels == 1 else "stereo"
         self.how = "copied" if self.copy else "encoded"
         self.cache_root = None
         if cache and not self.copy:
@@ -276,7 +276,7 @@ class AudioSource:
             self._demux = (p for p in self._src.demux(src_stream) if p.size)
             self.ready_at = self.started_at  # nothing to prepare
             return
-        self.stream = container.add_stream("aac", rate=self.rate, layout=self._layout, options=dict(AAC_OPTIONS))
+        self.stream = container.add_stream("aac", rate=self.rate, layout=self.layout, options=dict(AAC_OPTIONS))
         self.stream.codec_context.bit_rate = AAC_BIT_RATE * self.channels
 
     def frames(self):
@@ -302,7 +302,7 @@ class AudioSource:
                 block = self._resampler.resample_chunk(block, last=last)
             self._eof = last
             if len(block):
-                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block.T), format="fltp", layout=self._layout)
+                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block.T), format="fltp", layout=self.layout)
                 frame.sample_rate = self.rate
                 frame.pts = self._sent
                 frame.time_base = Fraction(1, self.rate)
@@ -558,7 +558,7 @@ def encode_aac_file(src: str, out: str, cache_root: str = "") -> tuple[int, str]
                     return -1, "cached"
         ctx = av.CodecContext.create("aac", "w")
         ctx.sample_rate = source.rate
-        ctx.layout = source._layout
+        ctx.layout = source.layout
         ctx.format = "fltp"
         ctx.time_base = Fraction(1, source.rate)
         ctx.bit_rate = AAC_BIT_RATE * source.channels

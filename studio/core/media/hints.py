@@ -17,6 +17,7 @@ The mask is computed once per avatar (one pass over its frames) and kept beside 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -53,18 +54,17 @@ def changing_macroblocks(avatar, block: int = 16) -> np.ndarray | None:
     mbh, mbw = -(-h // MB), -(-w // MB)
     cache = _cache_path(avatar, n, h, w)
     if cache is not None and cache.is_file():
-        try:
-            got = np.load(cache)
-            if got.shape == (mbh, mbw) and got.dtype == bool:
-                return None if got.mean() > MAX_CHANGING else got
-        except (OSError, ValueError) as exc:
-            log.info("video hint cache %s unreadable (%s): computing it again", cache, exc)
+        from studio.core.store.fsutil import load_checked_npy
+
+        got = load_checked_npy(cache)  # None: missing, damaged (header included) or of an older Studio
+        if got is not None and got.shape == (mbh, mbw) and got.dtype == bool:
+            return None if got.mean() > MAX_CHANGING else got
     moving = np.zeros((h, w), bool)
     first = np.asarray(frames[0])
     for s in range(1, n, block):  # frames differing from the first, anywhere in any channel
         chunk = np.asarray(frames[s : s + block])
         moving |= (chunk != first[None]).any(axis=(0, 3))
-    mask = np.zeros((mbh * MB, mbw * MB), bool)
+    mask: Any = np.zeros((mbh * MB, mbw * MB), bool)
     mask[:h, :w] = moving
     mask = mask.reshape(mbh, MB, mbw, MB).any(axis=(1, 3))
     for x1, y1, x2, y2 in np.asarray(avatar.boxes, np.float64):  # face boxes, one macroblock wider
@@ -73,11 +73,10 @@ def changing_macroblocks(avatar, block: int = 16) -> np.ndarray | None:
         if bx1 > bx0 and by1 > by0:
             mask[by0:by1, bx0:bx1] = True
     if cache is not None:
-        from studio.core.store.fsutil import atomic_path
+        from studio.core.store.fsutil import save_checked_npy
 
-        try:
-            with atomic_path(cache) as tmp, open(tmp, "wb") as fh:
-                np.save(fh, mask)
+        try:  # its folder again if a repair emptied the engine caches while the frames were read
+            save_checked_npy(cache, mask)
         except OSError as exc:  # a read-only library: computed again next time
             log.info("video hint cache %s not written (%s)", cache, exc)
     share = float(mask.mean())

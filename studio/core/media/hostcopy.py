@@ -86,7 +86,7 @@ class CopyThread:
         import queue
 
         while True:
-            self.writer._raise_if_failed()
+            self.writer.raise_if_failed()
             if self.stopping.is_set():
                 raise RuntimeError("render stopped")
             try:

@@ -81,7 +81,7 @@ def open_video(
     audio=None,
     encoder="auto",
     crf=20,
-    preset="veryfast",
+    preset="superfast",
     fps=DEFAULT_RATE,
     total_frames=None,
     workers=None,
@@ -287,7 +287,7 @@ class VideoWriter:
         unless ``release(k)`` is given: it is called (from an encoder thread) once frame ``k`` of
         this batch has been consumed, after which its memory may be reused.
         """
-        self._raise_if_failed()
+        self.raise_if_failed()
         if self._done:
             raise RenderError("This video writer is already closed.")
         n = len(frames)
@@ -410,7 +410,7 @@ class VideoWriter:
                 self._put(lane, None)
             for lane in self._lanes:
                 lane.thread.join()
-            self._raise_if_failed()
+            self.raise_if_failed()
             t1 = time.perf_counter()
             missing = [(c.start, c.end, c.next) for c in self._chunks if c.end is not None and c.next < c.end]
             if missing:
@@ -424,7 +424,7 @@ class VideoWriter:
                     self._mux_thread.join()
                 else:  # stream_mux=False: the join after the last frame
                     self._mux_chunks()
-                self._raise_if_failed()
+                self.raise_if_failed()
             self._mux.finish()
             t2 = time.perf_counter()
             self._fh.close()
@@ -755,14 +755,16 @@ class VideoWriter:
 
     def _put(self, lane: _Lane, item) -> None:
         while True:
-            self._raise_if_failed()
+            self.raise_if_failed()
             try:
                 lane.queue.put(item, timeout=0.2)
                 return
             except queue.Full:
                 continue
 
-    def _raise_if_failed(self) -> None:
+    def raise_if_failed(self) -> None:
+        """Raise what stopped an encoder or the mux (one sentence: a full disk names the folder);
+        the writer's own calls check it, and so does a thread that feeds it (``hostcopy``)."""
         exc = self._error
         if exc is None:
             return
@@ -804,7 +806,9 @@ class VideoWriter:
 
 def _choose(encoder: str, total_frames: int | None, workers: int | None):
     cores = os.cpu_count() or 1
-    workers = workers or int(os.environ.get("STUDIO_X264_WORKERS", "0")) or None  # parallel chunks (default: cores)
+    from studio.core import env
+
+    workers = workers or env.get_int("STUDIO_X264_WORKERS") or None  # parallel chunks (default: cores)
     whole = [(0, total_frames)]
     if encoder in ("auto", "nvenc"):
         ok, why = probe_nvenc()

@@ -96,7 +96,7 @@ class FaceFinder:
         of half of it (overlapping by half): the mesh's detector sees faces at 128 px, so a face
         that is small in a 1080p frame is found in a smaller square."""
         w, h = frame.width, frame.height
-        with faces._quiet_stderr():  # the graph's one-off warnings about a whole frame's shape
+        with faces.quiet_stderr():  # the graph's one-off warnings about a whole frame's shape
             lm = self._tracker(frame.rgb())
             if lm is not None:
                 return lm

@@ -62,7 +62,7 @@ def _device_frames(frames, device, nv12: bool = False):
     name = getattr(frames, "filename", None)
     if name:
         st = os.stat(name)
-        key = (str(name), st.st_size, st.st_mtime_ns, tuple(np.shape(frames)))
+        key: tuple = (str(name), st.st_size, st.st_mtime_ns, tuple(np.shape(frames)))
     else:
         key = (id(frames), tuple(np.shape(frames)))
     hit = _DEVICE_FRAMES.get(str(device))

@@ -203,15 +203,15 @@ class Renderer:
         self._engine_reason = engine_reason or ("given by the caller" if engine is not None else "")
         self._cancel = threading.Event()
         self._lock = threading.RLock()
-        self._features = None
+        self._features: Any = None
         self._features_gen = -1  # the clip generation self._features belongs to
-        self._prepared = None
-        self._compositor = None
+        self._prepared: Any = None
+        self._compositor: Any = None
         self._stage_ms: dict[str, float] = {}
         self.result: RenderResult | None = None
         #: held around each batch's engine work when the engine is shared (a warm engine that a
         #: scrub frame may use between two batches of a render): any context manager, or None
-        self.engine_lock = None
+        self.engine_lock: Any = None
 
     @classmethod
     def for_clip(
@@ -244,18 +244,9 @@ class Renderer:
     @property
     def engine(self):
         if self._engine is None:
-            from studio.core.engines import select_engine
+            from studio.core.engines.base import select_for
 
-            s = self.settings
-            choice = select_engine(
-                s.engine,
-                device=s.device,
-                precision=s.precision,
-                decoder=s.decoder,
-                batch=s.batch,
-                runtime=s.runtime,
-                **({"compile": True} if s.compile else {}),
-            )
+            choice = select_for(self.settings)
             self._engine, self._engine_reason = choice.engine, choice.reason
         return self._engine
 
@@ -274,12 +265,19 @@ class Renderer:
         self.clip.focus(frames)
 
     @property
+    def prepared(self) -> Any:
+        """The engine's per-avatar state (``engine.prepare(avatar)``), made by ``ready``."""
+        self.ready()
+        return self._prepared
+
+    @property
     def stage_ms(self) -> dict[str, float]:
         """Milliseconds per stage of the current (or last) render, cumulative."""
         return dict(self._stage_ms)
 
-    def _ready(self):
-        """Load everything a frame needs (features, prepared avatar, compositor); idempotent."""
+    def ready(self):
+        """Load everything a frame needs (the clip's audio features, the engine's prepared avatar,
+        the compositor) and bind the features; idempotent. Returns the engine."""
         with self._lock:
             engine = self.engine
             if engine.device.type == "cpu":
@@ -343,7 +341,7 @@ class Renderer:
         ``nv12_ready`` says so.
         """
         plan = self.plan
-        engine = self._ready()
+        engine = self.ready()
         comp = self._compositor
         if nv12 and not comp.nv12_ready:
             raise RuntimeError("this avatar cannot be composited in NV12 (see Renderer.nv12_ready)")
@@ -381,7 +379,7 @@ class Renderer:
     def nv12_ready(self) -> bool:
         """Whether ``iter_batches(..., nv12=True)`` works: a CUDA engine, and an avatar that fits
         the device cache with an even frame size."""
-        self._ready()
+        self.ready()
         return self.engine.device.type == "cuda" and self._compositor.nv12_ready
 
     @property
@@ -557,6 +555,8 @@ class Renderer:
         """Run to completion (no progress)."""
         for _ in self.run(output):
             pass
+        if self.result is None:  # run() ends with a result or raises
+            raise RuntimeError("the render ended without a result")
         return self.result
 
 

@@ -24,13 +24,14 @@ import contextlib
 import io
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from studio.core.errors import Cancelled, RenderError
 from studio.core.media.rates import DEFAULT_RATE, mp4_time_base, rate_text, ticks_per_frame
@@ -386,25 +387,69 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _stop_pool(pool, grace_s: float = 10.0) -> None:
+def _stop_pool(pool, grace_s: float = 0.5) -> None:
     """Stop a chunk pool now: queued chunks are dropped, running ones stop after their current
-    batch (the ``stop`` event); workers still busy after ``grace_s`` are killed. Without this, the
-    executor's own shutdown waits for every running chunk to render to its end."""
+    batch (the ``stop`` event); workers still busy after ``grace_s`` (one starting up, loading its
+    engine, or inside a long batch) are killed, and the temporaries they had registered (segment
+    files, encoder spill files and their records) are removed at once (``sweep_dead_temps``: a
+    killed worker's lock is free), not left for the next command. Without this, the executor's own
+    shutdown waits for every running chunk to render to its end."""
+    from studio.core.store.fsutil import sweep_dead_temps
+
     procs = list((getattr(pool, "_processes", None) or {}).values())  # private: the only handle on them
     pool.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + grace_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
+    groups = []
     for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join(1.0)
+        if p.is_alive():  # its process group: the worker and the encoder processes it started
+            groups.append(p.pid)
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                p.kill()
+    for p in procs:
+        p.join(5.0)
+    deadline = time.monotonic() + 5.0
+    while groups and time.monotonic() < deadline:  # until the workers' own children are gone too
+        groups = [g for g in groups if _group_alive(g)]
+        if groups:
+            time.sleep(0.02)
+    if procs:
+        sweep_dead_temps()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies waiting to be reaped do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for pid in entries:
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 # ------------------------------------------------------------------------------------------------
 # Local worker processes (ChunkedRender)
 
-_Q = _STOP = None
+_Q: Any = None  # this worker process's progress queue and stop event (``_child_init``)
+_STOP: Any = None
 
 
 def _child_init(q, stop, workers: int, parent_pid: int | None = None) -> None:
@@ -413,7 +458,9 @@ def _child_init(q, stop, workers: int, parent_pid: int | None = None) -> None:
     from studio.core.signals import die_with_parent
 
     die_with_parent(parent_pid)  # a SIGKILL'd parent takes its workers with it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us (Ctrl-C, SIGTERM: _stop_pool)
+    with contextlib.suppress(OSError):
+        os.setpgrp()  # a group of its own: a stop kills it with the encoder processes it starts
     global _Q, _STOP
     _Q, _STOP = q, stop
     with contextlib.suppress(Exception):

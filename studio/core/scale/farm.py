@@ -212,7 +212,7 @@ class Farm:
         job = dict(
             id=uuid.uuid4().hex,
             avatar=self._ship(clip.avatar),
-            audio=_ship_file(audio),
+            audio=ship_file(audio),
             settings=settings,
             board=self._board,
         )
@@ -297,11 +297,13 @@ class Farm:
             retries=self.retries,
         )
 
-    def stats(self) -> dict[str, dict]:
-        """Per worker: engines loaded, jobs, chunks and avatar fetches since its process started."""
+    def stats(self, timeout: float | None = None) -> dict[str, dict]:
+        """Per worker: engines loaded, jobs, chunks and avatar fetches since its process started.
+        ``timeout``: seconds to wait for every worker's answer (Ray's ``GetTimeoutError`` after it)."""
         import ray
 
-        return dict(zip(self._actors, ray.get([a.stats.remote() for a in self._actors.values()])))
+        answers = ray.get([a.stats.remote() for a in self._actors.values()], timeout=timeout)
+        return dict(zip(self._actors, answers))
 
     def shutdown(self) -> None:
         """Kill this farm's workers (a detached pool on a shared cluster stays unless killed here)."""
@@ -338,7 +340,7 @@ class Farm:
         """The avatar's files in the object store, put once per avatar version for this farm."""
         key = _avatar_key(assets.folder)
         if key not in self._shipped:
-            self._shipped = {key: _ship_avatar(assets)}  # the newest only: the store is memory
+            self._shipped = {key: ship_avatar(assets)}  # the newest only: the store is memory
         return self._shipped[key]
 
     def _revived(self, idle) -> None:
@@ -377,7 +379,9 @@ class Farm:
 # What travels: the avatar cache folder and the audio file, once per job through the object store
 
 
-def _ship_avatar(assets) -> dict:
+def ship_avatar(assets) -> dict:
+    """An avatar's cache files in the object store, and where the driver has them (``local_avatar``
+    on a worker reads the driver's folder when its node shares it, else fetches the files once)."""
     import ray
 
     folder, name = avatar_reference(assets)
@@ -395,7 +399,8 @@ def _avatar_key(folder) -> str:
     return hashlib.sha256((Path(folder) / "meta.json").read_bytes()).hexdigest()[:24]
 
 
-def _ship_file(path) -> dict:
+def ship_file(path) -> dict:
+    """A file (the voice-over) in the object store, keyed by its content (``local_file`` on a worker)."""
     import ray
 
     path = Path(path)
@@ -403,7 +408,7 @@ def _ship_file(path) -> dict:
     return dict(key=hashlib.sha256(data).hexdigest()[:24], name=path.name, data=[ray.put(data)])
 
 
-def _local_avatar(spec: dict):
+def local_avatar(spec: dict):
     """``(assets, fetched)``: the shipped avatar on this node: the driver's folder when this node
     shares it, else a node-local copy made once from the object store (``fetched`` = 1 then) and
     reused by every worker and job here."""
@@ -434,7 +439,8 @@ def _local_avatar(spec: dict):
     return open_avatar((str(dest), spec["name"])), fetched
 
 
-def _local_file(spec: dict) -> str:
+def local_file(spec: dict) -> str:
+    """The shipped file on this node (fetched once into ``<data>/cache/farm/audio``)."""
     from studio.core.store.paths import sub_dir
 
     suffix = Path(spec["name"]).suffix
@@ -527,8 +533,8 @@ class _Worker:
         if job["id"] in self.jobs:
             return self.jobs[job["id"]]
         s = job["settings"]
-        avatar, fetched = _local_avatar(job["avatar"])
-        audio = _local_file(job["audio"])
+        avatar, fetched = local_avatar(job["avatar"])
+        audio = local_file(job["audio"])
         engine, reason = self.engines.get(s)  # kept for later chunks and jobs
         self.counts["engines_loaded"] = self.engines.loaded
         self.counts["avatar_fetches"] += fetched

@@ -35,7 +35,11 @@ crash-surviving temporaries: ``tempfile`` only cleans up in a process that exits
 Safety: only names that look like our temporaries are ever registered or removed (a hidden name,
 ``.`` first, containing ``.part`` or ``.tmp``); a registered file is removed only if it is still a
 file (or link), a registered folder only if it is still a real folder; records that do not parse
-are skipped line by line; paths already gone are fine.
+are skipped line by line; paths already gone are fine. And only what this data folder's own
+processes recorded is removed: every line carries an HMAC of its path under the data folder's
+secret (``tmp/records.key``, 32 random bytes, mode 0600, made by the first process that records),
+and a record file must belong to this user; a record planted by anyone or anything else (copied
+from another machine, written by another program or user) deletes nothing.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import atexit
 import contextlib
 import errno
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -185,6 +190,45 @@ def atomic_write_bytes(target: str | os.PathLike, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def save_checked_npy(path: str | os.PathLike, array) -> None:
+    """Write a cache array (``.npy``, atomically) with its CRC-32 in ``<path>.crc`` beside it, so
+    that ``load_checked_npy`` notices any damaged byte, its header included."""
+    import zlib
+
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a repair may have emptied the folder meanwhile
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, array)
+    data = path.read_bytes()
+    atomic_write_bytes(path.with_name(path.name + ".crc"), json.dumps([len(data), zlib.crc32(data)]).encode())
+
+
+def load_checked_npy(path: str | os.PathLike):
+    """The array ``save_checked_npy`` wrote, or None (with the reason logged) when it is missing,
+    has no checksum, or any byte differs (the header too: numpy never parses a damaged one)."""
+    import zlib
+
+    import numpy as np
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+        size, crc = json.loads(path.with_name(path.name + ".crc").read_bytes())
+        if len(data) != size or zlib.crc32(data) != crc:
+            log.warning("cache %s is damaged (checksum); computing it again", path)
+            return None
+        import io
+
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - any damage means: compute it again
+        log.warning("cache %s is unreadable (%s); computing it again", path, type(exc).__name__)
+        return None
+
+
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -213,7 +257,7 @@ def temp_file(folder: str | os.PathLike, prefix: str, suffix: str) -> Path:
     """
     folder = Path(folder)
     for _ in range(100):
-        path = folder / f"{prefix}{_token()}{suffix}"
+        path = folder / _temp_name(prefix, _token(), suffix)
         register_temp(path)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
@@ -232,7 +276,7 @@ def temp_dir(folder: str | os.PathLike, prefix: str, suffix: str = ".part") -> P
     """Create a temporary folder ``folder/prefix<random>suffix`` (registered first; removed as a whole)."""
     folder = Path(folder)
     for _ in range(100):
-        path = folder / f"{prefix}{_token()}{suffix}"
+        path = folder / _temp_name(prefix, _token(), suffix)
         register_temp(path, kind="dir")
         try:
             os.mkdir(path, 0o777)
@@ -244,6 +288,22 @@ def temp_dir(folder: str | os.PathLike, prefix: str, suffix: str = ".part") -> P
             raise
         return path
     raise FileExistsError(f"no free temporary name in {folder}")
+
+
+NAME_MAX = 255  # bytes in one file name on every common file system
+
+
+def _temp_name(prefix: str, token: str, suffix: str) -> str:
+    """``prefix + token + suffix``, its prefix shortened in the middle when the whole would not fit
+    in ``NAME_MAX`` bytes: a legal 254-byte output name still gets a temporary beside it."""
+    name = f"{prefix}{token}{suffix}"
+    over = len(name.encode("utf-8", "surrogateescape")) - NAME_MAX
+    if over <= 0:
+        return name
+    head, tail = prefix[:1], prefix[-1:] if len(prefix) > 1 else ""
+    raw = prefix[1 : len(prefix) - len(tail)].encode("utf-8", "surrogateescape")
+    middle = raw[: max(0, len(raw) - over)].decode("utf-8", "ignore")
+    return f"{head}{middle}{tail}{token}{suffix}"
 
 
 def is_temp_name(name: str) -> bool:
@@ -347,7 +407,7 @@ def sweep_dead_temps(records_dir: str | os.PathLike | None = None) -> list[str]:
             except OSError:
                 continue  # alive (or a lock we cannot take): not ours to touch
             if name.endswith(RECORD_SUFFIX):
-                removed += _remove_recorded(fd)
+                removed += _remove_recorded(fd, folder)
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
         except Exception as exc:  # noqa: BLE001
@@ -359,14 +419,21 @@ def sweep_dead_temps(records_dir: str | os.PathLike | None = None) -> list[str]:
     return removed
 
 
-def _remove_recorded(fd: int) -> list[str]:
+def _remove_recorded(fd: int, folder: Path) -> list[str]:
+    """Remove what a dead process's record lists, where each line's HMAC proves that a process of
+    this data folder wrote it (and the record file is this user's)."""
+    key = _secret(folder, create=False)
+    if key is None or os.fstat(fd).st_uid != os.getuid():
+        return []
     with os.fdopen(os.dup(fd), "rb") as fh:
         data = fh.read()
     live: dict[str, str] = {}
     for raw in data.split(b"\n")[1:]:  # the first line is the header; a torn last line is skipped
         try:
-            op, path = json.loads(raw)
+            op, path, mac = json.loads(raw)
         except (ValueError, TypeError):
+            continue
+        if not isinstance(path, str) or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(key, op, path)):
             continue
         if op == "-":
             live.pop(path, None)
@@ -410,6 +477,10 @@ class _Record:
         import fcntl
 
         folder.mkdir(parents=True, exist_ok=True)
+        key = _secret(folder, create=True)
+        if key is None:
+            raise OSError(f"cannot keep a records key in {folder}")
+        self.key = key
         for _ in range(10):
             base = f"{os.getpid()}-{_token()}"
             new = folder / f".{base}{_NEW_SUFFIX}"
@@ -428,8 +499,9 @@ class _Record:
         raise OSError(f"cannot create a temporary record in {folder}")
 
     def append(self, item, sync: bool) -> None:
+        op, path = item
         try:
-            os.write(self.fd, json.dumps(item).encode() + b"\n")
+            os.write(self.fd, json.dumps([op, path, _mac(self.key, op, path)]).encode() + b"\n")
             if sync:
                 os.fsync(self.fd)
         except OSError as exc:
@@ -492,6 +564,58 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+KEY_NAME = "records.key"
+
+
+def _mac(key: bytes, op: str, path: str) -> str:
+    return hmac.new(key, f"{op}\0{path}".encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()[:32]
+
+
+def _secret(folder: Path, create: bool) -> bytes | None:
+    """The data folder's records key (``folder/records.key``): 32 random bytes only this user can
+    read, made once (atomically: two processes starting together agree on one); None when it
+    cannot be read or made, or is not this user's own private file."""
+    path = folder / KEY_NAME
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            if not create:
+                return None
+            new = folder / f".{KEY_NAME}.{os.getpid()}.{_token()}.tmp"
+            try:
+                nfd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                try:
+                    os.write(nfd, secrets.token_bytes(32))
+                    os.fsync(nfd)
+                finally:
+                    os.close(nfd)
+                try:
+                    os.link(new, path)  # the first one wins; the others read it
+                except FileExistsError:
+                    pass
+                except OSError:  # no hard links here: a rename (a race may pick either key once)
+                    if not os.path.lexists(path):
+                        os.rename(new, path)
+            except OSError:
+                return None
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(new)
+            continue
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+                return None
+            key = os.read(fd, 64)
+        finally:
+            os.close(fd)
+        return key if len(key) == 32 else None
+    return None
 
 
 def _token(n: int = 10) -> str:

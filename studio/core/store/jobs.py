@@ -24,6 +24,7 @@ Qt-free; every method opens its own short transaction, so a store can be used fr
 
 from __future__ import annotations
 
+import builtins  # JobStore.list shadows list in its annotations
 import json
 import logging
 import sqlite3
@@ -43,6 +44,7 @@ STATES = (DRAFT, QUEUED, HELD, RUNNING, DONE, FAILED, CANCELLED, INTERRUPTED_STA
 FINAL = (DONE, FAILED, CANCELLED, INTERRUPTED_STATE, EXPIRED)
 INTERRUPTED = "interrupted: Studio stopped while this job was running; press Retry to run it again"
 SCHEMA_VERSION = 3  # 2: position, owner; 3: retry_of, webhook, the idempotency and deliveries tables
+OUR_TABLES = frozenset({"jobs", "meta", "idempotency", "deliveries"})  # everything a Studio queue holds
 COLUMNS = ("id", "avatar", "audio", "settings", "output", "state", "reason", "created", "updated", "progress", "result")
 
 
@@ -160,7 +162,9 @@ class JobStore:
         jobs = [_job(r) for r in rows]
         return [j for j in jobs if j.state in states] if states else jobs
 
-    def page(self, states: tuple[str, ...] | None = None, before: int | None = None, limit: int = 50) -> list[Job]:
+    def page(
+        self, states: tuple[str, ...] | None = None, before: int | None = None, limit: int = 50
+    ) -> builtins.list[Job]:
         """Up to ``limit`` jobs, newest first (by id), with ids below ``before``: a stable cursor
         while jobs are added, reordered or removed."""
         where, args = [], []
@@ -289,13 +293,18 @@ class JobStore:
 
     # ---- idempotency keys ---------------------------------------------------------------
 
-    def claim_key(self, scope: str, key: str, fingerprint: str) -> dict | None:
+    def claim_key(self, scope: str, key: str, fingerprint: str, stale_s: float = 600.0) -> dict | None:
         """Reserve ``key`` (per ``scope``, e.g. ``POST /v1/renders``) for a request whose body has
         ``fingerprint``; None when it is new (the caller does the work, then ``finish_key`` or
-        ``release_key``), else the stored record: ``{"fingerprint", "job_id", "answer", "busy"}``."""
+        ``release_key``), else the stored record: ``{"fingerprint", "job_id", "answer", "busy"}``.
+        A reservation never finished within ``stale_s`` (its process died mid-request) is free again."""
         now = time.time()
         with self._tx() as db:
             db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "DELETE FROM idempotency WHERE scope=? AND key=? AND done=0 AND created < ?",
+                (scope, key, now - stale_s),
+            )
             row = db.execute("SELECT * FROM idempotency WHERE scope=? AND key=?", (scope, key)).fetchone()
             if row is None:
                 db.execute(
@@ -340,7 +349,7 @@ class JobStore:
                 (job_id, state, url, attempt, time.time(), int(ok), status, error[:300]),
             )
 
-    def deliveries(self, job_id: int) -> list[dict]:
+    def deliveries(self, job_id: int) -> builtins.list[dict]:
         """Every webhook call made for a job, oldest first."""
         with self._tx() as db:
             rows = db.execute("SELECT * FROM deliveries WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
@@ -357,12 +366,20 @@ class JobStore:
             for r in rows
         ]
 
-    def webhook_jobs(self) -> list[Job]:
-        """Jobs with a webhook in a final state (their deliveries decide what is left to send)."""
+    def webhook_jobs(self, max_attempts: int | None = None) -> builtins.list[Job]:
+        """Jobs with a webhook in a final state that are still to be told of it: no successful call
+        for that state yet (and, with ``max_attempts``, fewer tries than that)."""
+        tries = (
+            ""
+            if max_attempts is None
+            else " AND (SELECT COUNT(*) FROM deliveries d WHERE d.job_id=jobs.id AND d.state=jobs.state) < ?"
+        )
         with self._tx() as db:
             rows = db.execute(
-                f"SELECT * FROM jobs WHERE webhook != '' AND state IN ({','.join('?' * len(FINAL))}) ORDER BY id",
-                FINAL,
+                f"SELECT * FROM jobs WHERE webhook != '' AND state IN ({','.join('?' * len(FINAL))})"
+                " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id=jobs.id AND d.state=jobs.state AND d.ok=1)"
+                f"{tries} ORDER BY id",
+                (*FINAL, *(() if max_attempts is None else (max_attempts,))),
             ).fetchall()
         return [_job(r) for r in rows]
 
@@ -395,6 +412,7 @@ class JobStore:
         away = "move it away to start an empty queue"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._check_ours(away)  # read only: a file that is not a Studio queue is left exactly as it was
             with self._tx() as db:
                 db.execute(
                     "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, avatar TEXT NOT NULL,"
@@ -446,7 +464,37 @@ class JobStore:
         except sqlite3.DatabaseError as exc:
             raise InputError(f"{self.path}: the job queue file is damaged ({exc}); {away}") from None
 
-    def _recover(self) -> list[int]:
+    def _check_ours(self, away: str) -> None:
+        """Refuse, before anything is written, a file that is not a Studio job queue: another
+        program's database (tables Studio never makes, no ``jobs`` table, or one without Studio's
+        columns). A new or empty file is fine (it becomes one)."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        from urllib.parse import quote
+
+        uri = f"file:{quote(str(self.path))}?mode=ro"
+        db = sqlite3.connect(uri, uri=True, timeout=10)
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                return
+            foreign = sorted(t for t in tables - OUR_TABLES if not t.startswith("sqlite_"))
+            if "jobs" not in tables or foreign:
+                shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+                raise InputError(
+                    f"{self.path} is not a Studio job queue (it holds "
+                    f"{'tables Studio never makes: ' + shown if foreign else 'no jobs table'}); {away}"
+                )
+            cols = {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+            missing = [c for c in COLUMNS if c not in cols]
+            if missing:
+                raise InputError(
+                    f"{self.path} is not a Studio job queue (its jobs table has no {', '.join(missing)} column); {away}"
+                )
+        finally:
+            db.close()
+
+    def _recover(self) -> builtins.list[int]:
         """Jobs left running by a process that is gone become ``interrupted``."""
         with self._tx() as db:
             rows = db.execute("SELECT id, owner FROM jobs WHERE state=?", (RUNNING,)).fetchall()
@@ -510,7 +558,10 @@ def _job(row: sqlite3.Row) -> Job:
             webhook=str(_col(row, "webhook") or ""),
         )
     except (ValueError, TypeError, KeyError, IndexError) as exc:
-        log.warning("job row %s is damaged: %s", row["id"], exc)
+        key = (str(row["id"]), str(row["created"]), str(exc))
+        if key not in _WARNED:  # once per row and process: every listing reads every row again
+            _WARNED.add(key)
+            log.warning("job row %s is damaged: %s", row["id"], exc)
         return Job(
             id=int(row["id"]),
             avatar=str(row["avatar"] or ""),
@@ -534,6 +585,9 @@ def _col(row: sqlite3.Row, name: str):
 def _opt_int(row: sqlite3.Row, name: str) -> int | None:
     v = _col(row, name)
     return None if v is None else int(v)
+
+
+_WARNED: set[tuple[str, str]] = set()
 
 
 def _num(value) -> float:

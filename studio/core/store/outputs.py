@@ -51,6 +51,7 @@ def check_output(
         raise InputError("The output path is empty: give a file name such as out.mp4.")
     out = Path(os.path.expanduser(text))
     suffixes = SUFFIXES[kind]
+    check_name_length(out)  # first: a name too long makes every stat of it fail
     if out.is_dir():
         raise InputError(f"{out}: is a folder; give a file name inside it, such as {out / ('out' + suffixes[0])}.")
     named = list(inputs.items() if isinstance(inputs, Mapping) else (("input", p) for p in inputs))
@@ -82,6 +83,39 @@ def check_output(
         raise InputError(f"{out}: exists and is not a regular file (a pipe or a device); choose another output name.")
     check_folder(out)
     return out
+
+
+def check_name_length(out: Path) -> None:
+    """One sentence for a file name longer than its file system takes (255 bytes on most)."""
+    n = len(out.name.encode("utf-8", "surrogateescape"))
+    try:
+        limit = os.pathconf(out.parent if out.parent.is_dir() else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if n > limit:
+        raise InputError(
+            f"{out.name[:40]}...{out.suffix}: the file name is {n} bytes long, but the file system takes at most "
+            f"{limit}; choose a shorter name."
+        )
+
+
+def write_error(exc: OSError, path: str | os.PathLike):
+    """One sentence (``RenderError``) for a write that failed: a full disk or quota names the
+    folder, a name too long says so; anything else with its reason and folder."""
+    path = Path(path)
+    folder = Path(exc.filename).parent if isinstance(getattr(exc, "filename", None), str) else path.parent
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+        return RenderError(
+            f"The disk is full ({why} in {folder}) while writing {path.name}: free some space and try again."
+        )
+    if exc.errno == errno.ENAMETOOLONG:
+        return RenderError(
+            f"{path.name[:40]}...: the file name is too long for the file system; choose a shorter name."
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return RenderError(f"{path.name} cannot be written in {folder} ({exc.strerror}): choose another folder.")
+    return RenderError(f"Writing {path.name} failed ({exc.strerror or exc}, in {folder}): check the output folder.")
 
 
 def render_inputs(avatar, audio) -> dict:

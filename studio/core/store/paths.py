@@ -17,7 +17,22 @@ def data_dir() -> Path:
         import platformdirs
 
         path = Path(platformdirs.user_data_dir("studio", appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not path.is_dir():
+            raise NotADirectoryError(path)
+    except OSError as exc:
+        from studio.core.errors import InputError
+
+        name = f"STUDIO_HOME={home}" if home else f"the data folder {path}"
+        if path.exists() and not path.is_dir():
+            raise InputError(
+                f"{name}: is not a folder; point STUDIO_HOME at a folder (it is made if missing)"
+            ) from None
+        why = exc.strerror or type(exc).__name__
+        raise InputError(
+            f"{name}: the data folder cannot be made there ({why}); point STUDIO_HOME at another folder"
+        ) from None
     return path
 
 
