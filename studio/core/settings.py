@@ -240,9 +240,9 @@ class RenderSettings:
         maximum=51,
     )
     preset: str = setting(
-        "superfast",
-        "x264 speed/size trade-off (superfast: as sharp as veryfast at the same CRF, about 2.5x the bytes, "
-        "fast enough to keep up with the GPU; docs/speed.md)",
+        "ultrafast",
+        "x264 speed/size trade-off (ultrafast: as sharp as the slower presets at the same CRF and the only "
+        "one that keeps up with the GPU on 16 cores; larger files; docs/speed.md)",
         label="Preset",
         group="encode",
         choices=PRESETS,
