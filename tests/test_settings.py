@@ -37,6 +37,8 @@ def other_value(spec: Spec, face: str = ""):
         return next(c for c in reversed(spec.choices) if c != spec.default)
     if spec.kind is str:
         return "cpu"  # device: None (auto) by default
+    if spec.default is None:  # an optional number (loudness: off by default)
+        return (spec.minimum + spec.maximum) / 2
     if spec.kind is int:
         v = spec.default + 1
         return v if spec.maximum is None or v <= spec.maximum else spec.default - 1

@@ -132,9 +132,12 @@ def setting(
     faces: frozenset[str] = ALL_FACES,
     auto_label: str = "",
     ui_default: Any = None,
+    kind: type | None = None,
 ) -> T:
-    """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``)."""
+    """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
+    ``kind``: the type of an optional setting's values (default None, e.g. loudness: a float or off)."""
     meta = dict(
+        kind=kind,
         help=help,
         label=label,
         group=group,
@@ -247,6 +250,25 @@ class RenderSettings:
         group="encode",
         choices=PRESETS,
     )
+    loudness: float | None = setting(
+        None,
+        "normalise the audio to this integrated loudness in LUFS (ITU-R BS.1770; EBU R128 broadcast -23, "
+        "web -16) with a true-peak limit (--true-peak); off: the voice-over as it is",
+        label="Loudness",
+        group="encode",
+        minimum=-70.0,
+        maximum=-5.0,
+        auto_label="off",
+        kind=float,
+    )
+    true_peak: float = setting(
+        -1.0,
+        "the true-peak ceiling in dBTP when --loudness normalises (EBU R128: -1; some platforms ask -2)",
+        label="True peak",
+        group="encode",
+        minimum=-9.0,
+        maximum=0.0,
+    )
     check: bool = setting(
         False,
         "after the file is written, measure its lip sync (studio check: offset, silence motion, sharpness, "
@@ -287,7 +309,9 @@ def _schema() -> dict[str, Spec]:
     for f in dataclasses.fields(RenderSettings):
         meta = dict(f.metadata["spec"])
         default = f.default
-        kind = {bool: bool, int: int, float: float, str: str}[type(default)] if default is not None else str
+        kind = meta.pop("kind") or (
+            {bool: bool, int: int, float: float, str: str}[type(default)] if default is not None else str
+        )
         out[f.name] = Spec(
             name=f.name, kind=kind, default=default, optional=default is None, label=meta.pop("label") or f.name, **meta
         )

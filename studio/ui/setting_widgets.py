@@ -14,7 +14,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QWidget
 
 #: names a free-text setting suggests in its combo box (the first entry is the schema's None)
-SUGGESTIONS = {"device": ("cuda", "cpu")}
+SUGGESTIONS = {"device": ("cuda", "cpu"), "loudness": ("-23", "-24", "-16", "-14")}
 
 
 def make_widget(spec) -> QWidget:
@@ -23,6 +23,16 @@ def make_widget(spec) -> QWidget:
     if spec.kind is bool:
         w = QCheckBox(spec.label)
         w.setChecked(bool(spec.default if spec.ui_default is None else spec.ui_default))
+    elif spec.optional and spec.kind in (int, float):  # a number or off (loudness): typed or picked
+        from PySide6.QtCore import QRegularExpression
+        from PySide6.QtGui import QRegularExpressionValidator
+
+        w = QComboBox()
+        w.setEditable(True)
+        w.addItems([spec.auto_label, *SUGGESTIONS.get(spec.name, ())])
+        pattern = rf"{spec.auto_label}|-?\d{{0,3}}(\.\d{{0,2}})?"
+        w.setValidator(QRegularExpressionValidator(QRegularExpression(pattern), w))
+        w.setCurrentText(spec.auto_label if spec.default is None else str(spec.default))
     elif spec.choices or spec.kind is str:
         w = QComboBox()
         items = list(spec.choices or ())
@@ -56,7 +66,17 @@ def widget_value(spec, w: QWidget):
         return w.isChecked()
     if isinstance(w, QComboBox):
         text = w.currentText()
-        return None if spec.optional and text == spec.auto_label else text
+        if spec.optional and text in (spec.auto_label, ""):
+            return None
+        if spec.kind is not str:  # a typed number; one still being typed ("-") counts as off
+            from studio.core.errors import InputError
+
+            try:
+                v = spec.parse(text)
+            except InputError:
+                return None
+            return v if spec.problem(v) is None else None
+        return text
     return spec.kind(w.value())  # type: ignore[attr-defined]
 
 
@@ -64,8 +84,10 @@ def set_widget_value(spec, w: QWidget, value) -> None:
     if isinstance(w, QCheckBox):
         w.setChecked(bool(value))
     elif isinstance(w, QComboBox):
-        text = spec.auto_label if value is None else str(value)
-        if w.findText(text) >= 0:
+        text = spec.auto_label if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
+        if w.isEditable():
+            w.setEditText(text)
+        elif w.findText(text) >= 0:
             w.setCurrentText(text)
     else:
         w.setValue(value)  # type: ignore[attr-defined]

@@ -108,6 +108,7 @@ class RenderResult:
     finish_ms: dict[str, float] = field(default_factory=dict)  # the "finish" stage: encoder tail, join, file
     audio: str = ""  # the output's AAC track: "copied" (the voice-over's own), "cached" or "encoded"
     frame_rate: str = "25"  # the output's frame rate ("29.97" is 30000/1001 exactly; rates.parse_rate)
+    loudness: dict[str, Any] = field(default_factory=dict)  # --loudness: loudness.LoudnessReport (before/after)
 
     @classmethod
     def measured(
@@ -126,6 +127,7 @@ class RenderResult:
         finish_ms: dict[str, float] | None = None,
         audio: str = "",
         frame_rate: str = "25",
+        loudness: dict[str, Any] | None = None,
     ) -> RenderResult:
         """The one constructor of a render's result: fps from frames and seconds, times rounded."""
         return cls(
@@ -143,6 +145,7 @@ class RenderResult:
             finish_ms={k: round(v, 1) for k, v in (finish_ms or {}).items()},
             audio=audio,
             frame_rate=frame_rate,
+            loudness=dict(loudness or {}),
         )
 
     def to_json(self) -> dict:
@@ -207,6 +210,7 @@ class Renderer:
         self._features_gen = -1  # the clip generation self._features belongs to
         self._prepared: Any = None
         self._compositor: Any = None
+        self._loudness: Any = None  # the last run's loudness.LoudnessReport (--loudness)
         self._stage_ms: dict[str, float] = {}
         self.result: RenderResult | None = None
         #: held around each batch's engine work when the engine is shared (a warm engine that a
@@ -423,6 +427,15 @@ class Renderer:
             audio = self.audio_path
             if T != plan.frames:
                 audio = stack.enter_context(audio_range(self.wave, self.audio_path, first, end))
+            self._loudness = None
+            if self.settings.loudness is not None:  # the delivered audio: measured, normalised, limited
+                from studio.core.media.loudness import normalised
+
+                t1 = time.perf_counter()
+                audio, self._loudness = stack.enter_context(
+                    normalised(audio, self.settings.loudness, self.settings.true_peak)
+                )
+                self._stage("loudness", t1)
             writer = open_video(
                 output,
                 a.width,
@@ -548,6 +561,7 @@ class Renderer:
             finish_ms=writer.close_ms,
             audio=writer.audio_how,
             frame_rate=rate_text(self.rate),
+            loudness=None if self._loudness is None else self._loudness.to_json(),
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=dict(self._stage_ms))
 

@@ -186,6 +186,7 @@ class ChunkedRender:
         self.settings = settings or RenderSettings()
         self.audio = str(audio)
         self.clip = Clip(avatar, audio, self.settings)
+        self._loudness: dict | None = None
         self.chunks = chunks
         self.workers = workers
         self._cancel = threading.Event()
@@ -258,19 +259,24 @@ class ChunkedRender:
                 _stop_pool(pool)
                 raise
             pool.shutdown(wait=True)
-            path = join_segments(finished, output, audio=audio, fps=self.clip.rate, overwrite=overwrite)
+            from studio.core.media.loudness import delivered_audio
+
+            with delivered_audio(audio, self.settings) as (sound, self._loudness):
+                path = join_segments(finished, output, audio=sound, fps=self.clip.rate, overwrite=overwrite)
         finally:
             stop.set()
             _rmtree(tmpdir)
             release_temp(tmpdir)
         elapsed = time.perf_counter() - t0
-        self.result = segments_result(self.clip, finished, path, elapsed)
+        self.result = segments_result(self.clip, finished, path, elapsed, loudness=self._loudness)
         yield RenderProgress.final(
             self.result, elapsed, workers=per_worker, chunks_done=len(ranges), chunks=len(ranges)
         )
 
 
-def segments_result(clip, segments: list[Segment], output: str, seconds: float, **stage_ms: float) -> RenderResult:
+def segments_result(
+    clip, segments: list[Segment], output: str, seconds: float, loudness: dict | None = None, **stage_ms: float
+) -> RenderResult:
     """The ``RenderResult`` of a clip rendered in ``segments`` and joined into ``output`` (local
     chunks, the farm): the engine(s) and encoder the segments report."""
     from studio.core.render.renderer import RenderResult
@@ -289,6 +295,7 @@ def segments_result(clip, segments: list[Segment], output: str, seconds: float, 
         height=clip.avatar.height,
         stage_ms=stage_ms,
         frame_rate=rate_text(clip.rate),
+        loudness=loudness,
     )
 
 

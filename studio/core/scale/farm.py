@@ -275,19 +275,23 @@ class Farm:
             with contextlib.suppress(Exception):
                 self._board.forget.remote(job["id"])
             raise
+        loud = None
         try:
-            path = join_segments(
-                [(g.start, g.end, data) for g, data in segments],
-                output,
-                audio=audio,
-                fps=clip.rate,
-                overwrite=overwrite,
-            )
+            from studio.core.media.loudness import delivered_audio
+
+            with delivered_audio(audio, settings) as (sound, loud):
+                path = join_segments(
+                    [(g.start, g.end, data) for g, data in segments],
+                    output,
+                    audio=sound,
+                    fps=clip.rate,
+                    overwrite=overwrite,
+                )
         finally:
             with contextlib.suppress(Exception):
                 self._board.forget.remote(job["id"])
         seconds = time.perf_counter() - t0
-        self.result = segments_result(clip, [g for g, _ in segments], path, seconds, farm=seconds * 1e3)
+        self.result = segments_result(clip, [g for g, _ in segments], path, seconds, loud, farm=seconds * 1e3)
         yield RenderProgress.final(
             self.result,
             seconds,

@@ -100,29 +100,38 @@ class DeviceRender:
         return self.result
 
     def run(self, output, *, overwrite: bool = True) -> Iterator:
+        from studio.core.media.loudness import delivered_audio
+
+        self.result = None
+        t_start = time.perf_counter()
+        if any(r.engine.device.type == "cpu" for r in self.renderers):
+            from studio.core.engines.runtime_torch import limit_cpu_threads
+
+            limit_cpu_threads()  # here, before the device threads run CPU work
+        sound = delivered_audio(self.audio, self.settings)  # --loudness: the normalised copy, left at the end
+        audio, loud = sound.__enter__()
+        try:
+            yield from self._run(output, overwrite, audio, loud, t_start)
+        finally:
+            sound.__exit__(None, None, None)
+
+    def _run(self, output, overwrite: bool, audio, loud, t_start: float) -> Iterator:
+        from studio.core.media.hints import changing_region
         from studio.core.media.rates import rate_text
         from studio.core.media.writer import open_video
         from studio.core.render.renderer import RenderProgress, RenderResult
 
-        self.result = None
         renderers = self.renderers
-        t_start = time.perf_counter()
-        if any(r.engine.device.type == "cpu" for r in renderers):
-            from studio.core.engines.runtime_torch import limit_cpu_threads
-
-            limit_cpu_threads()  # here, before the device threads run CPU work
         first = renderers[0]
         plan = self.clip.plan
         T = plan.frames
         a = self.clip.avatar
         s = self.settings
-        from studio.core.media.hints import changing_region
-
         writer = open_video(
             output,
             a.width,
             a.height,
-            audio=self.audio,
+            audio=audio,
             encoder=s.encoder,
             crf=s.crf,
             preset=s.preset,
@@ -192,6 +201,7 @@ class DeviceRender:
             finish_ms=writer.close_ms,
             audio=writer.audio_how,
             frame_rate=rate_text(first.rate),
+            loudness=loud,
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=stages)
 
