@@ -118,7 +118,10 @@ def test_the_job_store_keeps_every_setting(tmp_path):
     sf.write(voice, speechlike(0.4, RATE), RATE, subtype="PCM_16")
     settings = RenderSettings(**non_default("job"))
     path = tmp_path / "jobs.sqlite"
-    job = QueueService(store=JobStore(path)).add(RenderRequest("anna", str(voice), str(tmp_path / "o.mp4"), settings))
+    from studio.core.media.codecs import CODECS
+
+    out = tmp_path / f"o{CODECS[settings.codec].suffix}"  # the extension follows the codec
+    job = QueueService(store=JobStore(path)).add(RenderRequest("anna", str(voice), str(out), settings))
     again = QueueService(store=JobStore(path))  # a fresh process's view of the same file
     assert again.request(job.id).settings == settings
     stored = json.loads(json.dumps(again.get(job.id).settings))  # what the row holds, as JSON

@@ -110,7 +110,9 @@ async def _submit(st, form, settings, stored: list):
     if form.output:
         output = allowed_output(st, form.output)
     else:
-        output = renders_dir() / f"{_slug(avatar_label)}-{_slug(audio_label)}.mp4"
+        from studio.core.media.codecs import spec as codec_spec
+
+        output = renders_dir() / f"{_slug(avatar_label)}-{_slug(audio_label)}{codec_spec(settings.codec).suffix}"
     frames = form.frames
     if frames is not None:  # inside the clip, never clamped (the end defaults to the clip's end)
         from studio.core.avatars.library import output_rate_for

@@ -67,6 +67,11 @@ def register(sub) -> None:
     p.add_argument("--no-serve", action="store_true", help="--user: skip the `studio serve` rows")
     p.add_argument("--no-cold-cli", action="store_true", help="--user: skip the cold `studio render` rows")
     p.add_argument("--no-queue", action="store_true", help="--user: skip the queue rows")
+    p.add_argument(
+        "--codecs",
+        default="h264,hevc,prores,prores4444,dnxhr,vp9",
+        help="a classic-engine row per delivery codec (frames/s end to end); 'none' to skip",
+    )
     p.add_argument("--workdir", default=None, help="keep inputs and outputs here (default: a temp folder)")
     p.add_argument("--json", metavar="OUT", default=None, help="write all figures to this JSON file")
     p.set_defaults(func=run)
@@ -103,6 +108,7 @@ def run(args) -> int:
             long_frames=args.long,
             photo=args.photo,
             cold=args.cold,
+            codecs=tuple(c for c in args.codecs.split(",") if c and c != "none"),
             note=note,
         )
         if args.user:

@@ -216,7 +216,7 @@ def request_from_args(avatar, audio, output, args):
 
 
 def _render(avatar, audio, output, args) -> int:
-    check_output_args(output, avatar, audio, "video")
+    check_output_args(output, avatar, audio, "video", getattr(args, "codec", None) or "h264")
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
     from studio.service import Render
 
@@ -291,11 +291,11 @@ def check_after(output, req, quiet: bool) -> dict:
     return summary if full is None else {"state": "done", **full}
 
 
-def check_output_args(output, avatar, audio, kind: str):
+def check_output_args(output, avatar, audio, kind: str, codec: str | None = None):
     """An output that is an input, a folder, a wrong extension or an unwritable folder: one sentence, before any work."""
     from studio.core.store.outputs import check_output, render_inputs
 
-    return check_output(output, render_inputs(avatar, audio), kind)
+    return check_output(output, render_inputs(avatar, audio), kind, codec=codec)
 
 
 def run_render(args) -> int:

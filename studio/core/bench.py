@@ -170,6 +170,34 @@ def time_render(avatar, audio: Path, settings, engine, output: Path, engines=Non
     }
 
 
+def time_codecs(avatar, audio: Path, warm_audio: Path, workdir: Path, codecs, settings, device: str, note) -> dict:
+    """``classic-<codec>`` rows: the classic engine renders ``audio`` in each codec (after one warm-up
+    render that starts its encoder processes); frames/s end to end, the encoder and the file size."""
+    from studio.core.engines.classic import ClassicEngine
+    from studio.core.media.codecs import CODECS, available
+
+    rows: dict = {}
+    missing = available()
+    eng = ClassicEngine(device=device)
+    for codec in codecs:
+        key = f"classic-{codec}"
+        if codec not in CODECS or missing.get(codec):
+            rows[key] = {"error": missing.get(codec) or f"unknown codec {codec}"}
+            continue
+        s = settings(engine="classic", codec=codec)
+        suffix = CODECS[codec].suffix
+        try:
+            time_render(avatar, warm_audio, s, eng, workdir / f"warm_{codec}{suffix}")
+            rows[key] = time_render(avatar, audio, s, eng, workdir / f"codec_{codec}{suffix}")
+            note(f"classic in {codec}: {rows[key]['fps']} frames/s end to end ({rows[key]['encoder']})")
+        except Exception:  # noqa: BLE001 - a row says why it failed, the others still run
+            import traceback
+
+            rows[key] = {"error": traceback.format_exc()}
+    eng.close()
+    return rows
+
+
 class StackSampler:
     """Samples the calling thread's Python stack every ``interval`` s from a daemon thread
     (``STUDIO_STACKS``): where a render thread spends its wall time, waits included, which a
@@ -432,6 +460,7 @@ def run_bench(
     photo: bool = False,
     cold: bool = False,
     cold_frames: int = 375,
+    codecs: tuple[str, ...] = (),
     note=log.info,
 ) -> dict:
     """Time our renderer (MuseTalk with each decoder, and the classic engine) and the official loop.
@@ -512,6 +541,8 @@ def run_bench(
                 fast_copies="no-fast" not in key and eng_name == "musetalk",
             )
             note(f"{key}: {out['runs'][key]['seconds']} s wall")
+
+    official_engine = None
 
     def settings(**kw):
         return RenderSettings(device=str(dev), encoder=encoder, preset=preset, crf=crf, batch=batch, **kw)
@@ -628,9 +659,12 @@ def run_bench(
         time_render(avatar, warm_audio, settings(engine="classic"), eng, workdir / "warm_classic.mp4")
         out["runs"]["classic"] = time_render(avatar, audio, settings(engine="classic"), eng, workdir / "classic.mp4")
         note(f"classic: {out['runs']['classic']['fps']} frames/s end to end")
+    if codecs:
+        out["runs"].update(time_codecs(avatar, audio, warm_audio, workdir, codecs, settings, str(dev), note))
 
     if not official:
-        official_engine.close()
+        if official_engine is not None:  # no MuseTalk decoder was timed (--decoders "")
+            official_engine.close()
         return out
     note("official loop reproduction: loading fp16 eager UNet + SD-VAE")
     p = models.resolve(models_dir)

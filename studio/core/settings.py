@@ -37,6 +37,7 @@ PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DECODERS = ("taesd", "sd-vae")
 RUNTIMES = ("auto", "torch", "tensorrt")
 ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
+CODECS = ("h264", "hevc", "prores", "prores4444", "dnxhr", "vp9")  # studio.core.media.codecs.CODECS
 FRAME_RATES = ("auto", *RATES)  # auto: the video avatar's own rate, 25 for a photo
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
@@ -221,9 +222,18 @@ class RenderSettings:
         group="encode",
         choices=ENCODERS,
     )
+    codec: str = setting(
+        "h264",
+        "video codec, and with it the container: h264 or hevc (.mp4, AAC), prores (422 HQ), prores4444 "
+        "(with alpha) or dnxhr (HQ) (.mov, PCM audio), vp9 (.webm with alpha, Opus)",
+        label="Codec",
+        group="encode",
+        choices=CODECS,
+    )
     crf: int = setting(
         20,
-        "x264/NVENC quality: lower is better and larger (18-23 is typical)",
+        "x264/x265/NVENC/VP9 quality: lower is better and larger (18-23 is typical; ProRes and DNxHR "
+        "have fixed quality)",
         label="CRF",
         group="encode",
         minimum=0,

@@ -232,13 +232,20 @@ def check_request(req: RenderRequest) -> None:
     folder, a bad extension, a missing or read-only folder) and the audio."""
     from studio.core.media.audio import probe
 
-    check_output(req.output, req.avatar, req.audio)
+    check_output(req.output, req.avatar, req.audio, codec=req.settings.codec)
+    if req.placement.kind in ("chunks", "farm") and req.settings.codec != "h264":
+        from studio.core.errors import InputError
+
+        raise InputError(
+            f"--codec {req.settings.codec} renders on this computer, on its GPUs or on a server; "
+            "chunked and farm renders join H.264 only: use --codec h264 there"
+        )
     if req.placement.kind == "server":  # the server checks its inputs; here only the download target
         return
     probe(req.audio)
 
 
-def check_output(output: str, avatar, audio=None):
+def check_output(output: str, avatar, audio=None, codec: str | None = None):
     """The core's one same-file / output-path check (``studio.core.store.outputs``) for a video
     output: never the voice-over, the avatar, a library avatar's source or its cache (``render_inputs``).
     ``avatar`` may also be a list of input paths (the older form)."""
@@ -246,8 +253,8 @@ def check_output(output: str, avatar, audio=None):
     from studio.core.store.outputs import render_inputs
 
     if isinstance(avatar, list | tuple):
-        return core_check(output, list(avatar), kind="video")
-    return core_check(output, render_inputs(avatar, audio), kind="video")
+        return core_check(output, list(avatar), kind="video", codec=codec)
+    return core_check(output, render_inputs(avatar, audio), kind="video", codec=codec)
 
 
 def _is_path(avatar: str) -> bool:

@@ -284,7 +284,7 @@ class QueueService:
         output = request.output
         if not request.overwrite:
             output = unique_output(output, self._taken())
-        check_output(output, request.avatar, request.audio)
+        check_output(output, request.avatar, request.audio, codec=request.settings.codec)
         request = request.with_(output=output)
         try:
             job = self.store.add(

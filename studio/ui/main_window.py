@@ -692,7 +692,10 @@ class MainWindow(FileDrops, QMainWindow):
 
         def done(result) -> None:
             analysis, key = result
-            if self.library.script != path or analysis.rate != self.output_rate():
+            if self.library.script != path:
+                return
+            if analysis.rate != self.output_rate():  # the rate changed meanwhile: analyse at the new one
+                self._script_selected(path)
                 return
             self.transport.stop()
             self.transport.audio_path = path

@@ -123,12 +123,12 @@ class RenderPanel(QWidget):
         form.addRow("Farm", self.farm_edit)  # shown only while "Render farm" is chosen
         form.addRow("Server", self.server_edit)  # shown only while "Studio server" is chosen
         self._form = form
-        form.addRow("Engine", self.engine)
+        form.addRow("Engine", _pair(self.engine, "Frame rate", f["fps"]))
         form.addRow("Device", _pair(self.device, "Batch", self.batch))
         form.addRow("Precision", _pair(self.precision, "Decoder", self.decoder))
         form.addRow("Runtime", _pair(self.runtime, "Crossfade", self.crossfade))
         form.addRow("", self.compile_box)
-        form.addRow("Encoder", _pair(self.encoder, "Frame rate", f["fps"]))
+        form.addRow("Encoder", _pair(self.encoder, "Codec", f["codec"]))
         enc = QHBoxLayout()
         enc.addWidget(self.preset, 1)
         enc.addWidget(QLabel("CRF"))
@@ -262,7 +262,7 @@ class RenderPanel(QWidget):
         self.fps_timer.setInterval(1000)
         self.fps_timer.timeout.connect(self._tick)
         self.restore()
-        for w in (self.engine, self.encoder, self.preset):
+        for w in (self.engine, self.encoder, self.preset, f["codec"]):
             w.currentTextChanged.connect(self._update_output_label)
         self.crf.valueChanged.connect(self._update_output_label)
         self.folder.textChanged.connect(self._update_output_label)
@@ -384,9 +384,7 @@ class RenderPanel(QWidget):
             name = (self.pattern.text().strip() or cfg.DEFAULTS["render/pattern"]).format(**fields)
         except (KeyError, IndexError, ValueError):
             name = cfg.DEFAULTS["render/pattern"].format(**fields)
-        if not name.lower().endswith(".mp4"):
-            name += ".mp4"
-        return str(Path(folder) / name)
+        return str(Path(folder) / _with_suffix(name, self.fields["codec"].currentText()))
 
     def overwrite_outputs(self) -> bool:
         """Whether a job may replace an existing file (otherwise its name is numbered)."""
@@ -584,6 +582,20 @@ def farm_status(p) -> str:
     workers = " · ".join(f"{name} {fps:.1f} fps" for name, fps in sorted(p.workers.items())) or "workers starting"
     retries = f"{p.retries} retr{'y' if p.retries == 1 else 'ies'}"
     return f"farm: {workers} · chunks {p.chunks_done}/{p.chunks} · {retries}"
+
+
+def _with_suffix(name: str, codec: str) -> str:
+    """``name`` with the extension the codec writes (.mov for ProRes): a video extension that does
+    not fit is replaced, none is added."""
+    from studio.core.media.codecs import CODECS, SUFFIXES
+
+    spec = CODECS.get(codec, CODECS["h264"])
+    suffix = Path(name).suffix.lower()
+    if suffix in spec.suffixes:
+        return name
+    if suffix in SUFFIXES:
+        name = name[: -len(suffix)]
+    return name + spec.suffix
 
 
 def _pair(left: QWidget, label: str, right: QWidget) -> QHBoxLayout:

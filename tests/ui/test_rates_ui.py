@@ -43,3 +43,32 @@ def test_frame_rate_row_drives_the_timeline_and_its_drop_frame_timecode(window, 
     qtbot.keyClick(tl.plots, Qt.Key.Key_Left, Qt.KeyboardModifier.ShiftModifier)  # one timecode second back
     assert tl.frame == 45 and edit.text() == "00:00:01;15"
     assert window.render_panel.render_settings().fps == "29.97"
+
+
+def choose(qtbot, combo, text: str) -> None:
+    """Open the combo box with a click and pick ``text`` in its list with the keyboard."""
+    from PySide6.QtTest import QTest
+
+    QTest.mouseClick(combo, Qt.MouseButton.LeftButton)
+    view = combo.view()
+    qtbot.waitUntil(view.isVisible, timeout=5000)
+    target = combo.findText(text)
+    key = Qt.Key.Key_Down if target > combo.currentIndex() else Qt.Key.Key_Up
+    for _ in range(abs(target - view.currentIndex().row())):
+        qtbot.keyClick(view, key)
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not view.isVisible(), timeout=5000)
+    assert combo.currentText() == text
+
+
+def test_the_codec_row_and_the_output_names_extension(window, qtbot, tmp_path):
+    panel = window.render_panel
+    combo = panel.fields["codec"]
+    assert combo.isVisible() and combo.currentText() == "h264"
+    assert panel.output_path().endswith(".mp4")
+    choose(qtbot, combo, "prores4444")
+    assert panel.output_path().endswith(".mov") and ".mp4" not in panel.output_path()
+    assert panel.output_label.text().endswith(".mov") or ".mov" in panel.output_label.text()
+    choose(qtbot, combo, "vp9")
+    assert panel.output_path().endswith(".webm")
+    assert panel.render_settings().codec == "vp9"

@@ -75,7 +75,7 @@ async def generate(st: State, request: Request, form: Annotated[RenderForm, File
         raise ApiError(410, f"the video of render job {done.id} is no longer on the server")
     return FileResponse(
         video,
-        media_type="video/mp4",
+        media_type=video_type(video),
         filename=video.name,
         headers={"X-Studio-Job": str(done.id), "X-Studio-Render-Seconds": f"{float(r.get('seconds') or 0):.4f}"},
     )
@@ -173,7 +173,7 @@ def get_render_video(st: State, job_id: int):
     video = owned_output(job)  # the file this job wrote, never one that replaced it
     if video is None:
         raise ApiError(410, f"the video of render job {job_id} is no longer on the server")
-    return FileResponse(video, media_type="video/mp4", filename=video.name)
+    return FileResponse(video, media_type=video_type(video), filename=video.name)
 
 
 @router.get(
@@ -282,3 +282,8 @@ def _cursor(text: str | None) -> int | None:
     if not text.isdigit():
         raise ApiError(422, "cursor: give the cursor of a `next` link")
     return int(text)
+
+
+def video_type(path) -> str:
+    """The MIME type of a finished render by its extension (the codec chose it)."""
+    return {".mov": "video/quicktime", ".webm": "video/webm"}.get(Path(path).suffix.lower(), "video/mp4")

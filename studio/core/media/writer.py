@@ -89,7 +89,9 @@ def open_video(
     rolling=False,
     changing=None,
     overwrite=True,
-) -> VideoWriter:
+    codec="h264",
+    alpha=False,
+):
     """Open a streaming MP4 writer; checks the output folder and the audio before anything starts.
 
     ``width``/``height`` are the frame size the caller writes; odd sizes are padded to even.
@@ -102,7 +104,32 @@ def open_video(
     macroblocks are unchanged (its ``mb_info``, FFmpeg's AVVideoHint), so it skips their analysis.
     ``overwrite=False``: an existing file at ``path`` is never replaced; the name is claimed when the
     MP4 is complete and a taken one gets the next number (``close()`` returns the name written).
+    ``codec``: any other than h264 is written by ``codecs.CodecWriter`` (HEVC, ProRes, DNxHR, VP9; RGB
+    or, with ``alpha``, RGBA frames); ``encoder`` then only refuses NVENC, which encodes H.264 alone.
     """
+    if codec != "h264":
+        from studio.core.media.codecs import open_codec_writer
+
+        if encoder == "nvenc":
+            raise RenderError(f"NVENC encodes H.264 only: use --encoder auto with --codec {codec}.")
+        if preset not in PRESETS:
+            raise RenderError(f"Unknown preset {preset!r}: use one of {', '.join(PRESETS)}.")
+        return open_codec_writer(
+            path,
+            width,
+            height,
+            codec=codec,
+            audio=audio,
+            crf=crf,
+            preset=preset,
+            fps=fps,
+            total_frames=total_frames,
+            alpha=alpha,
+            workers=workers,
+            rolling=rolling,
+            write_hook=write_hook,
+            overwrite=overwrite,
+        )
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
     if preset not in PRESETS:

@@ -386,6 +386,34 @@ class ProcessEncoder:
         return out
 
 
+class CodecProcessEncoder(ProcessEncoder):
+    """A delivery codec's encoder (``codecs``: ProRes, DNxHR, HEVC) in a worker process: RGB(A) frames
+    go into the worker's ring, the worker converts and encodes them and spills the packets to ``path``.
+    ``encode``/``flush``/``abort``/``extradata``/``busy_s`` are ``ProcessEncoder``'s."""
+
+    def __init__(self, worker: _Worker, width, height, channels, fps, codec, crf, preset, alpha, path):
+        if not worker.lock.acquire(timeout=60):
+            raise RuntimeError("encoder worker is busy")
+        self.w = worker
+        self.fps = fps
+        self.shape = (height, width, channels)
+        self.frame_bytes = width * height * channels
+        shm = worker.ensure_shm(self.frame_bytes)
+        self.slots = np.ndarray((SLOTS, *self.shape), np.uint8, buffer=shm.buf)
+        self.free = list(range(SLOTS))
+        self.closed = False
+        self.busy_s = 0.0
+        self.trace = None
+        self.waits = {"worker": 0.0, "gpu": 0.0}
+        self._extradata = None
+        worker.conn.send(
+            ("open_codec", shm.name, SLOTS, width, height, channels, fps, codec, crf, preset, alpha, str(path))
+        )
+
+    def gpu_slots(self):
+        return None
+
+
 def wait_blocking(stream) -> None:
     """Wait for ``stream`` without spinning: a plain synchronize busy-waits a CPU core (CUDA's
     default when there are fewer contexts than cores), and with one thread per encoder those
@@ -476,7 +504,7 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
 
     import av
 
-    shm = ctx = slots = spill = changing = None
+    shm = ctx = slots = spill = changing = convert = None
 
     def encode(frame):
         nonlocal busy
@@ -494,8 +522,13 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
         return None
 
     def frame(slot, pts):
-        vf = av.VideoFrame.from_numpy_buffer(slots[slot], format="nv12")
-        vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
+        if convert is not None:  # a delivery codec: RGB(A) converted here (codecs.open_codec_writer)
+            from studio.core.media.codecs import to_video_frame
+
+            vf = to_video_frame(av, slots[slot], convert[0], convert[1])
+        else:
+            vf = av.VideoFrame.from_numpy_buffer(slots[slot], format="nv12")
+            vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
         vf.pts = pts
         if changing is not None:  # still but for these rectangles: x264 skips the rest
             video_hint(vf, changing)
@@ -511,9 +544,32 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
             if kind == "exit":
                 return
             try:
-                if kind == "open":
+                if kind == "open_codec":  # ("open_codec", shm, n, width, height, channels, fps, codec, crf,
+                    # preset, alpha, path): a delivery codec in this lane (codecs.CodecWriter)
+                    from studio.core.media.codecs import configure, pix_fmt_of
+
+                    name, n, width, height, channels, fps, codec, crf, preset, alpha, path = msg[1:12]
+                    if spill is not None:
+                        spill.close()
+                    spill = open(path, "wb") if path else None
+                    shm = _attach(shm, name)
+                    slots = np.ndarray((n, height, width, channels), np.uint8, buffer=shm.buf)
+                    changing = None
+                    convert = ("rgba" if channels == 4 else "rgb24", pix_fmt_of(codec, alpha))
+                    from studio.core.media.codecs import spec as codec_spec
+
+                    ctx = av.CodecContext.create(codec_spec(codec).encoder, "w")
+                    if codec_spec(codec).container in ("mp4", "mov"):
+                        ctx.flags |= av.codec.context.Flags.global_header
+                    configure(ctx, codec, width, height, fps, crf, preset, alpha, 1)
+                    ctx.open()
+                    busy = 0.0
+                    trace = None
+                    conn.send(("opened", bytes(ctx.extradata or b"")))
+                elif kind == "open":
                     from multiprocessing import resource_tracker, shared_memory
 
+                    convert = None
                     name, n, width, height, fps, crf, preset, path = msg[1:9]
                     changing = msg[9] if len(msg) > 9 and msg[9] and hints_available() else None
                     if spill is not None:
@@ -584,6 +640,23 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                 shm.close()
             except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
                 pass
+
+
+def _attach(shm, name: str):
+    """The parent's shared-memory block ``name`` (``shm`` when it is that one already)."""
+    from multiprocessing import resource_tracker, shared_memory
+
+    if shm is not None and shm.name == name:
+        return shm
+    if shm is not None:
+        shm.close()
+    shm = shared_memory.SharedMemory(name=name)
+    # the parent owns the block: do not let this process's tracker unlink it
+    try:
+        resource_tracker.unregister(shm._name, "shared_memory")
+    except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
+        pass
+    return shm
 
 
 def _records(packets) -> list:

@@ -436,6 +436,7 @@ class Renderer:
                 rolling=True,
                 changing=changing_region(a),  # a photo's face, a video's moving parts
                 overwrite=overwrite,
+                codec=self.settings.codec,
             )
             self._stage("open", t0)
             yield from self._run(writer, plan, first, T, t_start)
@@ -466,11 +467,12 @@ class Renderer:
         batches = list(batches)
         cuda = self.engine.device.type == "cuda"
         sink = None
-        if cuda and host_copy and not writer.takes_gpu_frames():
+        takes_nv12 = getattr(writer, "takes_nv12", True)  # H.264; the other codecs take RGB(A) frames
+        if cuda and host_copy and takes_nv12 and not writer.takes_gpu_frames():
             from studio.core.media.hostcopy import CopyThread
 
             sink = CopyThread(writer, sum(len(b) for b in batches))
-        nv12 = cuda and self.nv12_ready  # composite straight into the encoder's format
+        nv12 = cuda and takes_nv12 and self.nv12_ready  # composite straight into the encoder's format
         try:
             for idx, frames in self.iter_batches(batches, nv12=nv12):
                 if stop():

@@ -127,6 +127,7 @@ class DeviceRender:
             crf=s.crf,
             preset=s.preset,
             fps=first.rate,
+            codec=s.codec,
             total_frames=T,
             overwrite=overwrite,
             changing=changing_region(a),

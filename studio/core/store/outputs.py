@@ -32,11 +32,13 @@ from pathlib import Path
 
 from studio.core.errors import InputError, RenderError
 
-SUFFIXES = {"video": (".mp4", ".mov", ".m4v"), "image": (".png",)}
-_WHAT = {"video": "MP4 video (H.264 + AAC)", "image": "PNG images"}
+SUFFIXES = {"video": (".mp4", ".mov", ".m4v", ".webm"), "image": (".png",)}
+_WHAT = {"video": "MP4, QuickTime or WebM video", "image": "PNG images"}
 
 
-def check_output(output: str | os.PathLike, inputs: Iterable | Mapping = (), kind: str = "video") -> Path:
+def check_output(
+    output: str | os.PathLike, inputs: Iterable | Mapping = (), kind: str = "video", codec: str | None = None
+) -> Path:
     """Return ``output`` as a Path once it is safe to write there; raise one sentence otherwise.
 
     ``inputs``: the files the job reads (paths; a mapping names them, e.g. ``{"voice-over": p}``);
@@ -71,6 +73,12 @@ def check_output(output: str | os.PathLike, inputs: Iterable | Mapping = (), kin
     if out.suffix.lower() not in suffixes:
         names = ", ".join(suffixes[:-1]) + " or " + suffixes[-1] if len(suffixes) > 1 else suffixes[0]
         raise InputError(f"{out.name}: Studio writes {_WHAT[kind]}; give the output a {names} name.")
+    if kind == "video" and codec is not None:  # the extension follows the codec (.mov for ProRes ...)
+        from studio.core.media.codecs import suffix_problem
+
+        problem = suffix_problem(out, codec)
+        if problem:
+            raise InputError(problem)
     if out.exists() and not out.is_file():
         raise InputError(f"{out}: exists and is not a regular file (a pipe or a device); choose another output name.")
     check_folder(out)
