@@ -276,3 +276,38 @@ def test_a_still_picture_with_a_changing_box_skips_the_rest_and_decodes_the_same
     psnr = {k: 10 * np.log10(255**2 / np.mean((v - ref) ** 2)) for k, v in outs.items()}
     assert psnr[True] > 38 and abs(psnr[True] - psnr[False]) < 0.5
     assert (tmp_path / "hint.mp4").stat().st_size <= (tmp_path / "plain.mp4").stat().st_size
+
+
+def test_the_mux_asks_for_the_audio_under_the_video_muxed_so_far(tmp_path):
+    """The audio is encoded and muxed up to the video's time, not all of it at the first frame: the
+    muxed video's time was read after the muxer had rescaled the packet to the file's time base
+    (1/12800 s ticks counted as frames), so the mux asked for the whole track at once and waited for
+    its encoder (5.8 s of a 15,000-frame render on the H200)."""
+    import io
+    from fractions import Fraction
+
+    from studio.core.media.encoders import AudioSource, configure_x264
+    from studio.core.media.mux import Muxer
+
+    class Asked(AudioSource):  # the real source, noting what the mux asks of it
+        asked: list = []
+
+        def mux_until(self, container, seconds):
+            self.asked.append(seconds)
+            return super().mux_until(container, seconds)
+
+    rate, T = 48000, 100
+    x = (0.1 * np.random.default_rng(0).standard_normal((rate * 4, 2))).astype(np.float32)
+    sf.write(tmp_path / "v.wav", x, rate)
+    audio = Asked(tmp_path / "v.wav", cache=False)
+    mux = Muxer(io.BytesIO(), 25, T, audio)
+    vs = mux.open()
+    configure_x264(vs.codec_context, W, H, 25, 20, "ultrafast", threads=1)
+    mux.start()
+    frames = rgb_to_nv12(talking_frames(0, T))
+    for i in range(50):  # two seconds of video
+        f = av.VideoFrame.from_ndarray(frames[i], format="nv12")
+        f.pts, f.time_base = i, Fraction(1, 25)
+        for pkt in vs.encode(f):
+            mux.video(pkt)
+    assert audio.asked and 1.0 < max(audio.asked) <= 2.1, audio.asked[-3:]

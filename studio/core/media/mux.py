@@ -39,7 +39,7 @@ class Muxer:
         self.container: Any = None  # av.container.OutputContainer once open()ed
         self.vstream: Any = None
         self.chunks_muxed = 0  # chunks appended so far (append_chunks)
-        self._muxed_until = 0  # video frames muxed so far (drives the audio interleave)
+        self._muxed_until_s = 0.0  # seconds of video muxed so far (drives the audio interleave)
         self._last_dts = -(1 << 62)
         self._synced = 0
 
@@ -76,11 +76,15 @@ class Muxer:
             if pkt.dts <= self._last_dts < pkt.pts:
                 pkt.dts = self._last_dts + 1
             self._last_dts = pkt.dts
+        if pkt.pts is not None and pkt.time_base is not None:
+            # read before muxing: the muxer rescales pts to the file's time base in place (read after,
+            # it counted 1/12800 s ticks as frames, so the mux asked for the whole audio at once and
+            # waited for its encoder: 5.8 s of a 15,000-frame render on the H200)
+            end = float(pkt.pts * pkt.time_base) + 1.0 / float(self.fps)
+            self._muxed_until_s = max(self._muxed_until_s, end)
         self.container.mux(pkt)
-        if pkt.pts is not None:
-            self._muxed_until = max(self._muxed_until, int(pkt.pts) + 1)
         if self.audio is not None:
-            self.audio.mux_until(self.container, float(self._muxed_until / self.fps))
+            self.audio.mux_until(self.container, self._muxed_until_s)
 
     def annexb(self, raw: Path) -> None:
         """Mux an H.264 Annex B file (no B-frames: decode order = display order) frame by frame."""
