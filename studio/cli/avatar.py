@@ -63,6 +63,13 @@ def register(sub) -> None:
         metavar="N",
         help="several faces in the picture: use the N-th from the left (default: the largest)",
     )
+    a.add_argument(
+        "--matte",
+        default=None,
+        metavar="MASK.png",
+        help="a photo's transparency from this image (white: the presenter, black: transparent; or its own "
+        "alpha): render it with --codec prores4444 or vp9 to place it over your graphics",
+    )
     a.add_argument("--force", action="store_true", help="replace an avatar of that name (reuses what still fits)")
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.set_defaults(func=run_add)
@@ -97,6 +104,7 @@ def run_add(args) -> int:
         trim_start=args.trim_start,
         trim_end=args.trim_end,
         face=args.face,
+        matte=args.matte,
     )
     bar = ProgressBar(f"avatar {args.name}")
     stage_seen = [""]
@@ -206,6 +214,7 @@ def _summary(a) -> dict:
         "faces_found": m.get("faces_found", 1),
         "face": m.get("face", 1),
         "downscaled_from": m.get("downscaled_from"),
+        "alpha": m.get("alpha") if a.has_alpha else None,  # "source" (its own) or "matte" (--matte)
     }
 
 
@@ -221,6 +230,9 @@ def _print_summary(info: dict, title: str) -> None:
         out.write(
             f"  resampled:     from the video's {float(src_fps):g} fps to {info['fps']} fps (not a listed rate)\n"
         )
+    if info.get("alpha"):
+        how = "from --matte" if info["alpha"] == "matte" else "the source's own"
+        out.write(f"  alpha:         {how} (render with --codec prores4444 or vp9 to keep it)\n")
     if info.get("downscaled_from"):
         out.write(f"  downscaled:    from {info['downscaled_from'][0]}x{info['downscaled_from'][1]}\n")
     if info.get("faces_found", 1) > 1:

@@ -258,6 +258,16 @@ def _render(avatar, audio, output, args) -> int:
             + ("" if render.where == "this computer" else f", {render.where}")
             + kept_note(output, r.output)
         )
+        if r.loudness:
+            ld = r.loudness
+            print(
+                f"loudness: {ld['before_lufs']:.1f} LUFS -> {ld['after_lufs']:.1f} LUFS (target {ld['target_lufs']:g}), "
+                f"true peak {ld['after_true_peak']:.1f} dBTP (limit {ld['true_peak_limit']:g})"
+                + (", limited" if ld.get("limited") else "")
+            )
+        note = ALPHA_NOTES.get(r.alpha, "")
+        if note:
+            print(note.format(codec=req.settings.codec), file=sys.stderr)
         if check is not None:
             print(
                 f"check: {check['verdict']}: {check['reason']}"
@@ -265,6 +275,14 @@ def _render(avatar, audio, output, args) -> int:
                 else f"check: could not run: {check.get('reason')}"
             )
     return 0
+
+
+ALPHA_NOTES = {
+    "opaque": "note: --codec {codec} has an alpha channel and this avatar has no transparency, so it is "
+    "opaque everywhere (a PNG with alpha, a ProRes 4444 / VP9 video with alpha or --matte gives one)",
+    "dropped": "note: this avatar is transparent but --codec {codec} has no alpha channel; render with "
+    "--codec prores4444 or vp9 to keep it",
+}
 
 
 def kept_note(asked, wrote) -> str:

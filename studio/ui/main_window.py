@@ -609,7 +609,12 @@ class MainWindow(FileDrops, QMainWindow):
         index = 0
         if self.last_scrub is not None:
             index = self._avatar_index(self.last_scrub[1]) if hasattr(a, "cycle_index") else 0
-        image, extra = self._decorate(a.frames[index], index)
+        frame = a.frames[index]
+        if getattr(a, "alpha", None) is not None:  # a transparent presenter: over the checkerboard
+            import numpy as np
+
+            frame = np.dstack([frame, a.alpha[index]])
+        image, extra = self._decorate(frame, index)
         caption = f"{self.library.avatar} · {a.width}x{a.height} · {a.N} frame(s){extra}"
         self.preview.show_now(image, caption, -1)
 
@@ -627,7 +632,10 @@ class MainWindow(FileDrops, QMainWindow):
 
             i = int(avatar_index)
             blend = a.masks[i] if mask else np.zeros_like(a.masks[i])
-            out = overlay_image(image, a.boxes[i], blend, a.landmarks[i] if mask else None, bool(a.face_ok[i]))
+            rgb = image[..., :3]
+            out = overlay_image(rgb, a.boxes[i], blend, a.landmarks[i] if mask else None, bool(a.face_ok[i]))
+            if image.shape[-1] == 4:  # the drawing on a transparent presenter keeps its alpha
+                out = np.dstack([out, image[..., 3]])
         except Exception as exc:  # noqa: BLE001
             self.show_error(error_text(exc))
             return image, ""

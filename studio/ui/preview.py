@@ -5,6 +5,9 @@ timer pushes only the newest image to the screen, at most ``DISPLAY_HZ`` times a
 (The render FPS readout, once per second, lives in the Render panel.)
 
 Files dropped on the picture are passed on (``filesDropped``): the window imports them.
+
+An RGBA image (a transparent presenter: an avatar with alpha, its scrubbed and rendered frames) is
+shown over a grey checkerboard, as editors show transparency; ``current_image`` keeps the RGBA.
 """
 
 from __future__ import annotations
@@ -17,6 +20,22 @@ from PySide6.QtWidgets import QStackedLayout, QVBoxLayout, QWidget
 from studio.ui.widgets import ElidedLabel, FileDrops
 
 DISPLAY_HZ = 30
+CHECKER = 16  # pixels per square of the transparency checkerboard
+CHECKER_GREYS = (153, 204)
+
+
+def over_checkerboard(rgba: np.ndarray, _boards: dict = {}) -> np.ndarray:  # noqa: B006 - a cache
+    """``rgba`` ([H,W,4] uint8) composited over a grey checkerboard: [H,W,3] uint8."""
+    h, w = rgba.shape[:2]
+    board = _boards.get((h, w))
+    if board is None:
+        yy, xx = np.indices((h, w))
+        dark, light = CHECKER_GREYS
+        board = np.where((yy // CHECKER + xx // CHECKER) % 2, light, dark).astype(np.float32)[..., None]
+        _boards.clear()
+        _boards[(h, w)] = board
+    a = rgba[..., 3:4].astype(np.float32) / 255.0
+    return (rgba[..., :3].astype(np.float32) * a + board * (1.0 - a) + 0.5).astype(np.uint8)
 
 
 class PreviewView(FileDrops, QWidget):
@@ -90,7 +109,8 @@ class PreviewView(FileDrops, QWidget):
         image, caption, index = self._pending
         self._pending = None
         first = self.current_image is None or self.current_image.shape != image.shape
-        self.image_item.setImage(np.ascontiguousarray(image), autoLevels=False, levels=(0, 255))
+        shown = over_checkerboard(image) if image.ndim == 3 and image.shape[2] == 4 else image
+        self.image_item.setImage(np.ascontiguousarray(shown), autoLevels=False, levels=(0, 255))
         if first:
             self.view.autoRange(padding=0.01)
         self.current_image = image

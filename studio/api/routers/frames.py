@@ -53,5 +53,5 @@ def jpeg_bytes(rgb) -> bytes:
     import PIL.Image
 
     buf = io.BytesIO()
-    PIL.Image.fromarray(rgb).save(buf, format="JPEG", quality=85)
+    PIL.Image.fromarray(rgb[..., :3]).save(buf, format="JPEG", quality=85)  # JPEG has no alpha
     return buf.getvalue()

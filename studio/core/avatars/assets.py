@@ -71,6 +71,7 @@ class AvatarParams:
     trim_start: float | None = None  # seconds into a video
     trim_end: float | None = None
     face: int | None = None  # photos/videos with several faces: the N-th from the left (1-based)
+    matte: str | None = None  # a photo's alpha from this image (white: the presenter), --matte
 
     def __post_init__(self):  # one canonical type per field, so cache keys do not depend on 24 vs 24.0
         try:
@@ -88,6 +89,8 @@ class AvatarParams:
                 object.__setattr__(self, name, None if v is None else float(v))
             if self.face is not None:
                 object.__setattr__(self, "face", int(self.face))
+            if self.matte is not None:
+                object.__setattr__(self, "matte", str(Path(self.matte).expanduser().resolve()))
         except (TypeError, ValueError) as exc:
             raise AvatarError(f"invalid avatar parameter ({exc}); use numbers for sizes and times") from None
 
@@ -111,6 +114,8 @@ class AvatarParams:
             raise AvatarError("--trim-end must be later than --trim-start (seconds into the video)")
         if self.face is not None and not 1 <= self.face <= faces.MAX_FACES:
             raise AvatarError(f"--face must be between 1 and {faces.MAX_FACES} (faces are numbered from the left)")
+        if self.matte is not None and not Path(self.matte).is_file():
+            raise AvatarError(f"--matte {self.matte}: no such file; give a PNG whose white is the presenter")
         return self
 
     @classmethod
@@ -134,6 +139,12 @@ class AvatarAssets:
     crop_landmarks: np.ndarray  # [N,478,2] float32 crop pixels
     face_ok: np.ndarray  # [N] bool
     raw_landmarks: np.ndarray | None = field(default=None, repr=False)  # [N,478,2] as tracked
+    alpha: np.ndarray | None = field(default=None, repr=False)  # [N,H,W] uint8, 255 opaque; None: opaque
+
+    @property
+    def has_alpha(self) -> bool:
+        """Whether the avatar is transparent somewhere (an RGBA PNG, a video with alpha, a --matte)."""
+        return self.alpha is not None
 
     @property
     def N(self) -> int:  # noqa: N802 (the contract's name)
@@ -188,6 +199,10 @@ def library_dir() -> Path:
 
 
 ARRAY_STAGE = {n: stage for stage, names in STAGES for n in names}
+
+
+#: arrays only some avatars have, and the stage that makes them: ``alpha`` [N,H,W] uint8
+OPTIONAL_ARRAYS = {"alpha": "frames"}
 
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")

@@ -23,6 +23,7 @@ from studio.core.avatars.assets import (
     DISK_RESERVE,
     KEY_VERSION,
     MAX_CACHE_GB,
+    OPTIONAL_ARRAYS,
     SCHEMA_VERSION,
     STAGES,
     AvatarAssets,
@@ -41,7 +42,7 @@ from studio.core.avatars.cache import (
     read_meta,
     upgrade,
 )
-from studio.core.avatars.sources import VideoReader, fit_photo, read_image, source_kind
+from studio.core.avatars.sources import VideoReader, fit_photo, over_grey, read_image_alpha, read_matte, source_kind
 from studio.core.constants import FACE_SIZE
 from studio.core.errors import AvatarError
 from studio.core.media.rates import DEFAULT_RATE, rate_number, rate_text
@@ -54,17 +55,36 @@ log = logging.getLogger(__name__)
 NATIVE_RATE = "native"
 
 
-def _stage_keys(source_sha: str, p: AvatarParams, timing: str | int = NATIVE_RATE) -> dict[str, str]:
+def _stage_keys(
+    source_sha: str, p: AvatarParams, timing: str | int = NATIVE_RATE, matte_sha: str | None = None
+) -> dict[str, str]:
     import hashlib
 
     def h(*parts) -> str:
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
     picked = () if p.face is None else ("face", p.face)  # absent by default: older keys stay valid
+    if matte_sha is not None:  # --matte: the alpha comes from that file's bytes (not its path)
+        picked = (*picked, "matte", matte_sha)
     k_frames = h(KEY_VERSION, source_sha, p.trim_start, p.trim_end, timing, *picked)
     k_crops = h(k_frames, p.smooth, p.bbox_shift, p.extra_margin, FACE_SIZE)
     k_masks = h(k_crops, p.cheek_width, p.feather, p.mask_mode)
     return {"frames": k_frames, "crops": k_crops, "masks": k_masks}
+
+
+def _matte_sha(params: AvatarParams, old: dict | None) -> str | None:
+    """The SHA-256 of ``--matte``'s file (what the frames stage depends on); the recorded one when the
+    file is gone (the cache stays usable), None without a matte."""
+    if params.matte is None:
+        return None
+    path = Path(params.matte)
+    if path.is_file():
+        from studio.core.store.fsutil import file_sha256
+
+        return file_sha256(path)
+    if old is not None and old.get("matte_sha256"):
+        return str(old["matte_sha256"])
+    raise AvatarError(f"--matte {params.matte}: no such file; give a PNG whose white is the presenter")
 
 
 class _FolderLock:
@@ -139,8 +159,9 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
         old = None
     elif old is not None and old["schema_version"] != SCHEMA_VERSION:
         old = upgrade(folder, name, old)
-    keys = _stage_keys(source_sha, params)
-    legacy = _stage_keys(source_sha, params, 25)
+    matte_sha = _matte_sha(params, old)
+    keys = _stage_keys(source_sha, params, matte_sha=matte_sha)
+    legacy = _stage_keys(source_sha, params, 25, matte_sha=matte_sha)
     if (
         old is not None
         and old["stages"].get("frames") == legacy["frames"]
@@ -198,6 +219,7 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
             "its source" if stage == "frames" else f"the {stage} stage on",
         )
     b = _Builder(folder, name, params, progress)
+    b.matte_sha = matte_sha
     try:
         meta = b.run(todo, old, source, source_sha, source_key, keys)
     except BaseException:
@@ -215,6 +237,7 @@ class _Builder:
         self.tmp: dict[str, Path] = {}
         self.a: dict[str, np.ndarray] = {}
         self.rate = DEFAULT_RATE  # the frames' rate (a photo: 25)
+        self.matte_sha: str | None = None  # --matte's file (its SHA-256), recorded in meta.json
 
     def run(self, todo, old, source, source_sha, source_key, keys) -> dict:
         t0 = time.monotonic()
@@ -226,9 +249,11 @@ class _Builder:
                 for n in names:
                     self.a[n] = np.load(self.folder / f"{n}.npy", mmap_mode="r")
             elif stage == "frames":
-                for k in ("faces_found", "face", "downscaled_from"):  # set again by _frames when they apply
+                for k in ("faces_found", "face", "downscaled_from", "alpha", "matte_sha256"):  # set again here
                     meta.pop(k, None)
                 meta.update(self._frames(source), source=str(source), source_sha256=source_sha)
+                if self.matte_sha is not None:
+                    meta["matte_sha256"] = self.matte_sha
             elif stage == "crops":
                 self._crops()
             else:
@@ -262,7 +287,19 @@ class _Builder:
         kind = source_kind(source)
         reader = None
         if kind == "photo":
-            gen, total, info = iter([read_image(source)]), 1, {"source_fps": None, "duration_s": None}
+            rgb, alpha = read_image_alpha(source)
+            how = "source" if alpha is not None else None
+            if self.params.matte is not None:  # --matte: the photo's alpha from that file
+                alpha, how = read_matte(Path(self.params.matte), rgb.shape[1], rgb.shape[0]), "matte"
+            photo = rgb if alpha is None else np.dstack([rgb, alpha])
+            gen, total, info = iter([photo]), 1, {"source_fps": None, "duration_s": None}
+            if how:
+                info["alpha"] = how
+        elif self.params.matte is not None:
+            raise AvatarError(
+                f"--matte is for photos and {source.name} is a video: a video brings its own alpha "
+                "(ProRes 4444 or VP9 WebM with alpha)"
+            )
         else:
             from studio.core.media.rates import listed, nearest
 
@@ -274,6 +311,8 @@ class _Builder:
                 log.info("%s: %s fps is not a listed rate; its frames are resampled to %s fps", source, own, self.rate)
             reader = VideoReader(source, self.params.trim_start, self.params.trim_end, self.rate)
             gen, total, info = iter(reader), reader.estimate, {"source_fps": reader.source_fps}
+            if reader.alpha:  # RGBA frames: the alpha is kept
+                info["alpha"] = "source"
         first = next(gen, None)
         if first is None:
             raise AvatarError(f"{source}: no video frames in the requested range; check --trim-start/--trim-end")
@@ -290,14 +329,17 @@ class _Builder:
             info["downscaled_from"] = list(was)
             gen = (fit_photo(f)[0] for f in gen)
         h, w = first.shape[:2]
+        rgba = first.shape[2] == 4
         _check_budget(source, self.folder, w, h, total)
         limit = _limit_bytes()
-        found = self._faces_in_first(source, kind, first, info)
+        # tracking sees the frame over grey where it is transparent (its hidden colours are anything)
+        found = self._faces_in_first(source, kind, over_grey(first[..., :3], first[..., 3] if rgba else None), info)
         multi = kind == "video" and len(found) > 1
         ref = found[info["face"] - 1] if found and "face" in info else (found[0] if found else None)
         lms, oks = [], []
         stage = "tracking the face" if kind == "photo" else "decoding and tracking"
         writer = _NpyWriter(self._tmp("frames"), (h, w, 3), np.uint8)
+        alpha_writer = _NpyWriter(self._tmp("alpha"), (h, w), np.uint8) if rgba else None
         try:
             tracker = faces.FaceTracker(video=True, max_faces=len(found) if multi else 1) if kind == "video" else None
             try:
@@ -305,15 +347,22 @@ class _Builder:
                 while frame is not None:
                     if frame.shape[:2] != (h, w):
                         raise AvatarError(f"{source}: the frame size changes mid-video; re-encode it at one size")
+                    if alpha_writer is not None:  # the alpha beside the colours; tracking over grey
+                        opacity = frame[..., 3]
+                        alpha_writer.append(opacity)
+                        frame = frame[..., :3]
+                        seen = over_grey(frame, opacity)
+                    else:
+                        seen = frame
                     writer.append(frame)
                     if writer.bytes_written * _bytes_ratio(w, h) > limit:
                         raise AvatarError(_too_big(source, limit))
                     if tracker is None:
                         lm = ref  # the photo: the face chosen among all found
                     elif multi:  # follow the chosen face: the one nearest its last position
-                        lm = faces.nearest_face(tracker.all_faces(frame), ref)
+                        lm = faces.nearest_face(tracker.all_faces(seen), ref)
                     else:
-                        lm = tracker(frame)
+                        lm = tracker(seen)
                     if lm is not None:
                         ref = lm
                     oks.append(lm is not None)
@@ -325,8 +374,12 @@ class _Builder:
                     tracker.close()
         except BaseException:
             writer.abort()
+            if alpha_writer is not None:
+                alpha_writer.abort()
             raise
         writer.close()
+        if alpha_writer is not None:
+            alpha_writer.close()
         n = len(oks)
         if reader is not None:
             self._check_complete(source, reader, n)
@@ -339,6 +392,8 @@ class _Builder:
         self._save("face_ok", face_ok)
         self._save("raw_landmarks", np.stack(lms).astype(np.float32))
         self.a["frames"] = np.load(self.tmp["frames"], mmap_mode="r")
+        if rgba:
+            self.a["alpha"] = np.load(self.tmp["alpha"], mmap_mode="r")
         info.update(
             kind=kind, width=w, height=h, duration_s=info.get("duration_s") if kind == "photo" else float(n / self.rate)
         )
@@ -446,6 +501,11 @@ class _Builder:
         from studio.core.store.fsutil import atomic_write_bytes
 
         files = dict(meta.get("files", {}))
+        stale = [
+            n for n in OPTIONAL_ARRAYS if n in files and n not in self.tmp and OPTIONAL_ARRAYS[n] in meta["rebuilt"]
+        ]
+        for n in stale:  # the stage that made it was rebuilt without it (a source without alpha now)
+            files.pop(n)
         for name, tmp in self.tmp.items():
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
@@ -464,6 +524,8 @@ class _Builder:
         if "frames" in meta["rebuilt"] or not (self.folder / "thumbnail.png").exists():
             _write_thumbnail(self.folder / "thumbnail.png", self.a["frames"], self.a["face_ok"])
         atomic_write_bytes(self.folder / "meta.json", json.dumps(meta, indent=1).encode())
+        for n in stale:
+            (self.folder / f"{n}.npy").unlink(missing_ok=True)
 
     def discard(self) -> None:
         from studio.core.store.fsutil import release_temp

@@ -19,6 +19,7 @@ from studio.core.avatars.assets import (
     ARRAY_STAGE,
     FULL_CHECKSUM_BYTES,
     HEX64,
+    OPTIONAL_ARRAYS,
     SAMPLE_BYTES,
     SCHEMA_VERSION,
     STAGES,
@@ -73,6 +74,9 @@ def open_assets(folder: Path, meta: dict, verify: bool = True, wrap: bool = True
     for _, names in STAGES:
         for n in names:
             arrays[n] = open_array(folder, n, specs.get(n), verify, side)
+    for n in OPTIONAL_ARRAYS:  # only when the avatar has one (alpha)
+        if n in specs:
+            arrays[n] = open_array(folder, n, specs[n], verify, side)
     n_frames = meta["frames"]
     for n, a in arrays.items():
         if a.shape[0] != n_frames:
@@ -99,6 +103,7 @@ def open_assets(folder: Path, meta: dict, verify: bool = True, wrap: bool = True
         crop_landmarks=arrays["crop_landmarks"],
         face_ok=arrays["face_ok"],
         raw_landmarks=arrays["raw_landmarks"],
+        alpha=arrays.get("alpha"),
     )
 
 
@@ -113,6 +118,7 @@ _BOUNDS = {
     "landmarks": lambda side: 16.0 * side,
     "raw_landmarks": lambda side: 16.0 * side,
     "crop_landmarks": lambda side: 1e7,
+    "alpha": lambda side: None,
 }
 
 
@@ -354,7 +360,8 @@ class _Guard:
                 check_source=True,
                 damaged=(arr.name, arr.file_id and arr.file_id[0], reason),
             )
-            for n in ARRAY_STAGE:  # what this run may have read must not change under it
+            for n in [*ARRAY_STAGE, *(k for k in OPTIONAL_ARRAYS if k in self.arrays or k in self.small)]:
+                # what this run may have read must not change under it
                 a, new = self.arrays.get(n), getattr(fresh, n)
                 if a is None:  # a small array, read whole at load: compare it whole
                     same = np.array_equal(np.asarray(self.small[n]), np.asarray(new))

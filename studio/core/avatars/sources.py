@@ -89,16 +89,66 @@ def source_kind(path: Path) -> str:
 
 
 def read_image(path: Path) -> np.ndarray:
+    return read_image_alpha(path)[0]
+
+
+def read_image_alpha(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(rgb, alpha)``: the photo (EXIF orientation applied) and its alpha channel, None when it has
+    none (an RGBA or LA PNG, a palette PNG with a transparent colour, a WebP with alpha have one)."""
     from PIL import ImageOps
 
     try:
         with _open_image(path) as im:
             check_pixels(path, *im.size, what="photo")
             im = ImageOps.exif_transpose(im)
-            rgb = np.asarray(im.convert("RGB"))
+            has_alpha = im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info)
+            if has_alpha:
+                rgba = np.asarray(im.convert("RGBA"))
+                rgb, alpha = rgba[..., :3], rgba[..., 3]
+                if alpha.min() == 255:  # an alpha channel that is opaque everywhere: none
+                    alpha = None
+            else:
+                rgb, alpha = np.asarray(im.convert("RGB")), None
     except (OSError, ValueError) as exc:
         raise AvatarError(f"{path}: the image is corrupt ({exc}); export it again") from None
-    return np.ascontiguousarray(rgb)
+    return np.ascontiguousarray(rgb), None if alpha is None else np.ascontiguousarray(alpha)
+
+
+def read_matte(path: Path, width: int, height: int) -> np.ndarray:
+    """A matte file as the alpha of a ``width`` x ``height`` photo: its own alpha channel when it has
+    one, else its grey levels (white opaque, black transparent); scaled when its size differs but not
+    its shape (within 1 %); anything else one sentence."""
+    from PIL import Image, UnidentifiedImageError
+
+    p = Path(path)
+    if not p.is_file():
+        raise AvatarError(f"{p}: no such matte file; give a PNG whose white is the presenter")
+    try:
+        with _open_image(p) as im:
+            check_pixels(p, *im.size, what="matte")
+            if im.mode in ("RGBA", "LA", "PA") and np.asarray(im.convert("RGBA"))[..., 3].min() < 255:
+                m = np.asarray(im.convert("RGBA"))[..., 3]
+            else:
+                m = np.asarray(im.convert("L"))
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise AvatarError(f"{p}: not an image Studio can read as a matte ({exc}); give a PNG") from None
+    mh, mw = m.shape
+    if (mw, mh) != (width, height):
+        if abs(mw / mh - width / height) > 0.01 * (width / height):
+            raise AvatarError(
+                f"{p}: the matte is {mw}x{mh} but the photo is {width}x{height}; give a matte of the photo's size"
+            )
+        m = np.asarray(Image.fromarray(m).resize((width, height), Image.BILINEAR))
+    return np.ascontiguousarray(m, np.uint8)
+
+
+def over_grey(rgb: np.ndarray, alpha: np.ndarray | None) -> np.ndarray:
+    """``rgb`` seen over mid grey where ``alpha`` makes it transparent: what face tracking looks at
+    (transparent pixels hold any colour, often black, which a face detector should not see)."""
+    if alpha is None:
+        return rgb
+    a = alpha.astype(np.float32)[..., None] / 255.0
+    return np.ascontiguousarray((rgb.astype(np.float32) * a + 128.0 * (1.0 - a) + 0.5).astype(np.uint8))
 
 
 def fit_photo(rgb: np.ndarray, limit: tuple[int, int] = MAX_PHOTO) -> tuple[np.ndarray, tuple[int, int] | None]:
@@ -135,6 +185,8 @@ class VideoReader:
         try:
             with av.open(str(path)) as c:
                 s = c.streams.video[0]
+                #: frames come as RGBA (ProRes 4444 / VP9 with alpha ...): the alpha is kept
+                self.alpha = _has_alpha(s)
                 rate = s.average_rate or s.guessed_rate
                 self.source_fps = float(rate) if rate else None
                 dur = float(s.duration * s.time_base) if s.duration else (c.duration / 1e6 if c.duration else None)
@@ -170,8 +222,12 @@ class VideoReader:
                 if self.start > 2.0:
                     c.seek(int((self.start - 1.0 + (origin or 0.0)) / s.time_base), stream=s, backward=True)
                 fallback = 1.0 / self.source_fps if self.source_fps else 1.0 / fps
-                for n, frame in enumerate(c.decode(s)):
-                    if frame.time is None:
+                for n, frame in enumerate(_decode(c, s)):
+                    if frame.time is None and frame.pts is not None:
+                        tt = float(frame.pts * s.time_base)
+                        origin = tt if origin is None else origin
+                        t = tt - origin
+                    elif frame.time is None:
                         t = n * fallback
                     else:
                         origin = frame.time if origin is None else origin
@@ -182,7 +238,7 @@ class VideoReader:
                     if self._past(k):
                         return
                     prev, prev_t = frame, t
-                    dur = float(frame.duration * frame.time_base) if frame.duration else fallback
+                    dur = float(frame.duration * frame.time_base) if frame.duration and frame.time_base else fallback
         except av.error.FFmpegError as exc:
             if prev is None:
                 raise AvatarError(f"{self.path}: the video data is corrupt ({exc}); re-encode it") from None
@@ -200,10 +256,42 @@ class VideoReader:
     def _past(self, k: int) -> bool:
         return self.end is not None and self.start + float(k / self.rate) >= self.end - 1e-6
 
-    @staticmethod
-    def _rgb(frame) -> np.ndarray:
-        rgb = frame.to_ndarray(format="rgb24")
+    def _rgb(self, frame) -> np.ndarray:
+        """The frame as RGB [H,W,3], or RGBA [H,W,4] when the video has alpha; rotated for display."""
+        rgb = frame.to_ndarray(format="rgba" if self.alpha else "rgb24")
         rot = getattr(frame, "rotation", 0) or 0
         if rot % 360:
             rgb = np.ascontiguousarray(np.rot90(rgb, k=int(round(rot / 90)) % 4))
         return rgb
+
+
+def _has_alpha(stream) -> bool:
+    """Whether a video stream carries alpha: a pixel format with an alpha plane (ProRes 4444 with
+    alpha decodes as yuva444p12le), or VP9 in WebM with Matroska's alpha_mode (the alpha is in the
+    blocks' side data, which FFmpeg's own vp9 decoder ignores and libvpx's reads)."""
+    import av
+
+    cc = stream.codec_context
+    try:
+        if cc.pix_fmt and any(c.is_alpha for c in av.VideoFormat(cc.pix_fmt).components):
+            return True
+    except (ValueError, TypeError):
+        pass
+    return cc.name == "vp9" and str(stream.metadata.get("alpha_mode", stream.metadata.get("ALPHA_MODE", ""))) == "1"
+
+
+def _decode(container, stream):
+    """The stream's frames: through libvpx for VP9 with alpha (its alpha plane), else FFmpeg's decoder."""
+    if stream.codec_context.name == "vp9" and _has_alpha(stream):
+        import av
+
+        try:
+            ctx = av.CodecContext.create("libvpx-vp9", "r")
+        except Exception:  # noqa: BLE001 - no libvpx decoder: the colour planes without alpha
+            log.warning("%s: no libvpx-vp9 decoder here: its alpha is lost", container.name)
+            yield from container.decode(stream)
+            return
+        for pkt in container.demux(stream):
+            yield from ctx.decode(pkt)
+        return
+    yield from container.decode(stream)

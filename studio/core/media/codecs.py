@@ -206,6 +206,16 @@ def configure(ctx, codec: str, width: int, height: int, fps, crf: int, preset: s
         raise RenderError(f"--codec {codec} is written by the H.264 writer, not here.")
 
 
+def alpha_of(codec: str, avatar_alpha: bool) -> str:
+    """What a render's file does with alpha (``RenderResult.alpha``): "kept" (the avatar's, in an
+    alpha codec), "opaque" (an alpha codec, an avatar without: every pixel opaque), "dropped" (the
+    avatar has alpha, the codec has none: use prores4444 or vp9), "" (no alpha anywhere)."""
+    has = CODECS[codec].alpha if codec in CODECS else False
+    if has:
+        return "kept" if avatar_alpha else "opaque"
+    return "dropped" if avatar_alpha else ""
+
+
 def pix_fmt_of(codec: str, alpha: bool) -> str:
     s = spec(codec)
     return s.alpha_pix_fmt if (alpha and s.alpha_pix_fmt) else s.pix_fmt
@@ -536,7 +546,7 @@ class CodecWriter:
         self.enc_width = width + (width % 2 if s.even else 0)
         self.enc_height = height + (height % 2 if s.even else 0)
         self.fps, self.total = fps, total
-        self.alpha = bool(alpha and s.alpha)  # the output has an alpha channel
+        self.alpha = s.alpha  # the output has an alpha channel (opaque for RGB frames)
         self.channels = 4 if self.alpha else 3
         self.chunks = chunks
         self.window = max(1, min(window, len(chunks)))

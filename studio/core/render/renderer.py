@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from studio.core.media.codecs import alpha_of
 from studio.core.media.rates import rate_text
 from studio.core.render.clip import Clip
 from studio.core.render.plan import (
@@ -109,6 +110,7 @@ class RenderResult:
     audio: str = ""  # the output's AAC track: "copied" (the voice-over's own), "cached" or "encoded"
     frame_rate: str = "25"  # the output's frame rate ("29.97" is 30000/1001 exactly; rates.parse_rate)
     loudness: dict[str, Any] = field(default_factory=dict)  # --loudness: loudness.LoudnessReport (before/after)
+    alpha: str = ""  # codecs.alpha_of: "kept", "opaque" (an alpha codec, an avatar without), "dropped", ""
 
     @classmethod
     def measured(
@@ -128,6 +130,7 @@ class RenderResult:
         audio: str = "",
         frame_rate: str = "25",
         loudness: dict[str, Any] | None = None,
+        alpha: str = "",
     ) -> RenderResult:
         """The one constructor of a render's result: fps from frames and seconds, times rounded."""
         return cls(
@@ -146,6 +149,7 @@ class RenderResult:
             audio=audio,
             frame_rate=frame_rate,
             loudness=dict(loudness or {}),
+            alpha=alpha,
         )
 
     def to_json(self) -> dict:
@@ -311,7 +315,8 @@ class Renderer:
     # -- frames -------------------------------------------------------------------------------
 
     def frame(self, index: int) -> np.ndarray:
-        """Exactly the frame the full render writes at ``index`` ([H,W,3] uint8 RGB, before encoding)."""
+        """Exactly the frame the full render writes at ``index`` ([H,W,3] uint8 RGB, before encoding;
+        ``[H,W,4]`` RGBA for a transparent avatar, its alpha as an alpha codec writes it)."""
         T = self.plan.frames
         if not 0 <= index < T:
             from studio.core.errors import InputError
@@ -320,6 +325,8 @@ class Renderer:
         if not self.clip.covers(index):  # prepared for a range: a frame outside it prepares its own
             self.focus((index, index + 1))
         ((_, frames),) = self.iter_frames([(index, index + 1)])
+        if self.avatar.alpha is not None:
+            frames = with_alpha(frames, self.avatar.alpha, self.plan.avatar_idx[[index]])
         return frames[0].cpu().numpy()
 
     def frame_at(self, seconds: float) -> np.ndarray:
@@ -486,8 +493,11 @@ class Renderer:
 
             sink = CopyThread(writer, sum(len(b) for b in batches))
         nv12 = cuda and takes_nv12 and self.nv12_ready  # composite straight into the encoder's format
+        alpha = self.avatar.alpha if getattr(writer, "alpha", False) else None  # a transparent presenter
         try:
             for idx, frames in self.iter_batches(batches, nv12=nv12):
+                if alpha is not None:
+                    frames = with_alpha(frames, alpha, self.plan.avatar_idx[idx])
                 if stop():
                     raise Cancelled("render cancelled; nothing was written")
                 t0 = time.perf_counter()
@@ -562,6 +572,7 @@ class Renderer:
             audio=writer.audio_how,
             frame_rate=rate_text(self.rate),
             loudness=None if self._loudness is None else self._loudness.to_json(),
+            alpha=alpha_of(self.settings.codec, self.avatar.alpha is not None),
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=dict(self._stage_ms))
 
@@ -593,6 +604,15 @@ def _first_run_end(idx: np.ndarray) -> int:
     """Position of the last frame of the first run of consecutive indices in ``idx``."""
     breaks = np.flatnonzero(np.diff(idx) != 1)
     return int(breaks[0]) if len(breaks) else len(idx) - 1
+
+
+def with_alpha(frames, alpha, avatar_idx):
+    """RGB frames ``[B,H,W,3]`` (torch) with the avatar frames' alpha as a fourth channel: the generated
+    mouth lies on the face, which is opaque, so the avatar's alpha is the output's."""
+    import torch
+
+    a = torch.from_numpy(np.ascontiguousarray(np.asarray(alpha[np.asarray(avatar_idx)]))).to(frames.device)
+    return torch.cat([frames, a[..., None]], dim=-1)
 
 
 def torch_index(active: np.ndarray, device):

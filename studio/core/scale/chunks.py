@@ -296,6 +296,7 @@ def segments_result(
         stage_ms=stage_ms,
         frame_rate=rate_text(clip.rate),
         loudness=loudness,
+        alpha="dropped" if clip.avatar.alpha is not None else "",  # chunks join H.264 only
     )
 
 

@@ -116,6 +116,7 @@ class DeviceRender:
             sound.__exit__(None, None, None)
 
     def _run(self, output, overwrite: bool, audio, loud, t_start: float) -> Iterator:
+        from studio.core.media.codecs import alpha_of
         from studio.core.media.hints import changing_region
         from studio.core.media.rates import rate_text
         from studio.core.media.writer import open_video
@@ -202,6 +203,7 @@ class DeviceRender:
             audio=writer.audio_how,
             frame_rate=rate_text(first.rate),
             loudness=loud,
+            alpha=alpha_of(s.codec, a.alpha is not None),
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=stages)
 

@@ -74,3 +74,25 @@ def test_the_codec_row_and_the_output_names_extension(window, qtbot, tmp_path):
     choose(qtbot, combo, "vp9")
     assert panel.output_path().endswith(".webm")
     assert panel.render_settings().codec == "vp9"
+
+
+def test_a_transparent_presenter_shows_over_a_checkerboard(window, qtbot, tmp_path):
+    import numpy as np
+    from conftest import DEMO_AVATAR
+    from PIL import Image
+
+    from studio.ui.preview import CHECKER_GREYS
+
+    rgb = np.asarray(Image.open(DEMO_AVATAR).convert("RGB"))
+    alpha = np.full(rgb.shape[:2], 255, np.uint8)
+    alpha[:100, :100] = 0
+    png = tmp_path / "glass.png"
+    Image.fromarray(np.dstack([rgb, alpha])).save(png)
+    with qtbot.waitSignal(window.avatarLoaded, timeout=120_000):
+        window.load_avatar(str(png), "glass")
+    qtbot.waitUntil(lambda: window.preview.current_image is not None, timeout=10_000)
+    shown, kept = window.preview.image_item.image, window.preview.current_image
+    assert kept.shape == (512, 512, 4) and np.array_equal(kept[..., 3], alpha)  # the RGBA itself is kept
+    assert shown.shape == (512, 512, 3)
+    assert {int(shown[4, 4, 0]), int(shown[4, 20, 0])} == set(CHECKER_GREYS)  # the squares, not the pixels
+    assert (shown[4, 4] == shown[4, 4, 0]).all() and np.array_equal(shown[300:310, 300:310], rgb[300:310, 300:310])
