@@ -227,7 +227,8 @@ def test_sigterm_stops_chunk_workers_at_once_and_leaves_no_record(home, voice, o
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == "studio: " + CANCEL.format(" (SIGTERM)"), err
     assert took < 6.0, f"{took:.1f} s to stop"
-    assert not any(alive(p) for p in workers)
+    # killed before the render exited; the kernel may still be tearing them down on a busy machine
+    wait_until(lambda: not any(alive(p) for p in workers), 5, "the killed workers to be gone")
     ours = {proc.pid, *workers}  # (the test process keeps a record of its own: the fixture's avatar)
     left = [r.name for r in (home / "tmp").glob("*.rec") if int(r.name.split("-")[0]) in ours]
     assert left == []  # no worker's record is left behind for the next command
@@ -339,8 +340,8 @@ def test_an_output_that_is_a_folder_is_refused_before_the_render(home, short, ou
 @pytest.mark.parametrize(
     "cmd, name, needle",
     [
-        ("render", "talk.avi", "give the output a .mp4, .mov or .m4v name"),
-        ("render", "talk", "give the output a .mp4, .mov or .m4v name"),
+        ("render", "talk.avi", "give the output a .mp4, .mov, .m4v or .webm name"),
+        ("render", "talk", "give the output a .mp4, .mov, .m4v or .webm name"),
         ("frame", "frame.jpg", "give the output a .png name"),
     ],
 )

@@ -276,7 +276,8 @@ def user_rows(
     job("user-photo-mp3", PHOTO, v["mp3"])
     job("user-photo-aac", PHOTO, v["aac"])
     job("user-video-wav48", VIDEO, v["wav48"])
-    job("user-video-wav48-ultrafast", VIDEO, v["wav48"], preset="ultrafast")
+    other = other_preset(default.preset)
+    job(f"user-video-wav48-{other}", VIDEO, v["wav48"], preset=other)
     if long_frames:
         for fmt in FORMATS:
             note(f"user rows: a {long_frames}-frame {fmt} voice-over")
@@ -446,3 +447,8 @@ def _env(name: str, value: str):
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
+
+
+def other_preset(default: str) -> str:
+    """The preset the user rows compare the default with: ultrafast, or veryfast when the default is it."""
+    return "veryfast" if default == "ultrafast" else "ultrafast"

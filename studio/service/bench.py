@@ -246,7 +246,9 @@ def serve_rows(folder: Path, env: dict, voices: list[Path], voice: Path, repeats
         note(f"serve: {srv.url} up in {srv.start_s:.1f} s; warming up")
         client.generate(bench_user.PHOTO, folder / "warm.mp4", audio=voice)
         time.sleep(2.0)  # the idle server captures its engine's other batch sizes (small jobs pay none)
-        for preset in ("", "ultrafast"):
+        from studio.core.settings import RenderSettings
+
+        for preset in ("", bench_user.other_preset(RenderSettings().preset)):
             rows = []
             for _ in range(repeats):
                 with bench_user.env_home(Path(env["STUDIO_HOME"])):

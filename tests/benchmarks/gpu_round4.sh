@@ -33,9 +33,10 @@ if [ "${MODE:-bench}" = tests ]; then
     > "$OUT/tests.txt" 2>&1
   echo "tests rc=$? after $(el) s"; tail -3 "$OUT/tests.txt"
 fi
-timeout $(( 470 - $(el) )) python3 -m studio bench --workdir /tmp/bw --decoders taesd --no-classic \
+# EXTRA: more bench options (the lead's last run: --no-cold-cli, measured in the run before)
+timeout $(( ${LIMIT:-470} - $(el) )) python3 -m studio bench --workdir /tmp/bw --decoders taesd --no-classic \
   --official-frames 100 --long 15000 --user --clients 8 --clip-frames 375 --repeats 3 \
-  --json "$OUT/bench.json" > "$OUT/bench.txt" 2> "$OUT/bench.log"
+  --codecs "${CODECS:-none}" ${EXTRA:-} --json "$OUT/bench.json" > "$OUT/bench.txt" 2> "$OUT/bench.log"
 echo "bench rc=$? after $(el) s"
 cat "$OUT/bench.txt"
 grep -i "warn\|error\|Traceback" "$OUT/bench.log" | tail -5
