@@ -23,7 +23,7 @@ EXPECT = {
     "h264": (".mp4", "h264", "yuv420p", None, "aac"),
     "hevc": (".mp4", "hevc", "yuv420p", "Main", "aac"),
     "prores": (".mov", "prores", "yuv422p10le", "HQ", "pcm_s16le"),
-    "prores4444": (".mov", "prores", "yuv444p12le", "4444", "pcm_s16le"),
+    "prores4444": (".mov", "prores", "yuva444p12le", "4444", "pcm_s16le"),  # always with alpha (opaque here)
     "dnxhr": (".mov", "dnxhd", "yuv422p", "DNXHR HQ", "pcm_s16le"),
     "vp9": (".webm", "vp9", "yuv420p", "Profile 0", "opus"),
 }
