@@ -331,22 +331,24 @@ class QueuePanel(QWidget):
         return self._thumbs[avatar]
 
     def _duration(self, job) -> str:
-        """The clip's (or the in/out range's) length as HH:MM:SS:FF."""
+        """The clip's (or the in/out range's) length as HH:MM:SS:FF at the job's frame rate."""
         from studio.core.media.timecode import timecode
 
+        rate = _job_rate(job)
         frames = (job.settings or {}).get("frames")
         if frames:
-            return f"{timecode(int(frames[1]) - int(frames[0]))} (range)"
+            return f"{timecode(int(frames[1]) - int(frames[0]), rate)} (range)"
         if job.result and job.result.get("frames"):
-            return timecode(int(job.result["frames"]))
-        if job.audio not in self._durations:
+            return timecode(int(job.result["frames"]), rate)
+        key = (job.audio, rate)
+        if key not in self._durations:
             try:
                 from studio.core.media.audio import probe
 
-                self._durations[job.audio] = timecode(probe(job.audio).frames)
+                self._durations[key] = timecode(probe(job.audio).frames_at(rate), rate)
             except Exception:  # noqa: BLE001 - a missing file: the job says so when it runs
-                self._durations[job.audio] = "—"
-        return self._durations[job.audio]
+                self._durations[key] = "—"
+        return self._durations[key]
 
     def _update_buttons(self) -> None:
         job = self.selected_job()
@@ -409,7 +411,27 @@ def settings_text(job) -> str:
     if s.get("engine") == "musetalk" or (job.result or {}).get("engine") == "musetalk":
         parts.append(s.get("decoder", "taesd") + (" compiled" if s.get("compile") else ""))
     parts.append(f"{s.get('encoder', 'auto')} crf{s.get('crf', 20)} {s.get('preset', 'superfast')}")
+    if s.get("codec", "h264") != "h264":
+        parts.append(str(s["codec"]))
+    if s.get("fps", "auto") != "auto":
+        parts.append(f"{s['fps']} fps")
+    if s.get("loudness") is not None:
+        parts.append(f"{float(s['loudness']):g} LUFS")
     return " · ".join(str(p) for p in parts)
+
+
+def _job_rate(job):
+    """The frame rate a job renders (or rendered) at: its result's, else its setting or its avatar's own."""
+    from studio.core.media.rates import DEFAULT_RATE, parse_rate
+
+    try:
+        if job.result and job.result.get("frame_rate"):
+            return parse_rate(job.result["frame_rate"])
+        from studio.core.avatars.library import output_rate_for
+
+        return output_rate_for((job.settings or {}).get("fps"), job.avatar)
+    except Exception:  # noqa: BLE001 - an avatar not here (a server's): the default grid
+        return DEFAULT_RATE
 
 
 def where_text(job) -> str:
