@@ -199,3 +199,21 @@ def test_the_queue_keeps_the_codec_and_checks_its_extension(avatar, voice, tmp_p
     shown = json.loads(_studio("queue", "show", job, home=home).stdout)
     settings = shown.get("settings") or shown["request"]["settings"]
     assert settings["codec"] == "prores4444" and settings["fps"] == "23.976"
+
+
+@pytest.mark.parametrize(
+    "preset, encoder", [("ultrafast", "prores_aw"), ("veryfast", "prores_aw"), ("slow", "prores_ks")]
+)
+def test_the_preset_picks_the_prores_encoder(tmp_path, preset, encoder):
+    import av
+
+    from studio.core.media.codecs import open_codec_writer
+
+    out = tmp_path / "p.mov"
+    frames = np.random.default_rng(2).integers(0, 255, (4, 64, 96, 3), dtype=np.uint8)
+    with open_codec_writer(out, 96, 64, codec="prores", total_frames=4, preset=preset, workers=1) as w:
+        assert w.name == encoder
+        w.write(frames, indices=np.arange(4))
+    with av.open(str(out)) as c:
+        v = c.streams.video[0]
+        assert v.codec_context.profile == "HQ" and v.codec_tag == "apch" and len(list(c.decode(v))) == 4

@@ -140,7 +140,28 @@ CODECS: dict[str, CodecSpec] = {
 }
 ALPHA_CODECS = tuple(n for n, s in CODECS.items() if s.alpha)
 SUFFIXES = tuple(dict.fromkeys(x for s in CODECS.values() for x in s.suffixes))  # every video extension written
-VP9_CPU_USED = {"ultrafast": 8, "superfast": 7, "veryfast": 6, "faster": 5, "fast": 4, "medium": 3, "slow": 2}
+# --preset for VP9: libvpx's deadline and cpu-used (the fast presets run its realtime mode, ~4x faster)
+VP9_SPEED = {
+    "ultrafast": ("realtime", 8),
+    "superfast": ("realtime", 7),
+    "veryfast": ("realtime", 6),
+    "faster": ("good", 5),
+    "fast": ("good", 4),
+    "medium": ("good", 3),
+    "slow": ("good", 2),
+    "slower": ("good", 1),
+    "veryslow": ("good", 0),
+}
+FAST_PRESETS = ("ultrafast", "superfast", "veryfast", "faster")  # ProRes: prores_aw, about 3x prores_ks's speed
+
+
+def encoder_for(codec: str, preset: str) -> str:
+    """The FFmpeg encoder of ``codec`` at ``preset``: ProRes is prores_aw at the fast presets (the
+    default ultrafast) and prores_ks, FFmpeg's most accurate one, from fast on; the others have one."""
+    s = spec(codec)
+    if s.encoder == "prores_ks" and str(preset) in FAST_PRESETS:
+        return "prores_aw"
+    return s.encoder
 
 
 def spec(codec: str) -> CodecSpec:
@@ -186,7 +207,7 @@ def configure(ctx, codec: str, width: int, height: int, fps, crf: int, preset: s
             "x265-params": "log-level=error:open-gop=0:repeat-headers=0"
             + (":pools=1:frame-threads=1" if threads == 1 else ""),
         }
-    elif codec in ("prores", "prores4444"):
+    elif codec in ("prores", "prores4444"):  # prores_aw and prores_ks take the same options
         ctx.options = {"profile": "3" if codec == "prores" else "4", "vendor": "apl0"}
         if alpha and codec == "prores4444":
             ctx.options = {**ctx.options, "alpha_bits": "16"}
@@ -196,8 +217,8 @@ def configure(ctx, codec: str, width: int, height: int, fps, crf: int, preset: s
         ctx.options = {
             "crf": str(min(63, round(crf * 1.55))),  # CRF 20 -> VP9's 31
             "b": "0",
-            "deadline": "good",
-            "cpu-used": str(VP9_CPU_USED.get(str(preset), 4)),
+            "deadline": VP9_SPEED.get(str(preset), ("good", 4))[0],
+            "cpu-used": str(VP9_SPEED.get(str(preset), ("good", 4))[1]),
             "row-mt": "1",
             "tile-columns": "2",
             **({"auto-alt-ref": "0"} if alpha else {}),
@@ -227,11 +248,12 @@ def available() -> dict[str, str]:
 
     out = {}
     for name, s in CODECS.items():
-        try:
-            av.codec.Codec(s.encoder, "w")
-            out[name] = ""
-        except Exception as exc:  # noqa: BLE001 - av raises UnknownCodecError or ValueError
-            out[name] = f"PyAV's FFmpeg has no {s.encoder} encoder ({exc})"
+        out[name] = ""
+        for enc in dict.fromkeys((s.encoder, encoder_for(name, "ultrafast"))):
+            try:
+                av.codec.Codec(enc, "w")
+            except Exception as exc:  # noqa: BLE001 - av raises UnknownCodecError or ValueError
+                out[name] = f"PyAV's FFmpeg has no {enc} encoder ({exc})"
     return out
 
 
@@ -344,8 +366,9 @@ class _Container:
     """One output file: the codec's stream (configured as the lanes are, opened for its parameters) and
     the audio interleaved by time; packets come in decode order."""
 
-    def __init__(self, fh, s: CodecSpec, fps, total: int, audio):
+    def __init__(self, fh, s: CodecSpec, fps, total: int, audio, encoder: str | None = None):
         self.fh, self.spec, self.fps, self.total, self.audio = fh, s, Fraction(fps), total, audio
+        self.encoder = encoder or s.encoder
         self.container: Any = None
         self.vstream: Any = None
         self._muxed_until = 0
@@ -364,7 +387,7 @@ class _Container:
                 samples = self.total + (self.audio.packets_at_most() if self.audio is not None else 0)
                 options = {"moov_size": str(16384 + MOOV_PER_SAMPLE * samples)}
         self.container = av.open(self.fh, "w", format=self.spec.container, options=options)
-        vs = self.container.add_stream(self.spec.encoder, rate=self.fps)
+        vs = self.container.add_stream(self.encoder, rate=self.fps)
         configure_stream(vs.codec_context)
         if self.spec.tag:
             vs.codec_tag = self.spec.tag
@@ -550,7 +573,8 @@ class CodecWriter:
         self.channels = 4 if self.alpha else 3
         self.chunks = chunks
         self.window = max(1, min(window, len(chunks)))
-        self.name = f"{s.encoder}" + (f" x{self.window} parallel" if self.window > 1 else "")
+        self.encoder = encoder_for(s.name, preset)
+        self.name = self.encoder + (f" x{self.window} parallel" if self.window > 1 else "")
         self.reason = f"{s.label} in {s.container_label}"
         self.close_ms: dict[str, float] = {}
         self.frames_written = 0
@@ -722,7 +746,7 @@ class CodecWriter:
         from studio.core.media.encoders import HookedFile
 
         self._fh = HookedFile(self._tmp, "wb+", self._hook)
-        self._mux = _Container(self._fh, self.spec, self.fps, self.total, self._audio)
+        self._mux = _Container(self._fh, self.spec, self.fps, self.total, self._audio, self.encoder)
         parallel = self.window > 1
         vs = self._mux.open(lambda ctx: self._configure(ctx, 1 if parallel else 0))
         self._headers = bytes(vs.codec_context.extradata or b"")
@@ -760,7 +784,7 @@ class CodecWriter:
         )
         self._encoders.append(ch.encoder)
         if bytes(ch.encoder.extradata or b"") != self._headers:
-            raise RenderError(f"The parallel {self.spec.encoder} encoders disagree on stream headers; render again.")
+            raise RenderError(f"The parallel {self.encoder} encoders disagree on stream headers; render again.")
 
     def _mux_chunks(self) -> None:
         try:
@@ -831,7 +855,7 @@ class CodecWriter:
             raise _disk_error(exc, self.path) from exc
         if isinstance(exc, RenderError):
             raise exc
-        raise RenderError(f"The {self.spec.encoder} encoder failed ({type(exc).__name__}: {exc}).") from exc
+        raise RenderError(f"The {self.encoder} encoder failed ({type(exc).__name__}: {exc}).") from exc
 
     def _cleanup(self) -> None:
         for enc in self._encoders:

@@ -556,9 +556,10 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                     slots = np.ndarray((n, height, width, channels), np.uint8, buffer=shm.buf)
                     changing = None
                     convert = ("rgba" if channels == 4 else "rgb24", pix_fmt_of(codec, alpha))
+                    from studio.core.media.codecs import encoder_for
                     from studio.core.media.codecs import spec as codec_spec
 
-                    ctx = av.CodecContext.create(codec_spec(codec).encoder, "w")
+                    ctx = av.CodecContext.create(encoder_for(codec, preset), "w")
                     if codec_spec(codec).container in ("mp4", "mov"):
                         ctx.flags |= av.codec.context.Flags.global_header
                     configure(ctx, codec, width, height, fps, crf, preset, alpha, 1)
