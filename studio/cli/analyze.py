@@ -6,7 +6,7 @@ from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_TH
 
 
 def register(sub) -> None:
-    p = sub.add_parser("analyze", help="analyse a voice-over: frames on the 25 fps grid and silences")
+    p = sub.add_parser("analyze", help="analyse a voice-over: its frames at a frame rate and its silences")
     p.add_argument("audio", help="WAV, FLAC, OGG or MP3 file")
     p.add_argument(
         "--threshold",
@@ -20,6 +20,11 @@ def register(sub) -> None:
         default=DEFAULT_MIN_SILENCE_FRAMES,
         metavar="N",
         help=f"shortest silent run in frames (default {DEFAULT_MIN_SILENCE_FRAMES})",
+    )
+    from studio.core.media.rates import RATES
+
+    p.add_argument(
+        "--fps", default="25", choices=list(RATES), help="the frame grid (default 25; a render's --fps or its avatar's)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the analysis cache")
@@ -35,7 +40,9 @@ def run(args) -> int:
         raise InputError("--threshold must be 0 or more (an RMS level such as 0.008)")
     if args.min_silence < 1:
         raise InputError("--min-silence must be at least 1 frame")
-    result = analyze(args.audio, use_cache=not args.no_cache)
+    from studio.core.media.rates import parse_rate
+
+    result = analyze(args.audio, use_cache=not args.no_cache, rate=parse_rate(args.fps))
     s = result.summary(args.threshold, args.min_silence)
     if args.json:
         emit_json(s)
