@@ -1091,7 +1091,7 @@ class MainWindow(FileDrops, QMainWindow):
 
         empty_trash()  # removals can be undone until now
         if self.player is not None:
-            self.player.player.stop()
+            self.player.release()
         self.queue.close()  # a running job stops now (nothing written) and comes back interrupted
         self.worker_thread.stop()
         super().closeEvent(event)

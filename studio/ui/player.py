@@ -107,6 +107,22 @@ class PlayerWidget(QWidget):
         self.player.pause()
         self.closed.emit()
 
+    def release(self) -> None:
+        """Stop playback for good (the window closes), from the event loop rather than from here.
+
+        Qt's FFmpeg backend tears its playback threads down in ``stop()``; its audio thread calls
+        into the Python-wrapped ``QAudioOutput`` (which needs the GIL) while holding a lock that
+        ``stop()`` waits for, and a ``stop()`` called from Python holds the GIL all the while: the
+        window's close hung there (seen in a full offscreen UI run, gdb: the GUI thread in
+        ``QObject::disconnect`` under ``stop()``, the ``QFFmpeg::AudioRenderer`` thread in
+        ``PyGILState_Ensure``). Queued, ``stop()`` runs from the event loop, where PySide has released
+        the GIL."""
+        from PySide6.QtCore import QMetaObject
+        from PySide6.QtMultimedia import QMediaPlayer
+
+        if self.player.playbackState() != QMediaPlayer.PlaybackState.StoppedState:
+            QMetaObject.invokeMethod(self.player, "stop", Qt.ConnectionType.QueuedConnection)
+
     def _duration(self, ms: int) -> None:
         self.slider.setRange(0, int(ms))
         self._moved(self.player.position())
