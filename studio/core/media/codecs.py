@@ -698,9 +698,9 @@ class CodecWriter:
         except BaseException as exc:
             self.abort()
             if isinstance(exc, OSError):
-                from studio.core.media.writer import _disk_error
+                from studio.core.media.writer import disk_error
 
-                raise _disk_error(exc, self.path) from exc
+                raise disk_error(exc, self.path) from exc
             raise
         self._done = True
         self._cleanup()
@@ -850,9 +850,9 @@ class CodecWriter:
         if exc is None:
             return
         if isinstance(exc, OSError):
-            from studio.core.media.writer import _disk_error
+            from studio.core.media.writer import disk_error
 
-            raise _disk_error(exc, self.path) from exc
+            raise disk_error(exc, self.path) from exc
         if isinstance(exc, RenderError):
             raise exc
         raise RenderError(f"The {self.encoder} encoder failed ({type(exc).__name__}: {exc}).") from exc

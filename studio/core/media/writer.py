@@ -452,7 +452,7 @@ class VideoWriter:
         except BaseException as exc:
             self.abort()
             if isinstance(exc, OSError):
-                raise _disk_error(exc, self.path) from exc
+                raise disk_error(exc, self.path) from exc
             raise
         self._done = True
         self._cleanup()
@@ -769,7 +769,7 @@ class VideoWriter:
         if exc is None:
             return
         if isinstance(exc, OSError):
-            raise _disk_error(exc, self.path) from exc
+            raise disk_error(exc, self.path) from exc
         if isinstance(exc, RenderError):
             raise exc
         raise RenderError(f"The encoder failed ({type(exc).__name__}: {exc}).") from exc
@@ -879,7 +879,7 @@ def _split(total: int, n: int) -> list[tuple[int, int]]:
     return [(edges[k], edges[k + 1]) for k in range(n)]
 
 
-def _disk_error(exc: OSError, path: Path) -> RenderError:
+def disk_error(exc: OSError, path: Path) -> RenderError:
     """One sentence for a failed write, naming the folder that failed (a spill file's, from an
     encoder process, or the output's)."""
     where = Path(exc.filename).parent if isinstance(getattr(exc, "filename", None), str) else path.parent
