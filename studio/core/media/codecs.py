@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from studio.core.errors import RenderError
+from studio.core.media.lanes import LaneWriter, disk_error
 
 log = logging.getLogger(__name__)
 
@@ -554,7 +555,7 @@ def open_codec_writer(
     )
 
 
-class CodecWriter:
+class CodecWriter(LaneWriter):
     """One output file in ``spec``'s codec and container. ``chunks``: frame ranges; ``window``: lanes
     at once (chunk ``k`` on lane ``k % window``); the caller feeds each lane's chunks in turn, as
     ``VideoWriter``'s (``render.stripes(..., window=)``). ``write`` takes RGB or RGBA frames."""
@@ -637,10 +638,13 @@ class CodecWriter:
     def takes_gpu_frames(self) -> bool:
         return False
 
+    def failure_label(self) -> str:  # the sentence names the encoder: "The prores_aw encoder failed"
+        return f"{self.encoder} encoder"
+
     def write(self, frames, first_index: int | None = None, release=None, indices=None) -> None:
         """Queue RGB [B,H,W,3] or RGBA [B,H,W,4] uint8 frames (numpy or torch); ``indices`` as
         ``VideoWriter.write`` (runs of consecutive frames, each chunk's in order)."""
-        self._raise_if_failed()
+        self.raise_if_failed()
         if self._done:
             raise RenderError("This video writer is already closed.")
         frames = self._host(frames, copy=release is not None)
@@ -648,19 +652,8 @@ class CodecWriter:
         if indices is None:
             first = self.frames_written if first_index is None else int(first_index)
             indices = range(first, first + n)
-        s = 0
-        while s < n:
-            pos = int(indices[s])
-            ch = self._chunk_of(pos)
-            if pos != ch.next:
-                raise ValueError(f"chunk {ch.start}..{ch.end} expects frame {ch.next} next, got {pos}")
-            limit = min(n, s + ch.end - pos)
-            e = s + 1
-            while e < limit and int(indices[e]) == pos + e - s:
-                e += 1
+        for ch, s, e, pos in self._runs(indices, n):
             self._put(self._lanes[ch.k % self.window], (ch, frames[s:e], pos))
-            ch.next = pos + e - s
-            s = e
         with self._lock:
             self.frames_written += n
         if release is not None:
@@ -676,7 +669,7 @@ class CodecWriter:
                 self._put(lane, None)
             for lane in self._lanes:
                 lane.join()
-            self._raise_if_failed()
+            self.raise_if_failed()
             missing = [c for c in self._chunks if c.end < (1 << 62) and c.next < c.end]
             if missing and self.total:
                 c = missing[0]
@@ -684,7 +677,7 @@ class CodecWriter:
             t1 = time.perf_counter()
             if self._mux_thread is not None:
                 self._mux_thread.join()
-                self._raise_if_failed()
+                self.raise_if_failed()
             self._mux.finish()
             t2 = time.perf_counter()
             self._fh.close()
@@ -698,8 +691,6 @@ class CodecWriter:
         except BaseException as exc:
             self.abort()
             if isinstance(exc, OSError):
-                from studio.core.media.writer import disk_error
-
                 raise disk_error(exc, self.path) from exc
             raise
         self._done = True
@@ -822,40 +813,6 @@ class CodecWriter:
 
             frames = pad_even(frames)
         return frames
-
-    def _chunk_of(self, index: int) -> _Chunk:
-        import bisect
-
-        k = bisect.bisect_right(self._starts, index) - 1
-        if k >= 0 and index < self._chunks[k].end:
-            return self._chunks[k]
-        raise ValueError(f"frame {index} is outside the clip ({self.chunks[0][0]}..{self.chunks[-1][1]})")
-
-    def _put(self, lane, item) -> None:
-        while True:
-            self._raise_if_failed()
-            try:
-                lane.queue.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-
-    def _fail(self, exc: BaseException) -> None:
-        if self._error is None:
-            self._error = exc
-        self._stop.set()
-
-    def _raise_if_failed(self) -> None:
-        exc = self._error
-        if exc is None:
-            return
-        if isinstance(exc, OSError):
-            from studio.core.media.writer import disk_error
-
-            raise disk_error(exc, self.path) from exc
-        if isinstance(exc, RenderError):
-            raise exc
-        raise RenderError(f"The {self.encoder} encoder failed ({type(exc).__name__}: {exc}).") from exc
 
     def _cleanup(self) -> None:
         for enc in self._encoders:

@@ -30,9 +30,7 @@ frame count is known (no rewrite of the file at the end), else by a faststart re
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import errno
 import logging
 import os
 import queue
@@ -55,6 +53,7 @@ from studio.core.media.encoders import (
     configure_x264,
     probe_nvenc,
 )
+from studio.core.media.lanes import LaneWriter, disk_error
 from studio.core.media.mux import Muxer
 from studio.core.media.rates import DEFAULT_RATE
 from studio.core.settings import ENCODERS, PRESETS
@@ -188,7 +187,7 @@ def check_output(path) -> Path:
     return check_folder(path)
 
 
-class VideoWriter:
+class VideoWriter(LaneWriter):
     """One output MP4. ``name``: the encoder used; ``reason``: why; ``chunks``: frame ranges;
     ``window``: lanes (encoders) running at once; chunk ``k`` runs on lane ``k % window``."""
 
@@ -307,30 +306,10 @@ class VideoWriter:
         else:
             frames = self._as_host_frames(frames)
         t_put = time.perf_counter() if self._tracing else None
-        s = 0
-        while s < n:  # one queue item per run of consecutive frames inside one chunk
-            pos = int(indices[s])
-            ch = self._chunk_of(pos)
-            if pos != ch.next:
-                raise ValueError(f"chunk {ch.start}..{ch.end} expects frame {ch.next} next, got {pos}")
-            if pos == ch.start and ch.k >= self.window:
-                prev = self._chunks[ch.k - self.window]  # the lane's chunk before this one
-                if prev.next < prev.end or any(
-                    self._chunks[j].next < self._chunks[j].end for j in range(ch.k % self.window, ch.k, self.window)
-                ):
-                    raise ValueError(
-                        f"chunk {prev.start}..{prev.end} must be complete before chunk "
-                        f"{ch.start}..{ch.end} starts (one encoder takes them in turn)"
-                    )
-            limit = n if ch.end is None else min(n, s + ch.end - pos)
-            e = s + 1
-            while e < limit and int(indices[e]) == pos + e - s:
-                e += 1
+        for ch, s, e, pos in self._runs(indices, n):  # one queue item per run of consecutive frames in a chunk
             self._put(self._lanes[ch.k % self.window], (ch, frames[s:e], pos, release, s, event))
             if t_put is not None:
                 self._parent_trace.append((ch.k, pos, e - s, t_put))
-            ch.next = pos + e - s
-            s = e
         with self._lock:
             self._cursor = int(indices[n - 1]) + 1
             self.frames_written += n
@@ -670,9 +649,7 @@ class VideoWriter:
                 if self._tracing:
                     lane.trace.append((ch.k, first, len(frames), t0, t_get, time.perf_counter()))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            if self._error is None:
-                self._error = exc
-            self._stop.set()
+            self._fail(exc)
 
     def _finish_chunk(self, ch: _Chunk) -> None:
         for out in ch.encoder.flush():
@@ -689,9 +666,7 @@ class VideoWriter:
         try:
             self._mux.append_chunks(self._chunks, self._stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            if self._error is None:
-                self._error = exc
-            self._stop.set()
+            self._fail(exc)
 
     def _write_trace(self, t_close: float) -> None:
         """``STUDIO_TRACE``: per lane and chunk, when frames were handed over, taken by the lane
@@ -745,34 +720,18 @@ class VideoWriter:
             f"[B,{self.enc_height * 3 // 2},{self.enc_width}], got {frames.shape}"
         )
 
-    def _chunk_of(self, index: int) -> _Chunk:
-        k = bisect.bisect_right(self._starts, index) - 1
-        if k >= 0:
-            ch = self._chunks[k]
-            if ch.end is None or index < ch.end:
-                return ch
-        raise ValueError(f"frame {index} is outside the clip ({self.chunks[0][0]}..{self.chunks[-1][1]})")
-
-    def _put(self, lane: _Lane, item) -> None:
-        while True:
-            self.raise_if_failed()
-            try:
-                lane.queue.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-
-    def raise_if_failed(self) -> None:
-        """Raise what stopped an encoder or the mux (one sentence: a full disk names the folder);
-        the writer's own calls check it, and so does a thread that feeds it (``hostcopy``)."""
-        exc = self._error
-        if exc is None:
-            return
-        if isinstance(exc, OSError):
-            raise disk_error(exc, self.path) from exc
-        if isinstance(exc, RenderError):
-            raise exc
-        raise RenderError(f"The encoder failed ({type(exc).__name__}: {exc}).") from exc
+    def _check_run(self, ch, pos: int) -> None:
+        """A lane takes its chunks one after the other: a chunk starts only once the lane's earlier
+        chunks are complete."""
+        if pos == ch.start and ch.k >= self.window:
+            prev = self._chunks[ch.k - self.window]  # the lane's chunk before this one
+            if prev.next < prev.end or any(
+                self._chunks[j].next < self._chunks[j].end for j in range(ch.k % self.window, ch.k, self.window)
+            ):
+                raise ValueError(
+                    f"chunk {prev.start}..{prev.end} must be complete before chunk "
+                    f"{ch.start}..{ch.end} starts (one encoder takes them in turn)"
+                )
 
     def _cleanup(self) -> None:
         for enc in self._proc_encoders:  # an encoder stopped midway: its worker is restarted
@@ -877,20 +836,6 @@ def _mb_rect(box, width: int, height: int):
 def _split(total: int, n: int) -> list[tuple[int, int]]:
     edges = [round(total * k / n) for k in range(n + 1)]
     return [(edges[k], edges[k + 1]) for k in range(n)]
-
-
-def disk_error(exc: OSError, path: Path) -> RenderError:
-    """One sentence for a failed write, naming the folder that failed (a spill file's, from an
-    encoder process, or the output's)."""
-    where = Path(exc.filename).parent if isinstance(getattr(exc, "filename", None), str) else path.parent
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        why = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
-        return RenderError(
-            f"The disk is full ({why} in {where}) while writing {path.name}: free some space and render again."
-        )
-    if exc.errno == errno.EPIPE:  # a pipe to an encoder process, not the disk
-        return RenderError(f"An encoder process stopped while writing {path.name} ({exc}): render again.")
-    return RenderError(f"Writing {path.name} failed ({exc.strerror or exc}, in {where}): check the output folder.")
 
 
 class _Chunk:

@@ -157,7 +157,7 @@ def join_segments(segments, output, *, audio=None, fps: int | Fraction = DEFAULT
         with atomic_output(output, suffix=".mp4", overwrite=overwrite) as out:
             _join(av, segments, out.tmp, src, fps)
     except OSError as exc:  # a full disk: one sentence naming the folder, not a traceback
-        from studio.core.media.writer import disk_error
+        from studio.core.media.lanes import disk_error
 
         raise disk_error(exc, output) from exc
     finally:
