@@ -52,6 +52,7 @@ import numpy as np
 
 from studio.core.errors import RenderError
 from studio.core.media.lanes import LaneWriter, disk_error
+from studio.core.media.mux import MOOV_PER_SAMPLE, Muxer
 
 log = logging.getLogger(__name__)
 
@@ -363,29 +364,23 @@ class PlainAudio:
 # The container
 
 
-class _Container:
-    """One output file: the codec's stream (configured as the lanes are, opened for its parameters) and
-    the audio interleaved by time; packets come in decode order."""
+class _Container(Muxer):
+    """One output file in the codec's container: ``Muxer``'s interleave and streaming mux, with the
+    codec's own stream (configured as the lanes are, opened for its parameters)."""
 
     def __init__(self, fh, s: CodecSpec, fps, total: int, audio, encoder: str | None = None):
-        self.fh, self.spec, self.fps, self.total, self.audio = fh, s, Fraction(fps), total, audio
+        super().__init__(fh, fps, total, audio)
+        self.spec = s
         self.encoder = encoder or s.encoder
-        self.container: Any = None
-        self.vstream: Any = None
-        self._muxed_until = 0
-        self._last_dts = -(1 << 62)
-        self.chunks_muxed = 0
 
-    def open(self, configure_stream) -> Any:
+    def open_codec(self, configure_stream) -> Any:
         import av
 
         options = {}
         if self.spec.container in ("mp4", "mov"):
             options = {"movflags": "+faststart"}
-            if self.total:
-                from studio.core.media.mux import MOOV_PER_SAMPLE
-
-                samples = self.total + (self.audio.packets_at_most() if self.audio is not None else 0)
+            if self.total_frames:
+                samples = self.total_frames + (self.audio.packets_at_most() if self.audio is not None else 0)
                 options = {"moov_size": str(16384 + MOOV_PER_SAMPLE * samples)}
         self.container = av.open(self.fh, "w", format=self.spec.container, options=options)
         vs = self.container.add_stream(self.encoder, rate=self.fps)
@@ -401,40 +396,6 @@ class _Container:
             self.audio.add_stream(self.container)
         self.container.start_encoding()  # opens the stream's encoder: its headers, profile and tag
         return vs
-
-    def video(self, pkt) -> None:
-        pkt.stream = self.vstream
-        if pkt.dts is not None:
-            if pkt.dts <= self._last_dts < pkt.pts:  # where two chunks' reorder delays differ
-                pkt.dts = self._last_dts + 1
-            self._last_dts = pkt.dts
-        self.container.mux(pkt)
-        if pkt.pts is not None:
-            self._muxed_until = max(self._muxed_until, int(pkt.pts) + 1)
-        if self.audio is not None:
-            self.audio.mux_until(self.container, float(self._muxed_until / self.fps))
-
-    def append(self, chunk, stop) -> bool:
-        from studio.core.media.encoders import read_packets
-
-        for pkt in read_packets(chunk.spill, self.vstream):
-            if stop.is_set():
-                return False
-            self.video(pkt)
-        with contextlib.suppress(FileNotFoundError):
-            chunk.spill.unlink()
-        self.chunks_muxed += 1
-        return True
-
-    def finish(self) -> None:
-        if self.audio is not None:
-            self.audio.mux_until(self.container, None)
-        self.container.close()
-
-    def discard(self) -> None:
-        if self.container is not None:
-            with contextlib.suppress(Exception):
-                self.container.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -739,7 +700,7 @@ class CodecWriter(LaneWriter):
         self._fh = HookedFile(self._tmp, "wb+", self._hook)
         self._mux = _Container(self._fh, self.spec, self.fps, self.total, self._audio, self.encoder)
         parallel = self.window > 1
-        vs = self._mux.open(lambda ctx: self._configure(ctx, 1 if parallel else 0))
+        vs = self._mux.open_codec(lambda ctx: self._configure(ctx, 1 if parallel else 0))
         self._headers = bytes(vs.codec_context.extradata or b"")
         self._chunks = [_Chunk(k, s, e) for k, (s, e) in enumerate(self.chunks)]
         self._starts = [c.start for c in self._chunks]
@@ -779,12 +740,7 @@ class CodecWriter(LaneWriter):
 
     def _mux_chunks(self) -> None:
         try:
-            for ch in self._chunks:
-                while not ch.done.wait(0.05):
-                    if self._stop.is_set():
-                        return
-                if not self._mux.append(ch, self._stop):
-                    return
+            self._mux.append_chunks(self._chunks, self._stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             self._fail(exc)
 
