@@ -82,13 +82,17 @@ def _start_long_render(window, qtbot, tmp_path):
     output = Path(window.render_panel.output_path())
     with qtbot.waitSignal(window.worker.progress, timeout=SLOW):
         job_id = window.render()
+    qtbot.waitUntil(lambda: window.current is not None, timeout=5000)  # the window took the news
     return job_id, output
 
 
 def test_cancel_stops_the_render_and_leaves_no_file(window, qtbot, tmp_path):
     job_id, output = _start_long_render(window, qtbot, tmp_path)
+    # the worker's signals come from its thread, where qtbot's blocker also runs (a direct connection):
+    # the window's own handlers are queued to the GUI thread, so the panel is waited for, not assumed
     with qtbot.waitSignal(window.worker.cancelled, timeout=SLOW):
         window.render_panel.cancel_btn.click()
+    qtbot.waitUntil(lambda: window.current is None, timeout=5000)
     assert not output.exists()
     assert list(output.parent.iterdir()) == []  # no partial files either
     assert window.store.get(job_id).state == jobs.CANCELLED
