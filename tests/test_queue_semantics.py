@@ -172,6 +172,29 @@ def test_webhook_jobs_are_those_still_to_be_told(tmp_path):
     assert [j.id for j in store.webhook_jobs(max_attempts=2)] == [ids[2]]  # given up after 2 tries
 
 
+def test_a_queued_jobs_estimate_counts_the_frames_at_its_own_rate(home, tmp_path):
+    """A 2 s voice-over is 50 frames at 25 fps and 120 at 60: the estimate follows the job's rate."""
+    import soundfile as sf
+    from conftest import tone
+
+    from studio.core.store.jobs import JobStore
+    from studio.service.queue import QueueService
+
+    voice = tmp_path / "voice.wav"
+    sf.write(voice, tone(2.0, 48_000), 48_000)
+    qs = QueueService(store=JobStore(tmp_path / "q.sqlite"))
+    finished(qs, tmp_path / "old.mp4", 10)  # 25 frames in 1.0 s: 0.04 s a frame
+    at25 = qs.store.add("astro", str(voice), {"fps": "25"}, str(tmp_path / "a.mp4"))
+    at60 = qs.store.add("astro", str(voice), {"fps": "60"}, str(tmp_path / "b.mp4"))
+    ntsc = qs.store.add("astro", str(voice), {"fps": "29.97"}, str(tmp_path / "c.mp4"))
+    est = qs.estimates()
+    took = {j.id: est[j.id].eta_s - est[j.id].starts_in_s for j in (at25, at60, ntsc)}
+    assert took[at25.id] == pytest.approx(50 * 0.04)
+    assert took[at60.id] == pytest.approx(120 * 0.04)
+    assert took[ntsc.id] == pytest.approx(60 * 0.04)  # ceil(2 x 30000/1001) = 60
+    assert [est[j.id].position for j in (at25, at60, ntsc)] == [1, 2, 3]
+
+
 def test_a_bad_retention_variable_never_stops_a_queue_from_opening(home, tmp_path, monkeypatch):
     from studio.core.errors import InputError
     from studio.core.store.jobs import JobStore

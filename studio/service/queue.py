@@ -436,12 +436,19 @@ class QueueService:
             st = Path(job.audio).stat()
         except OSError:
             return None
-        key = (job.audio, st.st_size, st.st_mtime_ns)
+        from studio.core.avatars.library import output_rate_for
+        from studio.core.media.rates import DEFAULT_RATE
+
+        try:  # the job's own output rate: a 60 fps job has 2.4x the frames of a 25 fps one
+            rate = output_rate_for(job.settings.get("fps"), job.avatar)
+        except (StudioError, OSError, ValueError):
+            rate = DEFAULT_RATE
+        key = (job.audio, st.st_size, st.st_mtime_ns, rate)
         if key not in self._frames_cache:
             from studio.core.media.audio import probe
 
             try:
-                self._frames_cache[key] = probe(job.audio).frames
+                self._frames_cache[key] = probe(job.audio).frames_at(rate)
             except StudioError:
                 return None
         return self._frames_cache[key]
