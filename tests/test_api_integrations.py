@@ -249,6 +249,36 @@ def test_webhooks_are_signed_retried_with_backoff_and_listed(client, astro, audi
         hook.close()
 
 
+def test_a_checked_job_tells_its_webhook_again_with_the_verdict(client, astro, audio_ids):
+    hook = Listener()
+    try:
+        job = render(client, audio_ids["short"], webhook=hook.url(), check="true", device="cpu")
+        deadline = time.monotonic() + 240
+        while len(hook.calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        events = [c["headers"]["X-Studio-Event"] for c in hook.calls]
+        assert events == ["render.done", "render.checked"], events
+        assert [c["headers"]["X-Studio-Delivery"] for c in hook.calls] == [
+            f"{job['id']}.done.1",
+            f"{job['id']}.checked.1",
+        ]
+        done, checked = (json.loads(c["body"]) for c in hook.calls)
+        assert done["state"] == checked["state"] == "done"
+        assert done["result"]["check"]["state"] in ("pending", "running")  # the file is there, the verdict not yet
+        assert checked["result"]["check"]["state"] == "done"
+        assert checked["result"]["check"]["verdict"] in ("ok", "check", "out of sync")
+        for call in hook.calls:
+            expected = "sha256=" + hmac.new(SECRET.encode(), call["body"], hashlib.sha256).hexdigest()
+            assert call["headers"]["X-Studio-Signature"] == expected
+        time.sleep(0.5)
+        listed = client.get(f"/v1/renders/{job['id']}").json()["webhook"]
+        assert listed["state"] == "delivered"
+        assert [(d["state"], d["ok"]) for d in listed["deliveries"]] == [("done", True), ("checked", True)]
+        assert len(hook.calls) == 2  # each told once
+    finally:
+        hook.close()
+
+
 def test_webhooks_only_call_the_hosts_the_operator_allows(client, astro, audio_ids):
     before = len(client.get("/v1/renders", params={"limit": 500}).json()["renders"])
     for url, why in (

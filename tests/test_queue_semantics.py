@@ -172,6 +172,27 @@ def test_webhook_jobs_are_those_still_to_be_told(tmp_path):
     assert [j.id for j in store.webhook_jobs(max_attempts=2)] == [ids[2]]  # given up after 2 tries
 
 
+def test_webhook_checks_are_done_jobs_whose_check_ended_and_was_not_told(tmp_path):
+    from studio.core.store.jobs import JobStore
+
+    store = JobStore(tmp_path / "q.sqlite")
+    url = "http://127.0.0.1/h"
+    ids = []
+    for check in ({"state": "running"}, {"state": "done", "verdict": "ok"}, {"state": "failed"}, None, "damaged"):
+        j = store.add("astro", "v.wav", {"check": True}, "o.mp4", webhook=url)
+        store.claim_next()
+        store.finish(j.id, result={"frames": 25, **({"check": check} if isinstance(check, dict) else {})})
+        ids.append(j.id)
+    with store._tx() as db:  # a result damaged on disk is skipped, not an error
+        db.execute("UPDATE jobs SET result='{not json' WHERE id=?", (ids[4],))
+    assert [j.id for j in store.webhook_checks()] == [ids[1], ids[2]]
+    store.add_delivery(ids[1], "checked", url, 1, True, 204, "")
+    store.add_delivery(ids[2], "checked", url, 1, False, 500, "HTTP 500")
+    assert [j.id for j in store.webhook_checks()] == [ids[2]]
+    assert store.webhook_checks(max_attempts=1) == []
+    assert ids[1] in {j.id for j in store.webhook_jobs()}  # its render.done call is still its own
+
+
 def test_a_queued_jobs_estimate_counts_the_frames_at_its_own_rate(home, tmp_path):
     """A 2 s voice-over is 50 frames at 25 fps and 120 at 60: the estimate follows the job's rate."""
     import soundfile as sf

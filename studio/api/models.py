@@ -380,7 +380,9 @@ class StateEvent(Answer):
 class Delivery(Answer):
     """One webhook call."""
 
-    state: str = Field(description="the job's final state it told of")
+    state: str = Field(
+        description='the event it told of: the job\'s final state, or "checked" (the lip-sync check ended)'
+    )
     attempt: int
     at: float = Field(description="seconds since the epoch")
     ok: bool = Field(description="the listener answered 2xx")
@@ -391,7 +393,8 @@ class Delivery(Answer):
 class WebhookInfo(Answer):
     url: str
     state: Literal["pending", "delivered", "failed"] = Field(
-        description="pending: not yet told (or retrying with backoff); failed: every try failed"
+        description="pending: not yet told (or retrying with backoff, or a check still to report); delivered: "
+        "every call taken; failed: every try of a call failed"
     )
     deliveries: list[Delivery]
 

@@ -8,6 +8,10 @@
 A call carries the job exactly as ``GET /v1/renders/{id}`` answers it (``models.Job``), as the raw
 body the signature covers, with ``X-Studio-Signature: sha256=<hex HMAC-SHA256 of the body with the
 secret>``, ``X-Studio-Event: render.<state>`` and ``X-Studio-Delivery: <job>.<state>.<attempt>``.
+A done job that asked for the lip-sync check (``check``) is told twice: ``render.done`` when its file
+is written (``result.check.state`` "pending" or "running" then), and ``render.checked`` when the
+check ended (its verdict, or why it did not run, in ``result.check``), so a listener can publish at
+once or wait for the verdict.
 A 2xx answer is a delivery; anything else (a status, a refused connection, a timeout) is retried
 with backoff (1, 2, 4, 8 s ...) up to ``MAX_ATTEMPTS`` tries. Every try is recorded in the job store
 (``deliveries``) and listed in the job's answer, so a restarted server goes on where it stopped and
@@ -35,6 +39,8 @@ BACKOFF_S = 1.0  # the first retry waits this long; each next one twice as long
 TIMEOUT_S = 10.0
 POLL_S = 2.0  # also picks up jobs finished by other processes
 MAX_URL = 2000
+CHECKED = "checked"  # the second event of a done job that asked for the check
+CHECK_ENDED = ("done", "failed", "stopped")  # result.check.state once the check is over
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -71,14 +77,29 @@ def check_url(opts, url: str) -> str:
 
 
 def describe(st, job) -> dict:
-    """A job's webhook as its answer lists it: the URL, pending/delivered/failed, every try."""
+    """A job's webhook as its answer lists it: the URL, pending/delivered/failed, every try.
+
+    "delivered" once every call the job has to make was taken (its final state, and ``checked`` for a
+    done job that asked for the check); "failed" once one of them used up its tries."""
     calls = st.queue.deliveries(job.id)
+    events = [job.state] if job.state in _final() else []
+    if job.state == "done" and _check_asked(job):
+        events.append(CHECKED)
     state = "pending"
-    if any(d["ok"] for d in calls if d["state"] == job.state):
-        state = "delivered"
-    elif job.state in _final() and sum(d["state"] == job.state for d in calls) >= MAX_ATTEMPTS:
+    if any(sum(d["state"] == e and not d["ok"] for d in calls) >= MAX_ATTEMPTS for e in events):
         state = "failed"
+    elif events and all(any(d["ok"] for d in calls if d["state"] == e) for e in events):
+        state = "delivered"
     return {"url": job.webhook, "state": state, "deliveries": [_public(d) for d in calls]}
+
+
+def _check_asked(job) -> bool:
+    return bool((job.settings or {}).get("check")) or "check" in (job.result or {})
+
+
+def _check_ended(job) -> bool:
+    check = (job.result or {}).get("check")
+    return isinstance(check, dict) and check.get("state") in CHECK_ENDED
 
 
 def backoff(attempts_made: int) -> float:
@@ -109,8 +130,10 @@ class WebhookSender:
         self._wake.set()
 
     def on_event(self, ev) -> None:
-        """A queue event: a job reached a final state -> send soon."""
-        if ev.kind == "state" and ev.job is not None and ev.job.webhook and ev.job.state in _final():
+        """A queue event: a job reached a final state, or its check ended -> send soon."""
+        if ev.job is None or not ev.job.webhook:
+            return
+        if (ev.kind == "state" and ev.job.state in _final()) or (ev.kind == "checked" and _check_ended(ev.job)):
             self.poke()
 
     # -- the thread ---------------------------------------------------------------------------
@@ -132,37 +155,39 @@ class WebhookSender:
         """Send what is due; the seconds until the next try is due."""
         next_due = POLL_S
         now = time.time()
-        for job in self.st.queue.webhook_jobs(MAX_ATTEMPTS):  # delivered and given-up ones are not read
+        due_calls = [(job, job.state) for job in self.st.queue.webhook_jobs(MAX_ATTEMPTS)]
+        due_calls += [(job, CHECKED) for job in self.st.queue.webhook_checks(MAX_ATTEMPTS)]
+        for job, event in due_calls:  # delivered and given-up ones are not read
             if self._stop.is_set():
                 break
-            calls = [d for d in self.st.queue.deliveries(job.id) if d["state"] == job.state]
+            calls = [d for d in self.st.queue.deliveries(job.id) if d["state"] == event]
             if any(d["ok"] for d in calls) or len(calls) >= MAX_ATTEMPTS:
                 continue
             due = calls[-1]["at"] + backoff(len(calls)) if calls else now
             if due > now:
                 next_due = min(next_due, due - now)
                 continue
-            self._send(http, job, len(calls) + 1)
+            self._send(http, job, event, len(calls) + 1)
             if len(calls) + 1 < MAX_ATTEMPTS:
                 next_due = min(next_due, backoff(len(calls) + 1))
         return next_due
 
-    def _send(self, http, job, attempt: int) -> None:
+    def _send(self, http, job, event: str, attempt: int) -> None:
         from studio.api.models import Job
 
         url = job.webhook
         try:
             check_url(self.st.opts, url)  # the server may have been restarted with another allow list
         except ApiError as exc:
-            self.st.queue.add_delivery(job.id, job.state, url, attempt, False, None, exc.message)
+            self.st.queue.add_delivery(job.id, event, url, attempt, False, None, exc.message)
             return
         body = Job.model_validate(self.st.job_json(job)).model_dump_json().encode()
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "studio-webhooks",
             "X-Studio-Signature": sign(self.secret, body),
-            "X-Studio-Event": f"render.{job.state}",
-            "X-Studio-Delivery": f"{job.id}.{job.state}.{attempt}",
+            "X-Studio-Event": f"render.{event}",
+            "X-Studio-Delivery": f"{job.id}.{event}.{attempt}",
         }
         status, error = None, ""
         try:
@@ -173,10 +198,10 @@ class WebhookSender:
         except Exception as exc:  # noqa: BLE001 - httpx.TransportError and friends: retried
             error = f"{type(exc).__name__}: {exc}"[:300]
         ok = not error
-        self.st.queue.add_delivery(job.id, job.state, url, attempt, ok, status, error)
+        self.st.queue.add_delivery(job.id, event, url, attempt, ok, status, error)
         self.st.metrics.delivery(ok)
         (log.info if ok else log.warning)(
-            "webhook for job %d (%s) try %d: %s", job.id, job.state, attempt, "delivered" if ok else error
+            "webhook for job %d (%s) try %d: %s", job.id, event, attempt, "delivered" if ok else error
         )
 
 

@@ -475,6 +475,10 @@ class QueueService:
         """Finished jobs whose webhook is still to be told (``store.webhook_jobs``)."""
         return self.store.webhook_jobs(max_attempts)
 
+    def webhook_checks(self, max_attempts: int | None = None) -> builtins.list[J.Job]:
+        """Done jobs whose check ended and whose webhook is still to be told of it (``store.webhook_checks``)."""
+        return self.store.webhook_checks(max_attempts)
+
     # ---- retention ----------------------------------------------------------------------
 
     def apply_retention(self, now: float | None = None):

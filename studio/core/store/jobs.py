@@ -383,6 +383,25 @@ class JobStore:
             ).fetchall()
         return [_job(r) for r in rows]
 
+    def webhook_checks(self, max_attempts: int | None = None) -> builtins.list[Job]:
+        """Done jobs with a webhook whose lip-sync check has ended (``result.check.state`` done, failed
+        or stopped) and whose ``checked`` call is still to be made (as ``webhook_jobs``)."""
+        tries = (
+            ""
+            if max_attempts is None
+            else " AND (SELECT COUNT(*) FROM deliveries d WHERE d.job_id=jobs.id AND d.state='checked') < ?"
+        )
+        with self._tx() as db:
+            rows = db.execute(
+                "SELECT * FROM jobs WHERE webhook != '' AND state=?"  # a damaged result is skipped, not an error
+                " AND CASE WHEN json_valid(result) THEN json_extract(result, '$.check.state') END"
+                " IN ('done', 'failed', 'stopped')"
+                " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id=jobs.id AND d.state='checked' AND d.ok=1)"
+                f"{tries} ORDER BY id",
+                (DONE, *(() if max_attempts is None else (max_attempts,))),
+            ).fetchall()
+        return [_job(r) for r in rows]
+
     # ---- internals ----------------------------------------------------------------------
 
     def _move(self, job_id: int, state: str, reason: str, allowed: tuple[str, ...]) -> Job:
