@@ -533,6 +533,37 @@ def test_a_refused_voice_over_leaves_nothing_and_names_no_server_path(server, cl
     assert after == before
 
 
+def test_a_photo_uploaded_with_a_render_is_face_tracked_before_the_202(server, client, clips, short_id):
+    """A photo without a face is a 422 under the client's name (no job, nothing left in uploads/); a
+    photo with one is prepared before the 202 and renders from that cache."""
+    from PIL import Image
+
+    blank = clips["dir"] / "wall.png"
+    Image.new("RGB", (320, 240), (128, 140, 150)).save(blank)
+    uploads = server.home / "uploads"
+    files_before = sorted(p.relative_to(uploads) for p in uploads.rglob("*") if p.is_file())
+    jobs_before = len(client.get("/v1/renders", params={"limit": 500}).json()["renders"])
+    with open(blank, "rb") as fh:
+        r = client.post(
+            "/v1/renders", data={"audio_id": short_id, "engine": "classic"}, files={"avatar_file": ("wall.png", fh)}
+        )
+    msg = one_sentence(r, 422)
+    assert "'wall.png'" in msg and "no face" in msg, msg
+    assert str(server.home) not in msg
+    assert sorted(p.relative_to(uploads) for p in uploads.rglob("*") if p.is_file()) == files_before
+    assert len(client.get("/v1/renders", params={"limit": 500}).json()["renders"]) == jobs_before
+    caches = server.home / "cache" / "avatars"
+    made_before = set(caches.iterdir()) if caches.is_dir() else set()
+    with open(DEMO_AVATAR, "rb") as fh:
+        r = client.post(
+            "/v1/renders", data={"audio_id": short_id, "engine": "classic"}, files={"avatar_file": ("me.png", fh)}
+        )
+    assert r.status_code == 202, r.text
+    made = set(caches.iterdir()) - made_before
+    assert len(made) == 1 and (next(iter(made)) / "meta.json").is_file()  # prepared when the 202 came
+    assert wait_state(client, r.json()["id"])["result"]["frames"] == 40
+
+
 def test_what_cannot_run_here_is_refused_before_the_202(client, astro, short_id):
     """Issue 27 item 8: an engine, encoder or device this server cannot use, and a frame range outside
     the clip (40 frames), are 422 with the reason; no job is made."""

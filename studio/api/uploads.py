@@ -87,6 +87,20 @@ class UploadStore:
         finally:
             _unlink(tmp)
 
+    def prepare_photo(self, stored: Stored) -> None:
+        """A photo uploaded with a render is face-tracked now (one detection, well under a second), so
+        one without a usable face is a 422 before the 202 and the render reuses the prepared cache. A
+        video is tracked when it renders (its frames can take minutes; its job fails with the sentence)."""
+        if stored.kind != "photo":
+            return
+        from studio.core.avatars.library import resolve
+        from studio.core.errors import AvatarError
+
+        try:
+            resolve(str(stored.path))
+        except AvatarError as exc:
+            raise ApiError(422, str(exc).replace(str(stored.path), _said(stored.filename))) from None
+
     def check_audio_file(self, path: Path, name: str) -> None:
         """The voice-over decodes (no NaN or infinite samples, within the decode limits): 422 naming
         it as the client did, never by its path on the server."""
