@@ -243,6 +243,7 @@ class QueueService:
         self.retention = retention if retention is not None else Retention.from_env(strict=False)
         self._swept = float("-inf")  # monotonic time of the last retention sweep
         self._frames_cache: dict[tuple, int] = {}
+        self._rates: dict[tuple, object] = {}  # (job id, avatar, fps setting) -> its output rate
         from studio.service.checks import CheckRunner
 
         self.checks = CheckRunner(on_done=self._checked, on_start=lambda job_id: self._checked(job_id, None))
@@ -436,13 +437,7 @@ class QueueService:
             st = Path(job.audio).stat()
         except OSError:
             return None
-        from studio.core.avatars.library import output_rate_for
-        from studio.core.media.rates import DEFAULT_RATE
-
-        try:  # the job's own output rate: a 60 fps job has 2.4x the frames of a 25 fps one
-            rate = output_rate_for(job.settings.get("fps"), job.avatar)
-        except (StudioError, OSError, ValueError):
-            rate = DEFAULT_RATE
+        rate = self._rate_of(job)
         key = (job.audio, st.st_size, st.st_mtime_ns, rate)
         if key not in self._frames_cache:
             from studio.core.media.audio import probe
@@ -452,6 +447,22 @@ class QueueService:
             except StudioError:
                 return None
         return self._frames_cache[key]
+
+    def _rate_of(self, job: J.Job):
+        """The job's own output rate (a 60 fps job has 2.4x the frames of a 25 fps one), once per job
+        and setting: ``auto`` with a video file reads the video's header, not on every listing."""
+        from studio.core.avatars.library import output_rate_for
+        from studio.core.media.rates import DEFAULT_RATE
+
+        key = (job.id, job.avatar, job.settings.get("fps"))
+        if key not in self._rates:
+            if len(self._rates) > 10_000:
+                self._rates.clear()
+            try:
+                self._rates[key] = output_rate_for(key[2], job.avatar)
+            except (StudioError, OSError, ValueError):
+                return DEFAULT_RATE  # not kept: the avatar may be fixed before the job runs
+        return self._rates[key]
 
     def claim_key(self, scope: str, key: str, fingerprint: str, ttl_s: float = 86400.0) -> dict | None:
         """An ``Idempotency-Key``: None when new (reserved now), else what it made (``store.claim_key``);
