@@ -658,27 +658,6 @@ class CodecWriter(LaneWriter):
         self._cleanup()
         return str(self.path)
 
-    def abort(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._stop.set()
-        if self._audio is not None:
-            self._audio.cancel.set()
-        for lane in self._lanes:
-            lane.drain()
-        me = threading.current_thread()
-        for t in [lane.thread for lane in self._lanes] + [self._mux_thread]:
-            if t is not None and t.is_alive() and t is not me:
-                t.join()
-        with contextlib.suppress(Exception):
-            self._fh.close()
-        if getattr(self, "_mux", None) is not None:
-            self._mux.discard()
-        self._cleanup()
-        with contextlib.suppress(BaseException):
-            self._atomic.__exit__(RenderError, RenderError("aborted"), None)
-
     # -- set-up -------------------------------------------------------------------------------
 
     def _configure(self, ctx, threads: int) -> None:
@@ -802,13 +781,6 @@ class _Lane:
 
     def join(self) -> None:
         self.thread.join()
-
-    def drain(self) -> None:
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self.queue.get_nowait()
-        with contextlib.suppress(queue.Full):
-            self.queue.put_nowait(None)
 
     def _run(self) -> None:
         w = self.w

@@ -9,15 +9,19 @@ lanes, and the first failure of any lane raised once in the caller's thread.
 A writer sets ``self.path``, ``self._error`` (None), ``self._stop`` (an Event), ``self._chunks``
 (each with ``k``, ``start``, ``end`` (None: open-ended), ``next``) and ``self._starts`` (their
 starts, ascending) before it is fed; ``failure_label()`` names the encoder in the failure sentence.
+``abort()`` also uses ``_done``, ``_audio`` (or None), ``_lanes`` (each with ``queue`` and ``thread``),
+``_mux_thread``, ``_fh``, ``_mux`` (a ``Muxer`` or None), ``_atomic`` and the writer's ``_cleanup()``.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import queue
 import threading
 from pathlib import Path
+from typing import Any
 
 from studio.core.errors import RenderError
 
@@ -45,6 +49,11 @@ class LaneWriter:
     _starts: list[int]
     _error: BaseException | None
     _stop: threading.Event
+    _done: bool
+    _audio: Any
+    _mux_thread: threading.Thread | None
+    _fh: Any
+    _atomic: Any
 
     def failure_label(self) -> str:
         """What the failure sentence calls the encoder."""
@@ -106,3 +115,34 @@ class LaneWriter:
         if isinstance(exc, RenderError):
             raise exc
         raise RenderError(f"The {self.failure_label()} failed ({type(exc).__name__}: {exc}).") from exc
+
+    def abort(self) -> None:
+        """Stop everything and delete the temporaries; an existing file at ``path`` stays untouched."""
+        if self._done:
+            return
+        self._done = True
+        self._stop.set()
+        if self._audio is not None:
+            self._audio.cancel.set()
+        lanes = getattr(self, "_lanes", [])
+        for lane in lanes:  # what is queued is dropped; the end marker stops the lane
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    lane.queue.get_nowait()
+            with contextlib.suppress(queue.Full):
+                lane.queue.put_nowait(None)
+        me = threading.current_thread()
+        for t in [lane.thread for lane in lanes] + [self._mux_thread]:
+            if t is not None and t.is_alive() and t is not me:
+                t.join()
+        with contextlib.suppress(Exception):
+            self._fh.close()  # first: closing the container must not write (or faststart) anything
+        mux = getattr(self, "_mux", None)
+        if mux is not None:
+            mux.discard()
+        self._cleanup()
+        with contextlib.suppress(BaseException):
+            self._atomic.__exit__(RenderError, RenderError("aborted"), None)  # deletes the temporary
+
+    def _cleanup(self) -> None:
+        """The writer's own temporaries (spill folders, side files), removed after close or abort."""

@@ -437,32 +437,6 @@ class VideoWriter(LaneWriter):
         self._cleanup()
         return str(self.path)
 
-    def abort(self) -> None:
-        """Stop everything and delete the temporaries; an existing file at ``path`` stays untouched."""
-        if self._done:
-            return
-        self._done = True
-        self._stop.set()
-        if self._audio is not None:
-            self._audio.cancel.set()
-        for lane in getattr(self, "_lanes", []):
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    lane.queue.get_nowait()
-            with contextlib.suppress(queue.Full):
-                lane.queue.put_nowait(None)
-        me = threading.current_thread()
-        for t in [lane.thread for lane in getattr(self, "_lanes", [])] + [self._mux_thread]:
-            if t is not None and t.is_alive() and t is not me:
-                t.join()
-        with contextlib.suppress(Exception):
-            self._fh.close()  # first: closing the container must not write (or faststart) anything
-        if getattr(self, "_mux", None) is not None:
-            self._mux.discard()
-        self._cleanup()
-        with contextlib.suppress(BaseException):
-            self._atomic.__exit__(RenderError, RenderError("aborted"), None)  # deletes the temporary
-
     # ------------------------------------------------------------------ set-up
 
     def _check_folder(self) -> None:
