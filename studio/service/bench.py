@@ -242,7 +242,9 @@ def serve_rows(folder: Path, env: dict, voices: list[Path], voice: Path, repeats
 
     folder.mkdir(parents=True, exist_ok=True)
     out: dict = {"generate": {}}
-    with _Server(folder, env) as srv, StudioClient(srv.url, timeout=600) as client:
+    from studio.service.serve_process import ServeProcess
+
+    with ServeProcess(folder, env) as srv, StudioClient(srv.url, timeout=600) as client:
         note(f"serve: {srv.url} up in {srv.start_s:.1f} s; warming up")
         client.generate(bench_user.PHOTO, folder / "warm.mp4", audio=voice)
         time.sleep(2.0)  # the idle server captures its engine's other batch sizes (small jobs pay none)
@@ -321,54 +323,3 @@ def _burst(url: str, voices: list[Path], folder: Path, note) -> dict:
     }
     note(f"serve: {len(voices)} clients at once: {row['fps']} frames/s together ({wall:.2f} s)")
     return row
-
-
-class _Server:
-    """``python -m studio serve`` on a free 127.0.0.1 port with ``env``; waits for /v1/health."""
-
-    def __init__(self, folder: Path, env: dict, timeout: float = 180):
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = open(folder / "server.log", "a")
-        env = {k: v for k, v in env.items() if k != "STUDIO_SERVER_TOKEN"}
-        t0 = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "studio", "serve", "--port", str(port)],
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"studio serve exited: {(folder / 'server.log').read_text()[-1500:]}")
-            try:
-                if httpx.get(f"{self.url}/v1/health", timeout=2).status_code == 200:
-                    self.start_s = time.perf_counter() - t0
-                    return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        self.close()
-        raise RuntimeError(f"studio serve did not answer within {timeout:.0f} s")
-
-    def __enter__(self) -> _Server:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
