@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         sf.write(intro, x[: 9 * rate], rate)
         w.load_script(str(intro))
         until(lambda: w.analysis is not None and w.analysis.info.duration_s < 10)
+        until(lambda: bool(w.library.avatar and w.library.script))  # the Library lists and selects it after
         w.render_panel.encoder.setCurrentText("x264")
         w.render()
         if not until(lambda: w.current is None and w.render_panel.play_btn.isEnabled(), 600):
