@@ -333,8 +333,9 @@ def test_the_close_question_pauses_the_queue_while_it_is_open(library_window, qt
     qtbot.waitUntil(lambda: w.store.get(first).state == jobs.DONE, timeout=SLOW)  # the running one finishes
     qtbot.waitUntil(lambda: w.service.running_job_id is None, timeout=SLOW)
     assert w.store.get(second).state == jobs.QUEUED and not w.service.started  # the next did not start
-    # Cancel: the window stays and the queue runs on
-    with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as b:
+    # Cancel: the window stays and the queue runs on (the first job's own news can still be on its way
+    # to the GUI thread: the store is written first, so the signal for the second job is the one waited for)
+    with qtbot.waitSignal(w.jobFinished, timeout=SLOW, check_params_cb=lambda job_id, _state: job_id == second) as b:
         qtbot.mouseClick(w.close_box.button(QMessageBox.StandardButton.Cancel), Qt.MouseButton.LeftButton)
     assert b.args == [second, jobs.DONE] and w.isVisible()
     assert w.queue.state == "running"
