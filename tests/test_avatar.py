@@ -745,3 +745,53 @@ def test_a_cache_repaired_by_another_reader_is_not_rebuilt_twice(pan_video, capl
         repaired = _stat(first, "frames")
         assert np.array_equal(np.array(second.frames[20]), good)  # it maps the damaged file still
     assert caplog.text.count("is damaged") == 1 and _stat(second, "frames") == repaired
+
+
+def test_an_avatar_removed_while_it_is_opened_or_repaired_is_not_brought_back(tmp_path):
+    """The window loads the selected avatar in the background while Remove moves its folder to the
+    trash: whatever stage the load is at, the library folder stays gone (it used to be rebuilt,
+    its files "missing" taken for damage)."""
+    import threading
+
+    from studio.core.avatars import builder
+
+    src = tmp_path / "face.png"
+    shutil.copy(DEMO_AVATAR, src)
+    a = avatar.prepare("gone", src)
+    folder, meta = a.folder, a.meta
+    trash = tmp_path / "trash"
+    trash.mkdir()
+
+    def rebuild():  # what a load does when it finds a damaged (here: vanished) file
+        return builder.build(
+            folder, "gone", src, meta["source_sha256"], meta.get("source_key"), a.params, None, check_source=True
+        )
+
+    os.replace(folder, trash / "gone")
+    with pytest.raises(AvatarError, match="'gone' was removed from the library while it was in use"):
+        rebuild()
+    with pytest.raises(AvatarError, match="no avatar named 'gone'"):
+        avatar_cache.load_folder(folder, "gone")
+    with pytest.raises(AvatarError, match="removed while it was in use"):
+        a.engine_dir("musetalk-x")
+    assert not folder.exists()
+
+    # a repair waiting for the folder's lock while the folder is moved away gives up when it gets it
+    os.replace(trash / "gone", folder)
+    outcome: list = []
+    with builder._FolderLock(folder):
+        t = threading.Thread(target=lambda: outcome.append(_try(rebuild)))
+        t.start()
+        t.join(0.5)
+        assert t.is_alive()  # waiting for the lock
+        os.replace(folder, trash / "gone")
+    t.join(30)
+    assert isinstance(outcome[0], AvatarError) and "removed from the library" in str(outcome[0])
+    assert not folder.exists() and (trash / "gone" / "meta.json").is_file()
+
+
+def _try(fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - the test looks at it
+        return exc

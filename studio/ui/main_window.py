@@ -596,7 +596,11 @@ class MainWindow(FileDrops, QMainWindow):
             if self.library.script:
                 self._playhead_moved(self.timeline.position)
 
-        run_in_background(load, name, on_done=loaded, on_error=self.show_error)
+        def failed(message: str) -> None:
+            if self.library.avatar == name:  # not for an avatar the user has since left or removed
+                self.show_error(message)
+
+        run_in_background(load, name, on_done=loaded, on_error=failed)
 
     def _avatar_preparing(self, name: str) -> None:
         if self.assets is None and self.current is None and not self.player_shown:

@@ -238,23 +238,55 @@ class WorkerThread:
 
 
 class Task(QObject):
+    """One short job on a daemon thread; its result, error and progress reach the GUI thread as
+    queued signals.
+
+    ``run_in_background``'s callbacks are called from the Task's own slots, not connected to the
+    signals: PySide 6.11 keys the connections it makes to plain Python callables by the callable's
+    address, and a job's callback is usually a closure that dies with the job before the next is
+    made at the same address, so a later job's callback was sometimes never called (one run in
+    about fifteen of 'Speak this text': the script was spoken and analysed, and never shown)."""
+
     progress = Signal(int, int, str)  # done, total, stage
     done = Signal(object)
     error = Signal(str)
 
     _alive: set = set()  # keeps running tasks referenced until they finish
 
-    def __init__(self, fn, *args, **kwargs):
+    def __init__(self, fn, *args, on_done=None, on_error=None, on_progress=None, **kwargs):
         super().__init__()
         self._fn, self._args, self._kwargs = fn, args, kwargs
+        self._on_done, self._on_error, self._on_progress = on_done, on_error, on_progress
         self.result = None
         self.message = None
         self.finished_event = threading.Event()
         self.cancel_event = threading.Event()
-        self.done.connect(self._release)
-        self.error.connect(self._release)
+        self.done.connect(self._finished_ok)
+        self.error.connect(self._failed)
+        self.progress.connect(self._progressed)
 
-    def _release(self, *_):
+    @Slot(object)
+    def _finished_ok(self, result) -> None:
+        try:
+            if self._on_done is not None:
+                self._on_done(result)
+        finally:
+            self._release()
+
+    @Slot(str)
+    def _failed(self, message: str) -> None:
+        try:
+            if self._on_error is not None:
+                self._on_error(message)
+        finally:
+            self._release()
+
+    @Slot(int, int, str)
+    def _progressed(self, done: int, total: int, stage: str) -> None:
+        if self._on_progress is not None:
+            self._on_progress(done, total, stage)
+
+    def _release(self) -> None:
         # after every other slot of this emission has run: dropping the last reference mid-emission
         # would delete the sender and skip the remaining slots
         from PySide6.QtCore import QTimer
@@ -283,23 +315,22 @@ class Task(QObject):
             if _accepts(self._fn, "progress") and "progress" not in kwargs:
                 kwargs["progress"] = self._report
             self.result = self._fn(*self._args, **kwargs)
-            self.done.emit(self.result)
+            self._tell(self.done, self.result)
         except BaseException as exc:  # noqa: BLE001
             self.message = error_text(exc) if not self.cancel_event.is_set() else "cancelled"
-            self.error.emit(self.message)
+            self._tell(self.error, self.message)
         finally:
             self.finished_event.set()
 
+    def _tell(self, signal, value) -> None:
+        try:
+            signal.emit(value)
+        except RuntimeError:  # the Qt object is gone (the app quit while this ran): nobody to tell
+            log.debug("task %s finished after its window closed", getattr(self._fn, "__name__", "job"))
+
 
 def run_in_background(fn, *args, on_done=None, on_error=None, on_progress=None, **kwargs) -> Task:
-    task = Task(fn, *args, **kwargs)
-    if on_done:
-        task.done.connect(on_done)
-    if on_error:
-        task.error.connect(on_error)
-    if on_progress:
-        task.progress.connect(on_progress)
-    return task.start()
+    return Task(fn, *args, on_done=on_done, on_error=on_error, on_progress=on_progress, **kwargs).start()
 
 
 def _accepts(fn, name: str) -> bool:

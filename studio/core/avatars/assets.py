@@ -187,6 +187,10 @@ class AvatarAssets:
         """``<folder>/engines/<key>/`` for per-engine arrays; emptied whenever the crops change."""
         if not _KEY_RE.match(key):
             raise ValueError(f"engine key {key!r} must be letters, digits, '.', '_' or '-'")
+        if not self.folder.is_dir():  # removed while in use: its cache is not made again
+            from studio.core.errors import AvatarError
+
+            raise AvatarError(f"avatar '{self.name}' was removed while it was in use; add it again to use it")
         path = self.folder / "engines" / key
         path.mkdir(parents=True, exist_ok=True)
         return path

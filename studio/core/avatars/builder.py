@@ -99,14 +99,32 @@ class _FolderLock:
             import fcntl
         except ImportError:  # not on POSIX: no cross-process lock
             return self
-        self.fd = os.open(self.folder, os.O_RDONLY)
+        try:
+            self.fd = os.open(self.folder, os.O_RDONLY)
+        except FileNotFoundError:
+            raise AvatarError(_gone(self.folder)) from None
         fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:  # the folder may have been moved (an avatar removed to the trash) while this waited
+            same = os.path.samestat(os.stat(self.folder), os.fstat(self.fd))
+        except FileNotFoundError:
+            same = False
+        if not same:
+            self.__exit__()
+            raise AvatarError(_gone(self.folder))
         return self
 
     def __exit__(self, *exc):
         if self.fd is not None:
             os.close(self.fd)  # releases the lock
             self.fd = None
+
+
+def _gone(folder: Path) -> str:
+    from studio.core.avatars.assets import library_dir
+
+    if folder.parent == library_dir():
+        return f"avatar '{folder.name}' was removed from the library while it was in use; add it again to use it"
+    return f"the avatar cache {folder} was removed while it was in use; run the command again"
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -131,6 +149,8 @@ def build(
     reason)`` found by a ``CheckedArray`` (the inode it maps); that stage is rebuilt unless the
     file has been replaced meanwhile (another process repaired it: rebuilds write new files)."""
     new_folder = not folder.exists()
+    if check_source and new_folder:  # a repair or a re-preparation never brings back a removed avatar
+        raise AvatarError(_gone(folder))
     folder.mkdir(parents=True, exist_ok=True)
     try:
         with _FolderLock(folder):

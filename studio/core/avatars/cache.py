@@ -48,6 +48,8 @@ def load_folder(folder: Path, name: str) -> AvatarAssets:
         except Damaged:  # build finds which stages are damaged, says so and rebuilds them
             pass
     elif problem is not None and not _rebuildable(meta):
+        if not folder.is_dir():
+            raise AvatarError(f"no avatar named '{name}' in the library (it was removed); see `studio avatar list`")
         raise AvatarError(f"avatar '{name}' is damaged ({problem}); {fix_hint(name, folder, None)}")
     meta = meta if meta is not None else read_meta(folder)
     src = Path(meta["source"])
