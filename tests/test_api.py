@@ -563,6 +563,27 @@ def test_a_photo_uploaded_with_a_render_is_face_tracked_before_the_202(server, c
     assert len(made) == 1 and (next(iter(made)) / "meta.json").is_file()  # prepared when the 202 came
     assert wait_state(client, r.json()["id"])["result"]["frames"] == 40
 
+    # a video is looked at too: one without a face in its sampled frames is refused before the 202
+    from test_avatar import make_video
+
+    dark = make_video(clips["dir"] / "dark.mp4", seconds=1.0, blank=range(0, 30))
+    files_before = sorted(p.relative_to(uploads) for p in uploads.rglob("*") if p.is_file())
+    with open(dark, "rb") as fh:
+        r = client.post(
+            "/v1/renders", data={"audio_id": short_id, "engine": "classic"}, files={"avatar_file": ("night.mp4", fh)}
+        )
+    msg = one_sentence(r, 422)
+    assert msg.startswith("'night.mp4': no face found in 8 frame(s) sampled across the video"), msg
+    assert sorted(p.relative_to(uploads) for p in uploads.rglob("*") if p.is_file()) == files_before
+    assert len(client.get("/v1/renders", params={"limit": 500}).json()["renders"]) == jobs_before + 1
+    face = make_video(clips["dir"] / "face.mp4", seconds=1.0, blank=())
+    with open(face, "rb") as fh:
+        r = client.post(
+            "/v1/renders", data={"audio_id": short_id, "engine": "classic"}, files={"avatar_file": ("me.mp4", fh)}
+        )
+    assert r.status_code == 202, r.text
+    assert wait_state(client, r.json()["id"])["state"] == "done"
+
 
 def test_what_cannot_run_here_is_refused_before_the_202(client, astro, short_id):
     """Issue 27 item 8: an engine, encoder or device this server cannot use, and a frame range outside

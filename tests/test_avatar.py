@@ -795,3 +795,17 @@ def _try(fn):
         return fn()
     except Exception as exc:  # noqa: BLE001 - the test looks at it
         return exc
+
+
+def test_a_video_is_checked_for_a_face_in_frames_sampled_across_it(tmp_path, pan_video):
+    """What a server does before it accepts an uploaded video: the first frame with a face among
+    frames spread across the clip, or one sentence."""
+    assert avatar.check_video_faces(pan_video) == 0
+    late = make_video(tmp_path / "late.mp4", blank=range(0, 40))  # black for the first 1.33 s
+    assert avatar.check_video_faces(late) == 36  # every 9th of 75 frames at 25 fps: 0..27 black, 36 a face
+    dark = make_video(tmp_path / "dark.mp4", seconds=1.0, blank=range(0, 30))
+    with pytest.raises(AvatarError, match=r"dark.mp4: no face found in 8 frame\(s\) sampled across the video"):
+        avatar.check_video_faces(dark)
+    (tmp_path / "text.mp4").write_text("not a video")
+    with pytest.raises(AvatarError, match="cannot be opened"):
+        avatar.check_video_faces(tmp_path / "text.mp4")

@@ -90,7 +90,7 @@ async def _submit(st, form, settings, stored: list):
     elif form.avatar_file:
         s = await st.uploads.save_avatar(form.avatar_file)
         stored.append(s)
-        await run_in_threadpool(st.uploads.prepare_photo, s)  # a photo without a face: 422 before the 202
+        await run_in_threadpool(st.uploads.check_avatar, s)  # no face: 422 before the 202
         avatar, avatar_label = str(s.path), Path(s.filename).stem
     else:
         avatar, avatar_label = allowed_file(st, form.avatar_path, "avatar_path"), Path(form.avatar_path).stem

@@ -87,17 +87,19 @@ class UploadStore:
         finally:
             _unlink(tmp)
 
-    def prepare_photo(self, stored: Stored) -> None:
-        """A photo uploaded with a render is face-tracked now (one detection, well under a second), so
-        one without a usable face is a 422 before the 202 and the render reuses the prepared cache. A
-        video is tracked when it renders (its frames can take minutes; its job fails with the sentence)."""
-        if stored.kind != "photo":
-            return
-        from studio.core.avatars.library import resolve
+    def check_avatar(self, stored: Stored) -> None:
+        """An avatar uploaded with a render is looked at before the 202: a photo is face-tracked and
+        prepared (one detection, well under a second; the render reuses the cache); a video must
+        decode and show a face in one of the frames sampled across it (its full tracking, which can
+        take minutes, happens when it renders). Otherwise a 422 under the client's name."""
+        from studio.core.avatars.library import check_video_faces, resolve
         from studio.core.errors import AvatarError
 
         try:
-            resolve(str(stored.path))
+            if stored.kind == "photo":
+                resolve(str(stored.path))
+            else:
+                check_video_faces(stored.path)
         except AvatarError as exc:
             raise ApiError(422, str(exc).replace(str(stored.path), _said(stored.filename))) from None
 

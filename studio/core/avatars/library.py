@@ -154,6 +154,40 @@ def avatar_rate(name_or_path: str | os.PathLike | AvatarAssets):
     return listed(own) or nearest(own)
 
 
+def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
+    """A quick look at a video avatar before it is prepared (what a server does before it accepts
+    a render of an uploaded video, whose full tracking can take minutes): it opens and decodes, and
+    a face is found in one of up to ``samples`` frames spread across it. Returns the frame where the
+    first face was found; one sentence (``AvatarError``) otherwise.
+
+    Decoding stops at the first frame with a face (a presenter video: its first frame), so only a
+    video without a face anywhere is decoded to its end. Stricter than preparation, which accepts a
+    video with a face in any one frame: a video whose sampled frames show no face is not a usable
+    presenter clip."""
+    from studio.core.avatars.sources import VideoReader, over_grey
+
+    src = _check_source(source)
+    reader = VideoReader(src, None, None)
+    every = max(1, (reader.estimate or samples) // samples)
+    looked = 0
+    with faces.FaceTracker(video=False, max_faces=1) as finder:
+        for k, frame in enumerate(reader):
+            if k % every:
+                continue
+            rgb = over_grey(frame[..., :3], frame[..., 3]) if frame.shape[2] == 4 else frame
+            looked += 1
+            if finder(rgb) is not None:
+                return k
+            if looked >= samples:
+                break
+    if looked == 0:
+        raise AvatarError(f"{src}: no video frames decode; re-encode it as H.264 MP4")
+    raise AvatarError(
+        f"{src}: no face found in {looked} frame(s) sampled across the video; use a video where the face is "
+        "clearly visible, frontal and not too small"
+    )
+
+
 def output_rate_for(setting, avatar):
     """The output rate of a render of ``avatar`` (a name, a path or an ``AvatarAssets``) with the
     ``fps`` setting ``setting`` (``"auto"``: the avatar's rate, 25 for a photo)."""
