@@ -1,4 +1,6 @@
-"""The preview: one reused ImageItem with fixed levels, fed by a display timer.
+"""The preview: one reused ImageItem without levels (uint8 RGB goes straight into a QImage: about
+0.02 ms for a 1080p frame, against 4.9 ms with levels (0, 255), which pyqtgraph applies pixel by
+pixel), fed by a display timer.
 
 Producers (the render worker, scrubbing) call ``offer(image, caption)`` at any rate; the display
 timer pushes only the newest image to the screen, at most ``DISPLAY_HZ`` times a second.
@@ -110,7 +112,7 @@ class PreviewView(FileDrops, QWidget):
         self._pending = None
         first = self.current_image is None or self.current_image.shape != image.shape
         shown = over_checkerboard(image) if image.ndim == 3 and image.shape[2] == 4 else image
-        self.image_item.setImage(np.ascontiguousarray(shown), autoLevels=False, levels=(0, 255))
+        self.image_item.setImage(np.ascontiguousarray(shown), autoLevels=False)  # no levels: shown as it is
         if first:
             self.view.autoRange(padding=0.01)
         self.current_image = image

@@ -157,7 +157,7 @@ class RenderWorker(QObject):
         elif ev.kind == "progress" and run is not None and run.job_id == ev.job_id:
             p = ev.progress
             if p.preview is not None:
-                self.preview.emit(p.preview, -1 if p.preview_index is None else int(p.preview_index))
+                self.preview.emit(live_preview(p.preview), -1 if p.preview_index is None else int(p.preview_index))
             self.progress.emit(run, p)
         elif ev.kind == "state" and ev.job is not None and ev.job.state in J.FINAL:
             job = ev.job
@@ -269,23 +269,20 @@ class Task(QObject):
     @Slot(object)
     def _finished_ok(self, result) -> None:
         try:
-            if self._on_done is not None:
-                self._on_done(result)
+            _call(self._on_done, result)
         finally:
             self._release()
 
     @Slot(str)
     def _failed(self, message: str) -> None:
         try:
-            if self._on_error is not None:
-                self._on_error(message)
+            _call(self._on_error, message)
         finally:
             self._release()
 
     @Slot(int, int, str)
     def _progressed(self, done: int, total: int, stage: str) -> None:
-        if self._on_progress is not None:
-            self._on_progress(done, total, stage)
+        _call(self._on_progress, done, total, stage)
 
     def _release(self) -> None:
         # after every other slot of this emission has run: dropping the last reference mid-emission
@@ -330,8 +327,49 @@ class Task(QObject):
             log.debug("task %s finished after its window closed", getattr(self._fn, "__name__", "job"))
 
 
+def _call(callback, *args) -> None:
+    """``callback(*args)``, unless it is a method of a Qt object that has been deleted meanwhile (a
+    window closed while its job ran: a connection to it would have been dropped by Qt too)."""
+    if callback is None:
+        return
+    owner = getattr(callback, "__self__", None)
+    if isinstance(owner, QObject):
+        import shiboken6
+
+        if not shiboken6.isValid(owner):
+            return
+    try:
+        callback(*args)
+    except RuntimeError as exc:  # a signal's emit whose object is gone (``on_error=panel.error.emit``)
+        if "deleted" not in str(exc):
+            raise
+        log.debug("a background job's callback found its object deleted: %s", exc)
+
+
 def run_in_background(fn, *args, on_done=None, on_error=None, on_progress=None, **kwargs) -> Task:
     return Task(fn, *args, on_done=on_done, on_error=on_error, on_progress=on_progress, **kwargs).start()
+
+
+#: a running render's preview frames are scaled to at most this many pixels on their long side (on
+#: the service's thread, not the GUI's): the pane shows them smaller than 1080p anyway, and a quarter
+#: of the pixels is a quarter of the drawing. Scrubbed frames are never scaled (they are exact).
+PREVIEW_MAX_SIDE = 960
+
+
+def live_preview(image):
+    """A render's preview frame as the Live pane draws it: at most ``PREVIEW_MAX_SIDE`` pixels on its
+    long side (area-averaged), always a copy of its own (the render goes on writing its batch)."""
+    import numpy as np
+
+    h, w = image.shape[:2]
+    scale = PREVIEW_MAX_SIDE / max(h, w)
+    if scale >= 1.0:
+        return np.array(image, copy=True)
+    import cv2
+
+    return cv2.resize(
+        np.ascontiguousarray(image), (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA
+    )
 
 
 def _accepts(fn, name: str) -> bool:

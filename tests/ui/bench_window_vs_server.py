@@ -5,15 +5,16 @@ the server). Not collected by pytest.
         [--height 1080] [--repeats 3] [--json OUT]
 
 What a user does on each side, in one data folder of its own: a library avatar added from a JPEG
-(``bench_user.add_avatars``), a 48 kHz stereo WAV voice-over (new content each run, so its AAC track
-is encoded each time on both sides), default settings (the engine ``auto`` picks MuseTalk where
-weights are imported, else the classic engine). The server side is a real ``studio serve`` process
-answering ``POST /generate`` (one warm-up request first); the window side is the real window in
-this process (offscreen), the avatar and voice-over chosen in its Library and Render pressed (one
-warm-up render first). Each side's figure is what the user reads: the job result's frames/s (the
-window's Live panel shows it when the render ends; the server returns it with the job), and the
-wall time (the request; Render pressed to the job finished). The two sides run one after the other,
-never at once.
+(``bench_user.add_avatars``), a 48 kHz stereo WAV voice-over (new content for every job, so its AAC
+track is encoded each time on both sides), default settings (the engine ``auto`` picks MuseTalk
+where weights are imported, else the classic engine; the window's lip-sync check, on by default
+there and off over HTTP, is left on unless ``--no-check``). The server side is a real ``studio
+serve`` process answering ``POST /generate``; the window side is the real window in this process
+(offscreen), the avatar and voice-over chosen in its Library and Render pressed. One warm-up job on
+each side, then the two sides take turns, job by job (a shared machine's speed drifts: taking turns
+compares them at the same moments); only one renders at a time. Each side's figure is what the user
+reads: the job result's frames/s (the window's Live panel shows it when the render ends; the server
+returns it with the job), and the wall time (the request; Render pressed to the job finished).
 """
 
 from __future__ import annotations
@@ -30,50 +31,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def server_side(work: Path, env: dict, voices: list[Path], warm: Path) -> list[dict]:
-    from studio.core import bench_user
-    from studio.service.client import StudioClient
-    from studio.service.serve_process import ServeProcess
+class WindowSide:
+    """The real window, offscreen: the library avatar selected, then ``job(voice)`` per render."""
 
-    folder = work / "server"
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = []
-    with ServeProcess(folder, env) as srv, StudioClient(srv.url, timeout=900) as client:
-        client.generate(bench_user.PHOTO, folder / "warm.mp4", audio=warm)
-        time.sleep(2.0)  # as the bench's server rows: the idle server finishes its warm-up captures
-        for k, voice in enumerate(voices):
-            t0 = time.perf_counter()
-            r = client.generate(bench_user.PHOTO, folder / f"out{k}.mp4", audio=voice)
-            wall = time.perf_counter() - t0
-            res = client.render(r["job"]).get("result") or {}
-            rows.append(
-                {
-                    "wall_s": round(wall, 3),
-                    "fps": res.get("fps"),
-                    "seconds": res.get("seconds"),
-                    "frames": res.get("frames"),
-                }
-            )
-            print(f"server  #{k}: {rows[-1]}", flush=True)
-    return rows
+    def __init__(self, work: Path, avatar: str, check: bool):
+        from PySide6.QtCore import Qt
 
+        from studio.ui.app import create_app
+        from studio.ui.main_window import MainWindow
 
-def window_side(work: Path, voices: list[Path], warm: Path) -> list[dict]:
-    from PySide6.QtCore import QEventLoop, Qt, QTimer
+        self.app = create_app([])
+        self.w = w = MainWindow()
+        w.resize(1600, 1000)
+        w.show()
+        self.app.processEvents()
+        w.render_panel.folder.setText(str(work / "window"))
+        w.render_panel.check_box.setChecked(check)
+        lib = w.library
+        deadline = time.monotonic() + 120
+        while w.assets is None and time.monotonic() < deadline:  # the avatar selected at start loads
+            self.app.processEvents()
+            time.sleep(0.01)
+        if lib.avatar != avatar:
+            names = [lib.avatars.item(i).data(Qt.ItemDataRole.UserRole) for i in range(lib.avatars.count())]
+            self.wait(w.avatarLoaded, lambda: lib.avatars.setCurrentRow(names.index(avatar)))
 
-    from studio.core import bench_user
-    from studio.ui.app import create_app
-    from studio.ui.main_window import MainWindow
-
-    app = create_app([])
-    w = MainWindow()
-    w.resize(1600, 1000)
-    w.show()
-    app.processEvents()
-    w.render_panel.folder.setText(str(work / "window"))
-
-    def wait(signal, start, timeout_s: float = 900.0):
+    def wait(self, signal, start, timeout_s: float = 900.0):
         """Run ``start()`` and the event loop until ``signal`` fires; its arguments."""
+        from PySide6.QtCore import QEventLoop, QTimer
+
         got: list = []
         loop = QEventLoop()
 
@@ -91,37 +77,32 @@ def window_side(work: Path, voices: list[Path], warm: Path) -> list[dict]:
             raise RuntimeError(f"the window did not answer within {timeout_s:.0f} s")
         return got[0]
 
-    lib = w.library
-    deadline = time.monotonic() + 120
-    while w.assets is None and time.monotonic() < deadline:  # the avatar selected at start loads
-        app.processEvents()
-        time.sleep(0.01)
-    if lib.avatar != bench_user.PHOTO:
-        names = [lib.avatars.item(i).data(Qt.ItemDataRole.UserRole) for i in range(lib.avatars.count())]
-        wait(w.avatarLoaded, lambda: lib.avatars.setCurrentRow(names.index(bench_user.PHOTO)))
-    rows = []
-    for k, voice in enumerate([warm, *voices]):
-        wait(w.analysisReady, lambda v=voice: w.load_script(str(v)))
+    def job(self, voice: Path) -> dict:
+        w = self.w
+        self.wait(w.analysisReady, lambda: w.load_script(str(voice)))
         t0 = time.perf_counter()
-        _, result = wait(w.worker.finished, w.render)
+        _, result = self.wait(w.worker.finished, w.render)
         wall = time.perf_counter() - t0
-        app.processEvents()
-        detail = w.render_panel.result_detail.text()
-        if k == 0:
-            continue  # the warm-up render
-        rows.append(
-            {
-                "wall_s": round(wall, 3),
-                "fps": round(result.fps, 2),
-                "seconds": round(result.seconds, 3),
-                "frames": result.frames,
-                "live_panel": detail,
-            }
-        )
-        print(f"window  #{k - 1}: {rows[-1]}", flush=True)
-    w.close_confirmed = True
-    w.close()
-    return rows
+        self.app.processEvents()
+        return {
+            "wall_s": round(wall, 3),
+            "fps": round(result.fps, 2),
+            "seconds": round(result.seconds, 3),
+            "frames": result.frames,
+            "live_panel": w.render_panel.result_detail.text(),
+        }
+
+    def close(self) -> None:
+        self.w.close_confirmed = True
+        self.w.close()
+
+
+def server_job(client, avatar: str, voice: Path, out: Path) -> dict:
+    t0 = time.perf_counter()
+    r = client.generate(avatar, out, audio=voice)
+    wall = time.perf_counter() - t0
+    res = client.render(r["job"]).get("result") or {}
+    return {"wall_s": round(wall, 3), "fps": res.get("fps"), "seconds": res.get("seconds"), "frames": res.get("frames")}
 
 
 def main() -> int:
@@ -129,6 +110,7 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=672)
     ap.add_argument("--height", type=int, default=1080)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-check", action="store_true", help="the window without its lip-sync check after each render")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -136,22 +118,35 @@ def main() -> int:
     home = work / "home"
     os.environ["STUDIO_HOME"] = str(home)
     from studio.core import bench_user
+    from studio.service.client import StudioClient
+    from studio.service.serve_process import ServeProcess
 
     bench_user.add_avatars(work / "sources", args.height)
-    voices = [bench_user.voice_file(work / "voices", "wav48", args.frames, seed=s) for s in range(1, args.repeats + 1)]
-    win_voices = [
-        bench_user.voice_file(work / "voices", "wav48", args.frames, seed=s) for s in range(11, 11 + args.repeats)
-    ]
-    warm_srv = bench_user.voice_file(work / "voices", "wav48", args.frames, seed=100)
-    warm_win = bench_user.voice_file(work / "voices", "wav48", args.frames, seed=101)
-    env = {**os.environ, "STUDIO_HOME": str(home), "PYTHONPATH": str(ROOT)}
 
-    srv = server_side(work, env, voices, warm_srv)
-    win = window_side(work, win_voices, warm_win)
-    s_fps, w_fps = statistics.median(r["fps"] for r in srv), statistics.median(r["fps"] for r in win)
-    s_wall, w_wall = statistics.median(r["wall_s"] for r in srv), statistics.median(r["wall_s"] for r in win)
+    def voice(seed: int) -> Path:
+        return bench_user.voice_file(work / "voices", "wav48", args.frames, seed=seed)
+
+    env = {**os.environ, "STUDIO_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    (work / "server").mkdir()
+    srv_rows, win_rows = [], []
+    with ServeProcess(work / "server", env) as srv, StudioClient(srv.url, timeout=900) as client:
+        server_job(client, bench_user.PHOTO, voice(100), work / "server" / "warm.mp4")
+        window = WindowSide(work, bench_user.PHOTO, check=not args.no_check)
+        window.job(voice(101))
+        time.sleep(2.0)  # as the bench's server rows: the idle server finishes its warm-up captures
+        for k in range(args.repeats):
+            srv_rows.append(server_job(client, bench_user.PHOTO, voice(1 + k), work / "server" / f"out{k}.mp4"))
+            print(f"server  #{k}: {srv_rows[-1]}", flush=True)
+            win_rows.append(window.job(voice(11 + k)))
+            print(f"window  #{k}: {win_rows[-1]}", flush=True)
+        window.close()
+    s_fps, w_fps = statistics.median(r["fps"] for r in srv_rows), statistics.median(r["fps"] for r in win_rows)
+    s_wall = statistics.median(r["wall_s"] for r in srv_rows)
+    w_wall = statistics.median(r["wall_s"] for r in win_rows)
     print(
-        f"\n{args.frames} frames, {args.height}p photo avatar, 48 kHz stereo WAV, default settings; medians of {args.repeats}:\n"
+        f"\n{args.frames} frames, {args.height}p photo avatar, 48 kHz stereo WAV, default settings"
+        f"{'' if args.no_check else ' (the window checks lip sync after each render)'}; medians of {args.repeats}, "
+        f"taking turns:\n"
         f"  server (POST /generate)  {s_fps:8.1f} frames/s   request {s_wall:.3f} s\n"
         f"  window (Render)          {w_fps:8.1f} frames/s   Render to finished {w_wall:.3f} s\n"
         f"  window / server          {w_fps / s_fps:8.3f} (frames/s)   {w_wall / s_wall:.3f} (wall)"
@@ -162,8 +157,9 @@ def main() -> int:
                 {
                     "frames": args.frames,
                     "height": args.height,
-                    "server": srv,
-                    "window": win,
+                    "check": not args.no_check,
+                    "server": srv_rows,
+                    "window": win_rows,
                     "ratio_fps": w_fps / s_fps,
                 },
                 indent=1,

@@ -260,3 +260,21 @@ def test_a_video_avatar_imports_through_the_progress_dialog(window, qtbot, tmp_p
     label = window.library.progress_dialog.labelText()
     assert label.startswith("Preparing avatar “presenter”: "), label  # the dialog showed the stages
     qtbot.waitUntil(lambda: window.assets is not None and window.assets.N == 12, timeout=SLOW)
+
+
+def test_render_previews_are_scaled_for_the_pane_and_drawn_without_levels(window):
+    """A render's 1080p preview reaches the GUI at most 960 pixels wide (a copy, area-averaged);
+    the pane draws uint8 frames as they are (pyqtgraph levels cost ~5 ms a 1080p frame)."""
+    from studio.ui.workers import PREVIEW_MAX_SIDE, live_preview
+
+    frame = np.zeros((1080, 1920, 3), np.uint8)
+    frame[:, :960] = 200  # the left half bright
+    small = live_preview(frame)
+    assert small.shape == (540, 960, 3) and PREVIEW_MAX_SIDE == 960
+    assert (small[:, :479] == 200).all() and (small[:, 481:] == 0).all()
+    photo = np.full((512, 512, 3), 7, np.uint8)
+    kept = live_preview(photo)
+    assert np.array_equal(kept, photo) and not np.shares_memory(kept, photo)
+    window.preview.show_now(small, "rendering", 3)
+    assert window.preview.image_item.levels is None
+    assert np.array_equal(window.preview.image_item.image, small)
