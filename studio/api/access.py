@@ -6,7 +6,8 @@
 else made (32 hex digits); it is sent back on every answer (errors included) and is in the request's
 ``request.state.request_id`` for the error log. The line goes to the ``studio.api.access`` logger
 (``studio serve`` prints it on stderr and the log file keeps it): client, method, path (no query:
-nothing a client put there is logged), status, milliseconds, bytes and the id. A pure ASGI
+nothing a client put there is logged; percent-encoded and cut at 300 characters, so a client cannot
+write a line of its own), status, milliseconds, bytes and the id. A pure ASGI
 middleware, so a streamed answer (events, a video) is timed to its last byte.
 """
 
@@ -16,11 +17,21 @@ import logging
 import re
 import time
 import uuid
+from urllib.parse import quote
+
+from studio.core.logs import escape
 
 log = logging.getLogger("studio.api.access")
 
 RID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 HEADER = b"x-request-id"
+MAX_LOGGED_PATH = 300  # characters of a request's path in its access line
+
+
+def logged_path(path: str) -> str:
+    """A request's path as the access log writes it: percent-encoded again (a ``%0A`` a client sent
+    stays ``%0A``, a quote cannot end the quoted field) and cut to ``MAX_LOGGED_PATH`` characters."""
+    return escape(quote(path, safe="/:@!$&'()*+,;=-._~"), cap=MAX_LOGGED_PATH)
 
 
 class RequestLog:
@@ -51,7 +62,7 @@ class RequestLog:
         finally:
             seconds = time.perf_counter() - t0
             client = scope.get("client") or ("-", 0)
-            method, path = scope.get("method", "-"), scope.get("path", "-")
+            method, path = scope.get("method", "-"), logged_path(scope.get("path", "-"))
             log.info(
                 '%s "%s %s" %d %.1f ms %d B request_id=%s',
                 client[0],

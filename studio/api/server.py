@@ -19,12 +19,13 @@ def serve(options: ServeOptions, on_listening=None) -> None:
     import uvicorn
 
     from studio.api.app import create_app
+    from studio.core.logs import SafeFormatter
 
     options = options.check()
     access = logging.getLogger("studio.api.access")  # one line per request on stderr (and in the log file)
     if not any(getattr(h, "studio_access", False) for h in access.handlers):
         h = logging.StreamHandler()
-        h.setFormatter(logging.Formatter("studio: access: %(message)s"))
+        h.setFormatter(SafeFormatter("studio: access: %(message)s"))
         h.setLevel(logging.INFO)
         h.studio_access = True  # type: ignore[attr-defined]
         access.addHandler(h)

@@ -152,21 +152,20 @@ def _open_gui() -> int:
 
 
 def _setup_logging(verbose: bool) -> None:
+    from studio.core.logs import SafeFormatter, log_file_handler
+
     root = logging.getLogger()
     if root.handlers:
         return
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     err = logging.StreamHandler()
     err.setLevel(logging.DEBUG if verbose else logging.WARNING)
-    err.setFormatter(logging.Formatter("studio: %(levelname)s: %(message)s"))
+    err.setFormatter(SafeFormatter("studio: %(levelname)s: %(message)s"))  # one escaped line a message
     root.addHandler(err)
     try:
         from studio.core.store.paths import log_file
 
-        fh = logging.FileHandler(log_file(), encoding="utf-8")
-        fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        fh.setLevel(logging.DEBUG if verbose else logging.INFO)
-        root.addHandler(fh)
+        root.addHandler(log_file_handler(log_file(), logging.DEBUG if verbose else logging.INFO))  # rotated
     except OSError:
         pass
 

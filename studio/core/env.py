@@ -101,6 +101,12 @@ KNOBS: dict[str, Knob] = {
             "`studio serve`: a second, read-only bearer token (GET only: dashboards, metrics)",
         ),
         Knob(
+            "STUDIO_LOG_MAX_MB",
+            "10",
+            "logs/studio.log is rotated at this size (studio.log.1 ...; every message is one escaped line)",
+        ),
+        Knob("STUDIO_LOG_BACKUPS", "5", "rotated logs kept beside logs/studio.log (the oldest is dropped)"),
+        Knob(
             "STUDIO_PARENT_PID",
             "",
             "set by Studio for its encoder workers: they exit when that process is gone",
@@ -154,6 +160,8 @@ LIMITS: dict[str, tuple] = {
     "STUDIO_QUIT_AFTER_MS": ("int", 0, 10**9),
     "STUDIO_SMOKE_GUI_MS": ("int", 0, 10**9),
     "STUDIO_SPILL_DIR": ("folder",),
+    "STUDIO_LOG_MAX_MB": ("float", 0.001, 1e6),
+    "STUDIO_LOG_BACKUPS": ("int", 1, 1000),
 }
 
 
