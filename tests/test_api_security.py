@@ -66,3 +66,87 @@ def test_a_request_cannot_forge_a_log_line_and_the_log_rotates(tmp_path, monkeyp
         assert "a" * 300 in last and "...[5701 more]" in last
     finally:
         s.stop()
+
+
+# -- item 4: foreign host names (DNS rebinding) and cross-site requests ----------------------------
+
+DASH = "https://dash.example"
+
+
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory):
+    """The default server: loopback, no token; one dashboard origin and one proxy name allowed."""
+    s = Server(tmp_path_factory.mktemp("sites_home"), "--cors-origin", DASH, "--allowed-hosts", "studio.example")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def wav(tmp_path_factory):
+    from conftest import speech_pause_speech
+
+    return speech_pause_speech(tmp_path_factory.mktemp("sites_clips") / "v.wav", 0.3, 0.2, 0.3)
+
+
+def upload(url: str, wav, **headers) -> httpx.Response:
+    with open(wav, "rb") as fh:
+        return httpx.post(f"{url}/v1/audio", files={"file": ("v.wav", fh)}, headers=headers)
+
+
+def test_a_page_of_another_site_cannot_render_or_read(open_server, wav):
+    url, port = open_server.url, open_server.port
+    with open(wav, "rb") as fh, open(DEMO_AVATAR, "rb") as face:
+        r = httpx.post(  # the issue's form POST: foreign Host (DNS rebinding), foreign Origin
+            f"{url}/v1/renders",
+            data={"engine": "classic"},
+            files={"avatar_file": ("a.png", face), "audio": ("v.wav", fh)},
+            headers={"Host": f"evil.example:{port}", "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+        )
+    assert "not to the host 'evil.example'" in one_sentence(r, 400)
+    msg = one_sentence(httpx.get(f"{url}/v1/renders", headers={"Host": f"evil.example:{port}"}), 400)
+    assert msg.startswith("this server answers to localhost") and "--allowed-hosts" in msg
+    assert httpx.get(f"{url}/v1/renders", headers={"Host": "evil.example"}).status_code == 400
+    # the right Host, but sent by another site's page: refused, with or without an Origin
+    for headers in (
+        {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+        {"Origin": "null"},  # a sandboxed page or a local file
+        {"Origin": f"http://127.0.0.1:{port + 1}"},  # another port is another origin
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+    ):
+        assert "may not change anything on this server" in one_sentence(upload(url, wav, **headers), 403), headers
+    r = httpx.get(f"{url}/v1/frame", params={"job": 1, "t": 0}, headers={"Origin": "https://evil.example"})
+    assert "may not change anything" in one_sentence(r, 403)  # a GET that renders
+    listed = httpx.get(f"{url}/v1/renders").json()["renders"]
+    assert listed == [] and not [p for p in (open_server.home / "uploads").rglob("*") if p.is_file()]
+
+
+def test_same_origin_pages_listed_origins_and_other_clients_pass(open_server, wav):
+    url, port = open_server.url, open_server.port
+    for headers in (
+        {},  # a client that is no browser
+        {"Origin": url, "Sec-Fetch-Site": "same-origin"},  # the web front end served at /
+        {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}", "Sec-Fetch-Site": "same-origin"},
+        {"Origin": DASH, "Sec-Fetch-Site": "cross-site"},  # allowed by --cors-origin
+        {"Sec-Fetch-Site": "none"},  # typed into the address bar
+    ):
+        r = upload(url, wav, **headers)
+        assert r.status_code == 201, (headers, r.text)
+    assert httpx.get(f"{url}/v1/health", headers={"Host": "studio.example"}).status_code == 200  # --allowed-hosts
+    assert httpx.get(f"{url}/v1/health", headers={"Host": f"[::1]:{port}"}).status_code == 200  # an address
+    r = httpx.get(f"{url}/v1/health", headers={"Origin": "https://evil.example"})
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers  # a read: CORS keeps it
+
+
+def test_allowed_hosts_refuses_a_url(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "studio", "serve", "--allowed-hosts", "https://studio.example/"],
+        env={**__import__("os").environ, "STUDIO_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "--allowed-hosts https://studio.example/: give host names" in r.stderr

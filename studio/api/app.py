@@ -43,6 +43,7 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
     from studio.api.access import RequestLog
     from studio.api.guard import Guard
     from studio.api.routers import include_all
+    from studio.api.sites import SiteGuard, allowed_hosts
     from studio.core.store.paths import sub_dir
 
     opts = (options or ServeOptions()).check()
@@ -68,7 +69,8 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
     app.state.studio = state
     errors.install(app)
     # outermost last: CORS (answers preflights, no token needed), the access log and request id (every
-    # answer, refusals included), then the guard (token, size) in front of the routes
+    # answer, refusals included), the sites (Host names, cross-site requests), then the guard (token,
+    # size) in front of the routes
     app.add_middleware(
         Guard,
         token=opts.token,
@@ -76,6 +78,7 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         max_upload_mb=opts.max_upload_mb,
         read_token=opts.read_token,
     )
+    app.add_middleware(SiteGuard, hosts=allowed_hosts(opts), origins=opts.cors_origins)  # rebinding, cross-site
     app.add_middleware(RequestLog, metrics=state.metrics)
     if opts.cors_origins:
         from starlette.middleware.cors import CORSMiddleware

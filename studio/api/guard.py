@@ -36,14 +36,14 @@ class Guard:
         if self.token is not None and path not in OPEN_PATHS:
             who = self._who(headers)
             if who is None:
-                return await _send_json(
+                return await send_json(
                     send,
                     401,
                     "this server needs its token: send 'Authorization: Bearer TOKEN'",
                     [(b"www-authenticate", b"Bearer")],
                 )
             if who == "read" and (scope.get("method") not in READ_METHODS or path in RENDERING_READS):
-                return await _send_json(
+                return await send_json(
                     send,
                     403,
                     f"this token may only read (GET job lists, events, videos, /metrics); {scope.get('method')} "
@@ -51,7 +51,7 @@ class Guard:
                 )
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > self.max_body:
-            return await _send_json(send, 413, self._too_large())
+            return await send_json(send, 413, self._too_large())
         received = 0
 
         async def counted():
@@ -81,7 +81,7 @@ class Guard:
         return f"the upload is too large: this server takes files of up to {self.max_upload_mb:g} MB (--max-upload-mb)"
 
 
-async def _send_json(send, status: int, message: str, extra=()) -> None:
+async def send_json(send, status: int, message: str, extra=()) -> None:
     body = json.dumps({"error": message}).encode()
     await send(
         {

@@ -29,6 +29,7 @@ class ServeOptions:
     keep_renders_s: float | None = None  # retention: renders and uploads older than this go (None: kept)
     max_storage_gb: float | None = None  # retention: the oldest go while the data folder's files hold more
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (none: CORS off)
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered beside the server's own (studio.api.sites)
 
     @property
     def max_upload_bytes(self) -> int:
@@ -84,12 +85,24 @@ class ServeOptions:
         for o in origins:
             if o != "*" and not o.startswith(("http://", "https://")):
                 raise InputError(f"--cors-origin {o}: give an origin such as https://dashboard.example (or *)")
+        hosts = split_list(self.allowed_hosts) if isinstance(self.allowed_hosts, str) else self.allowed_hosts
+        for h in hosts:
+            if h != "*" and ("/" in h or ":" in h.strip("[]") and not _is_ip(h.strip("[]")) or " " in h):
+                raise InputError(
+                    f"--allowed-hosts {h}: give host names such as studio.example (no scheme, port or path)"
+                )
         if not is_loopback(self.host) and not self.token:
             raise InputError(
                 f"--host {self.host} is reachable from other machines: give --token (or set "
                 "STUDIO_SERVER_TOKEN) so that only clients with the token can render"
             )
-        checked = replace(self, allow_paths=tuple(folders), webhook_allow=allow, cors_origins=tuple(origins))
+        checked = replace(
+            self,
+            allow_paths=tuple(folders),
+            webhook_allow=allow,
+            cors_origins=tuple(origins),
+            allowed_hosts=tuple(h.lower().strip("[]") for h in hosts),
+        )
         checked.retention  # noqa: B018 - a bad STUDIO_KEEP_RENDERS is one sentence now, not at the first job
         return checked
 

@@ -81,7 +81,15 @@ def register(sub) -> None:
         "--cors-origin",
         default="",
         metavar="ORIGIN[,ORIGIN...]",
-        help="let web pages from these origins call the API (default: none)",
+        help="let web pages from these origins call the API (default: none; other sites' requests that "
+        "change anything get 403)",
+    )
+    p.add_argument(
+        "--allowed-hosts",
+        default="",
+        metavar="HOST[,HOST...]",
+        help="host names clients reach this server by, beside its own (localhost, --host; a name behind a "
+        "proxy: studio.example, .example for a domain, * any); other Host headers get 400 (DNS rebinding)",
     )
     p.add_argument(
         "--max-audio-minutes",
@@ -131,6 +139,7 @@ def run_serve(args) -> int:
         keep_renders_s=parse_duration(args.keep_renders) if args.keep_renders else None,
         max_storage_gb=args.max_storage_gb,
         cors_origins=args.cors_origin,
+        allowed_hosts=args.allowed_hosts,  # "a,b": split by check()
     ).check()
     serve(
         options,
