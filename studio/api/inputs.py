@@ -69,7 +69,7 @@ async def submit(st, model):
     if form.webhook:
         from studio.api.webhooks import check_url
 
-        check_url(st.opts, form.webhook)
+        await run_in_threadpool(check_url, st.opts, form.webhook)  # may resolve its host: not on the loop
     await run_in_threadpool(runnable_here, settings)  # the engine, runtime, encoder, device: before any upload
     stored = []
     try:

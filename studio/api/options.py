@@ -11,6 +11,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
 DEFAULT_MAX_UPLOAD_MB = 200
 DEFAULT_MAX_QUEUED = 100
+DEFAULT_MAX_RETRIES = 10
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,11 @@ class ServeOptions:
     max_queued: int | None = DEFAULT_MAX_QUEUED  # queued jobs before POST answers 429
     read_token: str | None = None  # a second token that may only read (GET): dashboards, metrics
     webhook_secret: str | None = None  # signs webhook bodies (HMAC-SHA256); None: no webhooks
-    webhook_allow: tuple[str, ...] = ()  # the only hosts webhooks may call (none: no webhooks)
+    webhook_allow: tuple[str, ...] = ()  # host (default port), host:port, host:* webhooks may call (none: none)
     keep_renders_s: float | None = None  # retention: renders and uploads older than this go (None: kept)
     max_storage_gb: float | None = None  # retention: the oldest go while the data folder's files hold more
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (none: CORS off)
+    max_retries: int = DEFAULT_MAX_RETRIES  # times one job may be rendered again (POST .../retry), in a chain
     allowed_hosts: tuple[str, ...] = ()  # Host names answered beside the server's own (studio.api.sites)
 
     @property
@@ -66,7 +68,7 @@ class ServeOptions:
             if not self.token:
                 raise InputError("--read-token needs --token: without a token the server is open to every request")
         allow = split_list(self.webhook_allow) if isinstance(self.webhook_allow, str) else self.webhook_allow
-        allow = tuple(h.lower().strip("[]") for h in allow)
+        allow = tuple(h.lower().strip() for h in allow)
         if allow and not self.webhook_secret:
             raise InputError(
                 "--webhook-allow needs a secret to sign the calls with: give --webhook-secret "
@@ -75,8 +77,11 @@ class ServeOptions:
         if self.webhook_secret is not None and len(self.webhook_secret) < 16:
             raise InputError("--webhook-secret must be at least 16 characters (use a long random one)")
         for h in allow:
-            if "/" in h or (":" in h and not _is_ip(h)):
-                raise InputError(f"--webhook-allow {h}: give host names or addresses (no scheme, port or path)")
+            host, port = webhook_rule(h)  # one sentence for a bad entry
+            if isinstance(port, int) and port == self.port and (is_loopback(host) or host in (self.host, "0.0.0.0")):
+                raise InputError(f"--webhook-allow {h} is this server's own address; a webhook may never call it")
+        if self.max_retries < 0:
+            raise InputError("--max-retries must be 0 or more")
         if self.keep_renders_s is not None and not self.keep_renders_s > 0:
             raise InputError("--keep-renders must be more than 0 (such as 7d)")
         if self.max_storage_gb is not None and not self.max_storage_gb > 0:
@@ -133,6 +138,36 @@ def _is_ip(text: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def webhook_rule(entry: str) -> tuple[str, int | str | None]:
+    """A ``--webhook-allow`` entry -> ``(host, port)``: ``hooks.example`` -> port None (the scheme's
+    default port only), ``hooks.example:8443`` -> 8443, ``hooks.example:*`` -> ``"*"`` (any port);
+    IPv6 as ``[::1]:9000`` (a bare address is one host). ``InputError`` for anything else."""
+    from studio.core.errors import InputError
+
+    e = entry.strip().lower()
+    bad = InputError(
+        f"--webhook-allow {entry}: give host, host:port or host:* (such as hooks.example:8443; no scheme or path)"
+    )
+    if e.startswith("["):
+        host, _, rest = e[1:].partition("]")
+        if rest and not rest.startswith(":"):
+            raise bad
+        port = rest[1:] if rest else ""
+    elif e.count(":") == 1:
+        host, port = e.split(":")
+    else:
+        host, port = e, ""
+    if not host or any(c in host for c in "/@?#[] "):
+        raise bad
+    if port == "":
+        return host, None
+    if port == "*":
+        return host, "*"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise bad
+    return host, int(port)
 
 
 def split_list(text: str | None) -> tuple[str, ...]:

@@ -8,7 +8,13 @@ DEFAULT_MAX_AUDIO_MINUTES = 60.0  # an hour of voice-over: 230 MB decoded (the C
 
 
 def register(sub) -> None:
-    from studio.api.options import DEFAULT_HOST, DEFAULT_MAX_QUEUED, DEFAULT_MAX_UPLOAD_MB, DEFAULT_PORT
+    from studio.api.options import (
+        DEFAULT_HOST,
+        DEFAULT_MAX_QUEUED,
+        DEFAULT_MAX_RETRIES,
+        DEFAULT_MAX_UPLOAD_MB,
+        DEFAULT_PORT,
+    )
 
     p = sub.add_parser("serve", help="serve the render API over HTTP (POST /generate, /v1/renders, /docs)")
     p.add_argument(
@@ -60,8 +66,17 @@ def register(sub) -> None:
     p.add_argument(
         "--webhook-allow",
         default="",
-        metavar="HOST[,HOST...]",
-        help="the only hosts a job's webhook may call (default: none; a webhook to another host is 422)",
+        metavar="HOST[:PORT][,...]",
+        help="the only destinations a job's webhook may call: host (its default port only), host:port, "
+        "host:* (any port); never this server itself (default: none; another destination is 422)",
+    )
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=DEFAULT_MAX_RETRIES,
+        metavar="N",
+        help=f"times a job may be rendered again (POST .../retry, retries of retries included) before 409 "
+        f"(default {DEFAULT_MAX_RETRIES})",
     )
     p.add_argument(
         "--keep-renders",
@@ -136,6 +151,7 @@ def run_serve(args) -> int:
         read_token=read_token,
         webhook_secret=secret,
         webhook_allow=args.webhook_allow,  # "a,b": split by check()
+        max_retries=args.max_retries,
         keep_renders_s=parse_duration(args.keep_renders) if args.keep_renders else None,
         max_storage_gb=args.max_storage_gb,
         cors_origins=args.cors_origin,

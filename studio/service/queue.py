@@ -347,6 +347,10 @@ class QueueService:
         again = self.add(req, retry_of=job_id, webhook=job.webhook)
         return again
 
+    def retries(self, job_id: int) -> int:
+        """Jobs made by rendering this job's original again (``JobStore.retries``)."""
+        return self.store.retries(job_id)
+
     def delete(self, job_id: int, purge: bool = False) -> tuple[J.Job | None, builtins.list[str]]:
         """DELETE: a draft, queued, held or running job is cancelled (a running one stops within one
         batch, writing nothing) and stays listed; a finished job is refused (``JobFinished``: nothing

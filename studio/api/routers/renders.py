@@ -256,6 +256,13 @@ async def retry_render(st: State, request: Request, response: Response, job_id: 
             from studio.service.preflight import preflight
 
             await run_in_threadpool(preflight, st.queue.request(job_id).with_(overwrite=False))
+        made = await run_in_threadpool(st.queue.retries, job_id)
+        if made >= st.opts.max_retries:  # a webhook or a script in a loop ends here
+            raise ApiError(
+                409,
+                f"render job {job_id} was rendered again {made} times already (this server's --max-retries "
+                f"{st.opts.max_retries}); submit it as a new job",
+            )
         try:
             again = await run_in_threadpool(st.queue.retry, job_id)
         except JobActive as exc:

@@ -17,7 +17,8 @@ A damaged row (bad JSON, a text in a numeric column) is listed as ``damaged`` wi
 can be removed; every other job still works. A damaged or foreign file is one ``InputError``.
 
 Beside the jobs (schema 3): ``idempotency`` (a client's ``Idempotency-Key`` -> the job or answer
-it made, kept a day) and ``deliveries`` (each webhook call made for a job's final state).
+it made, kept a day) and ``deliveries`` (each webhook call made for a job's final state; a row with
+attempt 0 marks a redelivery the client asked for: the tries after it are a new round).
 
 Qt-free; every method opens its own short transaction, so a store can be used from any thread.
 """
@@ -291,6 +292,25 @@ class JobStore:
             db.execute("DELETE FROM jobs WHERE id=?", (job_id,))
             db.execute("DELETE FROM deliveries WHERE job_id=?", (job_id,))
 
+    def retries(self, job_id: int) -> int:
+        """How many jobs were made by rendering this job's original again, directly or by retrying one
+        of its retries (``retry_of`` chains): what ``studio serve --max-retries`` bounds."""
+        with self._tx() as db:
+            root, seen = int(job_id), set()
+            while root not in seen:
+                seen.add(root)
+                row = db.execute("SELECT retry_of FROM jobs WHERE id=?", (root,)).fetchone()
+                if row is None or row[0] is None:
+                    break
+                root = int(row[0])
+            return int(
+                db.execute(
+                    "WITH RECURSIVE fam(id) AS (SELECT ? UNION SELECT jobs.id FROM jobs JOIN fam ON jobs.retry_of=fam.id)"
+                    " SELECT COUNT(*) - 1 FROM fam",
+                    (root,),
+                ).fetchone()[0]
+            )
+
     # ---- idempotency keys ---------------------------------------------------------------
 
     def claim_key(self, scope: str, key: str, fingerprint: str, stale_s: float = 600.0) -> dict | None:
@@ -369,16 +389,17 @@ class JobStore:
     def webhook_jobs(self, max_attempts: int | None = None) -> builtins.list[Job]:
         """Jobs with a webhook in a final state that are still to be told of it: no successful call
         for that state yet (and, with ``max_attempts``, fewer tries than that)."""
+        now = _round_of("jobs.state")
         tries = (
             ""
             if max_attempts is None
-            else " AND (SELECT COUNT(*) FROM deliveries d WHERE d.job_id=jobs.id AND d.state=jobs.state) < ?"
+            else f" AND (SELECT COUNT(*) FROM deliveries d WHERE d.job_id=jobs.id AND d.state=jobs.state{now}) < ?"
         )
         with self._tx() as db:
             rows = db.execute(
                 f"SELECT * FROM jobs WHERE webhook != '' AND state IN ({','.join('?' * len(FINAL))})"
-                " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id=jobs.id AND d.state=jobs.state AND d.ok=1)"
-                f"{tries} ORDER BY id",
+                " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id=jobs.id AND d.state=jobs.state"
+                f" AND d.ok=1{now}){tries} ORDER BY id",
                 (*FINAL, *(() if max_attempts is None else (max_attempts,))),
             ).fetchall()
         return [_job(r) for r in rows]
@@ -386,18 +407,19 @@ class JobStore:
     def webhook_checks(self, max_attempts: int | None = None) -> builtins.list[Job]:
         """Done jobs with a webhook whose lip-sync check has ended (``result.check.state`` done, failed
         or stopped) and whose ``checked`` call is still to be made (as ``webhook_jobs``)."""
+        now = _round_of("'checked'")
         tries = (
             ""
             if max_attempts is None
-            else " AND (SELECT COUNT(*) FROM deliveries d WHERE d.job_id=jobs.id AND d.state='checked') < ?"
+            else f" AND (SELECT COUNT(*) FROM deliveries d WHERE d.job_id=jobs.id AND d.state='checked'{now}) < ?"
         )
         with self._tx() as db:
             rows = db.execute(
                 "SELECT * FROM jobs WHERE webhook != '' AND state=?"  # a damaged result is skipped, not an error
                 " AND CASE WHEN json_valid(result) THEN json_extract(result, '$.check.state') END"
                 " IN ('done', 'failed', 'stopped')"
-                " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id=jobs.id AND d.state='checked' AND d.ok=1)"
-                f"{tries} ORDER BY id",
+                " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id=jobs.id AND d.state='checked'"
+                f" AND d.ok=1{now}){tries} ORDER BY id",
                 (DONE, *(() if max_attempts is None else (max_attempts,))),
             ).fetchall()
         return [_job(r) for r in rows]
@@ -595,6 +617,15 @@ def _job(row: sqlite3.Row) -> Job:
             result={},
             position=_num(row["position"]),
         )
+
+
+def _round_of(state_sql: str) -> str:
+    """SQL: a delivery ``d`` is a try of the current round of its call (after the last redelivery
+    marker, a row with attempt 0, of the same job and event)."""
+    return (
+        " AND d.attempt > 0 AND d.id > COALESCE((SELECT MAX(m.id) FROM deliveries m WHERE m.job_id=jobs.id"
+        f" AND m.state={state_sql} AND m.attempt=0), 0)"
+    )
 
 
 def _col(row: sqlite3.Row, name: str):
