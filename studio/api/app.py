@@ -64,7 +64,7 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         version=__version__,
         lifespan=lifespan,
         description=DESCRIPTION,
-        dependencies=[Depends(HTTPBearer(auto_error=False))] if opts.token else [],
+        dependencies=[Depends(HTTPBearer(auto_error=False))] if opts.token or opts.clients else [],
     )
     app.state.studio = state
     errors.install(app)
@@ -77,6 +77,7 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         max_body=opts.max_body_bytes,
         max_upload_mb=opts.max_upload_mb,
         read_token=opts.read_token,
+        clients=opts.clients,
     )
     app.add_middleware(SiteGuard, hosts=allowed_hosts(opts), origins=opts.cors_origins)  # rebinding, cross-site
     app.add_middleware(RequestLog, metrics=state.metrics)

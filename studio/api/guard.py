@@ -1,16 +1,16 @@
-"""The ASGI guard in front of every route: the bearer token, then the request-size cap.
+"""The ASGI guard in front of every route: the bearer token (and its client's scopes), then the size cap.
 
 Written as a small pure-ASGI middleware (not a FastAPI dependency) so that both checks run before
 any body is read or spooled to disk: a stranger's request is refused with 401 before its upload is
 received, and an oversize body with 413 as soon as its Content-Length (or, when chunked, its byte
 count) passes the cap. Tokens are compared in constant time. A read-only token (``--read-token``,
 for dashboards) may only read: GET and HEAD of anything but ``/v1/frame`` (which renders); any
-other request with it is 403.
+other request with it is 403. Named clients (``--clients``, ``studio.api.clients``) each have their
+own token and scopes; the request runs as its client, so the routes show it only its own jobs.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 
 OPEN_PATHS = ("/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc")  # the API's description only
@@ -21,33 +21,56 @@ RENDERING_READS = ("/v1/frame",)  # GETs that make the engine work: not for a re
 
 
 class Guard:
-    def __init__(self, app, token: str | None, max_body: int, max_upload_mb: float, read_token: str | None = None):
+    def __init__(
+        self,
+        app,
+        token: str | None,
+        max_body: int,
+        max_upload_mb: float,
+        read_token: str | None = None,
+        clients: tuple = (),
+    ):
         self.app = app
-        self.token = token.encode() if token else None
-        self.read_token = read_token.encode() if read_token else None
+        self.token = token or None
+        self.read_token = read_token or None
+        self.clients = tuple(clients)  # named clients (``studio.api.clients``, --clients)
         self.max_body = max_body
         self.max_upload_mb = max_upload_mb
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        from studio.api.clients import ADMIN, READER, acting_as
+
         headers = dict(scope.get("headers") or ())
         path = scope.get("path")
-        if self.token is not None and path not in OPEN_PATHS:
-            who = self._who(headers)
-            if who is None:
+        who = ADMIN  # a server without tokens: loopback only, every request is its operator's
+        if (self.token is not None or self.clients) and path not in OPEN_PATHS:
+            found = self._who(headers)
+            if found is None:
                 return await send_json(
                     send,
                     401,
                     "this server needs its token: send 'Authorization: Bearer TOKEN'",
                     [(b"www-authenticate", b"Bearer")],
                 )
-            if who == "read" and (scope.get("method") not in READ_METHODS or path in RENDERING_READS):
+            who = found
+            method = scope.get("method")
+            reads = method in READ_METHODS and path not in RENDERING_READS
+            if who is READER and not reads:
                 return await send_json(
                     send,
                     403,
-                    f"this token may only read (GET job lists, events, videos, /metrics); {scope.get('method')} "
+                    f"this token may only read (GET job lists, events, videos, /metrics); {method} "
                     f"{path} needs the server's full token",
+                )
+            need = scope_needed(method, path, reads)
+            if not who.may(need) or (path == "/metrics" and not who.every_job):
+                return await send_json(
+                    send,
+                    403,
+                    f"client {who.name} may not {method} {path[:100]} (it has the scopes "
+                    f"{', '.join(sorted(who.scopes))}; that needs {need}); ask this server's operator",
                 )
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > self.max_body:
@@ -65,20 +88,29 @@ class Guard:
                     raise HTTPException(413, self._too_large())
             return message
 
-        await self.app(scope, counted, send)  # the route's handler turns the HTTPException into JSON
+        with acting_as(who):  # the routes see only this client's jobs (``clients.sees``)
+            await self.app(scope, counted, send)  # the route's handler turns the HTTPException into JSON
 
-    def _who(self, headers: dict) -> str | None:
-        """``"full"``, ``"read"`` (the read-only token) or None (no or a wrong token)."""
+    def _who(self, headers: dict):
+        """The ``Client`` the bearer token belongs to, or None (no or a wrong token)."""
+        from studio.api.clients import identify
+
         scheme, _, cred = headers.get(b"authorization", b"").partition(b" ")
         if scheme.lower() != b"bearer":
             return None
-        cred = cred.strip()
-        full = hmac.compare_digest(cred, self.token or b"")
-        read = self.read_token is not None and hmac.compare_digest(cred, self.read_token)
-        return "full" if full else "read" if read else None
+        return identify(cred.strip(), self.token, self.read_token, self.clients)
 
     def _too_large(self) -> str:
         return f"the upload is too large: this server takes files of up to {self.max_upload_mb:g} MB (--max-upload-mb)"
+
+
+def scope_needed(method: str | None, path: str, reads: bool) -> str:
+    """``read``, ``submit`` or ``admin``: what a request needs of a named client's scopes."""
+    if method == "DELETE" and path.startswith("/v1/avatars/"):
+        return "admin"  # the avatar library is every client's
+    if path == "/metrics":
+        return "read"  # and a client that sees every job (checked by the caller)
+    return "read" if reads else "submit"
 
 
 async def send_json(send, status: int, message: str, extra=()) -> None:

@@ -59,7 +59,10 @@ class Idempotent:
     def __init__(self, st, request, form, scope: str | None = None):
         self.st = st
         self.key = request.headers.get(HEADER)
-        self.scope = scope or f"{request.method} {request.url.path}"
+        from studio.api.clients import current
+
+        named = current().name  # a key is a client's own: another client's same key is another request
+        self.scope = (scope or f"{request.method} {request.url.path}") + (f" as {named}" if named else "")
         self.form = form
         self.replayed: dict | None = None
         self._claimed = False

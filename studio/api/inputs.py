@@ -127,7 +127,10 @@ async def _submit(st, form, settings, stored: list):
     request = RenderRequest(avatar, audio, str(output), settings, frames=frames)
     await run_in_threadpool(preflight, request)
     try:
-        return await run_in_threadpool(functools.partial(st.queue.add, request, webhook=form.webhook or ""))
+        from studio.api.clients import current
+
+        add = functools.partial(st.queue.add, request, webhook=form.webhook or "", client=current().name)
+        return await run_in_threadpool(add)
     except StudioError as exc:
         if type(exc).__name__ == "QueueFull":
             raise ApiError(429, str(exc), {"Retry-After": "10"}) from None

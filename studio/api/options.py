@@ -31,6 +31,8 @@ class ServeOptions:
     max_storage_gb: float | None = None  # retention: the oldest go while the data folder's files hold more
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (none: CORS off)
     max_retries: int = DEFAULT_MAX_RETRIES  # times one job may be rendered again (POST .../retry), in a chain
+    clients_file: str | None = None  # --clients: named clients, their tokens and scopes (TOML)
+    clients: tuple = ()  # what check() read from clients_file (``studio.api.clients.Client``)
     allowed_hosts: tuple[str, ...] = ()  # Host names answered beside the server's own (studio.api.sites)
 
     @property
@@ -65,7 +67,7 @@ class ServeOptions:
                 raise InputError("--read-token must be at least 8 characters (use a long random one)")
             if self.read_token == self.token:
                 raise InputError("--read-token must differ from --token (it may only read)")
-            if not self.token:
+            if not self.token and not self.clients_file:
                 raise InputError("--read-token needs --token: without a token the server is open to every request")
         allow = split_list(self.webhook_allow) if isinstance(self.webhook_allow, str) else self.webhook_allow
         allow = tuple(h.lower().strip() for h in allow)
@@ -76,10 +78,7 @@ class ServeOptions:
             )
         if self.webhook_secret is not None and len(self.webhook_secret) < 16:
             raise InputError("--webhook-secret must be at least 16 characters (use a long random one)")
-        for h in allow:
-            host, port = webhook_rule(h)  # one sentence for a bad entry
-            if isinstance(port, int) and port == self.port and (is_loopback(host) or host in (self.host, "0.0.0.0")):
-                raise InputError(f"--webhook-allow {h} is this server's own address; a webhook may never call it")
+        self._check_webhook_allow(allow)
         if self.max_retries < 0:
             raise InputError("--max-retries must be 0 or more")
         if self.keep_renders_s is not None and not self.keep_renders_s > 0:
@@ -90,13 +89,9 @@ class ServeOptions:
         for o in origins:
             if o != "*" and not o.startswith(("http://", "https://")):
                 raise InputError(f"--cors-origin {o}: give an origin such as https://dashboard.example (or *)")
-        hosts = split_list(self.allowed_hosts) if isinstance(self.allowed_hosts, str) else self.allowed_hosts
-        for h in hosts:
-            if h != "*" and ("/" in h or ":" in h.strip("[]") and not _is_ip(h.strip("[]")) or " " in h):
-                raise InputError(
-                    f"--allowed-hosts {h}: give host names such as studio.example (no scheme, port or path)"
-                )
-        if not is_loopback(self.host) and not self.token:
+        hosts = self._checked_hosts()
+        clients = self._checked_clients()
+        if not is_loopback(self.host) and not self.token and not clients:
             raise InputError(
                 f"--host {self.host} is reachable from other machines: give --token (or set "
                 "STUDIO_SERVER_TOKEN) so that only clients with the token can render"
@@ -106,10 +101,47 @@ class ServeOptions:
             allow_paths=tuple(folders),
             webhook_allow=allow,
             cors_origins=tuple(origins),
-            allowed_hosts=tuple(h.lower().strip("[]") for h in hosts),
+            allowed_hosts=hosts,
+            clients=tuple(clients),
         )
         checked.retention  # noqa: B018 - a bad STUDIO_KEEP_RENDERS is one sentence now, not at the first job
         return checked
+
+    def _check_webhook_allow(self, allow: tuple[str, ...]) -> None:
+        from studio.core.errors import InputError
+
+        for h in allow:
+            host, port = webhook_rule(h)  # one sentence for a bad entry
+            if isinstance(port, int) and port == self.port and (is_loopback(host) or host in (self.host, "0.0.0.0")):
+                raise InputError(f"--webhook-allow {h} is this server's own address; a webhook may never call it")
+
+    def _checked_hosts(self) -> tuple[str, ...]:
+        """``--allowed-hosts``, lower case (``studio.api.sites``)."""
+        from studio.core.errors import InputError
+
+        hosts = split_list(self.allowed_hosts) if isinstance(self.allowed_hosts, str) else self.allowed_hosts
+        for h in hosts:
+            if h != "*" and ("/" in h or (":" in h.strip("[]") and not _is_ip(h.strip("[]"))) or " " in h):
+                raise InputError(
+                    f"--allowed-hosts {h}: give host names such as studio.example (no scheme, port or path)"
+                )
+        return tuple(h.lower().strip("[]") for h in hosts)
+
+    def _checked_clients(self) -> tuple:
+        """The named clients of ``--clients`` (``studio.api.clients``), none of them with a server token."""
+        from studio.core.errors import InputError
+
+        if not self.clients_file:
+            return self.clients
+        from studio.api.clients import digest, load_clients
+
+        clients = load_clients(os.path.expanduser(self.clients_file))
+        for c in clients:
+            if any(t and digest(t) == c.digest for t in (self.token, self.read_token)):
+                raise InputError(
+                    f"--clients: client {c.name} has this server's --token or --read-token; give it its own"
+                )
+        return clients
 
     @property
     def retention(self):

@@ -103,12 +103,16 @@ class ApiState:
 
     def job(self, job_id: int):
         """The job, or 404."""
+        from studio.api.clients import sees
         from studio.core.errors import InputError
 
         try:
-            return self.queue.get(int(job_id))
+            job = self.queue.get(int(job_id))
         except InputError:
-            raise ApiError(404, f"no render job {job_id}; see GET /v1/renders") from None
+            job = None
+        if job is None or not sees(job):  # another client's job is not there for this one
+            raise ApiError(404, f"no render job {job_id}; see GET /v1/renders")
+        return job
 
     def job_or_none(self, job_id: int):
         from studio.core.errors import InputError

@@ -30,6 +30,13 @@ def register(sub) -> None:
         "$STUDIO_SERVER_TOKEN; prefer that, a command line is visible to other users)",
     )
     p.add_argument(
+        "--clients",
+        default=None,
+        metavar="FILE",
+        help="named clients, each with its own token and scopes (submit, read, admin), in a TOML file; a "
+        "client sees and changes only its own jobs (docs/server.md; --token stays the admin)",
+    )
+    p.add_argument(
         "--allow-paths",
         default="",
         metavar="DIR[,DIR...]",
@@ -152,6 +159,7 @@ def run_serve(args) -> int:
         webhook_secret=secret,
         webhook_allow=args.webhook_allow,  # "a,b": split by check()
         max_retries=args.max_retries,
+        clients_file=args.clients,
         keep_renders_s=parse_duration(args.keep_renders) if args.keep_renders else None,
         max_storage_gb=args.max_storage_gb,
         cors_origins=args.cors_origin,

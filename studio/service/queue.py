@@ -274,11 +274,17 @@ class QueueService:
     # ---- the queue ----------------------------------------------------------------------
 
     def add(
-        self, request: RenderRequest, state: str = J.QUEUED, *, retry_of: int | None = None, webhook: str = ""
+        self,
+        request: RenderRequest,
+        state: str = J.QUEUED,
+        *,
+        retry_of: int | None = None,
+        webhook: str = "",
+        client: str = "",
     ) -> J.Job:
         """Queue (or keep as a draft) a request; its output gets a free numbered name unless
         ``overwrite``. Bad requests are refused here, before they reach the queue. ``webhook``: a URL
-        ``studio serve`` tells of the job's final state."""
+        ``studio serve`` tells of the job's final state; ``client``: the server's client that owns it."""
         from studio.service.driver import check_output
 
         request = absolute_request(request)
@@ -297,6 +303,7 @@ class QueueService:
                 max_queued=self.max_queued,
                 retry_of=retry_of,
                 webhook=webhook,
+                client=client,
             )
         except J.QueueLimit as exc:
             raise QueueFull(str(exc)) from None
@@ -344,7 +351,7 @@ class QueueService:
         req = request_of(job)
         if req.overwrite and Path(req.output).exists() and job.state == J.DONE:
             req = req.with_(overwrite=False)
-        again = self.add(req, retry_of=job_id, webhook=job.webhook)
+        again = self.add(req, retry_of=job_id, webhook=job.webhook, client=job.client)  # still its client's
         return again
 
     def retries(self, job_id: int) -> int:
@@ -392,10 +399,15 @@ class QueueService:
     # ---- pages, estimates, idempotency, deliveries (what ``studio serve`` shows) ---------------
 
     def page(
-        self, states: tuple[str, ...] | None = None, before: int | None = None, limit: int = 50
+        self,
+        states: tuple[str, ...] | None = None,
+        before: int | None = None,
+        limit: int = 50,
+        client: str | None = None,
     ) -> builtins.list[J.Job]:
-        """Jobs newest first, ids below ``before`` (a cursor that holds while the queue changes)."""
-        return self.store.page(states, before, limit)
+        """Jobs newest first, ids below ``before`` (a cursor that holds while the queue changes);
+        ``client``: only that client's (None: every job)."""
+        return self.store.page(states, before, limit, client)
 
     def estimates(self) -> dict[int, Estimate]:
         """The running job and every queued one (in queue order): position and expected seconds.

@@ -116,7 +116,9 @@ def list_renders(
     cursor: Annotated[str | None, Query(description="the `next` link's cursor (opaque)")] = None,
 ) -> dict:
     before = _cursor(cursor)
-    jobs = st.queue.page((state,) if state else None, before, limit + 1)
+    from studio.api.clients import current
+
+    jobs = st.queue.page((state,) if state else None, before, limit + 1, client=current().owner)
     more, jobs = len(jobs) > limit, jobs[:limit]
     estimates = st.queue.estimates()
     nxt = None

@@ -16,7 +16,8 @@ a job is one transaction, so a job runs once.
 A damaged row (bad JSON, a text in a numeric column) is listed as ``damaged`` with the reason and
 can be removed; every other job still works. A damaged or foreign file is one ``InputError``.
 
-Beside the jobs (schema 3): ``idempotency`` (a client's ``Idempotency-Key`` -> the job or answer
+Beside the jobs (schema 4; ``client``: the ``studio serve`` client that submitted a job, "" for the
+operator's): ``idempotency`` (a client's ``Idempotency-Key`` -> the job or answer
 it made, kept a day) and ``deliveries`` (each webhook call made for a job's final state; a row with
 attempt 0 marks a redelivery the client asked for: the tries after it are a new round).
 
@@ -44,7 +45,7 @@ EXPIRED = "expired"  # done, and its file was removed by retention (the job and 
 STATES = (DRAFT, QUEUED, HELD, RUNNING, DONE, FAILED, CANCELLED, INTERRUPTED_STATE, EXPIRED)
 FINAL = (DONE, FAILED, CANCELLED, INTERRUPTED_STATE, EXPIRED)
 INTERRUPTED = "interrupted: Studio stopped while this job was running; press Retry to run it again"
-SCHEMA_VERSION = 3  # 2: position, owner; 3: retry_of, webhook, the idempotency and deliveries tables
+SCHEMA_VERSION = 4  # 2: position, owner; 3: retry_of, webhook, idempotency, deliveries; 4: client
 OUR_TABLES = frozenset({"jobs", "meta", "idempotency", "deliveries"})  # everything a Studio queue holds
 COLUMNS = ("id", "avatar", "audio", "settings", "output", "state", "reason", "created", "updated", "progress", "result")
 
@@ -69,6 +70,7 @@ class Job:
     position: float = 0.0  # queue order (lower runs first)
     retry_of: int | None = None  # the job this one renders again
     webhook: str = ""  # a URL told of each final state (studio serve)
+    client: str = ""  # the studio serve client that submitted it ("": the operator, the window, studio queue)
 
     @property
     def label(self) -> str:
@@ -108,6 +110,7 @@ class JobStore:
         max_queued: int | None = None,
         retry_of: int | None = None,
         webhook: str = "",
+        client: str = "",
     ) -> Job:
         """A new job at the end of the queue. ``max_queued``: refuse it (``QueueLimit``) when that many
         jobs are queued already, counted in the same transaction as the insert, so concurrent adds
@@ -130,7 +133,7 @@ class JobStore:
             top = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             cur = db.execute(
                 "INSERT INTO jobs(avatar, audio, settings, output, state, reason, created, updated, progress, result,"
-                " position, owner, retry_of, webhook) VALUES (?,?,?,?,?,?,?,?,0,'{}',?,'',?,?)",
+                " position, owner, retry_of, webhook, client) VALUES (?,?,?,?,?,?,?,?,0,'{}',?,'',?,?,?)",
                 (
                     str(avatar),
                     str(audio),
@@ -143,6 +146,7 @@ class JobStore:
                     (top or 0) + 1,
                     retry_of,
                     str(webhook or ""),
+                    str(client or ""),
                 ),
             )
             job_id = cur.lastrowid
@@ -164,11 +168,18 @@ class JobStore:
         return [j for j in jobs if j.state in states] if states else jobs
 
     def page(
-        self, states: tuple[str, ...] | None = None, before: int | None = None, limit: int = 50
+        self,
+        states: tuple[str, ...] | None = None,
+        before: int | None = None,
+        limit: int = 50,
+        client: str | None = None,
     ) -> builtins.list[Job]:
         """Up to ``limit`` jobs, newest first (by id), with ids below ``before``: a stable cursor
-        while jobs are added, reordered or removed."""
+        while jobs are added, reordered or removed; ``client``: only that client's jobs."""
         where, args = [], []
+        if client is not None:
+            where.append("client = ?")
+            args.append(client)
         if states:
             where.append(f"state IN ({','.join('?' * len(states))})")
             args.extend(states)
@@ -490,6 +501,8 @@ class JobStore:
                     db.execute("ALTER TABLE jobs ADD COLUMN retry_of INTEGER")
                 if "webhook" not in cols:
                     db.execute("ALTER TABLE jobs ADD COLUMN webhook TEXT NOT NULL DEFAULT ''")
+                if "client" not in cols:  # schema 3 -> 4: an older file's jobs are the operator's
+                    db.execute("ALTER TABLE jobs ADD COLUMN client TEXT NOT NULL DEFAULT ''")
                 db.execute(
                     "CREATE TABLE IF NOT EXISTS idempotency(scope TEXT NOT NULL, key TEXT NOT NULL,"
                     " fingerprint TEXT NOT NULL, job_id INTEGER, answer TEXT NOT NULL, created REAL NOT NULL,"
@@ -597,6 +610,7 @@ def _job(row: sqlite3.Row) -> Job:
             position=float(row["position"]),
             retry_of=_opt_int(row, "retry_of"),
             webhook=str(_col(row, "webhook") or ""),
+            client=str(_col(row, "client") or ""),
         )
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         key = (str(row["id"]), str(row["created"]), str(exc))
@@ -616,6 +630,7 @@ def _job(row: sqlite3.Row) -> Job:
             progress=0.0,
             result={},
             position=_num(row["position"]),
+            client=str(_col(row, "client") or ""),
         )
 
 
