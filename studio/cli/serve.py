@@ -67,7 +67,7 @@ def register(sub) -> None:
         "--webhook-secret",
         default=None,
         metavar="SECRET",
-        help="sign webhook calls with this key: X-Studio-Signature: sha256=<HMAC-SHA256 of the body> "
+        help='sign webhook calls with this key: X-Studio-Signature: t=<time>,sha256=<HMAC-SHA256 of "<time>." + body> '
         "(default: $STUDIO_WEBHOOK_SECRET)",
     )
     p.add_argument(

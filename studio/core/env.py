@@ -93,7 +93,7 @@ KNOBS: dict[str, Knob] = {
         Knob(
             "STUDIO_WEBHOOK_SECRET",
             "",
-            "`studio serve`: the key webhooks are signed with (X-Studio-Signature: sha256=HMAC of the body)",
+            "`studio serve`: the key webhooks are signed with (X-Studio-Signature: t=TIME,sha256=HMAC of TIME.body)",
         ),
         Knob(
             "STUDIO_READ_TOKEN",
