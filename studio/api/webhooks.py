@@ -37,7 +37,6 @@ server call itself, e.g. its own ``/retry``); redirects are not followed.
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import hmac
 import ipaddress
@@ -280,8 +279,9 @@ def backoff(attempts_made: int) -> float:
 
 
 class WebhookSender:
-    """Finds the calls that are due (a dispatcher thread) and makes them on a pool of threads, one at
-    a time per destination."""
+    """Finds the calls that are due (a dispatcher thread) and makes each on a thread of its own, one
+    at a time per destination and at most ``WORKERS`` at once. The threads are daemons: a listener
+    that does not answer never holds up the server's exit (its try ends by ``TIMEOUT_S``)."""
 
     def __init__(self, st):
         self.st = st
@@ -291,14 +291,12 @@ class WebhookSender:
         self._thread: threading.Thread | None = None
         self._busy: set[tuple[str, str, int]] = set()  # destinations with a call in flight
         self._busy_lock = threading.Lock()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._http = None
 
     def start(self) -> None:
         import httpx
 
         self._http = httpx.Client(timeout=TIMEOUT_S, follow_redirects=False)
-        self._pool = concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="studio-webhook")
         self._thread = threading.Thread(target=self._loop, name="studio-webhooks", daemon=True)
         self._thread.start()
 
@@ -307,10 +305,10 @@ class WebhookSender:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(TIMEOUT_S + 2)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)  # a call in flight ends by its timeout
-        if self._http is not None:
-            self._http.close()
+        with self._busy_lock:
+            idle = not self._busy
+        if self._http is not None and idle:
+            self._http.close()  # else a call in flight ends by its timeout, with the process
 
     def poke(self) -> None:
         self._wake.set()
@@ -352,12 +350,13 @@ class WebhookSender:
                 continue
             dest = destination(job.webhook)
             with self._busy_lock:
-                if dest in self._busy:
-                    continue  # its listener is busy with another call: after that one
+                if dest in self._busy or len(self._busy) >= WORKERS:
+                    continue  # its listener is busy with another call (or every worker is): after that
                 self._busy.add(dest)
             attempt = sum(d["state"] == event and d["attempt"] != REDELIVERY for d in calls) + 1
-            assert self._pool is not None
-            self._pool.submit(self._send_one, dest, job, event, attempt)
+            threading.Thread(
+                target=self._send_one, args=(dest, job, event, attempt), name="studio-webhook", daemon=True
+            ).start()
         return next_due
 
     def _send_one(self, dest, job, event: str, attempt: int) -> None:
