@@ -44,9 +44,10 @@ class Error(BaseModel):
 
 
 ERROR_TEXT = {
-    400: "the request is malformed",
+    400: "the request is malformed (or names a host that is not this server's: --allowed-hosts)",
     401: "the server needs its token (`Authorization: Bearer TOKEN`) and none, or another, was sent",
-    403: "not allowed here (a server path this server does not open, or a read-only token)",
+    403: "not allowed here (a server path this server does not open, a read-only token, a client without "
+    "the scope, or a browser's request from another site)",
     404: "no such job, avatar, voice-over or endpoint",
     409: "the resource is in another state (a job not finished yet, a finished job, a name taken, an "
     "Idempotency-Key in use)",
@@ -276,7 +277,8 @@ class RenderInputs(BaseModel):
     webhook: str | None = Field(
         None,
         description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "
-        "(sha256=HMAC of the body); its host must be one of the server's --webhook-allow hosts",
+        '(t=TIME,sha256=HMAC of "TIME." + the body); its host and port must be allowed by the server\'s '
+        "--webhook-allow (never the server itself)",
         examples=["https://newsroom.example/hooks/studio"],
     )
 
