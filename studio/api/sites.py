@@ -7,8 +7,8 @@ Two browser attacks on a server that listens on this machine, each refused befor
 * **DNS rebinding**: a page on ``evil.example`` whose name is made to point at 127.0.0.1 is, for the
   browser, the same origin as the server, so it may read every answer. Its requests name
   ``Host: evil.example``: a request is served only when its host is one of the server's own names
-  (``allowed_hosts``: ``localhost``, the ``--host`` it listens on, this machine's names when it
-  listens on every address, and ``--allowed-hosts``); an IP address is always accepted (a page
+  (``allowed_hosts``: ``localhost``, the ``--host`` it listens on, this machine's host name when
+  it listens on every address, and ``--allowed-hosts``: a fully qualified or proxy name goes there); an IP address is always accepted (a page
   cannot rebind an address). Anything else is 400 with one sentence.
 * **Cross-site requests**: any page may send a form POST (``multipart/form-data`` needs no CORS
   preflight), and it would render. A request that changes something (any method but GET, HEAD and
@@ -43,9 +43,9 @@ def allowed_hosts(opts) -> tuple[str, ...]:
     if not _is_ip(listen) and listen not in WILDCARDS:
         names.add(listen)
     if listen in WILDCARDS or not is_loopback_ip(listen):  # reachable from the network: its own names too
-        for name in (socket.gethostname(), socket.getfqdn()):
-            if name:
-                names.add(name.lower().rstrip("."))
+        name = socket.gethostname().lower().rstrip(".")  # no DNS lookup here (getfqdn may wait seconds)
+        if name:
+            names.update({name, name.split(".")[0]})
     names.update(h.lower().rstrip(".") for h in opts.allowed_hosts)
     return tuple(sorted(names))
 
