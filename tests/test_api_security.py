@@ -225,6 +225,7 @@ def test_named_clients_see_and_change_only_their_own_jobs(tenants, wav):
         n = wait_state(news, submit(news, wav)["id"])
         a = wait_state(agency, submit(agency, wav)["id"])
         assert n["state"] == a["state"] == "done"
+        assert (n["client"], a["client"]) == ("newsroom", "agency")
         ids = lambda c: sorted(j["id"] for j in c.get("/v1/renders").json()["renders"])  # noqa: E731
         assert ids(news) == [n["id"]] and ids(agency) == [a["id"]] and ids(viewer) == []
         old = [i for i in ids(admin) if i not in (n["id"], a["id"])]

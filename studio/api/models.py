@@ -448,6 +448,7 @@ class Job(Answer):
     starts_in_s: float | None = Field(None, description="queued: seconds until it is expected to start")
     retry_of: int | None = Field(None, description="the job this one renders again (POST .../retry)")
     webhook: WebhookInfo | None = None
+    client: str | None = Field(None, description="the named client (--clients) that submitted it; null: the operator's")
 
 
 class JobPage(Answer):

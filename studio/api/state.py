@@ -143,6 +143,7 @@ class ApiState:
             result=self.public_result(job.result),
             links=links(job.id),
             retry_of=job.retry_of,
+            client=job.client or None,
         )
         if job.state in ("queued", "running"):
             est = (estimates if estimates is not None else self.queue.estimates()).get(job.id)
