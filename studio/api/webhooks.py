@@ -62,6 +62,7 @@ CHECKED = "checked"  # the second event of a done job that asked for the check
 CHECK_ENDED = ("done", "failed", "stopped")  # result.check.state once the check is over
 DEFAULT_PORTS = {"http": 80, "https": 443}
 REDELIVERY = 0  # the ``attempt`` of the marker row a redelivery adds: the tries after it are a new round
+MAX_REDELIVERIES = 20  # rounds a client may ask for, per call (the job store keeps every try)
 DELIVERY_NS = uuid.UUID("6f1e3c52-5b8e-4f0c-9a57-2d1b7c6a9e10")  # delivery ids: uuid5(ns, job and event)
 
 
@@ -255,6 +256,9 @@ def redeliver(st, job, event: str | None, who: str = "") -> list[str]:
     busy = [e for e in events if not settled(calls, e)]
     if busy:
         raise ApiError(409, f"render job {job.id}'s {busy[0]!r} call is still being tried; see its deliveries")
+    for e in events:
+        if sum(d["state"] == e and d["attempt"] == REDELIVERY for d in calls) >= MAX_REDELIVERIES:
+            raise ApiError(409, f"render job {job.id}'s {e!r} call was redelivered {MAX_REDELIVERIES} times already")
     for e in events:
         st.queue.add_delivery(job.id, e, job.webhook, REDELIVERY, False, None, f"redelivery asked {who}".strip())
     if st.webhooks is not None:
