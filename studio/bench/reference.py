@@ -285,7 +285,7 @@ def official_loop(
 ) -> dict:
     """Time the official realtime loop on ``frames`` frames (all by default).
 
-    ``unet``/``vae`` are the loaded modules (``models.load_module``: ours, with diffusers'
+    ``unet``/``vae`` are the loaded modules (``weights.load_module``: ours, with diffusers'
     interface) already in fp16 on ``device``; ``features`` the
     ``[T,50,384]`` whisper tokens with PE; ``latents`` the avatar's ``[N,8,32,32]`` UNet inputs.
     """
@@ -476,10 +476,10 @@ def run_bench(
     import torch
 
     from studio.core.engines import runtime_torch as rt
+    from studio.core.engines import weights
     from studio.core.engines.classic import ClassicEngine
     from studio.core.engines.musetalk import MuseTalkEngine
     from studio.core.settings import RenderSettings
-    from studio.core.store import models
 
     dev = rt.resolve_device(device)
     cuda = dev.type == "cuda"
@@ -509,8 +509,8 @@ def run_bench(
     from studio.core.media.audio import analysis_of, load
 
     out["silent_fraction"] = round(float(analysis_of(load(audio)).mask().mean()), 3)
-    models_dir, weights = _bench_models(workdir, tiny=not cuda, note=note)
-    out["weights"] = weights
+    models_dir, which = _bench_models(workdir, tiny=not cuda, note=note)
+    out["weights"] = which
     warm_audio = audio if frames <= REF_FRAMES else reference_audio(workdir, REF_FRAMES)
     if cold:  # first, while nothing else holds the GPU
         dec = decoders[0] if decoders else "taesd"
@@ -523,7 +523,7 @@ def run_bench(
         for key, eng_name, d in plan if cuda else plan[:1] + plan[-1:]:
             if eng_name is None:  # what `studio models import` can store: fp16 safetensors for the GPU
                 t0 = time.perf_counter()
-                models.write_fast_copies(models_dir, torch.float16, decoders)
+                weights.write_fast_copies(models_dir, torch.float16, decoders)
                 out["fast_copies_s"] = round(time.perf_counter() - t0, 3)
                 continue
             note(f"cold start: a fresh process renders {cold_frames} frames with {eng_name}")
@@ -667,10 +667,10 @@ def run_bench(
             official_engine.close()
         return out
     note("official loop reproduction: loading fp16 eager UNet + SD-VAE")
-    p = models.resolve(models_dir)
+    p = weights.resolve(models_dir)
     dtype = torch.float16 if cuda else torch.float32
-    unet = models.load_module("unet", p.unet, p.weight_file(p.unet), dev, dtype)
-    vae = models.load_module("vae", p.vae, p.weight_file(p.vae), dev, dtype)
+    unet = weights.load_module("unet", p.unet, p.weight_file(p.unet), dev, dtype)
+    vae = weights.load_module("vae", p.vae, p.weight_file(p.vae), dev, dtype)
     feats = official_engine.audio_features(load(audio)).array()
     latents = torch.from_numpy(official_engine.encode_crops(avatar.crops))
     official_engine.close()
@@ -722,7 +722,7 @@ def cold_render(
             sys.executable,
             "-c",
             "import time; t=time.time(); import sys; "
-            "from studio.core.bench import _cold_child; _cold_child(sys.argv[1], t)",
+            "from studio.bench.reference import _cold_child; _cold_child(sys.argv[1], t)",
             json.dumps(args),
         ],
         capture_output=True,
@@ -825,17 +825,16 @@ def _cold_child(args_json: str, t_first: float = 0.0) -> None:
 def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:
     """The imported weights when there are some; else random weights of the real architecture
     (tiny configs on CPU), imported into a private store under ``workdir``."""
-    from studio.core.engines import random_models
-    from studio.core.store import models
+    from studio.core.engines import random_models, weights
 
-    if models.availability().ready and not tiny:
+    if weights.availability().ready and not tiny:
         return None, "imported"
     store = workdir / "store"
-    if not models.availability(store).ready:
+    if not weights.availability(store).ready:
         note("writing random-weight models (" + ("tiny configs" if tiny else "real architecture") + ")")
         src = random_models.write_official_models(workdir / "random", tiny=tiny)
         taesd = random_models.write_taesd(
             workdir / "random" / "taesd", config=random_models.TAESD_TINY if tiny else None
         )
-        models.import_models(src, taesd.parent, models_dir=store)
+        weights.import_models(src, taesd.parent, models_dir=store)
     return store, "random (tiny configs)" if tiny else "random (real architecture)"

@@ -1,6 +1,6 @@
 """What users run, timed (``studio bench --user``), and the x264 preset comparison.
 
-The reference workload (``studio.core.bench``) renders an in-memory avatar with a 16 kHz mono
+The reference workload (``studio.bench.reference``) renders an in-memory avatar with a 16 kHz mono
 voice-over at x264 ultrafast: it leaves out what a user pays. These rows use the user's path:
 
 - voice-overs as users have them, made here from the demo voice: 48 kHz stereo WAV, 44.1 kHz
@@ -112,7 +112,7 @@ def source_files(folder: Path, height: int) -> dict:
     import av
     import PIL.Image
 
-    from studio.core.bench import synthetic_avatar
+    from studio.bench.reference import synthetic_avatar
 
     folder.mkdir(parents=True, exist_ok=True)
     still = synthetic_avatar(folder / "src-photo", height, photo=True)

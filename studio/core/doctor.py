@@ -181,16 +181,16 @@ def check_engine_cache() -> Check:
 
 def check_weights() -> Check:
     try:
-        from studio.core.store import models
+        from studio.core.engines import weights
     except ImportError as exc:
         return Check("weights", WARN, f"the model store is not available ({exc})", "update Studio")
     from studio.core.errors import StudioError
 
     try:
-        found = models.list_models()
+        found = weights.list_models()
     except StudioError as exc:
         return Check("weights", FAIL, str(exc), "re-run: studio models import DIR")
-    status = models.availability()
+    status = weights.availability()
     if not found:
         return Check(
             "weights",

@@ -50,6 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from studio.core.errors import Cancelled, InputError, StudioError
+from studio.core.render.outputs import numbered, numbered_names  # noqa: F401 - numbered: for views
 from studio.core.settings import from_dict as settings_from_dict
 from studio.core.store import jobs as J
 from studio.core.store.jobs import (  # noqa: F401
@@ -64,7 +65,6 @@ from studio.core.store.jobs import (  # noqa: F401
     QUEUED,  # the states, for views (they use the service, not the store)
     RUNNING,
 )
-from studio.core.store.outputs import numbered, numbered_names  # noqa: F401 - numbered: for views
 from studio.service.driver import Progress, Render
 from studio.service.request import Placement, RenderRequest
 

@@ -62,7 +62,7 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - a GPU host without mediapipe still times the loop
             print(f"demo photo skipped: {exc}")
         if args.device.startswith("cuda"):
-            from studio.core.bench import synthetic_avatar
+            from studio.bench.reference import synthetic_avatar
 
             avatars["1080p presenter loop"] = synthetic_avatar(Path(tmp), 1080)
         if not args.device.startswith("cuda"):

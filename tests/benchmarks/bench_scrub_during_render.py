@@ -48,7 +48,7 @@ def main() -> int:
     try:  # the demo photo needs the face tracker; a GPU host without mediapipe uses the bench's 1080p loop
         import mediapipe  # noqa: F401
     except ImportError:
-        from studio.core.bench import synthetic_avatar
+        from studio.bench.reference import synthetic_avatar
 
         avatar = synthetic_avatar(Path(tempfile.mkdtemp(prefix="bench-scrub-avatar-")), 1080)
     duration = probe(audio).duration_s

@@ -180,9 +180,9 @@ def rolling_chunks(total: int, lanes: int, max_frames: int = ROLL_FRAMES) -> lis
 def check_output(path) -> Path:
     """Raise RenderError unless ``path``'s folder exists and accepts new files (nothing is left).
 
-    The folder half of ``studio.core.store.outputs.check_output`` (which also refuses an output that is
+    The folder half of ``studio.core.render.outputs.check_output`` (which also refuses an output that is
     an input, a folder or a wrong extension)."""
-    from studio.core.store.outputs import check_folder
+    from studio.core.render.outputs import check_folder
 
     return check_folder(path)
 

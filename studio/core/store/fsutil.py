@@ -125,7 +125,7 @@ def claim(tmp: str | os.PathLike, target: str | os.PathLike, *, overwrite: bool)
     Otherwise ``target`` if no file has that name at this moment, else the first free numbered
     name (``numbered``): decided atomically, so two writers (threads, processes, another program)
     never end on one name, and an existing file is never replaced."""
-    from studio.core.store.outputs import numbered_names
+    from studio.core.render.outputs import numbered_names
 
     tmp, target = Path(tmp), Path(target)
     if overwrite:
@@ -151,7 +151,7 @@ def _claim_locked(tmp: Path, target: Path) -> Path:
     """``claim`` where hard links are not supported: check and rename under the data folder's lock."""
     import fcntl
 
-    from studio.core.store.outputs import numbered_names
+    from studio.core.render.outputs import numbered_names
 
     folder = tmp_records_dir()
     lock_path = (folder.parent if folder is not None else tmp.parent) / "claims.lock"
