@@ -44,8 +44,8 @@ def reference_audio(workdir: Path, frames: int = REF_FRAMES) -> Path:
     """The demo voice-over cut (or looped) to exactly ``frames`` video frames, as 16 kHz WAV."""
     import soundfile as sf
 
+    from studio.core.env import repo_resources
     from studio.core.media.audio import load
-    from studio.core.store.paths import repo_resources
 
     wave = load(repo_resources() / "demo" / "voiceover.flac")
     n = frames * SAMPLES_PER_FRAME
@@ -76,7 +76,7 @@ def synthetic_avatar(
     import PIL.Image
 
     from studio.core.avatars import faces
-    from studio.core.store.paths import repo_resources
+    from studio.core.env import repo_resources
 
     still = photo is True  # ``photo`` is reused below for the demo image
     if still:

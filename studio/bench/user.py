@@ -54,8 +54,8 @@ def voice_samples(frames: int, rate: int, seed: int = 0) -> np.ndarray:
     channel a little quieter and later), with a quiet room tone (~-60 dBFS) under it."""
     import soxr
 
+    from studio.core.env import repo_resources
     from studio.core.media.audio import load
-    from studio.core.store.paths import repo_resources
 
     wave = load(repo_resources() / "demo" / "voiceover.flac")
     voice = soxr.resample(wave.samples, 16_000, rate).astype(np.float32)

@@ -161,7 +161,7 @@ def _setup_logging(verbose: bool) -> None:
     err.setFormatter(logging.Formatter("studio: %(levelname)s: %(message)s"))
     root.addHandler(err)
     try:
-        from studio.core.store.paths import log_file
+        from studio.core.env import log_file
 
         fh = logging.FileHandler(log_file(), encoding="utf-8")
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -175,7 +175,7 @@ def _log_traceback() -> str:
     """Where the traceback went: the log file, else a temporary file (never raises)."""
     text = "".join(traceback.format_exc())
     try:
-        from studio.core.store.paths import log_file
+        from studio.core.env import log_file
 
         path = log_file()
         with open(path, "a", encoding="utf-8") as fh:

@@ -222,7 +222,7 @@ def check_engine() -> Check:
 
 
 def check_data_folder() -> Check:
-    from studio.core.store.paths import data_dir
+    from studio.core.env import data_dir
 
     try:
         path = data_dir()

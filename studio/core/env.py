@@ -1,4 +1,6 @@
-"""Every ``STUDIO_*`` environment variable Studio reads, in one place, with its default and meaning.
+"""Every ``STUDIO_*`` environment variable Studio reads, in one place, with its default and meaning;
+and the folders they name: the data folder (``data_dir``: ``$STUDIO_HOME``, else the platform's
+user data folder), its sub-folders and the shipped ``resources/``.
 
     from studio.core import env
     env.get("STUDIO_CPU_THREADS")        # "" when unset (the default), else the value
@@ -12,7 +14,9 @@ listed here); the table in ``docs/environment.md`` is ``table()``'s output (the 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -195,8 +199,6 @@ def check_environment() -> None:
             raise InputError(why)
     home = os.environ.get("STUDIO_HOME", "").strip()
     if home:
-        from studio.core.store.paths import data_dir
-
         data_dir()  # its own sentence for a file, a device or a folder that cannot be made
 
 
@@ -244,15 +246,68 @@ def table() -> str:
 
 def write_page(path: str) -> None:
     """Replace the table in the Markdown page at ``path`` (from its ``| variable |`` line on) with ``table()``."""
-    from pathlib import Path
-
     page = Path(path)
     text = page.read_text()
     start = text.index("| variable |")
     page.write_text(text[:start] + table().strip() + "\n")
 
 
-if __name__ == "__main__":  # python -m studio.core.env docs/environment.md
-    import sys
+# ------------------------------------------------------------------------------------------------
+# The folders
 
+
+def data_dir() -> Path:
+    """Return (and create) the data folder that holds avatars, models, engines, jobs and logs."""
+    home = get("STUDIO_HOME")
+    if home:
+        path = Path(home).expanduser()
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_data_dir("studio", appauthor=False))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not path.is_dir():
+            raise NotADirectoryError(path)
+    except OSError as exc:
+        from studio.core.errors import InputError
+
+        name = f"STUDIO_HOME={home}" if home else f"the data folder {path}"
+        if path.exists() and not path.is_dir():
+            raise InputError(
+                f"{name}: is not a folder; point STUDIO_HOME at a folder (it is made if missing)"
+            ) from None
+        why = exc.strerror or type(exc).__name__
+        raise InputError(
+            f"{name}: the data folder cannot be made there ({why}); point STUDIO_HOME at another folder"
+        ) from None
+    return path
+
+
+def sub_dir(name: str) -> Path:
+    path = data_dir() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def log_file() -> Path:
+    return sub_dir("logs") / "studio.log"
+
+
+def repo_resources() -> Path:
+    """The ``resources/`` folder shipped beside the package (demo assets, icons, style sheet)."""
+    # Frozen desktop app (packaging/studio.spec): PyInstaller unpacks ``resources/`` into the
+    # bundle's folder, sys._MEIPASS (dist/studio/_internal/).
+    frozen_root = getattr(sys, "_MEIPASS", None)
+    if getattr(sys, "frozen", False) and frozen_root:
+        return Path(frozen_root) / "resources"
+    package = Path(__file__).resolve().parents[1]  # studio/ (this file is studio/core/env.py)
+    here = package.parent / "resources"
+    if here.is_dir():
+        return here
+    # Frozen/installed layouts put resources next to the package.
+    return package / "resources"
+
+
+if __name__ == "__main__":  # python -m studio.core.env docs/environment.md
     write_page(sys.argv[1])

@@ -23,9 +23,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
+from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, RATES
 from studio.core.errors import InputError
-from studio.core.media.rates import RATES
 
 T = TypeVar("T")
 

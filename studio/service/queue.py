@@ -50,9 +50,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from studio.core.errors import Cancelled, InputError, StudioError
-from studio.core.render.outputs import numbered, numbered_names  # noqa: F401 - numbered: for views
 from studio.core.settings import from_dict as settings_from_dict
 from studio.core.store import jobs as J
+from studio.core.store.files import numbered, numbered_names  # noqa: F401 - numbered: for views
 from studio.core.store.jobs import (  # noqa: F401
     CANCELLED,
     DAMAGED,
@@ -732,7 +732,7 @@ class QueueService:
                 self._finish(job.id, J.CANCELLED, "cancelled by the user")
                 raise
             log.error("job %d failed", job.id, exc_info=True)
-            from studio.core.store.paths import log_file
+            from studio.core.env import log_file
 
             return self._finish(
                 job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); the details are in {log_file()}"

@@ -50,7 +50,7 @@ def create_app(argv: list[str] | None = None):
     app.setOrganizationName("studio")
     app.setApplicationDisplayName(APP_NAME)
     app.setStyle("Fusion")
-    from studio.core.store.paths import repo_resources
+    from studio.core.env import repo_resources
 
     res = repo_resources()
     app.setWindowIcon(QIcon(str(res / "icons" / "studio.svg")))
@@ -91,8 +91,8 @@ def install_stop_signals(window) -> None:
 
 def install_excepthook(window) -> None:
     """Log any uncaught exception with its traceback; show one readable line in the window."""
+    from studio.core.env import log_file
     from studio.core.errors import StudioError
-    from studio.core.store.paths import log_file
 
     def hook(exc_type, exc, tb):
         if issubclass(exc_type, KeyboardInterrupt):

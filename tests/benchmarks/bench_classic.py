@@ -46,9 +46,9 @@ def main() -> None:
 
         from studio.core.avatars import library as avatar_mod
         from studio.core.engines.classic import ClassicEngine
+        from studio.core.env import repo_resources
         from studio.core.render.renderer import Renderer
         from studio.core.settings import RenderSettings
-        from studio.core.store.paths import repo_resources
 
         demo = repo_resources() / "demo"
         data, rate = sf.read(demo / "voiceover.flac", dtype="float32")

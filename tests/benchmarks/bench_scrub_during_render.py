@@ -38,9 +38,9 @@ def main() -> int:
     import os
 
     os.environ.setdefault("STUDIO_HOME", tempfile.mkdtemp(prefix="bench-scrub-"))
+    from studio.core.env import repo_resources
     from studio.core.media.audio import probe
     from studio.core.settings import RenderSettings
-    from studio.core.store.paths import repo_resources
     from studio.service.pool import EnginePool
 
     demo = repo_resources() / "demo"

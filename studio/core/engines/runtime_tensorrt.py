@@ -191,7 +191,7 @@ def model_identity(component: str, paths) -> tuple[str, str]:
 def cache_dir() -> Path:
     """``$STUDIO_ENGINE_CACHE``, else ``engines/cache`` in a dev checkout, else ``data_dir()/engines``."""
     from studio.core import env
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     cache = env.get("STUDIO_ENGINE_CACHE")
     if cache:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from studio.core.env import sub_dir
 from studio.core.errors import ModelError
 from studio.core.store.fsutil import atomic_path, atomic_write_bytes, file_sha256
-from studio.core.store.paths import sub_dir
 
 if TYPE_CHECKING:
     from studio.core.engines.base import Availability

@@ -551,7 +551,7 @@ class CodecWriter(LaneWriter):
         self.spill_dir: Path | None = None
         self._atomic = atomic_output(path, suffix=s.suffix, overwrite=overwrite)
         if not path.parent.is_dir():
-            from studio.core.render.outputs import check_folder
+            from studio.core.store.files import check_folder
 
             check_folder(path)
         try:

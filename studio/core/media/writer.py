@@ -182,7 +182,7 @@ def check_output(path) -> Path:
 
     The folder half of ``studio.core.render.outputs.check_output`` (which also refuses an output that is
     an input, a folder or a wrong extension)."""
-    from studio.core.render.outputs import check_folder
+    from studio.core.store.files import check_folder
 
     return check_folder(path)
 

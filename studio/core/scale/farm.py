@@ -416,8 +416,8 @@ def local_avatar(spec: dict):
     """``(assets, fetched)``: the shipped avatar on this node: the driver's folder when this node
     shares it, else a node-local copy made once from the object store (``fetched`` = 1 then) and
     reused by every worker and job here."""
+    from studio.core.env import sub_dir
     from studio.core.scale.chunks import open_avatar
-    from studio.core.store.paths import sub_dir
 
     src = Path(spec["folder"])
     meta = src / "meta.json"
@@ -445,7 +445,7 @@ def local_avatar(spec: dict):
 
 def local_file(spec: dict) -> str:
     """The shipped file on this node (fetched once into ``<data>/cache/farm/audio``)."""
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     suffix = Path(spec["name"]).suffix
     dest = sub_dir("cache/farm/audio") / f"{spec['key']}{suffix}"
