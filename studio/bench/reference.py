@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from studio.core import env
 from studio.core.constants import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 log = logging.getLogger(__name__)
@@ -142,12 +143,12 @@ def time_render(avatar, audio: Path, settings, engine, output: Path, engines=Non
     from studio.core.render.renderer import Renderer
     from studio.core.scale.multigpu import DeviceRender
 
-    trace_dir = os.environ.get("STUDIO_TRACE_DIR")  # per-frame encoder traces of the timed runs
+    trace_dir = env.get("STUDIO_TRACE_DIR")  # per-frame encoder traces of the timed runs
     if trace_dir and not output.stem.startswith("warm"):
-        os.environ["STUDIO_TRACE"] = str(Path(trace_dir) / f"trace_{output.stem}.json")
+        env.put("STUDIO_TRACE", str(Path(trace_dir) / f"trace_{output.stem}.json"))
     elif trace_dir:
-        os.environ.pop("STUDIO_TRACE", None)
-    sampler = StackSampler() if os.environ.get("STUDIO_STACKS") and not output.stem.startswith("warm") else None
+        env.put("STUDIO_TRACE", None)
+    sampler = StackSampler() if env.get("STUDIO_STACKS") and not output.stem.startswith("warm") else None
     t0 = time.perf_counter()
     if engines:
         renderer = DeviceRender(avatar, audio, settings, engines=engines)
@@ -588,8 +589,7 @@ def run_bench(
             note(f"MuseTalk + {decoder}, photo avatar: {run_p['fps']} frames/s end to end")
             # the same without telling x264 what cannot change: the photo, and the video avatar's still backdrop
             for who, av_, stem in (("photo", still, "photo_nohints"), ("video", avatar, "nohints")):
-                os.environ["STUDIO_VIDEO_HINTS"] = "0"
-                try:
+                with env.scoped("STUDIO_VIDEO_HINTS", "0"):
                     run_n = time_render(
                         av_,
                         audio,
@@ -597,8 +597,6 @@ def run_bench(
                         engine,
                         workdir / f"ours_{decoder}_{stem}.mp4",
                     )
-                finally:
-                    os.environ.pop("STUDIO_VIDEO_HINTS", None)
                 out["runs"][f"musetalk-{decoder}{'-photo' if who == 'photo' else ''}-no-hints"] = run_n
                 note(f"MuseTalk + {decoder}, {who} avatar without video hints: {run_n['fps']} frames/s")
         if decoder == decoders[0] and long_frames:
@@ -727,11 +725,7 @@ def cold_render(
         ],
         capture_output=True,
         text=True,
-        env=dict(
-            os.environ,
-            STUDIO_X264_NICE=os.environ.get("STUDIO_X264_NICE", "5"),
-            STUDIO_FAST_COPIES="1" if fast_copies else "0",
-        ),
+        env=env.child(STUDIO_X264_NICE=env.get("STUDIO_X264_NICE"), STUDIO_FAST_COPIES="1" if fast_copies else "0"),
     )
     wall = time.perf_counter() - t0
     ended = time.time()

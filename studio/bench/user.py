@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -433,20 +432,9 @@ def _ssim(ref_nv12: np.ndarray, got_nv12: np.ndarray, w: int, h: int) -> tuple[f
 def env_home(home: Path):
     """A context with ``STUDIO_HOME=home`` (the bench's own data folder: the user's library,
     models and caches stay untouched)."""
-    return _env("STUDIO_HOME", str(home))
+    from studio.core.env import scoped
 
-
-@contextlib.contextmanager
-def _env(name: str, value: str):
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+    return scoped("STUDIO_HOME", str(home))
 
 
 def other_preset(default: str) -> str:

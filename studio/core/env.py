@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,8 +212,8 @@ def _knob(name: str) -> Knob:
 
 
 def get(name: str) -> str:
-    """The variable's value, or its default (a string; "" when it has none)."""
-    return os.environ.get(name, _knob(name).default) or ""
+    """The variable's value, or its default when unset or empty (a string; "" when it has none)."""
+    return os.environ.get(name) or _knob(name).default or ""
 
 
 def get_int(name: str, default: int = 0) -> int:
@@ -234,6 +236,54 @@ def flag(name: str) -> bool:
     """True unless the variable (or its default) is 0 / false / no / off / empty."""
     v = get(name).strip().lower()
     return bool(v) and v not in _OFF
+
+
+# ------------------------------------------------------------------------------------------------
+# Other programs' variables, child processes, and setting a variable here. Only this module touches
+# os.environ (tests/test_env.py checks it), so every read of the environment is listed above or here.
+
+
+def other(name: str, default: str = "") -> str:
+    """A variable that is not Studio's (``OMP_NUM_THREADS``, ``PULSE_SERVER``, ``RAY_AUTH_TOKEN`` ...):
+    its value, or ``default`` when unset."""
+    if name.startswith("STUDIO_"):
+        raise KeyError(f"{name} is Studio's own: read it with env.get (and list it in KNOBS)")
+    return os.environ.get(name, default)
+
+
+def child(**overrides: str | None) -> dict[str, str]:
+    """The environment for a child process: this process's, with ``overrides`` (None removes a name)."""
+    out = dict(os.environ)
+    for name, value in overrides.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
+    return out
+
+
+def put(name: str, value: str | None) -> None:
+    """Set ``name`` in this process (and the children it starts); None removes it."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def set_default(name: str, value: str) -> str:
+    """Set ``name`` unless it is set already; its value."""
+    return os.environ.setdefault(name, value)
+
+
+@contextmanager
+def scoped(name: str, value: str | None) -> Iterator[None]:
+    """``name`` set to ``value`` (None: removed) inside the block, as it was after."""
+    old = os.environ.get(name)
+    put(name, value)
+    try:
+        yield
+    finally:
+        put(name, old)
 
 
 def table() -> str:

@@ -107,7 +107,9 @@ def die_with_parent(parent_pid: int | None = None, poll_s: float = 0.5, pdeathsi
     ``pdeathsig=False`` for workers that outlive the thread that started them (the kernel sends
     PDEATHSIG when the creating *thread* exits, not the process): the watchdog alone then."""
     if parent_pid is None:
-        env = os.environ.get(PARENT_ENV, "")
+        from studio.core import env as environment
+
+        env = environment.get(PARENT_ENV)
         parent_pid = int(env) if env.isdigit() else os.getppid()
     if pdeathsig and sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from studio.core.env import child
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def user_path(
     dev = str(resolve_device(device))
     cuda = dev.startswith("cuda")
     out: dict = {"runs": {}, "home": str(home)}
-    env = dict(os.environ, STUDIO_HOME=str(home))
+    env = child(STUDIO_HOME=str(home))
     with bench_user.env_home(home):
         out["import"] = import_official(workdir / "random", env, tiny=not cuda, note=note)  # the base bench's files
         from studio.core.settings import RenderSettings

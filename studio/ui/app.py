@@ -7,7 +7,6 @@ background threads after the window is shown.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 import traceback
@@ -19,7 +18,9 @@ APP_NAME = "Studio"
 
 def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
-    os.environ.setdefault("QT_LOGGING_RULES", "qt.multimedia.symbolsresolver=false")
+    from studio.core.env import set_default
+
+    set_default("QT_LOGGING_RULES", "qt.multimedia.symbolsresolver=false")
     from PySide6.QtCore import QTimer
 
     app = create_app(argv)

@@ -27,7 +27,6 @@ Where the official code has known bugs we do the right thing (spec §1.6, §3.3,
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from studio.core import env
 from studio.core.constants import FACE_SIZE
 from studio.core.devices import to_device
 from studio.core.engines import weights
@@ -191,7 +191,7 @@ class MuseTalkEngine(LipSyncEngine):
             self._nets is not None
             or self._loader is not None
             or self.device.type != "cuda"
-            or os.environ.get("STUDIO_BACKGROUND_LOAD", "1") == "0"
+            or not env.flag("STUDIO_BACKGROUND_LOAD")
         ):
             return
 

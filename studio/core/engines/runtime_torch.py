@@ -59,11 +59,11 @@ def limit_cpu_threads() -> int:
     global _CPU_THREADS
     with _CPU_THREADS_LOCK:  # once, before any thread of a render runs CPU work
         if _CPU_THREADS is None:
-            if os.environ.get("OMP_NUM_THREADS"):
+            from studio.core import env
+
+            if env.other("OMP_NUM_THREADS"):
                 _CPU_THREADS = torch.get_num_threads()
             else:
-                from studio.core import env
-
                 n = env.get_int("STUDIO_CPU_THREADS") or max(1, (os.cpu_count() or 1) // 4)
                 torch.set_num_threads(n)
                 _CPU_THREADS = n

@@ -90,14 +90,16 @@ def _token_auth_as_for_auto() -> None:
     (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN[_PATH]``); Ray enables it in the driver only when it
     finds the cluster itself, so a HOST:PORT connection was refused ("InvalidAuthToken").
     """
-    if "RAY_AUTH_MODE" in os.environ:
+    from studio.core import env
+
+    if env.other("RAY_AUTH_MODE"):
         return
     if (
-        os.environ.get("RAY_AUTH_TOKEN")
-        or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        env.other("RAY_AUTH_TOKEN")
+        or env.other("RAY_AUTH_TOKEN_PATH")
         or (Path.home() / ".ray" / "auth_token").is_file()
     ):
-        os.environ["RAY_AUTH_MODE"] = "token"
+        env.put("RAY_AUTH_MODE", "token")
 
 
 LOOPBACK = ("127.0.0.1", "localhost")
@@ -123,8 +125,11 @@ def loopback_only() -> dict:
     on its loopback setting (the one it uses on macOS/Windows) every server binds 127.0.0.1.
     Returns the environment entry for Ray processes started as commands (``ray start``).
     """
+    from studio.core.env import put
+
     env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    os.environ.update(env)
+    for name, value in env.items():
+        put(name, value)
     with contextlib.suppress(Exception):
         from ray._private import ray_constants
 
