@@ -10,6 +10,7 @@ import logging
 import sys
 import time
 import traceback
+from typing import cast
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def create_app(argv: list[str] | None = None):
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
-    app = QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv[:1])
+    app = cast(QApplication, QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv[:1]))
     app.setApplicationName(APP_NAME)
     app.setOrganizationName("studio")
     app.setApplicationDisplayName(APP_NAME)

@@ -31,6 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def availability(models_dir=None) -> Availability:
 class Prepared:
     """Per-avatar UNet inputs: latents ``[N,8,32,32]`` on the engine's device and dtype."""
 
-    latents: object
+    latents: Any
     cache_file: Path | None
     from_cache: bool
 
@@ -329,7 +330,7 @@ class MuseTalkEngine(LipSyncEngine):
         if self.device.type == "cuda":  # tensor-core convolutions prefer NHWC
             for m in (unet, vae, taesd):
                 if m is not None:
-                    torch.nn.Module.to(m, memory_format=torch.channels_last)
+                    torch.nn.Module.to(m, memory_format=torch.channels_last)  # type: ignore[call-overload]
         unet_c = rt.maybe_compile(unet, self.compile)
         scale = float(vae.config.scaling_factor)
         timestep = torch.zeros(1, dtype=torch.long, device=self.device)  # a tensor: nothing to copy in a graph

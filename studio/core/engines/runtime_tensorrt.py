@@ -654,7 +654,7 @@ def engine_functions(paths, decoder: str, dtype, device, reference, required: bo
             raise
         if not isinstance(exc, StudioError):
             log.warning("TensorRT runtime failed to start; using PyTorch", exc_info=True)
-            exc = f"TensorRT failed to start ({type(exc).__name__}: {exc})"
+            return None, f"PyTorch runtime: TensorRT failed to start ({type(exc).__name__}: {exc})"
         return None, f"PyTorch runtime: {exc}"
     return (unet_rt, dec_rt), (
         f"TensorRT {target.tensorrt}: {unet_prec} UNet + {decoder} engines, checked against PyTorch ({verdict.reason})"

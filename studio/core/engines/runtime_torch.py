@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -189,7 +190,7 @@ class GraphRunner:
     All buckets share one memory pool.
     """
 
-    fn: object
+    fn: Any
     device: object
     enabled: bool = True
     buckets: tuple = BUCKETS
@@ -199,8 +200,8 @@ class GraphRunner:
     capture_after: int = 0
     _graphs: dict = field(default_factory=dict)
     _uses: dict = field(default_factory=dict)
-    _pool: object = None
-    _stream: object = None
+    _pool: Any = None
+    _stream: Any = None
 
     def __post_init__(self):
         import torch

@@ -22,7 +22,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from studio.core.env import sub_dir
 from studio.core.errors import ModelError
@@ -390,9 +390,10 @@ def build_module(kind: str, config: dict, cfg_path: Path | None = None, device: 
         raise
     except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
         raise ModelError(f"{where}: not a valid {KIND_NAMES[kind]} config ({_short(exc)})") from None
-    if kind == "unet" and (module.config.in_channels != 8 or module.config.out_channels != 4):
+    cfg: Any = module.config
+    if kind == "unet" and (cfg.in_channels != 8 or cfg.out_channels != 4):
         raise ModelError(
-            f"{where}: in_channels {module.config.in_channels} / out_channels {module.config.out_channels}; "
+            f"{where}: in_channels {cfg.in_channels} / out_channels {cfg.out_channels}; "
             "a MuseTalk UNet takes 8 and gives 4 (this is not a musetalk.json)"
         )
     return module

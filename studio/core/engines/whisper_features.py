@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,7 @@ PE_MAX_LEN = 5000
 class Features:
     """The clip's whisper states, zero-padded, and the per-frame window maths."""
 
-    steps: object  # torch float32 [pad_left + S + pad_right, layers, width]
+    steps: Any  # torch float32 [pad_left + S + pad_right, layers, width]
     frames: int  # T
     pe: object  # torch float32 [WINDOW * layers, width]
     origin: int = 0  # the whisper step ``steps[pad_left]`` holds (> 0: only a stretch of the clip)
