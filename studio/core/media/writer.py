@@ -56,7 +56,7 @@ from studio.core.media.encoders import (
 from studio.core.media.lanes import LaneWriter, disk_error
 from studio.core.media.mux import Muxer
 from studio.core.media.rates import DEFAULT_RATE
-from studio.core.settings import ENCODERS, PRESETS
+from studio.core.settings import DEFAULT_CRF, DEFAULT_ENCODER, DEFAULT_PRESET, ENCODERS, PRESETS
 from studio.core.store.fsutil import atomic_output, register_temp, release_temp, temp_dir
 
 log = logging.getLogger(__name__)
@@ -78,9 +78,9 @@ def open_video(
     height,
     *,
     audio=None,
-    encoder="auto",
-    crf=20,
-    preset="superfast",
+    encoder=DEFAULT_ENCODER,
+    crf=DEFAULT_CRF,
+    preset=DEFAULT_PRESET,
     fps=DEFAULT_RATE,
     total_frames=None,
     workers=None,

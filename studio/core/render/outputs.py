@@ -20,6 +20,10 @@
   read-only mounts.
 
 The render/frame/demo commands call it first; the service calls it for every request.
+
+``open_video_for(settings, path, width, height, fps=rate, ...)`` opens the writer of a render with
+``settings`` (its encoder, CRF, preset and codec): the renderer, the several-GPU render and each
+chunk open theirs here, so none copies the encode settings field by field.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from studio.core.errors import InputError
 from studio.core.store.files import check_folder, check_name_length, inside, same_file
@@ -82,6 +87,20 @@ def check_output(
         raise InputError(f"{out}: exists and is not a regular file (a pipe or a device); choose another output name.")
     check_folder(out)
     return out
+
+
+def open_video_for(settings, path: str | os.PathLike, width: int, height: int, *, fps, **options: Any):
+    """``media.writer.open_video`` with ``settings``' encoder, CRF, preset and codec, at the output's
+    rate ``fps`` (the clip's ``rate``, resolved once). ``options`` go on as they are (``audio``,
+    ``total_frames``, ``rolling``, ``changing``, ``overwrite``, ``workers`` ...); ``codec=`` there
+    overrides the setting (a chunk of a chunked render is H.264, whatever is asked: the service refuses
+    another codec for chunks before any work)."""
+    from studio.core.media.writer import open_video
+
+    options.setdefault("codec", settings.codec)
+    return open_video(
+        path, width, height, encoder=settings.encoder, crf=settings.crf, preset=settings.preset, fps=fps, **options
+    )
 
 
 def render_inputs(avatar, audio) -> dict:

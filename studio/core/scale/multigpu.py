@@ -119,7 +119,7 @@ class DeviceRender:
         from studio.core.media.codecs import alpha_of
         from studio.core.media.hints import changing_region
         from studio.core.media.rates import rate_text
-        from studio.core.media.writer import open_video
+        from studio.core.render.outputs import open_video_for
         from studio.core.render.renderer import RenderProgress, RenderResult
 
         renderers = self.renderers
@@ -128,16 +128,13 @@ class DeviceRender:
         T = plan.frames
         a = self.clip.avatar
         s = self.settings
-        writer = open_video(
+        writer = open_video_for(
+            s,
             output,
             a.width,
             a.height,
-            audio=audio,
-            encoder=s.encoder,
-            crf=s.crf,
-            preset=s.preset,
             fps=first.rate,
-            codec=s.codec,
+            audio=audio,
             total_frames=T,
             overwrite=overwrite,
             changing=changing_region(a),
