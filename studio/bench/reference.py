@@ -25,6 +25,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -79,20 +80,20 @@ def synthetic_avatar(
     from studio.core.avatars import faces
     from studio.core.env import repo_resources
 
-    still = photo is True  # ``photo`` is reused below for the demo image
+    still = photo is True
     if still:
         loop_frames = 1
     demo = repo_resources() / "demo"
-    photo = np.asarray(PIL.Image.open(demo / "astronaut.png").convert("RGB"))
+    image = np.asarray(PIL.Image.open(demo / "astronaut.png").convert("RGB"))
     lm0 = np.load(demo / "astronaut_landmarks.npy").astype(np.float32)
     width = (height * 16 // 9) // 2 * 2
     ramp = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None, None]
     backdrop = np.array([22, 30, 48], np.float32) * (1 - ramp) + np.array([60, 70, 92], np.float32) * ramp
     canvas = np.broadcast_to(backdrop, (height, width, 3)).astype(np.uint8).copy()
-    s = 0.95 * height / photo.shape[0]
-    pw, ph = int(round(photo.shape[1] * s)), int(round(photo.shape[0] * s))
+    s = 0.95 * height / image.shape[0]
+    pw, ph = int(round(image.shape[1] * s)), int(round(image.shape[0] * s))
     x0, y0 = (width - pw) // 2, (height - ph) // 2
-    canvas[y0 : y0 + ph, x0 : x0 + pw] = cv2.resize(photo, (pw, ph), interpolation=cv2.INTER_AREA)
+    canvas[y0 : y0 + ph, x0 : x0 + pw] = cv2.resize(image, (pw, ph), interpolation=cv2.INTER_AREA)
     base_lm = lm0 * s + np.array([x0, y0], np.float32)
     # the sway: a Gaussian bump of motion around the head and shoulders
     cx, cy = float(base_lm[:, 0].mean()), float(base_lm[:, 1].mean()) + 0.12 * height
@@ -150,6 +151,7 @@ def time_render(avatar, audio: Path, settings, engine, output: Path, engines=Non
         env.put("STUDIO_TRACE", None)
     sampler = StackSampler() if env.get("STUDIO_STACKS") and not output.stem.startswith("warm") else None
     t0 = time.perf_counter()
+    renderer: Any
     if engines:
         renderer = DeviceRender(avatar, audio, settings, engines=engines)
     else:
@@ -210,7 +212,7 @@ class StackSampler:
         self.interval, self.depth = interval, depth
         self.samples: dict[tuple, int] = {}
         self.total = 0
-        self._stop = None
+        self._stop: Any = None  # a threading.Event while sampling
 
     def __enter__(self):
         import threading
@@ -231,7 +233,7 @@ class StackSampler:
 
         while not self._stop.wait(self.interval):
             frame = sys._current_frames().get(self._target)
-            stack = []
+            stack: list[str] = []
             while frame is not None and len(stack) < self.depth:
                 code = frame.f_code
                 stack.append(f"{Path(code.co_filename).name}:{frame.f_lineno} {code.co_name}")
@@ -365,7 +367,7 @@ def _encode_pngs(pngs, out: Path, width: int, height: int) -> None:
         s.options = {"crf": "18"}
         s.codec_context.time_base = Fraction(1, FPS)
         for k, p in enumerate(pngs):
-            rgb = cv2.imread(str(p))[: s.height, : s.width, ::-1]
+            rgb = np.asarray(cv2.imread(str(p)))[: s.height, : s.width, ::-1]
             fr = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24").reformat(format="yuv420p")
             fr.pts = k
             c.mux(s.encode(fr))
@@ -404,7 +406,11 @@ def _mux_reencode(video: Path, audio: Path, out: Path) -> None:
 def machine_info() -> dict:
     import platform
 
-    info = {"cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
     try:
         import torch
 
@@ -494,7 +500,7 @@ def run_bench(
     height = height or (1080 if cuda else 360)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    out = {
+    out: dict[str, Any] = {
         "machine": machine_info(),
         "device": str(dev),
         "frames": frames,
@@ -543,7 +549,7 @@ def run_bench(
             )
             note(f"{key}: {out['runs'][key]['seconds']} s wall")
 
-    official_engine = None
+    official_engine: Any = None
 
     def settings(**kw):
         return RenderSettings(device=str(dev), encoder=encoder, preset=preset, crf=crf, batch=batch, **kw)
@@ -665,7 +671,7 @@ def run_bench(
             official_engine.close()
         return out
     note("official loop reproduction: loading fp16 eager UNet + SD-VAE")
-    p = weights.resolve(models_dir)
+    p: Any = weights.resolve(models_dir)
     dtype = torch.float16 if cuda else torch.float32
     unet = weights.load_module("unet", p.unet, p.weight_file(p.unet), dev, dtype)
     vae = weights.load_module("vae", p.vae, p.weight_file(p.vae), dev, dtype)
@@ -762,6 +768,7 @@ def _cold_child(args_json: str, t_first: float = 0.0) -> None:
     avatar = synthetic_avatar(workdir / "cold", a["height"], photo=True)
     audio = reference_audio(workdir / "cold", a["frames"])
     t_avatar = time.perf_counter()
+    eng: Any
     if a["engine"] == "musetalk":
         from studio.core.engines.musetalk import MuseTalkEngine
 

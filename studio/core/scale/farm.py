@@ -30,13 +30,13 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from studio.core.errors import Cancelled, RenderError, StudioError
 from studio.core.scale.chunks import avatar_reference, join_segments, render_segment, segments_result, split
 
 if TYPE_CHECKING:
-    from studio.core.render.renderer import RenderProgress
+    from studio.core.render.renderer import RenderProgress, RenderResult
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
 
     if ray.is_initialized():
         return "already connected"
-    common = dict(namespace=NAMESPACE, configure_logging=False, log_to_driver=False)
+    common: dict[str, Any] = dict(namespace=NAMESPACE, configure_logging=False, log_to_driver=False)
     if address:
         if address == "auto" or address.split(":")[0] in LOOPBACK:
             loopback_only()
@@ -148,7 +148,7 @@ class Farm:
         slots = int(res.get("GPU", 0) if self.gpus else res.get("CPU", 1))
         n = max(1, int(workers) if workers else slots)
         cls = _worker_class()
-        opts = dict(num_gpus=1, num_cpus=1) if self.gpus else dict(num_cpus=1)
+        opts: dict[str, Any] = dict(num_gpus=1, num_cpus=1) if self.gpus else dict(num_cpus=1)
         opts.update(max_restarts=ACTOR_RESTARTS, max_task_retries=0)
         self._actors = {}
         for i in range(n):
@@ -162,7 +162,7 @@ class Farm:
         self._cancel = threading.Event()
         self._reviving: dict = {}  # pid ref of a restarting worker -> label
         self._shipped: dict = {}
-        self.result = None
+        self.result: RenderResult | None = None
         self.retries = 0
         log.info("farm: %d %s worker(s)", n, "GPU" if self.gpus else "CPU")
 
