@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import inspect
 from pathlib import Path
+from types import SimpleNamespace
 
 import av
 import numpy as np
@@ -32,20 +33,20 @@ def test_the_settings_pick_the_writer(tmp_path):
     """The encoder follows the settings' codec and preset (ProRes: prores_ks from "slow" on), and an
     explicit codec overrides the setting (a chunk is H.264)."""
     frames = np.random.default_rng(3).integers(0, 255, (4, 64, 96, 3), dtype=np.uint8)
+    a = SimpleNamespace(width=96, height=64)  # the avatar's size; nothing of it is said to stay still
     names = {}
     for preset in ("ultrafast", "slow"):
         out = tmp_path / f"{preset}.mov"
         s = RenderSettings(codec="prores", preset=preset)
-        with open_video_for(s, out, 96, 64, fps=25, total_frames=4, workers=1) as w:
+        with open_video_for(s, out, a, fps=25, total_frames=4, workers=1, changing=None) as w:
             names[preset] = w.name
             w.write(frames, indices=np.arange(4))
         with av.open(str(out)) as c:
             assert c.streams.video[0].codec_context.name == "prores" and len(list(c.decode(video=0))) == 4
     assert names == {"ultrafast": "prores_aw", "slow": "prores_ks"}
     out = tmp_path / "chunk.mp4"
-    with open_video_for(
-        RenderSettings(codec="prores", encoder="x264"), out, 96, 64, fps=25, total_frames=4, codec="h264"
-    ) as w:
+    s = RenderSettings(codec="prores", encoder="x264")
+    with open_video_for(s, out, a, fps=25, total_frames=4, codec="h264", changing=None) as w:
         w.write(frames, indices=np.arange(4))
     with av.open(str(out)) as c:
         assert c.streams.video[0].codec_context.name == "h264"

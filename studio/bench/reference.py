@@ -554,100 +554,49 @@ def run_bench(
     def settings(**kw):
         return RenderSettings(device=str(dev), encoder=encoder, preset=preset, crf=crf, batch=batch, **kw)
 
+    def musetalk(device: str, decoder: str):
+        precision = "fp16" if device.startswith("cuda") else "fp32"
+        return MuseTalkEngine(
+            device=device, precision=precision, decoder=decoder, batch=batch, compile=compile, models_dir=models_dir
+        )
+
     for decoder in decoders:
         note(f"MuseTalk + {decoder}: loading and warming up")
-        engine = MuseTalkEngine(
-            device=str(dev),
-            precision="fp16" if cuda else "fp32",
-            decoder=decoder,
-            batch=batch,
-            compile=compile,
-            models_dir=models_dir,
-        )
-        time_render(
-            avatar, warm_audio, settings(engine="musetalk", decoder=decoder), engine, workdir / f"warm_{decoder}.mp4"
-        )  # graphs, encoders, latents: all warm
+        mt = settings(engine="musetalk", decoder=decoder)
+        engine = musetalk(str(dev), decoder)
+        # graphs, encoders, latents: all warm
+        time_render(avatar, warm_audio, mt, engine, workdir / f"warm_{decoder}.mp4")
         note(f"MuseTalk + {decoder}: timing")
-        run = time_render(
-            avatar, audio, settings(engine="musetalk", decoder=decoder), engine, workdir / f"ours_{decoder}.mp4"
-        )
+        run = time_render(avatar, audio, mt, engine, workdir / f"ours_{decoder}.mp4")
         run["engine"] = engine.describe()
         run["batch"] = batch or engine.preferred_batch()
         out["runs"][f"musetalk-{decoder}"] = run
         note(f"MuseTalk + {decoder}: {run['fps']} frames/s end to end")
         if decoder == decoders[0] and photo:
             still = synthetic_avatar(workdir, height, photo=True)
-            time_render(
-                still,
-                warm_audio,
-                settings(engine="musetalk", decoder=decoder),
-                engine,
-                workdir / f"warm_{decoder}_photo.mp4",
-            )
-            run_p = time_render(
-                still,
-                audio,
-                settings(engine="musetalk", decoder=decoder),
-                engine,
-                workdir / f"ours_{decoder}_photo.mp4",
-            )
+            time_render(still, warm_audio, mt, engine, workdir / f"warm_{decoder}_photo.mp4")
+            run_p = time_render(still, audio, mt, engine, workdir / f"ours_{decoder}_photo.mp4")
             out["runs"][f"musetalk-{decoder}-photo"] = run_p
             note(f"MuseTalk + {decoder}, photo avatar: {run_p['fps']} frames/s end to end")
             # the same without telling x264 what cannot change: the photo, and the video avatar's still backdrop
             for who, av_, stem in (("photo", still, "photo_nohints"), ("video", avatar, "nohints")):
                 with env.scoped("STUDIO_VIDEO_HINTS", "0"):
-                    run_n = time_render(
-                        av_,
-                        audio,
-                        settings(engine="musetalk", decoder=decoder),
-                        engine,
-                        workdir / f"ours_{decoder}_{stem}.mp4",
-                    )
+                    run_n = time_render(av_, audio, mt, engine, workdir / f"ours_{decoder}_{stem}.mp4")
                 out["runs"][f"musetalk-{decoder}{'-photo' if who == 'photo' else ''}-no-hints"] = run_n
                 note(f"MuseTalk + {decoder}, {who} avatar without video hints: {run_n['fps']} frames/s")
         if decoder == decoders[0] and long_frames:
             long_audio = reference_audio(workdir, long_frames)
             note(f"MuseTalk + {decoder}: timing a {long_frames}-frame clip")
-            run_l = time_render(
-                avatar,
-                long_audio,
-                settings(engine="musetalk", decoder=decoder),
-                engine,
-                workdir / f"ours_{decoder}_long.mp4",
-            )
+            run_l = time_render(avatar, long_audio, mt, engine, workdir / f"ours_{decoder}_long.mp4")
             out["runs"][f"musetalk-{decoder}-{long_frames}"] = run_l
             note(f"MuseTalk + {decoder}, {long_frames} frames: {run_l['fps']} frames/s, finish {run_l['finish_ms']}")
             (workdir / f"ours_{decoder}_long.mp4").unlink(missing_ok=True)
         if gpus > 1:
-            extra = [
-                MuseTalkEngine(
-                    device=f"cuda:{g}",
-                    precision="fp16",
-                    decoder=decoder,
-                    batch=batch,
-                    compile=compile,
-                    models_dir=models_dir,
-                )
-                for g in range(1, gpus)
-            ]
+            extra = [musetalk(f"cuda:{g}", decoder) for g in range(1, gpus)]
             engines = [engine, *extra]
             note(f"MuseTalk + {decoder} on {gpus} GPUs: warming up")
-            time_render(
-                avatar,
-                audio,
-                settings(engine="musetalk", decoder=decoder),
-                None,
-                workdir / f"warm_{decoder}_{gpus}gpu.mp4",
-                engines=engines,
-            )
-            multi = time_render(
-                avatar,
-                audio,
-                settings(engine="musetalk", decoder=decoder),
-                None,
-                workdir / f"ours_{decoder}_{gpus}gpu.mp4",
-                engines=engines,
-            )
+            time_render(avatar, audio, mt, None, workdir / f"warm_{decoder}_{gpus}gpu.mp4", engines=engines)
+            multi = time_render(avatar, audio, mt, None, workdir / f"ours_{decoder}_{gpus}gpu.mp4", engines=engines)
             multi["gpus"] = gpus
             multi["scaling"] = round(multi["fps"] / run["fps"], 2)
             out["runs"][f"musetalk-{decoder}-{gpus}gpu"] = multi

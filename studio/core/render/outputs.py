@@ -21,9 +21,10 @@
 
 The render/frame/demo commands call it first; the service calls it for every request.
 
-``open_video_for(settings, path, width, height, fps=rate, ...)`` opens the writer of a render with
-``settings`` (its encoder, CRF, preset and codec): the renderer, the several-GPU render and each
-chunk open theirs here, so none copies the encode settings field by field.
+``open_video_for(settings, path, avatar, fps=rate, ...)`` opens the writer of a render of ``avatar``
+with ``settings`` (its encoder, CRF, preset and codec; the avatar's size and what of it may change):
+the renderer, the several-GPU render and each chunk open theirs here, so none copies the encode
+settings field by field.
 """
 
 from __future__ import annotations
@@ -89,17 +90,29 @@ def check_output(
     return out
 
 
-def open_video_for(settings, path: str | os.PathLike, width: int, height: int, *, fps, **options: Any):
-    """``media.writer.open_video`` with ``settings``' encoder, CRF, preset and codec, at the output's
-    rate ``fps`` (the clip's ``rate``, resolved once). ``options`` go on as they are (``audio``,
-    ``total_frames``, ``rolling``, ``changing``, ``overwrite``, ``workers`` ...); ``codec=`` there
-    overrides the setting (a chunk of a chunked render is H.264, whatever is asked: the service refuses
-    another codec for chunks before any work)."""
+def open_video_for(settings, path: str | os.PathLike, avatar, *, fps, **options: Any):
+    """``media.writer.open_video`` for frames of ``avatar``'s size with ``settings``' encoder, CRF,
+    preset and codec, at the output's rate ``fps`` (the clip's ``rate``, resolved once), told what
+    of the avatar may change (``hints.changing_region``: a photo's face, a video's moving parts).
+    ``options`` go on as they are (``audio``, ``total_frames``, ``rolling``, ``overwrite``,
+    ``workers`` ...); ``codec=`` or ``changing=`` there override (a chunk of a chunked render is
+    H.264 whatever is asked: the service refuses another codec for chunks before any work)."""
     from studio.core.media.writer import open_video
 
     options.setdefault("codec", settings.codec)
+    if "changing" not in options:
+        from studio.core.media.hints import changing_region
+
+        options["changing"] = changing_region(avatar)
     return open_video(
-        path, width, height, encoder=settings.encoder, crf=settings.crf, preset=settings.preset, fps=fps, **options
+        path,
+        avatar.width,
+        avatar.height,
+        encoder=settings.encoder,
+        crf=settings.crf,
+        preset=settings.preset,
+        fps=fps,
+        **options,
     )
 
 

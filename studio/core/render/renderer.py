@@ -416,7 +416,6 @@ class Renderer:
         On cancel raises ``Cancelled`` after removing every temporary file; an existing ``output``
         stays untouched. The last progress has ``finished=True``; ``self.result`` holds the summary.
         """
-        from studio.core.media.hints import changing_region
         from studio.core.render.outputs import open_video_for
 
         self._cancel.clear()
@@ -444,16 +443,7 @@ class Renderer:
                 )
                 self._stage("loudness", t1)
             writer = open_video_for(
-                self.settings,
-                output,
-                a.width,
-                a.height,
-                fps=self.rate,
-                audio=audio,
-                total_frames=T,
-                rolling=True,
-                changing=changing_region(a),  # a photo's face, a video's moving parts
-                overwrite=overwrite,
+                self.settings, output, a, fps=self.rate, audio=audio, total_frames=T, rolling=True, overwrite=overwrite
             )
             self._stage("open", t0)
             yield from self._run(writer, plan, first, T, t_start)

@@ -98,7 +98,7 @@ def render_segment(
     s = renderer.settings
     a = renderer.avatar
     n = end - start
-    writer = open_video_for(s, path, a.width, a.height, fps=renderer.rate, total_frames=n, codec="h264")
+    writer = open_video_for(s, path, a, fps=renderer.rate, total_frames=n, codec="h264", changing=None)
     t0 = time.perf_counter()
     with writer:
         batches = [start + b for b in stripes(n, renderer.batch_size, writer.chunks)]
