@@ -1,4 +1,4 @@
-"""The reference benchmark workload (``studio bench``) and a reproduction of the official loop.
+"""The reference benchmark workload (``studio bench``), timed against the official loop.
 
 Workload (issue "GPU speed"): a 26.88 s voice-over (672 frames; the demo voice-over cut to length,
 ~20 % silence), a 1080p video avatar loop (the demo presenter swaying over 2 s, 50 frames), the
@@ -10,11 +10,8 @@ The avatar is built from a known motion of the demo photo: its face-mesh landmar
 then boxes, crops and masks come from ``studio.core.avatars.faces`` exactly as for a tracked avatar. This
 keeps the benchmark free of the face tracker (which is not part of a render) and of mediapipe.
 
-``official_loop`` reproduces MuseTalk's realtime script (spec §4.2) on the same inputs: fp16 eager
-UNet at batch 20, SD-VAE decode, per-frame CPU resize and PIL-style mask paste into the full frame,
-PNG frames on disk, then one libx264 encode of the PNGs (crf 18) and a second pass that re-encodes
-the video while muxing the audio (the official ``ffmpeg -i audio -i video out.mp4`` without
-``-c copy``). ffmpeg's defaults are mirrored through PyAV (preset medium, all threads).
+The ratios are against ``studio.bench.official.official_loop``, MuseTalk's realtime script
+reproduced on the same inputs; ``--cold`` rows are ``studio.bench.cold``'s fresh processes.
 """
 
 from __future__ import annotations
@@ -22,120 +19,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from studio.bench.cold import cold_render
+from studio.bench.inputs import REF_FRAMES, reference_audio, synthetic_avatar
+from studio.bench.official import official_loop
 from studio.core import env
-from studio.core.constants import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 log = logging.getLogger(__name__)
-
-REF_FRAMES = 672
-OFFICIAL_BATCH = 20
-
-
-# --------------------------------------------------------------------------------------------
-# Inputs
-
-
-def reference_audio(workdir: Path, frames: int = REF_FRAMES) -> Path:
-    """The demo voice-over cut (or looped) to exactly ``frames`` video frames, as 16 kHz WAV."""
-    import soundfile as sf
-
-    from studio.core.env import repo_resources
-    from studio.core.media.audio import load
-
-    wave = load(repo_resources() / "demo" / "voiceover.flac")
-    n = frames * SAMPLES_PER_FRAME
-    reps = -(-n // len(wave.samples))
-    samples = np.tile(wave.samples, reps)[:n]
-    path = Path(workdir) / f"voice_{frames}.wav"
-    sf.write(path, samples, SAMPLE_RATE, subtype="PCM_16")
-    return path
-
-
-def synthetic_avatar(
-    workdir: Path, height: int = 1080, loop_frames: int = 50, spread=(0.09, 0.20), photo: bool = False
-):
-    """An in-memory ``AvatarAssets``: the demo photo on a 16:9 backdrop, the presenter swaying
-    over a ``loop_frames`` loop.
-
-    Like a tripod recording, the camera and backdrop stay still: a smooth displacement field
-    centred on the head and shoulders (Gaussian, ``spread`` = sigma as fractions of the width and
-    height, cut to zero past 3 sigma) moves the presenter by up to ~12 px (and the face-mesh
-    landmarks with it); the rest of the frame (the flag, the shuttle model) is the same in every
-    frame, bit for bit. That matters for the encoders, which skip still macroblocks cheaply.
-    ``photo=True``: a photo avatar (one still frame, kind "photo"): only the mouth moves.
-    (Until 2026-11-30 the field was ~2x wider, sigma (0.22, 0.35), with no cut-off: the whole
-    frame moved by up to a pixel. On the H200 host 16 x264 processes encoded that at 833 fps and
-    this one at 931 fps in the same run, a difference within the spread between runs.)
-    """
-    import cv2
-    import PIL.Image
-
-    from studio.core.avatars import faces
-    from studio.core.env import repo_resources
-
-    still = photo is True
-    if still:
-        loop_frames = 1
-    demo = repo_resources() / "demo"
-    image = np.asarray(PIL.Image.open(demo / "astronaut.png").convert("RGB"))
-    lm0 = np.load(demo / "astronaut_landmarks.npy").astype(np.float32)
-    width = (height * 16 // 9) // 2 * 2
-    ramp = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None, None]
-    backdrop = np.array([22, 30, 48], np.float32) * (1 - ramp) + np.array([60, 70, 92], np.float32) * ramp
-    canvas = np.broadcast_to(backdrop, (height, width, 3)).astype(np.uint8).copy()
-    s = 0.95 * height / image.shape[0]
-    pw, ph = int(round(image.shape[1] * s)), int(round(image.shape[0] * s))
-    x0, y0 = (width - pw) // 2, (height - ph) // 2
-    canvas[y0 : y0 + ph, x0 : x0 + pw] = cv2.resize(image, (pw, ph), interpolation=cv2.INTER_AREA)
-    base_lm = lm0 * s + np.array([x0, y0], np.float32)
-    # the sway: a Gaussian bump of motion around the head and shoulders
-    cx, cy = float(base_lm[:, 0].mean()), float(base_lm[:, 1].mean()) + 0.12 * height
-    gy, gx = np.mgrid[0:height, 0:width].astype(np.float32)
-    sx, sy = spread[0] * width, spread[1] * height
-    bump = np.exp(-(((gx - cx) / sx) ** 2 + ((gy - cy) / sy) ** 2) / 2)
-    bump[bump < np.exp(-4.5)] = 0.0  # past 3 sigma: a still backdrop
-    amp = np.array([0.006 * width, 0.004 * height], np.float32)
-    frames = np.empty((loop_frames, height, width, 3), np.uint8)
-    lms = np.empty((loop_frames, len(lm0), 2), np.float32)
-    for k in range(loop_frames):
-        ph_ = 2 * np.pi * k / loop_frames
-        dx, dy = amp[0] * np.sin(ph_), amp[1] * np.sin(2 * ph_)
-        mx, my = (gx - dx * bump).astype(np.float32), (gy - dy * bump).astype(np.float32)
-        frames[k] = cv2.remap(canvas, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
-        b = np.exp(-(((base_lm[:, 0] - cx) / sx) ** 2 + ((base_lm[:, 1] - cy) / sy) ** 2) / 2)
-        lms[k] = base_lm + np.stack([dx * b, dy * b], 1)
-    boxes = faces.boxes_for(lms, width, height)
-    crops = np.stack([faces.crop_face(f, b) for f, b in zip(frames, boxes)])
-    crop_lm = np.stack([faces.to_crop(lm, b) for lm, b in zip(lms, boxes)])
-    masks = np.stack([faces.blend_mask(c, b) for c, b in zip(crop_lm, boxes)])
-    folder = Path(workdir) / ("photo" if still else "avatar")  # its own engine caches (latents)
-    folder.mkdir(parents=True, exist_ok=True)
-    from studio.core.avatars.library import AvatarAssets
-
-    meta = {"kind": "photo" if still else "video", "fps": FPS, "frames": loop_frames, "width": width, "height": height}
-    return AvatarAssets(
-        name="bench",
-        folder=folder,
-        meta=meta,
-        frames=frames,
-        boxes=boxes,
-        crops=crops,
-        masks=masks,
-        landmarks=lms,
-        crop_landmarks=crop_lm,
-        face_ok=np.ones(loop_frames, bool),
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# Timing our renderer
 
 
 def time_render(avatar, audio: Path, settings, engine, output: Path, engines=None) -> dict:
@@ -245,162 +138,6 @@ class StackSampler:
     def top(self, n: int = 12) -> list:
         best = sorted(self.samples.items(), key=lambda kv: -kv[1])[:n]
         return [{"share": round(c / max(1, self.total), 3), "stack": list(k)} for k, c in best]
-
-
-# --------------------------------------------------------------------------------------------
-# The official realtime loop, reproduced
-
-
-def official_masks(avatar) -> tuple[list[np.ndarray], list[tuple[int, int, int, int]]]:
-    """MuseTalk's per-frame blend material: a mask over the 1.5x square around the box, and that square."""
-    import cv2
-
-    masks, crop_boxes = [], []
-    for i in range(avatar.N):
-        x1, y1, x2, y2 = (int(v) for v in avatar.boxes[i])
-        w, h = x2 - x1, y2 - y1
-        xc, yc = (x1 + x2) // 2, (y1 + y2) // 2
-        s = int(max(w, h) // 2 * 1.5)
-        xs, ys = xc - s, yc - s
-        full = np.zeros((2 * s, 2 * s), np.uint8)
-        full[y1 - ys : y2 - ys, x1 - xs : x2 - xs] = cv2.resize(np.asarray(avatar.masks[i]), (w, h))
-        masks.append(full)
-        crop_boxes.append((xs, ys, xs + 2 * s, ys + 2 * s))
-    return masks, crop_boxes
-
-
-def official_blend(frame_bgr: np.ndarray, face_bgr: np.ndarray, box, mask: np.ndarray, crop_box) -> np.ndarray:
-    """``get_image_blending``: hard-paste the face into the 1.5x square, then alpha-paste the square."""
-    import PIL.Image
-
-    x1, y1, x2, y2 = (int(v) for v in box)
-    xs, ys, xe, ye = crop_box
-    body = PIL.Image.fromarray(frame_bgr[:, :, ::-1])
-    face = PIL.Image.fromarray(face_bgr[:, :, ::-1])
-    face_large = body.crop((xs, ys, xe, ye))
-    face_large.paste(face, (x1 - xs, y1 - ys))
-    body.paste(face_large, (xs, ys), PIL.Image.fromarray(mask, "L"))
-    return np.asarray(body)[:, :, ::-1]
-
-
-def official_loop(
-    avatar, audio: Path, unet, vae, features: np.ndarray, latents, output: Path, device, frames: int | None = None
-) -> dict:
-    """Time the official realtime loop on ``frames`` frames (all by default).
-
-    ``unet``/``vae`` are the loaded modules (``weights.load_module``: ours, with diffusers'
-    interface) already in fp16 on ``device``; ``features`` the
-    ``[T,50,384]`` whisper tokens with PE; ``latents`` the avatar's ``[N,8,32,32]`` UNet inputs.
-    """
-    import cv2
-    import torch
-
-    T = len(features) if frames is None else min(frames, len(features))
-    masks, crop_boxes = official_masks(avatar)
-    tmp = output.parent / f".{output.stem}.official"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    stages = {"model": 0.0, "resize_blend": 0.0, "png": 0.0, "encode": 0.0, "mux": 0.0}
-    t_start = time.perf_counter()
-    timestep = torch.tensor([0], device=device)
-    dtype = next(unet.parameters()).dtype  # fp16 on CUDA as the official script; fp32 on a CPU
-    feats = torch.from_numpy(np.asarray(features[:T])).to(device, dtype)
-    lat_all = latents.to(device, dtype)
-    for a in range(0, T, OFFICIAL_BATCH):
-        b = min(T, a + OFFICIAL_BATCH)
-        t0 = time.perf_counter()
-        idx = torch.as_tensor(avatar.cycle_index(np.arange(a, b)), device=device)
-        with torch.no_grad():
-            pred = unet(lat_all[idx], timestep, encoder_hidden_states=feats[a:b], return_dict=False)[0]
-            img = vae.decode(pred / 0.18215, return_dict=False)[0]
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        img = (
-            (img.float() / 2 + 0.5)
-            .clamp(0, 1)
-            .permute(0, 2, 3, 1)
-            .mul(255)
-            .round()
-            .to(torch.uint8)
-            .cpu()
-            .numpy()[..., ::-1]
-        )
-        stages["model"] += time.perf_counter() - t0
-        for j, t in enumerate(range(a, b)):
-            t0 = time.perf_counter()
-            i = avatar.cycle_index(t)
-            x1, y1, x2, y2 = (int(v) for v in avatar.boxes[i])
-            frame = np.ascontiguousarray(avatar.frames[i][:, :, ::-1])  # deep copy, BGR
-            face = cv2.resize(np.ascontiguousarray(img[j]), (x2 - x1, y2 - y1))
-            combined = official_blend(frame, face, avatar.boxes[i], masks[i], crop_boxes[i])
-            t1 = time.perf_counter()
-            cv2.imwrite(str(tmp / f"{t:08d}.png"), np.ascontiguousarray(combined))
-            stages["resize_blend"] += t1 - t0
-            stages["png"] += time.perf_counter() - t1
-    t0 = time.perf_counter()
-    temp_mp4 = tmp / "temp.mp4"
-    _encode_pngs(sorted(tmp.glob("*.png")), temp_mp4, avatar.width, avatar.height)
-    stages["encode"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    _mux_reencode(temp_mp4, audio, output)
-    stages["mux"] = time.perf_counter() - t0
-    wall = time.perf_counter() - t_start
-    shutil.rmtree(tmp, ignore_errors=True)
-    return {
-        "frames": T,
-        "seconds": round(wall, 3),
-        "fps": round(T / wall, 2),
-        "stage_s": {k: round(v, 3) for k, v in stages.items()},
-    }
-
-
-def _encode_pngs(pngs, out: Path, width: int, height: int) -> None:
-    """``ffmpeg -r 25 -i %08d.png -vcodec libx264 -vf format=yuv420p -crf 18 temp.mp4``."""
-    from fractions import Fraction
-
-    import av
-    import cv2
-
-    with av.open(str(out), "w") as c:
-        s = c.add_stream("libx264", rate=FPS)
-        s.width, s.height, s.pix_fmt = width // 2 * 2, height // 2 * 2, "yuv420p"
-        s.options = {"crf": "18"}
-        s.codec_context.time_base = Fraction(1, FPS)
-        for k, p in enumerate(pngs):
-            rgb = np.asarray(cv2.imread(str(p)))[: s.height, : s.width, ::-1]
-            fr = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24").reformat(format="yuv420p")
-            fr.pts = k
-            c.mux(s.encode(fr))
-        c.mux(s.encode(None))
-
-
-def _mux_reencode(video: Path, audio: Path, out: Path) -> None:
-    """``ffmpeg -i audio -i video out.mp4``: the video is decoded and encoded again (libx264 defaults)."""
-    from fractions import Fraction
-
-    import av
-    import soundfile as sf
-
-    data, rate = sf.read(str(audio), dtype="float32", always_2d=True)
-    with av.open(str(video)) as src, av.open(str(out), "w") as dst:
-        vin = src.streams.video[0]
-        vs = dst.add_stream("libx264", rate=FPS)
-        vs.width, vs.height, vs.pix_fmt = vin.width, vin.height, "yuv420p"
-        vs.codec_context.time_base = Fraction(1, FPS)
-        ast = dst.add_stream("aac", rate=rate)
-        ast.layout = "mono" if data.shape[1] == 1 else "stereo"
-        for k, fr in enumerate(src.decode(vin)):
-            fr.pts, fr.time_base = k, Fraction(1, FPS)
-            dst.mux(vs.encode(fr))
-        dst.mux(vs.encode(None))
-        frame_size = 1024
-        for a in range(0, len(data), frame_size):
-            chunk = np.ascontiguousarray(data[a : a + frame_size].T)
-            af = av.AudioFrame.from_ndarray(chunk, format="fltp", layout=ast.layout.name)
-            af.sample_rate = rate
-            af.pts = a
-            dst.mux(ast.encode(af))
-        dst.mux(ast.encode(None))
 
 
 def machine_info() -> dict:
@@ -634,142 +371,6 @@ def run_bench(
     base = off["fps"]
     out["ratios"] = {k: round(v["fps"] / base, 1) for k, v in out["runs"].items() if k != "official" and "fps" in v}
     return out
-
-
-def cold_render(
-    workdir: Path,
-    engine: str,
-    decoder: str | None,
-    device: str,
-    models_dir,
-    frames: int,
-    height: int,
-    encoder: str = "auto",
-    preset: str = "ultrafast",
-    crf: int = 20,
-    fast_copies: bool = False,
-) -> dict:
-    """A fresh Python process renders ``frames`` frames of a ``height``p photo avatar: wall time of
-    the whole process (interpreter start to exit), less the time it spends building the synthetic
-    avatar (a library avatar is a memory map); with the child's own breakdown."""
-    import json
-    import subprocess
-    import sys
-
-    args = {
-        "workdir": str(workdir),
-        "engine": engine,
-        "decoder": decoder,
-        "device": device,
-        "frames": frames,
-        "models_dir": None if models_dir is None else str(models_dir),
-        "height": height,
-        "encoder": encoder,
-        "preset": preset,
-        "crf": crf,
-    }
-    t0 = time.perf_counter()
-    launched = time.time()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import time; t=time.time(); import sys; "
-            "from studio.bench.reference import _cold_child; _cold_child(sys.argv[1], t)",
-            json.dumps(args),
-        ],
-        capture_output=True,
-        text=True,
-        env=env.child(STUDIO_X264_NICE=env.get("STUDIO_X264_NICE"), STUDIO_FAST_COPIES="1" if fast_copies else "0"),
-    )
-    wall = time.perf_counter() - t0
-    ended = time.time()
-    if proc.returncode != 0:
-        return {"error": proc.stderr[-2000:], "seconds": round(wall, 3)}
-    child = json.loads(proc.stdout.strip().splitlines()[-1])
-    # the interpreter's start before the child's first line, and its exit after its answer
-    child["python_start_s"] = round(child.pop("t_first") - launched, 3)
-    child["exit_s"] = round(ended - child.pop("t_answer"), 3)
-    seconds = wall - child["avatar_s"]
-    child.update(
-        seconds=round(seconds, 3),
-        process_wall_s=round(wall, 3),
-        fps=round(frames / seconds, 1),
-        warnings=[ln for ln in proc.stderr.splitlines() if "WARNING" in ln][-5:],
-    )
-    return child
-
-
-def _cold_child(args_json: str, t_first: float = 0.0) -> None:
-    """The child of ``cold_render``: prints one JSON line (its breakdown, in seconds)."""
-    import json
-
-    t_start = time.perf_counter()
-    a = json.loads(args_json)
-    import torch  # noqa: F401 - timed: the import a cold render pays
-
-    t_torch = time.perf_counter()
-    from studio.core.render.renderer import Renderer
-    from studio.core.settings import RenderSettings
-
-    t_import = time.perf_counter()
-    workdir = Path(a["workdir"])
-    avatar = synthetic_avatar(workdir / "cold", a["height"], photo=True)
-    audio = reference_audio(workdir / "cold", a["frames"])
-    t_avatar = time.perf_counter()
-    eng: Any
-    if a["engine"] == "musetalk":
-        from studio.core.engines.musetalk import MuseTalkEngine
-
-        eng = MuseTalkEngine(
-            device=a["device"],
-            precision="fp16" if "cuda" in a["device"] else "fp32",
-            decoder=a["decoder"],
-            models_dir=a["models_dir"],
-        )
-    else:
-        from studio.core.engines.classic import ClassicEngine
-
-        eng = ClassicEngine(device=a["device"])
-    settings = RenderSettings(
-        engine=a["engine"],
-        device=a["device"],
-        decoder=a["decoder"] or "taesd",
-        encoder=a["encoder"],
-        preset=a["preset"],
-        crf=a["crf"],
-    )
-    r = Renderer(avatar, audio, settings, engine=eng)
-    t_engine = time.perf_counter()
-    result = r.render(workdir / "cold" / f"cold_{a['engine']}.mp4")
-    t_end = time.perf_counter()
-    import sys
-
-    sys.stdout.write(
-        json.dumps(
-            {  # the answer to the parent bench process (its protocol, not a message)
-                "frames": result.frames,
-                "engine": eng.name,
-                "encoder": result.encoder,
-                "import_s": round(t_import - t_start, 3),
-                "import_torch_s": round(t_torch - t_start, 3),
-                "avatar_s": round(t_avatar - t_import, 3),
-                "t_first": t_first,
-                "engine_object_s": round(t_engine - t_avatar, 3),
-                "render_s": round(t_end - t_engine, 3),
-                "load_ms": getattr(eng, "load_ms", {}),
-                "stage_ms": result.stage_ms,
-                "finish_ms": result.finish_ms,
-                "modules": sorted(m for m in ("transformers", "diffusers", "torch._dynamo") if m in sys.modules),
-                "t_answer": time.time(),
-            }
-        )
-        + "\n"
-    )
-    sys.stdout.flush()
-    from studio.core.signals import quick_exit
-
-    quick_exit(0)  # as a command ends (studio.cli.main)
 
 
 def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:

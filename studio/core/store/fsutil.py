@@ -257,31 +257,24 @@ def temp_file(folder: str | os.PathLike, prefix: str, suffix: str) -> Path:
     creation (``FileNotFoundError`` for a missing folder, ``PermissionError``...), registering
     nothing then.
     """
-    folder = Path(folder)
-    for _ in range(100):
-        path = folder / _temp_name(prefix, _token(), suffix)
-        register_temp(path)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-        except FileExistsError:
-            release_temp(path)
-            continue
-        except BaseException:
-            release_temp(path)
-            raise
-        os.close(fd)
-        return path
-    raise FileExistsError(f"no free temporary name in {folder}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    return _new_temp(folder, prefix, suffix, "file", lambda path: os.close(os.open(path, flags, 0o666)))
 
 
 def temp_dir(folder: str | os.PathLike, prefix: str, suffix: str = ".part") -> Path:
     """Create a temporary folder ``folder/prefix<random>suffix`` (registered first; removed as a whole)."""
+    return _new_temp(folder, prefix, suffix, "dir", lambda path: os.mkdir(path, 0o777))
+
+
+def _new_temp(folder: str | os.PathLike, prefix: str, suffix: str, kind: str, make) -> Path:
+    """Register a free name in ``folder``, then ``make(path)`` it (failing if it exists: another name
+    is tried); a failure releases the name and is raised."""
     folder = Path(folder)
     for _ in range(100):
         path = folder / _temp_name(prefix, _token(), suffix)
-        register_temp(path, kind="dir")
+        register_temp(path, kind=kind)
         try:
-            os.mkdir(path, 0o777)
+            make(path)
         except FileExistsError:
             release_temp(path)
             continue
