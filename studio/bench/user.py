@@ -312,9 +312,11 @@ def reference_frames(avatar: str, audio: Path, settings, engine) -> list[np.ndar
 def preset_comparison(avatar: str, audio: Path, settings, engine, workdir: Path, presets, ssim_every: int = 4) -> dict:
     """Per preset: the render's frames encoded from memory with its encoder and hints (frames/s,
     x264 CPU ms per frame, bytes) and their quality against the uncompressed frames."""
+    from dataclasses import replace
+
     from studio.core.avatars import library
-    from studio.core.media.hints import changing_region
-    from studio.core.media.writer import open_video
+    from studio.core.media.rates import DEFAULT_RATE
+    from studio.core.render.outputs import open_video_for
     from studio.core.render.plan import stripes
 
     workdir = Path(workdir)
@@ -327,17 +329,8 @@ def preset_comparison(avatar: str, audio: Path, settings, engine, workdir: Path,
     for preset in presets:
         path = workdir / f"{preset}.mp4"
         t0 = time.perf_counter()
-        with open_video(
-            path,
-            a.width,
-            a.height,
-            encoder=settings.encoder,
-            crf=settings.crf,
-            preset=preset,
-            total_frames=T,
-            rolling=True,
-            changing=changing_region(a),
-        ) as wr:
+        s = replace(settings, preset=preset, codec="h264")
+        with open_video_for(s, path, a, fps=DEFAULT_RATE, total_frames=T, rolling=True) as wr:
             for idx in stripes(T, 32, wr.chunks, window=wr.window):
                 wr.write([ref[i] for i in idx], indices=idx)
         seconds = time.perf_counter() - t0
