@@ -145,7 +145,7 @@ def test_bench_user_path_prints_every_row_of_issue_26(tmp_path, studio_home):
     d = json.loads(out.read_text())
     runs, u = d["runs"], d["user"]
     how = {k: v["audio"] for k, v in runs.items() if k.startswith("user-")}
-    from studio.core.bench_user import other_preset
+    from studio.bench.user import other_preset
 
     default = u["default_preset"]
     assert how == {

@@ -287,7 +287,7 @@ def test_a_turned_closed_mouth_face_still_closes_and_opens(speech, closed, home)
 
 def test_a_video_avatar_speaks_and_stays_itself_in_silence(speech, tmp_path):
     """The presenter loop of ``studio bench`` (a video avatar whose face moves): per-frame rig geometry."""
-    from studio.core.bench import synthetic_avatar
+    from studio.bench.reference import synthetic_avatar
     from studio.core.render.renderer import Renderer
     from studio.core.settings import RenderSettings
 

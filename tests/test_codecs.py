@@ -139,7 +139,7 @@ def test_hevc_chunks_join_into_one_stream_on_closed_gops(tmp_path):
     ],
 )
 def test_a_wrong_extension_is_one_sentence(tmp_path, name, codec, expect):
-    from studio.core.store.outputs import check_output
+    from studio.core.render.outputs import check_output
 
     with pytest.raises(InputError) as exc:
         check_output(tmp_path / name, codec=codec)

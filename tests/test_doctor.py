@@ -56,11 +56,11 @@ def test_cli_doctor_json_is_one_object(studio_home):
 
 
 def test_weights_line_reports_an_empty_store_and_a_damaged_manifest(studio_home):
-    from studio.core.store import models
+    from studio.core.engines import weights
 
     empty = doctor.check_weights()
     assert empty.status == doctor.WARN and "studio models import" in empty.hint
-    (models.models_root() / models.MANIFEST).write_text("{not json")
+    (weights.models_root() / weights.MANIFEST).write_text("{not json")
     damaged = doctor.check_weights()
     assert damaged.status == doctor.FAIL
     assert "manifest" in damaged.detail

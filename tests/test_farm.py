@@ -175,8 +175,8 @@ def test_the_workers_load_a_new_engine_when_the_weights_are_imported_again(farm,
     re-import went unseen and a compiled job got the plain engine)."""
     from musetalk_fakes import write_official_and_taesd, write_official_models
 
+    from studio.core.engines import weights
     from studio.core.engines.cache import EngineKey
-    from studio.core.store import models
 
     f, _ = farm
     monkeypatch.setenv("STUDIO_HOME", str(home))  # the workers' data folder: their model store
@@ -189,14 +189,14 @@ def test_the_workers_load_a_new_engine_when_the_weights_are_imported_again(farm,
 
     try:
         folder, taesd = write_official_and_taesd(tmp_path / "weights1")
-        models.import_models(folder, taesd=taesd)
+        weights.import_models(folder, taesd=taesd)
         first = EngineKey.of(settings)
         list(f.render(avatar, voice, tmp_path / "one.mp4", settings, chunks=2))
         before = loaded()
         list(f.render(avatar, voice, tmp_path / "two.mp4", settings, chunks=2))
         assert loaded() == before  # same weights, same settings: the warm engines
         other = write_official_models(tmp_path / "weights2", seed=7)  # other weights, imported over the first
-        models.import_models(other, taesd=taesd)
+        weights.import_models(other, taesd=taesd)
         assert EngineKey.of(settings).weights != first.weights
         assert EngineKey.of(settings.with_(compile=True)) != EngineKey.of(settings)
         list(f.render(avatar, voice, tmp_path / "three.mp4", settings, chunks=2))
@@ -205,7 +205,7 @@ def test_the_workers_load_a_new_engine_when_the_weights_are_imported_again(farm,
     finally:
         import shutil
 
-        shutil.rmtree(models.models_root(), ignore_errors=True)  # the module's other tests render classic
+        shutil.rmtree(weights.models_root(), ignore_errors=True)  # the module's other tests render classic
 
 
 def test_cli_farm_status_without_a_cluster_says_how_to_start_one(home, tmp_path):

@@ -358,7 +358,7 @@ def test_a_wrong_extension_is_refused(home, short, out, cmd, name, needle):
 def test_a_mov_output_is_mp4_inside_and_gets_the_umask(home, short, out):
     import av
 
-    from studio.core.store.outputs import check_output
+    from studio.core.render.outputs import check_output
 
     assert check_output(out / "talk.m4v", []) == out / "talk.m4v"  # .m4v is the same container
     r = studio(home, *render_args(short, out / "talk.mov", "--encoder", "x264"))

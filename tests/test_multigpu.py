@@ -73,7 +73,7 @@ def test_cancel_leaves_nothing(tmp_path, avatar, voice):
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_two_gpus_match_one_gpu(tmp_path, voice):
-    from studio.core.bench import synthetic_avatar
+    from studio.bench.reference import synthetic_avatar
     from studio.core.engines.classic import ClassicEngine
 
     av_ = synthetic_avatar(tmp_path, 360, loop_frames=10)

@@ -14,6 +14,7 @@ from musetalk_fakes import WIDTH, FakeAvatar, write_official_and_taesd
 from studio.cli import main as cli_main
 from studio.core.constants import FPS, SAMPLE_RATE
 from studio.core.engines import runtime_torch as rt
+from studio.core.engines import weights
 from studio.core.engines.whisper_features import (
     PAD_LEFT,
     WINDOW,
@@ -22,7 +23,6 @@ from studio.core.engines.whisper_features import (
     window_steps,
 )
 from studio.core.media.audio import load
-from studio.core.store import models
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def official(tmp_path_factory):
 @pytest.fixture
 def store(official):
     """The fake weights imported into this test's data folder."""
-    models.import_models(official[0], taesd=official[1])
-    return models.models_root()
+    weights.import_models(official[0], taesd=official[1])
+    return weights.models_root()
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def test_runtime_cpu_choices():
 
 
 def test_folded_time_embedding_gives_the_same_unet_output(official):
-    unet = models.load_module("unet", official[0] / "musetalkV15", official[0] / "musetalkV15" / "unet.pth")
+    unet = weights.load_module("unet", official[0] / "musetalkV15", official[0] / "musetalkV15" / "unet.pth")
     g = torch.Generator().manual_seed(0)
     lat, audio = torch.randn(2, 8, 32, 32, generator=g), torch.randn(2, 50, WIDTH, generator=g)
     with torch.no_grad():
@@ -156,7 +156,7 @@ def test_folded_time_embedding_gives_the_same_unet_output(official):
     assert isinstance(unet.time_embedding, rt.ConstantEmbedding)
     torch.testing.assert_close(folded, ref, atol=1e-5, rtol=1e-5)
     assert ref.shape == (2, 4, 32, 32) and ref.abs().mean() > 0
-    half = models.load_module(
+    half = weights.load_module(
         "unet", official[0] / "musetalkV15", official[0] / "musetalkV15" / "unet.pth", dtype=torch.bfloat16
     )
     want = half.time_embedding(half.time_proj(torch.zeros(1)).to(torch.bfloat16))
@@ -175,7 +175,7 @@ def test_latents_are_masked_and_reference_means_scaled_and_cached(store, tmp_pat
     engine = MuseTalkEngine(device="cpu")
     prepared = engine.prepare(avatar)
     assert prepared.latents.shape == (3, 8, 32, 32) and not prepared.from_cache
-    vae_sha = models.list_models()["sd-vae"]["files"]["diffusion_pytorch_model.bin"]["sha256"]
+    vae_sha = weights.list_models()["sd-vae"]["files"]["diffusion_pytorch_model.bin"]["sha256"]
     assert prepared.cache_file == avatar.engine_dir(f"musetalk-{vae_sha[:16]}") / "latents.npy"
     vae = engine._load()["vae"]
     x = torch.from_numpy(avatar.crops).permute(0, 3, 1, 2).float() / 255

@@ -11,10 +11,9 @@ import sys
 import pytest
 import torch
 
-from studio.core.engines import nets
+from studio.core.engines import nets, weights
 from studio.core.engines import random_models as rm
 from studio.core.errors import ModelError
-from studio.core.store import models
 
 ATOL = 1e-5
 
@@ -173,17 +172,17 @@ def written(tmp_path_factory):
 def test_load_module_of_written_weights_matches_diffusers(written, kind, folder):
     from diffusers import AutoencoderKL, AutoencoderTiny, UNet2DConditionModel
 
-    p = models.resolve(written)
+    p = weights.resolve(written)
     path = written / folder
-    mine = models.load_module(kind, path, p.weight_file(path))
+    mine = weights.load_module(kind, path, p.weight_file(path))
     assert isinstance(mine, (nets.UNet, nets.AutoencoderKL, nets.AutoencoderTiny))
-    comp = next(c for c in models.COMPONENTS.values() if c.kind == kind)
+    comp = next(c for c in weights.COMPONENTS.values() if c.kind == kind)
     cfg = json.loads((path / comp.config).read_text())
     cls = {"unet": UNet2DConditionModel, "vae": AutoencoderKL, "taesd": AutoencoderTiny}[kind]
     if kind == "taesd":
         cfg = {k: v for k, v in cfg.items() if k != "block_out_channels"}
     ref = cls.from_config(cfg).eval()
-    state = models.normalize_keys(kind, models.read_state_dict(p.weight_file(path)))  # the VAE's old names
+    state = weights.normalize_keys(kind, weights.read_state_dict(p.weight_file(path)))  # the VAE's old names
     ref.load_state_dict(state, strict=True)
     g = torch.Generator().manual_seed(4)
     with torch.no_grad():
@@ -208,12 +207,12 @@ def test_loading_the_networks_never_imports_diffusers(written):
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from studio.core.store import models\n"
+        "from studio.core.engines import weights\n"
         f"root = Path({str(written)!r})\n"
-        "p = models.resolve(root)\n"
+        "p = weights.resolve(root)\n"
         "for kind, folder in (('unet', p.unet), ('vae', p.vae), ('taesd', p.taesd)):\n"
-        "    m = models.load_module(kind, folder, p.weight_file(folder))\n"
-        "    models.check_component(models.COMPONENTS[p.manifest_name(folder)], folder)\n"
+        "    m = weights.load_module(kind, folder, p.weight_file(folder))\n"
+        "    weights.check_component(weights.COMPONENTS[p.manifest_name(folder)], folder)\n"
         "print(sorted(k for k in ('diffusers', 'transformers', 'torch._dynamo') if k in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -241,7 +240,7 @@ def test_unsupported_config_features_are_refused_in_one_sentence(tmp_path, kind,
         nets.build(kind, {**config, **change})
     cfg_path = tmp_path / "config.json"
     with pytest.raises(ModelError) as info:
-        models.build_module(kind, {**config, **change}, cfg_path)
+        weights.build_module(kind, {**config, **change}, cfg_path)
     msg = str(info.value)
     assert "\n" not in msg and str(cfg_path) in msg and field in msg and "not a valid" in msg
 

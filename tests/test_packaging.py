@@ -84,7 +84,7 @@ def test_desktop_entry_passes_desktop_file_validate():
 
 
 def test_frozen_app_finds_resources_in_the_bundle(monkeypatch, tmp_path):
-    from studio.core.store.paths import repo_resources
+    from studio.core.env import repo_resources
 
     assert (repo_resources() / "demo" / "voiceover.flac").is_file()  # the checkout's resources/
     monkeypatch.setattr(sys, "frozen", True, raising=False)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from studio.core.engines import random_models as rm
-from studio.core.store import models
+from studio.core.engines import weights
 
 
 def test_writing_and_loading_the_folders_needs_neither_diffusers_nor_transformers(tmp_path):
@@ -20,13 +20,13 @@ def test_writing_and_loading_the_folders_needs_neither_diffusers_nor_transformer
         "import sys\n"
         "sys.modules.update({'diffusers': None, 'transformers': None})  # importing either now fails\n"
         "from pathlib import Path\n"
-        "from studio.core.store import models\nfrom studio.core.engines import random_models as rm\n"
+        "from studio.core.engines import weights\nfrom studio.core.engines import random_models as rm\n"
         f"root = Path({str(tmp_path)!r})\n"
         "folder = rm.write_official_models(root, v10=True, tiny=True)\n"
         "rm.write_taesd(folder / 'taesd', config=rm.TAESD_TINY)\n"
-        "p = models.resolve(folder)\n"
+        "p = weights.resolve(folder)\n"
         "for kind, f in (('unet', p.unet), ('vae', p.vae), ('taesd', p.taesd), ('whisper', p.whisper)):\n"
-        "    models.load_module(kind, f, p.weight_file(f))\n"
+        "    weights.load_module(kind, f, p.weight_file(f))\n"
         "print(sorted(str(x.relative_to(folder)) for x in folder.rglob('*') if x.is_file()))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -57,13 +57,13 @@ def written(tmp_path_factory):
 def test_unet_and_vae_files_hold_diffusers_keys_and_the_vae_its_old_attention_names(written):
     diffusers = pytest.importorskip("diffusers")
     unet = diffusers.UNet2DConditionModel.from_config(rm.UNET_TINY)
-    got = models.read_state_dict(written / "musetalkV15" / "unet.pth")
+    got = weights.read_state_dict(written / "musetalkV15" / "unet.pth")
     assert {k: tuple(v.shape) for k, v in got.items()} == {k: tuple(v.shape) for k, v in unet.state_dict().items()}
     assert json.loads((written / "musetalkV15" / "musetalk.json").read_text()) == rm.UNET_TINY
-    vae = models.read_state_dict(written / "sd-vae" / "diffusion_pytorch_model.bin")
+    vae = weights.read_state_dict(written / "sd-vae" / "diffusion_pytorch_model.bin")
     assert "encoder.mid_block.attentions.0.query.weight" in vae and not any(".to_q." in k for k in vae)
     ref = diffusers.AutoencoderKL.from_config(rm.VAE_TINY).state_dict()
-    assert set(models.normalize_keys("vae", vae)) == set(ref)
+    assert set(weights.normalize_keys("vae", vae)) == set(ref)
 
 
 def test_taesd_folder_is_what_save_pretrained_writes(written, tmp_path):
@@ -97,7 +97,7 @@ def test_whisper_folder_has_transformers_fields_and_encoder_tensors(written, tmp
     assert json.loads((folder / "preprocessor_config.json").read_text()) == json.loads(
         (tmp_path / "preprocessor_config.json").read_text()
     )
-    state = models.read_state_dict(folder / "pytorch_model.bin")
+    state = weights.read_state_dict(folder / "pytorch_model.bin")
     enc = transformers.models.whisper.modeling_whisper.WhisperEncoder(transformers.WhisperConfig.from_dict(cfg))
     want = {f"model.encoder.{k}": tuple(v.shape) for k, v in enc.state_dict().items()}
     assert {k: tuple(v.shape) for k, v in state.items()} == want  # the encoder only: MuseTalk has no decoder
@@ -113,9 +113,9 @@ def test_weights_follow_the_seed_and_leave_torch_global_generator_alone(tmp_path
     torch.manual_seed(7)
     expected = torch.rand(4)
     torch.manual_seed(7)
-    a = models.read_state_dict(rm.write_unet(tmp_path / "a", config=rm.UNET_TINY, seed=1))
-    b = models.read_state_dict(rm.write_unet(tmp_path / "b", config=rm.UNET_TINY, seed=1))
-    c = models.read_state_dict(rm.write_unet(tmp_path / "c", config=rm.UNET_TINY, seed=2))
+    a = weights.read_state_dict(rm.write_unet(tmp_path / "a", config=rm.UNET_TINY, seed=1))
+    b = weights.read_state_dict(rm.write_unet(tmp_path / "b", config=rm.UNET_TINY, seed=1))
+    c = weights.read_state_dict(rm.write_unet(tmp_path / "c", config=rm.UNET_TINY, seed=2))
     assert torch.equal(torch.rand(4), expected)
     assert all(torch.equal(a[k], b[k]) for k in a)
     k = "conv_in.weight"

@@ -201,7 +201,7 @@ def test_cli_bad_input_exit_2(avatar, voice, tmp_path, case):
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_nv12_batches_equal_converted_rgb_batches_on_cuda(tmp_path, voice):
-    from studio.core.bench import synthetic_avatar  # no face tracker needed
+    from studio.bench.reference import synthetic_avatar  # no face tracker needed
     from studio.core.render.composite import pad_even, rgb_to_nv12
 
     r = Renderer(

@@ -239,7 +239,10 @@ def test_the_contract_check_fails_when_core_imports_the_service(tmp_path):
 
 def test_the_core_contracts_bite_too(tmp_path):
     """A copy whose engine imports the renderer, whose media module imports the plan and whose
-    command line imports the farm: each breaks its contract (docs/architecture.md)."""
+    command line imports the farm: each breaks its contract (docs/architecture.md). And the three
+    upward edges of issue 34 that the old contracts let through (the job store importing the
+    renderer, the audio module the avatar library, an engine the avatars), one of them inside a
+    function body: the core's layers contract refuses each."""
     lint = Path(sys.executable).with_name("lint-imports")
     if not lint.exists():
         pytest.skip("import-linter is not installed (it is in the dev extra)")
@@ -251,6 +254,9 @@ def test_the_core_contracts_bite_too(tmp_path):
         ("core/media/timecode.py", "from studio.core.render import plan  # noqa"),
         ("cli/render.py", "from studio.core.scale import farm  # noqa"),
         ("core/render/plan.py", "from studio.core.scale import chunks  # noqa"),
+        ("core/store/jobs.py", "from studio.core.render import renderer  # noqa"),
+        ("core/media/audio.py", "def _late():\n    from studio.core.avatars import library  # noqa"),
+        ("core/engines/base.py", "from studio.core.avatars import faces  # noqa"),
     ):
         bad = copy / "studio" / rel
         bad.write_text(bad.read_text() + f"\n{line}\n")
@@ -263,5 +269,8 @@ def test_the_core_contracts_bite_too(tmp_path):
         "studio.core.media.timecode -> studio.core.render.plan",
         "studio.cli.render -> studio.core.scale.farm",
         "studio.core.render.plan -> studio.core.scale.chunks",
+        "studio.core.store.jobs -> studio.core.render.renderer",
+        "studio.core.media.audio -> studio.core.avatars.library",
+        "studio.core.engines.base -> studio.core.avatars.faces",
     ):
         assert edge in out, (edge, broken.stdout[-3000:])

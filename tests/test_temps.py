@@ -70,6 +70,40 @@ def test_a_normal_exit_removes_what_the_process_left_registered(tmp_path, studio
     assert os.listdir(studio_home / "tmp") in ([], [fsutil.KEY_NAME])
 
 
+SLOW_CLEANUP = textwrap.dedent("""
+    import sys, time
+    from studio.core.signals import handle_stop_signals
+    from studio.core.store import fsutil
+    handle_stop_signals()
+    print(fsutil.temp_file(sys.argv[1], ".clip.", ".part.mp4"), flush=True)
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("cleaning up", flush=True)
+        time.sleep(60)  # a slow clean-up: a second signal ends the process at once
+""")
+
+
+def test_a_second_signal_exits_at_once_and_still_removes_the_temporaries(tmp_path, studio_home):
+    """The second stop signal skips the atexit handlers (os._exit); the store registered the removal
+    of its temporaries with signals.on_forced_exit, so they go anyway (signals imports no store)."""
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_CLEANUP, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    try:
+        tmp = Path(proc.stdout.readline().strip())
+        assert tmp.exists() and fsutil.is_temp_name(tmp.name)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stdout.readline().strip() == "cleaning up"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+    assert not tmp.exists() and os.listdir(tmp_path) == []
+
+
 def test_a_damaged_record_never_deletes_anything_that_is_not_a_temporary(tmp_path, studio_home):
     out = tmp_path / "out"
     out.mkdir()

@@ -16,8 +16,8 @@ from musetalk_fakes import TAESD_TINY, WIDTH, write_official_models
 from studio.cli import main as cli_main
 from studio.core.engines import random_models as rm
 from studio.core.engines import runtime_tensorrt as rtt
+from studio.core.engines import weights
 from studio.core.errors import StudioError
-from studio.core.store import models
 
 TARGET = rtt.Target("NVIDIA GeForce RTX 4090", "8.9", "10.13.0")
 
@@ -39,8 +39,8 @@ def cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def store(official):
-    models.import_models(official)
-    return models.resolve()
+    weights.import_models(official)
+    return weights.resolve()
 
 
 def _ort(path):
@@ -55,13 +55,13 @@ def _randn(*shape, seed=0):
 
 
 def test_unet_onnx_has_a_dynamic_batch_and_matches_pytorch_at_t0_for_batch_1_and_7(official, tmp_path):
-    paths = models.resolve(official)
+    paths = weights.resolve(official)
     out = rtt.export_onnx("unet", paths, tmp_path / "unet.onnx")
     graph = onnx.load(str(out))
     dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.graph.input}
     assert dims == {"latents": ["batch", 8, 32, 32], "audio": ["batch", 50, WIDTH]}
     # the reference is the plain diffusers UNet called with timestep 0: the folded embedding is exact
-    unet = models.load_module("unet", paths.unet, paths.weight_file(paths.unet), "cpu", torch.float32)
+    unet = weights.load_module("unet", paths.unet, paths.weight_file(paths.unet), "cpu", torch.float32)
     session = _ort(out)
     for b in (1, 7):
         lat, audio = _randn(b, 8, 32, 32, seed=b), _randn(b, 50, WIDTH, seed=10 + b)
@@ -84,10 +84,10 @@ def test_the_real_unet_is_exported_at_32x32_latents_and_50_whisper_tokens():
 
 @pytest.mark.parametrize("component", ["taesd", "sd-vae"])
 def test_decoder_onnx_maps_latents_to_minus1_1_images_like_the_engine(official, tmp_path, component):
-    paths = models.resolve(official)
+    paths = weights.resolve(official)
     out = rtt.export_onnx(component, paths, tmp_path / f"{component}.onnx")
     kind, folder = ("taesd", paths.taesd) if component == "taesd" else ("vae", paths.vae)
-    net = models.load_module(kind, folder, paths.weight_file(folder), "cpu", torch.float32)
+    net = weights.load_module(kind, folder, paths.weight_file(folder), "cpu", torch.float32)
     divide = 1.0 if component == "taesd" else 0.18215  # the SD-VAE decodes latents / 0.18215
     session = _ort(out)
     for b in (1, 7):
@@ -104,12 +104,12 @@ def test_decoder_onnx_maps_latents_to_minus1_1_images_like_the_engine(official, 
 
 
 def test_large_graphs_keep_their_weights_in_one_data_file_beside_the_onnx(official, tmp_path):
-    paths = models.resolve(official)
+    paths = weights.resolve(official)
     out = rtt.export_onnx("taesd", paths, tmp_path / "t.onnx", external_data_bytes=0)
     data = tmp_path / "t.onnx.data"
     module = rtt.reference_module("taesd", paths)
-    weights = sum(t.numel() * 4 for t in module.net.decoder.state_dict().values())  # the graph is the decoder
-    assert data.stat().st_size >= 0.9 * weights and out.stat().st_size < weights / 2
+    nbytes = sum(t.numel() * 4 for t in module.net.decoder.state_dict().values())  # the graph is the decoder
+    assert data.stat().st_size >= 0.9 * nbytes and out.stat().st_size < nbytes / 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.onnx", "t.onnx.data"]  # no per-tensor litter
     lat = _randn(3, 4, 32, 32)
     with torch.inference_mode():
@@ -159,12 +159,12 @@ def test_changing_any_part_of_the_key_changes_the_engine_name():
 def test_the_model_hash_comes_from_the_store_manifest_and_follows_reimports(store, tmp_path):
     key = rtt.engine_key("taesd", "fp16", rtt.Profile(), TARGET, store)
     assert key.model == "taesd" and len(key.model_sha256) == 64
-    assert rtt.engine_key("taesd", "fp16", rtt.Profile(), TARGET, models.resolve()) == key  # deterministic
+    assert rtt.engine_key("taesd", "fp16", rtt.Profile(), TARGET, weights.resolve()) == key  # deterministic
     rm.write_taesd(tmp_path / "taesd2", seed=5, config=TAESD_TINY)  # other weights, same architecture
-    models.import_models(taesd=tmp_path / "taesd2")
-    new = rtt.engine_key("taesd", "fp16", rtt.Profile(), TARGET, models.resolve())
+    weights.import_models(taesd=tmp_path / "taesd2")
+    new = rtt.engine_key("taesd", "fp16", rtt.Profile(), TARGET, weights.resolve())
     assert new.model_sha256 != key.model_sha256 and new.name != key.name
-    unet = rtt.engine_key("unet", "fp16", rtt.Profile(), TARGET, models.resolve())
+    unet = rtt.engine_key("unet", "fp16", rtt.Profile(), TARGET, weights.resolve())
     assert unet.model == "musetalkV15" and unet.model_sha256 != new.model_sha256
 
 
@@ -197,7 +197,7 @@ def test_list_reports_valid_and_stale_engines_with_reasons(cache, store, tmp_pat
     rm.write_unet(tmp_path / "v15", "unet.pth", rm.UNET_TINY, seed=9)
     (tmp_path / "src").mkdir()
     (tmp_path / "v15").rename(tmp_path / "src" / "musetalkV15")
-    models.import_models(tmp_path / "src")
+    weights.import_models(tmp_path / "src")
     row = {r["file"]: r for r in rtt.list_engines(target=TARGET)}[good.name]
     assert row["status"] == "stale" and "the unet weights changed since the build" in row["reasons"][0]
 
@@ -242,7 +242,7 @@ def recorded(official):
         scale = x.abs().max() / 448.0  # E4M3's largest finite value
         return (x / scale).to(torch.float8_e4m3fn).float() * scale
 
-    paths = models.resolve(official)
+    paths = weights.resolve(official)
     module = rtt.reference_module("unet", paths)
     inputs = rtt.example_inputs("unet", module, batch=4, seed=3)
     with torch.inference_mode():

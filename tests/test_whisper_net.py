@@ -20,11 +20,11 @@ from conftest import ROOT, speechlike
 
 from studio.core.constants import SAMPLE_RATE
 from studio.core.engines import random_models as rm
+from studio.core.engines import weights
 from studio.core.engines import whisper_features as wf
 from studio.core.engines.whisper_net import WhisperEncoderNet, encoder_config, log_mel, mel_filters
 from studio.core.errors import ModelError
 from studio.core.media.audio import load
-from studio.core.store import models
 
 transformers = pytest.importorskip("transformers")
 from transformers import WhisperConfig, WhisperFeatureExtractor  # noqa: E402
@@ -54,7 +54,7 @@ def hf_encoder(folder) -> WhisperEncoder:
     """transformers' encoder with the folder's weights (the reference)."""
     cfg = json.loads((folder / "config.json").read_text())
     enc = WhisperEncoder(WhisperConfig.from_dict(cfg))
-    state = models.normalize_keys("whisper", models.read_state_dict(folder / "pytorch_model.bin"))
+    state = weights.normalize_keys("whisper", weights.read_state_dict(folder / "pytorch_model.bin"))
     enc.load_state_dict(state, strict=True)
     return enc.eval()
 
@@ -144,7 +144,7 @@ def test_log_mel_floor_is_per_piece():
 @pytest.mark.parametrize("name", ["tiny", "real"])
 def test_encoder_states_equal_transformers(folders, name):
     folder = folders[name]
-    ours = models.load_module("whisper", folder, folder / "pytorch_model.bin")
+    ours = weights.load_module("whisper", folder, folder / "pytorch_model.bin")
     assert isinstance(ours, WhisperEncoderNet)
     ref_enc = hf_encoder(folder)
     assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == {
@@ -183,9 +183,9 @@ def test_config_defaults_are_whisper_configs():
     ):
         assert getattr(cfg, field) == getattr(ref, field)
     with pytest.raises(ModelError, match="not a valid a whisper model config.*activation_function"):
-        models.build_module("whisper", {**rm.WHISPER_TINY, "activation_function": "relu"})
+        weights.build_module("whisper", {**rm.WHISPER_TINY, "activation_function": "relu"})
     with pytest.raises(ModelError, match="not divisible"):
-        models.build_module("whisper", {**rm.WHISPER_TINY, "encoder_attention_heads": 3})
+        weights.build_module("whisper", {**rm.WHISPER_TINY, "encoder_attention_heads": 3})
 
 
 # --- (c) WhisperFeatures against the transformers-based implementation -------------------------------
@@ -232,7 +232,7 @@ def test_a_musetalk_render_never_imports_transformers(tmp_path, studio_home):
     from musetalk_fakes import write_official_and_taesd
 
     official, taesd = write_official_and_taesd(tmp_path / "official")
-    models.import_models(official, taesd=taesd)
+    weights.import_models(official, taesd=taesd)
     voice = tmp_path / "voice.wav"
     sf.write(voice, speechlike(0.4, SAMPLE_RATE), SAMPLE_RATE, subtype="PCM_16")
     out = tmp_path / "out.mp4"

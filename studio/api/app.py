@@ -44,7 +44,7 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
     from studio.api.guard import Guard
     from studio.api.routers import include_all
     from studio.api.sites import SiteGuard, allowed_hosts
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     opts = (options or ServeOptions()).check()
     state = ApiState(opts, queue, pool, UploadStore(sub_dir("uploads"), opts.max_upload_bytes))

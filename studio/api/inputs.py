@@ -199,7 +199,7 @@ def library_avatar(name: str) -> str:
 
 
 def renders_dir() -> Path:
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     return sub_dir("renders")
 

@@ -115,7 +115,7 @@ class _Scrape:
         )
         yield GaugeMetricFamily("studio_warm_engines", "Engines loaded and kept warm", value=len(self.st.pool.warm()))
         storage = GaugeMetricFamily("studio_storage_bytes", "Bytes kept in the data folder", labels=["folder"])
-        from studio.core.store.paths import data_dir
+        from studio.core.env import data_dir
         from studio.service.retention import OWNED
 
         for name in OWNED:

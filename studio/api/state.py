@@ -91,7 +91,7 @@ class ApiState:
     def public_text(self, text: str) -> str:
         """A sentence for a client: paths inside the server's data folder become names (an upload:
         what the client called it; anything else: its file name), so no server path leaks."""
-        from studio.core.store.paths import data_dir
+        from studio.core.env import data_dir
 
         root = str(data_dir())
         if root not in text:

@@ -163,7 +163,7 @@ def _setup_logging(verbose: bool) -> None:
     err.setFormatter(SafeFormatter("studio: %(levelname)s: %(message)s"))  # one escaped line a message
     root.addHandler(err)
     try:
-        from studio.core.store.paths import log_file
+        from studio.core.env import log_file
 
         root.addHandler(log_file_handler(log_file(), logging.DEBUG if verbose else logging.INFO))  # rotated
     except OSError:
@@ -174,7 +174,7 @@ def _log_traceback() -> str:
     """Where the traceback went: the log file, else a temporary file (never raises)."""
     text = "".join(traceback.format_exc())
     try:
-        from studio.core.store.paths import log_file
+        from studio.core.env import log_file
 
         path = log_file()
         with open(path, "a", encoding="utf-8") as fh:

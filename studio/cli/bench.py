@@ -82,7 +82,7 @@ def run(args) -> int:
     import tempfile
     from pathlib import Path
 
-    from studio.core.bench import run_bench
+    from studio.bench.reference import run_bench
     from studio.core.store.fsutil import atomic_write_bytes
 
     def note(text):

@@ -78,9 +78,9 @@ def run(args) -> int:
     if args.first_frame < 0:
         raise InputError("--first-frame must be 0 or more")
     limits = Limits.parse(args.fail_under)  # a bad limit is said before any work
-    import os
+    from studio.core import env
 
-    if os.environ.get("STUDIO_PARENT_PID"):  # run by a render queue: end with it
+    if env.get("STUDIO_PARENT_PID"):  # run by a render queue: end with it
         from studio.core.signals import die_with_parent
 
         die_with_parent(pdeathsig=False)

@@ -19,10 +19,10 @@ def run(args) -> int:
     import numpy as np
 
     from studio.cli._common import emit_json
+    from studio.core.engines import weights
     from studio.core.engines.whisper_features import WhisperFeatures
     from studio.core.errors import InputError, ModelError
     from studio.core.media.audio import load
-    from studio.core.store import models
     from studio.core.store.fsutil import atomic_path
 
     out = Path(args.output)
@@ -30,12 +30,12 @@ def run(args) -> int:
         raise InputError(f"{out}: the output must be a .npy file")
     if not out.parent.is_dir():
         raise InputError(f"{out.parent}: no such folder; create it first")
-    folder = Path(args.whisper) if args.whisper else models.resolve().whisper
+    folder = Path(args.whisper) if args.whisper else weights.resolve().whisper
     if folder is None:
         raise ModelError("no whisper model imported; pass --whisper DIR or run studio models import DIR")
     if not folder.is_dir():
         raise ModelError(f"{folder}: no such folder; give the Hugging Face whisper-tiny folder")
-    models.check_component("whisper", folder)
+    weights.check_component("whisper", folder)
     wave = load(args.audio)
     feats = WhisperFeatures(folder, device=args.device)(wave)
     arr = feats.array()

@@ -25,55 +25,55 @@ def register(sub) -> None:
 
 def run_import(args) -> int:
     from studio.cli._common import emit_json
+    from studio.core.engines import weights
     from studio.core.errors import InputError
-    from studio.core.store import models
 
     if not args.folder and not args.taesd:
         raise InputError("give the MuseTalk models/ folder, --taesd DIR, or both")
-    records = models.import_models(args.folder, taesd=args.taesd, link=not args.copy)
-    status = models.availability()
+    records = weights.import_models(args.folder, taesd=args.taesd, link=not args.copy)
+    status = weights.availability()
     if args.json:
-        names = [str(f) for f in models.fast_files()]
-        emit_json({"imported": records, "musetalk": str(status), "store": str(models.models_root()), "fast": names})
+        names = [str(f) for f in weights.fast_files()]
+        emit_json({"imported": records, "musetalk": str(status), "store": str(weights.models_root()), "fast": names})
         return 0
     for r in records:
         size = sum(f["size"] for f in r["files"].values())
         print(f"imported {r['label']:<13} {r['tensors']:>4} tensors  {_mb(size):>9}  ({r['stored']})")
-    fast = models.fast_files()
+    fast = weights.fast_files()
     if fast:
         size = sum(f.stat().st_size for f in fast if f.is_file())
         print(f"fast layout: {len(fast)} file(s), {_mb(size)} (fp16 safetensors, memory-mapped at load)")
-    print(f"store:    {models.models_root()}")
+    print(f"store:    {weights.models_root()}")
     print(f"musetalk: {status}")
     return 0
 
 
 def run_list(args) -> int:
     from studio.cli._common import emit_json
-    from studio.core.store import models
+    from studio.core.engines import weights
 
-    comps = models.list_models()
-    status = models.availability()
+    comps = weights.list_models()
+    status = weights.availability()
     if args.json:
-        emit_json({"store": str(models.models_root()), "components": comps, "musetalk": str(status)})
+        emit_json({"store": str(weights.models_root()), "components": comps, "musetalk": str(status)})
         return 0
     if not comps:
         print("no weights imported; run: studio models import DIR (the official MuseTalk models/ folder)")
     for name, r in sorted(comps.items()):
         size = sum(f["size"] for f in r["files"].values())
-        weights = next((f for f in r["files"] if not f.endswith(".json")), "")
-        sha = r["files"].get(weights, {}).get("sha256", "")[:12]
-        print(f"{name:<12} {r['label']:<13} {r['tensors']:>4} tensors  {_mb(size):>9}  {weights} {sha}")
+        wfile = next((f for f in r["files"] if not f.endswith(".json")), "")
+        sha = r["files"].get(wfile, {}).get("sha256", "")[:12]
+        print(f"{name:<12} {r['label']:<13} {r['tensors']:>4} tensors  {_mb(size):>9}  {wfile} {sha}")
     print(f"musetalk: {status}")
     return 0
 
 
 def run_verify(args) -> int:
     from studio.cli._common import emit_json
+    from studio.core.engines import weights
     from studio.core.errors import ModelError
-    from studio.core.store import models
 
-    rows = models.verify_store()
+    rows = weights.verify_store()
     bad = [r for r in rows if r["status"] != "ok"]
     if args.json:
         emit_json({"files": rows, "ok": not bad})

@@ -311,7 +311,7 @@ def check_after(output, req, quiet: bool) -> dict:
 
 def check_output_args(output, avatar, audio, kind: str, codec: str | None = None):
     """An output that is an input, a folder, a wrong extension or an unwritable folder: one sentence, before any work."""
-    from studio.core.store.outputs import check_output, render_inputs
+    from studio.core.render.outputs import check_output, render_inputs
 
     return check_output(output, render_inputs(avatar, audio), kind, codec=codec)
 
@@ -325,7 +325,7 @@ def run_render(args) -> int:
 
 
 def run_demo(args) -> int:
-    from studio.core.store.paths import repo_resources
+    from studio.core.env import repo_resources
 
     demo = repo_resources() / "demo"
     return _render(str(demo / "astronaut.png"), str(demo / "voiceover.flac"), args.output, args)
@@ -353,7 +353,7 @@ def run_frame(args) -> int:
     at = frame_index(args.time, rate)
     renderer.focus((at, at + 1))  # a long clip: its stretch only
     img = renderer.frame_at(args.time)
-    from studio.core.store.outputs import write_error
+    from studio.core.store.files import write_error
 
     try:
         with atomic_output(out, overwrite=args.overwrite) as written:

@@ -17,6 +17,8 @@ import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from studio.core import env
+
 log = logging.getLogger(__name__)
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
@@ -181,16 +183,16 @@ def check_engine_cache() -> Check:
 
 def check_weights() -> Check:
     try:
-        from studio.core.store import models
+        from studio.core.engines import weights
     except ImportError as exc:
         return Check("weights", WARN, f"the model store is not available ({exc})", "update Studio")
     from studio.core.errors import StudioError
 
     try:
-        found = models.list_models()
+        found = weights.list_models()
     except StudioError as exc:
         return Check("weights", FAIL, str(exc), "re-run: studio models import DIR")
-    status = models.availability()
+    status = weights.availability()
     if not found:
         return Check(
             "weights",
@@ -222,7 +224,7 @@ def check_engine() -> Check:
 
 
 def check_data_folder() -> Check:
-    from studio.core.store.paths import data_dir
+    from studio.core.env import data_dir
 
     try:
         path = data_dir()
@@ -259,7 +261,7 @@ def check_qt() -> Check:
 
 def check_multimedia() -> Check:
     # Qt logs two harmless lines when PipeWire is absent; PulseAudio is used instead.
-    os.environ.setdefault("QT_LOGGING_RULES", "qt.multimedia.symbolsresolver=false")
+    env.set_default("QT_LOGGING_RULES", "qt.multimedia.symbolsresolver=false")
     try:
         importlib.import_module("PySide6.QtMultimedia")
     except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
@@ -281,9 +283,9 @@ def audio_output() -> str | None:
     """
     if platform.system() != "Linux":
         return "the system's default output"
-    if os.environ.get("PULSE_SERVER"):
-        return f"PulseAudio at {os.environ['PULSE_SERVER']}"
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    if env.other("PULSE_SERVER"):
+        return f"PulseAudio at {env.other('PULSE_SERVER')}"
+    runtime = env.other("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
     for path, what in (
         (os.path.join(runtime, "pulse", "native"), "PulseAudio"),
         (os.path.join(runtime, "pipewire-0"), "PipeWire"),

@@ -1,4 +1,6 @@
-"""Every ``STUDIO_*`` environment variable Studio reads, in one place, with its default and meaning.
+"""Every ``STUDIO_*`` environment variable Studio reads, in one place, with its default and meaning;
+and the folders they name: the data folder (``data_dir``: ``$STUDIO_HOME``, else the platform's
+user data folder), its sub-folders and the shipped ``resources/``.
 
     from studio.core import env
     env.get("STUDIO_CPU_THREADS")        # "" when unset (the default), else the value
@@ -12,7 +14,11 @@ listed here); the table in ``docs/environment.md`` is ``table()``'s output (the 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -203,8 +209,6 @@ def check_environment() -> None:
             raise InputError(why)
     home = os.environ.get("STUDIO_HOME", "").strip()
     if home:
-        from studio.core.store.paths import data_dir
-
         data_dir()  # its own sentence for a file, a device or a folder that cannot be made
 
 
@@ -216,8 +220,8 @@ def _knob(name: str) -> Knob:
 
 
 def get(name: str) -> str:
-    """The variable's value, or its default (a string; "" when it has none)."""
-    return os.environ.get(name, _knob(name).default) or ""
+    """The variable's value, or its default when unset or empty (a string; "" when it has none)."""
+    return os.environ.get(name) or _knob(name).default or ""
 
 
 def get_int(name: str, default: int = 0) -> int:
@@ -242,6 +246,54 @@ def flag(name: str) -> bool:
     return bool(v) and v not in _OFF
 
 
+# ------------------------------------------------------------------------------------------------
+# Other programs' variables, child processes, and setting a variable here. Only this module touches
+# os.environ (tests/test_env.py checks it), so every read of the environment is listed above or here.
+
+
+def other(name: str, default: str = "") -> str:
+    """A variable that is not Studio's (``OMP_NUM_THREADS``, ``PULSE_SERVER``, ``RAY_AUTH_TOKEN`` ...):
+    its value, or ``default`` when unset."""
+    if name.startswith("STUDIO_"):
+        raise KeyError(f"{name} is Studio's own: read it with env.get (and list it in KNOBS)")
+    return os.environ.get(name, default)
+
+
+def child(**overrides: str | None) -> dict[str, str]:
+    """The environment for a child process: this process's, with ``overrides`` (None removes a name)."""
+    out = dict(os.environ)
+    for name, value in overrides.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
+    return out
+
+
+def put(name: str, value: str | None) -> None:
+    """Set ``name`` in this process (and the children it starts); None removes it."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def set_default(name: str, value: str) -> str:
+    """Set ``name`` unless it is set already; its value."""
+    return os.environ.setdefault(name, value)
+
+
+@contextmanager
+def scoped(name: str, value: str | None) -> Iterator[None]:
+    """``name`` set to ``value`` (None: removed) inside the block, as it was after."""
+    old = os.environ.get(name)
+    put(name, value)
+    try:
+        yield
+    finally:
+        put(name, old)
+
+
 def table() -> str:
     """The knobs as a Markdown table (``docs/environment.md``)."""
     lines = ["| variable | default | what it does |", "|---|---|---|"]
@@ -252,15 +304,68 @@ def table() -> str:
 
 def write_page(path: str) -> None:
     """Replace the table in the Markdown page at ``path`` (from its ``| variable |`` line on) with ``table()``."""
-    from pathlib import Path
-
     page = Path(path)
     text = page.read_text()
     start = text.index("| variable |")
     page.write_text(text[:start] + table().strip() + "\n")
 
 
-if __name__ == "__main__":  # python -m studio.core.env docs/environment.md
-    import sys
+# ------------------------------------------------------------------------------------------------
+# The folders
 
+
+def data_dir() -> Path:
+    """Return (and create) the data folder that holds avatars, models, engines, jobs and logs."""
+    home = get("STUDIO_HOME")
+    if home:
+        path = Path(home).expanduser()
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_data_dir("studio", appauthor=False))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not path.is_dir():
+            raise NotADirectoryError(path)
+    except OSError as exc:
+        from studio.core.errors import InputError
+
+        name = f"STUDIO_HOME={home}" if home else f"the data folder {path}"
+        if path.exists() and not path.is_dir():
+            raise InputError(
+                f"{name}: is not a folder; point STUDIO_HOME at a folder (it is made if missing)"
+            ) from None
+        why = exc.strerror or type(exc).__name__
+        raise InputError(
+            f"{name}: the data folder cannot be made there ({why}); point STUDIO_HOME at another folder"
+        ) from None
+    return path
+
+
+def sub_dir(name: str) -> Path:
+    path = data_dir() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def log_file() -> Path:
+    return sub_dir("logs") / "studio.log"
+
+
+def repo_resources() -> Path:
+    """The ``resources/`` folder shipped beside the package (demo assets, icons, style sheet)."""
+    # Frozen desktop app (packaging/studio.spec): PyInstaller unpacks ``resources/`` into the
+    # bundle's folder, sys._MEIPASS (dist/studio/_internal/).
+    frozen_root = getattr(sys, "_MEIPASS", None)
+    if getattr(sys, "frozen", False) and frozen_root:
+        return Path(frozen_root) / "resources"
+    package = Path(__file__).resolve().parents[1]  # studio/ (this file is studio/core/env.py)
+    here = package.parent / "resources"
+    if here.is_dir():
+        return here
+    # Frozen/installed layouts put resources next to the package.
+    return package / "resources"
+
+
+if __name__ == "__main__":  # python -m studio.core.env docs/environment.md
     write_page(sys.argv[1])

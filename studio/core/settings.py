@@ -23,9 +23,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
+from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, RATES
 from studio.core.errors import InputError
-from studio.core.media.rates import RATES
 
 T = TypeVar("T")
 
@@ -40,6 +39,10 @@ ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
 CODECS = ("h264", "hevc", "prores", "prores4444", "dnxhr", "vp9")  # studio.core.media.codecs.CODECS
 FRAME_RATES = ("auto", *RATES)  # auto: the video avatar's own rate, 25 for a photo
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+# the encode defaults, once: the schema below and the writers (media.writer.open_video, codecs) use these
+DEFAULT_ENCODER = "auto"
+DEFAULT_CRF = 20
+DEFAULT_PRESET = "ultrafast"
 
 
 @dataclass(frozen=True)
@@ -219,7 +222,7 @@ class RenderSettings:
         maximum=25,
     )
     encoder: str = setting(
-        "auto",
+        DEFAULT_ENCODER,
         "video encoder: auto uses NVENC when a session opens, else libx264 in parallel",
         label="Encoder",
         group="encode",
@@ -234,7 +237,7 @@ class RenderSettings:
         choices=CODECS,
     )
     crf: int = setting(
-        20,
+        DEFAULT_CRF,
         "x264/x265/NVENC/VP9 quality: lower is better and larger (18-23 is typical; ProRes and DNxHR "
         "have fixed quality)",
         label="CRF",
@@ -243,7 +246,7 @@ class RenderSettings:
         maximum=51,
     )
     preset: str = setting(
-        "ultrafast",
+        DEFAULT_PRESET,
         "x264 speed/size trade-off (ultrafast: as sharp as the slower presets at the same CRF and the only "
         "one that keeps up with the GPU on 16 cores; larger files; docs/speed.md)",
         label="Preset",

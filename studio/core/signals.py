@@ -5,8 +5,9 @@ an ``Interrupted`` exception in the main thread. ``Interrupted`` is a ``Keyboard
 every cleanup path written for Ctrl-C (``atomic_path``, ``VideoWriter.abort``, the chunk pool's
 shutdown) runs for the other signals too, and the command exits ``128 + signal number``
 (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP: the shell's convention). A second signal while
-that cleanup runs does not interrupt the cleanup half-way: it removes this process's registered
-temporaries and exits at once.
+that cleanup runs does not interrupt the cleanup half-way: it runs the forced-exit hooks (the store
+registers the removal of this process's temporaries with ``on_forced_exit``; this module imports
+nothing of Studio's, so it sits at the bottom of the core) and exits at once.
 
 ``die_with_parent(parent_pid)`` is called first thing in worker processes (chunk workers, x264
 encoders): on Linux the kernel kills the worker when its parent dies (``prctl(PR_SET_PDEATHSIG)``),
@@ -24,6 +25,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,16 @@ def exit_code_of(exc: BaseException) -> int:
 
 
 _state: dict[str, int | None] = {"fired": None}
+_FORCED_EXIT: list[Callable[[], object]] = []
+
+
+def on_forced_exit(fn: Callable[[], object]) -> Callable[[], object]:
+    """Run ``fn`` (no arguments) when a second stop signal ends the process at once: ``os._exit``
+    skips the ``atexit`` handlers, so what must not outlive the process (the store's registered
+    temporaries: ``studio.core.store.fsutil``) registers here. Once per function; returns it."""
+    if fn not in _FORCED_EXIT:
+        _FORCED_EXIT.append(fn)
+    return fn
 
 
 def handle_stop_signals() -> bool:
@@ -74,10 +86,9 @@ def handle_stop_signals() -> bool:
 
 def _on_signal(signo, frame) -> None:
     if _state["fired"] is not None:  # a second signal while cleaning up: finish now
-        from studio.core.store.fsutil import remove_own_temps
-
-        with contextlib.suppress(BaseException):
-            remove_own_temps()
+        for hook in list(_FORCED_EXIT):
+            with contextlib.suppress(BaseException):
+                hook()
         with contextlib.suppress(BaseException):
             log.warning("stopped at once (a second signal); nothing was written")
         os._exit(128 + int(signo))
@@ -96,7 +107,9 @@ def die_with_parent(parent_pid: int | None = None, poll_s: float = 0.5, pdeathsi
     ``pdeathsig=False`` for workers that outlive the thread that started them (the kernel sends
     PDEATHSIG when the creating *thread* exits, not the process): the watchdog alone then."""
     if parent_pid is None:
-        env = os.environ.get(PARENT_ENV, "")
+        from studio.core import env as environment
+
+        env = environment.get(PARENT_ENV)
         parent_pid = int(env) if env.isdigit() else os.getppid()
     if pdeathsig and sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):

@@ -9,7 +9,7 @@ caches are never touched. In order:
 1. random weights written in the official layout (``random_models``: ``unet.pth``, the VAE's and
    whisper's ``.bin``, TAESD's safetensors), then imported with the real ``studio models import``
    (timed: checking, hashing, linking and the fast layout it writes);
-2. core's user rows (``studio.core.bench_user``) on the warm engine of an ``EnginePool``: library
+2. core's user rows (``studio.bench.user``) on the warm engine of an ``EnginePool``: library
    avatars from a JPEG and an MP4, 48 kHz stereo WAV / MP3 / AAC voice-overs, the default preset
    and ultrafast, a fresh ``Renderer`` per job, the preset comparison;
 3. the queue on that warm engine: ``clients`` jobs of ``clip_frames`` frames (each its own voice-
@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from studio.core.env import child
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def user_path(
     on_part=None,
 ) -> dict:
     """Every row above; ``on_part(out)`` after each part (the command saves what it has so far)."""
-    from studio.core import bench_user
+    from studio.bench import user as bench_user
 
     save = on_part or (lambda out: None)
     from studio.core.engines.runtime_torch import resolve_device
@@ -68,7 +69,7 @@ def user_path(
     dev = str(resolve_device(device))
     cuda = dev.startswith("cuda")
     out: dict = {"runs": {}, "home": str(home)}
-    env = dict(os.environ, STUDIO_HOME=str(home))
+    env = child(STUDIO_HOME=str(home))
     with bench_user.env_home(home):
         out["import"] = import_official(workdir / "random", env, tiny=not cuda, note=note)  # the base bench's files
         from studio.core.settings import RenderSettings
@@ -145,7 +146,7 @@ def import_official(folder: Path, env: dict, tiny: bool, note=log.info) -> dict:
 def queue_rows(folder: Path, pool, settings, voices: list[Path], note=log.info) -> dict:
     """``len(voices)`` jobs through a ``QueueService`` on ``pool``'s warm engine, serially and
     pipelined; frames/s together and whether both wrote the same files."""
-    from studio.core import bench_user
+    from studio.bench import user as bench_user
     from studio.core.media import aac_cache
     from studio.service.queue import QueueService
     from studio.service.request import RenderRequest
@@ -189,7 +190,7 @@ def _packets(path: Path) -> list[bytes]:
 
 def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info) -> dict:
     """Fresh ``studio render`` processes of ``voice`` (wall time of the whole command)."""
-    from studio.core import bench_user
+    from studio.bench import user as bench_user
 
     folder.mkdir(parents=True, exist_ok=True)
     out: dict = {}
@@ -236,7 +237,7 @@ def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info) 
 def serve_rows(folder: Path, env: dict, voices: list[Path], voice: Path, repeats: int, note=log.info) -> dict:
     """A ``studio serve`` process on the bench's data folder: ``POST /generate`` warm, then all
     ``voices`` posted at once by as many clients."""
-    from studio.core import bench_user
+    from studio.bench import user as bench_user
     from studio.core.media import aac_cache
     from studio.service.client import StudioClient
 
@@ -287,7 +288,7 @@ def serve_rows(folder: Path, env: dict, voices: list[Path], voice: Path, repeats
 
 def _burst(url: str, voices: list[Path], folder: Path, note) -> dict:
     """One client per voice-over, all posting at once; frames/s from the first post to the last answer."""
-    from studio.core import bench_user
+    from studio.bench import user as bench_user
     from studio.service.client import StudioClient
 
     answers: list = [None] * len(voices)

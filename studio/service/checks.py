@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from studio.core.env import child
+
 log = logging.getLogger(__name__)
 
 NICE = 19  # the child's CPU priority: any render first
@@ -74,7 +76,7 @@ def run_check(output: str, request, cancel: threading.Event | None = None, timeo
     """Check ``output`` in a child process at low priority; the summary (``state`` "done"), or
     ``state`` "failed" with the child's one sentence."""
     cmd = check_command(output, request)
-    env = dict(os.environ, STUDIO_PARENT_PID=str(os.getpid()))
+    env = child(STUDIO_PARENT_PID=str(os.getpid()))
     try:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True

@@ -246,11 +246,11 @@ def check_request(req: RenderRequest) -> None:
 
 
 def check_output(output: str, avatar, audio=None, codec: str | None = None):
-    """The core's one same-file / output-path check (``studio.core.store.outputs``) for a video
+    """The core's one same-file / output-path check (``studio.core.render.outputs``) for a video
     output: never the voice-over, the avatar, a library avatar's source or its cache (``render_inputs``).
     ``avatar`` may also be a list of input paths (the older form)."""
-    from studio.core.store.outputs import check_output as core_check
-    from studio.core.store.outputs import render_inputs
+    from studio.core.render.outputs import check_output as core_check
+    from studio.core.render.outputs import render_inputs
 
     if isinstance(avatar, list | tuple):
         return core_check(output, list(avatar), kind="video", codec=codec)

@@ -12,10 +12,11 @@ service; this module is where the command line does.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from studio.core.env import child
 
 DEFAULT_PORT = 6379
 
@@ -35,7 +36,7 @@ def farm_up(
     if not 1 <= port <= 65535:
         raise InputError("--port must be between 1 and 65535")
     cmd = ["start", "--disable-usage-stats"]
-    env = dict(os.environ)
+    env = child()
     if host is None:  # this host only: every Ray server listens on 127.0.0.1
         from studio.core.scale.farm import loopback_only
 
@@ -88,7 +89,7 @@ def farm_status(address: str = "auto") -> dict:
 
 def farm_down() -> None:
     """Stop the Ray processes this host runs for the farm."""
-    _ray(["stop"], dict(os.environ))
+    _ray(["stop"], child())
 
 
 def _ray(argv: list[str], env: dict) -> None:

@@ -52,6 +52,7 @@ from pathlib import Path
 from studio.core.errors import Cancelled, InputError, StudioError
 from studio.core.settings import from_dict as settings_from_dict
 from studio.core.store import jobs as J
+from studio.core.store.files import numbered, numbered_names  # noqa: F401 - numbered: for views
 from studio.core.store.jobs import (  # noqa: F401
     CANCELLED,
     DAMAGED,
@@ -64,7 +65,6 @@ from studio.core.store.jobs import (  # noqa: F401
     QUEUED,  # the states, for views (they use the service, not the store)
     RUNNING,
 )
-from studio.core.store.outputs import numbered, numbered_names  # noqa: F401 - numbered: for views
 from studio.service.driver import Progress, Render
 from studio.service.request import Placement, RenderRequest
 
@@ -748,7 +748,7 @@ class QueueService:
                 self._finish(job.id, J.CANCELLED, "cancelled by the user")
                 raise
             log.error("job %d failed", job.id, exc_info=True)
-            from studio.core.store.paths import log_file
+            from studio.core.env import log_file
 
             return self._finish(
                 job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); the details are in {log_file()}"

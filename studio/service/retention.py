@@ -116,7 +116,7 @@ def format_duration(seconds: float) -> str:
 
 
 def owned_dirs() -> list[Path]:
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     return [sub_dir(name) for name in OWNED]
 

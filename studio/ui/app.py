@@ -7,10 +7,10 @@ background threads after the window is shown.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 import traceback
+from typing import cast
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,9 @@ APP_NAME = "Studio"
 
 def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
-    os.environ.setdefault("QT_LOGGING_RULES", "qt.multimedia.symbolsresolver=false")
+    from studio.core.env import set_default
+
+    set_default("QT_LOGGING_RULES", "qt.multimedia.symbolsresolver=false")
     from PySide6.QtCore import QTimer
 
     app = create_app(argv)
@@ -45,12 +47,12 @@ def create_app(argv: list[str] | None = None):
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
-    app = QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv[:1])
+    app = cast(QApplication, QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv[:1]))
     app.setApplicationName(APP_NAME)
     app.setOrganizationName("studio")
     app.setApplicationDisplayName(APP_NAME)
     app.setStyle("Fusion")
-    from studio.core.store.paths import repo_resources
+    from studio.core.env import repo_resources
 
     res = repo_resources()
     app.setWindowIcon(QIcon(str(res / "icons" / "studio.svg")))
@@ -91,8 +93,8 @@ def install_stop_signals(window) -> None:
 
 def install_excepthook(window) -> None:
     """Log any uncaught exception with its traceback; show one readable line in the window."""
+    from studio.core.env import log_file
     from studio.core.errors import StudioError
-    from studio.core.store.paths import log_file
 
     def hook(exc_type, exc, tb):
         if issubclass(exc_type, KeyboardInterrupt):

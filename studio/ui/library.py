@@ -607,7 +607,7 @@ class RemoveScript(QUndoCommand):
 
 
 def trash_dir() -> Path:
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     return sub_dir("trash")
 
@@ -673,6 +673,6 @@ def _thumb_icon(thumb) -> QIcon:
 
 
 def _icon(name: str) -> str:
-    from studio.core.store.paths import repo_resources
+    from studio.core.env import repo_resources
 
     return str(repo_resources() / "icons" / f"{name}.svg")

@@ -1124,6 +1124,6 @@ def _short(text: str, limit: int = 90) -> str:
 
 
 def _icon(name: str) -> str:
-    from studio.core.store.paths import repo_resources
+    from studio.core.env import repo_resources
 
     return str(repo_resources() / "icons" / f"{name}.svg")

@@ -614,13 +614,13 @@ def _combo(items: list[str], tip: str) -> QComboBox:
 
 
 def _default_folder() -> Path:
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     return sub_dir("renders")
 
 
 def _icon(name: str) -> str:
-    from studio.core.store.paths import repo_resources
+    from studio.core.env import repo_resources
 
     return str(repo_resources() / "icons" / f"{name}.svg")
 

@@ -42,7 +42,7 @@ DEFAULTS: dict[str, object] = {
 
 
 def settings() -> QSettings:
-    from studio.core.store.paths import data_dir
+    from studio.core.env import data_dir
 
     s = QSettings(str(data_dir() / "settings.ini"), QSettings.Format.IniFormat)
     migrate(s)

@@ -47,7 +47,7 @@ def content_key(path: str | os.PathLike) -> str:
 class VoiceoverMemory:
     def __init__(self, path: str | os.PathLike | None = None):
         if path is None:
-            from studio.core.store.paths import sub_dir
+            from studio.core.env import sub_dir
 
             path = sub_dir("editor") / "voiceovers.json"
         self.path = Path(path)

@@ -69,7 +69,7 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, StudioError):
         return str(exc)
     log.error("internal error", exc_info=(type(exc), exc, exc.__traceback__))
-    from studio.core.store.paths import log_file
+    from studio.core.env import log_file
 
     return f"internal error ({type(exc).__name__}: {exc}); the details are in {log_file()}"
 

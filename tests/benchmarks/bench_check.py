@@ -50,7 +50,7 @@ def main() -> int:
 
     import soundfile as sf
 
-    from studio.core.bench import synthetic_avatar
+    from studio.bench.reference import synthetic_avatar
     from studio.core.media.audio import load
     from studio.core.quality import check_video, measure_video, speech_of
     from studio.core.quality.video import probe_video

@@ -46,9 +46,9 @@ def main() -> None:
 
         from studio.core.avatars import library as avatar_mod
         from studio.core.engines.classic import ClassicEngine
+        from studio.core.env import repo_resources
         from studio.core.render.renderer import Renderer
         from studio.core.settings import RenderSettings
-        from studio.core.store.paths import repo_resources
 
         demo = repo_resources() / "demo"
         data, rate = sf.read(demo / "voiceover.flac", dtype="float32")
@@ -62,7 +62,7 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - a GPU host without mediapipe still times the loop
             print(f"demo photo skipped: {exc}")
         if args.device.startswith("cuda"):
-            from studio.core.bench import synthetic_avatar
+            from studio.bench.reference import synthetic_avatar
 
             avatars["1080p presenter loop"] = synthetic_avatar(Path(tmp), 1080)
         if not args.device.startswith("cuda"):

@@ -35,7 +35,7 @@ def main():
     ap.add_argument("--models", required=True, help="a model store folder (studio bench --workdir W: W/store)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    from studio.core.bench import synthetic_avatar
+    from studio.bench.reference import synthetic_avatar
     from studio.core.engines.musetalk import MuseTalkEngine
     from studio.core.media.writer import open_video
     from studio.core.render.composite import Compositor, rgb_to_nv12

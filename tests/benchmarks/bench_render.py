@@ -26,9 +26,9 @@ def main() -> None:
         os.environ.setdefault("STUDIO_HOME", tmp)
         from studio.core.avatars import library as avatar_mod
         from studio.core.engines import select_engine
+        from studio.core.env import repo_resources
         from studio.core.render.renderer import Renderer
         from studio.core.settings import RenderSettings
-        from studio.core.store.paths import repo_resources
 
         demo = repo_resources() / "demo"
         data, rate = sf.read(demo / "voiceover.flac", dtype="float32")

@@ -38,9 +38,9 @@ def main() -> int:
     import os
 
     os.environ.setdefault("STUDIO_HOME", tempfile.mkdtemp(prefix="bench-scrub-"))
+    from studio.core.env import repo_resources
     from studio.core.media.audio import probe
     from studio.core.settings import RenderSettings
-    from studio.core.store.paths import repo_resources
     from studio.service.pool import EnginePool
 
     demo = repo_resources() / "demo"
@@ -48,7 +48,7 @@ def main() -> int:
     try:  # the demo photo needs the face tracker; a GPU host without mediapipe uses the bench's 1080p loop
         import mediapipe  # noqa: F401
     except ImportError:
-        from studio.core.bench import synthetic_avatar
+        from studio.bench.reference import synthetic_avatar
 
         avatar = synthetic_avatar(Path(tempfile.mkdtemp(prefix="bench-scrub-avatar-")), 1080)
     duration = probe(audio).duration_s

@@ -38,11 +38,11 @@ NEW_IMPORT = (
 )
 OLD_BUILD = OLD_IMPORT + (
     "import json, torch\n"
-    "from studio.core.store import models\n"
+    "from studio.core.engines import weights\n"
     "ext = WhisperFeatureExtractor.from_pretrained(FOLDER, local_files_only=True)\n"
     "with torch.device('meta'):\n"
     "    enc = WhisperEncoder(WhisperConfig.from_dict(json.load(open(FOLDER + '/config.json'))))\n"
-    "state = models.normalize_keys('whisper', models.read_state_dict(FOLDER + '/pytorch_model.bin'))\n"
+    "state = weights.normalize_keys('whisper', weights.read_state_dict(FOLDER + '/pytorch_model.bin'))\n"
     "enc.load_state_dict(state, strict=True, assign=True)\n"
     "enc = enc.eval().to(DEVICE)\n"
 )
@@ -82,15 +82,15 @@ def bench_device(folder: Path, samples: np.ndarray, device: str, repeat: int) ->
     from transformers import WhisperConfig, WhisperFeatureExtractor
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
+    from studio.core.engines import weights
     from studio.core.engines.whisper_features import WhisperFeatures
-    from studio.core.store import models
 
     dev = torch.device(device)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     new = WhisperFeatures(folder, device=dev)
     ext = WhisperFeatureExtractor.from_pretrained(str(folder), local_files_only=True)
     old = WhisperEncoder(WhisperConfig.from_dict(json.loads((folder / "config.json").read_text())))
-    old.load_state_dict(models.normalize_keys("whisper", models.read_state_dict(folder / "pytorch_model.bin")))
+    old.load_state_dict(weights.normalize_keys("whisper", weights.read_state_dict(folder / "pytorch_model.bin")))
     old = old.eval().to(dev)
     pieces = [samples]
 

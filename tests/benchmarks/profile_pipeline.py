@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--preset", default="ultrafast")
     ap.add_argument("--no-encoders", action="store_true", help="skip the encoder-only figures")
     args = ap.parse_args()
-    from studio.core.bench import _bench_models, reference_audio, synthetic_avatar
+    from studio.bench.reference import _bench_models, reference_audio, synthetic_avatar
     from studio.core.engines.classic import ClassicEngine
     from studio.core.engines.musetalk import MuseTalkEngine
     from studio.core.render.composite import pad_even, rgb_to_nv12

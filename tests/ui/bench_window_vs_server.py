@@ -117,7 +117,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="studio-window-vs-server-"))
     home = work / "home"
     os.environ["STUDIO_HOME"] = str(home)
-    from studio.core import bench_user
+    from studio.bench import user as bench_user
     from studio.service.client import StudioClient
     from studio.service.serve_process import ServeProcess
 

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from PIL import Image
     from PySide6.QtCore import QEventLoop, QTimer
 
-    from studio.core.store.paths import data_dir
+    from studio.core.env import data_dir
     from studio.ui.app import create_app
     from studio.ui.main_window import MainWindow
 

@@ -92,7 +92,7 @@ def _device() -> str:
 
 
 def _data_folder() -> str:
-    from studio.core.store.paths import data_dir
+    from studio.core.env import data_dir
     from studio.service.retention import OWNED
 
     folders = [data_dir() / name for name in OWNED]

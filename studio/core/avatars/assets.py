@@ -197,7 +197,7 @@ class AvatarAssets:
 
 
 def library_dir() -> Path:
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     return sub_dir("avatars")
 

@@ -113,8 +113,8 @@ def resolve(
     params = (params or AvatarParams()).check()
     import hashlib
 
+    from studio.core.env import sub_dir
     from studio.core.store.fsutil import file_sha256, quick_file_key
-    from studio.core.store.paths import sub_dir
 
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", src.stem)[:40] or "avatar"
     folder = sub_dir("cache/avatars") / f"{stem}-{hashlib.sha256(str(src).encode()).hexdigest()[:12]}"

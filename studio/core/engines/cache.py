@@ -76,7 +76,7 @@ def resolve_device_name(device: str | None) -> str:
 def weights_id() -> str:
     """A short identity of the imported weights (the model store's manifest); '' when none."""
     try:
-        from studio.core.store.models import read_manifest
+        from studio.core.engines.weights import read_manifest
 
         manifest = read_manifest()
     except Exception:  # noqa: BLE001 - no store, a damaged one: no MuseTalk either

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ __all__ = [
 
 @dataclass(frozen=True, eq=False)
 class ClassicPrepared:
-    crops: object  # torch uint8 [N,256,256,3] on the engine device (or a numpy memmap on CPU)
+    crops: Any  # torch uint8 [N,256,256,3] on the engine device (or a numpy memmap on CPU)
     rig: RigGeometry
 
 
@@ -84,6 +85,7 @@ class ClassicEngine(LipSyncEngine):
         if (first, end) == (0, wave.frames):
             return mouth_controls(wave.samples, wave.frames, stats, rate)
         if stats is None:  # a short clip read in part: its statistics from all of it, as a whole render
+            assert info is not None, "a part of a clip is read from a file"
             from studio.core.engines.classic_visemes import clip_stats, features
             from studio.core.media.audio import read_frames
 

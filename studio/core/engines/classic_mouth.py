@@ -121,7 +121,7 @@ def _mouth_colours(crops, lm: np.ndarray) -> np.ndarray:
     for i in np.unique(np.linspace(0, n - 1, min(n, 8)).round().astype(int)):
         img = np.asarray(crops[i])
         inner = np.zeros(img.shape[:2], np.uint8)
-        ring = np.zeros(img.shape[:2], np.uint8)
+        ring: np.ndarray = np.zeros(img.shape[:2], np.uint8)
         inner_poly = np.concatenate([lm[i, list(UPPER_INNER)], lm[i, list(LOWER_INNER)][::-1]])
         outer_poly = np.concatenate([lm[i, list(UPPER_OUTER)], lm[i, list(LOWER_OUTER)][::-1]])
         cv2.fillPoly(inner, [np.round(inner_poly).astype(np.int32)], 1)

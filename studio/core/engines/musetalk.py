@@ -12,7 +12,7 @@ samples, which only adds noise) and the UNet input is cat(masked, reference) on 
 runs once at timestep 0 with the audio tokens as ``encoder_hidden_states``; its output is decoded
 by the SD-VAE (``decode(lat / 0.18215)``) or by TAESD (which lives in the scaled latent space, so
 no division), mapped from [-1,1] to uint8 with rounding. Faces stay RGB (the official code flips to
-BGR for OpenCV). Weights are the official files, loaded strictly (``studio.core.store.models``).
+BGR for OpenCV). Weights are the official files, loaded strictly (``studio.core.engines.weights``).
 
 Where the official code has known bugs we do the right thing (spec §1.6, §3.3, §4.2, §7):
 - the positional encoding is added at inference, as the official inference does (the released
@@ -27,19 +27,20 @@ Where the official code has known bugs we do the right thing (spec §1.6, §3.3,
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from studio.core import env
 from studio.core.constants import FACE_SIZE
 from studio.core.devices import to_device
+from studio.core.engines import weights
 from studio.core.engines.base import Availability, LipSyncEngine
 from studio.core.errors import ModelError, StudioError
-from studio.core.store import models
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +57,14 @@ def availability(models_dir=None) -> Availability:
 
     Cheap (reads the store's manifest and stats its files; no torch, no hashing).
     """
-    return models.availability(models_dir)
+    return weights.availability(models_dir)
 
 
 @dataclass(frozen=True, eq=False)
 class Prepared:
     """Per-avatar UNet inputs: latents ``[N,8,32,32]`` on the engine's device and dtype."""
 
-    latents: object
+    latents: Any
     cache_file: Path | None
     from_cache: bool
 
@@ -102,7 +103,7 @@ class MuseTalkEngine(LipSyncEngine):
         self.compile = bool(compile)
         self.cuda_graphs = bool(cuda_graphs)
         self.version = version
-        self.paths = models.resolve(models_dir, version)
+        self.paths = weights.resolve(models_dir, version)
         missing = [
             n
             for n, p in (("UNet", self.paths.unet), ("sd-vae", self.paths.vae), ("whisper", self.paths.whisper))
@@ -191,7 +192,7 @@ class MuseTalkEngine(LipSyncEngine):
             self._nets is not None
             or self._loader is not None
             or self.device.type != "cuda"
-            or os.environ.get("STUDIO_BACKGROUND_LOAD", "1") == "0"
+            or not env.flag("STUDIO_BACKGROUND_LOAD")
         ):
             return
 
@@ -237,7 +238,7 @@ class MuseTalkEngine(LipSyncEngine):
         d = super().describe()
         d.update(
             version=self.version,
-            unet=models.COMPONENTS[self.paths.unet_name].label,
+            unet=weights.COMPONENTS[self.paths.unet_name].label,
             decoder=self.decoder,
             precision=str(self.dtype).replace("torch.", ""),
             compile=self.compile,
@@ -318,18 +319,18 @@ class MuseTalkEngine(LipSyncEngine):
 
         p = self.paths
         t0 = time.perf_counter()
-        unet = models.load_module("unet", p.unet, p.weight_file(p.unet), self.device, self.dtype)
+        unet = weights.load_module("unet", p.unet, p.weight_file(p.unet), self.device, self.dtype)
         rt.fold_time_embedding(unet)
         t1 = time.perf_counter()
-        vae = models.load_module("vae", p.vae, p.weight_file(p.vae), self.device, self.dtype)
+        vae = weights.load_module("vae", p.vae, p.weight_file(p.vae), self.device, self.dtype)
         taesd = None
         if self.decoder == "taesd":
-            taesd = models.load_module("taesd", p.taesd, p.weight_file(p.taesd), self.device, self.dtype)
+            taesd = weights.load_module("taesd", p.taesd, p.weight_file(p.taesd), self.device, self.dtype)
         self.load_ms.update(unet=(t1 - t0) * 1e3, decoders=(time.perf_counter() - t1) * 1e3)
         if self.device.type == "cuda":  # tensor-core convolutions prefer NHWC
             for m in (unet, vae, taesd):
                 if m is not None:
-                    torch.nn.Module.to(m, memory_format=torch.channels_last)
+                    torch.nn.Module.to(m, memory_format=torch.channels_last)  # type: ignore[call-overload]
         unet_c = rt.maybe_compile(unet, self.compile)
         scale = float(vae.config.scaling_factor)
         timestep = torch.zeros(1, dtype=torch.long, device=self.device)  # a tensor: nothing to copy in a graph
@@ -377,7 +378,7 @@ class MuseTalkEngine(LipSyncEngine):
 
         c = unet.config
         side = FACE_SIZE // 8
-        wcfg = models.read_config(self.paths.whisper / "config.json")
+        wcfg = weights.read_config(self.paths.whisper / "config.json")
         tokens = 10 * (int(wcfg.get("encoder_layers", 4)) + 1)
         for b in buckets or (min(self.preferred_batch(), run.buckets[-1]),):
             lat = torch.zeros(b, c.in_channels, side, side, device=self.device, dtype=self.dtype)

@@ -598,7 +598,7 @@ class UNet(nn.Module):
         odd = any(s % self.up_factor for s in sample.shape[-2:])  # sizes are fixed per graph
         last = len(self.up_blocks) - 1
         for i, block in enumerate(self.up_blocks):
-            k = len(block.resnets)
+            k = len(block.resnets)  # type: ignore[arg-type]  # a ModuleList (torch types attributes as Tensor | Module)
             res, skips = skips[-k:], skips[:-k]
             size = skips[-1].shape[2:] if odd and i < last else None
             x = block(x, res, emb, context, size)

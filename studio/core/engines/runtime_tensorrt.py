@@ -1,6 +1,6 @@
 """TensorRT for MuseTalk: ONNX export, engine build, the engine cache, and a runner on torch tensors.
 
-    export_onnx("unet", models.resolve(), out)      # latents [B,8,32,32] + audio [B,50,W] -> [B,4,32,32]
+    export_onnx("unet", weights.resolve(), out)      # latents [B,8,32,32] + audio [B,50,W] -> [B,4,32,32]
     build(["unet", "taesd"], "fp16", load_profile("1,32,64"))   # export + build + validate + cache
     list_engines()                                   # every cached engine: valid / stale / unchecked, why
     fns, why = engine_functions(paths, "taesd", torch.float16, device, (torch_unet, torch_decode))
@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from studio.core.constants import FACE_SIZE
+from studio.core.engines import weights
 from studio.core.errors import StudioError
-from studio.core.store import models
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class EngineKey:
 
 
 def engine_key(component: str, precision: str, profile: Profile, target: Target, paths=None) -> EngineKey:
-    model, sha = model_identity(component, paths or models.resolve())
+    model, sha = model_identity(component, paths or weights.resolve())
     return EngineKey(component, model, sha, precision, profile, target.gpu, target.capability, target.tensorrt)
 
 
@@ -191,7 +191,7 @@ def model_identity(component: str, paths) -> tuple[str, str]:
 def cache_dir() -> Path:
     """``$STUDIO_ENGINE_CACHE``, else ``engines/cache`` in a dev checkout, else ``data_dir()/engines``."""
     from studio.core import env
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     cache = env.get("STUDIO_ENGINE_CACHE")
     if cache:
@@ -275,17 +275,17 @@ def reference_module(component: str, paths, device="cpu", dtype=None):
 
     dtype = dtype or torch.float32
     if component == "unet":
-        unet = models.load_module("unet", paths.unet, paths.weight_file(paths.unet), device, dtype)
+        unet = weights.load_module("unet", paths.unet, paths.weight_file(paths.unet), device, dtype)
         rt.fold_time_embedding(unet)
         layers = 4  # whisper-tiny; the tokens are 10 steps x (layers + 1) hidden states
         if paths.whisper is not None:
-            layers = int(models.read_config(paths.whisper / "config.json").get("encoder_layers", layers))
+            layers = int(weights.read_config(paths.whisper / "config.json").get("encoder_layers", layers))
         return _graphs()["unet"](unet, 10 * (layers + 1)).eval()
     if component == "taesd":
-        net = models.load_module("taesd", paths.taesd, paths.weight_file(paths.taesd), device, dtype)
+        net = weights.load_module("taesd", paths.taesd, paths.weight_file(paths.taesd), device, dtype)
         return _graphs()["decoder"](net, 1.0).eval()
     if component == "sd-vae":
-        net = models.load_module("vae", paths.vae, paths.weight_file(paths.vae), device, dtype)
+        net = weights.load_module("vae", paths.vae, paths.weight_file(paths.vae), device, dtype)
         return _graphs()["decoder"](net, float(net.config.scaling_factor)).eval()
     raise StudioError(f"unknown engine component {component!r}; use one of {', '.join(COMPONENTS)}")
 
@@ -402,7 +402,7 @@ def build(
     if precision == "fp8":
         _require_modelopt()
     profile = profile or load_profile()
-    paths, cache, say = models.resolve(), cache_dir(), progress or (lambda msg: None)
+    paths, cache, say = weights.resolve(), cache_dir(), progress or (lambda msg: None)
     results = []
     for comp in components:
         prec = "fp16" if precision == "fp8" and comp != "unet" else precision
@@ -485,7 +485,7 @@ def list_engines(target: Target | None = None, paths=None) -> list[dict]:
             target = current_target()
         except StudioError as exc:
             note = str(exc)
-    paths = paths or models.resolve()
+    paths = paths or weights.resolve()
     rows = []
     for plan in sorted(cache.glob("*.plan")):
         side = plan.with_suffix(".json")
@@ -654,7 +654,7 @@ def engine_functions(paths, decoder: str, dtype, device, reference, required: bo
             raise
         if not isinstance(exc, StudioError):
             log.warning("TensorRT runtime failed to start; using PyTorch", exc_info=True)
-            exc = f"TensorRT failed to start ({type(exc).__name__}: {exc})"
+            return None, f"PyTorch runtime: TensorRT failed to start ({type(exc).__name__}: {exc})"
         return None, f"PyTorch runtime: {exc}"
     return (unet_rt, dec_rt), (
         f"TensorRT {target.tensorrt}: {unet_prec} UNet + {decoder} engines, checked against PyTorch ({verdict.reason})"

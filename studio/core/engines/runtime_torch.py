@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -59,11 +60,11 @@ def limit_cpu_threads() -> int:
     global _CPU_THREADS
     with _CPU_THREADS_LOCK:  # once, before any thread of a render runs CPU work
         if _CPU_THREADS is None:
-            if os.environ.get("OMP_NUM_THREADS"):
+            from studio.core import env
+
+            if env.other("OMP_NUM_THREADS"):
                 _CPU_THREADS = torch.get_num_threads()
             else:
-                from studio.core import env
-
                 n = env.get_int("STUDIO_CPU_THREADS") or max(1, (os.cpu_count() or 1) // 4)
                 torch.set_num_threads(n)
                 _CPU_THREADS = n
@@ -189,7 +190,7 @@ class GraphRunner:
     All buckets share one memory pool.
     """
 
-    fn: object
+    fn: Any
     device: object
     enabled: bool = True
     buckets: tuple = BUCKETS
@@ -199,8 +200,8 @@ class GraphRunner:
     capture_after: int = 0
     _graphs: dict = field(default_factory=dict)
     _uses: dict = field(default_factory=dict)
-    _pool: object = None
-    _stream: object = None
+    _pool: Any = None
+    _stream: Any = None
 
     def __post_init__(self):
         import torch

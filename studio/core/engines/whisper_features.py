@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,7 @@ PE_MAX_LEN = 5000
 class Features:
     """The clip's whisper states, zero-padded, and the per-frame window maths."""
 
-    steps: object  # torch float32 [pad_left + S + pad_right, layers, width]
+    steps: Any  # torch float32 [pad_left + S + pad_right, layers, width]
     frames: int  # T
     pe: object  # torch float32 [WINDOW * layers, width]
     origin: int = 0  # the whisper step ``steps[pad_left]`` holds (> 0: only a stretch of the clip)
@@ -148,14 +149,14 @@ class WhisperFeatures:
     def __init__(self, folder: str | Path, device="cpu", weights: str | Path | None = None, batch: int = 8):
         import torch
 
-        from studio.core.store import models
+        from studio.core.engines import weights as store
 
         self.folder = Path(folder)
         self.device = torch.device(device)
-        comp = models.COMPONENTS["whisper"]
-        weights = Path(weights) if weights else models.find_weights(self.folder, comp)
+        comp = store.COMPONENTS["whisper"]
+        weights = Path(weights) if weights else store.find_weights(self.folder, comp)
         # fp32 always: the encoder costs ~0.05 GFLOP per video frame, precision is free here.
-        self.encoder = models.load_module("whisper", self.folder, weights, device=self.device)
+        self.encoder = store.load_module("whisper", self.folder, weights, device=self.device)
         self.mel_settings = mel_settings(self.folder, self.encoder.config.num_mel_bins)
         self.batch = max(1, batch)
         self.layers = self.encoder.config.encoder_layers + 1
@@ -232,11 +233,11 @@ class WhisperFeatures:
 def mel_settings(folder: Path, mel_bins: int) -> dict:
     """``log_mel``'s arguments from ``preprocessor_config.json`` (WhisperFeatureExtractor's defaults
     for absent fields, or for the whole file when there is none)."""
-    from studio.core.store import models
+    from studio.core.engines import weights as store
 
     path = Path(folder) / "preprocessor_config.json"
     if path.is_file():
-        cfg = models.read_config(path)
+        cfg = store.read_config(path)
     else:
         log.warning("%s has no preprocessor_config.json; using whisper's defaults", folder)
         cfg = {}

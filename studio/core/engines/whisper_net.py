@@ -167,7 +167,7 @@ class WhisperEncoderNet(nn.Module):
 # --- the log-mel spectrogram ---------------------------------------------------------------------
 
 
-def _hz_to_mel(freq: np.ndarray) -> np.ndarray:
+def _hz_to_mel(freq: np.ndarray | float) -> np.ndarray:
     """Slaney's mel scale: linear (3 / 200 mel per Hz) below 1 kHz, logarithmic above."""
     freq = np.asarray(freq, np.float64)
     mels = 3.0 * freq / 200.0

@@ -36,7 +36,7 @@ SUFFIX = ".aac.rec"
 
 def default_root() -> Path:
     """``<data>/cache/aac`` (created)."""
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     return sub_dir("cache/aac")
 

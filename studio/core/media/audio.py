@@ -861,8 +861,8 @@ def analysis_of(wave: Wave) -> AudioAnalysis:
 
 def _cache_file(path: str | os.PathLike, rate: Fraction = DEFAULT_RATE) -> Path | None:
     try:
+        from studio.core.env import sub_dir
         from studio.core.store.fsutil import quick_file_key
-        from studio.core.store.paths import sub_dir
 
         tag = "" if rate == DEFAULT_RATE else f"-{rate.numerator}_{rate.denominator}"
         return sub_dir("cache/audio") / f"{quick_file_key(path)}{tag}.npz"

@@ -53,6 +53,7 @@ import numpy as np
 from studio.core.errors import RenderError
 from studio.core.media.lanes import LaneWriter, disk_error
 from studio.core.media.mux import MOOV_PER_SAMPLE, Muxer
+from studio.core.settings import DEFAULT_CRF, DEFAULT_PRESET
 
 log = logging.getLogger(__name__)
 
@@ -462,8 +463,8 @@ def open_codec_writer(
     *,
     codec: str,
     audio=None,
-    crf: int = 20,
-    preset: str = "veryfast",
+    crf: int = DEFAULT_CRF,
+    preset: str = DEFAULT_PRESET,
     fps=25,
     total_frames: int | None = None,
     alpha: bool = False,
@@ -551,7 +552,7 @@ class CodecWriter(LaneWriter):
         self.spill_dir: Path | None = None
         self._atomic = atomic_output(path, suffix=s.suffix, overwrite=overwrite)
         if not path.parent.is_dir():
-            from studio.core.store.outputs import check_folder
+            from studio.core.store.files import check_folder
 
             check_folder(path)
         try:

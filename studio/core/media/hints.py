@@ -31,9 +31,9 @@ CACHE_VERSION = 1
 def changing_region(avatar):
     """What ``open_video(changing=...)`` takes for a render of ``avatar``: a photo's face box, a
     video's macroblock mask, or None (everything may change, or ``STUDIO_VIDEO_HINTS=0``)."""
-    import os
+    from studio.core import env
 
-    if os.environ.get("STUDIO_VIDEO_HINTS", "1") == "0":
+    if not env.flag("STUDIO_VIDEO_HINTS"):
         return None
     if getattr(avatar, "N", 0) == 1:
         return np.asarray(avatar.boxes[0])

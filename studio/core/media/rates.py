@@ -17,17 +17,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-#: the output rates Studio offers, by the name an editor uses
-RATES: dict[str, Fraction] = {
-    "23.976": Fraction(24000, 1001),
-    "24": Fraction(24),
-    "25": Fraction(25),
-    "29.97": Fraction(30000, 1001),
-    "30": Fraction(30),
-    "50": Fraction(50),
-    "59.94": Fraction(60000, 1001),
-    "60": Fraction(60),
-}
+from studio.core.constants import RATES  # the offered rates (the settings list them too)
+
 DEFAULT_RATE = Fraction(25)  # a photo avatar's rate, and the rate before rates were a setting
 SAMPLE_RATE = 16_000  # the analysis audio's rate (constants.SAMPLE_RATE)
 DROP_FRAME = {Fraction(30000, 1001): 2, Fraction(60000, 1001): 4}  # frame numbers dropped per minute

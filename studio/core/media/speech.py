@@ -22,9 +22,9 @@ def available() -> bool:
 
 def speak(text: str, voice: str = "en-us", speed: int = 160) -> Path:
     """Write ``text`` spoken by espeak-ng to ``<data>/scripts/speech-<hash>.wav`` and return it."""
+    from studio.core.env import sub_dir
     from studio.core.errors import InputError
     from studio.core.store.fsutil import atomic_path
-    from studio.core.store.paths import sub_dir
 
     exe = shutil.which("espeak-ng")
     if exe is None:

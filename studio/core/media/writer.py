@@ -56,7 +56,7 @@ from studio.core.media.encoders import (
 from studio.core.media.lanes import LaneWriter, disk_error
 from studio.core.media.mux import Muxer
 from studio.core.media.rates import DEFAULT_RATE
-from studio.core.settings import ENCODERS, PRESETS
+from studio.core.settings import DEFAULT_CRF, DEFAULT_ENCODER, DEFAULT_PRESET, ENCODERS, PRESETS
 from studio.core.store.fsutil import atomic_output, register_temp, release_temp, temp_dir
 
 log = logging.getLogger(__name__)
@@ -78,9 +78,9 @@ def open_video(
     height,
     *,
     audio=None,
-    encoder="auto",
-    crf=20,
-    preset="superfast",
+    encoder=DEFAULT_ENCODER,
+    crf=DEFAULT_CRF,
+    preset=DEFAULT_PRESET,
     fps=DEFAULT_RATE,
     total_frames=None,
     workers=None,
@@ -180,9 +180,9 @@ def rolling_chunks(total: int, lanes: int, max_frames: int = ROLL_FRAMES) -> lis
 def check_output(path) -> Path:
     """Raise RenderError unless ``path``'s folder exists and accepts new files (nothing is left).
 
-    The folder half of ``studio.core.store.outputs.check_output`` (which also refuses an output that is
+    The folder half of ``studio.core.render.outputs.check_output`` (which also refuses an output that is
     an input, a folder or a wrong extension)."""
-    from studio.core.store.outputs import check_folder
+    from studio.core.store.files import check_folder
 
     return check_folder(path)
 

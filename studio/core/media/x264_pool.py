@@ -29,6 +29,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from studio.core.env import child as child_env
+from studio.core.env import get, get_int
+
 log = logging.getLogger(__name__)
 
 SLOTS = 8  # frames in flight per worker
@@ -45,7 +48,6 @@ _BT709, _RANGE_MPEG = 1, 1
 class _Worker:
     def __init__(self, nice: int | None = None):
         """``nice``: the worker's CPU priority (default ``NICE``, or ``$STUDIO_X264_NICE``)."""
-        import os
         import socket
         import subprocess
         import sys
@@ -57,7 +59,7 @@ class _Worker:
             cmd = [sys.executable, WORKER_FLAG, str(fd)]
         else:
             cmd = [sys.executable, "-m", "studio.core.media.x264_pool", str(fd)]
-        env = dict(os.environ, OMP_NUM_THREADS="1", STUDIO_PARENT_PID=str(os.getpid()))  # dies with us
+        env = child_env(OMP_NUM_THREADS="1", STUDIO_PARENT_PID=str(os.getpid()))  # dies with us
         if nice is not None:
             env["STUDIO_X264_NICE"] = str(nice)
         self.proc = subprocess.Popen(cmd, pass_fds=(fd,), env=env, stdin=subprocess.DEVNULL)
@@ -273,7 +275,7 @@ class ProcessEncoder:
                 preset,
                 None if path is None else str(path),
                 changing,
-                bool(os.environ.get("STUDIO_TRACE")),
+                bool(get("STUDIO_TRACE")),
             )
         )  # the parent's setting, even if set after our start
 
@@ -499,7 +501,6 @@ def video_hint(frame, rects) -> bool:
 
 
 def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message kinds
-    import os
     import time
 
     import av
@@ -602,7 +603,7 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                     }
                     ctx.open()
                     busy = 0.0
-                    trace = [] if (msg[10] if len(msg) > 10 else os.environ.get("STUDIO_TRACE")) else None
+                    trace = [] if (msg[10] if len(msg) > 10 else get("STUDIO_TRACE")) else None
                     conn.send(("opened", bytes(ctx.extradata or b"")))
                 elif kind == "aac":  # the writer's audio track, prepared while the video renders
                     from studio.core.media.encoders import encode_aac_file
@@ -674,7 +675,6 @@ def run_worker(fd: int) -> None:
     priority waits for a time slice before each GPU launch, and the GPU (the encoders' only
     source of frames) idles meanwhile."""
     import contextlib
-    import os
     import signal
     import sys
     from multiprocessing.connection import Connection
@@ -686,7 +686,7 @@ def run_worker(fd: int) -> None:
     die_with_parent(pdeathsig=False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
     try:
-        os.nice(int(os.environ.get("STUDIO_X264_NICE", NICE)))
+        os.nice(get_int("STUDIO_X264_NICE", NICE))
     except (OSError, ValueError, AttributeError):
         pass
 

@@ -416,8 +416,7 @@ class Renderer:
         On cancel raises ``Cancelled`` after removing every temporary file; an existing ``output``
         stays untouched. The last progress has ``finished=True``; ``self.result`` holds the summary.
         """
-        from studio.core.media.hints import changing_region
-        from studio.core.media.writer import open_video
+        from studio.core.render.outputs import open_video_for
 
         self._cancel.clear()
         self._stage_ms = {}
@@ -443,20 +442,8 @@ class Renderer:
                     normalised(audio, self.settings.loudness, self.settings.true_peak)
                 )
                 self._stage("loudness", t1)
-            writer = open_video(
-                output,
-                a.width,
-                a.height,
-                audio=audio,
-                encoder=self.settings.encoder,
-                crf=self.settings.crf,
-                preset=self.settings.preset,
-                fps=self.rate,
-                total_frames=T,
-                rolling=True,
-                changing=changing_region(a),  # a photo's face, a video's moving parts
-                overwrite=overwrite,
-                codec=self.settings.codec,
+            writer = open_video_for(
+                self.settings, output, a, fps=self.rate, audio=audio, total_frames=T, rolling=True, overwrite=overwrite
             )
             self._stage("open", t0)
             yield from self._run(writer, plan, first, T, t_start)

@@ -89,7 +89,7 @@ def render_segment(
     at 0. ``on_batch(frames)`` is called after each batch; ``should_stop()`` is checked between
     batches and raises ``Cancelled``. The file appears atomically (nothing is left on failure).
     """
-    from studio.core.media.writer import open_video
+    from studio.core.render.outputs import open_video_for
     from studio.core.render.plan import stripes
 
     plan = renderer.plan
@@ -98,17 +98,7 @@ def render_segment(
     s = renderer.settings
     a = renderer.avatar
     n = end - start
-    writer = open_video(
-        path,
-        a.width,
-        a.height,
-        audio=None,
-        encoder=s.encoder,
-        crf=s.crf,
-        preset=s.preset,
-        fps=renderer.rate,
-        total_frames=n,
-    )
+    writer = open_video_for(s, path, a, fps=renderer.rate, total_frames=n, codec="h264", changing=None)
     t0 = time.perf_counter()
     with writer:
         batches = [start + b for b in stripes(n, renderer.batch_size, writer.chunks)]

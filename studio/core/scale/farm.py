@@ -30,13 +30,13 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from studio.core.errors import Cancelled, RenderError, StudioError
 from studio.core.scale.chunks import avatar_reference, join_segments, render_segment, segments_result, split
 
 if TYPE_CHECKING:
-    from studio.core.render.renderer import RenderProgress
+    from studio.core.render.renderer import RenderProgress, RenderResult
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
 
     if ray.is_initialized():
         return "already connected"
-    common = dict(namespace=NAMESPACE, configure_logging=False, log_to_driver=False)
+    common: dict[str, Any] = dict(namespace=NAMESPACE, configure_logging=False, log_to_driver=False)
     if address:
         if address == "auto" or address.split(":")[0] in LOOPBACK:
             loopback_only()
@@ -90,14 +90,16 @@ def _token_auth_as_for_auto() -> None:
     (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN[_PATH]``); Ray enables it in the driver only when it
     finds the cluster itself, so a HOST:PORT connection was refused ("InvalidAuthToken").
     """
-    if "RAY_AUTH_MODE" in os.environ:
+    from studio.core import env
+
+    if env.other("RAY_AUTH_MODE"):
         return
     if (
-        os.environ.get("RAY_AUTH_TOKEN")
-        or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        env.other("RAY_AUTH_TOKEN")
+        or env.other("RAY_AUTH_TOKEN_PATH")
         or (Path.home() / ".ray" / "auth_token").is_file()
     ):
-        os.environ["RAY_AUTH_MODE"] = "token"
+        env.put("RAY_AUTH_MODE", "token")
 
 
 LOOPBACK = ("127.0.0.1", "localhost")
@@ -123,8 +125,11 @@ def loopback_only() -> dict:
     on its loopback setting (the one it uses on macOS/Windows) every server binds 127.0.0.1.
     Returns the environment entry for Ray processes started as commands (``ray start``).
     """
+    from studio.core.env import put
+
     env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    os.environ.update(env)
+    for name, value in env.items():
+        put(name, value)
     with contextlib.suppress(Exception):
         from ray._private import ray_constants
 
@@ -143,7 +148,7 @@ class Farm:
         slots = int(res.get("GPU", 0) if self.gpus else res.get("CPU", 1))
         n = max(1, int(workers) if workers else slots)
         cls = _worker_class()
-        opts = dict(num_gpus=1, num_cpus=1) if self.gpus else dict(num_cpus=1)
+        opts: dict[str, Any] = dict(num_gpus=1, num_cpus=1) if self.gpus else dict(num_cpus=1)
         opts.update(max_restarts=ACTOR_RESTARTS, max_task_retries=0)
         self._actors = {}
         for i in range(n):
@@ -157,7 +162,7 @@ class Farm:
         self._cancel = threading.Event()
         self._reviving: dict = {}  # pid ref of a restarting worker -> label
         self._shipped: dict = {}
-        self.result = None
+        self.result: RenderResult | None = None
         self.retries = 0
         log.info("farm: %d %s worker(s)", n, "GPU" if self.gpus else "CPU")
 
@@ -416,8 +421,8 @@ def local_avatar(spec: dict):
     """``(assets, fetched)``: the shipped avatar on this node: the driver's folder when this node
     shares it, else a node-local copy made once from the object store (``fetched`` = 1 then) and
     reused by every worker and job here."""
+    from studio.core.env import sub_dir
     from studio.core.scale.chunks import open_avatar
-    from studio.core.store.paths import sub_dir
 
     src = Path(spec["folder"])
     meta = src / "meta.json"
@@ -445,7 +450,7 @@ def local_avatar(spec: dict):
 
 def local_file(spec: dict) -> str:
     """The shipped file on this node (fetched once into ``<data>/cache/farm/audio``)."""
-    from studio.core.store.paths import sub_dir
+    from studio.core.env import sub_dir
 
     suffix = Path(spec["name"]).suffix
     dest = sub_dir("cache/farm/audio") / f"{spec['key']}{suffix}"

@@ -117,9 +117,8 @@ class DeviceRender:
 
     def _run(self, output, overwrite: bool, audio, loud, t_start: float) -> Iterator:
         from studio.core.media.codecs import alpha_of
-        from studio.core.media.hints import changing_region
         from studio.core.media.rates import rate_text
-        from studio.core.media.writer import open_video
+        from studio.core.render.outputs import open_video_for
         from studio.core.render.renderer import RenderProgress, RenderResult
 
         renderers = self.renderers
@@ -128,20 +127,7 @@ class DeviceRender:
         T = plan.frames
         a = self.clip.avatar
         s = self.settings
-        writer = open_video(
-            output,
-            a.width,
-            a.height,
-            audio=audio,
-            encoder=s.encoder,
-            crf=s.crf,
-            preset=s.preset,
-            fps=first.rate,
-            codec=s.codec,
-            total_frames=T,
-            overwrite=overwrite,
-            changing=changing_region(a),
-        )  # as Renderer.run: a photo's face, a video's moving parts
+        writer = open_video_for(s, output, a, fps=first.rate, audio=audio, total_frames=T, overwrite=overwrite)
         with writer:
             groups = split_chunks(writer.chunks, len(renderers))
             if len(groups) < len(renderers):

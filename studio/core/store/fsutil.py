@@ -59,6 +59,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from studio.core.signals import on_forced_exit
+
 log = logging.getLogger(__name__)
 
 RECORD_SUFFIX = ".rec"
@@ -125,7 +127,7 @@ def claim(tmp: str | os.PathLike, target: str | os.PathLike, *, overwrite: bool)
     Otherwise ``target`` if no file has that name at this moment, else the first free numbered
     name (``numbered``): decided atomically, so two writers (threads, processes, another program)
     never end on one name, and an existing file is never replaced."""
-    from studio.core.store.outputs import numbered_names
+    from studio.core.store.files import numbered_names
 
     tmp, target = Path(tmp), Path(target)
     if overwrite:
@@ -151,7 +153,7 @@ def _claim_locked(tmp: Path, target: Path) -> Path:
     """``claim`` where hard links are not supported: check and rename under the data folder's lock."""
     import fcntl
 
-    from studio.core.store.outputs import numbered_names
+    from studio.core.store.files import numbered_names
 
     folder = tmp_records_dir()
     lock_path = (folder.parent if folder is not None else tmp.parent) / "claims.lock"
@@ -255,31 +257,24 @@ def temp_file(folder: str | os.PathLike, prefix: str, suffix: str) -> Path:
     creation (``FileNotFoundError`` for a missing folder, ``PermissionError``...), registering
     nothing then.
     """
-    folder = Path(folder)
-    for _ in range(100):
-        path = folder / _temp_name(prefix, _token(), suffix)
-        register_temp(path)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-        except FileExistsError:
-            release_temp(path)
-            continue
-        except BaseException:
-            release_temp(path)
-            raise
-        os.close(fd)
-        return path
-    raise FileExistsError(f"no free temporary name in {folder}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    return _new_temp(folder, prefix, suffix, "file", lambda path: os.close(os.open(path, flags, 0o666)))
 
 
 def temp_dir(folder: str | os.PathLike, prefix: str, suffix: str = ".part") -> Path:
     """Create a temporary folder ``folder/prefix<random>suffix`` (registered first; removed as a whole)."""
+    return _new_temp(folder, prefix, suffix, "dir", lambda path: os.mkdir(path, 0o777))
+
+
+def _new_temp(folder: str | os.PathLike, prefix: str, suffix: str, kind: str, make) -> Path:
+    """Register a free name in ``folder``, then ``make(path)`` it (failing if it exists: another name
+    is tried); a failure releases the name and is raised."""
     folder = Path(folder)
     for _ in range(100):
         path = folder / _temp_name(prefix, _token(), suffix)
-        register_temp(path, kind="dir")
+        register_temp(path, kind=kind)
         try:
-            os.mkdir(path, 0o777)
+            make(path)
         except FileExistsError:
             release_temp(path)
             continue
@@ -369,7 +364,7 @@ def tmp_records_dir() -> Path | None:
         home = env.get("STUDIO_HOME")
         if home:
             return Path(home).expanduser() / "tmp"
-        from studio.core.store.paths import data_dir
+        from studio.core.env import data_dir
 
         return data_dir() / "tmp"
     except Exception:  # noqa: BLE001 - a sweep must never stop a command
@@ -564,6 +559,7 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+on_forced_exit(remove_own_temps)  # a second stop signal exits at once (no atexit): remove them then
 
 
 KEY_NAME = "records.key"

@@ -90,7 +90,7 @@ class JobStore:
 
     def __init__(self, path: str | Path | None = None):
         if path is None:
-            from studio.core.store.paths import data_dir
+            from studio.core.env import data_dir
 
             path = data_dir() / "jobs.sqlite"
         self.path = Path(path)

@@ -1,6 +1,6 @@
 """What users run, timed (``studio bench --user``), and the x264 preset comparison.
 
-The reference workload (``studio.core.bench``) renders an in-memory avatar with a 16 kHz mono
+The reference workload (``studio.bench.reference``) renders an in-memory avatar with a 16 kHz mono
 voice-over at x264 ultrafast: it leaves out what a user pays. These rows use the user's path:
 
 - voice-overs as users have them, made here from the demo voice: 48 kHz stereo WAV, 44.1 kHz
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -54,8 +53,8 @@ def voice_samples(frames: int, rate: int, seed: int = 0) -> np.ndarray:
     channel a little quieter and later), with a quiet room tone (~-60 dBFS) under it."""
     import soxr
 
+    from studio.core.env import repo_resources
     from studio.core.media.audio import load
-    from studio.core.store.paths import repo_resources
 
     wave = load(repo_resources() / "demo" / "voiceover.flac")
     voice = soxr.resample(wave.samples, 16_000, rate).astype(np.float32)
@@ -112,7 +111,7 @@ def source_files(folder: Path, height: int) -> dict:
     import av
     import PIL.Image
 
-    from studio.core.bench import synthetic_avatar
+    from studio.bench.reference import synthetic_avatar
 
     folder.mkdir(parents=True, exist_ok=True)
     still = synthetic_avatar(folder / "src-photo", height, photo=True)
@@ -313,9 +312,11 @@ def reference_frames(avatar: str, audio: Path, settings, engine) -> list[np.ndar
 def preset_comparison(avatar: str, audio: Path, settings, engine, workdir: Path, presets, ssim_every: int = 4) -> dict:
     """Per preset: the render's frames encoded from memory with its encoder and hints (frames/s,
     x264 CPU ms per frame, bytes) and their quality against the uncompressed frames."""
+    from dataclasses import replace
+
     from studio.core.avatars import library
-    from studio.core.media.hints import changing_region
-    from studio.core.media.writer import open_video
+    from studio.core.media.rates import DEFAULT_RATE
+    from studio.core.render.outputs import open_video_for
     from studio.core.render.plan import stripes
 
     workdir = Path(workdir)
@@ -328,17 +329,8 @@ def preset_comparison(avatar: str, audio: Path, settings, engine, workdir: Path,
     for preset in presets:
         path = workdir / f"{preset}.mp4"
         t0 = time.perf_counter()
-        with open_video(
-            path,
-            a.width,
-            a.height,
-            encoder=settings.encoder,
-            crf=settings.crf,
-            preset=preset,
-            total_frames=T,
-            rolling=True,
-            changing=changing_region(a),
-        ) as wr:
+        s = replace(settings, preset=preset, codec="h264")
+        with open_video_for(s, path, a, fps=DEFAULT_RATE, total_frames=T, rolling=True) as wr:
             for idx in stripes(T, 32, wr.chunks, window=wr.window):
                 wr.write([ref[i] for i in idx], indices=idx)
         seconds = time.perf_counter() - t0
@@ -433,20 +425,9 @@ def _ssim(ref_nv12: np.ndarray, got_nv12: np.ndarray, w: int, h: int) -> tuple[f
 def env_home(home: Path):
     """A context with ``STUDIO_HOME=home`` (the bench's own data folder: the user's library,
     models and caches stay untouched)."""
-    return _env("STUDIO_HOME", str(home))
+    from studio.core.env import scoped
 
-
-@contextlib.contextmanager
-def _env(name: str, value: str):
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+    return scoped("STUDIO_HOME", str(home))
 
 
 def other_preset(default: str) -> str:

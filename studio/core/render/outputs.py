@@ -20,17 +20,22 @@
   read-only mounts.
 
 The render/frame/demo commands call it first; the service calls it for every request.
+
+``open_video_for(settings, path, avatar, fps=rate, ...)`` opens the writer of a render of ``avatar``
+with ``settings`` (its encoder, CRF, preset and codec; the avatar's size and what of it may change):
+the renderer, the several-GPU render and each chunk open theirs here, so none copies the encode
+settings field by field.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
-from studio.core.errors import InputError, RenderError
+from studio.core.errors import InputError
+from studio.core.store.files import check_folder, check_name_length, inside, same_file
 
 SUFFIXES = {"video": (".mp4", ".mov", ".m4v", ".webm"), "image": (".png",)}
 _WHAT = {"video": "MP4, QuickTime or WebM video", "image": "PNG images"}
@@ -85,37 +90,30 @@ def check_output(
     return out
 
 
-def check_name_length(out: Path) -> None:
-    """One sentence for a file name longer than its file system takes (255 bytes on most)."""
-    n = len(out.name.encode("utf-8", "surrogateescape"))
-    try:
-        limit = os.pathconf(out.parent if out.parent.is_dir() else ".", "PC_NAME_MAX")
-    except (OSError, ValueError):
-        limit = 255
-    if n > limit:
-        raise InputError(
-            f"{out.name[:40]}...{out.suffix}: the file name is {n} bytes long, but the file system takes at most "
-            f"{limit}; choose a shorter name."
-        )
+def open_video_for(settings, path: str | os.PathLike, avatar, *, fps, **options: Any):
+    """``media.writer.open_video`` for frames of ``avatar``'s size with ``settings``' encoder, CRF,
+    preset and codec, at the output's rate ``fps`` (the clip's ``rate``, resolved once), told what
+    of the avatar may change (``hints.changing_region``: a photo's face, a video's moving parts).
+    ``options`` go on as they are (``audio``, ``total_frames``, ``rolling``, ``overwrite``,
+    ``workers`` ...); ``codec=`` or ``changing=`` there override (a chunk of a chunked render is
+    H.264 whatever is asked: the service refuses another codec for chunks before any work)."""
+    from studio.core.media.writer import open_video
 
+    options.setdefault("codec", settings.codec)
+    if "changing" not in options:
+        from studio.core.media.hints import changing_region
 
-def write_error(exc: OSError, path: str | os.PathLike):
-    """One sentence (``RenderError``) for a write that failed: a full disk or quota names the
-    folder, a name too long says so; anything else with its reason and folder."""
-    path = Path(path)
-    folder = Path(exc.filename).parent if isinstance(getattr(exc, "filename", None), str) else path.parent
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        why = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
-        return RenderError(
-            f"The disk is full ({why} in {folder}) while writing {path.name}: free some space and try again."
-        )
-    if exc.errno == errno.ENAMETOOLONG:
-        return RenderError(
-            f"{path.name[:40]}...: the file name is too long for the file system; choose a shorter name."
-        )
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return RenderError(f"{path.name} cannot be written in {folder} ({exc.strerror}): choose another folder.")
-    return RenderError(f"Writing {path.name} failed ({exc.strerror or exc}, in {folder}): check the output folder.")
+        options["changing"] = changing_region(avatar)
+    return open_video(
+        path,
+        avatar.width,
+        avatar.height,
+        encoder=settings.encoder,
+        crf=settings.crf,
+        preset=settings.preset,
+        fps=fps,
+        **options,
+    )
 
 
 def render_inputs(avatar, audio) -> dict:
@@ -148,76 +146,9 @@ def data_folders() -> list[Path]:
     """The data folder's own folders (an output never goes there): everything but ``renders/``."""
     try:
         from studio.core import env
-        from studio.core.store.paths import data_dir
+        from studio.core.env import data_dir
 
         home = Path(env.get("STUDIO_HOME")).expanduser() if env.get("STUDIO_HOME") else data_dir()
     except Exception:  # noqa: BLE001
         return []
     return [home / n for n in ("avatars", "cache", "uploads", "models", "engines", "tmp", "logs")]
-
-
-def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
-    """Whether ``path`` (resolved, links followed) lies in ``folder`` (resolved)."""
-    try:
-        p, f = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
-    except (OSError, ValueError):
-        return False
-    return p != f and f in p.parents
-
-
-def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether ``a`` and ``b`` name one file: same device and inode (links followed), or the same
-    resolved path. False when either does not exist."""
-    try:
-        sa, sb = os.stat(a), os.stat(b)
-    except (OSError, ValueError):
-        return False
-    if (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino):
-        return True
-    try:
-        return os.path.realpath(a) == os.path.realpath(b)
-    except (OSError, ValueError):
-        return False
-
-
-def check_folder(out: str | os.PathLike) -> Path:
-    """Raise unless ``out``'s folder exists and accepts a new file (one is created and removed)."""
-    from studio.core.store.fsutil import release_temp, temp_file
-
-    out = Path(out)
-    folder = out.parent
-    if not folder.exists():
-        raise RenderError(f"The output folder {folder} does not exist: create it or choose another.")
-    if not folder.is_dir():
-        raise RenderError(f"{folder} is not a folder, so {out.name} cannot be written there: choose another path.")
-    try:
-        probe = temp_file(folder, f".{out.stem}.", ".part.probe")
-    except OSError as exc:
-        why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        raise RenderError(f"The output folder {folder} is not writable ({why}): choose another folder.") from None
-    try:
-        probe.unlink()
-    finally:
-        release_temp(probe)
-    return out
-
-
-_NUMBERED = re.compile(r"^(.*)_(\d{3,})$")
-
-
-def numbered(path: str | os.PathLike, n: int) -> str:
-    """``out.mp4`` -> ``out_002.mp4`` (n=2); an already numbered stem is renumbered."""
-    p = Path(path)
-    m = _NUMBERED.match(p.stem)
-    stem = m.group(1) if m else p.stem
-    return str(p.with_name(f"{stem}_{n:03d}{p.suffix}"))
-
-
-def numbered_names(path: str | os.PathLike, limit: int = 100_000) -> Iterator[Path]:
-    """``path``, then the numbered names after it: ``out.mp4``, ``out_002.mp4``, ``out_003.mp4`` ...
-    (``out_007.mp4``: ``out_007.mp4``, ``out_008.mp4`` ...)."""
-    yield Path(path)
-    m = _NUMBERED.match(Path(path).stem)
-    n = int(m.group(2)) + 1 if m else 2
-    for k in range(n, n + limit):
-        yield Path(numbered(path, k))
