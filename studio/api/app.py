@@ -76,6 +76,9 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         max_upload_mb=opts.max_upload_mb,
         read_token=opts.read_token,
     )
+    from studio.api.web import WebPage
+
+    app.add_middleware(WebPage)  # the page at / (web/, built): no token, its own CSP (docs/web.md)
     app.add_middleware(RequestLog, metrics=state.metrics)
     if opts.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
