@@ -41,6 +41,7 @@ class WebPage:
         from starlette.staticfiles import StaticFiles
 
         self.app = app
+        self.root = directory.resolve()
         self.files = StaticFiles(directory=directory, html=True, check_dir=False) if directory.is_dir() else None
 
     async def __call__(self, scope, receive, send):
@@ -51,12 +52,31 @@ class WebPage:
             or not is_page(scope.get("path", ""))
         ):
             return await self.app(scope, receive, send)
+        if not self._exists(scope["path"]):
+            return await _not_found(send, f"the page has no file {scope['path'][:80]!r}; open / instead")
         immutable = scope["path"].startswith(ASSETS)
 
         async def with_headers(message):
             if message["type"] == "http.response.start":
-                extra = [*HEADERS, (b"cache-control", b"public, max-age=31536000, immutable" if immutable else b"no-cache")]
+                extra = [
+                    *HEADERS,
+                    (b"cache-control", b"public, max-age=31536000, immutable" if immutable else b"no-cache"),
+                ]
                 message = {**message, "headers": [*message.get("headers", []), *extra]}
             await send(message)
 
         await self.files(scope, receive, with_headers)
+
+    def _exists(self, path: str) -> bool:
+        rel = path.lstrip("/") or "index.html"
+        full = (self.root / rel).resolve()
+        return full.is_relative_to(self.root) and full.is_file()
+
+
+async def _not_found(send, sentence: str) -> None:
+    import json
+
+    body = json.dumps({"error": sentence}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *HEADERS]
+    await send({"type": "http.response.start", "status": 404, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -171,7 +171,11 @@ export function App() {
             values={values}
             readOnly={readOnly}
             followed={followed}
-            onFollowDone={() => setQueueTick((t) => t + 1)}
+            onFollowDone={(j) => {
+              setQueueTick((t) => t + 1);
+              if (j.state === 'done') info(`Job ${j.id} is done: ${j.frames} frames in ${j.seconds?.toFixed(1)} s`);
+              else say(new Error(`Job ${j.id} ${j.state}${j.reason ? `: ${j.reason}` : ''}`));
+            }}
             onCloseJob={() => setFollowed(null)}
             onError={say}
           />

@@ -64,7 +64,7 @@ function FollowedJob({ id, onDone, onClose, onError }) {
 
   useEffect(() => {
     const ctl = new AbortController();
-    let stop = false;
+    let told = false;
     (async () => {
       try {
         setJob(await getJson(`/v1/renders/${id}`, { signal: ctl.signal }));
@@ -90,9 +90,10 @@ function FollowedJob({ id, onDone, onClose, onError }) {
         for (;;) {
           const j = await getJson(`/v1/renders/${id}`, { signal: ctl.signal });
           setJob(j);
-          if (j.state === 'done' && !stop) {
-            setVideo((v) => v || 'loading');
-            onDone();
+          if (FINAL.includes(j.state) && !told) {
+            told = true;
+            if (j.state === 'done') setVideo((v) => v || 'loading');
+            onDone(j);
           }
           const check = j.result && j.result.check;
           if (!FINAL.includes(j.state) || (check && (check.state === 'pending' || check.state === 'running'))) {
@@ -106,7 +107,7 @@ function FollowedJob({ id, onDone, onClose, onError }) {
         if (e.name !== 'AbortError') onError(e);
       }
     })();
-    return () => ((stop = true), ctl.abort());
+    return () => ctl.abort();
   }, [id]);
 
   useEffect(() => {

@@ -100,12 +100,15 @@ export async function follow(path, onEvent, signal) {
 
 /**
  * What the token may do: 'full', 'read' (a read-only token: GET only, no frames) or 'none' (the
- * server wants a token and has none or another). Asked of GET /v1/frame with an invalid t, which
- * the guard refuses for a read-only token (403) and the route for anything else (422), rendering nothing.
+ * server wants a token and has none or another). GET /v1/health answers 401 without the token; with
+ * one, GET /v1/frame with an invalid t tells a read-only token (403 from the guard) from the full one
+ * (422 from the route, which renders nothing).
  */
 export async function access() {
+  const health = await fetch('/v1/health', { headers: headers(), cache: 'no-store' });
+  if (health.status === 401) return 'none';
+  if (!token) return 'full';
   const res = await fetch('/v1/frame?t=-1', { headers: headers(), cache: 'no-store' });
   if (res.status === 401) return 'none';
-  if (res.status === 403) return 'read';
-  return 'full';
+  return res.status === 403 ? 'read' : 'full';
 }

@@ -65,7 +65,7 @@ class Waveform(Answer):
 def _waveform_query() -> type[BaseModel]:
     every = settings_fields("http")
     fields = {**settings_fields("http", ("silence",)), "fps": every["fps"]}
-    return create_model(  # type: ignore[call-overload,no-any-return]
+    return create_model(  # type: ignore[call-overload]
         "WaveformQuery", __base__=WaveformInputs, __doc__="Which grid and silence settings.", **fields
     )
 
