@@ -19,7 +19,7 @@ PAGE_PATHS = ("/", "/index.html", "/favicon.svg")
 ASSETS = "/assets/"
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
-    "media-src 'self' blob:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+    "media-src 'self' blob:; connect-src 'self' blob:; font-src 'self'; object-src 'none'; base-uri 'none'; "
     "form-action 'self'; frame-ancestors 'none'"
 )
 HEADERS = [

@@ -33,9 +33,20 @@ export function App() {
   const info = useCallback((text) => setMessage({ kind: 'info', text }), []);
 
   const start = useCallback(async () => {
-    const m = await access();
+    let m;
+    let error;
+    try {
+      ({ mode: m, error } = await access());
+    } catch {
+      setMode('offline');
+      return;
+    }
+    if (m === 'none') {
+      setTokenError(getToken() ? error : '');
+      setMode('none');
+      return;
+    }
     setMode(m);
-    if (m === 'none') return;
     try {
       const [h, s] = await Promise.all([getJson('/v1/health'), loadSettings()]);
       setHealth(h);
@@ -117,6 +128,24 @@ export function App() {
           start();
         }}
       />
+    );
+  }
+
+  if (mode === 'offline') {
+    return (
+      <main class="connecting">
+        <p role="alert">The server cannot be reached; is studio serve still running?</p>
+        <button type="button" onClick={() => (setMode(null), start())}>
+          Try again
+        </button>
+      </main>
+    );
+  }
+  if (mode === null) {
+    return (
+      <p class="connecting muted" role="status">
+        Connecting to studio serve…
+      </p>
     );
   }
 

@@ -19,7 +19,7 @@ export async function download(job) {
 }
 
 /** `studio check`'s verdict on a finished render. */
-export function CheckVerdict({ check }) {
+export function CheckVerdict({ check, why = false }) {
   if (check.state === 'pending' || check.state === 'running') {
     return <span class="badge">lip-sync check {check.state}…</span>;
   }
@@ -29,10 +29,17 @@ export function CheckVerdict({ check }) {
   const cls = check.verdict === 'ok' ? 'done' : check.verdict === 'check' ? 'warn' : 'failed';
   const offset = check.offset_frames === null || check.offset_frames === undefined ? '' : `, offset ${check.offset_frames} frames`;
   return (
-    <span class={`badge ${cls}`} data-testid="check" title={check.reason || ''}>
-      lip sync: {check.verdict}
-      {offset}
-    </span>
+    <>
+      <span class={`badge ${cls}`} data-testid="check" title={check.reason || ''}>
+        lip sync: {check.verdict}
+        {offset}
+      </span>
+      {why && check.reason && (
+        <span class="muted small" data-testid="check-reason">
+          {check.reason}
+        </span>
+      )}
+    </>
   );
 }
 

@@ -73,7 +73,7 @@ function FollowedJob({ id, onDone, onClose, onError }) {
           (name, data) => {
             if (name === 'progress') {
               setLive(data);
-              if (data.preview && !previewBusy.current) {
+              if (data.preview && data.done < data.total && !previewBusy.current) {
                 previewBusy.current = true;
                 blobUrl(data.preview, ctl.signal)
                   .then((src) => setPreview((old) => (old && URL.revokeObjectURL(old), src)))
@@ -140,7 +140,7 @@ function FollowedJob({ id, onDone, onClose, onError }) {
           {live ? `${live.done}/${live.total} frames · ${live.fps.toFixed(1)} frames/s · ETA ${duration(live.eta_s)}` : `${pct}%`}
         </span>
         {job && job.reason && <span class="error">{job.reason}</span>}
-        {job && job.result && job.result.check && <CheckVerdict check={job.result.check} />}
+        {job && job.result && job.result.check && <CheckVerdict check={job.result.check} why />}
         {state === 'done' && (
           <button type="button" onClick={() => download(job).catch(onError)}>
             Download

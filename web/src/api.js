@@ -29,7 +29,7 @@ function headers(extra) {
   return h;
 }
 
-async function failure(res) {
+async function failure(res, notify = true) {
   let sentence = `${res.status} ${res.statusText}`.trim();
   try {
     const body = await res.json();
@@ -38,7 +38,7 @@ async function failure(res) {
     /* not JSON: the status line says it */
   }
   const err = new ApiError(res.status, sentence);
-  if (res.status === 401) listeners.forEach((fn) => fn(err));
+  if (res.status === 401 && notify) listeners.forEach((fn) => fn(err));
   return err;
 }
 
@@ -106,9 +106,8 @@ export async function follow(path, onEvent, signal) {
  */
 export async function access() {
   const health = await fetch('/v1/health', { headers: headers(), cache: 'no-store' });
-  if (health.status === 401) return 'none';
-  if (!token) return 'full';
+  if (health.status === 401) return { mode: 'none', error: (await failure(health, false)).message };
+  if (!token) return { mode: 'full' };
   const res = await fetch('/v1/frame?t=-1', { headers: headers(), cache: 'no-store' });
-  if (res.status === 401) return 'none';
-  return res.status === 403 ? 'read' : 'full';
+  return { mode: res.status === 403 ? 'read' : 'full' };
 }
