@@ -179,17 +179,27 @@ export function App() {
         )}
       </div>
       <main class="grid">
-        <Library
-          readOnly={readOnly}
-          avatar={avatar}
-          voice={voice}
-          onAvatar={setAvatar}
-          onVoice={setVoice}
-          onError={say}
-          onInfo={info}
-          threshold={values.threshold}
-          minSilence={values.min_silence}
-        />
+        <div class="leftcol">
+          <Library
+            readOnly={readOnly}
+            avatar={avatar}
+            voice={voice}
+            onAvatar={setAvatar}
+            onVoice={setVoice}
+            onError={say}
+            onInfo={info}
+            threshold={values.threshold}
+            minSilence={values.min_silence}
+          />
+          <Queue
+            tick={queueTick}
+            readOnly={readOnly}
+            followed={followed}
+            onFollow={setFollowed}
+            onError={say}
+            onInfo={info}
+          />
+        </div>
         <section class="stage" aria-label="Viewer and timeline">
           <Viewer
             avatar={avatar}
@@ -233,14 +243,6 @@ export function App() {
           {specs && <Settings specs={specs} values={values} onChange={setValues} disabled={readOnly} />}
         </aside>
       </main>
-      <Queue
-        tick={queueTick}
-        readOnly={readOnly}
-        followed={followed}
-        onFollow={setFollowed}
-        onError={say}
-        onInfo={info}
-      />
     </div>
   );
 }

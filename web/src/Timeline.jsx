@@ -169,17 +169,21 @@ export function Timeline({ wave, frame, range, onFrame, onRange, threshold, onTh
         )}
       </div>
       <div class="inout" role="group" aria-label="In and out points">
-        <button type="button" disabled={!wave} onClick={setIn} aria-keyshortcuts="I">
-          Set in
-        </button>
-        <span class="tc" data-testid="in">
-          In {range.in === null ? '—' : timecode(range.in, tc)}
+        <span class="pair">
+          <button type="button" disabled={!wave} onClick={setIn} aria-keyshortcuts="I">
+            Set in
+          </button>
+          <span class="tc" data-testid="in">
+            In {range.in === null ? '—' : timecode(range.in, tc)}
+          </span>
         </span>
-        <button type="button" disabled={!wave} onClick={setOut} aria-keyshortcuts="O">
-          Set out
-        </button>
-        <span class="tc" data-testid="out">
-          Out {range.out === null ? '—' : timecode(range.out, tc)}
+        <span class="pair">
+          <button type="button" disabled={!wave} onClick={setOut} aria-keyshortcuts="O">
+            Set out
+          </button>
+          <span class="tc" data-testid="out">
+            Out {range.out === null ? '—' : timecode(range.out, tc)}
+          </span>
         </span>
         <button type="button" disabled={range.in === null && range.out === null} onClick={() => onRange({ in: null, out: null })}>
           Clear in/out
