@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import statistics
 import threading
 import time
@@ -147,16 +148,41 @@ def test_first_render_scrub_progress_queue_download(browser, server, clip):
         page.wait_for_function("() => document.querySelector('[data-testid=frame]').dataset.frame === '13'")
         page.keyboard.press("i")
         page.keyboard.press("Shift+ArrowRight")
+        page.keyboard.press("PageDown")
         page.keyboard.press("o")
-        assert wave.get_attribute("aria-valuenow") == "38"
+        assert wave.get_attribute("aria-valuenow") == "63"
         assert page.get_by_test_id("in").inner_text() == "In 00:00:00:13"
-        assert page.get_by_test_id("out").inner_text() == "Out 00:00:01:13"
-        page.wait_for_function("() => document.querySelector('[data-testid=frame]').dataset.frame === '38'")
+        assert page.get_by_test_id("out").inner_text() == "Out 00:00:02:13"
+        page.wait_for_function("() => document.querySelector('[data-testid=frame]').dataset.frame === '63'")
+
+        # the threshold, dragged on the waveform: the silences are the server's at the new value
+        threshold = page.locator("#setting-threshold")
+        assert float(threshold.input_value()) == 0.008
+        y_of = lambda v: box["y"] + box["height"] * (1 - (20 * math.log10(v) + 60) / 60)  # noqa: E731 (dB scale)
+        page.mouse.move(box["x"] + box["width"] - 6, y_of(0.008))
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] - 6, y_of(0.3), steps=4)
+        page.mouse.up()
+        dragged = float(threshold.input_value())
+        assert 0.2 < dragged < 0.45, dragged
+        audio_id = hashlib.sha256(clip.read_bytes()).hexdigest()[:16]
+        want = httpx.get(f"{server.url}/v1/audio/{audio_id}/waveform", params={"threshold": dragged}).json()
+        frames = sum(b - a for a, b in want["silent_spans"])
+        assert frames > 40  # above the speech's RMS: nearly all of it is silence now
+        page.wait_for_function(
+            "(n) => document.querySelector('[data-testid=silence]').textContent.includes(`, ${n} frames`)", arg=frames
+        )
+        page.locator("#setting-threshold").fill("0.008")
+        page.locator("#setting-threshold").dispatch_event("change")
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=silence]').textContent.startsWith('1 silences')"
+        )
 
         # 3: Render; the page's progress follows the server's events
         page.evaluate(
             """() => { window.__progress = []; let last = '';
                new MutationObserver(() => { const el = document.querySelector('[data-testid=progress]');
+                 if (document.querySelector('[data-testid=preview]')) window.__preview = true;
                  if (el && el.textContent !== last) { last = el.textContent; window.__progress.push([Date.now() / 1000, last]); }
                }).observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
         )
@@ -171,9 +197,9 @@ def test_first_render_scrub_progress_queue_download(browser, server, clip):
         stop.set()
         listener.join(30)
         page.wait_for_function("() => document.querySelector('[data-testid=video]').readyState >= 1")
-        assert abs(page.evaluate("() => document.querySelector('[data-testid=video]').duration") - 25 / 25) < 0.1
+        assert abs(page.evaluate("() => document.querySelector('[data-testid=video]').duration") - 51 / 25) < 0.1
         job = httpx.get(f"{server.url}/v1/renders/1").json()
-        assert job["state"] == "done" and job["frame_range"] == [13, 39] and job["settings"]["check"] is True
+        assert job["state"] == "done" and job["frame_range"] == [13, 64] and job["settings"]["check"] is True
         assert page.get_by_test_id("followed-state").inner_text() == "done"
         page_log = page.evaluate("() => window.__progress")
         lags = []
@@ -184,6 +210,7 @@ def test_first_render_scrub_progress_queue_download(browser, server, clip):
         assert lags, (seen, page_log)
         assert max(lags) < 1.0 and statistics.median(lags) < 0.5, lags
         assert any("frames/s · ETA" in text for _, text in page_log)
+        assert page.evaluate("() => window.__preview === true")  # a live preview frame was shown
 
         # the lip-sync check's verdict, as the server has it
         check = page.get_by_test_id("followed").get_by_test_id("check")
@@ -242,14 +269,14 @@ def test_every_api_error_is_its_one_sentence(browser, server, clip, tmp_path):
         t.upload("Add photo or video…", DEMO_AVATAR)
         name = page.locator(".item.selected strong").inner_text(timeout=60_000)
         t.upload("Add voice-over…", clip)
-        page.get_by_test_id("waveform").wait_for()
+        page.locator(".item.selected", has_text="take1.wav").wait_for()
         page.get_by_label("CRF").fill("99")
         page.get_by_label("CRF").dispatch_event("change")
         audio_id = hashlib.sha256(clip.read_bytes()).hexdigest()[:16]  # the same bytes are the same id
         api = httpx.post(f"{server.url}/v1/renders", data={"avatar": name, "audio_id": audio_id, "crf": 99})
         assert api.status_code == 422
         page.get_by_role("button", name="Render", exact=True).click()
-        page.wait_for_function("() => document.querySelector('[data-testid=message]').textContent.includes('crf')")
+        page.locator(".status.error").wait_for()
         assert t.message() == api.json()["error"]
     finally:
         t.close()
@@ -292,6 +319,13 @@ def test_labels_focus_keyboard_and_the_settings_from_the_schema(browser, server)
                 )
             )
         assert all(tag != "BODY" and width not in ("0px", "") for tag, width in outlines), outlines
+        # a typed script, spoken by the server, becomes this tab's voice-over
+        page.get_by_label("Or type what the presenter says").fill("Good evening.")
+        page.get_by_role("button", name="Speak").click()
+        page.locator(".item.selected", has_text="Good_evening..wav").wait_for()
+        page.wait_for_function(
+            "() => +document.querySelector('[data-testid=waveform]').getAttribute('aria-valuemax') > 10"
+        )
         # an avatar chosen with the keyboard
         first = page.locator(".pick .item").first
         if first.count():
