@@ -198,6 +198,8 @@ def test_first_render_scrub_progress_queue_download(browser, server, clip):
         listener.join(30)
         page.wait_for_function("() => document.querySelector('[data-testid=video]').readyState >= 1")
         assert abs(page.evaluate("() => document.querySelector('[data-testid=video]').duration") - 51 / 25) < 0.1
+        page.evaluate("() => document.querySelector('[data-testid=video]').play()")
+        page.wait_for_function("() => document.querySelector('[data-testid=video]').currentTime > 0.2")  # it plays
         job = httpx.get(f"{server.url}/v1/renders/1").json()
         assert job["state"] == "done" and job["frame_range"] == [13, 64] and job["settings"]["check"] is True
         assert page.get_by_test_id("followed-state").inner_text() == "done"
@@ -278,6 +280,34 @@ def test_every_api_error_is_its_one_sentence(browser, server, clip, tmp_path):
         page.get_by_role("button", name="Render", exact=True).click()
         page.locator(".status.error").wait_for()
         assert t.message() == api.json()["error"]
+    finally:
+        t.close()
+
+
+def test_a_video_avatar_is_uploaded(browser, server, tmp_path):
+    import av
+    import numpy as np
+    from PIL import Image
+
+    video = tmp_path / "presenter clip.mp4"
+    still = np.asarray(Image.open(DEMO_AVATAR).convert("RGB").resize((256, 256)))
+    with av.open(str(video), "w") as out:
+        stream = out.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 256, 256, "yuv420p"
+        for i in range(25):  # one second, the face moving a little
+            frame = np.roll(still, i // 5, axis=1)
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")))
+        out.mux(stream.encode())
+    t = Page(browser, server.url)
+    try:
+        t.page.goto(server.url + "/")
+        t.upload("Add photo or video…", video)
+        item = t.page.locator(".item.selected", has_text="presenter-clip")
+        item.wait_for(timeout=120_000)
+        assert "video, 25 frames at 25" in item.inner_text()
+        listed = httpx.get(f"{server.url}/v1/avatars").json()["avatars"]
+        assert any(a["name"] == "presenter-clip" and a["kind"] == "video" for a in listed)
+        assert t.errors == []
     finally:
         t.close()
 

@@ -1,6 +1,6 @@
 // The studio in a browser: library, timeline (waveform, silence, scrub, in/out), settings, queue.
-import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { access, ApiError, getJson, getToken, onUnauthorized, postForm, setToken } from './api.js';
+import { useCallback, useEffect, useState } from 'preact/hooks';
+import { access, ApiError, getJson, getToken, newKey, onUnauthorized, postForm, setToken } from './api.js';
 import { changedSettings, loadSettings } from './schema.js';
 import { Library } from './Library.jsx';
 import { Timeline } from './Timeline.jsx';
@@ -106,7 +106,7 @@ export function App() {
       const fields = { avatar: avatar.name, audio_id: voice.id, ...changedSettings(specs, values) };
       if (range.in !== null) fields.frame_start = range.in;
       if (range.out !== null) fields.frame_end = range.out + 1;
-      const job = await postForm('/v1/renders', fields, { 'Idempotency-Key': crypto.randomUUID() });
+      const job = await postForm('/v1/renders', fields, { 'Idempotency-Key': newKey() });
       if (follow) setFollowed(job.id);
       info(follow ? `Rendering job ${job.id}` : `Job ${job.id} added to the queue (position ${job.position ?? '–'})`);
       setQueueTick((t) => t + 1);

@@ -1,6 +1,6 @@
 // The library: avatars (the server's) and voice-overs (uploaded or spoken in this tab).
 import { useEffect, useState } from 'preact/hooks';
-import { blobUrl, getJson, postForm } from './api.js';
+import { blobUrl, getJson, newKey, postForm } from './api.js';
 import { duration } from './timecode.js';
 
 const VOICES_KEY = 'studio.voiceovers';
@@ -55,7 +55,7 @@ export function Library({ readOnly, avatar, voice, onAvatar, onVoice, onError, o
     onInfo(`Preparing ${file.name} (a video takes a while: its face is tracked)…`);
     try {
       const name = nameFor(file, new Set(avatars.map((a) => a.name)));
-      const a = await postForm('/v1/avatars', { name, file }, { 'Idempotency-Key': crypto.randomUUID() });
+      const a = await postForm('/v1/avatars', { name, file }, { 'Idempotency-Key': newKey() });
       await refresh();
       onAvatar(a);
       onInfo(`Avatar ${a.name} added`);
@@ -73,7 +73,7 @@ export function Library({ readOnly, avatar, voice, onAvatar, onVoice, onError, o
     setBusy('voice');
     try {
       const fields = { file, threshold, min_silence: minSilence };
-      keepVoice(await postForm('/v1/audio', fields, { 'Idempotency-Key': crypto.randomUUID() }));
+      keepVoice(await postForm('/v1/audio', fields, { 'Idempotency-Key': newKey() }));
       onInfo(`Voice-over ${file.name} uploaded`);
     } catch (err) {
       onError(err);
@@ -86,7 +86,7 @@ export function Library({ readOnly, avatar, voice, onAvatar, onVoice, onError, o
     e.preventDefault();
     setBusy('speak');
     try {
-      keepVoice(await postForm('/v1/audio/speech', { text, voice: lang }, { 'Idempotency-Key': crypto.randomUUID() }));
+      keepVoice(await postForm('/v1/audio/speech', { text, voice: lang }, { 'Idempotency-Key': newKey() }));
       onInfo('The text is spoken');
     } catch (err) {
       onError(err);

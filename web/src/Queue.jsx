@@ -1,6 +1,6 @@
 // The queue (the server's, shared with the window and `studio queue`): cancel, retry, download, watch.
 import { useEffect, useState } from 'preact/hooks';
-import { call, getJson } from './api.js';
+import { call, getJson, newKey } from './api.js';
 import { duration } from './timecode.js';
 
 const FINAL = ['done', 'failed', 'cancelled', 'interrupted', 'expired'];
@@ -82,7 +82,7 @@ function Row({ job, readOnly, followed, onFollow, act }) {
         {!readOnly && FINAL.includes(job.state) && (
           <button
             type="button"
-            onClick={() => act(() => call(job.links.retry, { method: 'POST', headers: { 'Idempotency-Key': crypto.randomUUID() } }), `Job ${job.id} queued again as a new job`)}
+            onClick={() => act(() => call(job.links.retry, { method: 'POST', headers: { 'Idempotency-Key': newKey() } }), `Job ${job.id} queued again as a new job`)}
             aria-label={`Retry job ${job.id}`}
           >
             Retry

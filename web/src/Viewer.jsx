@@ -1,7 +1,7 @@
 // The viewer: the exact frame under the playhead (GET /v1/frame), or the followed job: its live
 // preview, frames/s and ETA from the events stream, then its video and the lip-sync check.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { blobUrl, call, follow, getJson } from './api.js';
+import { blobUrl, follow, getJson } from './api.js';
 import { duration, timecode } from './timecode.js';
 import { CheckVerdict, download } from './Queue.jsx';
 

@@ -111,3 +111,12 @@ export async function access() {
   const res = await fetch('/v1/frame?t=-1', { headers: headers(), cache: 'no-store' });
   return { mode: res.status === 403 ? 'read' : 'full' };
 }
+
+/**
+ * A fresh Idempotency-Key (32 hex digits). crypto.randomUUID exists only in secure contexts
+ * (HTTPS or localhost); a server on the LAN is neither, getRandomValues works everywhere.
+ */
+export function newKey() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+}
