@@ -99,15 +99,17 @@ export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo }) {
   useEffect(() => {
     let alive = true;
     let timer;
+    let failing = false;
     const load = async () => {
       try {
         const page = await getJson('/v1/renders?limit=30');
         if (alive) setJobs(page.renders);
+        failing = false;
       } catch (e) {
-        if (alive) onError(e);
-        return; // not again until something changes (no error every second)
+        if (alive && !failing) onError(e); // said once, then asked again every 5 s until it answers
+        failing = true;
       }
-      if (alive) timer = setTimeout(load, 1000);
+      if (alive) timer = setTimeout(load, failing ? 5000 : 1000);
     };
     load();
     return () => ((alive = false), clearTimeout(timer));
