@@ -79,6 +79,9 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         read_token=opts.read_token,
         clients=opts.clients,
     )
+    from studio.api.web import WebPage
+
+    app.add_middleware(WebPage)  # the page at / (web/, built): no token, its own CSP (docs/web.md)
     app.add_middleware(SiteGuard, hosts=allowed_hosts(opts), origins=opts.cors_origins)  # rebinding, cross-site
     app.add_middleware(RequestLog, metrics=state.metrics)
     if opts.cors_origins:

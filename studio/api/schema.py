@@ -29,6 +29,13 @@ def setting_field(spec, *, defaults: bool = True) -> tuple[Any, Any]:
     if spec.optional:
         kind = kind | None
     kw: dict[str, Any] = {"description": spec.help, "title": spec.label}
+    # for the web page's form: the group (engine, silence, encode, output), what None is called, the UI default
+    extra: dict[str, Any] = {"x-group": spec.group}
+    if spec.auto_label:
+        extra["x-auto-label"] = spec.auto_label
+    if spec.ui_default is not None:
+        extra["x-ui-default"] = spec.ui_default
+    kw["json_schema_extra"] = extra
     if spec.minimum is not None:
         kw["ge"] = spec.minimum
     if spec.maximum is not None:

@@ -1,0 +1,122 @@
+// The API client of the page: same origin, the token (if the server has one) from this tab's
+// sessionStorage, every error as the server's one sentence (ApiError.message).
+import { EventSourceParserStream } from 'eventsource-parser/stream';
+
+const TOKEN_KEY = 'studio.token';
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+let token = sessionStorage.getItem(TOKEN_KEY) || '';
+const listeners = new Set();
+
+export const getToken = () => token;
+export function setToken(value) {
+  token = value || '';
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+/** Called with the ApiError of each 401: the page asks for the token once. */
+export const onUnauthorized = (fn) => (listeners.add(fn), () => listeners.delete(fn));
+
+function headers(extra) {
+  const h = new Headers(extra || {});
+  if (token) h.set('Authorization', `Bearer ${token}`);
+  return h;
+}
+
+async function failure(res, notify = true) {
+  let sentence = `${res.status} ${res.statusText}`.trim();
+  try {
+    const body = await res.json();
+    if (body && typeof body.error === 'string') sentence = body.error;
+  } catch {
+    /* not JSON: the status line says it */
+  }
+  const err = new ApiError(res.status, sentence);
+  if (res.status === 401 && notify) listeners.forEach((fn) => fn(err));
+  return err;
+}
+
+/** fetch + the token; a non-2xx answer throws ApiError with the server's sentence. */
+export async function call(path, { method = 'GET', body, headers: extra, signal } = {}) {
+  let res;
+  try {
+    res = await fetch(path, { method, body, headers: headers(extra), signal, cache: 'no-store' });
+  } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    throw new ApiError(0, 'the server cannot be reached; is studio serve still running?');
+  }
+  if (!res.ok) throw await failure(res);
+  return res;
+}
+
+export const getJson = async (path, opts) => (await call(path, opts)).json();
+
+export function postForm(path, fields, extra) {
+  const form = new FormData();
+  for (const [k, v] of Object.entries(fields)) {
+    if (v === undefined || v === null || v === '') continue;
+    if (v instanceof Blob) form.append(k, v, v.name || k);
+    else form.append(k, String(v));
+  }
+  return call(path, { method: 'POST', body: form, headers: extra }).then((r) => r.json());
+}
+
+/** An image or video the API answers, as a blob: URL (a URL with the token cannot be an <img src>). */
+export async function blobUrl(path, signal) {
+  const res = await call(path, { signal });
+  return URL.createObjectURL(await res.blob());
+}
+
+/**
+ * Server-Sent Events with the token (EventSource cannot send one): calls onEvent(name, data) for
+ * each event until the stream ends or signal aborts.
+ */
+export async function follow(path, onEvent, signal) {
+  const res = await call(path, { signal, headers: { Accept: 'text/event-stream' } });
+  const events = res.body.pipeThrough(new TextDecoderStream()).pipeThrough(new EventSourceParserStream());
+  const reader = events.getReader();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      let data = value.data;
+      try {
+        data = JSON.parse(value.data);
+      } catch {
+        /* a comment or plain text: passed as it is */
+      }
+      onEvent(value.event || 'message', data);
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}
+
+/**
+ * What the token may do: 'full', 'read' (a read-only token: GET only, no frames) or 'none' (the
+ * server wants a token and has none or another). GET /v1/health answers 401 without the token; with
+ * one, GET /v1/frame with an invalid t tells a read-only token (403 from the guard) from the full one
+ * (422 from the route, which renders nothing).
+ */
+export async function access() {
+  const health = await fetch('/v1/health', { headers: headers(), cache: 'no-store' });
+  if (health.status === 401) return { mode: 'none', error: (await failure(health, false)).message };
+  if (!token) return { mode: 'full' };
+  const res = await fetch('/v1/frame?t=-1', { headers: headers(), cache: 'no-store' });
+  return { mode: res.status === 403 ? 'read' : 'full' };
+}
+
+/**
+ * A fresh Idempotency-Key (32 hex digits). crypto.randomUUID exists only in secure contexts
+ * (HTTPS or localhost); a server on the LAN is neither, getRandomValues works everywhere.
+ */
+export function newKey() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+}
