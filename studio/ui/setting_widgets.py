@@ -36,7 +36,8 @@ def make_widget(spec) -> QWidget:
     elif spec.choices or spec.kind is str:
         w = QComboBox()
         items = list(spec.choices or ())
-        if not items:
+        if not items:  # a free text (a device name, a timecode): typed, with suggestions
+            w.setEditable(True)
             items = ([spec.auto_label] if spec.optional else []) + list(SUGGESTIONS.get(spec.name, ()))
         w.addItems(items)
         w.setCurrentText(spec.auto_label if spec.default is None else str(spec.default))
@@ -91,6 +92,48 @@ def set_widget_value(spec, w: QWidget, value) -> None:
             w.setCurrentText(text)
     else:
         w.setValue(value)  # type: ignore[attr-defined]
+
+
+def changed_signal(w: QWidget):
+    """The signal a setting's widget sends when the editor changes it."""
+    if isinstance(w, QCheckBox):
+        return w.toggled
+    if isinstance(w, QComboBox):
+        return w.currentTextChanged
+    return w.valueChanged  # type: ignore[attr-defined]
+
+
+def bind(session, spec, w: QWidget) -> None:
+    """Make ``w`` a view of setting ``spec.name`` in the editor's ``session``: the editor's change goes
+    to the session (a value still being typed waits), the session's change (an undo, a restore) to
+    the widget."""
+    import shiboken6
+
+    from studio.core.errors import InputError
+
+    def edited(*_a) -> None:
+        try:
+            session.set(spec.name, widget_value(spec, w))
+        except InputError:
+            pass  # half typed: the session keeps the last whole value
+
+    def changed(key, _before, after) -> None:
+        if key != spec.name:
+            return
+        if not shiboken6.isValid(w):
+            session.events.changed.disconnect(changed)
+            return
+        if widget_value(spec, w) != after:
+            w.blockSignals(True)
+            try:
+                set_widget_value(spec, w, after)
+            finally:
+                w.blockSignals(False)
+            w.update()
+
+    set_widget_value(spec, w, session.value(spec.name))
+    changed_signal(w).connect(edited)
+    session.events.changed.connect(changed)
 
 
 class SettingFields(dict):

@@ -1,0 +1,194 @@
+"""The window's place on the screen and its life: the first geometry, fitting a restored one into
+the screen, the docks' sizes, saving the layout and the session's settings, the question about queued
+renders at start and the one about a running render at close.
+
+``WindowState`` is a mix-in of ``MainWindow`` (it uses its docks, splitter, queue and session).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtWidgets import QMainWindow
+
+from studio.ui import settings as cfg
+from studio.ui.workers import error_text
+
+
+class WindowState(QMainWindow):
+    # MainWindow's parts this mix-in uses
+    settings: Any
+    session: Any
+    store: Any
+    queue: Any
+    queue_panel: Any
+    transport: Any
+    worker_thread: Any
+    splitter: Any
+    toolbar: Any
+    library: Any
+    library_dock: Any
+    render_dock: Any
+    queue_dock: Any
+    close_confirmed: bool
+    show_error: Any
+    current: Any
+    player: Any
+    def _restore(self) -> None:
+        s = self.settings
+        geometry = s.value("window/geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+        else:
+            self._first_geometry()
+            self._default_sizes()
+            if self.height() < self.SHORT_SCREEN:  # a laptop: the timeline needs the toolbar's height
+                self.toolbar.hide()  # (View > Toolbar; the Render panel and the menus have it all)
+        self._placed_size = self.size()
+        state = s.value("window/state")
+        if isinstance(state, QByteArray) and not state.isEmpty():
+            self.restoreState(state, cfg.VERSION)
+        sizes = s.value("window/splitter")
+        if isinstance(sizes, QByteArray) and not sizes.isEmpty():
+            self.splitter.restoreState(sizes)
+        else:  # on a short screen the timeline gets the larger share: its plots need the height
+            screen = self.screen().availableGeometry().height() if self.screen() else 1000
+            self.splitter.setSizes([450, 550] if screen < 900 else [600, 400])
+        script = cfg.value(s, "library/selected_script", str)
+        if script and Path(script).exists():
+            self.library.select_script(script)
+
+    DEFAULT_SIZE = (1480, 980)
+    SHORT_SCREEN = 800  # a first window less tall than this starts without the toolbar
+    FRAME_ALLOWANCE = (16, 48)  # a window manager's borders and title bar, before they are known
+
+    def _first_geometry(self) -> None:
+        """The first window fits the available screen area, title bar included: the default size,
+        or the screen's available area less a window manager's frame, centred. (``fit_screen``
+        corrects it once the real frame is known.)"""
+        screen = self.screen().availableGeometry() if self.screen() else None
+        w, h = self.DEFAULT_SIZE
+        if screen is None:
+            self.resize(w, h)
+            return
+        fw, fh = self.FRAME_ALLOWANCE
+        w, h = min(w, screen.width() - fw), min(h, screen.height() - fh)
+        self.resize(w, h)
+        self.move(screen.x() + (screen.width() - w - fw) // 2, screen.y() + (screen.height() - h - fh) // 2)
+
+    def fit_screen(self) -> None:
+        """Keep the whole frame (title bar too) inside the available screen area: a restored
+        geometry from a bigger monitor, or a frame taller than allowed for, is pulled in."""
+        if self.isMaximized() or self.isFullScreen() or self.screen() is None:
+            return
+        if self.size() != getattr(self, "_placed_size", self.size()):
+            return  # resized since it was placed (by the user, a tool, a test): theirs
+        avail = self.screen().availableGeometry()
+        frame, inner = self.frameGeometry(), self.geometry()
+        extra_w, extra_h = frame.width() - inner.width(), frame.height() - inner.height()
+        w = min(inner.width(), avail.width() - extra_w)
+        h = min(inner.height(), avail.height() - extra_h)
+        if (w, h) != (inner.width(), inner.height()):
+            self.resize(w, h)
+        frame = self.frameGeometry()
+        x = min(max(frame.x(), avail.x()), avail.right() - frame.width() + 1)
+        y = min(max(frame.y(), avail.y()), avail.bottom() - frame.height() + 1)
+        if (x, y) != (frame.x(), frame.y()):
+            self.move(x, y)
+
+    def _default_sizes(self) -> None:
+        """Docks as they start: Library and Render side by side with the centre, the Queue tall
+        enough for three rows."""
+        self.resizeDocks([self.library_dock, self.render_dock], [300, 360], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.queue_dock], [self.queue_panel.minimumSizeHint().height() + 34], Qt.Orientation.Vertical)
+
+    def save_state(self) -> None:
+        s = self.settings
+        s.setValue("window/geometry", self.saveGeometry())
+        s.setValue("window/state", self.saveState(cfg.VERSION))
+        s.setValue("window/splitter", self.splitter.saveState())
+        cfg.save_session(self.session, s)
+        s.sync()
+
+    def _offer_queued(self) -> None:
+        """Queued jobs wait for a Start when the window opens: ask once (the answer can be kept)."""
+        try:
+            waiting = len(self.store.list(("queued",)))
+        except Exception as exc:  # noqa: BLE001
+            self.show_error(error_text(exc))
+            return
+        if not waiting:
+            return
+        choice = cfg.value(self.settings, "queue/on_start", str)
+        if choice == "start":
+            self.queue.start()
+            return
+        if choice == "wait":
+            self.statusBar().showMessage(f"{waiting} queued render(s) wait: press Start queue", 8000)
+            return
+        from PySide6.QtWidgets import QCheckBox, QMessageBox
+
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Queued renders",
+            f"{waiting} render(s) are queued from an earlier session. Start them now?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            self,
+        )
+        box.setObjectName("queuedOnStart")
+        remember = QCheckBox("Remember my answer")
+        box.setCheckBox(remember)
+
+        def answered(button) -> None:
+            yes = box.standardButton(button) == QMessageBox.StandardButton.Yes
+            if remember.isChecked():
+                self.settings.setValue("queue/on_start", "start" if yes else "wait")
+            if yes:
+                self.queue.start()
+
+        box.buttonClicked.connect(answered)
+        self.queued_box = box
+        box.open()
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if self.current is not None and not self.close_confirmed:
+            from PySide6.QtWidgets import QMessageBox
+
+            event.ignore()  # ask first; the answer closes (or not) later
+            box = QMessageBox(
+                QMessageBox.Icon.Warning,
+                "A render is running",
+                "A render is running. Stop it and close Studio? Nothing of it is written; "
+                "the job comes back as interrupted, ready to retry.",
+                QMessageBox.StandardButton.Close | QMessageBox.StandardButton.Cancel,
+                self,
+            )
+            box.setObjectName("closeDuringRender")
+            box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+            was_running = self.queue.state == "running"
+            if was_running:  # no next job starts while the question is open
+                self.queue.pause()
+
+            def answered(button) -> None:
+                if box.standardButton(button) == QMessageBox.StandardButton.Close:
+                    self.close_confirmed = True
+                    QTimer.singleShot(0, self.close)
+                elif was_running:
+                    self.queue.start()
+
+            box.buttonClicked.connect(answered)
+            self.close_box = box
+            box.open()
+            return
+        self.transport.stop()
+        self.save_state()
+        from studio.ui.library import empty_trash
+
+        empty_trash()  # removals can be undone until now
+        if self.player is not None:
+            self.player.release()
+        self.queue.close()  # a running job stops now (nothing written) and comes back interrupted
+        self.worker_thread.stop()
+        super().closeEvent(event)
