@@ -269,10 +269,18 @@ class LibraryPanel(FileDrops, QWidget):
         if self.avatars.count():
             self.avatars.setCurrentRow(0, ONLY)
 
-    def import_avatar(self, source: str, name: str | None = None, force: bool = False, wait: bool = False):
-        """Prepare ``source`` as avatar ``name`` off the GUI thread behind a progress dialog."""
+    def import_avatar(
+        self, source: str, name: str | None = None, force: bool = False, wait: bool = False, again: bool = False
+    ):
+        """Prepare ``source`` as avatar ``name`` off the GUI thread behind a progress dialog. A file
+        already imported (without a name given) asks first: use that avatar, or ``again``."""
         from studio.core.avatars import library as avatar_mod
 
+        if name is None and not (force or again):
+            same = self.imported_as(source)
+            if same is not None:  # the same file again: ask, never a silent "-2"
+                self._ask_reimport(source, same)
+                return None
         if name is None:
             taken = {self.avatars.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.avatars.count())}
             base = name = safe_name(Path(source).stem)[:60]
@@ -323,6 +331,54 @@ class LibraryPanel(FileDrops, QWidget):
         )
         dialog.canceled.connect(self.task.cancel)
         return self.task
+
+    def imported_as(self, source: str) -> str | None:
+        """The avatar already made from the file ``source``, or None."""
+        try:
+            want = Path(source).expanduser().resolve()
+        except OSError:
+            return None
+        for name, e in self._entries.items():
+            src = e.get("source")
+            if src and not e.get("damaged"):
+                try:
+                    if Path(src).expanduser().resolve() == want:
+                        return name
+                except OSError:
+                    continue
+        return None
+
+    def _ask_reimport(self, source: str, same: str) -> None:
+        """“photo.png” is avatar “photo” already: use it (selected), import it again under a new
+        name, or skip it. Asked without blocking; a dropped batch goes on after the answer."""
+        from PySide6.QtWidgets import QMessageBox
+
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Import again?",
+            f"{Path(source).name} is already in the library as “{same}”. Use that avatar, or import "
+            "the file again as a new avatar?",
+            QMessageBox.StandardButton.NoButton,
+            self,
+        )
+        box.setObjectName("reimport")
+        use = box.addButton(f"Use “{same}”", QMessageBox.ButtonRole.AcceptRole)
+        again = box.addButton("Import again", QMessageBox.ButtonRole.ActionRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(use)
+
+        def answered(button) -> None:
+            if button is use:
+                self.refresh_avatars(select=same)
+                self.status.emit(f"“{same}” is that file: selected")
+            elif button is again:
+                self.import_avatar(source, again=True)
+                return
+            self._next_import()
+
+        box.buttonClicked.connect(answered)
+        self.reimport_box = box
+        box.open()
 
     def params(self):
         """``AvatarParams`` from the panel's fields (only the fields the core knows)."""
@@ -446,23 +502,23 @@ class LibraryPanel(FileDrops, QWidget):
         self.settings.setValue("library/scripts", paths)
 
     def import_avatar_dialog(self) -> None:
-        """Ask for a photo or video and import it (the Import button, File > Import avatar)."""
-        path = self._ask_file("folders/avatar", "Import an avatar photo or video", AVATAR_FILTER)
-        if path:
-            self.import_avatar(path)
+        """Ask for photos or videos and import them, one after another (the Import button, File > Import)."""
+        paths = self._ask_files("folders/avatar", "Import avatar photos or videos", AVATAR_FILTER)
+        if paths:
+            self.import_files(paths)
 
     def import_audio_dialog(self) -> None:
-        """Ask for a voice-over and add it to the list (the Import button, File > Import audio)."""
-        path = self._ask_file("folders/audio", "Import a voice-over", AUDIO_FILTER)
-        if path:
-            self.add_script(path)
+        """Ask for voice-overs and add them to the list (the Import button, File > Import audio)."""
+        paths = self._ask_files("folders/audio", "Import voice-overs", AUDIO_FILTER)
+        if paths:
+            self.import_files(paths)
 
-    def _ask_file(self, key: str, title: str, filters: str) -> str:
-        """An open-file dialog starting in the last folder used for ``key``, which it remembers."""
-        path, _ = QFileDialog.getOpenFileName(self, title, cfg.value(self.settings, key, str), filters)
-        if path:
-            self.settings.setValue(key, str(Path(path).parent))
-        return path
+    def _ask_files(self, key: str, title: str, filters: str) -> list[str]:
+        """An open-files dialog (several at once) starting in the last folder used for ``key``, which it remembers."""
+        paths, _ = QFileDialog.getOpenFileNames(self, title, cfg.value(self.settings, key, str), filters)
+        if paths:
+            self.settings.setValue(key, str(Path(paths[0]).parent))
+        return list(paths)
 
     def remove_selected_avatars(self) -> None:
         """Remove the selected avatar(s): into the trash, from where Undo (Ctrl+Z) brings them back

@@ -146,6 +146,8 @@ class FileDrops:
 
     The subclass sets ``setAcceptDrops(True)`` and defines ``files_dropped(paths)``;
     ``only_known`` (default True) accepts a drag only when it carries an avatar or audio file.
+    While a drag it takes is over it, the widget's ``dropTarget`` property is true (style.qss draws
+    it highlighted), so the editor sees where the files will go.
     """
 
     only_known = True
@@ -156,21 +158,41 @@ class FileDrops:
         paths = dropped_paths(event.mimeData())
         if paths and (not self.only_known or any(file_kind(p) for p in paths)):
             event.acceptProposedAction()
+            self._set_drop_target(True)
         else:
             event.ignore()
 
     def dragMoveEvent(self, event) -> None:  # noqa: N802
         self.dragEnterEvent(event)
 
+    def dragLeaveEvent(self, event) -> None:  # noqa: N802
+        self._set_drop_target(False)
+
     def dropEvent(self, event) -> None:  # noqa: N802
         from studio.ui.library import dropped_paths
 
+        self._set_drop_target(False)
         paths = dropped_paths(event.mimeData())
         if not paths:
             event.ignore()
             return
         event.acceptProposedAction()
         self.files_dropped(paths)
+
+    @property
+    def drop_target(self) -> bool:
+        return bool(self.property("dropTarget"))  # type: ignore[attr-defined]
+
+    def _set_drop_target(self, on: bool) -> None:
+        if self.drop_target == on:
+            return
+        from PySide6.QtCore import Qt
+
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)  # type: ignore[attr-defined]
+        self.setProperty("dropTarget", on)  # type: ignore[attr-defined]
+        self.style().unpolish(self)  # type: ignore[attr-defined]
+        self.style().polish(self)  # type: ignore[attr-defined]
+        self.update()  # type: ignore[attr-defined]
 
     def files_dropped(self, paths: list[str]) -> None:  # pragma: no cover - defined by the subclass
         raise NotImplementedError

@@ -36,6 +36,7 @@ class WindowState(QMainWindow):
     show_error: Any
     current: Any
     player: Any
+
     def _restore(self) -> None:
         s = self.settings
         geometry = s.value("window/geometry")
