@@ -129,7 +129,7 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatars.setObjectName("avatarList")
         self.avatars.setIconSize(QSize(THUMB, THUMB))
         self.avatars.setSpacing(2)
-        self.avatars.setMinimumHeight(150)
+        self.avatars.setMinimumHeight(100)
         self.avatars.currentItemChanged.connect(self._avatar_changed)
         self.avatars.itemSelectionChanged.connect(self.selectionChanged)
         self.import_avatar_btn = QPushButton(QIcon(_icon("import")), "Import photo or video…")
@@ -173,7 +173,9 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatar_status.setObjectName("dim")
         self.avatar_status.setWordWrap(True)
         av.addWidget(self.avatar_status)
-        av.addLayout(params)
+        # the preparation's fields sit below the voice-overs: both lists show without scrolling
+        prep_box = QGroupBox("Avatar preparation")
+        prep_box.setLayout(params)
 
         # ---- scripts
         self.scripts = HintList(
@@ -189,13 +191,13 @@ class LibraryPanel(FileDrops, QWidget):
         self.remove_script_btn.clicked.connect(self.remove_selected_scripts)
         self.text = QPlainTextEdit()
         self.text.setPlaceholderText("Script text (optional). Type a text and press Speak to make a voice-over.")
-        self.text.setMaximumHeight(110)
+        self.text.setMaximumHeight(70)
         self.speak_btn = QPushButton(QIcon(_icon("speak")), "Speak this text")
         from studio.ui.speech import available as tts_available
 
         self.speak_btn.setVisible(tts_available())
         self.speak_btn.clicked.connect(self._speak)
-        sc_box = QGroupBox("Scripts")
+        sc_box = QGroupBox("Voice-overs")
         sc = QVBoxLayout(sc_box)
         sc.addWidget(self.scripts, 1)
         row = QHBoxLayout()
@@ -208,7 +210,8 @@ class LibraryPanel(FileDrops, QWidget):
         box = QVBoxLayout(self)
         box.setContentsMargins(6, 6, 6, 6)
         box.addWidget(av_box, 3)
-        box.addWidget(sc_box, 2)
+        box.addWidget(sc_box, 3)
+        box.addWidget(prep_box)
 
         self.refresh_avatars()
         for path in cfg.value(self.settings, "library/scripts", list):

@@ -155,6 +155,9 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.queue_state_label = QLabel("")
         self.queue_state_label.setObjectName("queueState")
         self.queue_state_label.setToolTip("The render queue: Start queue (Ctrl+Return) renders queued jobs in order")
+        note = self.timeline.audio_note  # "no audio device: silent", when so: in the status bar, whole
+        note.setSizePolicy(note.sizePolicy().Policy.Minimum, note.sizePolicy().Policy.Preferred)
+        self.statusBar().addPermanentWidget(note)
         self.statusBar().addPermanentWidget(self.queue_state_label)
         self.statusBar().addPermanentWidget(self.engine_status)
         self.controls = TransportControls(self, self.timeline, self.transport, self.preview, self.actions)
@@ -311,6 +314,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.tabifyDockWidget(self.queue_dock, self.doctor_dock)
         self.queue_dock.raise_()
         self._default_sizes()
+        self.timeline_room()
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         guard_inputs(self)  # inputs made since construction (each is guarded once)
@@ -413,12 +417,12 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
     def _undone(self, index: int) -> None:
         """The status bar says what an undo or redo did (not what the step before it said)."""
         before, self._undo_index = self._undo_index, index
+        if self.history.pushing or index == before:
+            return
         if index < before:
             self.statusBar().showMessage(f"Undone: {self.undo_stack.text(index)}", 5000)
-        elif index > before and index - 1 < self.undo_stack.count():
-            cmd = self.undo_stack.command(index - 1)
-            if cmd is not None and not getattr(cmd, "_done", False) and before == index - 1:
-                self.statusBar().showMessage(f"Redone: {self.undo_stack.text(index - 1)}", 5000)
+        else:
+            self.statusBar().showMessage(f"Redone: {self.undo_stack.text(index - 1)}", 5000)
 
     def _start_background(self) -> None:
         """Warm up off the GUI thread: the engine list (imports torch) feeds the Render panel."""

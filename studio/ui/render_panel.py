@@ -108,10 +108,15 @@ class RenderPanel(QWidget):
         form.addRow("Farm", self.farm_edit)  # shown only while "Render farm" is chosen
         form.addRow("Server", self.server_edit)  # shown only while "Studio server" is chosen
         self._form = form
-        for group in GROUPS:
-            grid = _grid([s for s in shown if s.group == group], self.fields)
-            if grid is not None:
-                form.addRow(grid)
+        grid = _grid(
+            sorted(shown, key=lambda s: GROUPS.index(s.group) if s.group in GROUPS else len(GROUPS)), self.fields
+        )
+        if grid is not None:
+            holder = QWidget()
+            holder.setObjectName("settingsGrid")
+            grid.setContentsMargins(0, 0, 0, 0)
+            holder.setLayout(grid)
+            form.addRow(holder)
 
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("output folder")
@@ -140,11 +145,8 @@ class RenderPanel(QWidget):
         )
         self.range_check = QCheckBox("Render in/out range only")
         self.range_check.setToolTip("Render only the frames between the timeline's in and out points (I / O)")
-        boxes = QHBoxLayout()
-        boxes.addWidget(self.overwrite_box)
-        boxes.addWidget(self.range_check)
-        boxes.addStretch(1)
-        form.addRow(boxes)
+        form.addRow(self.overwrite_box)
+        form.addRow(self.range_check)
         self.range_label = ElidedLabel("")
         self.range_label.setObjectName("dim")
         form.addRow(self.range_label)
@@ -157,7 +159,7 @@ class RenderPanel(QWidget):
             ("server", self.server_edit),
         ):
             edit.setObjectName(f"setting_{key}")
-            edit.textEdited.connect(lambda text, k=key: self._set(k, text))
+            edit.textChanged.connect(lambda text, k=key: self._set(k, text))
         self.overwrite_box.toggled.connect(lambda on: self._set("overwrite", on))
         self.range_check.toggled.connect(lambda on: self._set("range_only", on))
         self.target.currentIndexChanged.connect(lambda _i: self._set("target", self._target_key()))
@@ -282,7 +284,7 @@ class RenderPanel(QWidget):
 
     def farm_address(self) -> str | None:
         """None: render on this computer; "" : the farm started here; else the farm's HOST:PORT."""
-        return self.session.value("farm") if self.session.value("target") == "farm" else None
+        return self.session.value("farm").strip() if self.session.value("target") == "farm" else None
 
     def server_url(self) -> str | None:
         """None unless "Studio server" is chosen; then its URL (may be empty: not set yet)."""
@@ -532,8 +534,8 @@ def farm_status(p) -> str:
 
 
 def _grid(group_specs, fields) -> QGridLayout | None:
-    """One group's settings, two a row (label, widget, label, widget); a check box fills a label and
-    a widget cell. Made from the specs, so a new setting takes the next cell."""
+    """The settings two a row (label, widget, label, widget), by group in the schema's order; check
+    boxes below them, one a row. Made from the specs, so a new setting takes the next cell."""
     if not group_specs:
         return None
     grid = QGridLayout()
@@ -541,16 +543,19 @@ def _grid(group_specs, fields) -> QGridLayout | None:
     grid.setVerticalSpacing(4)
     grid.setColumnStretch(1, 1)
     grid.setColumnStretch(3, 1)
-    for i, spec in enumerate(group_specs):
+    pairs = [s for s in group_specs if not isinstance(fields[s.name], QCheckBox)]
+    for i, spec in enumerate(pairs):
         row, col = divmod(i, 2)
         w = fields[spec.name]
-        if isinstance(w, QCheckBox):
-            grid.addWidget(w, row, 2 * col, 1, 2)
-        else:
-            label = QLabel(spec.label)
-            label.setBuddy(w)
-            grid.addWidget(label, row, 2 * col)
-            grid.addWidget(w, row, 2 * col + 1)
+        label = QLabel(spec.label)
+        label.setBuddy(w)
+        grid.addWidget(label, row, 2 * col)
+        grid.addWidget(w, row, 2 * col + 1)
+    row = (len(pairs) + 1) // 2
+    for spec in group_specs:
+        if isinstance(fields[spec.name], QCheckBox):
+            grid.addWidget(fields[spec.name], row, 0, 1, 4)
+            row += 1
     return grid
 
 

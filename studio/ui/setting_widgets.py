@@ -52,11 +52,16 @@ def make_widget(spec) -> QWidget:
         w.setValue(int(spec.default))
     else:
         w = QDoubleSpinBox()
-        w.setDecimals(4)
+        w.setDecimals(
+            2 if spec.maximum is not None and abs(spec.maximum) <= 100 and abs(spec.minimum or 0) <= 100 else 4
+        )
         w.setRange(
             spec.minimum if spec.minimum is not None else -1e9, spec.maximum if spec.maximum is not None else 1e9
         )
         w.setValue(float(spec.default))
+    if isinstance(w, QComboBox):  # narrow docks: a combo box may be narrower than its longest entry
+        w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        w.setMinimumContentsLength(5)
     w.setToolTip(spec.help[:1].upper() + spec.help[1:])
     w.setObjectName(f"setting_{spec.name}")
     return w

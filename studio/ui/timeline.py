@@ -155,8 +155,8 @@ class TimelineView(QWidget):
         self.plots.viewport().setAcceptDrops(False)
         self.wave_plot = self.plots.addPlot(row=0, col=0)
         self.rms_plot = self.plots.addPlot(row=1, col=0)
-        self.plots.ci.layout.setRowStretchFactor(0, 3)
-        self.plots.ci.layout.setRowStretchFactor(1, 2)
+        self.plots.ci.layout.setRowStretchFactor(0, 1)  # as tall as each other: the RMS plot is
+        self.plots.ci.layout.setRowStretchFactor(1, 1)  # where the threshold is dragged
         for p in (self.wave_plot, self.rms_plot):
             p.setMenuEnabled(False)
             p.showGrid(x=True, y=False, alpha=0.15)
@@ -173,7 +173,7 @@ class TimelineView(QWidget):
         self.rms_plot.getAxis("left").setLabel("RMS")
         self.rms_plot.getAxis("left").enableAutoSIPrefix(False)
         self.wave_plot.getAxis("left").enableAutoSIPrefix(False)
-        self.rms_plot.getAxis("bottom").setLabel("time (s)")
+        self.rms_plot.getAxis("bottom").setLabel("s")  # one short line: the plots keep the height
         self.rms_plot.getAxis("bottom").enableAutoSIPrefix(False)
         self._set_x_extent(10.0)
         self.rms_plot.setYRange(math.log10(RMS_FLOOR), 0, padding=0)
@@ -264,6 +264,7 @@ class TimelineView(QWidget):
         self.audio_note = ElidedLabel("", max_hint=400)
         self.audio_note.setObjectName("warnLabel")
         self.audio_note.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.audio_note.hide()  # until there is something to say
 
         # ---- silence row: summary, threshold number, min silence
         self.info = ElidedLabel("Import a voice-over to see its waveform and silences")
@@ -297,11 +298,11 @@ class TimelineView(QWidget):
         transport.addWidget(self.loop_btn)
         transport.addWidget(self.timecode_edit)
         transport.addWidget(self.time_label)
-        transport.addWidget(self.range_label, 3)  # the in/out text first; the audio note gets a quarter
-        transport.addWidget(self.audio_note, 1)
+        transport.addWidget(self.range_label, 1)  # the in/out text has the rest of the row
         silence = QHBoxLayout()
         silence.setSpacing(6)
         silence.addWidget(self.info, 1)
+        silence.addWidget(self.audio_note)
         for text, box in (("Threshold", self.threshold_box), ("Min silence", self.min_run_box)):
             label = QLabel(text)
             label.setBuddy(box)
@@ -660,6 +661,8 @@ class TimelineView(QWidget):
     def set_audio_note(self, text: str) -> None:
         self.audio_note.setText(text)
         self.audio_note.setToolTip(text)
+        self.audio_note.setMinimumWidth(self.audio_note.fontMetrics().horizontalAdvance(text) + 4)  # whole
+        self.audio_note.setVisible(bool(text))
 
     def set_faceless(self, spans) -> None:
         """Mark output frames ``[a, b)`` where the avatar has no face (a red band on the waveform)."""
@@ -787,7 +790,8 @@ class TimelineView(QWidget):
             else:
                 item.setRegion((r[0] / self.fps, r[1] / self.fps))
                 item.show()
-        self.range_label.setText(self.session.inout_label())
+        s = self.session
+        self.range_label.setText(s.inout_label(), shorter=(s.inout_label(1), s.inout_label(2)))
         self.range_label.setToolTip(
             f"{self.range_label.text()}\nI sets the in point, O the out point (included); Alt+I / Alt+O clear them"
         )
@@ -796,7 +800,7 @@ class TimelineView(QWidget):
         if self.analysis is None:
             return
         self._draw_spans(self.silent_spans)
-        self.info.setText(self.session.silence_summary())
+        self.info.setText(self.session.silence_summary(), shorter=(self.session.silence_summary(short=True),))
         self.time_label.setText(self._time_caption(self.position))
         self.maskChanged.emit(self.mask)
 

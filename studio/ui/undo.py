@@ -100,7 +100,7 @@ class History:
 
             editing = shiboken6.isValid(w) and bool(w.hasFocus())  # type: ignore[attr-defined]
         token = (self._sessions.get(key, 0),) if editing else None
-        self.stack.push(Change(self, key, before, after, token, scope))
+        self.push_command(Change(self, key, before, after, token, scope))
 
     def apply(self, key: str, value, scope: str = "") -> None:
         """Put ``value`` back (an undo or a redo), without recording it again."""
@@ -114,6 +114,12 @@ class History:
         """Changes inside are no edits (a voice-over's remembered marks being put back)."""
         return self.session.quiet()
 
+    pushing = False  # True while a new step is pushed (not an undo or a redo)
+
     def push_command(self, command: QUndoCommand) -> None:
         """An action with its own undo (a removal): pushed, and its ``redo`` runs now."""
-        self.stack.push(command)
+        self.pushing = True
+        try:
+            self.stack.push(command)
+        finally:
+            self.pushing = False

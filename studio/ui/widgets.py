@@ -30,11 +30,14 @@ from PySide6.QtWidgets import (
 
 
 class ElidedLabel(QLabel):
-    """A single-line label that shows as much of its text as fits and elides the rest."""
+    """A single-line label that shows as much of its text as fits and elides the rest. With
+    ``shorter`` forms (``setText(text, shorter=[...])``) it shows the longest form that fits whole
+    before it elides anything; ``text()`` is always the full one, the tooltip has it."""
 
     def __init__(self, text: str = "", parent=None, mode=Qt.TextElideMode.ElideRight, max_hint: int = 200):
         super().__init__(parent)
         self._full = ""
+        self._shorter: list[str] = []
         self._mode = mode
         self._auto_tip = False  # the tooltip is the elided text's full version (kept up to date)
         self.max_hint = max_hint  # the widest size it asks for (the full text's width, at most this)
@@ -42,8 +45,9 @@ class ElidedLabel(QLabel):
         self.setMinimumWidth(20)
         self.setText(text)
 
-    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+    def setText(self, text: str, shorter=()) -> None:  # noqa: N802 (Qt's name)
         self._full = text or ""
+        self._shorter = [t for t in shorter if t]
         self._elide()
 
     def text(self) -> str:
@@ -58,7 +62,10 @@ class ElidedLabel(QLabel):
         super().setToolTip(tip)
 
     def _elide(self) -> None:
-        shown = self.fontMetrics().elidedText(self._full, self._mode, max(0, self.width() - 2))
+        room = max(0, self.width() - 2)
+        fm = self.fontMetrics()
+        text = next((t for t in (self._full, *self._shorter) if fm.horizontalAdvance(t) <= room), None)
+        shown = text if text is not None else fm.elidedText(([self._full, *self._shorter])[-1], self._mode, room)
         super().setText(shown)
         if shown != self._full and (self._auto_tip or not self.toolTip()):
             super().setToolTip(self._full)

@@ -27,6 +27,7 @@ class WindowState(QMainWindow):
     transport: Any
     worker_thread: Any
     splitter: Any
+    timeline: Any
     toolbar: Any
     library: Any
     library_dock: Any
@@ -54,12 +55,25 @@ class WindowState(QMainWindow):
         sizes = s.value("window/splitter")
         if isinstance(sizes, QByteArray) and not sizes.isEmpty():
             self.splitter.restoreState(sizes)
-        else:  # on a short screen the timeline gets the larger share: its plots need the height
-            screen = self.screen().availableGeometry().height() if self.screen() else 1000
-            self.splitter.setSizes([450, 550] if screen < 900 else [600, 400])
+        else:  # once shown: the timeline gets the height its two plots need
+            QTimer.singleShot(0, self.timeline_room)
         script = cfg.value(s, "library/selected_script", str)
         if script and Path(script).exists():
             self.library.select_script(script)
+
+    TIMELINE_HEIGHT = 400  # two rows of fields and two plots of about 130 px each with the time axis
+
+    def timeline_room(self) -> None:
+        """Split the centre so the timeline has ``TIMELINE_HEIGHT`` (the preview at least 120 px, the
+        timeline never less than 45 %): its plots stay readable on a 1600x900 or 1280x720 screen."""
+        total = sum(self.splitter.sizes())
+        if total <= 0 or not self.isVisible():  # not laid out yet: once it is shown (for 10 s at most)
+            self._room_tries = getattr(self, "_room_tries", 0) + 1
+            if self._room_tries < 200:
+                QTimer.singleShot(50, self, self.timeline_room)
+            return
+        want = min(max(self.TIMELINE_HEIGHT, int(total * 0.45)), total - 120)
+        self.splitter.setSizes([total - want, want])
 
     DEFAULT_SIZE = (1480, 980)
     SHORT_SCREEN = 800  # a first window less tall than this starts without the toolbar

@@ -150,8 +150,10 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
     w.store.hold(waiting.id)  # keep the other one out of the way
     w.queue_panel.refresh()
     w.queue_panel.table.selectRow(0)
+    w.queue_panel.retry_btn.click()  # queued again; the stopped queue stays stopped (as Add to queue)
+    assert not w.service.started and w.queue.state != "running"
     with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as b:
-        w.queue_panel.retry_btn.click()
+        qtbot.mouseClick(w.queue_panel.start_btn, Qt.MouseButton.LeftButton)
     again = max(j.id for j in w.store.list())  # a retry is a new job; the interrupted one stays as it was
     assert b.args == [again, jobs.FAILED] and w.store.get(again).retry_of == running.id
     assert "a.flac" in w.store.get(again).reason

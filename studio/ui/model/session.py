@@ -155,7 +155,7 @@ class EditorSession:
         elif key in ("overwrite", "range_only"):
             return bool(value)
         elif key in ("folder", "pattern", "farm", "server"):
-            return str(value or "").strip() if key != "pattern" else str(value or "")
+            return str(value or "")  # as typed (a field being edited keeps its cursor); stripped where used
         elif key == "range":
             a, b = value
             return (None if a is None else int(a), None if b is None else int(b))
@@ -402,7 +402,7 @@ class EditorSession:
         avatar = self.avatar if avatar is None else avatar
         script = self.script if script is None else script
         v = self._values
-        folder = v["folder"] or str(sub_dir("renders"))
+        folder = v["folder"].strip() or str(sub_dir("renders"))
         fields = {
             "avatar": avatar or "avatar",
             "script": Path(script).stem if script else "script",
@@ -431,15 +431,15 @@ class EditorSession:
 
         v = self._values
         if v["target"] == "server":
-            return Placement("server", server=v["server"])
+            return Placement("server", server=v["server"].strip())
         if v["target"] == "farm":
-            return Placement("farm", farm=v["farm"])
+            return Placement("farm", farm=v["farm"].strip())
         if v["target"] == "gpus" and len(self.gpus) >= 2:
             return Placement("gpus", devices=tuple(self.gpus))
         return Placement()
 
     def server_url(self) -> str | None:
-        return self._values["server"] if self._values["target"] == "server" else None
+        return self._values["server"].strip() if self._values["target"] == "server" else None
 
     def request(self, avatar: str | None = None, script: str | None = None, frames: tuple[int, int] | None = None):
         """The ``RenderRequest`` of ``avatar`` x ``script`` (default: the selected pair) with every setting
@@ -472,14 +472,19 @@ class EditorSession:
         rate = self.grid_rate
         return f"{timecode(a, rate)}–{timecode(b - 1, rate)} · {seconds_text(b - a, rate)}"
 
-    def inout_label(self) -> str:
-        """The timeline's line: ``in … · out … (4.00 s)``."""
+    def inout_label(self, short: int = 0) -> str:
+        """The timeline's line: ``in … · out … (4.00 s)``; ``short`` 1: ``…–… (4.00 s)``, 2: ``4.00 s``."""
         r = self.range_frames()
         if r is None:
-            return "no in/out range (I, O)"
+            return ("no in/out range (I, O)", "no in/out (I, O)", "no in/out")[short]
         a, b = r
         rate = self.grid_rate
-        return f"in {timecode(a, rate)} · out {timecode(b - 1, rate)} ({seconds_text(b - a, rate)})"
+        length = seconds_text(b - a, rate)
+        if short == 1:
+            return f"{timecode(a, rate)}–{timecode(b - 1, rate)} ({length})"
+        if short == 2:
+            return f"in/out {length}"
+        return f"in {timecode(a, rate)} · out {timecode(b - 1, rate)} ({length})"
 
     def time_caption(self, frame: int) -> str:
         total = self.frames
@@ -489,16 +494,15 @@ class EditorSession:
         """``00:00:10:00 · frame 250`` at ``rate`` (a finished file's own; default the timeline's)."""
         return f"{self.timecode(index, rate)} · frame {index}"
 
-    def silence_summary(self) -> str:
+    def silence_summary(self, short: bool = False) -> str:
+        """``28.24 s · 706 frames · 13 silences (21 % silent)``; ``short``: ``13 silences (21 % silent)``."""
         m = self.mask
         if m is None:
             return "Import a voice-over to see its waveform and silences"
         spans = self.silent_spans()
         silent, total = int(m.sum()), max(1, len(m))
-        return (
-            f"{seconds_text(len(m), self.grid_rate)} · {len(m)} frames · "
-            f"{len(spans)} silences · {silent} silent frames ({100 * silent / total:.0f} %)"
-        )
+        silences = f"{len(spans)} silences ({100 * silent / total:.0f} % silent)"
+        return silences if short else f"{seconds_text(len(m), self.grid_rate)} · {len(m)} frames · {silences}"
 
     def step_text(self, key: str, before: Any, after: Any) -> str:
         """An undo step's words: "CRF 20 → 18", "Add marker “Intro”"."""
