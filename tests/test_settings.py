@@ -136,9 +136,7 @@ def test_the_job_store_keeps_every_setting(tmp_path):
 
 def test_the_window_offers_every_setting(qtbot):
     pytest.importorskip("PySide6")
-    from PySide6.QtWidgets import QCheckBox, QComboBox
-
-    from PySide6.QtWidgets import QWidget
+    from PySide6.QtWidgets import QCheckBox, QComboBox, QWidget
 
     from studio.ui.model import EditorSession
     from studio.ui.render_panel import RenderPanel

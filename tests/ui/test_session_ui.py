@@ -86,9 +86,9 @@ def test_the_range_only_menu_entry_is_offered_while_a_range_exists(window, qtbot
     assert window.actions["range_only"].isEnabled()
     _menu_click(qtbot, window, "Render", "range_only")
     assert window.session.value("range_only") and window.render_panel.range_check.isChecked()
-    assert window.session.request().frames == (25, 75)
+    assert window.session.request("anna").frames == (25, 75)
     qtbot.keyClick(window, Qt.Key.Key_X, Qt.KeyboardModifier.AltModifier)  # clear in and out
-    assert not window.actions["range_only"].isEnabled() and window.session.request().frames is None
+    assert not window.actions["range_only"].isEnabled() and window.session.request("anna").frames is None
 
 
 def test_view_menu_hides_and_shows_each_panel(window, qtbot):
@@ -131,14 +131,17 @@ def test_prores_has_no_crf_and_no_crf_in_its_name(window, qtbot):
 
 
 def test_retry_leaves_a_paused_queue_paused(window, qtbot, tmp_path):
-    job = window.store.add("astronaut", "/x/a.wav", {"engine": "classic"}, str(tmp_path / "a.mp4"), state=jobs.FAILED)
+    job = window.store.add("astronaut", "/x/a.wav", {"engine": "classic"}, str(tmp_path / "a.mp4"), state=jobs.QUEUED)
+    window.store.fail(job.id, "a.wav: no such file")
     window.queue_panel.refresh()
     table = window.queue_panel.table
     row = next(r for r in range(table.rowCount()) if table.item(r, 1).text().strip() == str(job.id))
     table.selectRow(row)
     assert window.queue.state != "running"
     qtbot.mouseClick(window.queue_panel.retry_btn, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.store.get(job.id).state == jobs.QUEUED, timeout=QUICK)
+    again = lambda: [j for j in window.store.list() if j.retry_of == job.id]  # noqa: E731 (a retry is a new job)
+    qtbot.waitUntil(lambda: bool(again()), timeout=QUICK)
+    assert again()[0].state == jobs.QUEUED
     assert window.queue.state != "running" and window.service.running_job_id is None
     assert "Start queue" in window.statusBar().currentMessage()
 
