@@ -273,3 +273,20 @@ def test_a_reimport_of_the_same_file_asks_and_can_reuse(library_window, qtbot):
     qtbot.mouseClick(use, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not box.isVisible(), timeout=QUICK)
     assert w.library.avatars.count() == 2 and w.library.task is None  # nothing prepared, no "-2"
+
+
+def test_the_queues_output_column_keeps_the_file_name_at_1280x720(window, qtbot, tmp_path):
+    from studio.ui.queue_panel import OUTPUT_COL, elide_path
+
+    window.resize(1280, 720)
+    deep = tmp_path / "client-deliveries" / "2026" / "week-49" / "spring-campaign" / "renders"
+    out = deep / "astronaut_a-very-long-voiceover-name_classic_crf20.mp4"
+    window.store.add("astronaut", "/x/a.wav", {"engine": "classic", "loudness": -23.0}, str(out), state=jobs.DRAFT)
+    window.queue_panel.refresh()
+    table = window.queue_panel.table
+    qtbot.waitUntil(lambda: table.rowCount() == 1, timeout=QUICK)
+    item = table.item(0, OUTPUT_COL)
+    assert item.toolTip() == str(out)  # the full path
+    shown = elide_path(item.text(), table.fontMetrics(), table.columnWidth(OUTPUT_COL) - 12)
+    # elided in the middle, the folder first: the name's start and end stay ("astronaut_…_crf20.mp4")
+    assert shown.startswith("astronaut_") and shown.endswith("_crf20.mp4") and "…" in shown, shown
