@@ -335,6 +335,10 @@ class LibraryPanel(FileDrops, QWidget):
         dialog.canceled.connect(self.task.cancel)
         return self.task
 
+    def entry(self, name: str) -> dict:
+        """What the library lists for avatar ``name`` (kind, frames, size, source, params), or {}."""
+        return dict(self._entries.get(name) or {})
+
     def imported_as(self, source: str) -> str | None:
         """The avatar already made from the file ``source``, or None."""
         try:

@@ -20,7 +20,6 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import (
-    QDockWidget,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -300,22 +299,6 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         """Help > Keyboard shortcuts (F1, ?): the list made from the menus' actions."""
         return self.actions.show_shortcuts()
 
-    def show_doctor(self) -> None:
-        self.doctor_dock.show()
-        self.doctor_dock.raise_()
-
-    def reset_layout(self) -> None:
-        for dock in self.docks:
-            dock.show()
-        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.library_dock)
-        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.render_dock)
-        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.queue_dock)
-        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.doctor_dock)
-        self.tabifyDockWidget(self.queue_dock, self.doctor_dock)
-        self.queue_dock.raise_()
-        self._default_sizes()
-        self.timeline_room()
-
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         guard_inputs(self)  # inputs made since construction (each is guarded once)
         super().showEvent(event)
@@ -337,31 +320,6 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.drop_files(paths)
 
     # ---- wiring -------------------------------------------------------------------------
-
-    def _dock(self, title: str, widget: QWidget, area, scroll: bool = False) -> QDockWidget:
-        dock = QDockWidget(title, self)
-        dock.setObjectName(f"dock{title}")
-        if scroll:  # a tall panel scrolls instead of squeezing its groups
-            from PySide6.QtWidgets import QScrollArea
-
-            area_widget = QScrollArea()
-            area_widget.setWidgetResizable(True)
-            area_widget.setFrameShape(QFrame.Shape.NoFrame)
-            # never clipped: should the contents ever be wider than the dock, a scroll bar shows
-            area_widget.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
-            area_widget.setWidget(widget)
-            bar = area_widget.verticalScrollBar().sizeHint().width()
-            area_widget.setMinimumWidth(widget.minimumSizeHint().width() + bar + 2)
-            dock.setWidget(area_widget)
-        else:
-            dock.setWidget(widget)
-        # movable between areas and closable (View brings a panel back), never floating: a slip of
-        # the mouse must not tear a panel off
-        dock.setFeatures(
-            QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetClosable
-        )
-        self.addDockWidget(area, dock)
-        return dock
 
     def _connect(self) -> None:
         lib, panel, w, s, ed = self.library, self.render_panel, self.worker, self.session, None
@@ -440,21 +398,6 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         QTimer.singleShot(0, self._offer_queued)
         QTimer.singleShot(300, self._check_audio_device)
 
-    def _check_audio_device(self) -> None:
-        """Say once, beside the transport, when playback will be silent (no audio output here)."""
-        from studio.ui.transport import audio_device
-
-        device = audio_device()
-        self.transport.has_audio = device is not None
-        if device is None:
-            self.timeline.set_audio_note("no audio device: silent")
-            self.timeline.audio_note.setToolTip(
-                "No audio output device (PulseAudio/PipeWire) here: playback is silent; see the Doctor"
-            )
-        else:
-            self.timeline.set_audio_note("")
-            self.timeline.audio_note.setToolTip(f"sound: {device}")
-
     def _jobs_using(self, avatars: list[str]) -> int:
         """Jobs of the queue still to render (draft, queued, held, running) with one of ``avatars``."""
         try:
@@ -530,10 +473,6 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.actions["add_to_queue"].setText(f"Add {n} jobs to queue" if n > 1 else "Add to queue")
 
     # ---- doctor, persistence, exit ------------------------------------------------------
-
-    def _doctor_visible(self, visible: bool) -> None:
-        if visible and not self.doctor.checks and self.doctor.task is None:
-            self.doctor.run()
 
 
 def _short(text: str, limit: int = 90) -> str:

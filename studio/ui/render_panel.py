@@ -193,7 +193,7 @@ class RenderPanel(QWidget):
         self._t0 = 0.0
         self.fps_timer = QTimer(self)
         self.fps_timer.setInterval(1000)
-        self.fps_timer.timeout.connect(self._tick)
+        self.fps_timer.timeout.connect(self.tick)
         session.events.changed.connect(self._session_changed)
         session.events.analysis.connect(lambda _a: self._session_changed("range", None, None))
         session.events.avatar.connect(lambda _n: self._update_output_label())
@@ -444,7 +444,7 @@ class RenderPanel(QWidget):
         self.progress_bar.setFormat(f"{p.done} / {p.total} frames  ({percent(p.done, p.total)} %)")
 
     def stop(self, message: str, output: str | None = None, detail: str = "") -> None:
-        self._tick()
+        self.tick()
         self.fps_timer.stop()
         self.set_running(False)
         self.progress_bar.setFormat(message)
@@ -481,7 +481,7 @@ class RenderPanel(QWidget):
         self.cancel_btn.setEnabled(running)
         self.render_btn.setEnabled(not running)
 
-    def _tick(self) -> None:
+    def tick(self) -> None:
         p = self._latest
         if p is None:
             return

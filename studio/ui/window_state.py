@@ -1,6 +1,6 @@
-"""The window's place on the screen and its life: the first geometry, fitting a restored one into
-the screen, the docks' sizes, saving the layout and the session's settings, the question about queued
-renders at start and the one about a running render at close.
+"""The window's place on the screen and its life: the docks, the first geometry, fitting a restored
+one into the screen, the docks' sizes, saving the layout and the session's settings, the question about
+queued renders at start and the one about a running render at close.
 
 ``WindowState`` is a mix-in of ``MainWindow`` (it uses its docks, splitter, queue and session).
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
-from PySide6.QtWidgets import QMainWindow
+from PySide6.QtWidgets import QDockWidget, QFrame, QMainWindow, QWidget
 
 from studio.ui import settings as cfg
 from studio.ui.workers import error_text
@@ -37,6 +37,9 @@ class WindowState(QMainWindow):
     show_error: Any
     current: Any
     player: Any
+    docks: Any
+    doctor: Any
+    doctor_dock: Any
 
     def _restore(self) -> None:
         s = self.settings
@@ -207,3 +210,65 @@ class WindowState(QMainWindow):
         self.queue.close()  # a running job stops now (nothing written) and comes back interrupted
         self.worker_thread.stop()
         super().closeEvent(event)
+
+    # ---- docks and panels ---------------------------------------------------------------
+
+    def show_doctor(self) -> None:
+        self.doctor_dock.show()
+        self.doctor_dock.raise_()
+
+    def reset_layout(self) -> None:
+        for dock in self.docks:
+            dock.show()
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.library_dock)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.render_dock)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.queue_dock)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.doctor_dock)
+        self.tabifyDockWidget(self.queue_dock, self.doctor_dock)
+        self.queue_dock.raise_()
+        self._default_sizes()
+        self.timeline_room()
+
+    def _dock(self, title: str, widget: QWidget, area, scroll: bool = False) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock{title}")
+        if scroll:  # a tall panel scrolls instead of squeezing its groups
+            from PySide6.QtWidgets import QScrollArea
+
+            area_widget = QScrollArea()
+            area_widget.setWidgetResizable(True)
+            area_widget.setFrameShape(QFrame.Shape.NoFrame)
+            # never clipped: should the contents ever be wider than the dock, a scroll bar shows
+            area_widget.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+            area_widget.setWidget(widget)
+            bar = area_widget.verticalScrollBar().sizeHint().width()
+            area_widget.setMinimumWidth(widget.minimumSizeHint().width() + bar + 2)
+            dock.setWidget(area_widget)
+        else:
+            dock.setWidget(widget)
+        # movable between areas and closable (View brings a panel back), never floating: a slip of
+        # the mouse must not tear a panel off
+        dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetClosable
+        )
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _check_audio_device(self) -> None:
+        """Say once, beside the transport, when playback will be silent (no audio output here)."""
+        from studio.ui.transport import audio_device
+
+        device = audio_device()
+        self.transport.has_audio = device is not None
+        if device is None:
+            self.timeline.set_audio_note("no audio device: silent")
+            self.timeline.audio_note.setToolTip(
+                "No audio output device (PulseAudio/PipeWire) here: playback is silent; see the Doctor"
+            )
+        else:
+            self.timeline.set_audio_note("")
+            self.timeline.audio_note.setToolTip(f"sound: {device}")
+
+    def _doctor_visible(self, visible: bool) -> None:
+        if visible and not self.doctor.checks and self.doctor.task is None:
+            self.doctor.run()

@@ -59,7 +59,7 @@ def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_p
     assert job.result["frames"] == 50 and job.progress == 1.0
     assert window.render_panel.play_btn.isEnabled()
     assert "50 frames" in window.render_panel.result_detail.text()
-    window.render_panel._tick()
+    window.render_panel.tick()  # the once-a-second update, now
     assert window.render_panel.fps_x, "the FPS plot has no points"
     assert window.render_panel.fps_label.text().endswith("fps") and window.render_panel.fps_label.text() != "— fps"
 
