@@ -87,6 +87,11 @@ class HintList(QListWidget):
         self.hint = hint
         self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)  # Ctrl/Shift-click: a batch
 
+    def sizeHint(self):  # noqa: N802 - asks for its minimum: both lists share a short dock's height
+        hint = super().sizeHint()
+        hint.setHeight(self.minimumHeight() or hint.height())
+        return hint
+
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().paintEvent(event)
         if self.count():

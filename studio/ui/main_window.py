@@ -154,9 +154,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.queue_state_label = QLabel("")
         self.queue_state_label.setObjectName("queueState")
         self.queue_state_label.setToolTip("The render queue: Start queue (Ctrl+Return) renders queued jobs in order")
-        note = self.timeline.audio_note  # "no audio device: silent", when so: in the status bar, whole
-        note.setSizePolicy(note.sizePolicy().Policy.Minimum, note.sizePolicy().Policy.Preferred)
-        self.statusBar().addPermanentWidget(note)
+        self.statusBar().addPermanentWidget(self.timeline.audio_note)  # "no audio device: silent", when so
         self.statusBar().addPermanentWidget(self.queue_state_label)
         self.statusBar().addPermanentWidget(self.engine_status)
         self.controls = TransportControls(self, self.timeline, self.transport, self.preview, self.actions)

@@ -108,15 +108,9 @@ class RenderPanel(QWidget):
         form.addRow("Farm", self.farm_edit)  # shown only while "Render farm" is chosen
         form.addRow("Server", self.server_edit)  # shown only while "Studio server" is chosen
         self._form = form
-        grid = _grid(
-            sorted(shown, key=lambda s: GROUPS.index(s.group) if s.group in GROUPS else len(GROUPS)), self.fields
-        )
-        if grid is not None:
-            holder = QWidget()
-            holder.setObjectName("settingsGrid")
-            grid.setContentsMargins(0, 0, 0, 0)
-            holder.setLayout(grid)
-            form.addRow(holder)
+        order = sorted(shown, key=lambda s: GROUPS.index(s.group) if s.group in GROUPS else len(GROUPS))
+        self.grid = SettingsGrid(order, self.fields)
+        form.addRow(self.grid)
 
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("output folder")
@@ -533,30 +527,64 @@ def farm_status(p) -> str:
     return f"farm: {workers} · chunks {p.chunks_done}/{p.chunks} · {retries}"
 
 
-def _grid(group_specs, fields) -> QGridLayout | None:
-    """The settings two a row (label, widget, label, widget), by group in the schema's order; check
-    boxes below them, one a row. Made from the specs, so a new setting takes the next cell."""
-    if not group_specs:
-        return None
-    grid = QGridLayout()
-    grid.setHorizontalSpacing(6)
-    grid.setVerticalSpacing(4)
-    grid.setColumnStretch(1, 1)
-    grid.setColumnStretch(3, 1)
-    pairs = [s for s in group_specs if not isinstance(fields[s.name], QCheckBox)]
-    for i, spec in enumerate(pairs):
-        row, col = divmod(i, 2)
-        w = fields[spec.name]
-        label = QLabel(spec.label)
-        label.setBuddy(w)
-        grid.addWidget(label, row, 2 * col)
-        grid.addWidget(w, row, 2 * col + 1)
-    row = (len(pairs) + 1) // 2
-    for spec in group_specs:
-        if isinstance(fields[spec.name], QCheckBox):
-            grid.addWidget(fields[spec.name], row, 0, 1, 4)
+class SettingsGrid(QWidget):
+    """The settings two a row (label, widget, label, widget) where the panel is wide enough, else one
+    a row; by group in the schema's order, check boxes below them, one a row. Made from the specs, so
+    a new setting takes the next cell."""
+
+    TWO_COLUMNS = 400  # px: narrower than this, one setting a row
+
+    def __init__(self, group_specs, fields, parent=None):
+        super().__init__(parent)
+        self.setObjectName("settingsGrid")
+        self.fields = fields
+        self.pairs = [s for s in group_specs if not isinstance(fields[s.name], QCheckBox)]
+        self.boxes = [s for s in group_specs if isinstance(fields[s.name], QCheckBox)]
+        self.labels = {}
+        for spec in self.pairs:
+            label = QLabel(spec.label)
+            label.setBuddy(fields[spec.name])
+            self.labels[spec.name] = label
+        self.grid = QGridLayout(self)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setHorizontalSpacing(6)
+        self.grid.setVerticalSpacing(4)
+        self.columns = 0
+        self._place(2)
+
+    def _place(self, columns: int) -> None:
+        if columns == self.columns:
+            return
+        self.columns = columns
+        g = self.grid
+        while g.count():
+            g.takeAt(0)
+        for c in range(4):
+            g.setColumnStretch(c, 0)
+        g.setColumnStretch(1, 1)
+        if columns == 2:
+            g.setColumnStretch(3, 1)
+        for i, spec in enumerate(self.pairs):
+            row, col = divmod(i, columns)
+            g.addWidget(self.labels[spec.name], row, 2 * col)
+            g.addWidget(self.fields[spec.name], row, 2 * col + 1)
+        row = (len(self.pairs) + columns - 1) // columns
+        for spec in self.boxes:
+            g.addWidget(self.fields[spec.name], row, 0, 1, 2 * columns)
             row += 1
-    return grid
+        self.updateGeometry()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._place(2 if event.size().width() >= self.TWO_COLUMNS else 1)
+
+    def minimumSizeHint(self):  # noqa: N802 - the one-column width: the dock may be that narrow
+        hint = super().minimumSizeHint()
+        label = max((w.sizeHint().width() for w in self.labels.values()), default=0)
+        field = max((self.fields[s.name].minimumSizeHint().width() for s in self.pairs), default=0)
+        boxes = max((self.fields[s.name].sizeHint().width() for s in self.boxes), default=0)
+        hint.setWidth(max(label + 6 + field, boxes))
+        return hint
 
 
 def _combo(items: list[str], tip: str) -> QComboBox:

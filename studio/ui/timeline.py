@@ -261,9 +261,9 @@ class TimelineView(QWidget):
         self.range_label = ElidedLabel("")
         self.range_label.setObjectName("rangeLabel")
         self.range_label.setToolTip("In/out range: I sets in, O sets out, Alt+I / Alt+O clear them")
-        self.audio_note = ElidedLabel("", max_hint=400)
+        self.audio_note = ElidedLabel("", max_hint=300)  # the window puts it in its status bar
+        self.audio_note.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.audio_note.setObjectName("warnLabel")
-        self.audio_note.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.audio_note.hide()  # until there is something to say
 
         # ---- silence row: summary, threshold number, min silence
@@ -302,7 +302,6 @@ class TimelineView(QWidget):
         silence = QHBoxLayout()
         silence.setSpacing(6)
         silence.addWidget(self.info, 1)
-        silence.addWidget(self.audio_note)
         for text, box in (("Threshold", self.threshold_box), ("Min silence", self.min_run_box)):
             label = QLabel(text)
             label.setBuddy(box)
@@ -661,7 +660,9 @@ class TimelineView(QWidget):
     def set_audio_note(self, text: str) -> None:
         self.audio_note.setText(text)
         self.audio_note.setToolTip(text)
-        self.audio_note.setMinimumWidth(self.audio_note.fontMetrics().horizontalAdvance(text) + 4)  # whole
+        self.audio_note.setMinimumWidth(
+            min(320, self.audio_note.fontMetrics().horizontalAdvance(text) + 30)
+        )  # bold in the style
         self.audio_note.setVisible(bool(text))
 
     def set_faceless(self, spans) -> None:
@@ -800,7 +801,8 @@ class TimelineView(QWidget):
         if self.analysis is None:
             return
         self._draw_spans(self.silent_spans)
-        self.info.setText(self.session.silence_summary(), shorter=(self.session.silence_summary(short=True),))
+        s = self.session
+        self.info.setText(s.silence_summary(), shorter=(s.silence_summary(1), s.silence_summary(2)))
         self.time_label.setText(self._time_caption(self.position))
         self.maskChanged.emit(self.mask)
 

@@ -117,9 +117,15 @@ class WindowState(QMainWindow):
             self.move(x, y)
 
     def _default_sizes(self) -> None:
-        """Docks as they start: Library and Render side by side with the centre, the Queue tall
-        enough for three rows."""
-        self.resizeDocks([self.library_dock, self.render_dock], [300, 360], Qt.Orientation.Horizontal)
+        """Docks as they start: Library and Render side by side with the centre (the Render panel's
+        settings two a row on a wide window, one a row on a narrow one, where the centre needs the
+        room), the Queue tall enough for three rows."""
+        wide = self.width() >= 1500
+        self.resizeDocks(
+            [self.library_dock, self.render_dock],
+            [300 if wide else 260, 440 if wide else 300],
+            Qt.Orientation.Horizontal,
+        )
         self.resizeDocks([self.queue_dock], [self.queue_panel.minimumSizeHint().height() + 34], Qt.Orientation.Vertical)
 
     def save_state(self) -> None:

@@ -494,13 +494,16 @@ class EditorSession:
         """``00:00:10:00 · frame 250`` at ``rate`` (a finished file's own; default the timeline's)."""
         return f"{self.timecode(index, rate)} · frame {index}"
 
-    def silence_summary(self, short: bool = False) -> str:
-        """``28.24 s · 706 frames · 13 silences (21 % silent)``; ``short``: ``13 silences (21 % silent)``."""
+    def silence_summary(self, short: int = 0) -> str:
+        """``28.24 s · 706 frames · 13 silences (21 % silent)``; ``short`` 1: ``13 silences (21 % silent)``,
+        2: ``13 silences``."""
         m = self.mask
         if m is None:
             return "Import a voice-over to see its waveform and silences"
         spans = self.silent_spans()
         silent, total = int(m.sum()), max(1, len(m))
+        if short == 2:
+            return f"{len(spans)} silences"
         silences = f"{len(spans)} silences ({100 * silent / total:.0f} % silent)"
         return silences if short else f"{seconds_text(len(m), self.grid_rate)} · {len(m)} frames · {silences}"
 
