@@ -153,7 +153,7 @@ class RenderPanel(QWidget):
             ("server", self.server_edit),
         ):
             edit.setObjectName(f"setting_{key}")
-            edit.textChanged.connect(lambda text, k=key: self._set(k, text))
+            edit.textChanged.connect(lambda text, k=key, e=edit: self._typed(k, text, e))
         self.overwrite_box.toggled.connect(lambda on: self._set("overwrite", on))
         self.range_check.toggled.connect(lambda on: self._set("range_only", on))
         self.target.currentIndexChanged.connect(lambda _i: self._set("target", self._target_key()))
@@ -206,6 +206,15 @@ class RenderPanel(QWidget):
             self.session.set(key, value)
         except InputError:
             pass
+
+    def _typed(self, key: str, text: str, edit) -> None:
+        """A field's text changed: typed by the editor (it has the focus: an undo step), or set by the
+        program (a browse, a restore: no step)."""
+        if edit.hasFocus():
+            self._set(key, text)
+        else:
+            with self.session.quiet():
+                self._set(key, text)
 
     def _target_key(self) -> str:
         text = self.target.currentText()
@@ -532,7 +541,7 @@ class SettingsGrid(QWidget):
     a row; by group in the schema's order, check boxes below them, one a row. Made from the specs, so
     a new setting takes the next cell."""
 
-    TWO_COLUMNS = 400  # px: narrower than this, one setting a row
+    TWO_COLUMNS = 300  # px: narrower than this, one setting a row
 
     def __init__(self, group_specs, fields, parent=None):
         super().__init__(parent)

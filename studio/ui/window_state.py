@@ -123,7 +123,7 @@ class WindowState(QMainWindow):
         wide = self.width() >= 1500
         self.resizeDocks(
             [self.library_dock, self.render_dock],
-            [300 if wide else 260, 440 if wide else 300],
+            [300 if wide else 260, 440 if wide else 360],
             Qt.Orientation.Horizontal,
         )
         self.resizeDocks([self.queue_dock], [self.queue_panel.minimumSizeHint().height() + 34], Qt.Orientation.Vertical)

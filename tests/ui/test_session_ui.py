@@ -290,3 +290,35 @@ def test_the_queues_output_column_keeps_the_file_name_at_1280x720(window, qtbot,
     shown = elide_path(item.text(), table.fontMetrics(), table.columnWidth(OUTPUT_COL) - 12)
     # elided in the middle, the folder first: the name's start and end stay ("astronaut_…_crf20.mp4")
     assert shown.startswith("astronaut_") and shown.endswith("_crf20.mp4") and "…" in shown, shown
+
+
+@pytest.mark.parametrize(("size", "plot_px"), [((1600, 900), 120), ((1280, 720), 50)])
+def test_the_timeline_has_room_and_its_labels_are_whole(qtbot, tmp_path, size, plot_px):
+    from PySide6.QtWidgets import QLabel
+
+    from studio.ui.app import create_app
+    from studio.ui.main_window import MainWindow
+
+    create_app([])
+    w = MainWindow()  # a first start at this size (the screenshot script's way)
+    qtbot.addWidget(w)
+    w.resize(*size)
+    w.show()
+    qtbot.waitExposed(w)
+    with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+        w.load_script(str(clip(tmp_path, 8.0)))
+    tl = w.timeline
+    tl.set_frame(25)
+    tl.set_in()
+    tl.set_frame(124)
+    tl.set_out()
+    qtbot.waitUntil(lambda: tl.wave_plot.geometry().height() >= plot_px, timeout=QUICK)
+    assert tl.rms_plot.geometry().height() >= plot_px * 0.9  # the RMS plot keeps the axis under it
+    for label in (tl.range_label, tl.info, tl.time_label, w.render_panel.range_label):
+        shown = QLabel.text(label)
+        assert "…" not in shown and shown, (label.objectName(), shown)  # a whole form of the text
+    # the Library's voice-overs are in sight without scrolling
+    lib = w.library
+    top = lib.scripts.mapTo(w.library_dock, lib.scripts.rect().topLeft()).y()
+    assert lib.scripts.isVisible() and top + 30 < w.library_dock.height()
+    w.close_confirmed = True
