@@ -120,7 +120,7 @@ class WindowState(QMainWindow):
         """Docks as they start: Library and Render side by side with the centre (the Render panel's
         settings two a row on a wide window, one a row on a narrow one, where the centre needs the
         room), the Queue tall enough for three rows."""
-        wide = self.width() >= 1500
+        wide = self.width() >= 1440
         self.resizeDocks(
             [self.library_dock, self.render_dock],
             [300 if wide else 260, 440 if wide else 360],
