@@ -346,51 +346,14 @@ class LibraryPanel(FileDrops, QWidget):
 
     def imported_as(self, source: str) -> str | None:
         """The avatar already made from the file ``source``, or None."""
-        try:
-            want = Path(source).expanduser().resolve()
-        except OSError:
-            return None
-        for name, e in self._entries.items():
-            src = e.get("source")
-            if src and not e.get("damaged"):
-                try:
-                    if Path(src).expanduser().resolve() == want:
-                        return name
-                except OSError:
-                    continue
-        return None
+        from studio.ui.reimport import imported_as
+
+        return imported_as(self._entries, source)
 
     def _ask_reimport(self, source: str, same: str) -> None:
-        """“photo.png” is avatar “photo” already: use it (selected), import it again under a new
-        name, or skip it. Asked without blocking; a dropped batch goes on after the answer."""
-        from PySide6.QtWidgets import QMessageBox
+        from studio.ui.reimport import ask_reimport
 
-        box = QMessageBox(
-            QMessageBox.Icon.Question,
-            "Import again?",
-            f"{Path(source).name} is already in the library as “{same}”. Use that avatar, or import "
-            "the file again as a new avatar?",
-            QMessageBox.StandardButton.NoButton,
-            self,
-        )
-        box.setObjectName("reimport")
-        use = box.addButton(f"Use “{same}”", QMessageBox.ButtonRole.AcceptRole)
-        again = box.addButton("Import again", QMessageBox.ButtonRole.ActionRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(use)
-
-        def answered(button) -> None:
-            if button is use:
-                self.refresh_avatars(select=same)
-                self.status.emit(f"“{same}” is that file: selected")
-            elif button is again:
-                self.import_avatar(source, again=True)
-                return
-            self._next_import()
-
-        box.buttonClicked.connect(answered)
-        self.reimport_box = box
-        box.open()
+        ask_reimport(self, source, same)
 
     def params(self):
         """``AvatarParams`` from the panel's fields (only the fields the core knows)."""

@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QFormLayout,
-    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -35,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.ui import settings as cfg
-from studio.ui.setting_widgets import SettingFields, bind
+from studio.ui.setting_widgets import SettingFields, SettingsGrid, bind
 from studio.ui.widgets import ElidedLabel
 
 TARGETS = {
@@ -534,66 +533,6 @@ def farm_status(p) -> str:
     workers = " · ".join(f"{name} {fps:.1f} fps" for name, fps in sorted(p.workers.items())) or "workers starting"
     retries = f"{p.retries} retr{'y' if p.retries == 1 else 'ies'}"
     return f"farm: {workers} · chunks {p.chunks_done}/{p.chunks} · {retries}"
-
-
-class SettingsGrid(QWidget):
-    """The settings two a row (label, widget, label, widget) where the panel is wide enough, else one
-    a row; by group in the schema's order, check boxes below them, one a row. Made from the specs, so
-    a new setting takes the next cell."""
-
-    TWO_COLUMNS = 300  # px: narrower than this, one setting a row
-
-    def __init__(self, group_specs, fields, parent=None):
-        super().__init__(parent)
-        self.setObjectName("settingsGrid")
-        self.fields = fields
-        self.pairs = [s for s in group_specs if not isinstance(fields[s.name], QCheckBox)]
-        self.boxes = [s for s in group_specs if isinstance(fields[s.name], QCheckBox)]
-        self.labels = {}
-        for spec in self.pairs:
-            label = QLabel(spec.label)
-            label.setBuddy(fields[spec.name])
-            self.labels[spec.name] = label
-        self.grid = QGridLayout(self)
-        self.grid.setContentsMargins(0, 0, 0, 0)
-        self.grid.setHorizontalSpacing(6)
-        self.grid.setVerticalSpacing(4)
-        self.columns = 0
-        self._place(2)
-
-    def _place(self, columns: int) -> None:
-        if columns == self.columns:
-            return
-        self.columns = columns
-        g = self.grid
-        while g.count():
-            g.takeAt(0)
-        for c in range(4):
-            g.setColumnStretch(c, 0)
-        g.setColumnStretch(1, 1)
-        if columns == 2:
-            g.setColumnStretch(3, 1)
-        for i, spec in enumerate(self.pairs):
-            row, col = divmod(i, columns)
-            g.addWidget(self.labels[spec.name], row, 2 * col)
-            g.addWidget(self.fields[spec.name], row, 2 * col + 1)
-        row = (len(self.pairs) + columns - 1) // columns
-        for spec in self.boxes:
-            g.addWidget(self.fields[spec.name], row, 0, 1, 2 * columns)
-            row += 1
-        self.updateGeometry()
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        super().resizeEvent(event)
-        self._place(2 if event.size().width() >= self.TWO_COLUMNS else 1)
-
-    def minimumSizeHint(self):  # noqa: N802 - the one-column width: the dock may be that narrow
-        hint = super().minimumSizeHint()
-        label = max((w.sizeHint().width() for w in self.labels.values()), default=0)
-        field = max((self.fields[s.name].minimumSizeHint().width() for s in self.pairs), default=0)
-        boxes = max((self.fields[s.name].sizeHint().width() for s in self.boxes), default=0)
-        hint.setWidth(max(label + 6 + field, boxes))
-        return hint
 
 
 def _combo(items: list[str], tip: str) -> QComboBox:
