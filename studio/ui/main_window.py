@@ -339,8 +339,12 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.timeline.editSession.connect(self.history.session_edit)
         self.history.focus("threshold", self.timeline.threshold_box)
         self.history.focus("min_silence", self.timeline.min_run_box)
+        from PySide6.QtWidgets import QAbstractSpinBox, QComboBox, QLineEdit
+
         for key, widget in {**panel.fields, "folder": panel.folder, "pattern": panel.pattern}.items():
-            self.history.focus(key, widget)
+            typed = isinstance(widget, (QAbstractSpinBox, QLineEdit))
+            if typed or (isinstance(widget, QComboBox) and widget.isEditable()):  # one edit: one step
+                self.history.focus(key, widget)
         self.preview.filesDropped.connect(self.drop_files)
         panel.renderClicked.connect(self.render)
         panel.queueClicked.connect(self.add_to_queue)
