@@ -136,19 +136,20 @@ def test_the_job_store_keeps_every_setting(tmp_path):
 
 def test_the_window_offers_every_setting(qtbot):
     pytest.importorskip("PySide6")
-    from PySide6.QtWidgets import QCheckBox, QComboBox
+    from PySide6.QtWidgets import QCheckBox, QComboBox, QWidget
 
+    from studio.ui.model import EditorSession
     from studio.ui.render_panel import RenderPanel
     from studio.ui.timeline import TimelineView
 
-    panel = RenderPanel()
-    timeline = TimelineView()
+    session = EditorSession()  # the window's one owner of the settings: both views edit it
+    panel = RenderPanel(session)
+    timeline = TimelineView(session)
     qtbot.addWidget(panel)
     qtbot.addWidget(timeline)
-    on_timeline = {"threshold": timeline.threshold_box, "min_silence": timeline.min_run_box}
     want = non_default("ui")
     for spec in specs("ui"):
-        w = on_timeline.get(spec.name) or panel.fields.get(spec.name)
+        w = panel.findChild(QWidget, f"setting_{spec.name}") or timeline.findChild(QWidget, f"setting_{spec.name}")
         assert w is not None, f"the window has no widget for {spec.name}"
         if isinstance(w, QComboBox):
             items = [w.itemText(i) for i in range(w.count())]
@@ -161,8 +162,8 @@ def test_the_window_offers_every_setting(qtbot):
     panel.fields.set_values({n: v for n, v in want.items() if n in panel.fields})
     timeline.threshold_box.setValue(want["threshold"])
     timeline.min_run_box.setValue(want["min_silence"])
-    panel.set_silence(timeline.threshold_box.value(), timeline.min_run_box.value())  # what the window wires
-    got = panel.render_settings()
+    got = session.request("anna", "take.wav").settings  # what Render now queues
+    assert panel.render_settings() == got
     assert {n: getattr(got, n) for n in want} == pytest.approx(want)
 
 

@@ -87,6 +87,11 @@ class HintList(QListWidget):
         self.hint = hint
         self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)  # Ctrl/Shift-click: a batch
 
+    def sizeHint(self):  # noqa: N802 - asks for its minimum: both lists share a short dock's height
+        hint = super().sizeHint()
+        hint.setHeight(self.minimumHeight() or hint.height())
+        return hint
+
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().paintEvent(event)
         if self.count():
@@ -129,7 +134,7 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatars.setObjectName("avatarList")
         self.avatars.setIconSize(QSize(THUMB, THUMB))
         self.avatars.setSpacing(2)
-        self.avatars.setMinimumHeight(150)
+        self.avatars.setMinimumHeight(100)
         self.avatars.currentItemChanged.connect(self._avatar_changed)
         self.avatars.itemSelectionChanged.connect(self.selectionChanged)
         self.import_avatar_btn = QPushButton(QIcon(_icon("import")), "Import photo or video…")
@@ -173,7 +178,9 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatar_status.setObjectName("dim")
         self.avatar_status.setWordWrap(True)
         av.addWidget(self.avatar_status)
-        av.addLayout(params)
+        # the preparation's fields sit below the voice-overs: both lists show without scrolling
+        prep_box = QGroupBox("Avatar preparation")
+        prep_box.setLayout(params)
 
         # ---- scripts
         self.scripts = HintList(
@@ -189,13 +196,13 @@ class LibraryPanel(FileDrops, QWidget):
         self.remove_script_btn.clicked.connect(self.remove_selected_scripts)
         self.text = QPlainTextEdit()
         self.text.setPlaceholderText("Script text (optional). Type a text and press Speak to make a voice-over.")
-        self.text.setMaximumHeight(110)
+        self.text.setMaximumHeight(70)
         self.speak_btn = QPushButton(QIcon(_icon("speak")), "Speak this text")
         from studio.ui.speech import available as tts_available
 
         self.speak_btn.setVisible(tts_available())
         self.speak_btn.clicked.connect(self._speak)
-        sc_box = QGroupBox("Scripts")
+        sc_box = QGroupBox("Voice-overs")
         sc = QVBoxLayout(sc_box)
         sc.addWidget(self.scripts, 1)
         row = QHBoxLayout()
@@ -208,7 +215,8 @@ class LibraryPanel(FileDrops, QWidget):
         box = QVBoxLayout(self)
         box.setContentsMargins(6, 6, 6, 6)
         box.addWidget(av_box, 3)
-        box.addWidget(sc_box, 2)
+        box.addWidget(sc_box, 3)
+        box.addWidget(prep_box)
 
         self.refresh_avatars()
         for path in cfg.value(self.settings, "library/scripts", list):
@@ -269,10 +277,18 @@ class LibraryPanel(FileDrops, QWidget):
         if self.avatars.count():
             self.avatars.setCurrentRow(0, ONLY)
 
-    def import_avatar(self, source: str, name: str | None = None, force: bool = False, wait: bool = False):
-        """Prepare ``source`` as avatar ``name`` off the GUI thread behind a progress dialog."""
+    def import_avatar(
+        self, source: str, name: str | None = None, force: bool = False, wait: bool = False, again: bool = False
+    ):
+        """Prepare ``source`` as avatar ``name`` off the GUI thread behind a progress dialog. A file
+        already imported (without a name given) asks first: use that avatar, or ``again``."""
         from studio.core.avatars import library as avatar_mod
 
+        if name is None and not (force or again):
+            same = self.imported_as(source)
+            if same is not None:  # the same file again: ask, never a silent "-2"
+                self._ask_reimport(source, same)
+                return None
         if name is None:
             taken = {self.avatars.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.avatars.count())}
             base = name = safe_name(Path(source).stem)[:60]
@@ -323,6 +339,21 @@ class LibraryPanel(FileDrops, QWidget):
         )
         dialog.canceled.connect(self.task.cancel)
         return self.task
+
+    def entry(self, name: str) -> dict:
+        """What the library lists for avatar ``name`` (kind, frames, size, source, params), or {}."""
+        return dict(self._entries.get(name) or {})
+
+    def imported_as(self, source: str) -> str | None:
+        """The avatar already made from the file ``source``, or None."""
+        from studio.ui.reimport import imported_as
+
+        return imported_as(self._entries, source)
+
+    def _ask_reimport(self, source: str, same: str) -> None:
+        from studio.ui.reimport import ask_reimport
+
+        ask_reimport(self, source, same)
 
     def params(self):
         """``AvatarParams`` from the panel's fields (only the fields the core knows)."""
@@ -446,23 +477,23 @@ class LibraryPanel(FileDrops, QWidget):
         self.settings.setValue("library/scripts", paths)
 
     def import_avatar_dialog(self) -> None:
-        """Ask for a photo or video and import it (the Import button, File > Import avatar)."""
-        path = self._ask_file("folders/avatar", "Import an avatar photo or video", AVATAR_FILTER)
-        if path:
-            self.import_avatar(path)
+        """Ask for photos or videos and import them, one after another (the Import button, File > Import)."""
+        paths = self._ask_files("folders/avatar", "Import avatar photos or videos", AVATAR_FILTER)
+        if paths:
+            self.import_files(paths)
 
     def import_audio_dialog(self) -> None:
-        """Ask for a voice-over and add it to the list (the Import button, File > Import audio)."""
-        path = self._ask_file("folders/audio", "Import a voice-over", AUDIO_FILTER)
-        if path:
-            self.add_script(path)
+        """Ask for voice-overs and add them to the list (the Import button, File > Import audio)."""
+        paths = self._ask_files("folders/audio", "Import voice-overs", AUDIO_FILTER)
+        if paths:
+            self.import_files(paths)
 
-    def _ask_file(self, key: str, title: str, filters: str) -> str:
-        """An open-file dialog starting in the last folder used for ``key``, which it remembers."""
-        path, _ = QFileDialog.getOpenFileName(self, title, cfg.value(self.settings, key, str), filters)
-        if path:
-            self.settings.setValue(key, str(Path(path).parent))
-        return path
+    def _ask_files(self, key: str, title: str, filters: str) -> list[str]:
+        """An open-files dialog (several at once) starting in the last folder used for ``key``, which it remembers."""
+        paths, _ = QFileDialog.getOpenFileNames(self, title, cfg.value(self.settings, key, str), filters)
+        if paths:
+            self.settings.setValue(key, str(Path(paths[0]).parent))
+        return list(paths)
 
     def remove_selected_avatars(self) -> None:
         """Remove the selected avatar(s): into the trash, from where Undo (Ctrl+Z) brings them back

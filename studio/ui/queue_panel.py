@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 from studio.core.progress import fraction_percent
 
 COLUMNS = ["", "#", "Job", "State", "Progress", "Duration", "Settings", "Output", "Note", "Check"]
-ID_COL, STATE_COL, PROGRESS_COL, OUTPUT_COL, NOTE_COL, CHECK_COL = 1, 3, 4, 7, 8, 9
+ID_COL, STATE_COL, PROGRESS_COL, SETTINGS_COL, OUTPUT_COL, NOTE_COL, CHECK_COL = 1, 3, 4, 6, 7, 8, 9
 STATE_COLOURS = {
     "done": "#7bd88f",
     "failed": "#ff6b6b",
@@ -108,7 +108,11 @@ class QueuePanel(QWidget):
         head.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         # the long columns share what is left, the output path elided in its middle (full path: tooltip)
         head.setSectionResizeMode(OUTPUT_COL, QHeaderView.ResizeMode.Stretch)
-        head.setSectionResizeMode(NOTE_COL, QHeaderView.ResizeMode.Stretch)
+        # the settings and the note: a width of their own (the mouse widens them; the tooltip has all),
+        # so the output path gets the rest of a narrow table
+        for col in (SETTINGS_COL, NOTE_COL):
+            head.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
+            head.resizeSection(col, 110)
         head.setMinimumSectionSize(36)
         self.table.setItemDelegateForColumn(OUTPUT_COL, _Elide(self.table))
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.ui import settings as cfg
-from studio.ui.setting_widgets import SettingFields
+from studio.ui.setting_widgets import SettingFields, SettingsGrid, bind
 from studio.ui.widgets import ElidedLabel
 
 TARGETS = {
@@ -59,53 +59,39 @@ class RenderPanel(QWidget):
     playClicked = Signal(str)
     worstClicked = Signal(str, float)  # a render's path, the second its check found worst
 
-    def __init__(self, parent=None):
+    #: settings another view places (the timeline's silence row): the panel shows the rest of the schema
+    ELSEWHERE = ("threshold", "min_silence")
+
+    def __init__(self, session=None, parent=None):
         super().__init__(parent)
         self.setObjectName("renderPanel")
         self.settings = cfg.settings()
-        self.avatar_name = ""
-        self.script_path = ""
-        self.threshold = cfg.value(self.settings, "render/threshold", float)
-        self.min_silence = cfg.value(self.settings, "render/min_silence", int)
+        if session is None:  # on its own (a test): the saved settings
+            from studio.ui.model import EditorSession
+
+            session = EditorSession()
+            cfg.load_session(session, self.settings)
+        self.session = session
         self.last_output = ""
-        self._range: tuple[int, int] | None = None  # the timeline's in/out range, frames [start, end)
 
-        # every render setting the panel shows, made from the schema (threshold and min silence are
-        # the timeline's: set_silence)
-        from studio.core.settings import specs
+        # every render setting of the schema the window shows, placed by group in the schema's order
+        # (a setting added to studio.core.settings appears here by itself)
+        from studio.core.settings import GROUPS, specs
 
-        self.fields = SettingFields(specs("ui", groups=("engine", "silence", "encode", "output")))
-        for name in ("threshold", "min_silence"):
-            self.fields.pop(name).deleteLater()
-            self.fields.specs.pop(name)
-        f = self.fields
-        self.engine, self.device, self.precision, self.decoder = f["engine"], f["device"], f["precision"], f["decoder"]
-        self.runtime, self.batch, self.compile_box, self.crossfade = (
-            f["runtime"],
-            f["batch"],
-            f["compile"],
-            f["crossfade"],
-        )
-        self.encoder, self.preset, self.crf = f["encoder"], f["preset"], f["crf"]
-        self.check_box = f["check"]  # the lip-sync check after each render (studio check)
-        self.folder = QLineEdit()
-        self.folder.setPlaceholderText("output folder")
-        browse = QToolButton()
-        browse.setText("…")
-        browse.clicked.connect(self._browse)
-        self.pattern = QLineEdit()
-        self.pattern.setToolTip("Output name; {avatar} {script} {engine} {crf} {preset} {encoder} are filled in")
-        # paths and file names have no spaces to wrap at: they are elided in the middle (the full
-        # text is the tooltip), so a long name never widens the dock past its edge
-        self.output_label = ElidedLabel("", mode=Qt.TextElideMode.ElideMiddle)
-        self.output_label.setObjectName("dim")
+        shown = [s for s in specs("ui") if s.name not in self.ELSEWHERE]
+        self.fields = SettingFields(shown)
+        for spec in shown:
+            bind(session, spec, self.fields[spec.name])
+            alias = {"compile": "compile_box", "check": "check_box"}.get(spec.name, spec.name)
+            if not hasattr(self, alias):
+                setattr(self, alias, self.fields[spec.name])
+
         self.target = _combo(
             [TARGETS["local"], TARGETS["farm"], TARGETS["server"]],  # "All GPUs here": set_gpus
             "Where queued jobs render: here, split over all GPUs here (with two or more), "
             "or in chunks on a Ray render farm (studio farm up)",
         )
-        self._gpus: list[str] = []
-        self._want_gpus = False  # the saved choice was "All GPUs here", not offered yet
+        self.target.setObjectName("setting_target")
         self.farm_edit = QLineEdit()
         self.farm_edit.setPlaceholderText("HOST:PORT, empty: the farm started here")
         self.farm_edit.setToolTip("The farm's HOST:PORT; empty: the farm `studio farm up` started on this machine")
@@ -116,24 +102,29 @@ class RenderPanel(QWidget):
             "downloaded into the output folder; scrubbing asks it for the exact frame. "
             "Its token, if it has one, comes from STUDIO_SERVER_TOKEN"
         )
-        self.target.currentIndexChanged.connect(lambda _i: self._show_farm_row())
-
         form = QFormLayout()
         form.addRow("Render on", self.target)
         form.addRow("Farm", self.farm_edit)  # shown only while "Render farm" is chosen
         form.addRow("Server", self.server_edit)  # shown only while "Studio server" is chosen
         self._form = form
-        form.addRow("Engine", _pair(self.engine, "Frame rate", f["fps"]))
-        form.addRow("Device", _pair(self.device, "Batch", self.batch))
-        form.addRow("Precision", _pair(self.precision, "Decoder", self.decoder))
-        form.addRow("Runtime", _pair(self.runtime, "Crossfade", self.crossfade))
-        form.addRow("", self.compile_box)
-        form.addRow("Encoder", _pair(self.encoder, "Codec", f["codec"]))
-        enc = QHBoxLayout()
-        enc.addWidget(self.preset, 1)
-        enc.addWidget(QLabel("CRF"))
-        enc.addWidget(self.crf)
-        form.addRow("Preset", enc)
+        order = sorted(shown, key=lambda s: GROUPS.index(s.group) if s.group in GROUPS else len(GROUPS))
+        self.grid = SettingsGrid(order, self.fields)
+        form.addRow(self.grid)
+
+        self.folder = QLineEdit()
+        self.folder.setPlaceholderText("output folder")
+        browse = QToolButton()
+        browse.setText("…")
+        browse.clicked.connect(self._browse)
+        self.pattern = QLineEdit()
+        self.pattern.setToolTip(
+            "Output name; {avatar} {script} {engine} {crf} {preset} {encoder} {codec} are filled in "
+            "(crf{crf} reads as the codec for ProRes and DNxHR, whose quality is fixed)"
+        )
+        # paths and file names have no spaces to wrap at: they are elided in the middle (the full
+        # text is the tooltip), so a long name never widens the dock past its edge
+        self.output_label = ElidedLabel("", mode=Qt.TextElideMode.ElideMiddle)
+        self.output_label.setObjectName("dim")
         out = QHBoxLayout()
         out.addWidget(self.folder, 1)
         out.addWidget(browse)
@@ -145,20 +136,26 @@ class RenderPanel(QWidget):
             "Off: a name that is taken (a file, or another job's output) gets a "
             "number, _002, _003 …, so no render is ever lost"
         )
-        boxes = QHBoxLayout()  # one row: the panel fits a 1080p screen without scrolling
-        boxes.addWidget(self.overwrite_box)
-        boxes.addWidget(self.check_box)
-        boxes.addStretch(1)
-        form.addRow(boxes)
         self.range_check = QCheckBox("Render in/out range only")
         self.range_check.setToolTip("Render only the frames between the timeline's in and out points (I / O)")
-        self.range_check.setEnabled(False)
+        form.addRow(self.overwrite_box)
+        form.addRow(self.range_check)
         self.range_label = ElidedLabel("")
         self.range_label.setObjectName("dim")
-        form.addRow(self.range_check)
         form.addRow(self.range_label)
         settings_box = QGroupBox("Settings")
         settings_box.setLayout(form)
+        for key, edit in (
+            ("folder", self.folder),
+            ("pattern", self.pattern),
+            ("farm", self.farm_edit),
+            ("server", self.server_edit),
+        ):
+            edit.setObjectName(f"setting_{key}")
+            edit.textChanged.connect(lambda text, k=key, e=edit: self._typed(k, text, e))
+        self.overwrite_box.toggled.connect(lambda on: self._set("overwrite", on))
+        self.range_check.toggled.connect(lambda on: self._set("range_only", on))
+        self.target.currentIndexChanged.connect(lambda _i: self._set("target", self._target_key()))
 
         self.render_btn = QPushButton(QIcon(_icon("render")), "Render")
         self.render_btn.setObjectName("primary")
@@ -175,6 +172,157 @@ class RenderPanel(QWidget):
         buttons.addWidget(self.queue_btn, 2)
         buttons.addWidget(self.cancel_btn, 1)
 
+        live = self._live_box()
+        result = self._output_box()
+        box = QVBoxLayout(self)
+        box.setContentsMargins(6, 6, 6, 6)
+        box.addWidget(settings_box)
+        box.addLayout(buttons)
+        box.addWidget(live)
+        box.addWidget(result)
+        box.addStretch(1)
+
+        self._latest = None  # newest RenderProgress, read by the once-a-second timer
+        self._t0 = 0.0
+        self.fps_timer = QTimer(self)
+        self.fps_timer.setInterval(1000)
+        self.fps_timer.timeout.connect(self.tick)
+        session.events.changed.connect(self._session_changed)
+        session.events.analysis.connect(lambda _a: self._session_changed("range", None, None))
+        session.events.avatar.connect(lambda _n: self._update_output_label())
+        session.events.script.connect(lambda _p: self._update_output_label())
+        for key in ("folder", "pattern", "farm", "server", "overwrite", "range_only", "target", "range", "codec"):
+            self._session_changed(key, None, session.value(key))
+        self.folder.setCursorPosition(0)
+        self.pattern.setCursorPosition(0)
+
+    # ---- the session's views ----------------------------------------------------------
+
+    def _set(self, key: str, value) -> None:
+        from studio.core.errors import InputError
+
+        try:
+            self.session.set(key, value)
+        except InputError:
+            pass
+
+    def _typed(self, key: str, text: str, edit) -> None:
+        """A field's text changed: typed by the editor (it has the focus: an undo step), or set by the
+        program (a browse, a restore: no step)."""
+        if edit.hasFocus():
+            self._set(key, text)
+        else:
+            with self.session.quiet():
+                self._set(key, text)
+
+    def _target_key(self) -> str:
+        text = self.target.currentText()
+        return next((k for k, t in TARGETS.items() if t == text), "local")
+
+    def _session_changed(self, key, _before, after) -> None:
+        import shiboken6
+
+        if not shiboken6.isValid(self):
+            self.session.events.changed.disconnect(self._session_changed)
+            return
+        s = self.session
+        edits = {"folder": self.folder, "pattern": self.pattern, "farm": self.farm_edit, "server": self.server_edit}
+        if key in edits and edits[key].text() != s.value(key):
+            edits[key].setText(s.value(key))
+        elif key in ("overwrite", "range_only"):
+            box = self.overwrite_box if key == "overwrite" else self.range_check
+            box.blockSignals(True)
+            box.setChecked(bool(s.value(key)))
+            box.blockSignals(False)
+        elif key == "target":
+            want = s.value("target")
+            if want == "gpus" and self.target.findText(TARGETS["gpus"]) < 0:
+                want = "local"  # shown once set_gpus offers it; the session keeps the choice
+            self.target.blockSignals(True)
+            self.target.setCurrentText(TARGETS[want])
+            self.target.blockSignals(False)
+            self._show_farm_row()
+        elif key == "range":
+            self.range_check.setEnabled(s.range_frames() is not None)
+            self.range_label.setText(s.range_label())
+            self.range_label.setToolTip(self.range_label.text())
+        elif key == "codec":  # ProRes and DNxHR have a fixed quality: no CRF to set
+            self.crf.setEnabled(s.crf_applies)
+            self.crf.setToolTip(
+                self.fields.specs["crf"].help.capitalize()
+                if s.crf_applies
+                else f"{s.value('codec')} has a fixed quality: CRF does not apply"
+            )
+        if key != "range":
+            self._update_output_label()
+
+    @property
+    def threshold(self) -> float:
+        return self.session.value("threshold")
+
+    @property
+    def min_silence(self) -> int:
+        return self.session.value("min_silence")
+
+    def render_settings(self):
+        return self.session.render_settings()
+
+    def set_gpus(self, devices) -> None:
+        """Offer "All GPUs here" when this machine has two GPUs or more (``devices``: their names,
+        e.g. ``multigpu.cuda_devices()``); the clip is then split over them, one writer, one mux."""
+        self.session.gpus = tuple(devices or [])
+        have = self.target.findText(TARGETS["gpus"]) >= 0
+        if len(self.session.gpus) >= 2 and not have:
+            self.target.blockSignals(True)
+            self.target.insertItem(1, TARGETS["gpus"])
+            self.target.setItemData(1, f"Render each job on {', '.join(self.session.gpus)} at once", 3)  # tooltip
+            self.target.blockSignals(False)
+            self._session_changed("target", None, self.session.value("target"))
+
+    def render_devices(self) -> tuple[str, ...] | None:
+        """The devices a job renders on when "All GPUs here" is chosen; else None."""
+        p = self.session.placement()
+        return tuple(p.devices) if p.kind == "gpus" else None
+
+    def farm_address(self) -> str | None:
+        """None: render on this computer; "" : the farm started here; else the farm's HOST:PORT."""
+        return self.session.value("farm").strip() if self.session.value("target") == "farm" else None
+
+    def server_url(self) -> str | None:
+        """None unless "Studio server" is chosen; then its URL (may be empty: not set yet)."""
+        return self.session.server_url()
+
+    def _show_farm_row(self) -> None:
+        on = self.farm_address() is not None
+        self.farm_edit.setEnabled(on)
+        self._form.setRowVisible(self.farm_edit, on)
+        server = self.server_url() is not None
+        self.server_edit.setEnabled(server)
+        self._form.setRowVisible(self.server_edit, server)
+        self.device.setEnabled(self.render_devices() is None)  # "All GPUs here" names the devices
+
+    def output_path(self) -> str:
+        return self.session.output_path()
+
+    def overwrite_outputs(self) -> bool:
+        """Whether a job may replace an existing file (otherwise its name is numbered)."""
+        return bool(self.session.value("overwrite"))
+
+    def render_range(self) -> tuple[int, int] | None:
+        """Frames ``[start, end)`` to render when "Render in/out range only" is ticked; None: the whole clip."""
+        return self.session.render_range()
+
+    def save(self) -> None:
+        cfg.save_session(self.session, self.settings)
+
+    def show_engines(self, status: dict) -> None:
+        """Tooltips and availability of each engine (``str`` of ``engine_status``'s values)."""
+        for i in range(self.engine.count()):
+            name = self.engine.itemText(i)
+            if name in status:
+                self.engine.setItemData(i, status[name], 3)  # Qt.ToolTipRole
+
+    def _live_box(self) -> QGroupBox:
         self.progress_bar = QProgressBar()
         self.progress_bar.setRange(0, 1000)
         self.progress_bar.setValue(0)
@@ -201,7 +349,6 @@ class RenderPanel(QWidget):
         )
         self.fps_x: list[float] = []
         self.fps_y: list[float] = []
-
         live = QGroupBox("Live")
         lv = QVBoxLayout(live)
         row = QHBoxLayout()
@@ -228,7 +375,9 @@ class RenderPanel(QWidget):
         row.addWidget(self.check_label, 1)
         row.addWidget(self.worst_btn)
         lv.addLayout(row)
+        return live
 
+    def _output_box(self) -> QGroupBox:
         self.play_btn = QPushButton(QIcon(_icon("play")), "Play")
         self.play_btn.setEnabled(False)
         self.play_btn.clicked.connect(lambda: self.playClicked.emit(self.last_output))
@@ -239,238 +388,36 @@ class RenderPanel(QWidget):
         self.result_label.setObjectName("dim")
         self.result_detail = ElidedLabel("")
         self.result_detail.setObjectName("dim")
+        self.loudness_label = ElidedLabel("")  # the last render's loudness, before and after (--loudness)
+        self.loudness_label.setObjectName("loudnessReadout")
+        self.loudness_label.hide()
         result = QGroupBox("Output")
         rv = QVBoxLayout(result)
         rv.addWidget(self.result_label)
         rv.addWidget(self.result_detail)
+        rv.addWidget(self.loudness_label)
         row = QHBoxLayout()
         row.addWidget(self.play_btn)
         row.addWidget(self.reveal_btn)
         rv.addLayout(row)
+        return result
 
-        box = QVBoxLayout(self)
-        box.setContentsMargins(6, 6, 6, 6)
-        box.addWidget(settings_box)
-        box.addLayout(buttons)
-        box.addWidget(live)
-        box.addWidget(result)
-        box.addStretch(1)
-
-        self._latest = None  # newest RenderProgress, read by the once-a-second timer
-        self._t0 = 0.0
-        self.fps_timer = QTimer(self)
-        self.fps_timer.setInterval(1000)
-        self.fps_timer.timeout.connect(self._tick)
-        self.restore()
-        for w in (self.engine, self.encoder, self.preset, f["codec"]):
-            w.currentTextChanged.connect(self._update_output_label)
-        self.crf.valueChanged.connect(self._update_output_label)
-        self.folder.textChanged.connect(self._update_output_label)
-        self.pattern.textChanged.connect(self._update_output_label)
-        self._update_output_label()
-        self._show_range()
-
-    # ---- settings ----------------------------------------------------------------------
-
-    def render_settings(self):
-        from studio.core.settings import RenderSettings
-
-        return RenderSettings(
-            threshold=float(self.threshold), min_silence=int(self.min_silence), **self.fields.values()
-        )
-
-    def tracked_settings(self):
-        """(name, widget, label, get, set, changed signal) of every setting an undo puts back."""
-        from PySide6.QtWidgets import QAbstractSpinBox
-
-        out = []
-        for name, w in self.fields.items():
-            spec = self.fields.specs[name]
-            label = spec.label or name
-            if isinstance(w, QCheckBox):
-                out.append((name, None, label, w.isChecked, w.setChecked, w.toggled))
-            elif isinstance(w, QComboBox):
-                out.append((name, None, label, w.currentText, w.setCurrentText, w.currentTextChanged))
-            elif isinstance(w, QAbstractSpinBox):
-                out.append((name, w, label, w.value, w.setValue, w.valueChanged))  # type: ignore[attr-defined]
-        for name, edit, label in (
-            ("folder", self.folder, "Output folder"),
-            ("pattern", self.pattern, "Output name"),
-            ("farm", self.farm_edit, "Farm address"),
-            ("server", self.server_edit, "Server"),
-        ):
-            out.append((name, None, label, edit.text, edit.setText, edit.editingFinished))
-        out.append(
-            (
-                "target",
-                None,
-                "Render on",
-                self.target.currentText,
-                self.target.setCurrentText,
-                self.target.currentTextChanged,
-            )
-        )
-        out.append(
-            (
-                "overwrite",
-                None,
-                "Overwrite",
-                self.overwrite_box.isChecked,
-                self.overwrite_box.setChecked,
-                self.overwrite_box.toggled,
-            )
-        )
-        out.append(
-            (
-                "range_only",
-                None,
-                "Range only",
-                self.range_check.isChecked,
-                self.range_check.setChecked,
-                self.range_check.toggled,
-            )
-        )
-        return out
-
-    def set_gpus(self, devices) -> None:
-        """Offer "All GPUs here" when this machine has two GPUs or more (``devices``: their names,
-        e.g. ``multigpu.cuda_devices()``); the clip is then split over them, one writer, one mux."""
-        self._gpus = list(devices or [])
-        have = self.target.findText(TARGETS["gpus"]) >= 0
-        if len(self._gpus) >= 2 and not have:
-            self.target.insertItem(1, TARGETS["gpus"])
-            self.target.setItemData(1, f"Render each job on {', '.join(self._gpus)} at once", 3)  # Qt.ToolTipRole
-            if self._want_gpus:
-                self.target.setCurrentText(TARGETS["gpus"])
-
-    def render_devices(self) -> tuple[str, ...] | None:
-        """The devices a job renders on when "All GPUs here" is chosen; else None."""
-        if self.target.currentText() != TARGETS["gpus"]:
-            return None
-        return tuple(self._gpus)
-
-    def farm_address(self) -> str | None:
-        """None: render on this computer; "" : the farm started here; else the farm's HOST:PORT."""
-        if self.target.currentText() != TARGETS["farm"]:
-            return None
-        return self.farm_edit.text().strip()
-
-    def server_url(self) -> str | None:
-        """None unless "Studio server" is chosen; then its URL (may be empty: not set yet)."""
-        if self.target.currentText() != TARGETS["server"]:
-            return None
-        return self.server_edit.text().strip()
-
-    def _show_farm_row(self) -> None:
-        on = self.farm_address() is not None
-        self.farm_edit.setEnabled(on)
-        self._form.setRowVisible(self.farm_edit, on)
-        server = self.server_url() is not None
-        self.server_edit.setEnabled(server)
-        self._form.setRowVisible(self.server_edit, server)
-        self.device.setEnabled(self.render_devices() is None)  # "All GPUs here" names the devices
-
-    def output_path(self) -> str:
-        folder = self.folder.text().strip() or str(_default_folder())
-        fields = {
-            "avatar": self.avatar_name or "avatar",
-            "script": Path(self.script_path).stem if self.script_path else "script",
-            "engine": self.engine.currentText(),
-            "crf": self.crf.value(),
-            "preset": self.preset.currentText(),
-            "encoder": self.encoder.currentText(),
-        }
-        try:
-            name = (self.pattern.text().strip() or cfg.DEFAULTS["render/pattern"]).format(**fields)
-        except (KeyError, IndexError, ValueError):
-            name = cfg.DEFAULTS["render/pattern"].format(**fields)
-        return str(Path(folder) / _with_suffix(name, self.fields["codec"].currentText()))
-
-    def overwrite_outputs(self) -> bool:
-        """Whether a job may replace an existing file (otherwise its name is numbered)."""
-        return self.overwrite_box.isChecked()
-
-    def set_range(self, frames: tuple[int, int] | None) -> None:
-        """The timeline's in/out range (frames ``[start, end)``), or None when it has none."""
-        self._range = (int(frames[0]), int(frames[1])) if frames else None
-        self.range_check.setEnabled(self._range is not None)
-        self._show_range()
-
-    def render_range(self) -> tuple[int, int] | None:
-        """Frames ``[start, end)`` to render when "Render in/out range only" is ticked; None: the whole clip."""
-        if self._range is None or not self.range_check.isChecked():
-            return None
-        return self._range
-
-    def _show_range(self) -> None:
-        from studio.core.media.timecode import seconds_text, timecode
-
-        if self._range is None:
-            self.range_label.setText("set I / O on the timeline")
+    def show_loudness(self, report: dict | None) -> None:
+        """The render's loudness (its result's ``loudness``: before and after, in LUFS and dBTP)."""
+        if not report:
+            self.loudness_label.hide()
+            self.loudness_label.setText("")
             return
-        a, b = self._range
-        self.range_label.setText(f"{timecode(a)}–{timecode(b - 1)} · {seconds_text(b - a)}")
-
-    def set_context(self, avatar: str | None = None, script: str | None = None) -> None:
-        if avatar is not None:
-            self.avatar_name = avatar
-        if script is not None:
-            self.script_path = script
-        self._update_output_label()
-
-    def set_silence(self, threshold: float | None = None, min_silence: int | None = None) -> None:
-        if threshold is not None:
-            self.threshold = float(threshold)
-        if min_silence is not None:
-            self.min_silence = int(min_silence)
-
-    def save(self) -> None:
-        s = self.settings
-        self.fields.save(s)
-        s.setValue("render/pattern", self.pattern.text())
-        s.setValue("render/overwrite", self.overwrite_box.isChecked())
-        s.setValue("render/threshold", self.threshold)
-        s.setValue("render/min_silence", self.min_silence)
-        s.setValue("folders/output", self.folder.text())
-        offered = self.target.findText(TARGETS["gpus"]) >= 0
-        gpus = self.render_devices() or (self._want_gpus and not offered)  # kept until the GPUs are known
-        target = (
-            "farm"
-            if self.farm_address() is not None
-            else "server"
-            if self.server_url() is not None
-            else "gpus"
-            if gpus
-            else "local"
+        text = (
+            f"Loudness {report['before_lufs']:.1f} → {report['after_lufs']:.1f} LUFS "
+            f"(target {report['target_lufs']:g}) · true peak {report['after_true_peak']:.1f} dBTP"
         )
-        s.setValue("render/target", target)
-        s.setValue("render/farm_address", self.farm_edit.text().strip())
-        s.setValue("render/server_url", self.server_edit.text().strip())
-
-    def restore(self) -> None:
-        s = self.settings
-        self.fields.restore(s)
-        self.pattern.setText(cfg.value(s, "render/pattern", str))
-        self.overwrite_box.setChecked(cfg.value(s, "render/overwrite", bool))
-        self.pattern.setCursorPosition(0)
-        self.folder.setText(cfg.value(s, "folders/output", str) or str(_default_folder()))
-        self.folder.setCursorPosition(0)
-        saved = cfg.value(s, "render/target", str)
-        self._want_gpus = saved == "gpus"
-        if self._want_gpus and self.target.findText(TARGETS["gpus"]) < 0:
-            saved = "local"  # until set_gpus offers it
-        self.target.setCurrentText(TARGETS.get(saved, TARGETS["local"]))
-        self.farm_edit.setText(cfg.value(s, "render/farm_address", str))
-        self.farm_edit.setCursorPosition(0)
-        self.server_edit.setText(cfg.value(s, "render/server_url", str))
-        self._show_farm_row()
-
-    def show_engines(self, status: dict) -> None:
-        """Tooltips and availability of each engine (``str`` of ``engine_status``'s values)."""
-        for i in range(self.engine.count()):
-            name = self.engine.itemText(i)
-            if name in status:
-                self.engine.setItemData(i, status[name], 3)  # Qt.ToolTipRole
+        self.loudness_label.setText(text)
+        self.loudness_label.setToolTip(
+            f"{text}\nbefore: {report['before_lufs']:.1f} LUFS, true peak {report['before_true_peak']:.1f} dBTP; "
+            f"gain {report['gain_db']:+.1f} dB" + (" (the limiter held the peaks)" if report.get("limited") else "")
+        )
+        self.loudness_label.show()
 
     # ---- live progress -----------------------------------------------------------------
 
@@ -499,10 +446,14 @@ class RenderPanel(QWidget):
         self.progress_bar.setFormat(f"{p.done} / {p.total} frames  ({percent(p.done, p.total)} %)")
 
     def stop(self, message: str, output: str | None = None, detail: str = "") -> None:
-        self._tick()
+        self.tick()
         self.fps_timer.stop()
         self.set_running(False)
         self.progress_bar.setFormat(message)
+        self.eta_label.setText(f"took {fmt_eta(time.perf_counter() - self._t0)}" if output else "ETA —")
+        if not output:  # cancelled or failed: no speed or time left to show
+            self.fps_label.setText("— fps")
+            self.stage_label.setText("")
         if output:
             self.last_output = output
             self.play_btn.setEnabled(True)
@@ -532,7 +483,7 @@ class RenderPanel(QWidget):
         self.cancel_btn.setEnabled(running)
         self.render_btn.setEnabled(not running)
 
-    def _tick(self) -> None:
+    def tick(self) -> None:
         p = self._latest
         if p is None:
             return
@@ -560,7 +511,7 @@ class RenderPanel(QWidget):
     def _browse(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Output folder", self.folder.text())
         if path:
-            self.folder.setText(path)
+            self._set("folder", path)
 
     def _update_output_label(self, *_):
         path = self.output_path()
@@ -584,39 +535,11 @@ def farm_status(p) -> str:
     return f"farm: {workers} · chunks {p.chunks_done}/{p.chunks} · {retries}"
 
 
-def _with_suffix(name: str, codec: str) -> str:
-    """``name`` with the extension the codec writes (.mov for ProRes): a video extension that does
-    not fit is replaced, none is added."""
-    from studio.core.media.codecs import CODECS, SUFFIXES
-
-    spec = CODECS.get(codec, CODECS["h264"])
-    suffix = Path(name).suffix.lower()
-    if suffix in spec.suffixes:
-        return name
-    if suffix in SUFFIXES:
-        name = name[: -len(suffix)]
-    return name + spec.suffix
-
-
-def _pair(left: QWidget, label: str, right: QWidget) -> QHBoxLayout:
-    row = QHBoxLayout()
-    row.addWidget(left, 1)
-    row.addWidget(QLabel(label))
-    row.addWidget(right, 1)
-    return row
-
-
 def _combo(items: list[str], tip: str) -> QComboBox:
     c = QComboBox()
     c.addItems(items)
     c.setToolTip(tip)
     return c
-
-
-def _default_folder() -> Path:
-    from studio.core.env import sub_dir
-
-    return sub_dir("renders")
 
 
 def _icon(name: str) -> str:

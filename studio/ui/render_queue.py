@@ -81,37 +81,17 @@ class RenderQueue(QObject):
         queue_panel.moveClicked.connect(lambda job_id, index: self._safe(lambda: self.service.move(job_id, index)))
         queue_panel.removeClicked.connect(lambda job_id: self._safe(lambda: self.service.remove(job_id)))
         queue_panel.startClicked.connect(lambda on: self.start() if on else self.pause())
-        render_panel.target.currentIndexChanged.connect(lambda _i: self._scrub_source())
-        render_panel.server_edit.editingFinished.connect(self._scrub_source)
+        render_panel.session.events.changed.connect(
+            lambda key, _b, _a: self._scrub_source() if key in ("target", "server") else None
+        )
         self._scrub_source()
 
     # ---- public API ---------------------------------------------------------------------
 
     def request(self, avatar: str, script: str, frames: tuple[int, int] | None = None):
-        """The Render panel's choices for avatar x script as a ``RenderRequest`` (``frames``: this
-        range instead of the panel's)."""
-        from studio.service import Placement, RenderRequest
-
-        farm, devices = self.panel.farm_address(), self.panel.render_devices()
-        server = self.panel.server_url()
-        if server is not None:
-            placement = Placement("server", server=server)
-        elif farm is not None:
-            placement = Placement("farm", farm=farm)
-        elif devices:
-            placement = Placement("gpus", devices=tuple(devices))
-        else:
-            placement = Placement()
-        self.panel.set_context(avatar=avatar, script=script)  # {avatar} and {script} name this job's own
-        return RenderRequest(
-            avatar,
-            script,
-            self.panel.output_path(),
-            self.panel.render_settings(),
-            placement,
-            frames if frames is not None else self.panel.render_range(),
-            overwrite=self.panel.overwrite_outputs(),
-        )
+        """The session's choices for avatar x script as a ``RenderRequest`` (``frames``: this range
+        instead of the in/out range)."""
+        return self.panel.session.request(avatar, script, frames)
 
     def add(self, avatar: str, script: str, start: bool = True, frames: tuple[int, int] | None = None) -> int | None:
         """Queue avatar x script with the Render panel's settings; None when refused (one sentence)."""
@@ -193,12 +173,20 @@ class RenderQueue(QObject):
         self.panel.progress_bar.setFormat("cancelling…")
 
     def retry(self, job_id: int) -> None:
+        """Queue the job again; a paused or stopped queue stays so (as Add to queue leaves it)."""
         self._safe(lambda: self.service.retry(job_id))
-        self.start()
+        self._queued_again()
 
     def enqueue(self, job_id: int) -> None:
         self._safe(lambda: self.service.enqueue(job_id))
-        self.start()
+        self._queued_again()
+
+    def _queued_again(self) -> None:
+        if self.state == "running":
+            self.start()  # the runner takes it in order
+        else:
+            self.refresh_state()
+            self.status.emit(f"queued; the queue is {self.state}: Start queue renders it")
 
     def _resume(self, job_id: int) -> None:
         self._safe(lambda: self.service.resume(job_id))
@@ -281,6 +269,7 @@ class RenderQueue(QObject):
                 f"{result.encoder}" + (f" · {ran_on}" if ran_on and ran_on != "this computer" else ""),
             )
             self.panel.show_check((job.result or {}).get("check") if job else None, result.output)
+            self.panel.show_loudness(getattr(result, "loudness", None))
 
     def _checked(self, job_id: int, check) -> None:
         """A lip-sync check started or ended: the Live panel shows it when it is the last render's."""

@@ -11,7 +11,7 @@ offers what the command line and the server offer, with the same defaults.
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QLabel, QSpinBox, QWidget
 
 #: names a free-text setting suggests in its combo box (the first entry is the schema's None)
 SUGGESTIONS = {"device": ("cuda", "cpu"), "loudness": ("-23", "-24", "-16", "-14")}
@@ -36,7 +36,8 @@ def make_widget(spec) -> QWidget:
     elif spec.choices or spec.kind is str:
         w = QComboBox()
         items = list(spec.choices or ())
-        if not items:
+        if not items:  # a free text (a device name, a timecode): typed, with suggestions
+            w.setEditable(True)
             items = ([spec.auto_label] if spec.optional else []) + list(SUGGESTIONS.get(spec.name, ()))
         w.addItems(items)
         w.setCurrentText(spec.auto_label if spec.default is None else str(spec.default))
@@ -51,11 +52,16 @@ def make_widget(spec) -> QWidget:
         w.setValue(int(spec.default))
     else:
         w = QDoubleSpinBox()
-        w.setDecimals(4)
+        w.setDecimals(
+            2 if spec.maximum is not None and abs(spec.maximum) <= 100 and abs(spec.minimum or 0) <= 100 else 4
+        )
         w.setRange(
             spec.minimum if spec.minimum is not None else -1e9, spec.maximum if spec.maximum is not None else 1e9
         )
         w.setValue(float(spec.default))
+    if isinstance(w, QComboBox):  # narrow docks: a combo box may be narrower than its longest entry
+        w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        w.setMinimumContentsLength(5)
     w.setToolTip(spec.help[:1].upper() + spec.help[1:])
     w.setObjectName(f"setting_{spec.name}")
     return w
@@ -93,6 +99,48 @@ def set_widget_value(spec, w: QWidget, value) -> None:
         w.setValue(value)  # type: ignore[attr-defined]
 
 
+def changed_signal(w: QWidget):
+    """The signal a setting's widget sends when the editor changes it."""
+    if isinstance(w, QCheckBox):
+        return w.toggled
+    if isinstance(w, QComboBox):
+        return w.currentTextChanged
+    return w.valueChanged  # type: ignore[attr-defined]
+
+
+def bind(session, spec, w: QWidget) -> None:
+    """Make ``w`` a view of setting ``spec.name`` in the editor's ``session``: the editor's change goes
+    to the session (a value still being typed waits), the session's change (an undo, a restore) to
+    the widget."""
+    import shiboken6
+
+    from studio.core.errors import InputError
+
+    def edited(*_a) -> None:
+        try:
+            session.set(spec.name, widget_value(spec, w))
+        except InputError:
+            pass  # half typed: the session keeps the last whole value
+
+    def changed(key, _before, after) -> None:
+        if key != spec.name:
+            return
+        if not shiboken6.isValid(w):
+            session.events.changed.disconnect(changed)
+            return
+        if widget_value(spec, w) != after:
+            w.blockSignals(True)
+            try:
+                set_widget_value(spec, w, after)
+            finally:
+                w.blockSignals(False)
+            w.update()
+
+    set_widget_value(spec, w, session.value(spec.name))
+    changed_signal(w).connect(edited)
+    session.events.changed.connect(changed)
+
+
 class SettingFields(dict):
     """name -> widget for the given specs, with typed values and QSettings persistence."""
 
@@ -127,3 +175,63 @@ class SettingFields(dict):
                 continue  # a hand-edited settings file: keep the default
             if spec.problem(v) is None:
                 set_widget_value(spec, self[n], v)
+
+
+class SettingsGrid(QWidget):
+    """The settings two a row (label, widget, label, widget) where the panel is wide enough, else one
+    a row; by group in the schema's order, check boxes below them, one a row. Made from the specs, so
+    a new setting takes the next cell."""
+
+    TWO_COLUMNS = 300  # px: narrower than this, one setting a row
+
+    def __init__(self, group_specs, fields, parent=None):
+        super().__init__(parent)
+        self.setObjectName("settingsGrid")
+        self.fields = fields
+        self.pairs = [s for s in group_specs if not isinstance(fields[s.name], QCheckBox)]
+        self.boxes = [s for s in group_specs if isinstance(fields[s.name], QCheckBox)]
+        self.labels = {}
+        for spec in self.pairs:
+            label = QLabel(spec.label)
+            label.setBuddy(fields[spec.name])
+            self.labels[spec.name] = label
+        self.grid = QGridLayout(self)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setHorizontalSpacing(6)
+        self.grid.setVerticalSpacing(4)
+        self.columns = 0
+        self._place(2)
+
+    def _place(self, columns: int) -> None:
+        if columns == self.columns:
+            return
+        self.columns = columns
+        g = self.grid
+        while g.count():
+            g.takeAt(0)
+        for c in range(4):
+            g.setColumnStretch(c, 0)
+        g.setColumnStretch(1, 1)
+        if columns == 2:
+            g.setColumnStretch(3, 1)
+        for i, spec in enumerate(self.pairs):
+            row, col = divmod(i, columns)
+            g.addWidget(self.labels[spec.name], row, 2 * col)
+            g.addWidget(self.fields[spec.name], row, 2 * col + 1)
+        row = (len(self.pairs) + columns - 1) // columns
+        for spec in self.boxes:
+            g.addWidget(self.fields[spec.name], row, 0, 1, 2 * columns)
+            row += 1
+        self.updateGeometry()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._place(2 if event.size().width() >= self.TWO_COLUMNS else 1)
+
+    def minimumSizeHint(self):  # noqa: N802 - the one-column width: the dock may be that narrow
+        hint = super().minimumSizeHint()
+        label = max((w.sizeHint().width() for w in self.labels.values()), default=0)
+        field = max((self.fields[s.name].minimumSizeHint().width() for s in self.pairs), default=0)
+        boxes = max((self.fields[s.name].sizeHint().width() for s in self.boxes), default=0)
+        hint.setWidth(max(label + 6 + field, boxes))
+        return hint

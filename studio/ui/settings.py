@@ -11,6 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QSettings
 
 from studio.core.settings import specs
+from studio.ui.model.session import DEFAULT_PATTERN
 
 VERSION = 1
 
@@ -32,7 +33,7 @@ DEFAULTS: dict[str, object] = {
         )
         for sp in specs("ui")
     },
-    "render/pattern": "{avatar}_{script}_{engine}_crf{crf}.mp4",
+    "render/pattern": DEFAULT_PATTERN,
     "render/overwrite": False,  # False: a taken output name gets a number (_002)
     "queue/on_start": "ask",  # queued jobs when the window opens: ask | start | wait
     "render/target": "local",  # "local" (this computer), "gpus", "farm" (a Ray farm) or "server" (studio serve)
@@ -77,3 +78,47 @@ def value(s: QSettings, key: str, kind=None):
     except (TypeError, ValueError):
         return default
     return v
+
+
+#: the session's keys that are not render settings -> their QSettings key (settings: "render/<name>")
+SESSION_KEYS = {
+    "folder": "folders/output",
+    "pattern": "render/pattern",
+    "overwrite": "render/overwrite",
+    "target": "render/target",
+    "farm": "render/farm_address",
+    "server": "render/server_url",
+}
+
+
+def load_session(session, s: QSettings | None = None) -> None:
+    """The saved render settings, output and placement into ``session`` (no undo steps); a value a
+    hand-edited file got wrong keeps the default."""
+    from studio.core.errors import InputError
+
+    s = s or settings()
+    values: dict = {}
+    for spec in specs("ui"):
+        raw = value(s, f"render/{spec.name}", spec.kind)
+        try:
+            v = spec.parse(raw)
+        except InputError:
+            continue
+        if spec.problem(v) is None:
+            values[spec.name] = v
+    for key, qkey in SESSION_KEYS.items():
+        values[key] = value(s, qkey)
+    if not values.get("folder"):
+        from studio.core.env import sub_dir
+
+        values["folder"] = str(sub_dir("renders"))
+    session.update(values)
+
+
+def save_session(session, s: QSettings | None = None) -> None:
+    s = s or settings()
+    for spec in specs("ui"):
+        v = session.value(spec.name)
+        s.setValue(f"render/{spec.name}", spec.auto_label if v is None else v)
+    for key, qkey in SESSION_KEYS.items():
+        s.setValue(qkey, session.value(key))

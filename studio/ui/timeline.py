@@ -18,7 +18,6 @@ The in/out range is frames ``[in, out)``: ``set_in()`` marks the playhead's fram
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
@@ -36,9 +35,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
-from studio.core.media.rates import DEFAULT_RATE
-from studio.core.media.timecode import JUMP_HELP, parse_jump, seconds_text, timecode
+from studio.core.media.timecode import JUMP_HELP, parse_jump, timecode
+from studio.ui.model import EditorSession, Marker
 from studio.ui.widgets import ElidedLabel
 
 MAX_REGIONS = 400
@@ -52,14 +50,6 @@ ACCENT = "#ffb347"
 PLAYHEAD = "#ff5c7a"
 MARKER = "#c792ea"
 MARKER_HIT_PX = 7  # a click this close to a marker's line is on the marker
-
-
-@dataclass(frozen=True, order=True)
-class Marker:
-    """A named point on the timeline (a frame of the voice-over)."""
-
-    frame: int
-    name: str = ""
 
 
 THRESHOLD_DECIMALS = 5  # the number field's; the threshold is always a value it shows exactly
@@ -148,19 +138,13 @@ class TimelineView(QWidget):
     renderMarker = Signal(int, int)  # frames [start, end): "Render from this marker to the next"
     editSession = Signal(str, bool)  # "threshold" / "min_silence": an edit (a drag, a focused field) began / ended
 
-    def __init__(self, parent=None):
+    def __init__(self, session: EditorSession | None = None, parent=None):
         super().__init__(parent)
         self.setObjectName("timeline")
-        self.analysis = None
-        self.rate = DEFAULT_RATE  # the output's frame rate (exact): the clip's frames, timecode, frame_at
-        self.mask: np.ndarray | None = None
-        self.threshold = DEFAULT_SILENCE_THRESHOLD
-        self.min_run = DEFAULT_MIN_SILENCE_FRAMES
+        #: the editor's state (threshold, min silence, in/out, markers, the analysis): the timeline draws it
+        self.session = session if session is not None else EditorSession()
         self.position = 0.0
-        self.in_frame: int | None = None
-        self.out_frame: int | None = None  # the last frame of the range (included)
         self.faceless_spans: list[tuple[int, int]] = []
-        self.markers: list[Marker] = []
         self._marker_items: list[tuple] = []  # (line on the waveform, line on the RMS plot) per marker
         self._regions: list[pg.LinearRegionItem] = []
         self._silence_curve = None
@@ -171,8 +155,8 @@ class TimelineView(QWidget):
         self.plots.viewport().setAcceptDrops(False)
         self.wave_plot = self.plots.addPlot(row=0, col=0)
         self.rms_plot = self.plots.addPlot(row=1, col=0)
-        self.plots.ci.layout.setRowStretchFactor(0, 3)
-        self.plots.ci.layout.setRowStretchFactor(1, 2)
+        self.plots.ci.layout.setRowStretchFactor(0, 1)  # as tall as each other: the RMS plot is
+        self.plots.ci.layout.setRowStretchFactor(1, 1)  # where the threshold is dragged
         for p in (self.wave_plot, self.rms_plot):
             p.setMenuEnabled(False)
             p.showGrid(x=True, y=False, alpha=0.15)
@@ -189,7 +173,7 @@ class TimelineView(QWidget):
         self.rms_plot.getAxis("left").setLabel("RMS")
         self.rms_plot.getAxis("left").enableAutoSIPrefix(False)
         self.wave_plot.getAxis("left").enableAutoSIPrefix(False)
-        self.rms_plot.getAxis("bottom").setLabel("time (s)")
+        self.rms_plot.getAxis("bottom").setLabel("s")  # one short line: the plots keep the height
         self.rms_plot.getAxis("bottom").enableAutoSIPrefix(False)
         self._set_x_extent(10.0)
         self.rms_plot.setYRange(math.log10(RMS_FLOOR), 0, padding=0)
@@ -277,15 +261,16 @@ class TimelineView(QWidget):
         self.range_label = ElidedLabel("")
         self.range_label.setObjectName("rangeLabel")
         self.range_label.setToolTip("In/out range: I sets in, O sets out, Alt+I / Alt+O clear them")
-        self.audio_note = ElidedLabel("", max_hint=400)
+        self.audio_note = ElidedLabel("", max_hint=300)  # the window puts it in its status bar
+        self.audio_note.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.audio_note.setObjectName("warnLabel")
-        self.audio_note.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.audio_note.hide()  # until there is something to say
 
         # ---- silence row: summary, threshold number, min silence
         self.info = ElidedLabel("Import a voice-over to see its waveform and silences")
         self.info.setObjectName("timelineInfo")
         self.threshold_box = LogSpinBox()
-        self.threshold_box.setObjectName("thresholdBox")
+        self.threshold_box.setObjectName("setting_threshold")
         self.threshold_box.setDecimals(THRESHOLD_DECIMALS)
         from studio.core.settings import SCHEMA  # the silence settings' ranges are the schema's
 
@@ -298,11 +283,14 @@ class TimelineView(QWidget):
         )
         self.threshold_box.valueChanged.connect(self._threshold_typed)
         self.min_run_box = QSpinBox()
+        self.min_run_box.setObjectName("setting_min_silence")
         self.min_run_box.setRange(int(SCHEMA["min_silence"].minimum), int(SCHEMA["min_silence"].maximum))
         self.min_run_box.setValue(self.min_run)
         self.min_run_box.setSuffix(" frames")
         self.min_run_box.setToolTip("Shortest silence: shorter dips between words stay speech")
         self.min_run_box.valueChanged.connect(self.set_min_run)
+        self.session.events.changed.connect(self._session_changed)
+        self.session.events.analysis.connect(self._show_analysis)
 
         transport = QHBoxLayout()
         transport.setSpacing(6)
@@ -310,16 +298,16 @@ class TimelineView(QWidget):
         transport.addWidget(self.loop_btn)
         transport.addWidget(self.timecode_edit)
         transport.addWidget(self.time_label)
-        transport.addWidget(self.range_label, 3)  # the in/out text first; the audio note gets a quarter
-        transport.addWidget(self.audio_note, 1)
+        transport.addWidget(self.range_label, 1)  # the in/out text has the rest of the row
         silence = QHBoxLayout()
         silence.setSpacing(6)
         silence.addWidget(self.info, 1)
-        silence.addWidget(QLabel("threshold"))
-        silence.addWidget(self.threshold_box)
-        silence.addSpacing(6)
-        silence.addWidget(QLabel("min silence"))
-        silence.addWidget(self.min_run_box)
+        for text, box in (("Threshold", self.threshold_box), ("Min silence", self.min_run_box)):
+            label = QLabel(text)
+            label.setBuddy(box)
+            silence.addSpacing(6)
+            silence.addWidget(label)
+            silence.addWidget(box)
         box = QVBoxLayout(self)
         box.setContentsMargins(6, 4, 6, 4)
         box.setSpacing(4)
@@ -333,9 +321,43 @@ class TimelineView(QWidget):
     # ---- public API --------------------------------------------------------------------
 
     @property
+    def analysis(self):
+        return self.session.analysis
+
+    @property
+    def rate(self):
+        """The rate of the frames shown (exact): the clip's frames, timecode, frame_at."""
+        return self.session.grid_rate
+
+    @property
+    def threshold(self) -> float:
+        return self.session.value("threshold")
+
+    @property
+    def min_run(self) -> int:
+        return self.session.value("min_silence")
+
+    @property
+    def mask(self):
+        return self.session.mask
+
+    @property
+    def in_frame(self) -> int | None:
+        return self.session.in_frame
+
+    @property
+    def out_frame(self) -> int | None:
+        """The last frame of the range (included)."""
+        return self.session.out_frame
+
+    @property
+    def markers(self) -> list[Marker]:
+        return self.session.markers
+
+    @property
     def frames(self) -> int:
         """Frames of the shown clip (0 without one)."""
-        return int(self.analysis.frames) if self.analysis is not None else 0
+        return self.session.frames
 
     @property
     def frame(self) -> int:
@@ -350,11 +372,17 @@ class TimelineView(QWidget):
         return float(self.rate)
 
     def set_analysis(self, analysis) -> None:
-        """Show an ``AudioAnalysis`` (envelope, RMS); keeps the threshold, clears the in/out range.
-        Its frame grid (``analysis.rate``) is the output's: frames, timecode (drop-frame at 29.97
-        and 59.94) and the playhead follow it."""
-        self.analysis = analysis
-        self.rate = getattr(analysis, "rate", DEFAULT_RATE)
+        """Show an ``AudioAnalysis`` (the session's now): keeps the threshold, clears the in/out range."""
+        self.session.set_analysis(analysis)
+
+    def _show_analysis(self, analysis) -> None:
+        """Draw the session's ``AudioAnalysis`` (envelope, RMS). Its frame grid (``analysis.rate``) is
+        the output's: frames, timecode (drop-frame at 29.97 and 59.94) and the playhead follow it."""
+        import shiboken6
+
+        if not shiboken6.isValid(self):
+            self.session.events.analysis.disconnect(self._show_analysis)
+            return
         n = len(analysis.env_max)
         t = np.arange(n, dtype=np.float64) * (analysis.bucket / 16000.0)
         self.wave_max.setData(t, analysis.env_max)
@@ -365,10 +393,8 @@ class TimelineView(QWidget):
         lo = math.log10(RMS_FLOOR)
         hi = math.log10(max(float(analysis.rms.max(initial=0.0)), RMS_FLOOR * 10)) + 0.2
         self.rms_plot.setYRange(lo, hi, padding=0)
-        self.in_frame = self.out_frame = None
         self._show_range()
         self._cancel_naming()
-        self.markers = []
         self._draw_markers()
         self.set_faceless([])
         self.set_playhead(0.0, emit=False)
@@ -379,45 +405,20 @@ class TimelineView(QWidget):
     def add_marker(self, frame: int | None = None, name: str | None = None, edit: bool = True) -> Marker | None:
         """A marker at ``frame`` (default: the playhead), named ``name`` (default "Marker N");
         ``edit``: then named in place. A marker already there is renamed instead."""
-        if self.analysis is None:
-            return None
-        f = self.frame if frame is None else min(max(0, int(frame)), self.frames - 1)
-        old = self.marker_at(f)
-        if old is None:
-            taken = {m.name for m in self.markers}
-            n = len(self.markers) + 1
-            while f"Marker {n}" in taken:
-                n += 1
-            marker = Marker(f, name if name is not None else f"Marker {n}")
-            self.markers = sorted([*self.markers, marker])
-            self._markers_changed()
-        else:
-            marker = old
-        if edit:
-            self.rename_marker(f)
+        marker = self.session.add_marker(self.frame if frame is None else frame, name)
+        if marker is not None and edit:
+            self.rename_marker(marker.frame)
         return marker
 
     def marker_at(self, frame: int) -> Marker | None:
-        return next((m for m in self.markers if m.frame == int(frame)), None)
+        return self.session.marker_at(frame)
 
     def set_markers(self, markers) -> None:
-        """All markers at once (an undo, a voice-over's remembered ones): ``Marker``s or (frame, name)."""
-        out = {}
-        for m in markers:
-            frame, name = (m.frame, m.name) if isinstance(m, Marker) else (int(m[0]), str(m[1]))
-            if 0 <= frame < max(1, self.frames):
-                out[frame] = Marker(frame, name)
-        new = sorted(out.values())
-        if new != self.markers:
-            self._cancel_naming()
-            self.markers = new
-            self._markers_changed()
+        """All markers at once: ``Marker``s or (frame, name)."""
+        self.session.set("markers", list(markers))
 
     def remove_marker(self, frame: int) -> None:
-        if self.marker_at(frame) is not None:
-            self._cancel_naming()
-            self.markers = [m for m in self.markers if m.frame != int(frame)]
-            self._markers_changed()
+        self.session.remove_marker(frame)
 
     def rename_marker(self, frame: int, name: str | None = None) -> None:
         """Rename the marker at ``frame`` to ``name``, or (None) open its name field in place."""
@@ -425,9 +426,7 @@ class TimelineView(QWidget):
         if m is None:
             return
         if name is not None:
-            if name != m.name:
-                self.markers = sorted([x for x in self.markers if x.frame != m.frame] + [Marker(m.frame, name)])
-                self._markers_changed()
+            self.session.rename_marker(m.frame, name)
             return
         self._naming = m.frame
         edit = self.marker_edit
@@ -442,13 +441,7 @@ class TimelineView(QWidget):
 
     def next_marker(self, direction: int) -> None:
         """Move the playhead to the next (``direction`` > 0) or previous marker."""
-        f = self.frame
-        frames = [m.frame for m in self.markers]
-        target = (
-            next((x for x in frames if x > f), None)
-            if direction > 0
-            else next((x for x in reversed(frames) if x < f), None)
-        )
+        target = self.session.next_marker(self.frame, direction)
         if target is None:
             self.error.emit("no marker " + ("after" if direction > 0 else "before") + " the playhead (M adds one)")
             return
@@ -456,8 +449,7 @@ class TimelineView(QWidget):
 
     def marker_span(self, frame: int) -> tuple[int, int]:
         """Frames ``[marker, next marker)`` (or to the end) of the marker at ``frame``."""
-        later = [m.frame for m in self.markers if m.frame > frame]
-        return (int(frame), later[0] if later else self.frames)
+        return self.session.marker_span(frame)
 
     def marker_near(self, scene_x: float) -> Marker | None:
         """The marker whose line is within a few pixels of scene x ``scene_x``."""
@@ -468,9 +460,42 @@ class TimelineView(QWidget):
                 best, gap = m, abs(x - scene_x)
         return best
 
-    def _markers_changed(self) -> None:
-        self._draw_markers()
-        self.markersChanged.emit()
+    def _session_changed(self, key, _before, _after) -> None:
+        """The session changed (an edit here or elsewhere, an undo, a restore): draw it."""
+        import shiboken6
+
+        if not shiboken6.isValid(self):
+            self.session.events.changed.disconnect(self._session_changed)
+            return
+        if key == "threshold":
+            v = self.threshold
+            line = self.threshold_line
+            if abs(line.value() - math.log10(max(v, RMS_FLOOR))) > 1e-12:
+                line.blockSignals(True)
+                line.setValue(math.log10(max(v, RMS_FLOOR)))
+                line.blockSignals(False)
+                line.update()
+            self._update_threshold_label()
+            if self.threshold_box.value() != v:
+                self.threshold_box.blockSignals(True)
+                self.threshold_box.setValue(v)
+                self.threshold_box.blockSignals(False)
+            self._recompute()
+            self.thresholdChanged.emit(v)
+        elif key == "min_silence":
+            if self.min_run_box.value() != self.min_run:
+                self.min_run_box.blockSignals(True)
+                self.min_run_box.setValue(self.min_run)
+                self.min_run_box.blockSignals(False)
+            self._recompute()
+        elif key == "range":
+            self._show_range()
+            self.rangeChanged.emit(self.range_frames())
+        elif key == "markers":
+            if self._naming is not None and self.marker_at(self._naming) is None:
+                self._cancel_naming()
+            self._draw_markers()
+            self.markersChanged.emit()
 
     def _draw_markers(self) -> None:
         while len(self._marker_items) < len(self.markers):
@@ -549,10 +574,7 @@ class TimelineView(QWidget):
         self._threshold_to(v)
 
     def set_min_run(self, frames: int) -> None:
-        self.min_run = int(frames)
-        if self.min_run_box.value() != self.min_run:
-            self.min_run_box.setValue(self.min_run)
-        self._recompute()
+        self.session.set("min_silence", int(frames))
 
     def set_playhead(self, seconds: float, emit: bool = True) -> None:
         from studio.core.render.plan import frame_index
@@ -597,40 +619,26 @@ class TimelineView(QWidget):
         self.set_frame(target)
 
     def set_in(self, frame: int | None = None) -> None:
-        """Mark ``frame`` (default: the playhead's) as the first frame of the range."""
-        if self.analysis is None:
-            return
-        self.in_frame = self.frame if frame is None else int(frame)
-        if self.out_frame is not None and self.out_frame < self.in_frame:
-            self.out_frame = None  # as in Premiere: an in point past the out point clears the out point
-        self._range_changed()
+        """Mark ``frame`` (default: the playhead's) as the first frame of the range (an in point past
+        the out point clears the out point, as in Premiere)."""
+        self.session.set_in(self.frame if frame is None else frame)
 
     def set_out(self, frame: int | None = None) -> None:
         """Mark ``frame`` (default: the playhead's) as the last frame of the range (included)."""
-        if self.analysis is None:
-            return
-        self.out_frame = self.frame if frame is None else int(frame)
-        if self.in_frame is not None and self.in_frame > self.out_frame:
-            self.in_frame = None
-        self._range_changed()
+        self.session.set_out(self.frame if frame is None else frame)
 
     def clear_in(self) -> None:
-        self.in_frame = None
-        self._range_changed()
+        self.session.clear_in()
 
     def clear_out(self) -> None:
-        self.out_frame = None
-        self._range_changed()
+        self.session.clear_out()
 
     def clear_range(self) -> None:
-        self.in_frame = self.out_frame = None
-        self._range_changed()
+        self.session.clear_range()
 
     def set_range(self, in_frame: int | None, out_frame: int | None) -> None:
         """Both points at once (``out_frame`` included), e.g. from a marker to the next, or an undo."""
-        self.in_frame = None if in_frame is None else int(in_frame)
-        self.out_frame = None if out_frame is None else int(out_frame)
-        self._range_changed()
+        self.session.set_range(in_frame, out_frame)
 
     def focus_timecode(self) -> None:
         """The timecode field takes the focus with all its text selected (also when it had the focus)."""
@@ -640,11 +648,7 @@ class TimelineView(QWidget):
 
     def range_frames(self) -> tuple[int, int] | None:
         """The in/out range as frames ``[start, end)``; None when neither point is set."""
-        if self.analysis is None or (self.in_frame is None and self.out_frame is None):
-            return None
-        start = self.in_frame if self.in_frame is not None else 0
-        end = self.out_frame + 1 if self.out_frame is not None else self.frames
-        return (max(0, start), min(self.frames, end))
+        return self.session.range_frames()
 
     def play_span(self) -> tuple[int, int]:
         """Frames ``[start, end)`` that playback covers: the range, else the whole clip."""
@@ -656,6 +660,10 @@ class TimelineView(QWidget):
     def set_audio_note(self, text: str) -> None:
         self.audio_note.setText(text)
         self.audio_note.setToolTip(text)
+        self.audio_note.setMinimumWidth(
+            min(320, self.audio_note.fontMetrics().horizontalAdvance(text) + 30)
+        )  # bold in the style
+        self.audio_note.setVisible(bool(text))
 
     def set_faceless(self, spans) -> None:
         """Mark output frames ``[a, b)`` where the avatar has no face (a red band on the waveform)."""
@@ -669,9 +677,7 @@ class TimelineView(QWidget):
 
     @property
     def silent_spans(self) -> list[tuple[int, int]]:
-        from studio.core.media.audio import runs
-
-        return runs(self.mask) if self.mask is not None else []
+        return self.session.silent_spans()
 
     def scene_pos_of(self, seconds: float, plot=None):
         """Scene position of time ``seconds`` at the vertical middle of ``plot`` (for tests and tools)."""
@@ -694,9 +700,7 @@ class TimelineView(QWidget):
     def _time_caption(self, seconds: float) -> str:
         from studio.core.render.plan import frame_index
 
-        total = self.frames
-        frame = frame_index(seconds + 1e-9, self.rate)
-        return f"frame {frame} / {total}" if total else f"frame {frame}"
+        return self.session.time_caption(frame_index(seconds + 1e-9, self.rate))
 
     def _jump_typed(self) -> None:
         try:
@@ -750,16 +754,7 @@ class TimelineView(QWidget):
         self._threshold_to(exact_threshold(10 ** self.threshold_line.value(), significant=3))
 
     def _threshold_to(self, v: float) -> None:
-        changed = v != self.threshold
-        self.threshold = v
-        self._update_threshold_label()
-        if self.threshold_box.value() != v:
-            self.threshold_box.blockSignals(True)
-            self.threshold_box.setValue(v)
-            self.threshold_box.blockSignals(False)
-        if changed:
-            self._recompute()
-            self.thresholdChanged.emit(v)
+        self.session.set("threshold", v)  # the line, the field, the label and the mask follow the session
 
     def _threshold_typed(self, value: float) -> None:
         if value != self.threshold:
@@ -788,10 +783,6 @@ class TimelineView(QWidget):
         pos = self.wave_plot.vb.mapSceneToView(event.scenePos())  # the plots share the x axis
         self.set_playhead(float(pos.x()))
 
-    def _range_changed(self) -> None:
-        self._show_range()
-        self.rangeChanged.emit(self.range_frames())
-
     def _show_range(self) -> None:
         r = self.range_frames()
         for item in self.range_items:
@@ -800,13 +791,8 @@ class TimelineView(QWidget):
             else:
                 item.setRegion((r[0] / self.fps, r[1] / self.fps))
                 item.show()
-        if r is None:
-            self.range_label.setText("no in/out range (I, O)")
-        else:
-            a, b = r
-            self.range_label.setText(
-                f"in {timecode(a, self.rate)} · out {timecode(b - 1, self.rate)} ({seconds_text(b - a, self.rate)})"
-            )
+        s = self.session
+        self.range_label.setText(s.inout_label(), shorter=(s.inout_label(1), s.inout_label(2)))
         self.range_label.setToolTip(
             f"{self.range_label.text()}\nI sets the in point, O the out point (included); Alt+I / Alt+O clear them"
         )
@@ -814,15 +800,9 @@ class TimelineView(QWidget):
     def _recompute(self) -> None:
         if self.analysis is None:
             return
-        self.mask = self.analysis.mask(self.threshold, self.min_run)
-        spans = self.silent_spans
-        self._draw_spans(spans)
-        silent = int(self.mask.sum())
-        total = max(1, len(self.mask))
-        self.info.setText(
-            f"{seconds_text(len(self.mask), self.rate)} · {len(self.mask)} frames · "
-            f"{len(spans)} silences · {silent} silent frames ({100 * silent / total:.0f} %)"
-        )
+        self._draw_spans(self.silent_spans)
+        s = self.session
+        self.info.setText(s.silence_summary(), shorter=(s.silence_summary(1), s.silence_summary(2)))
         self.time_label.setText(self._time_caption(self.position))
         self.maskChanged.emit(self.mask)
 

@@ -18,6 +18,7 @@ and spin boxes, which keep their own keys (``studio.ui.widgets.InputGuard``):
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -55,13 +56,16 @@ class TransportControls(QObject):
                 self.player.frameChanged.connect(self._player_frame)
                 self.player.ended.connect(self.transport.media_ended)
                 self.player.playingChanged.connect(self._player_playing)
-            self.player.fps = self.timeline.fps  # the render's rate is the timeline's
+            self.player_rate = file_rate(path, self.timeline.rate)  # the file's own, not the timeline's
+            self.player.fps = float(self.player_rate)
             self.preview.set_widget(self.player)
             self.transport.set_media(self.player.player)
             self.player.play(path)
             self._player_caption(0)
         except ImportError as exc:
             w.show_error(f"in-app playback needs QtMultimedia ({exc}); install pyside6-addons and libpulse0")
+
+    player_rate = Fraction(25)
 
     @property
     def second(self) -> int:
@@ -80,19 +84,22 @@ class TransportControls(QObject):
         self.playerClosed.emit()
 
     def _player_frame(self, frame: int) -> None:
-        if self.player_shown:
-            self.timeline.set_frame(frame, emit=False)
+        if self.player_shown:  # the file's frame at its rate: the same moment on the timeline's grid
+            self.timeline.set_playhead(frame / self.player_rate, emit=False)
             self.transport.media_moved(frame)
             self._player_caption(frame)
 
     def _player_caption(self, frame: int) -> None:
         """The caption says what plays: the rendered file and its frame (never a scrub frame's words)."""
-        from studio.core.media.timecode import timecode
-
         name = Path(self.player.path).name if self.player is not None and self.player.path else "the render"
-        self.preview.caption.setText(
-            f"{name} · {timecode(frame, self.timeline.rate)} · frame {frame} · the rendered file"
-        )
+        caption = self.timeline.session.frame_caption(frame, self.player_rate)  # counted at the file's rate
+        self.preview.caption.setText(f"{name} · {caption} · the rendered file")
+
+    def seek_seconds(self, seconds: float) -> None:
+        """Show the finished file at ``seconds`` (its frame at its own rate)."""
+        from studio.core.render.plan import frame_index
+
+        self.player.seek_frame(frame_index(max(0.0, float(seconds)) + 1e-9, self.player_rate))
 
     def _player_playing(self, playing: bool) -> None:
         # the player's own button: the transport and the timeline's button follow it
@@ -133,7 +140,7 @@ class TransportControls(QObject):
         add("clear_out", "Playback", "Clear out", tl.clear_out, ["Alt+O", "Ctrl+Shift+O"])
         add("clear_in_out", "Playback", "Clear in and out", tl.clear_range, ["Alt+X", "Ctrl+Shift+X"])
         self.actions.separator("Playback")
-        marker = self.window._marker_action
+        marker = self.marker_action
         add("add_marker", "Playback", "Add marker (then type its name)", lambda: marker("add"), "M")
         add("next_marker", "Playback", "Next marker", lambda: marker("next"), "Shift+M")
         add("prev_marker", "Playback", "Previous marker", lambda: marker("prev"), "Ctrl+Shift+M")
@@ -147,6 +154,28 @@ class TransportControls(QObject):
             tip="Render from the marker at or before the playhead to the next one",
         )
         self.shortcuts = {k.toString(): a for a in self.actions.actions.values() for k in a.shortcuts()}
+
+    def marker_action(self, what: str) -> None:
+        """M, Shift+M, Ctrl+Shift+M, Ctrl+Alt+R, Ctrl+Alt+M and the marker menu's Render."""
+        tl, w = self.timeline, self.window
+        if tl.analysis is None:
+            w.statusBar().showMessage("import a voice-over first: markers sit on its timeline", 5000)
+            return
+        here = [m for m in tl.markers if m.frame <= tl.frame]
+        if what == "add":
+            tl.add_marker()
+        elif what == "next":
+            tl.next_marker(1)
+        elif what == "prev":
+            tl.next_marker(-1)
+        elif not here:
+            w.statusBar().showMessage("no marker at or before the playhead (M adds one)", 5000)
+        elif what == "delete":
+            tl.remove_marker(here[-1].frame)
+        elif what == "rename":
+            tl.rename_marker(here[-1].frame)
+        elif what == "render":
+            w.render_marker(*tl.marker_span(here[-1].frame))
 
     def key_released(self, event) -> None:
         """The window's key releases: K let go ends K+J / K+L stepping."""
@@ -184,3 +213,13 @@ class TransportControls(QObject):
     def focus_timecode(self) -> None:
         """Ctrl+G: the timecode field with its text selected, so what is typed replaces it."""
         self.timeline.focus_timecode()
+
+
+def file_rate(path: str, fallback) -> Fraction:
+    """The frame rate of the video file at ``path`` (29.97 as 30000/1001), or ``fallback``."""
+    try:
+        from studio.core.quality.video import probe_video
+
+        return Fraction(probe_video(path).fps).limit_denominator(1001)
+    except Exception:  # noqa: BLE001 - a file the player still opens: its caption counts at the fallback
+        return Fraction(fallback)

@@ -30,11 +30,14 @@ from PySide6.QtWidgets import (
 
 
 class ElidedLabel(QLabel):
-    """A single-line label that shows as much of its text as fits and elides the rest."""
+    """A single-line label that shows as much of its text as fits and elides the rest. With
+    ``shorter`` forms (``setText(text, shorter=[...])``) it shows the longest form that fits whole
+    before it elides anything; ``text()`` is always the full one, the tooltip has it."""
 
     def __init__(self, text: str = "", parent=None, mode=Qt.TextElideMode.ElideRight, max_hint: int = 200):
         super().__init__(parent)
         self._full = ""
+        self._shorter: list[str] = []
         self._mode = mode
         self._auto_tip = False  # the tooltip is the elided text's full version (kept up to date)
         self.max_hint = max_hint  # the widest size it asks for (the full text's width, at most this)
@@ -42,8 +45,9 @@ class ElidedLabel(QLabel):
         self.setMinimumWidth(20)
         self.setText(text)
 
-    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+    def setText(self, text: str, shorter=()) -> None:  # noqa: N802 (Qt's name)
         self._full = text or ""
+        self._shorter = [t for t in shorter if t]
         self._elide()
 
     def text(self) -> str:
@@ -58,7 +62,10 @@ class ElidedLabel(QLabel):
         super().setToolTip(tip)
 
     def _elide(self) -> None:
-        shown = self.fontMetrics().elidedText(self._full, self._mode, max(0, self.width() - 2))
+        room = max(0, self.width() - 2)
+        fm = self.fontMetrics()
+        text = next((t for t in (self._full, *self._shorter) if fm.horizontalAdvance(t) <= room), None)
+        shown = text if text is not None else fm.elidedText(([self._full, *self._shorter])[-1], self._mode, room)
         super().setText(shown)
         if shown != self._full and (self._auto_tip or not self.toolTip()):
             super().setToolTip(self._full)
@@ -146,6 +153,8 @@ class FileDrops:
 
     The subclass sets ``setAcceptDrops(True)`` and defines ``files_dropped(paths)``;
     ``only_known`` (default True) accepts a drag only when it carries an avatar or audio file.
+    While a drag it takes is over it, the widget's ``dropTarget`` property is true (style.qss draws
+    it highlighted), so the editor sees where the files will go.
     """
 
     only_known = True
@@ -156,21 +165,41 @@ class FileDrops:
         paths = dropped_paths(event.mimeData())
         if paths and (not self.only_known or any(file_kind(p) for p in paths)):
             event.acceptProposedAction()
+            self._set_drop_target(True)
         else:
             event.ignore()
 
     def dragMoveEvent(self, event) -> None:  # noqa: N802
         self.dragEnterEvent(event)
 
+    def dragLeaveEvent(self, event) -> None:  # noqa: N802
+        self._set_drop_target(False)
+
     def dropEvent(self, event) -> None:  # noqa: N802
         from studio.ui.library import dropped_paths
 
+        self._set_drop_target(False)
         paths = dropped_paths(event.mimeData())
         if not paths:
             event.ignore()
             return
         event.acceptProposedAction()
         self.files_dropped(paths)
+
+    @property
+    def drop_target(self) -> bool:
+        return bool(self.property("dropTarget"))  # type: ignore[attr-defined]
+
+    def _set_drop_target(self, on: bool) -> None:
+        if self.drop_target == on:
+            return
+        from PySide6.QtCore import Qt
+
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)  # type: ignore[attr-defined]
+        self.setProperty("dropTarget", on)  # type: ignore[attr-defined]
+        self.style().unpolish(self)  # type: ignore[attr-defined]
+        self.style().polish(self)  # type: ignore[attr-defined]
+        self.update()  # type: ignore[attr-defined]
 
     def files_dropped(self, paths: list[str]) -> None:  # pragma: no cover - defined by the subclass
         raise NotImplementedError

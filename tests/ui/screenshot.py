@@ -6,7 +6,9 @@ playhead).
         .venv/bin/python tests/ui/screenshot.py [OUT.png] [--size 1920x1080] [--no-render] [--raw]
 
 ``--size`` sets the window (default: 1600x1000 for the README); ``--raw`` keeps the full-colour
-PNG (for looking at layouts); otherwise it is quantised to 256 colours to stay small.
+PNG (for looking at layouts); otherwise it is quantised to 256 colours to stay small. The layout
+checks of issue 36 are ``--size 1600x900 --raw`` and ``--size 1280x720 --raw`` (every label whole,
+the timeline's plots at least 120 px tall at 1600x900; tests/ui/test_session_ui.py asserts the same).
 Not a test (pytest does not collect it); it drives the real window, engine and encoder.
 """
 

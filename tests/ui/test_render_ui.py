@@ -59,7 +59,7 @@ def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_p
     assert job.result["frames"] == 50 and job.progress == 1.0
     assert window.render_panel.play_btn.isEnabled()
     assert "50 frames" in window.render_panel.result_detail.text()
-    window.render_panel._tick()
+    window.render_panel.tick()  # the once-a-second update, now
     assert window.render_panel.fps_x, "the FPS plot has no points"
     assert window.render_panel.fps_label.text().endswith("fps") and window.render_panel.fps_label.text() != "— fps"
 
@@ -150,8 +150,10 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
     w.store.hold(waiting.id)  # keep the other one out of the way
     w.queue_panel.refresh()
     w.queue_panel.table.selectRow(0)
+    w.queue_panel.retry_btn.click()  # queued again; the stopped queue stays stopped (as Add to queue)
+    assert not w.service.started and w.queue.state != "running"
     with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as b:
-        w.queue_panel.retry_btn.click()
+        qtbot.mouseClick(w.queue_panel.start_btn, Qt.MouseButton.LeftButton)
     again = max(j.id for j in w.store.list())  # a retry is a new job; the interrupted one stays as it was
     assert b.args == [again, jobs.FAILED] and w.store.get(again).retry_of == running.id
     assert "a.flac" in w.store.get(again).reason

@@ -72,7 +72,12 @@ def audio_range(wave, path: str, first: int, end: int):
         fps = Fraction(getattr(wave, "rate", DEFAULT_RATE))
         a, b = int(round(first / fps * rate)), int(round(end / fps * rate))
         a, b = min(a, info.source_frames), min(b, info.source_frames)
-        with sf.SoundFile(out, "w", rate, info.channels, format="FLAC") as dst:
+        # the source's depth: 16-bit stays 16-bit, anything deeper is kept as 24-bit (FLAC's most), so a
+        # range muxed as PCM (ProRes, DNxHR) has the depth the whole render's has
+        bits16 = (info.subtype or "").upper() in ("PCM_16", "PCM_S8", "PCM_U8", "S16")
+        with sf.SoundFile(
+            out, "w", rate, info.channels, format="FLAC", subtype="PCM_16" if bits16 else "PCM_24"
+        ) as dst:
             for block in read_blocks(info, start=a, stop=max(a, b)):
                 dst.write(block)
         yield str(out)
