@@ -141,7 +141,8 @@ def settings_from_args(args):
     """The settings the command line gave (the schema's defaults for the others), checked."""
     from studio.core.settings import SCHEMA, from_dict
 
-    return from_dict({n: getattr(args, n) for n in SCHEMA if getattr(args, n, None) is not None})
+    given = {n: getattr(args, n) for n in SCHEMA if getattr(args, n, None) is not None}
+    return from_dict(given, explicit=set(given))
 
 
 def _placement(args):

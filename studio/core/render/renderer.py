@@ -111,6 +111,8 @@ class RenderResult:
     frame_rate: str = "25"  # the output's frame rate ("29.97" is 30000/1001 exactly; rates.parse_rate)
     loudness: dict[str, Any] = field(default_factory=dict)  # --loudness: loudness.LoudnessReport (before/after)
     alpha: str = ""  # codecs.alpha_of: "kept", "opaque" (an alpha codec, an avatar without), "dropped", ""
+    notes: list[str] = field(default_factory=list)  # what the user should know (an upscale held back ...)
+    files: dict[str, str] = field(default_factory=dict)  # every other file written: captions, otio ...
 
     @classmethod
     def measured(
@@ -131,6 +133,7 @@ class RenderResult:
         frame_rate: str = "25",
         loudness: dict[str, Any] | None = None,
         alpha: str = "",
+        notes: list[str] | None = None,
     ) -> RenderResult:
         """The one constructor of a render's result: fps from frames and seconds, times rounded."""
         return cls(
@@ -150,6 +153,7 @@ class RenderResult:
             frame_rate=frame_rate,
             loudness=dict(loudness or {}),
             alpha=alpha,
+            notes=list(notes or []),
         )
 
     def to_json(self) -> dict:
@@ -214,6 +218,8 @@ class Renderer:
         self._features_gen = -1  # the clip generation self._features belongs to
         self._prepared: Any = None
         self._compositor: Any = None
+        self._canvas: Any = None  # canvas.Canvas: the delivery's frame size (None: the avatar's own)
+        self._canvas_ready = False
         self._loudness: Any = None  # the last run's loudness.LoudnessReport (--loudness)
         self._stage_ms: dict[str, float] = {}
         self.result: RenderResult | None = None
@@ -306,6 +312,11 @@ class Renderer:
 
                 a = self.avatar
                 self._compositor = Compositor(a.frames, a.boxes, a.masks, device=engine.device)
+            if not self._canvas_ready:
+                from studio.core.render.canvas import Canvas
+
+                self._canvas = Canvas.for_render(self.settings, self.avatar, engine.device)
+                self._canvas_ready = True
             engine.bind(self._features)
             return engine
 
@@ -325,7 +336,7 @@ class Renderer:
         if not self.clip.covers(index):  # prepared for a range: a frame outside it prepares its own
             self.focus((index, index + 1))
         ((_, frames),) = self.iter_frames([(index, index + 1)])
-        if self.avatar.alpha is not None:
+        if self.avatar.alpha is not None and self._canvas is None:
             frames = with_alpha(frames, self.avatar.alpha, self.plan.avatar_idx[[index]])
         return frames[0].cpu().numpy()
 
@@ -363,7 +374,31 @@ class Renderer:
             active = np.flatnonzero(weight > 0)
             with self.engine_lock or contextlib.nullcontext():
                 frames = self._batch(engine, comp, idx_f, idx, weight, active, nv12)
+            if self._canvas is not None:
+                t0 = time.perf_counter()
+                frames = self._place(frames, idx)
+                self._stage("canvas", t0)
             yield idx_f, frames
+
+    def _place(self, frames, avatar_idx):
+        """Avatar-sized RGB frames on the canvas: RGBA when the presenter or the background is transparent."""
+        alpha = self.avatar.alpha
+        if alpha is not None:
+            frames = with_alpha(frames, alpha, avatar_idx)
+        return self._canvas.place(frames, avatar_idx, alpha=alpha is not None or self._canvas.transparent)
+
+    @property
+    def canvas(self):
+        """The ``canvas.Canvas`` the frames are placed on (None: the avatar's own size)."""
+        self.ready()
+        return self._canvas
+
+    @property
+    def output_size(self) -> tuple[int, int]:
+        """The written frames' (width, height)."""
+        from studio.core.render.canvas import output_size
+
+        return output_size(self.settings, self.avatar)
 
     def _batch(self, engine, comp, idx_f, idx, weight, active, nv12):
         """One batch of frames: backgrounds, the engine's faces, blended in."""
@@ -391,7 +426,7 @@ class Renderer:
         """Whether ``iter_batches(..., nv12=True)`` works: a CUDA engine, and an avatar that fits
         the device cache with an even frame size."""
         self.ready()
-        return self.engine.device.type == "cuda" and self._compositor.nv12_ready
+        return self.engine.device.type == "cuda" and self._compositor.nv12_ready and self._canvas is None
 
     @property
     def batch_size(self) -> int:
@@ -416,8 +451,8 @@ class Renderer:
         On cancel raises ``Cancelled`` after removing every temporary file; an existing ``output``
         stays untouched. The last progress has ``finished=True``; ``self.result`` holds the summary.
         """
-        from studio.core.media.hints import changing_region
         from studio.core.media.writer import open_video
+        from studio.core.render.canvas import changing_for
 
         self._cancel.clear()
         self._stage_ms = {}
@@ -445,8 +480,7 @@ class Renderer:
                 self._stage("loudness", t1)
             writer = open_video(
                 output,
-                a.width,
-                a.height,
+                *self.output_size,
                 audio=audio,
                 encoder=self.settings.encoder,
                 crf=self.settings.crf,
@@ -454,7 +488,7 @@ class Renderer:
                 fps=self.rate,
                 total_frames=T,
                 rolling=True,
-                changing=changing_region(a),  # a photo's face, a video's moving parts
+                changing=changing_for(self.settings, a),  # a photo's face, a video's moving parts
                 overwrite=overwrite,
                 codec=self.settings.codec,
             )
@@ -496,7 +530,12 @@ class Renderer:
         alpha = self.avatar.alpha if getattr(writer, "alpha", False) else None  # a transparent presenter
         try:
             for idx, frames in self.iter_batches(batches, nv12=nv12):
-                if alpha is not None:
+                if self._canvas is not None:  # placed: RGBA where the presenter or background is transparent
+                    if frames.shape[-1] == 4 and not getattr(writer, "alpha", False):
+                        frames = frames[..., :3].contiguous()
+                    elif frames.shape[-1] == 3 and getattr(writer, "alpha", False):
+                        frames = self._canvas_opaque(frames)
+                elif alpha is not None:
                     frames = with_alpha(frames, alpha, self.plan.avatar_idx[idx])
                 if stop():
                     raise Cancelled("render cancelled; nothing was written")
@@ -518,7 +557,6 @@ class Renderer:
     def _run(self, writer, plan, first: int, T: int, t_start: float) -> Iterator[RenderProgress]:
         from studio.core.errors import Cancelled
 
-        a = self.avatar
         with writer:
             engine_frames = plan.weight[first : first + T] > 0
             batches = [
@@ -565,16 +603,26 @@ class Renderer:
             engine_reason=self._engine_reason,
             encoder=writer.name,
             seconds=seconds,
-            width=a.width,
-            height=a.height,
+            width=self.output_size[0],
+            height=self.output_size[1],
             stage_ms=self._stage_ms,
             finish_ms=writer.close_ms,
             audio=writer.audio_how,
             frame_rate=rate_text(self.rate),
             loudness=None if self._loudness is None else self._loudness.to_json(),
-            alpha=alpha_of(self.settings.codec, self.avatar.alpha is not None),
+            alpha=alpha_of(self.settings.codec, self.avatar.alpha is not None or self._transparent_bg()),
+            notes=[self._canvas.note] if self._canvas is not None and self._canvas.note else [],
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=dict(self._stage_ms))
+
+    def _transparent_bg(self) -> bool:
+        return self._canvas is not None and self._canvas.transparent
+
+    @staticmethod
+    def _canvas_opaque(frames):
+        import torch
+
+        return torch.cat([frames, torch.full_like(frames[..., :1], 255)], dim=-1)
 
     def render(self, output: str | Path) -> RenderResult:
         """Run to completion (no progress)."""

@@ -96,12 +96,10 @@ def render_segment(
     if not 0 <= start < end <= plan.frames:
         raise RenderError(f"Chunk {start}..{end} is outside the clip (0..{plan.frames}).")
     s = renderer.settings
-    a = renderer.avatar
     n = end - start
     writer = open_video(
         path,
-        a.width,
-        a.height,
+        *renderer.output_size,
         audio=None,
         encoder=s.encoder,
         crf=s.crf,
@@ -279,6 +277,7 @@ def segments_result(
 ) -> RenderResult:
     """The ``RenderResult`` of a clip rendered in ``segments`` and joined into ``output`` (local
     chunks, the farm): the engine(s) and encoder the segments report."""
+    from studio.core.render.canvas import output_size
     from studio.core.render.renderer import RenderResult
 
     segments = sorted(segments, key=lambda g: g.start)
@@ -291,8 +290,8 @@ def segments_result(
         engine_reason=segments[0].engine_reason if segments else "",
         encoder=f"{segments[0].encoder.split()[0] if segments else 'libx264'} x{len(segments)} segments",
         seconds=seconds,
-        width=clip.avatar.width,
-        height=clip.avatar.height,
+        width=output_size(clip.settings, clip.avatar)[0],
+        height=output_size(clip.settings, clip.avatar)[1],
         stage_ms=stage_ms,
         frame_rate=rate_text(clip.rate),
         loudness=loudness,

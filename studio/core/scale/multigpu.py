@@ -117,9 +117,9 @@ class DeviceRender:
 
     def _run(self, output, overwrite: bool, audio, loud, t_start: float) -> Iterator:
         from studio.core.media.codecs import alpha_of
-        from studio.core.media.hints import changing_region
         from studio.core.media.rates import rate_text
         from studio.core.media.writer import open_video
+        from studio.core.render.canvas import changing_for
         from studio.core.render.renderer import RenderProgress, RenderResult
 
         renderers = self.renderers
@@ -130,8 +130,7 @@ class DeviceRender:
         s = self.settings
         writer = open_video(
             output,
-            a.width,
-            a.height,
+            *first.output_size,
             audio=audio,
             encoder=s.encoder,
             crf=s.crf,
@@ -140,7 +139,7 @@ class DeviceRender:
             codec=s.codec,
             total_frames=T,
             overwrite=overwrite,
-            changing=changing_region(a),
+            changing=changing_for(s, a),
         )  # as Renderer.run: a photo's face, a video's moving parts
         with writer:
             groups = split_chunks(writer.chunks, len(renderers))
@@ -196,8 +195,8 @@ class DeviceRender:
             f"{first.engine_reason}",
             encoder=writer.name,
             seconds=seconds,
-            width=a.width,
-            height=a.height,
+            width=first.output_size[0],
+            height=first.output_size[1],
             stage_ms=stages,
             finish_ms=writer.close_ms,
             audio=writer.audio_how,
