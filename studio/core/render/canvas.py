@@ -216,8 +216,8 @@ def _background(spec: str, cw: int, ch: int, device):
 
     try:
         with Image.open(t) as src:
-            rgb = ImageOps.exif_transpose(src).convert("RGB")
-            arr = np.asarray(ImageOps.fit(rgb, (cw, ch), Image.Resampling.LANCZOS), np.uint8)
+            img = ImageOps.exif_transpose(src).convert("RGB")
+            arr = np.asarray(ImageOps.fit(img, (cw, ch), Image.Resampling.LANCZOS), np.uint8)
     except (OSError, ValueError) as exc:
         raise InputError(
             f"the background image {t} cannot be read ({type(exc).__name__}); give a PNG or JPEG"

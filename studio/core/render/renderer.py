@@ -478,6 +478,9 @@ class Renderer:
                     normalised(audio, self.settings.loudness, self.settings.true_peak)
                 )
                 self._stage("loudness", t1)
+            from studio.core.render.markers import tags_context
+
+            stack.enter_context(tags_context(self.settings, plan, self.rate, first, end))  # timecode, chapters
             writer = open_video(
                 output,
                 *self.output_size,

@@ -128,19 +128,22 @@ class DeviceRender:
         T = plan.frames
         a = self.clip.avatar
         s = self.settings
-        writer = open_video(
-            output,
-            *first.output_size,
-            audio=audio,
-            encoder=s.encoder,
-            crf=s.crf,
-            preset=s.preset,
-            fps=first.rate,
-            codec=s.codec,
-            total_frames=T,
-            overwrite=overwrite,
-            changing=changing_for(s, a),
-        )  # as Renderer.run: a photo's face, a video's moving parts
+        from studio.core.render.markers import tags_context
+
+        with tags_context(s, plan, first.rate, 0, T):  # the timecode track and chapters (mux.delivery_tags)
+            writer = open_video(
+                output,
+                *first.output_size,
+                audio=audio,
+                encoder=s.encoder,
+                crf=s.crf,
+                preset=s.preset,
+                fps=first.rate,
+                codec=s.codec,
+                total_frames=T,
+                overwrite=overwrite,
+                changing=changing_for(s, a),
+            )  # as Renderer.run: a photo's face, a video's moving parts
         with writer:
             groups = split_chunks(writer.chunks, len(renderers))
             if len(groups) < len(renderers):
