@@ -36,7 +36,7 @@ def other_value(spec: Spec, face: str = ""):
     if spec.choices:
         return next(c for c in reversed(spec.choices) if c != spec.default)
     if spec.kind is str:
-        return "cpu"  # device: None (auto) by default
+        return spec.example or "cpu"  # device: None (auto) by default; canvas: 1280x720 ...
     if spec.default is None:  # an optional number (loudness: off by default)
         return (spec.minimum + spec.maximum) / 2
     if spec.kind is int:
@@ -152,7 +152,8 @@ def test_the_window_offers_every_setting(qtbot):
         assert w is not None, f"the window has no widget for {spec.name}"
         if isinstance(w, QComboBox):
             items = [w.itemText(i) for i in range(w.count())]
-            assert (items == list(spec.choices)) if spec.choices else (spec.auto_label in items), spec.name
+            shown = spec.auto_label if spec.optional else str(spec.default)
+            assert (items == list(spec.choices)) if spec.choices else (shown in items), spec.name
         elif isinstance(w, QCheckBox):
             assert w.isChecked() == window_default(spec), spec.name
         else:  # a spin box: the schema's range (the threshold's log plot starts above 0)

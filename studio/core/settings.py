@@ -63,6 +63,7 @@ class Spec:
     auto_label: str = ""  # how a face shows None (device: "auto")
     ui_default: Any = None  # the window's own default where it differs (check: on there, off elsewhere)
     validate: Any = None  # a text setting's own checker: value -> one sentence, or None when fine
+    example: Any = None  # a valid value other than the default (a free text setting's: what help shows)
 
     @property
     def option(self) -> str:
@@ -140,6 +141,7 @@ def setting(
     ui_default: Any = None,
     kind: type | None = None,
     validate: Any = None,
+    example: Any = None,
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
     ``kind``: the type of an optional setting's values (default None, e.g. loudness: a float or off)."""
@@ -155,6 +157,7 @@ def setting(
         auto_label=auto_label,
         ui_default=ui_default,
         validate=validate,
+        example=example,
     )
     return field(default=default, metadata={"spec": meta})
 
@@ -208,6 +211,7 @@ class RenderSettings:
         "(vertical), 1080x1080 (square); even sides of 16 to 8192 pixels",
         label="Canvas",
         validate=lambda v: canvas_problem(v),
+        example="1280x720",
     )
     fit: str = setting(
         "fit",
@@ -232,6 +236,7 @@ class RenderSettings:
         "white, #1a2b3c), an image file, or transparent (kept by --codec prores4444 or vp9)",
         label="Background",
         validate=lambda v: background_problem(v),
+        example="white",
     )
     max_upscale: float = setting(
         2.0,
@@ -323,6 +328,7 @@ class RenderSettings:
         label="Start timecode",
         group="encode",
         validate=lambda v: timecode_problem(v),
+        example="10:00:00:00",
     )
     chapters: bool = setting(
         True,
@@ -337,6 +343,7 @@ class RenderSettings:
         label="Markers",
         group="output",
         validate=lambda v: markers_problem(v),
+        example="1.5=Intro",
     )
     captions: str = setting(
         "off",
@@ -367,6 +374,7 @@ class RenderSettings:
         label="Delivery",
         group="output",
         validate=lambda v: delivery_problem(v),
+        example="web-1080p",
     )
     check: bool = setting(
         False,

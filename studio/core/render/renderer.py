@@ -480,21 +480,21 @@ class Renderer:
                 self._stage("loudness", t1)
             from studio.core.render.markers import tags_context
 
-            stack.enter_context(tags_context(self.settings, plan, self.rate, first, end))  # timecode, chapters
-            writer = open_video(
-                output,
-                *self.output_size,
-                audio=audio,
-                encoder=self.settings.encoder,
-                crf=self.settings.crf,
-                preset=self.settings.preset,
-                fps=self.rate,
-                total_frames=T,
-                rolling=True,
-                changing=changing_for(self.settings, a),  # a photo's face, a video's moving parts
-                overwrite=overwrite,
-                codec=self.settings.codec,
-            )
+            with tags_context(self.settings, plan, self.rate, first, end):  # timecode, chapters (as it opens)
+                writer = open_video(
+                    output,
+                    *self.output_size,
+                    audio=audio,
+                    encoder=self.settings.encoder,
+                    crf=self.settings.crf,
+                    preset=self.settings.preset,
+                    fps=self.rate,
+                    total_frames=T,
+                    rolling=True,
+                    changing=changing_for(self.settings, a),  # a photo's face, a video's moving parts
+                    overwrite=overwrite,
+                    codec=self.settings.codec,
+                )
             self._stage("open", t0)
             yield from self._run(writer, plan, first, T, t_start)
 
