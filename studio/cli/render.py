@@ -142,6 +142,10 @@ def settings_from_args(args):
     from studio.core.settings import SCHEMA, from_dict
 
     given = {n: getattr(args, n) for n in SCHEMA if getattr(args, n, None) is not None}
+    if given.get("script"):  # --script SCRIPT.txt: the command line names a file; the setting holds its text
+        from studio.cli.speak import read_script
+
+        given["script"] = read_script(given["script"])
     return from_dict(given, explicit=set(given))
 
 
@@ -244,6 +248,10 @@ def _render(avatar, audio, output, args) -> int:
         bar.close()
     r = render.result
     check = check_after(r.output, req, args.json) if req.settings.check else None
+    if check is not None and check.get("worst_second") is not None:
+        from studio.service.sidecars import add_worst_second
+
+        add_worst_second(r, req, check["worst_second"])  # the check's worst second as a marker in the .otio
     if args.json:
         out = r.to_json()
         out["ran_on"] = render.where
@@ -266,6 +274,10 @@ def _render(avatar, audio, output, args) -> int:
                 f"true peak {ld['after_true_peak']:.1f} dBTP (limit {ld['true_peak_limit']:g})"
                 + (", limited" if ld.get("limited") else "")
             )
+        for kind, path in r.files.items():
+            print(f"wrote {path} ({kind})")
+        for n in r.notes:
+            print(f"note: {n}", file=sys.stderr)
         note = ALPHA_NOTES.get(r.alpha, "")
         if note:
             print(note.format(codec=req.settings.codec), file=sys.stderr)

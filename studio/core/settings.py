@@ -353,6 +353,15 @@ class RenderSettings:
         group="output",
         choices=CAPTIONS,
     )
+    script: str = setting(
+        "",
+        "the voice-over's text, for captions (the command line's --script takes a .txt file); empty: the text "
+        "it was spoken from, or a .txt beside the voice-over",
+        label="Script",
+        group="output",
+        validate=lambda v: script_problem(v),
+        example="Good evening.",
+    )
     caption_style: str = setting(
         "box",
         "burnt-in captions: white text on a dark box, or with a dark outline",
@@ -458,6 +467,16 @@ def markers_problem(value: Any) -> str | None:
     from studio.core.delivery import markers_problem as problem
 
     return problem(value)
+
+
+def script_problem(value: Any) -> str | None:
+    from studio.core.media.speech import MAX_CHARS
+
+    if not isinstance(value, str):
+        return "script must be the voice-over's text"
+    if len(value) > MAX_CHARS:
+        return f"the script is {len(value)} characters; a render's script holds at most {MAX_CHARS}"
+    return None
 
 
 def delivery_problem(value: Any) -> str | None:

@@ -220,6 +220,7 @@ class Renderer:
         self._compositor: Any = None
         self._canvas: Any = None  # canvas.Canvas: the delivery's frame size (None: the avatar's own)
         self._canvas_ready = False
+        self._painter: Any = None  # captions.CaptionPainter of burnt-in captions
         self._loudness: Any = None  # the last run's loudness.LoudnessReport (--loudness)
         self._stage_ms: dict[str, float] = {}
         self.result: RenderResult | None = None
@@ -312,6 +313,8 @@ class Renderer:
 
                 a = self.avatar
                 self._compositor = Compositor(a.frames, a.boxes, a.masks, device=engine.device)
+            if self.settings.captions == "burn":
+                self.clip.cues(self.settings.script)  # no script to caption: one sentence before any frame
             if not self._canvas_ready:
                 from studio.core.render.canvas import Canvas
 
@@ -378,7 +381,21 @@ class Renderer:
                 t0 = time.perf_counter()
                 frames = self._place(frames, idx)
                 self._stage("canvas", t0)
+            if self.settings.captions == "burn":
+                t0 = time.perf_counter()
+                frames = self._burn(frames, idx_f)
+                self._stage("captions", t0)
             yield idx_f, frames
+
+    def _burn(self, frames, idx_f):
+        """The captions drawn into the frames (each frame's cue is the one at its time)."""
+        from studio.core.captions import CaptionPainter, burn
+
+        if self._painter is None:
+            h, w = int(frames.shape[1]), int(frames.shape[2])
+            self._painter = CaptionPainter(w, h, self.settings.caption_style)
+        times = [float(i / self.rate) for i in np.asarray(idx_f).reshape(-1)]
+        return burn(frames, times, self.clip.cues(self.settings.script), self._painter)
 
     def _place(self, frames, avatar_idx):
         """Avatar-sized RGB frames on the canvas: RGBA when the presenter or the background is transparent."""
@@ -426,7 +443,12 @@ class Renderer:
         """Whether ``iter_batches(..., nv12=True)`` works: a CUDA engine, and an avatar that fits
         the device cache with an even frame size."""
         self.ready()
-        return self.engine.device.type == "cuda" and self._compositor.nv12_ready and self._canvas is None
+        return (
+            self.engine.device.type == "cuda"
+            and self._compositor.nv12_ready
+            and self._canvas is None
+            and self.settings.captions != "burn"
+        )
 
     @property
     def batch_size(self) -> int:
