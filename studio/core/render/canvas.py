@@ -8,7 +8,8 @@ Pillow's: sharp when enlarging, no aliasing when shrinking) on the render's devi
 place over the background (a colour, an image scaled to cover the canvas, or transparent). The
 placement is ``fit`` (all of the avatar, centred), ``fill`` (the canvas covered, centred) or ``face``
 (covered, the crop centred on the face): the face's centre is the avatar's face boxes smoothed over
-the avatar's own frames with a Gaussian of ``FACE_SMOOTH_S`` seconds (zero phase, so no lag; a frame
+the avatar's own frames by a local straight-line fit over ``FACE_SMOOTH_S`` seconds (Savitzky-Golay of
+order 1: zero phase, no lag, and no pull toward the middle at the clip's ends as a Gaussian has; a frame
 without a face takes the neighbours'), so the crop glides with the presenter and never jitters, and
 each output frame still depends only on its avatar frame (``frame_at`` equals the written frame).
 ``scale`` and ``offset_x/offset_y`` move the presenter from there. The scale never enlarges past
@@ -25,7 +26,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-FACE_SMOOTH_S = 0.8  # sigma of the face track's smoothing, in seconds of the avatar's frames
+FACE_SMOOTH_S = 2.0  # the face track's smoothing window, in seconds of the avatar's frames
 
 
 @dataclass
@@ -190,10 +191,8 @@ def _clamp_cover(pos: np.ndarray, size: int, extent: int) -> np.ndarray:
 
 
 def face_track(avatar) -> tuple[np.ndarray, np.ndarray]:
-    """The face centre (x, y) per avatar frame, in avatar pixels, smoothed (Gaussian, zero phase; the
-    ends reflected, as the ping-pong loop plays them); frames without a face take their neighbours'."""
-    from scipy.ndimage import gaussian_filter1d
-
+    """The face centre (x, y) per avatar frame, in avatar pixels, smoothed (a local straight-line fit over
+    ``FACE_SMOOTH_S``); frames without a face take their neighbours'."""
     boxes = np.asarray(avatar.boxes, np.float64)
     ok = np.asarray(avatar.face_ok, bool)
     n = len(boxes)
@@ -205,10 +204,12 @@ def face_track(avatar) -> tuple[np.ndarray, np.ndarray]:
         t = np.arange(n)
         cx = np.interp(t, t[ok], cx[ok])
         cy = np.interp(t, t[ok], cy[ok])
-    if n > 1:
-        sigma = max(1.0, FACE_SMOOTH_S * float(avatar.fps))
-        cx = gaussian_filter1d(cx, sigma, mode="reflect")
-        cy = gaussian_filter1d(cy, sigma, mode="reflect")
+    win = min(int(round(FACE_SMOOTH_S * float(avatar.fps))) | 1, n if n % 2 else n - 1)
+    if win >= 3:
+        from scipy.signal import savgol_filter
+
+        cx = savgol_filter(cx, win, 1, mode="interp")
+        cy = savgol_filter(cy, win, 1, mode="interp")
     return cx, cy
 
 
