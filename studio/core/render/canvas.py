@@ -19,6 +19,7 @@ each output frame still depends only on its avatar frame (``frame_at`` equals th
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -256,3 +257,65 @@ def changing_for(settings, avatar):
     if getattr(avatar, "N", 0) != 1:
         return None
     return canvas.changing(np.asarray(avatar.boxes[0]))
+
+
+class Delivered:
+    """What happens to a batch of rendered avatar frames before the file: placed on the canvas
+    (``Canvas``), the captions burnt in (``captions.burn``). ``active`` is False when neither is asked:
+    the frames go to the writer as they are (then NV12 compositing on a GPU stays possible)."""
+
+    def __init__(self, settings, avatar, device, cues: Callable[[], list]):
+        self.avatar = avatar
+        self.canvas = Canvas.for_render(settings, avatar, device)
+        self.burn = settings.captions == "burn"
+        self.style = settings.caption_style
+        self._cues = cues
+        self._painter: Any = None
+        if self.burn:
+            cues()  # no script to caption: one sentence before any frame
+
+    @property
+    def active(self) -> bool:
+        return self.canvas is not None or self.burn
+
+    @property
+    def transparent(self) -> bool:
+        return self.canvas is not None and self.canvas.transparent
+
+    @property
+    def notes(self) -> list[str]:
+        return [self.canvas.note] if self.canvas is not None and self.canvas.note else []
+
+    def apply(self, frames, idx_f, avatar_idx, rate, stage: Callable[[str, float], None]):
+        """The batch on the canvas (RGBA where the presenter or the background is transparent), captioned."""
+        import time
+
+        if self.canvas is not None:
+            t0 = time.perf_counter()
+            alpha = self.avatar.alpha
+            if alpha is not None:
+                from studio.core.render.renderer import with_alpha
+
+                frames = with_alpha(frames, alpha, avatar_idx)
+            frames = self.canvas.place(frames, avatar_idx, alpha=alpha is not None or self.canvas.transparent)
+            stage("canvas", t0)
+        if self.burn:
+            from studio.core.captions import CaptionPainter, burn
+
+            t0 = time.perf_counter()
+            if self._painter is None:
+                self._painter = CaptionPainter(int(frames.shape[2]), int(frames.shape[1]), self.style)
+            times = [float(i / rate) for i in np.asarray(idx_f).reshape(-1)]
+            frames = burn(frames, times, self._cues(), self._painter)
+            stage("captions", t0)
+        return frames
+
+    def for_writer(self, frames, alpha: bool):
+        """Placed frames with the channels the writer takes: RGB, or RGBA for an alpha codec."""
+        import torch
+
+        if frames.shape[-1] == 4 and not alpha:
+            return frames[..., :3].contiguous()
+        if frames.shape[-1] == 3 and alpha:
+            return torch.cat([frames, torch.full_like(frames[..., :1], 255)], dim=-1)
+        return frames

@@ -218,9 +218,7 @@ class Renderer:
         self._features_gen = -1  # the clip generation self._features belongs to
         self._prepared: Any = None
         self._compositor: Any = None
-        self._canvas: Any = None  # canvas.Canvas: the delivery's frame size (None: the avatar's own)
-        self._canvas_ready = False
-        self._painter: Any = None  # captions.CaptionPainter of burnt-in captions
+        self._delivered: Any = None  # canvas.Delivered: the canvas and burnt-in captions
         self._loudness: Any = None  # the last run's loudness.LoudnessReport (--loudness)
         self._stage_ms: dict[str, float] = {}
         self.result: RenderResult | None = None
@@ -313,13 +311,11 @@ class Renderer:
 
                 a = self.avatar
                 self._compositor = Compositor(a.frames, a.boxes, a.masks, device=engine.device)
-            if self.settings.captions == "burn":
-                self.clip.cues(self.settings.script)  # no script to caption: one sentence before any frame
-            if not self._canvas_ready:
-                from studio.core.render.canvas import Canvas
+            if self._delivered is None:
+                from studio.core.render.canvas import Delivered
 
-                self._canvas = Canvas.for_render(self.settings, self.avatar, engine.device)
-                self._canvas_ready = True
+                script = self.settings.script
+                self._delivered = Delivered(self.settings, self.avatar, engine.device, lambda: self.clip.cues(script))
             engine.bind(self._features)
             return engine
 
@@ -339,7 +335,7 @@ class Renderer:
         if not self.clip.covers(index):  # prepared for a range: a frame outside it prepares its own
             self.focus((index, index + 1))
         ((_, frames),) = self.iter_frames([(index, index + 1)])
-        if self.avatar.alpha is not None and self._canvas is None:
+        if self.avatar.alpha is not None and self._delivered.canvas is None:
             frames = with_alpha(frames, self.avatar.alpha, self.plan.avatar_idx[[index]])
         return frames[0].cpu().numpy()
 
@@ -377,38 +373,15 @@ class Renderer:
             active = np.flatnonzero(weight > 0)
             with self.engine_lock or contextlib.nullcontext():
                 frames = self._batch(engine, comp, idx_f, idx, weight, active, nv12)
-            if self._canvas is not None:
-                t0 = time.perf_counter()
-                frames = self._place(frames, idx)
-                self._stage("canvas", t0)
-            if self.settings.captions == "burn":
-                t0 = time.perf_counter()
-                frames = self._burn(frames, idx_f)
-                self._stage("captions", t0)
+            if self._delivered.active:  # on the canvas, captions burnt in
+                frames = self._delivered.apply(frames, idx_f, idx, self.rate, self._stage)
             yield idx_f, frames
-
-    def _burn(self, frames, idx_f):
-        """The captions drawn into the frames (each frame's cue is the one at its time)."""
-        from studio.core.captions import CaptionPainter, burn
-
-        if self._painter is None:
-            h, w = int(frames.shape[1]), int(frames.shape[2])
-            self._painter = CaptionPainter(w, h, self.settings.caption_style)
-        times = [float(i / self.rate) for i in np.asarray(idx_f).reshape(-1)]
-        return burn(frames, times, self.clip.cues(self.settings.script), self._painter)
-
-    def _place(self, frames, avatar_idx):
-        """Avatar-sized RGB frames on the canvas: RGBA when the presenter or the background is transparent."""
-        alpha = self.avatar.alpha
-        if alpha is not None:
-            frames = with_alpha(frames, alpha, avatar_idx)
-        return self._canvas.place(frames, avatar_idx, alpha=alpha is not None or self._canvas.transparent)
 
     @property
     def canvas(self):
         """The ``canvas.Canvas`` the frames are placed on (None: the avatar's own size)."""
         self.ready()
-        return self._canvas
+        return self._delivered.canvas
 
     @property
     def output_size(self) -> tuple[int, int]:
@@ -443,12 +416,7 @@ class Renderer:
         """Whether ``iter_batches(..., nv12=True)`` works: a CUDA engine, and an avatar that fits
         the device cache with an even frame size."""
         self.ready()
-        return (
-            self.engine.device.type == "cuda"
-            and self._compositor.nv12_ready
-            and self._canvas is None
-            and self.settings.captions != "burn"
-        )
+        return self.engine.device.type == "cuda" and self._compositor.nv12_ready and not self._delivered.active
 
     @property
     def batch_size(self) -> int:
@@ -555,11 +523,8 @@ class Renderer:
         alpha = self.avatar.alpha if getattr(writer, "alpha", False) else None  # a transparent presenter
         try:
             for idx, frames in self.iter_batches(batches, nv12=nv12):
-                if self._canvas is not None:  # placed: RGBA where the presenter or background is transparent
-                    if frames.shape[-1] == 4 and not getattr(writer, "alpha", False):
-                        frames = frames[..., :3].contiguous()
-                    elif frames.shape[-1] == 3 and getattr(writer, "alpha", False):
-                        frames = self._canvas_opaque(frames)
+                if self._delivered.canvas is not None:  # placed: the channels the writer takes
+                    frames = self._delivered.for_writer(frames, bool(getattr(writer, "alpha", False)))
                 elif alpha is not None:
                     frames = with_alpha(frames, alpha, self.plan.avatar_idx[idx])
                 if stop():
@@ -635,19 +600,10 @@ class Renderer:
             audio=writer.audio_how,
             frame_rate=rate_text(self.rate),
             loudness=None if self._loudness is None else self._loudness.to_json(),
-            alpha=alpha_of(self.settings.codec, self.avatar.alpha is not None or self._transparent_bg()),
-            notes=[self._canvas.note] if self._canvas is not None and self._canvas.note else [],
+            alpha=alpha_of(self.settings.codec, self.avatar.alpha is not None or self._delivered.transparent),
+            notes=self._delivered.notes,
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=dict(self._stage_ms))
-
-    def _transparent_bg(self) -> bool:
-        return self._canvas is not None and self._canvas.transparent
-
-    @staticmethod
-    def _canvas_opaque(frames):
-        import torch
-
-        return torch.cat([frames, torch.full_like(frames[..., :1], 255)], dim=-1)
 
     def render(self, output: str | Path) -> RenderResult:
         """Run to completion (no progress)."""
