@@ -8,6 +8,7 @@ each fails on the code before the schema.
 from __future__ import annotations
 
 import json
+import os
 
 import httpx
 import numpy as np
@@ -68,6 +69,13 @@ def test_the_schema_declares_what_every_face_needs():
 
 
 def _command_line(spec: Spec, value) -> list[str]:
+    if spec.name == "script":  # the command line takes the script as a file
+        import tempfile
+
+        path = os.path.join(tempfile.mkdtemp(), "script.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(value)
+        return [spec.option, path]
     if spec.kind is bool:
         return [spec.option if value else "--no-" + spec.option[2:]]
     return [spec.option, str(value)]

@@ -61,6 +61,15 @@ def _render_options(p, encoder: bool = True) -> None:
     from studio.core.settings import specs
 
     for spec in specs("cli", None if encoder else ("engine", "silence")):
+        if spec.name == "script":  # the command line names a file (settings_from_args reads it)
+            p.add_argument(
+                "--script",
+                dest="script_file",
+                metavar="SCRIPT.txt",
+                help="the voice-over's text for --captions, a UTF-8 .txt file (default: the text it was spoken "
+                "from, or a .txt beside the voice-over)",
+            )
+            continue
         kw: dict = {"dest": spec.name, "default": None}
         if spec.kind is bool:
             import argparse
@@ -142,10 +151,10 @@ def settings_from_args(args):
     from studio.core.settings import SCHEMA, from_dict
 
     given = {n: getattr(args, n) for n in SCHEMA if getattr(args, n, None) is not None}
-    if given.get("script"):  # --script SCRIPT.txt: the command line names a file; the setting holds its text
+    if getattr(args, "script_file", None):  # --script SCRIPT.txt: a file here; the setting holds its text
         from studio.cli.speak import read_script
 
-        given["script"] = read_script(given["script"])
+        given["script"] = read_script(args.script_file)
     return from_dict(given, explicit=set(given))
 
 
