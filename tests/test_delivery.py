@@ -246,3 +246,20 @@ def test_timecode_track_chapters_and_otio_round_trip(avatar, voice, tmp_path):
     assert marks["Intro"] == int(0.5 * Fraction(30000, 1001)) and marks["Outro"] == int(2.7 * Fraction(30000, 1001))
     assert "Pause 1" in marks and marks["Pause 1"] == pytest.approx(1.2 * rate, abs=3)
     assert os.path.basename(v1[0].media_reference.target_url) == "news.mov"
+
+
+def test_delivery_save_show_and_remove_from_the_command_line(tmp_path):
+    def studio(*argv):
+        return subprocess.run([sys.executable, "-m", "studio", *argv], capture_output=True, text=True, timeout=60)
+
+    r = studio("delivery", "save", "Promo", "--canvas", "1080x1080", "--crf", "18", "--description", "square")
+    assert r.returncode == 0 and "canvas=1080x1080" in r.stdout, r.stderr
+    shown = json.loads(studio("delivery", "show", "promo", "--json").stdout)
+    assert shown["settings"] == {"canvas": "1080x1080", "crf": 18} and shown["description"] == "square"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "x", "settings": {"canvas": "0x0"}}))
+    r = studio("delivery", "save", "x", "--from-file", str(bad))
+    assert r.returncode == 2 and "canvas 0x0 is out of range" in r.stderr
+    assert studio("delivery", "remove", "broadcast-hd").returncode == 2
+    assert studio("delivery", "remove", "promo").returncode == 0
+    assert "promo" not in studio("delivery", "list").stdout

@@ -255,3 +255,25 @@ def test_render_with_a_script_writes_captions_and_names_them(tmp_path):
     )
     assert r.returncode == 2 and "captions need the script's text" in r.stderr
     assert not (tmp_path / "x.mp4").exists()
+
+
+def test_studio_captions_writes_a_recordings_cues(tmp_path):
+    """``studio captions --audio VOICE --text SCRIPT.txt -o OUT.srt``: the aligned cues, named in --json."""
+    import srt
+
+    path, truth, text = _recording(tmp_path)
+    script = tmp_path / "script.txt"
+    script.write_text(text)
+    out = tmp_path / "rec.srt"
+    cmd = [sys.executable, "-m", "studio", "captions", "--audio", str(path), "--text", str(script), "-o", str(out)]
+    r = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["files"] == {"captions": str(out)}
+    subs = list(srt.parse(out.read_text(), ignore_errors=False))
+    firsts = [
+        s for s in subs if any(s.content.replace("\n", " ").startswith(t[:12]) for t in speech.split_sentences(text))
+    ]
+    assert len(firsts) == len(truth)
+    assert max(abs(s.start.total_seconds() - t) for s, t in zip(firsts, truth)) <= 0.25
+    r = subprocess.run(cmd[:-2] + ["-o", str(tmp_path / "x.txt")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "captions are written as .srt or .vtt" in r.stderr
