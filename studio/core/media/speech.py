@@ -190,7 +190,7 @@ def _load_piper(name: str):
         return voice
 
 
-def _piper_voice(PiperVoice, model: Path, config: Path):  # noqa: N803 - the class, passed in
+def _piper_voice(PiperVoice, model: Path, config: Path):
     """``PiperVoice.load``, but with ONNX Runtime's thread spinning off: busy-waiting threads took
     40 % more CPU for the same speech here (3.3-4.0 against 5.2-5.5 CPU seconds for a 30 s script, the
     2-core machine) and take it from a render running beside. Falls back to ``load`` if Piper changes."""
