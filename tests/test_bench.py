@@ -156,6 +156,8 @@ def test_bench_user_path_prints_every_row_of_issue_26(tmp_path, studio_home):
         "user-photo-aac": "copied",
         "user-video-wav48": "encoded",
         f"user-video-wav48-{other_preset(default)}": "encoded",
+        "user-photo-wav48-canvas-1920x1080": "cached",  # the output canvas (issue 35)
+        "user-video-wav48-canvas-1080x1920": "cached",
     }
     assert all(runs[k]["frames"] == 12 and k in d["ratios"] for k in how)
     assert runs["user-photo-wav48"]["preset"] == u["default_preset"]

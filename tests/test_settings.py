@@ -8,6 +8,7 @@ each fails on the code before the schema.
 from __future__ import annotations
 
 import json
+import os
 
 import httpx
 import numpy as np
@@ -36,7 +37,7 @@ def other_value(spec: Spec, face: str = ""):
     if spec.choices:
         return next(c for c in reversed(spec.choices) if c != spec.default)
     if spec.kind is str:
-        return "cpu"  # device: None (auto) by default
+        return spec.example or "cpu"  # device: None (auto) by default; canvas: 1280x720 ...
     if spec.default is None:  # an optional number (loudness: off by default)
         return (spec.minimum + spec.maximum) / 2
     if spec.kind is int:
@@ -68,6 +69,13 @@ def test_the_schema_declares_what_every_face_needs():
 
 
 def _command_line(spec: Spec, value) -> list[str]:
+    if spec.name == "script":  # the command line takes the script as a file
+        import tempfile
+
+        path = os.path.join(tempfile.mkdtemp(), "script.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(value)
+        return [spec.option, path]
     if spec.kind is bool:
         return [spec.option if value else "--no-" + spec.option[2:]]
     return [spec.option, str(value)]
@@ -153,7 +161,8 @@ def test_the_window_offers_every_setting(qtbot):
         assert w is not None, f"the window has no widget for {spec.name}"
         if isinstance(w, QComboBox):
             items = [w.itemText(i) for i in range(w.count())]
-            assert (items == list(spec.choices)) if spec.choices else (spec.auto_label in items), spec.name
+            shown = spec.auto_label if spec.optional else str(spec.default)
+            assert (items == list(spec.choices)) if spec.choices else (shown in items), spec.name
         elif isinstance(w, QCheckBox):
             assert w.isChecked() == window_default(spec), spec.name
         else:  # a spin box: the schema's range (the threshold's log plot starts above 0)

@@ -277,6 +277,9 @@ def user_rows(
     job("user-video-wav48", VIDEO, v["wav48"])
     other = other_preset(default.preset)
     job(f"user-video-wav48-{other}", VIDEO, v["wav48"], preset=other)
+    # the output canvas (docs/delivery.md): the photo on a 1920x1080 canvas, the 1080p video reframed vertical
+    job("user-photo-wav48-canvas-1920x1080", PHOTO, v["wav48"], fresh_audio=False, canvas="1920x1080")
+    job("user-video-wav48-canvas-1080x1920", VIDEO, v["wav48"], fresh_audio=False, canvas="1080x1920", fit="face")
     if long_frames:
         for fmt in FORMATS:
             note(f"user rows: a {long_frames}-frame {fmt} voice-over")

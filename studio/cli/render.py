@@ -61,6 +61,15 @@ def _render_options(p, encoder: bool = True) -> None:
     from studio.core.settings import specs
 
     for spec in specs("cli", None if encoder else ("engine", "silence")):
+        if spec.name == "script":  # the command line names a file (settings_from_args reads it)
+            p.add_argument(
+                "--script",
+                dest="script_file",
+                metavar="SCRIPT.txt",
+                help="the voice-over's text for --captions, a UTF-8 .txt file (default: the text it was spoken "
+                "from, or a .txt beside the voice-over)",
+            )
+            continue
         kw: dict = {"dest": spec.name, "default": None}
         if spec.kind is bool:
             import argparse
@@ -141,7 +150,12 @@ def settings_from_args(args):
     """The settings the command line gave (the schema's defaults for the others), checked."""
     from studio.core.settings import SCHEMA, from_dict
 
-    return from_dict({n: getattr(args, n) for n in SCHEMA if getattr(args, n, None) is not None})
+    given = {n: getattr(args, n) for n in SCHEMA if getattr(args, n, None) is not None}
+    if getattr(args, "script_file", None):  # --script SCRIPT.txt: a file here; the setting holds its text
+        from studio.cli.speak import read_script
+
+        given["script"] = read_script(args.script_file)
+    return from_dict(given, explicit=set(given))
 
 
 def _placement(args):
@@ -243,6 +257,10 @@ def _render(avatar, audio, output, args) -> int:
         bar.close()
     r = render.result
     check = check_after(r.output, req, args.json) if req.settings.check else None
+    if check is not None and check.get("worst_second") is not None:
+        from studio.service.sidecars import add_worst_second
+
+        add_worst_second(r, req, check["worst_second"])  # the check's worst second as a marker in the .otio
     if args.json:
         out = r.to_json()
         out["ran_on"] = render.where
@@ -265,6 +283,10 @@ def _render(avatar, audio, output, args) -> int:
                 f"true peak {ld['after_true_peak']:.1f} dBTP (limit {ld['true_peak_limit']:g})"
                 + (", limited" if ld.get("limited") else "")
             )
+        for kind, path in r.files.items():
+            print(f"wrote {path} ({kind})")
+        for n in r.notes:
+            print(f"note: {n}", file=sys.stderr)
         note = ALPHA_NOTES.get(r.alpha, "")
         if note:
             print(note.format(codec=req.settings.codec), file=sys.stderr)

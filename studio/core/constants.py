@@ -21,3 +21,6 @@ RATES: dict[str, Fraction] = {
     "59.94": Fraction(60000, 1001),
     "60": Fraction(60),
 }
+
+#: the longest script spoken or captioned at once (about 20 minutes of speech)
+MAX_CHARS = 20_000

@@ -47,6 +47,7 @@ def run_checks(include_gui: bool = True) -> list[Check]:
         check_engine_cache,
         check_engine,
         check_data_folder,
+        check_voice,
         check_espeak,
     ]
     if include_gui:
@@ -239,6 +240,20 @@ def check_data_folder() -> Check:
             "data folder", WARN, f"{path}: only {free:.1f} GiB free", "free some disk space for renders and caches"
         )
     return Check("data folder", OK, f"{path} ({free:.0f} GiB free)")
+
+
+def check_voice() -> Check:
+    """Piper and its joe voice: the natural voice of 'speak this text' (espeak-ng stands in without it)."""
+    from studio.core.media import speech
+
+    if speech.piper_ready():
+        return Check("voice", OK, f"Piper with {', '.join(v for v in speech.voices() if v != 'espeak')}")
+    return Check(
+        "voice",
+        WARN if shutil.which("espeak-ng") else INFO,
+        "Piper is not installed: text is spoken by espeak-ng (a robotic voice)",
+        "pip install 'studio[voice]'",
+    )
 
 
 def check_espeak() -> Check:

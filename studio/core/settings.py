@@ -38,6 +38,9 @@ RUNTIMES = ("auto", "torch", "tensorrt")
 ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
 CODECS = ("h264", "hevc", "prores", "prores4444", "dnxhr", "vp9")  # studio.core.media.codecs.CODECS
 FRAME_RATES = ("auto", *RATES)  # auto: the video avatar's own rate, 25 for a photo
+FITS = ("fit", "fill", "face")
+CAPTIONS = ("off", "srt", "vtt", "burn")
+CAPTION_STYLES = ("box", "outline")
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 # the encode defaults, once: the schema below and the writers (media.writer.open_video, codecs) use these
 DEFAULT_ENCODER = "auto"
@@ -62,6 +65,8 @@ class Spec:
     optional: bool = False  # None is a value (device: None = pick automatically)
     auto_label: str = ""  # how a face shows None (device: "auto")
     ui_default: Any = None  # the window's own default where it differs (check: on there, off elsewhere)
+    validate: Any = None  # a text setting's own checker: value -> one sentence, or None when fine
+    example: Any = None  # a valid value other than the default (a free text setting's: what help shows)
 
     @property
     def option(self) -> str:
@@ -115,6 +120,8 @@ class Spec:
                 return f"{self.name} must be a whole number"
             if not math.isfinite(value):
                 return f"{self.name} must be a finite number"
+        if self.validate is not None:
+            return self.validate(value)
         if self.choices is not None and value not in self.choices:
             return f"{self.name} {value!r} is not one of {', '.join(self.choices)}"
         low, high = self.minimum, self.maximum
@@ -136,6 +143,8 @@ def setting(
     auto_label: str = "",
     ui_default: Any = None,
     kind: type | None = None,
+    validate: Any = None,
+    example: Any = None,
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
     ``kind``: the type of an optional setting's values (default None, e.g. loudness: a float or off)."""
@@ -150,6 +159,8 @@ def setting(
         faces=frozenset(faces),
         auto_label=auto_label,
         ui_default=ui_default,
+        validate=validate,
+        example=example,
     )
     return field(default=default, metadata={"spec": meta})
 
@@ -196,6 +207,47 @@ class RenderSettings:
         "are 30000/1001 and 60000/1001 exactly, with drop-frame timecode",
         label="Frame rate",
         choices=FRAME_RATES,
+    )
+    canvas: str = setting(
+        "avatar",
+        "output size: avatar (the avatar's own), or WxH such as 1280x720, 1920x1080, 3840x2160, 1080x1920 "
+        "(vertical), 1080x1080 (square); even sides of 16 to 8192 pixels",
+        label="Canvas",
+        validate=lambda v: canvas_problem(v),
+        example="1280x720",
+    )
+    fit: str = setting(
+        "fit",
+        "how the presenter sits on the canvas: fit (all of the avatar, bars of background), fill (the canvas "
+        "covered, edges cropped) or face (covered, the crop follows the tracked face smoothly: vertical and "
+        "square clips from a landscape source)",
+        label="Placement",
+        choices=FITS,
+    )
+    scale: float = setting(
+        1.0, "the presenter's size on the canvas relative to the placement", label="Scale", minimum=0.1, maximum=4.0
+    )
+    offset_x: float = setting(
+        0.0, "move the presenter right (+) or left (-), in canvas widths", label="Offset X", minimum=-1.0, maximum=1.0
+    )
+    offset_y: float = setting(
+        0.0, "move the presenter down (+) or up (-), in canvas heights", label="Offset Y", minimum=-1.0, maximum=1.0
+    )
+    background: str = setting(
+        "black",
+        "what shows around the presenter on the canvas (and through a transparent avatar): a colour (black, "
+        "white, #1a2b3c), an image file, or transparent (kept by --codec prores4444 or vp9)",
+        label="Background",
+        validate=lambda v: background_problem(v),
+        example="white",
+    )
+    max_upscale: float = setting(
+        2.0,
+        "the most the presenter is enlarged to fill the canvas; beyond it the render is kept at this size "
+        "and says so (a small avatar on a 4K canvas would be soft)",
+        label="Max upscale",
+        minimum=1.0,
+        maximum=8.0,
     )
     threshold: float = setting(
         DEFAULT_SILENCE_THRESHOLD,
@@ -272,6 +324,70 @@ class RenderSettings:
         minimum=-9.0,
         maximum=0.0,
     )
+    start_tc: str = setting(
+        "00:00:00:00",
+        "the timecode of the first frame, written as the MOV/MP4 timecode track (HH:MM:SS:FF; drop-frame "
+        "HH:MM:SS;FF at 29.97 and 59.94; broadcast deliveries start at 10:00:00:00)",
+        label="Start timecode",
+        group="encode",
+        validate=lambda v: timecode_problem(v),
+        example="10:00:00:00",
+    )
+    chapters: bool = setting(
+        True,
+        "write the markers (yours, and each pause of a second or more) as chapters in an MP4/MOV",
+        label="Chapters",
+        group="encode",
+    )
+    markers: str = setting(
+        "",
+        "your markers: SECONDS[=NAME] separated by commas (12.5=Intro, 40=Weather); they go into the "
+        "chapters and the OpenTimelineIO file",
+        label="Markers",
+        group="output",
+        validate=lambda v: markers_problem(v),
+        example="1.5=Intro",
+    )
+    captions: str = setting(
+        "off",
+        "captions of the script beside the render: srt, vtt, or burn (drawn into the picture, and an .srt "
+        "beside it); needs the script's text (--script, or a voice-over spoken from text)",
+        label="Captions",
+        group="output",
+        choices=CAPTIONS,
+    )
+    script: str = setting(
+        "",
+        "the voice-over's text, for captions (the command line's --script takes a .txt file); empty: the text "
+        "it was spoken from, or a .txt beside the voice-over",
+        label="Script",
+        group="output",
+        validate=lambda v: script_problem(v),
+        example="Good evening.",
+    )
+    caption_style: str = setting(
+        "box",
+        "burnt-in captions: white text on a dark box, or with a dark outline",
+        label="Caption style",
+        group="output",
+        choices=CAPTION_STYLES,
+    )
+    otio: bool = setting(
+        False,
+        "write an OpenTimelineIO timeline (OUT.otio) beside the render: the clip, the voice-over, the markers, "
+        "the silences and the in/out, for Resolve, Premiere, Kdenlive",
+        label="OTIO timeline",
+        group="output",
+    )
+    delivery: str = setting(
+        "",
+        "a named delivery (studio delivery list): its canvas, rate, codec, loudness and timecode; a "
+        "setting given as well wins",
+        label="Delivery",
+        group="output",
+        validate=lambda v: delivery_problem(v),
+        example="web-1080p",
+    )
     check: bool = setting(
         False,
         "after the file is written, measure its lip sync (studio check: offset, silence motion, sharpness, "
@@ -302,6 +418,13 @@ class RenderSettings:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @property
+    def canvas_size(self) -> tuple[int, int] | None:
+        """The canvas as (width, height); None: the avatar's own size."""
+        from studio.core.delivery import canvas_size
+
+        return canvas_size(self.canvas)
+
     def frame_settings(self) -> dict[str, Any]:
         """The settings that change the frames (everything but the encoding): what a scrub needs."""
         return {n: getattr(self, n) for n, s in SCHEMA.items() if s.group in ("engine", "silence")}
@@ -325,14 +448,57 @@ def _schema() -> dict[str, Spec]:
 SCHEMA: dict[str, Spec] = _schema()
 
 
+def canvas_problem(value: Any) -> str | None:
+    from studio.core.delivery import canvas_problem as problem
+
+    return problem(value)
+
+
+def background_problem(value: Any) -> str | None:
+    from studio.core.delivery import background_problem as problem
+
+    return problem(value)
+
+
+def timecode_problem(value: Any) -> str | None:
+    from studio.core.delivery import timecode_problem as problem
+
+    return problem(value)
+
+
+def markers_problem(value: Any) -> str | None:
+    from studio.core.delivery import markers_problem as problem
+
+    return problem(value)
+
+
+def script_problem(value: Any) -> str | None:
+    from studio.core.constants import MAX_CHARS
+
+    if not isinstance(value, str):
+        return "script must be the voice-over's text"
+    if len(value) > MAX_CHARS:
+        return f"the script is {len(value)} characters; a render's script holds at most {MAX_CHARS}"
+    return None
+
+
+def delivery_problem(value: Any) -> str | None:
+    from studio.core.delivery import delivery_problem as problem
+
+    return problem(value)
+
+
 def specs(face: str, groups: tuple[str, ...] | None = None) -> list[Spec]:
     """The settings ``face`` shows (optionally only those of ``groups``), in declaration order."""
     return [s for s in SCHEMA.values() if face in s.faces and (groups is None or s.group in groups)]
 
 
-def from_dict(d: dict | None, *, strict: bool = False) -> RenderSettings:
+def from_dict(d: dict | None, *, strict: bool = False, explicit: Any = None) -> RenderSettings:
     """``RenderSettings`` from a dict (a job row, a form, JSON); values may be strings. Unknown keys are
-    ignored, or with ``strict`` one sentence naming them. Bad values: one ``InputError`` naming the setting."""
+    ignored, or with ``strict`` one sentence naming them. Bad values: one ``InputError`` naming the setting.
+
+    ``delivery``: its values fill in every setting not given: ``explicit`` names those given (the command
+    line's typed options); without it, a value at its default counts as not given (a form sends them all)."""
     d = dict(d or {})
     unknown = sorted(k for k in d if k not in SCHEMA)
     if strict and unknown:
@@ -341,6 +507,14 @@ def from_dict(d: dict | None, *, strict: bool = False) -> RenderSettings:
             f"are {', '.join(SCHEMA)}"
         )
     kw = {name: SCHEMA[name].parse(value) for name, value in d.items() if name in SCHEMA}
+    if kw.get("delivery"):  # a delivery's values under the ones given (``explicit``, or those not at their default)
+        from studio.core.delivery import resolve
+
+        given = set(kw) if explicit is None else set(explicit)
+        if explicit is None:
+            given = {n for n in given if kw[n] != SCHEMA[n].default}
+        preset = {n: SCHEMA[n].parse(v) for n, v in resolve(kw["delivery"]).settings.items() if n in SCHEMA}
+        kw = {**kw, **{n: v for n, v in preset.items() if n not in given}}
     s = RenderSettings(**kw)
     check(s)
     return s

@@ -40,12 +40,21 @@ def check_command(output: str, request) -> list[str]:
         cmd = [sys.executable, "-m", "studio", "check"]
     s = request.settings
     cmd += [str(output), "--json", "--threshold", repr(float(s.threshold)), "--min-silence", str(int(s.min_silence))]
-    avatar = _local_avatar(request.avatar)
+    avatar = _reference(request)
     if avatar is not None:
         cmd += ["--avatar", avatar]
         if request.frames:
             cmd += ["--first-frame", str(int(request.frames[0]))]
     return cmd
+
+
+def _reference(request) -> str | None:
+    """The avatar as the check's reference: on a canvas the presenter is scaled and moved (the face
+    reframe moves it per frame), so the check takes the video's own rest frame instead."""
+    s = request.settings
+    if s.canvas_size is not None or s.scale != 1.0 or s.offset_x or s.offset_y:
+        return None
+    return _local_avatar(request.avatar)
 
 
 def _local_avatar(avatar: str) -> str | None:
@@ -121,7 +130,7 @@ def check_here(output: str, request, progress=None) -> tuple[dict, dict | None]:
     from studio.core.quality import check_video
 
     s = request.settings
-    avatar = _local_avatar(request.avatar)
+    avatar = _reference(request)
     try:
         report = check_video(
             output,

@@ -76,6 +76,10 @@ class Render:
         req = self.request
         self.result = None
         check_request(req)
+        if req.placement.kind != "server":
+            from studio.service.sidecars import check_captions
+
+            check_captions(req)  # captions without a script to caption: one sentence before any work
         kind = req.placement.kind
         strategy = {
             "local": self._local,
@@ -93,6 +97,10 @@ class Render:
             yield p
         if last is None or not last.finished or self.result is None:
             raise Cancelled("render cancelled; nothing was written")
+        if kind != "server":  # a server writes its own beside its output
+            from studio.service.sidecars import write_sidecars
+
+            self.result = write_sidecars(self.result, req)
         log.info("rendered %s (%s) in %.2f s", req.output, self.where, time.perf_counter() - t0)
 
     def _started(self, where: str, engine_name: str = "", engine_reason: str = "") -> None:

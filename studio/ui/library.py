@@ -2,7 +2,7 @@
 
 Avatar preparation runs on a background thread behind a progress dialog that can cancel it.
 Scripts are audio files; their text is shown beside them (a ``.txt`` of the same name is read
-when present) and can be spoken with espeak-ng into a WAV in the data folder. An audio file is
+when present) and can be spoken (Piper, offline; espeak-ng without it) into a WAV in the data folder. An audio file is
 read (analysed) before it joins the list: one that cannot be read leaves the list, the selection
 and the waveform as they were, and says why once.
 

@@ -14,7 +14,13 @@ from __future__ import annotations
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QLabel, QSpinBox, QWidget
 
 #: names a free-text setting suggests in its combo box (the first entry is the schema's None)
-SUGGESTIONS = {"device": ("cuda", "cpu"), "loudness": ("-23", "-24", "-16", "-14")}
+SUGGESTIONS = {
+    "device": ("cuda", "cpu"),
+    "loudness": ("-23", "-24", "-16", "-14"),
+    "canvas": ("1280x720", "1920x1080", "3840x2160", "1080x1920", "1080x1080"),
+    "background": ("white", "#00b140", "transparent"),
+    "start_tc": ("10:00:00:00", "01:00:00:00"),
+}
 
 
 def make_widget(spec) -> QWidget:
@@ -33,6 +39,15 @@ def make_widget(spec) -> QWidget:
         pattern = rf"{spec.auto_label}|-?\d{{0,3}}(\.\d{{0,2}})?"
         w.setValidator(QRegularExpressionValidator(QRegularExpression(pattern), w))
         w.setCurrentText(spec.auto_label if spec.default is None else str(spec.default))
+    elif spec.kind is str and not spec.choices and not spec.optional:  # free text (canvas, markers): typed or picked
+        w = QComboBox()
+        w.setEditable(True)
+        w.addItems([str(spec.default), *SUGGESTIONS.get(spec.name, ())])
+        if spec.name == "delivery":
+            from studio.core.delivery import all_deliveries
+
+            w.addItems(list(all_deliveries()))
+        w.setCurrentText(str(spec.default))
     elif spec.choices or spec.kind is str:
         w = QComboBox()
         items = list(spec.choices or ())

@@ -211,6 +211,11 @@ def test_speak_this_text_makes_a_script(window, qtbot):
         window.library.speak_btn.click()
     assert window.library.script.endswith(".wav")
     assert 0.5 < window.analysis.info.duration_s < 5
+    from studio.core.media import speech
+
+    if speech.piper_ready():  # the natural voice is the default: Piper's 22.05 kHz, its sentence times kept
+        assert window.analysis.info.source_rate == 22050
+        assert [x.text for x in speech.sentences_for(window.library.script)] == ["Hello from the studio."]
 
 
 def test_uncaught_errors_are_logged_and_shown_as_one_line(window, studio_home):

@@ -52,7 +52,7 @@ import numpy as np
 
 from studio.core.errors import RenderError
 from studio.core.media.lanes import LaneWriter, disk_error
-from studio.core.media.mux import MOOV_PER_SAMPLE, Muxer
+from studio.core.media.mux import MOOV_PER_SAMPLE, Muxer, tag_container
 from studio.core.settings import DEFAULT_CRF, DEFAULT_PRESET
 
 log = logging.getLogger(__name__)
@@ -393,6 +393,7 @@ class _Container(Muxer):
 
             vs.time_base = mp4_time_base(self.fps)
         self.vstream = vs
+        tag_container(self.container, vs)  # mux.delivery_tags: timecode track, chapters
         if self.audio is not None:
             self.audio.add_stream(self.container)
         self.container.start_encoding()  # opens the stream's encoder: its headers, profile and tag

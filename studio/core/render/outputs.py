@@ -90,10 +90,13 @@ def check_output(
     return out
 
 
-def open_video_for(settings, path: str | os.PathLike, avatar, *, fps, **options: Any):
-    """``media.writer.open_video`` for frames of ``avatar``'s size with ``settings``' encoder, CRF,
-    preset and codec, at the output's rate ``fps`` (the clip's ``rate``, resolved once), told what
-    of the avatar may change (``hints.changing_region``: a photo's face, a video's moving parts).
+def open_video_for(
+    settings, path: str | os.PathLike, avatar, *, fps, size: tuple[int, int] | None = None, **options: Any
+):
+    """``media.writer.open_video`` for frames of ``size`` (the output canvas; default the avatar's
+    own) with ``settings``' encoder, CRF, preset and codec, at the output's rate ``fps`` (the clip's
+    ``rate``, resolved once), told what of the frame may change (``canvas.changing_for``: a photo's
+    face where it lands, a video's moving parts).
     ``options`` go on as they are (``audio``, ``total_frames``, ``rolling``, ``overwrite``,
     ``workers`` ...); ``codec=`` or ``changing=`` there override (a chunk of a chunked render is
     H.264 whatever is asked: the service refuses another codec for chunks before any work)."""
@@ -101,13 +104,14 @@ def open_video_for(settings, path: str | os.PathLike, avatar, *, fps, **options:
 
     options.setdefault("codec", settings.codec)
     if "changing" not in options:
-        from studio.core.media.hints import changing_region
+        from studio.core.render.canvas import changing_for
 
-        options["changing"] = changing_region(avatar)
+        options["changing"] = changing_for(settings, avatar)
+    width, height = size or (avatar.width, avatar.height)
     return open_video(
         path,
-        avatar.width,
-        avatar.height,
+        width,
+        height,
         encoder=settings.encoder,
         crf=settings.crf,
         preset=settings.preset,

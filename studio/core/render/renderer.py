@@ -111,6 +111,8 @@ class RenderResult:
     frame_rate: str = "25"  # the output's frame rate ("29.97" is 30000/1001 exactly; rates.parse_rate)
     loudness: dict[str, Any] = field(default_factory=dict)  # --loudness: loudness.LoudnessReport (before/after)
     alpha: str = ""  # codecs.alpha_of: "kept", "opaque" (an alpha codec, an avatar without), "dropped", ""
+    notes: list[str] = field(default_factory=list)  # what the user should know (an upscale held back ...)
+    files: dict[str, str] = field(default_factory=dict)  # every other file written: captions, otio ...
 
     @classmethod
     def measured(
@@ -131,6 +133,7 @@ class RenderResult:
         frame_rate: str = "25",
         loudness: dict[str, Any] | None = None,
         alpha: str = "",
+        notes: list[str] | None = None,
     ) -> RenderResult:
         """The one constructor of a render's result: fps from frames and seconds, times rounded."""
         return cls(
@@ -150,6 +153,7 @@ class RenderResult:
             frame_rate=frame_rate,
             loudness=dict(loudness or {}),
             alpha=alpha,
+            notes=list(notes or []),
         )
 
     def to_json(self) -> dict:
@@ -214,6 +218,7 @@ class Renderer:
         self._features_gen = -1  # the clip generation self._features belongs to
         self._prepared: Any = None
         self._compositor: Any = None
+        self._delivered: Any = None  # canvas.Delivered: the canvas and burnt-in captions
         self._loudness: Any = None  # the last run's loudness.LoudnessReport (--loudness)
         self._stage_ms: dict[str, float] = {}
         self.result: RenderResult | None = None
@@ -306,6 +311,11 @@ class Renderer:
 
                 a = self.avatar
                 self._compositor = Compositor(a.frames, a.boxes, a.masks, device=engine.device)
+            if self._delivered is None:
+                from studio.core.render.canvas import Delivered
+
+                script = self.settings.script
+                self._delivered = Delivered(self.settings, self.avatar, engine.device, lambda: self.clip.cues(script))
             engine.bind(self._features)
             return engine
 
@@ -325,7 +335,7 @@ class Renderer:
         if not self.clip.covers(index):  # prepared for a range: a frame outside it prepares its own
             self.focus((index, index + 1))
         ((_, frames),) = self.iter_frames([(index, index + 1)])
-        if self.avatar.alpha is not None:
+        if self.avatar.alpha is not None and self._delivered.canvas is None:
             frames = with_alpha(frames, self.avatar.alpha, self.plan.avatar_idx[[index]])
         return frames[0].cpu().numpy()
 
@@ -363,7 +373,22 @@ class Renderer:
             active = np.flatnonzero(weight > 0)
             with self.engine_lock or contextlib.nullcontext():
                 frames = self._batch(engine, comp, idx_f, idx, weight, active, nv12)
+            if self._delivered.active:  # on the canvas, captions burnt in
+                frames = self._delivered.apply(frames, idx_f, idx, self.rate, self._stage)
             yield idx_f, frames
+
+    @property
+    def canvas(self):
+        """The ``canvas.Canvas`` the frames are placed on (None: the avatar's own size)."""
+        self.ready()
+        return self._delivered.canvas
+
+    @property
+    def output_size(self) -> tuple[int, int]:
+        """The written frames' (width, height)."""
+        from studio.core.render.canvas import output_size
+
+        return output_size(self.settings, self.avatar)
 
     def _batch(self, engine, comp, idx_f, idx, weight, active, nv12):
         """One batch of frames: backgrounds, the engine's faces, blended in."""
@@ -391,7 +416,7 @@ class Renderer:
         """Whether ``iter_batches(..., nv12=True)`` works: a CUDA engine, and an avatar that fits
         the device cache with an even frame size."""
         self.ready()
-        return self.engine.device.type == "cuda" and self._compositor.nv12_ready
+        return self.engine.device.type == "cuda" and self._compositor.nv12_ready and not self._delivered.active
 
     @property
     def batch_size(self) -> int:
@@ -442,9 +467,20 @@ class Renderer:
                     normalised(audio, self.settings.loudness, self.settings.true_peak)
                 )
                 self._stage("loudness", t1)
-            writer = open_video_for(
-                self.settings, output, a, fps=self.rate, audio=audio, total_frames=T, rolling=True, overwrite=overwrite
-            )
+            from studio.core.render.markers import tags_context
+
+            with tags_context(self.settings, plan, self.rate, first, end):  # timecode, chapters (as it opens)
+                writer = open_video_for(
+                    self.settings,
+                    output,
+                    a,
+                    fps=self.rate,
+                    size=self.output_size,
+                    audio=audio,
+                    total_frames=T,
+                    rolling=True,
+                    overwrite=overwrite,
+                )
             self._stage("open", t0)
             yield from self._run(writer, plan, first, T, t_start)
 
@@ -483,7 +519,9 @@ class Renderer:
         alpha = self.avatar.alpha if getattr(writer, "alpha", False) else None  # a transparent presenter
         try:
             for idx, frames in self.iter_batches(batches, nv12=nv12):
-                if alpha is not None:
+                if self._delivered.canvas is not None:  # placed: the channels the writer takes
+                    frames = self._delivered.for_writer(frames, bool(getattr(writer, "alpha", False)))
+                elif alpha is not None:
                     frames = with_alpha(frames, alpha, self.plan.avatar_idx[idx])
                 if stop():
                     raise Cancelled("render cancelled; nothing was written")
@@ -505,7 +543,6 @@ class Renderer:
     def _run(self, writer, plan, first: int, T: int, t_start: float) -> Iterator[RenderProgress]:
         from studio.core.errors import Cancelled
 
-        a = self.avatar
         with writer:
             engine_frames = plan.weight[first : first + T] > 0
             batches = [
@@ -552,14 +589,15 @@ class Renderer:
             engine_reason=self._engine_reason,
             encoder=writer.name,
             seconds=seconds,
-            width=a.width,
-            height=a.height,
+            width=self.output_size[0],
+            height=self.output_size[1],
             stage_ms=self._stage_ms,
             finish_ms=writer.close_ms,
             audio=writer.audio_how,
             frame_rate=rate_text(self.rate),
             loudness=None if self._loudness is None else self._loudness.to_json(),
-            alpha=alpha_of(self.settings.codec, self.avatar.alpha is not None),
+            alpha=alpha_of(self.settings.codec, self.avatar.alpha is not None or self._delivered.transparent),
+            notes=self._delivered.notes,
         )
         yield RenderProgress.final(self.result, seconds, stage_ms=dict(self._stage_ms))
 

@@ -96,9 +96,17 @@ def render_segment(
     if not 0 <= start < end <= plan.frames:
         raise RenderError(f"Chunk {start}..{end} is outside the clip (0..{plan.frames}).")
     s = renderer.settings
-    a = renderer.avatar
     n = end - start
-    writer = open_video_for(s, path, a, fps=renderer.rate, total_frames=n, codec="h264", changing=None)
+    writer = open_video_for(
+        s,
+        path,
+        renderer.avatar,
+        fps=renderer.rate,
+        size=renderer.output_size,
+        total_frames=n,
+        codec="h264",
+        changing=None,
+    )
     t0 = time.perf_counter()
     with writer:
         batches = [start + b for b in stripes(n, renderer.batch_size, writer.chunks)]
@@ -269,6 +277,7 @@ def segments_result(
 ) -> RenderResult:
     """The ``RenderResult`` of a clip rendered in ``segments`` and joined into ``output`` (local
     chunks, the farm): the engine(s) and encoder the segments report."""
+    from studio.core.render.canvas import output_size
     from studio.core.render.renderer import RenderResult
 
     segments = sorted(segments, key=lambda g: g.start)
@@ -281,8 +290,8 @@ def segments_result(
         engine_reason=segments[0].engine_reason if segments else "",
         encoder=f"{segments[0].encoder.split()[0] if segments else 'libx264'} x{len(segments)} segments",
         seconds=seconds,
-        width=clip.avatar.width,
-        height=clip.avatar.height,
+        width=output_size(clip.settings, clip.avatar)[0],
+        height=output_size(clip.settings, clip.avatar)[1],
         stage_ms=stage_ms,
         frame_rate=rate_text(clip.rate),
         loudness=loudness,

@@ -127,7 +127,12 @@ class DeviceRender:
         T = plan.frames
         a = self.clip.avatar
         s = self.settings
-        writer = open_video_for(s, output, a, fps=first.rate, audio=audio, total_frames=T, overwrite=overwrite)
+        from studio.core.render.markers import tags_context
+
+        with tags_context(s, plan, first.rate, 0, T):  # the timecode track and chapters (mux.delivery_tags)
+            writer = open_video_for(
+                s, output, a, fps=first.rate, size=first.output_size, audio=audio, total_frames=T, overwrite=overwrite
+            )
         with writer:
             groups = split_chunks(writer.chunks, len(renderers))
             if len(groups) < len(renderers):
@@ -182,8 +187,8 @@ class DeviceRender:
             f"{first.engine_reason}",
             encoder=writer.name,
             seconds=seconds,
-            width=a.width,
-            height=a.height,
+            width=first.output_size[0],
+            height=first.output_size[1],
             stage_ms=stages,
             finish_ms=writer.close_ms,
             audio=writer.audio_how,

@@ -1,0 +1,321 @@
+"""The output canvas: the rendered avatar frames placed on a canvas of the delivery's size.
+
+    canvas = Canvas.for_render(settings, avatar, device)   # None: the avatar's own size, unchanged
+    out = canvas.place(frames, avatar_idx, alpha)          # [B,H,W,3|4] -> [B,ch,cw,3] (or 4 with alpha)
+
+The presenter is scaled once per batch with an antialiased bicubic filter (``torch``'s, the same as
+Pillow's: sharp when enlarging, no aliasing when shrinking) on the render's device, then pasted at its
+place over the background (a colour, an image scaled to cover the canvas, or transparent). The
+placement is ``fit`` (all of the avatar, centred), ``fill`` (the canvas covered, centred) or ``face``
+(covered, the crop centred on the face): the face's centre is the avatar's face boxes smoothed over
+the avatar's own frames by a local straight-line fit over ``FACE_SMOOTH_S`` seconds (Savitzky-Golay of
+order 1: zero phase, no lag, and no pull toward the middle at the clip's ends as a Gaussian has; a frame
+without a face takes the neighbours'), so the crop glides with the presenter and never jitters, and
+each output frame still depends only on its avatar frame (``frame_at`` equals the written frame).
+``scale`` and ``offset_x/offset_y`` move the presenter from there. The scale never enlarges past
+``max_upscale`` (``note`` says when it was held back).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+FACE_SMOOTH_S = 2.0  # the face track's smoothing window, in seconds of the avatar's frames
+
+
+@dataclass
+class Canvas:
+    width: int
+    height: int
+    scaled_w: int  # the presenter's size on the canvas
+    scaled_h: int
+    ox: np.ndarray  # [N] int: the presenter's left edge on the canvas, per avatar frame
+    oy: np.ndarray  # [N] int: its top edge
+    background: Any  # uint8 [H,W,3] torch on the device
+    transparent: bool
+    device: Any
+    note: str = ""
+
+    @classmethod
+    def for_render(cls, settings, avatar, device="cpu", quiet: bool = False) -> Canvas | None:
+        """The canvas ``settings`` ask for, or None when the output is the avatar frames as they are."""
+        size = settings.canvas_size
+        aw, ah = int(avatar.width), int(avatar.height)
+        cw, ch = size or (aw, ah)
+        bg = settings.background.strip().lower()
+        identity = (
+            (cw, ch) == (aw, ah)
+            and settings.scale == 1.0
+            and settings.offset_x == 0.0
+            and settings.offset_y == 0.0
+            and settings.fit in ("fit", "fill", "face")
+            and (avatar.alpha is None or (size is None and bg == "black"))
+        )
+        if identity:  # the avatar's own size: nothing to place (bit-identical to a render without a canvas)
+            return None
+        return cls.make(avatar, cw, ch, settings, device, quiet)
+
+    @classmethod
+    def make(cls, avatar, cw: int, ch: int, settings, device="cpu", quiet: bool = False) -> Canvas:
+        import torch
+
+        aw, ah = int(avatar.width), int(avatar.height)
+        fit = settings.fit
+        base = min(cw / aw, ch / ah) if fit == "fit" else max(cw / aw, ch / ah)
+        s = base * float(settings.scale)
+        note = ""
+        if s > settings.max_upscale:
+            note = (
+                f"the {aw}x{ah} avatar would be enlarged {s:.1f}x to {'fit' if fit == 'fit' else 'fill'} the "
+                f"{cw}x{ch} canvas; it is kept at "
+                f"{settings.max_upscale:g}x (raise --max-upscale to enlarge it further, softer)"
+            )
+            if not quiet:
+                log.warning(note)
+            s = float(settings.max_upscale)
+        sw, sh = max(1, round(aw * s)), max(1, round(ah * s))
+        dx, dy = settings.offset_x * cw, settings.offset_y * ch
+        n = int(avatar.N)
+        if fit == "face":
+            cx, cy = face_track(avatar)
+            fx = cw / 2 - cx * s
+            fy = ch / 2 - cy * s
+            ox = _clamp_cover(fx, sw, cw) + dx
+            oy = _clamp_cover(fy, sh, ch) + dy
+        else:
+            ox = np.full(n, (cw - sw) / 2 + dx)
+            oy = np.full(n, (ch - sh) / 2 + dy)
+        dev = torch.device(device)
+        transparent = settings.background.strip().lower() == "transparent"
+        return cls(
+            cw,
+            ch,
+            sw,
+            sh,
+            np.round(ox).astype(np.int64),
+            np.round(oy).astype(np.int64),
+            _background(settings.background, cw, ch, dev),
+            transparent,
+            dev,
+            note,
+            aw,
+            ah,
+        )
+
+    @property
+    def static(self) -> bool:
+        """Whether the presenter sits at one place in every frame (fit, fill, or a photo)."""
+        return bool((self.ox == self.ox[0]).all() and (self.oy == self.oy[0]).all())
+
+    def changing(self, box) -> tuple[int, int, int, int] | None:
+        """A photo's face box (avatar pixels) where it lands on the canvas, for the encoder's hints."""
+        if box is None or not self.static or np.ndim(box) != 1:
+            return None
+        sx, sy = self.scaled_w / self.src_w, self.scaled_h / self.src_h
+        x1, y1, x2, y2 = (float(v) for v in box)
+        r = (
+            int(x1 * sx + self.ox[0]) - 2,
+            int(y1 * sy + self.oy[0]) - 2,
+            int(x2 * sx + self.ox[0]) + 3,
+            int(y2 * sy + self.oy[0]) + 3,
+        )
+        r = (max(0, r[0]), max(0, r[1]), min(self.width, r[2]), min(self.height, r[3]))
+        return r if r[2] > r[0] and r[3] > r[1] else None
+
+    src_w: int = 0
+    src_h: int = 0
+    _bg_cache: Any = None  # the background with the output's channels, on the device
+
+    def place(self, frames, avatar_idx, alpha: bool):
+        """Avatar-sized frames ``[B,h,w,3|4]`` (uint8 torch; a fourth channel is the presenter's alpha)
+        on the canvas: ``[B,H,W,3]``, or ``[B,H,W,4]`` with ``alpha`` (the output keeps an alpha channel).
+        Only the resize runs in float; the canvas is filled and pasted in uint8 (blended where the
+        presenter is transparent)."""
+        import torch
+        import torch.nn.functional as F
+
+        b, h, w, c = frames.shape
+        size = (self.scaled_h, self.scaled_w)
+        if size != (h, w) and frames.device.type == "cpu":  # torch's uint8 kernel: ~13x the float one here
+            x = frames.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+            pres = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).permute(0, 2, 3, 1)
+        elif size != (h, w):
+            x = frames.permute(0, 3, 1, 2).float()
+            x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False)
+            pres = x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+        else:
+            pres = frames
+        oc = 4 if alpha else 3
+        if self._bg_cache is None or self._bg_cache.shape[-1] != oc or self._bg_cache.device != frames.device:
+            bg = self.background.to(frames.device)
+            if alpha:
+                a0 = torch.full_like(bg[..., :1], 0 if self.transparent else 255)
+                bg = torch.cat([bg, a0], dim=-1)
+            self._bg_cache = bg.contiguous()
+        out = self._bg_cache.unsqueeze(0).repeat(b, 1, 1, 1)
+        idx = np.asarray(avatar_idx, np.int64).reshape(-1)
+        for k in range(b):
+            ox, oy = int(self.ox[idx[k]]), int(self.oy[idx[k]])
+            x0, y0 = max(0, ox), max(0, oy)
+            x1, y1 = min(self.width, ox + self.scaled_w), min(self.height, oy + self.scaled_h)
+            if x1 <= x0 or y1 <= y0:
+                continue
+            src = pres[k, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
+            dst = out[k, y0:y1, x0:x1]
+            if c == 4:  # over: the presenter's alpha on the background
+                a = src[..., 3:4].float() / 255.0
+                d = dst[..., :3].float()
+                dst[..., :3] = (d + a * (src[..., :3].float() - d)).round_().clamp_(0, 255).to(torch.uint8)
+                if alpha:
+                    da = dst[..., 3:4].float()
+                    dst[..., 3:4] = (src[..., 3:4].float() + da * (1 - a)).round_().clamp_(0, 255).to(torch.uint8)
+            elif alpha:
+                dst[..., :3] = src[..., :3]
+                dst[..., 3] = 255
+            else:
+                dst.copy_(src)
+        return out
+
+
+def _clamp_cover(pos: np.ndarray, size: int, extent: int) -> np.ndarray:
+    """The edge positions ``pos`` kept so a presenter of ``size`` covers ``0..extent`` (centred when smaller)."""
+    if size <= extent:
+        return np.full_like(pos, (extent - size) / 2)
+    return np.clip(pos, extent - size, 0)
+
+
+def face_track(avatar) -> tuple[np.ndarray, np.ndarray]:
+    """The face centre (x, y) per avatar frame, in avatar pixels, smoothed (a local straight-line fit over
+    ``FACE_SMOOTH_S``); frames without a face take their neighbours'."""
+    boxes = np.asarray(avatar.boxes, np.float64)
+    ok = np.asarray(avatar.face_ok, bool)
+    n = len(boxes)
+    cx = (boxes[:, 0] + boxes[:, 2]) / 2
+    cy = (boxes[:, 1] + boxes[:, 3]) / 2
+    if not ok.any():
+        return np.full(n, avatar.width / 2), np.full(n, avatar.height / 2)
+    if not ok.all():
+        t = np.arange(n)
+        cx = np.interp(t, t[ok], cx[ok])
+        cy = np.interp(t, t[ok], cy[ok])
+    win = min(int(round(FACE_SMOOTH_S * float(avatar.fps))) | 1, n if n % 2 else n - 1)
+    if win >= 3:
+        from scipy.signal import savgol_filter
+
+        cx = savgol_filter(cx, win, 1, mode="interp")
+        cy = savgol_filter(cy, win, 1, mode="interp")
+    return cx, cy
+
+
+def _background(spec: str, cw: int, ch: int, device):
+    """The background as uint8 [H,W,3] on ``device``: a colour, an image scaled to cover (centred), or
+    black under a transparent canvas."""
+    import torch
+
+    from studio.core.delivery import background_rgb
+
+    t = spec.strip()
+    rgb = None if t.lower() == "transparent" else background_rgb(t)
+    if t.lower() == "transparent" or rgb is not None:
+        col = torch.tensor(rgb or (0, 0, 0), dtype=torch.uint8, device=device)
+        return col.view(1, 1, 3).expand(ch, cw, 3).contiguous()
+    from PIL import Image, ImageOps
+
+    from studio.core.errors import InputError
+
+    try:
+        with Image.open(t) as src:
+            img = ImageOps.exif_transpose(src).convert("RGB")
+            arr = np.asarray(ImageOps.fit(img, (cw, ch), Image.Resampling.LANCZOS), np.uint8)
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"the background image {t} cannot be read ({type(exc).__name__}); give a PNG or JPEG"
+        ) from None
+    return torch.from_numpy(arr.copy()).to(device)
+
+
+def output_size(settings, avatar) -> tuple[int, int]:
+    """The written frames' (width, height): the canvas, or the avatar's own size."""
+    return settings.canvas_size or (int(avatar.width), int(avatar.height))
+
+
+def changing_for(settings, avatar):
+    """``open_video(changing=...)`` for a render of ``avatar`` with ``settings``: the avatar's own hints
+    without a canvas; on a canvas, a photo's face box where it lands (a still placement), else None."""
+    from studio.core.media.hints import changing_region
+
+    canvas = Canvas.for_render(settings, avatar, quiet=True)
+    if canvas is None:
+        return changing_region(avatar)
+    if getattr(avatar, "N", 0) != 1:
+        return None
+    return canvas.changing(np.asarray(avatar.boxes[0]))
+
+
+class Delivered:
+    """What happens to a batch of rendered avatar frames before the file: placed on the canvas
+    (``Canvas``), the captions burnt in (``captions.burn``). ``active`` is False when neither is asked:
+    the frames go to the writer as they are (then NV12 compositing on a GPU stays possible)."""
+
+    def __init__(self, settings, avatar, device, cues: Callable[[], list]):
+        self.avatar = avatar
+        self.canvas = Canvas.for_render(settings, avatar, device)
+        self.burn = settings.captions == "burn"
+        self.style = settings.caption_style
+        self._cues = cues
+        self._painter: Any = None
+        if self.burn:
+            cues()  # no script to caption: one sentence before any frame
+
+    @property
+    def active(self) -> bool:
+        return self.canvas is not None or self.burn
+
+    @property
+    def transparent(self) -> bool:
+        return self.canvas is not None and self.canvas.transparent
+
+    @property
+    def notes(self) -> list[str]:
+        return [self.canvas.note] if self.canvas is not None and self.canvas.note else []
+
+    def apply(self, frames, idx_f, avatar_idx, rate, stage: Callable[[str, float], None]):
+        """The batch on the canvas (RGBA where the presenter or the background is transparent), captioned."""
+        import time
+
+        if self.canvas is not None:
+            t0 = time.perf_counter()
+            alpha = self.avatar.alpha
+            if alpha is not None:
+                from studio.core.render.renderer import with_alpha
+
+                frames = with_alpha(frames, alpha, avatar_idx)
+            frames = self.canvas.place(frames, avatar_idx, alpha=alpha is not None or self.canvas.transparent)
+            stage("canvas", t0)
+        if self.burn:
+            from studio.core.captions import CaptionPainter, burn
+
+            t0 = time.perf_counter()
+            if self._painter is None:
+                self._painter = CaptionPainter(int(frames.shape[2]), int(frames.shape[1]), self.style)
+            times = [float(i / rate) for i in np.asarray(idx_f).reshape(-1)]
+            frames = burn(frames, times, self._cues(), self._painter)
+            stage("captions", t0)
+        return frames
+
+    def for_writer(self, frames, alpha: bool):
+        """Placed frames with the channels the writer takes: RGB, or RGBA for an alpha codec."""
+        import torch
+
+        if frames.shape[-1] == 4 and not alpha:
+            return frames[..., :3].contiguous()
+        if frames.shape[-1] == 3 and alpha:
+            return torch.cat([frames, torch.full_like(frames[..., :1], 255)], dim=-1)
+        return frames

@@ -1,0 +1,90 @@
+"""The files a render writes beside its video: captions (.srt/.vtt) and the OpenTimelineIO timeline (.otio).
+
+    result = write_sidecars(result, request)       # RenderResult with ``files`` naming what was written
+    add_worst_second(result, request, 12)          # the check's worst second into the .otio, once known
+
+Every placement's result goes through here (``driver.Render.run``), except a render on a Studio
+server: that server writes its own beside its output. The sidecars take the video's final name
+(``out_002.srt`` beside ``out_002.mp4``); an existing file is replaced only with ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from studio.core.render.renderer import RenderResult
+
+log = logging.getLogger(__name__)
+
+
+def check_captions(request) -> None:
+    """Captions asked for without a script to caption: one sentence before any work."""
+    s = request.settings
+    if s.captions == "off":
+        return
+    from studio.core.captions import script_sentences
+
+    script_sentences(request.audio, s.script)
+
+
+def write_sidecars(result: RenderResult, request, worst_second: int | None = None) -> RenderResult:
+    s = request.settings
+    if s.captions == "off" and not s.otio:
+        return result
+    from studio.core.media.rates import parse_rate
+
+    rate = parse_rate(result.frame_rate or "25")
+    first = int(request.frames[0]) if request.frames else 0
+    end = first + int(result.frames)
+    out = Path(result.output)
+    files = dict(result.files)
+    if s.captions != "off":
+        from studio.core.captions import make_cues, script_sentences, write_captions
+
+        cues = make_cues(script_sentences(request.audio, s.script))
+        kind = "vtt" if s.captions == "vtt" else "srt"
+        files["captions"] = str(
+            write_captions(cues, out.with_suffix(f".{kind}"), offset_s=float(first / rate), overwrite=request.overwrite)
+        )
+    if s.otio:
+        files["otio"] = str(_otio(result, request, rate, first, end, worst_second))
+    return dataclasses.replace(result, files=files)
+
+
+def _otio(result: RenderResult, request, rate, first: int, end: int, worst_second: int | None) -> Path:
+    from studio.core.render.clip import Clip
+    from studio.core.render.handoff import write_otio
+    from studio.core.render.markers import markers_of
+
+    clip = Clip(request.avatar, request.audio, request.settings)
+    plan = clip.plan
+    path = Path(result.output).with_suffix(".otio")
+    existing = result.files.get("otio")
+    return write_otio(
+        existing or path,
+        overwrite=bool(existing) or request.overwrite,
+        video=result.output,
+        audio=request.audio,
+        rate=rate,
+        first=first,
+        end=end,
+        audio_frames=plan.frames,
+        start_tc=request.settings.start_tc,
+        markers=markers_of(request.settings, plan, rate),
+        worst_second=None if worst_second is None else float(worst_second) + float(first / rate),
+        name=Path(result.output).stem,
+    )
+
+
+def add_worst_second(result: RenderResult, request, worst_second: int | None) -> RenderResult:
+    """The check's worst second (seconds into the written file) added to the render's .otio."""
+    if worst_second is None or not request.settings.otio or "otio" not in result.files:
+        return result
+    from studio.core.media.rates import parse_rate
+
+    rate = parse_rate(result.frame_rate or "25")
+    first = int(request.frames[0]) if request.frames else 0
+    _otio(result, request, rate, first, first + int(result.frames), worst_second)
+    return result
