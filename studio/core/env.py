@@ -65,6 +65,12 @@ KNOBS: dict[str, Knob] = {
             "",
             "where encoded chunks wait for the mux (default: /dev/shm when it has room, else beside the output)",
         ),
+        Knob(
+            "STUDIO_SHM_DIR",
+            "",
+            "the memory folder of the encoders' frame rings and small spill folders (default: /dev/shm; "
+            "a ring that does not fit there is file-backed in the temporary folder, then made smaller)",
+        ),
         Knob("STUDIO_GPU_DIRECT", "1", "0: CUDA frames reach the encoder processes through a host copy thread"),
         Knob("STUDIO_VIDEO_HINTS", "1", "0: do not tell x264 which macroblocks of a photo avatar cannot change"),
         Knob(
@@ -154,6 +160,7 @@ LIMITS: dict[str, tuple] = {
     "STUDIO_QUIT_AFTER_MS": ("int", 0, 10**9),
     "STUDIO_SMOKE_GUI_MS": ("int", 0, 10**9),
     "STUDIO_SPILL_DIR": ("folder",),
+    "STUDIO_SHM_DIR": ("folder",),
 }
 
 

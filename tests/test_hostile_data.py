@@ -1,0 +1,163 @@
+"""Issue 33, round three (data and resources): small shared memory, full and read-only folders,
+damaged files, leftovers. Real tmpfs mounts (root: ``mount -t tmpfs``), real files, real commands
+and a real ``studio serve``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from studio.core.errors import RenderError
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, size: str):
+    """A real tmpfs of ``size`` mounted on ``where`` (skips where mounting is not allowed)."""
+    where.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode(errors='replace').strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.fixture
+def small_shm(tmp_path, monkeypatch):
+    """``STUDIO_SHM_DIR`` and the temporary folder on 1 MB tmpfs mounts (a container's /dev/shm, smaller)."""
+    with tmpfs(tmp_path / "shm", "1m") as shm, tmpfs(tmp_path / "tmp", "1m") as tmp:
+        monkeypatch.setenv("STUDIO_SHM_DIR", str(shm))
+        monkeypatch.setenv("TMPDIR", str(tmp))
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+        yield shm, tmp
+
+
+def studio(*args: str, env: dict | None = None, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "studio", *args], env=full, capture_output=True, text=True, timeout=timeout, **kw
+    )
+
+
+def one_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip() and not ln.startswith("encoder ring")]
+    assert len(lines) == 1 and "Traceback" not in text, text
+    return lines[0]
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Small /dev/shm
+
+
+def _write_prores(path: Path, width: int, height: int, workers: int = 2) -> None:
+    from studio.core.media.codecs import open_codec_writer
+    from studio.core.render.plan import stripes
+
+    frames = np.random.default_rng(1).integers(0, 255, (12, height, width, 3), dtype=np.uint8)
+    with open_codec_writer(path, width, height, codec="prores", fps=25, total_frames=12, workers=workers) as w:
+        assert w.window == workers
+        for idx in stripes(12, 3, w.chunks, window=w.window):
+            w.write(frames[idx], indices=idx)
+
+
+def test_rings_are_reserved_up_front_and_fall_back_to_smaller_ones(small_shm, tmp_path):
+    from studio.core.media import rings
+
+    shm, tmp = small_shm
+    ring = rings.allocate(100_000, 8)  # 0.8 MB: fits the 1 MB memory folder, reserved now
+    try:
+        assert ring.where == shm and ring.slots == 8
+        st = os.statvfs(shm)
+        assert st.f_bavail * st.f_frsize < 300_000  # the pages are taken before any frame is written
+        assert os.listdir(shm) == []  # unlinked: a killed process leaves nothing behind
+        ring.buf[:] = b"\1" * ring.size  # writing every page: no SIGBUS
+    finally:
+        ring.close()
+    ring = rings.allocate(300_000, 8)  # 2.4 MB: neither folder has room; 4 frames fit the memory folder
+    assert (ring.where, ring.slots) == (shm, 2) or (ring.where, ring.slots) == (shm, 4) or ring.slots < 8
+    ring.close()
+    with pytest.raises(RenderError, match=r"^There is no room for an encoder's frame buffers .*shm-size"):
+        rings.allocate(600_000, 8)  # two frames (1.2 MB) fit nowhere: one sentence, not a SIGBUS
+
+
+def test_a_prores_render_on_a_small_shm_falls_back_or_says_so(small_shm, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    _write_prores(out / "fits.mov", 320, 240)  # 8 x 230 KB per lane: smaller rings, the render completes
+    import av
+
+    with av.open(str(out / "fits.mov")) as c:
+        assert c.streams.video[0].codec_context.name == "prores" and c.streams.video[0].frames == 12
+    with pytest.raises(RenderError, match="no room for an encoder's frame buffers"):
+        _write_prores(out / "none.mov", 640, 480)  # 2 x 920 KB fits nowhere
+    assert sorted(p.name for p in out.iterdir()) == ["fits.mov"]  # nothing half-written
+    assert os.listdir(small_shm[0]) == [] and os.listdir(small_shm[1]) == []
+
+
+def test_h264_lanes_on_a_small_shm_fall_back_to_file_backed_rings(tmp_path, monkeypatch):
+    from studio.core.media.writer import open_video
+
+    with tmpfs(tmp_path / "shm", "1m") as shm:
+        monkeypatch.setenv("STUDIO_SHM_DIR", str(shm))
+        frames = np.random.default_rng(2).integers(0, 255, (24, 480, 640, 3), dtype=np.uint8)
+        out = tmp_path / "h.mp4"
+        with open_video(out, 640, 480, fps=25, total_frames=24, encoder="x264-parallel", workers=2) as w:
+            assert "parallel" in w.encoder_name if hasattr(w, "encoder_name") else True
+            w.write(frames, indices=np.arange(24))
+        import av
+
+        with av.open(str(out)) as c:
+            assert sum(1 for _ in c.decode(video=0)) == 24
+
+
+def test_a_prores_job_on_a_small_shm_fails_with_a_sentence_and_the_server_lives(small_shm, tmp_path, monkeypatch):
+    httpx = pytest.importorskip("httpx")
+    from conftest import DEMO_AVATAR, speech_pause_speech
+    from served import Server
+
+    monkeypatch.setenv("STUDIO_X264_WORKERS", "2")
+    voice = speech_pause_speech(tmp_path / "v.wav", 0.5, 0.2, 0.5)
+    srv = Server(tmp_path / "home")
+    try:
+        with httpx.Client(base_url=srv.url, timeout=120) as c:
+            with open(DEMO_AVATAR, "rb") as fh:
+                assert c.post("/v1/avatars", data={"name": "astro"}, files={"file": ("a.png", fh)}).status_code == 201
+            with open(voice, "rb") as fh:
+                audio = c.post("/v1/audio", files={"file": ("v.wav", fh)}).json()["id"]
+            job = c.post(
+                "/v1/renders", data={"avatar": "astro", "audio_id": audio, "engine": "classic", "codec": "prores"}
+            )
+            assert job.status_code == 202, job.text
+            for jid in (job.json()["id"], None):
+                if jid is None:  # Retry: the same sentence again, and the server still answers
+                    again = c.post(f"/v1/renders/{job.json()['id']}/retry")
+                    assert again.status_code == 202, again.text
+                    jid = again.json()["id"]
+                j = _wait(c, jid)
+                assert j["state"] == "failed", j
+                assert "no room for an encoder's frame buffers" in j["reason"] and "\n" not in j["reason"]
+                assert c.get("/v1/health").status_code == 200 and srv.proc.poll() is None
+            assert [p.name for p in (srv.home / "renders").iterdir() if ".part" in p.name] == []
+    finally:
+        srv.stop()
+
+
+def _wait(c, jid: int, timeout: float = 120) -> dict:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        j = c.get(f"/v1/renders/{jid}").json()
+        if j["state"] in ("done", "failed", "cancelled"):
+            return j
+        time.sleep(0.2)
+    raise AssertionError(f"job {jid} still {j['state']}")
