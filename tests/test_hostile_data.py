@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT
+from served import free_port
 
 from studio.core.errors import RenderError
 
@@ -161,3 +162,80 @@ def _wait(c, jid: int, timeout: float = 120) -> dict:
             return j
         time.sleep(0.2)
     raise AssertionError(f"job {jid} still {j['state']}")
+
+
+# --------------------------------------------------------------------------------------------
+# 10, 11, 14. A cut, foreign or read-only queue: one sentence, the file untouched
+
+
+def _nine_jobs(home: Path) -> Path:
+    from studio.core.store.jobs import JobStore
+
+    store = JobStore(home / "jobs.sqlite")
+    for i in range(9):
+        store.add("astro", str(home / "v.wav"), {"engine": "classic", "note": "x" * 300}, str(home / f"o{i}.mp4"))
+    return home / "jobs.sqlite"
+
+
+@pytest.mark.parametrize("cut", [3000, 8192])
+def test_a_cut_queue_is_refused_at_open_and_left_byte_identical(tmp_path, cut):
+    home = tmp_path / "home"
+    home.mkdir()
+    db = _nine_jobs(home)
+    data = db.read_bytes()[:-cut]
+    db.write_bytes(data)
+    for args in (["queue", "list"], ["queue", "add", "--avatar", "astro", "--audio", str(db), "-o", "x.mp4"]):
+        r = studio(*args, env={"STUDIO_HOME": str(home)})
+        assert r.returncode == 2, r.stderr
+        line = one_line(r.stderr)
+        assert "the job queue file is damaged" in line and "left as it is" in line
+    assert db.read_bytes() == data and sorted(p.name for p in home.iterdir() if "jobs" in p.name) == ["jobs.sqlite"]
+
+
+@pytest.mark.parametrize("kind", ["foreign", "cut"])
+def test_serve_on_a_damaged_or_foreign_queue_is_one_sentence_exit_2(tmp_path, kind):
+    import sqlite3
+
+    home = tmp_path / "home"
+    home.mkdir()
+    if kind == "foreign":
+        db = home / "jobs.sqlite"
+        with contextlib.closing(sqlite3.connect(db)) as con:
+            con.execute("CREATE TABLE invoices(x)")
+            con.commit()
+    else:
+        db = _nine_jobs(home)
+        db.write_bytes(db.read_bytes()[:-3000])
+    before = db.read_bytes()
+    r = studio("serve", "--port", str(free_port()), env={"STUDIO_HOME": str(home)}, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    line = one_line(r.stderr)
+    assert ("not a Studio job queue" if kind == "foreign" else "damaged") in line
+    assert db.read_bytes() == before
+
+
+def test_a_read_only_data_folder_says_read_only(tmp_path):
+    from conftest import DEMO_AVATAR, speech_pause_speech
+
+    voice = speech_pause_speech(tmp_path / "v.wav", 0.4, 0.1, 0.4)
+    with tmpfs(tmp_path / "ro", "16m") as ro:
+        home = ro / "home"
+        home.mkdir()
+        _nine_jobs(home)
+        env = {"STUDIO_HOME": str(home)}
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+        before = {p.name: p.read_bytes() for p in home.rglob("*") if p.is_file()}
+        cases = [
+            ["queue", "list"],
+            ["queue", "add", "--avatar", "astro", "--audio", str(voice), "-o", str(tmp_path / "q.mp4")],
+            ["avatar", "add", "b", str(DEMO_AVATAR)],
+            ["render", "--avatar", str(DEMO_AVATAR), "--audio", str(voice), "-o", str(tmp_path / "o.mp4")],
+            ["serve", "--port", str(free_port())],
+        ]
+        for args in cases:
+            r = studio(*args, env=env, timeout=120)
+            assert r.returncode == 2, (args, r.returncode, r.stderr)
+            line = one_line(r.stderr)
+            assert "is read-only" in line and "damaged" not in line and "move it away" not in line, (args, line)
+        assert {p.name: p.read_bytes() for p in home.rglob("*") if p.is_file()} == before
+        assert not (tmp_path / "o.mp4").exists()

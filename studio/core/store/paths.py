@@ -38,8 +38,69 @@ def data_dir() -> Path:
 
 def sub_dir(name: str) -> Path:
     path = data_dir() / name
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in READ_ONLY_ERRNOS:
+            raise read_only_error(path, exc) from None
+        raise
     return path
+
+
+#: what a write answers on a read-only mount (EROFS) or a folder this user may not write (EACCES, EPERM)
+READ_ONLY_ERRNOS = (30, 13, 1)
+
+
+def is_read_only(path: Path) -> bool:
+    """Whether ``path`` (or the folder it would be made in) cannot be written: a read-only mount or
+    a folder this user may not write."""
+    import os
+
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        if os.statvfs(p).f_flag & os.ST_RDONLY:
+            return True
+    except OSError:
+        return False
+    return not os.access(p, os.W_OK)
+
+
+def read_only_error(path: Path, exc: OSError | None = None):
+    """The ``InputError`` for a data folder (or a file in it) Studio cannot write: it says read-only,
+    never "damaged", since nothing is wrong with what is there."""
+    import errno
+
+    from studio.core.errors import InputError
+
+    if exc is not None:
+        rofs = exc.errno == errno.EROFS
+    else:
+        import os
+
+        p = Path(path)
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        try:
+            rofs = bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+        except OSError:
+            rofs = False
+    why = "a read-only file system" if rofs else "no permission to write"
+    from studio.core import env
+
+    home = env.get("STUDIO_HOME")
+    folder = Path(home).expanduser() if home else None
+    if folder is None:
+        import platformdirs
+
+        folder = Path(platformdirs.user_data_dir("studio", appauthor=False))
+    if Path(path) == folder or Path(path).is_relative_to(folder):
+        return InputError(
+            f"The data folder {folder} is read-only ({why}: {path} cannot be written); make it writable, or "
+            "point STUDIO_HOME at a writable folder (nothing in it was changed)"
+        )
+    return InputError(f"{path} cannot be written ({why}); choose a writable folder")
 
 
 def log_file() -> Path:
