@@ -239,3 +239,59 @@ def test_a_read_only_data_folder_says_read_only(tmp_path):
             assert "is read-only" in line and "damaged" not in line and "move it away" not in line, (args, line)
         assert {p.name: p.read_bytes() for p in home.rglob("*") if p.is_file()} == before
         assert not (tmp_path / "o.mp4").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# 8. Retention never follows a link out of the data folder, and removes only what Studio wrote
+
+
+def _old(path: Path, size: int = 1000, days: float = 30) -> Path:
+    import time
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\0" * size)
+    when = time.time() - days * 86400
+    os.utime(path, (when, when))
+    return path
+
+
+def test_retention_never_follows_a_link_out_of_the_data_folder(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    mine = tmp_path / "my-videos"
+    holiday = _old(mine / "holiday.mp4")
+    song = _old(tmp_path / "my-audio" / "audio" / "0123456789abcdef.wav")
+    (home / "renders").symlink_to(mine)  # renders/ is a link to a user's folder
+    (home / "uploads").symlink_to(tmp_path / "my-audio")
+    env = {"STUDIO_HOME": str(home), "STUDIO_KEEP_RENDERS": "20s"}
+    r = studio("queue", "prune", env=env)
+    assert r.returncode == 0, r.stderr
+    assert holiday.is_file() and song.is_file()
+    r = studio("queue", "prune", env={**env, "STUDIO_MAX_STORAGE_GB": "0.000000001"})
+    assert r.returncode == 0, r.stderr
+    assert holiday.is_file() and song.is_file()
+
+
+def test_retention_removes_only_files_studio_recorded_writing(tmp_path):
+    from studio.core.store.jobs import JobStore
+
+    home = tmp_path / "home"
+    renders = home / "renders"
+    users = _old(renders / "holiday.mp4")  # a user's file dropped into renders/: no job wrote it
+    linked = renders / "link.mp4"
+    linked.symlink_to(_old(tmp_path / "elsewhere.mp4"))
+    stray = _old(home / "uploads" / "audio" / "my notes.wav")  # not a name the upload store gives
+    upload = _old(home / "uploads" / "audio" / "0123456789abcdef.wav")  # the upload store's: old, unused
+    store = JobStore(home / "jobs.sqlite")
+    ours = _old(renders / "astro-voice.mp4")
+    job = store.add("astro", str(upload), {}, str(ours), state="draft")
+    store.enqueue(job.id)
+    store.claim_next()
+    store.finish(job.id, output=str(ours), result={"frames": 25})
+    with store._tx() as db:
+        db.execute("UPDATE jobs SET updated=updated-86400*30 WHERE id=?", (job.id,))
+    r = studio("queue", "prune", env={"STUDIO_HOME": str(home), "STUDIO_KEEP_RENDERS": "20s"})
+    assert r.returncode == 0, r.stderr
+    assert not ours.exists() and not upload.exists()  # Studio's own: removed, the job expired
+    assert users.is_file() and stray.is_file() and linked.is_symlink() and (tmp_path / "elsewhere.mp4").is_file()
+    assert store.get(job.id).state == "expired"
