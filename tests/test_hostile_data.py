@@ -295,3 +295,122 @@ def test_retention_removes_only_files_studio_recorded_writing(tmp_path):
     assert not ours.exists() and not upload.exists()  # Studio's own: removed, the job expired
     assert users.is_file() and stray.is_file() and linked.is_symlink() and (tmp_path / "elsewhere.mp4").is_file()
     assert store.get(job.id).state == "expired"
+
+
+# --------------------------------------------------------------------------------------------
+# 9, 17. Uploads: one client's refusal never removes another's file; a refused avatar leaves nothing
+
+
+class _Upload:
+    """What FastAPI hands the store: a file name and an async ``read`` (here over real bytes)."""
+
+    def __init__(self, name: str, data: bytes):
+        self.filename, self._data = name, data
+
+    async def read(self, n: int) -> bytes:
+        block, self._data = self._data[:n], self._data[n:]
+        return block
+
+
+def test_a_refused_request_never_removes_another_clients_upload_of_the_same_bytes(tmp_path):
+    import asyncio
+
+    from conftest import speech_pause_speech
+
+    from studio.api.uploads import UploadStore
+
+    data = speech_pause_speech(tmp_path / "v.wav", 0.3, 0.1, 0.3).read_bytes()
+    store = UploadStore(tmp_path / "uploads", 10 * 2**20)
+
+    async def scenario():
+        b = await store.save_audio(_Upload("b.wav", data), settle=False)  # B's render stores it first ...
+        a = await store.save_audio(_Upload("a.wav", data))  # ... A uploads the same bytes: 201
+        assert a.path == b.path and b.new and not a.new
+        store.discard(b)  # ... and B's render is refused (429)
+        return a
+
+    a = asyncio.run(scenario())
+    assert a.path.is_file() and store.audio_path(a.id) == a.path  # A's id still works
+    assert store.holders(a.path) == 0
+    c = asyncio.run(store.save_audio(_Upload("c.wav", data + b"\0\0"), settle=False))
+    store.discard(c)  # a refused request alone: nothing of it is left
+    assert not c.path.exists() and not (tmp_path / "uploads" / "audio" / f"{c.id}.json").exists()
+    d = asyncio.run(store.save_audio(_Upload("d.wav", data), settle=False))
+    store.discard(d)  # refused, but the file was kept by A's upload before: it stays
+    assert d.path.is_file()
+
+
+def test_a_refused_avatar_upload_leaves_nothing_and_names_the_clients_file(tmp_path):
+    httpx = pytest.importorskip("httpx")
+    from PIL import Image
+    from served import Server
+
+    blank = tmp_path / "blank.png"
+    Image.new("RGB", (256, 256), (120, 130, 140)).save(blank)
+    srv = Server(tmp_path / "home")
+    try:
+        with httpx.Client(base_url=srv.url, timeout=120) as c, open(blank, "rb") as fh:
+            r = c.post("/v1/avatars", data={"name": "nobody"}, files={"file": ("my-photo.png", fh)})
+        assert r.status_code == 422, r.text
+        msg = r.json()["error"]
+        assert "'my-photo.png'" in msg and "uploads" not in msg and str(srv.home) not in msg
+        assert [p.name for p in (srv.home / "uploads" / "avatars").iterdir()] == []
+    finally:
+        srv.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# 15. A damaged alpha.npy is repaired; truncated is not an internal error; --force fixes it
+
+
+@pytest.fixture
+def glass_home(tmp_path, monkeypatch):
+    from conftest import DEMO_AVATAR
+    from PIL import Image
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("STUDIO_HOME", str(home))
+    rgba = np.dstack([np.asarray(Image.open(DEMO_AVATAR).convert("RGB")), np.full((512, 512), 255, np.uint8)])
+    rgba[:128, :128, 3] = 0
+    src = tmp_path / "glass.png"
+    Image.fromarray(rgba).save(src)
+    r = studio("avatar", "add", "glass", str(src), env={"STUDIO_HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    return home, src, rgba[..., 3]
+
+
+def _scribble(path: Path) -> None:
+    b = bytearray(path.read_bytes())
+    b[len(b) // 2 : len(b) // 2 + 100] = b"\x07" * 100
+    path.write_bytes(bytes(b))
+
+
+@pytest.mark.parametrize("harm", ["scribbled", "truncated"])
+def test_a_damaged_alpha_is_rebuilt_from_the_source(glass_home, harm):
+    from studio.core.avatars import library
+
+    home, _src, alpha = glass_home
+    npy = home / "avatars" / "glass" / "alpha.npy"
+    if harm == "scribbled":
+        _scribble(npy)
+    else:
+        os.truncate(npy, 100_000)
+    for _ in range(2):  # repaired the first time, and stays repaired
+        a = library.load("glass")
+        assert np.array_equal(np.asarray(a.alpha[0]), alpha)
+    assert library.list_avatars()[0]["damaged"] is False
+
+
+def test_avatar_add_force_repairs_a_damaged_alpha(glass_home):
+    from studio.core.avatars import library
+
+    home, src, alpha = glass_home
+    npy = home / "avatars" / "glass" / "alpha.npy"
+    _scribble(npy)
+    r = studio("avatar", "add", "glass", str(src), "--force", env={"STUDIO_HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    from studio.core.avatars.cache import open_assets, read_meta
+
+    folder = home / "avatars" / "glass"
+    assert np.array_equal(np.asarray(open_assets(folder, read_meta(folder)).alpha[0]), alpha)  # every block checked
+    assert np.array_equal(np.asarray(library.load("glass").alpha[0]), alpha)
