@@ -414,3 +414,106 @@ def test_avatar_add_force_repairs_a_damaged_alpha(glass_home):
     folder = home / "avatars" / "glass"
     assert np.array_equal(np.asarray(open_assets(folder, read_meta(folder)).alpha[0]), alpha)  # every block checked
     assert np.array_equal(np.asarray(library.load("glass").alpha[0]), alpha)
+
+
+# --------------------------------------------------------------------------------------------
+# 16. Unknown-length FLAC, strict JSON, a 254-byte name that exists, signals at worker start, mattes
+
+
+def unknown_length_flac(path: Path, seconds: float = 15.0, rate: int = 16_000) -> Path:
+    """A FLAC whose STREAMINFO says 0 samples (unknown), as ``flac -`` and recorders write it."""
+    import soundfile as sf
+
+    x = (np.sin(np.arange(int(seconds * rate)) * 2 * np.pi * 220 / rate) * 0.3).astype(np.float32)
+    sf.write(path, x, rate, format="FLAC")
+    b = bytearray(path.read_bytes())
+    assert b[:4] == b"fLaC" and b[4] & 0x7F == 0  # the first block is STREAMINFO
+    field = int.from_bytes(b[18:26], "big") & ~((1 << 36) - 1)  # its 36-bit total-samples field: 0
+    b[18:26] = field.to_bytes(8, "big")
+    path.write_bytes(bytes(b))
+    return path
+
+
+def test_a_flac_of_unknown_length_is_decoded_to_its_real_length(tmp_path):
+    import json
+
+    flac = unknown_length_flac(tmp_path / "piped.flac")
+    import soundfile as sf
+
+    assert sf.info(str(flac)).frames > 2**62  # what libsndfile says: "unknown"
+    r = studio("analyze", "--json", str(flac), env={"STUDIO_HOME": str(tmp_path / "home")})
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["duration_s"] == 15.0 and got["frames"] == 375
+
+
+def test_json_output_is_strict_json_without_infinities(tmp_path):
+    import json
+
+    import soundfile as sf
+    from conftest import DEMO_AVATAR
+
+    silent = tmp_path / "silent.wav"
+    sf.write(silent, np.zeros(16_000, np.float32), 16_000)
+    out = tmp_path / "s.mp4"
+    r = studio(
+        "render", "--avatar", str(DEMO_AVATAR), "--audio", str(silent), "-o", str(out), "--json", "--loudness", "-16",
+        env={"STUDIO_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Infinity" not in r.stdout and "NaN" not in r.stdout
+    got = json.loads(r.stdout.strip().splitlines()[-1], parse_constant=lambda c: pytest.fail(f"{c} in --json"))
+    assert got["loudness"]["before_true_peak"] is None
+
+
+def test_a_254_byte_name_that_exists_is_refused_up_front(tmp_path):
+    from conftest import DEMO_AVATAR, speech_pause_speech
+
+    voice = speech_pause_speech(tmp_path / "v.wav", 0.3, 0.1, 0.3)
+    taken = tmp_path / ("a" * 250 + ".mp4")
+    taken.write_bytes(b"mine")
+    env = {"STUDIO_HOME": str(tmp_path / "home")}
+    for args in (
+        ["queue", "add", "--avatar", str(DEMO_AVATAR), "--audio", str(voice), "-o", str(taken)],
+        ["render", "--avatar", str(DEMO_AVATAR), "--audio", str(voice), "-o", str(taken)],
+    ):
+        r = studio(*args, env=env)
+        assert r.returncode == 2, (args, r.stderr)
+        line = one_line(r.stderr)
+        assert "exists and is kept" in line and "--overwrite" in line
+        assert "engine:" not in r.stdout + r.stderr  # refused before the render, not after it
+    assert taken.read_bytes() == b"mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["v.wav", taken.name, "home"])  # nothing half-written
+
+
+def test_a_stop_signal_waits_for_a_deferred_step():
+    import signal
+
+    from studio.core import signals
+
+    assert signals.handle_stop_signals()
+    try:
+        done = []
+        with pytest.raises(signals.Interrupted) as caught:
+            with signals.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                done.append("the step ran to its end")
+        assert done and caught.value.signo == signal.SIGTERM
+    finally:
+        for s in signals.STOP_SIGNALS:
+            signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
+
+
+def test_matte_mistakes_name_the_matte(tmp_path):
+    from conftest import DEMO_AVATAR
+    from PIL import Image
+
+    black = tmp_path / "black.png"
+    Image.fromarray(np.zeros((512, 512), np.uint8)).save(black)
+    env = {"STUDIO_HOME": str(tmp_path / "home")}
+    r = studio("avatar", "add", "m", str(DEMO_AVATAR), "--matte", str(black), env=env)
+    assert r.returncode == 2 and "the matte is black everywhere" in one_line(r.stderr), r.stderr
+    r = studio("avatar", "add", "m", str(DEMO_AVATAR), "--matte", "/dev/zero", env=env)
+    assert r.returncode == 2, r.stderr
+    line = one_line(r.stderr)
+    assert "is a device, not a file" in line and "no such file" not in line

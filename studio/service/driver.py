@@ -233,6 +233,10 @@ def check_request(req: RenderRequest) -> None:
     from studio.core.media.audio import probe
 
     check_output(req.output, req.avatar, req.audio, codec=req.settings.codec)
+    if not req.overwrite:
+        from studio.core.store.outputs import check_kept_name
+
+        check_kept_name(req.output)
     if req.placement.kind in ("chunks", "farm") and req.settings.codec != "h264":
         from studio.core.errors import InputError
 

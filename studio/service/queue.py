@@ -284,6 +284,9 @@ class QueueService:
         request = absolute_request(request)
         output = request.output
         if not request.overwrite:
+            from studio.core.store.outputs import check_kept_name
+
+            check_kept_name(output)  # a kept file whose numbered name cannot be made: one sentence
             output = unique_output(output, self._taken())
         check_output(output, request.avatar, request.audio, codec=request.settings.codec)
         request = request.with_(output=output)

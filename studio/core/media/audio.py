@@ -211,8 +211,39 @@ def probe(path: str | os.PathLike) -> AudioInfo:
         channels=int(info.channels),
         source_frames=int(info.frames),
     )
+    if info.frames >= UNKNOWN_LENGTH:  # libsndfile's answer for a FLAC whose STREAMINFO has no length:
+        # libsndfile cannot read such a stream either (psf_fseek fails); FFmpeg decodes it, counted here
+        out = _probe_ffmpeg(p)
+        out = replace(out, source_frames=_count_frames(out))
     check_duration(out)
     return out
+
+
+#: libsndfile reports SF_COUNT_MAX frames for a stream of unknown length (``flac -`` and recorders
+#: write a STREAMINFO with 0 samples when they cannot seek back to fill it in)
+UNKNOWN_LENGTH = 2**62
+
+
+def _count_frames(info: AudioInfo) -> int:
+    """The frames of a source whose header does not say: decoded and counted, block by block (memory
+    flat), no further than the voice-over limit allows."""
+    limit, how = max_audio_minutes()
+    cap, n = int(limit * 60 * info.source_rate) + 1, 0
+    try:
+        for b in _ffmpeg_blocks(info, READ_BLOCK, 0, None):
+            n += len(b)
+            if n > cap:
+                raise AudioError(
+                    f"{info.path}: is longer than the {_hm(limit * 60)} limit for a voice-over ({how}); "
+                    "split it into parts"
+                )
+    except AudioError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - av.error.* while decoding
+        raise _av_error(Path(info.path), exc) from None
+    if n <= 0:
+        raise AudioError(f"{info.path}: contains no audio samples; export the voice-over again")
+    return n
 
 
 # --------------------------------------------------------------------------------------------
