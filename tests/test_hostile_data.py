@@ -517,3 +517,31 @@ def test_matte_mistakes_name_the_matte(tmp_path):
     assert r.returncode == 2, r.stderr
     line = one_line(r.stderr)
     assert "is a device, not a file" in line and "no such file" not in line
+
+
+# --------------------------------------------------------------------------------------------
+# 17. A SIGKILLed run's AAC-cache temporary is removed by the next command
+
+
+def test_a_killed_runs_aac_cache_temporary_is_swept_by_the_next_command(tmp_path):
+    from conftest import speech_pause_speech
+
+    home = tmp_path / "home"
+    voice = speech_pause_speech(tmp_path / "v.wav", 0.5, 0.1, 0.5)
+    code = (
+        "import os, signal\n"
+        "from studio.core.media.encoders import AudioSource\n"
+        f"src = AudioSource({str(voice)!r})\n"
+        "src._open_local()  # a local encode starts: its packets go to a tee file in the AAC cache\n"
+        "assert src._tee is not None\n"
+        "print(src._tee[1], flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9, r.stderr
+    tee = Path(r.stdout.strip())
+    assert tee.is_file() and tee.parent == home / "cache" / "aac"
+    r = studio("queue", "list", env={"STUDIO_HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    assert not tee.exists() and os.listdir(home / "cache" / "aac") == []
