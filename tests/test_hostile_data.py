@@ -545,3 +545,49 @@ def test_a_killed_runs_aac_cache_temporary_is_swept_by_the_next_command(tmp_path
     r = studio("queue", "list", env={"STUDIO_HOME": str(home)})
     assert r.returncode == 0, r.stderr
     assert not tee.exists() and os.listdir(home / "cache" / "aac") == []
+
+
+@pytest.mark.slow
+def test_the_server_stops_within_10_s_while_a_job_prepares_a_long_voice_over(tmp_path):
+    import signal
+    import time
+
+    import soundfile as sf
+
+    httpx = pytest.importorskip("httpx")
+    from conftest import DEMO_AVATAR, speech_pause_speech
+    from served import Server
+
+    rate = 48_000  # resampled to 16 kHz as it is decoded: the slow part of preparing it
+    long = tmp_path / "long.wav"
+    with sf.SoundFile(long, "w", rate, 1, subtype="PCM_16") as f:
+        minute = (np.sin(np.arange(rate * 60) * 2 * np.pi * 180 / rate) * 0.3).astype(np.float32)
+        for _ in range(30):
+            f.write(minute)
+    short = speech_pause_speech(tmp_path / "short.wav", 0.3, 0.1, 0.3)
+    avatar = tmp_path / "astro.png"
+    avatar.write_bytes(Path(DEMO_AVATAR).read_bytes())
+    srv = Server(tmp_path / "home", "--allow-paths", str(tmp_path))
+    try:
+        with httpx.Client(base_url=srv.url, timeout=300) as c:
+            form = {"avatar_path": str(avatar), "engine": "classic"}
+            warm = c.post("/v1/renders", data={**form, "audio_path": str(short)}).json()  # libraries loaded
+            assert _wait(c, warm["id"])["state"] == "done"
+            job = c.post("/v1/renders", data={**form, "audio_path": str(long)}).json()
+            deadline = time.monotonic() + 60
+            while c.get(f"/v1/renders/{job['id']}").json()["state"] != "running" and time.monotonic() < deadline:
+                time.sleep(0.05)
+        time.sleep(1.0)  # it is decoding the voice-over now (about 10 s of work here)
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.proc.wait(30)
+        took = time.monotonic() - t0
+        assert took < 10, f"studio serve took {took:.1f} s to stop"
+        assert "Traceback" not in srv.log_tail(4000)
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(srv.home / "jobs.sqlite")) as db:  # as the server left it
+            state = db.execute("SELECT state FROM jobs WHERE id=?", (job["id"],)).fetchone()[0]
+        assert state == "interrupted"  # its preparation stopped, and the job says so (Retry runs it)
+    finally:
+        srv.stop()

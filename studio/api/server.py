@@ -21,7 +21,9 @@ def serve(options: ServeOptions, on_listening=None) -> None:
     from studio.api.app import create_app
 
     options = options.check()
-    check_data_folder()
+    from studio.service.datafolder import check_data_folder
+
+    check_data_folder()  # read-only, or a damaged or foreign jobs.sqlite: one sentence before uvicorn
     access = logging.getLogger("studio.api.access")  # one line per request on stderr (and in the log file)
     if not any(getattr(h, "studio_access", False) for h in access.handlers):
         h = logging.StreamHandler()
@@ -39,18 +41,6 @@ def serve(options: ServeOptions, on_listening=None) -> None:
     if on_listening is not None:
         on_listening(f"http://{host}:{sock.getsockname()[1]}")
     server.run(sockets=[sock])
-
-
-def check_data_folder() -> None:
-    """Before the app starts: the data folder must be writable and its job queue readable, else one
-    sentence (exit 2) rather than uvicorn's startup traceback (exit 3). The queue file is only read."""
-    from studio.core.store.jobs import JobStore
-    from studio.core.store.paths import data_dir, is_read_only, read_only_error
-
-    home = data_dir()
-    if is_read_only(home):
-        raise read_only_error(home)
-    JobStore()  # a damaged, cut or foreign jobs.sqlite: its sentence; a good one is opened as the app will
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -602,9 +602,12 @@ class QueueService:
         if timeout is not None:
             self.wait_drained(timeout)
 
-    def close(self) -> None:
-        """Stop now (a running job is interrupted) and leave the farm."""
-        self.stop(interrupt=True)
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop now (a running job is interrupted) and leave the farm. ``timeout``: how long to wait
+        for the runner (a server waits less: a step that cannot be cut short, such as a cold import
+        of the engine's libraries, must not keep it past a container's stop deadline; a job left
+        running is marked interrupted when the queue opens next)."""
+        self.stop(interrupt=True, timeout=timeout)
         link, self._farm_link = self._farm_link, None
         if link is not None:
             link.close()

@@ -478,6 +478,8 @@ def read_blocks(info: AudioInfo, block: int = READ_BLOCK, start: int = 0, stop: 
         return
     import soundfile as sf
 
+    from studio.core.cancel import checkpoint
+
     with quiet_stderr():
         fh = sf.SoundFile(info.path)
     with fh:
@@ -485,6 +487,7 @@ def read_blocks(info: AudioInfo, block: int = READ_BLOCK, start: int = 0, stop: 
             fh.seek(min(start, fh.frames))
         left = None if stop is None else max(0, stop - start)
         while left is None or left > 0:
+            checkpoint()  # a cancelled render stops decoding (a server asked to stop, a job cancelled)
             data = fh.read(block if left is None else min(block, left), dtype="float32", always_2d=True)
             if len(data) == 0:
                 return
@@ -633,6 +636,9 @@ def _ffmpeg_blocks(info: AudioInfo, block: int, start: int, stop: int | None):
                 pending.append(data)
                 have += len(data)
                 if have >= block:
+                    from studio.core.cancel import checkpoint
+
+                    checkpoint()  # a cancelled render stops decoding
                     yield np.ascontiguousarray(np.concatenate(pending), np.float32)
                     pending, have = [], 0
             if stop is not None and pos >= stop:
