@@ -591,3 +591,47 @@ def test_the_server_stops_within_10_s_while_a_job_prepares_a_long_voice_over(tmp
         assert state == "interrupted"  # its preparation stopped, and the job says so (Retry runs it)
     finally:
         srv.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# 2. studio check: the render's header limits, and memory flat in the voice-over's length
+
+
+def _peak_rss_mb(*args: str, env: dict) -> tuple[subprocess.CompletedProcess, float]:
+    """``studio *args`` in a child of a fresh interpreter that reports its children's peak RSS."""
+    code = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'studio', *sys.argv[1:]], capture_output=True, text=True)\n"
+        "sys.stdout.write(r.stdout); sys.stderr.write(r.stderr)\n"
+        "print('PEAK', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+        "sys.exit(r.returncode)\n"
+    )
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    r = subprocess.run([sys.executable, "-c", code, *args], env=full, capture_output=True, text=True, timeout=300)
+    peak = int(r.stderr.rsplit("PEAK", 1)[1].split()[0]) / 1024
+    r.stderr = r.stderr.rsplit("PEAK", 1)[0]
+    return r, peak
+
+
+def test_check_keeps_the_header_limit_and_flat_memory_for_a_long_voice_over(tmp_path):
+    import soundfile as sf
+    from conftest import DEMO_AVATAR, speech_pause_speech
+
+    home = tmp_path / "home"
+    env = {"STUDIO_HOME": str(home)}
+    voice = speech_pause_speech(tmp_path / "v.wav", 0.4, 0.1, 0.4)
+    video = tmp_path / "good.mp4"
+    r = studio("render", "--avatar", str(DEMO_AVATAR), "--audio", str(voice), "-o", str(video), env=env)
+    assert r.returncode == 0, r.stderr
+    long = tmp_path / "three-hours.flac"  # 3 h of near-silence: 300 KB of FLAC, 690 MB decoded at 16 kHz
+    with sf.SoundFile(long, "w", 8000, 1, format="FLAC") as f:
+        ten_minutes = np.zeros(8000 * 600, np.float32)
+        for _ in range(18):
+            f.write(ten_minutes)
+    assert long.stat().st_size < 2_000_000
+    r, peak = _peak_rss_mb("check", str(video), "--audio", str(long), env=env)
+    assert r.returncode == 0, r.stderr
+    assert "The voice lasts 10800.0 s" in r.stdout + r.stderr
+    assert peak < 600, f"studio check peaked at {peak:.0f} MB for a 3-hour voice-over"  # before: 4.9 GB
+    r, _ = _peak_rss_mb("check", str(video), "--audio", str(long), env={**env, "STUDIO_MAX_AUDIO_MINUTES": "60"})
+    assert r.returncode == 2 and "over the 60 minutes limit" in one_line(r.stderr), r.stderr

@@ -233,7 +233,7 @@ def _count_frames(info: AudioInfo) -> int:
         for b in _ffmpeg_blocks(info, READ_BLOCK, 0, None):
             n += len(b)
             if n > cap:
-                raise AudioError(
+                raise TooLong(
                     f"{info.path}: is longer than the {_hm(limit * 60)} limit for a voice-over ({how}); "
                     "split it into parts"
                 )
@@ -280,11 +280,15 @@ def max_audio_minutes() -> tuple[float, str]:
     return value, "STUDIO_MAX_AUDIO_MINUTES sets it"
 
 
+class TooLong(AudioError):
+    """The voice-over is longer than the limit (``max_audio_minutes``), said from its header."""
+
+
 def check_duration(info: AudioInfo) -> None:
     """One sentence when the header says the voice-over is longer than the limit."""
     limit, how = max_audio_minutes()
     if info.duration_s > limit * 60:
-        raise AudioError(
+        raise TooLong(
             f"{info.path}: is {_hm(info.duration_s)} long, over the {_hm(limit * 60)} limit for a voice-over "
             f"({how}); split it into parts"
         )
@@ -601,7 +605,7 @@ def _probe_ffmpeg_now(p: Path) -> AudioInfo:
             for b in _ffmpeg_blocks(info, READ_BLOCK, 0, None):
                 n += len(b)
                 if n > cap:
-                    raise AudioError(
+                    raise TooLong(
                         f"{p}: is longer than the {_hm(limit * 60)} limit for a voice-over ({how}); split it into parts"
                     )
         except AudioError:
