@@ -635,3 +635,91 @@ def test_check_keeps_the_header_limit_and_flat_memory_for_a_long_voice_over(tmp_
     assert peak < 600, f"studio check peaked at {peak:.0f} MB for a 3-hour voice-over"  # before: 4.9 GB
     r, _ = _peak_rss_mb("check", str(video), "--audio", str(long), env={**env, "STUDIO_MAX_AUDIO_MINUTES": "60"})
     assert r.returncode == 2 and "over the 60 minutes limit" in one_line(r.stderr), r.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Small uploads, huge costs: the face check's decode is bounded from the header
+
+
+def _huge_video(path: Path, side: int = 9984) -> Path:
+    """A 0.5 MB MOV of one side x side frame (PNG, grey: cheap to make, 100 megapixels to decode)."""
+    import av
+
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("png", rate=25)
+        s.width = s.height = side
+        s.pix_fmt = "gray"
+        s.options = {"compression_level": "1"}
+        f = av.VideoFrame(side, side, "gray")
+        f.planes[0].update(bytes(f.planes[0].buffer_size))
+        for pkt in [*s.encode(f), *s.encode(None)]:
+            c.mux(pkt)
+    return path
+
+
+def _faceless_video(path: Path, seconds: int = 60) -> Path:
+    import av
+
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 160, 120, "yuv420p"
+        s.options = {"preset": "ultrafast", "g": "250"}
+        base = np.random.default_rng(0).integers(0, 255, (120, 160, 3), dtype=np.uint8)
+        for i in range(25 * seconds):
+            for pkt in s.encode(av.VideoFrame.from_ndarray(np.roll(base, i, axis=1), format="rgb24")):
+                c.mux(pkt)
+        for pkt in s.encode(None):
+            c.mux(pkt)
+    return path
+
+
+def test_the_face_check_refuses_huge_frames_from_the_header_and_samples_by_seeking(tmp_path, monkeypatch):
+    from studio.core.avatars import library
+    from studio.core.errors import AvatarError
+
+    huge = _huge_video(tmp_path / "huge.mov")
+    assert huge.stat().st_size < 1_000_000
+    with pytest.raises(AvatarError, match=r"frames are 9984x9984 \(100 megapixels\), over the 33 megapixels"):
+        library.check_video_faces(huge)
+    faceless = _faceless_video(tmp_path / "faceless.mp4")
+    decoded = []
+    real = library._frame_near
+
+    def counting(container, stream, t, budget):
+        frame, used = real(container, stream, t, budget)
+        decoded.append(used)
+        return frame, used
+
+    monkeypatch.setattr(library, "_frame_near", counting)
+    with pytest.raises(AvatarError, match="no face found in 8 frame"):
+        library.check_video_faces(faceless)
+    assert len(decoded) == 8 and sum(decoded) <= 8 * 250  # a keyframe interval per sample, not 1500 frames
+    monkeypatch.setattr(library, "CHECK_BUDGET_PIXELS", 160 * 120 * 300)  # the budget stops it too
+    decoded.clear()
+    with pytest.raises(AvatarError):
+        library.check_video_faces(faceless)
+    assert sum(decoded) <= 300
+
+
+def test_a_huge_video_upload_is_refused_before_it_is_decoded(tmp_path):
+    httpx = pytest.importorskip("httpx")
+    from served import Server
+
+    huge = _huge_video(tmp_path / "huge.mov")
+    voice = tmp_path / "v.wav"
+    from conftest import speech_pause_speech
+
+    speech_pause_speech(voice, 0.3, 0.1, 0.3)
+    srv = Server(tmp_path / "home")
+    try:
+        with httpx.Client(base_url=srv.url, timeout=120) as c, open(huge, "rb") as fh, open(voice, "rb") as vh:
+            r = c.post(
+                "/v1/renders",
+                data={"engine": "classic"},
+                files={"avatar_file": ("huge.mov", fh), "audio": ("v.wav", vh)},
+            )
+        assert r.status_code == 422, r.text
+        assert "9984x9984" in r.json()["error"] and "'huge.mov'" in r.json()["error"]
+        assert [p.name for p in (srv.home / "uploads" / "avatars").iterdir()] == []
+    finally:
+        srv.stop()
