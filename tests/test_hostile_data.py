@@ -723,3 +723,33 @@ def test_a_huge_video_upload_is_refused_before_it_is_decoded(tmp_path):
         assert [p.name for p in (srv.home / "uploads" / "avatars").iterdir()] == []
     finally:
         srv.stop()
+
+
+def test_uploaded_avatars_caches_count_under_the_storage_limit_and_go_first(tmp_path):
+    import json
+
+    home = tmp_path / "home"
+    upload = _old(home / "uploads" / "avatars" / "0123456789abcdef.mp4", 1000, days=2)
+    caches = home / "cache" / "avatars"
+    theirs = caches / "0123456789abcdef-aaaaaaaaaaaa"
+    mine = caches / "holiday-bbbbbbbbbbbb"  # prepared from a user's own file: never Studio's to prune
+    for folder, source in ((theirs, upload), (mine, tmp_path / "holiday.mp4")):
+        folder.mkdir(parents=True)
+        (folder / "meta.json").write_text(json.dumps({"source": str(source)}))
+        _old(folder / "frames.npy", 3_000_000, days=1)
+    env = {"STUDIO_HOME": str(home), "STUDIO_MAX_STORAGE_GB": str(2_000_000 / 2**30)}  # 2 MB
+    r = studio("queue", "prune", env=env)
+    assert r.returncode == 0, r.stderr
+    assert not theirs.exists() and not upload.exists()  # the upload's 3 MB cache counted, and pruned with it
+    assert (mine / "frames.npy").stat().st_size == 3_000_000
+
+    upload = _old(home / "uploads" / "avatars" / "fedcba9876543210.mp4", 1000, days=2)
+    theirs.mkdir()
+    (theirs / "meta.json").write_text(json.dumps({"source": str(upload)}))
+    _old(theirs / "frames.npy", 3_000_000, days=1)
+    from studio.core.store.jobs import JobStore
+
+    JobStore(home / "jobs.sqlite").add(str(upload), str(upload), {}, str(tmp_path / "o.mp4"))  # queued: in use
+    r = studio("queue", "prune", env=env)
+    assert r.returncode == 0, r.stderr
+    assert (theirs / "frames.npy").is_file() and upload.is_file()
