@@ -65,6 +65,8 @@ def _reserve(folder: Path, size: int) -> int:
     try:
         os.unlink(name)
         try:
+            if not hasattr(os, "posix_fallocate"):  # macOS: the pages are written instead
+                raise OSError(errno.ENOSYS, "no posix_fallocate")
             os.posix_fallocate(fd, 0, size)
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
