@@ -93,6 +93,7 @@ def test_h264_lanes_on_a_small_shm_fall_back_to_file_backed_rings(tmp_path, monk
             assert sum(1 for _ in c.decode(video=0)) == 24
 
 
+@pytest.mark.slow
 def test_a_prores_job_on_a_small_shm_fails_with_a_sentence_and_the_server_lives(small_shm, tmp_path, monkeypatch):
     httpx = pytest.importorskip("httpx")
     from conftest import DEMO_AVATAR, speech_pause_speech

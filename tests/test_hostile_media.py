@@ -269,6 +269,7 @@ def _peak_rss_mb(*args: str, env: dict) -> tuple[subprocess.CompletedProcess, fl
     return r, peak
 
 
+@pytest.mark.slow
 def test_check_keeps_the_header_limit_and_flat_memory_for_a_long_voice_over(tmp_path):
     import soundfile as sf
     from conftest import DEMO_AVATAR, speech_pause_speech
