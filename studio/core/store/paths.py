@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from studio.core.errors import InputError
+
 
 def data_dir() -> Path:
     """Return (and create) the data folder that holds avatars, models, engines, jobs and logs."""
@@ -67,6 +69,11 @@ def is_read_only(path: Path) -> bool:
     return not os.access(p, os.W_OK)
 
 
+class ReadOnlyDataFolder(InputError, OSError):
+    """A data folder Studio cannot write: an ``InputError`` (one sentence, exit 2) that is also an
+    ``OSError``, so code that goes on without an optional cache (``except OSError``) still does."""
+
+
 def read_only_error(path: Path, exc: OSError | None = None):
     """The ``InputError`` for a data folder (or a file in it) Studio cannot write: it says read-only,
     never "damaged", since nothing is wrong with what is there."""
@@ -96,7 +103,7 @@ def read_only_error(path: Path, exc: OSError | None = None):
 
         folder = Path(platformdirs.user_data_dir("studio", appauthor=False))
     if Path(path) == folder or Path(path).is_relative_to(folder):
-        return InputError(
+        return ReadOnlyDataFolder(
             f"The data folder {folder} is read-only ({why}: {path} cannot be written); make it writable, or "
             "point STUDIO_HOME at a writable folder (nothing in it was changed)"
         )
