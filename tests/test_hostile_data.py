@@ -359,8 +359,8 @@ def test_the_face_check_refuses_huge_frames_from_the_header_and_samples_by_seeki
     decoded = []
     real = library._frame_near
 
-    def counting(container, stream, t, budget):
-        frame, used = real(container, stream, t, budget)
+    def counting(container, stream, t, budget, slack):
+        frame, used = real(container, stream, t, budget, slack)
         decoded.append(used)
         return frame, used
 

@@ -176,6 +176,7 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
     import av
 
     from studio.core.avatars.sources import _has_alpha, over_grey
+    from studio.core.media.rates import DEFAULT_RATE
 
     src = _check_source(source)
     try:
@@ -199,11 +200,14 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
         rate = float(s.average_rate or s.guessed_rate or 25)
         origin = float(s.start_time * tb) if s.start_time is not None and tb else 0.0
         budget = CHECK_BUDGET_PIXELS // max(1, w * h)  # frames we may decode in all
-        moments = [duration * (k + 0.5) / samples for k in range(samples)] if duration else [0.0]
+        grid = float(DEFAULT_RATE)  # frame k is the one shown at k / 25 s, as the avatar will have them
+        total = int(np.ceil(duration * grid - 1e-6)) if duration else 0
+        every = max(1, (total or samples) // samples)  # frames 0, every, 2 * every ... (as a full pass sampled)
+        moments = [k * every / grid for k in range(samples)] if total else [0.0]
         looked = 0
         with faces.FaceTracker(video=False, max_faces=1) as finder:
             for t in moments:
-                frame, used = _frame_near(c, s, origin + t, budget)
+                frame, used = _frame_near(c, s, origin + t, budget, 1.0 / rate - 1e-6)  # the one shown at t
                 budget -= used
                 if frame is None:
                     if budget <= 0:
@@ -216,7 +220,7 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
                 rgb = over_grey(rgb[..., :3], rgb[..., 3]) if rgb.shape[2] == 4 else rgb
                 looked += 1
                 if finder(rgb) is not None:
-                    return int(round(t * rate))
+                    return int(round(t * grid))
     if looked == 0:
         raise AvatarError(f"{src}: no video frames decode; re-encode it as H.264 MP4")
     raise AvatarError(
@@ -225,16 +229,16 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
     )
 
 
-def _frame_near(container, stream, t: float, budget: int):
-    """``(frame, decoded)``: the first frame at or after ``t`` seconds (seeking to the keyframe before
-    it), or None when the stream ends or ``budget`` frames were decoded first."""
+def _frame_near(container, stream, t: float, budget: int, slack: float = 1e-3):
+    """``(frame, decoded)``: the first frame at or after ``t`` seconds, less ``slack`` (seeking to the
+    keyframe before it), or None when the stream ends or ``budget`` frames were decoded first."""
     used = 0
     try:
         if t > 0 and stream.time_base:
             container.seek(int(t / stream.time_base), stream=stream, backward=True)
         for frame in container.decode(stream):
             used += 1
-            if frame.time is None or frame.time >= t - 1e-3:
+            if frame.time is None or frame.time >= t - slack:
                 return frame, used
             if used >= budget:
                 return None, used
