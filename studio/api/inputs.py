@@ -73,11 +73,14 @@ async def submit(st, model):
     await run_in_threadpool(runnable_here, settings)  # the engine, runtime, encoder, device: before any upload
     stored = []
     try:
-        return await _submit(st, form, settings, stored)
+        job = await _submit(st, form, settings, stored)
     except BaseException:
-        for s in stored:  # this request's own new files: nobody else uses them
+        for s in stored:  # this request's files go unless another request or a job holds them
             st.uploads.discard(s, in_use=_in_use(st))
         raise
+    for s in stored:
+        st.uploads.settle(s)
+    return job
 
 
 async def _submit(st, form, settings, stored: list):
@@ -95,7 +98,7 @@ async def _submit(st, form, settings, stored: list):
     else:
         avatar, avatar_label = allowed_file(st, form.avatar_path, "avatar_path"), Path(form.avatar_path).stem
     if form.audio:
-        s = await st.uploads.save_audio(form.audio)
+        s = await st.uploads.save_audio(form.audio, settle=False)
         stored.append(s)
         audio, audio_label = str(s.path), Path(s.filename).stem
     elif form.audio_id:

@@ -22,6 +22,9 @@ def serve(options: ServeOptions, on_listening=None) -> None:
     from studio.core.logs import SafeFormatter
 
     options = options.check()
+    from studio.service.datafolder import check_data_folder
+
+    check_data_folder()  # read-only, or a damaged or foreign jobs.sqlite: one sentence before uvicorn
     access = logging.getLogger("studio.api.access")  # one line per request on stderr (and in the log file)
     if not any(getattr(h, "studio_access", False) for h in access.handlers):
         h = logging.StreamHandler()

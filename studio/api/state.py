@@ -23,6 +23,9 @@ from studio.api.options import ServeOptions
 from studio.api.sse import JobEvents, links, state_dict
 from studio.api.uploads import UploadStore
 
+#: seconds the server waits for a running job to stop when it shuts down: with uvicorn's graceful
+#: shutdown (5 s) it stays under the 10 s a container runtime gives before SIGKILL
+STOP_WAIT_S = 4.0
 WHERE_LOCAL = "this computer"  # what the service's placement calls a render here (``request.WHERE_LOCAL``)
 
 
@@ -86,7 +89,7 @@ class ApiState:
         if self.webhooks is not None:
             self.webhooks.stop()
         if self._queue is not None:
-            self._queue.close()
+            self._queue.close(timeout=STOP_WAIT_S)
 
     def public_text(self, text: str) -> str:
         """A sentence for a client: paths inside the server's data folder become names (an upload:

@@ -9,6 +9,12 @@ of the content's SHA-256 plus the extension of the format that was *detected* (s
 Pillow, then PyAV for avatars: the core's own readers), so the same file uploaded twice is stored
 once and gets the same id. A file is written under a dot-name and renamed when complete and
 checked, so nothing half-written or unchecked is ever found under a real name.
+
+Two requests may store the same bytes at once (the same file, or one client sending it twice). Each
+request that stores a file holds a reference to it until it ``settle``s (the file is kept: an upload
+answered 201, a job queued) or ``discard``s it (refused: 429, 422 ...); a file a request wrote is
+removed only when the last request holding it discards it and none settled it, so one client's
+refusal never removes what another client is uploading or has just been answered.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,13 +54,17 @@ class UploadStore:
         self.root = Path(root)
         self.max_bytes = int(max_bytes)
         self.on_stored = on_stored  # called with (kind, bytes) for each file received (metrics)
+        self._lock = threading.Lock()
+        self._refs: dict[Path, int] = {}  # file -> requests holding it (neither settled nor discarded)
+        self._fresh: set[Path] = set()  # files a request wrote that no request has settled yet
         for sub in ("audio", "avatars"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
     # -- saving -------------------------------------------------------------------------------
 
-    async def save_audio(self, upload) -> Stored:
-        """A voice-over: 415 when it is not audio soundfile reads, 422 when it is but holds nothing."""
+    async def save_audio(self, upload, settle: bool = True) -> Stored:
+        """A voice-over: 415 when it is not audio soundfile reads, 422 when it is but holds nothing.
+        ``settle=False``: the caller settles or discards it when its request ends (``submit``)."""
         from starlette.concurrency import run_in_threadpool
 
         tmp, sha, size, name = await self._receive(upload, "audio")
@@ -68,24 +79,35 @@ class UploadStore:
             self.discard(stored)
             raise
         meta = self.root / "audio" / f"{stored.id}.json"
-        if not meta.exists():
-            from studio.core.store.fsutil import atomic_write_bytes
+        try:
+            if not meta.exists():
+                from studio.core.store.fsutil import atomic_write_bytes
 
-            atomic_write_bytes(
-                meta, json.dumps({"id": stored.id, "filename": name, "bytes": size, "file": stored.path.name}).encode()
-            )
+                atomic_write_bytes(
+                    meta,
+                    json.dumps({"id": stored.id, "filename": name, "bytes": size, "file": stored.path.name}).encode(),
+                )
+        except BaseException:
+            self.discard(stored)
+            raise
+        if settle:
+            self.settle(stored)
         return stored
 
-    async def save_avatar(self, upload) -> Stored:
-        """An avatar source: 415 unless Pillow or PyAV decodes it as a photo or a video."""
+    async def save_avatar(self, upload, settle: bool = False) -> Stored:
+        """An avatar source: 415 unless Pillow or PyAV decodes it as a photo or a video. The caller
+        ``settle``s it once the avatar is made (or the job queued), else ``discard``s it."""
         from starlette.concurrency import run_in_threadpool
 
         tmp, sha, size, name = await self._receive(upload, "avatars")
         try:
             kind, ext = await run_in_threadpool(_sniff_avatar, tmp, name)
-            return self._keep(tmp, "avatars", sha, ext, name, size, kind)
+            stored = self._keep(tmp, "avatars", sha, ext, name, size, kind)
         finally:
             _unlink(tmp)
+        if settle:
+            self.settle(stored)
+        return stored
 
     def check_avatar(self, stored: Stored) -> None:
         """An avatar uploaded with a render is looked at before the 202: a photo is face-tracked and
@@ -114,13 +136,49 @@ class UploadStore:
         except AudioError as exc:
             raise ApiError(422, str(exc).replace(str(path), _said(name))) from None
 
+    def settle(self, stored: Stored) -> None:
+        """This request keeps ``stored`` (answered, or a job uses it): it is no longer removed when
+        another request holding the same file is refused."""
+        with self._lock:
+            self._release(stored.path)
+            self._fresh.discard(stored.path)
+
     def discard(self, stored: Stored, in_use: set[str] | frozenset[str] = frozenset()) -> None:
-        """Remove a file this request stored (and nobody else uses): a refused request leaves nothing."""
-        if not stored.new or str(stored.path) in in_use:
-            return
-        _unlink(stored.path)
-        if stored.kind == "audio":
-            _unlink(self.root / "audio" / f"{stored.id}.json")
+        """This request was refused: the file goes when this request wrote it (or another refused one
+        did), no other request still holds it, none settled it and no job uses it. A refused request
+        leaves nothing; another client's upload of the same bytes is never removed."""
+        with self._lock:
+            left = self._release(stored.path)
+            if left or stored.path not in self._fresh:
+                return
+            self._fresh.discard(stored.path)
+            if str(stored.path) in in_use:
+                return
+            _unlink(stored.path)
+            if stored.kind == "audio":
+                _unlink(self.root / "audio" / f"{stored.id}.json")
+
+    def as_client_said(self, exc: BaseException, stored: Stored) -> BaseException:
+        """``exc`` with the stored file's server path replaced by the client's name for it (a
+        ``StudioError`` keeps its class, so its status stays the same)."""
+        from studio.core.errors import StudioError
+
+        if isinstance(exc, StudioError) and str(stored.path) in str(exc):
+            return type(exc)(str(exc).replace(str(stored.path), _said(stored.filename)))
+        return exc
+
+    def holders(self, path: Path) -> int:
+        """Requests holding ``path`` now (tests, and what retention may wait for)."""
+        with self._lock:
+            return self._refs.get(Path(path), 0)
+
+    def _release(self, path: Path) -> int:
+        left = self._refs.get(path, 0) - 1
+        if left > 0:
+            self._refs[path] = left
+        else:
+            self._refs.pop(path, None)
+        return max(0, left)
 
     # -- finding ------------------------------------------------------------------------------
 
@@ -172,16 +230,19 @@ class UploadStore:
     def _keep(self, tmp: Path, sub: str, sha: str, ext: str, name: str, size: int, kind: str) -> Stored:
         sid = sha[:16]
         final = self.root / sub / f"{sid}{ext}"
-        new = not final.exists()
         if self.on_stored is not None:
             self.on_stored(sub, size)
-        if new:
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-        else:
-            with contextlib.suppress(OSError):  # sent again: it is in use again (retention counts from now)
-                os.utime(final)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        with self._lock:  # the test for the file and its reference are one step for every request
+            new = not final.exists()
+            if new:
+                os.replace(tmp, final)
+                self._fresh.add(final)
+            else:
+                with contextlib.suppress(OSError):  # sent again: it is in use again (retention counts from now)
+                    os.utime(final)
+            self._refs[final] = self._refs.get(final, 0) + 1
         return Stored(sid, final, name, size, kind, new)
 
 

@@ -97,6 +97,15 @@ def _main(argv: list[str] | None = None) -> int:
         path = _log_traceback()
         _say(f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. Please report it.")
         return 1
+    except OSError as exc:
+        from studio.core.env import READ_ONLY_ERRNOS, read_only_error
+
+        if exc.errno in READ_ONLY_ERRNOS and exc.filename:  # a read-only data or output folder: not a bug
+            _say(f"studio: error: {read_only_error(exc.filename, exc)}")
+            return 2
+        path = _log_traceback()
+        _say(f"studio: internal error ({exc!r}); the traceback is in {path}. Please report it.")
+        return 1
     except Exception:  # noqa: BLE001 - an internal bug: one line on stderr, the traceback in the log
         path = _log_traceback()
         _say(f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. Please report it.")
@@ -152,6 +161,7 @@ def _open_gui() -> int:
 
 
 def _setup_logging(verbose: bool) -> None:
+    from studio.core.errors import StudioError
     from studio.core.logs import SafeFormatter, log_file_handler
 
     root = logging.getLogger()
@@ -166,7 +176,7 @@ def _setup_logging(verbose: bool) -> None:
         from studio.core.env import log_file
 
         root.addHandler(log_file_handler(log_file(), logging.DEBUG if verbose else logging.INFO))  # rotated
-    except OSError:
+    except (OSError, StudioError):  # a read-only data folder: the command that writes there says so
         pass
 
 

@@ -8,9 +8,26 @@ from typing import Any
 
 
 def emit_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=None, separators=(",", ":"))
+    """``obj`` as one line of strict JSON: a value that is not a number (a silent file's loudness is
+    -inf LUFS, NaN) is ``null``, never ``-Infinity``/``NaN``, which JSON parsers refuse."""
+    json.dump(finite(obj), sys.stdout, indent=None, separators=(",", ":"), allow_nan=False)
     sys.stdout.write("\n")
     sys.stdout.flush()
+
+
+def finite(obj):
+    """``obj`` with every float that is not finite replaced by None (dicts, lists and tuples walked)."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    if hasattr(obj, "item") and getattr(obj, "ndim", None) == 0:  # a numpy scalar
+        return finite(obj.item())
+    return obj
 
 
 def fmt_seconds(s: float) -> str:

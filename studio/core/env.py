@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from studio.core.errors import InputError
+
 
 @dataclass(frozen=True)
 class Knob:
@@ -70,6 +72,12 @@ KNOBS: dict[str, Knob] = {
             "STUDIO_SPILL_DIR",
             "",
             "where encoded chunks wait for the mux (default: /dev/shm when it has room, else beside the output)",
+        ),
+        Knob(
+            "STUDIO_SHM_DIR",
+            "",
+            "the memory folder of the encoders' frame rings and small spill folders (default: /dev/shm; "
+            "a ring that does not fit there is file-backed in the temporary folder, then made smaller)",
         ),
         Knob("STUDIO_GPU_DIRECT", "1", "0: CUDA frames reach the encoder processes through a host copy thread"),
         Knob("STUDIO_VIDEO_HINTS", "1", "0: do not tell x264 which macroblocks of a photo avatar cannot change"),
@@ -168,6 +176,7 @@ LIMITS: dict[str, tuple] = {
     "STUDIO_SPILL_DIR": ("folder",),
     "STUDIO_LOG_MAX_MB": ("float", 0.001, 1e6),
     "STUDIO_LOG_BACKUPS": ("int", 1, 1000),
+    "STUDIO_SHM_DIR": ("folder",),
 }
 
 
@@ -344,8 +353,66 @@ def data_dir() -> Path:
 
 def sub_dir(name: str) -> Path:
     path = data_dir() / name
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in READ_ONLY_ERRNOS:
+            raise read_only_error(path, exc) from None
+        raise
     return path
+
+
+#: what a write answers on a read-only mount (EROFS) or a folder this user may not write (EACCES, EPERM)
+READ_ONLY_ERRNOS = (30, 13, 1)
+
+
+def is_read_only(path: Path) -> bool:
+    """Whether ``path`` (or the folder it would be made in) cannot be written: a read-only mount or
+    a folder this user may not write."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        if os.statvfs(p).f_flag & os.ST_RDONLY:
+            return True
+    except OSError:
+        return False
+    return not os.access(p, os.W_OK)
+
+
+class ReadOnlyDataFolder(InputError, OSError):
+    """A data folder Studio cannot write: an ``InputError`` (one sentence, exit 2) that is also an
+    ``OSError``, so code that goes on without an optional cache (``except OSError``) still does."""
+
+
+def read_only_error(path: Path, exc: OSError | None = None):
+    """The ``InputError`` for a data folder (or a file in it) Studio cannot write: it says read-only,
+    never "damaged", since nothing is wrong with what is there."""
+    import errno
+
+    if exc is not None:
+        rofs = exc.errno == errno.EROFS
+    else:
+        p = Path(path)
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        try:
+            rofs = bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+        except OSError:
+            rofs = False
+    why = "a read-only file system" if rofs else "no permission to write"
+    home = get("STUDIO_HOME")
+    folder = Path(home).expanduser() if home else None
+    if folder is None:
+        import platformdirs
+
+        folder = Path(platformdirs.user_data_dir("studio", appauthor=False))
+    if Path(path) == folder or Path(path).is_relative_to(folder):
+        return ReadOnlyDataFolder(
+            f"The data folder {folder} is read-only ({why}: {path} cannot be written); make it writable, or "
+            "point STUDIO_HOME at a writable folder (nothing in it was changed)"
+        )
+    return InputError(f"{path} cannot be written ({why}); choose a writable folder")
 
 
 def log_file() -> Path:

@@ -58,7 +58,7 @@ def exit_code_of(exc: BaseException) -> int:
     return exc.exit_code if isinstance(exc, Interrupted) else 128 + int(signal.SIGINT)
 
 
-_state: dict[str, int | None] = {"fired": None}
+_state: dict[str, int | None] = {"fired": None, "defer": 0, "held": None}
 _FORCED_EXIT: list[Callable[[], object]] = []
 
 
@@ -84,7 +84,29 @@ def handle_stop_signals() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def deferred():
+    """Hold a stop signal back until the block ends, then raise it (``Interrupted``): for steps that
+    must not be cut in half, such as handing a spawned worker its start-up data (a worker given half
+    of it printed a multiprocessing traceback). A second signal still stops at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _state["defer"] = _state.get("defer", 0) + 1
+    try:
+        yield
+    finally:
+        _state["defer"] -= 1
+        held = _state.get("held")
+        if held is not None and not _state["defer"]:
+            _state["held"] = None
+            raise Interrupted(held)
+
+
 def _on_signal(signo, frame) -> None:
+    if _state.get("defer") and _state["fired"] is None:
+        _state["fired"] = _state["held"] = int(signo)  # raised when the deferred block ends
+        return
     if _state["fired"] is not None:  # a second signal while cleaning up: finish now
         for hook in list(_FORCED_EXIT):
             with contextlib.suppress(BaseException):

@@ -117,10 +117,13 @@ class Render:
         self._active = r
         if self._cancel.is_set():
             r.cancel()
-        r.focus(req.frames)  # a range of a long clip prepares only its stretch
-        _ = r.plan  # the voice-over decoded and checked (NaN samples, ...) before anything says it started
-        self._started(WHERE_LOCAL, r.engine.name, r.engine_reason)
-        yield from r.run(req.output, frames=req.frames, overwrite=req.overwrite)
+        from studio.core.cancel import stop_when
+
+        with stop_when(self._cancel.is_set):  # preparing an hour of voice-over stops on a cancel too
+            r.focus(req.frames)  # a range of a long clip prepares only its stretch
+            _ = r.plan  # the voice-over decoded and checked (NaN samples, ...) before anything says it started
+            self._started(WHERE_LOCAL, r.engine.name, r.engine_reason)
+            yield from r.run(req.output, frames=req.frames, overwrite=req.overwrite)
         self.result = r.result
 
     def _gpus(self):
@@ -241,6 +244,10 @@ def check_request(req: RenderRequest) -> None:
     from studio.core.media.audio import probe
 
     check_output(req.output, req.avatar, req.audio, codec=req.settings.codec)
+    if not req.overwrite:
+        from studio.core.store.files import check_kept_name
+
+        check_kept_name(req.output)
     if req.placement.kind in ("chunks", "farm") and req.settings.codec != "h264":
         from studio.core.errors import InputError
 

@@ -290,6 +290,9 @@ class QueueService:
         request = absolute_request(request)
         output = request.output
         if not request.overwrite:
+            from studio.core.store.files import check_kept_name
+
+            check_kept_name(output)  # a kept file whose numbered name cannot be made: one sentence
             output = unique_output(output, self._taken())
         check_output(output, request.avatar, request.audio, codec=request.settings.codec)
         request = request.with_(output=output)
@@ -615,9 +618,12 @@ class QueueService:
         if timeout is not None:
             self.wait_drained(timeout)
 
-    def close(self) -> None:
-        """Stop now (a running job is interrupted) and leave the farm."""
-        self.stop(interrupt=True)
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop now (a running job is interrupted) and leave the farm. ``timeout``: how long to wait
+        for the runner (a server waits less: a step that cannot be cut short, such as a cold import
+        of the engine's libraries, must not keep it past a container's stop deadline; a job left
+        running is marked interrupted when the queue opens next)."""
+        self.stop(interrupt=True, timeout=timeout)
         link, self._farm_link = self._farm_link, None
         if link is not None:
             link.close()

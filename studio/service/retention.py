@@ -3,9 +3,12 @@
     r = Retention(keep_s=parse_duration("7d"), max_bytes=gb(50))     # or Retention.from_env()
     swept = sweep(queue_service, r)          # Swept(jobs=[expired jobs], removed=[paths], freed=bytes)
 
-Only files Studio keeps for jobs in its data folder are ever removed: the outputs in ``renders/``
-(``studio serve``'s) and the uploads in ``uploads/`` (voice-overs, avatar sources), plus files left in
-``renders/`` by jobs that are gone. A file a user named (the window's output, ``studio queue add -o``,
+Only files Studio recorded writing in its data folder are ever removed: the outputs of its jobs in
+``renders/`` (``studio serve``'s) and the uploads in ``uploads/audio`` and ``uploads/avatars`` under the
+names the upload store gives them (16 hex digits of the content's SHA-256, then the format's
+extension). Nothing is removed through a symbolic link: a ``renders/`` or ``uploads/`` that is a link,
+or whose real path lies outside the data folder, is left alone (a warning says so), and links inside
+them are skipped. Any other file (one a user put there, one of a job that is gone) stays. A file a user named (the window's output, ``studio queue add -o``,
 an ``--allow-paths`` output) is never touched, whatever its age. A done job whose video is removed
 becomes ``expired`` (its figures stay; the server answers 410 for its video). An upload is kept while
 a job that has not finished uses it, and while a library avatar was made from it (its source).
@@ -121,6 +124,26 @@ def owned_dirs() -> list[Path]:
     return [sub_dir(name) for name in OWNED]
 
 
+UPLOAD_NAME = re.compile(r"^[0-9a-f]{16}\.[A-Za-z0-9]{1,8}$")  # what api/uploads.py names a stored upload
+
+
+def _inside_data(folder: Path) -> bool:
+    """Whether ``folder`` is a real folder of the data folder (not a link, not reached through one)."""
+    import os
+
+    from studio.core.env import data_dir
+
+    if folder.is_symlink():
+        log.warning("retention: %s is a link (to %s); nothing in it is removed", folder, os.readlink(folder))
+        return False
+    home = os.path.realpath(data_dir())
+    real = os.path.realpath(folder)
+    if os.path.commonpath([home, real]) != home:
+        log.warning("retention: %s lies outside the data folder (%s); nothing in it is removed", folder, real)
+        return False
+    return True
+
+
 def sweep(qs, retention: Retention, now: float | None = None) -> Swept:
     """Apply ``retention`` to the queue service's store and the data folder's owned files."""
     out = Swept()
@@ -130,6 +153,7 @@ def sweep(qs, retention: Retention, now: float | None = None) -> Swept:
 
     now = time.time() if now is None else now
     renders, uploads = owned_dirs()
+    safe = {d: _inside_data(d) for d in (renders, uploads)}
     jobs = qs.store.list()
     active = {J.DRAFT, J.QUEUED, J.HELD, J.RUNNING}
     in_use = {str(Path(p)) for j in jobs if j.state in active for p in (j.avatar, j.audio, j.output)}
@@ -142,38 +166,80 @@ def sweep(qs, retention: Retention, now: float | None = None) -> Swept:
 
     # candidates, each (when it became old, size, path, the done job it expires or None)
     candidates: list[tuple[float, int, Path, J.Job | None]] = []
-    for f in _files(renders):
+    for f in _files(renders) if safe[renders] else []:
         job = outputs.get(str(f))
         if str(f) in in_use or f.name.startswith(".") or f.suffix.lower() not in VIDEO_SUFFIXES:
             continue  # a running job's file, a temporary (.x.part.mp4), or not a video Studio wrote
-        if job is not None and job.state != J.DONE:
-            continue
-        candidates.append((job.updated if job is not None else _mtime(f), _size(f), f, job))
-    for f in _files(uploads) if sources is not None else []:
+        if job is None or job.state != J.DONE:
+            continue  # no job of this queue wrote it (a user's file, another queue's): never removed
+        candidates.append((job.updated, _size(f), f, job))
+    for f in _files(uploads) if sources is not None and safe[uploads] else []:
         if str(f) in in_use or str(f) in (sources or ()) or f.name.startswith(".") or f.suffix == ".json":
             continue
+        if f.parent.parent != uploads or f.parent.name not in ("audio", "avatars") or not UPLOAD_NAME.match(f.name):
+            continue  # not a file the upload store wrote
         candidates.append((max(_mtime(f), last_used.get(str(f), 0.0)), _size(f), f, None))
+    caches = _upload_caches(uploads) if sources is not None and safe[uploads] else []
+    for folder, source, size, when in caches:  # an uploaded avatar's prepared cache (GBs for a video)
+        if source in in_use or source in (sources or ()):
+            continue
+        candidates.append((max(when, last_used.get(source, 0.0)), size, folder, None))
     candidates.sort(key=lambda c: c[0])
 
-    total = sum(_size(f) for d in (renders, uploads) for f in _files(d))
+    total = sum(_size(f) for d in (renders, uploads) if safe[d] for f in _files(d))
+    total += sum(size for _, _, size, _ in caches)
+    cache_of = {source: folder for folder, source, _, _ in caches}
     for when, size, path, job in candidates:
         too_old = retention.keep_s is not None and when < now - retention.keep_s
         too_big = retention.max_bytes is not None and total > retention.max_bytes
         if not (too_old or too_big):
             continue
-        if not _remove(path):
+        if not path.exists() or not _remove(path):  # (a cache may have gone with its upload)
             continue
         out.removed.append(str(path))
         out.freed += size
         total -= size
         if path.parent.name == "audio" and path.parent.parent == uploads:
             _remove(path.with_suffix(".json"))
+        cache = cache_of.pop(str(path), None)
+        if cache is not None and cache.exists() and _remove(cache):  # an upload goes with its cache
+            out.removed.append(str(cache))
+            freed = next(c[2] for c in caches if c[0] == cache)
+            out.freed += freed
+            total -= freed
         if job is not None:
             why = "older than the retention" if too_old else "the storage limit was reached"
             with contextlib.suppress(InputError):  # removed or changed meanwhile
                 out.jobs.append(qs.store.expire(job.id, f"expired: its video was removed ({why})"))
     if out.removed:
         log.info("retention removed %d file(s), %.1f MB", len(out.removed), out.freed / 2**20)
+    return out
+
+
+def _upload_caches(uploads: Path) -> list[tuple[Path, str, int, float]]:
+    """``(folder, source, bytes, last change)`` of each avatar cache (``<data>/cache/avatars``) made from
+    an upload: what ``--max-storage-gb`` counts and prunes with the uploads (a 184 KB upload of a 20 s
+    1080p video made a 3.1 GB cache). Caches of a user's own files are never counted or removed."""
+    import json
+
+    from studio.core.env import data_dir
+
+    root = data_dir() / "cache" / "avatars"
+    if not root.is_dir() or not _inside_data(root):
+        return []
+    out = []
+    for folder in root.iterdir():
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        try:
+            source = str(json.loads((folder / "meta.json").read_text()).get("source") or "")
+        except (OSError, ValueError, AttributeError):
+            continue
+        p = Path(source)
+        if p.parent.parent != uploads or p.parent.name != "avatars" or not UPLOAD_NAME.match(p.name):
+            continue
+        files = _files(folder)
+        out.append((folder, source, sum(_size(f) for f in files), max((_mtime(f) for f in files), default=0.0)))
     return out
 
 
@@ -189,10 +255,19 @@ def _avatar_sources() -> set[str] | None:
         return None
 
 
-def _files(folder: Path):
-    if not folder.is_dir():
+def _files(folder: Path) -> list[Path]:
+    """Regular files under ``folder``, links neither followed nor listed."""
+    import os
+
+    if not folder.is_dir() or folder.is_symlink():
         return []
-    return [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]
+    out = []
+    for root, _dirs, names in os.walk(folder, followlinks=False):
+        for name in names:
+            p = Path(root) / name
+            if not p.is_symlink() and p.is_file():
+                out.append(p)
+    return out
 
 
 def _mtime(p: Path) -> float:
@@ -210,8 +285,21 @@ def _size(p: Path) -> int:
 
 
 def _remove(p: Path) -> bool:
+    import os
+
+    from studio.core.env import data_dir
+
+    home = os.path.realpath(data_dir())
+    if p.is_symlink() or os.path.commonpath([home, os.path.realpath(p.parent)]) != home:
+        log.warning("retention: %s is a link or reached through one now; kept", p)
+        return False
     try:
-        p.unlink()
+        if p.is_dir():
+            import shutil
+
+            shutil.rmtree(p)  # links inside are removed, never followed
+        else:
+            p.unlink()
         return True
     except FileNotFoundError:
         return False

@@ -94,7 +94,12 @@ async def _add_avatar(st, form) -> dict:
         **{k: getattr(f, k) for k in avatar_mod.AvatarParams.__dataclass_fields__}  # every field of the form
     ).check()
     stored = await st.uploads.save_avatar(f.file)
-    await run_in_threadpool(avatar_mod.prepare, name, stored.path, params, force=f.force)
+    try:  # a refused avatar leaves nothing behind, and is named as the client named it
+        await run_in_threadpool(avatar_mod.prepare, name, stored.path, params, force=f.force)
+    except BaseException as exc:  # noqa: BLE001 - re-raised: a cancelled request must not keep the file either
+        st.uploads.discard(stored)
+        raise st.uploads.as_client_said(exc, stored) from None
+    st.uploads.settle(stored)
     st.pool.invalidate()
     return next(a for a in listed() if a["name"] == name)
 

@@ -115,7 +115,11 @@ class AvatarParams:
         if self.face is not None and not 1 <= self.face <= faces.MAX_FACES:
             raise AvatarError(f"--face must be between 1 and {faces.MAX_FACES} (faces are numbered from the left)")
         if self.matte is not None and not Path(self.matte).is_file():
-            raise AvatarError(f"--matte {self.matte}: no such file; give a PNG whose white is the presenter")
+            from studio.core.avatars.sources import not_a_file
+
+            raise AvatarError(
+                f"--matte {self.matte}: {not_a_file(Path(self.matte))}; give a PNG whose white is the presenter"
+            )
         return self
 
     @classmethod

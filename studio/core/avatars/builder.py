@@ -195,7 +195,7 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
     for stage, names in STAGES:
         if not todo and old is not None and old["stages"].get(stage) == keys[stage]:
             try:
-                for n in names:
+                for n in _stage_files(stage, names, old):  # with the optional ones (alpha): checked alike
                     open_array(folder, n, old["files"].get(n), side=side)
                     if damaged and damaged[0] == n and (file_id(folder / f"{n}.npy") or (None,))[0] == damaged[1]:
                         raise Damaged(damaged[2])
@@ -209,7 +209,10 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
     for stage, names in STAGES:
         if stage == todo[0]:
             break
-        bad = next((p for p in (full_problem(folder, n, old["files"][n], side) for n in names) if p), None)
+        bad = next(
+            (p for p in (full_problem(folder, n, old["files"][n], side) for n in _stage_files(stage, names, old)) if p),
+            None,
+        )
         if bad:
             damage.append((bad, stage))
             todo = [s for s, _ in STAGES][[s for s, _ in STAGES].index(stage) :]
@@ -246,6 +249,13 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
         b.discard()
         raise
     return open_assets(folder, meta, verify=False)
+
+
+def _stage_files(stage: str, names, meta: dict) -> list[str]:
+    """The arrays of ``stage`` this cache has: the stage's own and the optional ones it made (a
+    transparent avatar's ``alpha`` is made with the frames, and repaired with them)."""
+    extra = [n for n, made_by in OPTIONAL_ARRAYS.items() if made_by == stage and n in meta.get("files", {})]
+    return [*names, *extra]
 
 
 class _Builder:

@@ -154,38 +154,97 @@ def avatar_rate(name_or_path: str | os.PathLike | AvatarAssets):
     return listed(own) or nearest(own)
 
 
+#: the largest video frame a face check decodes (an 8K frame): a 294 KB upload of 9984x9984 frames
+#: cost 1.3 GB of server memory per request before this was read from the header
+MAX_CHECK_FRAME_PIXELS = 7680 * 4320
+#: pixels a face check decodes at most (about 1900 frames of 1080p): seeking to each sampled moment
+#: decodes a keyframe interval at most; a video whose keyframes are too far apart stops here
+CHECK_BUDGET_PIXELS = 4_000_000_000
+
+
 def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
     """A quick look at a video avatar before it is prepared (what a server does before it accepts
     a render of an uploaded video, whose full tracking can take minutes): it opens and decodes, and
-    a face is found in one of up to ``samples`` frames spread across it. Returns the frame where the
+    a face is found in one of up to ``samples`` moments spread across it. Returns the frame where the
     first face was found; one sentence (``AvatarError``) otherwise.
 
-    Decoding stops at the first frame with a face (a presenter video: its first frame), so only a
-    video without a face anywhere is decoded to its end. Stricter than preparation, which accepts a
-    video with a face in any one frame: a video whose sampled frames show no face is not a usable
-    presenter clip."""
-    from studio.core.avatars.sources import VideoReader, over_grey
+    Its cost is bounded before decoding, from the header: a frame over ``MAX_CHECK_FRAME_PIXELS`` is
+    refused unread, each sampled moment is reached by seeking (only the frames from the keyframe
+    before it are decoded), and no more than ``CHECK_BUDGET_PIXELS`` are decoded in all. It stops at
+    the first sampled frame with a face (a presenter video: its first sample). Stricter than
+    preparation, which accepts a video with a face in any one frame."""
+    import av
+
+    from studio.core.avatars.sources import _has_alpha, over_grey
+    from studio.core.media.rates import DEFAULT_RATE
 
     src = _check_source(source)
-    reader = VideoReader(src, None, None)
-    every = max(1, (reader.estimate or samples) // samples)
-    looked = 0
-    with faces.FaceTracker(video=False, max_faces=1) as finder:
-        for k, frame in enumerate(reader):
-            if k % every:
-                continue
-            rgb = over_grey(frame[..., :3], frame[..., 3]) if frame.shape[2] == 4 else frame
-            looked += 1
-            if finder(rgb) is not None:
-                return k
-            if looked >= samples:
-                break
+    try:
+        c = av.open(str(src))
+    except Exception as exc:  # noqa: BLE001 - any demuxer failure gets the same sentence
+        raise AvatarError(f"{src}: the video cannot be opened ({str(exc)[:120]}); re-encode it as H.264 MP4") from None
+    with c:
+        if not c.streams.video:
+            raise AvatarError(f"{src}: has no video stream; give {SOURCE_HELP}")
+        s = c.streams.video[0]
+        w, h = int(s.codec_context.width or 0), int(s.codec_context.height or 0)
+        if w * h > MAX_CHECK_FRAME_PIXELS:
+            raise AvatarError(
+                f"{src}: the video's frames are {w}x{h} ({w * h / 1e6:.0f} megapixels), over the "
+                f"{MAX_CHECK_FRAME_PIXELS / 1e6:.0f} megapixels of an 8K frame; scale it down (3840x2160 is the "
+                "most an avatar uses) and add it again"
+            )
+        alpha = _has_alpha(s)
+        tb = s.time_base
+        duration = float(s.duration * tb) if s.duration and tb else (c.duration / 1e6 if c.duration else None)
+        rate = float(s.average_rate or s.guessed_rate or 25)
+        origin = float(s.start_time * tb) if s.start_time is not None and tb else 0.0
+        budget = CHECK_BUDGET_PIXELS // max(1, w * h)  # frames we may decode in all
+        grid = float(DEFAULT_RATE)  # frame k is the one shown at k / 25 s, as the avatar will have them
+        total = int(np.ceil(duration * grid - 1e-6)) if duration else 0
+        every = max(1, (total or samples) // samples)  # frames 0, every, 2 * every ... (as a full pass sampled)
+        moments = [k * every / grid for k in range(samples)] if total else [0.0]
+        looked = 0
+        with faces.FaceTracker(video=False, max_faces=1) as finder:
+            for t in moments:
+                frame, used = _frame_near(c, s, origin + t, budget, 1.0 / rate - 1e-6)  # the one shown at t
+                budget -= used
+                if frame is None:
+                    if budget <= 0:
+                        break
+                    continue
+                rgb = frame.to_ndarray(format="rgba" if alpha else "rgb24")
+                rot = getattr(frame, "rotation", 0) or 0
+                if rot % 360:
+                    rgb = np.ascontiguousarray(np.rot90(rgb, k=int(round(rot / 90)) % 4))
+                rgb = over_grey(rgb[..., :3], rgb[..., 3]) if rgb.shape[2] == 4 else rgb
+                looked += 1
+                if finder(rgb) is not None:
+                    return int(round(t * grid))
     if looked == 0:
         raise AvatarError(f"{src}: no video frames decode; re-encode it as H.264 MP4")
     raise AvatarError(
         f"{src}: no face found in {looked} frame(s) sampled across the video; use a video where the face is "
         "clearly visible, frontal and not too small"
     )
+
+
+def _frame_near(container, stream, t: float, budget: int, slack: float = 1e-3):
+    """``(frame, decoded)``: the first frame at or after ``t`` seconds, less ``slack`` (seeking to the
+    keyframe before it), or None when the stream ends or ``budget`` frames were decoded first."""
+    used = 0
+    try:
+        if t > 0 and stream.time_base:
+            container.seek(int(t / stream.time_base), stream=stream, backward=True)
+        for frame in container.decode(stream):
+            used += 1
+            if frame.time is None or frame.time >= t - slack:
+                return frame, used
+            if used >= budget:
+                return None, used
+    except Exception as exc:  # noqa: BLE001 - a damaged stretch: that sample is skipped
+        log.debug("face check: no frame at %.2f s (%s)", t, exc)
+    return None, used
 
 
 def output_rate_for(setting, avatar):

@@ -122,7 +122,7 @@ def read_matte(path: Path, width: int, height: int) -> np.ndarray:
 
     p = Path(path)
     if not p.is_file():
-        raise AvatarError(f"{p}: no such matte file; give a PNG whose white is the presenter")
+        raise AvatarError(f"{p}: {not_a_file(p)}, not a matte file; give a PNG whose white is the presenter")
     try:
         with _open_image(p) as im:
             check_pixels(p, *im.size, what="matte")
@@ -139,7 +139,34 @@ def read_matte(path: Path, width: int, height: int) -> np.ndarray:
                 f"{p}: the matte is {mw}x{mh} but the photo is {width}x{height}; give a matte of the photo's size"
             )
         m = np.asarray(Image.fromarray(m).resize((width, height), Image.BILINEAR))
+    if int(m.max()) == 0:  # nothing opaque: the matte's fault, not the photo's (no face would be found)
+        raise AvatarError(
+            f"{p}: the matte is black everywhere, so it leaves nothing of the photo visible; give a matte whose "
+            "white is the presenter"
+        )
     return np.ascontiguousarray(m, np.uint8)
+
+
+def not_a_file(p: Path) -> str:
+    """What ``p`` is, when it is not a regular file: for a sentence that tells the truth about it
+    (``/dev/zero`` is a device, not a missing file)."""
+    import stat
+
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISDIR(mode):
+        return "is a folder"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device, not a file"
+    if stat.S_ISFIFO(mode):
+        return "is a pipe (FIFO), not a file"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, not a file"
+    return "is not a regular file"
 
 
 def over_grey(rgb: np.ndarray, alpha: np.ndarray | None) -> np.ndarray:

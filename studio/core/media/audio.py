@@ -211,8 +211,39 @@ def probe(path: str | os.PathLike) -> AudioInfo:
         channels=int(info.channels),
         source_frames=int(info.frames),
     )
+    if info.frames >= UNKNOWN_LENGTH:  # libsndfile's answer for a FLAC whose STREAMINFO has no length:
+        # libsndfile cannot read such a stream either (psf_fseek fails); FFmpeg decodes it, counted here
+        out = _probe_ffmpeg(p)
+        out = replace(out, source_frames=_count_frames(out))
     check_duration(out)
     return out
+
+
+#: libsndfile reports SF_COUNT_MAX frames for a stream of unknown length (``flac -`` and recorders
+#: write a STREAMINFO with 0 samples when they cannot seek back to fill it in)
+UNKNOWN_LENGTH = 2**62
+
+
+def _count_frames(info: AudioInfo) -> int:
+    """The frames of a source whose header does not say: decoded and counted, block by block (memory
+    flat), no further than the voice-over limit allows."""
+    limit, how = max_audio_minutes()
+    cap, n = int(limit * 60 * info.source_rate) + 1, 0
+    try:
+        for b in _ffmpeg_blocks(info, READ_BLOCK, 0, None):
+            n += len(b)
+            if n > cap:
+                raise TooLong(
+                    f"{info.path}: is longer than the {_hm(limit * 60)} limit for a voice-over ({how}); "
+                    "split it into parts"
+                )
+    except AudioError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - av.error.* while decoding
+        raise _av_error(Path(info.path), exc) from None
+    if n <= 0:
+        raise AudioError(f"{info.path}: contains no audio samples; export the voice-over again")
+    return n
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,11 +280,15 @@ def max_audio_minutes() -> tuple[float, str]:
     return value, "STUDIO_MAX_AUDIO_MINUTES sets it"
 
 
+class TooLong(AudioError):
+    """The voice-over is longer than the limit (``max_audio_minutes``), said from its header."""
+
+
 def check_duration(info: AudioInfo) -> None:
     """One sentence when the header says the voice-over is longer than the limit."""
     limit, how = max_audio_minutes()
     if info.duration_s > limit * 60:
-        raise AudioError(
+        raise TooLong(
             f"{info.path}: is {_hm(info.duration_s)} long, over the {_hm(limit * 60)} limit for a voice-over "
             f"({how}); split it into parts"
         )
@@ -447,6 +482,8 @@ def read_blocks(info: AudioInfo, block: int = READ_BLOCK, start: int = 0, stop: 
         return
     import soundfile as sf
 
+    from studio.core.cancel import checkpoint
+
     with quiet_stderr():
         fh = sf.SoundFile(info.path)
     with fh:
@@ -454,6 +491,7 @@ def read_blocks(info: AudioInfo, block: int = READ_BLOCK, start: int = 0, stop: 
             fh.seek(min(start, fh.frames))
         left = None if stop is None else max(0, stop - start)
         while left is None or left > 0:
+            checkpoint()  # a cancelled render stops decoding (a server asked to stop, a job cancelled)
             data = fh.read(block if left is None else min(block, left), dtype="float32", always_2d=True)
             if len(data) == 0:
                 return
@@ -567,7 +605,7 @@ def _probe_ffmpeg_now(p: Path) -> AudioInfo:
             for b in _ffmpeg_blocks(info, READ_BLOCK, 0, None):
                 n += len(b)
                 if n > cap:
-                    raise AudioError(
+                    raise TooLong(
                         f"{p}: is longer than the {_hm(limit * 60)} limit for a voice-over ({how}); split it into parts"
                     )
         except AudioError:
@@ -602,6 +640,9 @@ def _ffmpeg_blocks(info: AudioInfo, block: int, start: int, stop: int | None):
                 pending.append(data)
                 have += len(data)
                 if have >= block:
+                    from studio.core.cancel import checkpoint
+
+                    checkpoint()  # a cancelled render stops decoding
                     yield np.ascontiguousarray(np.concatenate(pending), np.float32)
                     pending, have = [], 0
             if stop is not None and pos >= stop:

@@ -817,10 +817,12 @@ class _Lane:
 
 def _spill_root(w: CodecWriter) -> Path:
     """RAM (``/dev/shm``) when a window of chunks' packets fits comfortably, else beside the output."""
+    from studio.core.media.rings import shm_dir
+
     env = os.environ.get("STUDIO_SPILL_DIR")
     if env:
         return Path(env)
-    shm = Path("/dev/shm")
+    shm = shm_dir()
     longest = max(e - s for s, e in w.chunks)
     estimate = 2 * w.window * longest * w.enc_width * w.enc_height * 3 // 4  # intra codecs: ~1/4 of RGB
     if shm.is_dir() and os.access(shm, os.W_OK):

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import itertools
 import logging
-import os
 import struct
 import threading
 from fractions import Fraction
@@ -394,7 +393,10 @@ class AudioSource:
                 self.how = "cached"
                 self.ready_at = time.perf_counter()
                 return
-            tee_path = Path(self.cache_root) / f".{self._key}.{os.getpid()}.{threading.get_ident()}.part"
+            from studio.core.store.fsutil import temp_file
+
+            # registered: a run killed mid-encode (SIGKILL) leaves it to the next command's sweep
+            tee_path = temp_file(self.cache_root, f".{self._key}.", ".part")
             self._tee = [open(tee_path, "wb"), tee_path, 0]
         except OSError as exc:
             log.debug("AAC cache not used: %s", exc)
@@ -465,8 +467,7 @@ class AudioSource:
         except OSError as exc:
             log.debug("AAC cache entry not stored: %s", exc)
         finally:
-            with contextlib.suppress(OSError):
-                path.unlink()
+            _drop_temp(path)
 
     def close(self) -> None:
         if self._remote is not None and self._remote[0] is not None:  # still encoding: stop it
@@ -483,11 +484,18 @@ class AudioSource:
             self._tee = None
             with contextlib.suppress(OSError):
                 fh.close()
-            with contextlib.suppress(OSError):
-                path.unlink()
+            _drop_temp(path)
         if self._src is not None:
             with contextlib.suppress(Exception):
                 self._src.close()
+
+
+def _drop_temp(path: Path) -> None:
+    from studio.core.store.fsutil import release_temp
+
+    with contextlib.suppress(OSError):
+        path.unlink()
+    release_temp(path)
 
 
 class _Records:

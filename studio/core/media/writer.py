@@ -56,6 +56,7 @@ from studio.core.media.encoders import (
 from studio.core.media.lanes import LaneWriter, disk_error
 from studio.core.media.mux import Muxer
 from studio.core.media.rates import DEFAULT_RATE
+from studio.core.media.rings import shm_dir
 from studio.core.settings import DEFAULT_CRF, DEFAULT_ENCODER, DEFAULT_PRESET, ENCODERS, PRESETS
 from studio.core.store.fsutil import atomic_output, register_temp, release_temp, temp_dir
 
@@ -67,7 +68,6 @@ QUEUE_BATCHES = 2  # batches waiting per chunk before write() blocks (one encode
 QUEUE_RUNS = 8  # runs waiting per lane of a parallel writer (a striped batch gives each lane a few frames)
 TAIL_FRAMES = 24  # frames per chunk of a long clip's last generation (rolling_chunks)
 ROLL_FRAMES = 125  # frames per rolling chunk at most (5 s: one IDR each, as x264's keyint 250 gives ~2 per 10 s)
-SHM = Path("/dev/shm")
 SHM_SPILL_MAX = 2 << 30  # bytes: spill to RAM only while the estimate stays under this and 1/4 of its room
 SPILL_RATIO = 16  # the estimate of a spilled frame: raw NV12 / 16 (ultrafast CRF 20 measured ~70:1)
 
@@ -414,7 +414,7 @@ class VideoWriter(LaneWriter):
             if self._parallel:
                 self.close_ms["chunks"] = len(self._chunks)
                 self.close_ms["chunks_left_at_close"] = len(self._chunks) - muxed_before
-                self.close_ms["spill_in_ram"] = float(self.spill_dir.parent == SHM)
+                self.close_ms["spill_in_ram"] = float(self.spill_dir.parent == shm_dir())
             if self._audio is not None:  # how long the mux waited for AAC packets; when the track was ready
                 self.close_ms["audio_wait"] = self._audio.wait_s * 1e3
                 self.close_ms["audio_wait_finish"] = (self._audio.wait_s - audio_waited) * 1e3
@@ -530,11 +530,12 @@ class VideoWriter(LaneWriter):
         frames = min(self.chunks[-1][1], 2 * self.window * longest)  # a window encoding, one being muxed
         estimate = frames * self.enc_width * self.enc_height * 3 // 2 // SPILL_RATIO
         root = Path(env) if env else self.path.parent
-        if not env and SHM.is_dir() and os.access(SHM, os.W_OK):
+        shm = shm_dir()
+        if not env and shm.is_dir() and os.access(shm, os.W_OK):
             with contextlib.suppress(OSError):
-                st = os.statvfs(SHM)
+                st = os.statvfs(shm)
                 if estimate <= min(SHM_SPILL_MAX, st.f_bavail * st.f_frsize // 4):
-                    root = SHM
+                    root = shm
         return temp_dir(root, f".{self.path.stem}.", ".part.spill")  # registered: removed even after a kill
 
     def _open_encoder(self, ch: _Chunk, check: bool = True) -> None:

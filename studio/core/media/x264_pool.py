@@ -66,19 +66,36 @@ class _Worker:
         child.close()
         self.conn = Connection(os.dup(parent.fileno()))
         parent.close()
-        self.shm = None
+        self.shm = None  # the ring (rings.Ring) the worker reads frames from
+        self._sent = 0  # the token of the ring the worker has
         self.pinned = None
         self.lock = threading.Lock()  # one encoder at a time per worker
         self.owner = None  # the writer that leased it (lease_workers)
         self._poller = None
 
     def ensure_shm(self, nbytes: int):
-        from multiprocessing import shared_memory
+        """This worker's ring, with room for ``SLOTS`` frames of ``nbytes`` (fewer where memory is
+        short: ``rings.allocate``); its pages are reserved before any frame is written."""
+        from studio.core.media import rings
 
         if self.shm is None or self.shm.size < nbytes * SLOTS:
             self._free_shm()
-            self.shm = shared_memory.SharedMemory(create=True, size=nbytes * SLOTS)
+            self.shm = rings.allocate(nbytes, SLOTS)
+            self.shm.slots = self.shm.size // nbytes
         return self.shm
+
+    def ring_message(self) -> tuple:
+        """What an ``open`` message says about the ring: ``(token, size, follows)``; when ``follows``,
+        the ring's descriptor is sent right after the message (``send_ring``)."""
+        ring = self.shm
+        return (ring.token, ring.size, self._sent != ring.token)
+
+    def send_ring(self, described: tuple) -> None:
+        from studio.core.media import rings
+
+        if described[2]:
+            rings.send(self.conn, self.shm, self.proc.pid)
+            self._sent = self.shm.token
 
     def pinned_view(self):
         """The shared ring as a CUDA-registered (page-locked) uint8 tensor, so GPU frames are
@@ -112,8 +129,7 @@ class _Worker:
         if self.shm is not None:
             try:
                 self.shm.close()
-                self.shm.unlink()
-            except (OSError, FileNotFoundError, BufferError):
+            except OSError:
                 pass
             self.shm = None
 
@@ -255,19 +271,21 @@ class ProcessEncoder:
         self.fps = fps
         self.frame_bytes = width * height * 3 // 2
         self.shape = (height * 3 // 2, width)
-        shm = worker.ensure_shm(self.frame_bytes)
-        self.slots = np.ndarray((SLOTS, *self.shape), np.uint8, buffer=shm.buf)
-        self.free = list(range(SLOTS))
+        shm = _ring_or_release(worker, self.frame_bytes)
+        self.n_slots = min(SLOTS, shm.size // self.frame_bytes)
+        self.slots = np.ndarray((self.n_slots, *self.shape), np.uint8, buffer=shm.buf)
+        self.free = list(range(self.n_slots))
         self.closed = False
         self.busy_s = 0.0  # seconds the worker spent inside x264 for this encoder (set by flush)
         self.trace = None  # STUDIO_TRACE: per frame (pts, message received, encode start, end), by flush
         self.waits = {"worker": 0.0, "gpu": 0.0}  # the feeding thread's waits: free slot, frames copied
         self._extradata = None
+        ring = worker.ring_message()
         worker.conn.send(
             (
                 "open",
-                shm.name,
-                SLOTS,
+                ring,
+                self.n_slots,
                 width,
                 height,
                 fps,
@@ -278,6 +296,7 @@ class ProcessEncoder:
                 bool(get("STUDIO_TRACE")),
             )
         )  # the parent's setting, even if set after our start
+        worker.send_ring(ring)
 
     @property
     def extradata(self) -> bytes:
@@ -303,7 +322,7 @@ class ProcessEncoder:
         view = self.w.pinned_view()
         if view is None:
             return None
-        return view[: SLOTS * self.frame_bytes].view(SLOTS, *self.shape)
+        return view[: self.n_slots * self.frame_bytes].view(self.n_slots, *self.shape)
 
     def encode_gpu(self, frames, first: int, stream, slots) -> list:
         """Encode CUDA NV12 frames ``[B,H*3//2,W]`` (pts ``first``...): DMA as many as there are
@@ -400,20 +419,33 @@ class CodecProcessEncoder(ProcessEncoder):
         self.fps = fps
         self.shape = (height, width, channels)
         self.frame_bytes = width * height * channels
-        shm = worker.ensure_shm(self.frame_bytes)
-        self.slots = np.ndarray((SLOTS, *self.shape), np.uint8, buffer=shm.buf)
-        self.free = list(range(SLOTS))
+        shm = _ring_or_release(worker, self.frame_bytes)
+        self.n_slots = min(SLOTS, shm.size // self.frame_bytes)
+        self.slots = np.ndarray((self.n_slots, *self.shape), np.uint8, buffer=shm.buf)
+        self.free = list(range(self.n_slots))
         self.closed = False
         self.busy_s = 0.0
         self.trace = None
         self.waits = {"worker": 0.0, "gpu": 0.0}
         self._extradata = None
+        ring = worker.ring_message()
         worker.conn.send(
-            ("open_codec", shm.name, SLOTS, width, height, channels, fps, codec, crf, preset, alpha, str(path))
+            ("open_codec", ring, self.n_slots, width, height, channels, fps, codec, crf, preset, alpha, str(path))
         )
+        worker.send_ring(ring)
 
     def gpu_slots(self):
         return None
+
+
+def _ring_or_release(worker: _Worker, frame_bytes: int):
+    """The worker's ring for frames of ``frame_bytes``; where none can be had (``rings.allocate``'s
+    sentence), the worker's lock is given back, so the next render can use the worker."""
+    try:
+        return worker.ensure_shm(frame_bytes)
+    except BaseException:
+        worker.lock.release()
+        raise
 
 
 def wait_blocking(stream) -> None:
@@ -550,10 +582,10 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                     from studio.core.media.codecs import configure, pix_fmt_of
 
                     name, n, width, height, channels, fps, codec, crf, preset, alpha, path = msg[1:12]
+                    shm = _attach(conn, shm, name)  # first: its descriptor follows the message
                     if spill is not None:
                         spill.close()
                     spill = open(path, "wb") if path else None
-                    shm = _attach(shm, name)
                     slots = np.ndarray((n, height, width, channels), np.uint8, buffer=shm.buf)
                     changing = None
                     convert = ("rgba" if channels == 4 else "rgb24", pix_fmt_of(codec, alpha))
@@ -569,23 +601,13 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                     trace = None
                     conn.send(("opened", bytes(ctx.extradata or b"")))
                 elif kind == "open":
-                    from multiprocessing import resource_tracker, shared_memory
-
                     convert = None
                     name, n, width, height, fps, crf, preset, path = msg[1:9]
                     changing = msg[9] if len(msg) > 9 and msg[9] and hints_available() else None
+                    shm = _attach(conn, shm, name)  # first: its descriptor follows the message
                     if spill is not None:
                         spill.close()
                     spill = open(path, "wb") if path else None
-                    if shm is None or shm.name != name:
-                        if shm is not None:
-                            shm.close()
-                        shm = shared_memory.SharedMemory(name=name)
-                        # the parent owns the block: do not let this process's tracker unlink it
-                        try:
-                            resource_tracker.unregister(shm._name, "shared_memory")
-                        except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
-                            pass
                     slots = np.ndarray((n, height * 3 // 2, width), np.uint8, buffer=shm.buf)
                     ctx = av.CodecContext.create("libx264", "w")
                     ctx.flags |= av.codec.context.Flags.global_header
@@ -644,21 +666,19 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                 pass
 
 
-def _attach(shm, name: str):
-    """The parent's shared-memory block ``name`` (``shm`` when it is that one already)."""
-    from multiprocessing import resource_tracker, shared_memory
+def _attach(conn, ring, described):
+    """The parent's ring ``described`` (``(token, size, follows)``): ``ring`` when it is that one
+    already, else the descriptor that follows the message, mapped here."""
+    from studio.core.media import rings
 
-    if shm is not None and shm.name == name:
-        return shm
-    if shm is not None:
-        shm.close()
-    shm = shared_memory.SharedMemory(name=name)
-    # the parent owns the block: do not let this process's tracker unlink it
-    try:
-        resource_tracker.unregister(shm._name, "shared_memory")
-    except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
-        pass
-    return shm
+    token, size, follows = described
+    if not follows and ring is not None:
+        return ring
+    if ring is not None:
+        ring.close()
+    ring = rings.receive(conn, size, 1)
+    ring.token = token
+    return ring
 
 
 def _records(packets) -> list:

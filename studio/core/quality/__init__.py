@@ -56,12 +56,15 @@ class NoFace(InputError):
     """No face in the checked video."""
 
 
-def voice_of(video: str | os.PathLike, audio: str | os.PathLike | None = None) -> np.ndarray:
-    """The voice as 16 kHz mono samples: ``audio``, else the video's own track (one sentence if none)."""
+def voice_of(
+    video: str | os.PathLike, audio: str | os.PathLike | None = None, max_s: float | None = None
+) -> np.ndarray:
+    """The voice as 16 kHz mono samples: ``audio``, else the video's own track (one sentence if none);
+    ``max_s``: its first seconds only (decoded as a stream: memory flat in the voice's length)."""
     from studio.core.quality.video import load_voice, probe_video
 
     info = probe_video(video)
-    return load_voice(video, info, audio)
+    return load_voice(video, info, audio, max_s)
 
 
 def speech_of(
@@ -162,7 +165,10 @@ def check_video(
 
     t0 = time.monotonic()
     info = probe_video(video)
-    samples = voice_of(video, audio)
+    # the voice beyond the video is never compared: decoded no further than the video (+2 s), so a
+    # long voice-over costs no more memory than a short one (its length comes from its header)
+    video_s = (info.frames / info.fps) if info.frames and info.fps else None
+    samples = voice_of(video, audio, 0.0 if video_s is None else video_s + 2.0)  # 0: checked, read later
     frames = measurements.frames if measurements is not None else (info.frames or 0)
     extra = {}
     if measurements is None:
@@ -179,13 +185,17 @@ def check_video(
             cancelled=cancelled,
         )
         extra["check_fps"] = round(measurements.frames / max(time.monotonic() - t0, 1e-6), 1)
+    if video_s is None:  # the container did not say how long the video is: now it is counted
+        samples = voice_of(video, audio, measurements.frames / info.fps + 2.0)
     env, silent = speech_of(samples, measurements.frames, info.fps, threshold, min_silence)
     notes = []
     if measurements.reference_kind == "video":
         notes.append(
             f"No avatar was given: the reference is {measurements.reference}; give --avatar for the exact comparison."
         )
-    voice_s, video_s = len(samples) / 16_000, measurements.frames / info.fps
+    from studio.core.quality.video import voice_seconds
+
+    voice_s, video_s = voice_seconds(video, audio) or len(samples) / 16_000, measurements.frames / info.fps
     if abs(voice_s - video_s) > 1.0:
         notes.append(
             f"The voice lasts {voice_s:.1f} s and the video {video_s:.1f} s; only their overlap is "

@@ -209,34 +209,71 @@ def load_voice(
     path: str | os.PathLike,
     info: VideoInfo | None = None,
     audio: str | os.PathLike | None = None,
+    max_s: float | None = None,
 ) -> np.ndarray:
     """The voice as mono float32 at 16 kHz: ``audio`` (any file ``studio.core.media.audio`` reads, or a
-    video's audio track) when given, else the video's own track aligned to its first frame."""
+    video's audio track) when given, else the video's own track aligned to its first frame.
+
+    The same header limits as a render (``audio.probe``: the voice-over limit, read before decoding),
+    and the voice is decoded as a stream: ``max_s`` keeps only its first seconds (the check compares
+    the voice with the video's frames), so memory stays flat in the voice's length (a 3-hour FLAC for
+    a 1 s video peaked at 4.9 GB when it was decoded whole)."""
+    from studio.core.media.audio import TooLong, probe
+
     if audio is not None:
         from studio.core.errors import AudioError
-        from studio.core.media.audio import load
 
         try:
-            return load(audio).samples
+            voice = probe(audio)
+        except TooLong:
+            raise
         except AudioError as exc:
             p = _check_file(audio, "voice-over")
             try:
-                return _track_samples(p, None)
+                return _track_samples(p, None, max_s)
             except InputError:
                 raise exc from None
+        return _decoded(voice, max_s)
     info = info or probe_video(path)
     if not info.has_audio:
         raise InputError(f"{info.path}: the video has no audio track; give the voice-over with --audio VOICE")
-    return _track_samples(Path(info.path), info.start_s)
+    try:
+        probe(info.path)  # its track's length against the limit, from the header
+    except TooLong:
+        raise
+    except InputError:
+        pass  # a track the audio reader cannot describe: decoded below, still no further than max_s
+    return _track_samples(Path(info.path), info.start_s, max_s)
 
 
-def _track_samples(path: Path, video_start: float | None) -> np.ndarray:
+def voice_seconds(path: str | os.PathLike, audio: str | os.PathLike | None = None) -> float | None:
+    """How long the voice is, from its header (None where it does not say)."""
+    from studio.core.media.audio import probe
+
+    try:
+        return probe(audio if audio is not None else path).duration_s
+    except InputError:
+        return None
+
+
+def _decoded(voice, max_s: float | None) -> np.ndarray:
+    from studio.core.media.audio import decode
+
+    count = None if max_s is None else max(1, int(max_s * SAMPLE_RATE))
+    blocks = list(decode(voice, 0, count))
+    return np.concatenate(blocks).astype(np.float32, copy=False) if blocks else np.zeros(0, np.float32)
+
+
+def _track_samples(path: Path, video_start: float | None, max_s: float | None = None) -> np.ndarray:
     """The first audio stream decoded to mono 16 kHz float32. With ``video_start``, sample 0 is
-    that moment (silence is put before an audio track that starts later, an earlier one is cut)."""
+    that moment (silence is put before an audio track that starts later, an earlier one is cut).
+    ``max_s``: decoding stops after that many seconds of it."""
     import av
 
     chunks: list[np.ndarray] = []
     first_t: float | None = None
+    cap = None if max_s is None else int(max_s * SAMPLE_RATE)
+    have = 0
     try:
         with av.open(str(path)) as c:
             if not c.streams.audio:
@@ -248,8 +285,12 @@ def _track_samples(path: Path, video_start: float | None) -> np.ndarray:
                     first_t = float(f.time)
                 for g in res.resample(f):
                     chunks.append(g.to_ndarray().reshape(-1))
-            for g in res.resample(None):
-                chunks.append(g.to_ndarray().reshape(-1))
+                    have += len(chunks[-1])
+                if cap is not None and have >= cap:
+                    break
+            else:
+                for g in res.resample(None):
+                    chunks.append(g.to_ndarray().reshape(-1))
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - any decoder failure gets the same sentence
@@ -265,7 +306,7 @@ def _track_samples(path: Path, video_start: float | None) -> np.ndarray:
             x = np.concatenate([np.zeros(lead, np.float32), x])
         elif lead < 0:
             x = x[-lead:]
-    return x
+    return x if cap is None else x[:cap]
 
 
 def _short(exc: Exception) -> str:

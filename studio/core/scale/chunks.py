@@ -217,6 +217,11 @@ class ChunkedRender:
         avatar_ref = avatar_reference(self.clip.avatar)
         workers = max(1, min(self.workers or len(ranges), len(ranges)))
         ctx = mp.get_context("spawn")
+        # the semaphore tracker must not print a "leaked semaphore" warning when a second stop
+        # signal ends this process at once (it inherits this environment when it starts here)
+        from studio.core import env
+
+        env.set_default("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
         q, stop = ctx.Queue(), ctx.Event()
         tmpdir = temp_dir(Path(output).parent, f".{Path(output).stem}.chunks.")  # registered: gone even after a kill
         done, per_worker = 0, {}
@@ -225,10 +230,13 @@ class ChunkedRender:
                 workers, mp_context=ctx, initializer=_child_init, initargs=(q, stop, workers, os.getpid())
             )
             try:
-                pending = {
-                    pool.submit(_child_render, avatar_ref, audio, settings, a, b, str(tmpdir / f"seg{k:04d}.mp4"))
-                    for k, (a, b) in enumerate(ranges)
-                }
+                from studio.core.signals import deferred
+
+                with deferred():  # a stop signal waits until every worker has its start-up data
+                    pending = {
+                        pool.submit(_child_render, avatar_ref, audio, settings, a, b, str(tmpdir / f"seg{k:04d}.mp4"))
+                        for k, (a, b) in enumerate(ranges)
+                    }
                 finished: list[Segment] = []
                 while pending:
                     if self._cancel.is_set():

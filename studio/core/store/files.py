@@ -35,6 +35,31 @@ def check_name_length(out: Path) -> None:
         )
 
 
+def check_kept_name(out: str | os.PathLike) -> None:
+    """Where an existing output is kept (no ``--overwrite``), the numbered name the new file gets
+    (``out_002.mp4``) must fit the file system too: one sentence now, not a failure after the whole
+    render (a legal 254-byte name that exists has no room for ``_002``)."""
+    out = Path(os.path.expanduser(os.fspath(out)))
+    check_name_length(out)
+    try:
+        if not out.exists():
+            return
+    except OSError:
+        return
+    alt = Path(numbered(out, 2))
+    n = len(alt.name.encode("utf-8", "surrogateescape"))
+    try:
+        limit = os.pathconf(out.parent if out.parent.is_dir() else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if n > limit:
+        raise InputError(
+            f"{out.name[:40]}...{out.suffix}: a file of that name exists and is kept, but the numbered name the new "
+            f"file would get is {n} bytes long and the file system takes at most {limit}; choose a shorter name, "
+            "or pass --overwrite to replace that file."
+        )
+
+
 def write_error(exc: OSError, path: str | os.PathLike):
     """One sentence (``RenderError``) for a write that failed: a full disk or quota names the
     folder, a name too long says so; anything else with its reason and folder."""

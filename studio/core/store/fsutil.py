@@ -530,7 +530,9 @@ def _record() -> _Record | None:
             rec = _RECORDS[key] = _Record(Path(key))
         except OSError as exc:
             _FAILED.add(key)
-            log.warning("temporaries are not recorded (%s): a killed run may leave some behind", exc)
+            # a read-only data folder is said once, by whatever needs to write there (paths.read_only_error)
+            level = logging.INFO if exc.errno == errno.EROFS else logging.WARNING
+            log.log(level, "temporaries are not recorded (%s): a killed run may leave some behind", exc)
             return None
         if not _ATEXIT:
             atexit.register(_at_exit)

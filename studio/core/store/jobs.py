@@ -29,6 +29,7 @@ from __future__ import annotations
 import builtins  # JobStore.list shadows list in its annotations
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -462,9 +463,24 @@ class JobStore:
 
     def _init(self) -> None:
         away = "move it away to start an empty queue"
+        from studio.core.env import READ_ONLY_ERRNOS, is_read_only, read_only_error
+
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if exc.errno in READ_ONLY_ERRNOS:
+                raise read_only_error(self.path.parent, exc) from None
+            raise
+        try:
             self._check_ours(away)  # read only: a file that is not a Studio queue is left exactly as it was
+        except sqlite3.DatabaseError as exc:
+            raise InputError(
+                f"{self.path}: the job queue file is damaged ({exc}); it was left as it is: restore it from a "
+                f"backup, or {away}"
+            ) from None
+        if is_read_only(self.path.parent):
+            raise read_only_error(self.path)  # SQLite writes a journal beside the file: "damaged" would mislead
+        try:
             with self._tx() as db:
                 db.execute(
                     "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, avatar TEXT NOT NULL,"
@@ -516,6 +532,8 @@ class JobStore:
                 db.execute("CREATE INDEX IF NOT EXISTS deliveries_job ON deliveries(job_id)")
                 db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
         except sqlite3.DatabaseError as exc:
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise read_only_error(self.path) from None
             raise InputError(f"{self.path}: the job queue file is damaged ({exc}); {away}") from None
 
     def _check_ours(self, away: str) -> None:
@@ -545,8 +563,25 @@ class JobStore:
                 raise InputError(
                     f"{self.path} is not a Studio job queue (its jobs table has no {', '.join(missing)} column); {away}"
                 )
+            self._check_integrity(db)
         finally:
             db.close()
+
+    def _check_integrity(self, db: sqlite3.Connection) -> None:
+        """Refuse a cut or overwritten file (``PRAGMA quick_check``: every page and index, read only)
+        before any job is read from it: a damaged queue opened silently lost jobs and listed others
+        as damaged. The file is left byte for byte as it was, for a backup or a repair tool."""
+        rows = _size_problem(self.path)
+        if not rows:
+            try:
+                rows = [str(r[0]) for r in db.execute("PRAGMA quick_check(3)")]
+            except sqlite3.DatabaseError as exc:
+                rows = [str(exc)]
+        if rows != ["ok"]:
+            raise InputError(
+                f"{self.path}: the job queue file is damaged ({'; '.join(rows)[:160]}); it was left as it is: "
+                "restore it from a backup, or move it away to start an empty queue"
+            )
 
     def _recover(self) -> builtins.list[int]:
         """Jobs left running by a process that is gone become ``interrupted``."""
@@ -561,6 +596,28 @@ class JobStore:
         if ids:
             log.warning("%d job(s) were running when Studio last stopped: marked interrupted", len(ids))
         return ids
+
+
+def _size_problem(path: Path) -> list[str]:
+    """Why the file's size disagrees with its header (a cut file: SQLite reads the missing pages as
+    zeros, so a cut that ends in empty space passes ``quick_check``), else ``[]``. The header's page
+    count is used only where the header says it is current (bytes 92-95 equal the change counter)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError:
+        return []
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\0"):
+        return []  # SQLite's own check says what it is
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(head[28:32], "big")
+    if size % page:
+        return [f"{size} bytes is not a whole number of {page}-byte pages: the file was cut"]
+    if head[92:96] == head[24:28] and pages and size < pages * page:
+        return [f"{size} of its {pages * page} bytes are there: the file was cut"]
+    return []
 
 
 class _Tx:
