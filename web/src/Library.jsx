@@ -30,7 +30,7 @@ export function Library({ readOnly, avatar, voice, onAvatar, onVoice, onError, o
   const [voices, setVoices] = useState(() => JSON.parse(sessionStorage.getItem(VOICES_KEY) || '[]'));
   const [busy, setBusy] = useState('');
   const [text, setText] = useState('');
-  const [lang, setLang] = useState('en-us');
+  const [lang, setLang] = useState('');
 
   const refresh = () =>
     getJson('/v1/avatars').then(
@@ -162,7 +162,7 @@ export function Library({ readOnly, avatar, voice, onAvatar, onVoice, onError, o
             <textarea id="speak-text" rows="3" value={text} onInput={(e) => setText(e.currentTarget.value)} />
             <div class="row">
               <label for="speak-voice">Voice</label>
-              <input id="speak-voice" value={lang} size="8" onInput={(e) => setLang(e.currentTarget.value)} />
+              <input id="speak-voice" value={lang} size="8" placeholder="joe" title="empty: the natural default voice (Piper joe); or an imported Piper voice, or espeak:en-gb" onInput={(e) => setLang(e.currentTarget.value)} />
               <button type="submit" disabled={busy !== '' || !text.trim()}>
                 {busy === 'speak' ? 'Speaking…' : 'Speak'}
               </button>

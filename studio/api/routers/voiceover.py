@@ -72,8 +72,16 @@ def _waveform_query() -> type[BaseModel]:
 
 class SpeechForm(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    text: str = Field(min_length=1, max_length=20_000, description="what the presenter says (espeak-ng speaks it)")
-    voice: str = Field("en-us", max_length=64, description="an espeak-ng voice, e.g. en-us, en-gb, de")
+    text: str = Field(
+        min_length=1,
+        max_length=20_000,
+        description="what the presenter says (spoken by Piper's natural voice; espeak-ng where Piper is missing)",
+    )
+    voice: str = Field(
+        "",
+        max_length=64,
+        description="empty: the default voice (Piper's joe); an imported Piper voice; espeak:VOICE or an espeak-ng voice name such as en-gb",
+    )
 
 
 if TYPE_CHECKING:
@@ -139,7 +147,7 @@ def envelope(lo, hi, columns: int) -> dict:
     status_code=201,
     response_model=AudioAnalysis,
     responses=errors(409, 422),
-    summary="Speak a text with espeak-ng and keep it as an uploaded voice-over (answers its analysis)",
+    summary="Speak a text (Piper, or espeak-ng where Piper is missing) and keep it as an uploaded voice-over (answers its analysis)",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
 async def speak_text(st: State, request: Request, response: Response, form: Annotated[SpeechForm, Form()]) -> dict:
@@ -162,7 +170,7 @@ def _silence_defaults() -> tuple[float, int]:
 
 
 async def _store_speech(st, text: str, voice: str):
-    """espeak-ng's WAV, stored through the upload store (the same id for the same speech)."""
+    """The spoken WAV (``media.speech.speak``), stored through the upload store (the same id for the same speech)."""
     from starlette.datastructures import UploadFile
 
     from studio.core.errors import StudioError
