@@ -75,6 +75,7 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         max_body=opts.max_body_bytes,
         max_upload_mb=opts.max_upload_mb,
         read_token=opts.read_token,
+        open_probes=bool(opts.open_probes),
     )
     app.add_middleware(RequestLog, metrics=state.metrics)
     if opts.cors_origins:

@@ -89,11 +89,11 @@ class Health(Answer):
     ok: bool = Field(description="the server answers (liveness); see /v1/ready for whether it can render")
     version: str
     uptime_s: float
-    queued: int = Field(description="jobs waiting in the queue")
+    queued: int | None = Field(None, description="jobs waiting in the queue (left out for a probe without the token)")
     running: int | None = Field(None, description="the id of the job rendering now")
-    warm_engines: int
-    max_queued: int | None
-    max_upload_mb: float
+    warm_engines: int | None = None
+    max_queued: int | None = None
+    max_upload_mb: float | None = None
 
 
 class ReadyCheck(Answer):

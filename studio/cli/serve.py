@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 DEFAULT_MAX_AUDIO_MINUTES = 60.0  # an hour of voice-over: 230 MB decoded (the CLI's own default is 240)
@@ -91,7 +92,68 @@ def register(sub) -> None:
         help="longest voice-over accepted, read from the file's header before it is decoded "
         f"(default {DEFAULT_MAX_AUDIO_MINUTES:g}: an upload's decoded size, not its file size, is what it costs)",
     )
+    p.add_argument(
+        "--warm",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,...]",
+        help="also load and warm the engine for these settings before the server says it is ready "
+        "(such as decoder=sd-vae; repeat for more; the default settings' engine is always warmed)",
+    )
+    p.add_argument(
+        "--gpus",
+        default="",
+        metavar="all|N|LIST",
+        help="spread jobs over these devices, each job to the least busy one, with warm engines on each "
+        "(all, a count, or a list such as 0,1 or cuda:0,cuda:2; default: one device)",
+    )
+    p.add_argument(
+        "--jobs-per-device",
+        type=int,
+        default=None,
+        metavar="N",
+        help="jobs rendering at once on each device, their frames sharing the engine's batches "
+        "(default: $STUDIO_JOBS_PER_DEVICE, else 4 on a CUDA GPU and 1 on a CPU)",
+    )
+    p.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="jobs running at once on one device call the engine in turn (default: they share its batches)",
+    )
+    p.add_argument(
+        "--open-probes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="answer /v1/health and /v1/ready without the token, with no job data (default: on when "
+        "listening on loopback)",
+    )
     p.set_defaults(func=run_serve)
+
+
+def parse_gpus(text: str) -> tuple[str, ...]:
+    """``all`` -> every CUDA GPU, ``2`` -> the first two, ``0,1`` / ``cuda:0,cuda:2`` / ``cpu,cpu``
+    (test devices) -> those; one sentence when the machine has fewer."""
+    from studio.core.errors import InputError
+    from studio.service.queue import gpus_here as cuda_devices
+
+    text = text.strip()
+    if not text:
+        return ()
+    have = cuda_devices()
+    if text == "all" or text.isdigit():
+        n = len(have) if text == "all" else int(text)
+        if not have or n < 1 or n > len(have):
+            raise InputError(
+                f"--gpus {text}: this machine has {len(have)} CUDA GPU(s); give all, 1..{len(have)} or a list"
+            )
+        return tuple(have[:n])
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name = f"cuda:{part}" if part.isdigit() else part
+        if name != "cpu" and name not in have:
+            raise InputError(f"--gpus {text}: no device {name} here (CUDA GPUs: {', '.join(have) or 'none'})")
+        out.append(name)
+    return tuple(out)
 
 
 def run_serve(args) -> int:
@@ -131,7 +193,16 @@ def run_serve(args) -> int:
         keep_renders_s=parse_duration(args.keep_renders) if args.keep_renders else None,
         max_storage_gb=args.max_storage_gb,
         cors_origins=args.cors_origin,
+        warm=tuple(args.warm),
+        gpus=parse_gpus(args.gpus),
+        jobs_per_device=jobs_per_device(args.jobs_per_device, args.gpus),
+        batching=not args.no_batching,
+        open_probes=args.open_probes,
     ).check()
+    from studio.api.warmup import parse_warm
+
+    for w in options.warm:
+        parse_warm(w)  # a bad --warm is one sentence before anything starts
     serve(
         options,
         on_listening=lambda url: print(
@@ -141,3 +212,22 @@ def run_serve(args) -> int:
         ),
     )
     return 0
+
+
+def jobs_per_device(given: int | None, gpus: str) -> int:
+    """``--jobs-per-device``, else ``$STUDIO_JOBS_PER_DEVICE``, else 4 on a CUDA GPU (measured: see
+    docs/speed.md) and 1 on a CPU (its cores are the encoders')."""
+    from studio.core import env
+    from studio.core.errors import InputError
+
+    n = given if given is not None else env.get_int("STUDIO_JOBS_PER_DEVICE")
+    if given is not None and given < 1:
+        raise InputError(f"--jobs-per-device {given}: give at least 1")
+    if n >= 1:
+        return n
+    from studio.service.queue import gpus_here as cuda_devices
+
+    return DEFAULT_JOBS_PER_GPU if cuda_devices() and gpus.strip() != "cpu" else 1
+
+
+DEFAULT_JOBS_PER_GPU = 4

@@ -1,0 +1,95 @@
+"""Ready means ready: ``WarmUp`` loads the engines a server will serve before it says it is ready.
+
+    w = WarmUp(pool, settings_list, devices, then=queue.start)
+    w.start()                        # a thread: every engine on every device, every batch size
+    w.ready, w.doing, w.error        # what /v1/ready says: 503 "warming up: loading musetalk on
+                                     # cuda:0 (4 s so far)" with Retry-After, then 200
+
+The queue runner starts when the warm-up ends (``then``), so a job posted before the server is
+ready waits in the queue for the warm engine instead of loading a second one, and a scrub frame
+asked for meanwhile waits for the engine being loaded (the engine cache loads a key once).
+A warm-up that fails leaves the server up and not ready, saying why (the queue runs anyway: each
+job loads its engine or fails with its own sentence).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def parse_warm(text: str):
+    """``"decoder=sd-vae,precision=fp32"`` -> the default ``RenderSettings`` with those values (one
+    sentence for a bad one)."""
+    from studio.core.errors import InputError
+    from studio.core.settings import from_dict
+
+    values: dict[str, Any] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, eq, value = part.partition("=")
+        if not eq or not name.strip():
+            raise InputError(f"--warm {text!r}: give NAME=VALUE pairs such as decoder=sd-vae,precision=fp16")
+        values[name.strip()] = value.strip()
+    try:
+        return from_dict(values)
+    except InputError as exc:
+        raise InputError(f"--warm {text!r}: {exc}") from None
+
+
+class WarmUp:
+    def __init__(self, pool, settings: list, devices: list, then: Callable[[], None] | None = None):
+        self.pool = pool
+        self.settings = list(settings)
+        self.devices = list(devices) or [None]
+        self.then = then
+        self.ready = False
+        self.error: str | None = None
+        self.doing = "starting"
+        self.started = time.monotonic()
+        self.seconds: float | None = None  # how long the warm-up took, once done
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="studio-warm-up", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.ready
+
+    def status(self) -> str:
+        """What it is doing, for a client (``warming up: ... (3 s so far)``)."""
+        if self.error is not None:
+            return f"the warm-up failed: {self.error}"
+        return f"warming up: {self.doing} ({time.monotonic() - self.started:.0f} s so far)"
+
+    def _run(self) -> None:
+        try:
+            for slot, device in enumerate(self.devices):
+                for s in self.settings:
+                    if device is not None and s.device in (None, "", "auto"):
+                        s = s.with_(device=device)
+                    self.doing = f"loading the {s.engine} engine"
+                    self.pool.warm_up(s, slot=slot, on_step=self._say)
+            self.doing = "starting the queue"
+            if self.then is not None:
+                self.then()
+            self.seconds = time.monotonic() - self.started
+            self.ready = True
+            log.info("warm-up done in %.1f s: %d engine(s) warm", self.seconds, len(self.pool))
+        except Exception as exc:
+            self.error = str(exc) or type(exc).__name__
+            log.error("warm-up failed: %s", self.error, exc_info=True)
+            if self.then is not None:  # jobs still run (each loads its engine, or fails with why)
+                self.then()
+
+    def _say(self, text: str) -> None:
+        self.doing = text
