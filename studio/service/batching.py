@@ -7,7 +7,8 @@
 Each job keeps its own renderer: its compositing, encoder lanes and muxer run on its own thread,
 and only the engine call is shared. A job's ``generate`` puts its batch in the batcher's queue and
 waits; one of the waiting threads (the leader) takes what is queued, lets the other jobs in flight
-add theirs for a moment (``GATHER_S``: a job still compositing its last batch), and runs them as
+add theirs for a moment (half the last merged call's time, ``GATHER_S``: a job still compositing its
+last batch; waiting longer than the engine's own work would cost more than it saves), and runs them as
 one call (``engine.generate_many``: one UNet/decoder batch for MuseTalk), then hands each job its
 faces. A job has at most one batch queued (its render loop waits for it), and the leader takes the
 batches in the order they came, up to ``max_frames``, so every job in flight gets one batch per
@@ -30,7 +31,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-GATHER_S = 0.004  # how long a leader waits for the other jobs in flight to add their batches
+GATHER_S = (0.002, 0.05)  # a leader waits for the other jobs in flight half a merged call's time, in these bounds
 ACTIVE_S = 1.0  # a view that asked within this long counts as a job in flight
 
 
@@ -58,6 +59,7 @@ class Batcher:
         #: merged calls made and the batches they carried (``batches / calls``: jobs per call)
         self.calls = 0
         self.batches = 0
+        self._gather_s = GATHER_S[0]
 
     def view(self) -> EngineView:
         v = EngineView(self)
@@ -95,7 +97,7 @@ class Batcher:
     def _take(self) -> list[_Ask]:
         """The batches to merge: wait briefly for every job in flight to have one queued, then the
         oldest first, up to ``max_frames`` (at least one)."""
-        deadline = time.monotonic() + GATHER_S
+        deadline = time.monotonic() + self._gather_s
         with self._cond:
             while True:
                 waiting = {id(a.view) for a in self._queue}
@@ -115,8 +117,10 @@ class Batcher:
 
     def _run(self, asks: list[_Ask]) -> None:
         try:
+            t0 = time.perf_counter()
             with self.lock or contextlib.nullcontext():
                 faces = self.engine.generate_many([a.item for a in asks])
+            self._gather_s = min(GATHER_S[1], max(GATHER_S[0], (time.perf_counter() - t0) / 2))
             for a, f in zip(asks, faces, strict=True):
                 a.faces = f
         except BaseException as exc:  # noqa: BLE001 - every job in the batch gets the error
