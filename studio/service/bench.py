@@ -20,7 +20,10 @@ caches are never touched. In order:
    classic), wall time of the whole process, and what importing torch alone costs;
 5. a real ``studio serve`` process: ``POST /generate`` warm (default settings and ultrafast,
    ``repeats`` times each): the request's wall time and the server's render seconds; then
-   ``clients`` clients posting ``clip_frames`` frames at once: frames/s together.
+   ``clients`` clients posting ``clip_frames`` frames at once: frames/s together;
+6. the server as a service (``studio.service.bench_serve``): a fresh server's time to ready and its
+   first three requests against warm ones, 14 requests varying batch/decoder/precision (engines
+   held, device memory), 8 and 16 clients at once with cross-job batching on and off.
 """
 
 from __future__ import annotations
@@ -103,6 +106,12 @@ def user_path(
     if serve:
         voice = bench_user.voice_file(workdir / "user" / "voices", "wav48", frames)  # the user rows' one
         out["serve"] = serve_rows(workdir / "serve", env, voices, voice, repeats=repeats, note=note)
+        save(out)
+        from studio.service.bench_serve import service_rows
+
+        many = [bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, 17)]
+        short = bench_user.voice_file(workdir / "clips", "wav48", 100, seed=99)
+        out["service"] = service_rows(workdir / "service", env, voice, many, note=note, short=short)
     return out
 
 
