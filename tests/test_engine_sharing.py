@@ -13,6 +13,7 @@ import av
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 from conftest import prepare_demo_avatar, speechlike
 from musetalk_fakes import write_official_and_taesd
 
@@ -55,7 +56,7 @@ def _voice(path, seconds, seed):
 
 
 def _frames(renderer) -> np.ndarray:
-    return np.concatenate([f.numpy() for _, f in sorted(renderer.iter_frames(), key=lambda p: p[0])])
+    return np.concatenate([f.cpu().numpy() for _, f in sorted(renderer.iter_frames(), key=lambda p: p[0])])
 
 
 # --- the bounded cache ------------------------------------------------------------------------------
@@ -137,15 +138,22 @@ def test_two_threads_asking_for_one_key_load_it_once(env):
 # --- one batch, many jobs ---------------------------------------------------------------------------
 
 
+CUDA = pytest.param(
+    "cuda",
+    marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("engine", ["classic", "musetalk"])
-def test_jobs_sharing_batches_get_the_frames_they_get_alone(engine, request, tmp_path, env):
+def test_jobs_sharing_batches_get_the_frames_they_get_alone(engine, device, request, tmp_path, env):
     if engine == "musetalk":
         request.getfixturevalue("weights")
     from studio.core.render.renderer import Renderer
     from studio.service.pool import EnginePool
 
     voices = [_voice(tmp_path / f"v{k}.wav", s, k) for k, s in enumerate((0.9, 1.5, 0.5))]
-    settings = RenderSettings(engine=engine, device="cpu", batch=4)
+    settings = RenderSettings(engine=engine, device=device, batch=4)
     alone = [_frames(Renderer("astro", v, settings)) for v in voices]
     pool = EnginePool()
     pool.batching = True

@@ -9,7 +9,8 @@ The queue runner starts when the warm-up ends (``then``), so a job posted before
 ready waits in the queue for the warm engine instead of loading a second one, and a scrub frame
 asked for meanwhile waits for the engine being loaded (the engine cache loads a key once).
 A warm-up that fails leaves the server up and not ready, saying why (the queue runs anyway: each
-job loads its engine or fails with its own sentence).
+job loads its engine or fails with its own sentence). The library's avatars are prepared for the warm
+MuseTalk engines too (their latents cached), so no first request pays for that either.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+AVATARS = 50  # library avatars prepared before ready, at most
 
 
 def parse_warm(text: str):
@@ -79,6 +82,7 @@ class WarmUp:
                         s = s.with_(device=device)
                     self.doing = f"loading the {s.engine} engine"
                     self.pool.warm_up(s, slot=slot, on_step=self._say)
+            self._prepare_avatars()
             self.doing = "starting the queue"
             if self.then is not None:
                 self.then()
@@ -90,6 +94,25 @@ class WarmUp:
             log.error("warm-up failed: %s", self.error, exc_info=True)
             if self.then is not None:  # jobs still run (each loads its engine, or fails with why)
                 self.then()
+
+    def _prepare_avatars(self) -> None:
+        """The library's avatars prepared for each warm engine (MuseTalk's latents are written to
+        the avatar's cache the first time: a photo's first request would pay it), the newest first,
+        at most ``AVATARS``; one that fails is left to its first job, which says why."""
+        from studio.core.avatars import library
+
+        try:
+            names = [a["name"] for a in library.list_avatars() if not a.get("damaged")]
+        except OSError:
+            return
+        engines = [e for e in self.pool.engines() if getattr(e, "name", "") == "musetalk"]
+        for name in names[:AVATARS]:
+            for engine in engines:
+                self.doing = f"preparing avatar {name} for {engine.name} on {engine.device}"
+                try:
+                    engine.prepare(library.load(name))
+                except Exception:
+                    log.warning("warm-up: avatar %s was not prepared", name, exc_info=True)
 
     def _say(self, text: str) -> None:
         self.doing = text

@@ -169,6 +169,7 @@ def run_serve(args) -> int:
         raise InputError(
             f"studio serve needs the serve extra ({exc.name} is missing): pip install 'studio[serve]'"
         ) from None
+    from studio.api.options import is_loopback
     from studio.core import env
     from studio.core.media.audio import set_max_audio_minutes
     from studio.service.retention import parse_duration
@@ -203,14 +204,20 @@ def run_serve(args) -> int:
 
     for w in options.warm:
         parse_warm(w)  # a bad --warm is one sentence before anything starts
-    serve(
-        options,
-        on_listening=lambda url: print(
+
+    def listening(url: str) -> None:
+        print(
             f"studio: serving on {url} (docs at {url}/docs; token {'required' if token else 'off'}); Ctrl-C stops",
             file=sys.stderr,
             flush=True,
-        ),
-    )
+        )
+        if is_loopback(options.host):
+            advertise(url, bool(token))
+
+    try:
+        serve(options, on_listening=listening)
+    finally:
+        withdraw()
     return 0
 
 
@@ -231,3 +238,75 @@ def jobs_per_device(given: int | None, gpus: str) -> int:
 
 
 DEFAULT_JOBS_PER_GPU = 4
+
+
+# -- a local server for `studio render` ---------------------------------------------------------
+
+ADVERT = "serve.json"  # in the data folder: where a loopback `studio serve` of this folder listens
+
+
+def advertise(url: str, token: bool) -> None:
+    """Say in the data folder that this process serves it at ``url`` (for ``hand_to_local_server``)."""
+    import json
+    import os
+
+    from studio.core.store.fsutil import atomic_write_bytes
+    from studio.core.store.paths import data_dir
+
+    atomic_write_bytes(data_dir() / ADVERT, json.dumps({"url": url, "pid": os.getpid(), "token": token}).encode())
+
+
+def withdraw() -> None:
+    """This server stops: its advertisement goes (only its own)."""
+    import json
+    import os
+
+    from studio.core.store.paths import data_dir
+
+    path = data_dir() / ADVERT
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def hand_to_local_server(args) -> str | None:
+    """The URL of a ``studio serve`` running on this data folder on loopback that can take this
+    render (its engine is warm: no cold start here), after saying so on stderr; None to render in
+    this process: ``STUDIO_LOCAL_SERVER=0``, options that pick where it renders (``--device``,
+    ``--gpus``, ``--chunks``, ``--farm``), no server, or one that needs a token we do not have."""
+    import json
+    import os
+    import urllib.request
+
+    from studio.core import env
+    from studio.core.store.paths import data_dir
+
+    if not env.flag("STUDIO_LOCAL_SERVER"):
+        return None
+    if getattr(args, "device", None) or getattr(args, "gpus", None) or getattr(args, "chunks", 0):
+        return None
+    if getattr(args, "farm", None) is not None:
+        return None
+    try:
+        advert = json.loads((data_dir() / ADVERT).read_text())
+        url, pid = str(advert["url"]), int(advert["pid"])
+        os.kill(pid, 0)  # the process is there
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if advert.get("token") and not env.get("STUDIO_SERVER_TOKEN"):
+        return None
+    try:
+        with urllib.request.urlopen(f"{url}/v1/ready", timeout=1.0) as r:  # our own loopback URL
+            if r.status != 200:
+                return None
+    except OSError:
+        return None
+    print(
+        f"studio: handing this render to the studio serve running on this data folder ({url}, engine warm); "
+        "STUDIO_LOCAL_SERVER=0 renders in this process",
+        file=sys.stderr,
+        flush=True,
+    )
+    return url

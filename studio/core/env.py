@@ -59,6 +59,12 @@ KNOBS: dict[str, Knob] = {
             "starts while the previous job's encoders drain)",
         ),
         Knob(
+            "STUDIO_LOCAL_SERVER",
+            "1",
+            "0: studio render always renders in its own process (by default it hands the job to a studio serve "
+            "running on the same data folder, which has its engine warm)",
+        ),
+        Knob(
             "STUDIO_MAX_ENGINES",
             "2",
             "warm engines a process keeps at most (the least recently used is evicted first)",

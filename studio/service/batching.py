@@ -8,7 +8,8 @@ Each job keeps its own renderer: its compositing, encoder lanes and muxer run on
 and only the engine call is shared. A job's ``generate`` puts its batch in the batcher's queue and
 waits; one of the waiting threads (the leader) takes what is queued, lets the other jobs in flight
 add theirs for a moment (half the last merged call's time, ``GATHER_S``: a job still compositing its
-last batch; waiting longer than the engine's own work would cost more than it saves), and runs them as
+last batch; waiting longer than the engine's own work would cost more than it saves; not at all once
+half of ``max_frames`` is queued: the device is kept busy), and runs them as
 one call (``engine.generate_many``: one UNet/decoder batch for MuseTalk), then hands each job its
 faces. A job has at most one batch queued (its render loop waits for it), and the leader takes the
 batches in the order they came, up to ``max_frames``, so every job in flight gets one batch per
@@ -102,8 +103,9 @@ class Batcher:
             while True:
                 waiting = {id(a.view) for a in self._queue}
                 left = deadline - time.monotonic()
-                if len(waiting) >= self._in_flight() or left <= 0:
-                    break
+                queued = sum(a.frames for a in self._queue)
+                if len(waiting) >= self._in_flight() or left <= 0 or queued >= self.max_frames // 2:
+                    break  # everyone is in, or enough to keep the device busy: no idle wait
                 self._cond.wait(left)
             take: list[_Ask] = []
             frames = 0

@@ -111,7 +111,8 @@ def user_path(
 
         many = [bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, 17)]
         short = bench_user.voice_file(workdir / "clips", "wav48", 100, seed=99)
-        out["service"] = service_rows(workdir / "service", env, voice, many, note=note, short=short)
+        fresh = [bench_user.voice_file(workdir / "user" / "voices", "wav48", frames, seed=s) for s in range(100, 106)]
+        out["service"] = service_rows(workdir / "service", env, voice, many, note=note, short=short, fresh=fresh)
     return out
 
 

@@ -51,9 +51,11 @@ def service_rows(
     note=log.info,
     short: Path | None = None,
     counts: tuple | list = (8, 16),
+    fresh: list[Path] | None = None,
 ):
     """Every row above; ``voice`` is the user rows' clip (672 frames), ``voices`` the clients' clips
-    (``counts``: how many clients at once, each row)."""
+        (``counts``: how many clients at once, each row), ``fresh`` six voice-overs of ``voice``'s length the
+    server has not seen (each request of the fresh-server row has its own, as users' do)."""
     from studio.service.serve_process import ServeProcess
 
     out: dict = {}
@@ -66,7 +68,7 @@ def service_rows(
         ready_s = _wait_ready(srv.url)
         since = time.perf_counter() - t0
         note(f"serve (fresh folder): /v1/health after {srv.start_s:.1f} s, /v1/ready 200 after {since:.1f} s")
-        walls = [_generate(srv.url, voice, folder / f"first{k}.mp4") for k in range(6)]
+        walls = [_generate(srv.url, v, folder / f"first{k}.mp4") for k, v in enumerate(fresh or [voice] * 6)]
         warm = statistics.median(w["request_s"] for w in walls[3:])
         out["fresh"] = {
             "health_s": round(srv.start_s, 2),

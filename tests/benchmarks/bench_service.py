@@ -52,8 +52,9 @@ def main() -> int:
         out["cold"] = bench.cold_rows(work / "cold", env, a.device, voices[0], note=say)
         say(json.dumps(out["cold"]))
     short = bench_user.voice_file(work / "clips", "wav48", 100, seed=99)
+    fresh = [bench_user.voice_file(work / "clips", "wav48", a.frames, seed=s) for s in range(100, 106)]
     out["service"] = bench_serve.service_rows(
-        work / "service", env, voice, voices, note=say, short=short, counts=clients
+        work / "service", env, voice, voices, note=say, short=short, counts=clients, fresh=fresh
     )
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

@@ -312,6 +312,11 @@ class EngineCache:
         with lock:
             yield
 
+    def engines(self) -> list:
+        """The warm engines, least recently used first."""
+        with self._lock:
+            return [w.engine for w in self._engines.values()]
+
     def held_bytes(self) -> int:
         """Bytes the warm engines hold (as last measured)."""
         with self._lock:
