@@ -197,7 +197,7 @@ def run_serve(args) -> int:
         warm=tuple(args.warm),
         gpus=parse_gpus(args.gpus),
         jobs_per_device=jobs_per_device(args.jobs_per_device, args.gpus),
-        batching=not args.no_batching,
+        batching=not args.no_batching and env.flag("STUDIO_CROSS_JOB_BATCHING"),
         open_probes=args.open_probes,
     ).check()
     from studio.api.warmup import parse_warm
