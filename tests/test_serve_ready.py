@@ -126,6 +126,33 @@ def test_a_fresh_data_folder_is_ready_without_a_render_and_probes_reveal_no_jobs
         assert full["queued"] == 0 and full["warm_engines"] == 1
         assert httpx.get(srv.url + "/v1/renders").status_code == 401  # only the probes are open
         assert httpx.post(srv.url + "/v1/ready").status_code in (401, 405)
+        # studio render on this data folder hands its job to the warm server, saying so
+        voice = speech_pause_speech(tmp_path / "v.wav", 0.4, 0.2, 0.4)
+        env = dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=str(ROOT), STUDIO_SERVER_TOKEN=TOKEN)
+        cmd = [sys.executable, "-m", "studio", "render", "--avatar", str(DEMO_AVATAR), "--audio", str(voice)]
+        p = subprocess.run(
+            [*cmd, "-o", str(tmp_path / "cli.mp4"), "--engine", "classic"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert p.returncode == 0, p.stderr
+        assert "handing this render to the studio serve running on this data folder" in p.stderr
+        assert (tmp_path / "cli.mp4").stat().st_size > 0
+        jobs = httpx.get(srv.url + "/v1/renders", headers=AUTH).json()["renders"]
+        assert [j["state"] for j in jobs] == ["done"]
+        env["STUDIO_LOCAL_SERVER"] = "0"  # renders in the command's own process
+        p = subprocess.run(
+            [*cmd, "-o", str(tmp_path / "own.mp4"), "--engine", "classic"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert p.returncode == 0 and "handing" not in p.stderr and (tmp_path / "own.mp4").stat().st_size > 0
+        assert len(httpx.get(srv.url + "/v1/renders", headers=AUTH).json()["renders"]) == 1
+    assert not (home / "serve.json").exists()  # the stopped server's note is gone
     with Server(tmp_path / "closed", "--token", TOKEN, "--no-open-probes", token=TOKEN) as srv:
         assert httpx.get(srv.url + "/v1/health").status_code == 401
         assert httpx.get(srv.url + "/v1/ready").status_code == 401

@@ -70,12 +70,13 @@ class EngineKey:
 
         name = auto_engine() if settings.engine == "auto" else settings.engine
         musetalk = name == "musetalk"
+        device = resolve_device_name(settings.device)
         return cls(
             name,
-            resolve_device_name(settings.device),
+            device,
             settings.runtime if musetalk else "",
-            settings.decoder if musetalk else "",
-            settings.precision if musetalk else "",
+            {"vae": "sd-vae", "sd-vae-ft-mse": "sd-vae"}.get(settings.decoder, settings.decoder) if musetalk else "",
+            effective_precision(device, settings.precision) if musetalk else "",
             weights_id() if musetalk else "",
             bool(settings.compile) and musetalk,
             int(slot),
@@ -92,6 +93,14 @@ def resolve_device_name(device: str | None) -> str:
     if d.type == "cuda" and d.index is None:
         return f"cuda:{torch.cuda.current_device() if torch.cuda.is_available() else 0}"
     return str(d)
+
+
+def effective_precision(device: str, precision: str) -> str:
+    """The precision an engine runs at (``runtime_torch.resolve_dtype``'s rule): fp32 on a CPU,
+    ``auto`` is fp16 on CUDA; so two spellings of one engine share it."""
+    if not device.startswith("cuda"):
+        return "fp32"
+    return "fp16" if precision == "auto" else precision
 
 
 def weights_id() -> str:
