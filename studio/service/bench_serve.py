@@ -9,6 +9,8 @@
 - ``cache``: 14 requests that vary ``batch`` (8-128), ``decoder`` and ``precision``: after each, the
   engines held, evictions and the device memory reserved (``/metrics``): the bound holds, every
   request answers;
+- ``handoff``: a fresh ``studio render`` of a 15 s voice-over (MuseTalk, classic) while that server
+  runs on its data folder: the command hands the job to it; wall time of the whole command;
 - ``concurrent``: 8 and 16 clients posting a 15 s voice-over at once, with cross-job batching on
   (the default), off (``--no-batching``: jobs at once, engine calls in turn) and one job at a time
   (``--jobs-per-device 1``: the queue before issue 38): frames/s together and each request's wall.
@@ -84,6 +86,7 @@ def service_rows(
             + ", ".join(f"{x:.2f}x" for x in out["fresh"]["first_three_vs_warm"])
             + ")"
         )
+        out["handoff"] = handoff_rows(folder, env, voices[0], note)
         out["concurrent_batched"] = [_burst(srv.url, voices[:n], folder, note, "batched") for n in counts]
         out["cache"] = cache_rows(srv.url, short or voice, folder, note)
     for label, args, ns in (
@@ -94,6 +97,31 @@ def service_rows(
             _wait_ready(srv.url)
             _generate(srv.url, voice, folder / "warm.mp4")
             out[label] = [_burst(srv.url, voices[:n], folder, note, label) for n in ns]
+    return out
+
+
+def handoff_rows(folder: Path, env: dict, voice: Path, note=log.info) -> dict:
+    """``studio render`` of ``voice`` in a fresh process while this data folder's server runs: the
+    command hands the job to it (no torch, no engine in the command); wall time of the command."""
+    import subprocess
+    import sys
+
+    from studio.core import bench_user
+
+    out: dict = {}
+    for engine in ("musetalk", "classic"):
+        cmd = [sys.executable, "-m", "studio", "render", "--avatar", bench_user.PHOTO, "--audio", str(voice)]
+        cmd += ["-o", str(folder / f"handoff-{engine}.mp4"), "--engine", engine, "--overwrite", "--json"]
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - t0
+        out[engine] = {
+            "seconds": round(wall, 3),
+            "handed": "handing this render" in p.stderr,
+            "rc": p.returncode,
+            "error": p.stderr.strip()[-600:] if p.returncode else "",
+        }
+        note(f"serve: a fresh `studio render` ({engine}, {voice.name}) handed to the server: {wall:.2f} s wall")
     return out
 
 

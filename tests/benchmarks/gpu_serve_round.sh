@@ -16,3 +16,10 @@ timeout $(( ${BUDGET:-570} - ($(date +%s) - start) )) python3 tests/benchmarks/b
   --workdir /tmp/bs --json "$OUT/service.json" 2>&1 | tee "$OUT/service.txt"
 echo "bench rc=${PIPESTATUS[0]} after $(( $(date +%s) - start )) s"
 cp /tmp/bs/service/server.log "$OUT/server.log" 2>/dev/null
+# where a cold in-process `studio render` (classic, 15 s) spends its time: imports and a profile
+V=$(ls /tmp/bs/clips/voice_wav48_375_1.wav 2>/dev/null)
+if [ -n "$V" ] && [ $(( $(date +%s) - start )) -lt 560 ]; then
+  export STUDIO_HOME=/tmp/bs/home STUDIO_LOCAL_SERVER=0
+  timeout 30 python3 -X importtime -m studio render --avatar bench-photo --audio "$V" -o /tmp/cold.mp4 --engine classic --device cuda --overwrite 2> "$OUT/importtime.txt" >/dev/null
+  sort -t'|' -k2 -n "$OUT/importtime.txt" | tail -12
+fi
