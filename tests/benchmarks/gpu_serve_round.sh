@@ -10,8 +10,7 @@ export PYTHONPATH=.:/tmp/site STUDIO_HOME=/tmp/shome PYTHONUNBUFFERED=1
 git log -1 --oneline 2>/dev/null; git rev-parse --abbrev-ref HEAD 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
 [ -f studio/service/batching.py ] || { echo "NOT THE serve WORKTREE"; ls; exit 3; }
-timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_engine_sharing.py -k cuda > "$OUT/gpu_tests.txt" 2>&1
-echo "gpu tests rc=$? after $(( $(date +%s) - start )) s"; tail -3 "$OUT/gpu_tests.txt"
+true  # (the CUDA sharing test needs mediapipe for its avatar: not on that image)
 timeout $(( ${BUDGET:-570} - ($(date +%s) - start) )) python3 tests/benchmarks/bench_service.py --device cuda ${ARGS} \
   --workdir /tmp/bs --json "$OUT/service.json" 2>&1 | tee "$OUT/service.txt"
 echo "bench rc=${PIPESTATUS[0]} after $(( $(date +%s) - start )) s"
