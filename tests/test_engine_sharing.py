@@ -257,3 +257,21 @@ def test_jobs_spread_over_the_devices_each_with_its_own_warm_engine(tmp_path, en
     assert {k.device for k in pool._engines} == {"cpu"}
     qs.close()
     pool.close()
+
+
+def test_the_warm_up_loads_the_engine_renders_the_library_once_and_leaves_no_file(env):
+    from studio.api.warmup import WarmUp, parse_warm
+    from studio.core.store.paths import data_dir
+    from studio.service.pool import EnginePool
+
+    before = {p.name for p in data_dir().iterdir()}
+    pool = EnginePool()
+    started = []
+    w = WarmUp(pool, [parse_warm("engine=classic")], ["cpu", "cpu"], then=lambda: started.append(True))
+    assert not w.ready and w.status().startswith("warming up: starting")
+    w.start()
+    assert w.wait(300) and w.error is None and started == [True]
+    assert w.rendered == ["astro", "astro"]  # once on each device
+    assert sorted(k.slot for k in pool._engines) == [0, 1] and pool.loaded == 2
+    assert {p.name for p in data_dir().iterdir()} == before  # the warm-up's voice and video are gone
+    pool.close()

@@ -87,11 +87,16 @@ def test_ready_waits_for_the_warm_up_and_a_request_meanwhile_waits_and_is_not_wa
 
         t = threading.Thread(target=generate)
         t.start()
-        time.sleep(3)
+        deadline = time.monotonic() + 120
+        while not (jobs := httpx.get(url + "/v1/renders", headers=AUTH).json()["renders"]):
+            assert time.monotonic() < deadline, "the request never reached the queue"
+            time.sleep(0.2)
+        time.sleep(2)
         assert "r" not in answer  # it waits for the warm-up ...
         jobs = httpx.get(url + "/v1/renders", headers=AUTH).json()["renders"]
         assert [j["state"] for j in jobs] == ["queued"]  # ... in the queue, not on an engine of its own
-        assert httpx.get(url + "/v1/ready").status_code == 503
+        r = httpx.get(url + "/v1/ready")
+        assert r.status_code == 503, r.text
         gate.touch()
         deadline = time.monotonic() + 60
         while (r := httpx.get(url + "/v1/ready")).status_code != 200 and time.monotonic() < deadline:

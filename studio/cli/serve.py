@@ -112,8 +112,9 @@ def register(sub) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="jobs rendering at once on each device, their frames sharing the engine's batches "
-        "(default: $STUDIO_JOBS_PER_DEVICE, else 4 on a CUDA GPU and 1 on a CPU)",
+        help="jobs rendering at once on each device, their frames sharing the engine's batches: 2 or more "
+        "lets a short job finish beside a long one (default: $STUDIO_JOBS_PER_DEVICE, else 1, the most "
+        "frames/s measured for equal jobs)",
     )
     p.add_argument(
         "--no-batching",
@@ -222,22 +223,20 @@ def run_serve(args) -> int:
 
 
 def jobs_per_device(given: int | None, gpus: str) -> int:
-    """``--jobs-per-device``, else ``$STUDIO_JOBS_PER_DEVICE``, else 4 on a CUDA GPU (measured: see
-    docs/speed.md) and 1 on a CPU (its cores are the encoders')."""
+    """``--jobs-per-device``, else ``$STUDIO_JOBS_PER_DEVICE``, else ``DEFAULT_JOBS_PER_DEVICE``."""
     from studio.core import env
     from studio.core.errors import InputError
 
-    n = given if given is not None else env.get_int("STUDIO_JOBS_PER_DEVICE")
     if given is not None and given < 1:
         raise InputError(f"--jobs-per-device {given}: give at least 1")
-    if n >= 1:
-        return n
-    from studio.service.queue import gpus_here as cuda_devices
-
-    return DEFAULT_JOBS_PER_GPU if cuda_devices() and gpus.strip() != "cpu" else 1
+    n = given if given is not None else env.get_int("STUDIO_JOBS_PER_DEVICE")
+    return n if n >= 1 else DEFAULT_JOBS_PER_DEVICE
 
 
-DEFAULT_JOBS_PER_GPU = 4
+# One job at a time (pipelined): on the H200, 8 clients posting 15 s at once got 688 frames/s so,
+# against 624 with 4 jobs at once (and 539 with their batches merged into calls of 128 frames);
+# docs/speed.md. More than one is for mixed lengths: a short job then finishes beside a long one.
+DEFAULT_JOBS_PER_DEVICE = 1
 
 
 # -- a local server for `studio render` ---------------------------------------------------------

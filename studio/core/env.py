@@ -79,7 +79,7 @@ KNOBS: dict[str, Knob] = {
             "STUDIO_JOBS_PER_DEVICE",
             "",
             "jobs studio serve renders at once on each device, their frames sharing the engine's batches "
-            "(default: 4 on a CUDA GPU, 1 on a CPU)",
+            "(default: 1; 2 or more lets a short job finish beside a long one)",
         ),
         Knob(
             "STUDIO_CROSS_JOB_BATCHING",

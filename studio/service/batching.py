@@ -9,7 +9,7 @@ and only the engine call is shared. A job's ``generate`` puts its batch in the b
 waits; one of the waiting threads (the leader) takes what is queued, lets the other jobs in flight
 add theirs for a moment (half the last merged call's time, ``GATHER_S``: a job still compositing its
 last batch; waiting longer than the engine's own work would cost more than it saves; not at all once
-half of ``max_frames`` is queued: the device is kept busy), and runs them as
+``max_frames``, the engine's batch, is queued), and runs them as
 one call (``engine.generate_many``: one UNet/decoder batch for MuseTalk), then hands each job its
 faces. A job has at most one batch queued (its render loop waits for it), and the leader takes the
 batches in the order they came, up to ``max_frames``, so every job in flight gets one batch per
@@ -52,7 +52,9 @@ class Batcher:
     def __init__(self, engine: Any, lock: Any = None, max_frames: int = 0):
         self.engine = engine
         self.lock = lock  # the engine's (scrub frames take turns with the merged batches)
-        self.max_frames = int(max_frames) or max(64, 2 * int(engine.preferred_batch()))
+        # one warm bucket at most: merging fills the engine's batch, it never makes a call of several
+        # (on the H200 a merged call of two 64-frame batches only made each job wait for the other's)
+        self.max_frames = int(max_frames) or max(8, int(engine.preferred_batch()))
         self._cond = threading.Condition()
         self._queue: list[_Ask] = []
         self._leading = False
@@ -104,7 +106,7 @@ class Batcher:
                 waiting = {id(a.view) for a in self._queue}
                 left = deadline - time.monotonic()
                 queued = sum(a.frames for a in self._queue)
-                if len(waiting) >= self._in_flight() or left <= 0 or queued >= self.max_frames // 2:
+                if len(waiting) >= self._in_flight() or left <= 0 or queued >= self.max_frames:
                     break  # everyone is in, or enough to keep the device busy: no idle wait
                 self._cond.wait(left)
             take: list[_Ask] = []
