@@ -273,6 +273,6 @@ def _print_service(sv: dict) -> None:
             f"serve, {len(c['requests'])} requests varying batch/decoder/precision: {c['answered']} answered, "
             f"at most {c['max_engines']:.0f} engines held, {c['max_gpu_reserved_gb']} GB GPU memory reserved at most"
         )
-    for key in ("concurrent_batched", "concurrent_unbatched", "concurrent_one_at_a_time"):
+    for key in ("concurrent_default", "concurrent_batched", "concurrent_unbatched"):
         for b in sv.get(key) or []:
             print(f"serve, {b['clients']} clients at once ({key.removeprefix('concurrent_')}): {b['fps']:.1f} frames/s")
