@@ -157,6 +157,23 @@ def test_a_fresh_data_folder_is_ready_without_a_render_and_probes_reveal_no_jobs
         )
         assert p.returncode == 0 and "handing" not in p.stderr and (tmp_path / "own.mp4").stat().st_size > 0
         assert len(httpx.get(srv.url + "/v1/renders", headers=AUTH).json()["renders"]) == 1
+        # one long clip over several devices (placement gpus; the CPU named twice stands for two GPUs)
+        with open(DEMO_AVATAR, "rb") as a, open(voice, "rb") as v:
+            files = {"avatar_file": ("p.png", a), "audio": ("v.wav", v)}
+            r = httpx.post(
+                srv.url + "/generate",
+                headers=AUTH,
+                data={"engine": "classic", "gpus": "cpu,cpu"},
+                files=files,
+                timeout=300,
+            )
+        assert r.status_code == 200 and r.content[4:8] == b"ftyp", r.text
+        job = httpx.get(srv.url + f"/v1/renders/{r.headers['X-Studio-Job']}", headers=AUTH).json()
+        assert job["result"]["ran_on"] == "2 GPUs here"
+        with open(DEMO_AVATAR, "rb") as a, open(voice, "rb") as v:
+            files = {"avatar_file": ("p.png", a), "audio": ("v.wav", v)}
+            r = httpx.post(srv.url + "/v1/renders", headers=AUTH, data={"gpus": "cuda:7"}, files=files)
+        assert r.status_code == 422 and "this server has no cuda:7" in r.json()["error"]
     assert not (home / "serve.json").exists()  # the stopped server's note is gone
     with Server(tmp_path / "closed", "--token", TOKEN, "--no-open-probes", token=TOKEN) as srv:
         assert httpx.get(srv.url + "/v1/health").status_code == 401

@@ -273,6 +273,7 @@ class RenderInputs(BaseModel):
     output: str | None = Field(None, description="an output path on the server (under --allow-paths folders)")
     frame_start: int | None = Field(None, ge=0, description="render from this video frame (the in point)")
     frame_end: int | None = Field(None, ge=1, description="up to, not including, this frame (the out point)")
+    gpus: str | None = Field(None, description="spread this one clip over these GPUs: all, or cuda:0,cuda:1")
     webhook: str | None = Field(
         None,
         description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "
