@@ -50,10 +50,14 @@ class EnginePool(EngineCache):
         from studio.core.render.renderer import Renderer
 
         engine, reason = self.get(settings, hold=hold, slot=slot)
-        if self.batching:
-            r = Renderer(avatar, audio, settings, engine=self.batcher(engine).view(), engine_reason=reason)
-            return r
-        r = Renderer(avatar, audio, settings, engine=engine, engine_reason=reason)
+        try:
+            if self.batching:
+                return Renderer(avatar, audio, settings, engine=self.batcher(engine).view(), engine_reason=reason)
+            r = Renderer(avatar, audio, settings, engine=engine, engine_reason=reason)
+        except BaseException:
+            if hold:
+                self.release(engine)  # no render will run on it
+            raise
         r.engine_lock = self.lock_for(engine)
         return r
 

@@ -225,6 +225,7 @@ class EngineCache:
         finally:
             with self._lock:
                 self._loading.pop(key).set()
+                self._changed.notify_all()  # a request waiting for room may evict it now
         log.info("engine cache: %s on %s loaded (%d warm)", key.engine, key.device, len(self))
         return warm.engine, warm.reason
 
@@ -248,10 +249,11 @@ class EngineCache:
 
     def _over(self, key: EngineKey) -> bool:
         """Whether loading one more engine for ``key`` needs room first (called with the lock)."""
+        ahead = list(self._loading).index(key) if key in self._loading else 0  # loads that began before this one
+        if len(self._engines) + ahead >= self.max_engines:
+            return True
         if not self._engines:
             return False
-        if len(self._engines) >= self.max_engines:
-            return True
         same = [w.bytes for k, w in self._engines.items() if k.device == key.device]
         if not same:
             return False
