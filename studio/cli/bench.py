@@ -65,6 +65,11 @@ def register(sub) -> None:
     )
     p.add_argument("--repeats", type=int, default=3, metavar="N", help="--user: POST /generate repeats (default 3)")
     p.add_argument("--no-serve", action="store_true", help="--user: skip the `studio serve` rows")
+    p.add_argument(
+        "--no-service",
+        action="store_true",
+        help="--user: skip the server-as-a-service rows (fresh server, cache bound, --clients and twice as many at once)",
+    )
     p.add_argument("--no-cold-cli", action="store_true", help="--user: skip the cold `studio render` rows")
     p.add_argument("--no-queue", action="store_true", help="--user: skip the queue rows")
     p.add_argument(
@@ -134,6 +139,7 @@ def run(args) -> int:
                 queue=not args.no_queue,
                 cold=not args.no_cold_cli,
                 serve=not args.no_serve,
+                service=not args.no_service,
                 note=note,
                 on_part=part,
             )

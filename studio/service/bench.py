@@ -57,6 +57,7 @@ def user_path(
     queue: bool = True,
     cold: bool = True,
     serve: bool = True,
+    service: bool = True,
     note=log.info,
     on_part=None,
 ) -> dict:
@@ -107,12 +108,18 @@ def user_path(
         voice = bench_user.voice_file(workdir / "user" / "voices", "wav48", frames)  # the user rows' one
         out["serve"] = serve_rows(workdir / "serve", env, voices, voice, repeats=repeats, note=note)
         save(out)
+    if serve and service:
         from studio.service.bench_serve import service_rows
 
-        many = [bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, 17)]
-        short = bench_user.voice_file(workdir / "clips", "wav48", 100, seed=99)
+        voice = bench_user.voice_file(workdir / "user" / "voices", "wav48", frames)
+        many = [
+            bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, 2 * clients + 1)
+        ]
+        short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
         fresh = [bench_user.voice_file(workdir / "user" / "voices", "wav48", frames, seed=s) for s in range(100, 106)]
-        out["service"] = service_rows(workdir / "service", env, voice, many, note=note, short=short, fresh=fresh)
+        out["service"] = service_rows(
+            workdir / "service", env, voice, many, note=note, short=short, fresh=fresh, counts=(clients, 2 * clients)
+        )
     return out
 
 
