@@ -67,6 +67,7 @@ from studio.core.store.jobs import (  # noqa: F401
 from studio.core.store.outputs import numbered, numbered_names  # noqa: F401 - numbered: for views
 from studio.service.driver import Progress, Render
 from studio.service.request import Placement, RenderRequest
+from studio.service.slots import Slots
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ def owned_output(job: J.Job) -> Path | None:
         return None
 
 
-class QueueService:
+class QueueService(Slots):
     def __init__(
         self,
         store: J.JobStore | str | Path | None = None,
@@ -635,11 +636,6 @@ class QueueService:
         with self._lock:
             self._wake.notify_all()
 
-    @property
-    def capacity(self) -> int:
-        """Jobs this queue renders at once (every device's)."""
-        return len(self.devices) * self.jobs_per_device
-
     def _loop(self) -> None:
         if self.capacity > 1:
             return self._loop_many()
@@ -661,51 +657,6 @@ class QueueService:
                     if self._stop:
                         return
                     self._wake.wait(1.0)  # also picks up jobs queued by another process
-
-    def _loop_many(self) -> None:
-        """Up to ``capacity`` jobs at once, each on its own thread and on the least busy device
-        (their engine calls share batches when the pool batches: ``studio.service.batching``)."""
-        while True:
-            with self._lock:
-                if self._stop:
-                    return
-                free = self.capacity - len(self._workers)
-            self._maybe_sweep()
-            job = None
-            if free > 0:
-                try:
-                    job = self.store.claim_next()
-                except Exception:
-                    log.exception("queue runner: could not take the next job")
-            if job is not None:
-                self._emit("state", job.id, job)
-                with self._lock:
-                    slot = self._least_busy()
-                    t = threading.Thread(target=self._work, args=(job, slot), name=f"studio-job-{job.id}", daemon=True)
-                    self._workers[job.id] = (None, slot, t)
-                t.start()
-                continue
-            with self._lock:
-                if self._stop:
-                    return
-                self._wake.wait(1.0)
-
-    def _least_busy(self) -> int:
-        """The device (slot) with the fewest jobs now; the first of equals (called with the lock)."""
-        busy = [0] * len(self.devices)
-        for _, slot, _ in self._workers.values():
-            busy[slot] += 1
-        return min(range(len(busy)), key=lambda i: (busy[i], i))
-
-    def _work(self, job: J.Job, slot: int) -> None:
-        try:
-            self._run(job, slot)
-        except Exception:
-            log.exception("queue runner: job %d", job.id)
-        finally:
-            with self._lock:
-                self._workers.pop(job.id, None)
-                self._wake.notify_all()
 
     def _warm_idle(self) -> None:
         """Nothing queued: let the last job's engine capture its other batch sizes now (a warm
