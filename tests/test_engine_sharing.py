@@ -302,5 +302,6 @@ def test_the_warm_up_loads_the_engine_renders_the_library_once_and_leaves_no_fil
     assert w.rendered == ["astro", "astro"]  # once on each device
     assert sorted(k.slot for k in pool._engines) == [0, 1] and pool.loaded == 2
     # the warm-up's voice and video are gone (its voice's AAC stays cached: the same entry every start)
-    assert {p.name for p in data_dir().iterdir()} - {"cache"} == before
+    assert not [p for p in data_dir().rglob("*") if p.suffix in (".mp4", ".wav") or p.name.startswith(".warm-")]
+    assert {p.name for p in data_dir().iterdir()} - before <= {"cache", "models"}  # the AAC cache, the model store
     pool.close()
