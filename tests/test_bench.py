@@ -123,6 +123,7 @@ def test_bench_user_path_prints_every_row_of_issue_26(tmp_path, studio_home):
             "4",
             "--no-classic",
             "--user",
+            "--no-service",  # its rows: tests/test_serve_ready.py, tests/test_engine_sharing.py
             "--presets",
             "ultrafast,veryfast",
             "--clients",

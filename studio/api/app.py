@@ -78,6 +78,7 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         max_upload_mb=opts.max_upload_mb,
         read_token=opts.read_token,
         clients=opts.clients,
+        open_probes=bool(opts.open_probes),
     )
     from studio.api.web import WebPage
 

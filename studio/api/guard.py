@@ -18,6 +18,7 @@ OPEN_PATHS = ("/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc")  # th
 
 READ_METHODS = ("GET", "HEAD")
 RENDERING_READS = ("/v1/frame",)  # GETs that make the engine work: not for a read-only token
+PROBE_PATHS = ("/v1/health", "/v1/ready")  # liveness and readiness probes (``open_probes``)
 
 
 class Guard:
@@ -29,8 +30,10 @@ class Guard:
         max_upload_mb: float,
         read_token: str | None = None,
         clients: tuple = (),
+        open_probes: bool = False,
     ):
         self.app = app
+        self.open_probes = open_probes  # /v1/health and /v1/ready answer without the token (saying no job data)
         self.token = token or None
         self.read_token = read_token or None
         self.clients = tuple(clients)  # named clients (``studio.api.clients``, --clients)
@@ -47,6 +50,9 @@ class Guard:
         who = ADMIN  # a server without tokens: loopback only, every request is its operator's
         if (self.token is not None or self.clients) and path not in OPEN_PATHS:
             found = self._who(headers)
+            if found is None and self.open_probes and path in PROBE_PATHS and scope.get("method") in READ_METHODS:
+                scope["studio_anonymous"] = True  # the route leaves job data out
+                return await self.app(scope, receive, send)
             if found is None:
                 return await send_json(
                     send,

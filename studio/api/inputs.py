@@ -37,6 +37,7 @@ class Inputs:
         self.frames = None if start is None and end is None else (start or 0, end)
         self.settings = settings_of(form)
         self.webhook = form.webhook or None
+        self.gpus = getattr(form, "gpus", None) or None
 
 
 async def submit(st, model):
@@ -128,6 +129,8 @@ async def _submit(st, form, settings, stored: list):
         frames = (frames[0], total if frames[1] is None else frames[1])
         check_frames(frames, total)
     request = RenderRequest(avatar, audio, str(output), settings, frames=frames)
+    if form.gpus:
+        request = request.with_(placement=gpus_placement(form.gpus, frames))
     await run_in_threadpool(preflight, request)
     try:
         from studio.api.clients import current
@@ -138,6 +141,24 @@ async def _submit(st, form, settings, stored: list):
         if type(exc).__name__ == "QueueFull":
             raise ApiError(429, str(exc), {"Retry-After": "10"}) from None
         raise
+
+
+def gpus_placement(text: str, frames):
+    """A job's ``gpus`` field: one long clip spread over several devices (``all``, or names); 422
+    for a device this server has not, or with an in/out range."""
+    from studio.service.queue import gpus_here
+    from studio.service.request import Placement
+
+    have = gpus_here()
+    names = have if text.strip() == "all" else [d.strip() for d in text.split(",") if d.strip()]
+    if not names:
+        raise ApiError(422, f"gpus={text!r}: this server has no CUDA GPU; leave gpus out")
+    for d in names:
+        if d not in have and d != "cpu":
+            raise ApiError(422, f"gpus: this server has no {d} (its GPUs: {', '.join(have) or 'none'})")
+    if frames is not None:
+        raise ApiError(422, "gpus spreads a whole clip; leave out frame_start/frame_end (or gpus)")
+    return Placement("gpus", devices=tuple(names))
 
 
 def _in_use(st) -> set[str]:

@@ -11,7 +11,9 @@ Counted as they happen (this process): ``studio_render_seconds`` and ``studio_re
 ``studio_http_requests_total`` {method, route, status} and ``studio_http_request_seconds`` {route}
 (routes as templates, so ids do not make new series), ``studio_webhook_deliveries_total`` {ok}.
 Read at each scrape: ``studio_jobs`` {state} (the whole shared queue, every face's jobs),
-``studio_queue_depth``, ``studio_running_jobs``, ``studio_warm_engines``, ``studio_storage_bytes``
+``studio_queue_depth``, ``studio_running_jobs``, ``studio_warm_engines``, ``studio_engine_limit``,
+``studio_engine_loads_total``, ``studio_engine_evictions_total``, ``studio_engine_bytes``,
+``studio_engine_calls_total`` / ``studio_engine_batches_total`` (jobs sharing batches), ``studio_storage_bytes``
 {folder} (renders, uploads), ``studio_gpu_memory_bytes`` {device, kind} (allocated, reserved: when
 torch and CUDA are in use) and ``studio_info`` {version}.
 """
@@ -94,7 +96,7 @@ class _Scrape:
         return []  # no samples at registration (the queue may not be open yet)
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
         from studio import __version__
         from studio.api.models import JOB_STATES
@@ -113,7 +115,21 @@ class _Scrape:
         yield GaugeMetricFamily(
             "studio_running_jobs", "Jobs rendering now", value=sum(j.state == "running" for j in jobs)
         )
-        yield GaugeMetricFamily("studio_warm_engines", "Engines loaded and kept warm", value=len(self.st.pool.warm()))
+        pool = self.st.pool
+        yield GaugeMetricFamily("studio_warm_engines", "Engines loaded and kept warm", value=len(pool.warm()))
+        yield GaugeMetricFamily("studio_engine_limit", "Warm engines kept at most", value=pool.max_engines)
+        yield CounterMetricFamily("studio_engine_loads", "Engines loaded", value=pool.loaded)
+        yield CounterMetricFamily(
+            "studio_engine_evictions", "Warm engines evicted to stay under the bound", value=pool.evictions
+        )
+        yield GaugeMetricFamily("studio_engine_bytes", "Bytes the warm engines' networks hold", value=pool.held_bytes())
+        batchers = pool.batchers() if hasattr(pool, "batchers") else []
+        yield CounterMetricFamily(
+            "studio_engine_calls", "Engine calls of jobs sharing batches", value=sum(b.calls for b in batchers)
+        )
+        yield CounterMetricFamily(
+            "studio_engine_batches", "Job batches those calls carried", value=sum(b.batches for b in batchers)
+        )
         storage = GaugeMetricFamily("studio_storage_bytes", "Bytes kept in the data folder", labels=["folder"])
         from studio.core.env import data_dir
         from studio.service.retention import OWNED

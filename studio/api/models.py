@@ -90,11 +90,11 @@ class Health(Answer):
     ok: bool = Field(description="the server answers (liveness); see /v1/ready for whether it can render")
     version: str
     uptime_s: float
-    queued: int = Field(description="jobs waiting in the queue")
+    queued: int | None = Field(None, description="jobs waiting in the queue (left out for a probe without the token)")
     running: int | None = Field(None, description="the id of the job rendering now")
-    warm_engines: int
-    max_queued: int | None
-    max_upload_mb: float
+    warm_engines: int | None = None
+    max_queued: int | None = None
+    max_upload_mb: float | None = None
 
 
 class ReadyCheck(Answer):
@@ -274,6 +274,7 @@ class RenderInputs(BaseModel):
     output: str | None = Field(None, description="an output path on the server (under --allow-paths folders)")
     frame_start: int | None = Field(None, ge=0, description="render from this video frame (the in point)")
     frame_end: int | None = Field(None, ge=1, description="up to, not including, this frame (the out point)")
+    gpus: str | None = Field(None, description="spread this one clip over these GPUs: all, or cuda:0,cuda:1")
     webhook: str | None = Field(
         None,
         description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "

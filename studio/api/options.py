@@ -34,6 +34,14 @@ class ServeOptions:
     clients_file: str | None = None  # --clients: named clients, their tokens and scopes (TOML)
     clients: tuple = ()  # what check() read from clients_file (``studio.api.clients.Client``)
     allowed_hosts: tuple[str, ...] = ()  # Host names answered beside the server's own (studio.api.sites)
+    # the engines, before /v1/ready answers 200: the default settings' and these (``decoder=sd-vae``);
+    # warm_engines False: none (a test's app), the runner starts at once
+    warm: tuple[str, ...] = ()
+    warm_engines: bool = True
+    gpus: tuple[str, ...] = ()  # devices jobs are spread over (--gpus); none: each job's own device setting
+    jobs_per_device: int = 1  # jobs rendering at once on each device (their frames share batches)
+    batching: bool = True  # jobs running at once on one device share the engine's batches
+    open_probes: bool | None = None  # /v1/health and /v1/ready without the token (None: on for loopback)
 
     @property
     def max_upload_bytes(self) -> int:
@@ -96,6 +104,9 @@ class ServeOptions:
                 f"--host {self.host} is reachable from other machines: give --token (or set "
                 "STUDIO_SERVER_TOKEN) so that only clients with the token can render"
             )
+        if self.jobs_per_device < 1:
+            raise InputError("--jobs-per-device must be at least 1")
+        probes = is_loopback(self.host) if self.open_probes is None else self.open_probes
         checked = replace(
             self,
             allow_paths=tuple(folders),
@@ -103,6 +114,7 @@ class ServeOptions:
             cors_origins=tuple(origins),
             allowed_hosts=hosts,
             clients=tuple(clients),
+            open_probes=probes,
         )
         checked.retention  # noqa: B018 - a bad STUDIO_KEEP_RENDERS is one sentence now, not at the first job
         return checked

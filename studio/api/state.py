@@ -39,6 +39,7 @@ class ApiState:
         self.started = time.time()
         self._unsubscribe: Any = None
         self.webhooks: Any = None  # the webhook sender (``studio.api.webhooks``), when the server sends any
+        self.warmup: Any = None  # the engines' warm-up (``studio.api.warmup``), once the app has started
         from studio.api.metrics import Metrics
 
         self.metrics = Metrics(self)
@@ -49,7 +50,10 @@ class ApiState:
         if self._queue is None:
             from studio.service import QueueService
 
-            self._queue = QueueService(pool=self.pool, retention=self.opts.retention)
+            o = self.opts
+            self._queue = QueueService(
+                pool=self.pool, retention=o.retention, devices=list(o.gpus) or None, jobs_per_device=o.jobs_per_device
+            )
         return self._queue
 
     @property
@@ -58,6 +62,7 @@ class ApiState:
             from studio.service import default_pool
 
             self._pool = default_pool()
+            self._pool.batching = self.opts.batching
         return self._pool
 
     @property
@@ -80,7 +85,19 @@ class ApiState:
             subs.append(q.subscribe(self.webhooks.on_event))
             self.webhooks.start()
         self._unsubscribe = lambda: [u() for u in subs]
-        q.start()
+        from studio.core.env import sub_dir
+        from studio.service.retention import OWNED
+
+        for name in OWNED:  # a fresh data folder is ready as soon as the engine is
+            sub_dir(name)
+        if not self.opts.warm_engines:
+            q.start()
+            return
+        from studio.api.warmup import WarmUp, parse_warm
+
+        settings = [parse_warm(""), *(parse_warm(w) for w in self.opts.warm)]
+        self.warmup = WarmUp(self.pool, list(dict.fromkeys(settings)), list(self.opts.gpus), then=q.start)
+        self.warmup.start()
 
     def close(self) -> None:
         """The server stops: as when the window closes, a running job is stopped (nothing written)."""

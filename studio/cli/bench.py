@@ -65,6 +65,11 @@ def register(sub) -> None:
     )
     p.add_argument("--repeats", type=int, default=3, metavar="N", help="--user: POST /generate repeats (default 3)")
     p.add_argument("--no-serve", action="store_true", help="--user: skip the `studio serve` rows")
+    p.add_argument(
+        "--no-service",
+        action="store_true",
+        help="--user: skip the server-as-a-service rows (fresh server, cache bound, --clients and twice as many at once)",
+    )
     p.add_argument("--no-cold-cli", action="store_true", help="--user: skip the cold `studio render` rows")
     p.add_argument("--no-queue", action="store_true", help="--user: skip the queue rows")
     p.add_argument(
@@ -134,6 +139,7 @@ def run(args) -> int:
                 queue=not args.no_queue,
                 cold=not args.no_cold_cli,
                 serve=not args.no_serve,
+                service=not args.no_service,
                 note=note,
                 on_part=part,
             )
@@ -253,3 +259,26 @@ def print_user(res: dict) -> None:
         print(
             f"serve: {b['clients']} clients at once: {b['fps']:.1f} frames/s together ({b['frames']} frames in {b['seconds']:.2f} s)"
         )
+    _print_service(u.get("service") or {})
+
+
+def _print_service(sv: dict) -> None:
+    """The server-as-a-service rows (``studio.service.bench_serve``)."""
+    f = sv.get("fresh")
+    if f:
+        print(
+            f"serve, fresh data folder: /v1/ready 200 after {f['ready_s']:.1f} s; first three requests "
+            + ", ".join(f"{r['request_s']:.3f}" for r in f["requests"][:3])
+            + " s = "
+            + ", ".join(f"{x:.2f}x" for x in f["first_three_vs_warm"])
+            + " of a warm one"
+        )
+    c = sv.get("cache")
+    if c:
+        print(
+            f"serve, {len(c['requests'])} requests varying batch/decoder/precision: {c['answered']} answered, "
+            f"at most {c['max_engines']:.0f} engines held, {c['max_gpu_reserved_gb']} GB GPU memory reserved at most"
+        )
+    for key in ("concurrent_default", "concurrent_batched", "concurrent_unbatched"):
+        for b in sv.get(key) or []:
+            print(f"serve, {b['clients']} clients at once ({key.removeprefix('concurrent_')}): {b['fps']:.1f} frames/s")

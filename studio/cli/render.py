@@ -339,6 +339,10 @@ def check_output_args(output, avatar, audio, kind: str, codec: str | None = None
 
 
 def run_render(args) -> int:
+    if not getattr(args, "server", None):
+        from studio.cli.serve import hand_to_local_server
+
+        args.server = hand_to_local_server(args)  # a warm `studio serve` on this data folder: no cold start
     if getattr(args, "server", None):
         from studio.cli.remote import check_server_args
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 DEFAULT_MAX_AUDIO_MINUTES = 60.0  # an hour of voice-over: 230 MB decoded (the CLI's own default is 240)
@@ -121,7 +122,69 @@ def register(sub) -> None:
         help="longest voice-over accepted, read from the file's header before it is decoded "
         f"(default {DEFAULT_MAX_AUDIO_MINUTES:g}: an upload's decoded size, not its file size, is what it costs)",
     )
+    p.add_argument(
+        "--warm",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,...]",
+        help="also load and warm the engine for these settings before the server says it is ready "
+        "(such as decoder=sd-vae; repeat for more; the default settings' engine is always warmed)",
+    )
+    p.add_argument(
+        "--gpus",
+        default="",
+        metavar="all|N|LIST",
+        help="spread jobs over these devices, each job to the least busy one, with warm engines on each "
+        "(all, a count, or a list such as 0,1 or cuda:0,cuda:2; default: one device)",
+    )
+    p.add_argument(
+        "--jobs-per-device",
+        type=int,
+        default=None,
+        metavar="N",
+        help="jobs rendering at once on each device, their frames sharing the engine's batches: 2 or more "
+        "lets a short job finish beside a long one (default: $STUDIO_JOBS_PER_DEVICE, else 1, the most "
+        "frames/s measured for equal jobs)",
+    )
+    p.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="jobs running at once on one device call the engine in turn (default: they share its batches)",
+    )
+    p.add_argument(
+        "--open-probes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="answer /v1/health and /v1/ready without the token, with no job data (default: on when "
+        "listening on loopback)",
+    )
     p.set_defaults(func=run_serve)
+
+
+def parse_gpus(text: str) -> tuple[str, ...]:
+    """``all`` -> every CUDA GPU, ``2`` -> the first two, ``0,1`` / ``cuda:0,cuda:2`` / ``cpu,cpu``
+    (test devices) -> those; one sentence when the machine has fewer."""
+    from studio.core.errors import InputError
+    from studio.service.queue import gpus_here as cuda_devices
+
+    text = text.strip()
+    if not text:
+        return ()
+    have = cuda_devices()
+    if text == "all" or text.isdigit():
+        n = len(have) if text == "all" else int(text)
+        if not have or n < 1 or n > len(have):
+            raise InputError(
+                f"--gpus {text}: this machine has {len(have)} CUDA GPU(s); give all, 1..{len(have)} or a list"
+            )
+        return tuple(have[:n])
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name = f"cuda:{part}" if part.isdigit() else part
+        if name != "cpu" and name not in have:
+            raise InputError(f"--gpus {text}: no device {name} here (CUDA GPUs: {', '.join(have) or 'none'})")
+        out.append(name)
+    return tuple(out)
 
 
 def run_serve(args) -> int:
@@ -137,6 +200,7 @@ def run_serve(args) -> int:
         raise InputError(
             f"studio serve needs the serve extra ({exc.name} is missing): pip install 'studio[serve]'"
         ) from None
+    from studio.api.options import is_loopback
     from studio.core import env
     from studio.core.media.audio import set_max_audio_minutes
     from studio.service.retention import parse_duration
@@ -164,13 +228,117 @@ def run_serve(args) -> int:
         max_storage_gb=args.max_storage_gb,
         cors_origins=args.cors_origin,
         allowed_hosts=args.allowed_hosts,  # "a,b": split by check()
+        warm=tuple(args.warm),
+        gpus=parse_gpus(args.gpus),
+        jobs_per_device=jobs_per_device(args.jobs_per_device, args.gpus),
+        batching=not args.no_batching and env.flag("STUDIO_CROSS_JOB_BATCHING"),
+        open_probes=args.open_probes,
     ).check()
-    serve(
-        options,
-        on_listening=lambda url: print(
+    from studio.api.warmup import parse_warm
+
+    for w in options.warm:
+        parse_warm(w)  # a bad --warm is one sentence before anything starts
+
+    def listening(url: str) -> None:
+        print(
             f"studio: serving on {url} (docs at {url}/docs; token {'required' if token else 'off'}); Ctrl-C stops",
             file=sys.stderr,
             flush=True,
-        ),
-    )
+        )
+        if is_loopback(options.host):
+            advertise(url, bool(token))
+
+    try:
+        serve(options, on_listening=listening)
+    finally:
+        withdraw()
     return 0
+
+
+def jobs_per_device(given: int | None, gpus: str) -> int:
+    """``--jobs-per-device``, else ``$STUDIO_JOBS_PER_DEVICE``, else ``DEFAULT_JOBS_PER_DEVICE``."""
+    from studio.core import env
+    from studio.core.errors import InputError
+
+    if given is not None and given < 1:
+        raise InputError(f"--jobs-per-device {given}: give at least 1")
+    n = given if given is not None else env.get_int("STUDIO_JOBS_PER_DEVICE")
+    return n if n >= 1 else DEFAULT_JOBS_PER_DEVICE
+
+
+# One job at a time (pipelined): on the H200, 8 clients posting 15 s at once got 688 frames/s so,
+# against 624 with 4 jobs at once (and 539 with their batches merged into calls of 128 frames);
+# docs/speed.md. More than one is for mixed lengths: a short job then finishes beside a long one.
+DEFAULT_JOBS_PER_DEVICE = 1
+
+
+# -- a local server for `studio render` ---------------------------------------------------------
+
+ADVERT = "serve.json"  # in the data folder: where a loopback `studio serve` of this folder listens
+
+
+def advertise(url: str, token: bool) -> None:
+    """Say in the data folder that this process serves it at ``url`` (for ``hand_to_local_server``)."""
+    import json
+    import os
+
+    from studio.core.store.fsutil import atomic_write_bytes
+    from studio.core.env import data_dir
+
+    atomic_write_bytes(data_dir() / ADVERT, json.dumps({"url": url, "pid": os.getpid(), "token": token}).encode())
+
+
+def withdraw() -> None:
+    """This server stops: its advertisement goes (only its own)."""
+    import json
+    import os
+
+    from studio.core.env import data_dir
+
+    path = data_dir() / ADVERT
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def hand_to_local_server(args) -> str | None:
+    """The URL of a ``studio serve`` running on this data folder on loopback that can take this
+    render (its engine is warm: no cold start here), after saying so on stderr; None to render in
+    this process: ``STUDIO_LOCAL_SERVER=0``, options that pick where it renders (``--device``,
+    ``--gpus``, ``--chunks``, ``--farm``), no server, or one that needs a token we do not have."""
+    import json
+    import os
+    import urllib.request
+
+    from studio.core import env
+    from studio.core.env import data_dir
+
+    if not env.flag("STUDIO_LOCAL_SERVER"):
+        return None
+    if getattr(args, "device", None) or getattr(args, "gpus", None) or getattr(args, "chunks", 0):
+        return None
+    if getattr(args, "farm", None) is not None:
+        return None
+    try:
+        advert = json.loads((data_dir() / ADVERT).read_text())
+        url, pid = str(advert["url"]), int(advert["pid"])
+        os.kill(pid, 0)  # the process is there
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if advert.get("token") and not env.get("STUDIO_SERVER_TOKEN"):
+        return None
+    try:
+        with urllib.request.urlopen(f"{url}/v1/ready", timeout=1.0) as r:  # our own loopback URL
+            if r.status != 200:
+                return None
+    except OSError:
+        return None
+    print(
+        f"studio: handing this render to the studio serve running on this data folder ({url}, engine warm); "
+        "STUDIO_LOCAL_SERVER=0 renders in this process",
+        file=sys.stderr,
+        flush=True,
+    )
+    return url

@@ -66,6 +66,34 @@ KNOBS: dict[str, Knob] = {
             "0: queued jobs run strictly one after another (by default the next job's engine work "
             "starts while the previous job's encoders drain)",
         ),
+        Knob(
+            "STUDIO_LOCAL_SERVER",
+            "1",
+            "0: studio render always renders in its own process (by default it hands the job to a studio serve "
+            "running on the same data folder, which has its engine warm)",
+        ),
+        Knob(
+            "STUDIO_MAX_ENGINES",
+            "2",
+            "warm engines a process keeps at most (the least recently used is evicted first)",
+        ),
+        Knob(
+            "STUDIO_MAX_ENGINE_MEMORY",
+            "0.6",
+            "no new engine is loaded while more than this share of the device's memory is in use "
+            "(the least recently used engines are evicted first)",
+        ),
+        Knob(
+            "STUDIO_JOBS_PER_DEVICE",
+            "",
+            "jobs studio serve renders at once on each device, their frames sharing the engine's batches "
+            "(default: 1; 2 or more lets a short job finish beside a long one)",
+        ),
+        Knob(
+            "STUDIO_CROSS_JOB_BATCHING",
+            "1",
+            "0: jobs running at once on one device call the engine in turn instead of sharing its batches",
+        ),
         Knob("STUDIO_X264_PROCESSES", "1", "0: parallel x264 chunks run in threads of this process"),
         Knob("STUDIO_X264_NICE", "5", "the CPU priority (nice) of x264 encoder processes"),
         Knob(

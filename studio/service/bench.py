@@ -20,7 +20,10 @@ caches are never touched. In order:
    classic), wall time of the whole process, and what importing torch alone costs;
 5. a real ``studio serve`` process: ``POST /generate`` warm (default settings and ultrafast,
    ``repeats`` times each): the request's wall time and the server's render seconds; then
-   ``clients`` clients posting ``clip_frames`` frames at once: frames/s together.
+   ``clients`` clients posting ``clip_frames`` frames at once: frames/s together;
+6. the server as a service (``studio.service.bench_serve``): a fresh server's time to ready and its
+   first three requests against warm ones, 14 requests varying batch/decoder/precision (engines
+   held, device memory), 8 and 16 clients at once with cross-job batching on and off.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ def user_path(
     queue: bool = True,
     cold: bool = True,
     serve: bool = True,
+    service: bool = True,
     note=log.info,
     on_part=None,
 ) -> dict:
@@ -104,6 +108,19 @@ def user_path(
     if serve:
         voice = bench_user.voice_file(workdir / "user" / "voices", "wav48", frames)  # the user rows' one
         out["serve"] = serve_rows(workdir / "serve", env, voices, voice, repeats=repeats, note=note)
+        save(out)
+    if serve and service:
+        from studio.service.bench_serve import service_rows
+
+        voice = bench_user.voice_file(workdir / "user" / "voices", "wav48", frames)
+        many = [
+            bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, 2 * clients + 1)
+        ]
+        short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
+        fresh = [bench_user.voice_file(workdir / "user" / "voices", "wav48", frames, seed=s) for s in range(100, 106)]
+        out["service"] = service_rows(
+            workdir / "service", env, voice, many, note=note, short=short, fresh=fresh, counts=(clients, 2 * clients)
+        )
     return out
 
 

@@ -54,6 +54,7 @@ class Render:
             None  # callback(where) once the placement is known (before the first frame)
         )
         self.last: Progress | None = None  # the newest progress
+        self.slot = 0  # which of the pool's engines of one device a local render uses (the queue sets it)
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -113,18 +114,27 @@ class Render:
 
     def _local(self):
         req = self.request
-        r = self.pool.renderer(req.avatar, req.audio, req.settings)
+        held = hasattr(self.pool, "release")  # the pool's bound never evicts the engine while it renders
+        kw: dict[str, Any] = {"slot": self.slot, "hold": True} if held else {}
+        r = self.pool.renderer(req.avatar, req.audio, req.settings, **kw)
         self._active = r
-        if self._cancel.is_set():
-            r.cancel()
-        from studio.core.cancel import stop_when
+        try:
+            if self._cancel.is_set():
+                r.cancel()
+            from studio.core.cancel import stop_when
 
-        with stop_when(self._cancel.is_set):  # preparing an hour of voice-over stops on a cancel too
-            r.focus(req.frames)  # a range of a long clip prepares only its stretch
-            _ = r.plan  # the voice-over decoded and checked (NaN samples, ...) before anything says it started
-            self._started(WHERE_LOCAL, r.engine.name, r.engine_reason)
-            yield from r.run(req.output, frames=req.frames, overwrite=req.overwrite)
-        self.result = r.result
+            with stop_when(self._cancel.is_set):  # preparing an hour of voice-over stops on a cancel too
+                r.focus(req.frames)  # a range of a long clip prepares only its stretch
+                _ = r.plan  # the voice-over decoded and checked (NaN samples, ...) before anything says it started
+                self._started(WHERE_LOCAL, r.engine.name, r.engine_reason)
+                yield from r.run(req.output, frames=req.frames, overwrite=req.overwrite)
+            self.result = r.result
+        finally:
+            engine = r._engine
+            if hasattr(engine, "done"):
+                engine.done()  # a batcher's view: no more batches from this job
+            if held:
+                self.pool.release(engine)
 
     def _gpus(self):
         from studio.core.engines.runtime_torch import resolve_device

@@ -67,6 +67,7 @@ from studio.core.store.jobs import (  # noqa: F401
 )
 from studio.service.driver import Progress, Render
 from studio.service.request import Placement, RenderRequest
+from studio.service.slots import Slots
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ def owned_output(job: J.Job) -> Path | None:
         return None
 
 
-class QueueService:
+class QueueService(Slots):
     def __init__(
         self,
         store: J.JobStore | str | Path | None = None,
@@ -219,6 +220,8 @@ class QueueService:
         in_process_farm: bool = False,
         pipeline: bool | None = None,
         retention=None,
+        devices: builtins.list[str] | None = None,
+        jobs_per_device: int = 1,
     ):
         from studio.core import env
         from studio.service.pool import default_pool
@@ -247,6 +250,11 @@ class QueueService:
         from studio.service.checks import CheckRunner
 
         self.checks = CheckRunner(on_done=self._checked, on_start=lambda job_id: self._checked(job_id, None))
+        #: where jobs run at once (``studio serve --gpus``; None: the job's own device setting) and how
+        #: many on each; more than one in all: each job on its own thread, on the least busy device
+        self.devices: builtins.list[str | None] = list(devices) if devices else [None]
+        self.jobs_per_device = max(1, int(jobs_per_device))
+        self._workers: dict[int, tuple[Render | None, int, threading.Thread]] = {}  # job id -> (render, slot, thread)
 
     # ---- events -------------------------------------------------------------------------
 
@@ -336,6 +344,7 @@ class QueueService:
         """A queued or held job is cancelled; a running one stops within one batch, leaving no file."""
         with self._lock:
             live = [c for c in (self._current, self._draining) if c is not None]
+            live += [(i, w[0]) for i, w in self._workers.items() if w[0] is not None]
         for cur in live:
             if cur[0] == job_id:
                 cur[1].cancel()
@@ -544,13 +553,13 @@ class QueueService:
         """The job the engine works on (else the one finishing its file)."""
         with self._lock:
             cur = self._current or self._draining
-            return cur[0] if cur else None
+            return cur[0] if cur else next(iter(self._workers), None)
 
     @property
     def running_job_ids(self) -> builtins.list[int]:
         """Every running job: the one on the engine and the one whose encoders drain."""
         with self._lock:
-            return [c[0] for c in (self._draining, self._current) if c is not None]
+            return [c[0] for c in (self._draining, self._current) if c is not None] + list(self._workers)
 
     # ---- running ------------------------------------------------------------------------
 
@@ -608,6 +617,8 @@ class QueueService:
             self._stop = True
             self._interrupting = interrupt
             live = [c for c in (self._current, self._draining) if c is not None]
+            live += [(i, w[0]) for i, w in self._workers.items() if w[0] is not None]
+            workers = [w[2] for w in self._workers.values()]
             self._wake.notify_all()
         if interrupt:
             for cur in live:
@@ -615,6 +626,9 @@ class QueueService:
         t = self._thread
         if timeout is not None and t is not None and t is not threading.current_thread():
             t.join(timeout)  # timeout None: do not wait (a pause lets the running job finish)
+        for w in workers if timeout is not None else ():
+            if w is not threading.current_thread():
+                w.join(timeout)
         if timeout is not None:
             self.wait_drained(timeout)
 
@@ -645,6 +659,8 @@ class QueueService:
             self._wake.notify_all()
 
     def _loop(self) -> None:
+        if self.capacity > 1:
+            return self._loop_many()
         while True:
             with self._lock:
                 if self._stop:
@@ -679,7 +695,7 @@ class QueueService:
         except Exception:
             log.warning("warming the engine's other batch sizes failed", exc_info=True)
 
-    def _run(self, job: J.Job) -> J.Job | None:
+    def _run(self, job: J.Job, slot: int | None = None) -> J.Job | None:
         relative = relative_paths(job)
         if relative:
             return self._finish(
@@ -692,15 +708,22 @@ class QueueService:
             req = request_of(job)
         except StudioError as exc:
             return self._finish(job.id, J.FAILED, str(exc))
+        device = self.devices[slot] if slot is not None else None
+        if device is not None and req.placement.kind == "local" and req.settings.device in (None, "", "auto"):
+            req = req.with_(settings=req.settings.with_(device=device))
         render = Render(req, self.pool, farm_link=self._farm_link, in_process_farm=self.in_process_farm)
+        render.slot = slot or 0
         render.on_started = lambda where: self._emit("placed", job.id, self.store.get(job.id), where=where)
         with self._lock:
-            self._current = (job.id, render)
+            if slot is None:
+                self._current = (job.id, render)
+            else:
+                self._workers[job.id] = (render, slot, self._workers[job.id][2])
             if self._interrupting:  # stop(interrupt=True) came while this job was being claimed
                 render.cancel()
         handed = False
         try:
-            out = self._consume(job, render, render.run(), [0.0], may_hand_off=self.pipeline)
+            out = self._consume(job, render, render.run(), [0.0], may_hand_off=self.pipeline and slot is None)
             handed = out is _HANDED
             return self.store.get(job.id) if handed else out
         finally:

@@ -1,4 +1,9 @@
-"""Operations: ``GET /v1/health`` (liveness), ``GET /v1/ready`` (can it render now), ``GET /metrics``."""
+"""Operations: ``GET /v1/health`` (liveness), ``GET /v1/ready`` (can it render now), ``GET /metrics``.
+
+Ready means ready: 503 with what the server is doing and ``Retry-After`` until the engines it
+serves are loaded and warm (``studio.api.warmup``), then 200. The two probes answer without the
+token when the server allows it (``--open-probes``, on by default on loopback); such an answer says
+nothing about jobs."""
 
 from __future__ import annotations
 
@@ -27,7 +32,9 @@ MIN_FREE_BYTES = 512 * 2**20  # a render needs room for its file and its tempora
     responses=errors(),
     summary="Is the server up (liveness); what is queued and running",
 )
-def health(st: State) -> dict:
+def health(st: State, request: Request) -> dict:
+    if anonymous(request):  # a probe without the token: alive, and nothing about jobs
+        return {"ok": True, "version": __version__, "uptime_s": round(time.time() - st.started, 1)}
     jobs = st.queue.list()
     return {
         "ok": True,
@@ -48,13 +55,22 @@ def health(st: State) -> dict:
     responses=errors(503),
     summary="Can this server render now: an engine, the device, a writable data folder, the queue runner",
 )
-async def ready(st: State):
+async def ready(st: State, request: Request):
+    w = st.warmup
+    if w is not None and not w.ready:  # the engines are loading: say what, and when to ask again
+        text = st.public_text(w.status())
+        return JSONResponse({"error": f"not ready ({text})"}, status_code=503, headers={"Retry-After": "2"})
     checks = await run_in_threadpool(readiness, st)
     failed = [c for c in checks if not c["ok"]]
     if failed:
         text = st.public_text("; ".join(f"{c['name']}: {c['detail']}" for c in failed))
         return JSONResponse({"error": f"not ready ({text})"}, status_code=503, headers={"Retry-After": "10"})
     return {"ready": True, "checks": checks}
+
+
+def anonymous(request: Request) -> bool:
+    """The request came without the token (a probe the guard let through)."""
+    return bool(request.scope.get("studio_anonymous"))
 
 
 def readiness(st: ApiState) -> list[dict]:
@@ -67,20 +83,25 @@ def readiness(st: ApiState) -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - every failure is a reason, said in one line
             out.append({"name": name, "ok": False, "detail": str(exc) or type(exc).__name__})
 
-    check("engine", _engine)
+    check("engine", lambda: _engine(st))
     check("device", _device)
     check("data folder", _data_folder)
     check("queue", lambda: _queue(st))
     return out
 
 
-def _engine() -> str:
+def _engine(st: ApiState) -> str:
     from studio.core.engines.base import engine_status
 
     ready = [a for a in engine_status().values() if a.ready]
     if not ready:
         raise RuntimeError("no engine can run here")
-    return ", ".join(f"{a.name} ({a.reason})" for a in ready)
+    text = ", ".join(f"{a.name} ({a.reason})" for a in ready)
+    w = st.warmup
+    if w is not None and w.seconds is not None:
+        warm = ", ".join(f"{e['engine']} on {e['device']}" for e in st.pool.warm())
+        text += f"; warm: {warm or 'none'} (warmed in {w.seconds:.1f} s)"
+    return text
 
 
 def _device() -> str:

@@ -60,6 +60,18 @@ class LipSyncEngine(ABC):
         rest), never re-derive it.
         """
 
+    def generate_many(self, items) -> list:
+        """Faces for several clips' batches at once (jobs in flight on one device sharing the
+        engine's batch): ``items`` are ``(prepared, features, avatar_idx, feat_idx, weight)``, one
+        per clip; one tensor per item, each what ``bind(features)`` then ``generate`` gives. This
+        default runs them in turn; an engine whose work batches (MuseTalk's networks, the classic
+        rig) merges them into one call."""
+        out = []
+        for prepared, features, avatar_idx, feat_idx, weight in items:
+            self.bind(features)
+            out.append(self.generate(prepared, avatar_idx, feat_idx, weight))
+        return out
+
     def preferred_batch(self) -> int:
         """Batch size that keeps this engine efficient on its device."""
         return 16

@@ -121,3 +121,26 @@ class ClassicEngine(LipSyncEngine):
         # a whole batch at once: each sample touches only its own mouth window, so a face does not
         # depend on its batch neighbours (tests/test_classic_speech.py checks it)
         return warp_mouth(crops, sc, ct, col, params, self.device)
+
+    def generate_many(self, items) -> list:
+        """Several clips' batches as one rig call (each clip's own controls, crops and geometry)."""
+        import torch
+
+        if len(items) == 1:
+            prepared, features, a, f, w = items[0]
+            self.bind(features)
+            return [self.generate(prepared, a, f, w)]
+        crops, rows, params, sizes = [], [], [], []
+        for prepared, features, avatar_idx, feat_idx, weight in items:
+            avatar_idx = np.asarray(avatar_idx, np.int64)
+            self.bind(features)
+            params.append(self.controls(feat_idx, weight))
+            rows.append(prepared.rig.rows(avatar_idx))
+            if self.device.type == "cuda":
+                crops.append(prepared.crops[to_device(avatar_idx, self.device)])
+            else:
+                crops.append(torch.from_numpy(np.array(prepared.crops[avatar_idx])))
+            sizes.append(len(avatar_idx))
+        sc, ct, col = (np.concatenate([r[i] for r in rows]) for i in range(3))
+        faces = warp_mouth(torch.cat(crops), sc, ct, col, np.concatenate(params), self.device)
+        return list(torch.split(faces, sizes))

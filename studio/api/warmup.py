@@ -1,0 +1,160 @@
+"""Ready means ready: ``WarmUp`` loads the engines a server will serve before it says it is ready.
+
+    w = WarmUp(pool, settings_list, devices, then=queue.start)
+    w.start()                        # a thread: every engine on every device, every batch size
+    w.ready, w.doing, w.error        # what /v1/ready says: 503 "warming up: loading musetalk on
+                                     # cuda:0 (4 s so far)" with Retry-After, then 200
+
+The queue runner starts when the warm-up ends (``then``), so a job posted before the server is
+ready waits in the queue for the warm engine instead of loading a second one, and a scrub frame
+asked for meanwhile waits for the engine being loaded (the engine cache loads a key once).
+A warm-up that fails leaves the server up and not ready, saying why (the queue runs anyway: each
+job loads its engine or fails with its own sentence). The library's avatars are prepared for the warm
+MuseTalk engines too (their latents cached), and the first of them is rendered once (1.5 s of a
+synthetic voice, to a file that is removed) on each device, so no first request pays for the
+compositor, the encoders or the muxer either.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+AVATARS = 50  # library avatars prepared before ready, at most
+
+
+def parse_warm(text: str):
+    """``"decoder=sd-vae,precision=fp32"`` -> the default ``RenderSettings`` with those values (one
+    sentence for a bad one)."""
+    from studio.core.errors import InputError
+    from studio.core.settings import from_dict
+
+    values: dict[str, Any] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, eq, value = part.partition("=")
+        if not eq or not name.strip():
+            raise InputError(f"--warm {text!r}: give NAME=VALUE pairs such as decoder=sd-vae,precision=fp16")
+        values[name.strip()] = value.strip()
+    try:
+        return from_dict(values)
+    except InputError as exc:
+        raise InputError(f"--warm {text!r}: {exc}") from None
+
+
+class WarmUp:
+    def __init__(self, pool, settings: list, devices: list, then: Callable[[], None] | None = None):
+        self.pool = pool
+        self.settings = list(settings)
+        self.devices = list(devices) or [None]
+        self.then = then
+        self.ready = False
+        self.error: str | None = None
+        self.doing = "starting"
+        self.started = time.monotonic()
+        self.seconds: float | None = None  # how long the warm-up took, once done
+        self._thread: threading.Thread | None = None
+        self.rendered: list[str] = []  # the avatars the warm-up rendered once (one a device)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="studio-warm-up", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.ready
+
+    def status(self) -> str:
+        """What it is doing, for a client (``warming up: ... (3 s so far)``)."""
+        if self.error is not None:
+            return f"the warm-up failed: {self.error}"
+        return f"warming up: {self.doing} ({time.monotonic() - self.started:.0f} s so far)"
+
+    def _run(self) -> None:
+        try:
+            for slot, device in enumerate(self.devices):
+                for s in self.settings:
+                    if device is not None and s.device in (None, "", "auto"):
+                        s = s.with_(device=device)
+                    self.doing = f"loading the {s.engine} engine"
+                    self.pool.warm_up(s, slot=slot, on_step=self._say)
+            names = self._prepare_avatars()
+            if names:
+                self._render_once(names[0])
+            self.doing = "starting the queue"
+            if self.then is not None:
+                self.then()
+            self.seconds = time.monotonic() - self.started
+            self.ready = True
+            log.info("warm-up done in %.1f s: %d engine(s) warm", self.seconds, len(self.pool))
+        except Exception as exc:
+            self.error = str(exc) or type(exc).__name__
+            log.error("warm-up failed: %s", self.error, exc_info=True)
+            if self.then is not None:  # jobs still run (each loads its engine, or fails with why)
+                self.then()
+
+    def _prepare_avatars(self) -> list[str]:
+        """The library's avatars prepared for each warm engine (MuseTalk's latents are written to
+        the avatar's cache the first time: a photo's first request would pay it), the newest first,
+        at most ``AVATARS``; one that fails is left to its first job, which says why."""
+        from studio.core.avatars import library
+
+        try:
+            names = [a["name"] for a in library.list_avatars() if not a.get("damaged")]
+        except OSError:
+            return []
+        engines = [e for e in self.pool.engines() if getattr(e, "name", "") == "musetalk"]
+        for name in names[:AVATARS]:
+            for engine in engines:
+                self.doing = f"preparing avatar {name} for {engine.name} on {engine.device}"
+                try:
+                    engine.prepare(library.load(name))
+                except Exception:
+                    log.warning("warm-up: avatar %s was not prepared", name, exc_info=True)
+        return names
+
+    def _render_once(self, avatar: str) -> None:
+        """One short render of ``avatar`` on each device, to a file that is then removed: what the
+        engine alone does not touch (the compositor on the device, the encoders, the muxer, the
+        audio path) is warm for the first request too."""
+        import tempfile
+
+        import numpy as np
+        import soundfile as sf
+
+        from studio.core.env import data_dir
+
+        rng = np.random.default_rng(0)
+        t = np.arange(24_000) / 16_000
+        voice = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) / 2).astype(np.float32)
+        voice += (0.02 * rng.standard_normal(len(t))).astype(np.float32)
+        base = self.settings[0]
+        with tempfile.TemporaryDirectory(prefix=".warm-", dir=data_dir()) as tmp:
+            wav = Path(tmp) / "voice.wav"
+            sf.write(wav, voice, 16_000, subtype="PCM_16")
+            for slot, device in enumerate(self.devices):
+                s = base.with_(device=device) if device is not None and base.device in (None, "", "auto") else base
+                self.doing = f"a first render of {avatar} on {device or 'the default device'}"
+                r = None
+                try:
+                    r = self.pool.renderer(avatar, str(wav), s, slot=slot)
+                    for _ in r.run(Path(tmp) / f"warm{slot}.mp4"):
+                        pass
+                    self.rendered.append(avatar)
+                except Exception:
+                    log.warning("warm-up: the first render of %s failed", avatar, exc_info=True)
+                finally:
+                    done = getattr(getattr(r, "_engine", None), "done", None)
+                    if done is not None:
+                        done()  # a batcher's view: no more batches from this render
+
+    def _say(self, text: str) -> None:
+        self.doing = text

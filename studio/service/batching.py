@@ -1,0 +1,176 @@
+"""One batch, many clients: ``Batcher`` merges the engine calls of the jobs in flight on one device.
+
+    batcher = Batcher(engine, lock)              # one per warm engine (the pool keeps them)
+    view = batcher.view()                        # what one job's Renderer gets as its engine
+    view.bind(features); faces = view.generate(prepared, avatar_idx, feat_idx, weight)
+
+Each job keeps its own renderer: its compositing, encoder lanes and muxer run on its own thread,
+and only the engine call is shared. A job's ``generate`` puts its batch in the batcher's queue and
+waits; one of the waiting threads (the leader) takes what is queued, lets the other jobs in flight
+add theirs for a moment (half the last merged call's time, ``GATHER_S``: a job still compositing its
+last batch; waiting longer than the engine's own work would cost more than it saves; not at all once
+``max_frames``, the engine's batch, is queued), and runs them as
+one call (``engine.generate_many``: one UNet/decoder batch for MuseTalk), then hands each job its
+faces. A job has at most one batch queued (its render loop waits for it), and the leader takes the
+batches in the order they came, up to ``max_frames``, so every job in flight gets one batch per
+round: a short job is never stuck behind a long one (round-robin across jobs), and a face is the
+one the job makes alone (the engines' faces do not depend on their batch neighbours).
+
+Continuous batching as LLM servers do it across requests; written here because the merge is a
+few lines on the engine boundary and no library knows the engines' inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+GATHER_S = (0.002, 0.05)  # a leader waits for the other jobs in flight half a merged call's time, in these bounds
+ACTIVE_S = 1.0  # a view that asked within this long counts as a job in flight
+
+
+@dataclass(eq=False)
+class _Ask:
+    view: EngineView
+    item: tuple
+    frames: int
+    done: threading.Event = field(default_factory=threading.Event)
+    faces: Any = None
+    error: BaseException | None = None
+
+
+class Batcher:
+    """Merges concurrent ``generate`` calls on one engine into one ``generate_many`` call."""
+
+    def __init__(self, engine: Any, lock: Any = None, max_frames: int = 0):
+        self.engine = engine
+        self.lock = lock  # the engine's (scrub frames take turns with the merged batches)
+        # one warm bucket at most: merging fills the engine's batch, it never makes a call of several
+        # (on the H200 a merged call of two 64-frame batches only made each job wait for the other's)
+        self.max_frames = int(max_frames) or max(8, int(engine.preferred_batch()))
+        self._cond = threading.Condition()
+        self._queue: list[_Ask] = []
+        self._leading = False
+        self._views: weakref.WeakSet[EngineView] = weakref.WeakSet()
+        #: merged calls made and the batches they carried (``batches / calls``: jobs per call)
+        self.calls = 0
+        self.batches = 0
+        self._gather_s = GATHER_S[0]
+
+    def view(self) -> EngineView:
+        v = EngineView(self)
+        with self._cond:
+            self._views.add(v)
+        return v
+
+    def _in_flight(self) -> int:
+        now = time.monotonic()
+        return sum(1 for v in list(self._views) if not v.closed and now - v.asked < ACTIVE_S)
+
+    def generate(self, view: EngineView, item: tuple) -> Any:
+        ask = _Ask(view, item, len(item[2]))
+        with self._cond:
+            view.asked = time.monotonic()
+            self._queue.append(ask)
+            self._cond.notify_all()
+            while not ask.done.is_set() and self._leading:
+                self._cond.wait()
+            lead = not ask.done.is_set()
+            if lead:
+                self._leading = True
+        if lead:
+            try:
+                while not ask.done.is_set():
+                    self._run(self._take())
+            finally:
+                with self._cond:
+                    self._leading = False
+                    self._cond.notify_all()
+        if ask.error is not None:
+            raise ask.error
+        return ask.faces
+
+    def _take(self) -> list[_Ask]:
+        """The batches to merge: wait briefly for every job in flight to have one queued, then the
+        oldest first, up to ``max_frames`` (at least one)."""
+        deadline = time.monotonic() + self._gather_s
+        with self._cond:
+            while True:
+                waiting = {id(a.view) for a in self._queue}
+                left = deadline - time.monotonic()
+                queued = sum(a.frames for a in self._queue)
+                if len(waiting) >= self._in_flight() or left <= 0 or queued >= self.max_frames:
+                    break  # everyone is in, or enough to keep the device busy: no idle wait
+                self._cond.wait(left)
+            take: list[_Ask] = []
+            frames = 0
+            for a in self._queue:
+                if take and frames + a.frames > self.max_frames:
+                    break
+                take.append(a)
+                frames += a.frames
+            del self._queue[: len(take)]
+        return take
+
+    def _run(self, asks: list[_Ask]) -> None:
+        try:
+            t0 = time.perf_counter()
+            with self.lock or contextlib.nullcontext():
+                faces = self.engine.generate_many([a.item for a in asks])
+            self._gather_s = min(GATHER_S[1], max(GATHER_S[0], (time.perf_counter() - t0) / 2))
+            for a, f in zip(asks, faces, strict=True):
+                a.faces = f
+        except BaseException as exc:  # noqa: BLE001 - every job in the batch gets the error
+            if len(asks) > 1:  # one job's bad batch must not fail the others: each alone
+                for a in asks:
+                    try:
+                        with self.lock or contextlib.nullcontext():
+                            a.faces = self.engine.generate_many([a.item])[0]
+                    except BaseException as one:  # noqa: BLE001
+                        a.error = one
+            else:
+                asks[0].error = exc
+        finally:
+            self.calls += 1
+            self.batches += len(asks)
+            with self._cond:
+                for a in asks:
+                    a.done.set()
+                self._cond.notify_all()
+
+
+class EngineView:
+    """One job's handle on a shared engine: ``bind`` keeps the job's clip here, ``generate`` goes
+    through the batcher; everything else is the engine's (``base_engine``)."""
+
+    def __init__(self, batcher: Batcher):
+        self._batcher = batcher
+        self.features: Any = None
+        self.asked = 0.0
+        self.closed = False
+
+    @property
+    def base_engine(self) -> Any:
+        return self._batcher.engine
+
+    def bind(self, features) -> None:
+        self.features = features
+
+    def generate(self, prepared, avatar_idx, feat_idx, weight=None):
+        if self.features is None:
+            raise RuntimeError("generate: call bind(audio_features(wave)) first")
+        return self._batcher.generate(self, (prepared, self.features, avatar_idx, feat_idx, weight))
+
+    def done(self) -> None:
+        """The job has no more batches (the batcher stops waiting for it)."""
+        self.closed = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batcher.engine, name)
