@@ -282,8 +282,8 @@ def advertise(url: str, token: bool) -> None:
     import json
     import os
 
-    from studio.core.store.fsutil import atomic_write_bytes
     from studio.core.env import data_dir
+    from studio.core.store.fsutil import atomic_write_bytes
 
     atomic_write_bytes(data_dir() / ADVERT, json.dumps({"url": url, "pid": os.getpid(), "token": token}).encode())
 
