@@ -61,6 +61,7 @@ class PlayerWidget(QWidget):
         self.slider.sliderMoved.connect(self.player.setPosition)
         self.player.durationChanged.connect(self._duration)
         self._pending_ms: int | None = None  # a seek asked for before the file could seek
+        self._opening = False  # play() gave a new file that has not loaded yet
         self.player.positionChanged.connect(self._moved)
         self.time = QLabel("0:00 / 0:00")
         self.time.setMinimumWidth(self.time.fontMetrics().horizontalAdvance("00:00 / 00:00") + 6)
@@ -81,9 +82,14 @@ class PlayerWidget(QWidget):
         return self.player.playbackState() == QMediaPlayer.PlaybackState.PlayingState
 
     def play(self, path: str) -> None:
+        from PySide6.QtMultimedia import QMediaPlayer
+
         self.path = path
         self._pending_ms = None
-        self.player.setSource(QUrl.fromLocalFile(path))
+        self.player.setSource(QUrl.fromLocalFile(path))  # may say the old file's LoadedMedia on its way
+        # a new file is LoadingMedia now, and isSeekable() still answers for the old one until it has loaded
+        loaded = (QMediaPlayer.MediaStatus.LoadedMedia, QMediaPlayer.MediaStatus.BufferedMedia)
+        self._opening = self.player.mediaStatus() not in loaded
         self.player.setPlaybackRate(1.0)
         self.player.play()
 
@@ -101,7 +107,7 @@ class PlayerWidget(QWidget):
     def seek_frame(self, frame: int) -> None:
         """Show frame ``frame`` (the timeline's playhead moved)."""
         ms = math.ceil(frame * 1000 / self.fps - 1e-9)  # inside the frame: never the one before
-        if not self.player.isSeekable():  # still opening: a setPosition now would be dropped
+        if self._opening or not self.player.isSeekable():  # still opening: a setPosition now is dropped
             self._pending_ms = ms
             return
         self._pending_ms = None
@@ -146,7 +152,12 @@ class PlayerWidget(QWidget):
     def _status(self, status) -> None:
         from PySide6.QtMultimedia import QMediaPlayer
 
+        if status == QMediaPlayer.MediaStatus.LoadingMedia:
+            self._opening = True
+        if status == QMediaPlayer.MediaStatus.InvalidMedia:
+            self._opening, self._pending_ms = False, None
         if status in (QMediaPlayer.MediaStatus.LoadedMedia, QMediaPlayer.MediaStatus.BufferedMedia):
+            self._opening = False
             self._seek_pending(status == QMediaPlayer.MediaStatus.BufferedMedia)
         if status == QMediaPlayer.MediaStatus.EndOfMedia:
             # stay on the last frame: position it there and pause (a stopped player shows black)
