@@ -263,19 +263,8 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         """Play a finished render from ``seconds`` (its lip-sync check's worst second), sought at the
         file's own frame rate."""
         self.controls.play(path)
-        player = self.player
-        if player is None or not self.player_shown:
-            return
-        if player.player.duration() > 0:
-            self.controls.seek_seconds(seconds)
-            return
-
-        def loaded(ms: int) -> None:  # the position is taken once the file is open
-            if ms > 0:
-                player.player.durationChanged.disconnect(loaded)
-                self.controls.seek_seconds(seconds)
-
-        player.player.durationChanged.connect(loaded)
+        if self.player is not None and self.player_shown:
+            self.controls.seek_seconds(seconds)  # kept by the player until the file can seek
 
     @property
     def player(self):

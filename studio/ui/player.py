@@ -5,7 +5,9 @@ owned by this widget, which the main window creates.
 
 The player and the timeline are one: its position moves the timeline's playhead
 (``frameChanged``), the timeline's seeks move it (``seek_frame``), and the window's transport keys
-drive it. At the end it stays on the last frame (the video output would go black once the player
+drive it. A seek asked for while the file is still opening (the Render panel's "worst second" right
+after ``play``) is kept and made once the player can seek: Qt's FFmpeg backend reports the duration
+while the media is still loading and drops a ``setPosition`` made then. At the end it stays on the last frame (the video output would go black once the player
 stops) and its button says Play again.
 """
 
@@ -58,6 +60,8 @@ class PlayerWidget(QWidget):
         self.slider.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.slider.sliderMoved.connect(self.player.setPosition)
         self.player.durationChanged.connect(self._duration)
+        self._pending_ms: int | None = None  # a seek asked for before the file could seek
+        self._opening = False  # play() gave a new file that has not loaded yet
         self.player.positionChanged.connect(self._moved)
         self.time = QLabel("0:00 / 0:00")
         self.time.setMinimumWidth(self.time.fontMetrics().horizontalAdvance("00:00 / 00:00") + 6)
@@ -78,8 +82,14 @@ class PlayerWidget(QWidget):
         return self.player.playbackState() == QMediaPlayer.PlaybackState.PlayingState
 
     def play(self, path: str) -> None:
+        from PySide6.QtMultimedia import QMediaPlayer
+
         self.path = path
-        self.player.setSource(QUrl.fromLocalFile(path))
+        self._pending_ms = None
+        self.player.setSource(QUrl.fromLocalFile(path))  # may say the old file's LoadedMedia on its way
+        # a new file is LoadingMedia now, and isSeekable() still answers for the old one until it has loaded
+        loaded = (QMediaPlayer.MediaStatus.LoadedMedia, QMediaPlayer.MediaStatus.BufferedMedia)
+        self._opening = self.player.mediaStatus() not in loaded
         self.player.setPlaybackRate(1.0)
         self.player.play()
 
@@ -97,8 +107,20 @@ class PlayerWidget(QWidget):
     def seek_frame(self, frame: int) -> None:
         """Show frame ``frame`` (the timeline's playhead moved)."""
         ms = math.ceil(frame * 1000 / self.fps - 1e-9)  # inside the frame: never the one before
+        if self._opening or not self.player.isSeekable():  # still opening: a setPosition now is dropped
+            self._pending_ms = ms
+            return
+        self._pending_ms = None
         if abs(self.player.position() - ms) > int(500 / self.fps):
             self.player.setPosition(ms)
+
+    def _seek_pending(self, buffered: bool) -> None:
+        """Make the kept seek: at LoadedMedia, and again at BufferedMedia, the first status at which the
+        FFmpeg backend's playback engine exists (one made at LoadedMedia alone was seen dropped)."""
+        if self._pending_ms is not None and self.player.isSeekable():
+            self.player.setPosition(self._pending_ms)
+            if buffered:
+                self._pending_ms = None
 
     def close_player(self) -> None:
         # pause, not stop: stop() tears Qt's FFmpeg playback threads down and waits for them, and that
@@ -130,6 +152,13 @@ class PlayerWidget(QWidget):
     def _status(self, status) -> None:
         from PySide6.QtMultimedia import QMediaPlayer
 
+        if status == QMediaPlayer.MediaStatus.LoadingMedia:
+            self._opening = True
+        if status == QMediaPlayer.MediaStatus.InvalidMedia:
+            self._opening, self._pending_ms = False, None
+        if status in (QMediaPlayer.MediaStatus.LoadedMedia, QMediaPlayer.MediaStatus.BufferedMedia):
+            self._opening = False
+            self._seek_pending(status == QMediaPlayer.MediaStatus.BufferedMedia)
         if status == QMediaPlayer.MediaStatus.EndOfMedia:
             # stay on the last frame: position it there and pause (a stopped player shows black)
             last = max(0, self.player.duration() - int(1000 / self.fps))
