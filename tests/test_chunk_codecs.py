@@ -111,3 +111,25 @@ def test_a_codec_the_join_cannot_take_is_refused_before_any_work(avatar, voice, 
     with pytest.raises(InputError, match="--codec vp9 renders on this computer"):
         list(ChunkedRender(avatar, voice, settings("vp9"), chunks=2).run(tmp_path / "x.webm"))
     assert not list(tmp_path.iterdir())
+
+
+def video_packets(path) -> list[tuple[int, bytes]]:
+    import av
+
+    with av.open(str(path)) as c:
+        return [(int(p.pts), bytes(p)) for p in c.demux(video=0) if p.size]
+
+
+@pytest.mark.parametrize("codec", ["prores", "dnxhr", "hevc"])
+def test_two_devices_write_the_one_device_file(avatar, voice, tmp_path, monkeypatch, codec):
+    """``--gpus`` (here two CPU devices, as two GPUs would be) feeds one writer: the same packets as one device."""
+    from studio.core.scale.multigpu import DeviceRender
+
+    monkeypatch.setenv("STUDIO_X264_WORKERS", "3")  # three lanes wherever the test runs
+    suffix = segment_suffix(codec)
+    Renderer(avatar, voice, settings(codec)).render(tmp_path / f"one{suffix}")
+    job = DeviceRender(avatar, voice, settings(codec), devices=["cpu", "cpu"])
+    list(job.run(tmp_path / f"two{suffix}"))
+    one, two = video_packets(tmp_path / f"one{suffix}"), video_packets(tmp_path / f"two{suffix}")
+    assert len(one) == 30 and one == two
+    assert job.result is not None and job.result.encoder.endswith("x3 parallel")
