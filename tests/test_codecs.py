@@ -166,8 +166,8 @@ def test_cli_codec_and_its_refusals(avatar, voice, tmp_path):
     assert d["output"] == str(tmp_path / "x.mov") and d["encoder"].startswith("dnxhd") and d["audio"] == "pcm"
     with av.open(str(tmp_path / "x.mov")) as c:
         assert c.streams.video[0].codec_context.name == "dnxhd"
-    r = _studio(*base, "-o", tmp_path / "y.mov", "--codec", "prores", "--chunks", "2", home=home)
-    assert r.returncode == 2 and "chunked and farm renders join H.264 only" in r.stderr
+    r = _studio(*base, "-o", tmp_path / "y.webm", "--codec", "vp9", "--chunks", "2", home=home)
+    assert r.returncode == 2 and "chunked and farm renders join h264, hevc, prores" in r.stderr
     r = _studio(*base, "-o", tmp_path / "y.mov", "--codec", "prores", "--encoder", "nvenc", home=home)
     assert r.returncode == 2 and "NVENC encodes H.264 only" in r.stderr
     r = _studio(*base, "-o", tmp_path / "y.mov", "--codec", "mpeg2", home=home)

@@ -258,13 +258,10 @@ def check_request(req: RenderRequest) -> None:
         from studio.core.store.files import check_kept_name
 
         check_kept_name(req.output)
-    if req.placement.kind in ("chunks", "farm") and req.settings.codec != "h264":
-        from studio.core.errors import InputError
+    if req.placement.kind in ("chunks", "farm"):
+        from studio.core.scale.chunks import check_chunk_codec
 
-        raise InputError(
-            f"--codec {req.settings.codec} renders on this computer, on its GPUs or on a server; "
-            "chunked and farm renders join H.264 only: use --codec h264 there"
-        )
+        check_chunk_codec(req.settings.codec)
     if req.placement.kind == "server":  # the server checks its inputs; here only the download target
         return
     probe(req.audio)

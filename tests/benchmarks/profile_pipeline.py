@@ -24,7 +24,7 @@ import torch
 
 def pool_fps(nv12: np.ndarray, total: int, n: int, preset: str, crf: int = 20) -> float:
     """Aggregate frames/s of ``n`` encoder processes on contiguous chunks of ``total`` frames."""
-    from studio.core.media.writer import _split
+    from studio.core.media.lanes import split as _split
     from studio.core.media.x264_pool import ProcessEncoder, worker_pool
 
     h2, w = nv12.shape[1:]

@@ -26,6 +26,7 @@ import struct
 import threading
 import time
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -66,12 +67,12 @@ class _Worker:
         child.close()
         self.conn = Connection(os.dup(parent.fileno()))
         parent.close()
-        self.shm = None  # the ring (rings.Ring) the worker reads frames from
+        self.shm: Any = None  # the ring (rings.Ring) the worker reads frames from
         self._sent = 0  # the token of the ring the worker has
         self.pinned = None
         self.lock = threading.Lock()  # one encoder at a time per worker
         self.owner = None  # the writer that leased it (lease_workers)
-        self._poller = None
+        self._poller: Any = None
 
     def ensure_shm(self, nbytes: int):
         """This worker's ring, with room for ``SLOTS`` frames of ``nbytes`` (fewer where memory is
@@ -270,7 +271,7 @@ class ProcessEncoder:
         self.w = worker
         self.fps = fps
         self.frame_bytes = width * height * 3 // 2
-        self.shape = (height * 3 // 2, width)
+        self.shape: tuple[int, ...] = (height * 3 // 2, width)
         shm = _ring_or_release(worker, self.frame_bytes)
         self.n_slots = min(SLOTS, shm.size // self.frame_bytes)
         self.slots = np.ndarray((self.n_slots, *self.shape), np.uint8, buffer=shm.buf)
@@ -279,7 +280,7 @@ class ProcessEncoder:
         self.busy_s = 0.0  # seconds the worker spent inside x264 for this encoder (set by flush)
         self.trace = None  # STUDIO_TRACE: per frame (pts, message received, encode start, end), by flush
         self.waits = {"worker": 0.0, "gpu": 0.0}  # the feeding thread's waits: free slot, frames copied
-        self._extradata = None
+        self._extradata: bytes | None = None
         ring = worker.ring_message()
         worker.conn.send(
             (
@@ -304,7 +305,7 @@ class ProcessEncoder:
         encoders first and reading their headers afterwards overlaps their start-up)."""
         if self._extradata is None:
             self._extradata = self._recv()[1]
-        return self._extradata
+        return bytes(self._extradata or b"")
 
     def encode(self, nv12: np.ndarray, pts: int) -> list:
         _ = self.extradata
@@ -568,7 +569,8 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
         conn.send(("done", slot, encode(vf)))
 
     busy = 0.0
-    trace = t_msg = None
+    trace: list | None = None
+    t_msg = None
     try:
         while True:
             msg = conn.recv()

@@ -98,8 +98,8 @@ def open_video_for(
     ``rate``, resolved once), told what of the frame may change (``canvas.changing_for``: a photo's
     face where it lands, a video's moving parts).
     ``options`` go on as they are (``audio``, ``total_frames``, ``rolling``, ``overwrite``,
-    ``workers`` ...); ``codec=`` or ``changing=`` there override (a chunk of a chunked render is
-    H.264 whatever is asked: the service refuses another codec for chunks before any work)."""
+    ``workers`` ...); ``codec=`` or ``changing=`` there override (a chunk of a chunked render is in
+    the settings' codec: ``scale.chunks.CHUNK_CODECS``, checked before any work)."""
     from studio.core.media.writer import open_video
 
     options.setdefault("codec", settings.codec)

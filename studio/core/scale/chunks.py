@@ -1,5 +1,6 @@
-"""Chunked rendering: a clip cut into contiguous frame ranges, each encoded as a closed-GOP H.264
-segment, joined in order with the original audio muxed once.
+"""Chunked rendering: a clip cut into contiguous frame ranges, each encoded as a segment starting on a
+key frame (closed-GOP H.264 or HEVC; ProRes and DNxHR are intra-only, every frame a key frame), joined
+in order with the original audio muxed once (AAC in MP4, PCM in QuickTime, as the one-process writer).
 
     ranges = split(T, 4)                                  # [(0, 19), (19, 38), ...]
     seg = render_segment(renderer, a, b, "seg1.mp4")      # frames [a, b): an MP4 starting on an IDR
@@ -15,7 +16,8 @@ frames are those of ``Renderer.iter_batches`` (bit for bit: each frame depends o
 and every segment uses the same encoder settings, so the stream headers agree and the join is a
 packet copy. A segment is written by the renderer's own loop (``Renderer.write_batches``).
 ``ChunkedRender`` runs the chunks in local worker processes (no Ray); the Ray farm
-(``studio.core.scale.farm``) uses the same three functions on remote workers.
+(``studio.core.scale.farm``) uses the same three functions on remote workers. Every codec but VP9
+(its alpha rides in packet side data and WebM counts milliseconds) is chunked: ``CHUNK_CODECS``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MIN_CHUNK = 8  # frames: shorter chunks cost an IDR each for little parallelism
+CHUNK_CODECS = ("h264", "hevc", "prores", "prores4444", "dnxhr")  # the codecs a chunked or farm render joins
 # the output video's time base is rates.mp4_time_base(rate), as the single-process writer's
 
 
@@ -83,7 +86,8 @@ def render_segment(
     on_batch: Callable[[int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> Segment:
-    """Encode frames ``[start, end)`` of ``renderer``'s clip into a video-only MP4 at ``path``.
+    """Encode frames ``[start, end)`` of ``renderer``'s clip into a video-only file at ``path`` in the
+    settings' codec (its container's extension: ``segment_suffix``).
 
     The segment's first frame is an IDR (a fresh encoder, closed GOPs) and its timestamps start
     at 0. ``on_batch(frames)`` is called after each batch; ``should_stop()`` is checked between
@@ -104,7 +108,6 @@ def render_segment(
         fps=renderer.rate,
         size=renderer.output_size,
         total_frames=n,
-        codec="h264",
         changing=None,
     )
     t0 = time.perf_counter()
@@ -125,19 +128,50 @@ def render_segment(
     )
 
 
-def join_segments(segments, output, *, audio=None, fps: int | Fraction = DEFAULT_RATE, overwrite: bool = True) -> str:
+def segment_suffix(codec: str) -> str:
+    """The extension of a segment file in ``codec`` (its container's)."""
+    from studio.core.media.codecs import spec
+
+    return spec(codec).suffix
+
+
+def check_chunk_codec(codec: str) -> None:
+    """Refuse, in one sentence, a codec a chunked or farm render cannot join."""
+    if codec not in CHUNK_CODECS:
+        from studio.core.errors import InputError
+
+        raise InputError(
+            f"--codec {codec} renders on this computer, on its GPUs or on a server; chunked and farm renders "
+            f"join {', '.join(CHUNK_CODECS)}: use one of those there"
+        )
+
+
+def join_segments(
+    segments,
+    output,
+    *,
+    audio=None,
+    fps: int | Fraction = DEFAULT_RATE,
+    overwrite: bool = True,
+    codec: str = "h264",
+) -> str:
     """Join ``[(start, end, source), ...]`` (source: a segment path or its bytes) or ``Segment`` values
     into ``output``.
 
     Segments must tile ``0..T`` in order. Video packets are copied with their timestamps shifted
-    by ``start``; the original ``audio`` is encoded to AAC once, interleaved with the video. The
+    by ``start``; the original ``audio`` is encoded once (AAC in MP4, PCM in QuickTime: ``codec``'s
+    container, as the one-process writer), interleaved with the video. The
     output appears atomically; on any error nothing is left and an existing file is untouched.
     ``overwrite=False``: an existing file is never replaced (the name written is returned).
     """
     import av
 
+    from studio.core.media.codecs import PlainAudio, spec
     from studio.core.media.encoders import AudioSource  # the single-process writer's AAC muxer
     from studio.core.store.fsutil import atomic_output
+
+    check_chunk_codec(codec)
+    cs = spec(codec)
 
     segments = sorted(((s.start, s.end, s.path) if isinstance(s, Segment) else s for s in segments), key=lambda s: s[0])
     expect = 0
@@ -150,10 +184,12 @@ def join_segments(segments, output, *, audio=None, fps: int | Fraction = DEFAULT
     output = Path(output)
     if not output.parent.is_dir():
         raise RenderError(f"The output folder {output.parent} does not exist: create it or choose another.")
-    src = AudioSource(audio) if audio is not None else None
+    src: Any = None
+    if audio is not None:
+        src = AudioSource(audio) if cs.audio == "aac" else PlainAudio(audio, cs.audio)
     try:
-        with atomic_output(output, suffix=".mp4", overwrite=overwrite) as out:
-            _join(av, segments, out.tmp, src, fps)
+        with atomic_output(output, suffix=cs.suffix, overwrite=overwrite) as out:
+            _join(av, segments, out.tmp, src, fps, cs.container, cs.tag)
     except OSError as exc:  # a full disk: one sentence naming the folder, not a traceback
         from studio.core.media.lanes import disk_error
 
@@ -212,6 +248,8 @@ class ChunkedRender:
         settings, audio = self.settings, self.audio
         t0 = time.perf_counter()
         check_output(output)
+        check_chunk_codec(settings.codec)
+        suffix = segment_suffix(settings.codec)
         T = self.clip.plan.frames
         ranges = split(T, self.chunks)
         avatar_ref = avatar_reference(self.clip.avatar)
@@ -234,7 +272,9 @@ class ChunkedRender:
 
                 with deferred():  # a stop signal waits until every worker has its start-up data
                     pending = {
-                        pool.submit(_child_render, avatar_ref, audio, settings, a, b, str(tmpdir / f"seg{k:04d}.mp4"))
+                        pool.submit(
+                            _child_render, avatar_ref, audio, settings, a, b, str(tmpdir / f"seg{k:04d}{suffix}")
+                        )
                         for k, (a, b) in enumerate(ranges)
                     }
                 finished: list[Segment] = []
@@ -268,7 +308,9 @@ class ChunkedRender:
             from studio.core.media.loudness import delivered_audio
 
             with delivered_audio(audio, self.settings) as (sound, self._loudness):
-                path = join_segments(finished, output, audio=sound, fps=self.clip.rate, overwrite=overwrite)
+                path = join_segments(
+                    finished, output, audio=sound, fps=self.clip.rate, overwrite=overwrite, codec=settings.codec
+                )
         finally:
             stop.set()
             _rmtree(tmpdir)
@@ -285,6 +327,7 @@ def segments_result(
 ) -> RenderResult:
     """The ``RenderResult`` of a clip rendered in ``segments`` and joined into ``output`` (local
     chunks, the farm): the engine(s) and encoder the segments report."""
+    from studio.core.media.codecs import alpha_of
     from studio.core.render.canvas import output_size
     from studio.core.render.renderer import RenderResult
 
@@ -303,7 +346,7 @@ def segments_result(
         stage_ms=stage_ms,
         frame_rate=rate_text(clip.rate),
         loudness=loudness,
-        alpha="dropped" if clip.avatar.alpha is not None else "",  # chunks join H.264 only
+        alpha=alpha_of(clip.settings.codec, clip.avatar.alpha is not None),
     )
 
 
@@ -328,10 +371,10 @@ def open_avatar(ref: tuple[str, str]):
 # Helpers
 
 
-def _join(av, segments, tmp: Path, audio, fps: int | Fraction) -> None:
+def _join(av, segments, tmp: Path, audio, fps: int | Fraction, container: str = "mp4", tag: str | None = None) -> None:
     fps = Fraction(fps)
     ticks = ticks_per_frame(fps)
-    out = av.open(str(tmp), "w", format="mp4", options={"movflags": "+faststart"})
+    out = av.open(str(tmp), "w", format=container, options={"movflags": "+faststart"})
     try:
         vs = None
         last_dts = None
@@ -341,6 +384,8 @@ def _join(av, segments, tmp: Path, audio, fps: int | Fraction) -> None:
                 sv = seg.streams.video[0]
                 if vs is None:
                     vs = out.add_stream_from_template(sv)
+                    if tag:  # the one-process writer's FourCC (HEVC: hvc1, which QuickTime plays)
+                        vs.codec_tag = tag
                     vs.time_base = mp4_time_base(fps)
                     extradata = bytes(sv.codec_context.extradata or b"")
                     if audio is not None:

@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from studio.core.errors import Cancelled, RenderError, StudioError
-from studio.core.scale.chunks import avatar_reference, join_segments, render_segment, segments_result, split
+from studio.core.scale.chunks import (
+    avatar_reference,
+    check_chunk_codec,
+    join_segments,
+    render_segment,
+    segment_suffix,
+    segments_result,
+    split,
+)
 
 if TYPE_CHECKING:
     from studio.core.render.renderer import RenderProgress, RenderResult
@@ -207,6 +215,7 @@ class Farm:
         from studio.core.settings import RenderSettings
 
         settings = settings or RenderSettings()
+        check_chunk_codec(settings.codec)  # before any work: the join takes these codecs
         self._cancel.clear()
         self.result = None
         t0 = time.perf_counter()
@@ -291,6 +300,7 @@ class Farm:
                     audio=sound,
                     fps=clip.rate,
                     overwrite=overwrite,
+                    codec=settings.codec,
                 )
         finally:
             with contextlib.suppress(Exception):
@@ -525,7 +535,7 @@ class _Worker:
             self._stop = ray.get(board.report.remote(job["id"], start, attempt, self.label, done, fps))
 
         self._stop = False
-        fd, tmp = tempfile.mkstemp(prefix="studio-chunk-", suffix=".mp4")
+        fd, tmp = tempfile.mkstemp(prefix="studio-chunk-", suffix=segment_suffix(renderer.settings.codec))
         os.close(fd)
         os.unlink(tmp)
         try:
