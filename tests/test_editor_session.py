@@ -110,6 +110,18 @@ def test_request_carries_everything_held(voice, tmp_path):
     assert s.request().placement.kind == "farm"
 
 
+def test_the_timelines_markers_go_to_the_render_as_its_markers_setting(voice):
+    """The window's markers are the timeline's (no text box): the render gets them as the ``markers``
+    setting (seconds at the grid's rate), which its chapters and OpenTimelineIO file are made from."""
+    from studio.core.delivery import parse_markers
+
+    s = session_with(voice, "30")
+    s.add_marker(45, "Intro, part=1")
+    s.add_marker(15)
+    text = s.request().settings.markers
+    assert parse_markers(text) == [(0.5, "Marker 2"), (1.5, "Intro part 1")]  # the second marker added
+
+
 def test_edits_are_recorded_with_before_and_after_restores_are_not(voice):
     s = session_with(voice, "25")
     steps = []

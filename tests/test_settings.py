@@ -60,7 +60,9 @@ def test_the_schema_declares_what_every_face_needs():
         assert other_value(s) != s.default, s.name
     # the settings every render face shows (preview_interval_s is the caller's, not the user's)
     shown = {s.name for s in specs("cli")}
-    assert shown == {s.name for s in specs("http")} == {s.name for s in specs("ui")} == {s.name for s in specs("job")}
+    assert shown == {s.name for s in specs("http")} == {s.name for s in specs("job")}
+    # the window's markers are its timeline's (EditorSession.markers_setting hands them to the render)
+    assert {s.name for s in specs("ui")} == shown - {"markers"}
     assert {"engine", "decoder", "compile", "threshold", "min_silence", "crossfade", "crf"} <= shown
     assert set(RenderSettings().frame_settings()) == {s.name for s in specs("job", ("engine", "silence"))}
 

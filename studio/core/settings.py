@@ -345,6 +345,8 @@ class RenderSettings:
         "chapters and the OpenTimelineIO file",
         label="Markers",
         group="output",
+        # the window's markers are the timeline's own (M, the Markers menu): it hands them to the render
+        faces=ALL_FACES - {"ui"},
         validate=lambda v: markers_problem(v),
         example="1.5=Intro",
     )

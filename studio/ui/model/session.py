@@ -142,7 +142,7 @@ class EditorSession:
         return {k: self._values[k] for k in (keys if keys is not None else self._values)}
 
     def _checked(self, key: str, value: Any) -> Any:
-        spec = SCHEMA.get(key)
+        spec = SCHEMA.get(key) if key not in MARK_KEYS else None  # "markers": the timeline's, not the text setting
         if spec is not None:
             value = spec.parse(value)
             msg = spec.problem(value)
@@ -194,7 +194,18 @@ class EditorSession:
             self.set(key, value)
 
     def render_settings(self) -> RenderSettings:
-        return RenderSettings(**{k: self._values[k] for k in setting_keys()})
+        """The settings the window holds, with the timeline's markers as the render's ``markers``
+        setting (seconds at the grid's rate: chapters and the OpenTimelineIO file)."""
+        values = {k: self._values[k] for k in setting_keys()}
+        return RenderSettings(**values, markers=self.markers_setting())
+
+    def markers_setting(self) -> str:
+        """The timeline's markers as the ``markers`` setting's text: ``SECONDS=NAME`` separated by commas."""
+        rate = float(self.grid_rate)
+        return ",".join(
+            f"{f / rate:.3f}".rstrip("0").rstrip(".") + (f"={_marker_name(n)}" if _marker_name(n) else "")
+            for f, n in sorted(self._values["markers"])
+        )
 
     # ---- what is selected -----------------------------------------------------------------
 
@@ -542,3 +553,8 @@ def markers_step(before, after) -> str:
     if len(renamed) == 1 and not added and not gone:
         return f"Rename marker “{renamed[0][0]}” to “{renamed[0][1]}”"
     return "Change markers"
+
+
+def _marker_name(name: str) -> str:
+    """A marker's name as the markers setting can carry it (its separators, commas and =, are spaces)."""
+    return " ".join(str(name or "").replace(",", " ").replace("=", " ").split())
