@@ -264,3 +264,18 @@ def test_delivery_save_show_and_remove_from_the_command_line(tmp_path):
     assert studio("delivery", "remove", "broadcast-hd").returncode == 2
     assert studio("delivery", "remove", "promo").returncode == 0
     assert "promo" not in studio("delivery", "list").stdout
+
+
+def test_the_face_track_smoothing_is_scipys_savgol_of_order_1():
+    """``line_fit_smooth`` (numpy, no ``scipy.signal`` import at render time) equals
+    ``savgol_filter(x, win, 1, mode="interp")``: the moving line fit inside, the end lines at the edges."""
+    signal = pytest.importorskip("scipy.signal")
+    from studio.core.render.canvas import line_fit_smooth
+
+    rng = np.random.default_rng(3)
+    for n, win in ((50, 49), (50, 3), (7, 7), (300, 51)):
+        x = 500 + np.cumsum(rng.normal(0, 8, n))
+        x[n // 3] += 40  # a jump: the ends and the middle all differ from a plain moving mean
+        got, want = line_fit_smooth(x, win), signal.savgol_filter(x, win, 1, mode="interp")
+        assert np.abs(got - want).max() < 1e-8, (n, win)
+        assert np.abs(got - x).max() > 1  # it smooths
