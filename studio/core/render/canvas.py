@@ -18,6 +18,7 @@ each output frame still depends only on its avatar frame (``frame_at`` equals th
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,6 +130,13 @@ class Canvas:
         r = (max(0, r[0]), max(0, r[1]), min(self.width, r[2]), min(self.height, r[3]))
         return r if r[2] > r[0] and r[3] > r[1] else None
 
+    def covers(self, avatar_idx) -> bool:
+        """Whether the presenter covers all of the canvas in the frames of ``avatar_idx``."""
+        ox, oy = self.ox[avatar_idx], self.oy[avatar_idx]
+        return bool(
+            ((ox <= 0) & (oy <= 0) & (ox + self.scaled_w >= self.width) & (oy + self.scaled_h >= self.height)).all()
+        )
+
     src_w: int = 0
     src_h: int = 0
     _bg_cache: Any = None  # the background with the output's channels, on the device
@@ -146,21 +154,23 @@ class Canvas:
         if size != (h, w) and frames.device.type == "cpu":  # torch's uint8 kernel: ~13x the float one here
             x = frames.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
             pres = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).permute(0, 2, 3, 1)
-        elif size != (h, w):
+        elif size != (h, w):  # float: rounded to uint8 below, only where it shows on the canvas
             x = frames.permute(0, 3, 1, 2).float()
-            x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False)
-            pres = x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+            pres = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).permute(0, 2, 3, 1)
         else:
             pres = frames
         oc = 4 if alpha else 3
-        if self._bg_cache is None or self._bg_cache.shape[-1] != oc or self._bg_cache.device != frames.device:
-            bg = self.background.to(frames.device)
-            if alpha:
-                a0 = torch.full_like(bg[..., :1], 0 if self.transparent else 255)
-                bg = torch.cat([bg, a0], dim=-1)
-            self._bg_cache = bg.contiguous()
-        out = self._bg_cache.unsqueeze(0).repeat(b, 1, 1, 1)
         idx = np.asarray(avatar_idx, np.int64).reshape(-1)
+        if c != 4 and self.covers(idx):  # an opaque presenter over all of every frame: no background
+            out = torch.empty((b, self.height, self.width, oc), dtype=torch.uint8, device=frames.device)
+        else:
+            if self._bg_cache is None or self._bg_cache.shape[-1] != oc or self._bg_cache.device != frames.device:
+                bg = self.background.to(frames.device)
+                if alpha:
+                    a0 = torch.full_like(bg[..., :1], 0 if self.transparent else 255)
+                    bg = torch.cat([bg, a0], dim=-1)
+                self._bg_cache = bg.contiguous()
+            out = self._bg_cache.unsqueeze(0).repeat(b, 1, 1, 1)
         for k in range(b):
             ox, oy = int(self.ox[idx[k]]), int(self.oy[idx[k]])
             x0, y0 = max(0, ox), max(0, oy)
@@ -168,6 +178,8 @@ class Canvas:
             if x1 <= x0 or y1 <= y0:
                 continue
             src = pres[k, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
+            if src.dtype != torch.uint8:  # elementwise: the same values as rounding all of it first
+                src = src.round().clamp_(0, 255).to(torch.uint8)
             dst = out[k, y0:y1, x0:x1]
             if c == 4:  # over: the presenter's alpha on the background
                 a = src[..., 3:4].float() / 255.0
@@ -288,6 +300,7 @@ class Delivered:
         self.style = settings.caption_style
         self._cues = cues
         self._painter: Any = None
+        self._gpu: collections.deque = collections.deque(maxlen=4096)  # CUDA events around the canvas work
         if self.burn:
             cues()  # no script to caption: one sentence before any frame
 
@@ -309,12 +322,15 @@ class Delivered:
 
         if self.canvas is not None:
             t0 = time.perf_counter()
+            e0 = _event(frames)
             alpha = self.avatar.alpha
             if alpha is not None:
                 from studio.core.render.renderer import with_alpha
 
                 frames = with_alpha(frames, alpha, avatar_idx)
             frames = self.canvas.place(frames, avatar_idx, alpha=alpha is not None or self.canvas.transparent)
+            if e0 is not None:
+                self._gpu.append((e0, _event(frames)))
             stage("canvas", t0)
         if self.burn:
             from studio.core.captions import CaptionPainter, burn
@@ -327,6 +343,17 @@ class Delivered:
             stage("captions", t0)
         return frames
 
+    def gpu_ms(self) -> float:
+        """The GPU's time on the canvas work since the last call (CUDA events; 0 on the CPU). The
+        ``canvas`` stage counts only the launching: on a GPU the work runs behind, and the next
+        stage that waits for the GPU (the engine's) shows it. Waits for the last event."""
+        if not self._gpu:
+            return 0.0
+        self._gpu[-1][1].synchronize()
+        ms = sum(a.elapsed_time(b) for a, b in self._gpu)
+        self._gpu.clear()
+        return float(ms)
+
     def for_writer(self, frames, alpha: bool):
         """Placed frames with the channels the writer takes: RGB, or RGBA for an alpha codec."""
         import torch
@@ -336,3 +363,14 @@ class Delivered:
         if frames.shape[-1] == 3 and alpha:
             return torch.cat([frames, torch.full_like(frames[..., :1], 255)], dim=-1)
         return frames
+
+
+def _event(frames):
+    """A timing CUDA event recorded on the current stream where ``frames`` are on a GPU, else None."""
+    if not frames.is_cuda:
+        return None
+    import torch
+
+    e = torch.cuda.Event(enable_timing=True)
+    e.record()
+    return e
