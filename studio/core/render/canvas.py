@@ -137,6 +137,26 @@ class Canvas:
             ((ox <= 0) & (oy <= 0) & (ox + self.scaled_w >= self.width) & (oy + self.scaled_h >= self.height)).all()
         )
 
+    def _croppable(self) -> bool:
+        """Whether most of the scaled presenter falls outside the canvas (fill and face reframes
+        across the aspect): then each frame resizes only the part of its source that shows."""
+        return self.scaled_w > self.width * 1.25 or self.scaled_h > self.height * 1.25
+
+    def _visible(self, frame, ox: int, oy: int):
+        """``frame`` ``[1,h,w,c]`` resized to the presenter's scale where it shows at ``(ox, oy)``:
+        ``(part, jx, jy)``, the part's pixel ``(0, 0)`` at the scaled presenter's ``(jx, jy)``.
+        The source crop (the visible part and the filter's reach of 2 output pixels' worth) has one
+        size for every frame and is resized at the presenter's exact scale, so a frame's pixels
+        depend only on the frame and its placement; the crop's start is whole source pixels, so
+        the part sits within half a canvas pixel of where the whole resize puts it (the placement
+        itself is rounded to whole pixels)."""
+        _, h, w, _ = frame.shape
+        ax = _axis(ox, self.scaled_w, self.width, w)
+        ay = _axis(oy, self.scaled_h, self.height, h)
+        part = frame[:, ay[0] : ay[0] + ay[1], ax[0] : ax[0] + ax[1]]
+        scale = (self.scaled_h / h, self.scaled_w / w)
+        return _resize(part, (ay[3], ax[3]), scale), ax[2], ay[2]
+
     src_w: int = 0
     src_h: int = 0
     _bg_cache: Any = None  # the background with the output's channels, on the device
@@ -147,16 +167,12 @@ class Canvas:
         Only the resize runs in float; the canvas is filled and pasted in uint8 (blended where the
         presenter is transparent)."""
         import torch
-        import torch.nn.functional as F
 
         b, h, w, c = frames.shape
         size = (self.scaled_h, self.scaled_w)
-        if size != (h, w) and frames.device.type == "cpu":  # torch's uint8 kernel: ~13x the float one here
-            x = frames.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
-            pres = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).permute(0, 2, 3, 1)
-        elif size != (h, w):  # float: rounded to uint8 below, only where it shows on the canvas
-            x = frames.permute(0, 3, 1, 2).float()
-            pres = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).permute(0, 2, 3, 1)
+        crop = size != (h, w) and self._croppable()
+        if size != (h, w) and not crop:
+            pres = _resize(frames, size)
         else:
             pres = frames
         oc = 4 if alpha else 3
@@ -177,7 +193,15 @@ class Canvas:
             x1, y1 = min(self.width, ox + self.scaled_w), min(self.height, oy + self.scaled_h)
             if x1 <= x0 or y1 <= y0:
                 continue
-            src = pres[k, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
+            if crop:  # only the source pixels this frame shows (and the filter's reach) are resized
+                part, jx, jy = self._visible(frames[k : k + 1], ox, oy)
+                ys, xs = slice(y0 - oy - jy, y1 - oy - jy), slice(x0 - ox - jx, x1 - ox - jx)
+                if min(ys.start, xs.start) >= 0 and ys.stop <= part.shape[1] and xs.stop <= part.shape[2]:
+                    src = part[0, ys, xs]
+                else:  # past the crop (rounding at an edge): the whole frame resized
+                    src = _resize(frames[k : k + 1], size)[0, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
+            else:
+                src = pres[k, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
             if src.dtype != torch.uint8:  # elementwise: the same values as rounding all of it first
                 src = src.round().clamp_(0, 255).to(torch.uint8)
             dst = out[k, y0:y1, x0:x1]
@@ -194,6 +218,32 @@ class Canvas:
             else:
                 dst.copy_(src)
         return out
+
+
+def _resize(frames, size, scale=None):
+    """``[B,h,w,c]`` uint8 -> ``[B,H,W,c]`` (antialiased bicubic; ``scale``: the mapping's
+    (y, x) factors where the output is a crop of the whole): uint8 on the CPU (torch's uint8
+    kernel, ~13x the float one there), float elsewhere (rounded where it is pasted)."""
+    import torch
+    import torch.nn.functional as F
+
+    if frames.device.type == "cpu":
+        x = frames.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+    else:
+        x = frames.permute(0, 3, 1, 2).float()
+    if scale is not None:  # a crop of the whole: its size, at the whole's scale (F.interpolate takes one)
+        return torch.ops.aten._upsample_bicubic2d_aa.default(x, list(size), False, *scale).permute(0, 2, 3, 1)
+    return F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).permute(0, 2, 3, 1)
+
+
+def _axis(o: int, scaled: int, extent: int, src: int) -> tuple[int, int, int, int]:
+    """One axis of ``Canvas._visible``: (source start, source length, its start on the scaled
+    presenter, its scaled length) for a presenter of ``scaled`` at ``o`` on ``extent``."""
+    r = src / scaled
+    m = int(np.ceil(2 * max(1.0, r))) + 2  # source pixels of margin: the filter's reach
+    n = min(src, int(np.ceil(extent * r)) + 2 * m + 2)
+    a = min(max(int(np.floor(max(0, -o) * r)) - m, 0), src - n)
+    return a, n, int(round(a / r)), int(np.ceil(n / r)) + 1  # past the source's end: never pasted
 
 
 def _clamp_cover(pos: np.ndarray, size: int, extent: int) -> np.ndarray:
