@@ -6,8 +6,9 @@
 As ``studio bench --user`` orders it: the library's bench video avatar (an MP4 of ``--height``
 lines, 16:9) and a 48 kHz voice-over; a warm-up render without a canvas, the plain row, then the
 same job with ``canvas`` = the avatar's size turned vertical (1080x1920 for 1080p) and
-``fit="face"`` (the first canvas render of the process: what it pays once shows here), then again.
-Prints each row's seconds, frames/s and stages, and the ratio canvas/plain (issue 35's target:
+``fit="face"`` (the first canvas render of the process: what it pays once shows here), then
+plain and canvas alternated (``--repeats``; a shared CPU is noisy: the best of each counts).
+Prints each row's seconds, frames/s and stages (``canvas_gpu`` on a GPU), and the ratio canvas/plain (issue 35's target:
 within 10 %, i.e. >= 0.90). ``--engine musetalk --device cuda --height 1080 --frames 672`` is the
 H200 row.
 """
@@ -28,6 +29,7 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=96)
     ap.add_argument("--engine", default="classic")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--repeats", type=int, default=3, help="plain and canvas rows, alternated; the best of each")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["STUDIO_HOME"] = tmp
@@ -56,10 +58,14 @@ def main() -> None:
             return s
 
         row("warm-up", base)
-        plain = row("plain", base)
+        plain = [row("plain", base)]
         first = row("canvas-first", canvas)
-        again = row("canvas", canvas)
-        print(f"ratio canvas/plain (frames/s): first {plain / first:.2f}, again {plain / again:.2f}")
+        again = []
+        for _ in range(max(1, args.repeats) - 1):
+            plain.append(row("plain", base))
+            again.append(row("canvas", canvas))
+        print(f"ratio canvas/plain (frames/s): first canvas row {min(plain) / first:.2f}", end="")
+        print(f", best of {len(again)} {min(plain) / min(again):.2f}" if again else "")
 
 
 if __name__ == "__main__":
