@@ -264,3 +264,45 @@ def test_delivery_save_show_and_remove_from_the_command_line(tmp_path):
     assert studio("delivery", "remove", "broadcast-hd").returncode == 2
     assert studio("delivery", "remove", "promo").returncode == 0
     assert "promo" not in studio("delivery", "list").stdout
+
+
+def test_the_face_track_smoothing_is_scipys_savgol_of_order_1():
+    """``line_fit_smooth`` (numpy, no ``scipy.signal`` import at render time) equals
+    ``savgol_filter(x, win, 1, mode="interp")``: the moving line fit inside, the end lines at the edges."""
+    signal = pytest.importorskip("scipy.signal")
+    from studio.core.render.canvas import line_fit_smooth
+
+    rng = np.random.default_rng(3)
+    for n, win in ((50, 49), (50, 3), (7, 7), (300, 51)):
+        x = 500 + np.cumsum(rng.normal(0, 8, n))
+        x[n // 3] += 40  # a jump: the ends and the middle all differ from a plain moving mean
+        got, want = line_fit_smooth(x, win), signal.savgol_filter(x, win, 1, mode="interp")
+        assert np.abs(got - want).max() < 1e-8, (n, win)
+        assert np.abs(got - x).max() > 1  # it smooths
+
+
+def test_a_reframe_resizes_only_what_shows_and_each_frame_is_its_own():
+    """A 16:9 source on a 9:16 canvas shows under a third of its scaled width: each frame resizes only
+    its visible source (plus the filter's reach) at the presenter's exact scale. The placed frame is
+    the whole resize's window to within half a pixel's shift (smooth image: <= 3 levels), and a
+    frame placed alone equals the same frame placed in a batch."""
+    import torch
+
+    from studio.core.render import canvas as cv
+
+    n = 12
+    xs = np.linspace(0, 260, n)
+    a = _stub(320, 180, np.stack([xs, np.full(n, 40), xs + 60, np.full(n, 120)], 1))
+    c = Canvas.make(a, 180, 320, from_dict({"canvas": "180x320", "fit": "face"}))
+    assert c._croppable() and c.scaled_w > 2 * 180
+    yy, xx = np.mgrid[0:180, 0:320]
+    img = np.stack([127 + 100 * np.sin(xx / 18 + yy / 13), 127 + 100 * np.cos(xx / 15), yy / 180 * 255], -1)
+    frames = torch.from_numpy(np.repeat(img[None].astype(np.uint8), n, 0).copy())
+    batch = c.place(frames, np.arange(n), alpha=False)
+    whole = cv._resize(frames[:1], (c.scaled_h, c.scaled_w))[0].int()
+    for k in range(n):
+        ox, oy = int(c.ox[k]), int(c.oy[k])
+        assert torch.equal(batch[k], c.place(frames[k : k + 1], [k], alpha=False)[0]), k
+        window = whole[-oy : -oy + 320, -ox : -ox + 180]
+        assert int((batch[k].int() - window).abs().max()) <= 3, k
+    assert len(set(c.ox.tolist())) > 6  # the crop moved across the source

@@ -18,6 +18,7 @@ each output frame still depends only on its avatar frame (``frame_at`` equals th
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,6 +130,33 @@ class Canvas:
         r = (max(0, r[0]), max(0, r[1]), min(self.width, r[2]), min(self.height, r[3]))
         return r if r[2] > r[0] and r[3] > r[1] else None
 
+    def covers(self, avatar_idx) -> bool:
+        """Whether the presenter covers all of the canvas in the frames of ``avatar_idx``."""
+        ox, oy = self.ox[avatar_idx], self.oy[avatar_idx]
+        return bool(
+            ((ox <= 0) & (oy <= 0) & (ox + self.scaled_w >= self.width) & (oy + self.scaled_h >= self.height)).all()
+        )
+
+    def _croppable(self) -> bool:
+        """Whether most of the scaled presenter falls outside the canvas (fill and face reframes
+        across the aspect): then each frame resizes only the part of its source that shows."""
+        return self.scaled_w > self.width * 1.25 or self.scaled_h > self.height * 1.25
+
+    def _visible(self, frame, ox: int, oy: int):
+        """``frame`` ``[1,h,w,c]`` resized to the presenter's scale where it shows at ``(ox, oy)``:
+        ``(part, jx, jy)``, the part's pixel ``(0, 0)`` at the scaled presenter's ``(jx, jy)``.
+        The source crop (the visible part and the filter's reach of 2 output pixels' worth) has one
+        size for every frame and is resized at the presenter's exact scale, so a frame's pixels
+        depend only on the frame and its placement; the crop's start is whole source pixels, so
+        the part sits within half a canvas pixel of where the whole resize puts it (the placement
+        itself is rounded to whole pixels)."""
+        _, h, w, _ = frame.shape
+        ax = _axis(ox, self.scaled_w, self.width, w)
+        ay = _axis(oy, self.scaled_h, self.height, h)
+        part = frame[:, ay[0] : ay[0] + ay[1], ax[0] : ax[0] + ax[1]]
+        scale = (self.scaled_h / h, self.scaled_w / w)
+        return _resize(part, (ay[3], ax[3]), scale), ax[2], ay[2]
+
     src_w: int = 0
     src_h: int = 0
     _bg_cache: Any = None  # the background with the output's channels, on the device
@@ -139,35 +167,43 @@ class Canvas:
         Only the resize runs in float; the canvas is filled and pasted in uint8 (blended where the
         presenter is transparent)."""
         import torch
-        import torch.nn.functional as F
 
         b, h, w, c = frames.shape
         size = (self.scaled_h, self.scaled_w)
-        if size != (h, w) and frames.device.type == "cpu":  # torch's uint8 kernel: ~13x the float one here
-            x = frames.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
-            pres = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).permute(0, 2, 3, 1)
-        elif size != (h, w):
-            x = frames.permute(0, 3, 1, 2).float()
-            x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False)
-            pres = x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+        crop = size != (h, w) and self._croppable()
+        if size != (h, w) and not crop:
+            pres = _resize(frames, size)
         else:
             pres = frames
         oc = 4 if alpha else 3
-        if self._bg_cache is None or self._bg_cache.shape[-1] != oc or self._bg_cache.device != frames.device:
-            bg = self.background.to(frames.device)
-            if alpha:
-                a0 = torch.full_like(bg[..., :1], 0 if self.transparent else 255)
-                bg = torch.cat([bg, a0], dim=-1)
-            self._bg_cache = bg.contiguous()
-        out = self._bg_cache.unsqueeze(0).repeat(b, 1, 1, 1)
         idx = np.asarray(avatar_idx, np.int64).reshape(-1)
+        if c != 4 and self.covers(idx):  # an opaque presenter over all of every frame: no background
+            out = torch.empty((b, self.height, self.width, oc), dtype=torch.uint8, device=frames.device)
+        else:
+            if self._bg_cache is None or self._bg_cache.shape[-1] != oc or self._bg_cache.device != frames.device:
+                bg = self.background.to(frames.device)
+                if alpha:
+                    a0 = torch.full_like(bg[..., :1], 0 if self.transparent else 255)
+                    bg = torch.cat([bg, a0], dim=-1)
+                self._bg_cache = bg.contiguous()
+            out = self._bg_cache.unsqueeze(0).repeat(b, 1, 1, 1)
         for k in range(b):
             ox, oy = int(self.ox[idx[k]]), int(self.oy[idx[k]])
             x0, y0 = max(0, ox), max(0, oy)
             x1, y1 = min(self.width, ox + self.scaled_w), min(self.height, oy + self.scaled_h)
             if x1 <= x0 or y1 <= y0:
                 continue
-            src = pres[k, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
+            if crop:  # only the source pixels this frame shows (and the filter's reach) are resized
+                part, jx, jy = self._visible(frames[k : k + 1], ox, oy)
+                ys, xs = slice(y0 - oy - jy, y1 - oy - jy), slice(x0 - ox - jx, x1 - ox - jx)
+                if min(ys.start, xs.start) >= 0 and ys.stop <= part.shape[1] and xs.stop <= part.shape[2]:
+                    src = part[0, ys, xs]
+                else:  # past the crop (rounding at an edge): the whole frame resized
+                    src = _resize(frames[k : k + 1], size)[0, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
+            else:
+                src = pres[k, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
+            if src.dtype != torch.uint8:  # elementwise: the same values as rounding all of it first
+                src = src.round().clamp_(0, 255).to(torch.uint8)
             dst = out[k, y0:y1, x0:x1]
             if c == 4:  # over: the presenter's alpha on the background
                 a = src[..., 3:4].float() / 255.0
@@ -182,6 +218,32 @@ class Canvas:
             else:
                 dst.copy_(src)
         return out
+
+
+def _resize(frames, size, scale=None):
+    """``[B,h,w,c]`` uint8 -> ``[B,H,W,c]`` (antialiased bicubic; ``scale``: the mapping's
+    (y, x) factors where the output is a crop of the whole): uint8 on the CPU (torch's uint8
+    kernel, ~13x the float one there), float elsewhere (rounded where it is pasted)."""
+    import torch
+    import torch.nn.functional as F
+
+    if frames.device.type == "cpu":
+        x = frames.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+    else:
+        x = frames.permute(0, 3, 1, 2).float()
+    if scale is not None:  # a crop of the whole: its size, at the whole's scale (F.interpolate takes one)
+        return torch.ops.aten._upsample_bicubic2d_aa.default(x, list(size), False, *scale).permute(0, 2, 3, 1)
+    return F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False).permute(0, 2, 3, 1)
+
+
+def _axis(o: int, scaled: int, extent: int, src: int) -> tuple[int, int, int, int]:
+    """One axis of ``Canvas._visible``: (source start, source length, its start on the scaled
+    presenter, its scaled length) for a presenter of ``scaled`` at ``o`` on ``extent``."""
+    r = src / scaled
+    m = int(np.ceil(2 * max(1.0, r))) + 2  # source pixels of margin: the filter's reach
+    n = min(src, int(np.ceil(extent * r)) + 2 * m + 2)
+    a = min(max(int(np.floor(max(0, -o) * r)) - m, 0), src - n)
+    return a, n, int(round(a / r)), int(np.ceil(n / r)) + 1  # past the source's end: never pasted
 
 
 def _clamp_cover(pos: np.ndarray, size: int, extent: int) -> np.ndarray:
@@ -207,11 +269,28 @@ def face_track(avatar) -> tuple[np.ndarray, np.ndarray]:
         cy = np.interp(t, t[ok], cy[ok])
     win = min(int(round(FACE_SMOOTH_S * float(avatar.fps))) | 1, n if n % 2 else n - 1)
     if win >= 3:
-        from scipy.signal import savgol_filter
-
-        cx = savgol_filter(cx, win, 1, mode="interp")
-        cy = savgol_filter(cy, win, 1, mode="interp")
+        cx, cy = line_fit_smooth(cx, win), line_fit_smooth(cy, win)
     return cx, cy
+
+
+def line_fit_smooth(x: np.ndarray, win: int) -> np.ndarray:
+    """``scipy.signal.savgol_filter(x, win, 1, mode="interp")`` in numpy: a straight line fitted over
+    each odd ``win`` of samples, evaluated at its centre (which for order 1 is the window's mean), and
+    at the first and last ``win // 2`` samples the line fitted to the first or last window.
+
+    Written here because importing ``scipy.signal`` costs about a second (1.3 s on the 2-core dev
+    machine), paid by the first face-reframed render of a process (the ``open`` stage of the
+    1080x1920 benchmark row) for a filter that is a moving mean and two line fits."""
+    x = np.asarray(x, np.float64)
+    n, h = len(x), win // 2
+    out = np.empty(n)
+    c = np.concatenate([[0.0], np.cumsum(x)])
+    out[h : n - h] = (c[win:] - c[: n - win + 1]) / win
+    t = np.arange(win, dtype=np.float64)
+    for lo, dst in ((0, slice(0, h)), (n - win, slice(n - h, n))):
+        slope, icept = np.polyfit(t, x[lo : lo + win], 1)
+        out[dst] = icept + slope * (np.arange(n)[dst] - lo)
+    return out
 
 
 def _background(spec: str, cw: int, ch: int, device):
@@ -271,6 +350,7 @@ class Delivered:
         self.style = settings.caption_style
         self._cues = cues
         self._painter: Any = None
+        self._gpu: collections.deque = collections.deque(maxlen=4096)  # CUDA events around the canvas work
         if self.burn:
             cues()  # no script to caption: one sentence before any frame
 
@@ -292,12 +372,15 @@ class Delivered:
 
         if self.canvas is not None:
             t0 = time.perf_counter()
+            e0 = _event(frames)
             alpha = self.avatar.alpha
             if alpha is not None:
                 from studio.core.render.renderer import with_alpha
 
                 frames = with_alpha(frames, alpha, avatar_idx)
             frames = self.canvas.place(frames, avatar_idx, alpha=alpha is not None or self.canvas.transparent)
+            if e0 is not None:
+                self._gpu.append((e0, _event(frames)))
             stage("canvas", t0)
         if self.burn:
             from studio.core.captions import CaptionPainter, burn
@@ -310,6 +393,17 @@ class Delivered:
             stage("captions", t0)
         return frames
 
+    def gpu_ms(self) -> float:
+        """The GPU's time on the canvas work since the last call (CUDA events; 0 on the CPU). The
+        ``canvas`` stage counts only the launching: on a GPU the work runs behind, and the next
+        stage that waits for the GPU (the engine's) shows it. Waits for the last event."""
+        if not self._gpu:
+            return 0.0
+        self._gpu[-1][1].synchronize()
+        ms = sum(a.elapsed_time(b) for a, b in self._gpu)
+        self._gpu.clear()
+        return float(ms)
+
     def for_writer(self, frames, alpha: bool):
         """Placed frames with the channels the writer takes: RGB, or RGBA for an alpha codec."""
         import torch
@@ -319,3 +413,14 @@ class Delivered:
         if frames.shape[-1] == 3 and alpha:
             return torch.cat([frames, torch.full_like(frames[..., :1], 255)], dim=-1)
         return frames
+
+
+def _event(frames):
+    """A timing CUDA event recorded on the current stream where ``frames`` are on a GPU, else None."""
+    if not frames.is_cuda:
+        return None
+    import torch
+
+    e = torch.cuda.Event(enable_timing=True)
+    e.record()
+    return e

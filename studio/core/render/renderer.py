@@ -445,6 +445,8 @@ class Renderer:
 
         self._cancel.clear()
         self._stage_ms = {}
+        if self._delivered is not None:
+            self._delivered.gpu_ms()  # the canvas time of frames scrubbed before is not this render's
         t_start = time.perf_counter()
         output = Path(output)
         self.focus(frames)
@@ -580,6 +582,8 @@ class Renderer:
             t0 = time.perf_counter()
             path = writer.close()
             self._stage("finish", t0)
+            if self._delivered is not None and (canvas_gpu := self._delivered.gpu_ms()):  # the canvas on a GPU
+                self._stage_ms["canvas_gpu"] = canvas_gpu
         seconds = time.perf_counter() - t_start
         self.result = RenderResult.measured(
             output=path,
