@@ -32,6 +32,8 @@ def studio_error_status(exc) -> int:
     from studio.core.errors import Cancelled, InputError
 
     name = type(exc).__name__
+    if name == "OutsideClip":  # a frame past the clip's end: there is no such frame
+        return 404
     if name == "QueueFull":
         return 429
     if isinstance(exc, Cancelled):
@@ -62,7 +64,10 @@ def install(app) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(request, exc: HTTPException):
-        return error_response(exc.status_code, _http_sentence(exc, request), getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # Starlette names the methods of the first route only; a path has them all
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
+        return error_response(exc.status_code, _http_sentence(exc, request), headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request, exc: RequestValidationError):
@@ -73,6 +78,18 @@ def install(app) -> None:
         rid = getattr(request.state, "request_id", "-")
         log.error("internal error on %s %s (request_id=%s)", request.method, request.url.path, rid, exc_info=exc)
         return error_response(500, f"internal error ({type(exc).__name__}); the traceback is in the server's log")
+
+
+def allowed_methods(request) -> list[str]:
+    """Every method the request's path takes, over all its routes (FastAPI makes one route per method)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if getattr(route, "methods", None) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= set(route.methods)
+    order = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+    return sorted(methods, key=lambda m: order.index(m) if m in order else len(order))
 
 
 def validation_sentence(errors) -> str:
@@ -89,6 +106,9 @@ def validation_sentence(errors) -> str:
     msg = str(e.get("msg", "is not valid"))
     if e.get("type") == "missing":
         return f"'{where}' is required"
+    if e.get("type") == "string_pattern_mismatch":
+        pattern = (e.get("ctx") or {}).get("pattern", "")
+        return f"'{where}' {str(e.get('input', ''))[:64]!r} is not valid: it must match {pattern}"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"'{where}': {msg[0].lower() + msg[1:] if msg else msg}{more}"
 

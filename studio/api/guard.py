@@ -42,7 +42,7 @@ class Guard:
                     "this server needs its token: send 'Authorization: Bearer TOKEN'",
                     [(b"www-authenticate", b"Bearer")],
                 )
-            if who == "read" and (scope.get("method") not in READ_METHODS or path in RENDERING_READS):
+            if who == "read" and (scope.get("method") not in READ_METHODS or _renders(path)):
                 return await _send_json(
                     send,
                     403,
@@ -79,6 +79,11 @@ class Guard:
 
     def _too_large(self) -> str:
         return f"the upload is too large: this server takes files of up to {self.max_upload_mb:g} MB (--max-upload-mb)"
+
+
+def _renders(path) -> bool:
+    """A GET that makes the engine work: ``/v1/frame`` and a job's ``/v1/renders/{id}/frame``."""
+    return path in RENDERING_READS or (str(path).startswith("/v1/renders/") and str(path).endswith("/frame"))
 
 
 async def _send_json(send, status: int, message: str, extra=()) -> None:

@@ -11,6 +11,10 @@ class InputError(StudioError):
     """A file or argument given by the user is missing, unreadable or invalid."""
 
 
+class OutsideClip(InputError):
+    """A frame or time past the clip's end (the server answers 404: there is no such frame)."""
+
+
 class AudioError(InputError):
     """The audio file cannot be used."""
 

@@ -1,0 +1,120 @@
+"""Schemathesis hooks for fuzzing ``studio serve`` (tests/test_api_fuzz.py; docs/api.md shows the command).
+
+The document says which media types each upload takes (``encoding``); a fuzzer can only send a real
+file of a type it knows how to make. These register the two kinds a render needs:
+
+* ``audio/wav``: a real WAV (16-bit PCM), its length, rate, channels, pitch and loudness drawn by
+  Hypothesis (a tone with pauses: speech and silence);
+* ``image/png``: the bundled demo photo (a face: a photo without one is refused by design, 422 with its
+  sentence), at one of a few sizes.
+
+and a ``before_call`` hook makes every case a client that keeps the contract would send (the examples
+and coverage phases draw uploads from Schemathesis' own samples, a 1-pixel PNG whatever the type):
+
+* an upload that is not a file of a type its field declares becomes one (a WAV, the photo), in
+  positive cases only (a negative case keeps what it was made to break);
+* a valid ``Idempotency-Key`` becomes a fresh UUID: a client sends a new key with a new request (a
+  key reused for another request is 422 by design, and the tests of tests/test_api.py cover replays).
+
+So the positive cases upload files the server must accept, and the stateful phase reaches the jobs
+they make. Load with ``SCHEMATHESIS_HOOKS=tests.fuzz_hooks`` (from the repository root, on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import uuid
+import wave
+from pathlib import Path
+
+import numpy as np
+import schemathesis
+from hypothesis import strategies as st
+
+PHOTO = Path(__file__).resolve().parent.parent / "resources" / "demo" / "astronaut.png"
+
+
+def wav_bytes(seconds: float, rate: int, channels: int, pitch: float, level: float) -> bytes:
+    n = max(1, int(seconds * rate))
+    t = np.arange(n) / rate
+    tone = level * np.sin(2 * np.pi * pitch * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    tone[(t % 0.8) > 0.5] = 0.0  # pauses: the silence analysis has something to find
+    pcm = (np.clip(tone, -1, 1) * 32767).astype("<i2")
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(np.repeat(pcm[:, None], channels, axis=1).tobytes())
+    return buf.getvalue()
+
+
+WAVS = st.builds(
+    wav_bytes,
+    seconds=st.floats(0.2, 1.6),
+    rate=st.sampled_from([16000, 22050, 44100, 48000]),
+    channels=st.sampled_from([1, 2]),
+    pitch=st.floats(80.0, 400.0),
+    level=st.floats(0.05, 0.9),
+)
+
+
+def _photos() -> list[bytes]:
+    import PIL.Image
+
+    img = PIL.Image.open(PHOTO).convert("RGB")
+    out = []
+    for size in (256, 320):  # small: a prepared avatar per accepted upload, and CI has 2 cores
+        buf = io.BytesIO()
+        img.resize((size, size)).save(buf, format="PNG")
+        out.append(buf.getvalue())
+    return out
+
+
+SIGNATURES = {"audio": (b"RIFF", b"fLaC", b"OggS", b"ID3")}
+KEY = re.compile(r"^[!-~]{1,255}$")
+_wav = wav_bytes(0.9, 16000, 1, 180.0, 0.5)
+PHOTOS = _photos()
+_photo = PHOTOS[0]
+schemathesis.openapi.media_type("audio/wav", WAVS)
+schemathesis.openapi.media_type("image/png", st.sampled_from(PHOTOS))
+
+
+def _declared(case) -> dict[str, str]:
+    """Upload field -> "audio" or "image": what the document's multipart ``encoding`` says it takes."""
+    try:
+        media = case.operation.definition.raw["requestBody"]["content"]["multipart/form-data"]
+    except (KeyError, TypeError, AttributeError):
+        return {}
+    out = {}
+    for name, enc in (media.get("encoding") or {}).items():
+        kinds = str(enc.get("contentType", ""))
+        out[name] = "audio" if kinds.startswith("audio/") else "image"
+    return out
+
+
+def _positive(case) -> bool:
+    meta = getattr(case, "meta", None)
+    mode = getattr(getattr(meta, "generation", None), "mode", None)
+    return mode is None or bool(getattr(mode, "is_positive", False))
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    headers = case.headers or {}
+    if isinstance(headers.get("Idempotency-Key"), str) and KEY.match(headers["Idempotency-Key"]):
+        headers["Idempotency-Key"] = str(uuid.uuid4())
+    if not isinstance(case.body, dict) or not _positive(case):
+        return
+    for name, kind in _declared(case).items():
+        value = case.body.get(name)
+        if value is None:
+            continue
+        data = getattr(value, "data", value)
+        if isinstance(data, str):
+            data = data.encode("latin-1", "replace")
+        if kind == "image" and data not in PHOTOS:  # a photo must show a face: ours
+            case.body[name] = _photo
+        elif kind == "audio" and not (isinstance(data, bytes) and data.startswith(SIGNATURES["audio"])):
+            case.body[name] = _wav
