@@ -87,9 +87,8 @@ def _make(app) -> dict:
     for item in doc.get("webhooks", {}).values():  # a listener's answer: taken (2xx) or not, never our Error
         for op in item.values():
             op["responses"].pop("422", None)
-    text = json.dumps(doc)
     for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's `detail` shape: never sent here
-        if f'"#/components/schemas/{name}"' not in text.replace(f'"{name}":', ""):
+        if f'"#/components/schemas/{name}"' not in json.dumps(doc):
             schemas.pop(name, None)
     return doc
 
@@ -190,7 +189,12 @@ def _only(prop: dict, values: list) -> None:
     """Set a field's choices to ``values`` (an ``enum``), wherever its type sits (``anyOf`` too)."""
     for key in ("anyOf", "type", "enum", "pattern", "const"):
         prop.pop(key, None)
-    prop["enum"] = list(values)
+    if all(isinstance(v, bool) for v in values):  # generators take a boolean, or one constant
+        prop["type"] = "boolean"
+        if len(values) == 1:
+            prop["const"] = values[0]
+    else:
+        prop["enum"] = list(values)
     if "default" in prop and prop["default"] not in values:
         prop.pop("default")
 
