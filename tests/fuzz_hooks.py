@@ -13,6 +13,10 @@ and coverage phases draw uploads from Schemathesis' own samples, a 1-pixel PNG w
 
 * an upload that is not a file of a type its field declares becomes one (a WAV, the photo), in
   positive cases only (a negative case keeps what it was made to break);
+* an empty string where the field's schema says ``minLength: 1`` becomes its example (Schemathesis
+  4.32's coverage phase sends one in a case it calls valid);
+* an end before its start (``trim_end``/``trim_start``, ``frame_end``/``frame_start``: the one rule
+  between two fields a JSON Schema cannot state; their descriptions do) is put after it;
 * a valid ``Idempotency-Key`` becomes a fresh UUID: a client sends a new key with a new request (a
   key reused for another request is 422 by design, and the tests of tests/test_api.py cover replays).
 
@@ -31,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import schemathesis
 from hypothesis import strategies as st
+from schemathesis.transport.serialization import Binary
 
 PHOTO = Path(__file__).resolve().parent.parent / "resources" / "demo" / "astronaut.png"
 
@@ -94,8 +99,20 @@ def _declared(case) -> dict[str, str]:
     return out
 
 
+def _properties(case) -> dict:
+    try:
+        ref = case.operation.definition.raw["requestBody"]["content"]["multipart/form-data"]["schema"]["$ref"]
+        return case.operation.schema.raw_schema["components"]["schemas"][ref.rsplit("/", 1)[1]]["properties"]
+    except (KeyError, TypeError, AttributeError):
+        return {}
+
+
 def _positive(case) -> bool:
+    """The body was made valid (the case may still break a header or a parameter)."""
     meta = getattr(case, "meta", None)
+    for where, info in (getattr(meta, "components", None) or {}).items():
+        if getattr(where, "value", where) == "body":
+            return bool(getattr(info.mode, "is_positive", False))
     mode = getattr(getattr(meta, "generation", None), "mode", None)
     return mode is None or bool(getattr(mode, "is_positive", False))
 
@@ -107,6 +124,13 @@ def before_call(context, case, kwargs):
         headers["Idempotency-Key"] = str(uuid.uuid4())
     if not isinstance(case.body, dict) or not _positive(case):
         return
+    for name, prop in _properties(case).items():  # Schemathesis 4.32's coverage phase sends '' for a
+        if case.body.get(name) == "" and prop.get("minLength", 0) >= 1 and prop.get("examples"):  # field
+            case.body[name] = prop["examples"][0]  # whose pattern forbids it, in a case it calls valid
+    for low, high in (("trim_start", "trim_end"), ("frame_start", "frame_end")):  # the one rule a schema
+        a, b = case.body.get(low), case.body.get(high)  # cannot state, and each field's description does:
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b <= a:  # the end after the start
+            case.body[low], case.body[high] = (b, a) if b < a else (a - 1 if isinstance(a, int) else a / 2, a)
     for name, kind in _declared(case).items():
         value = case.body.get(name)
         if value is None:
@@ -115,6 +139,6 @@ def before_call(context, case, kwargs):
         if isinstance(data, str):
             data = data.encode("latin-1", "replace")
         if kind == "image" and data not in PHOTOS:  # a photo must show a face: ours
-            case.body[name] = _photo
+            case.body[name] = Binary(_photo)
         elif kind == "audio" and not (isinstance(data, bytes) and data.startswith(SIGNATURES["audio"])):
-            case.body[name] = _wav
+            case.body[name] = Binary(_wav)

@@ -32,7 +32,7 @@ def studio_error_status(exc) -> int:
     from studio.core.errors import Cancelled, InputError
 
     name = type(exc).__name__
-    if name == "OutsideClip":  # a frame past the clip's end: there is no such frame
+    if name in ("OutsideClip", "NoSuchFace"):  # a frame past the clip's end, a 3rd face of two: not there
         return 404
     if name == "QueueFull":
         return 429

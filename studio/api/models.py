@@ -29,8 +29,10 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # a library avatar's name
 AUDIO_ID_PATTERN = r"^[0-9a-f]{16}$"  # an uploaded voice-over's id
 CURSOR_PATTERN = r"^[0-9]{0,19}$"  # a page's cursor (a job id; empty: the first page)
 JobId = Annotated[int, PathParam(ge=1, le=INT64_MAX, description="a render job's id")]
-AvatarName = Annotated[str, PathParam(pattern=NAME_PATTERN, description="a library avatar's name")]
-AudioId = Annotated[str, PathParam(pattern=AUDIO_ID_PATTERN, description="a voice-over's id (POST /v1/audio)")]
+AvatarName = Annotated[str, PathParam(pattern=NAME_PATTERN, min_length=1, description="a library avatar's name")]
+AudioId = Annotated[
+    str, PathParam(pattern=AUDIO_ID_PATTERN, min_length=16, description="a voice-over's id (POST /v1/audio)")
+]
 AUDIO_TYPES = ("audio/wav", "audio/x-wav", "audio/flac", "audio/ogg", "audio/mpeg", "audio/mp4")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
 VIDEO_TYPES = ("video/mp4", "video/quicktime", "video/x-matroska", "video/webm")
@@ -187,7 +189,7 @@ def _avatar_form() -> type[BaseModel]:
         "mask_mode": "jaw (MuseTalk v1.5) or raw (the lower half of the face silhouette)",
         "smooth": "temporal smoothing 0..1 of landmarks and boxes (videos)",
         "trim_start": "seconds into a video where the avatar starts",
-        "trim_end": "seconds into a video where the avatar ends",
+        "trim_end": "seconds into a video where the avatar ends (later than trim_start)",
         "face": "several faces: the N-th from the left (1-based)",
     }
     hints = typing.get_type_hints(AvatarParams)
@@ -198,6 +200,7 @@ def _avatar_form() -> type[BaseModel]:
                 description="library name: up to 64 letters, digits, '.', '_', '-'",
                 examples=["anna"],
                 pattern=NAME_PATTERN,
+                min_length=1,
             ),
         ),
         "file": (UploadFile, upload("a photo (PNG, JPEG, WebP) or a video", IMAGE_TYPES + VIDEO_TYPES)),
@@ -289,8 +292,10 @@ class FrameTime(BaseModel):
 class FrameInputs(FrameTime):
     """Which frame: a library avatar and an uploaded voice-over, at ``t`` seconds."""
 
-    avatar: str = Field(description="a library avatar's name", pattern=NAME_PATTERN)
-    audio_id: str = Field(description="a voice-over uploaded with POST /v1/audio", pattern=AUDIO_ID_PATTERN)
+    avatar: str = Field(description="a library avatar's name", pattern=NAME_PATTERN, min_length=1)
+    audio_id: str = Field(
+        description="a voice-over uploaded with POST /v1/audio", pattern=AUDIO_ID_PATTERN, min_length=16
+    )
 
 
 if TYPE_CHECKING:
@@ -323,16 +328,18 @@ class RenderInputs(BaseModel):
             "allOf": [{"oneOf": [{"required": [n]} for n in group]} for group in (ONE_AVATAR, ONE_VOICE)]
         }
     )
-    avatar: str | None = Field(None, description="a library avatar's name", examples=["anna"], pattern=NAME_PATTERN)
+    avatar: str | None = Field(
+        None, description="a library avatar's name", examples=["anna"], pattern=NAME_PATTERN, min_length=1
+    )
     avatar_file: UploadFile | None = upload("or an uploaded photo or video", IMAGE_TYPES + VIDEO_TYPES, None)
     audio: UploadFile | None = upload("or the voice-over, uploaded", AUDIO_TYPES, None)
     audio_id: str | None = Field(
-        None, description="or a voice-over uploaded with POST /v1/audio", pattern=AUDIO_ID_PATTERN
+        None, description="or a voice-over uploaded with POST /v1/audio", pattern=AUDIO_ID_PATTERN, min_length=16
     )
     text: str | None = Field(
         None, description="or a script spoken by espeak-ng", pattern=r"[A-Za-z]", max_length=20_000
     )
-    voice: str = Field("en-us", description="espeak-ng voice for text", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    voice: str = Field("en-us", description="espeak-ng voice for text", pattern=r"^[A-Za-z0-9_-]{1,64}$", min_length=1)
     avatar_path: str | None = Field(
         None, description="or a file on the server (under --allow-paths folders)", min_length=1, max_length=4096
     )
@@ -344,7 +351,7 @@ class RenderInputs(BaseModel):
     )
     frame_start: int | None = Field(None, ge=0, le=INT64_MAX, description="render from this video frame (the in point)")
     frame_end: int | None = Field(
-        None, ge=1, le=INT64_MAX, description="up to, not including, this frame (the out point)"
+        None, ge=1, le=INT64_MAX, description="up to, not including, this frame (the out point; after frame_start)"
     )
     webhook: str | None = Field(
         None,

@@ -23,6 +23,10 @@ class AvatarError(InputError):
     """The avatar source or cache cannot be used."""
 
 
+class NoSuchFace(AvatarError):
+    """``--face N`` where the picture has fewer faces (the server answers 404: there is no such face)."""
+
+
 class ModelError(StudioError):
     """Model weights are missing, truncated or of the wrong architecture."""
 

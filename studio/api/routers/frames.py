@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from studio.api.errors import ApiError
 from studio.api.inputs import library_avatar
 from studio.api.models import FrameQuery, JobFrameQuery, JobId, binary
 from studio.api.schema import settings_of
@@ -20,6 +21,7 @@ from studio.api.state import State
 router = APIRouter(tags=["frames"])
 
 PNG_DOC = binary("image/png", "the frame, PNG", 403, 404, 422)
+JOB_PNG_DOC = binary("image/png", "the frame, PNG", 403, 404, 410, 422)
 
 
 @router.get(
@@ -43,14 +45,29 @@ async def frame(st: State, q: Annotated[FrameQuery, Query()]):
     "/v1/renders/{job_id}/frame",
     operation_id="get_render_frame",
     response_class=Response,
-    responses=PNG_DOC,
+    responses=JOB_PNG_DOC,
     summary="The exact frame of a render job at time t (PNG): its avatar, voice-over and settings",
 )
 async def job_frame(st: State, job_id: JobId, q: Annotated[JobFrameQuery, Query()]):
     from studio.service import request_of
 
-    req = request_of(st.job(job_id))
+    job = st.job(job_id)
+    if not inputs_here(job):
+        raise ApiError(
+            410, f"render job {job_id}'s avatar or voice-over is no longer on the server (removed), so it has no frames"
+        )
+    req = request_of(job)
     return await _png(st, req.avatar, req.audio, req.settings, q.t)
+
+
+def inputs_here(job) -> bool:
+    """The files a job reads are still there: an uploaded or server file, or a library avatar's folder."""
+    from pathlib import Path
+
+    from studio.core.avatars.library import library_dir
+
+    avatar = Path(job.avatar) if "/" in job.avatar else library_dir() / job.avatar / "meta.json"
+    return avatar.exists() and Path(job.audio).exists()
 
 
 async def _png(st, avatar, audio, settings, t: float) -> Response:

@@ -18,7 +18,7 @@ from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent, replayed_headers
 from studio.api.inputs import form_body, submit
 from studio.api.models import CURSOR_PATTERN, JOB_STATES, Job, JobId, JobPage, Removed, RenderForm, binary, errors
-from studio.api.routers.frames import jpeg_bytes
+from studio.api.routers.frames import inputs_here, jpeg_bytes
 from studio.api.schema import INT64_MAX
 from studio.api.state import State
 from studio.service.queue import owned_output
@@ -320,7 +320,7 @@ async def retry_render(st: State, request: Request, response: Response, job_id: 
             try:
                 await run_in_threadpool(preflight, st.queue.request(job_id).with_(overwrite=False))
             except StudioError as exc:
-                if job.state == "expired" or not _inputs_here(job):
+                if job.state == "expired" or not inputs_here(job):
                     raise ApiError(
                         410,
                         f"render job {job_id} cannot be rendered again: its avatar or voice-over is no longer on the "
@@ -338,11 +338,6 @@ async def retry_render(st: State, request: Request, response: Response, job_id: 
         once.done(job_id=again.id)
     response.headers["Location"] = f"/v1/renders/{again.id}"
     return st.job_json(again)
-
-
-def _inputs_here(job) -> bool:
-    """The files a job reads are still there (a library avatar's name counts as here)."""
-    return all(Path(p).exists() for p in (job.avatar, job.audio) if "/" in p)
 
 
 def _made(st, replayed: dict):
