@@ -66,7 +66,7 @@ ERROR_TEXT = {
     400: "the request is malformed",
     401: "the server needs its token (`Authorization: Bearer TOKEN`) and none, or another, was sent",
     403: "not allowed here (a server path this server does not open, or a read-only token)",
-    404: "no such job, avatar, voice-over or endpoint",
+    404: "no such job, avatar, voice-over or endpoint; or a frame, frame range or face the input does not have",
     409: "the resource is in another state (a job not finished yet, a finished job, a name taken, an "
     "Idempotency-Key in use)",
     410: "the file is no longer on the server (removed by retention, or by hand)",

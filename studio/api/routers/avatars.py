@@ -62,7 +62,7 @@ def avatar_thumbnail(name: AvatarName):
     operation_id="add_avatar",
     status_code=201,
     response_model=Avatar,
-    responses=errors(409, 410, 413, 415, 422),
+    responses=errors(404, 409, 410, 413, 415, 422),
     summary="Add an avatar to the library from an uploaded photo or video",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
