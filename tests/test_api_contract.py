@@ -131,7 +131,7 @@ def test_the_document_declares_what_the_server_sends(server, client, astro, voic
     hooks = doc["webhooks"]
     assert {"render.done", "render.checked"} <= set(hooks)
     body = hooks["render.done"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert body == {"$ref": "#/components/schemas/Job"}
+    assert body["$ref"] == "#/components/schemas/Job"
     frame = {p["name"]: p for p in ops["get_frame"][2]["parameters"]}
     assert frame["avatar"]["required"] and frame["audio_id"]["required"] and frame["t"]["required"]
     assert "job" not in frame and "get_render_frame" in ops
@@ -188,7 +188,7 @@ def test_generate_frees_its_key_after_a_dropped_connection_and_replays_say_so(cl
 
     def post(timeout):
         return httpx.post(
-            f"{client.base_url}generate",
+            f"{str(client.base_url).rstrip('/')}/generate",
             data={"avatar": astro, "engine": "classic"},
             files={"audio": ("long.wav", data)},
             headers={"Idempotency-Key": key},

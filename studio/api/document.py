@@ -34,6 +34,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header
 
 from studio.api.models import Job
+from studio.api.schema import INT64_MAX, INT64_MIN
 
 NULL = {"type": "null"}
 # models a client needs that no route returns as JSON (the event stream's data): listed in the document
@@ -43,6 +44,7 @@ HEADER_DOCS = {
     "Retry-After": {"description": "seconds to wait before trying again", "schema": {"type": "integer"}},
     "Allow": {"description": "the methods this path takes", "schema": {"type": "string"}},
 }
+BOUNDS = ("maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum")
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 
@@ -75,6 +77,7 @@ def _make(app) -> dict:
         webhooks=_webhook_routes(),
     )
     _binary_uploads(doc)
+    _exact_bounds(doc)
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     for name in STREAM_MODELS:
         model = getattr(models, name)
@@ -107,6 +110,20 @@ def _binary_uploads(node) -> None:
     elif isinstance(node, list):
         for v in node:
             _binary_uploads(v)
+
+
+def _exact_bounds(node) -> None:
+    """FastAPI's document model holds ``maximum``/``minimum`` as floats: 2**63 - 1 came out as
+    9.223372036854776e18 (= 2**63, one past it). The 64-bit bounds and whole numbers are ints again."""
+    if isinstance(node, dict):
+        for key, v in node.items():
+            if key in BOUNDS and isinstance(v, float) and v.is_integer():
+                node[key] = INT64_MAX if v >= 2**63 - 1 else INT64_MIN if v <= -(2**63) else int(v)
+            else:
+                _exact_bounds(v)
+    elif isinstance(node, list):
+        for v in node:
+            _exact_bounds(v)
 
 
 def _operations(doc):

@@ -66,7 +66,10 @@ def install(app) -> None:
     async def _http(request, exc: HTTPException):
         headers = getattr(exc, "headers", None)
         if exc.status_code == 405:  # Starlette names the methods of the first route only; a path has them all
-            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
+            headers = {
+                **(headers or {}),
+                "Allow": ", ".join(allowed_methods(request)) or (headers or {}).get("Allow", ""),
+            }
         return error_response(exc.status_code, _http_sentence(exc, request), headers)
 
     @app.exception_handler(RequestValidationError)
@@ -81,15 +84,18 @@ def install(app) -> None:
 
 
 def allowed_methods(request) -> list[str]:
-    """Every method the request's path takes, over all its routes (FastAPI makes one route per method)."""
-    from starlette.routing import Match
+    """Every method the request's path takes, from the API's document (FastAPI makes one route per
+    method, and Starlette's 405 names only the first route's): GET brings HEAD."""
+    import re
 
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        if getattr(route, "methods", None) and route.matches(request.scope)[0] != Match.NONE:
-            methods |= set(route.methods)
+    for template, item in request.app.openapi().get("paths", {}).items():
+        if re.fullmatch(re.sub(r"\{[^/}]+\}", "[^/]+", template), request.url.path):
+            methods |= {m.upper() for m in item if m in ("get", "post", "put", "patch", "delete")}
+    if "GET" in methods:
+        methods.add("HEAD")
     order = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
-    return sorted(methods, key=lambda m: order.index(m) if m in order else len(order))
+    return sorted(methods, key=order.index)
 
 
 def validation_sentence(errors) -> str:
