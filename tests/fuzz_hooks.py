@@ -11,8 +11,8 @@ file of a type it knows how to make. These register the two kinds a render needs
 and a ``before_call`` hook makes every case a client that keeps the contract would send (the examples
 and coverage phases draw uploads from Schemathesis' own samples, a 1-pixel PNG whatever the type):
 
-* an upload that is not a file of a type its field declares becomes one (a WAV, the photo), in
-  positive cases only (a negative case keeps what it was made to break);
+* in positive cases only (a negative case is left as it was made: it is to be refused), an upload
+  that is not a file of a type its field declares becomes one (a WAV, the photo);
 * an empty string where the field's schema says ``minLength: 1`` becomes its example (Schemathesis
   4.32's coverage phase sends one in a case it calls valid);
 * an end before its start (``trim_end``/``trim_start``, ``frame_end``/``frame_start``: the one rule
@@ -108,21 +108,19 @@ def _properties(case) -> dict:
 
 
 def _positive(case) -> bool:
-    """The body was made valid (the case may still break a header or a parameter)."""
-    meta = getattr(case, "meta", None)
-    for where, info in (getattr(meta, "components", None) or {}).items():
-        if getattr(where, "value", where) == "body":
-            return bool(getattr(info.mode, "is_positive", False))
-    mode = getattr(getattr(meta, "generation", None), "mode", None)
+    """A case made valid throughout (a negative case is left as it was made: it is to be refused)."""
+    mode = getattr(getattr(getattr(case, "meta", None), "generation", None), "mode", None)
     return mode is None or bool(getattr(mode, "is_positive", False))
 
 
 @schemathesis.hook
 def before_call(context, case, kwargs):
+    if not _positive(case):
+        return
     headers = case.headers or {}
     if isinstance(headers.get("Idempotency-Key"), str) and KEY.match(headers["Idempotency-Key"]):
         headers["Idempotency-Key"] = str(uuid.uuid4())
-    if not isinstance(case.body, dict) or not _positive(case):
+    if not isinstance(case.body, dict):
         return
     for name, prop in _properties(case).items():  # Schemathesis 4.32's coverage phase sends '' for a
         if case.body.get(name) == "" and prop.get("minLength", 0) >= 1 and prop.get("examples"):  # field

@@ -89,12 +89,22 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
+VIDEO_OUT = "video/mp4 video/quicktime video/webm"  # a render's file: by its codec (h264/hevc, ProRes/DNxHR, VP9)
+
+
+def binary_content(media_types: str) -> dict:
+    """The real media types first (space-separated), then ``application/octet-stream`` (the same
+    bytes): a generator that knows no video or image type (openapi-python-client) reads the answer as
+    bytes, with no flags."""
+    return {
+        t: {"schema": {"type": "string", "format": "binary"}}
+        for t in (*media_types.split(), "application/octet-stream")
+    }
+
+
 def binary(media_type: str, description: str, *codes: int, headers: dict | None = None) -> dict:
     """``responses=`` for a binary answer (``video/mp4``, ``image/png``, ``image/jpeg``) and its errors."""
-    ok: dict[str, Any] = {
-        "description": description,
-        "content": {media_type: {"schema": {"type": "string", "format": "binary"}}},
-    }
+    ok: dict[str, Any] = {"description": description, "content": binary_content(media_type)}
     if headers:
         ok["headers"] = headers
     return {200: ok, **errors(*codes)}

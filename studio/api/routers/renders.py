@@ -17,7 +17,19 @@ from studio.api.errors import ApiError
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent, replayed_headers
 from studio.api.inputs import form_body, submit
-from studio.api.models import CURSOR_PATTERN, JOB_STATES, Job, JobId, JobPage, Removed, RenderForm, binary, errors
+from studio.api.models import (
+    CURSOR_PATTERN,
+    JOB_STATES,
+    VIDEO_OUT,
+    Job,
+    JobId,
+    JobPage,
+    Removed,
+    RenderForm,
+    binary,
+    binary_content,
+    errors,
+)
 from studio.api.routers.frames import inputs_here, jpeg_bytes
 from studio.api.schema import INT64_MAX
 from studio.api.state import State
@@ -61,7 +73,20 @@ SSE_DOC = {
     "/generate",
     operation_id="generate",
     response_class=FileResponse,
-    responses=binary("video/mp4", "the finished MP4", 403, 404, 409, 410, 413, 415, 422, 429, 499, headers=MP4_HEADERS),
+    responses=binary(
+        VIDEO_OUT,
+        "the finished video (MP4; MOV for ProRes/DNxHR; WebM for VP9)",
+        403,
+        404,
+        409,
+        410,
+        413,
+        415,
+        422,
+        429,
+        499,
+        headers=MP4_HEADERS,
+    ),
     summary="Render and answer the finished MP4 in one request (the reference interface)",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
@@ -179,10 +204,10 @@ async def render_events(st: State, job_id: JobId):
     operation_id="get_render_video",
     response_class=FileResponse,
     responses={
-        **binary("video/mp4", "the finished MP4", 404, 409, 410, 422),
+        **binary(VIDEO_OUT, "the finished video (MP4; MOV for ProRes/DNxHR; WebM for VP9)", 404, 409, 410, 422),
         206: {
             "description": "the byte range asked for with `Range: bytes=a-b`",
-            "content": {"video/mp4": {"schema": {"type": "string", "format": "binary"}}},
+            "content": binary_content(VIDEO_OUT),
         },
     },
     summary="The finished MP4 (HTTP Range supported)",
