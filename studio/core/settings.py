@@ -32,6 +32,7 @@ ALL_FACES = frozenset({"cli", "http", "ui", "job"})
 GROUPS = ("engine", "silence", "encode", "output")
 
 ENGINES = ("auto", "classic", "musetalk")
+MUSETALK = ("musetalk",)  # settings only MuseTalk reads
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DECODERS = ("taesd", "sd-vae")
 RUNTIMES = ("auto", "torch", "tensorrt")
@@ -67,6 +68,7 @@ class Spec:
     ui_default: Any = None  # the window's own default where it differs (check: on there, off elsewhere)
     validate: Any = None  # a text setting's own checker: value -> one sentence, or None when fine
     example: Any = None  # a valid value other than the default (a free text setting's: what help shows)
+    engines: tuple[str, ...] = ()  # only these engines use it (empty: every engine); elsewhere only its default
 
     @property
     def option(self) -> str:
@@ -145,6 +147,7 @@ def setting(
     kind: type | None = None,
     validate: Any = None,
     example: Any = None,
+    engines: tuple[str, ...] = (),
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
     ``kind``: the type of an optional setting's values (default None, e.g. loudness: a float or off)."""
@@ -161,6 +164,7 @@ def setting(
         ui_default=ui_default,
         validate=validate,
         example=example,
+        engines=engines,
     )
     return field(default=default, metadata={"spec": meta})
 
@@ -178,18 +182,22 @@ class RenderSettings:
     device: str | None = setting(
         None, "torch device, e.g. cpu, cuda, cuda:1 (auto: cuda when present)", label="Device", auto_label="auto"
     )
-    precision: str = setting("auto", "MuseTalk arithmetic precision", label="Precision", choices=PRECISIONS)
+    precision: str = setting(
+        "auto", "MuseTalk arithmetic precision", label="Precision", choices=PRECISIONS, engines=MUSETALK
+    )
     decoder: str = setting(
         "taesd",
         "MuseTalk image decoder: TAESD is fast, SD-VAE is the reference quality",
         label="Decoder",
         choices=DECODERS,
+        engines=MUSETALK,
     )
     runtime: str = setting(
         "auto",
         "MuseTalk runtime: TensorRT engines when built and valid (auto), or force one",
         label="Runtime",
         choices=RUNTIMES,
+        engines=MUSETALK,
     )
     batch: int = setting(
         0, "frames per engine call (0: the engine's preferred batch)", label="Batch", minimum=0, maximum=1024
@@ -200,6 +208,7 @@ class RenderSettings:
         "TAESD ran 1.75x and UNet + SD-VAE 2.1x faster on an H200: for long clips and warm "
         "servers)",
         label="Compile the networks",
+        engines=MUSETALK,
     )
     fps: str = setting(
         "auto",
