@@ -18,7 +18,7 @@ from conftest import prepare_demo_avatar, speechlike
 from musetalk_fakes import write_official_and_taesd
 
 from studio.core.settings import RenderSettings
-from studio.core.store import models
+from studio.core.engines import weights as models
 
 
 @pytest.fixture(scope="module")
