@@ -411,10 +411,14 @@ def test_retention_expires_old_renders_and_removes_old_uploads(tmp_path, clips):
             with open(DEMO_AVATAR, "rb") as fh:
                 assert c.post("/v1/avatars", data={"name": "astro"}, files={"file": ("a.png", fh)}).status_code == 201
             ids = {}
-            for name in ("short", "other"):
+
+            def upload(name: str) -> None:
                 with open(clips[name], "rb") as fh:
                     ids[name] = c.post("/v1/audio", files={"file": (f"{name}.wav", fh)}).json()["id"]
+
+            upload("other")
             first = wait_state(c, render(c, ids["other"])["id"])  # its voice-over goes with it
+            upload("short")  # after: an upload left unused past --keep-renders (3 s) while `first` ran would go
             old = wait_state(c, render(c, ids["short"])["id"])
             video = s.home / "renders" / old["output"]
             assert old["state"] == "done" and video.is_file()
