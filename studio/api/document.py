@@ -191,9 +191,8 @@ def _narrow(doc, opts) -> None:
                     _only(props[name], values)
             if "webhook" in props and not (opts.webhook_secret and opts.webhook_allow):
                 props.pop("webhook")  # this server sends none: the field is not one it takes
-            if "voice" in props and (voices := espeak_voices()):
-                props["voice"]["enum"] = voices
-                props["voice"].pop("pattern", None)
+            if "voice" in props and (voices := speech_voices()):
+                _only(props["voice"], voices)  # its default "" (Piper's default voice) is joe, listed
             if not path.endswith("/frame") and {"codec", "encoder"} <= set(props):
                 rules = schema.setdefault("allOf", [])
                 rules.extend(r for r in _dependencies(render) if r not in rules)  # a form two routes share
@@ -303,6 +302,19 @@ def devices_here() -> list[str]:
     if n:
         out += ["cuda", *(f"cuda:{i}" for i in range(n))]
     return out
+
+
+def speech_voices() -> list[str]:
+    """What ``voice`` (text spoken offline) takes here, as ``synthesize`` reads it: Piper's default
+    voice (joe: espeak-ng speaks it where Piper is missing), the imported Piper voices, and
+    ``espeak`` / ``espeak:VOICE`` for each espeak-ng voice installed. [] without espeak-ng or Piper."""
+    from studio.core.media.speech import DEFAULT_VOICE, piper_ready, voices
+
+    espeak = espeak_voices()
+    if not espeak and not piper_ready():
+        return []
+    piper = [v for v in voices() if v not in (DEFAULT_VOICE, "espeak")]
+    return [DEFAULT_VOICE, *piper, *(["espeak", *(f"espeak:{v}" for v in espeak)] if espeak else [])]
 
 
 @functools.lru_cache(maxsize=1)
