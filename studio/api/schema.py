@@ -50,6 +50,8 @@ def setting_field(spec, *, defaults: bool = True) -> tuple[Any, Any]:
         extra["x-auto-label"] = spec.auto_label
     if spec.ui_default is not None:
         extra["x-ui-default"] = spec.ui_default
+    if spec.pattern is not None:  # the document's only (the core's checker judges, in one sentence)
+        extra["pattern"] = spec.pattern() if callable(spec.pattern) else spec.pattern
     kw["json_schema_extra"] = extra
     example = spec.default if spec.default is not None else (spec.auto_label or None)
     if example is not None:

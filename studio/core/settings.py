@@ -68,6 +68,7 @@ class Spec:
     ui_default: Any = None  # the window's own default where it differs (check: on there, off elsewhere)
     validate: Any = None  # a text setting's own checker: value -> one sentence, or None when fine
     example: Any = None  # a valid value other than the default (a free text setting's: what help shows)
+    pattern: Any = None  # a free text's accepted shape for documents: a regex, or a function making one
     engines: tuple[str, ...] = ()  # only these engines use it (empty: every engine); elsewhere only its default
 
     @property
@@ -147,6 +148,7 @@ def setting(
     kind: type | None = None,
     validate: Any = None,
     example: Any = None,
+    pattern: Any = None,
     engines: tuple[str, ...] = (),
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
@@ -164,6 +166,7 @@ def setting(
         ui_default=ui_default,
         validate=validate,
         example=example,
+        pattern=pattern,
         engines=engines,
     )
     return field(default=default, metadata={"spec": meta})
@@ -223,6 +226,7 @@ class RenderSettings:
         "(vertical), 1080x1080 (square); even sides of 16 to 8192 pixels",
         label="Canvas",
         validate=lambda v: canvas_problem(v),
+        pattern=lambda: _delivery().CANVAS_PATTERN,
         example="1280x720",
     )
     fit: str = setting(
@@ -248,6 +252,7 @@ class RenderSettings:
         "white, #1a2b3c), an image file, or transparent (kept by --codec prores4444 or vp9)",
         label="Background",
         validate=lambda v: background_problem(v),
+        pattern=lambda: _delivery().background_pattern(),
         example="white",
     )
     max_upscale: float = setting(
@@ -340,6 +345,7 @@ class RenderSettings:
         label="Start timecode",
         group="encode",
         validate=lambda v: timecode_problem(v),
+        pattern=lambda: _delivery().TIMECODE_PATTERN,
         example="10:00:00:00",
     )
     chapters: bool = setting(
@@ -355,6 +361,7 @@ class RenderSettings:
         label="Markers",
         group="output",
         validate=lambda v: markers_problem(v),
+        pattern=lambda: _delivery().MARKERS_PATTERN,
         example="1.5=Intro",
     )
     captions: str = setting(
@@ -395,6 +402,7 @@ class RenderSettings:
         label="Delivery",
         group="output",
         validate=lambda v: delivery_problem(v),
+        pattern=lambda: _delivery().delivery_pattern(),
         example="web-1080p",
     )
     check: bool = setting(
@@ -455,6 +463,12 @@ def _schema() -> dict[str, Spec]:
 
 #: every render setting by name, in declaration order
 SCHEMA: dict[str, Spec] = _schema()
+
+
+def _delivery():
+    from studio.core import delivery
+
+    return delivery
 
 
 def canvas_problem(value: Any) -> str | None:
