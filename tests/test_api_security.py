@@ -117,7 +117,7 @@ def test_a_page_of_another_site_cannot_render_or_read(open_server, wav):
         {"Sec-Fetch-Site": "same-site"},
     ):
         assert "may not change anything on this server" in one_sentence(upload(url, wav, **headers), 403), headers
-    r = httpx.get(f"{url}/v1/frame", params={"job": 1, "t": 0}, headers={"Origin": "https://evil.example"})
+    r = httpx.get(f"{url}/v1/renders/1/frame", params={"t": 0}, headers={"Origin": "https://evil.example"})
     assert "may not change anything" in one_sentence(r, 403)  # a GET that renders
     listed = httpx.get(f"{url}/v1/renders").json()["renders"]
     assert listed == [] and not [p for p in (open_server.home / "uploads").rglob("*") if p.is_file()]
@@ -236,7 +236,7 @@ def test_named_clients_see_and_change_only_their_own_jobs(tenants, wav):
             ("GET", f"/v1/renders/{n['id']}"),
             ("GET", f"/v1/renders/{n['id']}/video"),
             ("GET", f"/v1/renders/{n['id']}/events"),
-            ("GET", f"/v1/frame?job={n['id']}&t=0"),
+            ("GET", f"/v1/renders/{n['id']}/frame?t=0"),  # a job's frame (was /v1/frame?job=, issue 40)
             ("POST", f"/v1/renders/{n['id']}/retry"),
             ("POST", f"/v1/renders/{n['id']}/webhook/redeliver"),
             ("DELETE", f"/v1/renders/{n['id']}?purge=true"),

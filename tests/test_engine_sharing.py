@@ -17,8 +17,8 @@ import torch
 from conftest import prepare_demo_avatar, speechlike
 from musetalk_fakes import write_official_and_taesd
 
-from studio.core.settings import RenderSettings
 from studio.core.engines import weights as models
+from studio.core.settings import RenderSettings
 
 
 @pytest.fixture(scope="module")

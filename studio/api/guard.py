@@ -62,7 +62,7 @@ class Guard:
                 )
             who = found
             method = scope.get("method")
-            reads = method in READ_METHODS and not _renders(path)
+            reads = method in READ_METHODS and not renders(path)
             if who is READER and not reads:
                 return await send_json(
                     send,
@@ -110,7 +110,7 @@ class Guard:
         return f"the upload is too large: this server takes files of up to {self.max_upload_mb:g} MB (--max-upload-mb)"
 
 
-def _renders(path) -> bool:
+def renders(path) -> bool:
     """A GET that makes the engine work: ``/v1/frame`` and a job's ``/v1/renders/{id}/frame``."""
     return path in RENDERING_READS or (str(path).startswith("/v1/renders/") and str(path).endswith("/frame"))
 
