@@ -134,8 +134,9 @@ def _operations(doc):
 
 
 def _form_schema(doc, op) -> tuple[dict | None, dict | None]:
-    """The multipart body of an operation: (its media entry, its schema resolved)."""
-    media = op.get("requestBody", {}).get("content", {}).get("multipart/form-data")
+    """The form body of an operation, multipart or urlencoded: (its media entry, its schema resolved)."""
+    content = op.get("requestBody", {}).get("content", {})
+    media = content.get("multipart/form-data") or content.get("application/x-www-form-urlencoded")
     if media is None:
         return None, None
     ref = media.get("schema", {}).get("$ref", "")

@@ -89,9 +89,16 @@ def allowed_methods(request) -> list[str]:
     import re
 
     methods: set[str] = set()
-    for template, item in request.app.openapi().get("paths", {}).items():
-        if re.fullmatch(re.sub(r"\{[^/}]+\}", "[^/]+", template), request.url.path):
-            methods |= {m.upper() for m in item if m in ("get", "post", "put", "patch", "delete")}
+    paths = request.app.openapi().get("paths", {})
+    path = request.url.path
+    # a path of the document itself is only that one (/v1/audio/speech is not an /v1/audio/{audio_id})
+    matched = (
+        [paths[path]]
+        if path in paths
+        else [item for template, item in paths.items() if re.fullmatch(re.sub(r"\{[^/}]+\}", "[^/]+", template), path)]
+    )
+    for item in matched:
+        methods |= {m.upper() for m in item if m in ("get", "post", "put", "patch", "delete")}
     if "GET" in methods:
         methods.add("HEAD")
     order = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")

@@ -167,7 +167,7 @@ def resolve(name: str) -> Delivery:
 _EVEN_SIDE = "(1[68]|[2-9][02468]|[1-9][0-9][02468]|[1-7][0-9]{2}[02468]|80[0-9][02468]|81[0-8][02468]|819[02])"
 CANVAS_PATTERN = rf"^(|avatar|{_EVEN_SIDE}x{_EVEN_SIDE})$"
 TIMECODE_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9][:;.][0-9]{2}$"
-_MARKER = "[0-9]{1,9}([.][0-9]{1,6})?(=[^,\\u0000-\\u001f\\u007f]{0,200})?"
+_MARKER = "[0-9]{1,9}([.][0-9]{1,6})?(=[^,]*)?"  # a name is cut at 200 characters, not refused
 MARKERS_PATTERN = rf"^({_MARKER}(, ?{_MARKER}){{0,{MAX_MARKERS - 1}}})?$"
 
 
