@@ -100,15 +100,14 @@ export async function follow(path, onEvent, signal) {
 
 /**
  * What the token may do: 'full', 'read' (a read-only token: GET only, no frames) or 'none' (the
- * server wants a token and has none or another). GET /v1/health answers 401 without the token; with
- * one, GET /v1/frame with an invalid t tells a read-only token (403 from the guard) from the full one
- * (422 from the route, which renders nothing).
+ * server wants a token and has none or another). GET /v1/frame with an invalid t needs the token
+ * (401 without it or with another: /v1/health cannot tell, it answers without a token on a loopback
+ * server, an open probe) and tells a read-only token (403 from the guard) from the full one (422
+ * from the route, which renders nothing).
  */
 export async function access() {
-  const health = await fetch('/v1/health', { headers: headers(), cache: 'no-store' });
-  if (health.status === 401) return { mode: 'none', error: (await failure(health, false)).message };
-  if (!token) return { mode: 'full' };
   const res = await fetch('/v1/frame?t=-1', { headers: headers(), cache: 'no-store' });
+  if (res.status === 401) return { mode: 'none', error: (await failure(res, false)).message };
   return { mode: res.status === 403 ? 'read' : 'full' };
 }
 
