@@ -74,6 +74,14 @@ def install(app) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request, exc: RequestValidationError):
+        path = request.url.path
+        if path in request.app.openapi().get("paths", {}) and request.method not in (
+            allowed := allowed_methods(request)
+        ):
+            # GET /v1/audio/speech reached GET /v1/audio/{audio_id} (Starlette takes the first route whose
+            # path and method fit); the document's path takes POST only: 405, as for any other method
+            sentence = f"{request.method} is not allowed on {path}; see /docs"
+            return error_response(405, sentence, {"Allow": ", ".join(allowed)})
         return error_response(422, validation_sentence(exc.errors()))
 
     @app.exception_handler(Exception)
