@@ -26,6 +26,7 @@ import functools
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -329,7 +330,8 @@ def espeak_voices() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     names = [line.split()[1] for line in r.stdout.splitlines()[1:] if len(line.split()) > 1]
-    return sorted({n for n in names if n.replace("-", "").replace("_", "").isalnum()})
+    # the language column is a voice name (-v) for the plain codes only: chr-US-Qaaa-x-west is not one
+    return sorted({n for n in names if re.fullmatch(r"[a-z]{2,3}(-[a-z0-9]{1,8})*", n)})
 
 
 # ------------------------------------------------------------------------------------- answers
