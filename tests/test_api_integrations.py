@@ -411,9 +411,14 @@ def test_retention_expires_old_renders_and_removes_old_uploads(tmp_path, clips):
             with open(DEMO_AVATAR, "rb") as fh:
                 assert c.post("/v1/avatars", data={"name": "astro"}, files={"file": ("a.png", fh)}).status_code == 201
             ids = {}
-            for name in ("short", "other"):
+
+            def upload(name: str) -> None:
                 with open(clips[name], "rb") as fh:
                     ids[name] = c.post("/v1/audio", files={"file": (f"{name}.wav", fh)}).json()["id"]
+
+            upload("other")
+            first = wait_state(c, render(c, ids["other"])["id"])  # its voice-over goes with it
+            upload("short")  # after: an upload left unused past --keep-renders (3 s) while `first` ran would go
             old = wait_state(c, render(c, ids["short"])["id"])
             video = s.home / "renders" / old["output"]
             assert old["state"] == "done" and video.is_file()
@@ -430,6 +435,10 @@ def test_retention_expires_old_renders_and_removes_old_uploads(tmp_path, clips):
             assert "no uploaded voice-over" in one_sentence(c.get(f"/v1/audio/{ids['other']}"), 404)
             assert c.get(f"/v1/audio/{ids['short']}").status_code == 200  # used by the fresh job just now
             assert c.get("/v1/avatars").json()["avatars"][0]["name"] == "astro"  # an avatar's source is kept
+            while c.get(f"/v1/renders/{first['id']}").json()["state"] != "expired" and time.monotonic() < deadline:
+                time.sleep(0.2)
+            msg = one_sentence(c.post(f"/v1/renders/{first['id']}/retry"), 410)  # issue 33 item 20: was 422
+            assert "no longer on the server" in msg and "uploads" not in msg  # naming an internal file
             again = c.post(f"/v1/renders/{old['id']}/retry")  # an expired job renders again as a new job
             assert again.status_code == 202 and again.json()["retry_of"] == old["id"]
             wait_state(c, again.json()["id"])

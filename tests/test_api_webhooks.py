@@ -210,10 +210,14 @@ def test_a_listener_that_never_answers_does_not_delay_another(client, audio):
 
 def test_checked_never_arrives_before_done_and_one_id_is_kept(client, audio):
     checked_ended = threading.Event()
+    arrived: list[dict] = []  # in the order they came (hook.calls: in the order they were answered)
 
     def answer(call):
-        if call["headers"]["X-Studio-Event"] == "render.done" and not hook.calls:  # the first call
-            checked_ended.wait(60)  # hold the first done call until the verdict is ready, then refuse it
+        arrived.append(call)
+        if call["headers"]["X-Studio-Event"] == "render.done" and len(arrived) == 1:  # the first call
+            # held until the verdict is ready, then refused; a check slower than the sender's try
+            # (TIMEOUT_S) makes it a timeout, retried as attempt 2 while this one is still held
+            checked_ended.wait(60)
             return 500
         return 204
 
@@ -227,7 +231,7 @@ def test_checked_never_arrives_before_done_and_one_id_is_kept(client, audio):
                 break
             time.sleep(0.1)
         checked_ended.set()
-        calls = wait_calls(hook, 3, timeout=60)
+        calls = sorted(wait_calls(hook, 3, timeout=60), key=lambda c: c["at"])
         seen = [(c["headers"]["X-Studio-Event"], c["status"]) for c in calls]
         assert seen == [("render.done", 500), ("render.done", 204), ("render.checked", 204)], seen
         assert [c["headers"]["X-Studio-Attempt"] for c in calls] == ["1", "2", "1"]

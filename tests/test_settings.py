@@ -238,8 +238,9 @@ def test_the_http_forms_offer_every_setting(server):
             f = fields.get(spec.name)
             assert f is not None, f"{path} has no field {spec.name}"
             options = [f, *f.get("anyOf", [])]
-            if spec.choices:
-                assert any(o.get("enum") == list(spec.choices) for o in options), (path, spec.name)
+            if spec.choices:  # the choices this server runs (its default always), in the schema's order
+                enum = next(o["enum"] for o in options if "enum" in o)
+                assert spec.default in enum and enum == [c for c in spec.choices if c in enum], (path, spec.name)
             if spec.maximum is not None:
                 assert any(o.get("maximum") == spec.maximum for o in options), (path, spec.name)
             assert f.get("default") == spec.default, (path, spec.name)
@@ -253,10 +254,12 @@ def test_compile_and_crossfade_over_http_reach_the_job(http, on_server, voice):
     with open(voice, "rb") as fh:
         audio_id = http.post("/v1/audio", files={"file": ("voice.wav", fh)}).json()["id"]
     form = {"avatar": on_server, "audio_id": audio_id, "engine": "classic", "compile": "true", "crossfade": "0"}
-    r = http.post("/v1/renders", data=dict(form, preset="ultrafast"))
+    refused = http.post("/v1/renders", data=dict(form, preset="ultrafast"))  # issue 33 item 20: no silent no-op
+    assert refused.status_code == 422 and "compile=true is a setting of the musetalk engine" in refused.json()["error"]
+    r = http.post("/v1/renders", data=dict(form, preset="ultrafast", compile="false"))
     assert r.status_code == 202, r.text
     job = http.get(f"/v1/renders/{r.json()['id']}").json()
-    assert job["settings"]["compile"] is True and job["settings"]["crossfade"] == 0
+    assert job["settings"]["compile"] is False and job["settings"]["crossfade"] == 0
 
 
 def test_a_scrub_on_a_server_sends_every_frame_setting_and_shows_its_frame(server, on_server, astro, voice):
@@ -359,10 +362,10 @@ def test_render_on_a_server_carries_every_setting(server, http, on_server, voice
     monkeypatch.setenv("STUDIO_SERVER_TOKEN", TOKEN)
     out = tmp_path / "remote.mp4"
     argv = ["render", "--server", server.url, "--avatar", on_server, "--audio", str(voice), "-o", str(out)]
-    argv += ["--engine", "classic", "--compile", "--crossfade", "1", "--preset", "ultrafast", "--json"]
+    argv += ["--engine", "classic", "--crf", "30", "--crossfade", "1", "--preset", "ultrafast", "--json"]
     assert cli_main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["output"] == str(out) and result["frames"] == 50 and result["ran_on"] == f"Studio server {server.url}"
     job = max(http.get("/v1/renders").json()["renders"], key=lambda j: j["id"])
-    assert job["settings"]["compile"] is True and job["settings"]["crossfade"] == 1
+    assert job["settings"]["crf"] == 30 and job["settings"]["crossfade"] == 1  # (compile: MuseTalk's, refused here)
     assert len(_decoded(out)) == 50

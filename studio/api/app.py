@@ -35,9 +35,6 @@ Every error is `{"error": "one sentence"}` with its status code. The integrator'
 `docs/api.md`.
 """
 
-# models a client needs that no route returns as JSON (the event stream's data): listed in the document
-STREAM_MODELS = ("StateEvent", "ProgressEvent")
-
 
 def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> FastAPI:
     from studio.api.access import RequestLog
@@ -54,6 +51,9 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         import asyncio
 
         state.open(asyncio.get_running_loop())
+        from studio.api.document import warm
+
+        warm(app)  # /openapi.json is made while the server waits for its first client
         try:
             yield
         finally:
@@ -97,39 +97,7 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
             max_age=600,
         )
     include_all(app)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    from studio.api.document import openapi
+
+    app.openapi = lambda: openapi(app)  # type: ignore[method-assign]
     return app
-
-
-def _openapi(app: FastAPI) -> dict:
-    """FastAPI's document, completed: uploads are ``format: binary`` (what generated clients send as
-    files), and the event stream's models are listed."""
-    if app.openapi_schema is not None:
-        return app.openapi_schema
-    from fastapi.openapi.utils import get_openapi
-
-    from studio.api import models
-
-    doc = get_openapi(
-        title=app.title, version=app.version, description=app.description, routes=app.routes, tags=app.openapi_tags
-    )
-    _binary_uploads(doc)
-    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-    for name in STREAM_MODELS:
-        model = getattr(models, name)
-        schemas.setdefault(name, model.model_json_schema(ref_template="#/components/schemas/{model}"))
-    app.openapi_schema = doc
-    return doc
-
-
-def _binary_uploads(node) -> None:
-    """Pydantic writes an ``UploadFile`` field as ``contentMediaType``; clients want ``format: binary``."""
-    if isinstance(node, dict):
-        if node.get("type") == "string" and node.get("contentMediaType") == "application/octet-stream":
-            node.pop("contentMediaType")
-            node["format"] = "binary"
-        for v in node.values():
-            _binary_uploads(v)
-    elif isinstance(node, list):
-        for v in node:
-            _binary_uploads(v)

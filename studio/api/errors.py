@@ -32,6 +32,8 @@ def studio_error_status(exc) -> int:
     from studio.core.errors import Cancelled, InputError
 
     name = type(exc).__name__
+    if name in ("OutsideClip", "NoSuchFace"):  # a frame past the clip's end, a 3rd face of two: not there
+        return 404
     if name == "QueueFull":
         return 429
     if isinstance(exc, Cancelled):
@@ -62,10 +64,24 @@ def install(app) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(request, exc: HTTPException):
-        return error_response(exc.status_code, _http_sentence(exc, request), getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # Starlette names the methods of the first route only; a path has them all
+            headers = {
+                **(headers or {}),
+                "Allow": ", ".join(allowed_methods(request)) or (headers or {}).get("Allow", ""),
+            }
+        return error_response(exc.status_code, _http_sentence(exc, request), headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request, exc: RequestValidationError):
+        path = request.url.path
+        if path in request.app.openapi().get("paths", {}) and request.method not in (
+            allowed := allowed_methods(request)
+        ):
+            # GET /v1/audio/speech reached GET /v1/audio/{audio_id} (Starlette takes the first route whose
+            # path and method fit); the document's path takes POST only: 405, as for any other method
+            sentence = f"{request.method} is not allowed on {path}; see /docs"
+            return error_response(405, sentence, {"Allow": ", ".join(allowed)})
         return error_response(422, validation_sentence(exc.errors()))
 
     @app.exception_handler(Exception)
@@ -73,6 +89,28 @@ def install(app) -> None:
         rid = getattr(request.state, "request_id", "-")
         log.error("internal error on %s %s (request_id=%s)", request.method, request.url.path, rid, exc_info=exc)
         return error_response(500, f"internal error ({type(exc).__name__}); the traceback is in the server's log")
+
+
+def allowed_methods(request) -> list[str]:
+    """Every method the request's path takes, from the API's document (FastAPI makes one route per
+    method, and Starlette's 405 names only the first route's): GET brings HEAD."""
+    import re
+
+    methods: set[str] = set()
+    paths = request.app.openapi().get("paths", {})
+    path = request.url.path
+    # a path of the document itself is only that one (/v1/audio/speech is not an /v1/audio/{audio_id})
+    matched = (
+        [paths[path]]
+        if path in paths
+        else [item for template, item in paths.items() if re.fullmatch(re.sub(r"\{[^/}]+\}", "[^/]+", template), path)]
+    )
+    for item in matched:
+        methods |= {m.upper() for m in item if m in ("get", "post", "put", "patch", "delete")}
+    if "GET" in methods:
+        methods.add("HEAD")
+    order = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+    return sorted(methods, key=order.index)
 
 
 def validation_sentence(errors) -> str:
@@ -89,6 +127,9 @@ def validation_sentence(errors) -> str:
     msg = str(e.get("msg", "is not valid"))
     if e.get("type") == "missing":
         return f"'{where}' is required"
+    if e.get("type") == "string_pattern_mismatch":
+        pattern = (e.get("ctx") or {}).get("pattern", "")
+        return f"'{where}' {str(e.get('input', ''))[:64]!r} is not valid: it must match {pattern}"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"'{where}': {msg[0].lower() + msg[1:] if msg else msg}{more}"
 

@@ -62,7 +62,7 @@ class Guard:
                 )
             who = found
             method = scope.get("method")
-            reads = method in READ_METHODS and path not in RENDERING_READS
+            reads = method in READ_METHODS and not renders(path)
             if who is READER and not reads:
                 return await send_json(
                     send,
@@ -108,6 +108,11 @@ class Guard:
 
     def _too_large(self) -> str:
         return f"the upload is too large: this server takes files of up to {self.max_upload_mb:g} MB (--max-upload-mb)"
+
+
+def renders(path) -> bool:
+    """A GET that makes the engine work: ``/v1/frame`` and a job's ``/v1/renders/{id}/frame``."""
+    return path in RENDERING_READS or (str(path).startswith("/v1/renders/") and str(path).endswith("/frame"))
 
 
 def scope_needed(method: str | None, path: str, reads: bool) -> str:

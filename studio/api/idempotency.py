@@ -34,7 +34,7 @@ DOC = {
     "in": "header",
     "required": False,
     "description": "send the same key when retrying: the first request's result is answered (kept 24 h)",
-    "schema": {"type": "string", "maxLength": 255},
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"},
 }
 
 
@@ -56,7 +56,10 @@ async def fingerprint(form) -> str:
 
 
 class Idempotent:
-    def __init__(self, st, request, form, scope: str | None = None):
+    """``dead(replayed)``: the first request's work came to nothing after its key was kept (``/generate``:
+    its client went away and the job was cancelled); the key is then taken again, as if it was free."""
+
+    def __init__(self, st, request, form, scope: str | None = None, dead=None):
         self.st = st
         self.key = request.headers.get(HEADER)
         from studio.api.clients import current
@@ -67,6 +70,7 @@ class Idempotent:
         self.replayed: dict | None = None
         self._claimed = False
         self._finished = False
+        self._dead = dead
         if self.key is not None and not KEY_RE.match(self.key):
             raise ApiError(422, f"{HEADER} must be 1 to 255 printable ASCII characters (a UUID is a good key)")
 
@@ -75,6 +79,9 @@ class Idempotent:
             return self
         fp = await fingerprint(self.form)
         got = await run_in_threadpool(self.st.queue.claim_key, self.scope, self.key, fp, TTL_S)
+        if got is not None and not got["busy"] and got["fingerprint"] == fp and self._dead and self._dead(got):
+            await self.release()  # the first request failed after all: its key is free again
+            got = await run_in_threadpool(self.st.queue.claim_key, self.scope, self.key, fp, TTL_S)
         if got is None:
             self._claimed = True
             return self
@@ -97,6 +104,11 @@ class Idempotent:
         if self._claimed:
             self.st.queue.finish_key(self.scope, self.key, job_id, answer)
             self._finished = True
+
+    async def release(self) -> None:
+        """Free the key: what the first request made came to nothing (a retry does the work again)."""
+        if self.key is not None:
+            await run_in_threadpool(self.st.queue.release_key, self.scope, self.key)
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
         if self._claimed and not self._finished:  # it failed (or was never finished): the key is free again

@@ -12,16 +12,35 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
+from fastapi import Path as PathParam
 from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from studio.api.schema import settings_model
+from studio.api.schema import INT64_MAX, settings_model
 
 JOB_STATES = ("draft", "queued", "held", "running", "done", "failed", "cancelled", "interrupted", "expired", "damaged")
 FINAL_STATES = ("done", "failed", "cancelled", "interrupted", "expired")
 JobState = Literal[JOB_STATES]  # type: ignore[valid-type]
+
+# what the server's ids and names look like: the document says it, so a client (and a fuzzer) knows
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # a library avatar's name
+AUDIO_ID_PATTERN = r"^[0-9a-f]{16}$"  # an uploaded voice-over's id
+CURSOR_PATTERN = r"^[0-9]{0,19}$"  # a page's cursor (a job id; empty: the first page)
+JobId = Annotated[int, PathParam(ge=1, le=INT64_MAX, description="a render job's id")]
+AvatarName = Annotated[str, PathParam(pattern=NAME_PATTERN, min_length=1, description="a library avatar's name")]
+AudioId = Annotated[
+    str, PathParam(pattern=AUDIO_ID_PATTERN, min_length=16, description="a voice-over's id (POST /v1/audio)")
+]
+AUDIO_TYPES = ("audio/wav", "audio/x-wav", "audio/flac", "audio/ogg", "audio/mpeg", "audio/mp4")
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
+VIDEO_TYPES = ("video/mp4", "video/quicktime", "video/x-matroska", "video/webm")
+
+
+def upload(description: str, media_types: tuple[str, ...], default: Any = ...) -> Any:
+    """An upload field: the media types it takes go into the document (multipart ``encoding``)."""
+    return Field(default, description=description, json_schema_extra={"x-media-types": list(media_types)})
 
 
 class Answer(BaseModel):
@@ -48,7 +67,7 @@ ERROR_TEXT = {
     401: "the server needs its token (`Authorization: Bearer TOKEN`) and none, or another, was sent",
     403: "not allowed here (a server path this server does not open, a read-only token, a client without "
     "the scope, or a browser's request from another site)",
-    404: "no such job, avatar, voice-over or endpoint",
+    404: "no such job, avatar, voice-over or endpoint; or a frame, frame range or face the input does not have",
     409: "the resource is in another state (a job not finished yet, a finished job, a name taken, an "
     "Idempotency-Key in use)",
     410: "the file is no longer on the server (removed by retention, or by hand)",
@@ -71,12 +90,22 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
+VIDEO_OUT = "video/mp4 video/quicktime video/webm"  # a render's file: by its codec (h264/hevc, ProRes/DNxHR, VP9)
+
+
+def binary_content(media_types: str) -> dict:
+    """The real media types first (space-separated), then ``application/octet-stream`` (the same
+    bytes): a generator that knows no video or image type (openapi-python-client) reads the answer as
+    bytes, with no flags."""
+    return {
+        t: {"schema": {"type": "string", "format": "binary"}}
+        for t in (*media_types.split(), "application/octet-stream")
+    }
+
+
 def binary(media_type: str, description: str, *codes: int, headers: dict | None = None) -> dict:
     """``responses=`` for a binary answer (``video/mp4``, ``image/png``, ``image/jpeg``) and its errors."""
-    ok: dict[str, Any] = {
-        "description": description,
-        "content": {media_type: {"schema": {"type": "string", "format": "binary"}}},
-    }
+    ok: dict[str, Any] = {"description": description, "content": binary_content(media_type)}
     if headers:
         ok["headers"] = headers
     return {200: ok, **errors(*codes)}
@@ -171,17 +200,46 @@ def _avatar_form() -> type[BaseModel]:
         "mask_mode": "jaw (MuseTalk v1.5) or raw (the lower half of the face silhouette)",
         "smooth": "temporal smoothing 0..1 of landmarks and boxes (videos)",
         "trim_start": "seconds into a video where the avatar starts",
-        "trim_end": "seconds into a video where the avatar ends",
+        "trim_end": "seconds into a video where the avatar ends (later than trim_start)",
         "face": "several faces: the N-th from the left (1-based)",
     }
     hints = typing.get_type_hints(AvatarParams)
     fields: dict[str, Any] = {
-        "name": (str, Field(description="library name: up to 64 letters, digits, '.', '_', '-'", examples=["anna"])),
-        "file": (UploadFile, Field(description="a photo (PNG, JPEG, WebP) or a video")),
+        "name": (
+            str,
+            Field(
+                description="library name: up to 64 letters, digits, '.', '_', '-'",
+                examples=["anna"],
+                pattern=NAME_PATTERN,
+                min_length=1,
+            ),
+        ),
+        "file": (UploadFile, upload("a photo (PNG, JPEG, WebP) or a video", IMAGE_TYPES + VIDEO_TYPES)),
         "force": (bool, Field(False, description="replace an avatar of that name")),
     }
+    from studio.core.avatars import faces
+
+    # the ranges AvatarParams.check() holds, said in the document (a value outside them is 422)
+    limits: dict[str, dict[str, Any]] = {
+        "bbox_shift": {"ge": -1000, "le": 1000},
+        "extra_margin": {"ge": 0, "le": 10_000},
+        "cheek_width": {"ge": 0, "le": 512},
+        "feather": {"ge": 0, "le": 128},
+        "smooth": {"ge": 0, "le": 1},
+        "trim_start": {"ge": 0, "le": 1e7},
+        "trim_end": {"gt": 0, "le": 1e7},
+        "face": {"ge": 1, "le": faces.MAX_FACES},
+    }
     for f in dataclasses.fields(AvatarParams):
-        fields[f.name] = (hints[f.name], Field(f.default, description=help_.get(f.name, f.name)))
+        if f.name == "matte":  # a file on the server: not something a client names
+            continue
+        kind = hints[f.name]
+        if f.name == "mask_mode":
+            kind = Literal[tuple(faces.MASK_MODES)]
+        extra: dict[str, Any] = dict(limits.get(f.name, {}))
+        if float in (kind, *typing.get_args(kind)):
+            extra["allow_inf_nan"] = False
+        fields[f.name] = (kind, Field(f.default, description=help_.get(f.name, f.name), **extra))
     return create_model("AvatarForm", __config__=ConfigDict(extra="forbid"), __doc__="A new library avatar.", **fields)
 
 
@@ -198,7 +256,7 @@ else:
 class AudioFile(BaseModel):
     """A voice-over to upload, and the silence settings its analysis uses."""
 
-    file: UploadFile = Field(description="WAV, FLAC, OGG or MP3")
+    file: UploadFile = upload("WAV, FLAC, OGG, MP3 or M4A", AUDIO_TYPES)
 
 
 if TYPE_CHECKING:
@@ -235,17 +293,25 @@ class AudioAnalysis(Answer):
 # frames
 
 
-class FrameInputs(BaseModel):
-    """Which frame: a library avatar and an uploaded voice-over (or a job's), at ``t`` seconds."""
+class FrameTime(BaseModel):
+    """The frame at ``t`` seconds (a job's frame: its avatar, voice-over and settings)."""
 
-    t: float = Field(ge=0, description="seconds into the voice-over")
-    avatar: str | None = Field(None, description="a library avatar's name")
-    audio_id: str | None = Field(None, description="a voice-over uploaded with POST /v1/audio")
-    job: int | None = Field(None, description="use a job's avatar, voice-over and settings")
+    model_config = ConfigDict(extra="forbid")
+    t: float = Field(ge=0, allow_inf_nan=False, description="seconds into the voice-over (past its end: 404)")
+
+
+class FrameInputs(FrameTime):
+    """Which frame: a library avatar and an uploaded voice-over, at ``t`` seconds."""
+
+    avatar: str = Field(description="a library avatar's name", pattern=NAME_PATTERN, min_length=1)
+    audio_id: str = Field(
+        description="a voice-over uploaded with POST /v1/audio", pattern=AUDIO_ID_PATTERN, min_length=16
+    )
 
 
 if TYPE_CHECKING:
     FrameQuery: TypeAlias = Any
+    JobFrameQuery: TypeAlias = Any
 else:
     FrameQuery = settings_model(
         "FrameQuery",
@@ -254,27 +320,64 @@ else:
         base=FrameInputs,
         doc="The frame at t, and the settings that make it.",
     )
+    JobFrameQuery = FrameTime
 
 
 # --------------------------------------------------------------------------------------------
 # renders
 
 
+ONE_AVATAR = ("avatar", "avatar_file", "avatar_path")  # a render takes exactly one of each
+ONE_VOICE = ("audio", "audio_id", "text", "audio_path")
+
+
 class RenderInputs(BaseModel):
     """The inputs of a render: exactly one avatar, exactly one voice-over; the settings follow."""
 
-    avatar: str | None = Field(None, description="a library avatar's name", examples=["anna"])
-    avatar_file: UploadFile | None = Field(None, description="or an uploaded photo/video")
-    audio: UploadFile | None = Field(None, description="the voice-over (WAV, FLAC, OGG, MP3)")
-    audio_id: str | None = Field(None, description="or a voice-over uploaded with POST /v1/audio")
-    text: str | None = Field(None, description="or a script spoken offline (Piper, espeak-ng without it)")
-    voice: str = Field("", description="the voice for text: a Piper voice (default joe), or espeak[:VOICE]")
-    avatar_path: str | None = Field(None, description="or a file on the server (under --allow-paths folders)")
-    audio_path: str | None = Field(None, description="or a file on the server (under --allow-paths folders)")
-    output: str | None = Field(None, description="an output path on the server (under --allow-paths folders)")
-    frame_start: int | None = Field(None, ge=0, description="render from this video frame (the in point)")
-    frame_end: int | None = Field(None, ge=1, description="up to, not including, this frame (the out point)")
-    gpus: str | None = Field(None, description="spread this one clip over these GPUs: all, or cuda:0,cuda:1")
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [{"oneOf": [{"required": [n]} for n in group]} for group in (ONE_AVATAR, ONE_VOICE)]
+        }
+    )
+    avatar: str | None = Field(
+        None, description="a library avatar's name", examples=["anna"], pattern=NAME_PATTERN, min_length=1
+    )
+    avatar_file: UploadFile | None = upload("or an uploaded photo or video", IMAGE_TYPES + VIDEO_TYPES, None)
+    audio: UploadFile | None = upload("or the voice-over, uploaded", AUDIO_TYPES, None)
+    audio_id: str | None = Field(
+        None, description="or a voice-over uploaded with POST /v1/audio", pattern=AUDIO_ID_PATTERN, min_length=16
+    )
+    text: str | None = Field(
+        None,
+        description="or a script spoken offline (Piper, espeak-ng without it)",
+        pattern=r"[A-Za-z]",
+        max_length=20_000,
+    )
+    voice: str = Field(
+        "",
+        description="the voice for text: a Piper voice (default joe), or espeak[:VOICE]",
+        pattern=r"^[A-Za-z0-9_.:-]{0,64}$",
+        max_length=64,
+    )
+    avatar_path: str | None = Field(
+        None, description="or a file on the server (under --allow-paths folders)", min_length=1, max_length=4096
+    )
+    audio_path: str | None = Field(
+        None, description="or a file on the server (under --allow-paths folders)", min_length=1, max_length=4096
+    )
+    output: str | None = Field(
+        None, description="an output path on the server (under --allow-paths folders)", min_length=1, max_length=4096
+    )
+    frame_start: int | None = Field(None, ge=0, le=INT64_MAX, description="render from this video frame (the in point)")
+    frame_end: int | None = Field(
+        None, ge=1, le=INT64_MAX, description="up to, not including, this frame (the out point; after frame_start)"
+    )
+    gpus: str | None = Field(
+        None,
+        description="spread this one clip over these GPUs: all, or cuda:0,cuda:1",
+        pattern=r"^(all|[0-9]{1,3}|[A-Za-z0-9:,]{1,200})$",
+        max_length=200,
+    )
     webhook: str | None = Field(
         None,
         description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "

@@ -16,18 +16,33 @@ the one every face uses.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what SQLite, JSON clients and the core store: never more
+
 
 def setting_field(spec, *, defaults: bool = True) -> tuple[Any, Any]:
-    """``(annotation, Field)`` for one ``Spec``."""
-    kind: Any = spec.kind
+    """``(annotation, Field)`` for one ``Spec``. A number's range sits on the number itself (an
+    optional one's auto label, ``loudness=off``, is another choice beside it)."""
+    bounds: dict[str, Any] = {}
+    if spec.minimum is not None:
+        bounds["ge"] = spec.minimum
+    if spec.maximum is not None:
+        bounds["le"] = spec.maximum
+    if spec.kind is int:  # a whole number past 64 bits is refused (422), never carried into SQLite
+        bounds.setdefault("ge", INT64_MIN)
+        bounds.setdefault("le", INT64_MAX)
+    if spec.kind is float:
+        bounds["allow_inf_nan"] = False  # JSON has neither; 'inf' in a form is 422, not a render
+    kind: Any = Annotated[spec.kind, Field(**bounds)] if bounds else spec.kind
     if spec.choices:
         kind = Literal[spec.choices]
     if spec.optional:
         kind = kind | None
+        if spec.auto_label and spec.kind is not str:  # loudness=off: how a face says None
+            kind = kind | Literal[spec.auto_label]
     kw: dict[str, Any] = {"description": spec.help, "title": spec.label}
     # for the web page's form: the group (engine, silence, encode, output), what None is called, the UI default
     extra: dict[str, Any] = {"x-group": spec.group}
@@ -35,11 +50,9 @@ def setting_field(spec, *, defaults: bool = True) -> tuple[Any, Any]:
         extra["x-auto-label"] = spec.auto_label
     if spec.ui_default is not None:
         extra["x-ui-default"] = spec.ui_default
+    if spec.pattern is not None:  # the document's only (the core's checker judges, in one sentence)
+        extra["pattern"] = spec.pattern() if callable(spec.pattern) else spec.pattern
     kw["json_schema_extra"] = extra
-    if spec.minimum is not None:
-        kw["ge"] = spec.minimum
-    if spec.maximum is not None:
-        kw["le"] = spec.maximum
     example = spec.default if spec.default is not None else (spec.auto_label or None)
     if example is not None:
         kw["examples"] = [example]

@@ -12,8 +12,8 @@ Two browser attacks on a server that listens on this machine, each refused befor
   cannot rebind an address). Anything else is 400 with one sentence.
 * **Cross-site requests**: any page may send a form POST (``multipart/form-data`` needs no CORS
   preflight), and it would render. A request that changes something (any method but GET, HEAD and
-  OPTIONS, and ``GET /v1/frame``, which renders) is refused (403) when the browser says it comes
-  from another site: an ``Origin`` that is neither the server's own (scheme aside: a TLS proxy in
+  OPTIONS, and the GETs that render: ``/v1/frame`` and a job's ``/v1/renders/{id}/frame``) is refused
+  (403) when the browser says it comes from another site: an ``Origin`` that is neither the server's own (scheme aside: a TLS proxy in
   front changes it) nor one listed with ``--cors-origin`` (``null`` included: a sandboxed page or a
   file), or, without an ``Origin``, ``Sec-Fetch-Site: cross-site`` or ``same-site``.
   Same-origin requests (the web front end served at ``/``) pass, and so do clients that are no
@@ -28,7 +28,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-from studio.api.guard import RENDERING_READS, send_json
+from studio.api.guard import renders, send_json
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 WILDCARDS = ("0.0.0.0", "::", "")  # listening on every address of the machine
@@ -85,7 +85,7 @@ class SiteGuard:
                 f"this server answers to {shown} and IP addresses, not to the host {_shown(host_of(netloc))!r} "
                 "named by the request; its operator can add that name with --allowed-hosts",
             )
-        if scope.get("method") not in SAFE_METHODS or scope.get("path") in RENDERING_READS:
+        if scope.get("method") not in SAFE_METHODS or renders(scope.get("path")):
             why = self._cross_site(headers, netloc)
             if why:
                 return await send_json(send, 403, why)

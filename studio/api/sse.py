@@ -154,7 +154,7 @@ def links(job_id: int) -> dict:
         "preview": f"{base}/preview",
         "cancel": base,
         "retry": f"{base}/retry",
-        "frame": f"/v1/frame?job={job_id}&t=0",
+        "frame": f"{base}/frame?t=0",
     }
 
 

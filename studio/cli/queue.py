@@ -28,7 +28,7 @@ def register(sub) -> None:
     ls.set_defaults(func=run_list)
 
     show = qs.add_parser("show", help="one job in full (JSON)")
-    show.add_argument("id", type=int)
+    show.add_argument("id", type=job_id)
     show.set_defaults(func=run_show)
 
     run = qs.add_parser("run", help="render queued jobs until none is left")
@@ -43,7 +43,7 @@ def register(sub) -> None:
         ("rm", "remove a job that is not running (its file stays unless --purge)"),
     ):
         c = qs.add_parser(name, help=helptext)
-        c.add_argument("id", type=int)
+        c.add_argument("id", type=job_id)
         if name == "rm":
             c.add_argument("--purge", action="store_true", help="a finished job: remove its video file too")
         c.set_defaults(func=run_action, action=name)
@@ -58,9 +58,25 @@ def register(sub) -> None:
     prune.set_defaults(func=run_prune)
 
     mv = qs.add_parser("move", help="put a job at a place in the queue order (0 = first)")
-    mv.add_argument("id", type=int)
-    mv.add_argument("position", type=int)
+    mv.add_argument("id", type=job_id)
+    mv.add_argument("position", type=job_id)
     mv.set_defaults(func=run_move)
+
+
+def job_id(text: str) -> int:
+    """A job id (or a position) as argparse reads it: a whole number that fits in 64 bits (SQLite's
+    integers), else one sentence and exit 2, never an overflow inside the store."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a job id; see studio queue list") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]} is not a job id (they are 1 to {2**63 - 1}); see studio queue list"
+        )
+    return value
 
 
 def _service():

@@ -160,6 +160,32 @@ def resolve(name: str) -> Delivery:
 # -- the checkers of the delivery-side settings (settings.py's ``validate``) --------------------------
 
 
+# -- what the free-text settings accept, as regular expressions (JSON Schema / ECMA-262 syntax) for the
+# documents (``Spec.pattern``: the OpenAPI document's ``pattern``, so a generated client or a fuzzer sends
+# only values the checkers below take); the checkers stay the judges and say what is wrong in a sentence.
+
+_EVEN_SIDE = "(1[68]|[2-9][02468]|[1-9][0-9][02468]|[1-7][0-9]{2}[02468]|80[0-9][02468]|81[0-8][02468]|819[02])"
+CANVAS_PATTERN = rf"^(|avatar|{_EVEN_SIDE}x{_EVEN_SIDE})$"
+TIMECODE_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9][:;.][0-9]{2}$"
+_MARKER = "[0-9]{1,9}([.][0-9]{1,6})?(=[^,]*)?"  # a name is cut at 200 characters, not refused
+MARKERS_PATTERN = rf"^({_MARKER}(, ?{_MARKER}){{0,{MAX_MARKERS - 1}}})?$"
+
+
+def background_pattern() -> str:
+    """A colour by name (Pillow's names) or ``#rgb``/``#rrggbb``, or transparent: what a client may
+    send without a file on the server (an image file is a server path: refused when it is missing)."""
+    from PIL import ImageColor
+
+    names = sorted(n for n in ImageColor.colormap if n.isalpha())
+    return rf"^(transparent|#[0-9a-fA-F]{{3}}|#[0-9a-fA-F]{{6}}|{'|'.join(names)})$"
+
+
+def delivery_pattern() -> str:
+    """The deliveries' keys (the built-in ones and those saved here), or empty (none)."""
+    keys = [k for k in all_deliveries() if re.fullmatch(r"[a-z0-9.-]+", k)]
+    return rf"^(|{'|'.join(k.replace('.', '[.]') for k in keys)})$"
+
+
 def canvas_size(text: str) -> tuple[int, int] | None:
     """``"1920x1080"`` -> (1920, 1080); ``"avatar"`` -> None (the avatar's own size)."""
     t = str(text).strip().lower()

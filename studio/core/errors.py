@@ -11,12 +11,20 @@ class InputError(StudioError):
     """A file or argument given by the user is missing, unreadable or invalid."""
 
 
+class OutsideClip(InputError):
+    """A frame or time past the clip's end (the server answers 404: there is no such frame)."""
+
+
 class AudioError(InputError):
     """The audio file cannot be used."""
 
 
 class AvatarError(InputError):
     """The avatar source or cache cannot be used."""
+
+
+class NoSuchFace(AvatarError):
+    """``--face N`` where the picture has fewer faces (the server answers 404: there is no such face)."""
 
 
 class ModelError(StudioError):

@@ -32,6 +32,7 @@ ALL_FACES = frozenset({"cli", "http", "ui", "job"})
 GROUPS = ("engine", "silence", "encode", "output")
 
 ENGINES = ("auto", "classic", "musetalk")
+MUSETALK = ("musetalk",)  # settings only MuseTalk reads
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DECODERS = ("taesd", "sd-vae")
 RUNTIMES = ("auto", "torch", "tensorrt")
@@ -67,6 +68,8 @@ class Spec:
     ui_default: Any = None  # the window's own default where it differs (check: on there, off elsewhere)
     validate: Any = None  # a text setting's own checker: value -> one sentence, or None when fine
     example: Any = None  # a valid value other than the default (a free text setting's: what help shows)
+    pattern: Any = None  # a free text's accepted shape for documents: a regex, or a function making one
+    engines: tuple[str, ...] = ()  # only these engines use it (empty: every engine); elsewhere only its default
 
     @property
     def option(self) -> str:
@@ -145,6 +148,8 @@ def setting(
     kind: type | None = None,
     validate: Any = None,
     example: Any = None,
+    pattern: Any = None,
+    engines: tuple[str, ...] = (),
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
     ``kind``: the type of an optional setting's values (default None, e.g. loudness: a float or off)."""
@@ -161,6 +166,8 @@ def setting(
         ui_default=ui_default,
         validate=validate,
         example=example,
+        pattern=pattern,
+        engines=engines,
     )
     return field(default=default, metadata={"spec": meta})
 
@@ -178,18 +185,22 @@ class RenderSettings:
     device: str | None = setting(
         None, "torch device, e.g. cpu, cuda, cuda:1 (auto: cuda when present)", label="Device", auto_label="auto"
     )
-    precision: str = setting("auto", "MuseTalk arithmetic precision", label="Precision", choices=PRECISIONS)
+    precision: str = setting(
+        "auto", "MuseTalk arithmetic precision", label="Precision", choices=PRECISIONS, engines=MUSETALK
+    )
     decoder: str = setting(
         "taesd",
         "MuseTalk image decoder: TAESD is fast, SD-VAE is the reference quality",
         label="Decoder",
         choices=DECODERS,
+        engines=MUSETALK,
     )
     runtime: str = setting(
         "auto",
         "MuseTalk runtime: TensorRT engines when built and valid (auto), or force one",
         label="Runtime",
         choices=RUNTIMES,
+        engines=MUSETALK,
     )
     batch: int = setting(
         0, "frames per engine call (0: the engine's preferred batch)", label="Batch", minimum=0, maximum=1024
@@ -200,6 +211,7 @@ class RenderSettings:
         "TAESD ran 1.75x and UNet + SD-VAE 2.1x faster on an H200: for long clips and warm "
         "servers)",
         label="Compile the networks",
+        engines=MUSETALK,
     )
     fps: str = setting(
         "auto",
@@ -214,6 +226,7 @@ class RenderSettings:
         "(vertical), 1080x1080 (square); even sides of 16 to 8192 pixels",
         label="Canvas",
         validate=lambda v: canvas_problem(v),
+        pattern=lambda: _delivery().CANVAS_PATTERN,
         example="1280x720",
     )
     fit: str = setting(
@@ -239,6 +252,7 @@ class RenderSettings:
         "white, #1a2b3c), an image file, or transparent (kept by --codec prores4444 or vp9)",
         label="Background",
         validate=lambda v: background_problem(v),
+        pattern=lambda: _delivery().background_pattern(),
         example="white",
     )
     max_upscale: float = setting(
@@ -331,6 +345,7 @@ class RenderSettings:
         label="Start timecode",
         group="encode",
         validate=lambda v: timecode_problem(v),
+        pattern=lambda: _delivery().TIMECODE_PATTERN,
         example="10:00:00:00",
     )
     chapters: bool = setting(
@@ -348,6 +363,7 @@ class RenderSettings:
         # the window's markers are the timeline's own (M, the Markers menu): it hands them to the render
         faces=ALL_FACES - {"ui"},
         validate=lambda v: markers_problem(v),
+        pattern=lambda: _delivery().MARKERS_PATTERN,
         example="1.5=Intro",
     )
     captions: str = setting(
@@ -388,6 +404,7 @@ class RenderSettings:
         label="Delivery",
         group="output",
         validate=lambda v: delivery_problem(v),
+        pattern=lambda: _delivery().delivery_pattern(),
         example="web-1080p",
     )
     check: bool = setting(
@@ -448,6 +465,12 @@ def _schema() -> dict[str, Spec]:
 
 #: every render setting by name, in declaration order
 SCHEMA: dict[str, Spec] = _schema()
+
+
+def _delivery():
+    from studio.core import delivery
+
+    return delivery
 
 
 def canvas_problem(value: Any) -> str | None:

@@ -34,16 +34,20 @@ def preflight(req: RenderRequest) -> None:
 
 def check_frames(frames: tuple[int, int], total: int) -> None:
     """The in/out range lies inside a clip of ``total`` frames (the end may be the clip's end)."""
+    from studio.core.errors import OutsideClip
+
     a, b = frames
-    if a >= total or b > total:
-        raise InputError(
+    if a >= total or b > total:  # frames that do not exist: the server answers 404
+        raise OutsideClip(
             f"the frame range {a}..{b} is outside the clip, which has {total} frames (0..{total}): "
             "set frame_start and frame_end inside it"
         )
 
 
-def runnable_here(settings) -> None:
-    """The engine (and for MuseTalk its runtime), the encoder and the device can run on this machine."""
+def runnable_here(settings, frame: bool = False) -> None:
+    """The engine (and for MuseTalk its runtime), the encoder and the device can run on this machine,
+    and (a render, not a ``frame``) every setting takes effect: one the engine it runs on does not
+    read, or an encoder for another codec, is refused rather than silently ignored."""
     from studio.core.engines.base import auto_engine, engine_status
 
     status = engine_status()
@@ -58,6 +62,8 @@ def runnable_here(settings) -> None:
         engine = auto_engine(status)
     if settings.device is not None:
         _device(settings.device)
+    if not frame:
+        takes_effect(settings, engine)
     if engine == "musetalk" and settings.runtime == "tensorrt":
         _tensorrt(settings.device)
     if settings.encoder == "nvenc":
@@ -66,6 +72,30 @@ def runnable_here(settings) -> None:
         ok, why = probe_nvenc()
         if not ok:
             raise InputError(f"encoder=nvenc cannot run here: {why}; use encoder=auto or x264")
+
+
+def takes_effect(settings, engine: str) -> None:
+    """Every setting set away from its default is one the render reads (``engine``: the engine that
+    runs it, ``auto`` resolved): MuseTalk's options on the classic engine, or an H.264 encoder with
+    another codec, are one sentence rather than silently ignored."""
+    from studio.core.settings import SCHEMA
+
+    for spec in SCHEMA.values():
+        value = getattr(settings, spec.name)
+        if spec.engines and engine not in spec.engines and value != spec.default:
+            raise InputError(
+                f"{spec.name}={_text(value)} is a setting of the {' and '.join(spec.engines)} engine, and this render "
+                f"runs on the {engine} engine, which does not read it; leave {spec.name} at {_text(spec.default)}"
+            )
+    if settings.encoder != "auto" and settings.codec != "h264":
+        raise InputError(
+            f"encoder={settings.encoder} chooses the H.264 encoder, and codec={settings.codec} has its own; "
+            "leave encoder=auto (or use codec=h264)"
+        )
+
+
+def _text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _device(device: str) -> None:

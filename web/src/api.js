@@ -100,15 +100,19 @@ export async function follow(path, onEvent, signal) {
 
 /**
  * What the token may do: 'full', 'read' (a read-only token: GET only, no frames) or 'none' (the
- * server wants a token and has none or another). GET /v1/health answers 401 without the token; with
- * one, GET /v1/frame with an invalid t tells a read-only token (403 from the guard) from the full one
- * (422 from the route, which renders nothing).
+ * server wants a token and has none or another). Not GET /v1/health: on a loopback server it answers
+ * without a token (an open probe). Without a token, GET /v1/renders?limit=1 answers 401 when one is
+ * needed (200 otherwise: no error in the console). With one, GET /v1/frame with an invalid t answers
+ * 401 for a wrong token, 403 for a read-only one (the guard), 422 for the full one (nothing renders).
  */
 export async function access() {
-  const health = await fetch('/v1/health', { headers: headers(), cache: 'no-store' });
-  if (health.status === 401) return { mode: 'none', error: (await failure(health, false)).message };
-  if (!token) return { mode: 'full' };
+  if (!token) {
+    const list = await fetch('/v1/renders?limit=1', { headers: headers(), cache: 'no-store' });
+    if (list.status === 401) return { mode: 'none', error: (await failure(list, false)).message };
+    return { mode: 'full' };
+  }
   const res = await fetch('/v1/frame?t=-1', { headers: headers(), cache: 'no-store' });
+  if (res.status === 401) return { mode: 'none', error: (await failure(res, false)).message };
   return { mode: res.status === 403 ? 'read' : 'full' };
 }
 

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent, replayed_headers
-from studio.api.models import AudioAnalysis, AudioForm, SilenceQuery, errors
+from studio.api.models import AudioAnalysis, AudioForm, AudioId, SilenceQuery, errors
 from studio.api.state import ApiState, State
 
 router = APIRouter(tags=["audio"])
@@ -20,7 +20,7 @@ router = APIRouter(tags=["audio"])
     operation_id="upload_audio",
     status_code=201,
     response_model=AudioAnalysis,
-    responses=errors(413, 415, 422),
+    responses=errors(409, 413, 415, 422),
     summary="Upload a voice-over once; renders and frames use it by id. Answers its silence analysis",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
@@ -29,10 +29,12 @@ async def upload_audio(st: State, request: Request, response: Response, form: An
     async with Idempotent(st, request, form) as once:
         if once.replayed is not None:
             replayed_headers(response)
-            return await run_in_threadpool(analysis, st, once.replayed["answer"]["id"], f.threshold, f.min_silence)
-        stored = await st.uploads.save_audio(f.file)
-        answer = await run_in_threadpool(analysis, st, stored.id, f.threshold, f.min_silence)
-        once.done(answer={"id": stored.id})
+            answer = await run_in_threadpool(analysis, st, once.replayed["answer"]["id"], f.threshold, f.min_silence)
+        else:
+            stored = await st.uploads.save_audio(f.file)
+            answer = await run_in_threadpool(analysis, st, stored.id, f.threshold, f.min_silence)
+            once.done(answer={"id": stored.id})
+    response.headers["Location"] = f"/v1/audio/{answer['id']}"
     return answer
 
 
@@ -43,7 +45,7 @@ async def upload_audio(st: State, request: Request, response: Response, form: An
     responses=errors(404, 422),
     summary="An uploaded voice-over's silence analysis",
 )
-def get_audio(st: State, audio_id: str, q: Annotated[SilenceQuery, Query()]) -> dict:
+def get_audio(st: State, audio_id: AudioId, q: Annotated[SilenceQuery, Query()]) -> dict:
     return analysis(st, audio_id, q.threshold, q.min_silence)
 
 

@@ -13,7 +13,7 @@ from studio.api.errors import ApiError
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent, replayed_headers
 from studio.api.inputs import NAME_RE, library_folder
-from studio.api.models import Avatar, AvatarForm, AvatarList, AvatarRemoved, binary, errors
+from studio.api.models import Avatar, AvatarForm, AvatarList, AvatarName, AvatarRemoved, binary, errors
 from studio.api.state import State
 
 router = APIRouter(tags=["avatars"])
@@ -50,7 +50,7 @@ def avatars() -> dict:
     responses=binary("image/png", "the avatar's thumbnail", 404, 422),
     summary="The avatar's thumbnail (PNG)",
 )
-def avatar_thumbnail(name: str):
+def avatar_thumbnail(name: AvatarName):
     thumb = library_folder(name) / "thumbnail.png"
     if not thumb.exists():
         raise ApiError(404, f"avatar '{name}' has no thumbnail")
@@ -62,7 +62,7 @@ def avatar_thumbnail(name: str):
     operation_id="add_avatar",
     status_code=201,
     response_model=Avatar,
-    responses=errors(409, 413, 415, 422),
+    responses=errors(404, 409, 410, 413, 415, 422),
     summary="Add an avatar to the library from an uploaded photo or video",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
@@ -91,7 +91,7 @@ async def _add_avatar(st, form) -> dict:
     if (avatar_mod.library_dir() / name / "meta.json").exists() and not f.force:
         raise ApiError(409, f"an avatar named '{name}' already exists; pick another name or send force=true")
     params = avatar_mod.AvatarParams(
-        **{k: getattr(f, k) for k in avatar_mod.AvatarParams.__dataclass_fields__}  # every field of the form
+        **{k: getattr(f, k) for k in avatar_mod.AvatarParams.__dataclass_fields__ if hasattr(f, k)}  # the form's
     ).check()
     stored = await st.uploads.save_avatar(f.file)
     try:  # a refused avatar leaves nothing behind, and is named as the client named it
@@ -111,7 +111,7 @@ async def _add_avatar(st, form) -> dict:
     responses=errors(404, 422),
     summary="Remove an avatar from the library",
 )
-def remove_avatar(st: State, name: str) -> dict:
+def remove_avatar(st: State, name: AvatarName) -> dict:
     from studio.core.avatars import library as avatar_mod
 
     library_folder(name)

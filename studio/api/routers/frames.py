@@ -1,44 +1,78 @@
-"""``GET /v1/frame``: the exact frame a render writes at time t (PNG), for scrubbing over HTTP."""
+"""The exact frame a render writes at time t (PNG), for scrubbing over HTTP: ``GET /v1/frame`` (a
+library avatar and an uploaded voice-over, with the frame settings) and ``GET /v1/renders/{id}/frame``
+(a job's avatar, voice-over and settings). Two operations, so each declares the parameters it needs."""
 
 from __future__ import annotations
 
+import functools
 import io
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
 from studio.api.inputs import library_avatar
-from studio.api.models import FrameQuery, binary
+from studio.api.models import FrameQuery, JobFrameQuery, JobId, binary
 from studio.api.schema import settings_of
 from studio.api.state import State
 
 router = APIRouter(tags=["frames"])
+
+PNG_DOC = binary("image/png", "the frame, PNG", 403, 404, 422)
+JOB_PNG_DOC = binary("image/png", "the frame, PNG", 403, 404, 410, 422)
 
 
 @router.get(
     "/v1/frame",
     operation_id="get_frame",
     response_class=Response,
-    responses=binary("image/png", "the frame, PNG", 404, 422),
+    responses=PNG_DOC,
     summary="The exact frame a render writes at time t (PNG): scrubbing over HTTP",
 )
-def frame(st: State, q: Annotated[FrameQuery, Query()]):
+async def frame(st: State, q: Annotated[FrameQuery, Query()]):
     from studio.core.settings import from_dict
+    from studio.service.preflight import runnable_here
 
-    if q.job is not None:
-        from studio.service import request_of
+    settings = from_dict(settings_of(q, ("engine", "silence")))
+    await run_in_threadpool(functools.partial(runnable_here, settings, frame=True))
+    av, audio = library_avatar(q.avatar), str(st.uploads.audio_path(q.audio_id))
+    return await _png(st, av, audio, settings, q.t)
 
-        req = request_of(st.job(q.job))
-        av, audio, settings = req.avatar, req.audio, req.settings
-    else:
-        if not q.avatar or not q.audio_id:
-            raise ApiError(422, "give avatar and audio_id (or job) with t")
-        av, audio = library_avatar(q.avatar), str(st.uploads.audio_path(q.audio_id))
-        settings = from_dict(settings_of(q, ("engine", "silence")))
-    rgb = st.pool.frame_at(av, audio, settings, q.t)
-    return Response(png_bytes(rgb), media_type="image/png")
+
+@router.get(
+    "/v1/renders/{job_id}/frame",
+    operation_id="get_render_frame",
+    response_class=Response,
+    responses=JOB_PNG_DOC,
+    summary="The exact frame of a render job at time t (PNG): its avatar, voice-over and settings",
+)
+async def job_frame(st: State, job_id: JobId, q: Annotated[JobFrameQuery, Query()]):
+    from studio.service import request_of
+
+    job = st.job(job_id)
+    if not inputs_here(job):
+        raise ApiError(
+            410, f"render job {job_id}'s avatar or voice-over is no longer on the server (removed), so it has no frames"
+        )
+    req = request_of(job)
+    return await _png(st, req.avatar, req.audio, req.settings, q.t)
+
+
+def inputs_here(job) -> bool:
+    """The files a job reads are still there: an uploaded or server file, or a library avatar's folder."""
+    from pathlib import Path
+
+    from studio.core.avatars.library import library_dir
+
+    avatar = Path(job.avatar) if "/" in job.avatar else library_dir() / job.avatar / "meta.json"
+    return avatar.exists() and Path(job.audio).exists()
+
+
+async def _png(st, avatar, audio, settings, t: float) -> Response:
+    rgb = await run_in_threadpool(st.pool.frame_at, avatar, audio, settings, t)
+    return Response(await run_in_threadpool(png_bytes, rgb), media_type="image/png")
 
 
 def png_bytes(rgb) -> bytes:

@@ -4,6 +4,7 @@ retry). Jobs go into the service's queue, the same ``jobs.sqlite`` the window an
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlencode
@@ -16,8 +17,21 @@ from studio.api.errors import ApiError
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent, replayed_headers
 from studio.api.inputs import form_body, submit
-from studio.api.models import JOB_STATES, Job, JobPage, Removed, RenderForm, binary, errors
-from studio.api.routers.frames import jpeg_bytes
+from studio.api.models import (
+    CURSOR_PATTERN,
+    JOB_STATES,
+    VIDEO_OUT,
+    Job,
+    JobId,
+    JobPage,
+    Removed,
+    RenderForm,
+    binary,
+    binary_content,
+    errors,
+)
+from studio.api.routers.frames import inputs_here, jpeg_bytes
+from studio.api.schema import INT64_MAX
 from studio.api.state import State
 from studio.service.queue import owned_output
 
@@ -35,7 +49,16 @@ SSE_DOC = {
         "`state` (StateEvent) as they happen; the stream ends after a final state's event.",
         "content": {
             "text/event-stream": {
-                "schema": {"type": "string"},
+                "schema": {  # one event: its name and its JSON data (StateEvent or ProgressEvent)
+                    "type": "object",
+                    "required": ["event", "data"],
+                    "properties": {
+                        "event": {"type": "string", "enum": ["state", "progress"]},
+                        "data": {"type": "string", "contentMediaType": "application/json"},
+                        "id": {"type": "string"},
+                        "retry": {"type": "integer"},
+                    },
+                },
                 "example": 'event: state\ndata: {"id":7,"state":"running","reason":""}\n\n'
                 'event: progress\ndata: {"id":7,"done":16,"total":40,"fps":21.5,"eta_s":1.1,"elapsed_s":0.7,'
                 '"preview":"/v1/renders/7/preview"}\n\n',
@@ -50,13 +73,27 @@ SSE_DOC = {
     "/generate",
     operation_id="generate",
     response_class=FileResponse,
-    responses=binary("video/mp4", "the finished MP4", 403, 404, 409, 413, 415, 422, 429, 499, headers=MP4_HEADERS),
+    responses=binary(
+        VIDEO_OUT,
+        "the finished video (MP4; MOV for ProRes/DNxHR; WebM for VP9)",
+        403,
+        404,
+        409,
+        410,
+        413,
+        415,
+        422,
+        429,
+        499,
+        headers=MP4_HEADERS,
+    ),
     summary="Render and answer the finished MP4 in one request (the reference interface)",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
 async def generate(st: State, request: Request, form: Annotated[RenderForm, File()]):
     form_body(request)
-    async with Idempotent(st, request, form) as once:
+    async with Idempotent(st, request, form, dead=lambda got: _came_to_nothing(st, got)) as once:
+        replayed = once.replayed is not None
         if once.replayed is not None:  # the same request again: the same job's video
             job = st.job(once.replayed["job_id"])
         else:
@@ -66,19 +103,25 @@ async def generate(st: State, request: Request, form: Annotated[RenderForm, File
     if done is None:  # the client went away (or the job was removed): nobody wants the file
         with contextlib.suppress(Exception):
             st.queue.cancel(job.id)
+        await once.release()  # a failed request frees its key: a retry renders again
         raise ApiError(499, "the client disconnected; the render was cancelled")
     if done.state != "done":
+        await once.release()
         raise ApiError(500 if done.state == "failed" else 409, f"render job {done.id} {done.state}: {done.reason}")
     r = done.result or {}
     video = owned_output(done)  # the file this job wrote, never one that replaced it
     if video is None:
         raise ApiError(410, f"the video of render job {done.id} is no longer on the server")
-    return FileResponse(
-        video,
-        media_type=video_type(video),
-        filename=video.name,
-        headers={"X-Studio-Job": str(done.id), "X-Studio-Render-Seconds": f"{float(r.get('seconds') or 0):.4f}"},
-    )
+    headers = {"X-Studio-Job": str(done.id), "X-Studio-Render-Seconds": f"{float(r.get('seconds') or 0):.4f}"}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return FileResponse(video, media_type=video_type(video), filename=video.name, headers=headers)
+
+
+def _came_to_nothing(st, got: dict) -> bool:
+    """A ``/generate`` key whose job was cancelled, failed or removed: its request failed (the key is free)."""
+    job = st.job_or_none(got["job_id"]) if got.get("job_id") is not None else None
+    return job is None or job.state in ("cancelled", "failed", "interrupted")
 
 
 @router.post(
@@ -86,7 +129,7 @@ async def generate(st: State, request: Request, form: Annotated[RenderForm, File
     operation_id="create_render",
     status_code=202,
     response_model=Job,
-    responses=errors(403, 404, 409, 413, 415, 422, 429),
+    responses=errors(403, 404, 409, 410, 413, 415, 422, 429),
     summary="Queue a render; answers the job (its id and links) at once",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
@@ -95,9 +138,12 @@ async def create_render(st: State, request: Request, response: Response, form: A
     async with Idempotent(st, request, form) as once:
         if once.replayed is not None:
             replayed_headers(response)
-            return st.job_json(_made(st, once.replayed))
+            made = _made(st, once.replayed)
+            response.headers["Location"] = f"/v1/renders/{made.id}"
+            return st.job_json(made)
         job = await submit(st, form)
         once.done(job_id=job.id)
+    response.headers["Location"] = f"/v1/renders/{job.id}"
     return st.job_json(job)
 
 
@@ -113,7 +159,9 @@ def list_renders(
     request: Request,
     state: Annotated[JobStateQuery | None, Query(description="only jobs in this state")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="jobs per page")] = DEFAULT_PAGE,
-    cursor: Annotated[str | None, Query(description="the `next` link's cursor (opaque)")] = None,
+    cursor: Annotated[
+        str | None, Query(description="the `next` link's cursor (opaque)", pattern=CURSOR_PATTERN, max_length=19)
+    ] = None,
 ) -> dict:
     before = _cursor(cursor)
     from studio.api.clients import current
@@ -135,7 +183,7 @@ def list_renders(
     responses=errors(404, 422),
     summary="One job",
 )
-def get_render(st: State, job_id: int) -> dict:
+def get_render(st: State, job_id: JobId) -> dict:
     return st.job_json(st.job(job_id))
 
 
@@ -146,7 +194,7 @@ def get_render(st: State, job_id: int) -> dict:
     responses=SSE_DOC,
     summary="Server-Sent Events: state, then progress (frames, fps, ETA, preview) until a final state",
 )
-async def render_events(st: State, job_id: int):
+async def render_events(st: State, job_id: JobId):
     from sse_starlette.sse import EventSourceResponse
 
     st.job(job_id)
@@ -158,15 +206,15 @@ async def render_events(st: State, job_id: int):
     operation_id="get_render_video",
     response_class=FileResponse,
     responses={
-        **binary("video/mp4", "the finished MP4", 404, 409, 410, 422),
+        **binary(VIDEO_OUT, "the finished video (MP4; MOV for ProRes/DNxHR; WebM for VP9)", 404, 409, 410, 422),
         206: {
             "description": "the byte range asked for with `Range: bytes=a-b`",
-            "content": {"video/mp4": {"schema": {"type": "string", "format": "binary"}}},
+            "content": binary_content(VIDEO_OUT),
         },
     },
     summary="The finished MP4 (HTTP Range supported)",
 )
-def get_render_video(st: State, job_id: int):
+def get_render_video(st: State, job_id: JobId, request: Request):
     job = st.job(job_id)
     if job.state == "expired":
         raise ApiError(410, f"the video of render job {job_id} is no longer on the server ({job.reason})")
@@ -175,7 +223,44 @@ def get_render_video(st: State, job_id: int):
     video = owned_output(job)  # the file this job wrote, never one that replaced it
     if video is None:
         raise ApiError(410, f"the video of render job {job_id} is no longer on the server")
-    return FileResponse(video, media_type=video_type(video), filename=video.name)
+    text = (request.headers.get("range") or "").strip()
+    one = re.match(RANGE_PATTERN, text) is not None
+    if one:
+        check_range(text, video.stat().st_size)
+    return VideoResponse(video, media_type=video_type(video), filename=video.name, honour_range=one)
+
+
+RANGE_PATTERN = r"^bytes=([0-9]{1,19}-[0-9]{0,19}|-[0-9]{1,19})$"
+
+
+class VideoResponse(FileResponse):
+    """A FileResponse that answers one byte range (206) and ignores a ``Range`` that is not one byte
+    range (RFC 9110 14.2: a range unit or form it does not take is ignored: the whole file, 200)."""
+
+    def __init__(self, *args, honour_range: bool = True, **kw):
+        super().__init__(*args, **kw)
+        self.honour_range = honour_range
+
+    async def __call__(self, scope, receive, send):
+        if not self.honour_range:
+            scope = {**scope, "headers": [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"range"]}
+        await super().__call__(scope, receive, send)
+
+
+def check_range(text: str, size: int) -> None:
+    """One byte range (``bytes=a-b``, ``bytes=a-``, ``bytes=-n``) inside the file, or 416 (with
+    ``Content-Range: bytes */size``), as a JSON sentence like every other error; Starlette's
+    FileResponse then sends the part (206)."""
+    from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
+
+    try:
+        FileResponse._parse_range_header(text.strip(), size)
+    except (MalformedRangeHeader, RangeNotSatisfiable):
+        raise ApiError(
+            416,
+            f"Range {text[:60]!r} is outside the video, which has {size} bytes (0-{size - 1})",
+            {"Content-Range": f"bytes */{size}"},
+        ) from None
 
 
 @router.get(
@@ -191,7 +276,7 @@ def get_render_video(st: State, job_id: int):
     ),
     summary="The latest preview frame of a running job (JPEG)",
 )
-def get_render_preview(st: State, job_id: int):
+def get_render_preview(st: State, job_id: JobId):
     st.job(job_id)
     got = st.events.preview(job_id)
     if got is None:
@@ -213,7 +298,7 @@ def get_render_preview(st: State, job_id: int):
 )
 def delete_render(
     st: State,
-    job_id: int,
+    job_id: JobId,
     purge: Annotated[
         bool, Query(description="a finished job: remove it and its video (without it a finished job stays: 409)")
     ] = False,
@@ -240,11 +325,11 @@ def delete_render(
     operation_id="retry_render",
     status_code=202,
     response_model=Job,
-    responses=errors(404, 409, 422, 429),
+    responses=errors(404, 409, 410, 422, 429),
     summary="Render a finished job again as a new job (retry_of names it); the original and its video stay",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
-async def retry_render(st: State, request: Request, response: Response, job_id: int) -> dict:
+async def retry_render(st: State, request: Request, response: Response, job_id: JobId) -> dict:
     from studio.core.errors import StudioError
     from studio.service.queue import JobActive
 
@@ -252,12 +337,23 @@ async def retry_render(st: State, request: Request, response: Response, job_id: 
     async with Idempotent(st, request, None) as once:
         if once.replayed is not None:
             replayed_headers(response)
-            return st.job_json(_made(st, once.replayed))
+            made = _made(st, once.replayed)
+            response.headers["Location"] = f"/v1/renders/{made.id}"
+            return st.job_json(made)
         job = st.job(job_id)
         if job.state in ("done", "failed", "cancelled", "interrupted", "expired"):  # what it reads is still here
             from studio.service.preflight import preflight
 
-            await run_in_threadpool(preflight, st.queue.request(job_id).with_(overwrite=False))
+            try:
+                await run_in_threadpool(preflight, st.queue.request(job_id).with_(overwrite=False))
+            except StudioError as exc:
+                if job.state == "expired" or not inputs_here(job):
+                    raise ApiError(
+                        410,
+                        f"render job {job_id} cannot be rendered again: its avatar or voice-over is no longer on the "
+                        "server (removed by retention); submit a new render with the files",
+                    ) from None
+                raise exc from None
         made = await run_in_threadpool(st.queue.retries, job_id)
         if made >= st.opts.max_retries:  # a webhook or a script in a loop ends here
             raise ApiError(
@@ -274,6 +370,7 @@ async def retry_render(st: State, request: Request, response: Response, job_id: 
                 raise ApiError(429, str(exc), {"Retry-After": "10"}) from None
             raise
         once.done(job_id=again.id)
+    response.headers["Location"] = f"/v1/renders/{again.id}"
     return st.job_json(again)
 
 
@@ -290,7 +387,7 @@ def _cursor(text: str | None) -> int | None:
         return None
     if not text.isdigit():
         raise ApiError(422, "cursor: give the cursor of a `next` link")
-    return int(text)
+    return min(int(text), INT64_MAX)  # past every job id: the first page
 
 
 def video_type(path) -> str:

@@ -75,6 +75,7 @@ class SpeechForm(BaseModel):
     text: str = Field(
         min_length=1,
         max_length=20_000,
+        pattern=r"[^\s\u0000-\u001f\u007f-\u009f]",  # something besides spaces and control characters
         description="what the presenter says (spoken by Piper's natural voice; espeak-ng where Piper is missing)",
     )
     voice: str = Field(

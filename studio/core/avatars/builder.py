@@ -437,7 +437,9 @@ class _Builder:
         want = self.params.face
         where = "the photo" if kind == "photo" else "the first frame"
         if want is not None and want > len(found):
-            raise AvatarError(
+            from studio.core.errors import NoSuchFace
+
+            raise NoSuchFace(
                 f"{source}: --face {want} asked for, but {where} has {len(found)} face(s) (numbered from the left)"
             )
         if len(found) > 1 or want is not None:

@@ -101,8 +101,14 @@ def first_sample(t, rate, sample_rate: int = SAMPLE_RATE):
 
 
 def frame_index(seconds: float, rate=DEFAULT_RATE) -> int:
-    """The frame shown at ``seconds`` (robust to float error: 0.12 s at 25 -> 3)."""
-    return int(math.floor(float(seconds) * float(Fraction(rate)) + 1e-6))
+    """The frame shown at ``seconds`` (robust to float error: 0.12 s at 25 -> 3). A time no clip
+    reaches (1e308 s, infinity, NaN) is ``OutsideClip``, never an overflow."""
+    at = float(seconds) * float(Fraction(rate))
+    if not math.isfinite(at) or abs(at) >= 2**62:
+        from studio.core.errors import OutsideClip
+
+        raise OutsideClip(f"{seconds} s is past the end of any clip; give a time inside the voice-over")
+    return int(math.floor(at + 1e-6))
 
 
 def frame_time(t: int, rate=DEFAULT_RATE) -> float:

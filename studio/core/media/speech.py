@@ -228,8 +228,11 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # nothing a voice says (NUL broke Piper's espeak)
+
+
 def _check_text(text: str) -> str:
-    text = (text or "").strip()
+    text = _CONTROL.sub(" ", text or "").strip()
     if not text:
         raise InputError("the script text is empty; type what the presenter says")
     if len(text) > MAX_CHARS:

@@ -329,9 +329,9 @@ class Renderer:
         ``[H,W,4]`` RGBA for a transparent avatar, its alpha as an alpha codec writes it)."""
         T = self.plan.frames
         if not 0 <= index < T:
-            from studio.core.errors import InputError
+            from studio.core.errors import OutsideClip
 
-            raise InputError(f"frame {index} is outside the clip (0..{T - 1}, {float(T / self.rate):.2f} s)")
+            raise OutsideClip(f"frame {index} is outside the clip (0..{T - 1}, {float(T / self.rate):.2f} s)")
         if not self.clip.covers(index):  # prepared for a range: a frame outside it prepares its own
             self.focus((index, index + 1))
         ((_, frames),) = self.iter_frames([(index, index + 1)])
