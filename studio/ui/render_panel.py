@@ -22,12 +22,15 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -109,7 +112,17 @@ class RenderPanel(QWidget):
         self._form = form
         order = sorted(shown, key=lambda s: GROUPS.index(s.group) if s.group in GROUPS else len(GROUPS))
         self.grid = SettingsGrid(order, self.fields)
-        form.addRow(self.grid)
+        # the settings scroll on their own (the delivery settings made them taller than a 1080p screen's
+        # dock): Render, the Live panel and Play stay in view, every setting stays one wheel away
+        self.grid_area = QScrollArea()
+        self.grid_area.setObjectName("settingsArea")
+        self.grid_area.setWidgetResizable(True)
+        self.grid_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.grid_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.grid_area.setWidget(self.grid)
+        self.grid_area.setMinimumHeight(160)
+        self.grid_area.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
+        form.addRow(self.grid_area)
 
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("output folder")
