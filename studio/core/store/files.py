@@ -21,13 +21,18 @@ from pathlib import Path
 from studio.core.errors import InputError, RenderError
 
 
-def check_name_length(out: Path) -> None:
-    """One sentence for a file name longer than its file system takes (255 bytes on most)."""
-    n = len(out.name.encode("utf-8", "surrogateescape"))
+def _name_bytes_and_limit(name: str, folder: Path) -> tuple[int, int]:
+    """A file name's length in bytes and the most its folder's file system takes (255 where unknown)."""
     try:
-        limit = os.pathconf(out.parent if out.parent.is_dir() else ".", "PC_NAME_MAX")
+        limit = os.pathconf(folder if folder.is_dir() else ".", "PC_NAME_MAX")
     except (OSError, ValueError):
         limit = 255
+    return len(name.encode("utf-8", "surrogateescape")), limit
+
+
+def check_name_length(out: Path) -> None:
+    """One sentence for a file name longer than its file system takes (255 bytes on most)."""
+    n, limit = _name_bytes_and_limit(out.name, out.parent)
     if n > limit:
         raise InputError(
             f"{out.name[:40]}...{out.suffix}: the file name is {n} bytes long, but the file system takes at most "
@@ -46,12 +51,7 @@ def check_kept_name(out: str | os.PathLike) -> None:
             return
     except OSError:
         return
-    alt = Path(numbered(out, 2))
-    n = len(alt.name.encode("utf-8", "surrogateescape"))
-    try:
-        limit = os.pathconf(out.parent if out.parent.is_dir() else ".", "PC_NAME_MAX")
-    except (OSError, ValueError):
-        limit = 255
+    n, limit = _name_bytes_and_limit(Path(numbered(out, 2)).name, out.parent)
     if n > limit:
         raise InputError(
             f"{out.name[:40]}...{out.suffix}: a file of that name exists and is kept, but the numbered name the new "
