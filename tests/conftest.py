@@ -84,3 +84,15 @@ def speech_pause_speech(path: Path, first: float, pause: float, second: float, r
     )
     sf.write(path, x, rate, subtype="PCM_16")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread for a module's renders: on a shared 2-core machine torch's thread pool is
+    ~8x slower here (modules ask for it with ``pytest.mark.usefixtures("one_torch_thread")``)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -13,15 +13,7 @@ from studio.core.render.renderer import Renderer
 from studio.core.scale.chunks import ChunkedRender, join_segments, render_segment, segment_suffix, split
 from studio.core.settings import RenderSettings
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: one intra-op thread
 
 
 @pytest.fixture(scope="module")

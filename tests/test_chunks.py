@@ -14,15 +14,7 @@ from studio.core.settings import RenderSettings
 LOSSLESS = RenderSettings(engine="classic", device="cpu", encoder="x264", crf=0, preset="ultrafast")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread: on a shared 2-core machine torch's thread pool is ~8x slower here."""
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: one intra-op thread
 
 
 @pytest.fixture(scope="module")
