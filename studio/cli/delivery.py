@@ -88,15 +88,7 @@ def run_save(args) -> int:
 
 
 def run_remove(args) -> int:
-    from studio.core.delivery import BUILTIN, _user_dir, key_of
-    from studio.core.errors import InputError
+    from studio.core.store import deliveries
 
-    key = key_of(args.name)
-    if key in BUILTIN:
-        raise InputError(f"{args.name!r} is shipped with Studio and cannot be removed")
-    path = _user_dir() / f"{key}.json"
-    if not path.is_file():
-        raise InputError(f"you have no delivery named {args.name!r} (studio delivery list)")
-    path.unlink()
-    print(f"removed delivery {key}")
+    print(f"removed delivery {deliveries.remove(args.name)}")
     return 0
