@@ -209,6 +209,23 @@ def test_bad_delivery_inputs_get_one_sentence(argv, says, voice, tmp_path):
     assert not (tmp_path / "o.mp4").exists()
 
 
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("  \n", "the script is empty; write the text the presenter says in it"),
+        ("x" * 50_000, "the script is 50000 characters; a render's script holds at most 20000"),
+    ],
+)
+def test_a_bad_script_file_gets_one_sentence(text, says, voice, tmp_path):
+    script = tmp_path / "script.txt"
+    script.write_text(text)
+    cmd = [sys.executable, "-m", "studio", "render", "--avatar", str(DEMO_AVATAR), "--audio", str(voice)]
+    cmd += ["-o", str(tmp_path / "o.mp4"), "--script", str(script), "--captions", "srt"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "o.mp4").exists()
+
+
 def test_timecode_track_chapters_and_otio_round_trip(avatar, voice, tmp_path):
     """A broadcast-style MOV at 29.97: a tmcd track starting at the drop-frame label, the markers and the
     pause as chapters; the .otio loads, round-trips, and its markers sit on their frames."""
@@ -262,6 +279,8 @@ def test_delivery_save_show_and_remove_from_the_command_line(tmp_path):
     r = studio("delivery", "save", "x", "--from-file", str(bad))
     assert r.returncode == 2 and "canvas 0x0 is out of range" in r.stderr
     assert studio("delivery", "remove", "broadcast-hd").returncode == 2
+    r = studio("delivery", "save", "Broadcast HD", "--crf", "18")
+    assert r.returncode == 2 and "is a delivery shipped with Studio" in r.stderr
     assert studio("delivery", "remove", "promo").returncode == 0
     assert "promo" not in studio("delivery", "list").stdout
 

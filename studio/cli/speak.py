@@ -40,9 +40,12 @@ def read_script(path: str) -> str:
     if p.stat().st_size > 1 << 20:
         raise InputError(f"{path}: the script is over 1 MB; give the text the presenter says")
     try:
-        return p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: the script is not UTF-8 text") from None
+    if not text.strip():
+        raise InputError(f"{path}: the script is empty; write the text the presenter says in it")
+    return text
 
 
 def run_speak(args) -> int:
