@@ -113,14 +113,6 @@ DELIVERY_KEYS = (
 )  # fmt: skip
 
 
-def delivery_values(settings) -> dict[str, Any]:
-    """The ``DELIVERY_KEYS`` of ``settings`` (a ``RenderSettings``, its delivery applied) that are not
-    at their default: what "Save as delivery" saves."""
-    from studio.core.settings import SCHEMA
-
-    return {k: getattr(settings, k) for k in DELIVERY_KEYS if getattr(settings, k) != SCHEMA[k].default}
-
-
 def key_of(name: str) -> str:
     """``"Broadcast HD"`` -> ``"broadcast-hd"``."""
     return re.sub(r"[^a-z0-9.]+", "-", str(name).strip().lower()).strip("-")

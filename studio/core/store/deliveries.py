@@ -29,6 +29,15 @@ def save(name: str, settings: dict[str, Any], description: str = "", *, overwrit
     return Delivery(path.stem, name, description, values, builtin=False)
 
 
+def delivery_values(settings) -> dict[str, Any]:
+    """The ``DELIVERY_KEYS`` of ``settings`` (a ``RenderSettings``, its delivery applied) that are not
+    at their default: what the window's "Save as delivery" saves."""
+    from studio.core.delivery import DELIVERY_KEYS
+    from studio.core.settings import SCHEMA
+
+    return {k: getattr(settings, k) for k in DELIVERY_KEYS if getattr(settings, k) != SCHEMA[k].default}
+
+
 def user_path(name: str):
     """Where the user's delivery ``name`` is (or would be) saved; one sentence for a shipped name."""
     key = key_of(name)

@@ -203,8 +203,8 @@ class EditorSession:
         """What "Save as delivery" saves: the delivery-side settings (``delivery.DELIVERY_KEYS``) as a
         render would use them (the chosen delivery's values under the ones set here), those not at
         their default."""
-        from studio.core.delivery import delivery_values
         from studio.core.settings import from_dict
+        from studio.core.store.deliveries import delivery_values
 
         return delivery_values(from_dict({k: self._values[k] for k in setting_keys()}))
 
