@@ -86,9 +86,7 @@ async def _add_avatar(st, form) -> dict:
         raise ApiError(422, f"'{name[:64]}' is not a valid avatar name; use up to 64 letters, digits, '.', '_' or '-'")
     if (avatar_mod.library_dir() / name / "meta.json").exists() and not f.force:
         raise ApiError(409, f"an avatar named '{name}' already exists; pick another name or send force=true")
-    params = avatar_mod.AvatarParams(
-        **{k: getattr(f, k) for k in avatar_mod.AvatarParams.__dataclass_fields__ if hasattr(f, k)}  # the form's
-    ).check()
+    params = avatar_mod.AvatarParams.taken_from(f).check()
     stored = await st.uploads.save_avatar(f.file)
     try:  # a refused avatar leaves nothing behind, and is named as the client named it
         await run_in_threadpool(avatar_mod.prepare, name, stored.path, params, force=f.force)
