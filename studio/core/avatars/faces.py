@@ -19,6 +19,7 @@ import logging
 import math
 import os
 from collections.abc import Iterator
+from typing import Self
 
 import numpy as np
 
@@ -187,7 +188,20 @@ TRACK_MAX_SIDE = 1920  # frames larger than this are downscaled before tracking 
 # Tracking
 
 
-class FaceTracker:
+class Closing:
+    """A ``with`` block closes it at the end (``close`` is the class's own)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class FaceTracker(Closing):
     """MediaPipe face mesh, 478 landmarks. ``video=True`` tracks between frames.
 
     Call it with an RGB uint8 frame; returns ``[478,2]`` float32 landmarks in that frame's
@@ -245,12 +259,6 @@ class FaceTracker:
 
     def close(self) -> None:
         self._mesh.close()
-
-    def __enter__(self) -> FaceTracker:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def face_extent(lm: np.ndarray) -> tuple[float, float, float]:
