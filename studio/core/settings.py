@@ -153,22 +153,8 @@ def setting(
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
     ``kind``: the type of an optional setting's values (default None, e.g. loudness: a float or off)."""
-    meta = dict(
-        kind=kind,
-        help=help,
-        label=label,
-        group=group,
-        choices=choices,
-        minimum=minimum,
-        maximum=maximum,
-        faces=frozenset(faces),
-        auto_label=auto_label,
-        ui_default=ui_default,
-        validate=validate,
-        example=example,
-        pattern=pattern,
-        engines=engines,
-    )
+    meta = {k: v for k, v in locals().items() if k != "default"}  # every argument of the Spec
+    meta["faces"] = frozenset(faces)
     return field(default=default, metadata={"spec": meta})
 
 
