@@ -1,6 +1,6 @@
 """``Idempotency-Key`` on every POST that creates something: a retried request answers the first result.
 
-    async with Idempotent(st, request, form) as once:
+    async with Idempotent(st, request, form, response) as once:   # a replay sets Idempotent-Replayed
         if once.replayed is not None:
             return answer_for(once.replayed)              # {"job_id": 7} or {"answer": {...}}
         job = await submit(...)
