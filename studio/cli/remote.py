@@ -18,7 +18,6 @@ def register(sub) -> None:
 def add_option(p) -> None:
     p.add_argument(
         "--server",
-        default=None,
         metavar="URL",
         help="render on a running `studio serve` (http://HOST:PORT; token from $STUDIO_SERVER_TOKEN)",
     )

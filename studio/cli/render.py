@@ -122,7 +122,6 @@ def _scale_options(p) -> None:
     )
     p.add_argument(
         "--gpus",
-        default=None,
         metavar="N|all",
         help="render on N GPUs of this machine at once (contiguous parts, one writer, one mux)",
     )

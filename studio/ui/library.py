@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
-import os
 import re
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
-from PySide6.QtGui import QIcon, QImage, QPixmap, QUndoCommand
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QIcon, QImage, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -41,31 +39,13 @@ from PySide6.QtWidgets import (
 )
 
 from studio.ui import settings as cfg
-from studio.ui.widgets import FileDrops
+from studio.ui.library_trash import RemoveAvatar, RemoveScript
+from studio.ui.widgets import ONLY, FileDrops, file_kind, icon_path
 from studio.ui.workers import run_in_background
-
-log = logging.getLogger(__name__)
 
 AVATAR_FILTER = "Photos and videos (*.png *.jpg *.jpeg *.webp *.bmp *.mp4 *.mov *.mkv *.webm *.avi);;All files (*)"
 AUDIO_FILTER = "Audio (*.wav *.flac *.ogg *.opus *.mp3);;All files (*)"
-AVATAR_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v"}
-AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".aif", ".aiff"}
 THUMB = 72
-#: a selection made by the program (an import, a restore) is that one item, never added to a batch
-ONLY = QItemSelectionModel.SelectionFlag.ClearAndSelect
-
-
-def dropped_paths(mime) -> list[str]:
-    """Local files in a drag's ``QMimeData`` (empty when it carries none)."""
-    if mime is None or not mime.hasUrls():
-        return []
-    return [u.toLocalFile() for u in mime.urls() if u.isLocalFile() and u.toLocalFile()]
-
-
-def file_kind(path: str) -> str:
-    """ "avatar", "audio" or "" for a dropped file, by its suffix."""
-    suffix = Path(path).suffix.lower()
-    return "avatar" if suffix in AVATAR_SUFFIXES else "audio" if suffix in AUDIO_SUFFIXES else ""
 
 
 def to_qimage(rgb: np.ndarray) -> QImage:
@@ -137,7 +117,7 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatars.setMinimumHeight(100)
         self.avatars.currentItemChanged.connect(self._avatar_changed)
         self.avatars.itemSelectionChanged.connect(self.selectionChanged)
-        self.import_avatar_btn = QPushButton(QIcon(_icon("import")), "Import photo or video…")
+        self.import_avatar_btn = QPushButton(QIcon(icon_path("import")), "Import photo or video…")
         self.import_avatar_btn.clicked.connect(self.import_avatar_dialog)
         self.remove_avatar_btn = QPushButton("Remove")
         self.remove_avatar_btn.clicked.connect(self.remove_selected_avatars)
@@ -167,17 +147,10 @@ class LibraryPanel(FileDrops, QWidget):
         params.addRow(shows)
         params.addRow(self.apply_btn)
 
-        av_box = QGroupBox("Avatars")
-        av = QVBoxLayout(av_box)
-        av.addWidget(self.avatars, 1)
-        row = QHBoxLayout()
-        row.addWidget(self.import_avatar_btn, 1)
-        row.addWidget(self.remove_avatar_btn)
-        av.addLayout(row)
         self.avatar_status = QLabel("")
         self.avatar_status.setObjectName("dim")
         self.avatar_status.setWordWrap(True)
-        av.addWidget(self.avatar_status)
+        av_box = _list_box("Avatars", self.avatars, self.import_avatar_btn, self.remove_avatar_btn, self.avatar_status)
         # the preparation's fields sit below the voice-overs: both lists show without scrolling
         prep_box = QGroupBox("Avatar preparation")
         prep_box.setLayout(params)
@@ -190,27 +163,21 @@ class LibraryPanel(FileDrops, QWidget):
         self.scripts.currentItemChanged.connect(self._script_changed)
         self.scripts.itemSelectionChanged.connect(self.selectionChanged)
         self.scripts.setMinimumHeight(90)
-        self.import_audio_btn = QPushButton(QIcon(_icon("audio")), "Import audio…")
+        self.import_audio_btn = QPushButton(QIcon(icon_path("audio")), "Import audio…")
         self.import_audio_btn.clicked.connect(self.import_audio_dialog)
         self.remove_script_btn = QPushButton("Remove")
         self.remove_script_btn.clicked.connect(self.remove_selected_scripts)
         self.text = QPlainTextEdit()
         self.text.setPlaceholderText("Script text (optional). Type a text and press Speak to make a voice-over.")
         self.text.setMaximumHeight(70)
-        self.speak_btn = QPushButton(QIcon(_icon("speak")), "Speak this text")
+        self.speak_btn = QPushButton(QIcon(icon_path("speak")), "Speak this text")
         from studio.ui.speech import available as tts_available
 
         self.speak_btn.setVisible(tts_available())
         self.speak_btn.clicked.connect(self._speak)
-        sc_box = QGroupBox("Voice-overs")
-        sc = QVBoxLayout(sc_box)
-        sc.addWidget(self.scripts, 1)
-        row = QHBoxLayout()
-        row.addWidget(self.import_audio_btn, 1)
-        row.addWidget(self.remove_script_btn)
-        sc.addLayout(row)
-        sc.addWidget(self.text)
-        sc.addWidget(self.speak_btn)
+        sc_box = _list_box(
+            "Voice-overs", self.scripts, self.import_audio_btn, self.remove_script_btn, self.text, self.speak_btn
+        )
 
         box = QVBoxLayout(self)
         box.setContentsMargins(6, 6, 6, 6)
@@ -261,11 +228,11 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatars.clear()
         for e in entries:
             if e.get("damaged"):
-                item = QListWidgetItem(QIcon(_icon("avatar")), f"{e['name']}\ndamaged: re-import it")
+                item = QListWidgetItem(QIcon(icon_path("avatar")), f"{e['name']}\ndamaged: re-import it")
                 item.setData(Qt.ItemDataRole.UserRole, e["name"])
                 self.avatars.addItem(item)
                 continue
-            item = QListWidgetItem(_thumb_icon(e.get("thumbnail")), self._avatar_caption(e))
+            item = QListWidgetItem(_thumbicon_path(e.get("thumbnail")), self._avatar_caption(e))
             item.setData(Qt.ItemDataRole.UserRole, e["name"])
             item.setToolTip(f"{e['name']}: {e.get('width')}x{e.get('height')}, {e.get('kind', '')}")
             self.avatars.addItem(item)
@@ -467,7 +434,7 @@ class LibraryPanel(FileDrops, QWidget):
             return ""
 
     def _add_script_item(self, path: str) -> None:
-        item = QListWidgetItem(QIcon(_icon("audio")), Path(path).name)
+        item = QListWidgetItem(QIcon(icon_path("audio")), Path(path).name)
         item.setData(Qt.ItemDataRole.UserRole, path)
         item.setToolTip(path)
         self.scripts.addItem(item)
@@ -576,107 +543,6 @@ class LibraryPanel(FileDrops, QWidget):
         run_in_background(speak, text, on_done=done, on_error=self.error.emit)
 
 
-class RemoveAvatar(QUndoCommand):
-    """Remove an avatar into the trash (``<data>/trash``); undo moves it back, prepared as it was."""
-
-    def __init__(self, panel: LibraryPanel, name: str):
-        super().__init__(f"Remove avatar “{name}”")
-        self.panel, self.name = panel, name
-        self.trashed: Path | None = None
-
-    def redo(self) -> None:
-        try:
-            self.trashed = trash_avatar(self.name)
-        except Exception as exc:  # noqa: BLE001 - nothing moved: no undo step either
-            from studio.ui.workers import error_text
-
-            self.panel.error.emit(error_text(exc))
-            self.setObsolete(True)
-            return
-        self.panel.refresh_avatars()
-
-    def undo(self) -> None:
-        if self.trashed is None:
-            return
-        try:
-            restore_avatar(self.trashed, self.name)
-        except Exception as exc:  # noqa: BLE001
-            from studio.ui.workers import error_text
-
-            self.panel.error.emit(error_text(exc))
-            return
-        self.trashed = None
-        self.panel.refresh_avatars(select=self.name)
-        self.panel.avatarRestored.emit(self.name)
-
-
-class RemoveScript(QUndoCommand):
-    """Take a voice-over off the list (the file stays where it is); undo puts it back in its place."""
-
-    def __init__(self, panel: LibraryPanel, path: str):
-        super().__init__(f"Remove “{Path(path).name}” from the list")
-        self.panel, self.path = panel, path
-        self.row = -1
-
-    def redo(self) -> None:
-        p = self.panel
-        self.row = p._script_row(self.path)
-        if self.row >= 0:
-            p.scripts.takeItem(self.row)
-            p._save_scripts()
-
-    def undo(self) -> None:
-        p = self.panel
-        if self.row < 0 or p._script_row(self.path) >= 0:
-            return
-        item = QListWidgetItem(QIcon(_icon("audio")), Path(self.path).name)
-        item.setData(Qt.ItemDataRole.UserRole, self.path)
-        item.setToolTip(self.path)
-        p.scripts.insertItem(min(self.row, p.scripts.count()), item)
-        p._save_scripts()
-        p.scripts.setCurrentItem(item, ONLY)
-
-
-def trash_dir() -> Path:
-    from studio.core.env import sub_dir
-
-    return sub_dir("trash")
-
-
-def trash_avatar(name: str) -> Path:
-    """Move avatar ``name``'s folder into the trash (a rename inside the data folder); its new path."""
-    import uuid
-
-    from studio.core.avatars.library import library_dir
-    from studio.core.errors import AvatarError
-
-    folder = library_dir() / name
-    if not folder.is_dir():
-        raise AvatarError(f"no avatar named '{name}' in the library; see `studio avatar list`")
-    target = trash_dir() / f"{name}.{uuid.uuid4().hex[:8]}"
-    os.replace(folder, target)
-    log.info("avatar %s moved to the trash (%s)", name, target)
-    return target
-
-
-def restore_avatar(trashed: Path, name: str) -> None:
-    from studio.core.avatars.library import library_dir
-    from studio.core.errors import AvatarError
-
-    folder = library_dir() / name
-    if folder.exists():
-        raise AvatarError(f"an avatar named “{name}” was made since; remove or rename it, then undo again")
-    os.replace(trashed, folder)
-    log.info("avatar %s restored from the trash", name)
-
-
-def empty_trash() -> None:
-    """Delete what removals left in the trash (when the window closes: their undo ends with it)."""
-    import shutil
-
-    shutil.rmtree(trash_dir(), ignore_errors=True)
-
-
 def _selected(lst: QListWidget) -> list[str]:
     rows = sorted(lst.row(i) for i in lst.selectedItems())
     return [lst.item(r).data(Qt.ItemDataRole.UserRole) for r in rows]
@@ -684,6 +550,22 @@ def _selected(lst: QListWidget) -> list[str]:
 
 def _key(path: str) -> str:
     return hashlib.sha1(str(path).encode()).hexdigest()[:16]
+
+
+def _list_box(
+    title: str, items: QListWidget, import_btn: QPushButton, remove_btn: QPushButton, *below: QWidget
+) -> QGroupBox:
+    """A Library section: its list, its import and remove buttons side by side, then ``below``."""
+    box = QGroupBox(title)
+    lay = QVBoxLayout(box)
+    lay.addWidget(items, 1)
+    row = QHBoxLayout()
+    row.addWidget(import_btn, 1)
+    row.addWidget(remove_btn)
+    lay.addLayout(row)
+    for w in below:
+        lay.addWidget(w)
+    return box
 
 
 def _spin(lo: int, hi: int, value: int, suffix: str, tip: str) -> QSpinBox:
@@ -695,15 +577,9 @@ def _spin(lo: int, hi: int, value: int, suffix: str, tip: str) -> QSpinBox:
     return s
 
 
-def _thumb_icon(thumb) -> QIcon:
+def _thumbicon_path(thumb) -> QIcon:
     if isinstance(thumb, np.ndarray):
         return QIcon(QPixmap.fromImage(to_qimage(thumb)))
     if thumb and Path(str(thumb)).exists():
         return QIcon(str(thumb))
-    return QIcon(_icon("avatar"))
-
-
-def _icon(name: str) -> str:
-    from studio.core.env import repo_resources
-
-    return str(repo_resources() / "icons" / f"{name}.svg")
+    return QIcon(icon_path("avatar"))

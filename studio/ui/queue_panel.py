@@ -449,13 +449,7 @@ def where_text(job) -> str:
         p = request_of_settings(job.settings or {})
     except Exception:  # noqa: BLE001 - a damaged row
         return ""
-    if p.kind == "gpus":
-        return f"renders on {len(p.devices)} GPUs here at once"
-    if p.kind == "farm":
-        return f"renders on the farm at {p.farm}" if p.farm else "renders on the farm started here"
-    if p.kind == "chunks":
-        return f"renders in {p.chunks or 2} local processes"
-    return "renders on this computer"
+    return f"renders on {p.label}"  # the placement's name, the service's wording (as the queue shows it)
 
 
 CHECK_BADGES = {"ok": ("✓ ok", "#7bd88f"), "check": ("! check", "#ffb347"), "out of sync": ("✗ out of sync", "#ff6b6b")}

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.ui import settings as cfg
+from studio.ui.model import session_value
 from studio.ui.setting_widgets import SettingFields, SettingsGrid, bind
 from studio.ui.widgets import ElidedLabel
 
@@ -273,13 +274,8 @@ class RenderPanel(QWidget):
         if key != "range":
             self._update_output_label()
 
-    @property
-    def threshold(self) -> float:
-        return self.session.value("threshold")
-
-    @property
-    def min_silence(self) -> int:
-        return self.session.value("min_silence")
+    threshold = session_value("threshold")
+    min_silence = session_value("min_silence")
 
     def render_settings(self):
         return self.session.render_settings()

@@ -24,7 +24,6 @@ import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QFontDatabase, QFontMetrics
 from PySide6.QtWidgets import (
-    QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -32,15 +31,15 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QToolButton,
     QVBoxLayout,
-    QWidget,
 )
 
 from studio.core.media.timecode import JUMP_HELP, parse_jump, timecode
-from studio.ui.model import EditorSession, Marker
+from studio.ui.model import EditorSession, session_attr, session_value
+from studio.ui.threshold import RMS_FLOOR, THRESHOLD_DECIMALS, LogSpinBox, ThresholdLine, exact_threshold
+from studio.ui.timeline_markers import TimelineMarkers
 from studio.ui.widgets import ElidedLabel
 
 MAX_REGIONS = 400
-RMS_FLOOR = 1e-4  # log axis floor
 WAVE_PEN = "#4fa3ff"
 SILENCE_BRUSH = (255, 170, 60, 45)
 RANGE_BRUSH = (79, 163, 255, 38)
@@ -48,77 +47,6 @@ RANGE_PEN = "#7cc0ff"
 FACELESS_BRUSH = (255, 90, 90, 170)
 ACCENT = "#ffb347"
 PLAYHEAD = "#ff5c7a"
-MARKER = "#c792ea"
-MARKER_HIT_PX = 7  # a click this close to a marker's line is on the marker
-
-
-THRESHOLD_DECIMALS = 5  # the number field's; the threshold is always a value it shows exactly
-DECADES_PER_PX = 0.01  # the line's drag: at most 1/100 of a decade (x1.023) per pixel ...
-FINE_DECADES_PER_PX = 0.001  # ... and with Shift held 1/1000 (x1.0023)
-
-
-def exact_threshold(value: float, significant: int | None = None) -> float:
-    """``value`` as the number field shows it (``THRESHOLD_DECIMALS``), first rounded to
-    ``significant`` digits (a dragged value: 0.0123, not 0.012347); within [RMS_FLOOR, 1]."""
-    v = min(max(float(value), RMS_FLOOR), 1.0)
-    if significant:
-        v = float(f"{v:.{significant}g}")
-    return round(v, THRESHOLD_DECIMALS)
-
-
-class ThresholdLine(pg.InfiniteLine):
-    """The horizontal threshold line on the log RMS axis. A drag moves it by a fixed ratio per pixel
-    (``DECADES_PER_PX``; Shift: ``FINE_DECADES_PER_PX``) rather than following the pointer, so a short
-    RMS plot (four decades in 60 pixels on a laptop) cannot jump from 0.008 to 0.15 in a flick; on a
-    tall plot, where a pixel is finer than that, it follows the pointer."""
-
-    sigDragStarted = Signal(object)
-
-    def mouseDragEvent(self, ev) -> None:  # noqa: N802 (pyqtgraph's name)
-        if not self.movable or ev.button() != Qt.MouseButton.LeftButton:
-            return
-        ev.accept()
-        if ev.isStart():
-            self.moving = True
-            self._anchor(ev)
-            self._y0 = ev.buttonDownScenePos().y()  # the whole movement counts, from the press
-            self.sigDragStarted.emit(self)
-        if not self.moving:
-            return
-        fine = bool(ev.modifiers() & Qt.KeyboardModifier.ShiftModifier)
-        if fine != self._fine:  # Shift pressed or let go mid-drag: carry on from here
-            self._anchor(ev)
-        vb = self.getViewBox()
-        per_px = abs(vb.viewPixelSize()[1]) if vb is not None else DECADES_PER_PX
-        gain = min(per_px, FINE_DECADES_PER_PX if fine else DECADES_PER_PX)
-        dy = ev.scenePos().y() - self._y0  # scene y grows downwards
-        self.setValue(self._v0 - dy * gain)
-        self.sigDragged.emit(self)
-        if ev.isFinish():
-            self.moving = False
-            self.sigPositionChangeFinished.emit(self)
-
-    def _anchor(self, ev) -> None:
-        self._v0 = float(self.value())
-        self._y0 = ev.scenePos().y()
-        self._fine = bool(ev.modifiers() & Qt.KeyboardModifier.ShiftModifier)
-
-
-class LogSpinBox(QDoubleSpinBox):
-    """The threshold's number field: arrows step by a ratio (about 5 %, Page Up/Down 25 %), so the
-    same key press means as much at 0.0005 as at 0.05; typed values are kept exactly."""
-
-    RATIO = 1.05
-    PAGE = 1.25
-
-    def stepBy(self, steps: int) -> None:  # noqa: N802 (Qt's name)
-        v = self.value()
-        ratio = self.PAGE if abs(steps) >= 10 else self.RATIO
-        n = steps // 10 if abs(steps) >= 10 else steps
-        target = exact_threshold(v * ratio**n, significant=3)
-        if target == v:  # at the field's resolution: one last digit
-            target = exact_threshold(v + (10**-THRESHOLD_DECIMALS) * (1 if steps > 0 else -1))
-        self.setValue(target)
 
 
 def time_text(seconds: float) -> str:
@@ -126,7 +54,7 @@ def time_text(seconds: float) -> str:
     return f"{int(m):02d}:{s:05.2f}"
 
 
-class TimelineView(QWidget):
+class TimelineView(TimelineMarkers):
     thresholdChanged = Signal(float)
     maskChanged = Signal(object)  # bool [T]
     playheadMoved = Signal(float)  # seconds (already snapped to the start of its frame)
@@ -145,7 +73,6 @@ class TimelineView(QWidget):
         self.session = session if session is not None else EditorSession()
         self.position = 0.0
         self.faceless_spans: list[tuple[int, int]] = []
-        self._marker_items: list[tuple] = []  # (line on the waveform, line on the RMS plot) per marker
         self._regions: list[pg.LinearRegionItem] = []
         self._silence_curve = None
 
@@ -219,18 +146,7 @@ class TimelineView(QWidget):
             p.addItem(line)
             self.playheads.append(line)
         self.wave_plot.scene().sigMouseClicked.connect(self._clicked)
-        # markers on the ruler: a triangle under each one, on the time axis
-        self.marker_ticks = pg.ScatterPlotItem(size=11, symbol="t1", pen=pg.mkPen(None), brush=pg.mkBrush(MARKER))
-        self.marker_ticks.setZValue(25)
-        self.rms_plot.addItem(self.marker_ticks)
-        # naming a marker in place: a small field over the waveform at the marker
-        self.marker_edit = QLineEdit(self.plots)
-        self.marker_edit.setObjectName("markerName")
-        self.marker_edit.setPlaceholderText("marker name")
-        self.marker_edit.hide()
-        self.marker_edit.installEventFilter(self)
-        self.marker_edit.returnPressed.connect(self._name_done)
-        self._naming: int | None = None  # the frame of the marker being named
+        self._build_markers()
 
         # ---- transport row: play, loop, timecode field, frame / duration, in/out, audio note
         self.play_btn = QToolButton()
@@ -320,44 +236,15 @@ class TimelineView(QWidget):
 
     # ---- public API --------------------------------------------------------------------
 
-    @property
-    def analysis(self):
-        return self.session.analysis
-
-    @property
-    def rate(self):
-        """The rate of the frames shown (exact): the clip's frames, timecode, frame_at."""
-        return self.session.grid_rate
-
-    @property
-    def threshold(self) -> float:
-        return self.session.value("threshold")
-
-    @property
-    def min_run(self) -> int:
-        return self.session.value("min_silence")
-
-    @property
-    def mask(self):
-        return self.session.mask
-
-    @property
-    def in_frame(self) -> int | None:
-        return self.session.in_frame
-
-    @property
-    def out_frame(self) -> int | None:
-        """The last frame of the range (included)."""
-        return self.session.out_frame
-
-    @property
-    def markers(self) -> list[Marker]:
-        return self.session.markers
-
-    @property
-    def frames(self) -> int:
-        """Frames of the shown clip (0 without one)."""
-        return self.session.frames
+    analysis = session_attr("analysis")
+    rate = session_attr("grid_rate", "The rate of the frames shown (exact): the clip's frames, timecode, frame_at.")
+    threshold = session_value("threshold")
+    min_run = session_value("min_silence")
+    mask = session_attr("mask")
+    in_frame = session_attr("in_frame")
+    out_frame = session_attr("out_frame", "The last frame of the range (included).")
+    markers = session_attr("markers")
+    frames = session_attr("frames", "Frames of the shown clip (0 without one).")
 
     @property
     def frame(self) -> int:
@@ -400,66 +287,6 @@ class TimelineView(QWidget):
         self.set_playhead(0.0, emit=False)
         self._recompute()
 
-    # ---- markers -----------------------------------------------------------------------
-
-    def add_marker(self, frame: int | None = None, name: str | None = None, edit: bool = True) -> Marker | None:
-        """A marker at ``frame`` (default: the playhead), named ``name`` (default "Marker N");
-        ``edit``: then named in place. A marker already there is renamed instead."""
-        marker = self.session.add_marker(self.frame if frame is None else frame, name)
-        if marker is not None and edit:
-            self.rename_marker(marker.frame)
-        return marker
-
-    def marker_at(self, frame: int) -> Marker | None:
-        return self.session.marker_at(frame)
-
-    def set_markers(self, markers) -> None:
-        """All markers at once: ``Marker``s or (frame, name)."""
-        self.session.set("markers", list(markers))
-
-    def remove_marker(self, frame: int) -> None:
-        self.session.remove_marker(frame)
-
-    def rename_marker(self, frame: int, name: str | None = None) -> None:
-        """Rename the marker at ``frame`` to ``name``, or (None) open its name field in place."""
-        m = self.marker_at(frame)
-        if m is None:
-            return
-        if name is not None:
-            self.session.rename_marker(m.frame, name)
-            return
-        self._naming = m.frame
-        edit = self.marker_edit
-        edit.setText(m.name)
-        x = int(self.plots.mapFromScene(self.scene_pos_of(m.frame / self.fps)).x())
-        width = max(120, edit.fontMetrics().horizontalAdvance(m.name) + 24)
-        edit.setGeometry(max(0, min(x + 4, self.plots.width() - width)), 4, width, edit.sizeHint().height())
-        edit.show()
-        edit.raise_()
-        edit.setFocus(Qt.FocusReason.OtherFocusReason)
-        edit.selectAll()
-
-    def next_marker(self, direction: int) -> None:
-        """Move the playhead to the next (``direction`` > 0) or previous marker."""
-        target = self.session.next_marker(self.frame, direction)
-        if target is None:
-            self.error.emit("no marker " + ("after" if direction > 0 else "before") + " the playhead (M adds one)")
-            return
-        self.set_frame(target)
-
-    def marker_span(self, frame: int) -> tuple[int, int]:
-        """Frames ``[marker, next marker)`` (or to the end) of the marker at ``frame``."""
-        return self.session.marker_span(frame)
-
-    def marker_near(self, scene_x: float) -> Marker | None:
-        """The marker whose line is within a few pixels of scene x ``scene_x``."""
-        best, gap = None, MARKER_HIT_PX + 1.0
-        for m in self.markers:
-            x = self.scene_pos_of(m.frame / self.fps).x()
-            if abs(x - scene_x) < gap:
-                best, gap = m, abs(x - scene_x)
-        return best
-
     def _session_changed(self, key, _before, _after) -> None:
         """The session changed (an edit here or elsewhere, an undo, a restore): draw it."""
         import shiboken6
@@ -496,71 +323,6 @@ class TimelineView(QWidget):
                 self._cancel_naming()
             self._draw_markers()
             self.markersChanged.emit()
-
-    def _draw_markers(self) -> None:
-        while len(self._marker_items) < len(self.markers):
-            pair = []
-            for p, label in ((self.wave_plot, True), (self.rms_plot, False)):
-                line = pg.InfiniteLine(
-                    angle=90,
-                    movable=False,
-                    pen=pg.mkPen(MARKER, width=1, style=Qt.PenStyle.DashLine),
-                    label="" if label else None,
-                    labelOpts={"position": 0.93, "color": MARKER, "anchors": [(0, 0.5), (0, 0.5)]} if label else None,
-                )
-                line.setZValue(15)
-                p.addItem(line)
-                pair.append(line)
-            self._marker_items.append(tuple(pair))
-        for i, (wave, rms) in enumerate(self._marker_items):
-            if i < len(self.markers):
-                m = self.markers[i]
-                for line in (wave, rms):
-                    line.setValue(m.frame / self.fps)
-                    line.show()
-                wave.label.setFormat(f" {m.name}")
-                wave.label.show()
-            else:
-                wave.hide()
-                rms.hide()
-        xs = [m.frame / self.fps for m in self.markers]
-        lo = self.rms_plot.vb.viewRange()[1][0]
-        self.marker_ticks.setData(xs, [lo] * len(xs))
-
-    def _name_done(self) -> None:
-        frame, self._naming = self._naming, None
-        self.marker_edit.hide()
-        if frame is not None:
-            name = self.marker_edit.text().strip()
-            if name:
-                self.rename_marker(frame, name)
-        self.plots.setFocus(Qt.FocusReason.OtherFocusReason)
-
-    def _cancel_naming(self) -> None:
-        if self._naming is not None:
-            self._naming = None
-            self.marker_edit.hide()
-
-    def _marker_menu(self, marker: Marker, screen_pos) -> None:
-        from PySide6.QtWidgets import QMenu
-
-        menu = QMenu(self)
-        menu.setObjectName("markerMenu")
-        start, end = self.marker_span(marker.frame)
-        until = "the next marker" if end < self.frames else "the end"
-        render = menu.addAction(f"Render from “{marker.name}” to {until}")
-        use = menu.addAction(f"Set in/out from “{marker.name}” to {until}")
-        menu.addSeparator()
-        go = menu.addAction("Go to marker")
-        rename = menu.addAction("Rename…")
-        delete = menu.addAction("Delete marker")
-        render.triggered.connect(lambda: self.renderMarker.emit(start, end))
-        use.triggered.connect(lambda: self.set_range(start, end - 1))
-        go.triggered.connect(lambda: self.set_frame(marker.frame))
-        rename.triggered.connect(lambda: self.rename_marker(marker.frame))
-        delete.triggered.connect(lambda: self.remove_marker(marker.frame))
-        self.marker_menu = menu
-        menu.popup(screen_pos)
 
     def set_threshold(self, value: float) -> None:
         """Set the threshold to ``value`` as the number field shows it (5 decimals): line, field,

@@ -15,8 +15,9 @@
 from __future__ import annotations
 
 import weakref
+from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, Qt
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QComboBox,
@@ -27,6 +28,31 @@ from PySide6.QtWidgets import (
     QTextEdit,
     QWidget,
 )
+
+AVATAR_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v"}
+AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".aif", ".aiff"}
+#: a selection made by the program (an import, a restore) is that one item, never added to a batch
+ONLY = QItemSelectionModel.SelectionFlag.ClearAndSelect
+
+
+def dropped_paths(mime) -> list[str]:
+    """Local files in a drag's ``QMimeData`` (empty when it carries none)."""
+    if mime is None or not mime.hasUrls():
+        return []
+    return [u.toLocalFile() for u in mime.urls() if u.isLocalFile() and u.toLocalFile()]
+
+
+def file_kind(path: str) -> str:
+    """ "avatar", "audio" or "" for a dropped file, by its suffix."""
+    suffix = Path(path).suffix.lower()
+    return "avatar" if suffix in AVATAR_SUFFIXES else "audio" if suffix in AUDIO_SUFFIXES else ""
+
+
+def icon_path(name: str) -> str:
+    """The path of the shipped icon ``name`` (``resources/icons/NAME.svg``)."""
+    from studio.core.env import repo_resources
+
+    return str(repo_resources() / "icons" / f"{name}.svg")
 
 
 class ElidedLabel(QLabel):
@@ -160,8 +186,6 @@ class FileDrops:
     only_known = True
 
     def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        from studio.ui.library import dropped_paths, file_kind
-
         paths = dropped_paths(event.mimeData())
         if paths and (not self.only_known or any(file_kind(p) for p in paths)):
             event.acceptProposedAction()
@@ -176,8 +200,6 @@ class FileDrops:
         self._set_drop_target(False)
 
     def dropEvent(self, event) -> None:  # noqa: N802
-        from studio.ui.library import dropped_paths
-
         self._set_drop_target(False)
         paths = dropped_paths(event.mimeData())
         if not paths:

@@ -208,7 +208,7 @@ class WindowState(QMainWindow):
             return
         self.transport.stop()
         self.save_state()
-        from studio.ui.library import empty_trash
+        from studio.ui.library_trash import empty_trash
 
         empty_trash()  # removals can be undone until now
         if self.player is not None:

@@ -101,7 +101,7 @@ def test_a_bad_farm_address_fails_the_job_with_one_readable_line(window, qtbot, 
         assert window.banner_text.text() == reason
         row = [window.queue_panel.table.item(r, ID_COL).text() for r in range(window.queue_panel.table.rowCount())]
         note = window.queue_panel.table.item(row.index(str(job_id)), NOTE_COL)
-        assert note.text() == reason and f"renders on the farm at {address}" in note.toolTip()
+        assert note.text() == reason and f"renders on farm {address}" in note.toolTip()
     assert window.current is None and window.render_panel.render_btn.isEnabled()
     assert not (tmp_path / "renders").exists() or not list((tmp_path / "renders").iterdir())
 

@@ -154,7 +154,7 @@ def test_ctrl_z_undoes_typed_threshold_min_silence_and_in_out(timeline_window, q
 
 def test_undo_restores_render_settings_and_a_removed_avatar(library_window, qtbot, tmp_path):
     from studio.core.avatars.library import library_dir, load
-    from studio.ui.library import trash_dir
+    from studio.ui.library_trash import trash_dir
 
     w = library_window
     w.resize(1400, 900)

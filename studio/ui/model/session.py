@@ -75,6 +75,17 @@ def setting_keys() -> list[str]:
     return [s.name for s in specs("ui")]
 
 
+def session_attr(name: str, doc: str | None = None) -> Any:
+    """A read-only property of a view (an object with ``self.session``): the session's ``name``.
+    A view keeps no copy of what the session holds."""
+    return property(lambda self: getattr(self.session, name), doc=doc)
+
+
+def session_value(key: str, doc: str | None = None) -> Any:
+    """A read-only property of a view (an object with ``self.session``): the session's setting ``key``."""
+    return property(lambda self: self.session.value(key), doc=doc)
+
+
 class EditorSession:
     def __init__(self, memory=None):
         self.events = EventGroup()
