@@ -26,9 +26,14 @@ from studio.core.errors import InputError
 @dataclass(frozen=True)
 class Knob:
     name: str
-    default: str
     help: str
+    default: str = ""  # what ``get`` answers while it is unset ("": the code's own default, said in ``help``)
     group: str = "run time"
+
+    @classmethod
+    def switch(cls, name: str, off: str, group: str = "run time") -> Knob:
+        """A switch: on unless set to 0 (``flag``); ``off`` says what 0 does."""
+        return cls(name, "0: " + off, "1", group)
 
 
 KNOBS: dict[str, Knob] = {
@@ -36,154 +41,133 @@ KNOBS: dict[str, Knob] = {
     for k in (
         Knob(
             "STUDIO_HOME",
-            "",
             "the data folder (avatars, models, engines, jobs.sqlite, settings, logs); "
             "default: the platform's user data folder (~/.local/share/studio)",
         ),
         Knob(
             "STUDIO_CPU_THREADS",
-            "",
             "PyTorch threads of a CPU render (default: a quarter of the cores; OMP_NUM_THREADS also counts)",
         ),
         Knob(
             "STUDIO_MAX_AUDIO_MINUTES",
-            "",
             "the longest voice-over a command accepts, checked from the file's header before decoding "
             "(default 240; `studio serve` has --max-audio-minutes)",
         ),
-        Knob("STUDIO_AVATAR_MAX_GB", "", "the largest avatar cache `avatar add` writes (default: the module's limit)"),
-        Knob("STUDIO_ENGINE_CACHE", "", "where built TensorRT engines are kept (default: <data>/engines)"),
-        Knob(
+        Knob("STUDIO_AVATAR_MAX_GB", "the largest avatar cache `avatar add` writes (default: the module's limit)"),
+        Knob("STUDIO_ENGINE_CACHE", "where built TensorRT engines are kept (default: <data>/engines)"),
+        Knob.switch(
             "STUDIO_BACKGROUND_LOAD",
-            "1",
-            "0: MuseTalk loads its networks in the calling thread, not in the "
+            "MuseTalk loads its networks in the calling thread, not in the "
             "background while the audio and the encoders get ready",
         ),
-        Knob("STUDIO_X264_WORKERS", "", "parallel x264 chunk encoders (default: one per core)"),
-        Knob(
+        Knob("STUDIO_X264_WORKERS", "parallel x264 chunk encoders (default: one per core)"),
+        Knob.switch(
             "STUDIO_QUEUE_PIPELINE",
-            "1",
-            "0: queued jobs run strictly one after another (by default the next job's engine work "
+            "queued jobs run strictly one after another (by default the next job's engine work "
             "starts while the previous job's encoders drain)",
         ),
-        Knob(
+        Knob.switch(
             "STUDIO_LOCAL_SERVER",
-            "1",
-            "0: studio render always renders in its own process (by default it hands the job to a studio serve "
+            "studio render always renders in its own process (by default it hands the job to a studio serve "
             "running on the same data folder, which has its engine warm)",
         ),
         Knob(
             "STUDIO_MAX_ENGINES",
-            "2",
             "warm engines a process keeps at most (the least recently used is evicted first)",
+            default="2",
         ),
         Knob(
             "STUDIO_MAX_ENGINE_MEMORY",
-            "0.6",
             "no new engine is loaded while more than this share of the device's memory is in use "
             "(the least recently used engines are evicted first)",
+            default="0.6",
         ),
         Knob(
             "STUDIO_JOBS_PER_DEVICE",
-            "",
             "jobs studio serve renders at once on each device, their frames sharing the engine's batches "
             "(default: 1; 2 or more lets a short job finish beside a long one)",
         ),
-        Knob(
+        Knob.switch(
             "STUDIO_CROSS_JOB_BATCHING",
-            "1",
-            "0: jobs running at once on one device call the engine in turn instead of sharing its batches",
+            "jobs running at once on one device call the engine in turn instead of sharing its batches",
         ),
-        Knob("STUDIO_X264_PROCESSES", "1", "0: parallel x264 chunks run in threads of this process"),
-        Knob("STUDIO_X264_NICE", "5", "the CPU priority (nice) of x264 encoder processes"),
+        Knob.switch("STUDIO_X264_PROCESSES", "parallel x264 chunks run in threads of this process"),
+        Knob("STUDIO_X264_NICE", "the CPU priority (nice) of x264 encoder processes", default="5"),
         Knob(
             "STUDIO_SPILL_DIR",
-            "",
             "where encoded chunks wait for the mux (default: /dev/shm when it has room, else beside the output)",
         ),
         Knob(
             "STUDIO_SHM_DIR",
-            "",
             "the memory folder of the encoders' frame rings and small spill folders (default: /dev/shm; "
             "a ring that does not fit there is file-backed in the temporary folder, then made smaller)",
         ),
-        Knob("STUDIO_GPU_DIRECT", "1", "0: CUDA frames reach the encoder processes through a host copy thread"),
-        Knob("STUDIO_VIDEO_HINTS", "1", "0: do not tell x264 which macroblocks of a photo avatar cannot change"),
-        Knob(
+        Knob.switch("STUDIO_GPU_DIRECT", "CUDA frames reach the encoder processes through a host copy thread"),
+        Knob.switch("STUDIO_VIDEO_HINTS", "do not tell x264 which macroblocks of a photo avatar cannot change"),
+        Knob.switch(
             "STUDIO_FAST_COPIES",
-            "1",
-            "0: half-precision GPU loads read the official weight files instead of the fast layout "
+            "half-precision GPU loads read the official weight files instead of the fast layout "
             "`studio models import` writes (fp16 safetensors, memory-mapped)",
         ),
         Knob(
             "STUDIO_SERVER_TOKEN",
-            "",
             "the bearer token of `studio serve` (server side) and of a server the "
             "window or `studio render --server` renders on (client side); kept out of `ps` and the queue",
         ),
         Knob(
             "STUDIO_KEEP_RENDERS",
-            "",
             "retention: renders in <data>/renders and uploads older than this (7d, 12h, 30m) are removed, "
             "their jobs kept as expired (the window, `studio queue` and `studio serve`; default: kept forever)",
         ),
         Knob(
             "STUDIO_MAX_STORAGE_GB",
-            "",
             "retention: the oldest renders and uploads in the data folder go while they hold more than this",
         ),
         Knob(
             "STUDIO_WEBHOOK_SECRET",
-            "",
             "`studio serve`: the key webhooks are signed with (X-Studio-Signature: t=TIME,sha256=HMAC of TIME.body)",
         ),
-        Knob(
-            "STUDIO_READ_TOKEN",
-            "",
-            "`studio serve`: a second, read-only bearer token (GET only: dashboards, metrics)",
-        ),
+        Knob("STUDIO_READ_TOKEN", "`studio serve`: a second, read-only bearer token (GET only: dashboards, metrics)"),
         Knob(
             "STUDIO_LOG_MAX_MB",
-            "10",
             "logs/studio.log is rotated at this size (studio.log.1 ...; every message is one escaped line)",
+            default="10",
         ),
-        Knob("STUDIO_LOG_BACKUPS", "5", "rotated logs kept beside logs/studio.log (the oldest is dropped)"),
+        Knob("STUDIO_LOG_BACKUPS", "rotated logs kept beside logs/studio.log (the oldest is dropped)", default="5"),
         Knob(
             "STUDIO_PARENT_PID",
-            "",
             "set by Studio for its encoder workers: they exit when that process is gone",
-            "internal",
+            group="internal",
         ),
         Knob(
             "STUDIO_COMPILE",
-            "0",
             "1: MuseTalk's networks run through torch.compile (default mode) under the CUDA "
             "graphs; the first load compiles for about a minute, then UNet + TAESD ran 1.75x and UNet + SD-VAE "
             "2.1x faster on an H200",
+            default="0",
         ),
-        Knob("STUDIO_TRACE", "", "a JSON file that receives per-frame encoder timestamps of one render", "diagnostics"),
-        Knob("STUDIO_TRACE_DIR", "", "`studio bench`: one trace per timed run in this folder", "diagnostics"),
+        Knob(
+            "STUDIO_TRACE", "a JSON file that receives per-frame encoder timestamps of one render", group="diagnostics"
+        ),
+        Knob("STUDIO_TRACE_DIR", "`studio bench`: one trace per timed run in this folder", group="diagnostics"),
         Knob(
             "STUDIO_STACKS",
-            "",
             "`studio bench`: sample the render thread's stack every 5 ms and add the top "
             "stacks of each timed run to its result (where the render thread waits)",
-            "diagnostics",
+            group="diagnostics",
         ),
-        Knob("STUDIO_QUIT_AFTER_MS", "", "the window closes itself after this many ms (smoke tests)", "tests"),
-        Knob("STUDIO_SMOKE_GUI_MS", "", "packaging/smoke_test.sh: how long the frozen window stays open", "tests"),
+        Knob("STUDIO_QUIT_AFTER_MS", "the window closes itself after this many ms (smoke tests)", group="tests"),
+        Knob("STUDIO_SMOKE_GUI_MS", "packaging/smoke_test.sh: how long the frozen window stays open", group="tests"),
         Knob(
             "STUDIO_PACKAGING_TEST",
-            "",
             "1: `./dev test` also builds and smoke-tests the desktop app (CI sets it)",
-            "tests",
+            group="tests",
         ),
-        Knob("STUDIO_VENV", "", "the venv `./dev` and packaging/build.sh use (default: .venv)", "build"),
+        Knob("STUDIO_VENV", "the venv `./dev` and packaging/build.sh use (default: .venv)", group="build"),
         Knob(
             "STUDIO_TORCH",
-            "",
             "the torch requirement `./dev setup` installs (default: the CPU build torch==2.13.0)",
-            "build",
+            group="build",
         ),
     )
 }

@@ -169,12 +169,7 @@ def list_renders(
     return {"renders": [st.job_json(j, estimates) for j in jobs], "next": nxt}
 
 
-@router.get(
-    "/v1/renders/{job_id}",
-    response_model=Job,
-    responses=errors(404, 422),
-    summary="One job",
-)
+@router.get("/v1/renders/{job_id}", response_model=Job, responses=errors(404, 422), summary="One job")
 def get_render(st: State, job_id: JobId) -> dict:
     return st.job_json(st.job(job_id))
 
