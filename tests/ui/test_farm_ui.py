@@ -78,7 +78,7 @@ def test_render_on_is_saved_with_the_settings_and_travels_with_queued_jobs(windo
         window.queue_panel.table.item(r, ID_COL).text(): window.queue_panel.table.item(r, STATE_COL).toolTip()
         for r in range(window.queue_panel.table.rowCount())
     }
-    assert "renders on this computer" in tips[str(local)] and "farm at 10.0.0.5:6379" in tips[str(farm)]
+    assert "renders on this computer" in tips[str(local)] and "renders on farm 10.0.0.5:6379" in tips[str(farm)]
 
 
 def test_a_bad_farm_address_fails_the_job_with_one_readable_line(window, qtbot, tmp_path):
