@@ -116,7 +116,7 @@ class Render:
         req = self.request
         held = hasattr(self.pool, "release")  # the pool's bound never evicts the engine while it renders
         kw: dict[str, Any] = {"slot": self.slot, "hold": True} if held else {}
-        r = self.pool.renderer(req.avatar, req.audio, req.settings, **kw)
+        r = self.pool.renderer(req.avatar, req.audio, req.render_settings, **kw)  # the rate resolved once
         self._active = r
         try:
             if self._cancel.is_set():
@@ -153,9 +153,9 @@ class Render:
             raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
         engines = []
         for d in devices:  # warm engines; a device named twice gets a second one of its own
-            e, _ = self.pool.get(req.settings.with_(device=d))
-            engines.append(e if e not in engines else self.pool.get(req.settings.with_(device=d), fresh=True)[0])
-        r = DeviceRender(req.avatar, req.audio, req.settings, engines=engines)
+            e, _ = self.pool.get(req.render_settings.with_(device=d))
+            engines.append(e if e not in engines else self.pool.get(req.render_settings.with_(device=d), fresh=True)[0])
+        r = DeviceRender(req.avatar, req.audio, req.render_settings, engines=engines)
         self._active = r
         if self._cancel.is_set():
             r.cancel()
@@ -170,7 +170,7 @@ class Render:
         if req.frames is not None:
             raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
         n = req.placement.chunks or 2
-        r = ChunkedRender(req.avatar, req.audio, req.settings, chunks=n)
+        r = ChunkedRender(req.avatar, req.audio, req.render_settings, chunks=n)
         self._active = r
         if self._cancel.is_set():
             r.cancel()
@@ -197,7 +197,7 @@ class Render:
                     req.avatar,
                     req.audio,
                     req.output,
-                    req.settings,
+                    req.render_settings,
                     chunks=req.placement.chunks or None,
                     overwrite=req.overwrite,
                 ):
@@ -223,7 +223,7 @@ class Render:
             progressed = False
             try:
                 self._started(link.where, req.settings.engine)
-                for p in link.render(req.avatar, req.audio, req.output, req.settings, overwrite=req.overwrite):
+                for p in link.render(req.avatar, req.audio, req.output, req.render_settings, overwrite=req.overwrite):
                     if self._cancel.is_set():
                         link.cancel()
                     progressed = progressed or p.done > 0
