@@ -54,7 +54,7 @@ _QUICK_EXIT = [False]  # set once a command (not the window) has run
 def _main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["__studio_x264_worker__"]:  # a frozen app re-launched as an encoder worker
-        from studio.core.media.x264_pool import run_worker
+        from studio.core.media.x264_worker import run_worker
 
         run_worker(int(args_in[1]))
         return 0
