@@ -70,7 +70,7 @@ def _main(argv: list[str] | None = None) -> int:
         _say(f"studio: error: {exc}")
         return exc.exit_code
     _setup_logging(args.verbose)
-    from studio.core.store.fsutil import sweep_dead_temps
+    from studio.core.store.temps import sweep_dead_temps
 
     sweep_dead_temps()  # temporaries of runs that were killed (SIGKILL, power cut): one listing
     if not getattr(args, "command", None):
@@ -116,7 +116,7 @@ def _stop_workers() -> None:
     """Encoder processes and this run's leftover temporaries go before the exit message."""
     if "studio.core.media.x264_pool" in sys.modules:
         sys.modules["studio.core.media.x264_pool"].shutdown_pool()
-    from studio.core.store.fsutil import remove_own_temps
+    from studio.core.store.temps import remove_own_temps
 
     remove_own_temps()
 

@@ -516,10 +516,10 @@ class _Builder:
     # -- files ----------------------------------------------------------------------------------
 
     def _tmp(self, name: str) -> Path:
-        """The one place the build's temporaries are made: registered (``fsutil.temp_file``), so a
+        """The one place the build's temporaries are made: registered (``temps.temp_file``), so a
         killed build's are removed by the next ``studio`` command, and released once renamed in
         (``_commit``) or deleted (``discard``, on any exception)."""
-        from studio.core.store.fsutil import temp_file
+        from studio.core.store.temps import temp_file
 
         path = temp_file(self.folder, f".{name}.", ".tmp.npy")
         self.tmp[name] = path
@@ -545,7 +545,7 @@ class _Builder:
         meta["files"] = files
         meta["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         meta.setdefault("created", meta["updated"])
-        from studio.core.store.fsutil import release_temp
+        from studio.core.store.temps import release_temp
 
         for name, tmp in self.tmp.items():
             os.replace(tmp, self.folder / f"{name}.npy")
@@ -560,7 +560,7 @@ class _Builder:
             (self.folder / f"{n}.npy").unlink(missing_ok=True)
 
     def discard(self) -> None:
-        from studio.core.store.fsutil import release_temp
+        from studio.core.store.temps import release_temp
 
         self.a.clear()
         for tmp in self.tmp.values():
