@@ -246,7 +246,7 @@ def test_http_errors_are_json_sentences(client):
 
 
 def test_audio_uploaded_once_reused_by_id_with_its_silence(server, client, clips, short_id):
-    from studio.core.media.audio import analyze
+    from studio.core.media.analysis import analyze
 
     with open(clips["short"], "rb") as fh:
         again = client.post("/v1/audio", data={"min_silence": 3}, files={"file": ("other-name.wav", fh)})

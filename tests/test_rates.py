@@ -89,7 +89,8 @@ def test_drop_frame_round_trips_and_reads_dropped_labels():
 def test_frame_grid_at_29_97_has_frames_of_533_and_534_samples(tmp_path):
     import soundfile as sf
 
-    from studio.core.media.audio import frame_rms, load
+    from studio.core.media.analysis import frame_rms
+    from studio.core.media.audio import load
 
     x = (0.1 * np.random.default_rng(0).standard_normal(16_000 * 2 + 77)).astype(np.float32)
     sf.write(tmp_path / "n.wav", x, 16_000, subtype="FLOAT")
