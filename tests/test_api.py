@@ -245,6 +245,30 @@ def test_http_errors_are_json_sentences(client):
     assert "crf" in one_sentence(client.post("/v1/renders", data={"avatar": "astro", "text": "hi", "crf": 99}), 422)
 
 
+@pytest.mark.parametrize(
+    "form, says",
+    [
+        ({"text": ""}, "text"),  # no voice-over at all: /v1/renders asks for one, /v1/audio/speech for text
+        ({"text": "   "}, "the script text is empty; type what the presenter says"),
+        ({"text": "x" * 50_000}, "the script text is 50000 characters; speak at most 20000 at a time"),
+        ({"text": "Hello.", "voice": "nobody"}, "there is no voice named 'nobody'"),
+        ({"text": "Hello.", "canvas": "0x0"}, "canvas 0x0 is out of range"),
+        ({"text": "Hello.", "canvas": "20000x20000"}, "canvas 20000x20000 is out of range"),
+        ({"text": "Hello.", "delivery": "nope"}, "there is no delivery named 'nope'"),
+        ({"text": "Hello.", "script": "x" * 50_000}, "the script is 50000 characters"),
+    ],
+)
+def test_bad_delivery_and_script_inputs_get_one_sentence_over_http(client, astro, form, says):
+    """Issue 35's bad inputs over HTTP: a 4xx with one sentence before any job is queued."""
+    before = client.get("/v1/renders").json()
+    r = client.post("/v1/renders", data={"avatar": "astro", "engine": "classic", **form})
+    assert says in one_sentence(r, 422)
+    assert client.get("/v1/renders").json() == before
+    if "canvas" not in form and "delivery" not in form and "script" not in form:  # the text alone: /v1/audio/speech
+        speech = {k: v for k, v in form.items() if k in ("text", "voice")}
+        assert says in one_sentence(client.post("/v1/audio/speech", data=speech), 422)
+
+
 def test_audio_uploaded_once_reused_by_id_with_its_silence(server, client, clips, short_id):
     from studio.core.media.analysis import analyze
 

@@ -209,6 +209,23 @@ def test_bad_delivery_inputs_get_one_sentence(argv, says, voice, tmp_path):
     assert not (tmp_path / "o.mp4").exists()
 
 
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("  \n", "the script is empty; write the text the presenter says in it"),
+        ("x" * 50_000, "the script is 50000 characters; a render's script holds at most 20000"),
+    ],
+)
+def test_a_bad_script_file_gets_one_sentence(text, says, voice, tmp_path):
+    script = tmp_path / "script.txt"
+    script.write_text(text)
+    cmd = [sys.executable, "-m", "studio", "render", "--avatar", str(DEMO_AVATAR), "--audio", str(voice)]
+    cmd += ["-o", str(tmp_path / "o.mp4"), "--script", str(script), "--captions", "srt"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "o.mp4").exists()
+
+
 def test_timecode_track_chapters_and_otio_round_trip(avatar, voice, tmp_path):
     """A broadcast-style MOV at 29.97: a tmcd track starting at the drop-frame label, the markers and the
     pause as chapters; the .otio loads, round-trips, and its markers sit on their frames."""
@@ -262,6 +279,8 @@ def test_delivery_save_show_and_remove_from_the_command_line(tmp_path):
     r = studio("delivery", "save", "x", "--from-file", str(bad))
     assert r.returncode == 2 and "canvas 0x0 is out of range" in r.stderr
     assert studio("delivery", "remove", "broadcast-hd").returncode == 2
+    r = studio("delivery", "save", "Broadcast HD", "--crf", "18")
+    assert r.returncode == 2 and "is a delivery shipped with Studio" in r.stderr
     assert studio("delivery", "remove", "promo").returncode == 0
     assert "promo" not in studio("delivery", "list").stdout
 
@@ -306,3 +325,36 @@ def test_a_reframe_resizes_only_what_shows_and_each_frame_is_its_own():
         window = whole[-oy : -oy + 320, -ox : -ox + 180]
         assert int((batch[k].int() - window).abs().max()) <= 3, k
     assert len(set(c.ox.tolist())) > 6  # the crop moved across the source
+
+
+def _timecode_and_chapters(path):
+    import av
+
+    with av.open(str(path)) as c:
+        tmcd = [st.metadata["timecode"] for st in c.streams if st.metadata.get("handler_name") == "TimeCodeHandler"]
+        chapters = [(round(float(ch["start"] * ch["time_base"]), 3), ch["metadata"]["title"]) for ch in c.chapters()]
+    return tmcd, chapters
+
+
+def test_a_chunked_render_has_the_timecode_track_and_chapters_of_a_one_process_render(avatar, voice, tmp_path):
+    """``--chunks 2``: the joined MP4 starts its drop-frame timecode track where the one-process render's
+    does, and has the same chapters (the markers and the pause), read back with PyAV."""
+    from studio.core.scale.chunks import ChunkedRender
+
+    s = from_dict(
+        {"engine": "classic", "device": "cpu", "encoder": "x264", "preset": "ultrafast", "fps": "29.97"}
+        | {"start_tc": "01:00:00:00", "markers": "0.5=Intro, 2.7=Outro"}
+    )
+    one = Renderer(avatar, voice, s).render(tmp_path / "one.mp4")
+    job = ChunkedRender(avatar, voice, s, chunks=2)
+    for _ in job.run(tmp_path / "chunked.mp4"):
+        pass
+    want = _timecode_and_chapters(one.output)
+    got = _timecode_and_chapters(job.result.output)
+    assert got == want and got[0] == ["01:00:00;00"]
+    assert [t for _, t in got[1]] == ["Start", "Intro", "Pause 1", "Outro"]
+    # without markers or chapters the joined file still carries the timecode track (25 fps: non-drop)
+    plain = ChunkedRender(avatar, voice, s.with_(fps="25", start_tc="10:00:00:00", chapters=False), chunks=2)
+    for _ in plain.run(tmp_path / "plain.mp4"):
+        pass
+    assert _timecode_and_chapters(plain.result.output) == (["10:00:00:00"], [])

@@ -221,3 +221,16 @@ def test_cli_farm_status_without_a_cluster_says_how_to_start_one(home, tmp_path)
     )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("studio: error: ") and "studio farm up" in r.stderr
+
+
+def test_the_farm_join_has_the_timecode_track_and_chapters(farm, avatar, voice, tmp_path):
+    """As a one-process render: the start timecode (drop-frame at 29.97) and the markers as chapters."""
+    import av
+
+    f, _ = farm
+    s = LOSSLESS.with_(fps="29.97", start_tc="01:00:00:00", markers="0.5=Intro, 2=Later")
+    list(f.render(avatar, voice, tmp_path / "farm.mp4", s))
+    with av.open(str(tmp_path / "farm.mp4")) as c:
+        tmcd = [st.metadata["timecode"] for st in c.streams if st.metadata.get("handler_name") == "TimeCodeHandler"]
+        chapters = [(round(float(ch["start"] * ch["time_base"]), 1), ch["metadata"]["title"]) for ch in c.chapters()]
+    assert tmcd == ["01:00:00;00"] and chapters == [(0.0, "Start"), (0.5, "Intro"), (2.0, "Later")]

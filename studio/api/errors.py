@@ -127,6 +127,11 @@ def validation_sentence(errors) -> str:
     msg = str(e.get("msg", "is not valid"))
     if e.get("type") == "missing":
         return f"'{where}' is required"
+    if where == "text" and e.get("type") == "string_pattern_mismatch":  # the script to speak: the CLI's sentence
+        return "the script text is empty; type what the presenter says"
+    if where == "text" and e.get("type") == "string_too_long":
+        most = (e.get("ctx") or {}).get("max_length", "")
+        return f"the script text is {len(str(e.get('input', '')))} characters; speak at most {most} at a time"
     if e.get("type") == "string_pattern_mismatch":
         pattern = (e.get("ctx") or {}).get("pattern", "")
         return f"'{where}' {str(e.get('input', ''))[:64]!r} is not valid: it must match {pattern}"

@@ -1,6 +1,6 @@
 """``Idempotency-Key`` on every POST that creates something: a retried request answers the first result.
 
-    async with Idempotent(st, request, form) as once:
+    async with Idempotent(st, request, form, response) as once:   # a replay sets Idempotent-Replayed
         if once.replayed is not None:
             return answer_for(once.replayed)              # {"job_id": 7} or {"answer": {...}}
         job = await submit(...)
@@ -59,7 +59,7 @@ class Idempotent:
     """``dead(replayed)``: the first request's work came to nothing after its key was kept (``/generate``:
     its client went away and the job was cancelled); the key is then taken again, as if it was free."""
 
-    def __init__(self, st, request, form, scope: str | None = None, dead=None):
+    def __init__(self, st, request, form, response=None, scope: str | None = None, dead=None):
         self.st = st
         self.key = request.headers.get(HEADER)
         from studio.api.clients import current
@@ -67,6 +67,7 @@ class Idempotent:
         named = current().name  # a key is a client's own: another client's same key is another request
         self.scope = (scope or f"{request.method} {request.url.path}") + (f" as {named}" if named else "")
         self.form = form
+        self.response = response  # a replayed answer says so in its headers (``Idempotent-Replayed: true``)
         self.replayed: dict | None = None
         self._claimed = False
         self._finished = False
@@ -98,6 +99,8 @@ class Idempotent:
                 {"Retry-After": "2"},
             )
         self.replayed = {"job_id": got["job_id"], "answer": got["answer"]}
+        if self.response is not None:
+            self.response.headers["Idempotent-Replayed"] = "true"
         return self
 
     def done(self, job_id: int | None = None, answer: dict | None = None) -> None:
@@ -113,7 +116,3 @@ class Idempotent:
     async def __aexit__(self, exc_type, exc, tb) -> None:
         if self._claimed and not self._finished:  # it failed (or was never finished): the key is free again
             await run_in_threadpool(self.st.queue.release_key, self.scope, self.key)
-
-
-def replayed_headers(response) -> None:
-    response.headers["Idempotent-Replayed"] = "true"

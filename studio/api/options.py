@@ -133,7 +133,7 @@ class ServeOptions:
 
         hosts = split_list(self.allowed_hosts) if isinstance(self.allowed_hosts, str) else self.allowed_hosts
         for h in hosts:
-            if h != "*" and ("/" in h or (":" in h.strip("[]") and not _is_ip(h.strip("[]"))) or " " in h):
+            if h != "*" and ("/" in h or (":" in h.strip("[]") and not is_ip(h.strip("[]"))) or " " in h):
                 raise InputError(
                     f"--allowed-hosts {h}: give host names such as studio.example (no scheme, port or path)"
                 )
@@ -176,7 +176,8 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
-def _is_ip(text: str) -> bool:
+def is_ip(text: str) -> bool:
+    """Whether the text is an IPv4 or IPv6 address (not a host name)."""
     try:
         ipaddress.ip_address(text)
         return True

@@ -29,6 +29,7 @@ import ipaddress
 import socket
 
 from studio.api.guard import renders, send_json
+from studio.api.options import is_ip
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 WILDCARDS = ("0.0.0.0", "::", "")  # listening on every address of the machine
@@ -40,7 +41,7 @@ def allowed_hosts(opts) -> tuple[str, ...]:
     and its subdomains). IP addresses are always accepted and are not listed."""
     names = {"localhost", ".localhost"}
     listen = opts.host.strip("[]").lower()
-    if not _is_ip(listen) and listen not in WILDCARDS:
+    if not is_ip(listen) and listen not in WILDCARDS:
         names.add(listen)
     if listen in WILDCARDS or not is_loopback_ip(listen):  # reachable from the network: its own names too
         name = socket.gethostname().lower().rstrip(".")  # no DNS lookup here (getfqdn may wait seconds)
@@ -61,7 +62,7 @@ def host_of(netloc: str) -> str:
 
 
 def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
-    if not host or _is_ip(host) or "*" in allowed:
+    if not host or is_ip(host) or "*" in allowed:
         return True
     return any(host == a or (a.startswith(".") and (host == a[1:] or host.endswith(a))) for a in allowed)
 
@@ -118,14 +119,6 @@ def is_loopback_ip(host: str) -> bool:
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-        return True
     except ValueError:
         return False
 

@@ -1,10 +1,22 @@
-"""Shared CLI helpers: JSON output and a terminal progress bar (tqdm's)."""
+"""Shared CLI helpers: a command's ``--json`` switch, JSON output and a terminal progress bar (tqdm's)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from typing import Any
+
+JSON_HELP = "print one JSON object"
+JSON_RESULT = "print one JSON object with the result"
+
+
+def runs(parser, func, json: str | None = JSON_HELP):
+    """``parser`` (a command or a subcommand, its own options already added) runs ``func``, with a last
+    ``--json`` switch (its help: ``json``; None: no switch). Answers the parser."""
+    if json is not None:
+        parser.add_argument("--json", action="store_true", help=json)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def emit_json(obj) -> None:

@@ -6,6 +6,8 @@ import sys
 
 
 def register(sub) -> None:
+    from studio.cli._common import runs
+
     p = sub.add_parser("avatar", help="prepare, list, inspect and remove avatars (photos or videos)")
     cmds = p.add_subparsers(dest="avatar_command", metavar="ACTION")
     cmds.required = True
@@ -71,19 +73,15 @@ def register(sub) -> None:
         "alpha): render it with --codec prores4444 or vp9 to place it over your graphics",
     )
     a.add_argument("--force", action="store_true", help="replace an avatar of that name (reuses what still fits)")
-    a.add_argument("--json", action="store_true", help="print one JSON object")
-    a.set_defaults(func=run_add)
+    runs(a, run_add)
 
-    ls = cmds.add_parser("list", help="list the library")
-    ls.add_argument("--json", action="store_true", help="print a JSON array")
-    ls.set_defaults(func=run_list)
+    runs(cmds.add_parser("list", help="list the library"), run_list, json="print a JSON array")
 
     s = cmds.add_parser("show", help="describe an avatar; optionally write a debug overlay image")
     s.add_argument("name", help="library name, or an image/video path")
     s.add_argument("--overlay", metavar="OUT.png", help="write the frame with box and mask drawn on it")
     s.add_argument("--frame", type=int, default=0, metavar="I", help="frame for --overlay (default 0)")
-    s.add_argument("--json", action="store_true", help="print one JSON object")
-    s.set_defaults(func=run_show)
+    runs(s, run_show)
 
     r = cmds.add_parser("rm", help="remove an avatar from the library")
     r.add_argument("name", help="library name")
@@ -91,21 +89,10 @@ def register(sub) -> None:
 
 
 def run_add(args) -> int:
-    from studio.cli._common import ProgressBar, emit_json
+    from studio.cli._common import ProgressBar
     from studio.core.avatars import library as avatar
 
-    params = avatar.AvatarParams(
-        bbox_shift=args.bbox_shift,
-        extra_margin=args.extra_margin,
-        cheek_width=args.cheek_width,
-        feather=args.feather,
-        mask_mode=args.mask_mode,
-        smooth=args.smooth,
-        trim_start=args.trim_start,
-        trim_end=args.trim_end,
-        face=args.face,
-        matte=args.matte,
-    )
+    params = avatar.AvatarParams.taken_from(args)
     bar = ProgressBar(f"avatar {args.name}")
     stage_seen = [""]
 
@@ -122,12 +109,7 @@ def run_add(args) -> int:
     finally:
         if stage_seen[0]:
             bar.close()
-    info = _summary(a)
-    if args.json:
-        emit_json(info)
-    else:
-        _print_summary(info, f"added avatar '{a.name}'")
-    return 0
+    return _answer(args, _summary(a), f"added avatar '{a.name}'")
 
 
 def run_list(args) -> int:
@@ -154,7 +136,6 @@ def run_list(args) -> int:
 def run_show(args) -> int:
     from pathlib import Path
 
-    from studio.cli._common import emit_json
     from studio.core.avatars import library as avatar
     from studio.core.errors import InputError
 
@@ -176,11 +157,7 @@ def run_show(args) -> int:
             Image.fromarray(img).save(tmp, format="PNG")
         info["overlay"] = str(out)
         info["overlay_frame"] = args.frame
-    if args.json:
-        emit_json(info)
-    else:
-        _print_summary(info, f"avatar '{a.name}'")
-    return 0
+    return _answer(args, info, f"avatar '{a.name}'")
 
 
 def run_rm(args) -> int:
@@ -188,6 +165,17 @@ def run_rm(args) -> int:
 
     note = avatar.remove(args.name)
     print(f"removed avatar '{args.name}'" + (f" ({note})" if note else ""))
+    return 0
+
+
+def _answer(args, info: dict, title: str) -> int:
+    """An avatar's summary: one JSON object with --json, else ``title`` and its lines."""
+    from studio.cli._common import emit_json
+
+    if args.json:
+        emit_json(info)
+    else:
+        _print_summary(info, title)
     return 0
 
 

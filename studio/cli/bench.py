@@ -192,6 +192,8 @@ def run(args) -> int:
 
 def print_user(res: dict) -> None:
     """The user's-path figures: each row against its baseline measured in the same run."""
+    from studio.service.bench import generate_line
+
     u = res["user"]
     runs = res["runs"]
     first = next((k for k in runs if k.startswith("musetalk-") and k.count("-") == 1), None)
@@ -246,14 +248,7 @@ def print_user(res: dict) -> None:
                     )
     sv = u.get("serve") or {}
     for key, rows in (sv.get("generate") or {}).items():
-        print(
-            f"serve: POST /generate ({key}): request "
-            + ", ".join(f"{x['request_s']:.3f}" for x in rows)
-            + " s; server's render "
-            + ", ".join(f"{x['render_s']:.3f}" for x in rows)
-            + " s; audio "
-            + ", ".join(f"{x['audio']}" for x in rows)
-        )
+        print(generate_line(key, rows, audio=True))
     b = sv.get("concurrent")
     if b:
         print(

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from studio.cli._common import runs
+
     p = sub.add_parser("delivery", help="list, show, save or remove named deliveries (--delivery NAME)")
     dsub = p.add_subparsers(dest="delivery_command", metavar="ACTION", required=True)
-    ls = dsub.add_parser("list", help="the deliveries: shipped with Studio, then yours")
-    ls.add_argument("--json", action="store_true", help="print one JSON object")
-    ls.set_defaults(func=run_list)
+    runs(dsub.add_parser("list", help="the deliveries: shipped with Studio, then yours"), run_list)
     sh = dsub.add_parser("show", help="the settings one delivery sets")
     sh.add_argument("name")
-    sh.add_argument("--json", action="store_true", help="print one JSON object")
-    sh.set_defaults(func=run_show)
+    runs(sh, run_show)
     sv = dsub.add_parser("save", help="save your own delivery: from a JSON file, or from render options")
     sv.add_argument("name")
     sv.add_argument("--from-file", metavar="FILE.json", help='{"name": ..., "description": ..., "settings": {...}}')
@@ -88,15 +87,7 @@ def run_save(args) -> int:
 
 
 def run_remove(args) -> int:
-    from studio.core.delivery import BUILTIN, _user_dir, key_of
-    from studio.core.errors import InputError
+    from studio.core.store import deliveries
 
-    key = key_of(args.name)
-    if key in BUILTIN:
-        raise InputError(f"{args.name!r} is shipped with Studio and cannot be removed")
-    path = _user_dir() / f"{key}.json"
-    if not path.is_file():
-        raise InputError(f"you have no delivery named {args.name!r} (studio delivery list)")
-    path.unlink()
-    print(f"removed delivery {key}")
+    print(f"removed delivery {deliveries.remove(args.name)}")
     return 0

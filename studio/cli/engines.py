@@ -6,6 +6,8 @@ import sys
 
 
 def register(sub) -> None:
+    from studio.cli._common import runs
+
     p = sub.add_parser("engines", help="build, list or clean the TensorRT engines (NVIDIA GPUs)")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
 
@@ -31,17 +33,13 @@ def register(sub) -> None:
         help="which decoder engine(s) to build besides the UNet (default both)",
     )
     b.add_argument("--force", action="store_true", help="rebuild even when a valid engine is cached")
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.set_defaults(func=run_build)
+    runs(b, run_build)
 
-    ls = verbs.add_parser("list", help="cached engines: valid, stale (and why) or unchecked")
-    ls.add_argument("--json", action="store_true", help="print one JSON object")
-    ls.set_defaults(func=run_list)
+    runs(verbs.add_parser("list", help="cached engines: valid, stale (and why) or unchecked"), run_list)
 
     c = verbs.add_parser("clean", help="delete stale engines and leftover exports")
     c.add_argument("--all", action="store_true", help="delete every engine and the timing caches too")
-    c.add_argument("--json", action="store_true", help="print one JSON object")
-    c.set_defaults(func=run_clean)
+    runs(c, run_clean)
 
 
 def run_build(args) -> int:

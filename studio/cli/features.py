@@ -4,13 +4,14 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from studio.cli._common import runs
+
     p = sub.add_parser("features", help="write MuseTalk's per-frame audio tokens [T,50,384] to a .npy file")
     p.add_argument("audio", help="WAV, FLAC, OGG or MP3 file")
     p.add_argument("-o", "--output", required=True, help="the .npy file to write (float32 [T,50,384], PE included)")
     p.add_argument("--whisper", metavar="DIR", help="a Hugging Face whisper-tiny folder (default: the imported one)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    runs(p, run)
 
 
 def run(args) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from studio.cli._common import runs
+
     p = sub.add_parser("models", help="import, list and verify MuseTalk weights (no downloads)")
     cmds = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
 
@@ -11,16 +13,11 @@ def register(sub) -> None:
     imp.add_argument("folder", nargs="?", help="the MuseTalk models/ folder (musetalkV15/, sd-vae/, whisper/, ...)")
     imp.add_argument("--taesd", metavar="DIR", help="a TAESD folder (diffusers AutoencoderTiny: config.json + weights)")
     imp.add_argument("--copy", action="store_true", help="copy the files instead of hard-linking them")
-    imp.add_argument("--json", action="store_true", help="print one JSON object")
-    imp.set_defaults(func=run_import)
+    runs(imp, run_import)
 
-    ls = cmds.add_parser("list", help="show the imported weights")
-    ls.add_argument("--json", action="store_true", help="print one JSON object")
-    ls.set_defaults(func=run_list)
+    runs(cmds.add_parser("list", help="show the imported weights"), run_list)
 
-    ver = cmds.add_parser("verify", help="re-hash the stored files against the manifest")
-    ver.add_argument("--json", action="store_true", help="print one JSON object")
-    ver.set_defaults(func=run_verify)
+    runs(cmds.add_parser("verify", help="re-hash the stored files against the manifest"), run_verify)
 
 
 def run_import(args) -> int:

@@ -12,6 +12,7 @@ import sys
 
 
 def register(sub) -> None:
+    from studio.cli._common import runs
     from studio.cli.render import job_options
 
     p = sub.add_parser("queue", help="the render queue: add, list, show, run, cancel, retry, hold, move, rm")
@@ -23,17 +24,19 @@ def register(sub) -> None:
     add.add_argument("--draft", action="store_true", help="keep it as a draft (not queued)")
     add.set_defaults(func=run_add)
 
-    ls = qs.add_parser("list", help="every job: id, state, progress, output, reason")
-    ls.add_argument("--json", action="store_true", help="print a JSON list")
-    ls.set_defaults(func=run_list)
+    runs(
+        qs.add_parser("list", help="every job: id, state, progress, output, reason"), run_list, json="print a JSON list"
+    )
 
     show = qs.add_parser("show", help="one job in full (JSON)")
     show.add_argument("id", type=job_id)
     show.set_defaults(func=run_show)
 
-    run = qs.add_parser("run", help="render queued jobs until none is left")
-    run.add_argument("--json", action="store_true", help="print the finished jobs as a JSON list")
-    run.set_defaults(func=run_run)
+    runs(
+        qs.add_parser("run", help="render queued jobs until none is left"),
+        run_run,
+        json="print the finished jobs as a JSON list",
+    )
 
     for name, helptext in (
         ("cancel", "cancel a queued, held or running job"),

@@ -8,13 +8,14 @@ import sys
 
 
 def register(sub) -> None:
+    from studio.cli._common import JSON_RESULT, runs
+
     p = sub.add_parser("render", help="render an avatar speaking a voice-over to an MP4")
     job_options(p, "output MP4 path")
     from studio.cli.remote import add_option
 
     add_option(p)  # --server URL: render on a running `studio serve` (studio/cli/remote.py)
-    p.add_argument("--json", action="store_true", help="print one JSON object with the result")
-    p.set_defaults(func=run_render)
+    runs(p, run_render, json=JSON_RESULT)
 
     f = sub.add_parser("frame", help="write the exact frame a render shows at a timestamp")
     f.add_argument("--avatar", required=True, help="avatar NAME from the library, or an image/video path")
@@ -29,8 +30,7 @@ def register(sub) -> None:
     d.add_argument("-o", "--output", default="demo.mp4", help="output MP4 path (default demo.mp4)")
     overwrite_option(d)
     _render_options(d)
-    d.add_argument("--json", action="store_true", help="print one JSON object with the result")
-    d.set_defaults(func=run_demo)
+    runs(d, run_demo, json=JSON_RESULT)
 
 
 def job_options(p, output_help: str) -> None:

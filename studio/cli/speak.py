@@ -7,6 +7,8 @@ import sys
 
 
 def register(sub) -> None:
+    from studio.cli._common import JSON_RESULT, runs
+
     p = sub.add_parser("speak", help="speak a script into a WAV voice-over (Piper's natural voice, offline)")
     p.add_argument("text", nargs="?", default=None, help="what the presenter says (or --text-file)")
     p.add_argument("--text-file", metavar="FILE", help="a UTF-8 .txt file with the script")
@@ -16,16 +18,14 @@ def register(sub) -> None:
     p.add_argument("--import-voice", metavar="VOICE.onnx", help="import a Piper voice (.onnx + .onnx.json) and stop")
     p.add_argument("--name", help="the imported voice's name (default: the file's)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    p.add_argument("--json", action="store_true", help="print one JSON object with the result")
-    p.set_defaults(func=run_speak)
+    runs(p, run_speak, json=JSON_RESULT)
 
     c = sub.add_parser("captions", help="write a script's captions timed to its voice-over (.srt or .vtt)")
     c.add_argument("--audio", required=True, help="the voice-over")
     c.add_argument("--text", metavar="SCRIPT.txt", help="the script (default: the text it was spoken from)")
     c.add_argument("-o", "--output", required=True, help="OUT.srt or OUT.vtt")
     c.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    c.add_argument("--json", action="store_true", help="print one JSON object with the result")
-    c.set_defaults(func=run_captions)
+    runs(c, run_captions, json=JSON_RESULT)
 
 
 def read_script(path: str) -> str:
@@ -40,9 +40,12 @@ def read_script(path: str) -> str:
     if p.stat().st_size > 1 << 20:
         raise InputError(f"{path}: the script is over 1 MB; give the text the presenter says")
     try:
-        return p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: the script is not UTF-8 text") from None
+    if not text.strip():
+        raise InputError(f"{path}: the script is empty; write the text the presenter says in it")
+    return text
 
 
 def run_speak(args) -> int:

@@ -104,6 +104,15 @@ BUILTIN: dict[str, Delivery] = {
 }
 
 
+#: the settings a delivery saved from the window carries (those not at their default): where and how
+#: the clip is delivered, never how its frames are generated (engine, device, silence)
+DELIVERY_KEYS = (
+    "canvas", "fit", "scale", "offset_x", "offset_y", "background", "max_upscale", "fps",
+    "codec", "crf", "preset", "loudness", "true_peak", "start_tc", "chapters",
+    "captions", "caption_style", "otio",
+)  # fmt: skip
+
+
 def key_of(name: str) -> str:
     """``"Broadcast HD"`` -> ``"broadcast-hd"``."""
     return re.sub(r"[^a-z0-9.]+", "-", str(name).strip().lower()).strip("-")

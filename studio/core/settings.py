@@ -152,23 +152,10 @@ def setting(
     engines: tuple[str, ...] = (),
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
+    ``label``: what the window calls it (default: its name in words, ``min_silence``: Min silence).
     ``kind``: the type of an optional setting's values (default None, e.g. loudness: a float or off)."""
-    meta = dict(
-        kind=kind,
-        help=help,
-        label=label,
-        group=group,
-        choices=choices,
-        minimum=minimum,
-        maximum=maximum,
-        faces=frozenset(faces),
-        auto_label=auto_label,
-        ui_default=ui_default,
-        validate=validate,
-        example=example,
-        pattern=pattern,
-        engines=engines,
-    )
+    meta = {k: v for k, v in locals().items() if k != "default"}  # every argument of the Spec
+    meta["faces"] = frozenset(faces)
     return field(default=default, metadata={"spec": meta})
 
 
@@ -179,32 +166,25 @@ class RenderSettings:
     engine: str = setting(
         "auto",
         "lip-sync engine: auto picks MuseTalk when its weights are imported, else classic",
-        label="Engine",
         choices=ENGINES,
     )
     device: str | None = setting(
-        None, "torch device, e.g. cpu, cuda, cuda:1 (auto: cuda when present)", label="Device", auto_label="auto"
+        None, "torch device, e.g. cpu, cuda, cuda:1 (auto: cuda when present)", auto_label="auto"
     )
-    precision: str = setting(
-        "auto", "MuseTalk arithmetic precision", label="Precision", choices=PRECISIONS, engines=MUSETALK
-    )
+    precision: str = setting("auto", "MuseTalk arithmetic precision", choices=PRECISIONS, engines=MUSETALK)
     decoder: str = setting(
         "taesd",
         "MuseTalk image decoder: TAESD is fast, SD-VAE is the reference quality",
-        label="Decoder",
         choices=DECODERS,
         engines=MUSETALK,
     )
     runtime: str = setting(
         "auto",
         "MuseTalk runtime: TensorRT engines when built and valid (auto), or force one",
-        label="Runtime",
         choices=RUNTIMES,
         engines=MUSETALK,
     )
-    batch: int = setting(
-        0, "frames per engine call (0: the engine's preferred batch)", label="Batch", minimum=0, maximum=1024
-    )
+    batch: int = setting(0, "frames per engine call (0: the engine's preferred batch)", minimum=0, maximum=1024)
     compile: bool = setting(
         False,
         "MuseTalk: torch.compile the networks (about a minute to load once; then UNet + "
@@ -224,7 +204,6 @@ class RenderSettings:
         "avatar",
         "output size: avatar (the avatar's own), or WxH such as 1280x720, 1920x1080, 3840x2160, 1080x1920 "
         "(vertical), 1080x1080 (square); even sides of 16 to 8192 pixels",
-        label="Canvas",
         validate=lambda v: canvas_problem(v),
         pattern=lambda: _delivery().CANVAS_PATTERN,
         example="1280x720",
@@ -238,7 +217,7 @@ class RenderSettings:
         choices=FITS,
     )
     scale: float = setting(
-        1.0, "the presenter's size on the canvas relative to the placement", label="Scale", minimum=0.1, maximum=4.0
+        1.0, "the presenter's size on the canvas relative to the placement", minimum=0.1, maximum=4.0
     )
     offset_x: float = setting(
         0.0, "move the presenter right (+) or left (-), in canvas widths", label="Offset X", minimum=-1.0, maximum=1.0
@@ -250,7 +229,6 @@ class RenderSettings:
         "black",
         "what shows around the presenter on the canvas (and through a transparent avatar): a colour (black, "
         "white, #1a2b3c), an image file, or transparent (kept by --codec prores4444 or vp9)",
-        label="Background",
         validate=lambda v: background_problem(v),
         pattern=lambda: _delivery().background_pattern(),
         example="white",
@@ -259,14 +237,12 @@ class RenderSettings:
         2.0,
         "the most the presenter is enlarged to fill the canvas; beyond it the render is kept at this size "
         "and says so (a small avatar on a 4K canvas would be soft)",
-        label="Max upscale",
         minimum=1.0,
         maximum=8.0,
     )
     threshold: float = setting(
         DEFAULT_SILENCE_THRESHOLD,
         "silence RMS threshold (frames quieter than this are silent and show the avatar itself)",
-        label="Threshold",
         group="silence",
         minimum=0.0,
         maximum=1.0,
@@ -274,7 +250,6 @@ class RenderSettings:
     min_silence: int = setting(
         DEFAULT_MIN_SILENCE_FRAMES,
         "shortest silence, in frames",
-        label="Min silence",
         group="silence",
         minimum=1,
         maximum=10_000,
@@ -282,7 +257,6 @@ class RenderSettings:
     crossfade: int = setting(
         3,
         "frames of crossfade at each speech/silence edge (the mouth eases to rest)",
-        label="Crossfade",
         group="silence",
         minimum=0,
         maximum=25,
@@ -290,7 +264,6 @@ class RenderSettings:
     encoder: str = setting(
         DEFAULT_ENCODER,
         "video encoder: auto uses NVENC when a session opens, else libx264 in parallel",
-        label="Encoder",
         group="encode",
         choices=ENCODERS,
     )
@@ -298,7 +271,6 @@ class RenderSettings:
         "h264",
         "video codec, and with it the container: h264 or hevc (.mp4, AAC), prores (422 HQ), prores4444 "
         "(with alpha) or dnxhr (HQ) (.mov, PCM audio), vp9 (.webm with alpha, Opus)",
-        label="Codec",
         group="encode",
         choices=CODECS,
     )
@@ -315,7 +287,6 @@ class RenderSettings:
         DEFAULT_PRESET,
         "x264 speed/size trade-off (ultrafast: as sharp as the slower presets at the same CRF and the only "
         "one that keeps up with the GPU on 16 cores; larger files; docs/speed.md)",
-        label="Preset",
         group="encode",
         choices=PRESETS,
     )
@@ -323,7 +294,6 @@ class RenderSettings:
         None,
         "normalise the audio to this integrated loudness in LUFS (ITU-R BS.1770; EBU R128 broadcast -23, "
         "web -16) with a true-peak limit (--true-peak); off: the voice-over as it is",
-        label="Loudness",
         group="encode",
         minimum=-70.0,
         maximum=-5.0,
@@ -333,7 +303,6 @@ class RenderSettings:
     true_peak: float = setting(
         -1.0,
         "the true-peak ceiling in dBTP when --loudness normalises (EBU R128: -1; some platforms ask -2)",
-        label="True peak",
         group="encode",
         minimum=-9.0,
         maximum=0.0,
@@ -351,14 +320,12 @@ class RenderSettings:
     chapters: bool = setting(
         True,
         "write the markers (yours, and each pause of a second or more) as chapters in an MP4/MOV",
-        label="Chapters",
         group="encode",
     )
     markers: str = setting(
         "",
         "your markers: SECONDS[=NAME] separated by commas (12.5=Intro, 40=Weather); they go into the "
         "chapters and the OpenTimelineIO file",
-        label="Markers",
         group="output",
         # the window's markers are the timeline's own (M, the Markers menu): it hands them to the render
         faces=ALL_FACES - {"ui"},
@@ -370,7 +337,6 @@ class RenderSettings:
         "off",
         "captions of the script beside the render: srt, vtt, or burn (drawn into the picture, and an .srt "
         "beside it); needs the script's text (--script, or a voice-over spoken from text)",
-        label="Captions",
         group="output",
         choices=CAPTIONS,
     )
@@ -378,7 +344,6 @@ class RenderSettings:
         "",
         "the voice-over's text, for captions (the command line's --script takes a .txt file); empty: the text "
         "it was spoken from, or a .txt beside the voice-over",
-        label="Script",
         group="output",
         validate=lambda v: script_problem(v),
         example="Good evening.",
@@ -386,7 +351,6 @@ class RenderSettings:
     caption_style: str = setting(
         "box",
         "burnt-in captions: white text on a dark box, or with a dark outline",
-        label="Caption style",
         group="output",
         choices=CAPTION_STYLES,
     )
@@ -401,7 +365,6 @@ class RenderSettings:
         "",
         "a named delivery (studio delivery list): its canvas, rate, codec, loudness and timecode; a "
         "setting given as well wins",
-        label="Delivery",
         group="output",
         validate=lambda v: delivery_problem(v),
         pattern=lambda: _delivery().delivery_pattern(),
@@ -449,6 +412,11 @@ class RenderSettings:
         return {n: getattr(self, n) for n, s in SCHEMA.items() if s.group in ("engine", "silence")}
 
 
+def _words(name: str) -> str:
+    """A setting's name as its label: ``max_upscale`` -> Max upscale."""
+    return name.replace("_", " ").capitalize()
+
+
 def _schema() -> dict[str, Spec]:
     out = {}
     for f in dataclasses.fields(RenderSettings):
@@ -458,7 +426,12 @@ def _schema() -> dict[str, Spec]:
             {bool: bool, int: int, float: float, str: str}[type(default)] if default is not None else str
         )
         out[f.name] = Spec(
-            name=f.name, kind=kind, default=default, optional=default is None, label=meta.pop("label") or f.name, **meta
+            name=f.name,
+            kind=kind,
+            default=default,
+            optional=default is None,
+            label=meta.pop("label") or _words(f.name),
+            **meta,
         )
     return out
 

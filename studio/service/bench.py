@@ -292,15 +292,22 @@ def serve_rows(folder: Path, env: dict, voices: list[Path], voice: Path, repeats
                 )
             key = preset or "default"
             out["generate"][key] = rows
-            note(
-                f"serve: POST /generate ({key}): request "
-                + ", ".join(f"{x['request_s']:.3f}" for x in rows)
-                + " s; server's render "
-                + ", ".join(f"{x['render_s']:.3f}" for x in rows)
-                + " s"
-            )
+            note(generate_line(key, rows))
         out["concurrent"] = _burst(srv.url, voices, folder, note)
     return out
+
+
+def generate_line(key: str, rows: list[dict], audio: bool = False) -> str:
+    """One line of the ``POST /generate`` rows of a preset (``key``): each request's seconds and the server's
+    render seconds; ``audio``: also each answer's audio stream."""
+    line = (
+        f"serve: POST /generate ({key}): request "
+        + ", ".join(f"{x['request_s']:.3f}" for x in rows)
+        + " s; server's render "
+        + ", ".join(f"{x['render_s']:.3f}" for x in rows)
+        + " s"
+    )
+    return line + ("; audio " + ", ".join(f"{x['audio']}" for x in rows) if audio else "")
 
 
 def _burst(url: str, voices: list[Path], folder: Path, note) -> dict:

@@ -149,39 +149,35 @@ class Render:
             if str(d).startswith("cuda") and have and d not in have and d != "cuda":
                 raise InputError(f"{d}: this machine has {len(have)} CUDA GPU(s) ({', '.join(have)})")
             resolve_device(d)
-        if req.frames is not None:
-            raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
+        _whole_clip(req)
         engines = []
         for d in devices:  # warm engines; a device named twice gets a second one of its own
             e, _ = self.pool.get(req.render_settings.with_(device=d))
             engines.append(e if e not in engines else self.pool.get(req.render_settings.with_(device=d), fresh=True)[0])
         r = DeviceRender(req.avatar, req.audio, req.render_settings, engines=engines)
-        self._active = r
-        if self._cancel.is_set():
-            r.cancel()
-        self._started(f"{len(engines)} GPUs here", r.engine.name, r.engine_reason)
-        yield from r.run(req.output, overwrite=req.overwrite)
-        self.result = r.result
+        yield from self._whole(r, f"{len(engines)} GPUs here", r.engine.name, r.engine_reason)
 
     def _chunks(self):
         from studio.core.scale.chunks import ChunkedRender
 
         req = self.request
-        if req.frames is not None:
-            raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
+        _whole_clip(req)
         n = req.placement.chunks or 2
         r = ChunkedRender(req.avatar, req.audio, req.render_settings, chunks=n)
+        yield from self._whole(r, f"{n} local processes", req.settings.engine)
+
+    def _whole(self, r, where: str, engine_name: str, engine_reason: str = ""):
+        """Run a render of the whole clip on several devices or processes here (``_gpus``, ``_chunks``)."""
         self._active = r
         if self._cancel.is_set():
             r.cancel()
-        self._started(f"{n} local processes", req.settings.engine)
-        yield from r.run(req.output, overwrite=req.overwrite)
+        self._started(where, engine_name, engine_reason)
+        yield from r.run(self.request.output, overwrite=self.request.overwrite)
         self.result = r.result
 
     def _farm(self):
         req = self.request
-        if req.frames is not None:
-            raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
+        _whole_clip(req)
         if self._farm_link is None and self._in_process_farm:
             from studio.core.scale.farm import Farm
 
@@ -246,6 +242,12 @@ class Render:
     def farm_link(self):
         """The ``FarmLink`` this render used (or was given), for the next farm job; None once lost."""
         return self._farm_link
+
+
+def _whole_clip(req: RenderRequest) -> None:
+    """Only this computer renders an in/out range (the other placements render the whole clip)."""
+    if req.frames is not None:
+        raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
 
 
 def check_request(req: RenderRequest) -> None:

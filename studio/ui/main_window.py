@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from operator import attrgetter
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -195,25 +196,12 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.banner.show()
         self.statusBar().showMessage(message, 8000)
 
-    @property
-    def analysis(self):
-        return self.session.analysis
-
-    @property
-    def assets(self):
-        return self.editor.assets
-
-    @property
-    def last_scrub(self):
-        return self.editor.last_scrub
-
-    @property
-    def voice_key(self) -> str:
-        return self.session.voice_key
-
-    @property
-    def memory(self):
-        return self.session.memory
+    # what the window's parts hold, read through the window (tests and the app's own code use these)
+    analysis = property(attrgetter("session.analysis"))
+    assets = property(attrgetter("editor.assets"))
+    last_scrub = property(attrgetter("editor.last_scrub"))
+    voice_key = property(attrgetter("session.voice_key"))
+    memory = property(attrgetter("session.memory"))
 
     def load_avatar(self, source: str, name: str | None = None):
         return self.library.import_avatar(source, name)
@@ -266,17 +254,9 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         if self.player is not None and self.player_shown:
             self.controls.seek_seconds(seconds)  # kept by the player until the file can seek
 
-    @property
-    def player(self):
-        return self.controls.player
-
-    @property
-    def player_shown(self) -> bool:
-        return self.controls.player_shown
-
-    @property
-    def shortcuts(self):
-        return self.controls.shortcuts
+    player = property(attrgetter("controls.player"))
+    player_shown = property(attrgetter("controls.player_shown"))
+    shortcuts = property(attrgetter("controls.shortcuts"))
 
     def output_rate(self):
         """The rate the next render has: the Frame rate setting, or for auto the avatar's own (25 for a photo)."""

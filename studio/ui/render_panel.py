@@ -123,6 +123,10 @@ class RenderPanel(QWidget):
         self.grid_area.setMinimumHeight(160)
         self.grid_area.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
         form.addRow(self.grid_area)
+        from studio.ui.delivery_buttons import DeliveryButtons
+
+        self.delivery_buttons = DeliveryButtons(session, self.fields["delivery"])  # save / remove your own
+        form.addRow(self.delivery_buttons)
 
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("output folder")

@@ -64,14 +64,9 @@ class RenderQueue(QObject):
         self.closing = False
         self.where = ""
         self.state = "stopped"
-        worker.placed.connect(self._placed)
-        worker.progress.connect(self._progress)
-        worker.preview.connect(self._preview)
-        worker.finished.connect(self._finished)
-        worker.failed.connect(self._failed)
-        worker.cancelled.connect(self._cancelled)
+        for name in ("placed", "progress", "preview", "finished", "failed", "cancelled", "checked"):
+            getattr(worker, name).connect(getattr(self, f"_{name}"))  # each signal of a job to its own slot
         worker.queueChanged.connect(queue_panel.refresh)
-        worker.checked.connect(self._checked)
         worker.queueChanged.connect(self.refresh_state)
         queue_panel.retryClicked.connect(self.retry)
         queue_panel.cancelClicked.connect(self.cancel_job)

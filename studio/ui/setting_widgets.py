@@ -42,11 +42,12 @@ def make_widget(spec) -> QWidget:
     elif spec.kind is str and not spec.choices and not spec.optional:  # free text (canvas, markers): typed or picked
         w = QComboBox()
         w.setEditable(True)
-        w.addItems([str(spec.default), *SUGGESTIONS.get(spec.name, ())])
         if spec.name == "delivery":
-            from studio.core.delivery import all_deliveries
+            from studio.ui.delivery_buttons import delivery_choices
 
-            w.addItems(list(all_deliveries()))
+            w.addItems(delivery_choices())  # none, then each delivery (refreshed when one is saved)
+        else:
+            w.addItems([str(spec.default), *SUGGESTIONS.get(spec.name, ())])
         w.setCurrentText(str(spec.default))
     elif spec.choices or spec.kind is str:
         w = QComboBox()

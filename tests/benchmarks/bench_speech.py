@@ -6,6 +6,9 @@
 Prints the synthesis seconds, the render seconds, the job's wall and the synthesis share of it (the issue's
 target: under 10 %), the same in CPU seconds (on a machine shared with other work the wall times stretch
 by the load; CPU seconds do not), and the voice-over's rate and peak. The data folder is a fresh temporary one.
+"cold": the process's first job (Piper's voice loaded in it); "warm": a later job of the same process (a
+server or the window: the voice stays loaded), an edited script whose sentences are all new. The last
+line is the figure: ``speech share: cold X % warm Y % of the job's wall (N cores, load L)``.
 """
 
 from __future__ import annotations
@@ -71,6 +74,17 @@ def main() -> None:
     t2 = time.perf_counter()
     speech.synthesize(SCRIPT)
     print(f"again (cached): {time.perf_counter() - t2:.3f} s")
+    # warm: the voice loaded already; every sentence new (the same script, each sentence edited)
+    edited = SCRIPT.replace(". ", ", then. ").replace("Good night.", "Good night then.")
+    t3, c3 = time.perf_counter(), _cpu()
+    warm = speech.synthesize(edited)
+    synth_w, synth_w_cpu = time.perf_counter() - t3, _cpu() - c3
+    print(f"synthesis (warm voice, new sentences): {synth_w:.2f} s, {synth_w_cpu:.2f} CPU s, {warm.duration_s:.1f} s")
+    warm_share = 100 * synth_w / (synth_w + render * warm.duration_s / s.duration_s)
+    print(
+        f"speech share: cold {100 * synth / wall:.1f} % warm {warm_share:.1f} % of the job's wall "
+        f"(CPU: cold {100 * synth_cpu / cpu:.1f} %; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})"
+    )
 
 
 if __name__ == "__main__":

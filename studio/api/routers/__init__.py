@@ -3,14 +3,22 @@
 ``renders`` (``/generate``, ``/v1/renders``), ``avatars``, ``audio``, ``voiceover`` (the waveform and
 spoken text the web page uses), ``frames``, ``engines``, ``ops`` (health, readiness, metrics) and
 ``webhooks`` (a job's redelivery). The routes are thin: the work is the service's and the core's;
-they reach the shared state through the ``State`` dependency (``studio.api.state``).
+they reach the shared state through the ``State`` dependency (``studio.api.state``). A route's
+``operationId`` is its function's name (``operation_id``), so no route states it again.
 """
 
 ROUTERS = ("ops", "engines", "avatars", "audio", "voiceover", "frames", "renders", "webhooks")
+
+
+def operation_id(route) -> str:
+    """The OpenAPI ``operationId`` of a route: the name of its function (``get_render``, ``list_avatars``)."""
+    return route.name
 
 
 def include_all(app) -> None:
     import importlib
 
     for name in ROUTERS:
-        app.include_router(importlib.import_module(f"{__name__}.{name}").router)
+        app.include_router(
+            importlib.import_module(f"{__name__}.{name}").router, generate_unique_id_function=operation_id
+        )

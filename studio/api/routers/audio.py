@@ -8,7 +8,7 @@ from fastapi import APIRouter, File, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
-from studio.api.idempotency import Idempotent, replayed_headers
+from studio.api.idempotency import Idempotent
 from studio.api.models import AudioAnalysis, AudioForm, AudioId, SilenceQuery, errors
 from studio.api.state import ApiState, State
 
@@ -17,7 +17,6 @@ router = APIRouter(tags=["audio"])
 
 @router.post(
     "/v1/audio",
-    operation_id="upload_audio",
     status_code=201,
     response_model=AudioAnalysis,
     responses=errors(409, 413, 415, 422),
@@ -26,9 +25,8 @@ router = APIRouter(tags=["audio"])
 )
 async def upload_audio(st: State, request: Request, response: Response, form: Annotated[AudioForm, File()]) -> dict:
     f = form
-    async with Idempotent(st, request, form) as once:
+    async with Idempotent(st, request, form, response) as once:
         if once.replayed is not None:
-            replayed_headers(response)
             answer = await run_in_threadpool(analysis, st, once.replayed["answer"]["id"], f.threshold, f.min_silence)
         else:
             stored = await st.uploads.save_audio(f.file)
@@ -40,7 +38,6 @@ async def upload_audio(st: State, request: Request, response: Response, form: An
 
 @router.get(
     "/v1/audio/{audio_id}",
-    operation_id="get_audio",
     response_model=AudioAnalysis,
     responses=errors(404, 422),
     summary="An uploaded voice-over's silence analysis",

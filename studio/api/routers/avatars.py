@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
-from studio.api.idempotency import Idempotent, replayed_headers
+from studio.api.idempotency import Idempotent
 from studio.api.inputs import NAME_RE, library_folder
 from studio.api.models import Avatar, AvatarForm, AvatarList, AvatarName, AvatarRemoved, binary, errors
 from studio.api.state import State
@@ -34,23 +34,21 @@ def listed() -> list[dict]:
 
 @router.get(
     "/v1/avatars",
-    operation_id="list_avatars",
     response_model=AvatarList,
     responses=errors(),
     summary="The avatar library, with thumbnail links",
 )
-def avatars() -> dict:
+def list_avatars() -> dict:
     return {"avatars": listed()}
 
 
 @router.get(
     "/v1/avatars/{name}/thumbnail",
-    operation_id="get_avatar_thumbnail",
     response_class=FileResponse,
     responses=binary("image/png", "the avatar's thumbnail", 404, 422),
     summary="The avatar's thumbnail (PNG)",
 )
-def avatar_thumbnail(name: AvatarName):
+def get_avatar_thumbnail(name: AvatarName):
     thumb = library_folder(name) / "thumbnail.png"
     if not thumb.exists():
         raise ApiError(404, f"avatar '{name}' has no thumbnail")
@@ -59,7 +57,6 @@ def avatar_thumbnail(name: AvatarName):
 
 @router.post(
     "/v1/avatars",
-    operation_id="add_avatar",
     status_code=201,
     response_model=Avatar,
     responses=errors(404, 409, 410, 413, 415, 422),
@@ -67,9 +64,8 @@ def avatar_thumbnail(name: AvatarName):
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
 async def add_avatar(st: State, request: Request, response: Response, form: Annotated[AvatarForm, File()]) -> dict:
-    async with Idempotent(st, request, form) as once:
+    async with Idempotent(st, request, form, response) as once:
         if once.replayed is not None:
-            replayed_headers(response)
             name = once.replayed["answer"]["name"]
             return next((a for a in listed() if a["name"] == name), None) or _gone(name)
         answer = await _add_avatar(st, form)
@@ -90,9 +86,7 @@ async def _add_avatar(st, form) -> dict:
         raise ApiError(422, f"'{name[:64]}' is not a valid avatar name; use up to 64 letters, digits, '.', '_' or '-'")
     if (avatar_mod.library_dir() / name / "meta.json").exists() and not f.force:
         raise ApiError(409, f"an avatar named '{name}' already exists; pick another name or send force=true")
-    params = avatar_mod.AvatarParams(
-        **{k: getattr(f, k) for k in avatar_mod.AvatarParams.__dataclass_fields__ if hasattr(f, k)}  # the form's
-    ).check()
+    params = avatar_mod.AvatarParams.taken_from(f).check()
     stored = await st.uploads.save_avatar(f.file)
     try:  # a refused avatar leaves nothing behind, and is named as the client named it
         await run_in_threadpool(avatar_mod.prepare, name, stored.path, params, force=f.force)
@@ -106,7 +100,6 @@ async def _add_avatar(st, form) -> dict:
 
 @router.delete(
     "/v1/avatars/{name}",
-    operation_id="remove_avatar",
     response_model=AvatarRemoved,
     responses=errors(404, 422),
     summary="Remove an avatar from the library",

@@ -12,12 +12,11 @@ router = APIRouter(tags=["server"])
 
 @router.get(
     "/v1/engines",
-    operation_id="list_engines",
     response_model=Engines,
     responses=errors(),
     summary="Which engines can run here, which auto picks, which are warm",
 )
-def engines(st: State) -> dict:
+def list_engines(st: State) -> dict:
     from studio.core.engines import auto_engine, engine_status
 
     status = engine_status()

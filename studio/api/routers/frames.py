@@ -26,12 +26,11 @@ JOB_PNG_DOC = binary("image/png", "the frame, PNG", 403, 404, 410, 422)
 
 @router.get(
     "/v1/frame",
-    operation_id="get_frame",
     response_class=Response,
     responses=PNG_DOC,
     summary="The exact frame a render writes at time t (PNG): scrubbing over HTTP",
 )
-async def frame(st: State, q: Annotated[FrameQuery, Query()]):
+async def get_frame(st: State, q: Annotated[FrameQuery, Query()]):
     from studio.core.settings import from_dict
     from studio.service.preflight import runnable_here
 
@@ -43,12 +42,11 @@ async def frame(st: State, q: Annotated[FrameQuery, Query()]):
 
 @router.get(
     "/v1/renders/{job_id}/frame",
-    operation_id="get_render_frame",
     response_class=Response,
     responses=JOB_PNG_DOC,
     summary="The exact frame of a render job at time t (PNG): its avatar, voice-over and settings",
 )
-async def job_frame(st: State, job_id: JobId, q: Annotated[JobFrameQuery, Query()]):
+async def get_render_frame(st: State, job_id: JobId, q: Annotated[JobFrameQuery, Query()]):
     from studio.service import request_of
 
     job = st.job(job_id)

@@ -27,7 +27,6 @@ MIN_FREE_BYTES = 512 * 2**20  # a render needs room for its file and its tempora
 
 @router.get(
     "/v1/health",
-    operation_id="health",
     response_model=Health,
     responses=errors(),
     summary="Is the server up (liveness); what is queued and running",
@@ -50,7 +49,6 @@ def health(st: State, request: Request) -> dict:
 
 @router.get(
     "/v1/ready",
-    operation_id="ready",
     response_model=Ready,
     responses=errors(503),
     summary="Can this server render now: an engine, the device, a writable data folder, the queue runner",
@@ -142,7 +140,6 @@ def _queue(st: ApiState) -> str:
 
 @router.get(
     "/metrics",
-    operation_id="metrics",
     response_class=Response,
     responses={
         200: {

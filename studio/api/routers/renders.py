@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
-from studio.api.idempotency import Idempotent, replayed_headers
+from studio.api.idempotency import Idempotent
 from studio.api.inputs import form_body, submit
 from studio.api.models import (
     CURSOR_PATTERN,
@@ -71,7 +71,6 @@ SSE_DOC = {
 
 @router.post(
     "/generate",
-    operation_id="generate",
     response_class=FileResponse,
     responses=binary(
         VIDEO_OUT,
@@ -126,7 +125,6 @@ def _came_to_nothing(st, got: dict) -> bool:
 
 @router.post(
     "/v1/renders",
-    operation_id="create_render",
     status_code=202,
     response_model=Job,
     responses=errors(403, 404, 409, 410, 413, 415, 422, 429),
@@ -135,21 +133,16 @@ def _came_to_nothing(st, got: dict) -> bool:
 )
 async def create_render(st: State, request: Request, response: Response, form: Annotated[RenderForm, File()]) -> dict:
     form_body(request)
-    async with Idempotent(st, request, form) as once:
+    async with Idempotent(st, request, form, response) as once:
         if once.replayed is not None:
-            replayed_headers(response)
-            made = _made(st, once.replayed)
-            response.headers["Location"] = f"/v1/renders/{made.id}"
-            return st.job_json(made)
+            return _located(st, response, _made(st, once.replayed))
         job = await submit(st, form)
         once.done(job_id=job.id)
-    response.headers["Location"] = f"/v1/renders/{job.id}"
-    return st.job_json(job)
+    return _located(st, response, job)
 
 
 @router.get(
     "/v1/renders",
-    operation_id="list_renders",
     response_model=JobPage,
     responses=errors(422),
     summary="The jobs, newest first, a page at a time (the window's and `studio queue`'s too)",
@@ -178,7 +171,6 @@ def list_renders(
 
 @router.get(
     "/v1/renders/{job_id}",
-    operation_id="get_render",
     response_model=Job,
     responses=errors(404, 422),
     summary="One job",
@@ -189,7 +181,6 @@ def get_render(st: State, job_id: JobId) -> dict:
 
 @router.get(
     "/v1/renders/{job_id}/events",
-    operation_id="render_events",
     response_class=Response,
     responses=SSE_DOC,
     summary="Server-Sent Events: state, then progress (frames, fps, ETA, preview) until a final state",
@@ -203,7 +194,6 @@ async def render_events(st: State, job_id: JobId):
 
 @router.get(
     "/v1/renders/{job_id}/video",
-    operation_id="get_render_video",
     response_class=FileResponse,
     responses={
         **binary(VIDEO_OUT, "the finished video (MP4; MOV for ProRes/DNxHR; WebM for VP9)", 404, 409, 410, 422),
@@ -265,7 +255,6 @@ def check_range(text: str, size: int) -> None:
 
 @router.get(
     "/v1/renders/{job_id}/preview",
-    operation_id="get_render_preview",
     response_class=Response,
     responses=binary(
         "image/jpeg",
@@ -291,7 +280,6 @@ def get_render_preview(st: State, job_id: JobId):
 
 @router.delete(
     "/v1/renders/{job_id}",
-    operation_id="delete_render",
     response_model=Job | Removed,
     responses=errors(404, 409, 422),
     summary="Cancel a queued or running job (nothing is written); a finished one is 409 unless purge=true",
@@ -322,7 +310,6 @@ def delete_render(
 
 @router.post(
     "/v1/renders/{job_id}/retry",
-    operation_id="retry_render",
     status_code=202,
     response_model=Job,
     responses=errors(404, 409, 410, 422, 429),
@@ -334,12 +321,9 @@ async def retry_render(st: State, request: Request, response: Response, job_id: 
     from studio.service.queue import JobActive
 
     st.job(job_id)
-    async with Idempotent(st, request, None) as once:
+    async with Idempotent(st, request, None, response) as once:
         if once.replayed is not None:
-            replayed_headers(response)
-            made = _made(st, once.replayed)
-            response.headers["Location"] = f"/v1/renders/{made.id}"
-            return st.job_json(made)
+            return _located(st, response, _made(st, once.replayed))
         job = st.job(job_id)
         if job.state in ("done", "failed", "cancelled", "interrupted", "expired"):  # what it reads is still here
             from studio.service.preflight import preflight
@@ -370,8 +354,13 @@ async def retry_render(st: State, request: Request, response: Response, job_id: 
                 raise ApiError(429, str(exc), {"Retry-After": "10"}) from None
             raise
         once.done(job_id=again.id)
-    response.headers["Location"] = f"/v1/renders/{again.id}"
-    return st.job_json(again)
+    return _located(st, response, again)
+
+
+def _located(st, response: Response, job) -> dict:
+    """A job a request made (or made the first time): its JSON, with its URL in ``Location``."""
+    response.headers["Location"] = f"/v1/renders/{job.id}"
+    return st.job_json(job)
 
 
 def _made(st, replayed: dict):

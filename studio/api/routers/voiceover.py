@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
-from studio.api.idempotency import Idempotent, replayed_headers
+from studio.api.idempotency import Idempotent
 from studio.api.models import Answer, AudioAnalysis, errors
 from studio.api.schema import settings_fields
 from studio.api.state import State
@@ -93,12 +93,11 @@ else:
 
 @router.get(
     "/v1/audio/{audio_id}/waveform",
-    operation_id="get_audio_waveform",
     response_model=Waveform,
     responses=errors(404, 422),
     summary="An uploaded voice-over's waveform, per-frame RMS and silent spans on a render's frame grid",
 )
-def waveform(st: State, audio_id: str, q: Annotated[WaveformQuery, Query()]) -> dict:
+def get_audio_waveform(st: State, audio_id: str, q: Annotated[WaveformQuery, Query()]) -> dict:
     from studio.core.avatars.library import output_rate_for
     from studio.core.media.analysis import analyze
     from studio.core.media.rates import drop_frames, nominal, rate_number, rate_text
@@ -144,7 +143,6 @@ def envelope(lo, hi, columns: int) -> dict:
 
 @router.post(
     "/v1/audio/speech",
-    operation_id="speak_text",
     status_code=201,
     response_model=AudioAnalysis,
     responses=errors(409, 422),
@@ -154,9 +152,8 @@ def envelope(lo, hi, columns: int) -> dict:
 async def speak_text(st: State, request: Request, response: Response, form: Annotated[SpeechForm, Form()]) -> dict:
     from studio.api.routers.audio import analysis
 
-    async with Idempotent(st, request, form) as once:
+    async with Idempotent(st, request, form, response) as once:
         if once.replayed is not None:
-            replayed_headers(response)
             return await run_in_threadpool(analysis, st, once.replayed["answer"]["id"], *_silence_defaults())
         stored = await _store_speech(st, form.text, form.voice)
         answer = await run_in_threadpool(analysis, st, stored.id, *_silence_defaults())

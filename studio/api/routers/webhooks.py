@@ -18,7 +18,6 @@ EventQuery = Literal["done", "failed", "cancelled", "interrupted", "expired", "c
 
 @router.post(
     "/v1/renders/{job_id}/webhook/redeliver",
-    operation_id="redeliver_webhook",
     status_code=202,
     response_model=Job,
     responses=errors(403, 404, 409, 422),

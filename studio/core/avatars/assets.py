@@ -94,6 +94,12 @@ class AvatarParams:
         except (TypeError, ValueError) as exc:
             raise AvatarError(f"invalid avatar parameter ({exc}); use numbers for sizes and times") from None
 
+    @classmethod
+    def taken_from(cls, source) -> AvatarParams:
+        """The parameters ``source`` (the command line's arguments, the API's form) has an attribute for;
+        the others keep their defaults."""
+        return cls(**{k: getattr(source, k) for k in cls.__dataclass_fields__ if hasattr(source, k)})
+
     def check(self) -> AvatarParams:
         """Return self, or raise ``AvatarError`` naming the bad parameter."""
         if abs(int(self.bbox_shift)) > 1000:

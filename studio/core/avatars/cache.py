@@ -52,20 +52,7 @@ def load_folder(folder: Path, name: str) -> AvatarAssets:
             raise AvatarError(f"no avatar named '{name}' in the library (it was removed); see `studio avatar list`")
         raise AvatarError(f"avatar '{name}' is damaged ({problem}); {fix_hint(name, folder, None)}")
     meta = meta if meta is not None else read_meta(folder)
-    src = Path(meta["source"])
-    params = AvatarParams.from_json(meta["params"])
-    from studio.core.avatars.builder import build  # the builder uses these checks: imported here
-
-    return build(
-        folder,
-        name,
-        src if src.is_file() else None,
-        meta["source_sha256"],
-        meta.get("source_key"),
-        params,
-        None,
-        check_source=True,
-    )
+    return rebuild(folder, name, meta, AvatarParams.from_json(meta["params"]))
 
 
 def open_assets(folder: Path, meta: dict, verify: bool = True, wrap: bool = True) -> AvatarAssets:
@@ -318,6 +305,26 @@ def upgrade(folder: Path, name: str, meta: dict) -> dict | None:
     return meta
 
 
+def rebuild(folder: Path, name: str, meta: dict, params: AvatarParams, progress=None, **kw):
+    """The avatar in ``folder`` built again from what its ``meta`` says (its source file when it is
+    still there, its hash and quick key; the source checked against them) with ``params``; ``kw``:
+    the builder's other options (``damaged``)."""
+    from studio.core.avatars.builder import build  # the builder uses this module's checks: imported here
+
+    src = Path(meta["source"])
+    return build(
+        folder,
+        name,
+        src if src.is_file() else None,
+        meta["source_sha256"],
+        meta.get("source_key"),
+        params,
+        progress,
+        check_source=True,
+        **kw,
+    )
+
+
 def file_id(path: Path) -> tuple | None:
     try:
         st = path.stat()
@@ -347,20 +354,9 @@ class _Guard:
             if arr._mm is not seen:  # another thread has repaired it meanwhile
                 return
             name = self.meta["name"]
-            src = Path(self.meta["source"])
             params = AvatarParams.from_json(self.meta["params"])  # build says what it rebuilds
-            from studio.core.avatars.builder import build
-
-            fresh = build(
-                self.folder,
-                name,
-                src if src.is_file() else None,
-                self.meta["source_sha256"],
-                self.meta.get("source_key"),
-                params,
-                None,
-                check_source=True,
-                damaged=(arr.name, arr.file_id and arr.file_id[0], reason),
+            fresh = rebuild(
+                self.folder, name, self.meta, params, damaged=(arr.name, arr.file_id and arr.file_id[0], reason)
             )
             for n in [*ARRAY_STAGE, *(k for k in OPTIONAL_ARRAYS if k in self.arrays or k in self.small)]:
                 # what this run may have read must not change under it

@@ -32,6 +32,7 @@ import os
 import threading
 import zlib
 from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -167,29 +168,13 @@ class CheckedArray(NDArrayOperatorsMixin):
         with self._lock:
             self._set(mm, spec)
 
-    @property
-    def shape(self):
-        return self._mm.shape
-
-    @property
-    def dtype(self):
-        return self._mm.dtype
-
-    @property
-    def ndim(self):
-        return self._mm.ndim
-
-    @property
-    def size(self):
-        return self._mm.size
-
-    @property
-    def nbytes(self):
-        return self._mm.nbytes
-
-    @property
-    def itemsize(self):
-        return self._mm.itemsize
+    # the array's own attributes, read from the file read now (a repair swaps it)
+    shape = property(attrgetter("_mm.shape"))
+    dtype = property(attrgetter("_mm.dtype"))
+    ndim = property(attrgetter("_mm.ndim"))
+    size = property(attrgetter("_mm.size"))
+    nbytes = property(attrgetter("_mm.nbytes"))
+    itemsize = property(attrgetter("_mm.itemsize"))
 
     @property
     def filename(self):

@@ -19,6 +19,7 @@ import logging
 import math
 import os
 from collections.abc import Iterator
+from typing import Self
 
 import numpy as np
 
@@ -71,40 +72,10 @@ FACE_OVAL = (
 #: The part of the silhouette that iBUG's contour points 0..16 cover: ear (eye level) - chin - ear.
 JAW = (127, 234, 93, 132, 58, 172, 136, 150, 149, 176, 148, 152, 377, 400, 378, 379, 365, 397, 288, 361, 323, 454, 356)
 BROWS = (46, 52, 53, 55, 63, 65, 66, 70, 105, 107, 276, 282, 283, 285, 293, 295, 296, 300, 334, 336)
-EYES = (
-    7,
-    33,
-    133,
-    144,
-    145,
-    153,
-    154,
-    155,
-    157,
-    158,
-    159,
-    160,
-    161,
-    163,
-    173,
-    246,
-    249,
-    263,
-    362,
-    373,
-    374,
-    380,
-    381,
-    382,
-    384,
-    385,
-    386,
-    387,
-    388,
-    390,
-    398,
-    466,
-)
+#: The eyes' contours (MediaPipe's FACEMESH_RIGHT_EYE and _LEFT_EYE): the face's right eye, then its left.
+RIGHT_EYE = (7, 33, 133, 144, 145, 153, 154, 155, 157, 158, 159, 160, 161, 163, 173, 246)
+LEFT_EYE = (249, 263, 362, 373, 374, 380, 381, 382, 384, 385, 386, 387, 388, 390, 398, 466)
+EYES = RIGHT_EYE + LEFT_EYE
 NOSE = (1, 2, 4, 5, 6, 19, 45, 48, 64, 94, 97, 98, 115, 168, 195, 197, 220, 275, 278, 294, 326, 327, 344, 440)
 #: Outer lip contour as a closed loop (corner 61 -> lower lip -> corner 291 -> upper lip).
 LIPS_OUTER = (61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291, 409, 270, 269, 267, 0, 37, 39, 40, 185)
@@ -187,7 +158,20 @@ TRACK_MAX_SIDE = 1920  # frames larger than this are downscaled before tracking 
 # Tracking
 
 
-class FaceTracker:
+class Closing:
+    """A ``with`` block closes it at the end (``close`` is the class's own)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class FaceTracker(Closing):
     """MediaPipe face mesh, 478 landmarks. ``video=True`` tracks between frames.
 
     Call it with an RGB uint8 frame; returns ``[478,2]`` float32 landmarks in that frame's
@@ -245,12 +229,6 @@ class FaceTracker:
 
     def close(self) -> None:
         self._mesh.close()
-
-    def __enter__(self) -> FaceTracker:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def face_extent(lm: np.ndarray) -> tuple[float, float, float]:

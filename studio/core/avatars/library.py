@@ -41,7 +41,7 @@ import numpy as np
 from studio.core.avatars import faces
 from studio.core.avatars.assets import HEX64, NAME_RE, AvatarAssets, AvatarParams, Progress, library_dir
 from studio.core.avatars.builder import build
-from studio.core.avatars.cache import Damaged, fix_hint, load_folder, meta_problem, open_assets, read_meta
+from studio.core.avatars.cache import Damaged, fix_hint, load_folder, meta_problem, open_assets, read_meta, rebuild
 from studio.core.avatars.sources import SOURCE_HELP
 from studio.core.errors import AvatarError
 
@@ -94,18 +94,7 @@ def resolve(
         assets = load(text)
         if params is None or params == assets.params:
             return assets
-        params.check()
-        src = Path(assets.meta["source"])
-        return build(
-            assets.folder,
-            text,
-            src if src.is_file() else None,
-            assets.meta["source_sha256"],
-            assets.meta.get("source_key"),
-            params,
-            progress,
-            check_source=True,
-        )
+        return rebuild(assets.folder, text, assets.meta, params.check(), progress)
     path = Path(text).expanduser()
     if not path.exists() and NAME_RE.match(text) and not path.suffix:
         raise AvatarError(f"no avatar named '{text}' in the library and no such file; see `studio avatar list`")

@@ -50,6 +50,9 @@ MAX_FRACTION = 0.6  # ... and no new one while more than this share of the devic
 HOLD_WAIT_S = 600.0  # a request for an engine waits this long for a held one to be released
 
 
+SHOWN = ("engine", "device", "runtime", "decoder", "precision")  # what ``warm()`` says of a key (not its weights)
+
+
 @dataclass(frozen=True)
 class EngineKey:
     """Everything that picks an engine (two settings with equal keys share one warm engine)."""
@@ -336,17 +339,7 @@ class EngineCache:
     def warm(self) -> list[dict]:
         """The warm engines: engine, device, runtime, decoder, precision and why each was chosen."""
         with self._lock:
-            return [
-                dict(
-                    engine=k.engine,
-                    device=k.device,
-                    runtime=k.runtime,
-                    decoder=k.decoder,
-                    precision=k.precision,
-                    reason=w.reason,
-                )
-                for k, w in self._engines.items()
-            ]
+            return [{**{f: getattr(k, f) for f in SHOWN}, "reason": w.reason} for k, w in self._engines.items()]
 
     def close(self) -> None:
         with self._lock:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Self
 
 import numpy as np
 
@@ -44,7 +43,7 @@ SEAM_STEP = 3.0  # crop pixels past the soft edge, each side, where the step is 
 SEAM_SPACING = 3  # crop pixels between two border points
 
 
-class FaceFinder:
+class FaceFinder(faces.Closing):
     """The face mesh (static mode: every frame measured alone, so equal frames give equal
     landmarks) on a square box around the face; the whole frame only to find the face again."""
 
@@ -56,11 +55,8 @@ class FaceFinder:
 
     def __call__(self, frame) -> np.ndarray | None:
         if self._window is not None:
-            x0, y0, x1, y1 = self._window
-            lm = self._tracker(frame.rgb(x0, y0, x1, y1))
+            lm = self._on_box(frame)
             if lm is not None:
-                lm = lm + np.array([x0, y0], np.float32)
-                self._follow(lm, frame.width, frame.height)
                 return lm
             self._window = None
         if self._lost % LOST_RETRY:
@@ -73,11 +69,19 @@ class FaceFinder:
         self._lost = 0
         self._follow(lm, frame.width, frame.height)
         if self._window is not None:  # measured again on its box: as precise as every other frame
-            x0, y0, x1, y1 = self._window
-            again = self._tracker(frame.rgb(x0, y0, x1, y1))
-            if again is not None:
-                lm = again + np.array([x0, y0], np.float32)
-                self._follow(lm, frame.width, frame.height)
+            lm = self._on_box(frame, lm)
+        return lm
+
+    def _on_box(self, frame, found: np.ndarray | None = None) -> np.ndarray | None:
+        """The landmarks measured on the face's box (in the frame's pixels; the box follows them), or
+        ``found`` when the mesh finds no face there."""
+        assert self._window is not None
+        x0, y0, x1, y1 = self._window
+        lm = self._tracker(frame.rgb(x0, y0, x1, y1))
+        if lm is None:
+            return found
+        lm = lm + np.array([x0, y0], np.float32)
+        self._follow(lm, frame.width, frame.height)
         return lm
 
     def near(self, frame, hint: np.ndarray) -> np.ndarray | None:
@@ -142,12 +146,6 @@ class FaceFinder:
 
     def close(self) -> None:
         self._tracker.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 # --------------------------------------------------------------------------------------------

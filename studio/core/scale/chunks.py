@@ -154,9 +154,11 @@ def join_segments(
     fps: int | Fraction = DEFAULT_RATE,
     overwrite: bool = True,
     codec: str = "h264",
+    clip=None,
 ) -> str:
     """Join ``[(start, end, source), ...]`` (source: a segment path or its bytes) or ``Segment`` values
-    into ``output``.
+    into ``output``. With ``clip`` (the whole clip's ``render.clip.Clip``), the file gets the timecode
+    track and chapters of a one-process render of it (``render.markers.tags_context``).
 
     Segments must tile ``0..T`` in order. Video packets are copied with their timestamps shifted
     by ``start``; the original ``audio`` is encoded once (AAC in MP4, PCM in QuickTime: ``codec``'s
@@ -187,8 +189,13 @@ def join_segments(
     src: Any = None
     if audio is not None:
         src = AudioSource(audio) if cs.audio == "aac" else PlainAudio(audio, cs.audio)
+    tags: Any = contextlib.nullcontext()
+    if clip is not None:
+        from studio.core.render.markers import tags_context
+
+        tags = tags_context(clip.settings, clip.plan, clip.rate, 0, expect)
     try:
-        with atomic_output(output, suffix=cs.suffix, overwrite=overwrite) as out:
+        with tags, atomic_output(output, suffix=cs.suffix, overwrite=overwrite) as out:
             _join(av, segments, out.tmp, src, fps, cs.container, cs.tag)
     except OSError as exc:  # a full disk: one sentence naming the folder, not a traceback
         from studio.core.media.lanes import disk_error
@@ -309,7 +316,13 @@ class ChunkedRender:
 
             with delivered_audio(audio, self.settings) as (sound, self._loudness):
                 path = join_segments(
-                    finished, output, audio=sound, fps=self.clip.rate, overwrite=overwrite, codec=settings.codec
+                    finished,
+                    output,
+                    audio=sound,
+                    fps=self.clip.rate,
+                    overwrite=overwrite,
+                    codec=settings.codec,
+                    clip=self.clip,
                 )
         finally:
             stop.set()
@@ -372,6 +385,8 @@ def open_avatar(ref: tuple[str, str]):
 
 
 def _join(av, segments, tmp: Path, audio, fps: int | Fraction, container: str = "mp4", tag: str | None = None) -> None:
+    from studio.core.media.mux import tag_container
+
     fps = Fraction(fps)
     ticks = ticks_per_frame(fps)
     out = av.open(str(tmp), "w", format=container, options={"movflags": "+faststart"})
@@ -387,6 +402,7 @@ def _join(av, segments, tmp: Path, audio, fps: int | Fraction, container: str = 
                     if tag:  # the one-process writer's FourCC (HEVC: hvc1, which QuickTime plays)
                         vs.codec_tag = tag
                     vs.time_base = mp4_time_base(fps)
+                    tag_container(out, vs)  # the timecode track and chapters of ``delivery_tags``, if any
                     extradata = bytes(sv.codec_context.extradata or b"")
                     if audio is not None:
                         audio.add_stream(out)

@@ -301,6 +301,7 @@ class Farm:
                     fps=clip.rate,
                     overwrite=overwrite,
                     codec=settings.codec,
+                    clip=clip,  # the timecode track and chapters of a one-process render
                 )
         finally:
             with contextlib.suppress(Exception):

@@ -16,22 +16,48 @@ def save(name: str, settings: dict[str, Any], description: str = "", *, overwrit
     from studio.core.settings import SCHEMA, from_dict
     from studio.core.store.fsutil import atomic_path
 
-    key = key_of(name)
-    if not key or len(key) > 64:
-        raise InputError("a delivery needs a name of 1 to 64 letters, digits or dashes")
-    if key in BUILTIN:
-        raise InputError(f"{name!r} is a delivery shipped with Studio; save yours under another name")
+    path = user_path(name)
     values = {k: v for k, v in dict(settings).items() if k != "delivery"}
     if not values:
         raise InputError("a delivery needs at least one setting (such as --canvas 1920x1080 or --codec prores)")
     checked = from_dict(values, strict=True)  # one sentence for an unknown or bad setting
     values = {k: getattr(checked, k) for k in values if k in SCHEMA}
-    path = _user_dir() / f"{key}.json"
     if path.exists() and not overwrite:
-        raise InputError(f"a delivery named {key!r} exists; give --overwrite to replace it")
+        raise InputError(f"a delivery named {path.stem!r} exists; give --overwrite to replace it")
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps({"name": name, "description": description, "settings": values}, indent=2))
-    return Delivery(key, name, description, values, builtin=False)
+    return Delivery(path.stem, name, description, values, builtin=False)
+
+
+def delivery_values(settings) -> dict[str, Any]:
+    """The ``DELIVERY_KEYS`` of ``settings`` (a ``RenderSettings``, its delivery applied) that are not
+    at their default: what the window's "Save as delivery" saves."""
+    from studio.core.delivery import DELIVERY_KEYS
+    from studio.core.settings import SCHEMA
+
+    return {k: getattr(settings, k) for k in DELIVERY_KEYS if getattr(settings, k) != SCHEMA[k].default}
+
+
+def user_path(name: str):
+    """Where the user's delivery ``name`` is (or would be) saved; one sentence for a shipped name."""
+    key = key_of(name)
+    if not key or len(key) > 64:
+        raise InputError("a delivery needs a name of 1 to 64 letters, digits or dashes")
+    if key in BUILTIN:
+        raise InputError(f"{name!r} is a delivery shipped with Studio; save yours under another name")
+    return _user_dir() / f"{key}.json"
+
+
+def remove(name: str) -> str:
+    """Remove the user's delivery ``name``; its key. One sentence for a shipped or unknown one."""
+    key = key_of(name)
+    if key in BUILTIN:
+        raise InputError(f"{name!r} is shipped with Studio and cannot be removed")
+    path = _user_dir() / f"{key}.json"
+    if not key or not path.is_file():
+        raise InputError(f"you have no delivery named {name!r} (studio delivery list)")
+    path.unlink()
+    return key
 
 
 def load_file(path) -> tuple[str, str, dict[str, Any]]:

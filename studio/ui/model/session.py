@@ -199,6 +199,15 @@ class EditorSession:
         values = {k: self._values[k] for k in setting_keys()}
         return RenderSettings(**values, markers=self.markers_setting())
 
+    def delivery_values(self) -> dict[str, Any]:
+        """What "Save as delivery" saves: the delivery-side settings (``delivery.DELIVERY_KEYS``) as a
+        render would use them (the chosen delivery's values under the ones set here), those not at
+        their default."""
+        from studio.core.settings import from_dict
+        from studio.core.store.deliveries import delivery_values
+
+        return delivery_values(from_dict({k: self._values[k] for k in setting_keys()}))
+
     def markers_setting(self) -> str:
         """The timeline's markers as the ``markers`` setting's text: ``SECONDS=NAME`` separated by commas."""
         rate = float(self.grid_rate)

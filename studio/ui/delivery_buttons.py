@@ -1,0 +1,180 @@
+"""The Render panel's "Save as delivery…" and "Remove delivery": the settings on screen become one of
+the user's deliveries (``<data>/deliveries/NAME.json``, through ``store/deliveries.py`` as ``studio
+delivery save`` does) and appear at once in the Delivery box.
+
+    row = DeliveryButtons(session, delivery_combo)   # under the settings
+    row.save_clicked()      # asks a name (``name_box``); a clash asks before replacing (``clash_box``)
+    row.remove_clicked()    # the chosen delivery, when it is one of yours (``remove_box`` asks first)
+
+The dialogs are opened window-modal (``open``), kept as attributes, so a test answers them with real
+clicks. A refusal (a shipped name, nothing to save) is one sentence in ``note``.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+
+def delivery_choices() -> list[str]:
+    """What the Delivery box offers: none, then every delivery's key (shipped, then the user's)."""
+    from studio.core.delivery import all_deliveries
+
+    return ["", *all_deliveries()]
+
+
+def refresh_choices(combo: QComboBox) -> None:
+    """Offer the deliveries there are now, keeping the text shown (no change signal)."""
+    text = combo.currentText()
+    combo.blockSignals(True)
+    try:
+        combo.clear()
+        combo.addItems(delivery_choices())
+        combo.setEditText(text) if combo.isEditable() else combo.setCurrentText(text)
+    finally:
+        combo.blockSignals(False)
+
+
+class DeliveryButtons(QWidget):
+    def __init__(self, session, combo: QComboBox, parent=None):
+        super().__init__(parent)
+        self.session = session
+        self.combo = combo
+        self.save_btn = QPushButton("Save as delivery…")
+        self.save_btn.setObjectName("saveDelivery")
+        self.save_btn.setToolTip(
+            "Save the canvas, placement, rate, codec, quality, loudness, timecode and captions set here "
+            "as a delivery of your own (studio delivery list shows it)"
+        )
+        self.remove_btn = QPushButton("Remove delivery")
+        self.remove_btn.setObjectName("removeDelivery")
+        self.remove_btn.setToolTip("Remove the chosen delivery (one of yours; the shipped ones stay)")
+        self.note = QLabel("")
+        self.note.setObjectName("dim")
+        self.note.setWordWrap(True)
+        self.note.hide()
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.save_btn)
+        row.addWidget(self.remove_btn)
+        box = QVBoxLayout(self)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addLayout(row)
+        box.addWidget(self.note)
+        self.name_box: QInputDialog | None = None
+        self.clash_box: QMessageBox | None = None
+        self.remove_box: QMessageBox | None = None
+        self.save_btn.clicked.connect(self.save_clicked)
+        self.remove_btn.clicked.connect(self.remove_clicked)
+        session.events.changed.connect(self._changed)
+        self._changed("delivery", None, session.value("delivery"))
+
+    def _changed(self, key, _before, _after) -> None:
+        import shiboken6
+
+        if not shiboken6.isValid(self):
+            self.session.events.changed.disconnect(self._changed)
+            return
+        if key == "delivery":
+            self.remove_btn.setEnabled(self._users_delivery() is not None)
+
+    def _users_delivery(self) -> str | None:
+        """The chosen delivery's key when it is one of the user's own; else None."""
+        from studio.core.delivery import key_of, user_deliveries
+
+        key = key_of(self.session.value("delivery") or "")
+        return key if key and key in user_deliveries() else None
+
+    def say(self, text: str) -> None:
+        self.note.setText(text)
+        self.note.setToolTip(text)
+        self.note.setVisible(bool(text))
+
+    def _ask(self, title: str, text: str, on_yes) -> QMessageBox:
+        """A Yes/Cancel question (Cancel the default), opened window-modal; Yes calls ``on_yes``."""
+        yes = QMessageBox.StandardButton.Yes
+        box = QMessageBox(
+            QMessageBox.Icon.Question, title, text, yes | QMessageBox.StandardButton.Cancel, self.window()
+        )
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.buttonClicked.connect(lambda b: on_yes() if box.standardButton(b) == yes else None)
+        box.open()
+        return box
+
+    # ---- save ---------------------------------------------------------------------------------
+
+    def save_clicked(self) -> None:
+        values = self.session.delivery_values()
+        if not values:
+            self.say("Every delivery setting is at its default: set a canvas, codec or loudness first.")
+            return
+        box = QInputDialog(self.window())
+        box.setObjectName("deliveryNameBox")
+        box.setWindowTitle("Save as delivery")
+        box.setLabelText("Name of the delivery:\n" + ", ".join(f"{k} {v}" for k, v in values.items()))
+        box.setTextValue(self._users_delivery() or "")
+        box.textValueSelected.connect(self._named)
+        self.name_box = box
+        box.open()
+
+    def _named(self, name: str) -> None:
+        from studio.core.errors import InputError
+        from studio.core.store.deliveries import user_path
+
+        try:
+            path = user_path(name)
+        except InputError as exc:
+            self.say(f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+            return
+        if not path.exists():
+            self._write(name, overwrite=False)
+            return
+        self.clash_box = self._ask(
+            "Replace delivery",
+            f"You have a delivery named “{path.stem}”. Replace it with these settings?",
+            lambda: self._write(name, overwrite=True),
+        )
+
+    def _write(self, name: str, *, overwrite: bool) -> None:
+        from studio.core.errors import InputError
+        from studio.core.store import deliveries
+
+        try:
+            d = deliveries.save(name, self.session.delivery_values(), "saved from the window", overwrite=overwrite)
+        except (InputError, OSError) as exc:
+            self.say(f"The delivery was not saved: {exc}.")
+            return
+        refresh_choices(self.combo)
+        self.session.set("delivery", d.name)  # chosen: it sets what is on screen already
+        self.remove_btn.setEnabled(True)
+        self.say(f"Saved delivery “{d.name}”: {', '.join(f'{k} {v}' for k, v in d.settings.items())}.")
+
+    # ---- remove -------------------------------------------------------------------------------
+
+    def remove_clicked(self) -> None:
+        key = self._users_delivery()
+        if key is None:
+            self.say("Choose one of your deliveries in Delivery to remove it; the shipped ones stay.")
+            return
+        self.remove_box = self._ask("Remove delivery", f"Remove your delivery “{key}”?", lambda: self._remove(key))
+
+    def _remove(self, key: str) -> None:
+        from studio.core.errors import InputError
+        from studio.core.store import deliveries
+
+        try:
+            deliveries.remove(key)
+        except (InputError, OSError) as exc:
+            self.say(f"The delivery was not removed: {exc}.")
+            return
+        self.session.set("delivery", "")
+        refresh_choices(self.combo)
+        self.say(f"Removed delivery “{key}”.")
