@@ -66,6 +66,7 @@ def service_rows(
     cache: bool = True,
     handoff: bool = True,
     voice_for=None,
+    out: dict | None = None,
 ):
     """Every row above; ``voice`` is the user rows' clip (672 frames), ``voices`` the clients' clips
         (``counts``: how many clients at once, each row), ``fresh`` six voice-overs of ``voice``'s length the
@@ -76,10 +77,11 @@ def service_rows(
     (no server has its AAC track cached), and each variant's server gets the fresh-server row too.
     ``trace_dir``: every server writes its stage trace there (``STUDIO_STAGE_TRACE``), and, where
     ``py-spy`` is on the PATH, the first burst of each server is sampled (all threads, and only the
-    thread holding the GIL); each request's row then has its job's stages and times (``job_row``)."""
+    thread holding the GIL); each request's row then has its job's stages and times (``job_row``).
+    ``out``: the dict the rows are put in as they are measured (a caller killed midway keeps them)."""
     from studio.service.serve_process import ServeProcess
 
-    out: dict = {}
+    out = {} if out is None else out
     seeds = iter(range(1000, 10**6))
     new_voices = (lambda n, frames: [voice_for(frames, next(seeds)) for _ in range(n)]) if voice_for else None
     frames_of = _frames_in_name
@@ -106,16 +108,15 @@ def service_rows(
                 _generate(srv.url, voice, folder / "warm.mp4")
             if first and handoff:
                 out["handoff"] = handoff_rows(folder, env, voices[0], note)
-            rows = []
+            out.setdefault("gpu_samples", {})[label] = smi.path
+            rows = out.setdefault(f"concurrent_{label}", [])
             for k, n in enumerate(counts):
                 these = new_voices(n, frames_of(voices[0])) if new_voices is not None else voices[:n]
                 spy = _Spy(trace_dir, f"{label}-{n}", srv.proc.pid) if k == 0 else _Spy(None, "", 0)
                 with spy:
                     rows.append(_burst(srv.url, these, folder, note, label))
-            out[f"concurrent_{label}"] = rows
             if first and cache:
                 out["cache"] = cache_rows(srv.url, short or voice, folder, note)
-            out.setdefault("gpu_samples", {})[label] = smi.path
     return out
 
 

@@ -74,11 +74,18 @@ def main() -> int:
     if a.trace_dir:
         kw["trace_dir"] = Path(a.trace_dir)
         kw["voice_for"] = lambda frames, seed: bench_user.voice_file(work / "clips", "wav48", frames, seed=seed)
-    out["service"] = bench_serve.service_rows(
-        work / "service", env, voice, voices, note=say, short=short, counts=clients, fresh=fresh, **kw
-    )
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1))
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))  # `timeout`: the rows so far are written
+    out["service"] = {}
+    try:
+        bench_serve.service_rows(
+            work / "service", env, voice, voices, note=say, short=short, counts=clients, fresh=fresh,
+            out=out["service"], **kw,
+        )  # fmt: skip
+    finally:
+        if a.json:
+            Path(a.json).write_text(json.dumps(out, indent=1))
     return 0
 
 
