@@ -115,6 +115,8 @@ def burst_report(row: dict, trace: list[dict], renders: dict) -> list[str]:
             f"  GPU busy (traced batches, CUDA events): {busy:.2f} s of {wall:.2f} s = {100 * busy / wall:.0f} %; "
             + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items())
         )
+    if gpu:
+        lines += idle_report(gpu, trace, t0, t1)
     eng = [(t["t0"], t["t1"]) for t in trace if t.get("k") == "cpu" and t.get("s") in ("engine", "merged")]
     if eng:
         lines.append(f"  host time inside an engine call (union over the jobs): {union(eng, t0, t1):.2f} s")
@@ -155,6 +157,44 @@ def burst_report(row: dict, trace: list[dict], renders: dict) -> list[str]:
     if threads:
         lines.append(
             "  host time in stages by thread kind (s): " + ", ".join(f"{k} {v:.2f}" for k, v in threads.most_common(12))
+        )
+    return lines
+
+
+def idle_report(gpu: list[tuple[float, float]], trace: list[dict], t0: float, t1: float) -> list[str]:
+    """The GPU's idle gaps in [t0, t1] and the host stages that ran during them; the GPU time of
+    the engine's full (64-frame) batches."""
+    gaps, end = [], t0
+    for a, b in sorted(gpu):
+        if b <= t0 or a >= t1:
+            continue
+        if a > end:
+            gaps.append((end, a))
+        end = max(end, b)
+    if t1 > end:
+        gaps.append((end, t1))
+    during: collections.Counter = collections.Counter()
+    for t in trace:
+        if t.get("k") != "cpu" or t.get("s") in ("made", "merged"):
+            continue
+        for a, b in gaps:
+            o = min(b, t["t1"]) - max(a, t["t0"])
+            if o > 0:
+                during[f"{_kind(t.get('th', '?'))}: {t['s']}"] += o
+    big = sorted(gaps, key=lambda g: g[0] - g[1])[:6]
+    lines = [
+        f"  GPU idle {sum(b - a for a, b in gaps):.2f} s in {len(gaps)} gaps; the largest (start s, length s): "
+        + ", ".join(f"({a - t0:.2f}, {b - a:.3f})" for a, b in big),
+        "  host stages while the GPU idled (s): " + ", ".join(f"{k} {v:.2f}" for k, v in during.most_common(8)),
+    ]
+    full = sorted(
+        t["t1"] - t["t0"] for t in trace if t.get("k") == "gpu" and t.get("s") == "engine" and t.get("n") == 64
+        and t0 < t["t0"] < t1
+    )  # fmt: skip
+    if full:
+        lines.append(
+            f"  engine, 64-frame batches on the GPU (ms): min {1e3 * full[0]:.1f}, median "
+            f"{1e3 * full[len(full) // 2]:.1f}, max {1e3 * full[-1]:.1f} ({len(full)} batches)"
         )
     return lines
 

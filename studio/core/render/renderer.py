@@ -325,6 +325,13 @@ class Renderer:
             engine.bind(self._features)
             return engine
 
+    def _span(self, name: str, t0: float) -> float:
+        """A span for the trace alone (not a stage of ``stage_ms``); the time now."""
+        t1 = time.perf_counter()
+        if self._trace is not None:
+            self._trace.cpu(name, t0, t1, id(self))
+        return t1
+
     def _stage(self, name: str, t0: float) -> None:
         t1 = time.perf_counter()
         self._stage_ms[name] = self._stage_ms.get(name, 0.0) + (t1 - t0) * 1e3
@@ -566,6 +573,7 @@ class Renderer:
     def _run(self, writer, plan, first: int, T: int, t_start: float) -> Iterator[RenderProgress]:
         from studio.core.errors import Cancelled
 
+        t_open = time.perf_counter()
         with writer:
             engine_frames = plan.weight[first : first + T] > 0
             batches = [
@@ -575,6 +583,7 @@ class Renderer:
             done = 0
             last_preview = -1e9
             pending = None  # (pinned host frame, event, index): a preview on its way to the host
+            self._span("start", t_open)  # the writer entered, the batches planned
             for idx, frames in self.write_batches(writer, batches, offset=first):
                 done += len(frames)
                 now = time.perf_counter()
@@ -590,6 +599,7 @@ class Renderer:
                 if pending is not None and (done == T or pending[1].query()):  # copied meanwhile
                     pending[1].synchronize()
                     preview, preview_index, pending = pending[0].numpy(), pending[2], None
+                t_yield = self._span("preview", now)
                 yield RenderProgress.measured(
                     done,
                     T,
@@ -598,6 +608,7 @@ class Renderer:
                     preview=preview,
                     preview_index=preview_index,
                 )
+                self._span("consumer", t_yield)  # the caller's handling of the progress (a queue's store, events)
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
             t0 = time.perf_counter()
