@@ -24,6 +24,7 @@ import shutil
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -301,9 +302,9 @@ def _burst(url: str, voices: list[Path], folder: Path, note, label: str) -> dict
         "t1": round(e0 + wall, 4),
         "jobs": sorted((job_row(a[2], a[0], a[1]) for a in done), key=lambda j: j["job"] or 0),
     }
-    walls = row["request_s"]
+    walls = [round(a[1] - a[0], 3) for a in done]
     note(
-        f"serve {label}: {len(voices)} clients at once: {row['fps']} frames/s together ({row['seconds']:.2f} s; "
+        f"serve {label}: {len(voices)} clients at once: {row['fps']} frames/s together ({wall:.2f} s; "
         f"requests {min(walls, default=0):.2f}-{max(walls, default=0):.2f} s)"
     )
     return row
@@ -317,8 +318,8 @@ class _Spy:
     def __init__(self, folder: Path | None, label: str, pid: int, rate: int = 100):
         self.procs: list = []
         exe = shutil.which("py-spy") if folder is not None else None
-        self.cmds = []
-        if exe:
+        self.cmds: list[list[str]] = []
+        if exe and folder is not None:
             for kind, flags in (("idle", ["--idle"]), ("gil", ["--gil"])):
                 path = Path(folder) / f"pyspy-{label}-{kind}.txt"
                 self.cmds.append([exe, "record", "--nonblocking", "--threads", *flags, "-r", str(rate)]
@@ -354,13 +355,13 @@ class _Sampler:
         exe = shutil.which("nvidia-smi") if folder is not None else None
         self.path = str(Path(folder) / f"smi-{label}.csv") if exe and folder is not None else None
         self.cmd = [
-            exe,
+            exe or "nvidia-smi",
             "--query-gpu=timestamp,index,utilization.gpu,memory.used",
             "--format=csv,noheader",
             "-lms",
             "50",
         ]
-        self.proc = None
+        self.proc: Any = None
 
     def __enter__(self):
         import subprocess
