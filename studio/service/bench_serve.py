@@ -261,33 +261,31 @@ def _burst(url: str, voices: list[Path], folder: Path, note, label: str) -> dict
     """One client per voice-over, all posting at once; frames/s from the first post to the last
     answer, each request's wall, and its job's ``job_row`` (``jobs``)."""
     import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     from studio.bench import user as bench_user
     from studio.service.client import StudioClient
 
-    answers: list = [None] * len(voices)
-    errors: list[str] = []
-    start = threading.Barrier(len(voices) + 1)
+    ready = threading.Barrier(len(voices) + 1)
 
-    def client(k: int) -> None:
-        try:
-            with StudioClient(url, timeout=600) as c:
-                start.wait()
-                t0 = time.time()
-                r = c.generate(bench_user.PHOTO, folder / f"burst_{k}.mp4", audio=voices[k])
-                t1 = time.time()
-                answers[k] = (t0, t1, c.render(r["job"]))
-        except Exception as exc:  # noqa: BLE001 - reported in the row
-            errors.append(f"{type(exc).__name__}: {exc}")
+    def one(k: int) -> tuple:
+        with StudioClient(url, timeout=600) as c:
+            ready.wait()
+            sent = time.time()
+            r = c.generate(bench_user.PHOTO, folder / f"burst_{k}.mp4", audio=voices[k])
+            return sent, time.time(), c.render(r["job"])
 
-    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(len(voices))]
-    for t in threads:
-        t.start()
-    start.wait()
-    e0, t0 = time.time(), time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    answers, errors = [], []
+    with ThreadPoolExecutor(len(voices)) as clients:
+        futures = [clients.submit(one, k) for k in range(len(voices))]
+        ready.wait()
+        e0, t0 = time.time(), time.perf_counter()
+        for f in futures:
+            try:
+                answers.append(f.result())
+            except Exception as exc:  # noqa: BLE001 - reported in the row
+                errors.append(f"{type(exc).__name__}: {exc}")
+        wall = time.perf_counter() - t0
     done = [a for a in answers if a]
     frames = sum(int((a[2].get("result") or {}).get("frames") or 0) for a in done)
     row = {
