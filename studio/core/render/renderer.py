@@ -596,8 +596,9 @@ class Renderer:
                     else:
                         preview, preview_index = frames[k].numpy(), int(idx[k])
                     last_preview = now
-                if pending is not None and (done == T or pending[1].query()):  # copied meanwhile
-                    pending[1].synchronize()
+                if pending is not None and pending[1].query():  # copied meanwhile (never waited for:
+                    # at the last batch that would hold the render, and a queue's next job, until the
+                    # GPU caught up; a preview still on its way then is left out)
                     preview, preview_index, pending = pending[0].numpy(), pending[2], None
                 t_yield = self._span("preview", now)
                 yield RenderProgress.measured(
