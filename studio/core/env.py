@@ -94,6 +94,16 @@ KNOBS: dict[str, Knob] = {
             "1",
             "0: jobs running at once on one device call the engine in turn instead of sharing its batches",
         ),
+        Knob(
+            "STUDIO_WARM_RENDER",
+            "",
+            "short: studio serve's warm-up renders 1.5 s of 16 kHz mono once, as before (benchmarks' comparison)",
+        ),
+        Knob(
+            "STUDIO_STAGE_TRACE",
+            "",
+            "a file: every render's stage spans (host and GPU) are appended to it as JSON lines (benchmarks)",
+        ),
         Knob("STUDIO_X264_PROCESSES", "1", "0: parallel x264 chunks run in threads of this process"),
         Knob("STUDIO_X264_NICE", "5", "the CPU priority (nice) of x264 encoder processes"),
         Knob(
