@@ -63,7 +63,8 @@ def edit_video(
     ``span``: only to the frames ``[a, b)``."""
     import cv2
 
-    from studio.core.media.audio import frame_rms, load, silence_mask
+    from studio.core.media.analysis import frame_rms, silence_mask
+    from studio.core.media.audio import load
     from studio.core.media.writer import open_video
 
     amount = DEFAULT_AMOUNT[kind] if amount is None else float(amount)

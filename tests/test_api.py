@@ -270,7 +270,7 @@ def test_bad_delivery_and_script_inputs_get_one_sentence_over_http(client, astro
 
 
 def test_audio_uploaded_once_reused_by_id_with_its_silence(server, client, clips, short_id):
-    from studio.core.media.audio import analyze
+    from studio.core.media.analysis import analyze
 
     with open(clips["short"], "rb") as fh:
         again = client.post("/v1/audio", data={"min_silence": 3}, files={"file": ("other-name.wav", fh)})

@@ -12,7 +12,7 @@ from conftest import DEMO_AUDIO, speechlike, tone
 
 from studio.core.constants import SAMPLES_PER_FRAME
 from studio.core.errors import AudioError
-from studio.core.media import audio
+from studio.core.media import analysis, audio
 
 
 def test_frame_grid_is_ceil_of_duration_times_25(tone_silence_noise):
@@ -33,15 +33,15 @@ def test_partial_last_frame_is_zero_padded(tmp_path):
     last = wave.frame_samples(25)
     assert np.count_nonzero(last[160:]) == 0
     assert np.abs(last[:160]).max() > 0.1
-    rms = audio.frame_rms(wave.samples, wave.frames)
+    rms = analysis.frame_rms(wave.samples, wave.frames)
     assert rms.shape == (26,)
     assert rms[25] == pytest.approx(np.sqrt(np.mean(last.astype(np.float64) ** 2)), rel=1e-5)
 
 
 def test_silence_mask_finds_the_known_silences(tone_silence_noise):
     path, silences = tone_silence_noise
-    result = audio.analyze(path)
-    spans = audio.runs(result.mask())
+    result = analysis.analyze(path)
+    spans = analysis.runs(result.mask())
     assert spans == [(int(a * 25), int(b * 25)) for a, b in silences]  # [(25, 50), (75, 87)]
 
 
@@ -50,7 +50,7 @@ def test_threshold_moves_the_mask(tmp_path):
     quiet = 0.01 * np.sin(2 * np.pi * 200 * np.arange(rate) / rate)  # RMS ~0.0071
     path = tmp_path / "quiet.wav"
     sf.write(path, np.concatenate([tone(1, rate), quiet, tone(1, rate)]).astype(np.float32), rate, subtype="FLOAT")
-    result = audio.analyze(path)
+    result = analysis.analyze(path)
     assert result.mask(threshold=0.008).sum() == 25  # the quiet second is silence
     assert result.mask(threshold=0.005).sum() == 0  # below it, nothing is
     assert result.mask(threshold=1.0).sum() == 75  # everything is
@@ -58,9 +58,9 @@ def test_threshold_moves_the_mask(tmp_path):
 
 def test_short_dips_are_not_silence():
     rms = np.array([0.1, 0.1, 0.0, 0.0, 0.1, 0.0, 0.0, 0.0, 0.1], np.float32)
-    assert audio.silence_mask(rms, 0.008, 3).tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 0]
-    assert audio.silence_mask(rms, 0.008, 2).tolist() == [0, 0, 1, 1, 0, 1, 1, 1, 0]
-    assert audio.silence_mask(rms, 0.008, 1).tolist() == [0, 0, 1, 1, 0, 1, 1, 1, 0]
+    assert analysis.silence_mask(rms, 0.008, 3).tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 0]
+    assert analysis.silence_mask(rms, 0.008, 2).tolist() == [0, 0, 1, 1, 0, 1, 1, 1, 0]
+    assert analysis.silence_mask(rms, 0.008, 1).tolist() == [0, 0, 1, 1, 0, 1, 1, 1, 0]
 
 
 def test_stereo_44k1_mp3_is_downmixed_and_resampled(tmp_path):
@@ -74,7 +74,7 @@ def test_stereo_44k1_mp3_is_downmixed_and_resampled(tmp_path):
     # MP3 adds encoder padding: the grid follows the decoded length, within a frame or two of 4 s
     assert abs(wave.frames - 100) <= 3
     assert len(wave.samples) == math.ceil(wave.info.source_frames * 16_000 / rate)
-    mask = audio.silence_mask(audio.frame_rms(wave.samples, wave.frames))
+    mask = analysis.silence_mask(analysis.frame_rms(wave.samples, wave.frames))
     assert mask[40:60].all()  # 1.6..2.4 s is inside the pause
     assert not mask[5:35].any() and not mask[65:95].any()
 
@@ -104,7 +104,7 @@ def test_float32_and_24bit_files_load(tmp_path):
 
 def test_envelope_brackets_the_samples():
     x = np.sin(np.linspace(0, 60, 16_123)).astype(np.float32)
-    mins, maxs = audio.envelope(x, 160)
+    mins, maxs = analysis.envelope(x, 160)
     assert len(mins) == len(maxs) == math.ceil(16_123 / 160)
     assert mins[3] == x[480:640].min() and maxs[3] == x[480:640].max()
     assert (mins <= maxs).all()
@@ -112,20 +112,20 @@ def test_envelope_brackets_the_samples():
 
 def test_analysis_is_cached_and_reused(tone_silence_noise, studio_home):
     path, _ = tone_silence_noise
-    first = audio.analyze(path)
+    first = analysis.analyze(path)
     assert not first.from_cache
     assert list((studio_home / "cache" / "audio").glob("*.npz"))
-    second = audio.analyze(path)
+    second = analysis.analyze(path)
     assert second.from_cache
     assert np.array_equal(first.rms, second.rms) and np.array_equal(first.env_max, second.env_max)
 
 
 def test_damaged_cache_is_rebuilt(tone_silence_noise, studio_home):
     path, _ = tone_silence_noise
-    audio.analyze(path)
+    analysis.analyze(path)
     (cache,) = (studio_home / "cache" / "audio").glob("*.npz")
     cache.write_bytes(b"garbage")
-    again = audio.analyze(path)
+    again = analysis.analyze(path)
     assert not again.from_cache and again.frames == 100
 
 
@@ -141,7 +141,7 @@ def test_long_file_streams_in_blocks(tmp_path):
             fh.write(block)
     tracemalloc.start()
     wave = audio.load(path)
-    rms = audio.frame_rms(wave.samples, wave.frames)
+    rms = analysis.frame_rms(wave.samples, wave.frames)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     out_bytes = wave.samples.nbytes  # 600 s x 16 kHz x 4 B = 38.4 MB
@@ -177,10 +177,10 @@ def test_zero_sample_wav_is_refused(tmp_path):
 
 
 def test_demo_voiceover_has_its_three_pauses():
-    result = audio.analyze(DEMO_AUDIO)
+    result = analysis.analyze(DEMO_AUDIO)
     assert result.frames == math.ceil(result.info.duration_s * 25)
     assert 20 <= result.info.duration_s <= 30
-    long_pauses = [(a, b) for a, b in audio.runs(result.mask()) if b - a >= 20 and a > 0 and b < result.frames]
+    long_pauses = [(a, b) for a, b in analysis.runs(result.mask()) if b - a >= 20 and a > 0 and b < result.frames]
     assert len(long_pauses) == 3, long_pauses
     assert SAMPLES_PER_FRAME == 640
 
@@ -199,7 +199,7 @@ def test_nan_or_inf_samples_are_refused_with_their_count(tmp_path, studio_home, 
     with pytest.raises(AudioError, match=r"13 of 32000 samples are not numbers \(NaN or infinite\)"):
         audio.load(path)
     with pytest.raises(AudioError, match="not numbers"):  # analyze used to say "0 % silent"
-        audio.analyze(path)
+        analysis.analyze(path)
 
 
 def test_a_text_file_named_mp3_is_named_as_text_without_decoder_noise(tmp_path, capfd):

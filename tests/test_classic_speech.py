@@ -320,7 +320,7 @@ def test_controls_stay_in_range_on_odd_input():
         assert np.isfinite(c.width).all() and (np.abs(c.width) <= 1).all()
     assert len(mouth_controls(np.zeros(100, np.float32), 0)) == 0
     # silence: the plan gives every frame weight 0 (the avatar itself; the engine eases to rest by it)
-    from studio.core.media.audio import frame_rms, silence_mask
+    from studio.core.media.analysis import frame_rms, silence_mask
     from studio.core.render.plan import crossfade_weights
 
     quiet = np.zeros(16_000, np.float32)

@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 from studio.core.errors import InputError
-from studio.core.media.audio import analyze
+from studio.core.media.analysis import analyze
 from studio.core.settings import specs
 from studio.ui.model import EditorSession
 

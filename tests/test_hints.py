@@ -80,7 +80,7 @@ def test_a_moving_everywhere_avatar_gets_no_hints_and_a_photo_its_box(tmp_path):
 
 
 def test_an_encode_with_the_mask_decodes_like_one_without_and_is_not_larger(tmp_path):
-    from studio.core.media.x264_pool import hints_available
+    from studio.core.media.hints import hints_available
 
     if not hints_available():
         pytest.skip("this PyAV's FFmpeg takes no video hints")

@@ -152,7 +152,7 @@ def test_long_audio_is_analysed_in_bounded_memory(home, tmp_path):
 
 
 def test_the_streaming_analysis_equals_the_whole_array_one(tmp_path):
-    from studio.core.media import audio
+    from studio.core.media import analysis, audio
 
     rng = np.random.default_rng(3)
     for rate, channels, seconds in [(44_100, 2, 13.37), (22_050, 1, 3.01), (16_000, 1, 0.3)]:
@@ -160,8 +160,8 @@ def test_the_streaming_analysis_equals_the_whole_array_one(tmp_path):
         x[: rate // 2] *= 0.001
         path = tmp_path / f"n{rate}.flac"
         sf.write(path, x, rate, subtype="PCM_16")
-        whole = audio.analysis_of(audio.load(path))
-        streamed = audio.stream_analysis(audio.probe(path))
+        whole = analysis.analysis_of(audio.load(path))
+        streamed = analysis.stream_analysis(audio.probe(path))
         for k in ("rms", "env_min", "env_max"):
             assert np.array_equal(getattr(whole, k), getattr(streamed, k)), (rate, k)
 

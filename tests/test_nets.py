@@ -1,4 +1,4 @@
-"""studio's own UNet / SD-VAE / TAESD modules (engines/nets.py) against diffusers' classes: the same
+"""studio's own UNet / SD-VAE / TAESD modules (engines/nets*.py) against diffusers' classes: the same
 state-dict names and shapes, the same outputs for the same weights, and no diffusers import on the
 loading path."""
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from studio.core.engines import nets, weights
+from studio.core.engines import nets, nets_unet, nets_vae, weights
 from studio.core.engines import random_models as rm
 from studio.core.errors import ModelError
 
@@ -175,7 +175,7 @@ def test_load_module_of_written_weights_matches_diffusers(written, kind, folder)
     p = weights.resolve(written)
     path = written / folder
     mine = weights.load_module(kind, path, p.weight_file(path))
-    assert isinstance(mine, (nets.UNet, nets.AutoencoderKL, nets.AutoencoderTiny))
+    assert isinstance(mine, (nets_unet.UNet, nets_vae.AutoencoderKL, nets_vae.AutoencoderTiny))
     comp = next(c for c in weights.COMPONENTS.values() if c.kind == kind)
     cfg = json.loads((path / comp.config).read_text())
     cls = {"unet": UNet2DConditionModel, "vae": AutoencoderKL, "taesd": AutoencoderTiny}[kind]

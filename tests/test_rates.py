@@ -89,7 +89,8 @@ def test_drop_frame_round_trips_and_reads_dropped_labels():
 def test_frame_grid_at_29_97_has_frames_of_533_and_534_samples(tmp_path):
     import soundfile as sf
 
-    from studio.core.media.audio import frame_rms, load
+    from studio.core.media.analysis import frame_rms
+    from studio.core.media.audio import load
 
     x = (0.1 * np.random.default_rng(0).standard_normal(16_000 * 2 + 77)).astype(np.float32)
     sf.write(tmp_path / "n.wav", x, 16_000, subtype="FLOAT")
@@ -240,6 +241,49 @@ def test_a_29_97_video_avatar_renders_at_29_97_without_resampling(tmp_path, voic
     r25 = Renderer("ntsc", voice, RenderSettings(engine="classic", device="cpu", fps="25"))
     k = np.arange(r25.plan.frames)
     assert np.array_equal(r25.plan.avatar_idx, a.cycle_index(k * 30000 * 1 // (1001 * 25)))
+
+
+def test_the_output_rate_is_resolved_once_in_the_request(tmp_path, voice, monkeypatch):
+    """``auto`` at 29.97: the avatar's metadata is read for the rate once, when the request is built;
+    the queue's estimates, the job row, the render, its clip and the sidecars read the request's rate,
+    and the file has that rate."""
+    import av
+
+    from studio.core.avatars import library
+    from studio.service import QueueService, Render, RenderRequest
+
+    library.prepare("ntsc", _video(tmp_path / "ntsc.mp4", Fraction(30000, 1001)))
+    calls = []
+    real_avatar_rate, real_output_rate = library.avatar_rate, rates.output_rate
+
+    def avatar_rate(avatar):
+        calls.append(("avatar_rate", str(avatar)))
+        return real_avatar_rate(avatar)
+
+    def output_rate(setting=None, avatar=None):
+        if setting in (None, "", "auto"):
+            calls.append(("output_rate", setting))
+        return real_output_rate(setting, avatar)
+
+    monkeypatch.setattr(library, "avatar_rate", avatar_rate)
+    monkeypatch.setattr(rates, "output_rate", output_rate)
+    s = RenderSettings(engine="classic", device="cpu", encoder="x264", otio=True)
+    req = RenderRequest("ntsc", str(voice), str(tmp_path / "one.mp4"), s)
+    assert calls == [("avatar_rate", "ntsc")] and req.rate == "29.97" and req.settings.fps == "auto"
+    assert req.render_settings.fps == "29.97" and RenderRequest.from_dict(req.to_dict()) == req
+    assert req.with_(frames=(0, 5)).rate == "29.97" and len(calls) == 1  # kept by a copy
+    render = Render(req)
+    list(render.run())
+    qs = QueueService()
+    job = qs.add(req.with_(output=str(tmp_path / "queued.mp4")))
+    assert job.settings["rate"] == "29.97" and job.settings["fps"] == "auto"
+    assert [j.state for j in qs.run_until_empty()] == ["done"]
+    assert calls == [("avatar_rate", "ntsc")]  # nothing below the request asked the avatar again
+    for out in ("one.mp4", "queued.mp4"):
+        with av.open(str(tmp_path / out)) as c:
+            assert c.streams.video[0].average_rate == req.output_rate == Fraction(30000, 1001)
+    assert render.result.frame_rate == "29.97" and qs.get(job.id).result["frame_rate"] == "29.97"
+    assert req.with_(settings=s.with_(fps="25")).rate == "25"  # a new fps setting: resolved again
 
 
 def test_an_odd_rate_video_is_resampled_to_the_nearest_listed_rate(tmp_path):

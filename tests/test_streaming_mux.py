@@ -250,7 +250,7 @@ def test_cancelled_render_leaves_nothing_in_ram_or_beside_the_output(tmp_path, s
 def test_a_still_picture_with_a_changing_box_skips_the_rest_and_decodes_the_same(tmp_path, spill_root):
     """libx264 mb_info through AVVideoHint: the frames outside the box are still bit for bit, the
     output decodes to the same frames as without the hint (same quality), and it is smaller."""
-    from studio.core.media.x264_pool import hints_available
+    from studio.core.media.hints import hints_available
 
     if not hints_available():
         pytest.skip("this PyAV's FFmpeg takes no video hints")

@@ -1,4 +1,4 @@
-"""The temporary-file registry (studio.core.store.fsutil): a killed process's temporaries are removed by
+"""The temporary-file registry (studio.core.store.temps): a killed process's temporaries are removed by
 the next sweep, nothing else ever is; atomic outputs get the user's umask or keep the old mode."""
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.store import fsutil
+from studio.core.store import fsutil, temps
 
 CHILD = textwrap.dedent("""
     import os, sys, time
-    from studio.core.store import fsutil
+    from studio.core.store import fsutil, temps
     out = sys.argv[1]
-    f = fsutil.temp_file(out, ".clip.", ".part.mp4")
-    d = fsutil.temp_dir(out, ".clip.chunks.")
+    f = temps.temp_file(out, ".clip.", ".part.mp4")
+    d = temps.temp_dir(out, ".clip.chunks.")
     (d / "seg0000.mp4").write_bytes(b"segment")
-    spill = fsutil.register_temp(os.path.join(out, f.name + ".chunk0"))
+    spill = temps.register_temp(os.path.join(out, f.name + ".chunk0"))
     open(spill, "wb").write(b"spill")
-    fsutil.register_temp(os.path.join(out, ".never.created.part"))   # registered, never made
+    temps.register_temp(os.path.join(out, ".never.created.part"))   # registered, never made
     with fsutil.atomic_path(os.path.join(out, "done.mp4")) as t:      # finished: must stay
         t.write_bytes(b"finished")
     print("ready", flush=True)
@@ -47,17 +47,17 @@ def test_a_killed_process_temporaries_are_swept_and_nothing_else(tmp_path, studi
         assert p.stdout.readline().strip() == "ready"
         names = sorted(os.listdir(out))
         assert len(names) == 5 and "done.mp4" in names  # temp file, its spill, the folder, done, mine
-        assert fsutil.sweep_dead_temps() == []  # alive: its lock is held, nothing is touched
+        assert temps.sweep_dead_temps() == []  # alive: its lock is held, nothing is touched
         assert sorted(os.listdir(out)) == names
     finally:
         p.kill()
         p.wait()
-    removed = fsutil.sweep_dead_temps()
+    removed = temps.sweep_dead_temps()
     assert len(removed) == 3
     assert sorted(os.listdir(out)) == ["done.mp4", "mine.txt"]
     assert (out / "done.mp4").read_bytes() == b"finished"
-    assert os.listdir(studio_home / "tmp") in ([], [fsutil.KEY_NAME])  # the dead record is gone too
-    assert fsutil.sweep_dead_temps() == []
+    assert os.listdir(studio_home / "tmp") in ([], [temps.KEY_NAME])  # the dead record is gone too
+    assert temps.sweep_dead_temps() == []
 
 
 def test_a_normal_exit_removes_what_the_process_left_registered(tmp_path, studio_home):
@@ -67,16 +67,16 @@ def test_a_normal_exit_removes_what_the_process_left_registered(tmp_path, studio
     assert p.stdout.readline().strip() == "ready"
     assert p.wait(30) == 0
     assert sorted(os.listdir(out)) == ["done.mp4"]
-    assert os.listdir(studio_home / "tmp") in ([], [fsutil.KEY_NAME])
+    assert os.listdir(studio_home / "tmp") in ([], [temps.KEY_NAME])
 
 
 SLOW_CLEANUP = textwrap.dedent("""
     import sys, time
     from studio.core.signals import handle_stop_signals
-    from studio.core.store import fsutil
+    from studio.core.store import temps
     handle_stop_signals()
-    print(fsutil.temp_file(sys.argv[1], ".clip.", ".part.mp4"), flush=True)
-    try:
+    try:  # the path is printed inside: a signal right after it must reach the except below
+        print(temps.temp_file(sys.argv[1], ".clip.", ".part.mp4"), flush=True)
         time.sleep(60)
     except KeyboardInterrupt:
         print("cleaning up", flush=True)
@@ -94,7 +94,7 @@ def test_a_second_signal_exits_at_once_and_still_removes_the_temporaries(tmp_pat
     )
     try:
         tmp = Path(proc.stdout.readline().strip())
-        assert tmp.exists() and fsutil.is_temp_name(tmp.name)
+        assert tmp.exists() and temps.is_temp_name(tmp.name)
         proc.send_signal(signal.SIGTERM)
         assert proc.stdout.readline().strip() == "cleaning up"
         proc.send_signal(signal.SIGTERM)
@@ -118,10 +118,10 @@ def test_a_damaged_record_never_deletes_anything_that_is_not_a_temporary(tmp_pat
     (out / ".ok.part.mp4").write_bytes(b"x")  # the only real leftover
     rec = studio_home / "tmp"
     rec.mkdir()
-    key = fsutil._secret(rec, create=True)  # signed as this data folder's own processes sign
+    key = temps._secret(rec, create=True)  # signed as this data folder's own processes sign
 
     def line(op, path):
-        return json.dumps([op, path, fsutil._mac(key, op, path)])
+        return json.dumps([op, path, temps._mac(key, op, path)])
 
     lines = [
         json.dumps({"studio_temps": 1, "pid": 1}),
@@ -138,9 +138,9 @@ def test_a_damaged_record_never_deletes_anything_that_is_not_a_temporary(tmp_pat
     ]  # a line cut by a power cut
     (out / ".released.part.mp4").write_bytes(b"renamed away then reused")
     (rec / "1-dead.rec").write_text("\n".join(lines))
-    assert fsutil.sweep_dead_temps() == [str(out / ".ok.part.mp4")]
+    assert temps.sweep_dead_temps() == [str(out / ".ok.part.mp4")]
     assert sorted(os.listdir(out)) == sorted([*keep, ".clip.x.part.mp4", ".link.part.chunks", ".released.part.mp4"])
-    assert (tmp_path / "out").is_dir() and os.listdir(rec) == [fsutil.KEY_NAME]
+    assert (tmp_path / "out").is_dir() and os.listdir(rec) == [temps.KEY_NAME]
 
 
 def test_a_planted_record_deletes_nothing(tmp_path, studio_home):
@@ -158,7 +158,7 @@ def test_a_planted_record_deletes_nothing(tmp_path, studio_home):
     plain = [json.dumps(["+f", str(victims / n)]) for n in names[:-1]] + [json.dumps(["+d", str(victims / names[-1])])]
     (rec / "1-planted.rec").write_text("\n".join([header, *plain]))  # the old, unsigned form
     other_key = os.urandom(32)  # signed, but with a key that is not this data folder's
-    forged = [json.dumps(["+f", str(victims / n), fsutil._mac(other_key, "+f", str(victims / n))]) for n in names]
+    forged = [json.dumps(["+f", str(victims / n), temps._mac(other_key, "+f", str(victims / n))]) for n in names]
     (rec / "2-forged.rec").write_text("\n".join([header, *forged]))
     r = subprocess.run(
         [sys.executable, "-m", "studio", "queue", "list"], capture_output=True, text=True, timeout=120
@@ -168,24 +168,24 @@ def test_a_planted_record_deletes_nothing(tmp_path, studio_home):
     # a real process of this data folder is still cleaned up after as before
     p = _child(tmp_path, "exit")
     assert p.stdout.readline().strip() == "ready" and p.wait(30) == 0
-    assert (rec / fsutil.KEY_NAME).stat().st_mode & 0o777 == 0o600
-    key = fsutil._secret(rec, create=False)
+    assert (rec / temps.KEY_NAME).stat().st_mode & 0o777 == 0o600
+    key = temps._secret(rec, create=False)
     bad = victims / names[0]
-    (rec / "3-late.rec").write_text("\n".join([header, json.dumps(["+f", str(bad), fsutil._mac(key, "+f", str(bad))])]))
-    os.chmod(rec / fsutil.KEY_NAME, 0o644)  # a key others can read proves nothing: it is not used
-    assert fsutil.sweep_dead_temps() == [] and bad.exists()
+    (rec / "3-late.rec").write_text("\n".join([header, json.dumps(["+f", str(bad), temps._mac(key, "+f", str(bad))])]))
+    os.chmod(rec / temps.KEY_NAME, 0o644)  # a key others can read proves nothing: it is not used
+    assert temps.sweep_dead_temps() == [] and bad.exists()
 
 
 def test_only_temporary_names_can_be_registered(tmp_path):
     with pytest.raises(ValueError):
-        fsutil.register_temp(tmp_path / "out.mp4")
+        temps.register_temp(tmp_path / "out.mp4")
     with pytest.raises(ValueError):
-        fsutil.register_temp(tmp_path / ".hidden")
+        temps.register_temp(tmp_path / ".hidden")
 
 
 def test_sweep_without_a_records_folder_does_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "none"))
-    assert fsutil.sweep_dead_temps() == []
+    assert temps.sweep_dead_temps() == []
     assert not (tmp_path / "none").exists()  # a sweep creates nothing
 
 
@@ -215,4 +215,4 @@ def test_a_failed_atomic_write_leaves_nothing_registered(tmp_path):
         tmp.write_bytes(b"half")
         raise RuntimeError("boom")
     assert os.listdir(tmp_path) == []
-    assert not [p for p in fsutil.own_temps() if p.startswith(str(tmp_path))]
+    assert not [p for p in temps.own_temps() if p.startswith(str(tmp_path))]

@@ -16,7 +16,7 @@ from musetalk_fakes import TAESD_TINY, WIDTH, write_official_models
 from studio.cli import main as cli_main
 from studio.core.engines import random_models as rm
 from studio.core.engines import runtime_tensorrt as rtt
-from studio.core.engines import weights
+from studio.core.engines import tensorrt_build, weights
 from studio.core.errors import StudioError
 
 TARGET = rtt.Target("NVIDIA GeForce RTX 4090", "8.9", "10.13.0")
@@ -56,7 +56,7 @@ def _randn(*shape, seed=0):
 
 def test_unet_onnx_has_a_dynamic_batch_and_matches_pytorch_at_t0_for_batch_1_and_7(official, tmp_path):
     paths = weights.resolve(official)
-    out = rtt.export_onnx("unet", paths, tmp_path / "unet.onnx")
+    out = tensorrt_build.export_onnx("unet", paths, tmp_path / "unet.onnx")
     graph = onnx.load(str(out))
     dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.graph.input}
     assert dims == {"latents": ["batch", 8, 32, 32], "audio": ["batch", 50, WIDTH]}
@@ -78,14 +78,14 @@ def test_the_real_unet_is_exported_at_32x32_latents_and_50_whisper_tokens():
 
     with torch.device("meta"):  # the real architecture, no memory
         unet = UNet2DConditionModel.from_config(rm.MUSETALK_UNET_CONFIG)
-    inputs = rtt.example_inputs("unet", rtt._graphs()["unet"](unet, 50), batch=3)
+    inputs = tensorrt_build.example_inputs("unet", tensorrt_build.graphs()["unet"](unet, 50), batch=3)
     assert {k: tuple(v.shape) for k, v in inputs.items()} == {"latents": (3, 8, 32, 32), "audio": (3, 50, 384)}
 
 
 @pytest.mark.parametrize("component", ["taesd", "sd-vae"])
 def test_decoder_onnx_maps_latents_to_minus1_1_images_like_the_engine(official, tmp_path, component):
     paths = weights.resolve(official)
-    out = rtt.export_onnx(component, paths, tmp_path / f"{component}.onnx")
+    out = tensorrt_build.export_onnx(component, paths, tmp_path / f"{component}.onnx")
     kind, folder = ("taesd", paths.taesd) if component == "taesd" else ("vae", paths.vae)
     net = weights.load_module(kind, folder, paths.weight_file(folder), "cpu", torch.float32)
     divide = 1.0 if component == "taesd" else 0.18215  # the SD-VAE decodes latents / 0.18215
@@ -105,9 +105,9 @@ def test_decoder_onnx_maps_latents_to_minus1_1_images_like_the_engine(official, 
 
 def test_large_graphs_keep_their_weights_in_one_data_file_beside_the_onnx(official, tmp_path):
     paths = weights.resolve(official)
-    out = rtt.export_onnx("taesd", paths, tmp_path / "t.onnx", external_data_bytes=0)
+    out = tensorrt_build.export_onnx("taesd", paths, tmp_path / "t.onnx", external_data_bytes=0)
     data = tmp_path / "t.onnx.data"
-    module = rtt.reference_module("taesd", paths)
+    module = tensorrt_build.reference_module("taesd", paths)
     nbytes = sum(t.numel() * 4 for t in module.net.decoder.state_dict().values())  # the graph is the decoder
     assert data.stat().st_size >= 0.9 * nbytes and out.stat().st_size < nbytes / 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.onnx", "t.onnx.data"]  # no per-tensor litter
@@ -173,7 +173,7 @@ def _fake_engine(cache, store, component="taesd", target=TARGET, size=1000):
     key = rtt.engine_key(component, "fp16", rtt.Profile(), target, store)
     cache.mkdir(parents=True, exist_ok=True)
     (cache / key.name).write_bytes(b"\0" * size)
-    rtt._write_sidecar(cache / key.name, key, seconds=1.0, validation="test")
+    rtt.write_sidecar(cache / key.name, key, seconds=1.0, validation="test")
     return cache / key.name
 
 
@@ -243,8 +243,8 @@ def recorded(official):
         return (x / scale).to(torch.float8_e4m3fn).float() * scale
 
     paths = weights.resolve(official)
-    module = rtt.reference_module("unet", paths)
-    inputs = rtt.example_inputs("unet", module, batch=4, seed=3)
+    module = tensorrt_build.reference_module("unet", paths)
+    inputs = tensorrt_build.example_inputs("unet", module, batch=4, seed=3)
     with torch.inference_mode():
         ref = module(*inputs.values()).numpy()
         for m in module.modules():
@@ -352,10 +352,10 @@ def test_tiny_engines_build_validate_and_replace_pytorch_in_the_engine(cache, st
 
     from studio.core.engines.musetalk import MuseTalkEngine
 
-    results = rtt.build(["unet", "taesd", "sd-vae"], "fp16", rtt.Profile(1, 4, 8))
+    results = tensorrt_build.build(["unet", "taesd", "sd-vae"], "fp16", rtt.Profile(1, 4, 8))
     assert [r["status"] for r in results] == ["built"] * 3, results
     assert {r["status"] for r in rtt.list_engines()} == {"valid"}
-    assert [r["status"] for r in rtt.build(["unet"], "fp16", rtt.Profile(1, 4, 8))] == ["cached"]
+    assert [r["status"] for r in tensorrt_build.build(["unet"], "fp16", rtt.Profile(1, 4, 8))] == ["cached"]
     faces = {}
     for runtime in ("torch", "tensorrt"):
         eng = MuseTalkEngine(device="cuda", decoder="taesd", runtime=runtime, cuda_graphs=False)

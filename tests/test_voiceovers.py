@@ -17,7 +17,7 @@ from conftest import speechlike
 from test_encode import H, W, talking_frames
 
 from studio.core.errors import AudioError
-from studio.core.media import aac_cache, audio
+from studio.core.media import aac_cache, analysis, audio
 from studio.core.media.writer import open_video
 from studio.core.render.plan import stripes
 
@@ -99,7 +99,7 @@ def test_m4a_and_a_video_files_sound_are_voice_overs(voices, kind):
     wave = audio.load(voices[kind])
     assert wave.frames == math.ceil(info.source_frames * 25 / info.source_rate)
     assert len(wave.samples) == math.ceil(info.source_frames * 16_000 / info.source_rate)
-    mask = audio.silence_mask(audio.frame_rms(wave.samples, wave.frames))
+    mask = analysis.silence_mask(analysis.frame_rms(wave.samples, wave.frames))
     assert mask[25:36].all() and not mask[3:20].any() and not mask[40:58].any()  # the pause, and speech around it
 
 

@@ -118,17 +118,16 @@ async def _submit(st, form, settings, stored: list):
         from studio.core.media.codecs import spec as codec_spec
 
         output = renders_dir() / f"{_slug(avatar_label)}-{_slug(audio_label)}{codec_spec(settings.codec).suffix}"
+    request = await run_in_threadpool(RenderRequest, avatar, audio, str(output), settings)  # the rate resolved once
     frames = form.frames
     if frames is not None:  # inside the clip, never clamped (the end defaults to the clip's end)
-        from studio.core.avatars.library import output_rate_for
         from studio.core.media.audio import probe
         from studio.service.preflight import check_frames
 
-        rate = await run_in_threadpool(output_rate_for, settings.fps, avatar)  # frames count at the output's rate
-        total = (await run_in_threadpool(probe, audio)).frames_at(rate)
+        total = (await run_in_threadpool(probe, audio)).frames_at(request.output_rate)  # at the output's rate
         frames = (frames[0], total if frames[1] is None else frames[1])
         check_frames(frames, total)
-    request = RenderRequest(avatar, audio, str(output), settings, frames=frames)
+        request = request.with_(frames=frames)
     if form.gpus:
         request = request.with_(placement=gpus_placement(form.gpus, frames))
     await run_in_threadpool(preflight, request)

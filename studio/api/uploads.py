@@ -129,7 +129,7 @@ class UploadStore:
         """The voice-over decodes (no NaN or infinite samples, within the decode limits): 422 naming
         it as the client did, never by its path on the server."""
         from studio.core.errors import AudioError
-        from studio.core.media.audio import analyze
+        from studio.core.media.analysis import analyze
 
         try:
             analyze(path)

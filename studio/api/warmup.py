@@ -50,8 +50,13 @@ def parse_warm(text: str):
 
 
 class WarmUp:
-    def __init__(self, pool, settings: list, devices: list, then: Callable[[], None] | None = None):
+    def __init__(
+        self, pool, settings: list, devices: list, then: Callable[[], None] | None = None, writers: int | None = None
+    ):
         self.pool = pool
+        #: renders at once in the warm-up render (default: what the queue whose ``start`` is ``then``
+        #: runs at once on a device: its jobs a device, plus one draining when it pipelines)
+        self.writers = writers or _writers_of(getattr(then, "__self__", None))
         self.settings = list(settings)
         self.devices = list(devices) or [None]
         self.then = then
@@ -122,39 +127,89 @@ class WarmUp:
         return names
 
     def _render_once(self, avatar: str) -> None:
-        """One short render of ``avatar`` on each device, to a file that is then removed: what the
-        engine alone does not touch (the compositor on the device, the encoders, the muxer, the
-        audio path) is warm for the first request too."""
+        """A render of ``avatar`` on each device, to a file that is then removed: what the engine
+        alone does not touch is warm for the first request too. What a user's request touches: a
+        48 kHz stereo voice-over (the resampler, the AAC encoder at that rate), long enough that
+        every x264 lane encodes (``frames_for_every_lane``: a lane's process maps and registers its
+        frame ring and opens libx264 on its first frame; 1.5 s reached 4 of 16), and as many
+        renders at once as the queue runs writers at once (``writers``: a pipelined queue's next job
+        renders while the last one's encoders drain, so a second set of encoder processes is
+        started and warmed here, not in the first burst of clients). ``STUDIO_WARM_RENDER=short``:
+        the earlier warm-up (1.5 s of 16 kHz mono, one render; for the benchmarks' comparison)."""
         import tempfile
 
-        import numpy as np
         import soundfile as sf
 
+        from studio.core import env
         from studio.core.env import data_dir
 
-        rng = np.random.default_rng(0)
-        t = np.arange(24_000) / 16_000
-        voice = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) / 2).astype(np.float32)
-        voice += (0.02 * rng.standard_normal(len(t))).astype(np.float32)
+        short = env.get("STUDIO_WARM_RENDER") == "short"
+        rate, frames = (16_000, 38) if short else (48_000, frames_for_every_lane())
+        writers = 1 if short else self.writers
+        voice = synthetic_voice(frames, rate, channels=1 if short else 2)
         base = self.settings[0]
         with tempfile.TemporaryDirectory(prefix=".warm-", dir=data_dir()) as tmp:
             wav = Path(tmp) / "voice.wav"
-            sf.write(wav, voice, 16_000, subtype="PCM_16")
+            sf.write(wav, voice, rate, subtype="PCM_16")
             for slot, device in enumerate(self.devices):
                 s = base.with_(device=device) if device is not None and base.device in (None, "", "auto") else base
                 self.doing = f"a first render of {avatar} on {device or 'the default device'}"
-                r = None
-                try:
-                    r = self.pool.renderer(avatar, str(wav), s, slot=slot)
-                    for _ in r.run(Path(tmp) / f"warm{slot}.mp4"):
-                        pass
-                    self.rendered.append(avatar)
-                except Exception:
-                    log.warning("warm-up: the first render of %s failed", avatar, exc_info=True)
-                finally:
-                    done = getattr(getattr(r, "_engine", None), "done", None)
-                    if done is not None:
-                        done()  # a batcher's view: no more batches from this render
+                runs = [
+                    threading.Thread(
+                        target=self._render, args=(avatar, wav, s, slot, Path(tmp) / f"warm{slot}-{k}.mp4")
+                    )
+                    for k in range(writers)
+                ]
+                for t in runs:
+                    t.start()
+                for t in runs:
+                    t.join()
+
+    def _render(self, avatar: str, wav: Path, settings, slot: int, out: Path) -> None:
+        r = None
+        try:
+            r = self.pool.renderer(avatar, str(wav), settings, slot=slot)
+            for _ in r.run(out):
+                pass
+            self.rendered.append(avatar)
+        except Exception:
+            log.warning("warm-up: the first render of %s failed", avatar, exc_info=True)
+        finally:
+            done = getattr(getattr(r, "_engine", None), "done", None)
+            if done is not None:
+                done()  # a batcher's view: no more batches from this render
 
     def _say(self, text: str) -> None:
         self.doing = text
+
+
+def _writers_of(queue) -> int:
+    """Writers a queue has open at once on one device (2 for the pipelined one-job runner)."""
+    if queue is None:
+        return 1
+    per_device = max(1, int(getattr(queue, "jobs_per_device", 1) or 1))
+    return per_device + (1 if per_device == 1 and getattr(queue, "pipeline", False) else 0)
+
+
+def frames_for_every_lane() -> int:
+    """Frames of a render whose parallel x264 writer uses a lane per core (``writer.MIN_CHUNK``
+    frames a lane at least), plus a second: at most 60 s."""
+    import os
+
+    from studio.core.media.writer import MIN_CHUNK
+
+    return min(60 * 25, MIN_CHUNK * (os.cpu_count() or 1) + 25)
+
+
+def synthetic_voice(frames: int, rate: int, channels: int = 2, fps: int = 25):
+    """float32 samples (``[n]`` or ``[n, channels]``) of ``frames`` frames: a voiced tone at a
+    syllable's pace with room noise, so the render's speech frames go through the engine."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    t = np.arange(frames * rate // fps) / rate
+    voice = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) / 2).astype(np.float32)
+    voice += (0.02 * rng.standard_normal(len(t))).astype(np.float32)
+    if channels == 1:
+        return voice
+    return np.stack([voice, 0.9 * voice], axis=1)

@@ -250,7 +250,8 @@ def run_bench(
     note(f"inputs: {frames} frames, {height}p video avatar")
     audio = reference_audio(workdir, frames)
     avatar = synthetic_avatar(workdir, height)
-    from studio.core.media.audio import analysis_of, load
+    from studio.core.media.analysis import analysis_of
+    from studio.core.media.audio import load
 
     out["silent_fraction"] = round(float(analysis_of(load(audio)).mask().mean()), 3)
     models_dir, which = _bench_models(workdir, tiny=not cuda, note=note)

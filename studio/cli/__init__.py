@@ -54,7 +54,7 @@ _QUICK_EXIT = [False]  # set once a command (not the window) has run
 def _main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["__studio_x264_worker__"]:  # a frozen app re-launched as an encoder worker
-        from studio.core.media.x264_pool import run_worker
+        from studio.core.media.x264_worker import run_worker
 
         run_worker(int(args_in[1]))
         return 0
@@ -70,7 +70,7 @@ def _main(argv: list[str] | None = None) -> int:
         _say(f"studio: error: {exc}")
         return exc.exit_code
     _setup_logging(args.verbose)
-    from studio.core.store.fsutil import sweep_dead_temps
+    from studio.core.store.temps import sweep_dead_temps
 
     sweep_dead_temps()  # temporaries of runs that were killed (SIGKILL, power cut): one listing
     if not getattr(args, "command", None):
@@ -116,7 +116,7 @@ def _stop_workers() -> None:
     """Encoder processes and this run's leftover temporaries go before the exit message."""
     if "studio.core.media.x264_pool" in sys.modules:
         sys.modules["studio.core.media.x264_pool"].shutdown_pool()
-    from studio.core.store.fsutil import remove_own_temps
+    from studio.core.store.temps import remove_own_temps
 
     remove_own_temps()
 

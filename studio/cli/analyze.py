@@ -34,7 +34,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from studio.cli._common import emit_json, fmt_seconds
     from studio.core.errors import InputError
-    from studio.core.media.audio import analyze
+    from studio.core.media.analysis import analyze
 
     if args.threshold < 0:
         raise InputError("--threshold must be 0 or more (an RMS level such as 0.008)")

@@ -45,12 +45,13 @@ def register(sub) -> None:
 def run_build(args) -> int:
     from studio.cli._common import emit_json
     from studio.core.engines import runtime_tensorrt as rtt
+    from studio.core.engines.tensorrt_build import build
 
     profile = rtt.load_profile(args.profile)
     rtt.current_target()  # refuses at once, in one line, without TensorRT or a GPU
     decoders = ["taesd", "sd-vae"] if args.decoder == "both" else [args.decoder]
     say = None if args.json else (lambda msg: print(f"studio engines: {msg}", file=sys.stderr, flush=True))
-    results = rtt.build(["unet", *decoders], args.precision, profile, force=args.force, progress=say)
+    results = build(["unet", *decoders], args.precision, profile, force=args.force, progress=say)
     if args.json:
         emit_json({"cache": str(rtt.cache_dir()), "profile": profile.label, "engines": results})
     else:

@@ -184,17 +184,15 @@ def _placement(args):
     return Placement()
 
 
-def frames_from_args(args):
-    """``--in``/``--out`` as a frame range (None: the whole clip)."""
+def frames_from_args(args, rate):
+    """``--in``/``--out`` as a frame range at the output's ``rate`` (None: the whole clip)."""
     a, b = getattr(args, "range_in", None), getattr(args, "range_out", None)
     if a is None and b is None:
         return None
-    from studio.core.avatars.library import output_rate_for
     from studio.core.errors import InputError
     from studio.core.media.audio import probe
     from studio.core.media.timecode import TimecodeError, parse_jump
 
-    rate = output_rate_for(getattr(args, "fps", None), args.avatar)  # timecodes count the output's frames
     total = probe(args.audio).frames_at(rate)
 
     def frame(text, default):
@@ -217,15 +215,16 @@ def request_from_args(avatar, audio, output, args):
     """The ``RenderRequest`` that ``studio render`` and ``studio queue add`` build from their options."""
     from studio.service.request import RenderRequest
 
-    return RenderRequest(
+    req = RenderRequest(
         avatar,
         audio,
         output,
         settings_from_args(args),
         _placement(args),
-        frames_from_args(args),
         overwrite=bool(getattr(args, "overwrite", False)),
     )
+    frames = frames_from_args(args, req.output_rate)  # timecodes count the output's frames (the rate resolved once)
+    return req if frames is None else req.with_(frames=frames)
 
 
 def _render(avatar, audio, output, args) -> int:

@@ -91,6 +91,14 @@ KNOBS: dict[str, Knob] = {
             "STUDIO_CROSS_JOB_BATCHING",
             "jobs running at once on one device call the engine in turn instead of sharing its batches",
         ),
+        Knob(
+            "STUDIO_WARM_RENDER",
+            "short: studio serve's warm-up renders 1.5 s of 16 kHz mono once, as before (benchmarks' comparison)",
+        ),
+        Knob(
+            "STUDIO_STAGE_TRACE",
+            "a file: every render's stage spans (host and GPU) are appended to it as JSON lines (benchmarks)",
+        ),
         Knob.switch("STUDIO_X264_PROCESSES", "parallel x264 chunks run in threads of this process"),
         Knob("STUDIO_X264_NICE", "the CPU priority (nice) of x264 encoder processes", default="5"),
         Knob(

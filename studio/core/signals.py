@@ -65,7 +65,7 @@ _FORCED_EXIT: list[Callable[[], object]] = []
 def on_forced_exit(fn: Callable[[], object]) -> Callable[[], object]:
     """Run ``fn`` (no arguments) when a second stop signal ends the process at once: ``os._exit``
     skips the ``atexit`` handlers, so what must not outlive the process (the store's registered
-    temporaries: ``studio.core.store.fsutil``) registers here. Once per function; returns it."""
+    temporaries: ``studio.core.store.temps``) registers here. Once per function; returns it."""
     if fn not in _FORCED_EXIT:
         _FORCED_EXIT.append(fn)
     return fn

@@ -120,10 +120,18 @@ class Batcher:
         return take
 
     def _run(self, asks: list[_Ask]) -> None:
+        from studio.core.render.stagetrace import tracer
+
+        trace = tracer()
         try:
             t0 = time.perf_counter()
             with self.lock or contextlib.nullcontext():
+                g0 = trace.mark(self.engine.device) if trace is not None else None
                 faces = self.engine.generate_many([a.item for a in asks])
+                if trace is not None:
+                    n = sum(a.frames for a in asks)
+                    trace.gpu("engine", g0, trace.mark(self.engine.device), id(self), n=n, jobs=len(asks))
+                    trace.cpu("merged", t0, time.perf_counter(), id(self), n=n, jobs=len(asks))
             self._gather_s = min(GATHER_S[1], max(GATHER_S[0], (time.perf_counter() - t0) / 2))
             for a, f in zip(asks, faces, strict=True):
                 a.faces = f

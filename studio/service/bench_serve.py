@@ -24,6 +24,7 @@ import shutil
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,12 @@ CACHE_REQUESTS: tuple[dict, ...] = (  # 14 requests: batch, decoder and precisio
 )
 
 
+VARIANTS: tuple[tuple[str, tuple[str, ...], dict], ...] = (  # the concurrent rows' other servers
+    ("batched", ("--jobs-per-device", "4"), {}),
+    ("unbatched", ("--jobs-per-device", "4", "--no-batching"), {}),
+)
+
+
 def service_rows(
     folder: Path,
     env: dict,
@@ -54,50 +61,94 @@ def service_rows(
     short: Path | None = None,
     counts: tuple | list = (8, 16),
     fresh: list[Path] | None = None,
+    *,
+    variants=VARIANTS,
+    trace_dir: Path | None = None,
+    cache: bool = True,
+    handoff: bool = True,
+    voice_for=None,
+    out: dict | None = None,
 ):
     """Every row above; ``voice`` is the user rows' clip (672 frames), ``voices`` the clients' clips
         (``counts``: how many clients at once, each row), ``fresh`` six voice-overs of ``voice``'s length the
-    server has not seen (each request of the fresh-server row has its own, as users' do)."""
+    server has not seen (each request of the fresh-server row has its own, as users' do).
+
+    ``variants``: ``(label, serve arguments, environment)`` of the other servers the concurrent rows
+    run on (``concurrent_<label>``). ``voice_for(frames, seed)``: a new voice-over for every request
+    (no server has its AAC track cached), and each variant's server gets the fresh-server row too.
+    ``trace_dir``: every server writes its stage trace there (``STUDIO_STAGE_TRACE``), and, where
+    ``py-spy`` is on the PATH, the first burst of each server is sampled (all threads, and only the
+    thread holding the GIL); each request's row then has its job's stages and times (``job_row``).
+    ``out``: the dict the rows are put in as they are measured (a caller killed midway keeps them)."""
     from studio.service.serve_process import ServeProcess
 
-    out: dict = {}
-    home = Path(env["STUDIO_HOME"])
-    for name in ("renders", "uploads"):  # a fresh data folder: what a new server meets
-        shutil.rmtree(home / name, ignore_errors=True)
+    out = {} if out is None else out
+    seeds = iter(range(1000, 10**6))
+    new_voices = (lambda n, frames: [voice_for(frames, next(seeds)) for _ in range(n)]) if voice_for else None
+    frames_of = _frames_in_name
     folder.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    with ServeProcess(folder, env) as srv:
-        ready_s = _wait_ready(srv.url)
-        since = time.perf_counter() - t0
-        note(f"serve (fresh folder): /v1/health after {srv.start_s:.1f} s, /v1/ready 200 after {since:.1f} s")
-        walls = [_generate(srv.url, v, folder / f"first{k}.mp4") for k, v in enumerate(fresh or [voice] * 6)]
-        warm = statistics.median(w["request_s"] for w in walls[3:])
-        out["fresh"] = {
-            "health_s": round(srv.start_s, 2),
-            "ready_s": round(since, 2),
-            "ready_poll_s": round(ready_s, 2),
-            "requests": walls,
-            "first_three_vs_warm": [round(w["request_s"] / warm, 3) for w in walls[:3]],
-        }
-        note(
-            "serve: first three requests after ready "
-            + ", ".join(f"{w['request_s']:.3f}" for w in walls[:3])
-            + f" s against warm {warm:.3f} s ("
-            + ", ".join(f"{x:.2f}x" for x in out["fresh"]["first_three_vs_warm"])
-            + ")"
-        )
-        out["handoff"] = handoff_rows(folder, env, voices[0], note)
-        out["concurrent_default"] = [_burst(srv.url, voices[:n], folder, note, "default") for n in counts]
-        out["cache"] = cache_rows(srv.url, short or voice, folder, note)
-    for label, args, ns in (
-        ("concurrent_batched", ("--jobs-per-device", "4"), tuple(counts)),
-        ("concurrent_unbatched", ("--jobs-per-device", "4", "--no-batching"), tuple(counts)),
-    ):
-        with ServeProcess(folder, env, args) as srv:
-            _wait_ready(srv.url)
-            _generate(srv.url, voice, folder / "warm.mp4")
-            out[label] = [_burst(srv.url, voices[:n], folder, note, label) for n in ns]
+    for label, args, extra in (("default", (), {}), *(variants or ())):
+        first = label == "default"
+        if first or new_voices is not None:
+            for name in ("renders", "uploads"):  # a fresh data folder: what a new server meets
+                shutil.rmtree(Path(env["STUDIO_HOME"]) / name, ignore_errors=True)
+        srv_env = dict(env, **extra)
+        if trace_dir is not None:
+            Path(trace_dir).mkdir(parents=True, exist_ok=True)
+            srv_env["STUDIO_STAGE_TRACE"] = str(Path(trace_dir) / f"trace-{label}.jsonl")
+        t0 = time.perf_counter()
+        with ServeProcess(folder, srv_env, tuple(args)) as srv, _Sampler(trace_dir, label) as smi:
+            if first or new_voices is not None:
+                these = fresh or [voice] * 6
+                if not first and new_voices is not None:
+                    these = new_voices(6, frames_of(voice))
+                row = fresh_row(srv, t0, these, folder, note, label)
+                out["fresh" if first else f"fresh_{label}"] = row
+            else:
+                _wait_ready(srv.url)
+                _generate(srv.url, voice, folder / "warm.mp4")
+            if first and handoff:
+                out["handoff"] = handoff_rows(folder, env, voices[0], note)
+            out.setdefault("gpu_samples", {})[label] = smi.path
+            rows = out.setdefault(f"concurrent_{label}", [])
+            for k, n in enumerate(counts):
+                these = new_voices(n, frames_of(voices[0])) if new_voices is not None else voices[:n]
+                spy = _Spy(trace_dir, f"{label}-{n}", srv.proc.pid) if k == 0 else _Spy(None, "", 0)
+                with spy:
+                    rows.append(_burst(srv.url, these, folder, note, label))
+            if first and cache:
+                out["cache"] = cache_rows(srv.url, short or voice, folder, note)
     return out
+
+
+def fresh_row(srv, t0: float, voices: list[Path], folder: Path, note, label: str = "default") -> dict:
+    """A server just started on a fresh data folder: seconds to ``/v1/health`` and to ready, then
+    the first three requests against the three after them (each its own voice-over)."""
+    ready_s = _wait_ready(srv.url)
+    since = time.perf_counter() - t0
+    note(f"serve {label} (fresh folder): /v1/health after {srv.start_s:.1f} s, /v1/ready 200 after {since:.1f} s")
+    walls = [_generate(srv.url, v, folder / f"first{k}.mp4", trace=True) for k, v in enumerate(voices)]
+    warm = statistics.median(w["request_s"] for w in walls[3:])
+    row = {
+        "health_s": round(srv.start_s, 2),
+        "ready_s": round(since, 2),
+        "ready_poll_s": round(ready_s, 2),
+        "requests": walls,
+        "first_three_vs_warm": [round(w["request_s"] / warm, 3) for w in walls[:3]],
+    }
+    note(
+        f"serve {label}: first three requests after ready "
+        + ", ".join(f"{w['request_s']:.3f}" for w in walls[:3])
+        + f" s against warm {warm:.3f} s ("
+        + ", ".join(f"{x:.2f}x" for x in row["first_three_vs_warm"])
+        + ")"
+    )
+    return row
+
+
+def _frames_in_name(path: Path) -> int:
+    """The frames of a ``bench.user.voice_file`` (``voice_wav48_<frames>_<seed>.wav``)."""
+    return int(Path(path).stem.split("_")[2])
 
 
 def handoff_rows(folder: Path, env: dict, voice: Path, note=log.info) -> dict:
@@ -136,16 +187,41 @@ def _wait_ready(url: str, timeout: float = 600) -> float:
     raise RuntimeError(f"studio serve was not ready within {timeout:.0f} s")
 
 
-def _generate(url: str, voice: Path, dest: Path, settings: dict | None = None) -> dict:
+def _generate(url: str, voice: Path, dest: Path, settings: dict | None = None, trace: bool = False) -> dict:
     from studio.bench import user as bench_user
     from studio.service.client import StudioClient
 
     with StudioClient(url, timeout=600) as c:
-        t0 = time.perf_counter()
+        t0, e0 = time.perf_counter(), time.time()
         r = c.generate(bench_user.PHOTO, dest, audio=voice, settings=settings)
         wall = time.perf_counter() - t0
-        res = c.render(r["job"]).get("result") or {}
-    return {"request_s": round(wall, 3), "render_s": r["render_seconds"], "frames": res.get("frames")}
+        job = c.render(r["job"])
+    res = job.get("result") or {}
+    out = {"request_s": round(wall, 3), "render_s": r["render_seconds"], "frames": res.get("frames")}
+    if trace:
+        out.update(job_row(job, e0, e0 + wall))
+    return out
+
+
+def job_row(job: dict, sent: float, answered: float) -> dict:
+    """Where one request's time went, from its job (epoch seconds): ``upload_s`` (sent until the
+    job existed: the upload, its checks, the queue's insert), ``server_s`` (until the job's last
+    change: waiting, the audio, the render, the file), ``answer_s`` (until the client had the whole
+    MP4: the answer's start and the download), and the render's own stages (``stage_ms``)."""
+    res = job.get("result") or {}
+    return {
+        "job": job.get("id"),
+        "output": job.get("output"),
+        "sent": round(sent, 4),
+        "answered": round(answered, 4),
+        "upload_s": round(float(job.get("created") or sent) - sent, 4),
+        "server_s": round(float(job.get("updated") or sent) - float(job.get("created") or sent), 4),
+        "answer_s": round(answered - float(job.get("updated") or answered), 4),
+        "seconds": res.get("seconds"),
+        "stage_ms": res.get("stage_ms"),
+        "finish_ms": res.get("finish_ms"),
+        "audio": res.get("audio"),
+    }
 
 
 def metrics(url: str) -> dict:
@@ -182,13 +258,119 @@ def cache_rows(url: str, voice: Path, folder: Path, note=log.info) -> dict:
 
 
 def _burst(url: str, voices: list[Path], folder: Path, note, label: str) -> dict:
-    from studio.service.bench import _burst as burst
+    """One client per voice-over, all posting at once; frames/s from the first post to the last
+    answer, each request's wall, and its job's ``job_row`` (``jobs``)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
-    row = burst(url, voices, folder, lambda text: None)
-    row["label"] = label
-    walls = row["request_s"]
+    from studio.bench import user as bench_user
+    from studio.service.client import StudioClient
+
+    ready = threading.Barrier(len(voices) + 1)
+
+    def one(k: int) -> tuple:
+        with StudioClient(url, timeout=600) as c:
+            ready.wait()
+            sent = time.time()
+            r = c.generate(bench_user.PHOTO, folder / f"burst_{k}.mp4", audio=voices[k])
+            return sent, time.time(), c.render(r["job"])
+
+    answers, errors = [], []
+    with ThreadPoolExecutor(len(voices)) as clients:
+        futures = [clients.submit(one, k) for k in range(len(voices))]
+        ready.wait()
+        e0, t0 = time.time(), time.perf_counter()
+        for f in futures:
+            try:
+                answers.append(f.result())
+            except Exception as exc:  # noqa: BLE001 - reported in the row
+                errors.append(f"{type(exc).__name__}: {exc}")
+        wall = time.perf_counter() - t0
+    done = [a for a in answers if a]
+    frames = sum(int((a[2].get("result") or {}).get("frames") or 0) for a in done)
+    row = {
+        "clients": len(voices),
+        "seconds": round(wall, 3),
+        "frames": frames,
+        "fps": round(frames / wall, 1) if wall else 0.0,
+        "request_s": [round(a[1] - a[0], 3) for a in done],
+        "errors": errors,
+        "label": label,
+        "t0": round(e0, 4),
+        "t1": round(e0 + wall, 4),
+        "jobs": sorted((job_row(a[2], a[0], a[1]) for a in done), key=lambda j: j["job"] or 0),
+    }
+    walls = [round(a[1] - a[0], 3) for a in done]
     note(
-        f"serve {label}: {len(voices)} clients at once: {row['fps']} frames/s together ({row['seconds']:.2f} s; "
+        f"serve {label}: {len(voices)} clients at once: {row['fps']} frames/s together ({wall:.2f} s; "
         f"requests {min(walls, default=0):.2f}-{max(walls, default=0):.2f} s)"
     )
     return row
+
+
+class _Spy:
+    """``py-spy record`` of a process for a ``with`` block, twice at once: every thread (idle ones
+    too) and only the thread holding the GIL, as raw folded stacks in ``folder`` (nothing without a
+    folder or a ``py-spy`` on the PATH). Sampled without pausing the process (``--nonblocking``)."""
+
+    def __init__(self, folder: Path | None, label: str, pid: int, rate: int = 100):
+        self.procs: list = []
+        exe = shutil.which("py-spy") if folder is not None else None
+        self.cmds: list[list[str]] = []
+        if exe and folder is not None:
+            for kind, flags in (("idle", ["--idle"]), ("gil", ["--gil"])):
+                path = Path(folder) / f"pyspy-{label}-{kind}.txt"
+                self.cmds.append([exe, "record", "--nonblocking", "--threads", *flags, "-r", str(rate)]
+                                 + ["-f", "raw", "-o", str(path), "--pid", str(pid)])  # fmt: skip
+
+    def __enter__(self):
+        import subprocess
+
+        for cmd in self.cmds:
+            self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        if self.procs:
+            time.sleep(0.3)  # attached before the burst starts
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+        import subprocess
+
+        for p in self.procs:
+            p.send_signal(signal.SIGINT)  # py-spy writes its file on an interrupt
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+class _Sampler:
+    """``nvidia-smi`` sampling the GPUs' load every 50 ms for a ``with`` block, into ``folder``
+    (nothing without a folder or an ``nvidia-smi``): a coarse cross-check of the trace's GPU spans."""
+
+    def __init__(self, folder: Path | None, label: str):
+        exe = shutil.which("nvidia-smi") if folder is not None else None
+        self.path = str(Path(folder) / f"smi-{label}.csv") if exe and folder is not None else None
+        self.cmd = [
+            exe or "nvidia-smi",
+            "--query-gpu=timestamp,index,utilization.gpu,memory.used",
+            "--format=csv,noheader",
+            "-lms",
+            "50",
+        ]
+        self.proc: Any = None
+
+    def __enter__(self):
+        import subprocess
+
+        if self.path:
+            self.fh = open(self.path, "w")
+            self.proc = subprocess.Popen(self.cmd, stdout=self.fh, stderr=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+            self.fh.close()

@@ -116,7 +116,7 @@ class Render:
         req = self.request
         held = hasattr(self.pool, "release")  # the pool's bound never evicts the engine while it renders
         kw: dict[str, Any] = {"slot": self.slot, "hold": True} if held else {}
-        r = self.pool.renderer(req.avatar, req.audio, req.settings, **kw)
+        r = self.pool.renderer(req.avatar, req.audio, req.render_settings, **kw)  # the rate resolved once
         self._active = r
         try:
             if self._cancel.is_set():
@@ -152,9 +152,9 @@ class Render:
         _whole_clip(req)
         engines = []
         for d in devices:  # warm engines; a device named twice gets a second one of its own
-            e, _ = self.pool.get(req.settings.with_(device=d))
-            engines.append(e if e not in engines else self.pool.get(req.settings.with_(device=d), fresh=True)[0])
-        r = DeviceRender(req.avatar, req.audio, req.settings, engines=engines)
+            e, _ = self.pool.get(req.render_settings.with_(device=d))
+            engines.append(e if e not in engines else self.pool.get(req.render_settings.with_(device=d), fresh=True)[0])
+        r = DeviceRender(req.avatar, req.audio, req.render_settings, engines=engines)
         yield from self._whole(r, f"{len(engines)} GPUs here", r.engine.name, r.engine_reason)
 
     def _chunks(self):
@@ -163,7 +163,7 @@ class Render:
         req = self.request
         _whole_clip(req)
         n = req.placement.chunks or 2
-        r = ChunkedRender(req.avatar, req.audio, req.settings, chunks=n)
+        r = ChunkedRender(req.avatar, req.audio, req.render_settings, chunks=n)
         yield from self._whole(r, f"{n} local processes", req.settings.engine)
 
     def _whole(self, r, where: str, engine_name: str, engine_reason: str = ""):
@@ -193,7 +193,7 @@ class Render:
                     req.avatar,
                     req.audio,
                     req.output,
-                    req.settings,
+                    req.render_settings,
                     chunks=req.placement.chunks or None,
                     overwrite=req.overwrite,
                 ):
@@ -219,7 +219,7 @@ class Render:
             progressed = False
             try:
                 self._started(link.where, req.settings.engine)
-                for p in link.render(req.avatar, req.audio, req.output, req.settings, overwrite=req.overwrite):
+                for p in link.render(req.avatar, req.audio, req.output, req.render_settings, overwrite=req.overwrite):
                     if self._cancel.is_set():
                         link.cancel()
                     progressed = progressed or p.done > 0

@@ -24,9 +24,7 @@ def preflight(req: RenderRequest) -> None:
 
     check_request(req)  # the output, the voice-over's header
     if req.frames is not None:
-        from studio.core.avatars.library import output_rate_for
-
-        total = probe(req.audio).frames_at(output_rate_for(req.settings.fps, req.avatar))  # at the output's rate
+        total = probe(req.audio).frames_at(req.output_rate)  # at the output's rate (resolved in the request)
         check_frames(req.frames, total)
     if req.placement.kind == "local":
         runnable_here(req.settings)

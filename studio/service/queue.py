@@ -119,6 +119,7 @@ def request_of(job: J.Job) -> RenderRequest:
         request_of_settings(s),
         tuple(frames) if frames else None,
         bool(s.get("overwrite", False)),
+        str(s.get("rate") or ""),  # resolved when the request was built (rows of earlier versions: again)
     )
 
 
@@ -145,7 +146,7 @@ def job_settings(req: RenderRequest) -> dict:
     and which frames."""
     d = req.to_dict()
     out = dict(d["settings"])
-    out.update(placement=d["placement"], frames=d["frames"], overwrite=d["overwrite"])
+    out.update(placement=d["placement"], frames=d["frames"], overwrite=d["overwrite"], rate=d["rate"])
     return out
 
 
@@ -480,8 +481,10 @@ class QueueService(Slots):
         """The job's own output rate (a 60 fps job has 2.4x the frames of a 25 fps one), once per job
         and setting: ``auto`` with a video file reads the video's header, not on every listing."""
         from studio.core.avatars.library import output_rate_for
-        from studio.core.media.rates import DEFAULT_RATE
+        from studio.core.media.rates import DEFAULT_RATE, parse_rate
 
+        if job.settings.get("rate"):
+            return parse_rate(job.settings["rate"])  # resolved once, when the request was built
         key = (job.id, job.avatar, job.settings.get("fps"))
         if key not in self._rates:
             if len(self._rates) > 10_000:

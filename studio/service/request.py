@@ -7,14 +7,21 @@
 A request is plain, frozen data: every front end (window, command line, server) builds one and
 hands it to the service's driver or queue. Values are checked here (``InputError``, one sentence),
 so a bad request fails before any work starts, wherever it came from.
+
+The output's frame rate is resolved here, once, as the request is built (``rate``: the ``fps``
+setting, or for ``auto`` the avatar's own rate, read from its metadata): the queue's estimates, the
+API's answers and every placement read ``req.output_rate``, and the render runs with
+``req.render_settings`` (``fps`` pinned to that rate), so no layer below loads the avatar for it again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+from fractions import Fraction
 
-from studio.core.errors import InputError
+from studio.core.errors import InputError, StudioError
 from studio.core.settings import RenderSettings, check, from_dict
 
 PLACEMENTS = ("local", "gpus", "chunks", "farm", "server")
@@ -77,7 +84,9 @@ class RenderRequest:
 
     ``frames`` is ``(start, end)``: render only video frames ``start <= t < end`` (the in/out range),
     with the matching stretch of the original audio. ``overwrite``: the queue may replace an existing
-    file at ``output``; otherwise it numbers the name (``_002``).
+    file at ``output``; otherwise it numbers the name (``_002``). ``rate``: the output's frame rate
+    (``rates.rate_text``), worked out from ``settings.fps`` and the avatar when the request is built
+    ("" while the avatar cannot be read: ``output_rate`` then tries again).
     """
 
     avatar: str
@@ -87,6 +96,7 @@ class RenderRequest:
     placement: Placement = field(default_factory=Placement)
     frames: tuple[int, int] | None = None
     overwrite: bool = False
+    rate: str = ""
 
     def __post_init__(self):
         if not self.avatar or not self.audio:
@@ -104,8 +114,39 @@ class RenderRequest:
                 )
             object.__setattr__(self, "frames", (a, b))
         check(self.settings)
+        if not self.rate:
+            object.__setattr__(self, "rate", _resolved_rate(self.settings.fps, self.avatar))
+
+    @property
+    def output_rate(self) -> Fraction:
+        """The output's frame rate, exact (``Fraction(30000, 1001)`` at 29.97)."""
+        from studio.core.media.rates import parse_rate
+
+        if self.rate:
+            return parse_rate(self.rate)
+        from studio.core.avatars.library import output_rate_for
+
+        return output_rate_for(self.settings.fps, self.avatar)  # the avatar was not readable when built
+
+    @property
+    def render_settings(self) -> RenderSettings:
+        """The settings a render of this request runs with: ``fps`` pinned to the resolved rate
+        (``auto`` becomes e.g. ``"29.97"``), so the renderer, its workers and the farm parse it
+        instead of reading the avatar's metadata again (a rate the setting does not list stays ``auto``)."""
+        from studio.core.constants import RATES
+
+        if self.rate in RATES and self.settings.fps in (None, "", "auto"):
+            return self.settings.with_(fps=self.rate)
+        return self.settings
 
     def with_(self, **kw) -> RenderRequest:
+        """A copy with ``kw`` replaced; the rate is resolved again only when what it follows changed
+        (the ``fps`` setting, or the avatar: not an avatar file's path made absolute)."""
+        s = kw.get("settings", self.settings)
+        if "rate" not in kw and (
+            s.fps != self.settings.fps or not _same_avatar(kw.get("avatar", self.avatar), self.avatar)
+        ):
+            kw["rate"] = ""
         return dataclasses.replace(self, **kw)
 
     def to_dict(self) -> dict:
@@ -123,6 +164,7 @@ class RenderRequest:
             },
             "frames": list(self.frames) if self.frames else None,
             "overwrite": self.overwrite,
+            "rate": self.rate,
         }
 
     @classmethod
@@ -145,4 +187,23 @@ class RenderRequest:
             ),
             frames=tuple(frames) if frames else None,
             overwrite=bool(d.get("overwrite", False)),
+            rate=str(d.get("rate") or ""),
         )
+
+
+def _resolved_rate(fps, avatar: str) -> str:
+    """The output rate of ``fps`` (a setting) with ``avatar``, as ``rates.rate_text``; "" when the
+    avatar cannot be read here (not there yet, a server's own): resolved where the render runs."""
+    from studio.core.avatars.library import output_rate_for
+    from studio.core.media.rates import rate_text
+
+    try:
+        return rate_text(output_rate_for(fps, avatar))
+    except (StudioError, OSError, ValueError):
+        return ""
+
+
+def _same_avatar(a, b) -> bool:
+    """Whether avatar references ``a`` and ``b`` name one avatar (a library name, or one file's paths)."""
+    a, b = str(a), str(b)
+    return a == b or os.path.abspath(os.path.expanduser(a)) == os.path.abspath(os.path.expanduser(b))

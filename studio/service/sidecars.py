@@ -58,7 +58,7 @@ def _otio(result: RenderResult, request, rate, first: int, end: int, worst_secon
     from studio.core.render.handoff import write_otio
     from studio.core.render.markers import markers_of
 
-    clip = Clip(request.avatar, request.audio, request.settings)
+    clip = Clip(request.avatar, request.audio, request.render_settings)
     plan = clip.plan
     path = Path(result.output).with_suffix(".otio")
     existing = result.files.get("otio")

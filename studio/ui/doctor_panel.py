@@ -108,6 +108,6 @@ class DoctorPanel(QWidget):
 
 
 def _build_engines(progress=None):
-    from studio.core.engines import runtime_tensorrt as rt
+    from studio.core.engines import tensorrt_build as rt
 
     return rt.build(progress=(lambda msg: progress(0, 0, msg)) if progress else None)

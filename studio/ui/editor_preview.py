@@ -129,7 +129,7 @@ class EditorPreview(QObject):
             return
         import numpy as np
 
-        from studio.core.media.audio import runs
+        from studio.core.media.analysis import runs
 
         ok = np.asarray(a.face_ok, bool)
         if ok.all():

@@ -348,7 +348,7 @@ class LibraryPanel(FileDrops, QWidget):
                 return None
         if path in self._checking:
             return None
-        from studio.core.media.audio import analyze
+        from studio.core.media.analysis import analyze
 
         self._checking.add(path)
 

@@ -389,7 +389,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.session.select(script=path)
         if not path:
             return
-        from studio.core.media.audio import analyze
+        from studio.core.media.analysis import analyze
         from studio.ui.voiceovers import content_key
 
         rate = self.session.rate

@@ -414,7 +414,9 @@ def settings_text(job) -> str:
     parts = [s.get("engine", "auto")]
     if s.get("engine") == "musetalk" or (job.result or {}).get("engine") == "musetalk":
         parts.append(s.get("decoder", "taesd") + (" compiled" if s.get("compile") else ""))
-    parts.append(f"{s.get('encoder', 'auto')} crf{s.get('crf', 20)} {s.get('preset', 'superfast')}")
+    from studio.core.settings import DEFAULT_CRF, DEFAULT_PRESET  # the schema's defaults, as the writers'
+
+    parts.append(f"{s.get('encoder', 'auto')} crf{s.get('crf', DEFAULT_CRF)} {s.get('preset', DEFAULT_PRESET)}")
     if s.get("codec", "h264") != "h264":
         parts.append(str(s["codec"]))
     if s.get("fps", "auto") != "auto":
@@ -431,6 +433,8 @@ def _job_rate(job):
     try:
         if job.result and job.result.get("frame_rate"):
             return parse_rate(job.result["frame_rate"])
+        if (job.settings or {}).get("rate"):
+            return parse_rate(job.settings["rate"])  # resolved once, when the request was built
         from studio.core.avatars.library import output_rate_for
 
         return output_rate_for((job.settings or {}).get("fps"), job.avatar)

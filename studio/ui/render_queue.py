@@ -241,11 +241,10 @@ class RenderQueue(QObject):
         cached = getattr(self, "_rate_cache", None)
         if cached is not None and cached[0] == run.job_id:
             return cached[1]
-        from studio.core.avatars.library import output_rate_for
         from studio.core.media.rates import DEFAULT_RATE
 
         try:
-            rate = output_rate_for(run.request.settings.fps, run.request.avatar)
+            rate = run.request.output_rate  # resolved once, when the request was built
         except Exception:  # noqa: BLE001 - a caption only: an avatar that cannot be read shows 25
             rate = DEFAULT_RATE
         self._rate_cache = (run.job_id, rate)

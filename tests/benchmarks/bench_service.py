@@ -33,6 +33,21 @@ def main() -> int:
     p.add_argument("--workdir", default=None)
     p.add_argument("--no-cold", action="store_true")
     p.add_argument("--json", default=None)
+    p.add_argument("--no-cache", action="store_true", help="leave out the 14 requests of the cache row")
+    p.add_argument("--no-handoff", action="store_true", help="leave out the handed-off `studio render` rows")
+    p.add_argument(
+        "--variants",
+        default=None,
+        help="the concurrent rows' other servers: 'LABEL:ARGS;...' (ARGS: serve options and NAME=VALUE "
+        "environment), e.g. 'two:--jobs-per-device 2;short:STUDIO_WARM_RENDER=short' (default: 4 jobs a "
+        "device, merged and not)",
+    )
+    p.add_argument(
+        "--trace-dir",
+        default=None,
+        help="every request its own new voice-over, each server's fresh-server row, the stage trace "
+        "(STUDIO_STAGE_TRACE) of every server and py-spy of each first burst (tests/benchmarks/trace_service.py reads them)",
+    )
     a = p.parse_args()
     work = Path(a.workdir or tempfile.mkdtemp(prefix="bench-service-"))
     home = work / "home"
@@ -53,12 +68,38 @@ def main() -> int:
         say(json.dumps(out["cold"]))
     short = bench_user.voice_file(work / "clips", "wav48", 100, seed=99)
     fresh = [bench_user.voice_file(work / "clips", "wav48", a.frames, seed=s) for s in range(100, 106)]
-    out["service"] = bench_serve.service_rows(
-        work / "service", env, voice, voices, note=say, short=short, counts=clients, fresh=fresh
-    )
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1))
+    kw: dict = {"cache": not a.no_cache, "handoff": not a.no_handoff}
+    if a.variants is not None:
+        kw["variants"] = parse_variants(a.variants)
+    if a.trace_dir:
+        kw["trace_dir"] = Path(a.trace_dir)
+        kw["voice_for"] = lambda frames, seed: bench_user.voice_file(work / "clips", "wav48", frames, seed=seed)
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))  # `timeout`: the rows so far are written
+    out["service"] = {}
+    try:
+        bench_serve.service_rows(
+            work / "service", env, voice, voices, note=say, short=short, counts=clients, fresh=fresh,
+            out=out["service"], **kw,
+        )  # fmt: skip
+    finally:
+        if a.json:
+            Path(a.json).write_text(json.dumps(out, indent=1))
     return 0
+
+
+def parse_variants(text: str) -> list[tuple[str, tuple[str, ...], dict]]:
+    """'LABEL:ARGS;...' -> [(label, serve arguments, environment)]; NAME=VALUE words are environment."""
+    out = []
+    for part in (x.strip() for x in text.split(";")):
+        if not part:
+            continue
+        label, _, rest = part.partition(":")
+        words = rest.split()
+        env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
+        out.append((label.strip(), tuple(w for w in words if "=" not in w or w.startswith("-")), env))
+    return out
 
 
 if __name__ == "__main__":

@@ -27,15 +27,15 @@ def best_of(fn, n=200) -> tuple[float, float]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as home:
         os.environ["STUDIO_HOME"] = home
-        from studio.core.store import fsutil
+        from studio.core.store import temps
 
         print(
-            f"sweep, no records folder:     best {best_of(fsutil.sweep_dead_temps)[0]:.3f} ms, "
-            f"median {best_of(fsutil.sweep_dead_temps)[1]:.3f} ms"
+            f"sweep, no records folder:     best {best_of(temps.sweep_dead_temps)[0]:.3f} ms, "
+            f"median {best_of(temps.sweep_dead_temps)[1]:.3f} ms"
         )
         (Path(home) / "tmp").mkdir()
         print(
-            f"sweep, empty records folder:  best/median {'/'.join(f'{v:.3f}' for v in best_of(fsutil.sweep_dead_temps))} ms"
+            f"sweep, empty records folder:  best/median {'/'.join(f'{v:.3f}' for v in best_of(temps.sweep_dead_temps))} ms"
         )
         out = Path(home) / "out"
         out.mkdir()
@@ -43,8 +43,8 @@ def main() -> None:
             [
                 sys.executable,
                 "-c",
-                "from studio.core.store import fsutil; import sys, time; "
-                f"fsutil.temp_file({str(out)!r}, '.x.', '.part.mp4'); print('ok', flush=True); "
+                "from studio.core.store import temps; import sys, time; "
+                f"temps.temp_file({str(out)!r}, '.x.', '.part.mp4'); print('ok', flush=True); "
                 "time.sleep(60)",
             ],
             stdout=subprocess.PIPE,
@@ -52,18 +52,18 @@ def main() -> None:
         )
         child.stdout.readline()
         print(
-            f"sweep, one live record:       best/median {'/'.join(f'{v:.3f}' for v in best_of(fsutil.sweep_dead_temps))} ms"
+            f"sweep, one live record:       best/median {'/'.join(f'{v:.3f}' for v in best_of(temps.sweep_dead_temps))} ms"
         )
         child.kill()
         child.wait()
         t0 = time.perf_counter()
-        removed = fsutil.sweep_dead_temps()
+        removed = temps.sweep_dead_temps()
         print(f"sweep, one dead record:       {(time.perf_counter() - t0) * 1e3:.3f} ms ({len(removed)} removed)")
 
         def one():
-            p = fsutil.temp_file(out, ".b.", ".part.mp4")
+            p = temps.temp_file(out, ".b.", ".part.mp4")
             p.unlink()
-            fsutil.release_temp(p)
+            temps.release_temp(p)
 
         print(
             f"one registered temporary:     best/median {'/'.join(f'{v:.3f}' for v in best_of(one, 100))} ms "

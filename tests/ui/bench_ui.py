@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def one_hour_analysis(seconds: float = 3600.0, seed: int = 0):
     """A synthetic AudioAnalysis of ``seconds`` of speech with a pause every ~4 s (no decoding)."""
     from studio.core.constants import FPS, SAMPLE_RATE
-    from studio.core.media.audio import ENVELOPE_BUCKET, AudioAnalysis, AudioInfo
+    from studio.core.media.analysis import ENVELOPE_BUCKET, AudioAnalysis
+    from studio.core.media.audio import AudioInfo
 
     rng = np.random.default_rng(seed)
     frames = int(seconds * FPS)
@@ -44,7 +45,7 @@ def timed(fn, repeat: int = 3) -> float:
 
 
 def bench_timeline(app) -> None:
-    from studio.core.media.audio import analyze
+    from studio.core.media.analysis import analyze
     from studio.ui.timeline import TimelineView
 
     demo = analyze(ROOT / "resources" / "demo" / "voiceover.flac")

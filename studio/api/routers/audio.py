@@ -47,7 +47,7 @@ def get_audio(st: State, audio_id: AudioId, q: Annotated[SilenceQuery, Query()])
 
 
 def analysis(st: ApiState, audio_id: str, threshold: float, min_silence: int) -> dict:
-    from studio.core.media.audio import analyze
+    from studio.core.media.analysis import analyze
 
     meta = st.uploads.audio_meta(audio_id)
     summary = analyze(st.uploads.audio_path(audio_id)).summary(threshold, min_silence)

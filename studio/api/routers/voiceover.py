@@ -99,7 +99,7 @@ else:
 )
 def get_audio_waveform(st: State, audio_id: str, q: Annotated[WaveformQuery, Query()]) -> dict:
     from studio.core.avatars.library import output_rate_for
-    from studio.core.media.audio import analyze
+    from studio.core.media.analysis import analyze
     from studio.core.media.rates import drop_frames, nominal, rate_number, rate_text
 
     path = st.uploads.audio_path(audio_id)

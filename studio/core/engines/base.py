@@ -155,7 +155,7 @@ def select_engine(name: str = "auto", device: str | None = None, **options) -> E
         if name == "musetalk":
             reason = f"MuseTalk weights are imported ({status['musetalk']})"
             # TensorRT hook (issue 7): say which runtime MuseTalk is expected to use, and why
-            from studio.core.engines.runtime_tensorrt import runtime_note
+            from studio.core.engines.tensorrt_runner import runtime_note
 
             reason += f"; {runtime_note(device, options.get('runtime', 'auto'))}"
         else:

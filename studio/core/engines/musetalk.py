@@ -370,10 +370,10 @@ class MuseTalkEngine(LipSyncEngine):
             return decode(pred / divide, return_dict=False)[0]  # [-1,1] for both decoders
 
         # TensorRT hook (issue 7): engines for these weights replace both calls when they load
-        # and agree with PyTorch (runtime_tensorrt.engine_functions); otherwise PyTorch, with why.
+        # and agree with PyTorch (tensorrt_runner.engine_functions); otherwise PyTorch, with why.
         unet_fn, decode_fn = torch_unet, torch_decode
         if self.runtime != "torch":
-            from studio.core.engines import runtime_tensorrt as rtt
+            from studio.core.engines import tensorrt_runner as rtt
 
             fns, self.runtime_reason = rtt.engine_functions(
                 p, self.decoder, self.dtype, self.device, (torch_unet, torch_decode), self.runtime == "tensorrt"

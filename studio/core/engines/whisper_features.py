@@ -87,9 +87,13 @@ class Features:
         idx = torch.as_tensor(frame_idx, dtype=torch.long, device=self.steps.device).reshape(-1)
         lo, w = window_start(idx, self.rate, self.pad_left)
         pos = lo[:, None] - self.origin + torch.arange(WINDOW, device=idx.device)  # padded coords
-        last = int(pos.max()) + (w is not None)  # the interpolation reads one step more
-        if self.partial and (int(pos.min()) < 0 or last >= len(self.steps)):
-            raise IndexError("frames outside the stretch of the clip these features were computed for")
+        # Only a stretch's features check the positions (reading them back waits for the GPU: done
+        # every batch, it kept the render loop from queueing the next batch behind this one); the
+        # whole clip's padded steps hold every frame's window (the engine checks the frame indices).
+        if self.partial:
+            last = int(pos.max()) + (w is not None)  # the interpolation reads one step more
+            if int(pos.min()) < 0 or last >= len(self.steps):
+                raise IndexError("frames outside the stretch of the clip these features were computed for")
         chunk = self.steps[pos]  # [B, 10, layers, width]
         if w is not None:  # between two steps: interpolate
             chunk = torch.lerp(chunk, self.steps[pos + 1], w.to(chunk.dtype)[:, None, None, None])

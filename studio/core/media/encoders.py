@@ -393,7 +393,7 @@ class AudioSource:
                 self.how = "cached"
                 self.ready_at = time.perf_counter()
                 return
-            from studio.core.store.fsutil import temp_file
+            from studio.core.store.temps import temp_file
 
             # registered: a run killed mid-encode (SIGKILL) leaves it to the next command's sweep
             tee_path = temp_file(self.cache_root, f".{self._key}.", ".part")
@@ -491,7 +491,7 @@ class AudioSource:
 
 
 def _drop_temp(path: Path) -> None:
-    from studio.core.store.fsutil import release_temp
+    from studio.core.store.temps import release_temp
 
     with contextlib.suppress(OSError):
         path.unlink()

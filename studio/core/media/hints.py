@@ -8,7 +8,7 @@ differ from the previous frame where the avatar's own frames differ from each ot
 moving; a tripod recording's backdrop does not) or inside a face box (grown by one macroblock: the
 blend's feathered edge). Everything else is bit for bit the same in every frame of every render of
 that avatar, and libx264 can skip its analysis (``mb_info`` through FFmpeg's AVVideoHint, see
-``x264_pool.video_hint``). A photo avatar is the extreme case: one box changes.
+``video_hint`` below). A photo avatar is the extreme case: one box changes.
 
 The mask is computed once per avatar (one pass over its frames) and kept beside its engine caches
 (``hints/changing-<shape>.npy``), so later renders read a few kilobytes.
@@ -117,3 +117,72 @@ def _cache_path(avatar, n: int, h: int, w: int):
         return engine_dir("hints") / f"changing-v{CACHE_VERSION}-{n}x{h}x{w}.npy"
     except OSError:
         return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Video hints: which macroblocks cannot change (libx264 ``mb_info``, FFmpeg's AVVideoHint)
+
+
+_HINTS: dict = {}
+
+
+def hints_available() -> bool:
+    """Whether frames can carry an AVVideoHint: PyAV exposes frame side data read-only, so the
+    hint is attached with ctypes through the ``AVFrame`` pointer of the PyAV frame (found by
+    checking its width and height) and ``av_video_hint_create_side_data`` of the libavutil PyAV
+    loaded. False (and no hints) wherever any of that is not as expected."""
+    if "ok" not in _HINTS:
+        _HINTS["ok"] = False
+        try:
+            import ctypes
+            import glob
+            import os
+
+            import av
+
+            libs = glob.glob(os.path.join(os.path.dirname(av.__file__), os.pardir, "av.libs", "libavutil*"))
+            lib = ctypes.CDLL(libs[0]) if libs else ctypes.CDLL("libavutil.so.60")
+            fn = lib.av_video_hint_create_side_data
+            fn.restype, fn.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t]
+            _HINTS["create"] = fn
+            probe = av.VideoFrame(64, 48, "nv12")
+            _HINTS["offset"] = next(off for off in (16, 24, 32) if _frame_dims(probe, off) == (64, 48))
+            _HINTS["ok"] = True
+        except Exception as exc:  # noqa: BLE001 - no hints: x264 analyses every macroblock
+            log.info("video hints unavailable (%s: %s)", type(exc).__name__, exc)
+    return _HINTS["ok"]
+
+
+def _frame_dims(frame, off: int):
+    import ctypes
+
+    ptr = ctypes.c_void_p.from_address(id(frame) + off).value
+    if not ptr:
+        return None
+    # AVFrame: data[8] (64 bytes), linesize[8] (32), extended_data (8), then width, height
+    return ctypes.c_int.from_address(ptr + 104).value, ctypes.c_int.from_address(ptr + 108).value
+
+
+def video_hint(frame, rects) -> bool:
+    """Mark everything outside ``rects`` (``(x, y, w, h)`` pixel rectangles, or one such
+    rectangle) of ``frame`` as unchanged since the previous frame (AV_VIDEO_HINT_TYPE_CHANGED)."""
+    import ctypes
+
+    if not hints_available():
+        return False
+    if rects and not isinstance(rects[0], (tuple, list)):
+        rects = (rects,)
+    off = _HINTS["offset"]
+    if _frame_dims(frame, off) != (frame.width, frame.height):
+        return False
+    ptr = ctypes.c_void_p.from_address(id(frame) + off).value
+    hint = _HINTS["create"](ptr, len(rects))
+    if not hint:
+        return False
+    # AVVideoHint: size_t nb_rects, rect_offset, rect_size; int type; AVVideoRect: 4 x uint32
+    rect_offset = ctypes.c_size_t.from_address(hint + 8).value
+    rect_size = ctypes.c_size_t.from_address(hint + 16).value
+    ctypes.c_int.from_address(hint + 24).value = 1  # AV_VIDEO_HINT_TYPE_CHANGED
+    for i, rect in enumerate(rects):
+        (ctypes.c_uint32 * 4).from_address(hint + rect_offset + i * rect_size)[:] = [int(v) for v in rect]
+    return True

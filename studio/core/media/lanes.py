@@ -471,7 +471,7 @@ class LaneWriter:
         (``/dev/shm``) when it fits (bounded), else beside the output; ``STUDIO_SPILL_DIR`` wins.
         Registered: removed even after a kill."""
         from studio.core.media.rings import shm_dir
-        from studio.core.store.fsutil import temp_dir
+        from studio.core.store.temps import temp_dir
 
         chosen = env.get("STUDIO_SPILL_DIR")
         root = Path(chosen) if chosen else self.path.parent
@@ -516,7 +516,7 @@ class LaneWriter:
 
     def _cleanup(self) -> None:
         """Every temporary of the writer (spill folder, side files, leased workers), after close or abort."""
-        from studio.core.store.fsutil import release_temp
+        from studio.core.store.temps import release_temp
 
         for enc in self._encoders:  # an encoder stopped midway: its worker is restarted
             if hasattr(enc, "abort"):

@@ -50,7 +50,9 @@ def nv12_to_rgb(nv12):
     y = nv12[:, :h].float() - _OFF709[0]
     uv = nv12[:, h:].float().view(b, h // 2, w // 2, 2) - 128.0
     uv = uv.repeat_interleave(2, dim=1).repeat_interleave(2, dim=2)
-    m = torch.linalg.inv(torch.tensor(_M709, dtype=torch.float64)).float().to(nv12.device)
+    m = _INV709.get(nv12.device)
+    if m is None:  # once a device: a copy from the host waits for the GPU's queue (a preview a batch)
+        m = _INV709[nv12.device] = torch.linalg.inv(torch.tensor(_M709, dtype=torch.float64)).float().to(nv12.device)
     yuv = torch.stack([y, uv[..., 0], uv[..., 1]], dim=-1)
     return (yuv @ m.T).round_().clamp_(0, 255).to(torch.uint8)
 
@@ -103,6 +105,7 @@ _M709 = np.array(
     ]
 ) * (np.array([[219.0], [224.0], [224.0]]) / 255.0)
 _OFF709 = np.array([16.0, 128.0, 128.0])
+_INV709: dict = {}  # device -> the inverse of _M709 there (float32), for nv12_to_rgb
 
 
 def _nv12_cv2(rgb: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -54,7 +54,7 @@ from studio.core.media.lanes import Chunk, Lane, LaneWriter, rolling_chunks, spl
 from studio.core.media.mux import Muxer
 from studio.core.media.rates import DEFAULT_RATE
 from studio.core.settings import DEFAULT_CRF, DEFAULT_ENCODER, DEFAULT_PRESET, ENCODERS, PRESETS
-from studio.core.store.fsutil import register_temp
+from studio.core.store.temps import register_temp
 
 log = logging.getLogger(__name__)
 __all__ = ["VideoWriter", "check_output", "open_video", "probe_nvenc", "rolling_chunks"]

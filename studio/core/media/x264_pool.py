@@ -7,9 +7,11 @@ into a slot of the worker's shared-memory ring (a host copy, or one DMA from the
 CUDA-registered), sends ``(slot, pts)`` down a socket, and gets the slot back when it is encoded.
 With a spill ``path`` the worker writes the packets there itself (``REC`` records) and the parent
 only moves frames; without one the packets' bytes come back with the slot. Workers are fresh
-interpreters started with ``python -m studio.core.media.x264_pool FD`` (no inherited CUDA context or
+interpreters started with ``python -m studio.core.media.x264_worker FD`` (no inherited CUDA context or
 threads, and no re-import of the caller's ``__main__`` as multiprocessing's spawn would do), kept
-for later renders, at a lower CPU priority than the render thread that feeds them.
+for later renders, at a lower CPU priority than the render thread that feeds them. This module is
+the parent's side (the pool, the leases, the encoders that feed a worker); ``x264_worker`` is the
+worker's loop.
 
     pool = worker_pool(n)                   # processes start on first use, then stay
     enc = ProcessEncoder(pool[k], width, height, fps, crf, preset, path=spill)
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from studio.core.env import child as child_env
-from studio.core.env import get, get_int
+from studio.core.env import get
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,6 @@ SLOTS = 8  # frames in flight per worker
 # One encoded packet in a chunk's spill file: pts, dts, size, keyframe, then the bytes. Written
 # by the workers (``ProcessEncoder(path=...)``) and by ``encoders.PacketFile``; read back at close.
 REC = struct.Struct("<qqIB")
-_BT709, _RANGE_MPEG = 1, 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,7 +49,7 @@ _BT709, _RANGE_MPEG = 1, 1
 
 class _Worker:
     def __init__(self, nice: int | None = None):
-        """``nice``: the worker's CPU priority (default ``NICE``, or ``$STUDIO_X264_NICE``)."""
+        """``nice``: the worker's CPU priority (default ``x264_worker.NICE``, or ``$STUDIO_X264_NICE``)."""
         import socket
         import subprocess
         import sys
@@ -59,7 +60,7 @@ class _Worker:
         if getattr(sys, "frozen", False):  # a frozen app: its own executable knows the flag
             cmd = [sys.executable, WORKER_FLAG, str(fd)]
         else:
-            cmd = [sys.executable, "-m", "studio.core.media.x264_pool", str(fd)]
+            cmd = [sys.executable, "-m", "studio.core.media.x264_worker", str(fd)]
         env = child_env(OMP_NUM_THREADS="1", STUDIO_PARENT_PID=str(os.getpid()))  # dies with us
         if nice is not None:
             env["STUDIO_X264_NICE"] = str(nice)
@@ -458,270 +459,3 @@ def wait_blocking(stream) -> None:
     ev = torch.cuda.Event(blocking=True)
     ev.record(stream)
     ev.synchronize()
-
-
-# ---------------------------------------------------------------------------------------------
-# Video hints: which macroblocks cannot change (libx264 ``mb_info``, FFmpeg's AVVideoHint)
-
-
-_HINTS: dict = {}
-
-
-def hints_available() -> bool:
-    """Whether frames can carry an AVVideoHint: PyAV exposes frame side data read-only, so the
-    hint is attached with ctypes through the ``AVFrame`` pointer of the PyAV frame (found by
-    checking its width and height) and ``av_video_hint_create_side_data`` of the libavutil PyAV
-    loaded. False (and no hints) wherever any of that is not as expected."""
-    if "ok" not in _HINTS:
-        _HINTS["ok"] = False
-        try:
-            import ctypes
-            import glob
-            import os
-
-            import av
-
-            libs = glob.glob(os.path.join(os.path.dirname(av.__file__), os.pardir, "av.libs", "libavutil*"))
-            lib = ctypes.CDLL(libs[0]) if libs else ctypes.CDLL("libavutil.so.60")
-            fn = lib.av_video_hint_create_side_data
-            fn.restype, fn.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t]
-            _HINTS["create"] = fn
-            probe = av.VideoFrame(64, 48, "nv12")
-            _HINTS["offset"] = next(off for off in (16, 24, 32) if _frame_dims(probe, off) == (64, 48))
-            _HINTS["ok"] = True
-        except Exception as exc:  # noqa: BLE001 - no hints: x264 analyses every macroblock
-            log.info("video hints unavailable (%s: %s)", type(exc).__name__, exc)
-    return _HINTS["ok"]
-
-
-def _frame_dims(frame, off: int):
-    import ctypes
-
-    ptr = ctypes.c_void_p.from_address(id(frame) + off).value
-    if not ptr:
-        return None
-    # AVFrame: data[8] (64 bytes), linesize[8] (32), extended_data (8), then width, height
-    return ctypes.c_int.from_address(ptr + 104).value, ctypes.c_int.from_address(ptr + 108).value
-
-
-def video_hint(frame, rects) -> bool:
-    """Mark everything outside ``rects`` (``(x, y, w, h)`` pixel rectangles, or one such
-    rectangle) of ``frame`` as unchanged since the previous frame (AV_VIDEO_HINT_TYPE_CHANGED)."""
-    import ctypes
-
-    if not hints_available():
-        return False
-    if rects and not isinstance(rects[0], (tuple, list)):
-        rects = (rects,)
-    off = _HINTS["offset"]
-    if _frame_dims(frame, off) != (frame.width, frame.height):
-        return False
-    ptr = ctypes.c_void_p.from_address(id(frame) + off).value
-    hint = _HINTS["create"](ptr, len(rects))
-    if not hint:
-        return False
-    # AVVideoHint: size_t nb_rects, rect_offset, rect_size; int type; AVVideoRect: 4 x uint32
-    rect_offset = ctypes.c_size_t.from_address(hint + 8).value
-    rect_size = ctypes.c_size_t.from_address(hint + 16).value
-    ctypes.c_int.from_address(hint + 24).value = 1  # AV_VIDEO_HINT_TYPE_CHANGED
-    for i, rect in enumerate(rects):
-        (ctypes.c_uint32 * 4).from_address(hint + rect_offset + i * rect_size)[:] = [int(v) for v in rect]
-    return True
-
-
-# ---------------------------------------------------------------------------------------------
-# Worker side
-
-
-def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message kinds
-    import time
-
-    import av
-
-    shm = ctx = slots = spill = changing = convert = None
-
-    def encode(frame):
-        nonlocal busy
-        t0 = time.perf_counter()
-        pk = ctx.encode(frame)
-        t1 = time.perf_counter()
-        busy += t1 - t0
-        if trace is not None and frame is not None:  # STUDIO_TRACE: arrival, encode start, end
-            trace.append((frame.pts, t_msg, t0, t1))
-        if spill is None:
-            return _records(pk)
-        for p in pk:
-            data = bytes(p)
-            spill.write(REC.pack(p.pts, p.dts, len(data), 1 if p.is_keyframe else 0) + data)
-        return None
-
-    def frame(slot, pts):
-        if convert is not None:  # a delivery codec: RGB(A) converted here (codecs.open_codec_writer)
-            from studio.core.media.codecs import to_video_frame
-
-            vf = to_video_frame(av, slots[slot], convert[0], convert[1])
-        else:
-            vf = av.VideoFrame.from_numpy_buffer(slots[slot], format="nv12")
-            vf.color_range, vf.colorspace = _RANGE_MPEG, _BT709
-        vf.pts = pts
-        if changing is not None:  # still but for these rectangles: x264 skips the rest
-            video_hint(vf, changing)
-        conn.send(("done", slot, encode(vf)))
-
-    busy = 0.0
-    trace: list | None = None
-    t_msg = None
-    try:
-        while True:
-            msg = conn.recv()
-            t_msg = time.perf_counter()  # CLOCK_MONOTONIC: comparable with the parent's clock
-            kind = msg[0]
-            if kind == "exit":
-                return
-            try:
-                if kind == "open_codec":  # ("open_codec", shm, n, width, height, channels, fps, codec, crf,
-                    # preset, alpha, path): a delivery codec in this lane (codecs.CodecWriter)
-                    from studio.core.media.codecs import configure, pix_fmt_of
-
-                    name, n, width, height, channels, fps, codec, crf, preset, alpha, path = msg[1:12]
-                    shm = _attach(conn, shm, name)  # first: its descriptor follows the message
-                    if spill is not None:
-                        spill.close()
-                    spill = open(path, "wb") if path else None
-                    slots = np.ndarray((n, height, width, channels), np.uint8, buffer=shm.buf)
-                    changing = None
-                    convert = ("rgba" if channels == 4 else "rgb24", pix_fmt_of(codec, alpha))
-                    from studio.core.media.codecs import encoder_for
-                    from studio.core.media.codecs import spec as codec_spec
-
-                    ctx = av.CodecContext.create(encoder_for(codec, preset), "w")
-                    if codec_spec(codec).container in ("mp4", "mov"):
-                        ctx.flags |= av.codec.context.Flags.global_header
-                    configure(ctx, codec, width, height, fps, crf, preset, alpha, 1)
-                    ctx.open()
-                    busy = 0.0
-                    trace = None
-                    conn.send(("opened", bytes(ctx.extradata or b"")))
-                elif kind == "open":
-                    convert = None
-                    name, n, width, height, fps, crf, preset, path = msg[1:9]
-                    changing = msg[9] if len(msg) > 9 and msg[9] and hints_available() else None
-                    shm = _attach(conn, shm, name)  # first: its descriptor follows the message
-                    if spill is not None:
-                        spill.close()
-                    spill = open(path, "wb") if path else None
-                    slots = np.ndarray((n, height * 3 // 2, width), np.uint8, buffer=shm.buf)
-                    ctx = av.CodecContext.create("libx264", "w")
-                    ctx.flags |= av.codec.context.Flags.global_header
-                    ctx.width, ctx.height, ctx.pix_fmt = width, height, "nv12"
-                    ctx.time_base = 1 / Fraction(fps)  # exact: fps may be 30000/1001
-                    ctx.framerate = Fraction(fps)
-                    ctx.color_primaries = ctx.color_trc = ctx.colorspace = _BT709
-                    ctx.color_range = _RANGE_MPEG
-                    ctx.thread_count = 1
-                    ctx.options = {
-                        "preset": str(preset),
-                        "crf": str(crf),
-                        "x264-params": "open-gop=0",
-                        **({"mb_info": "1"} if changing is not None else {}),
-                    }
-                    ctx.open()
-                    busy = 0.0
-                    trace = [] if (msg[10] if len(msg) > 10 else get("STUDIO_TRACE")) else None
-                    conn.send(("opened", bytes(ctx.extradata or b"")))
-                elif kind == "aac":  # the writer's audio track, prepared while the video renders
-                    from studio.core.media.encoders import encode_aac_file
-
-                    t0 = time.perf_counter()
-                    n, how = encode_aac_file(msg[1], msg[2], msg[3] if len(msg) > 3 else "")
-                    conn.send(("aac_done", n, how, t0, time.perf_counter()))
-                elif kind == "frame":
-                    frame(msg[1], msg[2])
-                elif kind == "frames":
-                    for slot, pts in msg[1]:
-                        frame(slot, pts)
-                elif kind == "flush":
-                    records = encode(None)
-                    ctx = None
-                    if spill is not None:
-                        spill.close()  # flushed to the OS: the parent reads it next
-                        spill = None
-                    conn.send(("flushed", records, busy, trace))
-            except Exception as exc:  # noqa: BLE001 - report and wait for the next open
-                ctx = None
-                where = getattr(exc, "filename", None) or (spill.name if spill is not None else None)
-                if spill is not None:
-                    try:  # closing flushes: on a full disk that fails too, and must not end the worker
-                        spill.close()
-                    except OSError:
-                        pass
-                    spill = None
-                conn.send(("error", f"{type(exc).__name__}: {exc}", getattr(exc, "errno", None), where))
-    except (EOFError, KeyboardInterrupt, OSError):
-        return
-    finally:
-        if shm is not None:
-            slots = None
-            try:
-                shm.close()
-            except Exception:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
-                pass
-
-
-def _attach(conn, ring, described):
-    """The parent's ring ``described`` (``(token, size, follows)``): ``ring`` when it is that one
-    already, else the descriptor that follows the message, mapped here."""
-    from studio.core.media import rings
-
-    token, size, follows = described
-    if not follows and ring is not None:
-        return ring
-    if ring is not None:
-        ring.close()
-    ring = rings.receive(conn, size, 1)
-    ring.token = token
-    return ring
-
-
-def _records(packets) -> list:
-    return [(bytes(p), p.pts, p.dts, bool(p.is_keyframe)) for p in packets]
-
-
-NICE = 5  # encoder processes yield the CPU to the render thread that feeds them (STUDIO_X264_NICE)
-
-
-def run_worker(fd: int) -> None:
-    """Entry point of a worker process: serve the parent on socket ``fd`` until it exits.
-
-    The worker lowers its priority: with one encoder per core, a render thread at the same
-    priority waits for a time slice before each GPU launch, and the GPU (the encoders' only
-    source of frames) idles meanwhile."""
-    import contextlib
-    import signal
-    import sys
-    from multiprocessing.connection import Connection
-
-    from studio.core.signals import die_with_parent
-
-    # Pooled workers outlive the thread that started them: no PDEATHSIG, the parent watch only
-    # (a SIGKILL'd parent leaves no encoder behind, even one busy with a long job).
-    die_with_parent(pdeathsig=False)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
-    try:
-        os.nice(get_int("STUDIO_X264_NICE", NICE))
-    except (OSError, ValueError, AttributeError):
-        pass
-
-    _worker_main(Connection(fd))
-    # The parent asked us to exit and everything is closed: skip the interpreter's teardown
-    # (freeing every module's objects took 0.1-0.3 s, which a command's own exit then waited for).
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    import sys
-
-    run_worker(int(sys.argv[1]))

@@ -75,7 +75,7 @@ def speech_of(
     min_silence: int = DEFAULT_MIN_SILENCE_FRAMES,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(envelope, silent)`` per video frame; ``min_silence`` is in 25 fps frames, as the render's."""
-    from studio.core.media.audio import silence_mask
+    from studio.core.media.analysis import silence_mask
     from studio.core.quality.sync import envelope
 
     env = envelope(samples, frames, fps)
@@ -95,7 +95,7 @@ def measure_video(
     """Per-frame measurements of ``video`` against ``avatar`` (``AvatarAssets``, a library name or
     a path), or against the video's first rest frame (the middle of its first silence in
     ``silent``, a per-frame bool array) when no avatar is given."""
-    from studio.core.media.audio import runs
+    from studio.core.media.analysis import runs
     from studio.core.quality import mouth
     from studio.core.quality.video import frame_at, iter_frames, probe_video
 

@@ -68,12 +68,14 @@ class Clip:
     @property
     def rate(self) -> Fraction:
         """The output's frame rate, exact (``Fraction(30000, 1001)`` at 29.97): the ``fps`` setting,
-        or for ``auto`` the video avatar's own rate (25 for a photo)."""
+        or for ``auto`` the video avatar's own rate (25 for a photo). A render of a ``RenderRequest``
+        has ``fps`` pinned to the rate the request resolved: the avatar is not asked again."""
         with self._lock:
             if self._rate is None:
-                from studio.core.media.rates import output_rate
+                from studio.core.media.rates import output_rate, parse_rate
 
-                self._rate = output_rate(self.settings.fps, self.avatar)
+                fps = self.settings.fps
+                self._rate = output_rate(None, self.avatar) if fps in (None, "", "auto") else parse_rate(fps)
             return self._rate
 
     @property

@@ -215,11 +215,8 @@ class Compositor:
         return _device_frames(self.frames, self.device, nv12=True)
 
     def _masks(self):
-        import torch
-
-        if self._masks_t is None:
-            m = torch.from_numpy(np.array(self._masks_np, dtype=np.uint8))  # a writable copy (small)
-            self._masks_t = m.unsqueeze(1).to(self.device)
+        if self._masks_t is None:  # pinned and not waited for: a pageable copy waits for the GPU's queue
+            self._masks_t = to_device(np.array(self._masks_np, dtype=np.uint8)[:, None], self.device)
         return self._masks_t
 
     def _blend_into(self, out, faces, idx, w, vis, rows, nv12=False):

@@ -28,7 +28,7 @@ class Marker:
 def markers_of(settings, plan, rate: Fraction) -> list[Marker]:
     """The user's markers (``settings.markers``) inside the clip and each pause of ``PAUSE_S`` or more."""
     from studio.core.delivery import parse_markers
-    from studio.core.media.audio import runs
+    from studio.core.media.analysis import runs
     from studio.core.render.plan import frame_index
 
     out = [

@@ -125,7 +125,7 @@ def frame_index(seconds: float, rate=DEFAULT_RATE) -> int:
 
 
 def make_plan(wave, avatar, settings) -> RenderPlan:
-    from studio.core.media.audio import frame_rms, silence_mask
+    from studio.core.media.analysis import frame_rms, silence_mask
 
     T = wave.frames
     rate = getattr(wave, "rate", DEFAULT_RATE)

@@ -225,6 +225,12 @@ class Renderer:
         #: held around each batch's engine work when the engine is shared (a warm engine that a
         #: scrub frame may use between two batches of a render): any context manager, or None
         self.engine_lock: Any = None
+        from studio.core.render.stagetrace import tracer
+
+        self._trace = tracer()  # STUDIO_STAGE_TRACE: each stage's span into a file (benchmarks)
+        if self._trace is not None:
+            now = time.perf_counter()
+            self._trace.cpu("made", now, now, id(self))
 
     @classmethod
     def for_clip(
@@ -319,8 +325,18 @@ class Renderer:
             engine.bind(self._features)
             return engine
 
+    def _span(self, name: str, t0: float) -> float:
+        """A span for the trace alone (not a stage of ``stage_ms``); the time now."""
+        t1 = time.perf_counter()
+        if self._trace is not None:
+            self._trace.cpu(name, t0, t1, id(self))
+        return t1
+
     def _stage(self, name: str, t0: float) -> None:
-        self._stage_ms[name] = self._stage_ms.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
+        t1 = time.perf_counter()
+        self._stage_ms[name] = self._stage_ms.get(name, 0.0) + (t1 - t0) * 1e3
+        if self._trace is not None:
+            self._trace.cpu(name, t0, t1, id(self))
 
     # -- frames -------------------------------------------------------------------------------
 
@@ -392,15 +408,21 @@ class Renderer:
 
     def _batch(self, engine, comp, idx_f, idx, weight, active, nv12):
         """One batch of frames: backgrounds, the engine's faces, blended in."""
+        trace = self._trace
+        gb = trace.mark(comp.device) if trace is not None else None
         t0 = time.perf_counter()
         frames = comp.background_nv12(idx) if nv12 else comp.background(idx)
         self._stage("background", t0)
+        g0 = trace.mark(comp.device) if trace is not None else None
+        if trace is not None:
+            trace.gpu("background", gb, g0, id(self), n=len(idx))
         if len(active):
             if getattr(engine, "features", None) is not self._features:  # a shared engine served another clip
                 engine.bind(self._features)
             t0 = time.perf_counter()
             faces = engine.generate(self._prepared, idx[active], idx_f[active], weight[active])
             self._stage("engine", t0)
+            g1 = trace.mark(comp.device) if trace is not None else None
             t0 = time.perf_counter()
             if nv12:
                 comp.paste_nv12(faces, idx[active], weight[active], frames, rows=active)
@@ -409,6 +431,10 @@ class Renderer:
             else:
                 frames[torch_index(active, frames.device)] = comp.paste(faces, idx[active], weight[active])
             self._stage("composite", t0)
+            if trace is not None:
+                if not hasattr(engine, "base_engine"):  # a batcher's view: the batcher traces the merged call
+                    trace.gpu("engine", g0, g1, id(self), n=len(active))
+                trace.gpu("composite", g1, trace.mark(comp.device), id(self), n=len(active))
         return frames
 
     @property
@@ -452,6 +478,8 @@ class Renderer:
         self.focus(frames)
         plan = self.plan
         self._stage("audio", t_start)  # read, analysed, planned (cached after the first use)
+        if self._trace is not None:
+            self._trace.write(k="run", r=id(self), out=output.name, frames=self.plan.frames, t=round(time.time(), 6))
         a = self.avatar
         first, end = check_range(frames, plan.frames, self.rate)
         T = end - first
@@ -545,6 +573,7 @@ class Renderer:
     def _run(self, writer, plan, first: int, T: int, t_start: float) -> Iterator[RenderProgress]:
         from studio.core.errors import Cancelled
 
+        t_open = time.perf_counter()
         with writer:
             engine_frames = plan.weight[first : first + T] > 0
             batches = [
@@ -554,6 +583,7 @@ class Renderer:
             done = 0
             last_preview = -1e9
             pending = None  # (pinned host frame, event, index): a preview on its way to the host
+            self._span("start", t_open)  # the writer entered, the batches planned
             for idx, frames in self.write_batches(writer, batches, offset=first):
                 done += len(frames)
                 now = time.perf_counter()
@@ -566,9 +596,11 @@ class Renderer:
                     else:
                         preview, preview_index = frames[k].numpy(), int(idx[k])
                     last_preview = now
-                if pending is not None and (done == T or pending[1].query()):  # copied meanwhile
-                    pending[1].synchronize()
+                if pending is not None and pending[1].query():  # copied meanwhile (never waited for:
+                    # at the last batch that would hold the render, and a queue's next job, until the
+                    # GPU caught up; a preview still on its way then is left out)
                     preview, preview_index, pending = pending[0].numpy(), pending[2], None
+                t_yield = self._span("preview", now)
                 yield RenderProgress.measured(
                     done,
                     T,
@@ -577,6 +609,7 @@ class Renderer:
                     preview=preview,
                     preview_index=preview_index,
                 )
+                self._span("consumer", t_yield)  # the caller's handling of the progress (a queue's store, events)
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
             t0 = time.perf_counter()
@@ -584,6 +617,8 @@ class Renderer:
             self._stage("finish", t0)
             if self._delivered is not None and (canvas_gpu := self._delivered.gpu_ms()):  # the canvas on a GPU
                 self._stage_ms["canvas_gpu"] = canvas_gpu
+            if self._trace is not None:
+                self._trace.flush()
         seconds = time.perf_counter() - t_start
         self.result = RenderResult.measured(
             output=path,

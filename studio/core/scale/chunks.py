@@ -249,7 +249,7 @@ class ChunkedRender:
 
         from studio.core.media.writer import check_output
         from studio.core.render.renderer import RenderProgress
-        from studio.core.store.fsutil import release_temp, temp_dir
+        from studio.core.store.temps import release_temp, temp_dir
 
         self.result = None
         settings, audio = self.settings, self.audio
@@ -470,7 +470,7 @@ def _stop_pool(pool, grace_s: float = 0.5) -> None:
     files, encoder spill files and their records) are removed at once (``sweep_dead_temps``: a
     killed worker's lock is free), not left for the next command. Without this, the executor's own
     shutdown waits for every running chunk to render to its end."""
-    from studio.core.store.fsutil import sweep_dead_temps
+    from studio.core.store.temps import sweep_dead_temps
 
     procs = list((getattr(pool, "_processes", None) or {}).values())  # private: the only handle on them
     pool.shutdown(wait=False, cancel_futures=True)

@@ -105,7 +105,7 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 
 def check_folder(out: str | os.PathLike) -> Path:
     """Raise unless ``out``'s folder exists and accepts a new file (one is created and removed)."""
-    from studio.core.store.fsutil import release_temp, temp_file
+    from studio.core.store.temps import release_temp, temp_file
 
     out = Path(out)
     folder = out.parent

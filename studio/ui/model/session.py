@@ -310,7 +310,7 @@ class EditorSession:
         return self._mask
 
     def silent_spans(self) -> list[tuple[int, int]]:
-        from studio.core.media.audio import runs
+        from studio.core.media.analysis import runs
 
         m = self.mask
         return runs(m) if m is not None else []
