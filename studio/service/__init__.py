@@ -23,10 +23,10 @@ _NAMES = {
     "QueueService": "queue",
     "QueueEvent": "queue",
     "QueueFull": "queue",
-    "request_of": "queue",
+    "request_of": "job_requests",
     "gpus_here": "queue",
-    "unique_output": "queue",
-    "owned_output": "queue",
+    "unique_output": "job_requests",
+    "owned_output": "job_requests",
     "preflight": "preflight",
 }
 

@@ -444,7 +444,7 @@ def _job_rate(job):
 
 def where_text(job) -> str:
     """Where a job ran (its result) or will run (its settings), for tooltips."""
-    from studio.service.queue import request_of_settings
+    from studio.service.job_requests import request_of_settings
 
     ran = (job.result or {}).get("ran_on")
     if ran:

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 def job_devices(settings: dict) -> tuple[str, ...] | None:
     """The devices a job renders on at once ("All GPUs here"), or None."""
-    from studio.service.queue import request_of_settings
+    from studio.service.job_requests import request_of_settings
 
     p = request_of_settings(settings)
     return (p.devices or None) if p.kind == "gpus" else None
@@ -39,7 +39,7 @@ def job_devices(settings: dict) -> tuple[str, ...] | None:
 
 def job_farm(settings: dict) -> str | None:
     """Where a job's settings say it renders: None (this computer), "" (the farm started here) or HOST:PORT."""
-    from studio.service.queue import request_of_settings
+    from studio.service.job_requests import request_of_settings
 
     p = request_of_settings(settings)
     return p.farm if p.kind == "farm" else None

@@ -33,7 +33,7 @@ from studio.api.models import (
 from studio.api.routers.frames import inputs_here, jpeg_bytes
 from studio.api.schema import INT64_MAX
 from studio.api.state import State
-from studio.service.queue import owned_output
+from studio.service.job_requests import owned_output
 
 router = APIRouter(tags=["renders"])
 
