@@ -248,6 +248,16 @@ class FarmDispatcher:
             best.settle()
             return best
 
+    def reserve_all(self, job_id: int, frames: int, cancel: threading.Event) -> list[_Actor]:
+        """A slot on every actor with one free (a long clip split in chunks), at least one (waited for)."""
+        first = self.actor_of(job_id) or self.wait_reserve(job_id, frames, (), cancel)
+        with self._changed:
+            more = [a for a in self._actors.values() if a.free > 0 and a is not first]
+            for a in more:
+                a.jobs[job_id] = frames // (len(more) + 1)
+                a.settle()
+        return [first, *more]
+
     def wait_reserve(self, job_id: int, frames: int, exclude: tuple[str, ...], cancel: threading.Event) -> _Actor:
         """``reserve``, waiting for a slot (another actor first: ``exclude`` only while one exists)."""
         while True:
