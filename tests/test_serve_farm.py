@@ -93,6 +93,7 @@ def voices(farm):
         "long": speech_pause_speech(folder / "long.wav", 1.8, 0.4, 1.8),  # 4 s: 100 frames
         "short": speech_pause_speech(folder / "short.wav", 0.8, 0.4, 0.8),  # 2 s: 50 frames
         "mid": speech_pause_speech(folder / "mid.wav", 1.3, 0.4, 1.3),  # 3 s: 75 frames
+        "slow": speech_pause_speech(folder / "slow.wav", 4.8, 0.4, 4.8),  # 10 s: 250 frames, time to pull a node
     }
 
 
@@ -212,7 +213,7 @@ def test_jobs_spread_by_frames_queued_come_back_checksummed_with_sse_progress(se
 
 def test_a_worker_node_removed_mid_job_is_rendered_once_more_elsewhere_leaving_one_file(server, home, voices, farm):
     before = set((home / "renders").glob("*"))
-    job_id = post(server, voices["long"])
+    job_id = post(server, voices["slow"], batch="4")
     seen = events(server, job_id, until=lambda k, d: k == "progress" and d["done"] > 0 and d.get("workers"))
     actor = next(iter(seen[-1][1]["workers"]))
     node = farm.node_of(actor)
@@ -223,7 +224,7 @@ def test_a_worker_node_removed_mid_job_is_rendered_once_more_elsewhere_leaving_o
     f = j["result"]["farm"]
     assert f["attempts"] == 2 and f["lost"] == [actor] and f["actor"] != actor, f
     new = set((home / "renders").glob("*")) - before
-    assert [p.name for p in new] == [j["output"]] and frames_of(home / "renders" / j["output"]) == 100
+    assert [p.name for p in new] == [j["output"]] and frames_of(home / "renders" / j["output"]) == 250
     assert hashlib.sha256((home / "renders" / j["output"]).read_bytes()).hexdigest() == f["sha256"]
     assert no_temporaries(home / "renders") == []
     # the dead worker's temporary was swept by the next job on that data folder, the retry's own taken
@@ -275,5 +276,31 @@ def test_placement_farm_splits_one_clip_over_the_actors(farm, home, voices):
         assert j["state"] == "done", j["reason"]
         assert j["result"]["farm"]["chunks"] is True and "segments" in j["result"]["encoder"]
         assert frames_of(home / "renders" / j["output"]) == 100
+    finally:
+        srv.stop()
+
+
+def test_a_job_whose_actors_are_lost_twice_fails_with_one_sentence(farm, home, voices):
+    """Last: it removes the cluster's remaining worker nodes."""
+    srv = start_server(home, farm)
+    try:
+        before = set((home / "renders").glob("*"))
+        job_id = post(srv, voices["slow"], batch="4")
+        lost: list[str] = []
+
+        def working_elsewhere(kind, data) -> bool:
+            return kind == "progress" and data["done"] > 0 and bool(set(data.get("workers", {})) - set(lost))
+
+        for _ in range(2):
+            seen = events(srv, job_id, until=working_elsewhere)
+            actor = next(iter(seen[-1][1]["workers"]))
+            lost.append(actor)
+            node = farm.node_of(actor)
+            farm.remove(node)
+            farm.nodes.remove(node)
+        j = wait_final(srv, [job_id])[job_id]
+        assert j["state"] == "failed" and j["reason"].startswith("The job failed twice as its farm workers were lost")
+        assert j["reason"].count(". ") == 0 and j["reason"].endswith(".")
+        assert set((home / "renders").glob("*")) == before  # nothing written, nothing partial
     finally:
         srv.stop()
