@@ -304,3 +304,32 @@ def test_a_job_whose_actors_are_lost_twice_fails_with_one_sentence(farm, home, v
         assert set((home / "renders").glob("*")) == before  # nothing written, nothing partial
     finally:
         srv.stop()
+
+
+def test_serve_farm_without_an_address_starts_a_local_cluster_and_renders_in_place(tmp_path, voices):
+    """``--farm`` alone: no farm runs here (a Ray folder of the test's own), so the server starts a local
+    cluster; its actors share the head's data folder and write the file in place. Its Ray processes
+    end with the server, and not before (they die with the thread that started them: the farm's own)."""
+    import subprocess
+
+    home = tmp_path / "home"
+    home.mkdir()
+    prepare_demo_avatar(home, "astro")
+    ray_dir = Path(tempfile.mkdtemp(prefix="sfl", dir="/tmp"))
+    env = dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=str(ROOT), RAY_TMPDIR=str(ray_dir))
+    srv = ServeProcess(home, env, ("--farm",), timeout=180, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 180
+        while httpx.get(srv.url + "/v1/ready", timeout=60).status_code != 200:
+            assert time.monotonic() < deadline, srv.log_tail()
+            time.sleep(0.5)
+        job_id = post(srv, voices["short"])
+        j = wait_final(srv, [job_id])[job_id]
+        assert j["state"] == "done", j["reason"]
+        assert j["result"]["farm"]["returned"] == "in place" and frames_of(home / "renders" / j["output"]) == 50
+    finally:
+        srv.stop()
+        time.sleep(2)
+        left = subprocess.run(["pgrep", "-f", str(ray_dir)], capture_output=True, text=True).stdout.split()
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert left == []  # no Ray process of that local cluster outlived the server

@@ -21,24 +21,17 @@ def chunked_on_actors(render, req) -> Generator[Any, None, tuple]:
     import ray
 
     from studio.core.scale.farm import Farm
+    from studio.service.driver import farm_render
 
     d = render.dispatcher
-    spec_frames = 0
-    actors = d.reserve_all(render.job_id, spec_frames, render._cancel)
+    actors = d.reserve_all(render.job_id, 0, render._cancel)
     farm = Farm(actors={a.name: a.handle for a in actors}, gpus=any(a.device == "cuda" for a in actors))
     render._active = farm
     try:
         if render.cancelled:
             farm.cancel()
         render._started(f"farm: {len(actors)} actor{'s' if len(actors) != 1 else ''} in chunks", req.settings.engine)
-        yield from farm.render(
-            req.avatar,
-            req.audio,
-            req.output,
-            req.settings,
-            chunks=req.placement.chunks or None,
-            overwrite=req.overwrite,
-        )
+        yield from farm_render(farm, req)
     finally:
         with contextlib.suppress(Exception):
             ray.kill(farm._board)

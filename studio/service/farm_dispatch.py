@@ -132,7 +132,6 @@ class FarmDispatcher:
         self._thread: threading.Thread | None = None
         self._shipped: dict[str, dict] = {}
         self._share: dict | None = None
-        self._own_cluster = False
         self.connected = False
         # what /v1/ready says while the farm starts (``ready``, ``error``, ``status_text()``, ``seconds``)
         self.ready = False
@@ -144,29 +143,28 @@ class FarmDispatcher:
     # ---- life ---------------------------------------------------------------------------
 
     def start(self, then: Callable[[], None] | None = None) -> None:
-        """Connect and start the actors on a thread; ``then`` (the queue runner) once one is ready."""
-        threading.Thread(target=self._start, args=(then,), name="studio-farm-start", daemon=True).start()
+        """Connect, start the actors and monitor them on one thread; ``then`` (the queue runner) once
+        an actor is ready. One thread for all of it: a local cluster's processes die with the thread
+        that started them (Ray sets their parent-death signal), so it lives as long as the farm."""
+        self._thread = threading.Thread(target=self._run, args=(then,), name="studio-farm", daemon=True)
+        self._thread.start()
 
-    def _start(self, then) -> None:
+    def _run(self, then) -> None:
         try:
             self.connect()
-            self.doing = "starting the farm's render actors"
-            while not self._stop.is_set():
-                with self._lock:
-                    if any(a.usable for a in self._actors.values()):
-                        break
-                time.sleep(POLL_S)
-            self.ready, self.seconds = True, time.monotonic() - self.started
         except StudioError as exc:
             self.error = str(exc)
+            return
         except Exception as exc:
             log.exception("the farm did not start")
             self.error = f"the farm did not start ({type(exc).__name__}: {exc})"
-        if then is not None and self.connected:
-            then()
+            return
+        self.doing = "starting the farm's render actors"
+        self._monitor(then)
 
     def connect(self) -> None:
-        """Join the cluster (``init_ray``), write the share token, discover the nodes, start monitoring."""
+        """Join the cluster (``init_ray``; "": the farm started here, else a local one), write the
+        share token, discover the nodes."""
         from studio.core.env import data_dir
         from studio.core.scale.farm import init_ray
         from studio.core.store.fsutil import atomic_write_bytes
@@ -178,14 +176,11 @@ class FarmDispatcher:
                 init_ray("auto")
             except RenderError:
                 init_ray(None)
-                self._own_cluster = True
         self.connected = True
         token = secrets.token_hex(16)
         atomic_write_bytes(data_dir() / SHARE_FILE, token.encode())
         self._share = dict(path=str(data_dir()), name=SHARE_FILE, token=token)
         self._discover()
-        self._thread = threading.Thread(target=self._monitor, name="studio-farm-monitor", daemon=True)
-        self._thread.start()
 
     def wait_ready(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -308,8 +303,8 @@ class FarmDispatcher:
 
     # ---- the cluster --------------------------------------------------------------------
 
-    def _monitor(self) -> None:
-        last = 0.0
+    def _monitor(self, then=None) -> None:
+        last = time.monotonic()
         while not self._stop.is_set():
             try:
                 if time.monotonic() - last >= self.discover_s:
@@ -318,6 +313,10 @@ class FarmDispatcher:
                 self._poll()
             except Exception:
                 log.warning("farm monitor: a round failed", exc_info=True)
+            if not self.ready and any(a.usable for a in list(self._actors.values())):
+                self.ready, self.seconds = True, time.monotonic() - self.started
+                if then is not None:
+                    then()
             self._stop.wait(POLL_S)
 
     def _discover(self) -> None:
