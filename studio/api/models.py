@@ -378,6 +378,11 @@ class RenderInputs(BaseModel):
         pattern=r"^(all|[0-9]{1,3}|[A-Za-z0-9:,]{1,200})$",
         max_length=200,
     )
+    placement: Literal["farm", "gpus"] | None = Field(
+        None,
+        description="farm: split this one long clip in chunks over the farm's actors (a server started with "
+        "--farm); gpus: over this server's GPUs (as gpus=all); default: the whole job on one device or actor",
+    )
     webhook: str | None = Field(
         None,
         description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "
@@ -433,6 +438,13 @@ def _result_model() -> type[BaseModel]:
         kind = hints.get(f.name, Any)
         fields[f.name] = (kind | None, None)
     fields.setdefault("ran_on", (str | None, Field(None, description="where it rendered (a server, a farm, here)")))
+    fields.setdefault(
+        "farm",
+        (
+            dict[str, Any] | None,
+            Field(None, description="studio serve --farm: the actor and node, attempts, how the file came back"),
+        ),
+    )
     fields.setdefault("check", (CheckOut | None, Field(None, description="its lip-sync check, when asked for")))
     return create_model(
         "RenderResult", __base__=Answer, __doc__="What the render did (figures, engine, encoder, where).", **fields

@@ -99,6 +99,12 @@ KNOBS: dict[str, Knob] = {
             "STUDIO_STAGE_TRACE",
             "a file: every render's stage spans (host and GPU) are appended to it as JSON lines (benchmarks)",
         ),
+        Knob(
+            "STUDIO_FARM_DISCOVER_S",
+            "`studio serve --farm`: how often (seconds) the head looks for nodes that joined or left the Ray "
+            "cluster (a joining node gets render actors without a restart)",
+            default="5",
+        ),
         Knob.switch("STUDIO_X264_PROCESSES", "parallel x264 chunks run in threads of this process"),
         Knob("STUDIO_X264_NICE", "the CPU priority (nice) of x264 encoder processes", default="5"),
         Knob(

@@ -125,6 +125,7 @@ class QueueService(Runner, Estimates):
         retention=None,
         devices: builtins.list[str] | None = None,
         jobs_per_device: int = 1,
+        dispatcher=None,
     ):
         from studio.core import env
         from studio.service.pool import default_pool
@@ -158,6 +159,8 @@ class QueueService(Runner, Estimates):
         self.devices: builtins.list[str | None] = list(devices) if devices else [None]
         self.jobs_per_device = max(1, int(jobs_per_device))
         self._workers: dict[int, tuple[Render | None, int, threading.Thread]] = {}  # job id -> (render, slot, thread)
+        #: ``studio serve --farm``: a ``FarmDispatcher`` renders the jobs on a Ray cluster's actors
+        self.dispatcher = dispatcher
 
     # ---- events -------------------------------------------------------------------------
 

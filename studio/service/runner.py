@@ -151,6 +151,8 @@ class Runner(Slots):
         of the engine's libraries, must not keep it past a container's stop deadline; a job left
         running is marked interrupted when the queue opens next)."""
         self.stop(interrupt=True, timeout=timeout)
+        if self.dispatcher is not None:
+            self.dispatcher.close()
         link, self._farm_link = self._farm_link, None
         if link is not None:
             link.close()
@@ -163,7 +165,7 @@ class Runner(Slots):
             return job
 
     def _loop(self) -> None:
-        if self.capacity > 1:
+        if self.capacity > 1 or self.dispatcher is not None:
             return self._loop_many()
         while True:
             with self._lock:
@@ -215,8 +217,10 @@ class Runner(Slots):
         device = self.devices[slot] if slot is not None else None
         if device is not None and req.placement.kind == "local" and req.settings.device in (None, "", "auto"):
             req = req.with_(settings=req.settings.with_(device=device))
-        render = Render(req, self.pool, farm_link=self._farm_link, in_process_farm=self.in_process_farm)
-        render.slot = slot or 0
+        render = Render(
+            req, self.pool, farm_link=self._farm_link, in_process_farm=self.in_process_farm, dispatcher=self.dispatcher
+        )
+        render.slot, render.job_id = slot or 0, job.id
         render.on_started = lambda where: self._emit("placed", job.id, self.store.get(job.id), where=where)
         with self._lock:
             if slot is None:
@@ -257,6 +261,7 @@ class Runner(Slots):
             r = render.result
             data = r.to_json() if r is not None else {}
             data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
+            data.update(render.extra)  # where on a farm, and how the file came back
             if data.get("output"):
                 data["output"] = os.path.abspath(data["output"])
                 with contextlib.suppress(OSError):
