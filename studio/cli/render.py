@@ -184,11 +184,13 @@ def _placement(args):
     return Placement()
 
 
-def frames_from_args(args, rate):
-    """``--in``/``--out`` as a frame range at the output's ``rate`` (None: the whole clip)."""
+def frames_from_args(args, req):
+    """``--in``/``--out`` as a frame range at ``req``'s output rate (None: the whole clip; the rate is
+    asked for only then: a server's own avatar cannot be read here)."""
     a, b = getattr(args, "range_in", None), getattr(args, "range_out", None)
     if a is None and b is None:
         return None
+    rate = req.output_rate
     from studio.core.errors import InputError
     from studio.core.media.audio import probe
     from studio.core.media.timecode import TimecodeError, parse_jump
@@ -223,7 +225,7 @@ def request_from_args(avatar, audio, output, args):
         _placement(args),
         overwrite=bool(getattr(args, "overwrite", False)),
     )
-    frames = frames_from_args(args, req.output_rate)  # timecodes count the output's frames (the rate resolved once)
+    frames = frames_from_args(args, req)  # timecodes count the output's frames (the rate resolved once)
     return req if frames is None else req.with_(frames=frames)
 
 
