@@ -14,7 +14,9 @@ and worker processes, the head a real GCS). What is written here is the teardown
 process of every user session, and ``Cluster.shutdown`` leaves the raylets' worker processes to notice
 on their own that their raylet has gone. Here every process a node started is recorded (the node's own
 processes, and their descendants, seen again just before the kill so that late-started workers are
-included), killed by pid, and waited for within a bound. Nothing outside those pids is touched.
+included), killed by pid, and waited for within a bound (``studio.bench.ray_nodes``' process trees,
+which the farm benchmark's ``ray start`` nodes are stopped with too). Nothing outside those pids is
+touched.
 
 The cluster binds 127.0.0.1 only, keeps its session files in a private temporary folder (not the
 shared /tmp/ray, whose "current cluster" file other sessions' ``ray.init("auto")`` read), and does
@@ -30,6 +32,8 @@ import shutil
 import tempfile
 import time
 from typing import Any
+
+from studio.bench.ray_nodes import kill, psutil_module, running, tree_of
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -123,13 +127,13 @@ class LocalRayCluster:
             for info in infos:
                 with contextlib.suppress(psutil.Error, AttributeError):
                     own[info.process.pid] = psutil.Process(info.process.pid)
-        return own | _descendants(own)
+        return tree_of(own)
 
     def kill_node(self, node, timeout: float = STOP_TIMEOUT_S) -> list[int]:
         """The node is lost: SIGKILL its processes and their descendants; answers the pids killed."""
         procs = self.node_processes(node)
         self.started |= procs
-        _kill(procs, timeout)
+        kill(procs, timeout)
         with contextlib.suppress(KeyError, ValueError):
             self.cluster.worker_nodes.remove(node)
         if node in self.workers:
@@ -147,8 +151,8 @@ class LocalRayCluster:
                 if head is not None:
                     self.started |= self.node_processes(head)
                 # everything seen so far, again with any descendant started meanwhile
-                self.started |= _descendants(self.started)
-                _kill(self.started, max(1.0, deadline - time.monotonic()))
+                self.started = tree_of(self.started)
+                kill(self.started, max(1.0, deadline - time.monotonic()))
                 self.cluster.head_node = None
                 self.cluster.worker_nodes.clear()
         finally:
@@ -158,7 +162,7 @@ class LocalRayCluster:
 
     def leftovers(self) -> list[int]:
         """Pids this cluster started that still run (zombies, already dead, are not counted)."""
-        return sorted(pid for pid, p in self.started.items() if _running(p))
+        return sorted(pid for pid, p in self.started.items() if running(p))
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -191,54 +195,3 @@ def ray_cluster(request, nodes: list[dict] | int = 1, **head) -> LocalRayCluster
 
     request.addfinalizer(teardown)
     return c.start(nodes)
-
-
-def _descendants(procs: dict[int, Any]) -> dict[int, Any]:
-    """Every descendant of ``procs`` now (a process whose pid was reused is not followed)."""
-    psutil = psutil_module()
-
-    out: dict[int, Any] = {}
-    for p in list(procs.values()):
-        with contextlib.suppress(psutil.Error):
-            if p.is_running():
-                out.update({c.pid: c for c in p.children(recursive=True)})
-    return out
-
-
-def _running(p) -> bool:
-    """Still running and still the process recorded (not a zombie, not a new process with its pid)."""
-    psutil = psutil_module()
-
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _kill(procs: dict[int, Any], timeout: float) -> None:
-    """SIGKILL ``procs`` (and any descendant they start meanwhile) and wait until they are gone,
-    at most ``timeout`` seconds. ``psutil.Process.kill`` refuses a pid that now names another process."""
-    psutil = psutil_module()
-
-    deadline = time.monotonic() + timeout
-    todo = dict(procs)
-    while todo and time.monotonic() < deadline:
-        todo |= _descendants(todo)
-        for p in todo.values():
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        for p in todo.values():  # reap this process's children (the nodes' own): else zombies
-            with contextlib.suppress(psutil.Error):  # TimeoutExpired: not dead yet
-                if p.ppid() == os.getpid():
-                    p.wait(timeout=0)
-        todo = {pid: p for pid, p in todo.items() if _running(p)}
-        if todo:
-            time.sleep(0.05)
-
-
-def psutil_module():
-    """psutil as Ray ships it (``ray/thirdparty_files``, put on the path by ``import ray``)."""
-    import importlib
-
-    importlib.import_module("ray")
-    return importlib.import_module("psutil")
