@@ -463,6 +463,13 @@ def _result_model() -> type[BaseModel]:
         kind = hints.get(f.name, Any)
         fields[f.name] = (kind | None, None)
     fields.setdefault("ran_on", (str | None, Field(None, description="where it rendered (a server, a farm, here)")))
+    fields.setdefault(
+        "farm",
+        (
+            dict[str, Any] | None,
+            Field(None, description="studio serve --farm: the actor and node, attempts, how the file came back"),
+        ),
+    )
     fields.setdefault("check", (CheckOut | None, Field(None, description="its lip-sync check, when asked for")))
     return create_model(
         "RenderResult", __base__=Answer, __doc__="What the render did (figures, engine, encoder, where).", **fields

@@ -42,6 +42,7 @@ class ServeOptions:
     jobs_per_device: int = 1  # jobs rendering at once on each device (their frames share batches)
     batching: bool = True  # jobs running at once on one device share the engine's batches
     open_probes: bool | None = None  # /v1/health and /v1/ready without the token (None: on for loopback)
+    farm: str | None = None  # --farm: jobs render on a Ray cluster's actors ("" the one here; None: off)
 
     @property
     def max_upload_bytes(self) -> int:
@@ -106,6 +107,15 @@ class ServeOptions:
             )
         if self.jobs_per_device < 1:
             raise InputError("--jobs-per-device must be at least 1")
+        if self.farm:
+            from studio.service.farm_link import check_address
+
+            try:
+                check_address(self.farm)
+            except InputError:
+                raise InputError(f"--farm {self.farm}: give the farm's HOST:PORT (such as 10.0.0.5:6379)") from None
+        if self.farm is not None and self.gpus:
+            raise InputError("--farm and --gpus: the farm's actors use every GPU of its nodes; give one of them")
         probes = is_loopback(self.host) if self.open_probes is None else self.open_probes
         checked = replace(
             self,

@@ -34,6 +34,7 @@ class ApiState:
         self.opts = opts
         self._queue = queue
         self._pool = pool
+        self._farm: Any = None
         self.uploads = uploads
         self._events: JobEvents | None = None
         self.started = time.time()
@@ -52,9 +53,29 @@ class ApiState:
 
             o = self.opts
             self._queue = QueueService(
-                pool=self.pool, retention=o.retention, devices=list(o.gpus) or None, jobs_per_device=o.jobs_per_device
+                pool=self.pool,
+                retention=o.retention,
+                devices=list(o.gpus) or None,
+                jobs_per_device=o.jobs_per_device,
+                dispatcher=self.farm,
             )
         return self._queue
+
+    @property
+    def farm(self):
+        """The ``FarmDispatcher`` of ``studio serve --farm`` (None without it): ``st.farm.status()``."""
+        if self._farm is None and self.opts.farm is not None:
+            from studio.service.farm_dispatch import FarmDispatcher
+
+            o = self.opts
+            warm = [] if not o.warm_engines else self._warm_settings()
+            self._farm = FarmDispatcher(o.farm, jobs_per_device=o.jobs_per_device, batching=o.batching, warm=warm)
+        return self._farm
+
+    def _warm_settings(self) -> list:
+        from studio.api.warmup import parse_warm
+
+        return list(dict.fromkeys([parse_warm(""), *(parse_warm(w) for w in self.opts.warm)]))
 
     @property
     def pool(self):
@@ -90,13 +111,16 @@ class ApiState:
 
         for name in OWNED:  # a fresh data folder is ready as soon as the engine is
             sub_dir(name)
+        if self.farm is not None:  # ready once an actor of the farm is; each warms these engines
+            self.warmup = FarmWarmUp(self.farm)
+            self.farm.start(then=q.start)
+            return
         if not self.opts.warm_engines:
             q.start()
             return
-        from studio.api.warmup import WarmUp, parse_warm
+        from studio.api.warmup import WarmUp
 
-        settings = [parse_warm(""), *(parse_warm(w) for w in self.opts.warm)]
-        self.warmup = WarmUp(self.pool, list(dict.fromkeys(settings)), list(self.opts.gpus), then=q.start)
+        self.warmup = WarmUp(self.pool, self._warm_settings(), list(self.opts.gpus), then=q.start)
         self.warmup.start()
 
     def close(self) -> None:
@@ -191,6 +215,31 @@ class ApiState:
         if isinstance(r.get("engine_reason"), str):
             r["engine_reason"] = self.public_text(r["engine_reason"])
         return r
+
+
+class FarmWarmUp:
+    """What /v1/ready reads while ``studio serve --farm`` connects and its first actor starts."""
+
+    def __init__(self, farm):
+        self.farm = farm
+
+    @property
+    def ready(self) -> bool:
+        return self.farm.ready
+
+    @property
+    def error(self) -> str | None:
+        return self.farm.error
+
+    @property
+    def seconds(self) -> float | None:
+        return self.farm.seconds
+
+    def status(self) -> str:
+        return self.farm.status_text()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.farm.wait_ready(timeout if timeout is not None else 1e9)
 
 
 def _round(v: float | None) -> float | None:

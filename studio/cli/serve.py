@@ -147,6 +147,16 @@ def register(sub) -> None:
         "frames/s measured for equal jobs)",
     )
     p.add_argument(
+        "--farm",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="HOST:PORT",
+        help="render the jobs on a Ray cluster's warm actors (one per GPU, or per CPU, of every node; "
+        "--jobs-per-device jobs at once on each); the API, the queue and the files stay here. Without "
+        "HOST:PORT the farm `studio farm up` started here, else a local one (docs/farm.md)",
+    )
+    p.add_argument(
         "--no-batching",
         action="store_true",
         help="jobs running at once on one device call the engine in turn (default: they share its batches)",
@@ -233,6 +243,7 @@ def run_serve(args) -> int:
         jobs_per_device=jobs_per_device(args.jobs_per_device, args.gpus),
         batching=not args.no_batching and env.flag("STUDIO_CROSS_JOB_BATCHING"),
         open_probes=args.open_probes,
+        farm=args.farm,
     ).check()
     from studio.api.warmup import parse_warm
 

@@ -94,6 +94,12 @@ KNOBS: dict[str, Knob] = {
             "1",
             "0: jobs running at once on one device call the engine in turn instead of sharing its batches",
         ),
+        Knob(
+            "STUDIO_FARM_DISCOVER_S",
+            "5",
+            "`studio serve --farm`: how often (seconds) the head looks for nodes that joined or left the Ray "
+            "cluster (a joining node gets render actors without a restart)",
+        ),
         Knob("STUDIO_X264_PROCESSES", "1", "0: parallel x264 chunks run in threads of this process"),
         Knob("STUDIO_X264_NICE", "5", "the CPU priority (nice) of x264 encoder processes"),
         Knob(

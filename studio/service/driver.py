@@ -37,7 +37,9 @@ Progress = RenderProgress
 class Render:
     """Runs one ``RenderRequest`` wherever its placement says."""
 
-    def __init__(self, request: RenderRequest, pool=None, *, farm_link=None, in_process_farm: bool = True):
+    def __init__(
+        self, request: RenderRequest, pool=None, *, farm_link=None, in_process_farm: bool = True, dispatcher=None
+    ):
         from studio.service.pool import default_pool
 
         self.request = request
@@ -55,6 +57,11 @@ class Render:
         )
         self.last: Progress | None = None  # the newest progress
         self.slot = 0  # which of the pool's engines of one device a local render uses (the queue sets it)
+        #: ``studio serve --farm``: whole jobs run on the farm's actors (``farm_dispatch``), a ``farm``
+        #: placement on them in chunks; ``job_id`` is the queue's (the dispatcher reserves by it)
+        self.dispatcher = dispatcher
+        self.job_id = 0
+        self.extra: dict = {}  # what the result row gets beside the RenderResult (where on the farm)
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -82,7 +89,11 @@ class Render:
 
             check_captions(req)  # captions without a script to caption: one sentence before any work
         kind = req.placement.kind
+        if self.dispatcher is not None and kind in ("local", "farm"):
+            kind = "actor" if kind == "local" else "actor_chunks"
         strategy = {
+            "actor": self._actor,
+            "actor_chunks": self._actor_chunks,
             "local": self._local,
             "gpus": self._gpus,
             "chunks": self._chunks,
@@ -236,6 +247,22 @@ class Render:
                     raise
                 log.warning("the farm link was lost before the job started; connecting again")
         self.result = link.result  # the link stays in self.farm_link: the queue keeps it warm
+
+    def _actor(self):
+        """A whole job on one of the farm's warm actors (``studio serve --farm``)."""
+        job = self.dispatcher.job(self.job_id, self.request, self._cancel)
+        self._active = job
+        yield from job.run(lambda where: self._started(where, self.request.settings.engine))
+        self.result, self.extra = job.result, job.extra
+
+    def _actor_chunks(self):
+        """One long clip in chunks over the farm's actors (``placement: farm`` on ``studio serve --farm``)."""
+        req = self.request
+        if req.frames is not None:
+            raise InputError("an in/out range renders whole; leave out the farm placement to render a range")
+        from studio.service.farm_chunks import chunked_on_actors
+
+        self.result, self.extra = yield from chunked_on_actors(self, req)
 
     def _server(self):
         from studio.service.remote import render_on_server

@@ -222,6 +222,7 @@ class QueueService(Slots):
         retention=None,
         devices: builtins.list[str] | None = None,
         jobs_per_device: int = 1,
+        dispatcher=None,
     ):
         from studio.core import env
         from studio.service.pool import default_pool
@@ -255,6 +256,8 @@ class QueueService(Slots):
         self.devices: builtins.list[str | None] = list(devices) if devices else [None]
         self.jobs_per_device = max(1, int(jobs_per_device))
         self._workers: dict[int, tuple[Render | None, int, threading.Thread]] = {}  # job id -> (render, slot, thread)
+        #: ``studio serve --farm``: a ``FarmDispatcher`` renders the jobs on a Ray cluster's actors
+        self.dispatcher = dispatcher
 
     # ---- events -------------------------------------------------------------------------
 
@@ -638,6 +641,8 @@ class QueueService(Slots):
         of the engine's libraries, must not keep it past a container's stop deadline; a job left
         running is marked interrupted when the queue opens next)."""
         self.stop(interrupt=True, timeout=timeout)
+        if self.dispatcher is not None:
+            self.dispatcher.close()
         link, self._farm_link = self._farm_link, None
         if link is not None:
             link.close()
@@ -659,7 +664,7 @@ class QueueService(Slots):
             self._wake.notify_all()
 
     def _loop(self) -> None:
-        if self.capacity > 1:
+        if self.capacity > 1 or self.dispatcher is not None:
             return self._loop_many()
         while True:
             with self._lock:
@@ -711,8 +716,10 @@ class QueueService(Slots):
         device = self.devices[slot] if slot is not None else None
         if device is not None and req.placement.kind == "local" and req.settings.device in (None, "", "auto"):
             req = req.with_(settings=req.settings.with_(device=device))
-        render = Render(req, self.pool, farm_link=self._farm_link, in_process_farm=self.in_process_farm)
-        render.slot = slot or 0
+        render = Render(
+            req, self.pool, farm_link=self._farm_link, in_process_farm=self.in_process_farm, dispatcher=self.dispatcher
+        )
+        render.slot, render.job_id = slot or 0, job.id
         render.on_started = lambda where: self._emit("placed", job.id, self.store.get(job.id), where=where)
         with self._lock:
             if slot is None:
@@ -753,6 +760,7 @@ class QueueService(Slots):
             r = render.result
             data = r.to_json() if r is not None else {}
             data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
+            data.update(render.extra)  # where on a farm, and how the file came back
             if data.get("output"):
                 data["output"] = os.path.abspath(data["output"])
                 with contextlib.suppress(OSError):

@@ -4,7 +4,9 @@
 ``jobs_per_device`` above one, its runner claims up to ``capacity`` jobs and runs each in its own
 thread (``studio-job-<id>``) on the device with the fewest jobs now; their engine calls share
 batches when the pool batches (``studio.service.batching``). With one device and one job a device
-the runner stays the pipelined one-at-a-time loop.
+the runner stays the pipelined one-at-a-time loop. With a ``dispatcher`` (``studio serve --farm``)
+a job is claimed when an actor of the farm has a free slot and reserved on the one with the fewest
+frames queued (``studio.service.farm_dispatch``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ class Slots:
     _emit: Any  # the queue's own methods, used here
     _run: Any
     _maybe_sweep: Any
+    dispatcher: Any  # a ``FarmDispatcher`` (``studio serve --farm``): jobs go to the farm's actors
+
+    def _free(self) -> int:
+        """Jobs that may start now (called with the lock): free slots here, or on the farm's actors."""
+        if self.dispatcher is not None:
+            return self.dispatcher.free_slots()
+        return self.capacity - len(self._workers)
 
     @property
     def capacity(self) -> int:
@@ -42,7 +51,7 @@ class Slots:
             with self._lock:
                 if self._stop:
                     return
-                free = self.capacity - len(self._workers)
+                free = self._free()
             self._maybe_sweep()
             job = None
             if free > 0:
@@ -52,6 +61,8 @@ class Slots:
                     log.exception("queue runner: could not take the next job")
             if job is not None:
                 self._emit("state", job.id, job)
+                if self.dispatcher is not None:
+                    self.dispatcher.reserve(job.id)  # the actor with the fewest frames queued (else it waits)
                 with self._lock:
                     slot = self._least_busy()
                     t = threading.Thread(target=self._work, args=(job, slot), name=f"studio-job-{job.id}", daemon=True)
@@ -76,6 +87,8 @@ class Slots:
         except Exception:
             log.exception("queue runner: job %d", job.id)
         finally:
+            if self.dispatcher is not None:
+                self.dispatcher.release(job.id)
             with self._lock:
                 self._workers.pop(job.id, None)
                 self._wake.notify_all()

@@ -1,0 +1,636 @@
+"""``studio serve --farm``: one queue on the head, its jobs rendered by warm actors on a Ray cluster.
+
+    d = FarmDispatcher("10.0.0.5:6379", jobs_per_device=2)     # "": the farm started here, else a local one
+    d.start()                                  # connect, one actor per GPU (or CPU slot) of every node
+    actor = d.reserve(job_id)                  # the actor with the fewest frames queued and a free slot
+    job = d.job(job_id, request, cancel_event)     # what ``Render`` runs for a job of the queue
+    for p in job.run(on_started): ...          # RenderProgress from the worker; job.result, job.extra
+    d.status()                                 # nodes, actors, jobs in flight (GET /v1/farm)
+    d.close()
+
+The HTTP API, the SQLite queue and retention stay on the head. The head's queue claims a job when an
+actor has a free slot (``free_slots``) and reserves it on the actor with the fewest frames queued
+(not round-robin), never more than its ``capacity`` (``--jobs-per-device``) jobs on one actor.
+Inputs travel through Ray's object store (``ship_avatar``/``ship_file``: once per node); the finished
+file comes back to the head in pieces, its SHA-256 checked, into a temporary claimed under the
+output's name as a local render's is (``fsutil.atomic_output``), unless the worker's node sees the
+head's data folder (a token file), where the worker writes it in place.
+
+A monitor thread polls every actor's progress (which becomes the job's progress: SSE, webhooks and
+/metrics as locally) and rediscovers the cluster's nodes every ``STUDIO_FARM_DISCOVER_S`` seconds:
+a node that joins gets actors; the actors of one that leaves are dead, and a job whose actor died
+(its process killed, its node lost) is rendered once more on another actor; a second loss fails it
+with one sentence. ``drain(name)`` lets an actor finish its jobs and take no new ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from studio.core.errors import Cancelled, RenderError, StudioError
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.25  # a job's progress, and the monitor's polls
+ATTEMPTS = 2  # a job is rendered at most this often when its actors are lost
+READ_TIMEOUT_S = 120.0
+KEEP_DEAD_S = 300.0  # a dead actor stays listed this long
+SHARE_FILE = "farm-share"  # in the head's data folder: a worker that reads its token shares the folder
+
+
+def serve_pool(batching: bool):
+    """A worker's engine pool (made on the worker: the service's ``EnginePool``, its batches merged)."""
+    from studio.service.pool import EnginePool
+
+    pool = EnginePool()
+    pool.batching = batching
+    return pool
+
+
+class _Lost(Exception):
+    """The actor running a job went away (process killed, node lost, no answer)."""
+
+
+class _Actor:
+    """The head's view of one worker actor."""
+
+    def __init__(self, name: str, node: str, label: str, device: str, capacity: int, handle):
+        self.name, self.node, self.label, self.device, self.capacity = name, node, label, device, capacity
+        self.handle = handle
+        self.host = ""
+        self.state = "starting"  # starting | idle | busy | draining | dead
+        self.draining = False
+        self.ready_ref: Any = handle.ready.remote()
+        self.poll_ref: Any = None
+        self.jobs: dict[int, int] = {}  # job id -> frames it is expected to render (estimate)
+        self.progress: dict[str, tuple] = {}  # key -> (done, total, fps)
+        self.keys: dict[str, int] = {}  # key -> job id
+        self.warm: list[str] = []
+        self.frames_done = 0
+        self.fps = 0.0
+        self._last = (time.monotonic(), 0)
+        self.died = 0.0
+
+    @property
+    def usable(self) -> bool:
+        return self.state in ("idle", "busy") and not self.draining
+
+    @property
+    def free(self) -> int:
+        return max(0, self.capacity - len(self.jobs)) if self.usable else 0
+
+    def queued_frames(self) -> int:
+        left = {self.keys[k]: max(0, t - d) for k, (d, t, _) in self.progress.items() if k in self.keys and t}
+        return sum(left.get(j, est) for j, est in self.jobs.items())
+
+    def settle(self) -> None:
+        if self.state != "dead" and self.state != "starting":
+            self.state = "draining" if self.draining else "busy" if self.jobs else "idle"
+
+    def row(self) -> dict:
+        return dict(
+            name=self.name,
+            node=self.node,
+            device=self.device,
+            state="draining" if self.state == "starting" else self.state,
+            warm_engines=list(self.warm),
+            jobs_in_flight=sorted(self.jobs),
+            queued_frames=self.queued_frames(),
+            capacity=self.capacity,
+            frames_per_s=round(self.fps, 2),
+            frames_done=self.frames_done,
+        )
+
+
+class FarmDispatcher:
+    """Whole jobs of the head's queue on the farm's warm actors (see the module's docstring)."""
+
+    def __init__(
+        self,
+        address: str = "",
+        *,
+        jobs_per_device: int = 1,
+        batching: bool = True,
+        warm: list | None = None,
+        discover_s: float | None = None,
+    ):
+        from studio.core import env
+
+        self.address = address or ""
+        self.jobs_per_device = max(1, int(jobs_per_device))
+        self.batching = batching
+        self.warm_settings = list(warm or [])
+        self.discover_s = discover_s if discover_s is not None else env.get_float("STUDIO_FARM_DISCOVER_S", 5.0)
+        self.token = secrets.token_hex(4)
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._actors: dict[str, _Actor] = {}
+        self._nodes: list[dict] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._shipped: dict[str, dict] = {}
+        self._share: dict | None = None
+        self._own_cluster = False
+        self.connected = False
+        # what /v1/ready says while the farm starts (``ready``, ``error``, ``status_text()``, ``seconds``)
+        self.ready = False
+        self.error: str | None = None
+        self.doing = "connecting to the farm"
+        self.seconds: float | None = None
+        self.started = time.monotonic()
+
+    # ---- life ---------------------------------------------------------------------------
+
+    def start(self, then: Callable[[], None] | None = None) -> None:
+        """Connect and start the actors on a thread; ``then`` (the queue runner) once one is ready."""
+        threading.Thread(target=self._start, args=(then,), name="studio-farm-start", daemon=True).start()
+
+    def _start(self, then) -> None:
+        try:
+            self.connect()
+            self.doing = "starting the farm's render actors"
+            while not self._stop.is_set():
+                with self._lock:
+                    if any(a.usable for a in self._actors.values()):
+                        break
+                time.sleep(POLL_S)
+            self.ready, self.seconds = True, time.monotonic() - self.started
+        except StudioError as exc:
+            self.error = str(exc)
+        except Exception as exc:
+            log.exception("the farm did not start")
+            self.error = f"the farm did not start ({type(exc).__name__}: {exc})"
+        if then is not None and self.connected:
+            then()
+
+    def connect(self) -> None:
+        """Join the cluster (``init_ray``), write the share token, discover the nodes, start monitoring."""
+        from studio.core.env import data_dir
+        from studio.core.scale.farm import init_ray
+        from studio.core.store.fsutil import atomic_write_bytes
+
+        if self.address:
+            init_ray(self.address)
+        else:
+            try:
+                init_ray("auto")
+            except RenderError:
+                init_ray(None)
+                self._own_cluster = True
+        self.connected = True
+        token = secrets.token_hex(16)
+        atomic_write_bytes(data_dir() / SHARE_FILE, token.encode())
+        self._share = dict(path=str(data_dir()), name=SHARE_FILE, token=token)
+        self._discover()
+        self._thread = threading.Thread(target=self._monitor, name="studio-farm-monitor", daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.ready and self.error is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return self.ready
+
+    def status_text(self) -> str:
+        if self.error is not None:
+            return f"the farm did not start: {self.error}"
+        return f"warming up: {self.doing} ({time.monotonic() - self.started:.0f} s so far)"
+
+    def close(self) -> None:
+        """Stop monitoring and leave the cluster (this head's actors end with it)."""
+        import ray
+
+        self._stop.set()
+        with self._changed:
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join(5)
+        with self._lock:
+            actors = list(self._actors.values())
+        for a in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a.handle)
+        if self.connected:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+        self.connected = False
+
+    # ---- dispatch -----------------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        """Jobs the farm can start now (its usable actors' free slots)."""
+        with self._lock:
+            return sum(a.free for a in self._actors.values())
+
+    def reserve(self, job_id: int, frames: int = 0, exclude: tuple[str, ...] = ()) -> _Actor | None:
+        """A slot for ``job_id`` on the actor with the fewest frames queued (then fewest jobs, then
+        name) among those with a free slot; None when none has one."""
+        with self._lock:
+            held = self.actor_of(job_id)
+            if held is not None:
+                return held
+            free = [a for a in self._actors.values() if a.free > 0 and a.name not in exclude]
+            if not free:
+                return None
+            best = min(free, key=lambda a: (a.queued_frames(), len(a.jobs), a.name))
+            best.jobs[job_id] = frames
+            best.settle()
+            return best
+
+    def wait_reserve(self, job_id: int, frames: int, exclude: tuple[str, ...], cancel: threading.Event) -> _Actor:
+        """``reserve``, waiting for a slot (another actor first: ``exclude`` only while one exists)."""
+        while True:
+            with self._changed:
+                a = self.reserve(job_id, frames, exclude)
+                if a is None and exclude and not any(x.usable and x.name not in exclude for x in self._actors.values()):
+                    a = self.reserve(job_id, frames)
+                if a is not None:
+                    return a
+                if cancel.is_set() or self._stop.is_set():
+                    raise Cancelled("render cancelled; nothing was written")
+                self._changed.wait(POLL_S)
+
+    def actor_of(self, job_id: int) -> _Actor | None:
+        with self._lock:
+            return next((a for a in self._actors.values() if job_id in a.jobs), None)
+
+    def release(self, job_id: int) -> None:
+        """The job left its actor (done, failed, moved): its slot is free."""
+        with self._changed:
+            for a in self._actors.values():
+                if a.jobs.pop(job_id, None) is not None or job_id in a.keys.values():
+                    a.keys = {k: j for k, j in a.keys.items() if j != job_id}
+                    a.settle()
+            self._changed.notify_all()
+
+    def drain(self, name: str) -> None:
+        """``name`` takes no new job; its running ones finish."""
+        with self._lock:
+            a = self._actors.get(name)
+            if a is not None:
+                a.draining = True
+                a.settle()
+
+    def job(self, job_id: int, request, cancel: threading.Event) -> FarmJob:
+        return FarmJob(self, job_id, request, cancel)
+
+    def status(self) -> dict:
+        """Nodes, actors and jobs in flight, for ``GET /v1/farm`` and ``studio farm status``."""
+        with self._lock:
+            actors = [a.row() for a in self._actors.values()]
+            nodes = [dict(n) for n in self._nodes]
+        return dict(
+            address=self.address or "this machine",
+            nodes=nodes,
+            actors=actors,
+            jobs_in_flight=sum(len(a["jobs_in_flight"]) for a in actors),
+        )
+
+    @property
+    def actors(self) -> list[str]:
+        with self._lock:
+            return [a.name for a in self._actors.values() if a.state != "dead"]
+
+    # ---- the cluster --------------------------------------------------------------------
+
+    def _monitor(self) -> None:
+        last = 0.0
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() - last >= self.discover_s:
+                    last = time.monotonic()
+                    self._discover()
+                self._poll()
+            except Exception:
+                log.warning("farm monitor: a round failed", exc_info=True)
+            self._stop.wait(POLL_S)
+
+    def _discover(self) -> None:
+        """Every alive node gets its actors (one per GPU, else one per CPU); a gone node's are dead."""
+        import ray
+
+        nodes = ray.nodes()
+        alive = {n["NodeID"]: n for n in nodes if n.get("Alive")}
+        rows = [
+            dict(
+                id=n["NodeID"],
+                host=str(n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or ""),
+                alive=bool(n.get("Alive")),
+                cpus=float(n.get("Resources", {}).get("CPU", 0.0)),
+                gpus=float(n.get("Resources", {}).get("GPU", 0.0)),
+            )
+            for n in nodes
+        ]
+        with self._changed:
+            self._nodes = rows
+            for a in list(self._actors.values()):
+                if a.node not in alive and a.state != "dead":
+                    self._dead(a, "its node left the cluster")
+                if a.state == "dead" and time.monotonic() - a.died > KEEP_DEAD_S and not a.jobs:
+                    del self._actors[a.name]
+            have = {(a.node, a.label) for a in self._actors.values() if a.state != "dead"}
+        for node_id, n in alive.items():
+            res = n.get("Resources", {})
+            gpus, cpus = int(res.get("GPU", 0)), int(res.get("CPU", 0))
+            slots = [(f"gpu{i}", "cuda") for i in range(gpus)] if gpus else [(f"cpu{i}", "cpu") for i in range(cpus)]
+            for label, device in slots:
+                if (node_id, label) not in have:
+                    self._start_actor(node_id, label, device)
+
+    def _start_actor(self, node_id: str, label: str, device: str) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from studio.core.scale.serve_worker import serve_worker_class
+
+        name = f"studio-serve-{self.token}-{node_id[:8]}-{label}"
+        with self._lock:
+            if name in self._actors:  # a dead one of that name: a new name for its successor
+                name = f"{name}-{uuid.uuid4().hex[:4]}"
+        res = dict(num_gpus=1, num_cpus=1) if device == "cuda" else dict(num_cpus=1)
+        handle = (
+            serve_worker_class()
+            .options(
+                name=name,
+                max_concurrency=self.jobs_per_device + 4,  # the jobs, and progress/read/cancel beside them
+                max_restarts=0,
+                max_task_retries=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                **res,
+            )
+            .remote(
+                label,
+                device,
+                self.jobs_per_device,
+                1 if device == "cpu" else 0,
+                functools.partial(serve_pool, self.batching),
+            )
+        )
+        actor = _Actor(name, node_id, label, device, self.jobs_per_device, handle)
+        with self._lock:
+            self._actors[name] = actor
+        log.info("farm: started actor %s (%s) on node %s", name, device, node_id[:8])
+
+    def _poll(self) -> None:
+        """Started actors become usable; every usable one's progress is read (a dead one noticed)."""
+        import ray
+
+        with self._lock:
+            actors = [a for a in self._actors.values() if a.state != "dead"]
+        for a in actors:
+            if a.state == "starting":
+                ready, _ = ray.wait([a.ready_ref], timeout=0)
+                if ready:
+                    try:
+                        info = ray.get(a.ready_ref)
+                    except Exception as exc:  # noqa: BLE001
+                        with self._changed:
+                            self._dead(a, f"it did not start ({type(exc).__name__})")
+                        continue
+                    with self._changed:
+                        a.host, a.state = str(info.get("host", "")), "idle"
+                        a.settle()
+                        self._changed.notify_all()
+                    for s in self.warm_settings:
+                        a.handle.warm.remote(s)  # in the background: a job for it waits for the load
+                continue
+            if a.poll_ref is None:
+                a.poll_ref = a.handle.progress.remote()
+                continue
+            ready, _ = ray.wait([a.poll_ref], timeout=0)
+            if not ready:
+                continue
+            ref, a.poll_ref = a.poll_ref, None
+            try:
+                info = ray.get(ref)
+            except ray.exceptions.RayActorError:
+                with self._changed:
+                    self._dead(a, "its process ended")
+                continue
+            except Exception:  # noqa: BLE001
+                continue
+            now = time.monotonic()
+            with self._lock:
+                a.progress = dict(info.get("jobs", {}))
+                a.warm = list(info.get("warm_engines", []))
+                t, f = a._last
+                done = int(info.get("frames_done", 0))
+                if now - t >= 1.0:
+                    rate = (done - f) / (now - t)
+                    a.fps = rate if not a.fps else 0.5 * a.fps + 0.5 * rate
+                    if not a.jobs and not a.progress:
+                        a.fps = 0.0
+                    a._last = (now, done)
+                a.frames_done = done
+
+    def _dead(self, a: _Actor, why: str) -> None:
+        """(with the lock) ``a`` renders no more: its jobs' threads see it and move them."""
+        if a.state != "dead":
+            log.warning("farm: actor %s is gone (%s)", a.name, why)
+        a.state, a.died = "dead", time.monotonic()
+        self._changed.notify_all()
+
+    # ---- what travels -------------------------------------------------------------------
+
+    def spec(self, request) -> tuple[dict, int]:
+        """The job as a worker gets it (its inputs in the object store), and its frames."""
+        from studio.core.media.audio import probe
+        from studio.core.render.clip import Clip
+        from studio.core.scale.farm import _avatar_key, ship_avatar, ship_file
+
+        req = request
+        clip = Clip(req.avatar, req.audio, req.settings)
+        assets = clip.avatar
+        key = _avatar_key(assets.folder)
+        with self._lock:
+            avatar = self._shipped.get(key)
+        if avatar is None:
+            avatar = ship_avatar(assets)
+            with self._lock:
+                while len(self._shipped) >= 8:  # the object store is memory: the newest avatars only
+                    self._shipped.pop(next(iter(self._shipped)))
+                self._shipped[key] = avatar
+        frames = req.frames[1] - req.frames[0] if req.frames else probe(req.audio).frames_at(clip.rate)
+        job = dict(
+            avatar=avatar,
+            audio=ship_file(req.audio),
+            settings=req.settings,
+            frames=req.frames,
+            output=req.output,
+            overwrite=req.overwrite,
+            share=self._share if _inside_data(req.output) else None,
+        )
+        return job, int(frames)
+
+
+def _inside_data(path: str) -> bool:
+    from studio.core.env import data_dir
+    from studio.core.store.files import inside
+
+    return inside(path, data_dir())
+
+
+class FarmJob:
+    """One job of the queue on the farm: reserve, run, follow, fetch its file, retry once when lost."""
+
+    def __init__(self, dispatcher: FarmDispatcher, job_id: int, request, cancel: threading.Event):
+        self.d, self.job_id, self.request, self._cancel = dispatcher, job_id, request, cancel
+        self.result = None
+        self.extra: dict = {}
+        self._running: tuple[_Actor, str] | None = None
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        run = self._running
+        if run is not None:
+            with contextlib.suppress(Exception):
+                run[0].handle.cancel_job.remote(run[1])
+
+    def run(self, on_started: Callable[[str], None]) -> Iterator:
+        """Yields ``RenderProgress``; ``self.result`` (a ``RenderResult`` with the head's path) at the end."""
+        from studio.core.render.renderer import RenderProgress
+
+        spec, frames = self.d.spec(self.request)
+        t0 = time.perf_counter()
+        tried: list[str] = []
+        lost = ""
+        try:
+            for attempt in range(1, ATTEMPTS + 1):
+                actor = self.d.actor_of(self.job_id) or self.d.wait_reserve(
+                    self.job_id, frames, tuple(tried), self._cancel
+                )
+                with self.d._lock:
+                    actor.jobs[self.job_id] = frames
+                    in_flight = len(actor.jobs)
+                on_started(f"farm: {actor.name} on {actor.host or actor.node[:8]}")
+                try:
+                    out = yield from self._attempt(actor, spec, frames, t0, attempt)
+                except _Lost as exc:
+                    lost = str(exc)
+                    log.warning("farm: job %d lost its actor %s (%s)", self.job_id, actor.name, exc)
+                    tried.append(actor.name)
+                    self.d.release(self.job_id)
+                    continue
+                self.extra = dict(
+                    farm=dict(
+                        actor=actor.name,
+                        node=actor.node,
+                        host=actor.host,
+                        attempts=attempt,
+                        lost=tried,
+                        in_flight_at_start=in_flight,
+                        returned="in place" if out["shared"] else "streamed",
+                        sha256=out["sha256"],
+                        bytes=out["size"],
+                    )
+                )
+                self.result = out["result"]
+                yield RenderProgress.final(self.result, time.perf_counter() - t0, retries=attempt - 1)
+                return
+        finally:
+            self.d.release(self.job_id)
+        raise RenderError(
+            f"The job failed twice as its farm workers were lost (last: {lost}); check the farm's nodes "
+            "with `studio farm status` and retry it."
+        )
+
+    def _attempt(self, actor: _Actor, spec: dict, frames: int, t0: float, attempt: int):
+        import ray
+
+        from studio.core.render.renderer import RenderProgress
+
+        key = uuid.uuid4().hex
+        with self.d._lock:
+            actor.keys[key] = self.job_id
+        job = dict(spec, key=key)
+        self._running = (actor, key)
+        ref = actor.handle.run_job.remote(job)
+        if self._cancel.is_set():
+            self.cancel()
+        shown = -1
+        try:
+            while True:
+                ready, _ = ray.wait([ref], timeout=POLL_S)
+                if ready:
+                    break
+                if actor.state == "dead":
+                    raise _Lost("its node or process went away")
+                if self._cancel.is_set():
+                    self.cancel()
+                done, total, fps = actor.progress.get(key, (0, frames, 0.0))
+                if done != shown:
+                    shown = done
+                    elapsed = time.perf_counter() - t0
+                    p = RenderProgress.measured(done, total or frames, elapsed, workers={actor.name: round(fps, 2)})
+                    yield replace(p, retries=attempt - 1)
+            try:
+                out = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, StudioError):
+                    raise cause from None
+                raise RenderError(f"The job failed on farm worker {actor.name}: {cause or exc}.") from exc
+            except _lost_errors() as exc:
+                raise _Lost(type(exc).__name__) from exc
+            if not out["shared"]:
+                final = self._fetch(actor, key, out)
+                out["result"] = replace(out["result"], output=str(final))
+            return out
+        finally:
+            self._running = None
+            if ray.is_initialized():
+                with contextlib.suppress(Exception):
+                    actor.handle.discard.remote(key)
+            with self.d._lock:
+                actor.keys.pop(key, None)
+
+    def _fetch(self, actor: _Actor, key: str, out: dict) -> Path:
+        """The worker's file, in pieces, into a temporary claimed under the output's name once its
+        size and SHA-256 match (a damaged transfer writes nothing and counts as a lost actor)."""
+        import ray
+
+        from studio.core.scale.serve_worker import READ_CHUNK
+        from studio.core.store.fsutil import atomic_output
+
+        req = self.request
+        h = hashlib.sha256()
+        n = 0
+        with atomic_output(req.output, overwrite=req.overwrite) as o:
+            with open(o.tmp, "wb") as fh:
+                while True:
+                    if self._cancel.is_set():
+                        raise Cancelled("render cancelled; nothing was written")
+                    try:
+                        data = ray.get(actor.handle.read.remote(key, n, READ_CHUNK), timeout=READ_TIMEOUT_S)
+                    except (*_lost_errors(), ray.exceptions.GetTimeoutError) as exc:
+                        raise _Lost(f"the file stopped coming ({type(exc).__name__})") from exc
+                    if not data:
+                        break
+                    fh.write(data)
+                    h.update(data)
+                    n += len(data)
+            if n != out["size"] or h.hexdigest() != out["sha256"]:
+                raise _Lost(f"the file arrived damaged ({n} of {out['size']} bytes, SHA-256 differs)")
+        assert o.final is not None
+        return o.final
+
+
+def _lost_errors() -> tuple[type[BaseException], ...]:
+    import ray
+
+    e = ray.exceptions
+    return tuple(
+        getattr(e, n)
+        for n in ("RayActorError", "WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError")
+        if hasattr(e, n)
+    )
