@@ -65,7 +65,21 @@ class LocalRayCluster:
         # short, private: Ray's socket paths must stay under 108 bytes
         self.temp_dir = tempfile.mkdtemp(prefix="rc", dir="/tmp")
         os.mkdir(os.path.join(self.temp_dir, "ray"))
-        self._setenv({**loopback_only(), "RAY_TMPDIR": self.temp_dir, "RAY_USAGE_STATS_ENABLED": "0"})
+        import secrets
+
+        # its own token (Ray's token authentication, as between hosts): a driver that finds a token
+        # on this host (``~/.ray/auth_token``) sends it, and a cluster without one refuses its calls
+        token = secrets.token_hex(32)
+        self._setenv(
+            {
+                **loopback_only(),
+                "RAY_TMPDIR": self.temp_dir,
+                "RAY_USAGE_STATS_ENABLED": "0",
+                "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN": token,
+            }
+        )
+        _reread_auth()  # this process reads the GCS (``alive_nodes``) with it
         deadline = time.monotonic() + timeout
         # its reaper kills the nodes should this test process die before the teardown
         self.cluster = Cluster(initialize_head=False, shutdown_at_exit=True)
@@ -157,6 +171,7 @@ class LocalRayCluster:
                 self.cluster.worker_nodes.clear()
         finally:
             self._restore_env()
+            _reread_auth()
             if self.temp_dir:
                 shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -195,3 +210,11 @@ def ray_cluster(request, nodes: list[dict] | int = 1, **head) -> LocalRayCluster
 
     request.addfinalizer(teardown)
     return c.start(nodes)
+
+
+def _reread_auth() -> None:
+    """Ray reads ``RAY_AUTH_MODE`` and the token once a process; read them again (as Ray's own tests
+    do: ``ray._private.authentication_test_utils``)."""
+    from ray._private.authentication_test_utils import reset_auth_token_state
+
+    reset_auth_token_state()

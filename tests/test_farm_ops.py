@@ -109,7 +109,12 @@ def test_the_farm_status_endpoint_follows_a_job(farm, tmp_path):
         return j if j["state"] in ("done", "failed") else None
 
     assert until(done, 300, "the job's end")["state"] == "done"
-    after = httpx.get(f"{server.url}/v1/farm", headers=AUTH, timeout=30).json()
+
+    def counted():  # the head reads its actors' counts every quarter second
+        s = httpx.get(f"{server.url}/v1/farm", headers=AUTH, timeout=30).json()
+        return s if sum(a["frames_done"] for a in s["actors"]) >= 100 else None
+
+    after = until(counted, 30, "the job's frames counted")
     by_name = {a["name"]: a for a in after["actors"]}
     assert by_name[actor["name"]]["frames_done"] == 100 and after["jobs_in_flight"] == 0
     assert sum(a["frames_done"] for a in after["actors"]) == 100

@@ -143,7 +143,7 @@ class _Scrape:
         for device, kind, value in _gpu_memory():
             gpu.add_metric([device, kind], value)
         yield gpu
-        farm = getattr(self.st, "farm", None)
+        farm = self.st.farm
         if farm is not None:
             yield from _farm(farm.status())
 

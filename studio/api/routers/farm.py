@@ -28,7 +28,7 @@ NO_FARM = "this server does not render on a farm: start it with `studio serve --
     summary="The farm's nodes and render actors: devices, warm engines, jobs in flight, frames/s",
 )
 async def farm(st: State) -> dict:
-    dispatcher = getattr(st, "farm", None)  # the FarmDispatcher of --farm (studio.api.state)
+    dispatcher = st.farm  # the FarmDispatcher of --farm (None without)
     if dispatcher is None:
         raise ApiError(409, NO_FARM)
     return farm_answer(await run_in_threadpool(dispatcher.status))
