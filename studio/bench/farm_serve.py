@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if not workers or min(workers) < 1 or args.clients < 1 or args.seconds <= 0:
         print("give --workers as counts of 1 or more (1,2), --clients >= 1 and --seconds > 0", file=sys.stderr)
         return 2
-    cpus = args.cpus_per_node or max(1, (os.cpu_count() or 2) // (2 * max(workers)))
+    cpus = args.cpus_per_node or default_cpus(os.cpu_count() or 2, workers, args.clients)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="farm-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     head_home = work / "head-home"
@@ -95,6 +95,16 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(out, indent=2))
         note(f"wrote {args.json}")
     return 0 if all(r["ok"] for r in out["farm"]) and out.get("plain", {"ok": True})["ok"] else 1
+
+
+def default_cpus(cores: int, workers: list[int], clients: int) -> int:
+    """CPUs a worker node offers: at most half the cores over the most nodes (the rest for the
+    encoders, the head and the clients), and where possible a count that lets every node count
+    render the clients' jobs in whole rounds (12 clients: 3 CPUs a node, 3 or 6 actors, 4 or 2
+    rounds; 4 CPUs would be 3 rounds against 2, a ratio of 1.5 at best, the dispatch's granularity)."""
+    cap = max(1, cores // (2 * max(workers)))
+    whole = [c for c in range(cap, 0, -1) if all(clients % (c * k) == 0 for k in workers)]
+    return whole[0] if whole else cap
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -162,10 +172,10 @@ def farm_row(work: Path, head_home: Path, k: int, cpus: int, args, voices, warm,
         with Server(folder, env, ["--farm", nodes.address, "--jobs-per-device", str(args.jobs_per_device)]) as srv:
             actors = k * (gpus or cpus)
             srv.wait_actors(actors)
-            burst(srv.url, [warm] * actors, folder / "warm", settings, distinct=False)
-            before = srv.farm()
+            warmed = burst(srv.url, [warm] * actors, folder / "warm", settings, distinct=False)
+            before = srv.counted(warmed["frames"])
             row = burst(srv.url, voices, folder / "out", settings)
-            row["per_actor_frames"] = _frames_by_actor(before, srv.farm())
+            row["per_actor_frames"] = _frames_by_actor(before, srv.counted(warmed["frames"] + row["frames"]))
     row.update(workers=k, actors=actors, leftover_pids=nodes.leftovers())
     row["ok"] = row["ok"] and not row["leftover_pids"]
     return row
@@ -302,6 +312,16 @@ class Server:
         import httpx
 
         return httpx.get(f"{self.url}/v1/farm", timeout=30).json()
+
+    def counted(self, frames: int, timeout: float = 30) -> dict:
+        """``GET /v1/farm`` once its actors' ``frames_done`` add up to ``frames`` (the head reads them
+        every quarter second), or after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.farm()
+            if sum(a["frames_done"] for a in status.get("actors", [])) >= frames or time.monotonic() > deadline:
+                return status
+            time.sleep(0.2)
 
     def wait_actors(self, count: int, timeout: float = 600) -> None:
         """Until ``count`` render actors are idle (started, the avatar not yet needed)."""

@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from studio.core.env import child
 
@@ -108,7 +109,7 @@ def serve_actors(timeout: float = 5.0) -> list[dict]:
         m = SERVE_ACTOR.match(a.get("name", "")) if a.get("namespace") == NAMESPACE else None
         if m is not None:
             found.append((a["name"], m))
-    refs = {}
+    refs: dict[str, Any] = {}
     for name, _ in found:
         with contextlib.suppress(Exception):  # gone meanwhile: not listed
             refs[name] = ray.get_actor(name, namespace=NAMESPACE).progress.remote()
@@ -121,7 +122,7 @@ def serve_actors(timeout: float = 5.0) -> list[dict]:
         if refs[name] in ready:
             with contextlib.suppress(Exception):
                 info = ray.get(refs[name])
-        jobs = info.get("jobs") or {}
+        jobs: dict = info.get("jobs") or {}
         rows.append(
             {
                 "name": name,
