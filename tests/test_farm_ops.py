@@ -9,11 +9,11 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import prepare_demo_avatar, speechlike
 from served import ROOT, Server
+from test_api_security import wait_for
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -36,13 +36,9 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+    got = wait_for(predicate, timeout)
+    assert got, f"{what}: not within {timeout:.0f} s"
+    return got
 
 
 @pytest.fixture(scope="module")

@@ -161,9 +161,9 @@ class Engines(Answer):
 class FarmNode(Answer):
     id: str = Field(description="the Ray node's id")
     host: str = Field(description="its address in the cluster")
-    alive: bool
-    cpus: float
-    gpus: float
+    alive: bool = Field(description="false: the node left the cluster (its actors are dead)")
+    cpus: float = Field(description="CPUs it offers (a render actor each when it has no GPU)")
+    gpus: float = Field(description="GPUs it offers (a render actor each)")
 
 
 class FarmActor(Answer):

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from studio.bench.ray_nodes import RayNodes, free_port
@@ -225,14 +226,12 @@ def burst(url: str, voices: list[Path], folder: Path, settings: dict, distinct: 
         except Exception as exc:  # noqa: BLE001 - reported in the row
             answers[i] = {"error": f"{type(exc).__name__}: {exc}"}
 
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(len(voices))]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    with ThreadPoolExecutor(len(voices)) as pool:
+        for i in range(len(voices)):
+            pool.submit(client, i)
+        start.wait()  # every client is ready: they post at once
+        t0 = time.perf_counter()
+    wall = time.perf_counter() - t0  # the pool has waited for the last answer
     errors = [a["error"] for a in answers if "error" in a]
     files = [folder / f"client{i}.mp4" for i, a in enumerate(answers) if "error" not in a]
     counts = [count_frames(f) for f in files]
