@@ -38,6 +38,7 @@ class Inputs:
         self.settings = settings_of(form)
         self.webhook = form.webhook or None
         self.gpus = getattr(form, "gpus", None) or None
+        self.placement = getattr(form, "placement", None) or None
 
 
 async def submit(st, model):
@@ -129,8 +130,10 @@ async def _submit(st, form, settings, stored: list):
         frames = (frames[0], total if frames[1] is None else frames[1])
         check_frames(frames, total)
     request = RenderRequest(avatar, audio, str(output), settings, frames=frames)
-    if form.gpus:
-        request = request.with_(placement=gpus_placement(form.gpus, frames))
+    if form.placement == "farm":
+        request = request.with_(placement=farm_placement(st, form, frames))
+    elif form.gpus or form.placement == "gpus":
+        request = request.with_(placement=gpus_placement(form.gpus or "all", frames))
     await run_in_threadpool(preflight, request)
     try:
         from studio.api.clients import current
@@ -159,6 +162,20 @@ def gpus_placement(text: str, frames):
     if frames is not None:
         raise ApiError(422, "gpus spreads a whole clip; leave out frame_start/frame_end (or gpus)")
     return Placement("gpus", devices=tuple(names))
+
+
+def farm_placement(st, form, frames):
+    """``placement=farm``: one long clip in chunks over the farm's actors; 422 on a server without
+    ``--farm``, with ``gpus``, or with an in/out range."""
+    from studio.service.request import Placement
+
+    if st.opts.farm is None:
+        raise ApiError(422, "placement=farm needs a server started with --farm; leave placement out")
+    if form.gpus:
+        raise ApiError(422, "give either placement=farm or gpus, not both")
+    if frames is not None:
+        raise ApiError(422, "placement=farm splits a whole clip; leave out frame_start/frame_end (or placement)")
+    return Placement("farm")
 
 
 def _in_use(st) -> set[str]:

@@ -408,6 +408,11 @@ class RenderInputs(BaseModel):
         pattern=r"^(all|[0-9]{1,3}|[A-Za-z0-9:,]{1,200})$",
         max_length=200,
     )
+    placement: Literal["farm", "gpus"] | None = Field(
+        None,
+        description="farm: split this one long clip in chunks over the farm's actors (a server started with "
+        "--farm); gpus: over this server's GPUs (as gpus=all); default: the whole job on one device or actor",
+    )
     webhook: str | None = Field(
         None,
         description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "

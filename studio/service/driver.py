@@ -204,14 +204,7 @@ class Render:
                     f"{'s' if len(farm.workers) != 1 else ''})",
                     req.settings.engine,
                 )
-                for p in farm.render(
-                    req.avatar,
-                    req.audio,
-                    req.output,
-                    req.settings,
-                    chunks=req.placement.chunks or None,
-                    overwrite=req.overwrite,
-                ):
+                for p in farm_render(farm, req):
                     if self._cancel.is_set():
                         farm.cancel()
                     yield p
@@ -273,6 +266,13 @@ class Render:
     def farm_link(self):
         """The ``FarmLink`` this render used (or was given), for the next farm job; None once lost."""
         return self._farm_link
+
+
+def farm_render(farm, req: RenderRequest):
+    """A core ``Farm``'s render of ``req`` (its chunks: the placement's, else one per worker)."""
+    return farm.render(
+        req.avatar, req.audio, req.output, req.settings, chunks=req.placement.chunks or None, overwrite=req.overwrite
+    )
 
 
 def check_request(req: RenderRequest) -> None:

@@ -27,24 +27,19 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import logging
 import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import replace
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from studio.core.errors import Cancelled, RenderError, StudioError
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.25  # a job's progress, and the monitor's polls
-ATTEMPTS = 2  # a job is rendered at most this often when its actors are lost
-READ_TIMEOUT_S = 120.0
+POLL_S = 0.25  # the monitor polls the actors this often
 KEEP_DEAD_S = 300.0  # a dead actor stays listed this long
 SHARE_FILE = "farm-share"  # in the head's data folder: a worker that reads its token shares the folder
 
@@ -56,10 +51,6 @@ def serve_pool(batching: bool):
     pool = EnginePool()
     pool.batching = batching
     return pool
-
-
-class _Lost(Exception):
-    """The actor running a job went away (process killed, node lost, no answer)."""
 
 
 class _Actor:
@@ -141,7 +132,6 @@ class FarmDispatcher:
         self._thread: threading.Thread | None = None
         self._shipped: dict[str, dict] = {}
         self._share: dict | None = None
-        self._own_cluster = False
         self.connected = False
         # what /v1/ready says while the farm starts (``ready``, ``error``, ``status_text()``, ``seconds``)
         self.ready = False
@@ -153,29 +143,28 @@ class FarmDispatcher:
     # ---- life ---------------------------------------------------------------------------
 
     def start(self, then: Callable[[], None] | None = None) -> None:
-        """Connect and start the actors on a thread; ``then`` (the queue runner) once one is ready."""
-        threading.Thread(target=self._start, args=(then,), name="studio-farm-start", daemon=True).start()
+        """Connect, start the actors and monitor them on one thread; ``then`` (the queue runner) once
+        an actor is ready. One thread for all of it: a local cluster's processes die with the thread
+        that started them (Ray sets their parent-death signal), so it lives as long as the farm."""
+        self._thread = threading.Thread(target=self._run, args=(then,), name="studio-farm", daemon=True)
+        self._thread.start()
 
-    def _start(self, then) -> None:
+    def _run(self, then) -> None:
         try:
             self.connect()
-            self.doing = "starting the farm's render actors"
-            while not self._stop.is_set():
-                with self._lock:
-                    if any(a.usable for a in self._actors.values()):
-                        break
-                time.sleep(POLL_S)
-            self.ready, self.seconds = True, time.monotonic() - self.started
         except StudioError as exc:
             self.error = str(exc)
+            return
         except Exception as exc:
             log.exception("the farm did not start")
             self.error = f"the farm did not start ({type(exc).__name__}: {exc})"
-        if then is not None and self.connected:
-            then()
+            return
+        self.doing = "starting the farm's render actors"
+        self._monitor(then)
 
     def connect(self) -> None:
-        """Join the cluster (``init_ray``), write the share token, discover the nodes, start monitoring."""
+        """Join the cluster (``init_ray``; "": the farm started here, else a local one), write the
+        share token, discover the nodes."""
         from studio.core.env import data_dir
         from studio.core.scale.farm import init_ray
         from studio.core.store.fsutil import atomic_write_bytes
@@ -187,14 +176,11 @@ class FarmDispatcher:
                 init_ray("auto")
             except RenderError:
                 init_ray(None)
-                self._own_cluster = True
         self.connected = True
         token = secrets.token_hex(16)
         atomic_write_bytes(data_dir() / SHARE_FILE, token.encode())
         self._share = dict(path=str(data_dir()), name=SHARE_FILE, token=token)
         self._discover()
-        self._thread = threading.Thread(target=self._monitor, name="studio-farm-monitor", daemon=True)
-        self._thread.start()
 
     def wait_ready(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -248,6 +234,16 @@ class FarmDispatcher:
             best.settle()
             return best
 
+    def reserve_all(self, job_id: int, frames: int, cancel: threading.Event) -> list[_Actor]:
+        """A slot on every actor with one free (a long clip split in chunks), at least one (waited for)."""
+        first = self.actor_of(job_id) or self.wait_reserve(job_id, frames, (), cancel)
+        with self._changed:
+            more = [a for a in self._actors.values() if a.free > 0 and a is not first]
+            for a in more:
+                a.jobs[job_id] = frames // (len(more) + 1)
+                a.settle()
+        return [first, *more]
+
     def wait_reserve(self, job_id: int, frames: int, exclude: tuple[str, ...], cancel: threading.Event) -> _Actor:
         """``reserve``, waiting for a slot (another actor first: ``exclude`` only while one exists)."""
         while True:
@@ -282,7 +278,10 @@ class FarmDispatcher:
                 a.draining = True
                 a.settle()
 
-    def job(self, job_id: int, request, cancel: threading.Event) -> FarmJob:
+    def job(self, job_id: int, request, cancel: threading.Event):
+        """What ``Render`` runs for a queued job (``farm_job.FarmJob``)."""
+        from studio.service.farm_job import FarmJob
+
         return FarmJob(self, job_id, request, cancel)
 
     def status(self) -> dict:
@@ -304,8 +303,8 @@ class FarmDispatcher:
 
     # ---- the cluster --------------------------------------------------------------------
 
-    def _monitor(self) -> None:
-        last = 0.0
+    def _monitor(self, then=None) -> None:
+        last = time.monotonic()
         while not self._stop.is_set():
             try:
                 if time.monotonic() - last >= self.discover_s:
@@ -314,6 +313,10 @@ class FarmDispatcher:
                 self._poll()
             except Exception:
                 log.warning("farm monitor: a round failed", exc_info=True)
+            if not self.ready and any(a.usable for a in list(self._actors.values())):
+                self.ready, self.seconds = True, time.monotonic() - self.started
+                if then is not None:
+                    then()
             self._stop.wait(POLL_S)
 
     def _discover(self) -> None:
@@ -478,159 +481,3 @@ def _inside_data(path: str) -> bool:
     from studio.core.store.files import inside
 
     return inside(path, data_dir())
-
-
-class FarmJob:
-    """One job of the queue on the farm: reserve, run, follow, fetch its file, retry once when lost."""
-
-    def __init__(self, dispatcher: FarmDispatcher, job_id: int, request, cancel: threading.Event):
-        self.d, self.job_id, self.request, self._cancel = dispatcher, job_id, request, cancel
-        self.result = None
-        self.extra: dict = {}
-        self._running: tuple[_Actor, str] | None = None
-
-    def cancel(self) -> None:
-        self._cancel.set()
-        run = self._running
-        if run is not None:
-            with contextlib.suppress(Exception):
-                run[0].handle.cancel_job.remote(run[1])
-
-    def run(self, on_started: Callable[[str], None]) -> Iterator:
-        """Yields ``RenderProgress``; ``self.result`` (a ``RenderResult`` with the head's path) at the end."""
-        from studio.core.render.renderer import RenderProgress
-
-        spec, frames = self.d.spec(self.request)
-        t0 = time.perf_counter()
-        tried: list[str] = []
-        lost = ""
-        try:
-            for attempt in range(1, ATTEMPTS + 1):
-                actor = self.d.actor_of(self.job_id) or self.d.wait_reserve(
-                    self.job_id, frames, tuple(tried), self._cancel
-                )
-                with self.d._lock:
-                    actor.jobs[self.job_id] = frames
-                    in_flight = len(actor.jobs)
-                on_started(f"farm: {actor.name} on {actor.host or actor.node[:8]}")
-                try:
-                    out = yield from self._attempt(actor, spec, frames, t0, attempt)
-                except _Lost as exc:
-                    lost = str(exc)
-                    log.warning("farm: job %d lost its actor %s (%s)", self.job_id, actor.name, exc)
-                    tried.append(actor.name)
-                    self.d.release(self.job_id)
-                    continue
-                self.extra = dict(
-                    farm=dict(
-                        actor=actor.name,
-                        node=actor.node,
-                        host=actor.host,
-                        attempts=attempt,
-                        lost=tried,
-                        in_flight_at_start=in_flight,
-                        returned="in place" if out["shared"] else "streamed",
-                        sha256=out["sha256"],
-                        bytes=out["size"],
-                    )
-                )
-                self.result = out["result"]
-                yield RenderProgress.final(self.result, time.perf_counter() - t0, retries=attempt - 1)
-                return
-        finally:
-            self.d.release(self.job_id)
-        raise RenderError(
-            f"The job failed twice as its farm workers were lost (last: {lost}); check the farm's nodes "
-            "with `studio farm status` and retry it."
-        )
-
-    def _attempt(self, actor: _Actor, spec: dict, frames: int, t0: float, attempt: int):
-        import ray
-
-        from studio.core.render.renderer import RenderProgress
-
-        key = uuid.uuid4().hex
-        with self.d._lock:
-            actor.keys[key] = self.job_id
-        job = dict(spec, key=key)
-        self._running = (actor, key)
-        ref = actor.handle.run_job.remote(job)
-        if self._cancel.is_set():
-            self.cancel()
-        shown = -1
-        try:
-            while True:
-                ready, _ = ray.wait([ref], timeout=POLL_S)
-                if ready:
-                    break
-                if actor.state == "dead":
-                    raise _Lost("its node or process went away")
-                if self._cancel.is_set():
-                    self.cancel()
-                done, total, fps = actor.progress.get(key, (0, frames, 0.0))
-                if done != shown:
-                    shown = done
-                    elapsed = time.perf_counter() - t0
-                    p = RenderProgress.measured(done, total or frames, elapsed, workers={actor.name: round(fps, 2)})
-                    yield replace(p, retries=attempt - 1)
-            try:
-                out = ray.get(ref)
-            except ray.exceptions.RayTaskError as exc:
-                cause = getattr(exc, "cause", None)
-                if isinstance(cause, StudioError):
-                    raise cause from None
-                raise RenderError(f"The job failed on farm worker {actor.name}: {cause or exc}.") from exc
-            except _lost_errors() as exc:
-                raise _Lost(type(exc).__name__) from exc
-            if not out["shared"]:
-                final = self._fetch(actor, key, out)
-                out["result"] = replace(out["result"], output=str(final))
-            return out
-        finally:
-            self._running = None
-            if ray.is_initialized():
-                with contextlib.suppress(Exception):
-                    actor.handle.discard.remote(key)
-            with self.d._lock:
-                actor.keys.pop(key, None)
-
-    def _fetch(self, actor: _Actor, key: str, out: dict) -> Path:
-        """The worker's file, in pieces, into a temporary claimed under the output's name once its
-        size and SHA-256 match (a damaged transfer writes nothing and counts as a lost actor)."""
-        import ray
-
-        from studio.core.scale.serve_worker import READ_CHUNK
-        from studio.core.store.fsutil import atomic_output
-
-        req = self.request
-        h = hashlib.sha256()
-        n = 0
-        with atomic_output(req.output, overwrite=req.overwrite) as o:
-            with open(o.tmp, "wb") as fh:
-                while True:
-                    if self._cancel.is_set():
-                        raise Cancelled("render cancelled; nothing was written")
-                    try:
-                        data = ray.get(actor.handle.read.remote(key, n, READ_CHUNK), timeout=READ_TIMEOUT_S)
-                    except (*_lost_errors(), ray.exceptions.GetTimeoutError) as exc:
-                        raise _Lost(f"the file stopped coming ({type(exc).__name__})") from exc
-                    if not data:
-                        break
-                    fh.write(data)
-                    h.update(data)
-                    n += len(data)
-            if n != out["size"] or h.hexdigest() != out["sha256"]:
-                raise _Lost(f"the file arrived damaged ({n} of {out['size']} bytes, SHA-256 differs)")
-        assert o.final is not None
-        return o.final
-
-
-def _lost_errors() -> tuple[type[BaseException], ...]:
-    import ray
-
-    e = ray.exceptions
-    return tuple(
-        getattr(e, n)
-        for n in ("RayActorError", "WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError")
-        if hasattr(e, n)
-    )

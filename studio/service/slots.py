@@ -31,6 +31,7 @@ class Slots:
     _emit: Any  # the queue's own methods, used here
     _run: Any
     _maybe_sweep: Any
+    _frames_of: Any
     dispatcher: Any  # a ``FarmDispatcher`` (``studio serve --farm``): jobs go to the farm's actors
 
     def _free(self) -> int:
@@ -62,7 +63,8 @@ class Slots:
             if job is not None:
                 self._emit("state", job.id, job)
                 if self.dispatcher is not None:
-                    self.dispatcher.reserve(job.id)  # the actor with the fewest frames queued (else it waits)
+                    # the actor with the fewest frames queued takes it with its frames (else the job waits)
+                    self.dispatcher.reserve(job.id, self._frames_of(job) or 0)
                 with self._lock:
                     slot = self._least_busy()
                     t = threading.Thread(target=self._work, args=(job, slot), name=f"studio-job-{job.id}", daemon=True)

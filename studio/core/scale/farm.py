@@ -148,23 +148,14 @@ def loopback_only() -> dict:
 class Farm:
     """A pool of warm render workers on the connected Ray cluster."""
 
-    def __init__(self, workers: int | None = None, *, gpus: bool | None = None, detached: bool = False):
+    def __init__(self, workers: int | None = None, *, gpus: bool | None = None, detached: bool = False, actors=None):
+        """``actors``: label -> workers already running (``studio serve --farm``'s): none is started."""
         import ray
 
         res = ray.cluster_resources()
         self.gpus = bool(res.get("GPU", 0)) if gpus is None else gpus
-        slots = int(res.get("GPU", 0) if self.gpus else res.get("CPU", 1))
-        n = max(1, int(workers) if workers else slots)
-        cls = _worker_class()
-        opts: dict[str, Any] = dict(num_gpus=1, num_cpus=1) if self.gpus else dict(num_cpus=1)
-        opts.update(max_restarts=ACTOR_RESTARTS, max_task_retries=0)
-        self._actors = {}
-        for i in range(n):
-            label = f"{'gpu' if self.gpus else 'cpu'}{i}"
-            kw = dict(opts)
-            if detached:  # stays warm between CLI runs on a long-lived cluster
-                kw.update(name=f"studio-worker-{label}", lifetime="detached", get_if_exists=True)
-            self._actors[label] = cls.options(**kw).remote(label, 1 if not self.gpus else 0)
+        self._actors = dict(actors) if actors else self._start(workers, detached, res)
+        n = len(self._actors)
         self._board = _board_class().options(num_cpus=0).remote()
         self.pids: dict[str, int] = dict(zip(self._actors, ray.get([a.pid.remote() for a in self._actors.values()])))
         self._cancel = threading.Event()
@@ -173,6 +164,18 @@ class Farm:
         self.result: RenderResult | None = None
         self.retries = 0
         log.info("farm: %d %s worker(s)", n, "GPU" if self.gpus else "CPU")
+
+    def _start(self, workers: int | None, detached: bool, res: dict) -> dict:
+        n = max(1, int(workers) if workers else int(res.get("GPU", 0) if self.gpus else res.get("CPU", 1)))
+        opts: dict[str, Any] = dict(num_gpus=1, num_cpus=1) if self.gpus else dict(num_cpus=1)
+        opts.update(max_restarts=ACTOR_RESTARTS, max_task_retries=0)
+        actors = {}
+        for label in (f"{'gpu' if self.gpus else 'cpu'}{i}" for i in range(n)):
+            kw = dict(opts)
+            if detached:  # stays warm between CLI runs on a long-lived cluster
+                kw.update(name=f"studio-worker-{label}", lifetime="detached", get_if_exists=True)
+            actors[label] = _worker_class().options(**kw).remote(label, 1 if not self.gpus else 0)
+        return actors
 
     @classmethod
     def connect(cls, address: str | None = None, workers: int | None = None, **init_kw) -> Farm:
