@@ -3,12 +3,16 @@
 # CPU cores (1 and 2 `ray start --address` worker nodes of CPU actors, 12 clients x 10 s), then the
 # one-GPU farm against a plain `studio serve` (--device cuda --plain).
 #
-# Everything travels in the ignored .whl/: the Python 3.12 wheels (docs/speed.md; diffusers and
-# py-spy are not needed), Ray's dependencies the image lacks (msgpack, jsonschema, referencing,
-# rpds-py, jsonschema-specifications) and Ray's wheel (79 MB, more than one call carries: 64 MiB) cut
-# with `split -b 18000000 ray-*.whl .whl/ray/part.`, a few parts a call. Each call copies what it
-# carried to /root/stash (a warm machine keeps it 30 s between calls): `bash THIS stash` for the
-# calls that only carry; the last one (no argument) joins the parts, installs and measures.
+# Everything travels in the ignored .whl/ over three consecutive calls (a warm machine keeps
+# /root/stash 30 s between calls; each call copies what it carried there): the Python 3.12 wheels
+# (docs/speed.md, without diffusers and py-spy: 41 MB), the four Ray needs that the image lacks
+# (jsonschema, jsonschema-specifications, referencing, rpds-py; it has msgpack, attrs, protobuf,
+# pyyaml, requests, filelock, click, packaging, psutil) and Ray's own wheel (79 MB, more than one
+# call carries: 64 MiB with the tree) cut by `split -b 18000000 -a 2 ray-2.60.0-cp312-*.whl part.`:
+#   call 1: .whl = the wheels + ray/part.aa              bash tests/benchmarks/gpu_farm_serve.sh stash
+#   call 2: .whl = ray/part.ab ray/part.ac ray/part.ad   bash tests/benchmarks/gpu_farm_serve.sh stash
+#   call 3: .whl = ray/part.ae + the four Ray needs      bash tests/benchmarks/gpu_farm_serve.sh
+# The last call joins the parts, installs and measures (about 8 minutes; the JSON lands in $OUT).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /root/stash/ray
 start=$(date +%s)
 cp -r .whl/. /root/stash/
