@@ -49,3 +49,20 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def test_the_benchmarks_ray_start_nodes_stop_by_their_pids(tmp_path):
+    """``studio.bench.ray_nodes``: a ``ray start --head`` and a ``ray start --address`` node of their
+    own token and session folder, seen alive by the GCS, then gone with every process they started."""
+    from studio.bench.farm_serve import default_cpus
+    from studio.bench.ray_nodes import RayNodes
+
+    with RayNodes(tmp_path) as nodes:
+        nodes.add_node(cpus=1, env={"STUDIO_HOME": str(tmp_path / "node")})
+        assert nodes.alive() == 2 and nodes.address.startswith("127.0.0.1:")
+        started = dict(nodes.started)
+        assert len(started) >= 6  # two `ray start`, the GCS, two raylets, their agents
+    assert nodes.leftovers() == [] and not any(_alive(pid) for pid in started)
+    assert not os.path.exists(nodes.temp_dir)
+    # 12 clients over 1 and 2 nodes on 16 cores: 3 CPUs a node, whole rounds of jobs for both
+    assert (default_cpus(16, [1, 2], 12), default_cpus(2, [1, 2], 4), default_cpus(32, [1, 2], 12)) == (3, 1, 6)

@@ -12,7 +12,7 @@
 #   call 1: .whl = the wheels + ray/part.aa              bash tests/benchmarks/gpu_farm_serve.sh stash
 #   call 2: .whl = ray/part.ab ray/part.ac ray/part.ad   bash tests/benchmarks/gpu_farm_serve.sh stash
 #   call 3: .whl = ray/part.ae + the four Ray needs      bash tests/benchmarks/gpu_farm_serve.sh
-# The last call joins the parts, installs and measures (about 8 minutes; the JSON lands in $OUT).
+# The last call joins the parts, installs and measures (the JSON lands in $OUT). Not run yet.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /root/stash/ray
 start=$(date +%s)
 cp -r .whl/. /root/stash/
