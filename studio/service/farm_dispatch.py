@@ -285,7 +285,10 @@ class FarmDispatcher:
         return FarmJob(self, job_id, request, cancel)
 
     def status(self) -> dict:
-        """Nodes, actors and jobs in flight, for ``GET /v1/farm`` and ``studio farm status``."""
+        """Nodes, actors and jobs in flight, for ``GET /v1/farm`` and ``studio farm status``.
+
+        An actor's state is idle, busy (jobs in flight), draining (takes no new job: asked to drain,
+        or still starting) or dead (its process or node gone; listed for ``KEEP_DEAD_S``)."""
         with self._lock:
             actors = [a.row() for a in self._actors.values()]
             nodes = [dict(n) for n in self._nodes]
