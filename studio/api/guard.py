@@ -19,6 +19,7 @@ OPEN_PATHS = ("/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc")  # th
 READ_METHODS = ("GET", "HEAD")
 RENDERING_READS = ("/v1/frame",)  # GETs that make the engine work: not for a read-only token
 PROBE_PATHS = ("/v1/health", "/v1/ready")  # liveness and readiness probes (``open_probes``)
+EVERY_JOB_PATHS = ("/metrics", "/v1/farm")  # they show every client's jobs: a client that sees them all
 
 
 class Guard:
@@ -71,7 +72,7 @@ class Guard:
                     f"{path} needs the server's full token",
                 )
             need = scope_needed(method, path, reads)
-            if not who.may(need) or (path == "/metrics" and not who.every_job):
+            if not who.may(need) or (path in EVERY_JOB_PATHS and not who.every_job):
                 return await send_json(
                     send,
                     403,
@@ -119,7 +120,7 @@ def scope_needed(method: str | None, path: str, reads: bool) -> str:
     """``read``, ``submit`` or ``admin``: what a request needs of a named client's scopes."""
     if method == "DELETE" and path.startswith("/v1/avatars/"):
         return "admin"  # the avatar library is every client's
-    if path == "/metrics":
+    if path in EVERY_JOB_PATHS:
         return "read"  # and a client that sees every job (checked by the caller)
     return "read" if reads else "submit"
 

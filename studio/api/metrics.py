@@ -15,7 +15,9 @@ Read at each scrape: ``studio_jobs`` {state} (the whole shared queue, every face
 ``studio_engine_loads_total``, ``studio_engine_evictions_total``, ``studio_engine_bytes``,
 ``studio_engine_calls_total`` / ``studio_engine_batches_total`` (jobs sharing batches), ``studio_storage_bytes``
 {folder} (renders, uploads), ``studio_gpu_memory_bytes`` {device, kind} (allocated, reserved: when
-torch and CUDA are in use) and ``studio_info`` {version}.
+torch and CUDA are in use) and ``studio_info`` {version}. With ``--farm``, per render actor that is not
+dead {actor, node, device}: ``studio_farm_actor_frames_per_second``, ``studio_farm_actor_jobs_in_flight``,
+``studio_farm_actor_queued_frames``, ``studio_farm_actor_frames_total``; and ``studio_farm_nodes_alive``.
 """
 
 from __future__ import annotations
@@ -141,6 +143,36 @@ class _Scrape:
         for device, kind, value in _gpu_memory():
             gpu.add_metric([device, kind], value)
         yield gpu
+        farm = self.st.farm
+        if farm is not None:
+            yield from _farm(farm.status())
+
+
+FARM_ACTOR_GAUGES = (  # (name, help, the actor row's field)
+    ("studio_farm_actor_frames_per_second", "Frames/s a farm render actor renders now", "frames_per_s"),
+    ("studio_farm_actor_jobs_in_flight", "Jobs a farm render actor renders now", "jobs_in_flight"),
+    ("studio_farm_actor_queued_frames", "Frames a farm render actor has still to render", "queued_frames"),
+)
+
+
+def _farm(status: dict):
+    """The farm's gauges from ``FarmDispatcher.status()`` (live actors only: a dead one's series ends)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    labels = ["actor", "node", "device"]
+    actors = [a for a in status.get("actors", []) if a.get("state") != "dead"]
+    for name, text, field in FARM_ACTOR_GAUGES:
+        g = GaugeMetricFamily(name, text, labels=labels)
+        for a in actors:
+            value = a.get(field) or 0
+            g.add_metric([a["name"], a["node"], a["device"]], len(value) if isinstance(value, list) else float(value))
+        yield g
+    done = CounterMetricFamily("studio_farm_actor_frames", "Frames a farm render actor has rendered", labels=labels)
+    for a in actors:
+        done.add_metric([a["name"], a["node"], a["device"]], int(a.get("frames_done") or 0))
+    yield done
+    alive = sum(1 for n in status.get("nodes", []) if n.get("alive"))
+    yield GaugeMetricFamily("studio_farm_nodes_alive", "Nodes of the farm's Ray cluster alive", value=alive)
 
 
 def _size(folder) -> int:

@@ -158,6 +158,36 @@ class Engines(Answer):
     warm: list[WarmEngine] = Field(description="engines loaded and kept warm between jobs")
 
 
+class FarmNode(Answer):
+    id: str = Field(description="the Ray node's id")
+    host: str = Field(description="its address in the cluster")
+    alive: bool = Field(description="false: the node left the cluster (its actors are dead)")
+    cpus: float = Field(description="CPUs it offers (a render actor each when it has no GPU)")
+    gpus: float = Field(description="GPUs it offers (a render actor each)")
+
+
+class FarmActor(Answer):
+    name: str = Field(description="the render actor (one per GPU, or per CPU slot, of a node)")
+    node: str = Field(description="the id of the node it runs on")
+    device: str = Field(description="cuda:0, cpu, ...")
+    state: Literal["idle", "busy", "draining", "dead"]
+    warm_engines: list[str] = Field(description="engines it keeps loaded between jobs")
+    jobs_in_flight: list[int] = Field(description="ids of the jobs it renders now")
+    queued_frames: int = Field(description="frames it has still to render (what dispatch compares)")
+    capacity: int = Field(description="jobs it renders at once at most (--jobs-per-device)")
+    frames_per_s: float = Field(description="frames/s it renders now (all its jobs together)")
+    frames_done: int = Field(description="frames it has rendered since the server started")
+
+
+class Farm(Answer):
+    address: str = Field(description="the Ray cluster's HOST:PORT (or where it runs)")
+    nodes: list[FarmNode]
+    nodes_alive: int
+    actors: list[FarmActor]
+    jobs_in_flight: int = Field(description="jobs rendering on the farm now")
+    frames_per_s: float = Field(description="the actors' frames/s together")
+
+
 # --------------------------------------------------------------------------------------------
 # avatars
 

@@ -3,7 +3,8 @@
 studio farm up                          # a head on this host, listening on 127.0.0.1 only
 studio farm up --host 10.0.0.5          # a head other hosts can join (on that address)
 studio farm up --address 10.0.0.5:6379 --host 10.0.0.6   # this host joins as a worker node
-studio farm status [--json]
+studio farm status [--json]           # nodes, CPUs, GPUs; the render actors of `studio serve --farm` heads
+studio farm status --server http://head:8321   # what that `studio serve --farm` says (GET /v1/farm)
 studio farm down
 """
 
@@ -27,8 +28,15 @@ def register(sub) -> None:
     up.add_argument("--num-gpus", type=int, default=None, help="GPUs to offer (default: all)")
     up.set_defaults(func=run_up)
 
-    st = fs.add_parser("status", help="nodes, CPUs and GPUs of the farm")
-    st.add_argument("--address", default="auto", help="the head's HOST:PORT (default: the farm started here)")
+    st = fs.add_parser("status", help="nodes, CPUs, GPUs and render actors of the farm")
+    st.add_argument("--address", default=None, help="the head's HOST:PORT (default: the farm started here)")
+    st.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="ask a running `studio serve --farm` (http://HOST:PORT; token from $STUDIO_SERVER_TOKEN): its "
+        "actors' jobs and frames/s as its dispatcher sees them",
+    )
     st.add_argument("--json", action="store_true", help="print one JSON object")
     st.set_defaults(func=run_status)
 
@@ -51,9 +59,35 @@ def run_up(args) -> int:
 
 def run_status(args) -> int:
     from studio.cli._common import emit_json
+
+    if args.server and args.address:
+        from studio.core.errors import InputError
+
+        raise InputError("--server asks a studio serve --farm, --address the Ray cluster itself: give one of them")
+    if args.server:
+        from studio.core import env
+        from studio.service.client import StudioClient
+
+        with StudioClient(args.server, token=env.get("STUDIO_SERVER_TOKEN") or None) as c:
+            info = c.farm()
+        if args.json:
+            emit_json(info)
+            return 0
+        nodes = [n for n in info["nodes"] if n["alive"]]
+        print(
+            f"farm {info['address']} (via {args.server}): {len(nodes)} node(s), "
+            f"{sum(n['cpus'] for n in nodes):g} CPUs, {sum(n['gpus'] for n in nodes):g} GPUs; "
+            f"{info['jobs_in_flight']} job(s) in flight, {info['frames_per_s']:g} frames/s"
+        )
+        for n in info["nodes"]:
+            print(
+                f"  {n['host']} ({n['id'][:8]}): {n['cpus']:g} CPUs, {n['gpus']:g} GPUs{'' if n['alive'] else ', gone'}"
+            )
+        print_actors(info["actors"])
+        return 0
     from studio.service.farm_admin import farm_status
 
-    info = farm_status(args.address)
+    info = farm_status(args.address or "auto")
     if args.json:
         emit_json(info)
         return 0
@@ -63,7 +97,23 @@ def run_status(args) -> int:
     )
     for n in info["node_list"]:
         print(f"  {n['ip']}: {n['cpus']:g} CPUs, {n['gpus']:g} GPUs")
+    print_actors(info["actors"])
     return 0
+
+
+def print_actors(actors: list[dict]) -> None:
+    """One line per render actor (none: nothing printed, a farm without `studio serve --farm`)."""
+    if not actors:
+        return
+    print(f"render actors: {len(actors)}")
+    for a in actors:
+        jobs = a["jobs_in_flight"]
+        jobs_text = ", ".join(map(str, jobs)) if isinstance(jobs, list) else str(jobs)
+        print(
+            f"  {a['name']} on node {a['node'][:8]}: {a['device']}, {a['state']}, "
+            f"warm: {', '.join(a['warm_engines']) or 'none'}; jobs in flight: {jobs_text or 'none'}; "
+            f"{a['frames_per_s']:g} frames/s"
+        )
 
 
 def run_down(args) -> int:

@@ -59,6 +59,10 @@ class StudioClient:
     def health(self) -> dict:
         return self._json("GET", "/v1/health")
 
+    def farm(self) -> dict:
+        """``GET /v1/farm``: the nodes and render actors of a ``studio serve --farm``."""
+        return self._json("GET", "/v1/farm")
+
     def engines(self) -> dict:
         return self._json("GET", "/v1/engines")
 

@@ -2,7 +2,7 @@
 
     farm_up(port=6379)                               # a head on 127.0.0.1 only: "127.0.0.1:6379"
     farm_up(address="10.0.0.5:6379", host="10.0.0.6")  # this host joins as a worker node
-    farm_status("auto")                              # {"nodes": 1, "cpus": 16.0, "gpus": 1.0, ...}
+    farm_status("auto")                              # {"nodes": 1, "cpus": 16.0, "gpus": 1.0, ..., "actors": [...]}
     farm_down()
 
 Ray's own ``ray start`` / ``ray stop`` do the work (as subprocesses of this interpreter's Ray);
@@ -12,9 +12,12 @@ service; this module is where the command line does.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from studio.core.env import child
 
@@ -67,6 +70,7 @@ def farm_status(address: str = "auto") -> dict:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         res = ray.cluster_resources()
         free = ray.available_resources()
+        actors = serve_actors()
     finally:
         ray.shutdown()
     return {
@@ -84,7 +88,54 @@ def farm_status(address: str = "auto") -> dict:
             }
             for n in nodes
         ],
+        "actors": actors,
     }
+
+
+SERVE_ACTOR = re.compile(r"^studio-serve-.*-(?P<node>[0-9a-f]{8})-(?P<kind>cpu|gpu)\d+(-[0-9a-f]{4})?$")
+
+
+def serve_actors(timeout: float = 5.0) -> list[dict]:
+    """The render actors of every ``studio serve --farm`` head on the connected cluster, as Ray sees
+    them: name, node (its id's first 8 digits), device, warm engines, jobs in flight (a count: the
+    job ids are the head's, ``GET /v1/farm``), frames/s now (its jobs' together). An actor that does
+    not answer within ``timeout`` is listed with ``state`` "no answer"."""
+    import ray
+
+    from studio.core.scale.farm import NAMESPACE
+
+    found = []
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        m = SERVE_ACTOR.match(a.get("name", "")) if a.get("namespace") == NAMESPACE else None
+        if m is not None:
+            found.append((a["name"], m))
+    refs: dict[str, Any] = {}
+    for name, _ in found:
+        with contextlib.suppress(Exception):  # gone meanwhile: not listed
+            refs[name] = ray.get_actor(name, namespace=NAMESPACE).progress.remote()
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout) if refs else ([], [])
+    rows = []
+    for name, m in found:
+        if name not in refs:
+            continue
+        info: dict = {}
+        if refs[name] in ready:
+            with contextlib.suppress(Exception):
+                info = ray.get(refs[name])
+        jobs: dict = info.get("jobs") or {}
+        rows.append(
+            {
+                "name": name,
+                "node": m["node"],
+                "device": "cuda" if m["kind"] == "gpu" else "cpu",
+                "state": ("busy" if jobs else "idle") if info else "no answer",
+                "warm_engines": list(info.get("warm_engines") or []),
+                "jobs_in_flight": len(jobs),
+                "frames_per_s": round(sum(float(j[2] or 0) for j in jobs.values()), 2),
+                "frames_done": int(info.get("frames_done") or 0),
+            }
+        )
+    return rows
 
 
 def farm_down() -> None:
