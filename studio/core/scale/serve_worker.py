@@ -121,7 +121,8 @@ class ServeWorker(_Worker):
 
     def run_job(self, job: dict) -> dict:
         """Render one whole job; its file goes to the head's folder (shared) or waits here for ``read``."""
-        from studio.core.store.fsutil import file_sha256, release_temp, sweep_dead_temps, temp_file
+        from studio.core.store.fsutil import file_sha256
+        from studio.core.store.temps import release_temp, sweep_dead_temps, temp_file
 
         with contextlib.suppress(Exception):
             sweep_dead_temps()  # what workers that died on this data folder left
@@ -211,7 +212,7 @@ class ServeWorker(_Worker):
 
     def discard(self, key: str) -> None:
         """The head has the file (or gave up on it): remove it here."""
-        from studio.core.store.fsutil import release_temp
+        from studio.core.store.temps import release_temp
 
         with self._lock:
             path = self.outputs.pop(key, None)
