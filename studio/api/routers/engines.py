@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from studio.api.models import Engines, errors
+from studio.api.models import errors
+from studio.api.server_models import Engines
 from studio.api.state import State
 
 router = APIRouter(tags=["server"])

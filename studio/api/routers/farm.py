@@ -12,7 +12,8 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
-from studio.api.models import Farm, errors
+from studio.api.models import errors
+from studio.api.server_models import Farm
 from studio.api.state import State
 
 router = APIRouter(tags=["server"])

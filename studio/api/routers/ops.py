@@ -17,7 +17,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from studio import __version__
-from studio.api.models import Health, Ready, errors
+from studio.api.models import errors
+from studio.api.server_models import Health, Ready
 from studio.api.state import ApiState, State
 
 router = APIRouter(tags=["server"])
