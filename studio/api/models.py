@@ -333,6 +333,7 @@ class RenderInputs(BaseModel):
     )
     placement: Literal["farm", "gpus"] | None = Field(
         None,
+        title="Job placement",  # not "Placement": the canvas setting `fit` is titled so (one enum name a client)
         description="farm: split this one long clip in chunks over the farm's actors (a server started with "
         "--farm); gpus: over this server's GPUs (as gpus=all); default: the whole job on one device or actor",
     )
