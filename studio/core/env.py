@@ -35,6 +35,11 @@ class Knob:
         """A switch: on unless set to 0 (``flag``); ``off`` says what 0 does."""
         return cls(name, "0: " + off, "1", group)
 
+    @classmethod
+    def grouped(cls, group: str, *knobs: tuple[str, str]) -> tuple[Knob, ...]:
+        """Knobs of one group (``table()`` lists each group apart), each ``(name, help)``: the group named once."""
+        return tuple(cls(name, help, group=group) for name, help in knobs)
+
 
 KNOBS: dict[str, Knob] = {
     k.name: k
@@ -160,28 +165,26 @@ KNOBS: dict[str, Knob] = {
             "2.1x faster on an H200",
             default="0",
         ),
-        Knob(
-            "STUDIO_TRACE", "a JSON file that receives per-frame encoder timestamps of one render", group="diagnostics"
+        *Knob.grouped(
+            "diagnostics",
+            ("STUDIO_TRACE", "a JSON file that receives per-frame encoder timestamps of one render"),
+            ("STUDIO_TRACE_DIR", "`studio bench`: one trace per timed run in this folder"),
+            (
+                "STUDIO_STACKS",
+                "`studio bench`: sample the render thread's stack every 5 ms and add the top "
+                "stacks of each timed run to its result (where the render thread waits)",
+            ),
         ),
-        Knob("STUDIO_TRACE_DIR", "`studio bench`: one trace per timed run in this folder", group="diagnostics"),
-        Knob(
-            "STUDIO_STACKS",
-            "`studio bench`: sample the render thread's stack every 5 ms and add the top "
-            "stacks of each timed run to its result (where the render thread waits)",
-            group="diagnostics",
+        *Knob.grouped(
+            "tests",
+            ("STUDIO_QUIT_AFTER_MS", "the window closes itself after this many ms (smoke tests)"),
+            ("STUDIO_SMOKE_GUI_MS", "packaging/smoke_test.sh: how long the frozen window stays open"),
+            ("STUDIO_PACKAGING_TEST", "1: `./dev test` also builds and smoke-tests the desktop app (CI sets it)"),
         ),
-        Knob("STUDIO_QUIT_AFTER_MS", "the window closes itself after this many ms (smoke tests)", group="tests"),
-        Knob("STUDIO_SMOKE_GUI_MS", "packaging/smoke_test.sh: how long the frozen window stays open", group="tests"),
-        Knob(
-            "STUDIO_PACKAGING_TEST",
-            "1: `./dev test` also builds and smoke-tests the desktop app (CI sets it)",
-            group="tests",
-        ),
-        Knob("STUDIO_VENV", "the venv `./dev` and packaging/build.sh use (default: .venv)", group="build"),
-        Knob(
-            "STUDIO_TORCH",
-            "the torch requirement `./dev setup` installs (default: the CPU build torch==2.13.0)",
-            group="build",
+        *Knob.grouped(
+            "build",
+            ("STUDIO_VENV", "the venv `./dev` and packaging/build.sh use (default: .venv)"),
+            ("STUDIO_TORCH", "the torch requirement `./dev setup` installs (default: the CPU build torch==2.13.0)"),
         ),
     )
 }

@@ -184,6 +184,35 @@ class MidBlockCrossAttn(nn.Module):
         return self.resnets[1](self.attentions[0](x, context), temb)
 
 
+#: diffusers' UNet2DConditionModel fields this UNet implements only at their defaults (``UNET_DEFAULTS``)
+AT_DEFAULT = (
+    "mid_block_type",
+    "num_attention_heads",
+    "dual_cross_attention",
+    "class_embed_type",
+    "addition_embed_type",
+    "num_class_embeds",
+    "addition_time_embed_dim",
+    "encoder_hid_dim",
+    "encoder_hid_dim_type",
+    "resnet_time_scale_shift",
+    "resnet_skip_time_act",
+    "resnet_out_scale_factor",
+    "mid_block_scale_factor",
+    "time_embedding_type",
+    "time_embedding_act_fn",
+    "timestep_post_act",
+    "time_cond_proj_dim",
+    "conv_in_kernel",
+    "conv_out_kernel",
+    "projection_class_embeddings_input_dim",
+    "attention_type",
+    "class_embeddings_concat",
+    "cross_attention_norm",
+    "reverse_transformer_layers_per_block",
+)
+
+
 class UNet(nn.Module):
     """UNet2DConditionModel for the configs MuseTalk uses (cross-attention to audio features).
 
@@ -198,30 +227,7 @@ class UNet(nn.Module):
         require(
             cfg,
             what,
-            mid_block_type="UNetMidBlock2DCrossAttn",
-            num_attention_heads=None,
-            dual_cross_attention=False,
-            class_embed_type=None,
-            addition_embed_type=None,
-            num_class_embeds=None,
-            addition_time_embed_dim=None,
-            encoder_hid_dim=None,
-            encoder_hid_dim_type=None,
-            resnet_time_scale_shift="default",
-            resnet_skip_time_act=False,
-            resnet_out_scale_factor=1.0,
-            mid_block_scale_factor=1,
-            time_embedding_type="positional",
-            time_embedding_act_fn=None,
-            timestep_post_act=None,
-            time_cond_proj_dim=None,
-            conv_in_kernel=3,
-            conv_out_kernel=3,
-            projection_class_embeddings_input_dim=None,
-            attention_type="default",
-            class_embeddings_concat=False,
-            cross_attention_norm=None,
-            reverse_transformer_layers_per_block=None,
+            **{k: UNET_DEFAULTS[k] for k in AT_DEFAULT},
             act_fn=lambda v: v in ACTIVATIONS,
             norm_num_groups=is_int,
             cross_attention_dim=is_int,

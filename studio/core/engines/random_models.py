@@ -62,19 +62,9 @@ SD_VAE_CONFIG = {
     "norm_num_groups": 32,
     "sample_size": 256,
 }
-TAESD_CONFIG = {
-    "_class_name": "AutoencoderTiny",
-    "act_fn": "relu",
-    "decoder_block_out_channels": [64, 64, 64, 64],
-    "encoder_block_out_channels": [64, 64, 64, 64],
-    "in_channels": 3,
-    "latent_channels": 4,
-    "num_decoder_blocks": [3, 3, 3, 1],
-    "num_encoder_blocks": [1, 3, 3, 3],
-    "out_channels": 3,
-    "scaling_factor": 1.0,
-    "upsampling_scaling_factor": 2,
-}
+# TAESD's released config.json: every field of it is diffusers' default, which AutoencoderTiny fills
+# in from nets_vae.TAESD_DEFAULTS (the one place those values stand)
+TAESD_CONFIG = {"_class_name": "AutoencoderTiny"}
 WHISPER_TINY_CONFIG = {
     "model_type": "whisper",
     "d_model": 384,

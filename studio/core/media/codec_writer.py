@@ -247,21 +247,10 @@ class CodecWriter(LaneWriter):
     def _open_chunk(self, ch: Chunk) -> None:
         if ch.encoder is not None:
             return
-        ch.encoder = _process_encoder(
-            self._workers[ch.k % self.window],
-            self.enc_width,
-            self.enc_height,
-            self.channels,
-            self.fps,
-            self.spec.name,
-            self._crf,
-            self._preset,
-            self.alpha,
-            ch.spill,
+        enc = self._open_in_worker(
+            ch, _process_encoder, self.channels, self.fps, self.spec.name, self._crf, self._preset, self.alpha, ch.spill
         )
-        ch.sink = _no_packets  # the worker spills the packets itself
-        self._encoders.append(ch.encoder)
-        if bytes(ch.encoder.extradata or b"") != self._headers:
+        if bytes(enc.extradata or b"") != self._headers:
             raise RenderError(f"The parallel {self.encoder} encoders disagree on stream headers; render again.")
 
     # -- frames -------------------------------------------------------------------------------
@@ -288,7 +277,3 @@ class CodecWriter(LaneWriter):
 
             frames = pad_even(frames)
         return frames, None
-
-
-def _no_packets(pkt) -> None:  # sink of worker-spilled chunks: encoders return no packets
-    raise AssertionError("a spilling encoder process returned a packet")

@@ -55,6 +55,10 @@ def disk_error(exc: OSError, path: Path) -> RenderError:
     return RenderError(f"Writing {path.name} failed ({exc.strerror or exc}, in {where}): check the output folder.")
 
 
+def no_packets(pkt) -> None:  # sink of worker-spilled chunks: encoders return no packets
+    raise AssertionError("a spilling encoder process returned a packet")
+
+
 def split(total: int, n: int) -> list[tuple[int, int]]:
     """``n`` contiguous near-equal frame ranges covering ``0..total``."""
     edges = [round(total * k / n) for k in range(n + 1)]
@@ -114,6 +118,8 @@ class LaneWriter:
 
     suffix = ".mp4"
     lane_depth = QUEUE_RUNS
+    enc_width: int  # the encoded frame size (a subclass sets it before calling __init__)
+    enc_height: int
 
     def __init__(self, path: Path, *, chunks, window, audio_source, write_hook, overwrite: bool, stream_mux=True):
         """Claims the output's temporary, opens ``audio_source()`` and calls ``_start``; on any failure
@@ -465,6 +471,14 @@ class LaneWriter:
             self._mux.append_chunks(self._chunks, self._stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             self._fail(exc)
+
+    def _open_in_worker(self, ch: Chunk, make, *args, **kwargs) -> Any:
+        """Chunk ``ch``'s encoder in its lane's leased worker process (``x264_pool``), which spills the
+        packets itself: ``make(worker, enc_width, enc_height, *args, **kwargs)``, registered with the others."""
+        ch.encoder = make(self._workers[ch.k % self.window], self.enc_width, self.enc_height, *args, **kwargs)
+        ch.sink = no_packets  # the worker spills the packets itself
+        self._encoders.append(ch.encoder)
+        return ch.encoder
 
     def _make_spill_dir(self, estimate: int) -> Path:
         """A private folder for the chunks' packets (``estimate`` bytes spilled at once): in RAM

@@ -372,18 +372,9 @@ class VideoWriter(LaneWriter):
         if self._procs:
             from studio.core.media.x264_pool import ProcessEncoder
 
-            ch.encoder = ProcessEncoder(
-                self._workers[ch.k % self.window],
-                self.enc_width,
-                self.enc_height,
-                self.fps,
-                self._crf,
-                self._preset,
-                path=ch.spill,
-                changing=self.changing,
+            self._open_in_worker(
+                ch, ProcessEncoder, self.fps, self._crf, self._preset, path=ch.spill, changing=self.changing
             )
-            self._encoders.append(ch.encoder)
-            ch.sink = _no_packets  # the worker spills the packets itself
             if check:
                 self._check_headers(ch.encoder.extradata)
             return
@@ -512,7 +503,3 @@ def _mb_rect(box, width: int, height: int):
     xe = min(width, -(-int(np.ceil(x2)) // 16) * 16 + 16)
     ye = min(height, -(-int(np.ceil(y2)) // 16) * 16 + 16)
     return (x, y, xe - x, ye - y) if xe > x and ye > y else None
-
-
-def _no_packets(pkt) -> None:  # sink of worker-spilled chunks: encoders return no packets
-    raise AssertionError("a spilling x264 worker returned a packet")
