@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from studio.bench.ray_nodes import RayNodes, free_port
+from studio.core import env as core_env
 
 FPS = 25
 WARM_SECONDS = 1
@@ -143,7 +144,7 @@ def inputs(work: Path, head_home: Path, clients: int, seconds: float, height: in
     from studio.bench import user as bench_user
     from studio.bench.inputs import synthetic_avatar
 
-    os.environ["STUDIO_HOME"] = str(head_home)  # the library below is the head's
+    core_env.put("STUDIO_HOME", str(head_home))  # the library below is the head's
     still = synthetic_avatar(work / "src-photo", height, photo=True)
     jpg = work / "presenter.jpg"
     PIL.Image.fromarray(np.asarray(still.frames[0])).save(jpg, quality=92)
@@ -169,7 +170,7 @@ def farm_row(work: Path, head_home: Path, k: int, cpus: int, args, voices, warm,
         for i in range(k):
             home = head_home if args.shared_home else folder / f"node{i}-home"
             nodes.add_node(cpus=cpus, gpus=gpus, env={"STUDIO_HOME": str(home), **hide})
-        env = {**os.environ, **nodes.env, **hide, "STUDIO_HOME": str(head_home)}
+        env = core_env.child(**nodes.env, **hide, STUDIO_HOME=str(head_home))
         with Server(folder, env, ["--farm", nodes.address, "--jobs-per-device", str(args.jobs_per_device)]) as srv:
             actors = k * (gpus or cpus)
             srv.wait_actors(actors)
@@ -186,7 +187,7 @@ def plain_row(work: Path, head_home: Path, args, voices, warm, settings) -> dict
     hide = {} if args.device == "cuda" else {"CUDA_VISIBLE_DEVICES": ""}
     folder = work / "plain"
     folder.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **hide, "STUDIO_HOME": str(head_home)}
+    env = core_env.child(**hide, STUDIO_HOME=str(head_home))
     with Server(folder, env, ["--jobs-per-device", str(args.jobs_per_device)]) as srv:
         burst(srv.url, [warm], folder / "warm", settings, distinct=False)
         return burst(srv.url, voices, folder / "out", settings)

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from studio.core.env import child
+
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 
@@ -91,7 +93,7 @@ class RayNodes:
         cmd += ["--dashboard-agent-listen-port", str(free_port()), "--object-store-memory", str(200 * 2**20)]
         log = open(self.workdir / f"ray-node{len(self.nodes)}.log", "ab")
         self._logs.append(log)
-        proc = subprocess.Popen(cmd, env={**os.environ, **self.env, **env}, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=child(**self.env, **env), stdout=log, stderr=subprocess.STDOUT)
         self.nodes.append(proc)
         self._record()
         self._wait_started(proc, Path(log.name))
@@ -112,7 +114,7 @@ class RayNodes:
         a child process with the cluster's token: this one does not join the cluster)."""
         r = subprocess.run(
             [sys.executable, "-c", ALIVE, self.address],
-            env={**os.environ, **self.env},
+            env=child(**self.env),
             capture_output=True,
             text=True,
             timeout=120,
