@@ -131,7 +131,7 @@ def test_a_failing_device_fails_the_render_and_leaves_nothing(tmp_path, avatar, 
 def test_the_devices_share_one_loaded_clip(avatar, voice):
     from studio.core.engines.classic import ClassicEngine
     from studio.core.render.clip import Clip
-    from studio.core.render.renderer import RenderResult
+    from studio.core.render.results import RenderResult
 
     settings = RenderSettings(engine="classic", device="cpu")
     job = DeviceRender(avatar, voice, settings, devices=["cpu", "cpu"])

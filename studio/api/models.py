@@ -381,7 +381,7 @@ class CheckOut(Answer):
 def _result_model() -> type[BaseModel]:
     """A finished job's result: the core's ``RenderResult`` fields (all optional: rows of older
     versions), plus where it ran."""
-    from studio.core.render.renderer import RenderResult
+    from studio.core.render.results import RenderResult
 
     try:
         hints = typing.get_type_hints(RenderResult)

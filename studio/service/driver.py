@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from studio.core.errors import Cancelled, InputError
-from studio.core.render.renderer import RenderProgress, RenderResult
+from studio.core.render.results import RenderProgress, RenderResult
 from studio.service.request import WHERE_LOCAL, RenderRequest
 
 log = logging.getLogger(__name__)

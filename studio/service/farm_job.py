@@ -62,7 +62,7 @@ class FarmJob:
 
     def run(self, on_started: Callable[[str], None]) -> Iterator:
         """Yields ``RenderProgress``; ``self.result`` (a ``RenderResult`` with the head's path) at the end."""
-        from studio.core.render.renderer import RenderProgress
+        from studio.core.render.results import RenderProgress
 
         spec, frames = self.d.spec(self.request)
         t0 = time.perf_counter()
@@ -111,7 +111,7 @@ class FarmJob:
     def _attempt(self, actor: _Actor, spec: dict, frames: int, t0: float, attempt: int):
         import ray
 
-        from studio.core.render.renderer import RenderProgress
+        from studio.core.render.results import RenderProgress
 
         key = uuid.uuid4().hex
         with self.d._lock:

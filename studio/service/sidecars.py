@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from studio.core.render.renderer import RenderResult
+from studio.core.render.results import RenderResult
 
 log = logging.getLogger(__name__)
 

@@ -211,7 +211,7 @@ class RenderWorker(QObject):
 
 def _result(data: dict):
     """The job's stored result as a ``RenderResult`` (fields it lacks take their defaults)."""
-    from studio.core.render.renderer import RenderResult
+    from studio.core.render.results import RenderResult
 
     return RenderResult.from_json(data)
 

@@ -39,7 +39,7 @@ from studio.core.errors import Cancelled, RenderError
 from studio.core.media.rates import DEFAULT_RATE, mp4_time_base, rate_text, ticks_per_frame
 
 if TYPE_CHECKING:
-    from studio.core.render.renderer import RenderProgress, RenderResult
+    from studio.core.render.results import RenderProgress, RenderResult
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class ChunkedRender:
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         from studio.core.media.writer import check_output
-        from studio.core.render.renderer import RenderProgress
+        from studio.core.render.results import RenderProgress
         from studio.core.store.temps import release_temp, temp_dir
 
         self.result = None
@@ -342,7 +342,7 @@ def segments_result(
     chunks, the farm): the engine(s) and encoder the segments report."""
     from studio.core.media.codecs import alpha_of
     from studio.core.render.canvas import output_size
-    from studio.core.render.renderer import RenderResult
+    from studio.core.render.results import RenderResult
 
     segments = sorted(segments, key=lambda g: g.start)
     engines = sorted({g.engine for g in segments})

@@ -44,7 +44,7 @@ from studio.core.scale.chunks import (
 )
 
 if TYPE_CHECKING:
-    from studio.core.render.renderer import RenderProgress, RenderResult
+    from studio.core.render.results import RenderProgress, RenderResult
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class Farm:
 
         from studio.core.media.writer import check_output
         from studio.core.render.clip import Clip
-        from studio.core.render.renderer import RenderProgress
+        from studio.core.render.results import RenderProgress
         from studio.core.settings import RenderSettings
 
         settings = settings or RenderSettings()

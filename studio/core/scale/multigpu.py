@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from studio.core.errors import Cancelled, RenderError
 
 if TYPE_CHECKING:
-    from studio.core.render.renderer import RenderResult
+    from studio.core.render.results import RenderResult
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class DeviceRender:
         from studio.core.media.codecs import alpha_of
         from studio.core.media.rates import rate_text
         from studio.core.render.outputs import open_video_for
-        from studio.core.render.renderer import RenderProgress, RenderResult
+        from studio.core.render.results import RenderProgress, RenderResult
 
         renderers = self.renderers
         first = renderers[0]
