@@ -40,8 +40,15 @@ STOP_TIMEOUT_S = 20.0
 
 
 class LocalRayCluster:
-    def __init__(self, head_cpus: int = 0, head_resources: dict | None = None, head_env: dict | None = None):
+    def __init__(
+        self,
+        head_cpus: int = 0,
+        head_resources: dict | None = None,
+        head_env: dict | None = None,
+        head_system_config: dict | None = None,
+    ):
         self.head_cpus = head_cpus
+        self.head_system_config = head_system_config or {}  # Ray's ``_system_config`` (health checks, ...)
         self.head_resources = head_resources or {}
         self.head_env = head_env or {}
         self.cluster: Any = None
@@ -84,7 +91,10 @@ class LocalRayCluster:
         # its reaper kills the nodes should this test process die before the teardown
         self.cluster = Cluster(initialize_head=False, shutdown_at_exit=True)
         try:
-            self.cluster.add_node(**self._node_args(self.head_cpus, self.head_resources, self.head_env))
+            head = self._node_args(self.head_cpus, self.head_resources, self.head_env)
+            if self.head_system_config:
+                head["_system_config"] = dict(self.head_system_config)
+            self.cluster.add_node(**head)
             self._record(self.cluster.head_node)
             for spec in [{"num_cpus": 1}] * nodes if isinstance(nodes, int) else nodes:
                 self.add_node(**spec)

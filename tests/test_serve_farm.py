@@ -1,15 +1,16 @@
 """``studio serve --farm`` on a real local Ray cluster of three nodes (issue 37), talked to over HTTP.
 
-The test starts the cluster itself (``ray.cluster_utils.Cluster``: a head without CPUs, so no actor
+The test starts the cluster itself (``tests/ray_cluster.py``: a head without CPUs, so no actor
 runs there, and two worker nodes of one CPU each, with a data folder of their own: the finished
-files travel back to the head), under a temporary folder and a token of its own, and removes only
-the nodes it started. A real ``studio serve --farm ADDR --jobs-per-device 2`` process on 127.0.0.1
+files travel back to the head), under a temporary folder and a token of its own, and kills only
+the processes it started. A real ``studio serve --farm ADDR --jobs-per-device 2`` process on 127.0.0.1
 renders classic-engine jobs of 2-4 s on the nodes' actors. Covered: dispatch by frames queued and
 never over an actor's capacity, the files streamed back and checked (SHA-256, frames), progress over
 SSE from a remote worker, a worker node removed mid-job (rendered once more elsewhere, one file,
 nothing partial on the head or the workers), a node joining (it gets work without a restart), and
 the head stopped with jobs in flight (running ones come back interrupted, queued ones stay queued
-and render after the restart).
+and render after the restart), and an actor given its next job once the previous one's frames have
+left its engine (while that one's file is still finishing).
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, prepare_demo_avatar, speech_pause_speech
-from farm_cluster import LocalCluster
+from ray_cluster import LocalRayCluster
 
 from studio.service.serve_process import ServeProcess
 
@@ -36,17 +37,28 @@ pytest.importorskip("fastapi")
 FORM = {"avatar": "astro", "engine": "classic", "batch": "8", "preset": "ultrafast"}
 
 
-class Farm(LocalCluster):
+RAY_ENV = ("RAY_TMPDIR", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")  # the test cluster's, set while it runs
+FAST_HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_initial_delay_ms": 0}
+
+
+class Farm(LocalRayCluster):
     """The test's cluster: a head without CPUs and two worker nodes sharing a data folder of their own."""
 
     def __init__(self, root: Path):
-        super().__init__(root, secrets.token_hex(16))
+        super().__init__(head_system_config=FAST_HEALTH)  # a node killed is seen within seconds
+        self.root = root
         self.workers_home = root / "workers"
         self.workers_home.mkdir()
-        self.nodes = [self.add_node("node_a"), self.add_node("node_b")]
+        self.start([])
+        self.nodes = [self.add_tagged("node_a"), self.add_tagged("node_b")]
 
-    def add_node(self, tag: str) -> str:
-        return self.add(1, {"STUDIO_HOME": str(self.workers_home), "PYTHONPATH": str(ROOT)}, {tag: 1})
+    def add_tagged(self, tag: str) -> str:
+        env = {"STUDIO_HOME": str(self.workers_home), "PYTHONPATH": str(ROOT)}
+        return self.add_node(1, {tag: 1}, env).node_id
+
+    def remove(self, node_id: str) -> None:
+        """Kill the node's processes at once (no drain): a host lost."""
+        self.kill_node(next(n for n in self.workers if n.node_id == node_id))
 
     def node_of(self, actor: str) -> str:
         """The node an actor runs on (its name holds the node id's first 8 digits)."""
@@ -54,27 +66,22 @@ class Farm(LocalCluster):
         return next(n for n in self.nodes if n.startswith(prefix))
 
     def serve_env(self, home: Path) -> dict:
-        keep = ("RAY_TMPDIR", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
-        return dict(
-            os.environ,
-            STUDIO_HOME=str(home),
-            PYTHONPATH=str(ROOT),
-            STUDIO_FARM_DISCOVER_S="1",
-            **{k: self.env[k] for k in keep},
-        )
+        return dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=str(ROOT), STUDIO_FARM_DISCOVER_S="1")
 
 
 @pytest.fixture(scope="module")
 def farm():
-    root = Path(tempfile.mkdtemp(prefix="sfarm", dir="/tmp"))  # short: Ray's socket paths live here
+    root = Path(tempfile.mkdtemp(prefix="sfarm", dir="/tmp"))
     f = None
     try:
         f = Farm(root)
         yield f
     finally:
         if f is not None:
-            f.close()  # every node it started; the cluster checks that none is left alive
+            f.shutdown()  # every process it started, by pid
+            left = f.leftovers()
         shutil.rmtree(root, ignore_errors=True)
+    assert not left, f"Ray processes left after the teardown: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +104,8 @@ def voices(farm):
     }
 
 
-def start_server(home: Path, farm: Farm) -> ServeProcess:
-    args = ("--farm", farm.address, "--jobs-per-device", "2")
+def start_server(home: Path, farm: Farm, jobs_per_device: int = 2) -> ServeProcess:
+    args = ("--farm", farm.address, "--jobs-per-device", str(jobs_per_device))
     srv = ServeProcess(home, farm.serve_env(home), args, timeout=180, cwd=ROOT)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -232,7 +239,7 @@ def test_a_worker_node_removed_mid_job_is_rendered_once_more_elsewhere_leaving_o
 
 
 def test_a_node_joining_gets_work_without_a_restart(server, home, voices, farm):
-    node = farm.add_node("node_c")
+    node = farm.add_tagged("node_c")
     farm.nodes.append(node)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # its actor starts within a discovery round and a process start
@@ -280,6 +287,40 @@ def test_placement_farm_splits_one_clip_over_the_actors(farm, home, voices):
         srv.stop()
 
 
+def test_an_actor_takes_its_next_job_while_the_last_ones_file_finishes(farm, home, voices):
+    """``--jobs-per-device 1``: once a job's frames have left its actor's engine (its file still being
+    encoded, muxed and streamed back), the actor takes the next job, so for a while it holds two
+    (``GET /v1/farm``): the later one started before the earlier one's file was written. Never more
+    than one on the engine and one finishing."""
+    srv = start_server(home, farm, jobs_per_device=1)
+    seen: list[dict[str, list[int]]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            with_jobs = httpx.get(srv.url + "/v1/farm", timeout=30).json()["actors"]
+            seen.append({a["name"]: list(a["jobs_in_flight"]) for a in with_jobs})
+            time.sleep(0.02)
+
+    t = threading.Thread(target=watch, daemon=True)
+    try:
+        t.start()
+        ids = [post(srv, voices["mid"], preset="medium") for _ in range(6)]  # 2 actors x 1 slot: 4 wait
+        jobs = wait_final(srv, ids)
+    finally:
+        stop.set()
+        t.join(30)
+        srv.stop()
+    assert all(j["state"] == "done" for j in jobs.values()), [j["reason"] for j in jobs.values()]
+    assert all(frames_of(home / "renders" / j["output"]) == 75 for j in jobs.values())
+    assert max(len(held) for snap in seen for held in snap.values()) <= 2  # one on the engine, one finishing
+    overlaps = [(held, actor) for snap in seen for actor, held in snap.items() if len(held) == 2]
+    assert overlaps, "no actor ever took a job before its previous job's file was written"
+    for held, actor in overlaps:  # the earlier job finishing, the later one on the engine, on one actor
+        first, second = sorted(held)
+        assert jobs[first]["result"]["farm"]["actor"] == jobs[second]["result"]["farm"]["actor"] == actor
+
+
 def test_a_job_whose_actors_are_lost_twice_fails_with_one_sentence(farm, home, voices):
     """Last: it removes the cluster's remaining worker nodes."""
     srv = start_server(home, farm)
@@ -316,7 +357,8 @@ def test_serve_farm_without_an_address_starts_a_local_cluster_and_renders_in_pla
     home.mkdir()
     prepare_demo_avatar(home, "astro")
     ray_dir = Path(tempfile.mkdtemp(prefix="sfl", dir="/tmp"))
-    env = dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=str(ROOT), RAY_TMPDIR=str(ray_dir))
+    env = {k: v for k, v in os.environ.items() if k not in RAY_ENV}  # not the test cluster's token
+    env.update(STUDIO_HOME=str(home), PYTHONPATH=str(ROOT), RAY_TMPDIR=str(ray_dir))
     srv = ServeProcess(home, env, ("--farm",), timeout=180, cwd=ROOT)
     try:
         deadline = time.monotonic() + 180

@@ -10,7 +10,10 @@
 
 The HTTP API, the SQLite queue and retention stay on the head. The head's queue claims a job when an
 actor has a free slot (``free_slots``) and reserves it on the actor with the fewest frames queued
-(not round-robin), never more than its ``capacity`` (``--jobs-per-device``) jobs on one actor.
+(not round-robin), never more than its ``capacity`` (``--jobs-per-device``) jobs on its engine. A job
+whose frames have left the engine (the actor reports it ``finishing``: its encoders drain, its file
+is muxed and comes back) frees its slot for the next job, at most one such job more per actor: the
+rule of the local pipelined queue, so the actor's engine does not idle while a file finishes.
 Inputs travel through Ray's object store (``ship_avatar``/``ship_file``: once per node); the finished
 file comes back to the head in pieces, its SHA-256 checked, into a temporary claimed under the
 output's name as a local render's is (``fsutil.atomic_output``), unless the worker's node sees the
@@ -65,6 +68,7 @@ class _Actor:
         self.ready_ref: Any = handle.ready.remote()
         self.poll_ref: Any = None
         self.jobs: dict[int, int] = {}  # job id -> frames it is expected to render (estimate)
+        self.finishing: set[int] = set()  # jobs whose frames have left the engine (their file finishes)
         self.progress: dict[str, tuple] = {}  # key -> (done, total, fps)
         self.keys: dict[str, int] = {}  # key -> job id
         self.warm: list[str] = []
@@ -79,11 +83,15 @@ class _Actor:
 
     @property
     def free(self) -> int:
-        return max(0, self.capacity - len(self.jobs)) if self.usable else 0
+        """Jobs it can take now: ``capacity`` on the engine, and at most one more finishing its file."""
+        if not self.usable:
+            return 0
+        on_engine = len(self.jobs) - len(self.finishing & self.jobs.keys())
+        return max(0, min(self.capacity - on_engine, self.capacity + 1 - len(self.jobs)))
 
     def queued_frames(self) -> int:
-        left = {self.keys[k]: max(0, t - d) for k, (d, t, _) in self.progress.items() if k in self.keys and t}
-        return sum(left.get(j, est) for j, est in self.jobs.items())
+        left = {self.keys[k]: max(0, p[1] - p[0]) for k, p in self.progress.items() if k in self.keys and p[1]}
+        return sum(0 if j in self.finishing else left.get(j, est) for j, est in self.jobs.items())
 
     def settle(self) -> None:
         if self.state != "dead" and self.state != "starting":
@@ -139,6 +147,8 @@ class FarmDispatcher:
         self.doing = "connecting to the farm"
         self.seconds: float | None = None
         self.started = time.monotonic()
+        #: called (outside the lock) when a slot frees because a job's frames left its actor's engine
+        self.on_free: Callable[[], None] | None = None
 
     # ---- life ---------------------------------------------------------------------------
 
@@ -265,6 +275,7 @@ class FarmDispatcher:
         """The job left its actor (done, failed, moved): its slot is free."""
         with self._changed:
             for a in self._actors.values():
+                a.finishing.discard(job_id)
                 if a.jobs.pop(job_id, None) is not None or job_id in a.keys.values():
                     a.keys = {k: j for k, j in a.keys.items() if j != job_id}
                     a.settle()
@@ -368,7 +379,7 @@ class FarmDispatcher:
             serve_worker_class()
             .options(
                 name=name,
-                max_concurrency=self.jobs_per_device + 4,  # the jobs, and progress/read/cancel beside them
+                max_concurrency=self.jobs_per_device + 5,  # the jobs, one finishing, and progress/read/cancel
                 max_restarts=0,
                 max_task_retries=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
@@ -426,8 +437,13 @@ class FarmDispatcher:
             except Exception:  # noqa: BLE001
                 continue
             now = time.monotonic()
-            with self._lock:
+            with self._changed:
                 a.progress = dict(info.get("jobs", {}))
+                ends = {a.keys[k] for k, p in a.progress.items() if len(p) > 3 and p[3] and k in a.keys}
+                freed = bool((ends & a.jobs.keys()) - a.finishing)
+                a.finishing |= ends & a.jobs.keys()
+                if freed:
+                    self._changed.notify_all()
                 a.warm = list(info.get("warm_engines", []))
                 t, f = a._last
                 done = int(info.get("frames_done", 0))
@@ -438,6 +454,8 @@ class FarmDispatcher:
                         a.fps = 0.0
                     a._last = (now, done)
                 a.frames_done = done
+            if freed and self.on_free is not None:
+                self.on_free()  # the queue claims the next job now, not at its next look
 
     def _dead(self, a: _Actor, why: str) -> None:
         """(with the lock) ``a`` renders no more: its jobs' threads see it and move them."""

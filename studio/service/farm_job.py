@@ -131,7 +131,7 @@ class FarmJob:
                     raise _Lost("its node or process went away")
                 if self._cancel.is_set():
                     self.cancel()
-                done, total, fps = actor.progress.get(key, (0, frames, 0.0))
+                done, total, fps = actor.progress.get(key, (0, frames, 0.0))[:3]
                 if done != shown:
                     shown = done
                     elapsed = time.perf_counter() - t0

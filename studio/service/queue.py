@@ -161,6 +161,8 @@ class QueueService(Runner, Estimates):
         self._workers: dict[int, tuple[Render | None, int, threading.Thread]] = {}  # job id -> (render, slot, thread)
         #: ``studio serve --farm``: a ``FarmDispatcher`` renders the jobs on a Ray cluster's actors
         self.dispatcher = dispatcher
+        if dispatcher is not None:
+            dispatcher.on_free = self._poke  # a job's frames left its actor's engine: claim the next now
 
     # ---- events -------------------------------------------------------------------------
 

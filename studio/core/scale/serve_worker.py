@@ -3,7 +3,7 @@
     worker = serve_worker_class().options(num_cpus=1, max_concurrency=6).remote("cpu0", "cpu", 2, 1, make_pool)
     ray.get(worker.ready.remote())              # {"pid", "node", "host", "data"}
     ref = worker.run_job.remote(job)            # a whole job: {"result", "sha256", "size", "shared"}
-    worker.progress.remote()                    # {"jobs": {key: (done, total, fps)}, "frames_done", ...}
+    worker.progress.remote()                    # {"jobs": {key: (done, total, fps, finishing)}, ...}
     worker.cancel_job.remote(key)               # stops after the current batch; nothing is written
     worker.read.remote(key, offset, size)       # the finished file, in pieces, when it was not shared
     worker.discard.remote(key)
@@ -19,6 +19,9 @@ straight to the head's output when this worker's data folder is the head's (``jo
 same path, holding a token file only the head wrote), else into a registered temporary in this node's ``renders/``,
 kept until the head has read it (``read``) and ``discard``-ed it; a worker that dies leaves only a
 registered temporary, which the next job on this node's data folder sweeps (``sweep_dead_temps``).
+
+A job whose frames have all left the engine reports ``finishing`` (its encoders drain and its file
+is muxed): the head may then send the next job, so the engine does not idle during a file's finish.
 """
 
 from __future__ import annotations
@@ -100,9 +103,10 @@ class ServeWorker(_Worker):
         return str(engine.name)
 
     def progress(self) -> dict:
-        """Every running job's (done, total, fps), the frames this worker rendered, its warm engines."""
+        """Every running job's (done, total, fps, finishing: its frames have left the engine), the
+        frames this worker rendered, its warm engines."""
         with self._lock:
-            jobs = {k: (e["done"], e["total"], e["fps"]) for k, e in self.running.items()}
+            jobs = {k: (e["done"], e["total"], e["fps"], e["finishing"]) for k, e in self.running.items()}
             done = self.frames_done
         cache = self.pool if self.pool is not None else self.engines
         try:
@@ -129,7 +133,7 @@ class ServeWorker(_Worker):
         key, s = job["key"], job["settings"]
         if self.device == "cpu" and s.device in (None, "", "auto"):
             s = s.with_(device="cpu")
-        entry: dict = dict(renderer=None, done=0, total=0, fps=0.0, cancel=False)
+        entry: dict = dict(renderer=None, done=0, total=0, fps=0.0, cancel=False, finishing=False)
         with self._lock:
             self.running[key] = entry
         shared = shared_folder(job.get("share"))
@@ -195,6 +199,10 @@ class ServeWorker(_Worker):
                     entry.update(done=p.done, total=p.total, fps=p.fps)
                     self.frames_done += max(0, p.done - last)
                     last = p.done
+                    if not p.finished and 0 < p.total <= p.done and not entry["finishing"]:
+                        entry["finishing"] = True  # what is left is the encoders' drain and the file
+                        if hasattr(r._engine, "done"):
+                            r._engine.done()  # a batcher's view: the next job's batches wait for none of ours
             if r.result is None:
                 raise Cancelled("render cancelled; nothing was written")
             return r.result
