@@ -155,5 +155,15 @@ def test_a_server_without_a_farm_says_so_in_one_sentence(tmp_path):
         r = httpx.get(f"{s.url}/v1/farm", headers=AUTH, timeout=30)
         assert r.status_code == 409 and r.json() == {"error": NO_FARM}
         assert "studio_farm_" not in httpx.get(f"{s.url}/metrics", headers=AUTH, timeout=30).text
+        # a render asking for the farm: well formed, refused by this server's state (409, not 422)
+        r = httpx.post(
+            f"{s.url}/v1/renders",
+            headers=AUTH,
+            data={"avatar": "anyone", "audio_id": "0" * 16, "placement": "farm"},
+            timeout=30,
+        )
+        assert r.status_code == 409 and r.json() == {
+            "error": "placement=farm needs a server started with --farm; leave placement out"
+        }
         r = cli("--server", s.url, env={"STUDIO_SERVER_TOKEN": TOKEN})
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == f"studio: error: the server says: {NO_FARM}"

@@ -58,6 +58,8 @@ async def submit(st, model):
             f"this server opens no paths of its own ({', '.join(paths)}); upload the files "
             "instead (or start it with --allow-paths DIR)",
         )
+    if form.placement == "farm" and st.opts.farm is None:  # the server's state, before any upload is kept
+        raise ApiError(409, "placement=farm needs a server started with --farm; leave placement out")
     avatars = [v for v in (form.avatar, form.avatar_file, form.avatar_path) if v]
     if len(avatars) != 1:
         raise ApiError(422, "give exactly one avatar: avatar (a library name) or avatar_file (an upload)")
@@ -164,12 +166,11 @@ def gpus_placement(text: str, frames):
 
 
 def farm_placement(st, form, frames):
-    """``placement=farm``: one long clip in chunks over the farm's actors; 422 on a server without
-    ``--farm``, with ``gpus``, or with an in/out range."""
+    """``placement=farm``: one long clip in chunks over the farm's actors; 422 with ``gpus`` or with an
+    in/out range (a server without ``--farm`` answers 409 before: ``submit``; the request is well
+    formed, this server's state refuses it, as ``GET /v1/farm`` does)."""
     from studio.service.request import Placement
 
-    if st.opts.farm is None:
-        raise ApiError(422, "placement=farm needs a server started with --farm; leave placement out")
     if form.gpus:
         raise ApiError(422, "give either placement=farm or gpus, not both")
     if frames is not None:
