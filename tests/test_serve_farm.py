@@ -321,6 +321,44 @@ def test_an_actor_takes_its_next_job_while_the_last_ones_file_finishes(farm, hom
         assert jobs[first]["result"]["farm"]["actor"] == jobs[second]["result"]["farm"]["actor"] == actor
 
 
+def test_an_actor_lost_while_one_job_finishes_and_the_next_renders_leaves_each_file_once(farm, home, voices):
+    """``--jobs-per-device 1``: the node of an actor seen holding two jobs (one finishing its file, the
+    next on the engine) is killed. Whatever each job had reached, every job ends done exactly once:
+    one complete file each, nothing partial on the head, and a job the lost actor still held rendered
+    once more elsewhere. A node joins first, so the cluster keeps two for the test after this one."""
+    spare = farm.add_tagged("node_d")
+    farm.nodes.append(spare)
+    srv = start_server(home, farm, jobs_per_device=1)
+    try:
+        before = set((home / "renders").glob("*"))
+        ids = [post(srv, voices["mid"], preset="medium") for _ in range(6)]
+        victim = None
+        deadline = time.monotonic() + 120
+        while victim is None and time.monotonic() < deadline:
+            for a in httpx.get(srv.url + "/v1/farm", timeout=30).json()["actors"]:
+                if len(a["jobs_in_flight"]) == 2 and a["state"] != "dead":
+                    victim = a["name"]
+                    break
+            time.sleep(0.02)
+        assert victim is not None, "no actor ever held a finishing job and the next one"
+        node = farm.node_of(victim)
+        farm.remove(node)  # its raylet and worker processes: killed, mid-overlap
+        farm.nodes.remove(node)
+        jobs = wait_final(srv, ids, timeout=240)
+    finally:
+        srv.stop()
+    assert all(j["state"] == "done" for j in jobs.values()), [j["reason"] for j in jobs.values()]
+    new = sorted(p.name for p in set((home / "renders").glob("*")) - before)
+    assert new == sorted(j["output"] for j in jobs.values())  # one file a job, no other
+    assert all(frames_of(home / "renders" / j["output"]) == 75 for j in jobs.values())
+    assert no_temporaries(home / "renders") == []
+    for j in jobs.values():
+        f = j["result"]["farm"]
+        assert f["actor"] != victim or f["attempts"] == 1, f  # nothing finished on the lost actor after it died
+        if victim in f.get("lost", []):
+            assert f["attempts"] == 2 and f["actor"] != victim, f
+
+
 def test_a_job_whose_actors_are_lost_twice_fails_with_one_sentence(farm, home, voices):
     """Last: it removes the cluster's remaining worker nodes."""
     srv = start_server(home, farm)
