@@ -468,13 +468,12 @@ class FarmDispatcher:
 
     def spec(self, request) -> tuple[dict, int]:
         """The job as a worker gets it (its inputs in the object store), and its frames."""
+        from studio.core.avatars.library import resolve
         from studio.core.media.audio import probe
-        from studio.core.render.clip import Clip
         from studio.core.scale.farm import _avatar_key, ship_avatar, ship_file
 
         req = request
-        clip = Clip(req.avatar, req.audio, req.render_settings)
-        assets = clip.avatar
+        assets = req.avatar if hasattr(req.avatar, "frames") else resolve(req.avatar)
         key = _avatar_key(assets.folder)
         with self._lock:
             avatar = self._shipped.get(key)
@@ -484,7 +483,9 @@ class FarmDispatcher:
                 while len(self._shipped) >= 8:  # the object store is memory: the newest avatars only
                     self._shipped.pop(next(iter(self._shipped)))
                 self._shipped[key] = avatar
-        frames = req.frames[1] - req.frames[0] if req.frames else probe(req.audio).frames_at(clip.rate)
+        frames = (
+            req.frames[1] - req.frames[0] if req.frames else probe(req.audio).frames_at(req.output_rate)
+        )  # the rate the request resolved
         job = dict(
             avatar=avatar,
             audio=ship_file(req.audio),
