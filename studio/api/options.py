@@ -42,6 +42,7 @@ class ServeOptions:
     jobs_per_device: int = 1  # jobs rendering at once on each device (their frames share batches)
     batching: bool = True  # jobs running at once on one device share the engine's batches
     open_probes: bool | None = None  # /v1/health and /v1/ready without the token (None: on for loopback)
+    max_live: int = 8  # live sessions open at once before POST /v1/live answers 429 (--max-live)
     farm: str | None = None  # --farm: jobs render on a Ray cluster's actors ("" the one here; None: off)
 
     @property
@@ -67,6 +68,8 @@ class ServeOptions:
             raise InputError(f"--port {self.port}: give a port between 1 and 65535")
         if self.max_upload_mb <= 0:
             raise InputError("--max-upload-mb must be more than 0")
+        if self.max_live < 0:
+            raise InputError("--max-live must be 0 (no live sessions) or more")
         if self.max_queued is not None and self.max_queued < 1:
             raise InputError("--max-queued must be at least 1")
         if self.token is not None and len(self.token) < 8:

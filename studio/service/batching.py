@@ -16,6 +16,11 @@ batches in the order they came, up to ``max_frames``, so every job in flight get
 round: a short job is never stuck behind a long one (round-robin across jobs), and a face is the
 one the job makes alone (the engines' faces do not depend on their batch neighbours).
 
+Live first: a view made with ``lane=LIVE`` (a live session's frames, ``studio.service.live``) has its
+batches taken before every other queued batch (``Batcher.order``, the one place that orders the
+queue), so a live frame due in 40 ms never waits behind a file render's batch; file renders fill the
+rest of each call and of the device's time.
+
 Continuous batching as LLM servers do it across requests; written here because the merge is a
 few lines on the engine boundary and no library knows the engines' inputs.
 """
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 
 GATHER_S = (0.002, 0.05)  # a leader waits for the other jobs in flight half a merged call's time, in these bounds
 ACTIVE_S = 1.0  # a view that asked within this long counts as a job in flight
+LIVE = "live"  # the lane of live sessions' frames: taken first (``Batcher.order``)
+NORMAL = "normal"  # file renders
 
 
 @dataclass(eq=False)
@@ -64,8 +71,8 @@ class Batcher:
         self.batches = 0
         self._gather_s = GATHER_S[0]
 
-    def view(self) -> EngineView:
-        v = EngineView(self)
+    def view(self, lane: str = NORMAL) -> EngineView:
+        v = EngineView(self, lane)
         with self._cond:
             self._views.add(v)
         return v
@@ -111,13 +118,20 @@ class Batcher:
                 self._cond.wait(left)
             take: list[_Ask] = []
             frames = 0
-            for a in self._queue:
+            for a in self.order(self._queue):
                 if take and frames + a.frames > self.max_frames:
                     break
                 take.append(a)
                 frames += a.frames
-            del self._queue[: len(take)]
+            taken = {id(a) for a in take}
+            self._queue[:] = [a for a in self._queue if id(a) not in taken]
         return take
+
+    @staticmethod
+    def order(queue: list[_Ask]) -> list[_Ask]:
+        """The queued batches in the order they are taken: live sessions' first, then the rest, each
+        in the order they came."""
+        return sorted(queue, key=lambda a: a.view.lane != LIVE)
 
     def _run(self, asks: list[_Ask]) -> None:
         from studio.core.render.stagetrace import tracer
@@ -158,8 +172,9 @@ class EngineView:
     """One job's handle on a shared engine: ``bind`` keeps the job's clip here, ``generate`` goes
     through the batcher; everything else is the engine's (``base_engine``)."""
 
-    def __init__(self, batcher: Batcher):
+    def __init__(self, batcher: Batcher, lane: str = NORMAL):
         self._batcher = batcher
+        self.lane = lane
         self.features: Any = None
         self.asked = 0.0
         self.closed = False
@@ -175,6 +190,11 @@ class EngineView:
         if self.features is None:
             raise RuntimeError("generate: call bind(audio_features(wave)) first")
         return self._batcher.generate(self, (prepared, self.features, avatar_idx, feat_idx, weight))
+
+    def generate_item(self, item: tuple):
+        """``generate_many``'s one item ``(prepared, features, avatar_idx, feat_idx, weight)`` through
+        the batcher: a caller that carries its own features per call (a live session)."""
+        return self._batcher.generate(self, item)
 
     def done(self) -> None:
         """The job has no more batches (the batcher stops waiting for it)."""

@@ -8,7 +8,7 @@ dependency (``studio.api.state``). A route's ``operationId`` is its function's n
 (``operation_id``), so no route states it again.
 """
 
-ROUTERS = ("ops", "farm", "engines", "avatars", "audio", "voiceover", "frames", "renders", "webhooks")
+ROUTERS = ("ops", "farm", "engines", "avatars", "audio", "voiceover", "frames", "renders", "webhooks", "live")
 
 
 def operation_id(route) -> str:
