@@ -161,6 +161,9 @@ def print_report(r) -> None:
     print(f"sharpness:       {f(r.sharpness, '.2f')}   (check under {th.min_sharpness:.2f})")
     print(f"seam:            {f(r.seam, '.1f')} luma levels   (check over {th.max_seam:.1f})")
     print(f"drift:           {f(100 * r.drift, '.1f')} % of the eye distance   (check over {100 * th.max_drift:.1f} %)")
+    print(
+        f"jitter:          {f(r.jitter, '.2f')} % of the eye distance per frame²   (limit with --fail-under jitter=N)"
+    )
     print(f"reference:       {r.reference}")
     if r.worst_second is not None:
         print(f"worst second:    {r.worst_second // 60}:{r.worst_second % 60:02d}")
