@@ -339,8 +339,12 @@ def test_labels_focus_keyboard_and_the_settings_from_the_schema(browser, server)
         assert sorted(shown) == sorted(settings)  # every setting, the output group first, the engine's last
         assert shown[0] == "delivery" and shown.index("canvas") < shown.index("crf") < shown.index("engine")
         advanced = page.locator("details", has=page.locator("#setting-engine"))
-        assert advanced.locator("summary").inner_text() == "Advanced (engine)" and advanced.get_attribute("open") is None
-        assert page.locator("#setting-delivery option").all_inner_texts()[1:] == settings["delivery"]["pattern"][3:-2].split("|")
+        assert (
+            advanced.locator("summary").inner_text() == "Advanced (engine)" and advanced.get_attribute("open") is None
+        )
+        assert page.locator("#setting-delivery option").all_inner_texts()[1:] == settings["delivery"]["pattern"][
+            3:-2
+        ].split("|")
         codec = page.locator("#setting-codec")
         assert codec.locator("option").all_inner_texts() == settings["codec"]["enum"]
         assert page.locator("#setting-crf-help").inner_text().startswith(settings["crf"]["description"])

@@ -55,7 +55,13 @@ def finished(client, job_id: int) -> dict:
 
 @pytest.fixture(scope="module")
 def job(client, voice):
-    form = {"avatar": "astro", "audio_id": voice["id"], "captions": "srt", "script": "Hello there. Good evening.", "otio": "true"}
+    form = {
+        "avatar": "astro",
+        "audio_id": voice["id"],
+        "captions": "srt",
+        "script": "Hello there. Good evening.",
+        "otio": "true",
+    }
     r = client.post("/v1/renders", data=form)
     assert r.status_code == 202, r.text
     j = finished(client, r.json()["id"])
