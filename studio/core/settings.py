@@ -387,6 +387,16 @@ class RenderSettings:
         group="output",
         ui_default=True,
     )
+    check_gate: str = setting(
+        "",
+        "limits the lip-sync check must meet, as studio check --fail-under takes them (ok or check, "
+        "NAME=VALUE: confidence, sharpness at least; offset, silence_motion, seam, drift, jitter at most); "
+        "a render that misses them is marked so in its result (check.gate), with its report; turns the check on",
+        label="Check gate",
+        group="output",
+        validate=lambda v: _gate_problem(v),
+        example="ok,jitter=5",
+    )
     preview_interval_s: float = setting(
         0.25,
         "seconds between preview frames in the progress",
@@ -402,6 +412,11 @@ class RenderSettings:
             v = getattr(self, spec.name)
             if spec.kind is float and isinstance(v, int) and not isinstance(v, bool):
                 object.__setattr__(self, spec.name, float(v))
+
+    @property
+    def checked(self) -> bool:
+        """Whether the render is checked after it is written: ``check``, or a ``check_gate`` (a gate needs its check)."""
+        return bool(self.check) or bool(str(self.check_gate or "").strip())
 
     def with_(self, **kw) -> RenderSettings:
         return replace(self, **kw)
@@ -486,6 +501,17 @@ def script_problem(value: Any) -> str | None:
         return "script must be the voice-over's text"
     if len(value) > MAX_CHARS:
         return f"the script is {len(value)} characters; a render's script holds at most {MAX_CHARS}"
+    return None
+
+
+def _gate_problem(value: Any) -> str | None:
+    from studio.core.errors import InputError
+    from studio.core.limits import Limits
+
+    try:
+        Limits.parse(str(value))
+    except InputError as exc:
+        return str(exc).replace("--fail-under", "check_gate", 1)
     return None
 
 
