@@ -128,3 +128,22 @@ def test_the_check_field_over_http(tmp_path, voice, capsys):
         # a bad value for the field is one sentence
         bad = client.post("/v1/renders", data={**form, "check": "maybe"})
         assert bad.status_code == 422 and "check" in bad.json()["error"]
+
+
+def test_a_delivery_carries_a_gate_written_as_its_check(tmp_path):
+    """A delivery file's ``"check": "ok,jitter=5"`` is the check turned on with that gate, for every
+    render that names the delivery (a setting given as well wins)."""
+    from studio.core.settings import from_dict
+    from studio.core.store import deliveries
+
+    src = tmp_path / "promo.json"
+    src.write_text(json.dumps({"name": "promo", "settings": {"crf": 20, "check": "ok,jitter=5"}}))
+    _, description, values = deliveries.load_file(src)
+    d = deliveries.save("promo", values, description)
+    assert d.settings["check"] is True and d.settings["check_gate"] == "ok,jitter=5"
+    s = from_dict({"delivery": "promo"})
+    assert s.check and s.checked and s.check_gate == "ok,jitter=5" and s.crf == 20
+    assert from_dict({"delivery": "promo", "check_gate": "check"}).check_gate == "check"
+    assert from_dict({"check": "true"}).check_gate == "" and not from_dict({"check": "off"}).checked
+    with pytest.raises(Exception, match="check_gate"):
+        from_dict({"check": "loudness=3"})

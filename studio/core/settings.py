@@ -532,7 +532,7 @@ def from_dict(d: dict | None, *, strict: bool = False, explicit: Any = None) -> 
 
     ``delivery``: its values fill in every setting not given: ``explicit`` names those given (the command
     line's typed options); without it, a value at its default counts as not given (a form sends them all)."""
-    d = dict(d or {})
+    d = check_alias(dict(d or {}))
     unknown = sorted(k for k in d if k not in SCHEMA)
     if strict and unknown:
         raise InputError(
@@ -546,11 +546,25 @@ def from_dict(d: dict | None, *, strict: bool = False, explicit: Any = None) -> 
         given = set(kw) if explicit is None else set(explicit)
         if explicit is None:
             given = {n for n in given if kw[n] != SCHEMA[n].default}
-        preset = {n: SCHEMA[n].parse(v) for n, v in resolve(kw["delivery"]).settings.items() if n in SCHEMA}
+        values = check_alias(dict(resolve(kw["delivery"]).settings))
+        preset = {n: SCHEMA[n].parse(v) for n, v in values.items() if n in SCHEMA}
         kw = {**kw, **{n: v for n, v in preset.items() if n not in given}}
     s = RenderSettings(**kw)
     check(s)
     return s
+
+
+_BOOL_WORDS = {"", "true", "false", "1", "0", "yes", "no", "on", "off"}
+
+
+def check_alias(values: dict) -> dict:
+    """``check = "ok,jitter=5"`` (a delivery's or a watch folder's gate, written as the check's value)
+    is ``check = true`` with that ``check_gate`` (a ``check_gate`` given as well wins)."""
+    v = values.get("check")
+    if isinstance(v, str) and v.strip().lower() not in _BOOL_WORDS:
+        values = {**values, "check": True}
+        values.setdefault("check_gate", v.strip())
+    return values
 
 
 def check(s: RenderSettings) -> RenderSettings:
