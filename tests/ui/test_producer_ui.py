@@ -146,3 +146,41 @@ def test_the_first_layout_gives_the_picture_room_and_the_axes_never_overprint(qt
             title = QFontMetrics(axis.label.font()).horizontalAdvance(axis.labelText)
             assert axis.label.isVisible() == (axis.height() >= title + 8)
     w.close_confirmed = True
+
+
+@pytest.mark.parametrize("size", [(1600, 900 - 58), (1280, 720 - 58)], ids=["1600x900", "1280x720"])
+def test_the_queue_says_what_each_job_makes(window, qtbot, tmp_path, size):
+    from studio.core.store import jobs
+    from studio.ui.queue_panel import MAKES_COL, OUTPUT_COL, cut_words, elide_path
+
+    window.resize(*size)
+    out = tmp_path / "client-deliveries" / "week-49" / "astronaut_evening-news-take-2_classic_crf21.mp4"
+    window.store.add(
+        "astronaut",
+        "/x/a.wav",
+        {"engine": "classic", "delivery": "web-720p", "captions": "srt", "otio": True, "fps": "30"},
+        str(out),
+        state=jobs.DRAFT,
+    )
+    window.store.add("astronaut", "/x/b.wav", {"engine": "classic", "codec": "prores"}, str(out), state=jobs.DRAFT)
+    panel = window.queue_panel
+    panel.refresh()
+    t = panel.table
+    qtbot.waitUntil(lambda: t.rowCount() == 2, timeout=QUICK)
+    made = t.item(0, MAKES_COL)
+    assert made.text() == "web-720p · 1280x720 · 30 fps · H.264 · -16 LUFS · captions (SRT) · OTIO"
+    tip = made.toolTip()
+    for line in ("Delivery: web-720p", "Picture: 1280x720", "Frame rate: 30 fps", "Codec: H.264, CRF 21"):
+        assert line in tip
+    assert "Captions: captions (SRT)" in tip and "(OTIO): yes" in tip and "Settings: classic" in tip
+    assert t.item(1, MAKES_COL).text().endswith("ProRes 422 HQ") and "Delivery: none" in t.item(1, MAKES_COL).toolTip()
+    name = t.item(0, OUTPUT_COL)
+    assert name.text() == out.name and name.toolTip() == str(out)
+    fm = t.fontMetrics()
+    # the Output header and the name's start and end show at both sizes; what it makes is cut at a "·"
+    qtbot.waitUntil(lambda: t.columnWidth(OUTPUT_COL) >= panel.OUTPUT_MIN - 1, timeout=QUICK)
+    shown = elide_path(name.text(), fm, t.columnWidth(OUTPUT_COL) - 12)
+    assert shown.startswith("astronaut_") and shown.endswith("_crf21.mp4"), shown
+    assert t.horizontalHeader().length() <= t.viewport().width() + 2
+    cut = cut_words(made.text(), fm, t.columnWidth(MAKES_COL) - 12)
+    assert cut.startswith("web-720p") and (cut == made.text() or cut.endswith(" …")), cut
