@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from studio.core.progress import fraction_percent
 from studio.ui.job_makes import job_rate, makes
+from studio.ui.words import window_words
 
 COLUMNS = ["", "#", "Job", "State", "Progress", "Duration", "Makes", "Output", "Note", "Check"]
 ID_COL, STATE_COL, PROGRESS_COL, SETTINGS_COL, OUTPUT_COL, NOTE_COL, CHECK_COL = 1, 3, 4, 6, 7, 8, 9
@@ -257,7 +258,7 @@ class QueuePanel(QWidget):
                 self._duration(job),
                 made,
                 Path(job.output).name,
-                live[0] if live else job.reason or _result_note(job),
+                live[0] if live else window_words(job.reason) or _result_note(job),
                 "",  # the check's badge: set below
             ]
             where = where_text(job)
