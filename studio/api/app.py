@@ -80,6 +80,9 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         clients=opts.clients,
         open_probes=bool(opts.open_probes),
     )
+    from studio.api.paths import PathScope
+
+    app.add_middleware(PathScope, allow=opts.allow_paths)  # the one check of client-named server paths
     from studio.api.web import WebPage
 
     app.add_middleware(WebPage)  # the page at / (web/, built): no token, its own CSP (docs/web.md)
