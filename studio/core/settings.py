@@ -309,6 +309,15 @@ class RenderSettings:
         group="encode",
         choices=PRESETS,
     )
+    keyint: float = setting(
+        0.0,
+        "seconds between key frames at most, each GOP closed (0: the encoder's own, 10 s for x264; the web "
+        "deliveries use 2, what video platforms ask for)",
+        label="Keyframe interval",
+        group="encode",
+        minimum=0.0,
+        maximum=60.0,
+    )
     loudness: float | None = setting(
         None,
         "normalise the audio to this integrated loudness in LUFS (ITU-R BS.1770; EBU R128 broadcast -23, "

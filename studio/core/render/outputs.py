@@ -122,6 +122,7 @@ def open_video_for(
         crf=settings.crf,
         preset=settings.preset,
         fps=fps,
+        **({"gop": max(1, round(settings.keyint * float(fps)))} if settings.keyint > 0 else {}),
         **options,
     )
 
