@@ -302,7 +302,16 @@ def test_an_8k_plus_video_avatar_is_refused_from_its_header(tmp_path):
             out.mux(packet)
         for packet in st.encode():
             out.mux(packet)
+    small = tmp_path / "small.mp4"
+    with av.open(str(small), "w") as out:  # the route's modules loaded first, so only the request is measured
+        st = out.add_stream("libx264", rate=25)
+        st.width, st.height, st.pix_fmt = 64, 64, "yuv420p"
+        for packet in st.encode(av.VideoFrame.from_ndarray(np.zeros((64, 64, 3), np.uint8), format="rgb24")):
+            out.mux(packet)
+        for packet in st.encode():
+            out.mux(packet)
     with Server(tmp_path / "srv") as srv, _client(srv) as c:
+        c.post("/v1/avatars", data={"name": "small"}, files={"file": ("small.mp4", small.read_bytes())})
         with PeakRss(srv.proc.pid) as rss:
             r = c.post("/v1/avatars", data={"name": "huge"}, files={"file": ("huge.mp4", video.read_bytes())})
         assert r.status_code == 422, r.text
