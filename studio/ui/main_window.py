@@ -148,6 +148,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.undo_stack = QUndoStack(self)
         self.history = History(self.undo_stack, self.session)
         self.library.history = self.history
+        self.render_panel.delivery_buttons.history = self.history  # a removed delivery comes back on undo
         self.library.jobs_using = self._jobs_using
         build_actions(self)
         self.engine_status = QLabel("engine: loading…")
@@ -408,9 +409,11 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
                 self._script_selected(path)
                 return
             self.transport.stop()
+            # the same voice-over at another rate keeps its moment; another voice-over starts at 0
+            at = self.timeline.position if self.transport.audio_path == path else 0.0
             self.transport.audio_path = path
             self.session.set_analysis(analysis, key)  # the timeline draws it, with its remembered marks
-            self.timeline.set_playhead(0.0, emit=False)
+            self.timeline.set_playhead(min(at, analysis.info.duration_s), emit=False)
             self.editor.mark_faceless()
             self.editor.last_scrub = None
             self.editor.refresh()  # the frame at the playhead (0) now, not the one before the change

@@ -348,7 +348,9 @@ class RenderPanel(QWidget):
         self.stage_label.setObjectName("dim")
         self.engine_label = ElidedLabel("")  # one line; the tooltip has all of it
         self.engine_label.setObjectName("dim")
-        self.fps_plot = pg.PlotWidget()
+        from studio.ui.plot_axes import ReadableAxis
+
+        self.fps_plot = pg.PlotWidget(axisItems={"left": ReadableAxis("left")})  # labels thinned to fit
         self.fps_plot.setBackground("#16181d")
         self.fps_plot.setFixedHeight(96)
         self.fps_plot.setMenuEnabled(False)

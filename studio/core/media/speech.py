@@ -448,6 +448,38 @@ def speak(text: str, voice: str = "", speed: int = 160) -> Path:
     return synthesize(text, voice, speed).path
 
 
+def title_of(text: str, words: int = 5) -> str:
+    """A file name from the script's first ``words`` words, as a producer would name the take:
+    "Good evening. Here is the news" -> ``good-evening-here-is-the`` (letters and digits of any script,
+    at most 48 characters); ``voice-over`` for a text without words."""
+    found = re.findall(r"[^\W_]+(?:['’][^\W_]+)?", text or "")
+    parts = [w.replace("’", "").replace("'", "").lower() for w in found[:words]]
+    name = "-".join(parts)[:48].rstrip("-")
+    return name or "voice-over"
+
+
+def keep_as(speech: Speech, name: str, folder: str | Path | None = None) -> Path:
+    """Copy the spoken WAV to ``<folder>/<name>.wav`` (default ``<data>/scripts``) with its sentence times
+    (``<name>.speech.json``, for captions), and return it. The same recording under that name already is
+    reused; a name another recording holds gets a number (``_002``): nothing is overwritten."""
+    from studio.core.env import sub_dir
+    from studio.core.store.fsutil import atomic_output, file_sha256
+
+    stem = re.sub(r"[^\w.-]+", "-", name.strip()).strip("-.")[:80]
+    if not stem:
+        raise InputError("the voice-over needs a name: type one, or leave the text's first words")
+    base = Path(folder) if folder is not None else sub_dir("scripts")
+    first = base / f"{stem}.wav"
+    same = sentences_for(first) is not None and file_sha256(first) == file_sha256(speech.path)
+    if same:
+        return first
+    with atomic_output(first, overwrite=False) as written:
+        shutil.copyfile(speech.path, written.tmp)
+    final = Path(str(written.final))
+    write_sentences(speech, final.with_suffix(".speech.json"), final)
+    return final
+
+
 def sentences_for(wav: str | Path) -> list[Sentence] | None:
     """The sentence times of a WAV this module made (``OUT.speech.json`` beside a copy that ``studio speak``
     wrote, ``speech-<hash>.json`` beside the data folder's), else None (or when the WAV was replaced)."""

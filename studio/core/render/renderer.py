@@ -347,6 +347,10 @@ class Renderer:
             audio = self.audio_path
             if T != plan.frames:
                 audio = stack.enter_context(audio_range(self.wave, self.audio_path, first, end))
+            if self.settings.audio_format != "source":  # the delivery's audio format (rate, channels), with soxr
+                from studio.core.media.delivery_audio import conformed
+
+                audio = stack.enter_context(conformed(audio, self.settings.audio_format))
             self._loudness = None
             if self.settings.loudness is not None:  # the delivered audio: measured, normalised, limited
                 from studio.core.media.loudness import normalised
