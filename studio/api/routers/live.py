@@ -116,7 +116,7 @@ def session_of(st, sid: str):
     "/v1/live",
     status_code=201,
     response_model=LiveSession,
-    responses=errors(404, 422, 429, 503),
+    responses=errors(400, 404, 422, 429, 503),
     summary="Open a live session (the presenter rests until a voice comes)",
 )
 async def open_live(st: State, form: LiveForm, response: Response):
@@ -223,7 +223,7 @@ async def whep_leave(st: State, sid: str, vid: str):
     return Response(status_code=204)
 
 
-@router.post("/v1/live/{sid}/speak", status_code=202, responses=errors(404, 422), summary="Say this text next")
+@router.post("/v1/live/{sid}/speak", status_code=202, responses=errors(400, 404, 422), summary="Say this text next")
 def speak(st: State, sid: str, form: SpeakForm):
     s = session_of(st, sid)
     s.speak(form.text)
@@ -236,7 +236,9 @@ def clear(st: State, sid: str):
     return {"cleared": True, "frame": s.clear()}
 
 
-@router.post("/v1/live/{sid}/push", status_code=201, responses=errors(404, 409, 422), summary="Push to RTMP(S)/SRT")
+@router.post(
+    "/v1/live/{sid}/push", status_code=201, responses=errors(400, 404, 409, 422), summary="Push to RTMP(S)/SRT"
+)
 def push(st: State, sid: str, form: PushForm):
     from studio.service.live_push import Push
 
