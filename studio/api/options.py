@@ -73,8 +73,6 @@ class ServeOptions:
             raise InputError(f"--port {self.port}: give a port between 1 and 65535")
         if self.max_upload_mb <= 0:
             raise InputError("--max-upload-mb must be more than 0")
-        if self.max_live < 0:
-            raise InputError("--max-live must be 0 (no live sessions) or more")
         if self.max_queued is not None and self.max_queued < 1:
             raise InputError("--max-queued must be at least 1")
         if self.token is not None and len(self.token) < 8:

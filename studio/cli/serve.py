@@ -52,7 +52,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--max-live",
-        type=int,
+        type=lambda v: max(0, int(v)),
         default=8,
         metavar="N",
         help="live sessions open at once (POST /v1/live) before new ones get 429 (default 8; docs/live.md)",
