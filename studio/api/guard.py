@@ -19,7 +19,11 @@ OPEN_PATHS = ("/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc")  # th
 READ_METHODS = ("GET", "HEAD")
 RENDERING_READS = ("/v1/frame",)  # GETs that make the engine work: not for a read-only token
 PROBE_PATHS = ("/v1/health", "/v1/ready")  # liveness and readiness probes (``open_probes``)
-EVERY_JOB_PATHS = ("/metrics", "/v1/farm")  # they show every client's jobs: a client that sees them all
+EVERY_JOB_PATHS = (
+    "/metrics",
+    "/v1/farm",
+    "/v1/scheduler",
+)  # they show every client's jobs: a client that sees them all
 
 
 class Guard:
