@@ -280,3 +280,27 @@ def test_priority_is_checked_on_the_form(server, voices):
         assert "priority" in r.text
         r = post(c, voices[2], expect=422, deadline_s=-1)
         assert "deadline_s" in r.text
+
+
+def test_the_queue_command_takes_a_lane_and_shows_it(tmp_path, monkeypatch, capsys, voices):
+    """``studio queue add --priority`` on the shared queue; ``studio queue show`` tells the lane and,
+    once run, the queue time and time to first frame; a bad lane is one sentence and exit 2."""
+    import json
+
+    from studio.cli import main
+
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "home"))
+    out = tmp_path / "out.mp4"
+    base = ["queue", "add", "--avatar", str(DEMO_AVATAR), "--audio", voices[2], "-o", str(out), "--engine", "classic"]
+    assert main([*base, "--priority", "urgent"]) == 2
+    assert "priority 'urgent'" in capsys.readouterr().err
+    assert main([*base, "--priority", "breaking"]) == 0
+    job_id = int(capsys.readouterr().out.split()[-1])
+    assert main(["queue", "show", str(job_id)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["priority"] == "breaking" and shown["queue_s"] is None
+    assert main(["queue", "run"]) == 0
+    capsys.readouterr()
+    assert main(["queue", "show", str(job_id)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["state"] == "done" and shown["queue_s"] >= 0 and shown["first_frame_s"] >= shown["queue_s"]
