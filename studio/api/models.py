@@ -485,6 +485,16 @@ class WebhookInfo(Answer):
     deliveries: list[Delivery]
 
 
+class SideFile(Answer):
+    """A file of a job beside its video (captions, OTIO, the check report, the job's JSON, ...)."""
+
+    name: str = Field(description="its file name")
+    kind: str = Field(description="captions, otio, check, job, or another kind a render wrote")
+    url: str = Field(description="GET it (same authorisation as the video; HTTP Range supported for files)")
+    bytes: int | None = Field(None, description="its size (null: made when asked)")
+    media_type: str
+
+
 class Job(Answer):
     """A render job."""
 
@@ -520,6 +530,7 @@ class Job(Answer):
     updated: float
     result: RenderResultOut | None = None
     links: Links
+    files: list[SideFile] = Field(default_factory=list, description="its side files (captions, OTIO, check, JSON)")
     live: ProgressEvent | None = Field(None, description="the latest progress of a running job")
     video: str | None = Field(None, description="the MP4's URL once done")
     frames: int | None = Field(None, description="frames written, once done")

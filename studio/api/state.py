@@ -45,6 +45,9 @@ class ApiState:
         from studio.api.metrics import Metrics
 
         self.metrics = Metrics(self)
+        from studio.api.media import MediaSessions
+
+        self.media = MediaSessions()  # the page's media cookie (``POST /v1/session``)
         uploads.on_stored = lambda kind, size: self.metrics.upload(kind, size)
 
     @property
@@ -181,6 +184,7 @@ class ApiState:
     def job_json(self, job, estimates: dict | None = None) -> dict:
         """A job as the API shows it (``models.Job``): names, never the server's paths. ``estimates``:
         the queue's positions and ETAs when already computed for a page of jobs."""
+        from studio.api.side_files import side_files
         from studio.core.settings import SCHEMA
 
         d = state_dict(job)
@@ -198,6 +202,7 @@ class ApiState:
             updated=job.updated,
             result=self.public_result(job.result),
             links=links(job.id),
+            files=side_files(job),
             retry_of=job.retry_of,
             client=job.client or None,
         )
@@ -237,6 +242,10 @@ class ApiState:
         r = dict(result)
         if r.get("output"):
             r["output"] = Path(r["output"]).name
+        if "files" in r:
+            from studio.api.side_files import public_files
+
+            r["files"] = public_files(r["files"])
         if r.get("ran_on") == WHERE_LOCAL:
             r["ran_on"] = f"studio serve on {socket.gethostname()}"
         if isinstance(r.get("engine_reason"), str):

@@ -230,11 +230,11 @@ def request_from_args(avatar, audio, output, args):
 
 
 def _render(avatar, audio, output, args) -> int:
-    check_output_args(output, avatar, audio, "video", getattr(args, "codec", None) or "h264")
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
     from studio.service import Render
 
     req = request_from_args(avatar, audio, output, args)
+    check_output_args(output, avatar, audio, "video", req.settings.codec)  # the delivery's codec, if one is named
     render = Render(req, in_process_farm=True)
     bar = ProgressBar("render")
     said = args.json  # name the engine/placement once the render has really started

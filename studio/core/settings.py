@@ -37,7 +37,9 @@ PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DECODERS = ("taesd", "sd-vae")
 RUNTIMES = ("auto", "torch", "tensorrt")
 ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
-CODECS = ("h264", "hevc", "prores", "prores4444", "dnxhr", "vp9")  # studio.core.media.codecs.CODECS
+CODECS = ("h264", "hevc", "prores", "prores4444", "dnxhr", "vp9", "xdcam-hd422", "avc-intra-100")  # media.codecs.CODECS
+AUDIO_FORMATS = ("source", "stereo-48k", "8-mono-48k")  # studio.core.media.delivery_audio.AUDIO_FORMATS
+SCANS = ("progressive", "interlaced")
 FRAME_RATES = ("auto", *RATES)  # auto: the video avatar's own rate, 25 for a photo
 FITS = ("fit", "fill", "face")
 CAPTIONS = ("off", "srt", "vtt", "burn")
@@ -70,6 +72,7 @@ class Spec:
     example: Any = None  # a valid value other than the default (a free text setting's: what help shows)
     pattern: Any = None  # a free text's accepted shape for documents: a regex, or a function making one
     engines: tuple[str, ...] = ()  # only these engines use it (empty: every engine); elsewhere only its default
+    names_file: Any = None  # value -> whether it names a file (background: an image): servers check such paths
 
     @property
     def option(self) -> str:
@@ -150,6 +153,7 @@ def setting(
     example: Any = None,
     pattern: Any = None,
     engines: tuple[str, ...] = (),
+    names_file: Any = None,
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
     ``label``: what the window calls it (default: its name in words, ``min_silence``: Min silence).
@@ -231,6 +235,7 @@ class RenderSettings:
         "white, #1a2b3c), an image file, or transparent (kept by --codec prores4444 or vp9)",
         validate=lambda v: background_problem(v),
         pattern=lambda: _delivery().background_pattern(),
+        names_file=lambda v: _delivery().background_is_file(v),
         example="white",
     )
     max_upscale: float = setting(
@@ -270,9 +275,26 @@ class RenderSettings:
     codec: str = setting(
         "h264",
         "video codec, and with it the container: h264 or hevc (.mp4, AAC), prores (422 HQ), prores4444 "
-        "(with alpha) or dnxhr (HQ) (.mov, PCM audio), vp9 (.webm with alpha, Opus)",
+        "(with alpha) or dnxhr (HQ) (.mov, PCM audio), vp9 (.webm with alpha, Opus), xdcam-hd422 (MPEG-2 "
+        "4:2:2 50 Mb/s long GOP) or avc-intra-100 (.mxf OP1a, 1920x1080 at 25 or 29.97, PCM tracks)",
         group="encode",
         choices=CODECS,
+    )
+    audio_format: str = setting(
+        "source",
+        "the delivered audio: source (the voice-over's own rate and channels), stereo-48k (48 kHz stereo: "
+        "24-bit PCM in MOV/MXF, AAC-LC 192 kb/s in MP4; a mono voice-over on both channels), 8-mono-48k "
+        "(eight mono 24-bit tracks in an MXF, the voice on 1 and 2); resampled with soxr",
+        label="Audio format",
+        group="encode",
+        choices=AUDIO_FORMATS,
+    )
+    scan: str = setting(
+        "progressive",
+        "progressive frames, or interlaced (top field first; xdcam-hd422 and avc-intra-100 only): each "
+        "frame's two fields come from the same rendered frame",
+        group="encode",
+        choices=SCANS,
     )
     crf: int = setting(
         DEFAULT_CRF,
@@ -289,6 +311,15 @@ class RenderSettings:
         "one that keeps up with the GPU on 16 cores; larger files; docs/speed.md)",
         group="encode",
         choices=PRESETS,
+    )
+    keyint: float = setting(
+        0.0,
+        "seconds between key frames at most, each GOP closed (0: the encoder's own, 10 s for x264; the web "
+        "deliveries use 2, what video platforms ask for)",
+        label="Keyframe interval",
+        group="encode",
+        minimum=0.0,
+        maximum=60.0,
     )
     loudness: float | None = setting(
         None,

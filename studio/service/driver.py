@@ -291,6 +291,11 @@ def check_request(req: RenderRequest) -> None:
     from studio.core.media.audio import probe
 
     check_output(req.output, req.avatar, req.audio, codec=req.settings.codec)
+    from studio.core.media.mxf import settings_problem
+
+    says = settings_problem(req.settings, req.rate)  # the MXF codecs' size, rate, scan and tracks
+    if says:
+        raise InputError(says[0].upper() + says[1:] + ".")
     if not req.overwrite:
         from studio.core.store.files import check_kept_name
 

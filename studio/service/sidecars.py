@@ -46,7 +46,13 @@ def write_sidecars(result: RenderResult, request, worst_second: int | None = Non
         cues = make_cues(script_sentences(request.audio, s.script))
         kind = "vtt" if s.captions == "vtt" else "srt"
         files["captions"] = str(
-            write_captions(cues, out.with_suffix(f".{kind}"), offset_s=float(first / rate), overwrite=request.overwrite)
+            write_captions(
+                cues,
+                out.with_suffix(f".{kind}"),
+                offset_s=float(first / rate),
+                duration_s=float((end - first) / rate),  # cut to the clip: no cue past its end
+                overwrite=request.overwrite,
+            )
         )
     if s.otio:
         files["otio"] = str(_otio(result, request, rate, first, end, worst_second))
