@@ -44,13 +44,17 @@ def write_sidecars(result: RenderResult, request, worst_second: int | None = Non
         from studio.core.captions import make_cues, script_sentences, write_captions
 
         cues = make_cues(script_sentences(request.audio, s.script))
-        kind = "vtt" if s.captions == "vtt" else "srt"
+        kind = {"vtt": "vtt", "scc": "scc"}.get(s.captions, "srt")
+        from studio.core.render.markers import start_frame
+
+        tc_s = float((start_frame(s.start_tc, rate) + first) / rate)  # the file's first frame's timecode
         files["captions"] = str(
             write_captions(
                 cues,
                 out.with_suffix(f".{kind}"),
                 offset_s=float(first / rate),
                 duration_s=float((end - first) / rate),  # cut to the clip: no cue past its end
+                timecode_s=tc_s,
                 overwrite=request.overwrite,
             )
         )
