@@ -390,6 +390,12 @@ class RenderSettings:
         label="OTIO timeline",
         group="output",
     )
+    aaf: bool = setting(
+        False,
+        "write an AAF (OUT.aaf) beside an MXF render that links it, for Avid Media Composer (pyaaf2)",
+        label="AAF for Avid",
+        group="output",
+    )
     delivery: str = setting(
         "",
         "a named delivery (studio delivery list): its canvas, rate, codec, loudness and timecode; a "
