@@ -162,6 +162,27 @@ def register(sub) -> None:
         help="jobs running at once on one device call the engine in turn (default: they share its batches)",
     )
     p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection that has not sent a whole request head within SECONDS (default 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close a connection whose request body sends nothing for SECONDS (default 30)",
+    )
+    p.add_argument(
+        "--max-client-connections",
+        type=int,
+        default=64,
+        metavar="N",
+        help="open connections one client address may hold; more get 503 (default 64)",
+    )
+    p.add_argument(
         "--open-probes",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -252,6 +273,9 @@ def run_serve(args) -> int:
         batching=not args.no_batching and env.flag("STUDIO_CROSS_JOB_BATCHING"),
         open_probes=args.open_probes,
         farm=args.farm,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        max_client_connections=args.max_client_connections,
     ).check()
     from studio.api.warmup import parse_warm
 

@@ -291,6 +291,19 @@ def background_rgb(text: str) -> tuple[int, int, int] | None:
         return None
 
 
+def background_is_file(value: Any) -> bool:
+    """Whether a background names an image file (neither a colour nor transparent)."""
+    from pathlib import PurePath
+
+    text = str(value or "").strip()
+    if not text or text.lower() == "transparent" or background_rgb(text) is not None:
+        return False
+    return "/" in text or "\\" in text or PurePath(text).suffix.lower() in IMAGE_SUFFIXES
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
+
+
 def background_problem(value: Any) -> str | None:
     from pathlib import Path
 
@@ -299,7 +312,7 @@ def background_problem(value: Any) -> str | None:
     if value.strip().lower() == "transparent" or background_rgb(value) is not None:
         return None
     p = Path(value).expanduser()
-    if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff"):
+    if p.suffix.lower() in IMAGE_SUFFIXES:
         return None if p.is_file() else f"background image {value!r} does not exist"
     return f"background {value!r} is not a colour (black, #1a2b3c), an image file (PNG, JPEG) or transparent"
 

@@ -72,6 +72,7 @@ class Spec:
     example: Any = None  # a valid value other than the default (a free text setting's: what help shows)
     pattern: Any = None  # a free text's accepted shape for documents: a regex, or a function making one
     engines: tuple[str, ...] = ()  # only these engines use it (empty: every engine); elsewhere only its default
+    names_file: Any = None  # value -> whether it names a file (background: an image): servers check such paths
 
     @property
     def option(self) -> str:
@@ -152,6 +153,7 @@ def setting(
     example: Any = None,
     pattern: Any = None,
     engines: tuple[str, ...] = (),
+    names_file: Any = None,
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
     ``label``: what the window calls it (default: its name in words, ``min_silence``: Min silence).
@@ -233,6 +235,7 @@ class RenderSettings:
         "white, #1a2b3c), an image file, or transparent (kept by --codec prores4444 or vp9)",
         validate=lambda v: background_problem(v),
         pattern=lambda: _delivery().background_pattern(),
+        names_file=lambda v: _delivery().background_is_file(v),
         example="white",
     )
     max_upscale: float = setting(

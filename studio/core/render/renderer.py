@@ -24,6 +24,7 @@ import numpy as np
 from studio.core.media.codecs import alpha_of
 from studio.core.media.rates import rate_text
 from studio.core.render.clip import Clip
+from studio.core.render.hold import hold
 from studio.core.render.plan import (
     RenderPlan,
     audio_range,
@@ -410,7 +411,9 @@ class Renderer:
         nv12 = cuda and takes_nv12 and self.nv12_ready  # composite straight into the encoder's format
         alpha = self.avatar.alpha if getattr(writer, "alpha", False) else None  # a transparent presenter
         try:
-            for idx, frames in self.iter_batches(batches, nv12=nv12):
+            for k, (idx, frames) in enumerate(self.iter_batches(batches, nv12=nv12)):
+                if k:  # the tests' hold (off unless $STUDIO_TEST_HOLD names a file): a job that stays running
+                    hold(stop)
                 if self._delivered.canvas is not None:  # placed: the channels the writer takes
                     frames = self._delivered.for_writer(frames, bool(getattr(writer, "alpha", False)))
                 elif alpha is not None:
@@ -472,6 +475,7 @@ class Renderer:
                     preview_index=preview_index,
                 )
                 self._span("consumer", t_yield)  # the caller's handling of the progress (a queue's store, events)
+            hold(self._cancel.is_set, "finish")  # the tests' hold (off unless $STUDIO_TEST_HOLD is set)
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
             t0 = time.perf_counter()
