@@ -395,7 +395,12 @@ class QueueService(Runner, Estimates):
 
     def _checked(self, job_id: int, check: dict | None) -> None:
         """A check started (``check`` None) or ended: into the job's result, and an event."""
-        job = self.store.update_result(job_id, check=check if check is not None else {"state": "running"})
+        if check is not None and isinstance(check.get("files"), dict):  # its report: a side file of the job
+            check = dict(check)
+            files = {**((self.store.get(job_id).result or {}).get("files") or {}), **check.pop("files")}
+            job = self.store.update_result(job_id, check=check, files=files)
+        else:
+            job = self.store.update_result(job_id, check=check if check is not None else {"state": "running"})
         self._emit("checked", job_id, job)
 
     def _poke(self) -> None:

@@ -283,11 +283,11 @@ class Runner(Slots):
                 with contextlib.suppress(OSError):
                     data["output_id"] = file_identity(data["output"])  # owned_output checks it
             req = render.request
-            if req.settings.check:
+            if req.settings.checked:
                 data["check"] = {"state": "pending"}
             done = self.store.finish(job.id, output=data.get("output"), result=data)
             self._emit("state", job.id, done, where=render.where)
-            if req.settings.check and done.state == J.DONE:
+            if req.settings.checked and done.state == J.DONE:
                 self.checks.submit(job.id, req, done.output)
             self._idle_engine = render.engine or self._idle_engine
             return done
