@@ -10,9 +10,10 @@
 Each session has a clock thread: frame ``n`` is due at ``start + n / fps``. At each tick it takes the
 voice's slots up to the due frame plus the engine's look-ahead (``LiveVoice.next_slot``: zeros when
 the voice has not come), then draws only the frames that are due: a silent frame is the avatar's own
-frame (rest: no engine call), a speaking one goes through the engine's ``Batcher`` on its live lane
-(``lane=LIVE``: taken before file renders' batches, merged with the other live sessions' frames of
-the same engine into one call). A session that falls more than ``MAX_BEHIND_S`` behind its clock
+frame (rest: no engine call), a speaking one goes through the engine's ``Batcher`` on the live lane
+(``Ticket(level=LIVE)``: the scheduler takes it before every job's lane, and without a scheduler the
+batcher takes live batches first), merged with the other live sessions' frames of the same engine
+into one call, file renders filling the rest. A session that falls more than ``MAX_BEHIND_S`` behind its clock
 drops the oldest due frames (counted) rather than drifting. Every frame leaves with its slot of the
 voice, so picture and sound keep the same clock (``av_offset_ms`` measures what the sinks got).
 """
@@ -374,11 +375,11 @@ class LiveHub:
         """The session's ``LivePicture`` on the warm engine of its settings, and how it asks the engine:
         through the engine's batcher on the live lane (its frames go first, merged with the others')."""
         from studio.core.render.live import LivePicture
-        from studio.service.batching import LIVE
+        from studio.service.scheduler import LIVE, Ticket
 
         engine, _reason = self.pool.get(session.settings)
         session.engine_name = getattr(engine, "name", "")
-        view = self.pool.batcher(engine).view(lane=LIVE)
+        view = self.pool.batcher(engine).view(Ticket(client=session.client, level=LIVE))
         session.view = view
         return LivePicture(session.avatar, view, session.settings), view.generate_item
 
