@@ -176,3 +176,24 @@ def test_studio_serve_watches_a_folder_too(tmp_path):
         assert "watching" in server.log_tail(4000)
     assert _duration(inbox / "clips" / "n.mp4") == pytest.approx(1.0, abs=0.08)
     assert [p.name for p in (inbox / "done").rglob("*.wav")] == ["n.wav"]
+
+
+def test_a_script_dropped_in_is_spoken_and_captioned(tmp_path):
+    """A .txt script: spoken with the folder's voice (Piper's joe), rendered, its captions from the spoken
+    text (no --script needed), read back with pysubs2 inside the clip."""
+    import pysubs2
+
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "studio.toml").write_text(TOML + 'captions = "srt"\n')
+    w = WatchFolder(inbox, avatar=str(DEMO_AVATAR), out=tmp_path / "out")
+    w.settle_s = 0.0
+    (inbox / "bulletin.txt").write_text("Good evening. Here is the news.\n")
+    assert w.poll() == []
+    [o] = w.poll()
+    assert o.state == "done", o.reason
+    clip = _duration(o.output)
+    subs = pysubs2.load(o.files["captions"])
+    assert [e.plaintext for e in subs] == ["Good evening.", "Here is the news."]
+    assert all(0 <= e.start < e.end <= clip * 1000 + 1 for e in subs)
+    assert (inbox / "done" / time.strftime("%Y-%m-%d") / "bulletin.txt").is_file()
