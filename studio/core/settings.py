@@ -42,7 +42,7 @@ AUDIO_FORMATS = ("source", "stereo-48k", "8-mono-48k")  # studio.core.media.deli
 SCANS = ("progressive", "interlaced")
 FRAME_RATES = ("auto", *RATES)  # auto: the video avatar's own rate, 25 for a photo
 FITS = ("fit", "fill", "face")
-CAPTIONS = ("off", "srt", "vtt", "burn")
+CAPTIONS = ("off", "srt", "vtt", "burn", "scc")
 CAPTION_STYLES = ("box", "outline")
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 # the encode defaults, once: the schema below and the writers (media.writer.open_video, codecs) use these
@@ -366,8 +366,9 @@ class RenderSettings:
     )
     captions: str = setting(
         "off",
-        "captions of the script beside the render: srt, vtt, or burn (drawn into the picture, and an .srt "
-        "beside it); needs the script's text (--script, or a voice-over spoken from text)",
+        "captions of the script beside the render: srt, vtt, burn (drawn into the picture, and an .srt "
+        "beside it) or scc (CEA-608 for broadcast, timed to the clip's timecode); needs the script's text "
+        "(--script, or a voice-over spoken from text)",
         group="output",
         choices=CAPTIONS,
     )
@@ -390,6 +391,12 @@ class RenderSettings:
         "write an OpenTimelineIO timeline (OUT.otio) beside the render: the clip, the voice-over, the markers, "
         "the silences and the in/out, for Resolve, Premiere, Kdenlive",
         label="OTIO timeline",
+        group="output",
+    )
+    aaf: bool = setting(
+        False,
+        "write an AAF (OUT.aaf) beside an MXF render that links it, for Avid Media Composer (pyaaf2)",
+        label="AAF for Avid",
         group="output",
     )
     delivery: str = setting(
