@@ -346,3 +346,44 @@ def test_show_output_folder_and_the_guide_where_the_opener_has_no_program(window
     # a desktop with a file manager: the folder is the launcher's to open
     (bin_dir / "xdg-mime").write_text('#!/bin/sh\necho "org.gnome.Nautilus.desktop"\n')
     assert can_open(tmp_path)
+
+
+@pytest.mark.parametrize("size", [(1600, 900 - 58), (1280, 720 - 58)], ids=["1600x900", "1280x720"])
+def test_every_visible_label_and_field_shows_its_whole_text(qtbot, tmp_path, size):
+    """The text-fits walk (``text_fits.clipped``): Qt's font metrics against each widget's room, on a first
+    start at this size, with the demo loaded, a delivery's long values set and a job in the Queue."""
+    from conftest import DEMO_AVATAR
+    from text_fits import clipped
+
+    from studio.core.store import jobs
+    from studio.ui.app import create_app
+    from studio.ui.main_window import MainWindow
+
+    create_app([])
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.resize(*size)
+    w.show()
+    qtbot.waitExposed(w)
+    with qtbot.waitSignal(w.avatarLoaded, timeout=SLOW):
+        w.load_avatar(str(DEMO_AVATAR), "astronaut")
+    with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+        w.load_script(str(clip(tmp_path, 3.0, "evening-news-take-2.wav")))
+    qtbot.wait(100)
+    assert clipped(w) == []
+    s = w.session
+    for key, value in (
+        ("delivery", "social-vertical"),
+        ("canvas", "1080x1920"),
+        ("background", "#1a2b3c"),
+        ("start_tc", "10:00:00:00"),
+        ("loudness", -23.0),
+        ("folder", str(tmp_path / "client-deliveries" / "2026" / "week-49" / "spring-campaign")),
+    ):
+        s.set(key, value)
+    w.store.add("astronaut", "/x/a.wav", {"delivery": "web-720p", "captions": "srt"}, "/x/out.mp4", state=jobs.DRAFT)
+    w.queue_panel.refresh()
+    qtbot.wait(100)
+    problems = clipped(w)
+    assert problems == [], "\n".join(problems)
+    w.close_confirmed = True
