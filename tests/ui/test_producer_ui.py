@@ -387,3 +387,37 @@ def test_every_visible_label_and_field_shows_its_whole_text(qtbot, tmp_path, siz
     problems = clipped(w)
     assert problems == [], "\n".join(problems)
     w.close_confirmed = True
+
+
+def test_a_saved_layout_adapts_to_another_screen(tmp_path):
+    """A layout left on a 1600x900 screen, opened on a 1280x720 one (it would not fit: a first window's
+    layout for that screen), and back (a 1280x720 layout on 1600x900: scaled with the screen). Each start
+    is a process of its own, on Qt's offscreen platform with a screen of that size."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    audio = str(clip(tmp_path, 3.0))
+    env = {**os.environ, "STUDIO_HOME": str(home)}
+    run = Path(__file__).with_name("layout_run.py")
+
+    def start(screen: str, *extra: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, str(run), screen, audio, *extra], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    big = start("1600x900", "--resize", "1560x860")  # a first start; the user makes it nearly full
+    assert big["restored"] == "first" and big["preview_share"] >= 0.4 and big["clipped"] == []
+    small = start("1280x720")  # that layout cannot fit: started as a first window on this screen
+    assert small["restored"] == "reset" and small["window"][0] <= 1280 and small["window"][1] <= 720
+    assert small["preview_share"] >= 0.4 and small["clipped"] == [] and min(small["plots"]) >= 40
+    again = start("1280x720")  # the same screen: as it was left
+    assert again["restored"] == "same" and again["window"] == small["window"]
+    back = start("1600x900")  # a 1280x720 layout on the bigger screen: scaled with it
+    assert back["restored"] == "scaled" and back["clipped"] == []
+    assert back["window"][0] >= round(small["window"][0] * 1600 / 1280) - 16 and back["window"][1] > small["window"][1]
+    assert back["window"][0] <= 1600 and back["window"][1] <= 900 and back["preview_share"] >= 0.4
