@@ -57,7 +57,7 @@ class WindowState(QMainWindow):
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
             self.layout_restored = "same" if saved_on is None or here is None or saved_on == here else "scaled"
-        if self.layout_restored == "scaled":
+        if self.layout_restored == "scaled" and saved_on is not None and here is not None:
             self._scale_to_screen(saved_on, here)
         if self.layout_restored in ("first", "reset"):
             self._first_geometry()
