@@ -80,7 +80,7 @@ def make_widget(spec) -> QWidget:
         w.setMinimumContentsLength(5)
     from studio.ui.words import window_words
 
-    text = window_words(spec.help)  # the window's words: no command-line flags
+    text = window_words(spec.help, names=True)  # the window's words: no command-line flags, no snake_case
     w.setToolTip(text[:1].upper() + text[1:])
     w.setObjectName(f"setting_{spec.name}")
     if isinstance(w, QComboBox):  # a value wider than its column: the whole of it leads the tooltip
