@@ -121,3 +121,27 @@ def test_chapters_sit_on_the_nearest_frame_of_the_output_rate(piper_like, tmp_pa
     with av.open(res.output) as c:
         starts = {ch["metadata"]["title"]: Fraction(ch["start"]) * ch["time_base"] for ch in c.chapters()}
     assert float(starts["Weather"]) == pytest.approx(100 / 30, abs=0.0011)  # frame 100, not 99 (3.300 s)
+
+
+def test_scc_captions_are_timed_to_the_clips_timecode_within_a_frame(piper_like, tmp_path):
+    """--captions scc of an in/out range (1.0-4.0 s) in broadcast-hd (10:00:00:00): pycaption's SCC reader
+    finds every cue of the clip at the clip's timecode of its start (36001 s + the cue's time in the clip)."""
+    from pycaption import SCCReader
+
+    from studio.core.captions import clip_cues, make_cues, script_sentences
+
+    script = "Good evening. The first story is about rain. Then the weather, and the sport at the end."
+    values = {"delivery": "broadcast-hd", "canvas": "avatar", "codec": "prores", "captions": "scc", "script": script}
+    res = _render(piper_like, tmp_path / "cc.mov", values, frames=(25, 100))
+    path = res.files["captions"]
+    assert path.endswith(".scc")
+    text = open(path, encoding="utf-8").read()
+    assert text.startswith("Scenarist_SCC V1.0")
+    got = SCCReader().read(text).get_captions("en-US")
+    want = clip_cues(make_cues(script_sentences(str(piper_like), script)), 1.0, 3.0)
+    assert len(got) == len(want) >= 1
+    frame_us = 1e6 * 1001 / 30000  # one frame of CEA-608's 29.97
+    for g, w in zip(got, want):
+        assert abs(g.start - (36001 + w.start_s) * 1e6) <= frame_us + 1, (g.start, w)
+        assert abs(g.end - (36001 + w.end_s) * 1e6) <= frame_us + 1, (g.end, w)
+        assert g.get_text().split() == " ".join(w.lines).split()

@@ -72,13 +72,16 @@ def _timecodes(info) -> set[str]:
 
 
 def test_xdcam_hd422_render_reads_back_as_rdd9(voice, tmp_path):
-    """A whole render (classic engine, CPU) in the xdcam-hd422 delivery."""
+    """A whole render (classic engine, CPU) in the xdcam-hd422 delivery, with its AAF for Avid."""
     from pyloudnorm import Meter
 
     from studio.service import Render
     from studio.service.request import RenderRequest
 
-    s = from_dict({"engine": "classic", "device": "cpu", "delivery": "xdcam-hd422"}, explicit={"engine", "device"})
+    s = from_dict(
+        {"engine": "classic", "device": "cpu", "delivery": "xdcam-hd422", "aaf": True},
+        explicit={"engine", "device", "aaf"},
+    )
     render = Render(RenderRequest(str(DEMO_AVATAR), str(voice), str(tmp_path / "news.mxf"), s))
     for _ in render.run():
         pass
@@ -102,6 +105,7 @@ def test_xdcam_hd422_render_reads_back_as_rdd9(voice, tmp_path):
     assert np.array_equal(pcm[:, 0], pcm[:, 1]) and np.abs(pcm[:, 0]).max() > 0.01
     assert not pcm[:, 2:].any()
     assert Meter(48_000).integrated_loudness(pcm[:, :2]) == pytest.approx(-23.0, abs=0.3)
+    _check_aaf(res, info)
 
 
 def _write(path, codec, fps, scan, start_tc, voice, frames):
@@ -155,6 +159,7 @@ def test_each_mxf_delivery_reads_back(voice, tmp_path, codec, fps, scan, tc, com
         (["--delivery", "xdcam-hd422", "--canvas", "1280x720"], "is 1920x1080 and the frames are 1280x720"),
         (["--codec", "h264", "--scan", "interlaced"], "interlaced frames are written by --codec xdcam-hd422"),
         (["--delivery", "xdcam-hd422", "--fps", "50"], "at 25 or 29.97 frames a second"),
+        (["--codec", "h264", "--aaf"], "--aaf links an MXF"),
     ],
 )
 def test_bad_newsroom_inputs_get_one_sentence(argv, says, voice, tmp_path):
@@ -168,3 +173,27 @@ def test_bad_newsroom_inputs_get_one_sentence(argv, says, voice, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert says.lower() in proc.stderr.lower() and "engine:" not in proc.stderr, proc.stderr
     assert not out.exists() and not list(tmp_path.glob(".*o.mxf*"))
+
+
+def _check_aaf(res, info):
+    """pyaaf2 opens the AAF; its file source mob is the MXF's file package (the UMID ffprobe reads), its
+    locator resolves to the MXF, and the master mob's slots reach the picture and the 8 sound tracks."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    import aaf2
+
+    umid = next(
+        s["tags"]["file_package_umid"] for s in info["ffprobe"]["streams"] if "file_package_umid" in s.get("tags", {})
+    )
+    with aaf2.open(res.files["aaf"], "r") as f:
+        master = next(f.content.mastermobs())
+        assert master.name == "news"
+        kinds = [s.media_kind for s in master.slots]
+        assert kinds == ["Picture"] + ["Sound"] * 8
+        src = master.slots[0].segment.mob
+        assert src is not None and src.mob_id.urn.replace(".", "").lower().endswith(umid.lower()[-64:])
+        url = src.descriptor["Locator"].value[0]["URLString"].value
+        assert os.path.samefile(url2pathname(urlparse(url).path), res.output)
+        tc = next(s.segment for s in src.slots if s.media_kind == "Timecode")
+        assert (tc.start, tc.fps) == (10 * 3600 * 25, 25)

@@ -39,9 +39,25 @@ class Inputs:
         self.webhook = form.webhook or None
         self.gpus = getattr(form, "gpus", None) or None
         self.placement = getattr(form, "placement", None) or None
+        self.priority = getattr(form, "priority", None) or None
+        self.deadline_s = getattr(form, "deadline_s", None)
 
 
-async def submit(st, model):
+def cancel_after(headers) -> float | None:
+    """``Cancel-After: SECONDS`` (a deadline as a header), or None; 422 for anything else."""
+    text = (headers.get("cancel-after") or "").strip() if headers is not None else ""
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 604800:
+        raise ApiError(422, f"Cancel-After {text[:40]!r}: give the seconds from now by which it must be done")
+    return value
+
+
+async def submit(st, model, headers=None):
     """Check and store the inputs, check the render can run, then add the job to the queue (429 when
     it is full). Everything the queue would refuse later is refused here, before the 202; a refused
     request leaves nothing behind (uploads it stored are removed again)."""
@@ -49,6 +65,9 @@ async def submit(st, model):
     from studio.service.preflight import runnable_here
 
     form = Inputs(model)
+    header = cancel_after(headers)
+    if header is not None:
+        form.deadline_s = header if form.deadline_s is None else min(form.deadline_s, header)
     settings = settings_from_dict(form.settings)
     named = {"avatar_path": form.avatar_path, "audio_path": form.audio_path, "output": form.output}
     refuse_paths([n for n, v in named.items() if v])
@@ -136,11 +155,21 @@ async def _submit(st, form, settings, stored: list):
     try:
         from studio.api.clients import current
 
-        add = functools.partial(st.queue.add, request, webhook=form.webhook or "", client=current().name)
+        add = functools.partial(
+            st.queue.add,
+            request,
+            webhook=form.webhook or "",
+            client=current().name,
+            priority=form.priority,
+            deadline_s=form.deadline_s,
+        )
         return await run_in_threadpool(add)
     except StudioError as exc:
         if type(exc).__name__ == "QueueFull":
             raise ApiError(429, str(exc), {"Retry-After": "10"}) from None
+        if type(exc).__name__ == "DeadlineRefused":
+            st.metrics.refused("deadline", current().name)
+            raise ApiError(429, str(exc), {"Retry-After": str(getattr(exc, "retry_after_s", 10))}) from None
         raise
 
 

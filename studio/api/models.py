@@ -337,6 +337,20 @@ class RenderInputs(BaseModel):
         description="farm: split this one long clip in chunks over the farm's actors (a server started with "
         "--farm); gpus: over this server's GPUs (as gpus=all); default: the whole job on one device or actor",
     )
+    priority: str | None = Field(
+        None,
+        description="its lane: breaking, normal (the default), bulk, or a number from 0 (bulk) to 100 (breaking); "
+        "higher lanes are served first, a lane below still gets at least 10 % of the frames (docs/server.md)",
+        pattern=r"^(breaking|normal|bulk|[0-9]{1,3})$",
+        max_length=8,
+    )
+    deadline_s: float | None = Field(
+        None,
+        gt=0,
+        le=604800,
+        description="seconds from now by which it must be done (or the header Cancel-After: SECONDS): refused at "
+        "once with 429 and Retry-After when the queue ahead cannot leave room for it, else cancelled if not done by then",
+    )
     webhook: str | None = Field(
         None,
         description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "
@@ -361,6 +375,15 @@ else:
     )
 
 
+class CheckGate(Answer):
+    """The limits a render's check had to meet (its ``check_gate``) and the outcome; a job that
+    missed them stays ``done``, with its file and report (docs/check.md)."""
+
+    limits: str = Field(description="as studio check --fail-under takes them, e.g. ok,jitter=5")
+    met: bool
+    failures: list[str] = Field(default_factory=list, description="one clause per missed limit")
+
+
 class CheckOut(Answer):
     """The lip-sync check of a finished render (``check=true``; docs/check.md): it runs after the file
     is written, so it is ``pending``/``running`` for a while after the job is ``done``."""
@@ -376,6 +399,8 @@ class CheckOut(Answer):
     drift: float | None = Field(None, description="in eye distances")
     worst_second: int | None = Field(None, description="where to look first")
     reference: str | None = Field(None, description="what sharpness, seam and drift were measured against")
+    jitter: float | None = Field(None, description="lip shake beyond the smooth path, % of the eye distance per frame²")
+    gate: CheckGate | None = Field(None, description="the render's check_gate and whether the check met it")
 
 
 def _result_model() -> type[BaseModel]:
@@ -530,6 +555,15 @@ class Job(Answer):
     retry_of: int | None = Field(None, description="the job this one renders again (POST .../retry)")
     webhook: WebhookInfo | None = None
     client: str | None = Field(None, description="the named client (--clients) that submitted it; null: the operator's")
+    priority: str | None = Field(None, description="its lane: breaking, normal, bulk, or a number from 0 to 100")
+    deadline: float | None = Field(
+        None, description="seconds since the epoch by which it must be done; it is cancelled then if it is not"
+    )
+    promised_s: float | None = Field(
+        None, description="with a deadline: the seconds it was expected to take when it was accepted"
+    )
+    queue_s: float | None = Field(None, description="seconds it waited in the queue before it started")
+    first_frame_s: float | None = Field(None, description="seconds from its submission to its first frame")
 
 
 class JobPage(Answer):

@@ -51,6 +51,13 @@ def register(sub) -> None:
         help=f"largest uploaded file in MB (default {DEFAULT_MAX_UPLOAD_MB})",
     )
     p.add_argument(
+        "--max-live",
+        type=lambda v: max(0, int(v)),
+        default=8,
+        metavar="N",
+        help="live sessions open at once (POST /v1/live) before new ones get 429 (default 8; docs/live.md)",
+    )
+    p.add_argument(
         "--max-queued",
         type=int,
         default=DEFAULT_MAX_QUEUED,
@@ -189,6 +196,14 @@ def register(sub) -> None:
         help="answer /v1/health and /v1/ready without the token, with no job data (default: on when "
         "listening on loopback)",
     )
+    p.add_argument(
+        "--watch",
+        metavar="IN_DIR",
+        action="append",
+        default=[],
+        help="also watch this folder (repeatable): its studio.toml names the avatar and delivery; each "
+        "voice-over or .txt dropped in becomes a clip in IN_DIR/out or its out (studio watch)",
+    )
     p.set_defaults(func=run_serve)
 
 
@@ -250,6 +265,7 @@ def run_serve(args) -> int:
         allow_paths=args.allow_paths,  # "a,b": split and checked by check()
         max_upload_mb=args.max_upload_mb,
         max_queued=args.max_queued,
+        max_live=args.max_live,
         read_token=read_token,
         webhook_secret=secret,
         webhook_allow=args.webhook_allow,  # "a,b": split by check()
@@ -274,6 +290,13 @@ def run_serve(args) -> int:
     for w in options.warm:
         parse_warm(w)  # a bad --warm is one sentence before anything starts
 
+    watchers = []
+    if args.watch:  # watch folders in this process (studio.toml in each names its avatar and delivery)
+        from studio.service.watch import WatchFolder
+
+        watchers = [WatchFolder(folder) for folder in args.watch]  # a bad folder: one sentence, before serving
+    stop_watching = start_watching(watchers)
+
     def listening(url: str) -> None:
         print(
             f"studio: serving on {url} (docs at {url}/docs; token {'required' if token else 'off'}); Ctrl-C stops",
@@ -286,8 +309,29 @@ def run_serve(args) -> int:
     try:
         serve(options, on_listening=listening)
     finally:
+        stop_watching()
         withdraw()
     return 0
+
+
+def start_watching(watchers):
+    """Each watch folder polled by a thread of its own (its renders one at a time, in this process, not
+    through the server's queue); returns the function that stops them after their current file."""
+    import threading
+
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=w.run, kwargs={"stop": stop.is_set}, name=f"watch {w.in_dir}", daemon=True)
+        for w in watchers
+    ]
+    for t in threads:
+        t.start()
+        print(f"studio: watching {t.name[6:]}", file=sys.stderr, flush=True)
+
+    def done() -> None:
+        stop.set()
+
+    return done
 
 
 def jobs_per_device(given: int | None, gpus: str) -> int:

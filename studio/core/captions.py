@@ -273,21 +273,27 @@ def write_captions(
     *,
     offset_s: float = 0.0,
     duration_s: float | None = None,
+    timecode_s: float = 0.0,
     overwrite: bool = True,
 ) -> Path:
     """``cues`` as SubRip (.srt, the ``srt`` library) or WebVTT (.vtt, ``webvtt-py``), atomically;
     ``offset_s`` moves them (a render of an in/out range starts at its in point) and ``duration_s``
-    (the clip's length) cuts them: a cue outside the clip is left out, one across its ends is cut there."""
+    (the clip's length) cuts them: a cue outside the clip is left out, one across its ends is cut there.
+    ``.scc``: CEA-608 (Scenarist, ``pycaption``) for broadcast, timed to the clip's timecode: ``timecode_s``
+    is its first frame's timecode in seconds (10:00:00:00 -> 36000), written as 29.97 drop-frame labels
+    (which follow the clock), so a caption shows at the clip's own timecode of its start."""
     from datetime import timedelta
 
     from studio.core.store.fsutil import atomic_output
 
     p = Path(path)
     kind = p.suffix.lower()
-    if kind not in (".srt", ".vtt"):
-        raise InputError(f"{p.name}: captions are written as .srt or .vtt")
+    if kind not in (".srt", ".vtt", ".scc"):
+        raise InputError(f"{p.name}: captions are written as .srt, .vtt or .scc")
     shown = clip_cues(cues, offset_s, duration_s)
-    if kind == ".srt":
+    if kind == ".scc":
+        body = _scc(shown, timecode_s)
+    elif kind == ".srt":
         import srt
 
         body = srt.compose(
@@ -306,6 +312,21 @@ def write_captions(
     with atomic_output(p, overwrite=overwrite) as written:
         Path(written.tmp).write_text(body, encoding="utf-8")
     return Path(str(written.final))
+
+
+def _scc(cues: list[Cue], timecode_s: float) -> str:
+    """Pop-on CEA-608 captions (``pycaption``'s SCC writer: its control codes, parity, 32-column rows)."""
+    from pycaption import Caption, CaptionNode, CaptionSet, SCCWriter
+
+    items = []
+    for c in cues:
+        nodes = []
+        for k, line in enumerate(c.lines):
+            if k:
+                nodes.append(CaptionNode.create_break())
+            nodes.append(CaptionNode.create_text(line))
+        items.append(Caption(round((timecode_s + c.start_s) * 1e6), round((timecode_s + c.end_s) * 1e6), nodes))
+    return SCCWriter(drop_frame=True).write(CaptionSet({"en-US": items}))
 
 
 def clip_cues(cues: list[Cue], offset_s: float = 0.0, duration_s: float | None = None) -> list[Cue]:

@@ -97,6 +97,11 @@ KNOBS: dict[str, Knob] = {
             "jobs running at once on one device call the engine in turn instead of sharing its batches",
         ),
         Knob(
+            "STUDIO_QUEUE_GATE",
+            "a file: the queue runner of studio serve claims no job until it exists (tests queue every job "
+            "first, then let them contend from one instant)",
+        ),
+        Knob(
             "STUDIO_WARM_RENDER",
             "short: studio serve's warm-up renders 1.5 s of 16 kHz mono once, as before (benchmarks' comparison)",
         ),

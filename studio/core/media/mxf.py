@@ -67,6 +67,8 @@ def settings_problem(settings, rate: str = "") -> str | None:
     width, height = settings.canvas_size or SIZE  # the avatar's own size is checked when the writer opens
     text = rate or (settings.fps if settings.fps != "auto" else "")
     fps = parse_rate(text) if text else next(iter(GOP))
+    if getattr(settings, "aaf", False) and settings.codec not in MXF_CODECS:
+        return "--aaf links an MXF: use an MXF delivery (xdcam-hd422, avc-intra-100), or --otio for other editors"
     return problem(settings.codec, width, height, fps, settings.scan, settings.audio_format)
 
 
