@@ -19,11 +19,11 @@ export PYTHONUNBUFFERED=1
 cat "$OUT/env.txt" | tail -3; echo "set up after $(el) s"
 for label in before promises; do
   case $label in
-    before) limit=${LIMIT_BEFORE:-250}; variants="" ;;
-    promises) limit=${LIMIT_AFTER:-290}; variants="prefetch:STUDIO_PREFETCH_FRAMES=256" ;;
+    before) limit=${LIMIT_BEFORE:-250}; variants=""; extra=${EXTRA_BEFORE:-} ;;
+    promises) limit=${LIMIT_AFTER:-290}; variants=${VARIANTS-prefetch:STUDIO_PREFETCH_FRAMES=256}; extra=${EXTRA_AFTER:-} ;;
   esac
   ( cd ".gpu-$label" && PYTHONPATH=.:/tmp/site timeout "$limit" python3 tests/benchmarks/bench_service.py --device cuda \
-      --clients 8,16 --workdir "/tmp/bs-$label" --json "$OUT/$label.json" --variants "$variants" \
+      --clients 8,16 --workdir "/tmp/bs-$label" --json "$OUT/$label.json" --variants "$variants" $extra \
       > "$OUT/$label.txt" 2>&1 )
   echo "== $label: rc=$? after $(el) s"
   grep -v "^\s*$" "$OUT/$label.txt" | tail -30
