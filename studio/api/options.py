@@ -42,6 +42,7 @@ class ServeOptions:
     jobs_per_device: int = 1  # jobs rendering at once on each device (their frames share batches)
     batching: bool = True  # jobs running at once on one device share the engine's batches
     open_probes: bool | None = None  # /v1/health and /v1/ready without the token (None: on for loopback)
+    max_live: int = 8  # live sessions open at once before POST /v1/live answers 429 (--max-live)
     farm: str | None = None  # --farm: jobs render on a Ray cluster's actors ("" the one here; None: off)
     # slow and greedy clients (``studio.api.connections``): a request's head within header_timeout_s, a
     # body's next byte within body_timeout_s, at most max_client_connections open from one address

@@ -51,6 +51,13 @@ def register(sub) -> None:
         help=f"largest uploaded file in MB (default {DEFAULT_MAX_UPLOAD_MB})",
     )
     p.add_argument(
+        "--max-live",
+        type=lambda v: max(0, int(v)),
+        default=8,
+        metavar="N",
+        help="live sessions open at once (POST /v1/live) before new ones get 429 (default 8; docs/live.md)",
+    )
+    p.add_argument(
         "--max-queued",
         type=int,
         default=DEFAULT_MAX_QUEUED,
@@ -258,6 +265,7 @@ def run_serve(args) -> int:
         allow_paths=args.allow_paths,  # "a,b": split and checked by check()
         max_upload_mb=args.max_upload_mb,
         max_queued=args.max_queued,
+        max_live=args.max_live,
         read_token=read_token,
         webhook_secret=secret,
         webhook_allow=args.webhook_allow,  # "a,b": split by check()

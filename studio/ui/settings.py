@@ -20,6 +20,7 @@ DEFAULTS: dict[str, object] = {
     "window/geometry": None,
     "window/state": None,
     "window/splitter": None,
+    "window/screen": "",  # the available screen area the layout was left on ("1600x868")
     "folders/avatar": "",
     "folders/audio": "",
     "folders/output": "",
