@@ -150,6 +150,8 @@ BINARY = {
     "generate": "video/mp4",
     "get_render_video": "video/mp4",
     "get_render_preview": "image/jpeg",
+    "get_audio_file": "audio/wav",
+    "get_render_file": "application/x-subrip",
 }
 
 
