@@ -491,12 +491,11 @@ def specs(face: str, groups: tuple[str, ...] | None = None) -> list[Spec]:
     return [s for s in SCHEMA.values() if face in s.faces and (groups is None or s.group in groups)]
 
 
-def from_dict(d: dict | None, *, strict: bool = False, explicit: Any = None) -> RenderSettings:
+def from_dict(d: dict | None, *, strict: bool = False) -> RenderSettings:
     """``RenderSettings`` from a dict (a job row, a form, JSON); values may be strings. Unknown keys are
     ignored, or with ``strict`` one sentence naming them. Bad values: one ``InputError`` naming the setting.
 
-    ``delivery``: its values fill in every setting not given: ``explicit`` names those given (the command
-    line's typed options); without it, a value at its default counts as not given (a form sends them all)."""
+    The values as given: a ``delivery`` is applied where a request is built (``render.resolve``)."""
     d = dict(d or {})
     unknown = sorted(k for k in d if k not in SCHEMA)
     if strict and unknown:
@@ -505,14 +504,6 @@ def from_dict(d: dict | None, *, strict: bool = False, explicit: Any = None) -> 
             f"are {', '.join(SCHEMA)}"
         )
     kw = {name: SCHEMA[name].parse(value) for name, value in d.items() if name in SCHEMA}
-    if kw.get("delivery"):  # a delivery's values under the ones given (``explicit``, or those not at their default)
-        from studio.core.delivery import resolve
-
-        given = set(kw) if explicit is None else set(explicit)
-        if explicit is None:
-            given = {n for n in given if kw[n] != SCHEMA[n].default}
-        preset = {n: SCHEMA[n].parse(v) for n, v in resolve(kw["delivery"]).settings.items() if n in SCHEMA}
-        kw = {**kw, **{n: v for n, v in preset.items() if n not in given}}
     s = RenderSettings(**kw)
     check(s)
     return s

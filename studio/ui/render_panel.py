@@ -111,7 +111,12 @@ class RenderPanel(QWidget):
         form.addRow("Farm", self.farm_edit)  # shown only while "Render farm" is chosen
         form.addRow("Server", self.server_edit)  # shown only while "Studio server" is chosen
         self._form = form
-        order = sorted(shown, key=lambda s: GROUPS.index(s.group) if s.group in GROUPS else len(GROUPS))
+        # the delivery on a row of its own above the settings it fills, by its full name
+        form.addRow(self.fields.labels_of("delivery"), self.fields["delivery"])
+        order = sorted(
+            (s for s in shown if s.name != "delivery"),
+            key=lambda s: GROUPS.index(s.group) if s.group in GROUPS else len(GROUPS),
+        )
         self.grid = SettingsGrid(order, self.fields)
         # the settings scroll on their own (the delivery settings made them taller than a 1080p screen's
         # dock): Render, the Live panel and Play stay in view, every setting stays one wheel away
