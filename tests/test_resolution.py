@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import pickle
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -219,3 +220,23 @@ def test_a_canvas_needing_more_enlargement_is_refused_before_the_render_on_every
         r.json()["settings"]["fit"] == "fit" and r.json()["settings"]["canvas"] == BUILTIN[delivery].settings["canvas"]
     )
     client.delete(f"/v1/renders/{r.json()['id']}")
+
+
+def test_a_voice_over_spoken_from_text_over_http_keeps_its_text_for_captions(client, home):
+    """The page's Speak, then Render with captions: the spoken voice-over (``POST /v1/audio/speech``)
+    keeps the text it was spoken from, so the job's captions need no script (it failed before: "captions
+    need the script's text: give --script SCRIPT.txt")."""
+    import srt
+
+    text = "Good evening. Here is the news."
+    r = client.post("/v1/audio/speech", data={"text": text})
+    assert r.status_code == 201, r.text
+    form = {"avatar": "astro", "audio_id": r.json()["id"], "captions": "srt", "engine": "classic", "device": "cpu"}
+    r = client.post("/v1/renders", data=form)
+    assert r.status_code == 202, r.text
+    done = _wait(client, r.json()["id"])
+    assert done["state"] == "done", done
+    written = Path(done["result"]["files"]["captions"])
+    cues = list(srt.parse((written if written.is_absolute() else home / "renders" / written).read_text()))
+    assert [c.content for c in cues] == ["Good evening.", "Here is the news."]
+    assert cues[0].start.total_seconds() == 0.0 and cues[1].start > cues[0].end

@@ -168,16 +168,20 @@ def _silence_defaults() -> tuple[float, int]:
 
 
 async def _store_speech(st, text: str, voice: str):
-    """The spoken WAV (``media.speech.speak``), stored through the upload store (the same id for the same speech)."""
+    """The spoken WAV (``media.speech.synthesize``), stored through the upload store (the same id for the
+    same speech), with its sentence times beside it (``<id>.speech.json``): a render of it makes captions
+    from the text it was spoken from, as one of ``text`` does, with no script sent again."""
     from starlette.datastructures import UploadFile
 
     from studio.core.errors import StudioError
-    from studio.core.media.speech import speak
+    from studio.core.media.speech import synthesize, write_sentences
 
     try:
-        wav = await run_in_threadpool(speak, text, voice)
+        speech = await run_in_threadpool(synthesize, text, voice)
     except StudioError as exc:
         raise ApiError(422, str(exc)) from None
     words = "_".join(text.split()[:4])[:40] or "speech"
-    with open(wav, "rb") as fh:
-        return await st.uploads.save_audio(UploadFile(fh, filename=f"{words}.wav"))
+    with open(speech.path, "rb") as fh:
+        stored = await st.uploads.save_audio(UploadFile(fh, filename=f"{words}.wav"))
+    await run_in_threadpool(write_sentences, speech, stored.path.with_suffix(".speech.json"), stored.path)
+    return stored

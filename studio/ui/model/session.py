@@ -337,9 +337,12 @@ class EditorSession:
 
     def select(self, avatar: str | None = None, script: str | None = None) -> None:
         if avatar is not None and avatar != self.avatar:
+            before = self.rate
             self.avatar = avatar
-            self.avatar_rate = None  # until its assets say
+            self.avatar_rate = _recorded_rate(avatar)  # a library avatar's recorded rate; its assets confirm it
             self.events.avatar.emit(avatar)
+            if self.rate != before:  # a video's rate left with it: the timeline follows (it stayed at 30)
+                self.events.rate.emit(self.rate)
         if script is not None and script != self.script:
             self.script = script
             self.voice_key = ""  # nothing is saved under the old voice-over's key
@@ -608,7 +611,8 @@ class EditorSession:
         grid = frames if frames is not None else self.render_range()
         if grid is None:
             return req
-        return req.with_(frames=self.frames_at(grid, req.output_rate))
+        rate = parse_rate(req.rate) if req.rate else self.rate  # the avatar unreadable here: the rate in effect
+        return req.with_(frames=self.frames_at(grid, rate))
 
     def frames_at(self, frames: tuple[int, int], rate) -> tuple[int, int]:
         """Frames ``[start, end)`` of the timeline as the same stretch of time at ``rate`` (the output's:
@@ -693,6 +697,22 @@ class EditorSession:
         if spec is not None and value is None:
             return spec.auto_label or "none"
         return str(value)
+
+
+def _recorded_rate(avatar: str) -> Fraction | None:
+    """A library avatar's own rate as its metadata records it (None: a photo, or not known yet)."""
+    from studio.core.avatars.assets import NAME_RE, library_dir
+
+    if not avatar or not NAME_RE.match(avatar) or not (library_dir() / avatar / "meta.json").exists():
+        return None
+    from studio.core.avatars.library import avatar_rate
+    from studio.core.errors import StudioError
+
+    try:
+        rate = avatar_rate(avatar)
+    except (StudioError, OSError, ValueError):
+        return None
+    return None if rate == DEFAULT_RATE else Fraction(rate)
 
 
 def retime(frame: int, was, now) -> int:
