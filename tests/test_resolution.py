@@ -206,7 +206,7 @@ def test_a_canvas_needing_more_enlargement_is_refused_before_the_render_on_every
     says = f"the {delivery} delivery needs the 512x512 avatar enlarged"
     session = window_request(home, monkeypatch, delivery, given)
     problem = session.resolved().problem
-    assert problem.startswith(says) and "max_upscale=" in problem and "fit=fit" in problem
+    assert problem.startswith(says) and "(--max-upscale 3.8)" in problem and "(--fit fit)" in problem
     assert "larger avatar" in problem
     for req in (session.request(), cli_request(home, delivery, given)):
         with pytest.raises(InputError, match=says):

@@ -277,3 +277,20 @@ def test_studio_captions_writes_a_recordings_cues(tmp_path):
     assert max(abs(s.start.total_seconds() - t) for s, t in zip(firsts, truth)) <= 0.25
     r = subprocess.run(cmd[:-2] + ["-o", str(tmp_path / "x.txt")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "captions are written as .srt or .vtt" in r.stderr
+
+
+def test_a_spoken_script_is_named_from_its_first_words_and_never_overwrites(tmp_path):
+    assert speech.title_of("Good evening. Here is the news from the studio.") == "good-evening-here-is-the"
+    assert speech.title_of("  Don't panic: it's 9 o'clock!") == "dont-panic-its-9-oclock"
+    assert speech.title_of("Grüße aus Köln") == "grüße-aus-köln"
+    assert speech.title_of("... !!! ...") == "voice-over"
+    s = speech.synthesize("Good evening. Here is the news.")
+    first = speech.keep_as(s, "good-evening-here-is-the", tmp_path)
+    assert first == tmp_path / "good-evening-here-is-the.wav" and first.read_bytes() == s.path.read_bytes()
+    assert [x.text for x in speech.sentences_for(first)] == ["Good evening.", "Here is the news."]
+    assert speech.keep_as(s, "good-evening-here-is-the", tmp_path) == first  # the same recording: reused
+    other = speech.synthesize("Good evening. Here is the weather.")
+    second = speech.keep_as(other, "good-evening-here-is-the", tmp_path)
+    assert second == tmp_path / "good-evening-here-is-the_002.wav" and first.read_bytes() == s.path.read_bytes()
+    with pytest.raises(InputError, match="needs a name"):
+        speech.keep_as(s, " / ", tmp_path)

@@ -79,10 +79,19 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         read_token=opts.read_token,
         clients=opts.clients,
         open_probes=bool(opts.open_probes),
+        media=state.media,
     )
+    from studio.api.paths import PathScope
+
+    app.add_middleware(PathScope, allow=opts.allow_paths)  # the one check of client-named server paths
+    from starlette.middleware.gzip import GZipMiddleware
+
+    from studio.api.conditional import Conditional
     from studio.api.web import WebPage
 
+    app.add_middleware(Conditional)  # ETag and 304 for the lists and /openapi.json the page asks again
     app.add_middleware(WebPage)  # the page at / (web/, built): no token, its own CSP (docs/web.md)
+    app.add_middleware(GZipMiddleware, minimum_size=1024)  # not video, images, event streams or ranges
     app.add_middleware(SiteGuard, hosts=allowed_hosts(opts), origins=opts.cors_origins)  # rebinding, cross-site
     app.add_middleware(RequestLog, metrics=state.metrics)
     if opts.cors_origins:

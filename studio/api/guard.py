@@ -19,7 +19,12 @@ OPEN_PATHS = ("/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc")  # th
 READ_METHODS = ("GET", "HEAD")
 RENDERING_READS = ("/v1/frame",)  # GETs that make the engine work: not for a read-only token
 PROBE_PATHS = ("/v1/health", "/v1/ready")  # liveness and readiness probes (``open_probes``)
-EVERY_JOB_PATHS = ("/metrics", "/v1/farm")  # they show every client's jobs: a client that sees them all
+SESSION_PATH = "/v1/session"  # the media cookie: it lets the browser read by URL what the token may read
+EVERY_JOB_PATHS = (
+    "/metrics",
+    "/v1/farm",
+    "/v1/scheduler",
+)  # they show every client's jobs: a client that sees them all
 
 
 class Guard:
@@ -32,8 +37,10 @@ class Guard:
         read_token: str | None = None,
         clients: tuple = (),
         open_probes: bool = False,
+        media=None,
     ):
         self.app = app
+        self.media = media  # the media cookie's sessions (``studio.api.media``): GET and HEAD only
         self.open_probes = open_probes  # /v1/health and /v1/ready answer without the token (saying no job data)
         self.token = token or None
         self.read_token = read_token or None
@@ -51,6 +58,10 @@ class Guard:
         who = ADMIN  # a server without tokens: loopback only, every request is its operator's
         if (self.token is not None or self.clients) and path not in OPEN_PATHS:
             found = self._who(headers)
+            if found is None and self.media is not None and scope.get("method") in READ_METHODS:
+                from studio.api.media import cookie_of
+
+                found = self.media.verify(cookie_of(headers) or "", self.clients)
             if found is None and self.open_probes and path in PROBE_PATHS and scope.get("method") in READ_METHODS:
                 scope["studio_anonymous"] = True  # the route leaves job data out
                 return await self.app(scope, receive, send)
@@ -63,7 +74,7 @@ class Guard:
                 )
             who = found
             method = scope.get("method")
-            reads = method in READ_METHODS and not renders(path)
+            reads = (method in READ_METHODS and not renders(path)) or path == SESSION_PATH
             if who is READER and not reads:
                 return await send_json(
                     send,

@@ -338,6 +338,20 @@ class RenderInputs(BaseModel):
         description="farm: split this one long clip in chunks over the farm's actors (a server started with "
         "--farm); gpus: over this server's GPUs (as gpus=all); default: the whole job on one device or actor",
     )
+    priority: str | None = Field(
+        None,
+        description="its lane: breaking, normal (the default), bulk, or a number from 0 (bulk) to 100 (breaking); "
+        "higher lanes are served first, a lane below still gets at least 10 % of the frames (docs/server.md)",
+        pattern=r"^(breaking|normal|bulk|[0-9]{1,3})$",
+        max_length=8,
+    )
+    deadline_s: float | None = Field(
+        None,
+        gt=0,
+        le=604800,
+        description="seconds from now by which it must be done (or the header Cancel-After: SECONDS): refused at "
+        "once with 429 and Retry-After when the queue ahead cannot leave room for it, else cancelled if not done by then",
+    )
     webhook: str | None = Field(
         None,
         description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "
@@ -472,6 +486,16 @@ class WebhookInfo(Answer):
     deliveries: list[Delivery]
 
 
+class SideFile(Answer):
+    """A file of a job beside its video (captions, OTIO, the check report, the job's JSON, ...)."""
+
+    name: str = Field(description="its file name")
+    kind: str = Field(description="captions, otio, check, job, or another kind a render wrote")
+    url: str = Field(description="GET it (same authorisation as the video; HTTP Range supported for files)")
+    bytes: int | None = Field(None, description="its size (null: made when asked)")
+    media_type: str
+
+
 class Job(Answer):
     """A render job."""
 
@@ -507,6 +531,7 @@ class Job(Answer):
     updated: float
     result: RenderResultOut | None = None
     links: Links
+    files: list[SideFile] = Field(default_factory=list, description="its side files (captions, OTIO, check, JSON)")
     live: ProgressEvent | None = Field(None, description="the latest progress of a running job")
     video: str | None = Field(None, description="the MP4's URL once done")
     frames: int | None = Field(None, description="frames written, once done")
@@ -520,6 +545,15 @@ class Job(Answer):
     retry_of: int | None = Field(None, description="the job this one renders again (POST .../retry)")
     webhook: WebhookInfo | None = None
     client: str | None = Field(None, description="the named client (--clients) that submitted it; null: the operator's")
+    priority: str | None = Field(None, description="its lane: breaking, normal, bulk, or a number from 0 to 100")
+    deadline: float | None = Field(
+        None, description="seconds since the epoch by which it must be done; it is cancelled then if it is not"
+    )
+    promised_s: float | None = Field(
+        None, description="with a deadline: the seconds it was expected to take when it was accepted"
+    )
+    queue_s: float | None = Field(None, description="seconds it waited in the queue before it started")
+    first_frame_s: float | None = Field(None, description="seconds from its submission to its first frame")
 
 
 class JobPage(Answer):

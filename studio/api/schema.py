@@ -107,15 +107,19 @@ def settings_model(
 
 
 def settings_of(model: BaseModel, groups: tuple[str, ...] | None = None, face: str = "http") -> dict[str, Any]:
-    """The settings' values of a parsed form/query model (those of ``groups``, and any other it
-    has), for ``render.resolve`` / ``settings.from_dict``."""
+    """The settings' values of a parsed form/query model (those of ``groups``, and any other it has),
+    for ``render.resolve`` / ``settings.from_dict``."""
+    from studio.api.paths import client_path
     from studio.core.settings import specs
 
-    return {
-        s.name: getattr(model, field_name(s.name))
-        for s in specs(face)
-        if (groups is None or s.group in groups or field_name(s.name) in type(model).model_fields)
-    }
+    shown = [
+        s for s in specs(face) if groups is None or s.group in groups or field_name(s.name) in type(model).model_fields
+    ]
+    values = {s.name: getattr(model, field_name(s.name)) for s in shown}
+    for s in shown:  # a setting naming a file on the server: the one path check, first
+        if s.names_file is not None and isinstance(values[s.name], str) and s.names_file(values[s.name]):
+            values[s.name] = str(client_path(values[s.name], s.name))
+    return values
 
 
 def sent_settings(model: BaseModel, groups: tuple[str, ...] | None = None, face: str = "http") -> set[str]:

@@ -26,6 +26,7 @@ class JobEvents:
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         self._listeners: dict[int, set[asyncio.Queue]] = {}
+        self._everyone: set[asyncio.Queue] = set()  # listeners of every job (``GET /v1/events``)
         self._progress: dict[int, dict] = {}  # job id -> latest progress figures (loop thread)
         self._preview: dict[int, tuple[int | None, object]] = {}  # job id -> (frame index, RGB array)
         self._lock = threading.Lock()
@@ -69,7 +70,7 @@ class JobEvents:
             self._progress[job_id] = item[1]
         elif item[1].get("state") in FINAL_STATES + ("removed",):
             self._progress.pop(job_id, None)
-        for q in list(self._listeners.get(job_id, ())):
+        for q in [*self._listeners.get(job_id, ()), *self._everyone]:
             if item[0] == "progress" and q.qsize() >= MAX_BACKLOG:
                 continue
             q.put_nowait(item)
@@ -85,6 +86,25 @@ class JobEvents:
             qs.discard(q)
             if not qs:
                 self._listeners.pop(job_id, None)
+
+    async def stream_all(self, visible):
+        """Yield sse-starlette event dicts for every job ``visible(job_id)`` lets through: ``state``
+        and ``progress`` as they happen (``hello`` first, so a client knows it is connected), until
+        the client goes away. The page's queue follows this instead of polling the list."""
+        q: asyncio.Queue = asyncio.Queue()
+        self._everyone.add(q)
+        shown: dict[int, bool] = {}
+        try:
+            yield _sse("hello", {"running": sorted(self._progress)})
+            while True:
+                kind, data = await q.get()
+                job_id = int(data["id"])
+                if job_id not in shown or kind == "state":
+                    shown[job_id] = data.get("state") == "removed" or visible(job_id)
+                if shown[job_id]:
+                    yield _sse(kind, data)
+        finally:
+            self._everyone.discard(q)
 
     def last_progress(self, job_id: int) -> dict | None:
         return self._progress.get(job_id)

@@ -35,6 +35,7 @@ class ApiState:
         self._queue = queue
         self._pool = pool
         self._farm: Any = None
+        self._scheduler: Any = None
         self.uploads = uploads
         self._events: JobEvents | None = None
         self.started = time.time()
@@ -44,6 +45,9 @@ class ApiState:
         from studio.api.metrics import Metrics
 
         self.metrics = Metrics(self)
+        from studio.api.media import MediaSessions
+
+        self.media = MediaSessions()  # the page's media cookie (``POST /v1/session``)
         uploads.on_stored = lambda kind, size: self.metrics.upload(kind, size)
 
     @property
@@ -58,8 +62,19 @@ class ApiState:
                 devices=list(o.gpus) or None,
                 jobs_per_device=o.jobs_per_device,
                 dispatcher=self.farm,
+                scheduler=None if self.farm is not None else self.scheduler,
             )
         return self._queue
+
+    @property
+    def scheduler(self):
+        """Lanes, fair shares and deadlines (``studio.service.scheduler``), the clients' weights from
+        ``--clients``."""
+        if self._scheduler is None:
+            from studio.service.scheduler import Scheduler
+
+            self._scheduler = Scheduler({c.name: c.weight for c in self.opts.clients})
+        return self._scheduler
 
     @property
     def farm(self):
@@ -169,6 +184,7 @@ class ApiState:
     def job_json(self, job, estimates: dict | None = None) -> dict:
         """A job as the API shows it (``models.Job``): names, never the server's paths. ``estimates``:
         the queue's positions and ETAs when already computed for a page of jobs."""
+        from studio.api.side_files import side_files
         from studio.core.settings import SCHEMA
 
         d = state_dict(job)
@@ -186,9 +202,11 @@ class ApiState:
             updated=job.updated,
             result=self.public_result(job.result),
             links=links(job.id),
+            files=side_files(job),
             retry_of=job.retry_of,
             client=job.client or None,
         )
+        d.update(self._promises(job, stored))
         if job.state in ("queued", "running"):
             est = (estimates if estimates is not None else self.queue.estimates()).get(job.id)
             if est is not None:
@@ -202,6 +220,20 @@ class ApiState:
             d["live"] = live
         return d
 
+    def _promises(self, job, stored: dict) -> dict:
+        """Its lane, deadline and the estimate it was accepted with; its queue time and time to first
+        frame (from its result once done, while it runs from the runner)."""
+        from studio.service.scheduler import job_level, level_name
+
+        timing = {**(self.queue.timings.get(job.id) or {}), **(job.result or {})}
+        return {
+            "priority": level_name(job_level(stored)),
+            "deadline": stored.get("deadline"),
+            "promised_s": stored.get("promised_s"),
+            "queue_s": timing.get("queue_s"),
+            "first_frame_s": timing.get("first_frame_s"),
+        }
+
     def public_result(self, result: dict | None) -> dict | None:
         """A job's result without server paths (``None`` before it is done); ``ran_on`` names this
         server rather than "this computer"."""
@@ -210,6 +242,10 @@ class ApiState:
         r = dict(result)
         if r.get("output"):
             r["output"] = Path(r["output"]).name
+        if "files" in r:
+            from studio.api.side_files import public_files
+
+            r["files"] = public_files(r["files"])
         if r.get("ran_on") == WHERE_LOCAL:
             r["ran_on"] = f"studio serve on {socket.gethostname()}"
         if isinstance(r.get("engine_reason"), str):

@@ -80,13 +80,13 @@ class UploadStore:
             raise
         meta = self.root / "audio" / f"{stored.id}.json"
         try:
-            if not meta.exists():
-                from studio.core.store.fsutil import atomic_write_bytes
-
-                atomic_write_bytes(
-                    meta,
-                    json.dumps({"id": stored.id, "filename": name, "bytes": size, "file": stored.path.name}).encode(),
-                )
+            with self._lock:
+                row = json.loads(meta.read_text()) if meta.exists() else None
+                if row is None:
+                    row = {"id": stored.id, "filename": name, "bytes": size, "file": stored.path.name}
+                owners = set(row.get("owners", [""]))
+                if row.get("owners") is None or _owner() not in owners:
+                    self._write_meta(meta, {**row, "owners": sorted(owners | {_owner()})})
         except BaseException:
             self.discard(stored)
             raise
@@ -193,6 +193,60 @@ class UploadStore:
             raise ApiError(404, f"no uploaded voice-over with id '{audio_id}'; upload it with POST /v1/audio")
         return json.loads(path.read_text())
 
+    def list_audio(self, owner: str | None) -> list[dict]:
+        """The stored voice-overs, newest first; ``owner``: only those that client uploaded (None: all)."""
+        rows = []
+        for meta in (self.root / "audio").glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                row = json.loads(meta.read_text())
+                if ID_RE.match(str(row.get("id", ""))) and (self.root / "audio" / row["file"]).is_file():
+                    if owner is None or owner in row.get("owners", [""]):
+                        rows.append({**row, "modified": meta.stat().st_mtime})
+        return sorted(rows, key=lambda r: (-r["modified"], r["id"]))
+
+    def owned_meta(self, audio_id: str, owner: str | None) -> dict:
+        """The voice-over's record, or 404 when it is not there for this client (``owner``; None: every one's)."""
+        row = self.audio_meta(audio_id)
+        if owner is not None and owner not in row.get("owners", [""]):
+            raise ApiError(404, f"no uploaded voice-over with id '{audio_id}'; upload it with POST /v1/audio")
+        return row
+
+    def rename_audio(self, audio_id: str, filename: str, owner: str | None) -> dict:
+        row = self.owned_meta(audio_id, owner)
+        name = client_name(filename)
+        if not filename.strip():
+            raise ApiError(422, "filename: give the voice-over a name (1 to 80 printable characters)")
+        with self._lock:
+            row = {**self.audio_meta(audio_id), "filename": name}
+            self._write_meta(self.root / "audio" / f"{audio_id}.json", row)
+        return row
+
+    def remove_audio(self, audio_id: str, owner: str | None, in_use: set[str]) -> bool:
+        """This client's voice-over goes (404 when not theirs). The file itself goes when no other
+        client still has it and no queued or running job reads it (409 then): True when it went."""
+        row = self.owned_meta(audio_id, owner)
+        path = self.root / "audio" / row["file"]
+        meta = self.root / "audio" / f"{audio_id}.json"
+        with self._lock:
+            others = set(row.get("owners", [""])) - ({owner} if owner is not None else set(row.get("owners", [""])))
+            if others:
+                self._write_meta(meta, {**row, "owners": sorted(others)})
+                return False
+            if str(path) in in_use:
+                raise ApiError(
+                    409, f"voice-over '{row['filename']}' is used by a queued or running job; cancel it first"
+                )
+            if self._refs.get(path):
+                raise ApiError(409, f"voice-over '{row['filename']}' is being uploaded again right now; try again")
+            _unlink(path)
+            _unlink(meta)
+        return True
+
+    def _write_meta(self, meta: Path, row: dict) -> None:
+        from studio.core.store.fsutil import atomic_write_bytes
+
+        atomic_write_bytes(meta, json.dumps({k: v for k, v in row.items() if k != "modified"}).encode())
+
     def display_name(self, path: str) -> str:
         """What to call a stored file in answers: the client's name for uploads, else the file name."""
         p = Path(path)
@@ -254,6 +308,13 @@ def client_name(filename: str | None) -> str:
     return "".join(ch for ch in base if ch.isprintable()).strip()[:80] or "upload"
 
 
+def _owner() -> str:
+    """The client storing a file now ("" for the server's own token, or a server without one)."""
+    from studio.api.clients import current
+
+    return current().name
+
+
 def _said(name: str) -> str:
     return f"'{name}'"
 
@@ -270,13 +331,14 @@ def _probe_audio(tmp: Path, name: str):
 
 
 def _sniff_avatar(tmp: Path, name: str) -> tuple[str, str]:
-    from studio.core.avatars.sources import source_kind
+    from studio.core.avatars.sources import TooLarge, source_kind
     from studio.core.errors import AvatarError
 
     try:
-        kind = source_kind(tmp)
+        kind = source_kind(tmp)  # its frame size from the header, before any frame is decoded
     except AvatarError as exc:
-        raise ApiError(415, str(exc).replace(str(tmp), _said(name))) from None
+        status = 422 if isinstance(exc, TooLarge) else 415
+        raise ApiError(status, str(exc).replace(str(tmp), _said(name))) from None
     if kind == "photo":
         from PIL import Image
 

@@ -5,6 +5,7 @@ delivery save`` does) and appear at once in the Delivery box.
     row = DeliveryButtons(session, delivery_combo)   # under the settings
     row.save_clicked()      # asks a name (``name_box``); a clash asks before replacing (``clash_box``)
     row.remove_clicked()    # the chosen delivery, when it is one of yours (``remove_box`` asks first)
+    row.history = history   # the window's undo history: a removal is one step, undone by Ctrl+Z
 
 The dialogs are opened window-modal (``open``), kept as attributes, so a test answers them with real
 clicks. A refusal (a shipped name, nothing to save) is one sentence in ``note``.
@@ -13,6 +14,7 @@ clicks. A refusal (a shipped name, nothing to save) is one sentence in ``note``.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QUndoCommand
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -67,7 +69,7 @@ class DeliveryButtons(QWidget):
         self.save_btn.setObjectName("saveDelivery")
         self.save_btn.setToolTip(
             "Save the canvas, placement, rate, codec, quality, loudness, timecode and captions set here "
-            "as a delivery of your own (studio delivery list shows it)"
+            "as a delivery of your own (it joins the Delivery list)"
         )
         self.remove_btn = QPushButton("Remove delivery")
         self.remove_btn.setObjectName("removeDelivery")
@@ -84,6 +86,7 @@ class DeliveryButtons(QWidget):
         box.setContentsMargins(0, 0, 0, 0)
         box.addLayout(row)
         box.addWidget(self.note)
+        self.history = None  # the window's undo history (studio.ui.undo.History); None: removals are final
         self.name_box: QInputDialog | None = None
         self.clash_box: QMessageBox | None = None
         self.remove_box: QMessageBox | None = None
@@ -109,6 +112,9 @@ class DeliveryButtons(QWidget):
         return key if key and key in user_deliveries() else None
 
     def say(self, text: str) -> None:
+        from studio.ui.words import window_words
+
+        text = window_words(text)
         self.note.setText(text)
         self.note.setToolTip(text)
         self.note.setVisible(bool(text))
@@ -134,7 +140,7 @@ class DeliveryButtons(QWidget):
         box = QInputDialog(self.window())
         box.setObjectName("deliveryNameBox")
         box.setWindowTitle("Save as delivery")
-        box.setLabelText("Name of the delivery:\n" + ", ".join(f"{k} {v}" for k, v in values.items()))
+        box.setLabelText("Name of the delivery:\n" + self._listed(values))
         box.setTextValue(self._users_delivery() or "")
         box.textValueSelected.connect(self._named)
         self.name_box = box
@@ -170,7 +176,12 @@ class DeliveryButtons(QWidget):
         refresh_choices(self.combo)
         self.session.set("delivery", d.name)  # chosen: it sets what is on screen already
         self.remove_btn.setEnabled(True)
-        self.say(f"Saved delivery “{d.name}”: {', '.join(f'{k} {v}' for k, v in d.settings.items())}.")
+        self.say(f"Saved delivery “{d.name}”: {self._listed(d.settings)}.")
+
+    def _listed(self, values: dict) -> str:
+        """ "Canvas 1080x1080, CRF 18, OTIO timeline on": the settings in the window's words."""
+        s = self.session
+        return ", ".join(f"{s.label(k)} {s.describe(k, v)}" for k, v in values.items())
 
     # ---- remove -------------------------------------------------------------------------------
 
@@ -182,14 +193,56 @@ class DeliveryButtons(QWidget):
         self.remove_box = self._ask("Remove delivery", f"Remove your delivery “{key}”?", lambda: self._remove(key))
 
     def _remove(self, key: str) -> None:
+        command = RemoveDelivery(self, key)
+        if self.history is not None:
+            self.history.push_command(command)
+        else:
+            command.redo()
+
+
+class RemoveDelivery(QUndoCommand):
+    """Remove the user's delivery ``key`` (its file's text is kept); undo writes it back and chooses it
+    again, as it was. The choice of "no delivery" that the removal makes is part of this one step."""
+
+    def __init__(self, row: DeliveryButtons, key: str):
+        super().__init__(f"Remove delivery “{key}”")
+        self.row, self.key = row, key
+        self.saved: bytes | None = None
+        self.chosen = row.session.value("delivery")
+
+    def redo(self) -> None:
         from studio.core.errors import InputError
         from studio.core.store import deliveries
 
         try:
-            deliveries.remove(key)
-        except (InputError, OSError) as exc:
-            self.say(f"The delivery was not removed: {exc}.")
+            data = deliveries.user_path(self.key).read_bytes()
+            deliveries.remove(self.key)
+        except (InputError, OSError) as exc:  # nothing removed: no undo step either
+            self.row.say(f"The delivery was not removed: {exc}.")
+            self.setObsolete(True)
             return
-        self.session.set("delivery", "")
-        refresh_choices(self.combo)
-        self.say(f"Removed delivery “{key}”.")
+        self.saved = data
+        with self.row.session.quiet():
+            self.row.session.set("delivery", "")
+        refresh_choices(self.row.combo)
+        self.row.remove_btn.setEnabled(False)
+        self.row.say(f"Removed delivery “{self.key}”; Edit > Undo (Ctrl+Z) brings it back.")
+
+    def undo(self) -> None:
+        from studio.core.errors import InputError
+        from studio.core.store import deliveries
+        from studio.core.store.fsutil import atomic_write_bytes
+
+        if self.saved is None:
+            return
+        try:
+            atomic_write_bytes(deliveries.user_path(self.key), self.saved)
+        except (InputError, OSError) as exc:
+            self.row.say(f"The delivery could not be put back: {exc}.")
+            return
+        self.saved = None
+        refresh_choices(self.row.combo)
+        with self.row.session.quiet():
+            self.row.session.set("delivery", self.chosen or self.key)
+        self.row.remove_btn.setEnabled(True)
+        self.row.say(f"Delivery “{self.key}” is back.")

@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QPlainTextEdit,
     QProgressDialog,
     QPushButton,
     QSpinBox,
@@ -114,7 +113,7 @@ class LibraryPanel(FileDrops, QWidget):
         self.avatars.setObjectName("avatarList")
         self.avatars.setIconSize(QSize(THUMB, THUMB))
         self.avatars.setSpacing(2)
-        self.avatars.setMinimumHeight(100)
+        self.avatars.setMinimumHeight(2 * (THUMB + 14) + 6)  # two avatars in sight, never 1.3
         self.avatars.currentItemChanged.connect(self._avatar_changed)
         self.avatars.itemSelectionChanged.connect(self.selectionChanged)
         self.import_avatar_btn = QPushButton(QIcon(icon_path("import")), "Import photo or video…")
@@ -167,17 +166,13 @@ class LibraryPanel(FileDrops, QWidget):
         self.import_audio_btn.clicked.connect(self.import_audio_dialog)
         self.remove_script_btn = QPushButton("Remove")
         self.remove_script_btn.clicked.connect(self.remove_selected_scripts)
-        self.text = QPlainTextEdit()
-        self.text.setPlaceholderText("Script text (optional). Type a text and press Speak to make a voice-over.")
-        self.text.setMaximumHeight(70)
-        self.speak_btn = QPushButton(QIcon(icon_path("speak")), "Speak this text")
-        from studio.ui.speech import available as tts_available
+        from studio.ui.speech import SpeechBox
 
-        self.speak_btn.setVisible(tts_available())
-        self.speak_btn.clicked.connect(self._speak)
-        sc_box = _list_box(
-            "Voice-overs", self.scripts, self.import_audio_btn, self.remove_script_btn, self.text, self.speak_btn
-        )
+        self.speech = SpeechBox()  # the script text, the new voice-over's name, Speak this text
+        self.speech.spoken.connect(self._spoken)
+        self.speech.error.connect(self.error)
+        self.text, self.speak_btn = self.speech.text, self.speech.speak_btn
+        sc_box = _list_box("Voice-overs", self.scripts, self.import_audio_btn, self.remove_script_btn, self.speech)
 
         box = QVBoxLayout(self)
         box.setContentsMargins(6, 6, 6, 6)
@@ -420,7 +415,7 @@ class LibraryPanel(FileDrops, QWidget):
     def _script_changed(self, *_):
         path = self.script
         self.settings.setValue("library/selected_script", path)
-        self.text.setPlainText(self._script_text(path) if path else "")
+        self.speech.show_text(self._script_text(path) if path else "")
         self.scriptSelected.emit(path)
 
     def _script_text(self, path: str) -> str:
@@ -528,19 +523,10 @@ class LibraryPanel(FileDrops, QWidget):
         else:
             self.import_avatar(str(source), name=name, force=True)
 
-    def _speak(self) -> None:
-        from studio.ui.speech import speak
-
-        text = self.text.toPlainText().strip()
-        if not text:
-            self.error.emit("type the script text first, then press Speak")
-            return
-
-        def done(path) -> None:
-            self.settings.setValue(f"library/text/{_key(str(path))}", text)
-            self.add_script(str(path))
-
-        run_in_background(speak, text, on_done=done, on_error=self.error.emit)
+    def _spoken(self, path: str, text: str) -> None:
+        """A voice-over spoken from the script box joins the list (its text kept beside it)."""
+        self.settings.setValue(f"library/text/{_key(path)}", text)
+        self.add_script(path)
 
 
 def _selected(lst: QListWidget) -> list[str]:

@@ -89,6 +89,7 @@ class RenderPanel(QWidget):
             alias = {"compile": "compile_box", "check": "check_box"}.get(spec.name, spec.name)
             if not hasattr(self, alias):
                 setattr(self, alias, self.fields[spec.name])
+        self.crf_tip = self.fields["crf"].toolTip()  # its help, in the window's words (ProRes: another)
 
         self.target = _combo(
             [TARGETS["local"], TARGETS["farm"], TARGETS["server"]],  # "All GPUs here": set_gpus
@@ -256,6 +257,9 @@ class RenderPanel(QWidget):
         except StudioError:  # a setting being typed, an avatar gone: said where it is used
             text = ""
         if text:
+            from studio.ui.words import window_words
+
+            text = window_words(text)  # the fields' names, not flags
             text = text[:1].upper() + text[1:] + "."
         self.resolution_note.setText(text)
         self.resolution_note.setToolTip(text)
@@ -298,9 +302,7 @@ class RenderPanel(QWidget):
         elif key == "codec":  # ProRes and DNxHR have a fixed quality: no CRF to set
             self.crf.setEnabled(s.crf_applies)
             self.crf.setToolTip(
-                self.fields.specs["crf"].help.capitalize()
-                if s.crf_applies
-                else f"{s.value('codec')} has a fixed quality: CRF does not apply"
+                self.crf_tip if s.crf_applies else f"{s.value('codec')} has a fixed quality: CRF does not apply"
             )
         if key != "range":
             self._update_output_label()
@@ -379,7 +381,9 @@ class RenderPanel(QWidget):
         self.stage_label.setObjectName("dim")
         self.engine_label = ElidedLabel("")  # one line; the tooltip has all of it
         self.engine_label.setObjectName("dim")
-        self.fps_plot = pg.PlotWidget()
+        from studio.ui.plot_axes import ReadableAxis
+
+        self.fps_plot = pg.PlotWidget(axisItems={"left": ReadableAxis("left")})  # labels thinned to fit
         self.fps_plot.setBackground("#16181d")
         self.fps_plot.setFixedHeight(96)
         self.fps_plot.setMenuEnabled(False)
@@ -490,6 +494,9 @@ class RenderPanel(QWidget):
         self.progress_bar.setFormat(f"{p.done} / {p.total} frames  ({percent(p.done, p.total)} %)")
 
     def stop(self, message: str, output: str | None = None, detail: str = "") -> None:
+        from studio.ui.words import window_words
+
+        message = window_words(message)
         self.tick()
         self.fps_timer.stop()
         self.set_running(False)

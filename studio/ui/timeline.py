@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from studio.core.media.timecode import JUMP_HELP, parse_jump, timecode
 from studio.ui.model import EditorSession, session_attr, session_value
+from studio.ui.plot_axes import ReadableAxis
 from studio.ui.threshold import RMS_FLOOR, THRESHOLD_DECIMALS, LogSpinBox, ThresholdLine, exact_threshold
 from studio.ui.timeline_markers import TimelineMarkers
 from studio.ui.widgets import ElidedLabel
@@ -80,8 +81,9 @@ class TimelineView(TimelineMarkers):
         self.plots.setBackground("#16181d")
         self.plots.setAcceptDrops(False)  # dropped files go to the window, not the scene
         self.plots.viewport().setAcceptDrops(False)
-        self.wave_plot = self.plots.addPlot(row=0, col=0)
-        self.rms_plot = self.plots.addPlot(row=1, col=0)
+        # axes that thin their labels to what fits: no overprint at any splitter position
+        self.wave_plot = self.plots.addPlot(row=0, col=0, axisItems={"left": ReadableAxis("left")})
+        self.rms_plot = self.plots.addPlot(row=1, col=0, axisItems={"left": ReadableAxis("left")})
         self.plots.ci.layout.setRowStretchFactor(0, 1)  # as tall as each other: the RMS plot is
         self.plots.ci.layout.setRowStretchFactor(1, 1)  # where the threshold is dragged
         for p in (self.wave_plot, self.rms_plot):

@@ -65,17 +65,20 @@ class WindowState(QMainWindow):
             self.library.select_script(script)
 
     TIMELINE_HEIGHT = 400  # two rows of fields and two plots of about 130 px each with the time axis
+    PREVIEW_SHARE = 0.42  # the picture keeps at least this share of the centre (issue 52: 40 %)
 
     def timeline_room(self) -> None:
-        """Split the centre so the timeline has ``TIMELINE_HEIGHT`` (the preview at least 120 px, the
-        timeline never less than 45 %): its plots stay readable on a 1600x900 or 1280x720 screen."""
+        """Split the centre between the preview and the timeline: the timeline gets ``TIMELINE_HEIGHT``
+        where the centre is tall, the preview never less than ``PREVIEW_SHARE`` of it (on a 1600x900 or
+        1280x720 screen the plots are shorter, their axes thinned to what fits: ``plot_axes``)."""
         total = sum(self.splitter.sizes())
         if total <= 0 or not self.isVisible():  # not laid out yet: once it is shown (for 10 s at most)
             self._room_tries = getattr(self, "_room_tries", 0) + 1
             if self._room_tries < 200:
                 QTimer.singleShot(50, self, self.timeline_room)
             return
-        want = min(max(self.TIMELINE_HEIGHT, int(total * 0.45)), total - 120)
+        want = min(self.TIMELINE_HEIGHT, total - max(120, int(total * self.PREVIEW_SHARE + 0.5)))
+        want = max(want, self.timeline.minimumHeight())
         self.splitter.setSizes([total - want, want])
 
     DEFAULT_SIZE = (1480, 980)

@@ -106,4 +106,19 @@ def test_save_as_delivery_asks_a_name_lists_it_at_once_and_remove_takes_it_away(
     assert not (folder / "promo-square.json").exists() and "promo-square" not in all_deliveries()
     assert combo.findText("promo square") < 0 and window.session.value("delivery") == ""
     assert combo.currentText() == "None"
-    assert not row.remove_btn.isEnabled() and row.note.text() == "Removed delivery “promo-square”."
+    assert not row.remove_btn.isEnabled() and row.note.text().startswith("Removed delivery “promo-square”")
+    before_undo = window.undo_stack.count()
+
+    # Edit > Undo (Ctrl+Z) brings it back as it was, chosen again; Redo removes it again
+    focus_window(window, qtbot)
+    window.timeline.plots.setFocus()
+    qtbot.keyClick(window, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: (folder / "promo-square.json").is_file(), timeout=QUICK)
+    assert json.loads((folder / "promo-square.json").read_text())["settings"] == {"canvas": "1080x1080", "crf": 21}
+    assert "promo-square" in all_deliveries() and combo.findText("promo square") >= 0
+    assert window.session.value("delivery") == "promo-square" and row.remove_btn.isEnabled()
+    assert combo.currentText() == "promo square"  # chosen again, shown by its name
+    assert "back" in row.note.text() and window.undo_stack.count() == before_undo  # one step, not two
+    qtbot.keyClick(window, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: not (folder / "promo-square.json").exists(), timeout=QUICK)
+    assert window.session.value("delivery") == "" and combo.findText("promo square") < 0

@@ -109,7 +109,8 @@ def test_a_range_keeps_its_time_across_an_avatar_switch_a_delivery_and_undo(wind
     note = panel.resolution_note
     assert note.isVisible() and note.text().startswith("The social-vertical delivery needs the 512x512 avatar")
     assert window.render() is None
-    assert "max_upscale=" in window.banner_text.text() and "fit=fit" in window.banner_text.text()
+    banner = window.banner_text.text()  # in the window's words: its fields, no flags
+    assert "(Max upscale 3.8)" in banner and "(Placement fit)" in banner and "--" not in banner
     assert window.store.list() == []
 
     # Placement set back to fit after the delivery: it wins (a value at its default, set on purpose)

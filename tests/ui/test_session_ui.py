@@ -172,8 +172,9 @@ def test_a_rate_change_shows_the_new_frame_not_the_old_caption(window, qtbot, tm
     qtbot.waitUntil(lambda: "· frame 50 ·" in window.preview.caption.text(), timeout=SLOW)
     with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         choose(qtbot, window.render_panel.fields["fps"], "30")
-    qtbot.waitUntil(lambda: window.preview.caption.text().startswith("00:00:00:00 · frame 0 ·"), timeout=SLOW)
-    assert window.session.grid_rate == 30 and window.timeline.frames == 120
+    # the playhead keeps its moment (2 s), counted on the new grid: frame 60 at 30 fps (issue 52)
+    qtbot.waitUntil(lambda: window.preview.caption.text().startswith("00:00:02:00 · frame 60 ·"), timeout=SLOW)
+    assert window.session.grid_rate == 30 and window.timeline.frames == 120 and window.timeline.frame == 60
 
 
 def _video_25fps(path: Path, seconds: int) -> Path:

@@ -227,7 +227,7 @@ def test_first_render_scrub_progress_queue_download(browser, server, clip):
         # the queue: download the video (the server's bytes), two more jobs, cancel the waiting one, retry it
         row = page.get_by_test_id("job-1")
         with page.expect_download() as dl:
-            t.click(row.get_by_role("button", name="Download job 1's video"))
+            t.click(row.get_by_role("link", name="Download job 1's video"))
         assert dl.value.suggested_filename == job["output"]
         assert open(dl.value.path(), "rb").read() == httpx.get(f"{server.url}/v1/renders/1/video").content
         t.click(page.get_by_role("button", name="Back to the frame"))
@@ -271,8 +271,11 @@ def test_every_api_error_is_its_one_sentence(browser, server, clip, tmp_path):
         assert t.message() == "'empty.wav' is empty (0 bytes); send the file itself"
 
         # a value out of the schema's range is the server's 422, word for word
-        t.upload("Add photo or video…", DEMO_AVATAR)
-        name = page.locator(".item.selected strong").inner_text(timeout=60_000)
+        t.upload("Add photo or video…", DEMO_AVATAR)  # the same file again: its avatar is offered, no copy made
+        page.get_by_test_id("duplicate").wait_for(timeout=60_000)
+        t.click(page.get_by_role("button", name="Use astronaut"))
+        name = page.locator(".item.selected strong").inner_text()
+        assert name == "astronaut"
         t.upload("Add voice-over…", clip)
         page.locator(".item.selected", has_text="take1.wav").wait_for()
         page.get_by_label("CRF").fill("99")
@@ -333,7 +336,15 @@ def test_labels_focus_keyboard_and_the_settings_from_the_schema(browser, server)
         form = httpx.get(f"{server.url}/openapi.json").json()["components"]["schemas"]["RenderForm"]["properties"]
         settings = {k: p for k, p in form.items() if "x-group" in p}
         shown = page.evaluate("() => [...document.querySelectorAll('.settings [name]')].map((el) => el.name)")
-        assert shown == list(settings)
+        assert sorted(shown) == sorted(settings)  # every setting, the output group first, the engine's last
+        assert shown[0] == "delivery" and shown.index("canvas") < shown.index("crf") < shown.index("engine")
+        advanced = page.locator("details", has=page.locator("#setting-engine"))
+        assert (
+            advanced.locator("summary").inner_text() == "Advanced (engine)" and advanced.get_attribute("open") is None
+        )
+        assert page.locator("#setting-delivery option").all_inner_texts()[1:] == settings["delivery"]["pattern"][
+            3:-2
+        ].split("|")
         codec = page.locator("#setting-codec")
         assert codec.locator("option").all_inner_texts() == settings["codec"]["enum"]
         assert page.locator("#setting-crf-help").inner_text().startswith(settings["crf"]["description"])
@@ -364,7 +375,7 @@ def test_labels_focus_keyboard_and_the_settings_from_the_schema(browser, server)
         if first.count():
             first.focus()
             page.keyboard.press("Enter")
-            assert first.get_attribute("aria-selected") == "true"
+            assert first.get_attribute("aria-pressed") == "true"
         assert t.errors == []
     finally:
         t.close()

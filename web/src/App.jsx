@@ -1,7 +1,8 @@
 // The studio in a browser: library, timeline (waveform, silence, scrub, in/out), settings, queue.
-import { useCallback, useEffect, useState } from 'preact/hooks';
-import { access, ApiError, getJson, getToken, newKey, onUnauthorized, postForm, setToken } from './api.js';
-import { changedSettings, loadSettings } from './schema.js';
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { access, ApiError, closeSession, getJson, getToken, newKey, onUnauthorized, openSession, postForm, setToken } from './api.js';
+import { changedSettings, fieldOf, loadSettings, uiChanges } from './schema.js';
+import { formatRoute, parseRoute, restoreSettings } from './route.js';
 import { Library } from './Library.jsx';
 import { Timeline } from './Timeline.jsx';
 import { Viewer } from './Viewer.jsx';
@@ -24,6 +25,8 @@ export function App() {
   const [queueTick, setQueueTick] = useState(0);
   const [busy, setBusy] = useState('');
   const [tokenError, setTokenError] = useState('');
+  const [fieldErrors, setFieldErrors] = useState({}); // setting name -> the server's sentence
+  const wanted = useRef(parseRoute(location.hash)); // what the URL asked for, until it is restored
 
   const say = useCallback((err) => {
     if (err && err.name === 'AbortError') return;
@@ -48,10 +51,14 @@ export function App() {
     }
     setMode(m);
     try {
-      const [h, s] = await Promise.all([getJson('/v1/health'), loadSettings()]);
+      const [h, s] = await Promise.all([getJson('/v1/health'), loadSettings(), openSession()]);
       setHealth(h);
+      const route = wanted.current;
+      setValues(restoreSettings(s, Object.fromEntries(s.map((x) => [x.name, x.default])), route.settings));
       setSpecs(s);
-      setValues(Object.fromEntries(s.map((x) => [x.name, x.default])));
+      setRange({ in: route.in, out: route.out });
+      setFollowed(route.job);
+      if (route.voice) chooseVoice({ id: route.voice }, true);
     } catch (e) {
       say(e);
     }
@@ -88,10 +95,55 @@ export function App() {
     return () => (clearTimeout(timer), ctl.abort());
   }, [voice, avatar, fps, threshold, minSilence, specs, say]);
 
+  // the voice-over's analysis (duration, silences) by its id: a pick in the library or the URL
+  const chooseVoice = useCallback(
+    async (row, restoring = false) => {
+      try {
+        const a = await getJson(`/v1/audio/${row.id}`);
+        setVoice(a);
+        if (!restoring) {
+          setRange({ in: null, out: null });
+          setFrame(0);
+        }
+      } catch (e) {
+        say(e);
+      }
+    },
+    [say],
+  );
+
+  // the URL follows the view: a new job pushes a history entry (back returns), the rest replaces it
+  const shownJob = useRef(undefined);
   useEffect(() => {
-    setRange({ in: null, out: null });
-    setFrame(0);
-  }, [voice]);
+    if (!specs) return;
+    const hash = formatRoute({
+      job: followed,
+      avatar: avatar ? avatar.name : wanted.current.avatar,
+      voice: voice ? voice.id : wanted.current.voice,
+      in: range.in,
+      out: range.out,
+      settings: uiChanges(specs, values),
+    });
+    if (hash === location.hash) return;
+    if (shownJob.current !== undefined && shownJob.current !== followed) history.pushState(null, '', hash);
+    else history.replaceState(null, '', hash);
+    shownJob.current = followed;
+  }, [specs, followed, avatar, voice, range, values]);
+
+  useEffect(() => {
+    const back = () => {
+      const r = parseRoute(location.hash);
+      wanted.current = r;
+      shownJob.current = r.job;
+      setFollowed(r.job);
+      setRange({ in: r.in, out: r.out });
+      if (specs) setValues(restoreSettings(specs, Object.fromEntries(specs.map((x) => [x.name, x.default])), r.settings));
+      if (r.voice && (!voice || voice.id !== r.voice)) chooseVoice({ id: r.voice }, true);
+      if (r.avatar && (!avatar || avatar.name !== r.avatar)) setAvatar(null); // the library picks it again
+    };
+    addEventListener('popstate', back);
+    return () => removeEventListener('popstate', back);
+  }, [specs, voice, avatar, chooseVoice]);
 
   const readOnly = mode === 'read';
   const canRender = !readOnly && avatar && voice && specs;
@@ -107,10 +159,16 @@ export function App() {
       if (range.in !== null) fields.frame_start = range.in;
       if (range.out !== null) fields.frame_end = range.out + 1;
       const job = await postForm('/v1/renders', fields, { 'Idempotency-Key': newKey() });
+      setFieldErrors({});
       if (follow) setFollowed(job.id);
       info(follow ? `Rendering job ${job.id}` : `Job ${job.id} added to the queue (position ${job.position ?? '–'})`);
       setQueueTick((t) => t + 1);
     } catch (e) {
+      const field = e instanceof ApiError && specs ? fieldOf(e.message, specs) : null;
+      if (field) {
+        setFieldErrors({ [field]: e.message });
+        document.getElementById(`setting-${field}`)?.focus();
+      }
       say(e);
     } finally {
       setBusy('');
@@ -159,7 +217,8 @@ export function App() {
           <button
             type="button"
             class="link"
-            onClick={() => {
+            onClick={async () => {
+              await closeSession();
               setToken('');
               location.reload();
             }}
@@ -184,14 +243,16 @@ export function App() {
             readOnly={readOnly}
             avatar={avatar}
             voice={voice}
+            wantAvatar={wanted.current.avatar}
             onAvatar={setAvatar}
-            onVoice={setVoice}
+            onVoice={(row) => chooseVoice(row)}
             onError={say}
             onInfo={info}
             threshold={values.threshold}
             minSilence={values.min_silence}
           />
           <Queue
+            onOnline={() => setMessage((m) => (m && m.text.startsWith('the server cannot be reached') ? null : m))}
             tick={queueTick}
             readOnly={readOnly}
             followed={followed}
@@ -216,6 +277,8 @@ export function App() {
               else say(new Error(`Job ${j.id} ${j.state}${j.reason ? `: ${j.reason}` : ''}`));
             }}
             onCloseJob={() => setFollowed(null)}
+            onFollow={setFollowed}
+            onInfo={info}
             onError={say}
           />
           <Timeline
@@ -240,9 +303,21 @@ export function App() {
             </button>
           </div>
           {!readOnly && !canRender && <p class="hint">Choose an avatar and a voice-over to render.</p>}
-          {specs && <Settings specs={specs} values={values} onChange={setValues} disabled={readOnly} />}
+          {specs && (
+            <Settings
+              specs={specs}
+              values={values}
+              errors={fieldErrors}
+              onChange={(fn) => {
+                setValues(fn);
+                setFieldErrors({}); // an error goes once its field (or any) changes
+              }}
+              disabled={readOnly}
+            />
+          )}
         </aside>
       </main>
     </div>
   );
 }
+

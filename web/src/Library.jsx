@@ -1,9 +1,8 @@
 // The library: avatars (the server's) and voice-overs (uploaded or spoken in this tab).
 import { useEffect, useState } from 'preact/hooks';
-import { blobUrl, getJson, newKey, postForm } from './api.js';
+import { ApiError, getFresh, newKey, postForm, sendJson } from './api.js';
+import { loadVoices } from './schema.js';
 import { duration } from './timecode.js';
-
-const VOICES_KEY = 'studio.voiceovers';
 
 function nameFor(file, taken) {
   const stem = file.name.replace(/\.[^.]*$/, '').replace(/[^A-Za-z0-9._-]+/g, '-').replace(/^[-.]+|-+$/g, '');
@@ -14,37 +13,71 @@ function nameFor(file, taken) {
 }
 
 function Thumb({ avatar }) {
-  const [src, setSrc] = useState(null);
-  useEffect(() => {
-    if (!avatar.thumbnail) return undefined;
-    const ctl = new AbortController();
-    let url;
-    blobUrl(avatar.thumbnail, ctl.signal).then((u) => setSrc((url = u)), () => {});
-    return () => (ctl.abort(), url && URL.revokeObjectURL(url));
-  }, [avatar.thumbnail, avatar.size_bytes]);
-  return src ? <img src={src} alt="" width="48" height="48" /> : <span class="thumb-empty" aria-hidden="true" />;
+  // by URL: the media cookie lets the browser fetch it (and cache it)
+  return avatar.thumbnail ? (
+    <img src={`${avatar.thumbnail}?v=${avatar.size_bytes || 0}`} alt="" width="48" height="48" />
+  ) : (
+    <span class="thumb-empty" aria-hidden="true" />
+  );
 }
 
-export function Library({ readOnly, avatar, voice, onAvatar, onVoice, onError, onInfo, threshold, minSilence }) {
+export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice, onError, onInfo, threshold, minSilence }) {
   const [avatars, setAvatars] = useState([]);
-  const [voices, setVoices] = useState(() => JSON.parse(sessionStorage.getItem(VOICES_KEY) || '[]'));
+  const [voices, setVoices] = useState([]); // the server's (GET /v1/audio): every tab and browser sees them
+  const [choices, setChoices] = useState([]);
   const [busy, setBusy] = useState('');
   const [text, setText] = useState('');
   const [lang, setLang] = useState('');
+  const [offer, setOffer] = useState(null); // an avatar already made from the same file
 
   const refresh = () =>
-    getJson('/v1/avatars').then(
-      (r) => setAvatars(r.avatars),
+    getFresh('/v1/avatars').then(
+      (r) => {
+        setAvatars(r.avatars);
+        return r.avatars;
+      },
+      (e) => onError(e),
+    );
+  const refreshVoices = () =>
+    getFresh('/v1/audio').then(
+      (r) => setVoices(r.voiceovers),
       (e) => onError(e),
     );
   useEffect(() => {
-    refresh();
-  }, []);
-  useEffect(() => sessionStorage.setItem(VOICES_KEY, JSON.stringify(voices)), [voices]);
+    refresh().then((list) => {
+      const a = list && wantAvatar && list.find((x) => x.name === wantAvatar);
+      if (a && !avatar) onAvatar(a); // restored from the URL
+    });
+    refreshVoices();
+    loadVoices().then(setChoices, () => {});
+  }, [wantAvatar]);
 
   function keepVoice(a) {
-    setVoices((vs) => [a, ...vs.filter((v) => v.id !== a.id)]);
+    refreshVoices();
     onVoice(a);
+  }
+
+  async function renameVoice(v) {
+    const name = prompt(`A new name for ${v.filename}`, v.filename);
+    if (!name || name === v.filename) return;
+    try {
+      await sendJson(`/v1/audio/${v.id}`, 'PATCH', { filename: name });
+      await refreshVoices();
+      onInfo(`Voice-over renamed ${name}`);
+    } catch (e) {
+      onError(e);
+    }
+  }
+
+  async function removeVoice(v) {
+    if (!confirm(`Remove the voice-over ${v.filename} from the server?`)) return;
+    try {
+      await sendJson(`/v1/audio/${v.id}`, 'DELETE');
+      await refreshVoices();
+      onInfo(`Voice-over ${v.filename} removed`);
+    } catch (e) {
+      onError(e);
+    }
   }
 
   async function addAvatar(e) {
@@ -60,6 +93,8 @@ export function Library({ readOnly, avatar, voice, onAvatar, onVoice, onError, o
       onAvatar(a);
       onInfo(`Avatar ${a.name} added`);
     } catch (err) {
+      const same = err instanceof ApiError && err.status === 409 && /already avatar '([^']+)'/.exec(err.message);
+      if (same) setOffer(same[1]);
       onError(err);
     } finally {
       setBusy('');
@@ -98,13 +133,27 @@ export function Library({ readOnly, avatar, voice, onAvatar, onVoice, onError, o
   return (
     <section class="library" aria-label="Library">
       <h2>Avatars</h2>
-      <ul class="pick" role="listbox" aria-label="Avatars">
+      {offer && (
+        <p class="hint" data-testid="duplicate">
+          This file is already the avatar <strong>{offer}</strong>.{' '}
+          <button
+            type="button"
+            onClick={() => {
+              const a = avatars.find((x) => x.name === offer);
+              if (a) onAvatar(a);
+              setOffer(null);
+            }}
+          >
+            Use {offer}
+          </button>
+        </p>
+      )}
+      <ul class="pick" aria-label="Avatars">
         {avatars.map((a) => (
           <li key={a.name}>
             <button
               type="button"
-              role="option"
-              aria-selected={avatar?.name === a.name}
+              aria-pressed={avatar?.name === a.name}
               class={avatar?.name === a.name ? 'item selected' : 'item'}
               disabled={a.damaged}
               title={a.damaged ? a.problem : undefined}
@@ -130,27 +179,39 @@ export function Library({ readOnly, avatar, voice, onAvatar, onVoice, onError, o
       )}
 
       <h2>Voice-overs</h2>
-      <ul class="pick" role="listbox" aria-label="Voice-overs">
+      <ul class="pick" aria-label="Voice-overs">
         {voices.map((v) => (
-          <li key={v.id}>
+          <li key={v.id} class="withtools">
             <button
               type="button"
-              role="option"
-              aria-selected={voice?.id === v.id}
+              aria-pressed={voice?.id === v.id}
               class={voice?.id === v.id ? 'item selected' : 'item'}
               onClick={() => onVoice(v)}
             >
               <span>
                 <strong>{v.filename}</strong>
                 <small>
-                  {duration(v.duration_s)}, {v.silent_percent}% silent
+                  {voice?.id === v.id ? `${duration(voice.duration_s)}, ${voice.silent_percent}% silent` : `${Math.round(v.bytes / 1024)} KB`}
                 </small>
               </span>
             </button>
+            {!readOnly && (
+              <span class="tools">
+                <button type="button" class="small" aria-label={`Rename ${v.filename}`} onClick={() => renameVoice(v)}>
+                  Rename
+                </button>
+                <button type="button" class="small" aria-label={`Remove ${v.filename}`} onClick={() => removeVoice(v)}>
+                  Remove
+                </button>
+              </span>
+            )}
           </li>
         ))}
-        {voices.length === 0 && <li class="muted small">None in this tab yet.</li>}
+        {voices.length === 0 && <li class="muted small">No voice-overs on the server yet.</li>}
       </ul>
+      {voice && (
+        <audio controls preload="metadata" src={`/v1/audio/${voice.id}/file`} aria-label={`Listen to ${voice.filename}`} data-testid="voice-audio" />
+      )}
       {!readOnly && (
         <>
           <label class={`button file ${busy === 'voice' ? 'busy' : ''}`}>
@@ -162,7 +223,14 @@ export function Library({ readOnly, avatar, voice, onAvatar, onVoice, onError, o
             <textarea id="speak-text" rows="3" value={text} onInput={(e) => setText(e.currentTarget.value)} />
             <div class="row">
               <label for="speak-voice">Voice</label>
-              <input id="speak-voice" value={lang} size="8" placeholder="joe" title="empty: the natural default voice (Piper joe); or an imported Piper voice, or espeak:en-gb" onInput={(e) => setLang(e.currentTarget.value)} />
+              <select id="speak-voice" value={lang} title="the natural default voice (Piper joe), an imported Piper voice, or espeak" onChange={(e) => setLang(e.currentTarget.value)}>
+                <option value="">default (joe)</option>
+                {choices.map((c) => (
+                  <option key={c} value={c}>
+                    {c}
+                  </option>
+                ))}
+              </select>
               <button type="submit" disabled={busy !== '' || !text.trim()}>
                 {busy === 'speak' ? 'Speaking…' : 'Speak'}
               </button>

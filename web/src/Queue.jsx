@@ -1,22 +1,10 @@
 // The queue (the server's, shared with the window and `studio queue`): cancel, retry, download, watch.
 import { useEffect, useState } from 'preact/hooks';
-import { call, getJson, newKey } from './api.js';
+import { call, follow, getFresh, newKey } from './api.js';
+import { backoff } from './route.js';
 import { duration } from './timecode.js';
 
 const FINAL = ['done', 'failed', 'cancelled', 'interrupted', 'expired'];
-
-/** The video, fetched with the token and saved under the job's output name. */
-export async function download(job) {
-  const res = await call(job.links.video);
-  const url = URL.createObjectURL(await res.blob());
-  const a = document.createElement('a');
-  a.href = url;
-  a.download = job.output || `render-${job.id}.mp4`;
-  document.body.appendChild(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 10_000);
-}
 
 /** `studio check`'s verdict on a finished render. */
 export function CheckVerdict({ check, why = false }) {
@@ -43,8 +31,8 @@ export function CheckVerdict({ check, why = false }) {
   );
 }
 
-function Row({ job, readOnly, followed, onFollow, act }) {
-  const live = job.live;
+function Row({ job, live: streamed, readOnly, followed, onFollow, act }) {
+  const live = streamed || job.live;
   const pct = Math.round((job.progress || 0) * 100);
   const check = job.result && job.result.check;
   return (
@@ -70,9 +58,9 @@ function Row({ job, readOnly, followed, onFollow, act }) {
           {job.state === 'done' ? 'Play' : 'Watch'}
         </button>
         {job.state === 'done' && (
-          <button type="button" onClick={() => act(() => download(job))} aria-label={`Download job ${job.id}'s video`}>
+          <a class="button" href={job.links.video} download={job.output || `render-${job.id}.mp4`} aria-label={`Download job ${job.id}'s video`}>
             Download
-          </button>
+          </a>
         )}
         {!readOnly && (job.state === 'queued' || job.state === 'running' || job.state === 'held') && (
           <button type="button" onClick={() => act(() => call(job.links.cancel, { method: 'DELETE' }), `Job ${job.id} cancelled`)} aria-label={`Cancel job ${job.id}`}>
@@ -82,7 +70,12 @@ function Row({ job, readOnly, followed, onFollow, act }) {
         {!readOnly && FINAL.includes(job.state) && (
           <button
             type="button"
-            onClick={() => act(() => call(job.links.retry, { method: 'POST', headers: { 'Idempotency-Key': newKey() } }), `Job ${job.id} queued again as a new job`)}
+            onClick={() =>
+              act(async () => {
+                const again = await (await call(job.links.retry, { method: 'POST', headers: { 'Idempotency-Key': newKey() } })).json();
+                onFollow(again.id); // the viewer follows the new job
+              }, `Job ${job.id} queued again as a new job`)
+            }
             aria-label={`Retry job ${job.id}`}
           >
             Retry
@@ -93,26 +86,54 @@ function Row({ job, readOnly, followed, onFollow, act }) {
   );
 }
 
-export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo }) {
+export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo, onOnline }) {
   const [jobs, setJobs] = useState([]);
+  const [live, setLive] = useState({}); // job id -> its latest progress event
   const [mine, setMine] = useState(0);
+  const [offline, setOffline] = useState(false);
+
+  // the list once, then again only when the event stream says a job changed (ETag: 304 if not)
   useEffect(() => {
-    let alive = true;
-    let timer;
-    let failing = false;
+    const ctl = new AbortController();
+    let again = false;
+    let loading = null;
     const load = async () => {
+      if (loading) return void (again = true); // one request at a time; the latest change is asked after
+      loading = getFresh('/v1/renders?limit=30', { signal: ctl.signal });
       try {
-        const page = await getJson('/v1/renders?limit=30');
-        if (alive) setJobs(page.renders);
-        failing = false;
-      } catch (e) {
-        if (alive && !failing) onError(e); // said once, then asked again every 5 s until it answers
-        failing = true;
+        const page = await loading;
+        setJobs(page.renders);
+      } finally {
+        loading = null;
+        if (again && !ctl.signal.aborted) ((again = false), load().catch(() => {}));
       }
-      if (alive) timer = setTimeout(load, failing ? 5000 : 1000);
     };
-    load();
-    return () => ((alive = false), clearTimeout(timer));
+    (async () => {
+      for (let attempt = 0; !ctl.signal.aborted; attempt += 1) {
+        try {
+          await load();
+          await follow(
+            '/v1/events',
+            (name, data) => {
+              if (name === 'hello') {
+                setOffline(false);
+                onOnline && onOnline();
+                attempt = 0;
+              } else if (name === 'progress') setLive((m) => ({ ...m, [data.id]: data }));
+              else if (name === 'state') load().catch(() => {});
+            },
+            ctl.signal,
+          );
+        } catch (e) {
+          if (e.name === 'AbortError') return;
+          if (e.status && e.status < 500) return onError(e);
+        }
+        if (ctl.signal.aborted) return;
+        setOffline(true); // the stream ended (the server stopped): ask again, 1 s, 2 s ... 15 s apart
+        await new Promise((r) => setTimeout(r, backoff(attempt)));
+      }
+    })();
+    return () => ctl.abort();
   }, [tick, mine]);
 
   async function act(fn, done) {
@@ -128,12 +149,17 @@ export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo }) {
   return (
     <section class="queue" aria-label="Queue">
       <h2>Queue</h2>
+      {offline && (
+        <p class="badge warn" role="status" data-testid="queue-offline">
+          The server cannot be reached; trying again…
+        </p>
+      )}
       {jobs.length === 0 ? (
         <p class="muted small">No renders yet.</p>
       ) : (
         <ul>
           {jobs.map((j) => (
-            <Row key={j.id} job={j} readOnly={readOnly} followed={followed === j.id} onFollow={onFollow} act={act} />
+            <Row key={j.id} job={j} live={j.state === 'running' ? live[j.id] : null} readOnly={readOnly} followed={followed === j.id} onFollow={onFollow} act={act} />
           ))}
         </ul>
       )}

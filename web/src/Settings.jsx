@@ -2,17 +2,46 @@
 // label, help, choices, range and default are the server's.
 const title = (group) => group.charAt(0).toUpperCase() + group.slice(1);
 
-function Field({ spec, value, onChange, disabled }) {
+// Presentation only: what a producer sets first (the output: delivery, picture, captions) in front,
+// the engine's internals behind "Advanced". The fields themselves are the server's.
+const PICTURE = ['fps', 'canvas', 'fit', 'scale', 'offset_x', 'offset_y', 'background', 'placement'];
+const ADVANCED = 'engine';
+const none = (spec) => spec.autoLabel || (spec.default === '' || spec.apiDefault === '' ? 'none' : 'auto');
+
+/** [{key, title, open, specs}]: the output group (with the picture settings) first, Advanced last. */
+export function sections(specs) {
+  const groupOf = (s) => (PICTURE.includes(s.name) ? 'output' : s.group);
+  const order = [...new Set(['output', ...specs.map(groupOf)])].filter((g) => g !== ADVANCED);
+  if (specs.some((s) => groupOf(s) === ADVANCED)) order.push(ADVANCED);
+  return order
+    .map((g) => ({
+      key: g,
+      title: g === ADVANCED ? 'Advanced (engine)' : title(g),
+      open: g !== ADVANCED,
+      specs: specs.filter((s) => groupOf(s) === g).sort((a, b) => (g === 'output' ? rank(a) - rank(b) : 0)),
+    }))
+    .filter((x) => x.specs.length);
+}
+const rank = (s) => (s.name === 'delivery' ? 0 : PICTURE.includes(s.name) ? 1 + PICTURE.indexOf(s.name) : 20);
+
+function Field({ spec, value, onChange, disabled, error }) {
   const id = `setting-${spec.name}`;
   const help = `${id}-help`;
-  const common = { id, name: spec.name, disabled, 'aria-describedby': help };
+  const err = `${id}-error`;
+  const common = {
+    id,
+    name: spec.name,
+    disabled,
+    'aria-describedby': error ? `${err} ${help}` : help,
+    'aria-invalid': error ? 'true' : undefined,
+  };
   let input;
   if (spec.type === 'boolean') {
     input = <input type="checkbox" {...common} checked={Boolean(value)} onChange={(e) => onChange(e.currentTarget.checked)} />;
   } else if (spec.choices) {
     input = (
       <select {...common} value={value ?? ''} onChange={(e) => onChange(e.currentTarget.value)}>
-        {spec.nullable && <option value="">{spec.autoLabel || 'auto'}</option>}
+        {spec.nullable && <option value="">{none(spec)}</option>}
         {spec.choices.map((c) => (
           <option key={c} value={c}>
             {c}
@@ -54,6 +83,11 @@ function Field({ spec, value, onChange, disabled }) {
     <div class={`field ${spec.type === 'boolean' ? 'check' : ''}`}>
       <label for={id}>{spec.label}</label>
       {input}
+      {error && (
+        <small id={err} class="error" data-testid={`error-${spec.name}`}>
+          {error}
+        </small>
+      )}
       <small id={help} class="help">
         {spec.help}
         {range}
@@ -62,20 +96,24 @@ function Field({ spec, value, onChange, disabled }) {
   );
 }
 
-export function Settings({ specs, values, onChange, disabled }) {
-  const groups = [...new Set(specs.map((s) => s.group))];
+export function Settings({ specs, values, onChange, disabled, errors = {} }) {
   return (
     <form class="settings" aria-label="Render settings" onSubmit={(e) => e.preventDefault()}>
-      {groups.map((g) => (
-        <details key={g} open={g !== 'engine'}>
-          <summary>{title(g)}</summary>
+      {sections(specs).map((g) => (
+        <details key={g.key} open={g.open || g.specs.some((s) => errors[s.name])}>
+          <summary>{g.title}</summary>
           <fieldset disabled={disabled}>
-            <legend class="sr-only">{title(g)}</legend>
-            {specs
-              .filter((s) => s.group === g)
-              .map((s) => (
-                <Field key={s.name} spec={s} value={values[s.name]} disabled={disabled} onChange={(v) => onChange((o) => ({ ...o, [s.name]: v }))} />
-              ))}
+            <legend class="sr-only">{g.title}</legend>
+            {g.specs.map((s) => (
+              <Field
+                key={s.name}
+                spec={s}
+                value={values[s.name]}
+                error={errors[s.name]}
+                disabled={disabled}
+                onChange={(v) => onChange((o) => ({ ...o, [s.name]: v }))}
+              />
+            ))}
           </fieldset>
         </details>
       ))}

@@ -1,9 +1,10 @@
 // The viewer: the exact frame under the playhead (GET /v1/frame), or the followed job: its live
 // preview, frames/s and ETA from the events stream, then its video and the lip-sync check.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { blobUrl, follow, getJson } from './api.js';
+import { blobUrl, follow, getJson, newKey, postForm, sendJson } from './api.js';
+import { backoff } from './route.js';
 import { duration, timecode } from './timecode.js';
-import { CheckVerdict, download } from './Queue.jsx';
+import { CheckVerdict } from './Queue.jsx';
 
 const FINAL = ['done', 'failed', 'cancelled', 'interrupted', 'expired'];
 
@@ -55,76 +56,121 @@ function useFrame(avatar, voice, wave, frame, specs, values, enabled, onError) {
   return enabled ? shown : null;
 }
 
-function FollowedJob({ id, onDone, onClose, onError }) {
+/** A job's side files (captions, OTIO, check report, its JSON): links the browser downloads itself. */
+export function SideFiles({ job }) {
+  if (!job || !job.files || job.files.length === 0) return null;
+  return (
+    <ul class="files" aria-label={`Job ${job.id}'s files`}>
+      {job.files.map((f) => (
+        <li key={f.name}>
+          <a href={f.url} download={f.name} data-testid={`file-${f.kind}`}>
+            {f.kind === 'job' ? 'Job JSON' : f.kind === 'check' ? 'Check report' : f.kind === 'otio' ? 'OTIO timeline' : f.kind === 'captions' ? 'Captions' : f.kind}
+          </a>
+        </li>
+      ))}
+    </ul>
+  );
+}
+
+/** What the server wants the user to know about a finished job (its result's notes and warnings). */
+export function notesOf(job) {
+  const r = (job && job.result) || {};
+  return [...(r.notes || []), ...(r.warnings || []), ...((job && job.warnings) || [])].filter((x) => typeof x === 'string' && x);
+}
+
+function FollowedJob({ id, readOnly, onDone, onClose, onFollow, onError, onInfo }) {
   const [job, setJob] = useState(null);
   const [live, setLive] = useState(null);
   const [preview, setPreview] = useState(null);
-  const [video, setVideo] = useState(null);
+  const [lost, setLost] = useState(false); // the stream dropped: reconnecting
   const previewBusy = useRef(false);
 
   useEffect(() => {
     const ctl = new AbortController();
     let told = false;
+    const pause = (ms) => new Promise((r) => setTimeout(r, ms));
     (async () => {
-      try {
-        setJob(await getJson(`/v1/renders/${id}`, { signal: ctl.signal }));
-        await follow(
-          `/v1/renders/${id}/events`,
-          (name, data) => {
-            if (name === 'progress') {
-              setLive(data);
-              if (data.preview && data.done < data.total && !previewBusy.current) {
-                previewBusy.current = true;
-                blobUrl(data.preview, ctl.signal)
-                  .then((src) => setPreview((old) => (old && URL.revokeObjectURL(old), src)))
-                  .catch(() => {}) // the job finished between the event and the fetch: no preview then
-                  .finally(() => (previewBusy.current = false));
-              }
-            } else if (name === 'state') {
-              setJob((j) => ({ ...(j || {}), ...data }));
+      for (let attempt = 0; !ctl.signal.aborted; attempt += 1) {
+        try {
+          const first = await getJson(`/v1/renders/${id}`, { signal: ctl.signal });
+          setJob(first);
+          setLost(false);
+          attempt = 0;
+          if (!FINAL.includes(first.state)) {
+            await follow(
+              `/v1/renders/${id}/events`,
+              (name, data) => {
+                if (name === 'progress') {
+                  setLive(data);
+                  if (data.preview && data.done < data.total && !previewBusy.current) {
+                    previewBusy.current = true;
+                    blobUrl(data.preview, ctl.signal)
+                      .then((src) => setPreview((old) => (old && URL.revokeObjectURL(old), src)))
+                      .catch(() => {}) // the job finished between the event and the fetch: no preview then
+                      .finally(() => (previewBusy.current = false));
+                  }
+                } else if (name === 'state') {
+                  setJob((j) => ({ ...(j || {}), ...data }));
+                }
+              },
+              ctl.signal,
+            );
+          }
+          // the final state: the whole job (result, check, files)
+          for (;;) {
+            const j = await getJson(`/v1/renders/${id}`, { signal: ctl.signal });
+            setJob(j);
+            if (!FINAL.includes(j.state)) break; // the stream ended early (a restart): follow again
+            if (!told) {
+              told = true;
+              onDone(j);
             }
-          },
-          ctl.signal,
-        );
-        // the final state: the whole job (result, check), then the video
-        for (;;) {
-          const j = await getJson(`/v1/renders/${id}`, { signal: ctl.signal });
-          setJob(j);
-          if (FINAL.includes(j.state) && !told) {
-            told = true;
-            if (j.state === 'done') setVideo((v) => v || 'loading');
-            onDone(j);
+            const check = j.result && j.result.check;
+            if (check && (check.state === 'pending' || check.state === 'running')) {
+              await pause(1500);
+              continue;
+            }
+            return;
           }
-          const check = j.result && j.result.check;
-          if (!FINAL.includes(j.state) || (check && (check.state === 'pending' || check.state === 'running'))) {
-            await new Promise((r) => setTimeout(r, 1500));
-            if (ctl.signal.aborted) return;
-            continue;
-          }
-          return;
+        } catch (e) {
+          if (e.name === 'AbortError') return;
+          if (e.status && e.status !== 0 && e.status < 500) return onError(e); // a refusal: said, not retried
+          setLost(true); // the server went away: ask again, 1 s, 2 s, 4 s ... 15 s apart
+          await pause(backoff(attempt));
         }
-      } catch (e) {
-        if (e.name !== 'AbortError') onError(e);
       }
     })();
     return () => ctl.abort();
   }, [id]);
 
-  useEffect(() => {
-    if (video !== 'loading') return undefined;
-    const ctl = new AbortController();
-    blobUrl(`/v1/renders/${id}/video`, ctl.signal).then(setVideo, (e) => e.name !== 'AbortError' && onError(e));
-    return () => ctl.abort();
-  }, [video, id]);
+  async function cancel() {
+    try {
+      setJob(await sendJson(`/v1/renders/${id}`, 'DELETE'));
+      onInfo(`Job ${id} cancelled`);
+    } catch (e) {
+      onError(e);
+    }
+  }
+
+  async function retry() {
+    try {
+      const again = await postForm(`/v1/renders/${id}/retry`, {}, { 'Idempotency-Key': newKey() });
+      onInfo(`Job ${id} queued again as job ${again.id}`);
+      onFollow(again.id); // the viewer follows the new job
+    } catch (e) {
+      onError(e);
+    }
+  }
 
   const state = job ? job.state : 'queued';
   const pct = live && live.total ? Math.round((100 * live.done) / live.total) : state === 'done' ? 100 : 0;
+  const notes = notesOf(job);
   return (
     <div class="followed" data-testid="followed">
       <div class="picture">
-        {video && video !== 'loading' ? (
-          <video src={video} controls autoplay muted playsInline data-testid="video" aria-label={`Job ${id}'s video`} />
-        ) : preview ? (
+        {state === 'done' && job && job.links ? (
+          <video src={job.links.video} controls autoplay playsInline preload="auto" data-testid="video" aria-label={`Job ${id}'s video`} />
+        ) : preview && state === 'running' ? (
           <img src={preview} alt={`Job ${id}: the latest preview frame`} data-testid="preview" />
         ) : (
           <div class="placeholder">{state === 'queued' ? `Job ${id} is waiting in the queue…` : `Job ${id}: ${state}`}</div>
@@ -135,28 +181,63 @@ function FollowedJob({ id, onDone, onClose, onError }) {
         <span class={`badge ${state}`} data-testid="followed-state">
           {state}
         </span>
-        <progress max="100" value={pct} aria-label={`Job ${id}'s progress`} />
+        {lost && (
+          <span class="badge warn" role="status" data-testid="reconnecting">
+            the server cannot be reached; trying again…
+          </span>
+        )}
+        {!FINAL.includes(state) && <progress max="100" value={pct} aria-label={`Job ${id}'s progress`} />}
         <span data-testid="progress" class="tc">
-          {live ? `${live.done}/${live.total} frames · ${live.fps.toFixed(1)} frames/s · ETA ${duration(live.eta_s)}` : `${pct}%`}
+          {live && !FINAL.includes(state) ? `${live.done}/${live.total} frames · ${live.fps.toFixed(1)} frames/s · ETA ${duration(live.eta_s)}` : `${pct}%`}
         </span>
         {job && job.reason && <span class="error">{job.reason}</span>}
         {job && job.result && job.result.check && <CheckVerdict check={job.result.check} why />}
-        {state === 'done' && (
-          <button type="button" onClick={() => download(job).catch(onError)}>
+        {state === 'done' && job && job.links && (
+          <a class="button" href={job.links.video} download={job.output || `render-${id}.mp4`}>
             Download
+          </a>
+        )}
+        {!readOnly && ['queued', 'running', 'held'].includes(state) && (
+          <button type="button" onClick={cancel}>
+            Cancel
+          </button>
+        )}
+        {!readOnly && FINAL.includes(state) && (
+          <button type="button" onClick={retry}>
+            Retry
           </button>
         )}
         <button type="button" class="link" onClick={onClose}>
           Back to the frame
         </button>
       </div>
+      {notes.length > 0 && (
+        <ul class="notes" data-testid="notes" aria-label={`What the server says about job ${id}`}>
+          {notes.map((n) => (
+            <li key={n}>{n}</li>
+          ))}
+        </ul>
+      )}
+      <SideFiles job={job} />
     </div>
   );
 }
 
-export function Viewer({ avatar, voice, wave, frame, specs, values, readOnly, followed, onFollowDone, onCloseJob, onError }) {
+export function Viewer({ avatar, voice, wave, frame, specs, values, readOnly, followed, onFollowDone, onCloseJob, onFollow, onError, onInfo }) {
   const shown = useFrame(avatar, voice, wave, frame, specs, values, !readOnly && !followed, onError);
-  if (followed) return <FollowedJob key={followed} id={followed} onDone={onFollowDone} onClose={onCloseJob} onError={onError} />;
+  if (followed)
+    return (
+      <FollowedJob
+        key={followed}
+        id={followed}
+        readOnly={readOnly}
+        onDone={onFollowDone}
+        onClose={onCloseJob}
+        onFollow={onFollow}
+        onError={onError}
+        onInfo={onInfo}
+      />
+    );
   const tc = wave ? wave.timecode : undefined;
   return (
     <div class="viewer">

@@ -57,6 +57,48 @@ export async function call(path, { method = 'GET', body, headers: extra, signal 
 
 export const getJson = async (path, opts) => (await call(path, opts)).json();
 
+const tagged = new Map(); // path -> {etag, body}: the lists asked again, answered 304 when unchanged
+
+/** GET JSON with If-None-Match: the server answers 304 (no body) when it did not change. */
+export async function getFresh(path, { signal } = {}) {
+  const known = tagged.get(path);
+  const extra = known ? { 'If-None-Match': known.etag } : {};
+  let res;
+  try {
+    res = await fetch(path, { headers: headers(extra), signal, cache: 'no-store' });
+  } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    throw new ApiError(0, 'the server cannot be reached; is studio serve still running?');
+  }
+  if (res.status === 304 && known) return known.body;
+  if (!res.ok) throw await failure(res);
+  const body = await res.json();
+  const etag = res.headers.get('ETag');
+  if (etag) tagged.set(path, { etag, body });
+  return body;
+}
+
+export const sendJson = (path, method, body) =>
+  call(path, { method, body: body === undefined ? undefined : JSON.stringify(body), headers: { 'Content-Type': 'application/json' } }).then((r) => r.json());
+
+let renewal = null;
+
+/**
+ * The media cookie (POST /v1/session): with it the browser fetches videos, side files, thumbnails
+ * and voice-overs by URL (HTTP Range: playback starts at once). HttpOnly and SameSite=Strict, good
+ * for GET only and for an hour; renewed every 30 minutes. The token never goes into a URL.
+ */
+export async function openSession() {
+  await call('/v1/session', { method: 'POST' });
+  clearTimeout(renewal);
+  renewal = setTimeout(() => openSession().catch(() => {}), 30 * 60 * 1000);
+}
+
+export async function closeSession() {
+  clearTimeout(renewal);
+  await call('/v1/session', { method: 'DELETE' }).catch(() => {});
+}
+
 export function postForm(path, fields, extra) {
   const form = new FormData();
   for (const [k, v] of Object.entries(fields)) {

@@ -2,13 +2,13 @@
 
 ``renders`` (``/generate``, ``/v1/renders``), ``avatars``, ``audio``, ``voiceover`` (the waveform and
 spoken text the web page uses), ``frames``, ``engines``, ``ops`` (health, readiness, metrics), ``farm``
-(the Ray farm of ``studio serve --farm``) and ``webhooks`` (a job's redelivery). The routes are thin:
+(the Ray farm of ``studio serve --farm``) ``webhooks`` (a job's redelivery) and ``session`` (the page's media cookie). The routes are thin:
 the work is the service's and the core's; they reach the shared state through the ``State``
 dependency (``studio.api.state``). A route's ``operationId`` is its function's name
 (``operation_id``), so no route states it again.
 """
 
-ROUTERS = ("ops", "farm", "engines", "avatars", "audio", "voiceover", "frames", "renders", "webhooks")
+ROUTERS = ("ops", "farm", "engines", "avatars", "audio", "voiceover", "frames", "renders", "webhooks", "session")
 
 
 def operation_id(route) -> str:

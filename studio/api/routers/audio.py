@@ -1,15 +1,19 @@
-"""``/v1/audio``: upload a voice-over once (renders and frames use its id); its silence analysis."""
+"""``/v1/audio``: upload a voice-over once (renders and frames use its id); its silence analysis; the
+voice-overs a client has (list, rename, remove: a named client sees and removes only its own, as
+with jobs) and the sound itself (``/file``, HTTP Range: the page plays it before rendering)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import APIRouter, File, Query, Request, Response
+from fastapi.responses import FileResponse
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent
-from studio.api.models import AudioAnalysis, AudioForm, AudioId, SilenceQuery, errors
+from studio.api.models import Answer, AudioAnalysis, AudioForm, AudioId, SilenceQuery, binary, errors
 from studio.api.state import ApiState, State
 
 router = APIRouter(tags=["audio"])
@@ -54,3 +58,90 @@ def analysis(st: ApiState, audio_id: str, threshold: float, min_silence: int) ->
     summary.pop("path", None)
     summary.pop("silent_mask", None)  # the spans say the same, shorter
     return {"id": audio_id, "filename": meta["filename"], "bytes": meta["bytes"], **summary}
+
+
+class VoiceOver(Answer):
+    id: str
+    filename: str = Field(description="its name (what the client called it, or what it was renamed to)")
+    bytes: int
+    file: str = Field(description="the sound's URL (GET; HTTP Range supported)")
+    modified: float = Field(description="seconds since the epoch: when it was last uploaded or renamed")
+
+
+class VoiceOverList(Answer):
+    voiceovers: list[VoiceOver] = Field(description="newest first")
+
+
+class Rename(BaseModel):
+    filename: str = Field(min_length=1, max_length=200, description="the new name (display only, never a path)")
+
+
+class AudioRemoved(Answer):
+    removed: str
+    deleted: bool = Field(description="the file went too (false: another client still has it)")
+
+
+def _row(row: dict) -> dict:
+    return {k: row[k] for k in ("id", "filename", "bytes", "modified") if k in row} | {
+        "file": f"/v1/audio/{row['id']}/file"
+    }
+
+
+def _owner():
+    from studio.api.clients import current
+
+    return current().owner
+
+
+@router.get(
+    "/v1/audio", response_model=VoiceOverList, responses=errors(), summary="The voice-overs uploaded (newest first)"
+)
+def list_audio(st: State) -> dict:
+    return {"voiceovers": [_row(r) for r in st.uploads.list_audio(_owner())]}
+
+
+@router.get(
+    "/v1/audio/{audio_id}/file",
+    response_class=FileResponse,
+    responses=binary("audio/wav audio/flac audio/ogg audio/mpeg audio/mp4", "the voice-over as uploaded", 404, 422),
+    summary="The voice-over's sound as uploaded (HTTP Range supported)",
+)
+def get_audio_file(st: State, audio_id: AudioId):
+    import mimetypes
+
+    row = st.uploads.owned_meta(audio_id, _owner())
+    path = st.uploads.audio_path(audio_id)
+    kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return FileResponse(
+        path,
+        media_type=kind,
+        headers={"Cache-Control": "private, max-age=3600"},
+        filename=row["filename"],
+        content_disposition_type="inline",
+    )
+
+
+@router.patch(
+    "/v1/audio/{audio_id}",
+    response_model=VoiceOver,
+    responses=errors(404, 422),
+    summary="Rename a voice-over (its id and sound stay)",
+)
+def rename_audio(st: State, audio_id: AudioId, body: Rename) -> dict:
+    import os
+
+    row = st.uploads.rename_audio(audio_id, body.filename, _owner())
+    meta = st.uploads.root / "audio" / f"{audio_id}.json"
+    return _row({**row, "modified": os.path.getmtime(meta)})
+
+
+@router.delete(
+    "/v1/audio/{audio_id}",
+    response_model=AudioRemoved,
+    responses=errors(404, 409, 422),
+    summary="Remove a voice-over (409 while a queued or running job reads it)",
+)
+def remove_audio(st: State, audio_id: AudioId) -> dict:
+    active = {j.audio for j in st.queue.list() if j.state in ("draft", "queued", "held", "running")}
+    deleted = st.uploads.remove_audio(audio_id, _owner(), active)
+    return {"removed": audio_id, "deleted": deleted}

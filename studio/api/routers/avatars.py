@@ -88,6 +88,14 @@ async def _add_avatar(st, form) -> dict:
         raise ApiError(409, f"an avatar named '{name}' already exists; pick another name or send force=true")
     params = avatar_mod.AvatarParams.taken_from(f).check()
     stored = await st.uploads.save_avatar(f.file)
+    same = None if stored.new or f.force else next((a for a in listed() if a.get("source") == stored.path.name), None)
+    if same is not None:  # the same bytes made an avatar already: that one is offered, not a copy
+        st.uploads.discard(stored)
+        raise ApiError(
+            409,
+            f"this file is already avatar '{same['name']}' (same content); choose it, or send force=true to make a copy",
+            {"X-Studio-Avatar": same["name"]},
+        )
     try:  # a refused avatar leaves nothing behind, and is named as the client named it
         await run_in_threadpool(avatar_mod.prepare, name, stored.path, params, force=f.force)
     except BaseException as exc:  # noqa: BLE001 - re-raised: a cancelled request must not keep the file either

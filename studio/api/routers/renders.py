@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, File, Query, Request
+from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -32,6 +33,7 @@ from studio.api.models import (
 )
 from studio.api.routers.frames import inputs_here, jpeg_bytes
 from studio.api.schema import INT64_MAX
+from studio.api.side_files import MEDIA_TYPES, NAME_PATTERN
 from studio.api.state import State
 from studio.service.job_requests import owned_output
 
@@ -96,7 +98,7 @@ async def generate(st: State, request: Request, form: Annotated[RenderForm, File
         if once.replayed is not None:  # the same request again: the same job's video
             job = st.job(once.replayed["job_id"])
         else:
-            job = await submit(st, form)
+            job = await submit(st, form, request.headers)
             once.done(job_id=job.id)
     done = await st.events.wait_final(job.id, st.job_or_none, request.is_disconnected)
     if done is None:  # the client went away (or the job was removed): nobody wants the file
@@ -136,7 +138,7 @@ async def create_render(st: State, request: Request, response: Response, form: A
     async with Idempotent(st, request, form, response) as once:
         if once.replayed is not None:
             return _located(st, response, _made(st, once.replayed))
-        job = await submit(st, form)
+        job = await submit(st, form, request.headers)
         once.done(job_id=job.id)
     return _located(st, response, job)
 
@@ -185,6 +187,34 @@ async def render_events(st: State, job_id: JobId):
 
     st.job(job_id)
     return EventSourceResponse(st.events.stream(job_id, st.job_or_none), ping=10)
+
+
+@router.get(
+    "/v1/events",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Server-Sent Events of every job this token sees: `hello` once, then `state` (StateEvent) "
+            "and `progress` (ProgressEvent) as they happen, until the client goes away",
+            "content": {"text/event-stream": SSE_DOC[200]["content"]["text/event-stream"]},
+        },
+        **errors(),
+    },
+    summary="Server-Sent Events of every job (the page's queue follows it instead of polling the list)",
+)
+async def queue_events(st: State):
+    from sse_starlette.sse import EventSourceResponse
+
+    from studio.api.clients import acting_as, current, sees
+
+    who = current()
+
+    def visible(job_id: int) -> bool:
+        job = st.job_or_none(job_id)
+        with acting_as(who):
+            return job is not None and sees(job)
+
+    return EventSourceResponse(st.events.stream_all(visible), ping=10)
 
 
 @router.get(
@@ -246,6 +276,50 @@ def check_range(text: str, size: int) -> None:
             f"Range {text[:60]!r} is outside the video, which has {size} bytes (0-{size - 1})",
             {"Content-Range": f"bytes */{size}"},
         ) from None
+
+
+@router.get(
+    "/v1/renders/{job_id}/files/{name}",
+    response_class=FileResponse,
+    responses={
+        **binary(MEDIA_TYPES, "the side file (captions, OTIO, check report, the job's JSON, ...)", 404, 422),
+        206: {
+            "description": "the byte range asked for with `Range: bytes=a-b`",
+            "content": binary_content(MEDIA_TYPES),
+        },
+    },
+    summary="A side file of a job, by the name its `files` list gives (same authorisation as the video)",
+)
+def get_render_file(
+    st: State,
+    job_id: JobId,
+    request: Request,
+    name: Annotated[str, PathParam(pattern=NAME_PATTERN, description="a name from the job's `files`")],
+):
+    from studio.api.side_files import find, media_type
+
+    job = st.job(job_id)
+    path, body = find(st, job, name)
+    headers = {**SIDE_FILE_HEADERS, "Content-Disposition": f'attachment; filename="{name}"'}
+    if body is not None:
+        return Response(body, media_type="application/json", headers=headers)
+    if path is None:
+        raise ApiError(404, f"render job {job_id} has no file {name!r}; see the job's `files`")
+    text = (request.headers.get("range") or "").strip()
+    one = re.match(RANGE_PATTERN, text) is not None
+    if one:
+        check_range(text, path.stat().st_size)
+    kind = media_type(name)
+    if kind == "text/html":  # a report opens in the browser, sandboxed: no script, no access to this origin
+        headers["Content-Disposition"] = f'inline; filename="{name}"'
+    return VideoResponse(path, media_type=kind, headers=headers, honour_range=one)
+
+
+# a side file is data, never a page of this origin (a report's HTML runs in a sandbox: its own origin)
+SIDE_FILE_HEADERS = {
+    "Content-Security-Policy": "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+    "X-Content-Type-Options": "nosniff",
+}
 
 
 @router.get(

@@ -12,6 +12,7 @@ one schema, ``studio.api.schema``).
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 from fastapi import APIRouter, Form, Query, Request, Response
@@ -176,12 +177,23 @@ async def _store_speech(st, text: str, voice: str):
     from studio.core.errors import StudioError
     from studio.core.media.speech import synthesize, write_sentences
 
-    try:
-        speech = await run_in_threadpool(synthesize, text, voice)
+    try:  # the script is bounded (and its WAV's size estimated against the upload limit) before synthesis
+        speech = await run_in_threadpool(
+            functools.partial(synthesize, text, voice, 160, most_bytes=st.uploads.max_bytes)
+        )
     except StudioError as exc:
         raise ApiError(422, str(exc)) from None
+    wav = speech.path
     words = "_".join(text.split()[:4])[:40] or "speech"
-    with open(speech.path, "rb") as fh:
+    size = wav.stat().st_size
+    if size > st.uploads.max_bytes:  # longer than estimated: said as the speech it is, not as an upload
+        raise ApiError(
+            422,
+            f"the spoken script is {size / 2**20:.0f} MB, more than this server keeps "
+            f"({st.uploads.max_bytes / 2**20:g} MB, --max-upload-mb): speak it in parts",
+        )
+    with open(wav, "rb") as fh:
         stored = await st.uploads.save_audio(UploadFile(fh, filename=f"{words}.wav"))
+    # its sentence times beside it: captions of a render of it need no script
     await run_in_threadpool(write_sentences, speech, stored.path.with_suffix(".speech.json"), stored.path)
     return stored

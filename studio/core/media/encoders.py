@@ -45,7 +45,13 @@ def probe_nvenc() -> tuple[bool, str]:
     return True, "NVENC session opened"
 
 
-def configure_x264(ctx, width, height, fps, crf, preset, threads) -> None:
+def x264_params(gop: int = 0) -> str:
+    """libx264's private options: always closed GOPs (every chunk and keyframe a clean cut), and with
+    ``gop`` frames a keyframe at least that often (0: x264's own, 250 frames)."""
+    return "open-gop=0" + (f":keyint={int(gop)}" if gop and gop > 0 else "")
+
+
+def configure_x264(ctx, width, height, fps, crf, preset, threads, gop: int = 0) -> None:
     ctx.width, ctx.height = width, height
     ctx.pix_fmt = "nv12"  # x264 works in NV12 internally: no conversion on our side or its side
     ctx.time_base = 1 / Fraction(fps)  # pts = frame index, exact at 30000/1001 too
@@ -53,7 +59,7 @@ def configure_x264(ctx, width, height, fps, crf, preset, threads) -> None:
     ctx.color_primaries = ctx.color_trc = ctx.colorspace = BT709
     ctx.color_range = RANGE_MPEG
     ctx.thread_count = threads
-    ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": "open-gop=0"}
+    ctx.options = {"preset": str(preset), "crf": str(crf), "x264-params": x264_params(gop)}
 
 
 class X264Encoder:
@@ -96,8 +102,10 @@ NV_PRESETS = {
 class NvencEncoder:
     """PyNvVideoCodec H.264, host NV12 input, no B-frames, constant QP ~ the CRF; yields bytes."""
 
-    def __init__(self, width, height, fps, crf, preset):
+    def __init__(self, width, height, fps, crf, preset, gop: int = 0):
         import PyNvVideoCodec as nvc  # noqa: N813
+
+        gop = int(gop) if gop and gop > 0 else 10 * round(fps)
 
         self._enc = nvc.CreateEncoder(
             width,
@@ -110,8 +118,8 @@ class NvencEncoder:
             rc="constqp",
             constqp=int(crf),
             fps=round(fps),
-            gop=10 * round(fps),
-            idrperiod=10 * round(fps),
+            gop=gop,
+            idrperiod=gop,
             bf=0,
             repeatspspps=1,
         )

@@ -83,6 +83,8 @@ def open_video(
     overwrite=True,
     codec="h264",
     alpha=False,
+    scan="progressive",
+    gop=0,
 ):
     """Open a streaming MP4 writer; checks the output folder and the audio before anything starts.
 
@@ -98,6 +100,7 @@ def open_video(
     MP4 is complete and a taken one gets the next number (``close()`` returns the name written).
     ``codec``: any other than h264 is written by ``codec_writer.CodecWriter`` (HEVC, ProRes, DNxHR, VP9; RGB
     or, with ``alpha``, RGBA frames); ``encoder`` then only refuses NVENC, which encodes H.264 alone.
+    ``gop``: H.264 gets a keyframe (a closed GOP's start) at least every ``gop`` frames (0: the encoder's own).
     """
     if codec != "h264":
         from studio.core.media.codec_writer import open_codec_writer
@@ -121,7 +124,10 @@ def open_video(
             rolling=rolling,
             write_hook=write_hook,
             overwrite=overwrite,
+            scan=scan,
         )
+    if scan != "progressive":
+        raise RenderError("Interlaced frames are written by --codec xdcam-hd422 or avc-intra-100, not h264.")
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
     if preset not in PRESETS:
@@ -149,6 +155,7 @@ def open_video(
         window=window,
         changing=changing,
         overwrite=overwrite,
+        gop=gop,
     )
 
 
@@ -185,6 +192,7 @@ class VideoWriter(LaneWriter):
         stream_mux: bool = True,
         changing=None,
         overwrite: bool = True,
+        gop: int = 0,
     ):
         """``stream_mux=False`` keeps every chunk's packets until ``close`` and joins them there
         (the behaviour before rolling chunks; tests compare the two). ``overwrite``: see ``open_video``."""
@@ -193,7 +201,7 @@ class VideoWriter(LaneWriter):
         self.width, self.height = width, height
         self.enc_width, self.enc_height = width + width % 2, height + height % 2
         self.fps = Fraction(fps)
-        self._crf, self._preset = crf, preset
+        self._crf, self._preset, self._gop = crf, preset, int(gop or 0)
         if not env.flag("STUDIO_VIDEO_HINTS"):  # for comparisons: x264 analyses everything
             changing = None
         self.changing = _changing_rects(changing, self.enc_width, self.enc_height)  # ((x, y, w, h), ...)
@@ -308,7 +316,7 @@ class VideoWriter(LaneWriter):
         enc = None
         if kind in ELEMENTARY:
             try:
-                enc = ELEMENTARY[kind](self.enc_width, self.enc_height, self.fps, self._crf, self._preset)
+                enc = ELEMENTARY[kind](self.enc_width, self.enc_height, self.fps, self._crf, self._preset, self._gop)
             except Exception as exc:  # noqa: BLE001 - the probe's session opened, this one did not (busy, size...)
                 self.name = "libx264"
                 self.reason = f"NVENC unavailable: {type(exc).__name__}: {exc}; using libx264"
@@ -336,6 +344,7 @@ class VideoWriter(LaneWriter):
             self._crf,
             self._preset,
             threads=1 if parallel else 0,
+            gop=self._gop,
         )
         self._mux.start()
         self._headers = bytes(vs.codec_context.extradata or b"")
@@ -373,14 +382,21 @@ class VideoWriter(LaneWriter):
             from studio.core.media.x264_pool import ProcessEncoder
 
             self._open_in_worker(
-                ch, ProcessEncoder, self.fps, self._crf, self._preset, path=ch.spill, changing=self.changing
+                ch,
+                ProcessEncoder,
+                self.fps,
+                self._crf,
+                self._preset,
+                path=ch.spill,
+                changing=self.changing,
+                gop=self._gop,
             )
             if check:
                 self._check_headers(ch.encoder.extradata)
             return
         ctx = av.CodecContext.create("libx264", "w")
         ctx.flags |= av.codec.context.Flags.global_header
-        configure_x264(ctx, self.enc_width, self.enc_height, self.fps, self._crf, self._preset, threads=1)
+        configure_x264(ctx, self.enc_width, self.enc_height, self.fps, self._crf, self._preset, 1, self._gop)
         ctx.open()
         self._check_headers(ctx.extradata)
         assert ch.spill is not None  # threads instead of processes: a parallel writer spills too

@@ -264,9 +264,12 @@ def shutdown_pool() -> None:
 class ProcessEncoder:
     """One libx264 encoder (single-threaded, closed GOP) living in a worker process."""
 
-    def __init__(self, worker: _Worker, width: int, height: int, fps, crf: int, preset: str, path=None, changing=None):
+    def __init__(
+        self, worker: _Worker, width: int, height: int, fps, crf: int, preset: str, path=None, changing=None, gop=0
+    ):
         """``path``: the worker writes the packets there (``REC`` records) and returns none, so
-        the parent only moves frames; None: packets come back from ``encode``/``flush``."""
+        the parent only moves frames; None: packets come back from ``encode``/``flush``.
+        ``gop``: a keyframe at least every ``gop`` frames (0: x264's own)."""
         if not worker.lock.acquire(timeout=60):
             raise RuntimeError("x264 worker is busy")
         self.w = worker
@@ -296,6 +299,7 @@ class ProcessEncoder:
                 None if path is None else str(path),
                 changing,
                 bool(get("STUDIO_TRACE")),
+                int(gop),
             )
         )  # the parent's setting, even if set after our start
         worker.send_ring(ring)

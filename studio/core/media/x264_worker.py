@@ -101,6 +101,8 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                         spill.close()
                     spill = open(path, "wb") if path else None
                     slots = np.ndarray((n, height * 3 // 2, width), np.uint8, buffer=shm.buf)
+                    from studio.core.media.encoders import x264_params
+
                     ctx = av.CodecContext.create("libx264", "w")
                     ctx.flags |= av.codec.context.Flags.global_header
                     ctx.width, ctx.height, ctx.pix_fmt = width, height, "nv12"
@@ -112,7 +114,7 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                     ctx.options = {
                         "preset": str(preset),
                         "crf": str(crf),
-                        "x264-params": "open-gop=0",
+                        "x264-params": x264_params(msg[11] if len(msg) > 11 else 0),
                         **({"mb_info": "1"} if changing is not None else {}),
                     }
                     ctx.open()

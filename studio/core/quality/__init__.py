@@ -30,10 +30,10 @@ import numpy as np
 
 from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
 from studio.core.errors import InputError
+from studio.core.limits import Limits
 from studio.core.quality.mouth import Measurements
 from studio.core.quality.report import (
     THRESHOLDS,
-    Limits,
     Report,
     Thresholds,
     build_report,
@@ -101,7 +101,7 @@ def measure_video(
 
     info = probe_video(video)
     total = info.frames or 0
-    assets = _assets(avatar)
+    assets = avatar_assets(avatar)
 
     def reference_for(finder: mouth.FaceFinder):
         if assets is not None:
@@ -215,7 +215,8 @@ def check_video(
     return replace(report, seconds=time.monotonic() - t0, extra=extra)
 
 
-def _assets(avatar):
+def avatar_assets(avatar):
+    """The avatar as ``AvatarAssets`` (given as assets, a library name or a path), or None."""
     if avatar is None:
         return None
     if hasattr(avatar, "frames") and hasattr(avatar, "masks"):

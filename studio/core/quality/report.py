@@ -1,9 +1,8 @@
 """From per-frame measurements and the voice to the report: the figures, per-second figures, the
-verdict and its one sentence, and the ``--fail-under`` limits.
+verdict and its one sentence (the ``--fail-under`` limits are ``studio.core.limits``).
 
     report = build_report(measurements, voice_env, speech, video=..., audio=...)
     report.verdict, report.reason, report.to_json()
-    failed = Limits.parse("confidence=0.4,seam=5").failures(report)
 
 The thresholds were measured on classic-engine renders of the demo avatar and voice-over and on
 edited copies of them (docs/check.md has the figures).
@@ -16,11 +15,10 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from studio.core.errors import InputError
 from studio.core.quality import sync
+from studio.core.quality.jitter import jitter as jitter_of
 from studio.core.quality.mouth import Measurements
 
-VERDICTS = ("ok", "check", "out of sync")
 QUIET_MARGIN_S = 0.16  # silence this close to speech is left out of silence_motion (crossfades, anticipation)
 MIN_SPEECH_S = 2.0  # less speech than this cannot be judged for sync
 MIN_FACE_SHARE = 0.9  # frames with a face, below which the report says "check"
@@ -84,6 +82,7 @@ class Report:
     seam: float
     drift: float
     drift_groups: dict[str, float]
+    jitter: float  # mean per-frame jitter (% of the eye distance per frame^2; see ``jitter``)
     verdict: str
     reason: str
     issues: tuple[Issue, ...]
@@ -93,6 +92,10 @@ class Report:
     thresholds: Thresholds = THRESHOLDS
     seconds: float = 0.0  # how long the check took
     extra: dict = field(default_factory=dict)
+    #: per frame, for the visual report (not in the JSON): "opening" (the mouth), "voice" (the
+    #: envelope), "silent" (bool), "jitter"
+    trace: dict = field(default_factory=dict)
+    reference_frame: int | None = None  # the video's frame that is the reference (kind "video")
 
     @property
     def offset_ms(self) -> float:
@@ -123,6 +126,7 @@ class Report:
             "seam": _num(self.seam),
             "drift": _num(self.drift),
             "drift_groups": {k: _num(v) for k, v in self.drift_groups.items()},
+            "jitter": _num(self.jitter),
             "verdict": self.verdict,
             "reason": self.reason,
             "issues": [i.to_json() for i in self.issues],
@@ -145,6 +149,7 @@ class Report:
             "sharpness": _num(self.sharpness),
             "seam": _num(self.seam),
             "drift": _num(self.drift),
+            "jitter": _num(self.jitter),
             "worst_second": self.worst_second,
         }
 
@@ -222,12 +227,15 @@ def build_report(
     seam = _nanmedian(seam_t[talk])
     drift = _nanmedian(m.drift[talk]) if talk.any() else _nanmedian(m.drift)
     groups = {g: _nanmedian(v[talk]) for g, v in m.drift_groups.items()}
+    shake = jitter_of(m.lips, m.ref_lips, fps) if m.lips is not None else np.full(T, np.nan)
+    jitter = _nanmean(shake[face])
 
     # per second
     seconds = math.ceil(T / fps)
     local = sync.local_sync(mouth_hp, voice_hp, offset, speech, fps)
+    offs, offs_conf = sync.local_offsets(mouth_hp, voice_hp, speech, fps)
     per: list[dict] = []
-    cols = {k: np.full(seconds, np.nan) for k in ("silence_motion", "sharpness", "seam", "drift")}
+    cols = {k: np.full(seconds, np.nan) for k in ("silence_motion", "sharpness", "seam", "drift", "jitter")}
     for k in range(seconds):
         a, b = round(k * fps), min(T, round((k + 1) * fps))
         sl = slice(a, b)
@@ -237,13 +245,17 @@ def build_report(
             "speech": round(float(speech[sl].mean()), 3) if b > a else 0.0,
             "face": round(float(face[sl].mean()), 3) if b > a else 0.0,
             "sync": _num(local[k]) if k < len(local) else None,
+            "offset": int(offs[k]) if k < len(offs) and np.isfinite(offs[k]) else None,
+            "offset_confidence": _num(offs_conf[k]) if k < len(offs_conf) else None,
             "opening": _num(_nanmean(m.opening[sl]) if face[sl].any() else float("nan")),
+            "voice": _num(_nanmean(env[sl]) if b > a else float("nan")),
         }
         vals = {
             "silence_motion": _nanmean(dev[sl][q]) / scale if q.any() else float("nan"),
             "sharpness": _nanmedian(sharp[sl][s]) if s.any() else float("nan"),
             "seam": _nanmedian(seam_t[sl][s]) if s.any() else float("nan"),
             "drift": _nanmedian(m.drift[sl][face[sl]]) if face[sl].any() else float("nan"),
+            "jitter": _nanmean(shake[sl][face[sl]]) if face[sl].any() else float("nan"),
         }
         for name, v in vals.items():
             cols[name][k] = v
@@ -381,6 +393,7 @@ def build_report(
         seam=seam,
         drift=drift,
         drift_groups=groups,
+        jitter=jitter,
         verdict=verdict,
         reason=reason,
         issues=tuple(issues),
@@ -388,6 +401,8 @@ def build_report(
         per_second=tuple(per),
         notes=tuple(notes),
         thresholds=th,
+        trace={"opening": m.opening, "voice": env, "silent": silent, "jitter": shake},
+        reference_frame=m.reference_frame,
     )
 
 
@@ -416,77 +431,3 @@ def _sentence(
 
 def _clock(second: int) -> str:
     return f"{second // 60}:{second % 60:02d}"
-
-
-# --------------------------------------------------------------------------------------------
-# --fail-under
-
-
-MIN_FIGURES = ("confidence", "sharpness")  # higher is better: the limit is a minimum
-MAX_FIGURES = (
-    "offset",
-    "silence_motion",
-    "seam",
-    "drift",
-)  # lower is better: the limit is a maximum
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What ``--fail-under`` asks for: a verdict at least as good as ``verdict`` (``ok`` or
-    ``check``), and/or figures within limits (``confidence``/``sharpness`` at least the value;
-    ``offset`` (frames either way), ``silence_motion``, ``seam``, ``drift`` at most the value)."""
-
-    verdict: str | None = None
-    figures: tuple[tuple[str, float], ...] = ()
-
-    @classmethod
-    def parse(cls, text: str | None) -> Limits:
-        if text is None or not str(text).strip():
-            return cls()
-        verdict: str | None = None
-        figs: list[tuple[str, float]] = []
-        for part in str(text).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if part in ("ok", "check"):
-                verdict = part
-                continue
-            name, sep, value = part.partition("=")
-            name = name.strip().replace("-", "_")
-            if name == "offset_frames":
-                name = "offset"
-            if not sep or name not in MIN_FIGURES + MAX_FIGURES:
-                raise InputError(
-                    f"--fail-under {part!r}: give ok, check, or NAME=VALUE with NAME one of "
-                    f"{', '.join(MIN_FIGURES + MAX_FIGURES)} (e.g. confidence=0.4,seam=5)"
-                )
-            try:
-                v = float(value)
-            except ValueError:
-                v = float("nan")
-            if not math.isfinite(v) or v < 0:
-                raise InputError(f"--fail-under {part!r}: the value must be a number of 0 or more")
-            figs.append((name, v))
-        return cls(verdict, tuple(figs))
-
-    def failures(self, r: Report) -> list[str]:
-        """What the report misses, one short clause each (empty: all met)."""
-        out = []
-        if self.verdict is not None:
-            need = VERDICTS.index(self.verdict)
-            if VERDICTS.index(r.verdict) > need:
-                out.append(f"the verdict is '{r.verdict}', not '{self.verdict}' or better")
-        for name, limit in self.figures:
-            v = abs(r.offset_frames) if name == "offset" else getattr(r, name)
-            if v is None or not math.isfinite(float(v)):
-                out.append(f"{name} could not be measured")
-            elif name in MIN_FIGURES and v < limit:
-                out.append(f"{name} {v:.3g} is under {limit:g}")
-            elif name in MAX_FIGURES and v > limit:
-                out.append(f"{name} {v:.3g} is over {limit:g}")
-        return out
-
-    def to_json(self) -> dict:
-        return {"verdict": self.verdict, **dict(self.figures)}

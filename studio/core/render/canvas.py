@@ -22,6 +22,7 @@ import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -168,6 +169,8 @@ class Canvas:
         import torch
 
         b, h, w, c = frames.shape
+        if c == 4:  # resized and laid over premultiplied: a transparent pixel's colour never bleeds in
+            frames = premultiplied(frames)
         size = (self.scaled_h, self.scaled_w)
         crop = size != (h, w) and self._croppable()
         if size != (h, w) and not crop:
@@ -204,19 +207,36 @@ class Canvas:
             if src.dtype != torch.uint8:  # elementwise: the same values as rounding all of it first
                 src = src.round().clamp_(0, 255).to(torch.uint8)
             dst = out[k, y0:y1, x0:x1]
-            if c == 4:  # over: the presenter's alpha on the background
+            if c == 4:  # over (Porter-Duff), the presenter premultiplied; written straight (unassociated)
                 a = src[..., 3:4].float() / 255.0
                 d = dst[..., :3].float()
-                dst[..., :3] = (d + a * (src[..., :3].float() - d)).round_().clamp_(0, 255).to(torch.uint8)
+                sp = torch.minimum(src[..., :3], src[..., 3:4]).float()  # a resize's ringing: never over alpha
                 if alpha:
-                    da = dst[..., 3:4].float()
-                    dst[..., 3:4] = (src[..., 3:4].float() + da * (1 - a)).round_().clamp_(0, 255).to(torch.uint8)
+                    da = dst[..., 3:4].float() / 255.0
+                    oa = a + da * (1 - a)
+                    pm = sp + d * da * (1 - a)
+                    rgb = torch.where(oa > 0, pm / oa.clamp(min=1e-6), torch.zeros_like(pm))
+                    dst[..., 3:4] = (oa * 255).round_().clamp_(0, 255).to(torch.uint8)
+                else:
+                    rgb = sp + d * (1 - a)
+                dst[..., :3] = rgb.round_().clamp_(0, 255).to(torch.uint8)
             elif alpha:
                 dst[..., :3] = src[..., :3]
                 dst[..., 3] = 255
             else:
                 dst.copy_(src)
         return out
+
+
+def premultiplied(frames):
+    """RGBA uint8 frames ``[B,h,w,4]`` (straight alpha) with their colour multiplied by their alpha: what a
+    resize must filter (a straight-alpha resize mixes the colour hidden under transparent pixels,
+    often black, into the edges: the dark fringe) and what ``over`` adds."""
+    import torch
+
+    a = frames[..., 3:4].to(torch.int32)
+    rgb = (frames[..., :3].to(torch.int32) * a + 127) // 255
+    return torch.cat([rgb.to(torch.uint8), frames[..., 3:4]], dim=-1)
 
 
 def _resize(frames, size, scale=None):
@@ -306,12 +326,15 @@ def _background(spec: str, cw: int, ch: int, device):
         return col.view(1, 1, 3).expand(ch, cw, 3).contiguous()
     from PIL import Image, ImageOps
 
-    from studio.core.errors import InputError
+    from studio.core.avatars.sources import open_image
+    from studio.core.errors import AvatarError, InputError
 
     try:
-        with Image.open(t) as src:
+        with open_image(Path(t), what="background image") as src:  # its size from the header first
             img = ImageOps.exif_transpose(src).convert("RGB")
             arr = np.asarray(ImageOps.fit(img, (cw, ch), Image.Resampling.LANCZOS), np.uint8)
+    except AvatarError as exc:
+        raise InputError(str(exc).replace("and add it again", "and give it again")) from None
     except (OSError, ValueError) as exc:
         raise InputError(
             f"the background image {t} cannot be read ({type(exc).__name__}); give a PNG or JPEG"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from studio.core.errors import InputError, StudioError
-from studio.core.settings import SCHEMA, RenderSettings, check
+from studio.core.settings import SCHEMA, RenderSettings, check, check_alias
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ def delivery_values(name: str) -> dict[str, Any]:
         return {}
     from studio.core.delivery import resolve as find
 
-    return {n: SCHEMA[n].parse(v) for n, v in find(name).settings.items() if n in SCHEMA and n != "delivery"}
+    values = check_alias(dict(find(name).settings))  # check = "ok,jitter=5": the check with that gate
+    return {n: SCHEMA[n].parse(v) for n, v in values.items() if n in SCHEMA and n != "delivery"}
 
 
 def parse_values(values: RenderSettings | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -76,7 +77,7 @@ def parse_values(values: RenderSettings | Mapping[str, Any] | None) -> dict[str,
     if isinstance(values, RenderSettings):
         return {f.name: getattr(values, f.name) for f in fields(values)}
     out = {n: s.default for n, s in SCHEMA.items()}
-    for n, v in dict(values or {}).items():
+    for n, v in check_alias(dict(values or {})).items():
         if n in SCHEMA:
             out[n] = SCHEMA[n].parse(v)
     return out
@@ -146,12 +147,12 @@ def enlargement(s: RenderSettings, own: tuple[int, int]) -> tuple[str | None, tu
     if s.fit == "fit":
         return None, (
             f"{what} shows the {aw}x{ah} avatar at {s.max_upscale:g}x on {cw}x{ch} (fit needs {need:.1f}x): "
-            "a smaller presenter on the background (raise max_upscale to enlarge it, softer)",
+            "a smaller presenter on the background (raise --max-upscale to enlarge it, softer)",
         )
     room = math.ceil(need * 10 - 1e-6) / 10
     top = SCHEMA["max_upscale"].maximum or 8.0
-    softer = f"allow a softer enlargement (max_upscale={room:g})" if room <= top else ""
-    choices = [c for c in (softer, "fit it on a background (fit=fit)", "or use a larger avatar") if c]
+    softer = f"allow a softer enlargement (--max-upscale {room:g})" if room <= top else ""
+    choices = [c for c in (softer, "fit it on a background (--fit fit)", "or use a larger avatar") if c]
     return (
         f"{what} needs the {aw}x{ah} avatar enlarged {need:.1f}x to {s.fit} {cw}x{ch} and at most "
         f"{s.max_upscale:g}x is allowed, which would leave bands: {', '.join(choices)}"
