@@ -169,7 +169,10 @@ def test_a_delivery_sets_values_and_an_explicit_one_wins():
         "10:00:00:00",
         "Broadcast HD",  # kept as provenance
     )
-    assert from_dict({"delivery": "Broadcast HD"}).canvas == "avatar"  # parsing applies nothing
+    from studio.core.settings import parse_dict
+
+    assert parse_dict({"delivery": "Broadcast HD"}).canvas == "avatar"  # parsing alone applies nothing
+    assert from_dict({"delivery": "Broadcast HD"}) == s  # a form's or a folder's settings: the same rule
     s = resolve({"delivery": "web-1080p", "crf": 18, "canvas": "1280x720"}).settings
     assert (s.crf, s.canvas, s.loudness) == (18, "1280x720", -16.0)
     s = resolve({"delivery": "social-vertical", "codec": "h264", "fps": "25"}, {"delivery", "codec", "fps"}).settings

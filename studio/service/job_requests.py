@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from studio.core.errors import InputError
-from studio.core.settings import from_dict as settings_from_dict
+from studio.core.settings import parse_dict
 from studio.core.store import jobs as J
 from studio.core.store.files import numbered_names
 from studio.service.request import Placement, RenderRequest, explicit_field
@@ -23,7 +23,7 @@ def request_of(job: J.Job) -> RenderRequest:
         job.avatar,
         job.audio,
         job.output,
-        settings_from_dict(s),
+        parse_dict(s),  # the stored (resolved) settings, the delivery not applied again
         request_of_settings(s),
         tuple(frames) if frames else None,
         bool(s.get("overwrite", False)),

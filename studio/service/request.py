@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from studio.core.errors import InputError
-from studio.core.settings import SCHEMA, RenderSettings, from_dict
+from studio.core.settings import SCHEMA, RenderSettings, parse_dict
 
 PLACEMENTS = ("local", "gpus", "chunks", "farm", "server")
 WHERE_LOCAL = "this computer"
@@ -199,7 +199,7 @@ class RenderRequest:
             avatar=d.get("avatar", ""),
             audio=d.get("audio", ""),
             output=d.get("output", ""),
-            settings=from_dict(d.get("settings") or {}),
+            settings=parse_dict(d.get("settings") or {}),  # resolved already: resolved again alike
             placement=Placement(
                 kind=p.get("kind", "local"),
                 devices=tuple(p.get("devices") or ()),

@@ -117,7 +117,7 @@ def load_session(session, s: QSettings | None = None) -> None:
     if s.contains("render/explicit"):
         session.set_explicit(n for n in str(value(s, "render/explicit") or "").split(",") if n)
     else:  # saved by an earlier Studio: the values away from their default were set, the delivery fills the rest
-        from studio.core.render.resolve import explicit_of
+        from studio.core.settings import explicit_of
 
         session.set_explicit(explicit_of(session.render_settings()))
         session.fill_delivery()

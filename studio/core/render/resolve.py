@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from studio.core.errors import InputError, StudioError
-from studio.core.settings import SCHEMA, RenderSettings, check, check_alias
+from studio.core.settings import SCHEMA, RenderSettings, with_delivery
 
 
 @dataclass(frozen=True)
@@ -62,33 +62,6 @@ class Resolved:
             return name
 
 
-def delivery_values(name: str) -> dict[str, Any]:
-    """The settings a delivery sets, parsed (one sentence when there is no such delivery)."""
-    if not name:
-        return {}
-    from studio.core.delivery import resolve as find
-
-    values = check_alias(dict(find(name).settings))  # check = "ok,jitter=5": the check with that gate
-    return {n: SCHEMA[n].parse(v) for n, v in values.items() if n in SCHEMA and n != "delivery"}
-
-
-def parse_values(values: RenderSettings | Mapping[str, Any] | None) -> dict[str, Any]:
-    """Every setting's value (a mapping's strings parsed, the others at their default)."""
-    if isinstance(values, RenderSettings):
-        return {f.name: getattr(values, f.name) for f in fields(values)}
-    out = {n: s.default for n, s in SCHEMA.items()}
-    for n, v in check_alias(dict(values or {})).items():
-        if n in SCHEMA:
-            out[n] = SCHEMA[n].parse(v)
-    return out
-
-
-def explicit_of(values: RenderSettings | Mapping[str, Any] | None) -> frozenset[str]:
-    """Where no face says what was set explicitly: the settings away from their default."""
-    v = parse_values(values)
-    return frozenset(n for n, x in v.items() if x != SCHEMA[n].default)
-
-
 def resolve(
     values: RenderSettings | Mapping[str, Any] | None,
     explicit: Iterable[str] | None = None,
@@ -97,11 +70,7 @@ def resolve(
     """The settings a render of ``avatar`` (a library name, a path, ``AvatarAssets`` or None: not known
     here) uses, from ``values`` with the delivery they name applied under those set ``explicit``ly.
     Bad values: one ``InputError`` naming the setting."""
-    v = parse_values(values)
-    given = frozenset(explicit) & set(SCHEMA) if explicit is not None else explicit_of(v)
-    preset = delivery_values(v.get("delivery") or "")
-    v.update({n: x for n, x in preset.items() if n not in given})
-    settings = check(RenderSettings(**v))
+    settings, given = with_delivery(values if isinstance(values, RenderSettings) else dict(values or {}), explicit)
     from studio.core.media.codecs import spec as codec_spec
 
     out = Resolved(settings, given, suffix=codec_spec(settings.codec).suffix)

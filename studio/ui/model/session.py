@@ -172,7 +172,7 @@ class EditorSession:
         with its values, as an NLE's export preset fills its dialog (a setting changed afterwards wins);
         settings the delivery before it set go back to their default. True when anything changed."""
         from studio.core.delivery import resolve as find
-        from studio.core.render.resolve import delivery_values
+        from studio.core.settings import delivery_values
 
         text = str(name or "").strip()
         key = find(text).name if text else ""  # one sentence when there is none
@@ -201,7 +201,7 @@ class EditorSession:
 
     def fill_delivery(self) -> None:
         """The chosen delivery's values into the settings the editor did not set (not an edit)."""
-        from studio.core.render.resolve import delivery_values
+        from studio.core.settings import delivery_values
 
         with self.quiet():
             for k, v in delivery_values(self._values["delivery"]).items():
