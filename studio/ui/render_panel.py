@@ -175,6 +175,10 @@ class RenderPanel(QWidget):
         form.addRow(self.range_label)
         settings_box = QGroupBox("Settings")
         settings_box.setLayout(form)
+        from studio.ui.widgets import ValueTip
+
+        for edit in (self.folder, self.pattern, self.farm_edit, self.server_edit):
+            ValueTip.keep(edit)  # a path or a pattern wider than its field: the whole of it in the tooltip
         for key, edit in (
             ("folder", self.folder),
             ("pattern", self.pattern),

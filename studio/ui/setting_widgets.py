@@ -80,9 +80,13 @@ def make_widget(spec) -> QWidget:
         w.setMinimumContentsLength(5 if spec.name != "delivery" else 18)  # a delivery's name is never cut
     from studio.ui.words import window_words
 
-    text = window_words(spec.help)  # the window's words: no command-line flags
+    text = window_words(spec.help, names=True)  # the window's words: no command-line flags, no snake_case
     w.setToolTip(text[:1].upper() + text[1:])
     w.setObjectName(f"setting_{spec.name}")
+    if isinstance(w, QComboBox):  # a value wider than its column: the whole of it leads the tooltip
+        from studio.ui.widgets import ValueTip
+
+        ValueTip.keep(w)
     return w
 
 
@@ -258,12 +262,32 @@ class SettingsGrid(QWidget):
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
-        self._place(2 if event.size().width() >= self.TWO_COLUMNS else 1)
+        self._place(2 if event.size().width() >= max(self.TWO_COLUMNS, self.two_columns_need()) else 1)
+
+    #: a value longer than this many characters (a long delivery name) may elide: its tooltip has it
+    LONGEST_VALUE = 17
+
+    def field_need(self, name: str) -> int:
+        """The width field ``name`` needs to show its values whole: the longest of its current text and
+        its suggestions (up to ``LONGEST_VALUE`` characters), plus the box's arrow and padding."""
+        w = self.fields[name]
+        if not isinstance(w, QComboBox):
+            return w.minimumSizeHint().width()
+        texts = [w.currentText(), *(w.itemText(i) for i in range(w.count()))]
+        fm = w.fontMetrics()
+        return max((fm.horizontalAdvance(t) for t in texts if len(t) <= self.LONGEST_VALUE), default=0) + 44
+
+    def label_need(self) -> int:
+        return max((w.sizeHint().width() for w in self.labels.values()), default=0)
+
+    def two_columns_need(self) -> int:
+        """The width two settings a row need, every label and value whole."""
+        field = max((self.field_need(s.name) for s in self.pairs), default=0)
+        return 2 * (self.label_need() + field) + 3 * self.grid.horizontalSpacing()
 
     def minimumSizeHint(self):  # noqa: N802 - the one-column width: the dock may be that narrow
         hint = super().minimumSizeHint()
-        label = max((w.sizeHint().width() for w in self.labels.values()), default=0)
-        field = max((self.fields[s.name].minimumSizeHint().width() for s in self.pairs), default=0)
+        field = max((self.field_need(s.name) for s in self.pairs), default=0)
         boxes = max((self.fields[s.name].sizeHint().width() for s in self.boxes), default=0)
-        hint.setWidth(max(label + 6 + field, boxes))
+        hint.setWidth(max(self.label_need() + 6 + field, boxes))
         return hint

@@ -27,6 +27,11 @@ export function CheckVerdict({ check, why = false }) {
           {check.reason}
         </span>
       )}
+      {check.gate && !check.gate.met && (
+        <span class="badge failed" data-testid="check-gate" title={check.gate.failures.join('; ')}>
+          gate {check.gate.limits} missed: {check.gate.failures.join('; ')}
+        </span>
+      )}
     </>
   );
 }
