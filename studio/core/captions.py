@@ -252,7 +252,10 @@ def make_cues(sentences: list[Sentence]) -> list[Cue]:
     """Cues of at most two lines; a long sentence's phrases share its time by their characters."""
     cues: list[Cue] = []
     for s in sentences:
-        parts = phrases(s.text)
+        text = " ".join(_CONTROL.sub(" ", s.text).split())  # no control bytes (ESC, BEL ...) in a caption
+        if not text:
+            continue
+        parts = phrases(text)
         total = sum(len(p) for p in parts) or 1
         t = s.start_s
         dur = max(s.end_s - s.start_s, MIN_CUE_S * len(parts))
@@ -260,11 +263,37 @@ def make_cues(sentences: list[Sentence]) -> list[Cue]:
             d = dur * len(p) / total
             cues.append(Cue(round(t, 3), round(t + d, 3), lines_of(p)))
             t += d
-    # no overlaps: a cue ends where the next starts at the latest
-    for i in range(len(cues) - 1):
-        if cues[i].end_s > cues[i + 1].start_s:
-            cues[i] = Cue(cues[i].start_s, cues[i + 1].start_s, cues[i].lines)
-    return cues
+    return readable(cues)
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def readable(cues: list[Cue]) -> list[Cue]:
+    """Cues in order with no overlaps and no empty time (a player drops a cue that ends where it
+    starts, and ``srt`` leaves it out: the count said is the count written). A cue shorter than
+    ``MIN_CUE_S`` takes the next one's text while both fit in one cue (many tiny sentences, "A. A. A.",
+    timed into a short voice-over); what still has no time of its own is joined to the cue before."""
+    merged: list[Cue] = []
+    for c in cues:
+        if merged:
+            prev = merged[-1]
+            joined = f"{' '.join(prev.lines)} {' '.join(c.lines)}"
+            short = prev.end_s - prev.start_s < MIN_CUE_S or c.end_s <= c.start_s
+            if short and len(joined) <= LINE_CHARS * MAX_LINES:
+                merged[-1] = Cue(prev.start_s, max(prev.end_s, c.end_s), lines_of(joined))
+                continue
+        merged.append(c)
+    out: list[Cue] = []
+    for i, c in enumerate(merged):
+        start = max(c.start_s, out[-1].end_s) if out else c.start_s
+        end = min(c.end_s, merged[i + 1].start_s) if i + 1 < len(merged) else c.end_s
+        if end - start >= 0.001:
+            out.append(Cue(round(start, 3), round(end, 3), c.lines))
+        elif out:  # no time left for it: its words go with the cue before (never silently lost)
+            last = out[-1]
+            out[-1] = Cue(last.start_s, last.end_s, (*last.lines[:-1], f"{last.lines[-1]} {' '.join(c.lines)}"))
+    return out
 
 
 def write_captions(
