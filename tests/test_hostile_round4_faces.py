@@ -375,3 +375,50 @@ def test_avatar_add_force_says_whether_it_rebuilt(tmp_path):
     changed = run(home, "avatar", "add", "x", other, "--force")
     assert changed.returncode == 0, changed.stderr
     assert changed.stdout.startswith("replaced avatar 'x' (the stages")
+
+
+# ------------------------------------------------------------------------------------------------
+# Row 14: a hanging webhook path holds up only its own calls
+
+
+def test_a_hanging_webhook_path_does_not_hold_up_another_jobs_call(tmp_path, home, wav):
+    release, fast_came = threading.Event(), threading.Event()
+
+    class Listener(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.path == "/hang":
+                release.wait(60)
+            else:
+                fast_came.set()
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Listener)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    port = listener.server_address[1]
+    args = ("--webhook-secret", "a-secret-of-sixteen+", "--webhook-allow", f"127.0.0.1:{port}")
+    try:
+        with Server(tmp_path / "srv", *args) as srv, httpx.Client(base_url=srv.url, timeout=120) as c:
+            with open(ROOT / "resources" / "demo" / "astronaut.png", "rb") as fh:
+                assert c.post("/v1/avatars", data={"name": "astro"}, files={"file": ("a.png", fh)}).status_code == 201
+            ids = []
+            for path in ("/hang", "/fast"):
+                r = c.post(
+                    "/v1/renders",
+                    data={"avatar": "astro", "engine": "classic", "webhook": f"http://127.0.0.1:{port}{path}"},
+                    files={"audio": ("v.wav", wav.read_bytes())},
+                )
+                assert r.status_code == 202, r.text
+                ids.append(r.json()["id"])
+            assert fast_came.wait(120), "the second job's webhook was never called"
+            hang = c.get(f"/v1/renders/{ids[0]}").json()["webhook"]
+            assert hang["deliveries"] == [], hang  # its first call still open when the other one arrived
+            release.set()
+    finally:
+        release.set()
+        listener.shutdown()
