@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import prepare_demo_avatar, speechlike
-from live_peer import Got, Viewer, mouth_box, moved, send_pcm
 from served import Server, free_port
+
+from studio.service.live_viewer import Got, Viewer, mouth_box, moved, send_pcm
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("aiortc")

@@ -196,7 +196,14 @@ class StudioClient:
     # -- plumbing -----------------------------------------------------------------------------
 
     def _inputs(self, avatar, audio, audio_id, text, settings) -> tuple[dict, dict]:
-        data = {k: str(v) for k, v in (settings or {}).items() if v is not None and k != "device"}
+        from studio.core.settings import SCHEMA
+
+        # None is sent as its face's word (loudness=off), so a value set to none wins over a delivery's too
+        data = {
+            k: str(v) if v is not None else SCHEMA[k].auto_label
+            for k, v in (settings or {}).items()
+            if k != "device" and (v is not None or (k in SCHEMA and SCHEMA[k].auto_label))
+        }
         files = {}
         if Path(str(avatar)).expanduser().is_file():
             files["avatar_file"] = (Path(avatar).name, open(Path(avatar).expanduser(), "rb"))
