@@ -273,7 +273,7 @@ def readable(cues: list[Cue]) -> list[Cue]:
     """Cues in order with no overlaps and no empty time (a player drops a cue that ends where it
     starts, and ``srt`` leaves it out: the count said is the count written). A cue shorter than
     ``MIN_CUE_S`` takes the next one's text while both fit in one cue (many tiny sentences, "A. A. A.",
-    timed into a short voice-over); what still has no time of its own is joined to the cue before."""
+    timed into a short voice-over); what still has no time of its own is shown with the next cue."""
     merged: list[Cue] = []
     for c in cues:
         if merged:
@@ -284,15 +284,19 @@ def readable(cues: list[Cue]) -> list[Cue]:
                 merged[-1] = Cue(prev.start_s, max(prev.end_s, c.end_s), lines_of(joined))
                 continue
         merged.append(c)
+    starts: list[float] = []
+    for c in merged:  # in order: no cue starts before the one before it
+        starts.append(max(c.start_s, starts[-1]) if starts else c.start_s)
     out: list[Cue] = []
+    carry = ""  # the words of cues with no time of their own, shown with the next cue
     for i, c in enumerate(merged):
-        start = max(c.start_s, out[-1].end_s) if out else c.start_s
-        end = min(c.end_s, merged[i + 1].start_s) if i + 1 < len(merged) else c.end_s
-        if end - start >= 0.001:
-            out.append(Cue(round(start, 3), round(end, 3), c.lines))
-        elif out:  # no time left for it: its words go with the cue before (never silently lost)
-            last = out[-1]
-            out[-1] = Cue(last.start_s, last.end_s, (*last.lines[:-1], f"{last.lines[-1]} {' '.join(c.lines)}"))
+        end = min(c.end_s, starts[i + 1]) if i + 1 < len(merged) else max(c.end_s, starts[i] + MIN_CUE_S)
+        text = f"{carry} {' '.join(c.lines)}".strip()
+        if end - starts[i] < 0.001 and i + 1 < len(merged):
+            carry = text
+            continue
+        carry = ""
+        out.append(Cue(round(starts[i], 3), round(end, 3), lines_of(text)))
     return out
 
 
