@@ -178,6 +178,27 @@ def test_studio_serve_watches_a_folder_too(tmp_path):
     assert [p.name for p in (inbox / "done").rglob("*.wav")] == ["n.wav"]
 
 
+def test_a_script_dropped_in_is_spoken_and_captioned(tmp_path):
+    """A .txt script: spoken with the folder's voice (Piper's joe), rendered, its captions from the spoken
+    text (no --script needed), read back with pysubs2 inside the clip."""
+    import pysubs2
+
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "studio.toml").write_text(TOML + 'captions = "srt"\n')
+    w = WatchFolder(inbox, avatar=str(DEMO_AVATAR), out=tmp_path / "out")
+    w.settle_s = 0.0
+    (inbox / "bulletin.txt").write_text("Good evening. Here is the news.\n")
+    assert w.poll() == []
+    [o] = w.poll()
+    assert o.state == "done", o.reason
+    clip = _duration(o.output)
+    subs = pysubs2.load(o.files["captions"])
+    assert [e.plaintext for e in subs] == ["Good evening.", "Here is the news."]
+    assert all(0 <= e.start < e.end <= clip * 1000 + 1 for e in subs)
+    assert (inbox / "done" / time.strftime("%Y-%m-%d") / "bulletin.txt").is_file()
+
+
 def test_a_clip_that_misses_its_check_gate_is_marked_failed_and_kept(tmp_path):
     """``check = "ok,jitter=0.01"`` in the folder's settings (no render is that steady): the clip and its
     report stay in the output folder, the source goes to failed/ with the missed limit as its reason;

@@ -142,7 +142,10 @@ async def _submit(st, form, settings, stored: list):
 
         total = (await run_in_threadpool(probe, audio)).frames_at(request.output_rate)  # at the output's rate
         frames = (frames[0], total if frames[1] is None else frames[1])
-        check_frames(frames, total)
+        try:
+            check_frames(frames, total)
+        except StudioError as exc:  # a field of this form that does not fit the clip: 422, not 404
+            raise ApiError(422, str(exc)) from None
         request = request.with_(frames=frames)
     if form.placement == "farm":
         request = request.with_(placement=farm_placement(st, form, frames))

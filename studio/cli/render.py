@@ -374,7 +374,12 @@ def run_frame(args) -> int:
         raise InputError(f"-t {args.time}: give the time as a number of seconds, such as 12.48")
     out = check_output_args(args.output, args.avatar, args.audio, "image")
     info = probe(args.audio)
-    renderer = Renderer(args.avatar, args.audio, settings_from_args(args))
+    settings = settings_from_args(args)
+    if settings.device is not None:
+        from studio.service.preflight import check_device
+
+        check_device(settings.device)  # cuda without CUDA: one sentence, not an internal error
+    renderer = Renderer(args.avatar, args.audio, settings)
     rate = renderer.rate
     if args.time < 0 or frame_index(args.time, rate) >= info.frames_at(rate):
         raise InputError(f"-t {args.time} is outside the voice-over (0 to {info.duration_s:.2f} s)")

@@ -210,6 +210,28 @@ class StudioClient:
             data["text"] = text
         return data, files
 
+    # -- live sessions (docs/live.md) ----------------------------------------------------------
+
+    def live_open(self, avatar: str, **settings) -> dict:
+        """Open a live session (``POST /v1/live``): its id, links and audio key."""
+        return self._json("POST", "/v1/live", json={"avatar": avatar, **settings})
+
+    def live(self, sid: str) -> dict:
+        return self._json("GET", f"/v1/live/{sid}")
+
+    def live_push(self, sid: str, url: str) -> dict:
+        return self._json("POST", f"/v1/live/{sid}/push", json={"url": url})
+
+    def live_end(self, sid: str) -> None:
+        r = self._request("DELETE", f"/v1/live/{sid}")
+        if r.status_code != 404:
+            self._check(r)
+
+    def live_audio_url(self, session: dict, rate: int) -> str:
+        """The session's audio WebSocket (``ws://``/``wss://``) at ``rate`` Hz, with its key."""
+        base = "ws" + self.url[4:]
+        return f"{base}{session['links']['audio']}?rate={int(rate)}&key={session['key']}"
+
     def _request(self, method: str, path: str, **kw):
         try:
             return self._http.request(method, path, **kw)

@@ -29,8 +29,8 @@ class CheckStrip(QWidget):
         super().__init__(parent)
         self.setObjectName("check_strip")
         self.data: dict | None = None
-        self.setMinimumHeight(60)
-        self.setMaximumHeight(96)
+        self.setMinimumHeight(78)
+        self.setMaximumHeight(110)
         self.setMouseTracking(True)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self.hide()
@@ -100,7 +100,8 @@ class CheckStrip(QWidget):
             p.drawLine(QPointF(LABEL_W, y0 + row_h), QPointF(self.width(), y0 + row_h))
             if key == "offset":
                 mid = y0 + row_h / 2
-                scale = (row_h / 2 - 3) / 15.0
+                reach = max([3.0] + [abs(float(r["offset"])) + 1 for r in per if r.get("offset") is not None])
+                scale = (row_h / 2 - 3) / reach
                 p.setPen(QPen(QColor(207, 34, 46, 140), 1, Qt.PenStyle.DashLine))
                 for band in (-1.5, 1.5):
                     p.drawLine(QPointF(LABEL_W, mid - band * scale), QPointF(self.width(), mid - band * scale))

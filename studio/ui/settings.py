@@ -53,7 +53,10 @@ def settings() -> QSettings:
 
 def migrate(s: QSettings) -> None:
     """Bring an older settings file to ``VERSION``: unknown keys are dropped, known ones kept."""
-    stored = int(s.value("version", 0) or 0)
+    try:
+        stored = int(str(s.value("version", 0) or 0).strip())
+    except (TypeError, ValueError):  # version=abc (a hand-edited file): read as an old file, migrated
+        stored = -1
     if stored == VERSION:
         return
     for key in s.allKeys():
