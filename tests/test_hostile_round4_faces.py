@@ -258,3 +258,179 @@ def test_a_log_file_that_cannot_be_written_is_quiet(tmp_path, capfd):
         logger.removeHandler(handler)
     err = capfd.readouterr().err
     assert "Logging error" not in err and "Traceback" not in err, err
+
+
+# ------------------------------------------------------------------------------------------------
+# Row 16: captions of many tiny sentences; row 13: one client's health; row 15: a full disk
+
+
+def test_captions_of_many_tiny_sentences_say_what_they_hold(tmp_path, home):
+    spoken = tmp_path / "spoken.wav"
+    r = run(home, "speak", "Good evening. Here is the news. The weather is fine today.", "-o", spoken)
+    assert r.returncode == 0, r.stderr
+    script = tmp_path / "a.txt"
+    script.write_text("A. " * 6500 + "Bell\x07 and\x1b[31m red.")
+    out = tmp_path / "a.srt"
+    r = run(home, "captions", "--audio", spoken, "--text", script, "-o", out, "--json")
+    assert r.returncode == 0, r.stderr
+    said = json.loads(r.stdout)["cues"]
+    import srt
+
+    held = list(srt.parse(out.read_text()))
+    assert len(said) == len(held) > 0
+    assert all(c.end > c.start for c in held)
+    assert all(a.end <= b.start for a, b in zip(held, held[1:]))  # no overlaps
+    text = out.read_text()
+    assert "\x07" not in text and "\x1b" not in text and "Bell and [31m red." in text
+    assert text.count("A.") == 6500  # every sentence is in a cue
+
+
+def test_health_shows_a_client_only_its_own_running_job(tmp_path, home):
+    import time
+
+    conf = tmp_path / "clients.toml"
+    conf.write_text(
+        '[clients.alice]\ntoken = "alice-token-123456"\nscopes = ["submit", "read"]\n\n'
+        '[clients.bob]\ntoken = "bob-token-1234567"\nscopes = ["submit", "read"]\n'
+    )
+    long = tmp_path / "long.wav"
+    sf.write(long, speechlike(30.0, 16_000), 16_000, subtype="PCM_16")
+    with Server(home, "--clients", str(conf), token="alice-token-123456") as srv:
+        alice = httpx.Client(base_url=srv.url, headers={"Authorization": "Bearer alice-token-123456"}, timeout=120)
+        bob = httpx.Client(base_url=srv.url, headers={"Authorization": "Bearer bob-token-1234567"}, timeout=120)
+        r = alice.post(
+            "/v1/renders", data={"avatar": "astro", "engine": "classic"}, files={"audio": ("l.wav", long.read_bytes())}
+        )
+        assert r.status_code == 202, r.text
+        jid = r.json()["id"]
+        seen = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # waits on the server's own state, not a duration
+            if alice.get("/v1/health").json()["running"] == jid:
+                seen = bob.get("/v1/health").json()
+                break
+            if alice.get(f"/v1/renders/{jid}").json()["state"] in ("done", "failed"):
+                break
+        assert seen is not None, "the job never showed as running"
+        assert seen["running"] is None and seen["queued"] == 0
+        alice.delete(f"/v1/renders/{jid}")
+
+
+def test_an_upload_on_a_full_disk_is_one_sentence(tmp_path, home):
+    from hostile import tmpfs
+
+    big = tmp_path / "big.wav"
+    sf.write(big, speechlike(240.0, 16_000), 16_000, subtype="PCM_16")  # 7.7 MB
+    with tmpfs(tmp_path / "small", "6m") as small:
+        with Server(small / "home") as srv, httpx.Client(base_url=srv.url, timeout=120) as c:
+            r = c.post("/v1/audio", files={"file": ("big.wav", big.read_bytes())})
+            assert r.status_code == 507, r.text
+            assert r.json() == {"error": "the server's disk is full; try again once its operator has made room"}
+            assert c.get("/v1/health").status_code == 200
+            assert not list((small / "home" / "uploads" / "audio").glob(".incoming-*"))
+            log = srv.log_tail(50_000)
+    assert "Traceback" not in log
+
+
+# ------------------------------------------------------------------------------------------------
+# Row 17: a killed range render leaves nothing in the system's temporary folder
+
+
+def test_a_killed_range_renders_temporary_is_removed_by_the_next_command(tmp_path, wav):
+    home = tmp_path / "home"
+    tmp = tmp_path / "systmp"
+    tmp.mkdir()
+    code = (
+        "import os, signal, sys\n"
+        "from studio.core.render.plan import audio_range\n"
+        "from studio.core.media.rates import DEFAULT_RATE\n"
+        "class W: rate = DEFAULT_RATE\n"
+        f"cm = audio_range(W(), {str(wav)!r}, 0, 10)\n"
+        "path = cm.__enter__()\n"
+        "print(path, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "STUDIO_HOME": str(home), "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == -9, r.stderr
+    left = Path(r.stdout.strip())
+    assert left.is_file() and left.parent.parent == tmp and left.parent.name.startswith(".studio-range.")
+    r = subprocess.run([sys.executable, "-m", "studio", "analyze", str(wav)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert list(tmp.iterdir()) == []
+
+
+def test_avatar_add_force_says_whether_it_rebuilt(tmp_path):
+    from conftest import DEMO_AVATAR
+
+    home = tmp_path / "home"
+    assert run(home, "avatar", "add", "x", DEMO_AVATAR).stdout.startswith("added avatar 'x'")
+    again = run(home, "avatar", "add", "x", DEMO_AVATAR, "--force")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("avatar 'x' was already prepared from this source with these settings")
+    from PIL import Image, ImageOps
+
+    other = tmp_path / "mirrored.png"
+    ImageOps.mirror(Image.open(DEMO_AVATAR).convert("RGB")).save(other)
+    changed = run(home, "avatar", "add", "x", other, "--force")
+    assert changed.returncode == 0, changed.stderr
+    assert changed.stdout.startswith("replaced avatar 'x' (the stages")
+
+
+# ------------------------------------------------------------------------------------------------
+# Row 14: a hanging webhook path holds up only its own calls
+
+
+def test_a_hanging_webhook_path_does_not_hold_up_another_jobs_call(tmp_path, home, wav):
+    release, fast_came = threading.Event(), threading.Event()
+
+    class Listener(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.path == "/hang":
+                release.wait(60)
+            else:
+                fast_came.set()
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Listener)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    port = listener.server_address[1]
+    args = ("--webhook-secret", "a-secret-of-sixteen+", "--webhook-allow", f"127.0.0.1:{port}")
+    try:
+        with Server(tmp_path / "srv", *args) as srv, httpx.Client(base_url=srv.url, timeout=120) as c:
+            with open(ROOT / "resources" / "demo" / "astronaut.png", "rb") as fh:
+                assert c.post("/v1/avatars", data={"name": "astro"}, files={"file": ("a.png", fh)}).status_code == 201
+            ids = []
+            for path in ("/hang", "/fast"):
+                r = c.post(
+                    "/v1/renders",
+                    data={"avatar": "astro", "engine": "classic", "webhook": f"http://127.0.0.1:{port}{path}"},
+                    files={"audio": ("v.wav", wav.read_bytes())},
+                )
+                assert r.status_code == 202, r.text
+                ids.append(r.json()["id"])
+            assert fast_came.wait(120), "the second job's webhook was never called"
+            hang = c.get(f"/v1/renders/{ids[0]}").json()["webhook"]
+            assert hang["deliveries"] == [], hang  # its first call still open when the other one arrived
+            release.set()
+    finally:
+        release.set()
+        listener.shutdown()
+
+
+def test_a_scope_refusal_says_what_is_missing(tmp_path):
+    conf = tmp_path / "clients.toml"
+    conf.write_text('[clients.wall]\ntoken = "wall-token-1234567"\nscopes = ["read"]\n')
+    with Server(tmp_path / "srv", "--clients", str(conf), token="wall-token-1234567") as srv:
+        r = httpx.get(f"{srv.url}/metrics", headers={"Authorization": "Bearer wall-token-1234567"}, timeout=60)
+    assert r.status_code == 403
+    assert r.json()["error"] == (
+        "client wall may not GET /metrics (it has the scopes read; that needs a client that sees every "
+        "client's jobs (the admin scope)); ask this server's operator"
+    )

@@ -158,6 +158,7 @@ class UploadStore:
             _unlink(stored.path)
             if stored.kind == "audio":
                 _unlink(self.root / "audio" / f"{stored.id}.json")
+                _unlink(stored.path.with_suffix(".speech.json"))  # the sentence times of a spoken text
 
     def as_client_said(self, exc: BaseException, stored: Stored) -> BaseException:
         """``exc`` with the stored file's server path replaced by the client's name for it (a

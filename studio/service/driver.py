@@ -313,6 +313,7 @@ def check_request(req: RenderRequest) -> None:
         check_chunk_codec(req.settings.codec)
     if req.placement.kind == "server":  # the server checks its inputs; here only the download target
         return
+    req.resolution.check()  # a canvas that needs more enlargement than allowed: refused, with the choices
     probe(req.audio)
 
 
