@@ -34,7 +34,7 @@ export function CheckVerdict({ check, why = false }) {
 function Row({ job, live: streamed, readOnly, followed, onFollow, act }) {
   const live = streamed || job.live;
   const pct = Math.round((job.progress || 0) * 100);
-  const check = job.result && job.result.check;
+  const check = job.result?.check;
   return (
     <li class={`job ${followed ? 'selected' : ''}`} data-testid={`job-${job.id}`}>
       <div class="what">
@@ -98,14 +98,20 @@ export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo, onO
     let again = false;
     let loading = null;
     const load = async () => {
-      if (loading) return void (again = true); // one request at a time; the latest change is asked after
+      if (loading) {
+        again = true; // one request at a time; the latest change is asked after
+        return;
+      }
       loading = getFresh('/v1/renders?limit=30', { signal: ctl.signal });
       try {
         const page = await loading;
         setJobs(page.renders);
       } finally {
         loading = null;
-        if (again && !ctl.signal.aborted) ((again = false), load().catch(() => {}));
+        if (again && !ctl.signal.aborted) {
+          again = false;
+          load().catch(() => {});
+        }
       }
     };
     (async () => {
@@ -117,7 +123,7 @@ export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo, onO
             (name, data) => {
               if (name === 'hello') {
                 setOffline(false);
-                onOnline && onOnline();
+                onOnline?.();
                 attempt = 0;
               } else if (name === 'progress') setLive((m) => ({ ...m, [data.id]: data }));
               else if (name === 'state') load().catch(() => {});
