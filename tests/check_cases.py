@@ -12,7 +12,10 @@ Edits of a real render (decoded, changed, encoded again by Studio's own writer):
 * ``seam``: inside the blend mask (its soft alpha), speech frames are brightened by ``amount``
   8-bit levels (12 by default): a generated face whose skin tone does not match;
 * ``drift``: inside the blend mask, speech frames show the frame moved down by ``amount`` pixels
-  (4 by default): a generated lower face that slides off the presenter's.
+  (4 by default): a generated lower face that slides off the presenter's;
+* ``shake``: inside the blend mask, every frame shows the frame moved by a random shift (each axis
+  Gaussian, sigma ``amount`` pixels, 1.5 by default; seeded): a lower face that shakes from frame to
+  frame, as a render without its crossfade or with a noisy landmark track does.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-EDITS = ("open", "blur", "seam", "drift")
-DEFAULT_AMOUNT = {"open": 0.0, "blur": 2.0, "seam": 12.0, "drift": 4.0}
+EDITS = ("open", "blur", "seam", "drift", "shake")
+DEFAULT_AMOUNT = {"open": 0.0, "blur": 2.0, "seam": 12.0, "drift": 4.0, "shake": 1.5}
 
 
 def shifted_voice(samples: np.ndarray, frames: int, fps: float = 25.0, rate: int = 16_000) -> np.ndarray:
@@ -84,6 +87,14 @@ def edit_video(
         loop = loop if len(loop) else speech
         for j, t in enumerate(np.flatnonzero(silent & edited)):
             out_frames[t] = frames[loop[j % len(loop)]]
+    elif kind == "shake":
+        rng = np.random.default_rng(7)
+        for t in np.flatnonzero(edited):
+            dx, dy = rng.normal(0.0, amount, 2)
+            m = np.float32([[1, 0, dx], [0, 1, dy]])
+            new = cv2.warpAffine(frames[t], m, (w, h), borderMode=cv2.BORDER_REPLICATE)[y1:y2, x1:x2]
+            roi = frames[t, y1:y2, x1:x2].astype(np.float32)
+            out_frames[t, y1:y2, x1:x2] = (roi * (1 - alpha) + new * alpha).round().clip(0, 255).astype(np.uint8)
     else:
         for t in speech[edited[speech]]:
             roi = frames[t, y1:y2, x1:x2].astype(np.float32)

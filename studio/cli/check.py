@@ -38,7 +38,27 @@ def register(sub) -> None:
         default=None,
         help="exit 3 unless the report meets these: 'ok' or 'check' (the verdict at least that good), "
         "and/or NAME=VALUE,... with confidence/sharpness as minimums and offset (frames either way), "
-        "silence_motion, seam, drift as maximums; e.g. --fail-under ok,confidence=0.4",
+        "silence_motion, seam, drift, jitter as maximums; e.g. --fail-under ok,confidence=0.4,jitter=6",
+    )
+    p.add_argument(
+        "--report",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="also write the visual report: FILE.html (one self-contained page: the per-second strip and the "
+        "mouth beside the reference) or FILE.png (a one-page sheet); may be given twice",
+    )
+    p.add_argument(
+        "--frames",
+        metavar="S,S,...",
+        default=None,
+        help="seconds whose mouth the report shows beside the reference's, besides the worst second "
+        "(e.g. --frames 2,6,12)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing report file (default: keep it and write NAME_002 ...)",
     )
     p.add_argument(
         "--threshold",
@@ -78,6 +98,9 @@ def run(args) -> int:
     if args.first_frame < 0:
         raise InputError("--first-frame must be 0 or more")
     limits = Limits.parse(args.fail_under)  # a bad limit is said before any work
+    at_seconds = parse_seconds(args.frames)
+    for path in args.report:
+        check_report_path(path)
     from studio.core import env
 
     if env.get("STUDIO_PARENT_PID"):  # run by a render queue: end with it
@@ -98,6 +121,7 @@ def run(args) -> int:
     finally:
         bar.close()
     failed = limits.failures(report)
+    written = write_reports(report, args, at_seconds)
     if args.json:
         out = report.to_json()
         if args.fail_under is not None:
@@ -106,9 +130,13 @@ def run(args) -> int:
                 "met": not failed,
                 "failures": failed,
             }
+        if written:
+            out["report_files"] = written
         emit_json(out)
     else:
         print_report(report)
+        for path in written:
+            print(f"report:          {path}")
     if failed:
         print(f"studio: check: --fail-under not met: {'; '.join(failed)}", file=sys.stderr)
         return FAIL_EXIT
@@ -133,8 +161,56 @@ def print_report(r) -> None:
     print(f"sharpness:       {f(r.sharpness, '.2f')}   (check under {th.min_sharpness:.2f})")
     print(f"seam:            {f(r.seam, '.1f')} luma levels   (check over {th.max_seam:.1f})")
     print(f"drift:           {f(100 * r.drift, '.1f')} % of the eye distance   (check over {100 * th.max_drift:.1f} %)")
+    print(
+        f"jitter:          {f(r.jitter, '.2f')} % of the eye distance per frame²   (limit with --fail-under jitter=N)"
+    )
     print(f"reference:       {r.reference}")
     if r.worst_second is not None:
         print(f"worst second:    {r.worst_second // 60}:{r.worst_second % 60:02d}")
     for note in r.notes:
         print(f"note: {note}")
+
+
+def parse_seconds(text: str | None) -> tuple[float, ...]:
+    """``--frames 2,6,12``: seconds (one sentence when one is not a number of 0 or more)."""
+    import math
+
+    from studio.core.errors import InputError
+
+    if text is None or not text.strip():
+        return ()
+    out = []
+    for part in text.split(","):
+        try:
+            v = float(part)
+        except ValueError:
+            v = float("nan")
+        if not math.isfinite(v) or v < 0:
+            raise InputError(f"--frames {part.strip()!r}: give seconds as numbers of 0 or more, e.g. --frames 2,6,12")
+        out.append(v)
+    return tuple(out)
+
+
+def check_report_path(path: str) -> None:
+    from pathlib import Path
+
+    from studio.core.errors import InputError
+    from studio.core.quality.sheet import SUFFIXES
+
+    p = Path(path)
+    if p.suffix.lower() not in SUFFIXES:
+        raise InputError(f"--report {path}: give a file ending in .html or .png")
+    if not p.parent.is_dir():
+        raise InputError(f"--report {path}: the folder {p.parent} does not exist")
+    if p.is_dir():
+        raise InputError(f"--report {path}: that is a folder; give a file name ending in .html or .png")
+
+
+def write_reports(report, args, at_seconds: tuple[float, ...]) -> list[str]:
+    """The ``--report`` files, written atomically; their paths."""
+    if not args.report:
+        return []
+    from studio.core.quality.sheet import pictures, write_report
+
+    pics = pictures(report, args.video, args.avatar, at_seconds, args.first_frame)
+    return [str(write_report(report, path, pics, overwrite=args.overwrite)) for path in args.report]

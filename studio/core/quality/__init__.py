@@ -101,7 +101,7 @@ def measure_video(
 
     info = probe_video(video)
     total = info.frames or 0
-    assets = _assets(avatar)
+    assets = avatar_assets(avatar)
 
     def reference_for(finder: mouth.FaceFinder):
         if assets is not None:
@@ -215,7 +215,8 @@ def check_video(
     return replace(report, seconds=time.monotonic() - t0, extra=extra)
 
 
-def _assets(avatar):
+def avatar_assets(avatar):
+    """The avatar as ``AvatarAssets`` (given as assets, a library name or a path), or None."""
     if avatar is None:
         return None
     if hasattr(avatar, "frames") and hasattr(avatar, "masks"):

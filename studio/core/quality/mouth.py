@@ -35,6 +35,8 @@ ALIGN_POINTS = tuple(sorted(set(faces.EYES + faces.BROWS + (168, 6, 197))))
 #: The geometry outside the mouth whose drift is measured: the jaw contour, the nose, the eyes
 #: (each group's RMS distance from the reference's; the drift is the largest of the three).
 DRIFT_GROUPS = {"jaw": faces.JAW, "nose": faces.NOSE, "eyes": faces.EYES}
+#: The lips whose frame-to-frame shake the jitter measures (outer and inner contours).
+LIP_POINTS = faces.LIPS_OUTER + faces.LIPS_INNER
 WINDOW = 2.0  # the face box the mesh runs on: this many times the face's landmark extent, square
 WINDOW_MARGIN = 0.15  # re-centre when the face comes closer to the box's side than this share
 LOST_RETRY = 5  # frames between two whole-frame searches while no face is found
@@ -317,8 +319,10 @@ class Reference:
         get: Callable[[int], RefFrame | None],
         aligned: bool,
         feather: float,
+        frame: int | None = None,
     ):
         self.kind = kind  # "avatar" | "video"
+        self.frame = frame  # the video's own frame that is the reference (kind "video")
         self.describe = describe
         self._get = get
         self.aligned = aligned  # True: map the reference's geometry onto each frame
@@ -396,7 +400,7 @@ def video_reference(frame, finder: FaceFinder, describe: str, feather: float) ->
     if lm is None:
         return None
     ref = ref_frame(np.array(frame.luma), lm, feather)
-    return Reference("video", describe, lambda t: ref, aligned=True, feather=feather)
+    return Reference("video", describe, lambda t: ref, aligned=True, feather=feather, frame=frame.index)
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,6 +424,13 @@ class Measurements:
     drift_groups: dict[str, np.ndarray]  # [T] per group of DRIFT_GROUPS
     reference: str  # what the reference was, in words
     reference_kind: str  # "avatar" | "video" | "none"
+    #: [T, len(LIP_POINTS), 2] the lips in the reference's upper-face frame, in eye distances
+    #: (the head's own motion taken off); NaN where no face was found
+    lips: np.ndarray | None = None
+    #: the same of the reference's frame ``t`` (an avatar's moving head; a still one is constant)
+    ref_lips: np.ndarray | None = None
+    #: the video's frame that is the reference (``reference_kind`` "video"), for the report's pictures
+    reference_frame: int | None = None
 
     @property
     def frames(self) -> int:
@@ -447,6 +458,10 @@ def measure(
 
     cols: dict[str, list[float]] = {k: [] for k in COLUMNS}
     face: list[bool] = []
+    lips: list[np.ndarray] = []
+    ref_lips: list[np.ndarray] = []
+    canon: np.ndarray | None = None  # the upper face every frame's lips are mapped onto
+    nan_lips = np.full((len(LIP_POINTS), 2), np.nan)
     ref = reference_for(finder)
     width = height = 0
     for k, frame in enumerate(frames):
@@ -461,8 +476,14 @@ def measure(
                 f"the video's own frame {k} (its first with a face)",
                 24.0,
             )
-        row = _frame_figures(frame, lm, ref.at(k) if ref is not None else None, ref)
+        rf = ref.at(k) if ref is not None else None
+        row = _frame_figures(frame, lm, rf, ref)
         face.append(lm is not None)
+        if canon is None:
+            first = rf.landmarks if rf is not None else lm
+            canon = None if first is None else _canonical(first)
+        lips.append(nan_lips if lm is None or canon is None else lips_of(lm, canon))
+        ref_lips.append(nan_lips if rf is None or canon is None else lips_of(rf.landmarks, canon))
         for name in COLUMNS:
             cols[name].append(row[name])
         if progress is not None and k % 25 == 0:
@@ -477,8 +498,24 @@ def measure(
         drift_groups=groups,
         reference=ref.describe if ref is not None else "none (no face was found)",
         reference_kind=ref.kind if ref is not None else "none",
+        lips=np.asarray(lips, np.float64).reshape(len(face), len(LIP_POINTS), 2),
+        ref_lips=np.asarray(ref_lips, np.float64).reshape(len(face), len(LIP_POINTS), 2),
+        reference_frame=ref.frame if ref is not None else None,
         **arr,
     )
+
+
+def _canonical(lm: np.ndarray) -> np.ndarray:
+    """The upper face's points scaled to one eye distance: where every frame's lips are mapped."""
+    pts = np.asarray(lm, np.float64)[list(ALIGN_POINTS)]
+    return (pts - pts.mean(0)) / max(eye_distance(lm), 1e-6)
+
+
+def lips_of(lm: np.ndarray, canon: np.ndarray) -> np.ndarray:
+    """The lips of ``lm`` moved by the similarity that puts its upper face on ``canon``: the head's
+    own motion and size taken off, in eye distances."""
+    m = similarity(np.asarray(lm, np.float64)[list(ALIGN_POINTS)], canon)
+    return apply(m, np.asarray(lm, np.float64)[list(LIP_POINTS)])
 
 
 def _frame_figures(frame, lm: np.ndarray | None, rf: RefFrame | None, ref: Reference | None) -> dict[str, float]:

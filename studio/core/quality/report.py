@@ -18,6 +18,7 @@ import numpy as np
 
 from studio.core.errors import InputError
 from studio.core.quality import sync
+from studio.core.quality.jitter import jitter as jitter_of
 from studio.core.quality.mouth import Measurements
 
 VERDICTS = ("ok", "check", "out of sync")
@@ -84,6 +85,7 @@ class Report:
     seam: float
     drift: float
     drift_groups: dict[str, float]
+    jitter: float  # mean per-frame jitter (% of the eye distance per frame^2; see ``jitter``)
     verdict: str
     reason: str
     issues: tuple[Issue, ...]
@@ -93,6 +95,10 @@ class Report:
     thresholds: Thresholds = THRESHOLDS
     seconds: float = 0.0  # how long the check took
     extra: dict = field(default_factory=dict)
+    #: per frame, for the visual report (not in the JSON): "opening" (the mouth), "voice" (the
+    #: envelope), "silent" (bool), "jitter"
+    trace: dict = field(default_factory=dict)
+    reference_frame: int | None = None  # the video's frame that is the reference (kind "video")
 
     @property
     def offset_ms(self) -> float:
@@ -123,6 +129,7 @@ class Report:
             "seam": _num(self.seam),
             "drift": _num(self.drift),
             "drift_groups": {k: _num(v) for k, v in self.drift_groups.items()},
+            "jitter": _num(self.jitter),
             "verdict": self.verdict,
             "reason": self.reason,
             "issues": [i.to_json() for i in self.issues],
@@ -145,6 +152,7 @@ class Report:
             "sharpness": _num(self.sharpness),
             "seam": _num(self.seam),
             "drift": _num(self.drift),
+            "jitter": _num(self.jitter),
             "worst_second": self.worst_second,
         }
 
@@ -222,12 +230,15 @@ def build_report(
     seam = _nanmedian(seam_t[talk])
     drift = _nanmedian(m.drift[talk]) if talk.any() else _nanmedian(m.drift)
     groups = {g: _nanmedian(v[talk]) for g, v in m.drift_groups.items()}
+    shake = jitter_of(m.lips, m.ref_lips, fps) if m.lips is not None else np.full(T, np.nan)
+    jitter = _nanmean(shake[face])
 
     # per second
     seconds = math.ceil(T / fps)
     local = sync.local_sync(mouth_hp, voice_hp, offset, speech, fps)
+    offs, offs_conf = sync.local_offsets(mouth_hp, voice_hp, speech, fps)
     per: list[dict] = []
-    cols = {k: np.full(seconds, np.nan) for k in ("silence_motion", "sharpness", "seam", "drift")}
+    cols = {k: np.full(seconds, np.nan) for k in ("silence_motion", "sharpness", "seam", "drift", "jitter")}
     for k in range(seconds):
         a, b = round(k * fps), min(T, round((k + 1) * fps))
         sl = slice(a, b)
@@ -237,13 +248,17 @@ def build_report(
             "speech": round(float(speech[sl].mean()), 3) if b > a else 0.0,
             "face": round(float(face[sl].mean()), 3) if b > a else 0.0,
             "sync": _num(local[k]) if k < len(local) else None,
+            "offset": int(offs[k]) if k < len(offs) and np.isfinite(offs[k]) else None,
+            "offset_confidence": _num(offs_conf[k]) if k < len(offs_conf) else None,
             "opening": _num(_nanmean(m.opening[sl]) if face[sl].any() else float("nan")),
+            "voice": _num(_nanmean(env[sl]) if b > a else float("nan")),
         }
         vals = {
             "silence_motion": _nanmean(dev[sl][q]) / scale if q.any() else float("nan"),
             "sharpness": _nanmedian(sharp[sl][s]) if s.any() else float("nan"),
             "seam": _nanmedian(seam_t[sl][s]) if s.any() else float("nan"),
             "drift": _nanmedian(m.drift[sl][face[sl]]) if face[sl].any() else float("nan"),
+            "jitter": _nanmean(shake[sl][face[sl]]) if face[sl].any() else float("nan"),
         }
         for name, v in vals.items():
             cols[name][k] = v
@@ -381,6 +396,7 @@ def build_report(
         seam=seam,
         drift=drift,
         drift_groups=groups,
+        jitter=jitter,
         verdict=verdict,
         reason=reason,
         issues=tuple(issues),
@@ -388,6 +404,8 @@ def build_report(
         per_second=tuple(per),
         notes=tuple(notes),
         thresholds=th,
+        trace={"opening": m.opening, "voice": env, "silent": silent, "jitter": shake},
+        reference_frame=m.reference_frame,
     )
 
 
@@ -428,6 +446,7 @@ MAX_FIGURES = (
     "silence_motion",
     "seam",
     "drift",
+    "jitter",
 )  # lower is better: the limit is a maximum
 
 
@@ -435,7 +454,7 @@ MAX_FIGURES = (
 class Limits:
     """What ``--fail-under`` asks for: a verdict at least as good as ``verdict`` (``ok`` or
     ``check``), and/or figures within limits (``confidence``/``sharpness`` at least the value;
-    ``offset`` (frames either way), ``silence_motion``, ``seam``, ``drift`` at most the value)."""
+    ``offset`` (frames either way), ``silence_motion``, ``seam``, ``drift``, ``jitter`` at most the value)."""
 
     verdict: str | None = None
     figures: tuple[tuple[str, float], ...] = ()

@@ -112,3 +112,35 @@ def local_sync(
             continue
         out[k] = pearson(m[sel], v[sel])
     return out
+
+
+def local_offsets(
+    mouth: np.ndarray,
+    voice: np.ndarray,
+    speech: np.ndarray,
+    fps: float,
+    window_s: float = 3.0,
+    min_speech_s: float = 0.8,
+    max_shift: int = MAX_SHIFT,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per second ``k``: ``(offset, confidence)`` of the ``window_s`` seconds centred on that second
+    alone (the best shift of the mouth frames in the window against the voice; NaN where the window
+    has less than ``min_speech_s`` of speech), so a stretch whose sync slips shows where it slips."""
+    n = min(len(mouth), len(voice))
+    seconds = int(np.ceil(n / fps))
+    offs, confs = np.full(seconds, np.nan), np.full(seconds, np.nan)
+    sp = np.asarray(speech, bool)[:n]
+    half = window_s / 2
+    for k in range(seconds):
+        a, b = max(0, round((k + 0.5 - half) * fps)), min(n, round((k + 0.5 + half) * fps))
+        if sp[a:b].sum() < min_speech_s * fps:
+            continue
+        curve = np.full(2 * max_shift + 1, np.nan)
+        for j, s in enumerate(range(-max_shift, max_shift + 1)):
+            lo, hi = max(a, s), min(b, n + s)  # mouth frames u in [a, b) against voice frames u - s
+            if hi - lo >= 8:
+                curve[j] = pearson(mouth[lo:hi], voice[lo - s : hi - s])
+        if np.isfinite(curve).any():
+            off, conf, _ = best_shift(curve)
+            offs[k], confs[k] = off, conf
+    return offs, confs
