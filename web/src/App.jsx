@@ -304,10 +304,11 @@ export function App() {
         </section>
         <aside class="side">
           <div class="actions">
-            <button type="button" class="primary" disabled={!canRender || busy !== ''} onClick={() => submit(true)}>
+            {/* aria-disabled while sending: a disabled button would drop the keyboard's focus to the top */}
+            <button type="button" class="primary" disabled={!canRender} aria-disabled={busy !== ''} onClick={() => busy === '' && submit(true)}>
               {busy === 'render' ? 'Sending…' : 'Render'}
             </button>
-            <button type="button" disabled={!canRender || busy !== ''} onClick={() => submit(false)}>
+            <button type="button" disabled={!canRender} aria-disabled={busy !== ''} onClick={() => busy === '' && submit(false)}>
               {busy === 'queue' ? 'Sending…' : 'Add to queue'}
             </button>
           </div>

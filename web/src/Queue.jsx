@@ -1,6 +1,6 @@
 // The queue (the server's, shared with the window and `studio queue`): cancel, retry, download, watch.
 import { useEffect, useState } from 'preact/hooks';
-import { call, follow, getFresh, newKey } from './api.js';
+import { call, follow, getFresh, newKey, openSession } from './api.js';
 import { backoff } from './route.js';
 import { duration } from './timecode.js';
 
@@ -122,6 +122,7 @@ export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo, onO
             '/v1/events',
             (name, data) => {
               if (name === 'hello') {
+                if (attempt > 0) openSession().catch(() => {}); // a restarted server forgot the media cookie
                 setOffline(false);
                 onOnline?.();
                 attempt = 0;
