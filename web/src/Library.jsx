@@ -15,7 +15,7 @@ function nameFor(file, taken) {
 function Thumb({ avatar }) {
   // by URL: the media cookie lets the browser fetch it (and cache it)
   return avatar.thumbnail ? (
-    <img src={`${avatar.thumbnail}?v=${avatar.size_bytes || 0}`} alt="" width="48" height="48" />
+    <img src={`${avatar.thumbnail}?px=96&v=${avatar.size_bytes || 0}`} alt="" width="48" height="48" />
   ) : (
     <span class="thumb-empty" aria-hidden="true" />
   );

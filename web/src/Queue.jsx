@@ -54,7 +54,7 @@ function Row({ job, live: streamed, readOnly, followed, onFollow, act }) {
         {check && <CheckVerdict check={check} />}
       </div>
       <div class="buttons">
-        <button type="button" onClick={() => onFollow(job.id)} aria-label={`Watch job ${job.id}`}>
+        <button type="button" onClick={() => onFollow(job.id)} aria-label={`${job.state === 'done' ? 'Play' : 'Watch'} job ${job.id}`}>
           {job.state === 'done' ? 'Play' : 'Watch'}
         </button>
         {job.state === 'done' && (
