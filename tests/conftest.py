@@ -96,3 +96,21 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+SLOW_LIST = Path(__file__).resolve().parent / "slow.txt"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark ``slow`` the tests ``tests/slow.txt`` names (node ids or their prefixes: a module, a test
+    with all its parameters), as measured by ``./dev test``'s durations: ``./dev test --fast`` leaves them out."""
+    if not SLOW_LIST.exists():
+        return
+    prefixes = tuple(
+        line.split("#", 1)[0].strip() for line in SLOW_LIST.read_text().splitlines() if line.split("#", 1)[0].strip()
+    )
+    if not prefixes:
+        return
+    for item in items:
+        if item.nodeid.startswith(prefixes):
+            item.add_marker(pytest.mark.slow)

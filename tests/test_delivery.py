@@ -261,7 +261,8 @@ def test_timecode_track_chapters_and_otio_round_trip(avatar, voice, tmp_path):
     v1, a1 = tl.tracks[0], tl.tracks[1]
     assert v1[0].source_range.duration.value == res.frames and a1[0].source_range.start_time.value == 0
     marks = {m.name: round(m.marked_range.start_time.value) for m in tl.tracks.markers}
-    assert marks["Intro"] == int(0.5 * Fraction(30000, 1001)) and marks["Outro"] == int(2.7 * Fraction(30000, 1001))
+    # the nearest frame of the output rate (issue 44: 0.5 s at 29.97 is frame 15, 14.985 frames)
+    assert marks["Intro"] == round(0.5 * Fraction(30000, 1001)) and marks["Outro"] == round(2.7 * Fraction(30000, 1001))
     assert "Pause 1" in marks and marks["Pause 1"] == pytest.approx(1.2 * rate, abs=3)
     assert os.path.basename(v1[0].media_reference.target_url) == "news.mov"
 

@@ -64,3 +64,19 @@ def test_weights_line_reports_an_empty_store_and_a_damaged_manifest(studio_home)
     damaged = doctor.check_weights()
     assert damaged.status == doctor.FAIL
     assert "manifest" in damaged.detail
+
+
+def test_doctor_says_whether_bmx_is_installed(tmp_path, monkeypatch):
+    """No bmxtranswrap on the PATH: an info line naming the optional re-wrap; one there: its version."""
+    import os
+    import stat
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    c = doctor.check_bmx()
+    assert c.status == doctor.INFO and "bmxtranswrap is not installed" in c.detail
+    tool = tmp_path / "bmxtranswrap"
+    tool.write_text("#!/bin/sh\necho 'bmxtranswrap, bmx v1.2 (test build)'\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", str(tmp_path) + os.pathsep + "/bin:/usr/bin")
+    c = doctor.check_bmx()
+    assert c.status == doctor.OK and "bmx v1.2" in c.detail

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
 import soundfile as sf
 from conftest import DEMO_AVATAR, speechlike
+from served import Hold
 
 from studio.core.errors import Cancelled
 from studio.core.render.renderer import Renderer
@@ -27,7 +29,9 @@ def home(tmp_path_factory):
     home = tmp_path_factory.mktemp("farm_home")
     old = os.environ.get("STUDIO_HOME")
     os.environ["STUDIO_HOME"] = str(home)
+    os.environ["STUDIO_TEST_HOLD"] = str(home / "test-hold")  # the workers' renders hold while it exists
     yield home
+    os.environ.pop("STUDIO_TEST_HOLD", None)
     if old is None:
         os.environ.pop("STUDIO_HOME", None)
     else:
@@ -141,16 +145,31 @@ def test_a_worker_killed_mid_chunk_is_survived(farm, avatar, voice, single, tmp_
     assert [x.name for x in tmp_path.iterdir()] == ["killed.mp4"]
 
 
-def test_cancel_stops_every_chunk_and_writes_nothing(farm, avatar, voice, tmp_path):
+def healthy(f, timeout: float = 120) -> dict:
+    """Every worker answers (one killed by an earlier test may still be restarting on a busy machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return f.stats(timeout=10)
+        except Exception:  # Ray's ActorUnavailableError or GetTimeoutError while it restarts
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_cancel_stops_every_chunk_and_writes_nothing(farm, home, avatar, voice, tmp_path):
     f, _ = farm
+    healthy(f)
     out = tmp_path / "keep.mp4"
     out.write_bytes(b"previous render")
     seen = []
-    with pytest.raises(Cancelled):
-        for p in f.render(avatar, voice, out, LOSSLESS.with_(batch=2)):
-            seen.append(p.done)
-            if p.done > 0:
-                f.cancel()
+    with Hold(home / "test-hold") as hold:  # every chunk stops after its first batch: it cannot finish first
+        with pytest.raises(Cancelled):
+            for p in f.render(avatar, voice, out, LOSSLESS.with_(batch=2)):
+                seen.append(p.done)
+                if p.done > 0:
+                    f.cancel()
+                    hold.release()  # a chunk sees the cancel at its next report
     assert seen[-1] < 75
     assert out.read_bytes() == b"previous render" and [x.name for x in tmp_path.iterdir()] == ["keep.mp4"]
     # both workers are free again at once (their chunks stopped, nothing still renders)

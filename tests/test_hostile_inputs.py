@@ -73,14 +73,25 @@ def studio(home: Path, *args, timeout: float = 120) -> subprocess.CompletedProce
     )
 
 
-def start(home: Path, *args) -> subprocess.Popen:
+def start(home: Path, *args, hold: Path | None = None) -> subprocess.Popen:
+    """``studio ARGS`` in the background; with ``hold`` (a file it creates) its render holds after its first
+    batch until the file goes or the render is cancelled ($STUDIO_TEST_HOLD): "still running" is certain."""
+    env = _env(home)
+    if hold is not None:
+        hold.touch()
+        env["STUDIO_TEST_HOLD"] = str(hold)
     return subprocess.Popen(
         [sys.executable, "-m", "studio", *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(home),
+        env=env,
     )
+
+
+def start_render(home: Path, out: Path, *args) -> subprocess.Popen:
+    """A render into ``out`` that stays running (held, see ``start``) until it is signalled or killed."""
+    return start(home, *args, hold=out.parent / "hold")
 
 
 def one_error_line(r: subprocess.CompletedProcess, *needles: str) -> str:
@@ -138,7 +149,9 @@ def wait_until(cond, timeout: float, what: str, proc: subprocess.Popen | None = 
 
 
 def mid_render(proc: subprocess.Popen, folder: Path, chunks: bool) -> None:
-    """Wait until ``proc`` is really rendering into ``folder`` (its temporaries are there)."""
+    """Wait until ``proc`` (``start_render``) is really rendering into ``folder`` (its temporaries are
+    there) and held after its first batch: it cannot finish before the test signals it."""
+    wait_until(lambda: (folder.parent / "hold.held").exists(), 120, "the render to be held", proc)
     if chunks:  # a worker has its segment open inside the chunk folder
         wait_until(
             lambda: any(d.is_dir() and any(d.iterdir()) for d in folder.glob(".*.part")),
@@ -148,7 +161,6 @@ def mid_render(proc: subprocess.Popen, folder: Path, chunks: bool) -> None:
         )
     else:
         wait_until(lambda: list(folder.glob(".*.part.mp4")), 60, "the writer to start", proc)
-    time.sleep(0.5)
 
 
 def _only_info_before(lines: list[str], err: str) -> None:
@@ -187,7 +199,7 @@ def test_sigterm_and_sighup_cancel_like_ctrl_c(home, voice, out, sig, mode):
         "x264-parallel": ("--encoder", "x264-parallel"),
         "chunks": ("--chunks", "2"),
     }[mode]
-    proc = start(home, *render_args(voice, out / "talk.mp4", *extra))
+    proc = start_render(home, out, *render_args(voice, out / "talk.mp4", *extra))
     try:
         mid_render(proc, out, chunks=mode == "chunks")
         workers = descendants(proc.pid)
@@ -212,7 +224,7 @@ def test_sigterm_stops_chunk_workers_at_once_and_leaves_no_record(home, voice, o
     """Workers busy in a batch (or still loading) are not waited for: they are killed after half a
     second and their registered temporaries (and records) removed by the exiting render itself
     (it used to take 10.3 s, and three workers' records waited for the next command)."""
-    proc = start(home, *render_args(voice, out / "talk.mp4", "--chunks", "3"))
+    proc = start_render(home, out, *render_args(voice, out / "talk.mp4", "--chunks", "3"))
     try:
         mid_render(proc, out, chunks=True)
         workers = descendants(proc.pid)
@@ -236,7 +248,7 @@ def test_sigterm_stops_chunk_workers_at_once_and_leaves_no_record(home, voice, o
 
 
 def test_a_second_signal_during_the_clean_up_still_leaves_nothing(home, voice, out):
-    proc = start(home, *render_args(voice, out / "talk.mp4", "--encoder", "x264-parallel"))
+    proc = start_render(home, out, *render_args(voice, out / "talk.mp4", "--encoder", "x264-parallel"))
     try:
         mid_render(proc, out, chunks=False)
         workers = descendants(proc.pid)
@@ -257,7 +269,7 @@ def test_a_second_signal_during_the_clean_up_still_leaves_nothing(home, voice, o
 @pytest.mark.parametrize("mode", ["x264-parallel", "chunks"])
 def test_sigkill_takes_the_workers_along_and_the_next_command_sweeps(home, voice, short, out, mode):
     extra = ("--encoder", "x264-parallel") if mode == "x264-parallel" else ("--chunks", "2")
-    proc = start(home, *render_args(voice, out / "talk.mp4", *extra))
+    proc = start_render(home, out, *render_args(voice, out / "talk.mp4", *extra))
     try:
         mid_render(proc, out, chunks=mode == "chunks")
         workers = descendants(proc.pid)

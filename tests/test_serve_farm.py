@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, prepare_demo_avatar, speech_pause_speech
 from ray_cluster import LocalRayCluster
+from served import Hold
 
 from studio.service.serve_process import ServeProcess
 
@@ -49,11 +50,12 @@ class Farm(LocalRayCluster):
         self.root = root
         self.workers_home = root / "workers"
         self.workers_home.mkdir()
+        self.hold_path = root / "test-hold"  # the actors' renders hold while a test holds it (served.Hold)
         self.start([])
         self.nodes = [self.add_tagged("node_a"), self.add_tagged("node_b")]
 
     def add_tagged(self, tag: str) -> str:
-        env = {"STUDIO_HOME": str(self.workers_home), "PYTHONPATH": str(ROOT)}
+        env = {"STUDIO_HOME": str(self.workers_home), "PYTHONPATH": str(ROOT), "STUDIO_TEST_HOLD": str(self.hold_path)}
         return self.add_node(1, {tag: 1}, env).node_id
 
     def remove(self, node_id: str) -> None:
@@ -295,6 +297,7 @@ def test_an_actor_takes_its_next_job_while_the_last_ones_file_finishes(farm, hom
     srv = start_server(home, farm, jobs_per_device=1)
     seen: list[dict[str, list[int]]] = []
     stop = threading.Event()
+    overlap: tuple[str, list[int]] | None = None
 
     def watch() -> None:
         while not stop.is_set():
@@ -305,7 +308,11 @@ def test_an_actor_takes_its_next_job_while_the_last_ones_file_finishes(farm, hom
     t = threading.Thread(target=watch, daemon=True)
     try:
         t.start()
-        ids = [post(srv, voices["mid"], preset="medium") for _ in range(6)]  # 2 actors x 1 slot: 4 wait
+        # every job stops after its last frame, before its file is written: the actor must take the next
+        # job meanwhile (held, the overlap lasts until the test lets go: no window to catch by polling)
+        with Hold(farm.hold_path, "finish"):
+            ids = [post(srv, voices["mid"], preset="medium") for _ in range(6)]  # 2 actors x 1 slot: 4 wait
+            overlap = held_twice(srv)
         jobs = wait_final(srv, ids)
     finally:
         stop.set()
@@ -314,11 +321,21 @@ def test_an_actor_takes_its_next_job_while_the_last_ones_file_finishes(farm, hom
     assert all(j["state"] == "done" for j in jobs.values()), [j["reason"] for j in jobs.values()]
     assert all(frames_of(home / "renders" / j["output"]) == 75 for j in jobs.values())
     assert max(len(held) for snap in seen for held in snap.values()) <= 2  # one on the engine, one finishing
-    overlaps = [(held, actor) for snap in seen for actor, held in snap.items() if len(held) == 2]
-    assert overlaps, "no actor ever took a job before its previous job's file was written"
-    for held, actor in overlaps:  # the earlier job finishing, the later one on the engine, on one actor
-        first, second = sorted(held)
-        assert jobs[first]["result"]["farm"]["actor"] == jobs[second]["result"]["farm"]["actor"] == actor
+    actor, held = overlap
+    first, second = sorted(held)  # the earlier job finishing, the later one on the engine, on one actor
+    assert jobs[first]["result"]["farm"]["actor"] == jobs[second]["result"]["farm"]["actor"] == actor
+
+
+def held_twice(srv, timeout: float = 180) -> tuple[str, list[int]]:
+    """An actor holding two jobs (one finishing its file, the next on the engine), from ``GET /v1/farm``
+    while the test holds jobs at their finish (a state that lasts: polling cannot miss it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for a in httpx.get(srv.url + "/v1/farm", timeout=30).json()["actors"]:
+            if len(a["jobs_in_flight"]) == 2 and a["state"] != "dead":
+                return a["name"], list(a["jobs_in_flight"])
+        time.sleep(0.05)
+    raise AssertionError("no actor ever took a job before its previous job's file was written")
 
 
 def test_an_actor_lost_while_one_job_finishes_and_the_next_renders_leaves_each_file_once(farm, home, voices):
@@ -331,19 +348,12 @@ def test_an_actor_lost_while_one_job_finishes_and_the_next_renders_leaves_each_f
     srv = start_server(home, farm, jobs_per_device=1)
     try:
         before = set((home / "renders").glob("*"))
-        ids = [post(srv, voices["mid"], preset="medium") for _ in range(6)]
-        victim = None
-        deadline = time.monotonic() + 120
-        while victim is None and time.monotonic() < deadline:
-            for a in httpx.get(srv.url + "/v1/farm", timeout=30).json()["actors"]:
-                if len(a["jobs_in_flight"]) == 2 and a["state"] != "dead":
-                    victim = a["name"]
-                    break
-            time.sleep(0.02)
-        assert victim is not None, "no actor ever held a finishing job and the next one"
-        node = farm.node_of(victim)
-        farm.remove(node)  # its raylet and worker processes: killed, mid-overlap
-        farm.nodes.remove(node)
+        with Hold(farm.hold_path, "finish"):  # jobs stop before their file: the overlap lasts until the kill
+            ids = [post(srv, voices["mid"], preset="medium") for _ in range(6)]
+            victim, _ = held_twice(srv)
+            node = farm.node_of(victim)
+            farm.remove(node)  # its raylet and worker processes: killed, mid-overlap
+            farm.nodes.remove(node)
         jobs = wait_final(srv, ids, timeout=240)
     finally:
         srv.stop()

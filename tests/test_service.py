@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tests.conftest import prepare_demo_avatar, speech_pause_speech
+from conftest import prepare_demo_avatar, speech_pause_speech
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -81,6 +81,9 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
         open_probes=bool(opts.open_probes),
         media=state.media,
     )
+    from studio.api.paths import PathScope
+
+    app.add_middleware(PathScope, allow=opts.allow_paths)  # the one check of client-named server paths
     from starlette.middleware.gzip import GZipMiddleware
 
     from studio.api.conditional import Conditional

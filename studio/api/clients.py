@@ -15,6 +15,7 @@ The file (TOML)::
     [clients.ops]
     token = "a-long-random-token-of-at-least-16-characters"   # or the token itself
     scopes = ["admin"]
+    weight = 2                  # its share of the device against the others' (1 by default)
 
 Scopes: ``read`` (GET and HEAD: its jobs, their events and videos, avatars, audio), ``submit``
 (everything else on its jobs: render, upload, cancel, retry, purge, frames, redeliveries), ``admin``
@@ -48,6 +49,7 @@ class Client:
     scopes: frozenset[str]
     every_job: bool = False  # sees every client's jobs (admin, the read token)
     digest: bytes = b""  # SHA-256 of its token
+    weight: float = 1.0  # its share of the device against other clients' (``studio.service.scheduler``)
 
     def may(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
@@ -92,7 +94,7 @@ def load_clients(path: str | Path) -> tuple[Client, ...]:
             raise InputError(f"{where}: client name {name[:64]!r}: use 1-64 letters, digits, '.', '_' or '-'")
         if not isinstance(entry, dict):
             raise InputError(f"{where}: [clients.{name}] must be a table with a token and scopes")
-        unknown = sorted(set(entry) - {"token", "token_sha256", "scopes"})
+        unknown = sorted(set(entry) - {"token", "token_sha256", "scopes", "weight"})
         if unknown:
             raise InputError(f"{where}: [clients.{name}] has unknown keys ({', '.join(unknown)})")
         token, hashed = entry.get("token"), entry.get("token_sha256")
@@ -114,7 +116,12 @@ def load_clients(path: str | Path) -> tuple[Client, ...]:
         if d in seen:
             raise InputError(f"{where}: clients {seen[d]} and {name} have the same token; give each its own")
         seen[d] = name
-        out.append(Client(name, frozenset(scopes), every_job="admin" in scopes, digest=d))
+        weight = entry.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight <= 1000:
+            raise InputError(
+                f"{where}: [clients.{name}] weight must be a number more than 0 (1 by default), at most 1000"
+            )
+        out.append(Client(name, frozenset(scopes), every_job="admin" in scopes, digest=d, weight=float(weight)))
     return tuple(out)
 
 

@@ -20,7 +20,11 @@ READ_METHODS = ("GET", "HEAD")
 RENDERING_READS = ("/v1/frame",)  # GETs that make the engine work: not for a read-only token
 PROBE_PATHS = ("/v1/health", "/v1/ready")  # liveness and readiness probes (``open_probes``)
 SESSION_PATH = "/v1/session"  # the media cookie: it lets the browser read by URL what the token may read
-EVERY_JOB_PATHS = ("/metrics", "/v1/farm")  # they show every client's jobs: a client that sees them all
+EVERY_JOB_PATHS = (
+    "/metrics",
+    "/v1/farm",
+    "/v1/scheduler",
+)  # they show every client's jobs: a client that sees them all
 
 
 class Guard:

@@ -12,7 +12,6 @@ allowed folder cannot reach outside it.
 from __future__ import annotations
 
 import functools
-import os
 import re
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
+from studio.api.paths import refuse_paths
 from studio.api.schema import settings_of
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -39,9 +39,25 @@ class Inputs:
         self.webhook = form.webhook or None
         self.gpus = getattr(form, "gpus", None) or None
         self.placement = getattr(form, "placement", None) or None
+        self.priority = getattr(form, "priority", None) or None
+        self.deadline_s = getattr(form, "deadline_s", None)
 
 
-async def submit(st, model):
+def cancel_after(headers) -> float | None:
+    """``Cancel-After: SECONDS`` (a deadline as a header), or None; 422 for anything else."""
+    text = (headers.get("cancel-after") or "").strip() if headers is not None else ""
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 604800:
+        raise ApiError(422, f"Cancel-After {text[:40]!r}: give the seconds from now by which it must be done")
+    return value
+
+
+async def submit(st, model, headers=None):
     """Check and store the inputs, check the render can run, then add the job to the queue (429 when
     it is full). Everything the queue would refuse later is refused here, before the 202; a refused
     request leaves nothing behind (uploads it stored are removed again)."""
@@ -49,15 +65,12 @@ async def submit(st, model):
     from studio.service.preflight import runnable_here
 
     form = Inputs(model)
+    header = cancel_after(headers)
+    if header is not None:
+        form.deadline_s = header if form.deadline_s is None else min(form.deadline_s, header)
     settings = settings_from_dict(form.settings)
     named = {"avatar_path": form.avatar_path, "audio_path": form.audio_path, "output": form.output}
-    paths = [n for n, v in named.items() if v]
-    if paths and not st.opts.allow_paths:
-        raise ApiError(
-            403,
-            f"this server opens no paths of its own ({', '.join(paths)}); upload the files "
-            "instead (or start it with --allow-paths DIR)",
-        )
+    refuse_paths([n for n, v in named.items() if v])
     if form.placement == "farm" and st.opts.farm is None:  # the server's state, before any upload is kept
         raise ApiError(409, "placement=farm needs a server started with --farm; leave placement out")
     avatars = [v for v in (form.avatar, form.avatar_file, form.avatar_path) if v]
@@ -139,11 +152,21 @@ async def _submit(st, form, settings, stored: list):
     try:
         from studio.api.clients import current
 
-        add = functools.partial(st.queue.add, request, webhook=form.webhook or "", client=current().name)
+        add = functools.partial(
+            st.queue.add,
+            request,
+            webhook=form.webhook or "",
+            client=current().name,
+            priority=form.priority,
+            deadline_s=form.deadline_s,
+        )
         return await run_in_threadpool(add)
     except StudioError as exc:
         if type(exc).__name__ == "QueueFull":
             raise ApiError(429, str(exc), {"Retry-After": "10"}) from None
+        if type(exc).__name__ == "DeadlineRefused":
+            st.metrics.refused("deadline", current().name)
+            raise ApiError(429, str(exc), {"Retry-After": str(getattr(exc, "retry_after_s", 10))}) from None
         raise
 
 
@@ -183,40 +206,17 @@ def _in_use(st) -> set[str]:
 
 
 def allowed_file(st, path: str, field: str) -> str:
-    """A file the client named on the server: it exists and, links followed, lies under an
-    ``--allow-paths`` folder (403 otherwise)."""
-    p = Path(path).expanduser()
-    if not p.is_absolute():
-        raise ApiError(422, f"{field} {path}: give an absolute path on the server")
-    real = Path(os.path.realpath(p))
-    _inside(st, real, field, path)
-    if not real.is_file():
-        raise ApiError(422, f"{field} {path}: no such file on the server")
-    return str(real)
+    """A file the client named on the server, through the one path check (``paths.client_path``)."""
+    from studio.api.paths import client_path
+
+    return str(client_path(path, field))
 
 
 def allowed_output(st, path: str) -> Path:
-    """An output path the client named: absolute, in an existing folder under an ``--allow-paths``
-    folder (its real path, links followed, and so is the file's own if it is a link)."""
-    p = Path(path).expanduser()
-    if not p.is_absolute():
-        raise ApiError(422, f"output {path}: give an absolute path in an existing folder on the server")
-    real = Path(os.path.realpath(p))
-    _inside(st, real, "output", path)
-    if not real.parent.is_dir():
-        raise ApiError(422, f"output {path}: give an absolute path in an existing folder on the server")
-    return real
+    """An output path the client named, through the one path check: in an existing allowed folder."""
+    from studio.api.paths import client_path
 
-
-def _inside(st, real: Path, field: str, given: str) -> None:
-    for folder in st.opts.allow_paths:
-        if real == Path(folder) or Path(folder) in real.parents:
-            return
-    raise ApiError(
-        403,
-        f"{field} {given} is outside the folders this server opens ({', '.join(st.opts.allow_paths)}); "
-        "use a path under one of them",
-    )
+    return client_path(path, "output", output=True)
 
 
 def form_body(request: Request) -> None:

@@ -8,13 +8,19 @@
 Counted as they happen (this process): ``studio_render_seconds`` and ``studio_render_fps``
 (histograms of finished renders), ``studio_frames_rendered_total``, ``studio_jobs_finished_total``
 {state}, ``studio_uploads_total`` / ``studio_upload_bytes_total`` {kind},
-``studio_http_requests_total`` {method, route, status} and ``studio_http_request_seconds`` {route}
+``studio_http_requests_total`` {method, route, status}, and per client (``""``: the operator's)
+``studio_job_queue_seconds`` {client} (submitted to started), ``studio_job_first_frame_seconds``
+{client} (submitted to its first frame), ``studio_job_fps`` {client} (histograms of finished jobs),
+``studio_deadline_misses_total`` {client} (a job with a deadline cancelled at it or done after it),
+``studio_jobs_refused_total`` {reason, client} (``deadline``: refused at submit), and ``studio_http_request_seconds`` {route}
 (routes as templates, so ids do not make new series), ``studio_webhook_deliveries_total`` {ok}.
 Read at each scrape: ``studio_jobs`` {state} (the whole shared queue, every face's jobs),
 ``studio_queue_depth``, ``studio_running_jobs``, ``studio_warm_engines``, ``studio_engine_limit``,
 ``studio_engine_loads_total``, ``studio_engine_evictions_total``, ``studio_engine_bytes``,
 ``studio_engine_calls_total`` / ``studio_engine_batches_total`` (jobs sharing batches), ``studio_storage_bytes``
-{folder} (renders, uploads), ``studio_gpu_memory_bytes`` {device, kind} (allocated, reserved: when
+{folder} (renders, uploads), the scheduler's counters (``studio_client_frames_served_total`` {client},
+``studio_client_virtual_time`` {client}, ``studio_client_weight`` {client}, ``studio_lane_frames_served_total``
+{lane}), ``studio_gpu_memory_bytes`` {device, kind} (allocated, reserved: when
 torch and CUDA are in use) and ``studio_info`` {version}. With ``--farm``, per render actor that is not
 dead {actor, node, device}: ``studio_farm_actor_frames_per_second``, ``studio_farm_actor_jobs_in_flight``,
 ``studio_farm_actor_queued_frames``, ``studio_farm_actor_frames_total``; and ``studio_farm_nodes_alive``.
@@ -29,6 +35,7 @@ log = logging.getLogger(__name__)
 
 SECONDS_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 FPS_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 200, 400, 800)
+WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
 HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
 
 
@@ -54,12 +61,34 @@ class Metrics:
             "studio_http_request_seconds", "Seconds to answer", ["route"], buckets=HTTP_BUCKETS, registry=r
         )
         self.webhooks = Counter("studio_webhook_deliveries", "Webhook calls made", ["ok"], registry=r)
+        self.queue_seconds = Histogram(
+            "studio_job_queue_seconds",
+            "Seconds a job waited before it started",
+            ["client"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.first_frame = Histogram(
+            "studio_job_first_frame_seconds",
+            "Seconds from a job's submission to its first frame",
+            ["client"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.job_fps = Histogram(
+            "studio_job_fps", "Frames per second of finished jobs", ["client"], buckets=FPS_BUCKETS, registry=r
+        )
+        self.deadline_misses = Counter(
+            "studio_deadline_misses", "Jobs with a deadline cancelled at it or done after it", ["client"], registry=r
+        )
+        self.refusals = Counter("studio_jobs_refused", "Jobs refused at submit", ["reason", "client"], registry=r)
         r.register(_Scrape(st))
 
     def on_event(self, ev) -> None:
         if ev.kind != "state" or ev.job is None or ev.job.state not in ("done", "failed", "cancelled", "interrupted"):
             return
         self.finished.labels(ev.job.state).inc()
+        self._promise(ev.job)
         if ev.job.state == "done":
             r = ev.job.result or {}
             if r.get("seconds"):
@@ -67,6 +96,23 @@ class Metrics:
             if r.get("fps"):
                 self.render_fps.observe(float(r["fps"]))
             self.frames.inc(int(r.get("frames") or 0))
+
+    def _promise(self, job) -> None:
+        """A finished job's queue time, time to first frame, frames/s and deadline, by client."""
+        r, client = job.result or {}, job.client or ""
+        if job.state == "done":
+            for name, hist in (("queue_s", self.queue_seconds), ("first_frame_s", self.first_frame)):
+                if r.get(name) is not None:
+                    hist.labels(client).observe(float(r[name]))
+            if r.get("fps"):
+                self.job_fps.labels(client).observe(float(r["fps"]))
+        from studio.service.slots import DEADLINE_REASON
+
+        if r.get("deadline_met") is False or (job.state == "cancelled" and job.reason == DEADLINE_REASON):
+            self.deadline_misses.labels(client).inc()
+
+    def refused(self, reason: str, client: str) -> None:
+        self.refusals.labels(reason, client).inc()
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.http.labels(method, route, str(status)).inc()
@@ -132,6 +178,7 @@ class _Scrape:
         yield CounterMetricFamily(
             "studio_engine_batches", "Job batches those calls carried", value=sum(b.batches for b in batchers)
         )
+        yield from _scheduler(self.st.scheduler)
         storage = GaugeMetricFamily("studio_storage_bytes", "Bytes kept in the data folder", labels=["folder"])
         from studio.core.env import data_dir
         from studio.service.retention import OWNED
@@ -173,6 +220,28 @@ def _farm(status: dict):
     yield done
     alive = sum(1 for n in status.get("nodes", []) if n.get("alive"))
     yield GaugeMetricFamily("studio_farm_nodes_alive", "Nodes of the farm's Ray cluster alive", value=alive)
+
+
+def _scheduler(sched):
+    """The scheduler's counters: frames served per client and lane, each client's weight and counter."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    if sched is None:
+        return
+    snap = sched.snapshot(since=float("inf"))
+    frames = CounterMetricFamily("studio_client_frames_served", "Frames the engines served a client", labels=["client"])
+    vt = GaugeMetricFamily(
+        "studio_client_virtual_time", "A client's fair-share counter (frames / weight)", labels=["client"]
+    )
+    weight = GaugeMetricFamily("studio_client_weight", "A client's weight (--clients)", labels=["client"])
+    for name, c in snap["clients"].items():
+        frames.add_metric([name], c["frames"])
+        vt.add_metric([name], c["virtual_time"])
+        weight.add_metric([name], c["weight"])
+    lanes = CounterMetricFamily("studio_lane_frames_served", "Frames the engines served a lane", labels=["lane"])
+    for name, lane in snap["lanes"].items():
+        lanes.add_metric([name], lane["frames"])
+    yield from (frames, vt, weight, lanes)
 
 
 def _size(folder) -> int:

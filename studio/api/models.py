@@ -337,6 +337,20 @@ class RenderInputs(BaseModel):
         description="farm: split this one long clip in chunks over the farm's actors (a server started with "
         "--farm); gpus: over this server's GPUs (as gpus=all); default: the whole job on one device or actor",
     )
+    priority: str | None = Field(
+        None,
+        description="its lane: breaking, normal (the default), bulk, or a number from 0 (bulk) to 100 (breaking); "
+        "higher lanes are served first, a lane below still gets at least 10 % of the frames (docs/server.md)",
+        pattern=r"^(breaking|normal|bulk|[0-9]{1,3})$",
+        max_length=8,
+    )
+    deadline_s: float | None = Field(
+        None,
+        gt=0,
+        le=604800,
+        description="seconds from now by which it must be done (or the header Cancel-After: SECONDS): refused at "
+        "once with 429 and Retry-After when the queue ahead cannot leave room for it, else cancelled if not done by then",
+    )
     webhook: str | None = Field(
         None,
         description="a URL told of each final state: POSTed the job's JSON, signed with X-Studio-Signature "
@@ -530,6 +544,15 @@ class Job(Answer):
     retry_of: int | None = Field(None, description="the job this one renders again (POST .../retry)")
     webhook: WebhookInfo | None = None
     client: str | None = Field(None, description="the named client (--clients) that submitted it; null: the operator's")
+    priority: str | None = Field(None, description="its lane: breaking, normal, bulk, or a number from 0 to 100")
+    deadline: float | None = Field(
+        None, description="seconds since the epoch by which it must be done; it is cancelled then if it is not"
+    )
+    promised_s: float | None = Field(
+        None, description="with a deadline: the seconds it was expected to take when it was accepted"
+    )
+    queue_s: float | None = Field(None, description="seconds it waited in the queue before it started")
+    first_frame_s: float | None = Field(None, description="seconds from its submission to its first frame")
 
 
 class JobPage(Answer):

@@ -43,6 +43,11 @@ class ServeOptions:
     batching: bool = True  # jobs running at once on one device share the engine's batches
     open_probes: bool | None = None  # /v1/health and /v1/ready without the token (None: on for loopback)
     farm: str | None = None  # --farm: jobs render on a Ray cluster's actors ("" the one here; None: off)
+    # slow and greedy clients (``studio.api.connections``): a request's head within header_timeout_s, a
+    # body's next byte within body_timeout_s, at most max_client_connections open from one address
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_client_connections: int = 64
 
     @property
     def max_upload_bytes(self) -> int:
@@ -107,6 +112,10 @@ class ServeOptions:
             )
         if self.jobs_per_device < 1:
             raise InputError("--jobs-per-device must be at least 1")
+        if not (0 < self.header_timeout_s <= 3600 and 0 < self.body_timeout_s <= 3600):
+            raise InputError("--header-timeout and --body-timeout take 0 < SECONDS <= 3600")
+        if self.max_client_connections < 1:
+            raise InputError("--max-client-connections must be at least 1")
         if self.farm:
             from studio.service.farm_link import check_address
 

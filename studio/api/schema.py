@@ -104,6 +104,11 @@ def settings_model(
 
 def settings_of(model: BaseModel, groups: tuple[str, ...] | None = None, face: str = "http") -> dict[str, Any]:
     """The settings' values of a parsed form/query model, for ``settings.from_dict``."""
+    from studio.api.paths import client_path
     from studio.core.settings import specs
 
-    return {s.name: getattr(model, field_name(s.name)) for s in specs(face, groups)}
+    values = {s.name: getattr(model, field_name(s.name)) for s in specs(face, groups)}
+    for s in specs(face, groups):  # a setting naming a file on the server: the one path check, first
+        if s.names_file is not None and isinstance(values[s.name], str) and s.names_file(values[s.name]):
+            values[s.name] = str(client_path(values[s.name], s.name))
+    return values

@@ -33,9 +33,21 @@ def serve(options: ServeOptions, on_listening=None) -> None:
         h.studio_access = True  # type: ignore[attr-defined]
         access.addHandler(h)
         access.setLevel(logging.INFO)
+    from studio.api.connections import Limits, guarded_protocol, quiet_server_logs, raise_file_limit
+
+    quiet_server_logs()  # asyncio's and uvicorn's own errors: one line per kind of event, rate-limited
+    raise_file_limit()
     sock = bind(options.host, options.port)
     app = create_app(options=options)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="on")
+    limits = Limits(options.header_timeout_s, options.body_timeout_s, options.max_client_connections)
+    config = uvicorn.Config(
+        app,
+        http=guarded_protocol(limits),  # TCP_NODELAY, header and body timeouts, connections per address
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        lifespan="on",
+    )
     server = uvicorn.Server(config)
     host = f"[{options.host}]" if ":" in options.host else options.host
     log.info("studio serve on http://%s:%d (token %s)", host, options.port, "required" if options.token else "off")
@@ -49,7 +61,7 @@ def bind(host: str, port: int) -> socket.socket:
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        return socket.create_server((host.strip("[]"), port), family=family)
+        sock = socket.create_server((host.strip("[]"), port), family=family)
     except OSError as exc:
         hint = (
             "another program (another `studio serve`?) listens there: choose another --port"
@@ -60,3 +72,4 @@ def bind(host: str, port: int) -> socket.socket:
 
         why = os.strerror(exc.errno) if exc.errno else str(exc)
         raise InputError(f"cannot listen on {host}:{port} ({why}); {hint}") from None
+    return sock

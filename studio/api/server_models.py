@@ -82,3 +82,19 @@ class Farm(Answer):
     actors: list[FarmActor]
     jobs_in_flight: int = Field(description="jobs rendering on the farm now")
     frames_per_s: float = Field(description="the actors' frames/s together")
+
+
+class SchedulerState(Answer):
+    """The scheduler's counters (``studio.service.scheduler``; docs/server.md, "Priorities, shares and
+    deadlines")."""
+
+    now: float = Field(description="the server's monotonic clock, in seconds (what `calls` are timed by)")
+    min_share: float = Field(description="the least share of the frames a waiting lane below gets")
+    clients: dict[str, dict[str, float]] = Field(
+        description="per client: weight, virtual_time (frames served / weight), frames, in_flight"
+    )
+    lanes: dict[str, dict[str, float]] = Field(description="per lane: level, frames served, owed, in_flight")
+    calls: list[list[float | int | str]] = Field(
+        description="the engine calls' batches since `since`: [seconds, client, lane, frames, job id, the calls "
+        "made while it waited, the highest lane queued when it was taken]"
+    )

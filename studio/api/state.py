@@ -35,6 +35,7 @@ class ApiState:
         self._queue = queue
         self._pool = pool
         self._farm: Any = None
+        self._scheduler: Any = None
         self.uploads = uploads
         self._events: JobEvents | None = None
         self.started = time.time()
@@ -61,8 +62,19 @@ class ApiState:
                 devices=list(o.gpus) or None,
                 jobs_per_device=o.jobs_per_device,
                 dispatcher=self.farm,
+                scheduler=None if self.farm is not None else self.scheduler,
             )
         return self._queue
+
+    @property
+    def scheduler(self):
+        """Lanes, fair shares and deadlines (``studio.service.scheduler``), the clients' weights from
+        ``--clients``."""
+        if self._scheduler is None:
+            from studio.service.scheduler import Scheduler
+
+            self._scheduler = Scheduler({c.name: c.weight for c in self.opts.clients})
+        return self._scheduler
 
     @property
     def farm(self):
@@ -194,6 +206,7 @@ class ApiState:
             retry_of=job.retry_of,
             client=job.client or None,
         )
+        d.update(self._promises(job, stored))
         if job.state in ("queued", "running"):
             est = (estimates if estimates is not None else self.queue.estimates()).get(job.id)
             if est is not None:
@@ -206,6 +219,20 @@ class ApiState:
         if live is not None and job.state == "running":
             d["live"] = live
         return d
+
+    def _promises(self, job, stored: dict) -> dict:
+        """Its lane, deadline and the estimate it was accepted with; its queue time and time to first
+        frame (from its result once done, while it runs from the runner)."""
+        from studio.service.scheduler import job_level, level_name
+
+        timing = {**(self.queue.timings.get(job.id) or {}), **(job.result or {})}
+        return {
+            "priority": level_name(job_level(stored)),
+            "deadline": stored.get("deadline"),
+            "promised_s": stored.get("promised_s"),
+            "queue_s": timing.get("queue_s"),
+            "first_frame_s": timing.get("first_frame_s"),
+        }
 
     def public_result(self, result: dict | None) -> dict | None:
         """A job's result without server paths (``None`` before it is done); ``ran_on`` names this

@@ -330,13 +330,14 @@ def _probe_audio(tmp: Path, name: str):
 
 
 def _sniff_avatar(tmp: Path, name: str) -> tuple[str, str]:
-    from studio.core.avatars.sources import source_kind
+    from studio.core.avatars.sources import TooLarge, source_kind
     from studio.core.errors import AvatarError
 
     try:
-        kind = source_kind(tmp)
+        kind = source_kind(tmp)  # its frame size from the header, before any frame is decoded
     except AvatarError as exc:
-        raise ApiError(415, str(exc).replace(str(tmp), _said(name))) from None
+        status = 422 if isinstance(exc, TooLarge) else 415
+        raise ApiError(status, str(exc).replace(str(tmp), _said(name))) from None
     if kind == "photo":
         from PIL import Image
 

@@ -246,7 +246,10 @@ def print_user(res: dict) -> None:
                     print(
                         f"  {k:<28}{r['seconds']:>7.2f} s wall, render {r['render_s']:.2f} s, rest {r['outside_render_s']:.2f} s"
                     )
+        print("  goals (issue 48): MuseTalk <= 5 s, classic <= 3 s, cold")
     sv = u.get("serve") or {}
+    if sv.get("generate"):
+        print("warm POST /generate of 672 frames: goal <= 0.8 s")
     for key, rows in (sv.get("generate") or {}).items():
         print(generate_line(key, rows, audio=True))
     b = sv.get("concurrent")
@@ -270,10 +273,25 @@ def _print_service(sv: dict) -> None:
         )
     c = sv.get("cache")
     if c:
+        last = (c["requests"] or [{}])[-1]
         print(
             f"serve, {len(c['requests'])} requests varying batch/decoder/precision: {c['answered']} answered, "
-            f"at most {c['max_engines']:.0f} engines held, {c['max_gpu_reserved_gb']} GB GPU memory reserved at most"
+            f"at most {c['max_engines']:.0f} engines held, {c['max_gpu_reserved_gb']} GB GPU memory reserved at most, "
+            f"{last.get('gpu_reserved_gb')} GB after the last (goal: an evicted engine's memory returned)"
         )
+    goals = {8: 1000, 16: 1100}  # issue 48's goals, frames/s together
     for key in ("concurrent_default", "concurrent_batched", "concurrent_unbatched"):
         for b in sv.get(key) or []:
-            print(f"serve, {b['clients']} clients at once ({key.removeprefix('concurrent_')}): {b['fps']:.1f} frames/s")
+            goal = goals.get(b["clients"]) if key == "concurrent_default" else None
+            walls = b.get("request_s") or [0]
+            print(
+                f"serve, {b['clients']} clients at once ({key.removeprefix('concurrent_')}): {b['fps']:.1f} frames/s"
+                + (f" (goal >= {goal:,})" if goal else "")
+                + f"; the fastest client {min(walls):.2f} s, the slowest {max(walls):.2f} s"
+            )
+            u = b.get("breaking")
+            if u:
+                print(
+                    f"  a 5 s breaking clip posted into it: first frame {u.get('first_frame_s')} s after its submission "
+                    f"(goal <= 0.25 s), answered in {u['answered'] - u['sent']:.2f} s"
+                )

@@ -56,6 +56,12 @@ def register(sub) -> None:
         "(e.g. --frames 2,6,12)",
     )
     p.add_argument(
+        "--lse",
+        action="store_true",
+        help="also give LSE-C and LSE-D, SyncNet's published scores, computed as its evaluation code does "
+        "(needs `studio models import-syncnet syncnet_v2.model`; without it the report says how to get them)",
+    )
+    p.add_argument(
         "--overwrite",
         action="store_true",
         help="replace an existing report file (default: keep it and write NAME_002 ...)",
@@ -88,8 +94,8 @@ def run(args) -> int:
 
     from studio.cli._common import ProgressBar, emit_json
     from studio.core.errors import InputError
+    from studio.core.limits import Limits
     from studio.core.quality import check_video
-    from studio.core.quality.report import Limits
 
     if not math.isfinite(args.threshold) or args.threshold < 0:
         raise InputError("--threshold must be 0 or more (an RMS level such as 0.008)")
@@ -121,7 +127,8 @@ def run(args) -> int:
     finally:
         bar.close()
     failed = limits.failures(report)
-    written = write_reports(report, args, at_seconds)
+    lse = published_scores(args) if args.lse else None
+    written = write_reports(report, args, at_seconds, lse)
     if args.json:
         out = report.to_json()
         if args.fail_under is not None:
@@ -132,9 +139,18 @@ def run(args) -> int:
             }
         if written:
             out["report_files"] = written
+        if lse is not None:
+            out["lse"] = lse
         emit_json(out)
     else:
         print_report(report)
+        if lse is not None and lse.get("lse_c") is not None:
+            print(
+                f"LSE-C / LSE-D:   {lse['lse_c']:.3f} / {lse['lse_d']:.3f}   (SyncNet offset {lse['offset_frames']:+d})"
+            )
+            print(f"note: {lse['note']}")
+        elif lse is not None:
+            print(f"note: {lse['note']}")
         for path in written:
             print(f"report:          {path}")
     if failed:
@@ -206,11 +222,23 @@ def check_report_path(path: str) -> None:
         raise InputError(f"--report {path}: that is a folder; give a file name ending in .html or .png")
 
 
-def write_reports(report, args, at_seconds: tuple[float, ...]) -> list[str]:
+def write_reports(report, args, at_seconds: tuple[float, ...], lse: dict | None = None) -> list[str]:
     """The ``--report`` files, written atomically; their paths."""
     if not args.report:
         return []
     from studio.core.quality.sheet import pictures, write_report
 
     pics = pictures(report, args.video, args.avatar, at_seconds, args.first_frame)
-    return [str(write_report(report, path, pics, overwrite=args.overwrite)) for path in args.report]
+    return [str(write_report(report, path, pics, overwrite=args.overwrite, lse=lse)) for path in args.report]
+
+
+def published_scores(args) -> dict:
+    """``--lse``: SyncNet's LSE-C/LSE-D (on the GPU when there is one), or how to get its weights."""
+    from studio.core.quality.syncnet import lse_of_video, weights_file
+
+    device = "cpu"
+    if weights_file() is not None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return lse_of_video(args.video, args.audio, device=device)

@@ -1,4 +1,5 @@
-"""``studio models import|list|verify``: the MuseTalk weights in the model store (never downloads)."""
+"""``studio models import|list|verify``: the MuseTalk weights in the model store (never downloads);
+``studio models import-syncnet FILE``: SyncNet's published weights for ``studio check --lse``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ def register(sub) -> None:
     runs(cmds.add_parser("list", help="show the imported weights"), run_list)
 
     runs(cmds.add_parser("verify", help="re-hash the stored files against the manifest"), run_verify)
+
+    sync = cmds.add_parser(
+        "import-syncnet",
+        help="check and store SyncNet's published weights (syncnet_v2.model) for studio check --lse",
+    )
+    sync.add_argument("file", help="the syncnet_v2.model file you have (Studio never downloads it)")
+    runs(sync, run_import_syncnet)
 
 
 def run_import(args) -> int:
@@ -82,6 +90,21 @@ def run_verify(args) -> int:
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise ModelError(f"{bad[0]['file']}: {bad[0]['status']}, {bad[0]['detail']}{more}")
+    return 0
+
+
+def run_import_syncnet(args) -> int:
+    from studio.cli._common import emit_json
+    from studio.core.quality.syncnet import import_syncnet, store_dir
+
+    record = import_syncnet(args.file)
+    if args.json:
+        emit_json({**record, "store": str(store_dir())})
+        return 0
+    pinned = "matches the pinned SHA-256" if record["pinned"] else "no published SHA-256 to compare (recorded)"
+    print(f"imported {record['file']}  {_mb(record['size'])}  sha256 {record['sha256'][:16]}...  ({pinned})")
+    print(f"store:   {store_dir()}")
+    print("studio check VIDEO --lse now gives LSE-C and LSE-D")
     return 0
 
 

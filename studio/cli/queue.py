@@ -22,13 +22,29 @@ def register(sub) -> None:
     add = qs.add_parser("add", help="queue a render (the options of `studio render`); prints the job id last")
     job_options(add, "output MP4 path (numbered _002 when taken)")
     add.add_argument("--draft", action="store_true", help="keep it as a draft (not queued)")
+    add.add_argument(
+        "--priority",
+        default=None,
+        metavar="LANE",
+        help="breaking, normal (default), bulk, or 0-100: higher lanes are served first where a scheduler runs the "
+        "queue (studio serve); a lane below still gets at least 10 %% of the frames",
+    )
+    add.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="it must be done within SECONDS: refused now when the queue ahead leaves no room, cancelled then if not done",
+    )
     add.set_defaults(func=run_add)
 
     runs(
         qs.add_parser("list", help="every job: id, state, progress, output, reason"), run_list, json="print a JSON list"
     )
 
-    show = qs.add_parser("show", help="one job in full (JSON)")
+    show = qs.add_parser(
+        "show", help="one job in full (JSON): its lane, deadline, queue time and time to its first frame included"
+    )
     show.add_argument("id", type=job_id)
     show.set_defaults(func=run_show)
 
@@ -106,6 +122,22 @@ def job_json(job, progress=None) -> dict:
         "settings": job.settings,
         "result": job.result,
         "retry_of": job.retry_of,
+        **promises(job),
+    }
+
+
+def promises(job) -> dict:
+    """A job's lane, deadline and the estimate it was accepted with, and (once it ran) how long it
+    waited in the queue and until its first frame."""
+    from studio.service.scheduler import job_level, level_name
+
+    s, r = job.settings or {}, job.result or {}
+    return {
+        "priority": level_name(job_level(s)),
+        "deadline": s.get("deadline"),
+        "promised_s": s.get("promised_s"),
+        "queue_s": r.get("queue_s"),
+        "first_frame_s": r.get("first_frame_s"),
     }
 
 
@@ -113,7 +145,9 @@ def run_add(args) -> int:
     from studio.cli.render import request_from_args
 
     req = request_from_args(args.avatar, args.audio, args.output, args)
-    job = _service().add(req, state="draft" if args.draft else "queued")
+    job = _service().add(
+        req, state="draft" if args.draft else "queued", priority=args.priority, deadline_s=args.deadline
+    )
     print(f"{job.state} {job.output} as job {job.id}")
     return 0
 

@@ -230,11 +230,11 @@ def request_from_args(avatar, audio, output, args):
 
 
 def _render(avatar, audio, output, args) -> int:
-    check_output_args(output, avatar, audio, "video", getattr(args, "codec", None) or "h264")
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
     from studio.service import Render
 
     req = request_from_args(avatar, audio, output, args)
+    check_output_args(output, avatar, audio, "video", req.settings.codec)  # the delivery's codec, if one is named
     render = Render(req, in_process_farm=True)
     bar = ProgressBar("render")
     said = args.json  # name the engine/placement once the render has really started
@@ -256,7 +256,7 @@ def _render(avatar, audio, output, args) -> int:
     finally:
         bar.close()
     r = render.result
-    check = check_after(r.output, req, args.json) if req.settings.check else None
+    check = check_after(r.output, req, args.json) if req.settings.checked else None
     if check is not None and check.get("worst_second") is not None:
         from studio.service.sidecars import add_worst_second
 
@@ -268,6 +268,8 @@ def _render(avatar, audio, output, args) -> int:
             out.update(chunks=render.last.chunks, retries=render.last.retries, workers=sorted(render.last.workers))
         if check is not None:
             out["check"] = check
+            if check.get("report_files"):  # its visual report, beside the video
+                out["files"] = {**(out.get("files") or {}), "check_report": check["report_files"][0]}
         emit_json(out)
     else:
         print(

@@ -162,11 +162,40 @@ def register(sub) -> None:
         help="jobs running at once on one device call the engine in turn (default: they share its batches)",
     )
     p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection that has not sent a whole request head within SECONDS (default 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close a connection whose request body sends nothing for SECONDS (default 30)",
+    )
+    p.add_argument(
+        "--max-client-connections",
+        type=int,
+        default=64,
+        metavar="N",
+        help="open connections one client address may hold; more get 503 (default 64)",
+    )
+    p.add_argument(
         "--open-probes",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="answer /v1/health and /v1/ready without the token, with no job data (default: on when "
         "listening on loopback)",
+    )
+    p.add_argument(
+        "--watch",
+        metavar="IN_DIR",
+        action="append",
+        default=[],
+        help="also watch this folder (repeatable): its studio.toml names the avatar and delivery; each "
+        "voice-over or .txt dropped in becomes a clip in IN_DIR/out or its out (studio watch)",
     )
     p.set_defaults(func=run_serve)
 
@@ -244,11 +273,21 @@ def run_serve(args) -> int:
         batching=not args.no_batching and env.flag("STUDIO_CROSS_JOB_BATCHING"),
         open_probes=args.open_probes,
         farm=args.farm,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        max_client_connections=args.max_client_connections,
     ).check()
     from studio.api.warmup import parse_warm
 
     for w in options.warm:
         parse_warm(w)  # a bad --warm is one sentence before anything starts
+
+    watchers = []
+    if args.watch:  # watch folders in this process (studio.toml in each names its avatar and delivery)
+        from studio.service.watch import WatchFolder
+
+        watchers = [WatchFolder(folder) for folder in args.watch]  # a bad folder: one sentence, before serving
+    stop_watching = start_watching(watchers)
 
     def listening(url: str) -> None:
         print(
@@ -262,8 +301,29 @@ def run_serve(args) -> int:
     try:
         serve(options, on_listening=listening)
     finally:
+        stop_watching()
         withdraw()
     return 0
+
+
+def start_watching(watchers):
+    """Each watch folder polled by a thread of its own (its renders one at a time, in this process, not
+    through the server's queue); returns the function that stops them after their current file."""
+    import threading
+
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=w.run, kwargs={"stop": stop.is_set}, name=f"watch {w.in_dir}", daemon=True)
+        for w in watchers
+    ]
+    for t in threads:
+        t.start()
+        print(f"studio: watching {t.name[6:]}", file=sys.stderr, flush=True)
+
+    def done() -> None:
+        stop.set()
+
+    return done
 
 
 def jobs_per_device(given: int | None, gpus: str) -> int:

@@ -24,6 +24,7 @@ its share of the sentence's characters; lines are balanced at a phrase boundary.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,19 +267,33 @@ def make_cues(sentences: list[Sentence]) -> list[Cue]:
     return cues
 
 
-def write_captions(cues: list[Cue], path: str | Path, *, offset_s: float = 0.0, overwrite: bool = True) -> Path:
+def write_captions(
+    cues: list[Cue],
+    path: str | Path,
+    *,
+    offset_s: float = 0.0,
+    duration_s: float | None = None,
+    timecode_s: float = 0.0,
+    overwrite: bool = True,
+) -> Path:
     """``cues`` as SubRip (.srt, the ``srt`` library) or WebVTT (.vtt, ``webvtt-py``), atomically;
-    ``offset_s`` moves them (a render of an in/out range starts at its in point)."""
+    ``offset_s`` moves them (a render of an in/out range starts at its in point) and ``duration_s``
+    (the clip's length) cuts them: a cue outside the clip is left out, one across its ends is cut there.
+    ``.scc``: CEA-608 (Scenarist, ``pycaption``) for broadcast, timed to the clip's timecode: ``timecode_s``
+    is its first frame's timecode in seconds (10:00:00:00 -> 36000), written as 29.97 drop-frame labels
+    (which follow the clock), so a caption shows at the clip's own timecode of its start."""
     from datetime import timedelta
 
     from studio.core.store.fsutil import atomic_output
 
     p = Path(path)
     kind = p.suffix.lower()
-    if kind not in (".srt", ".vtt"):
-        raise InputError(f"{p.name}: captions are written as .srt or .vtt")
-    shown = [Cue(max(0.0, c.start_s - offset_s), c.end_s - offset_s, c.lines) for c in cues if c.end_s - offset_s > 0]
-    if kind == ".srt":
+    if kind not in (".srt", ".vtt", ".scc"):
+        raise InputError(f"{p.name}: captions are written as .srt, .vtt or .scc")
+    shown = clip_cues(cues, offset_s, duration_s)
+    if kind == ".scc":
+        body = _scc(shown, timecode_s)
+    elif kind == ".srt":
         import srt
 
         body = srt.compose(
@@ -297,6 +312,32 @@ def write_captions(cues: list[Cue], path: str | Path, *, offset_s: float = 0.0, 
     with atomic_output(p, overwrite=overwrite) as written:
         Path(written.tmp).write_text(body, encoding="utf-8")
     return Path(str(written.final))
+
+
+def _scc(cues: list[Cue], timecode_s: float) -> str:
+    """Pop-on CEA-608 captions (``pycaption``'s SCC writer: its control codes, parity, 32-column rows)."""
+    from pycaption import Caption, CaptionNode, CaptionSet, SCCWriter
+
+    items = []
+    for c in cues:
+        nodes = []
+        for k, line in enumerate(c.lines):
+            if k:
+                nodes.append(CaptionNode.create_break())
+            nodes.append(CaptionNode.create_text(line))
+        items.append(Caption(round((timecode_s + c.start_s) * 1e6), round((timecode_s + c.end_s) * 1e6), nodes))
+    return SCCWriter(drop_frame=True).write(CaptionSet({"en-US": items}))
+
+
+def clip_cues(cues: list[Cue], offset_s: float = 0.0, duration_s: float | None = None) -> list[Cue]:
+    """The cues of the stretch ``[offset_s, offset_s + duration_s)``, in the clip's own time."""
+    end = math.inf if duration_s is None else float(duration_s)
+    out = []
+    for c in cues:
+        a, b = max(0.0, c.start_s - offset_s), min(end, c.end_s - offset_s)
+        if b - a > 1e-6:
+            out.append(Cue(a, b, c.lines))
+    return out
 
 
 def _vtt_time(t: float) -> str:

@@ -34,15 +34,24 @@ class Delivery:
     builtin: bool = True
 
 
-_BROADCAST = {"codec": "prores", "loudness": -23.0, "true_peak": -1.0, "start_tc": "10:00:00:00"}
+# the audio each delivery names (``media.delivery_audio.AUDIO_FORMATS``): broadcast 48 kHz 24-bit PCM
+# stereo, web and social AAC-LC 48 kHz stereo at 192 kb/s, the MXF deliveries 8 mono 24-bit tracks
+_BROADCAST = {
+    "codec": "prores", "loudness": -23.0, "true_peak": -1.0, "start_tc": "10:00:00:00", "audio_format": "stereo-48k",
+}  # fmt: skip
 # H.264 as platforms take it best (YouTube's upload recommendations: High profile, 2 consecutive B-frames,
 # closed GOP, moov first; its "GOP of half the frame rate" is --keyint 0.5; 2 s keeps files smaller and is
 # what live platforms ask for): x264's veryfast
 # preset is the fastest that writes High profile with 3 B-frames (ultrafast, the default for plain
 # renders, writes Constrained Baseline); every Studio MP4 has its moov first (+faststart).
-_PLATFORM = {"codec": "h264", "preset": "veryfast", "keyint": 2.0}
+_PLATFORM = {"codec": "h264", "preset": "veryfast", "keyint": 2.0, "audio_format": "stereo-48k"}
 _WEB = {**_PLATFORM, "crf": 20, "loudness": -16.0, "true_peak": -1.0}
 _SOCIAL = {**_PLATFORM, "crf": 20, "loudness": -14.0, "true_peak": -1.0, "fps": "30"}
+# the newsroom's MXF OP1a deliveries (issue 49): 1920x1080, R128, 8 mono PCM tracks, timecode from 10:00:00:00
+_MXF = {
+    "canvas": "1920x1080", "fps": "25", "loudness": -23.0, "true_peak": -1.0, "start_tc": "10:00:00:00",
+    "audio_format": "8-mono-48k", "scan": "interlaced",
+}  # fmt: skip
 
 BUILTIN: dict[str, Delivery] = {
     d.name: d
@@ -50,13 +59,15 @@ BUILTIN: dict[str, Delivery] = {
         Delivery(
             "broadcast-hd",
             "Broadcast HD",
-            "1920x1080 25p, ProRes 422 HQ, -23 LUFS, -1 dBTP (EBU R128), timecode from 10:00:00:00",
+            "1920x1080 25p, ProRes 422 HQ, 48 kHz 24-bit PCM stereo, -23 LUFS, -1 dBTP (EBU R128), timecode "
+            "from 10:00:00:00",
             {"canvas": "1920x1080", "fps": "25", **_BROADCAST},
         ),
         Delivery(
             "broadcast-hd-2997",
             "Broadcast HD 29.97",
-            "1920x1080 29.97p, ProRes 422 HQ, -24 LUFS, -2 dBTP (ATSC A/85), drop-frame timecode from 01:00:00;00",
+            "1920x1080 29.97p, ProRes 422 HQ, 48 kHz 24-bit PCM stereo, -24 LUFS, -2 dBTP (ATSC A/85), "
+            "drop-frame timecode from 01:00:00;00",
             {
                 "canvas": "1920x1080",
                 "fps": "29.97",
@@ -69,37 +80,38 @@ BUILTIN: dict[str, Delivery] = {
         Delivery(
             "broadcast-uhd",
             "Broadcast UHD",
-            "3840x2160 25p, ProRes 422 HQ, -23 LUFS, -1 dBTP, timecode from 10:00:00:00",
+            "3840x2160 25p, ProRes 422 HQ, 48 kHz 24-bit PCM stereo, -23 LUFS, -1 dBTP, timecode from 10:00:00:00",
             {"canvas": "3840x2160", "fps": "25", **_BROADCAST},
         ),
         Delivery(
             "web-1080p",
             "Web 1080p",
-            "1920x1080, H.264 High CRF 20 (B-frames, 2 s closed GOP), -16 LUFS, -1 dBTP",
+            "1920x1080, H.264 High CRF 20 (B-frames, 2 s closed GOP), AAC-LC 48 kHz stereo 192 kb/s, -16 LUFS, -1 dBTP",
             {"canvas": "1920x1080", **_WEB},
         ),
         Delivery(
             "web-720p",
             "Web 720p",
-            "1280x720, H.264 High CRF 21 (B-frames, 2 s closed GOP), -16 LUFS, -1 dBTP",
+            "1280x720, H.264 High CRF 21 (B-frames, 2 s closed GOP), AAC-LC 48 kHz stereo 192 kb/s, -16 LUFS, -1 dBTP",
             {"canvas": "1280x720", **_WEB, "crf": 21},
         ),
         Delivery(
             "social-vertical",
             "Social vertical",
-            "1080x1920 30p, H.264 High CRF 20 (B-frames, 2 s closed GOP), -14 LUFS, the crop following the face",
+            "1080x1920 30p, H.264 High CRF 20 (B-frames, 2 s closed GOP), AAC-LC 48 kHz stereo 192 kb/s, -14 LUFS, the crop following the face",
             {"canvas": "1080x1920", "fit": "face", **_SOCIAL},
         ),
         Delivery(
             "social-square",
             "Social square",
-            "1080x1080 30p, H.264 High CRF 20 (B-frames, 2 s closed GOP), -14 LUFS, the crop following the face",
+            "1080x1080 30p, H.264 High CRF 20 (B-frames, 2 s closed GOP), AAC-LC 48 kHz stereo 192 kb/s, -14 LUFS, the crop following the face",
             {"canvas": "1080x1080", "fit": "face", **_SOCIAL},
         ),
         Delivery(
             "overlay-alpha",
             "Overlay with alpha",
-            "1920x1080 25p, ProRes 4444 on a transparent background (for a graphics layer), -23 LUFS",
+            "1920x1080 25p, ProRes 4444 on a transparent background (for a graphics layer), 48 kHz 24-bit PCM "
+            "stereo, -23 LUFS",
             {
                 "canvas": "1920x1080",
                 "fps": "25",
@@ -107,7 +119,44 @@ BUILTIN: dict[str, Delivery] = {
                 "background": "transparent",
                 "loudness": -23.0,
                 "true_peak": -1.0,
+                "audio_format": "stereo-48k",
             },  # fmt: skip
+        ),
+        Delivery(
+            "xdcam-hd422",
+            "XDCAM HD422",
+            "MXF OP1a, MPEG-2 4:2:2@HL 50 Mb/s CBR, closed GOP N=12 M=3 (RDD9), 1080i25 top field first, "
+            "8 mono 24-bit 48 kHz PCM tracks (voice on 1-2), -23 LUFS (EBU R128), timecode from 10:00:00:00",
+            {**_MXF, "codec": "xdcam-hd422"},
+        ),
+        Delivery(
+            "xdcam-hd422-2997",
+            "XDCAM HD422 29.97",
+            "MXF OP1a, MPEG-2 4:2:2@HL 50 Mb/s CBR, closed GOP N=15 M=3 (RDD9), 1080i29.97 top field first, "
+            "8 mono 24-bit 48 kHz PCM tracks (voice on 1-2), -24 LUFS (ATSC A/85), drop-frame timecode from "
+            "01:00:00;00",
+            {
+                **_MXF,
+                "codec": "xdcam-hd422",
+                "fps": "29.97",
+                "loudness": -24.0,
+                "true_peak": -2.0,
+                "start_tc": "01:00:00;00",
+            },
+        ),  # fmt: skip
+        Delivery(
+            "xdcam-hd422-25p",
+            "XDCAM HD422 25p",
+            "the progressive variant: MXF OP1a, MPEG-2 4:2:2@HL 50 Mb/s CBR, closed GOP N=12, 1080p25, 8 mono "
+            "PCM tracks, -23 LUFS, timecode from 10:00:00:00",
+            {**_MXF, "codec": "xdcam-hd422", "scan": "progressive"},
+        ),
+        Delivery(
+            "avc-intra-100",
+            "AVC-Intra 100",
+            "MXF OP1a, AVC-Intra class 100 (H.264 High 4:2:2 Intra 10-bit, libx264), 1080i25 top field first, "
+            "8 mono 24-bit 48 kHz PCM tracks (voice on 1-2), -23 LUFS, timecode from 10:00:00:00",
+            {**_MXF, "codec": "avc-intra-100"},
         ),
     )
 }
@@ -117,7 +166,7 @@ BUILTIN: dict[str, Delivery] = {
 #: the clip is delivered, never how its frames are generated (engine, device, silence)
 DELIVERY_KEYS = (
     "canvas", "fit", "scale", "offset_x", "offset_y", "background", "max_upscale", "fps",
-    "codec", "crf", "preset", "keyint", "loudness", "true_peak", "start_tc", "chapters",
+    "codec", "crf", "preset", "keyint", "loudness", "true_peak", "start_tc", "chapters", "audio_format", "scan",
     "captions", "caption_style", "otio",
 )  # fmt: skip
 
@@ -242,6 +291,19 @@ def background_rgb(text: str) -> tuple[int, int, int] | None:
         return None
 
 
+def background_is_file(value: Any) -> bool:
+    """Whether a background names an image file (neither a colour nor transparent)."""
+    from pathlib import PurePath
+
+    text = str(value or "").strip()
+    if not text or text.lower() == "transparent" or background_rgb(text) is not None:
+        return False
+    return "/" in text or "\\" in text or PurePath(text).suffix.lower() in IMAGE_SUFFIXES
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
+
+
 def background_problem(value: Any) -> str | None:
     from pathlib import Path
 
@@ -250,7 +312,7 @@ def background_problem(value: Any) -> str | None:
     if value.strip().lower() == "transparent" or background_rgb(value) is not None:
         return None
     p = Path(value).expanduser()
-    if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff"):
+    if p.suffix.lower() in IMAGE_SUFFIXES:
         return None if p.is_file() else f"background image {value!r} does not exist"
     return f"background {value!r} is not a colour (black, #1a2b3c), an image file (PNG, JPEG) or transparent"
 

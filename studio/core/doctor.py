@@ -49,6 +49,7 @@ def run_checks(include_gui: bool = True) -> list[Check]:
         check_data_folder,
         check_voice,
         check_espeak,
+        check_bmx,
     ]
     if include_gui:
         checks += [check_qt, check_multimedia, check_audio_output]
@@ -222,6 +223,28 @@ def check_engine() -> Check:
         f"auto selects classic because MuseTalk is not ready ({lines})",
         "import MuseTalk weights with `studio models import DIR` to use the MuseTalk engine",
     )
+
+
+def check_bmx() -> Check:
+    """bmx (the BBC's MXF tools): an optional strict RDD9 / AS-11 re-wrap of the MXF deliveries."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("bmxtranswrap")
+    if not tool:
+        return Check(
+            "bmx",
+            INFO,
+            "bmxtranswrap is not installed: the MXF deliveries (XDCAM HD422, AVC-Intra 100) are written by "
+            "FFmpeg's muxer; bmx is only needed to re-wrap them where a play-out asks strict RDD9 / AS-11",
+            "build bmx from github.com/bbc/bmx and put bmxtranswrap on the PATH (optional)",
+        )
+    try:
+        out = subprocess.run([tool, "-v"], capture_output=True, text=True, timeout=10)
+        version = (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else "?"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("bmx", WARN, f"{tool} does not run ({exc})", "reinstall bmx or take it off the PATH")
+    return Check("bmx", OK, f"{tool}: {version} (an optional RDD9 / AS-11 re-wrap of the MXF deliveries)")
 
 
 def check_data_folder() -> Check:

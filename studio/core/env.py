@@ -97,6 +97,11 @@ KNOBS: dict[str, Knob] = {
             "jobs running at once on one device call the engine in turn instead of sharing its batches",
         ),
         Knob(
+            "STUDIO_QUEUE_GATE",
+            "a file: the queue runner of studio serve claims no job until it exists (tests queue every job "
+            "first, then let them contend from one instant)",
+        ),
+        Knob(
             "STUDIO_WARM_RENDER",
             "short: studio serve's warm-up renders 1.5 s of 16 kHz mono once, as before (benchmarks' comparison)",
         ),
@@ -180,6 +185,13 @@ KNOBS: dict[str, Knob] = {
             ("STUDIO_QUIT_AFTER_MS", "the window closes itself after this many ms (smoke tests)"),
             ("STUDIO_SMOKE_GUI_MS", "packaging/smoke_test.sh: how long the frozen window stays open"),
             ("STUDIO_PACKAGING_TEST", "1: `./dev test` also builds and smoke-tests the desktop app (CI sets it)"),
+            (
+                "STUDIO_TEST_HOLD",
+                "a file: while it exists, every render holds before writing its second batch (FILE.finish: "
+                "after its last frame, before its file is finished) until the file goes or the render is "
+                "cancelled, and creates FILE.held (FILE.finish.held) first; tests keep a job running with it "
+                "instead of betting on how long a render takes",
+            ),
         ),
         *Knob.grouped(
             "build",

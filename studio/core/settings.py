@@ -37,10 +37,12 @@ PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DECODERS = ("taesd", "sd-vae")
 RUNTIMES = ("auto", "torch", "tensorrt")
 ENCODERS = ("auto", "x264", "x264-parallel", "nvenc")
-CODECS = ("h264", "hevc", "prores", "prores4444", "dnxhr", "vp9")  # studio.core.media.codecs.CODECS
+CODECS = ("h264", "hevc", "prores", "prores4444", "dnxhr", "vp9", "xdcam-hd422", "avc-intra-100")  # media.codecs.CODECS
+AUDIO_FORMATS = ("source", "stereo-48k", "8-mono-48k")  # studio.core.media.delivery_audio.AUDIO_FORMATS
+SCANS = ("progressive", "interlaced")
 FRAME_RATES = ("auto", *RATES)  # auto: the video avatar's own rate, 25 for a photo
 FITS = ("fit", "fill", "face")
-CAPTIONS = ("off", "srt", "vtt", "burn")
+CAPTIONS = ("off", "srt", "vtt", "burn", "scc")
 CAPTION_STYLES = ("box", "outline")
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 # the encode defaults, once: the schema below and the writers (media.writer.open_video, codecs) use these
@@ -70,6 +72,7 @@ class Spec:
     example: Any = None  # a valid value other than the default (a free text setting's: what help shows)
     pattern: Any = None  # a free text's accepted shape for documents: a regex, or a function making one
     engines: tuple[str, ...] = ()  # only these engines use it (empty: every engine); elsewhere only its default
+    names_file: Any = None  # value -> whether it names a file (background: an image): servers check such paths
 
     @property
     def option(self) -> str:
@@ -150,6 +153,7 @@ def setting(
     example: Any = None,
     pattern: Any = None,
     engines: tuple[str, ...] = (),
+    names_file: Any = None,
 ) -> T:
     """A ``RenderSettings`` field: its default, carrying its ``Spec`` (completed by ``_schema``).
     ``label``: what the window calls it (default: its name in words, ``min_silence``: Min silence).
@@ -231,6 +235,7 @@ class RenderSettings:
         "white, #1a2b3c), an image file, or transparent (kept by --codec prores4444 or vp9)",
         validate=lambda v: background_problem(v),
         pattern=lambda: _delivery().background_pattern(),
+        names_file=lambda v: _delivery().background_is_file(v),
         example="white",
     )
     max_upscale: float = setting(
@@ -270,9 +275,26 @@ class RenderSettings:
     codec: str = setting(
         "h264",
         "video codec, and with it the container: h264 or hevc (.mp4, AAC), prores (422 HQ), prores4444 "
-        "(with alpha) or dnxhr (HQ) (.mov, PCM audio), vp9 (.webm with alpha, Opus)",
+        "(with alpha) or dnxhr (HQ) (.mov, PCM audio), vp9 (.webm with alpha, Opus), xdcam-hd422 (MPEG-2 "
+        "4:2:2 50 Mb/s long GOP) or avc-intra-100 (.mxf OP1a, 1920x1080 at 25 or 29.97, PCM tracks)",
         group="encode",
         choices=CODECS,
+    )
+    audio_format: str = setting(
+        "source",
+        "the delivered audio: source (the voice-over's own rate and channels), stereo-48k (48 kHz stereo: "
+        "24-bit PCM in MOV/MXF, AAC-LC 192 kb/s in MP4; a mono voice-over on both channels), 8-mono-48k "
+        "(eight mono 24-bit tracks in an MXF, the voice on 1 and 2); resampled with soxr",
+        label="Audio format",
+        group="encode",
+        choices=AUDIO_FORMATS,
+    )
+    scan: str = setting(
+        "progressive",
+        "progressive frames, or interlaced (top field first; xdcam-hd422 and avc-intra-100 only): each "
+        "frame's two fields come from the same rendered frame",
+        group="encode",
+        choices=SCANS,
     )
     crf: int = setting(
         DEFAULT_CRF,
@@ -344,8 +366,9 @@ class RenderSettings:
     )
     captions: str = setting(
         "off",
-        "captions of the script beside the render: srt, vtt, or burn (drawn into the picture, and an .srt "
-        "beside it); needs the script's text (--script, or a voice-over spoken from text)",
+        "captions of the script beside the render: srt, vtt, burn (drawn into the picture, and an .srt "
+        "beside it) or scc (CEA-608 for broadcast, timed to the clip's timecode); needs the script's text "
+        "(--script, or a voice-over spoken from text)",
         group="output",
         choices=CAPTIONS,
     )
@@ -370,6 +393,12 @@ class RenderSettings:
         label="OTIO timeline",
         group="output",
     )
+    aaf: bool = setting(
+        False,
+        "write an AAF (OUT.aaf) beside an MXF render that links it, for Avid Media Composer (pyaaf2)",
+        label="AAF for Avid",
+        group="output",
+    )
     delivery: str = setting(
         "",
         "a named delivery (studio delivery list): its canvas, rate, codec, loudness and timecode; a "
@@ -387,6 +416,16 @@ class RenderSettings:
         group="output",
         ui_default=True,
     )
+    check_gate: str = setting(
+        "",
+        "limits the lip-sync check must meet, as studio check --fail-under takes them (ok or check, "
+        "NAME=VALUE: confidence, sharpness at least; offset, silence_motion, seam, drift, jitter at most); "
+        "a render that misses them is marked so in its result (check.gate), with its report; turns the check on",
+        label="Check gate",
+        group="output",
+        validate=lambda v: _gate_problem(v),
+        example="ok,jitter=5",
+    )
     preview_interval_s: float = setting(
         0.25,
         "seconds between preview frames in the progress",
@@ -402,6 +441,11 @@ class RenderSettings:
             v = getattr(self, spec.name)
             if spec.kind is float and isinstance(v, int) and not isinstance(v, bool):
                 object.__setattr__(self, spec.name, float(v))
+
+    @property
+    def checked(self) -> bool:
+        """Whether the render is checked after it is written: ``check``, or a ``check_gate`` (a gate needs its check)."""
+        return bool(self.check) or bool(str(self.check_gate or "").strip())
 
     def with_(self, **kw) -> RenderSettings:
         return replace(self, **kw)
@@ -489,6 +533,17 @@ def script_problem(value: Any) -> str | None:
     return None
 
 
+def _gate_problem(value: Any) -> str | None:
+    from studio.core.errors import InputError
+    from studio.core.limits import Limits
+
+    try:
+        Limits.parse(str(value))
+    except InputError as exc:
+        return str(exc).replace("--fail-under", "check_gate", 1)
+    return None
+
+
 def delivery_problem(value: Any) -> str | None:
     from studio.core.delivery import delivery_problem as problem
 
@@ -506,7 +561,7 @@ def from_dict(d: dict | None, *, strict: bool = False, explicit: Any = None) -> 
 
     ``delivery``: its values fill in every setting not given: ``explicit`` names those given (the command
     line's typed options); without it, a value at its default counts as not given (a form sends them all)."""
-    d = dict(d or {})
+    d = check_alias(dict(d or {}))
     unknown = sorted(k for k in d if k not in SCHEMA)
     if strict and unknown:
         raise InputError(
@@ -520,11 +575,25 @@ def from_dict(d: dict | None, *, strict: bool = False, explicit: Any = None) -> 
         given = set(kw) if explicit is None else set(explicit)
         if explicit is None:
             given = {n for n in given if kw[n] != SCHEMA[n].default}
-        preset = {n: SCHEMA[n].parse(v) for n, v in resolve(kw["delivery"]).settings.items() if n in SCHEMA}
+        values = check_alias(dict(resolve(kw["delivery"]).settings))
+        preset = {n: SCHEMA[n].parse(v) for n, v in values.items() if n in SCHEMA}
         kw = {**kw, **{n: v for n, v in preset.items() if n not in given}}
     s = RenderSettings(**kw)
     check(s)
     return s
+
+
+_BOOL_WORDS = {"", "true", "false", "1", "0", "yes", "no", "on", "off"}
+
+
+def check_alias(values: dict) -> dict:
+    """``check = "ok,jitter=5"`` (a delivery's or a watch folder's gate, written as the check's value)
+    is ``check = true`` with that ``check_gate`` (a ``check_gate`` given as well wins)."""
+    v = values.get("check")
+    if isinstance(v, str) and v.strip().lower() not in _BOOL_WORDS:
+        values = {**values, "check": True}
+        values.setdefault("check_gate", v.strip())
+    return values
 
 
 def check(s: RenderSettings) -> RenderSettings:

@@ -16,6 +16,12 @@ batches in the order they came, up to ``max_frames``, so every job in flight get
 round: a short job is never stuck behind a long one (round-robin across jobs), and a face is the
 one the job makes alone (the engines' faces do not depend on their batch neighbours).
 
+With a ``Scheduler`` (``studio serve``: ``studio.service.scheduler``) the leader takes the batches
+in the scheduler's order instead: the highest lane first (live, breaking, normal, bulk), a minimum
+share for the lanes below, weighted fair shares between clients within a lane. A view carries its
+job's ``Ticket`` (``batcher.view(ticket)``: the client, the lane, the job); a live session's view
+gets ``Ticket(level=LIVE)``, above every queued job's lane.
+
 Continuous batching as LLM servers do it across requests; written here because the merge is a
 few lines on the engine boundary and no library knows the engines' inputs.
 """
@@ -44,13 +50,17 @@ class _Ask:
     done: threading.Event = field(default_factory=threading.Event)
     faces: Any = None
     error: BaseException | None = None
+    passed: int = 0  # engine calls made while it waited (the scheduler's record)
+    beside: list = field(default_factory=list)  # the tickets of the asks left queued when it was taken
+    top: int | None = None  # the highest lane queued when it was taken
 
 
 class Batcher:
     """Merges concurrent ``generate`` calls on one engine into one ``generate_many`` call."""
 
-    def __init__(self, engine: Any, lock: Any = None, max_frames: int = 0):
+    def __init__(self, engine: Any, lock: Any = None, max_frames: int = 0, scheduler: Any = None):
         self.engine = engine
+        self.scheduler = scheduler  # a ``Scheduler``: lanes and fair shares pick the batches (None: oldest first)
         self.lock = lock  # the engine's (scrub frames take turns with the merged batches)
         # one warm bucket at most: merging fills the engine's batch, it never makes a call of several
         # (on the H200 a merged call of two 64-frame batches only made each job wait for the other's)
@@ -64,11 +74,24 @@ class Batcher:
         self.batches = 0
         self._gather_s = GATHER_S[0]
 
-    def view(self) -> EngineView:
-        v = EngineView(self)
+    def view(self, ticket: Any = None, join: bool = True) -> EngineView:
+        """One job's view; ``ticket`` (a ``scheduler.Ticket``): whose work its batches are. ``join``:
+        the scheduler counts it in flight until ``done`` (a live session's view; the queue's runner
+        counts its jobs itself, from claim to end, and passes False)."""
+        v = EngineView(self, ticket)
+        v.joined = ticket is not None and self.scheduler is not None and join
         with self._cond:
             self._views.add(v)
+        if v.joined:
+            self.scheduler.join(ticket)
         return v
+
+    def left(self, view: EngineView) -> None:
+        """A view's job has no more batches (``EngineView.done``)."""
+        if view.joined:
+            self.scheduler.leave(view.ticket)
+        with self._cond:
+            self._cond.notify_all()  # a leader waiting for this job's batch stops waiting
 
     def _in_flight(self) -> int:
         now = time.monotonic()
@@ -99,7 +122,7 @@ class Batcher:
 
     def _take(self) -> list[_Ask]:
         """The batches to merge: wait briefly for every job in flight to have one queued, then the
-        oldest first, up to ``max_frames`` (at least one)."""
+        oldest first (with a scheduler: in its order), up to ``max_frames`` (at least one)."""
         deadline = time.monotonic() + self._gather_s
         with self._cond:
             while True:
@@ -110,6 +133,17 @@ class Batcher:
                     break  # everyone is in, or enough to keep the device busy: no idle wait
                 self._cond.wait(left)
             take: list[_Ask] = []
+            if self.scheduler is not None:
+                order = self.scheduler.pick([(a.view.ticket, a.frames) for a in self._queue], self.max_frames)
+                top = max((a.view.ticket.level for a in self._queue if a.view.ticket is not None), default=None)
+                take = [self._queue[i] for i in order]
+                self._queue = [a for a in self._queue if all(a is not t for t in take)]
+                for a in self._queue:
+                    a.passed += 1  # a call went before it
+                for a in take:
+                    a.beside = [b.view.ticket for b in self._queue]  # what waited as it was taken
+                    a.top = top
+                return take
             frames = 0
             for a in self._queue:
                 if take and frames + a.frames > self.max_frames:
@@ -135,6 +169,10 @@ class Batcher:
             self._gather_s = min(GATHER_S[1], max(GATHER_S[0], (time.perf_counter() - t0) / 2))
             for a, f in zip(asks, faces, strict=True):
                 a.faces = f
+            if self.scheduler is not None:
+                self.scheduler.served(
+                    [(a.view.ticket, a.frames) for a in asks], asks[0].beside, [a.passed for a in asks], asks[0].top
+                )
         except BaseException as exc:  # noqa: BLE001 - every job in the batch gets the error
             if len(asks) > 1:  # one job's bad batch must not fail the others: each alone
                 for a in asks:
@@ -158,8 +196,10 @@ class EngineView:
     """One job's handle on a shared engine: ``bind`` keeps the job's clip here, ``generate`` goes
     through the batcher; everything else is the engine's (``base_engine``)."""
 
-    def __init__(self, batcher: Batcher):
+    def __init__(self, batcher: Batcher, ticket: Any = None):
         self._batcher = batcher
+        self.ticket = ticket  # whose work its batches are (``scheduler.Ticket``), or None
+        self.joined = False  # the scheduler counts it in flight (``Batcher.view``)
         self.features: Any = None
         self.asked = 0.0
         self.closed = False
@@ -178,7 +218,9 @@ class EngineView:
 
     def done(self) -> None:
         """The job has no more batches (the batcher stops waiting for it)."""
-        self.closed = True
+        if not self.closed:
+            self.closed = True
+            self._batcher.left(self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batcher.engine, name)

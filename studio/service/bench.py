@@ -118,8 +118,17 @@ def user_path(
         ]
         short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
         fresh = [bench_user.voice_file(workdir / "user" / "voices", "wav48", frames, seed=s) for s in range(100, 106)]
+        breaking = bench_user.voice_file(workdir / "clips", "wav48", 125, seed=77)  # 5 s, priority=breaking
         out["service"] = service_rows(
-            workdir / "service", env, voice, many, note=note, short=short, fresh=fresh, counts=(clients, 2 * clients)
+            workdir / "service",
+            env,
+            voice,
+            many,
+            note=note,
+            short=short,
+            fresh=fresh,
+            counts=(clients, 2 * clients),
+            breaking=breaking,
         )
     return out
 

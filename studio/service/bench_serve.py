@@ -52,6 +52,9 @@ VARIANTS: tuple[tuple[str, tuple[str, ...], dict], ...] = (  # the concurrent ro
 )
 
 
+BREAKING = {"priority": "breaking"}  # the form field of a breaking clip (docs/server.md)
+
+
 def service_rows(
     folder: Path,
     env: dict,
@@ -68,6 +71,7 @@ def service_rows(
     handoff: bool = True,
     voice_for=None,
     out: dict | None = None,
+    breaking: Path | None = None,
 ):
     """Every row above; ``voice`` is the user rows' clip (672 frames), ``voices`` the clients' clips
         (``counts``: how many clients at once, each row), ``fresh`` six voice-overs of ``voice``'s length the
@@ -79,7 +83,8 @@ def service_rows(
     ``trace_dir``: every server writes its stage trace there (``STUDIO_STAGE_TRACE``), and, where
     ``py-spy`` is on the PATH, the first burst of each server is sampled (all threads, and only the
     thread holding the GIL); each request's row then has its job's stages and times (``job_row``).
-    ``out``: the dict the rows are put in as they are measured (a caller killed midway keeps them)."""
+    ``out``: the dict the rows are put in as they are measured (a caller killed midway keeps them).
+    ``breaking``: a 5 s voice-over posted with ``priority=breaking`` into every burst (``_burst``)."""
     from studio.service.serve_process import ServeProcess
 
     out = {} if out is None else out
@@ -115,7 +120,7 @@ def service_rows(
                 these = new_voices(n, frames_of(voices[0])) if new_voices is not None else voices[:n]
                 spy = _Spy(trace_dir, f"{label}-{n}", srv.proc.pid) if k == 0 else _Spy(None, "", 0)
                 with spy:
-                    rows.append(_burst(srv.url, these, folder, note, label))
+                    rows.append(_burst(srv.url, these, folder, note, label, breaking))
             if first and cache:
                 out["cache"] = cache_rows(srv.url, short or voice, folder, note)
     return out
@@ -221,6 +226,8 @@ def job_row(job: dict, sent: float, answered: float) -> dict:
         "stage_ms": res.get("stage_ms"),
         "finish_ms": res.get("finish_ms"),
         "audio": res.get("audio"),
+        "queue_s": job.get("queue_s"),
+        "first_frame_s": job.get("first_frame_s"),
     }
 
 
@@ -257,9 +264,11 @@ def cache_rows(url: str, voice: Path, folder: Path, note=log.info) -> dict:
     }
 
 
-def _burst(url: str, voices: list[Path], folder: Path, note, label: str) -> dict:
+def _burst(url: str, voices: list[Path], folder: Path, note, label: str, breaking: Path | None = None) -> dict:
     """One client per voice-over, all posting at once; frames/s from the first post to the last
-    answer, each request's wall, and its job's ``job_row`` (``jobs``)."""
+    answer, each request's wall, and its job's ``job_row`` (``jobs``). ``breaking``: one more client
+    posts it with ``priority=breaking`` half a second into the burst (``breaking``: its job's row,
+    its first frame's time after its submission included; not counted in the frames/s)."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -275,18 +284,36 @@ def _burst(url: str, voices: list[Path], folder: Path, note, label: str) -> dict
             r = c.generate(bench_user.PHOTO, folder / f"burst_{k}.mp4", audio=voices[k])
             return sent, time.time(), c.render(r["job"])
 
+    urgent: list = []
+
+    def post_breaking() -> None:
+        time.sleep(0.5)
+        with StudioClient(url, timeout=600) as c:
+            sent = time.time()
+            r = c.generate(bench_user.PHOTO, folder / "burst_breaking.mp4", audio=breaking, settings=BREAKING)
+            urgent.append(job_row(c.render(r["job"]), sent, time.time()))
+
     answers, errors = [], []
-    with ThreadPoolExecutor(len(voices)) as clients:
+    with ThreadPoolExecutor(len(voices) + 1) as clients:
         futures = [clients.submit(one, k) for k in range(len(voices))]
         ready.wait()
         e0, t0 = time.time(), time.perf_counter()
+        extra = clients.submit(post_breaking) if breaking is not None else None
         for f in futures:
             try:
                 answers.append(f.result())
             except Exception as exc:  # noqa: BLE001 - reported in the row
                 errors.append(f"{type(exc).__name__}: {exc}")
         wall = time.perf_counter() - t0
+        if extra is not None:
+            try:
+                extra.result()
+            except Exception as exc:  # noqa: BLE001 - reported in the row
+                errors.append(f"breaking: {type(exc).__name__}: {exc}")
     done = [a for a in answers if a]
+    jobs = sorted((job_row(a[2], a[0], a[1]) for a in done), key=lambda j: j["job"] or 0)
+    b = urgent[0] if urgent else None
+    firsts = [j["first_frame_s"] for j in jobs if j.get("first_frame_s") is not None]
     frames = sum(int((a[2].get("result") or {}).get("frames") or 0) for a in done)
     row = {
         "clients": len(voices),
@@ -298,12 +325,21 @@ def _burst(url: str, voices: list[Path], folder: Path, note, label: str) -> dict
         "label": label,
         "t0": round(e0, 4),
         "t1": round(e0 + wall, 4),
-        "jobs": sorted((job_row(a[2], a[0], a[1]) for a in done), key=lambda j: j["job"] or 0),
+        "jobs": jobs,
+        "breaking": b,
+        "first_frame_s": [min(firsts), max(firsts)] if firsts else None,
     }
     walls = [round(a[1] - a[0], 3) for a in done]
     note(
         f"serve {label}: {len(voices)} clients at once: {row['fps']} frames/s together ({wall:.2f} s; "
-        f"requests {min(walls, default=0):.2f}-{max(walls, default=0):.2f} s)"
+        f"requests {min(walls, default=0):.2f}-{max(walls, default=0):.2f} s"
+        + (f"; first frames {min(firsts):.2f}-{max(firsts):.2f} s" if firsts else "")
+        + (
+            f"; a breaking 5 s clip: first frame {b['first_frame_s']} s, answered {b['answered'] - b['sent']:.2f} s"
+            if b
+            else ""
+        )
+        + ")"
     )
     return row
 

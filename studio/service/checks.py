@@ -10,6 +10,13 @@ A check never slows a render: it starts only once the file is written, in a chil
 priority) takes the CPU first; the queue does not wait for it. Its summary lands in the job's
 result as ``result["check"]``: ``{"state": "pending"|"running"|"done"|"failed"|"stopped",
 "verdict", "reason", "offset_frames", "confidence", ..., "worst_second"}``.
+
+Every check also writes its visual report beside the video (``out.check.html``: ``studio check
+--report``), listed in the job's side files as ``files["check_report"]``. A render whose settings
+have a gate (``check_gate``: ``--fail-under`` limits such as ``ok,jitter=5``, which a delivery or a
+watch folder sets) gets ``check["gate"] = {"limits", "met", "failures"}``: a job that misses it is
+marked so (``gate_failed``) and kept with its file and report; ``gate_failures`` is the one judge,
+called by the queue and by a watch folder alike.
 """
 
 from __future__ import annotations
@@ -31,15 +38,47 @@ NICE = 19  # the child's CPU priority: any render first
 TIMEOUT_S = 6 * 3600  # a check that hangs is stopped after this
 
 
+REPORT_SUFFIX = ".check.html"
+
+
+def report_path(output: str | os.PathLike) -> Path:
+    """Where a job's visual check report goes: beside its video, ``out.check.html``."""
+    out = Path(output)
+    return out.with_name(out.stem + REPORT_SUFFIX)
+
+
+def gate_failures(check: dict, limits: str | None) -> list[str]:
+    """What a finished check misses of ``limits`` (``--fail-under``'s text: ``ok,jitter=5``), one
+    clause each; [] when met or when there are no limits. A check that did not run misses any gate."""
+    from studio.core.limits import Limits
+
+    lim = Limits.parse(limits)
+    if lim.verdict is None and not lim.figures:
+        return []
+    if check.get("state") != "done":
+        return [f"the check did not run ({check.get('reason') or check.get('state')})"]
+    return lim.failures_of(check)
+
+
+def with_gate(check: dict, limits: str | None) -> dict:
+    """``check`` with its ``gate`` (``limits``, ``met``, ``failures``) when the render has limits."""
+    if not limits or not str(limits).strip():
+        return check
+    failures = gate_failures(check, limits)
+    return {**check, "gate": {"limits": str(limits), "met": not failures, "failures": failures}}
+
+
 def check_command(output: str, request) -> list[str]:
-    """The child's command line: ``studio check OUTPUT --json`` with the render's silence settings,
-    its avatar when this machine has it (the exact reference), and the range's first frame."""
+    """The child's command line: ``studio check OUTPUT --json --report OUT.check.html`` with the
+    render's silence settings, its avatar when this machine has it (the exact reference), and the
+    range's first frame."""
     if getattr(sys, "frozen", False):  # the frozen app runs its command line with arguments
         cmd = [sys.executable, "check"]
     else:
         cmd = [sys.executable, "-m", "studio", "check"]
     s = request.settings
     cmd += [str(output), "--json", "--threshold", repr(float(s.threshold)), "--min-silence", str(int(s.min_silence))]
+    cmd += ["--report", str(report_path(output))]
     avatar = _reference(request)
     if avatar is not None:
         cmd += ["--avatar", avatar]
@@ -78,6 +117,9 @@ def summary_of(report: dict) -> dict:
     keys = ("verdict", "reason", "offset_frames", "confidence", "silence_motion", "sharpness", "seam", "drift")
     out = {k: report.get(k) for k in keys}
     out.update(state="done", worst_second=report.get("worst_second"), reference=report.get("reference"))
+    out["jitter"] = report.get("jitter")
+    if report.get("report_files"):  # taken into the job's side files (``files``) by the queue
+        out["files"] = {"check_report": report["report_files"][0]}
     return out
 
 
@@ -115,7 +157,7 @@ def run_check(output: str, request, cancel: threading.Event | None = None, timeo
     out, err = holder.get("out") or "", holder.get("err") or ""
     if proc.returncode == 0:
         try:
-            return summary_of(json.loads(out.strip().splitlines()[-1]))
+            return with_gate(summary_of(json.loads(out.strip().splitlines()[-1])), gate_of(request))
         except (ValueError, IndexError):
             pass
     lines = [x for x in err.strip().splitlines() if x.strip()]
@@ -142,9 +184,24 @@ def check_here(output: str, request, progress=None) -> tuple[dict, dict | None]:
             progress=progress,
         )
     except StudioError as exc:
-        return {"state": "failed", "reason": str(exc)}, None
+        return with_gate({"state": "failed", "reason": str(exc)}, gate_of(request)), None
     full = report.to_json()
-    return summary_of(full), full
+    try:
+        from studio.core.quality.sheet import pictures, write_report
+
+        pics = pictures(report, output, avatar, (), int(request.frames[0]) if request.frames and avatar else 0)
+        full["report_files"] = [str(write_report(report, report_path(output), pics, overwrite=False))]
+    except (StudioError, OSError) as exc:  # the figures stand without their picture
+        log.warning("the check report of %s was not written: %s", output, exc)
+    summary = with_gate(summary_of(full), gate_of(request))
+    if "gate" in summary:
+        full["gate"] = summary["gate"]
+    return summary, full
+
+
+def gate_of(request) -> str:
+    """The render's gate (its ``check_gate`` setting; "" when none)."""
+    return str(getattr(request.settings, "check_gate", "") or "")
 
 
 class CheckRunner:

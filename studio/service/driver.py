@@ -61,6 +61,7 @@ class Render:
         #: placement on them in chunks; ``job_id`` is the queue's (the dispatcher reserves by it)
         self.dispatcher = dispatcher
         self.job_id = 0
+        self.ticket: Any = None  # whose work it is (``scheduler.Ticket``: the queue's lanes and shares), or None
         self.extra: dict = {}  # what the result row gets beside the RenderResult (where on the farm)
 
     def cancel(self) -> None:
@@ -127,6 +128,8 @@ class Render:
         req = self.request
         held = hasattr(self.pool, "release")  # the pool's bound never evicts the engine while it renders
         kw: dict[str, Any] = {"slot": self.slot, "hold": True} if held else {}
+        if self.ticket is not None:
+            kw["ticket"] = self.ticket
         r = self.pool.renderer(req.avatar, req.audio, req.render_settings, **kw)  # the rate resolved once
         self._active = r
         try:
@@ -288,6 +291,11 @@ def check_request(req: RenderRequest) -> None:
     from studio.core.media.audio import probe
 
     check_output(req.output, req.avatar, req.audio, codec=req.settings.codec)
+    from studio.core.media.mxf import settings_problem
+
+    says = settings_problem(req.settings, req.rate)  # the MXF codecs' size, rate, scan and tracks
+    if says:
+        raise InputError(says[0].upper() + says[1:] + ".")
     if not req.overwrite:
         from studio.core.store.files import check_kept_name
 

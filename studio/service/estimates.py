@@ -1,9 +1,12 @@
 """How long the queue's jobs will take: ``QueueService.estimates`` (position and expected seconds of
 the running job and every queued one), from the speed of the last finished jobs and each job's frames
-at its own output rate. A mixin of ``QueueService`` (its attributes are the queue's)."""
+at its own output rate; and admission by deadline (``admit``): a job whose deadline the work ahead of
+it cannot leave room for is refused at submit. A mixin of ``QueueService`` (its attributes are the
+queue's)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,10 @@ class Estimate:
     position: int
     eta_s: float | None
     starts_in_s: float | None
+
+
+#: an accepted deadline leaves this much room: the estimate times MARGIN plus MARGIN_S must fit in it
+MARGIN, MARGIN_S = 1.25, 1.0
 
 
 class Estimates:
@@ -59,6 +66,54 @@ class Estimates:
             out[j.id] = Estimate(n, done, clock)
             clock = done
         return out
+
+    def admit(self, request, level: int, deadline_s: float) -> float | None:
+        """The seconds a new job of ``request`` in lane ``level`` is expected to take, done, when that
+        fits its deadline (``MARGIN`` x the estimate + ``MARGIN_S``); ``DeadlineRefused`` (with when to
+        try again) when it cannot. The estimate counts every frame the device serves before or beside
+        it: what running jobs have left and every queued job of its lane or above, at the speed the
+        last finished jobs were rendered at, slowed by the minimum share the lanes below it are owed
+        (``scheduler.MIN_SHARE`` each). None (accepted) until a finished job has told the speed."""
+        from studio.service.queue import DeadlineRefused
+        from studio.service.scheduler import MIN_SHARE, job_level
+
+        spf = self._seconds_per_frame()
+        own = self._request_frames(request)
+        if spf is None or own is None:
+            return None
+        ahead, lower = 0, set()
+        for j in self.store.list((J.QUEUED, J.RUNNING)):
+            lv = job_level(j.settings)
+            frames = self._frames_of(j) or 0
+            if j.state == J.RUNNING:
+                p = self.last_progress.get(j.id)
+                ahead += max(0, p.total - p.done) if p is not None and p.total else int(frames * (1 - j.progress))
+            elif lv >= level:
+                ahead += frames
+            else:
+                lower.add(lv)
+        share = max(0.05, 1.0 - MIN_SHARE * len(lower))
+        est = (ahead + own) * spf / share
+        need = est * MARGIN + MARGIN_S
+        if need <= deadline_s:
+            return round(est, 2)
+        wait = max(1, math.ceil(need - deadline_s))
+        raise DeadlineRefused(
+            f"this job cannot be done within its deadline of {deadline_s:g} s: with {ahead} frames ahead of it "
+            f"and its own {own} at the measured {1 / spf:.0f} frames/s it would take about {est:.0f} s; "
+            f"give a deadline of at least {math.ceil(need)} s, or retry in {wait} s",
+            wait,
+        )
+
+    def _request_frames(self, request) -> int | None:
+        if request.frames:
+            return int(request.frames[1]) - int(request.frames[0])
+        from studio.core.media.audio import probe
+
+        try:
+            return probe(request.audio).frames_at(request.output_rate)
+        except (StudioError, OSError):
+            return None
 
     def _seconds_per_frame(self) -> float | None:
         done = [j.result for j in self.store.page((J.DONE, J.EXPIRED), limit=20)]

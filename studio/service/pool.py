@@ -40,9 +40,11 @@ class EnginePool(EngineCache):
         #: merge the engine calls of jobs running at once on one device (``studio serve``)
         self.batching = False
         self._batchers: dict[int, Any] = {}  # id(engine) -> Batcher
+        #: ``studio serve``: the queue's ``Scheduler`` (lanes, fair shares) orders every batcher's batches
+        self.scheduler: Any = None
         self.on_evict = self._evicted
 
-    def renderer(self, avatar, audio, settings, *, slot: int = 0, hold: bool = False):
+    def renderer(self, avatar, audio, settings, *, slot: int = 0, hold: bool = False, ticket=None):
         """A ``Renderer`` on the warm engine for ``settings`` (``slot``: which of several engines of
         one device). ``hold``: the engine is not evicted until ``release(renderer.engine)``. With
         ``batching`` the renderer's engine is a view whose batches join other jobs' (no lock per
@@ -52,7 +54,12 @@ class EnginePool(EngineCache):
         engine, reason = self.get(settings, hold=hold, slot=slot)
         try:
             if self.batching:
-                return Renderer(avatar, audio, settings, engine=self.batcher(engine).view(), engine_reason=reason)
+                view = self.batcher(engine).view(ticket, join=False)  # the queue counts its jobs
+                try:
+                    return Renderer(avatar, audio, settings, engine=view, engine_reason=reason)
+                except BaseException:
+                    view.done()  # the scheduler no longer counts it in flight
+                    raise
             r = Renderer(avatar, audio, settings, engine=engine, engine_reason=reason)
         except BaseException:
             if hold:
@@ -68,7 +75,7 @@ class EnginePool(EngineCache):
         with self._scrub_lock:
             b = self._batchers.get(id(engine))
             if b is None or b.engine is not engine:
-                b = self._batchers[id(engine)] = Batcher(engine, self.lock_for(engine))
+                b = self._batchers[id(engine)] = Batcher(engine, self.lock_for(engine), scheduler=self.scheduler)
             return b
 
     def batchers(self) -> list:

@@ -88,6 +88,15 @@ class JobFinished(InputError):
     """A finished job was asked to go without ``purge`` (the server answers 409)."""
 
 
+class DeadlineRefused(StudioError):
+    """A job whose deadline the queue ahead and the measured speed cannot meet (the server answers
+    429 with ``Retry-After``: ``retry_after_s``)."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class JobActive(InputError):
     """A job that has not finished was asked to be retried (the server answers 409)."""
 
@@ -126,6 +135,7 @@ class QueueService(Runner, Estimates):
         devices: builtins.list[str] | None = None,
         jobs_per_device: int = 1,
         dispatcher=None,
+        scheduler=None,
     ):
         from studio.core import env
         from studio.service.pool import default_pool
@@ -163,6 +173,16 @@ class QueueService(Runner, Estimates):
         self.dispatcher = dispatcher
         if dispatcher is not None:
             dispatcher.on_free = self._poke  # a job's frames left its actor's engine: claim the next now
+        #: ``studio serve``: lanes, fair shares and deadlines (``studio.service.scheduler``); the pool's
+        #: batchers order their batches by it, the runner claims jobs by it (None: queue order)
+        self.scheduler = scheduler
+        if scheduler is not None and hasattr(self.pool, "scheduler"):
+            self.pool.scheduler = scheduler
+        self.timings: dict[int, dict] = {}  # job id -> queue_s, first_frame_s (while it runs)
+        self._finishing: set[int] = set()  # slot jobs whose frames have left the engine
+        self._deadline_missed: set[int] = set()
+        self._levels: dict[int, int] = {}
+        self._clients: dict[int, str] = {}
 
     # ---- events -------------------------------------------------------------------------
 
@@ -197,11 +217,22 @@ class QueueService(Runner, Estimates):
         retry_of: int | None = None,
         webhook: str = "",
         client: str = "",
+        priority: object = None,
+        deadline_s: float | None = None,
     ) -> J.Job:
         """Queue (or keep as a draft) a request; its output gets a free numbered name unless
         ``overwrite``. Bad requests are refused here, before they reach the queue. ``webhook``: a URL
-        ``studio serve`` tells of the job's final state; ``client``: the server's client that owns it."""
+        ``studio serve`` tells of the job's final state; ``client``: the server's client that owns it.
+        ``priority``: breaking / normal / bulk or 0-100 (``scheduler.parse_priority``); ``deadline_s``:
+        seconds from now by which it must be done, else it is cancelled then; a deadline the queue
+        ahead cannot meet is refused now (``DeadlineRefused``), an accepted one records the estimate
+        it was accepted with (``promised_s``)."""
         from studio.service.driver import check_output
+        from studio.service.scheduler import parse_priority
+
+        level = parse_priority(priority)
+        if deadline_s is not None and not (0 < float(deadline_s) <= 7 * 86400):
+            raise InputError(f"deadline_s {deadline_s}: give seconds from now, more than 0 and at most a week")
 
         request = absolute_request(request)
         output = request.output
@@ -212,11 +243,16 @@ class QueueService(Runner, Estimates):
             output = unique_output(output, self._taken())
         check_output(output, request.avatar, request.audio, codec=request.settings.codec)
         request = request.with_(output=output)
+        stored = job_settings(request)
+        stored["priority"] = level
+        if deadline_s is not None and state == J.QUEUED:
+            promised = self.admit(request, level, float(deadline_s))
+            stored.update(deadline=time.time() + float(deadline_s), promised_s=promised)
         try:
             job = self.store.add(
                 request.avatar,
                 request.audio,
-                job_settings(request),
+                stored,
                 output,
                 state=state,
                 max_queued=self.max_queued,
@@ -226,6 +262,10 @@ class QueueService(Runner, Estimates):
             )
         except J.QueueLimit as exc:
             raise QueueFull(str(exc)) from None
+        if self.scheduler is not None and state == J.QUEUED:
+            waiting = self.store.list((J.QUEUED, J.RUNNING))
+            if not any(j.client == job.client and j.id != job.id for j in waiting):
+                self.scheduler.arrive(job.client)  # it was idle: no credit banked meanwhile
         self._emit("added", job.id, job)
         self._poke()
         return job
@@ -270,7 +310,9 @@ class QueueService(Runner, Estimates):
         req = request_of(job)
         if req.overwrite and Path(req.output).exists() and job.state == J.DONE:
             req = req.with_(overwrite=False)
-        again = self.add(req, retry_of=job_id, webhook=job.webhook, client=job.client)  # still its client's
+        again = self.add(  # still its client's, in its lane (a deadline was the first run's)
+            req, retry_of=job_id, webhook=job.webhook, client=job.client, priority=job.settings.get("priority")
+        )
         return again
 
     def delete(self, job_id: int, purge: bool = False) -> tuple[J.Job | None, builtins.list[str]]:
@@ -353,7 +395,12 @@ class QueueService(Runner, Estimates):
 
     def _checked(self, job_id: int, check: dict | None) -> None:
         """A check started (``check`` None) or ended: into the job's result, and an event."""
-        job = self.store.update_result(job_id, check=check if check is not None else {"state": "running"})
+        if check is not None and isinstance(check.get("files"), dict):  # its report: a side file of the job
+            check = dict(check)
+            files = {**((self.store.get(job_id).result or {}).get("files") or {}), **check.pop("files")}
+            job = self.store.update_result(job_id, check=check, files=files)
+        else:
+            job = self.store.update_result(job_id, check=check if check is not None else {"state": "running"})
         self._emit("checked", job_id, job)
 
     def _poke(self) -> None:

@@ -34,7 +34,7 @@ from studio.core.errors import InputError
 log = logging.getLogger(__name__)
 
 OWNED = ("renders", "uploads")  # the data folder's sub-folders whose files retention may remove
-VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm")
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".mxf")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 

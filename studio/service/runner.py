@@ -48,6 +48,7 @@ class Runner(Slots):
     _idle_engine: Any
     _farm_link: Any
     _swept: float
+    timings: dict[int, dict]
     subscribe: Callable[..., Callable[[], None]]  # the queue's own
 
     @property
@@ -165,7 +166,7 @@ class Runner(Slots):
             return job
 
     def _loop(self) -> None:
-        if self.capacity > 1 or self.dispatcher is not None:
+        if self.capacity > 1 or self.dispatcher is not None or self.scheduler is not None:
             return self._loop_many()
         while True:
             with self._lock:
@@ -221,6 +222,11 @@ class Runner(Slots):
             req, self.pool, farm_link=self._farm_link, in_process_farm=self.in_process_farm, dispatcher=self.dispatcher
         )
         render.slot, render.job_id = slot or 0, job.id
+        self.timings[job.id] = {"queue_s": round(max(0.0, time.time() - job.created), 4)}
+        if self.scheduler is not None:
+            from studio.service.scheduler import ticket_of
+
+            render.ticket = ticket_of(job)
         render.on_started = lambda where: self._emit("placed", job.id, self.store.get(job.id), where=where)
         with self._lock:
             if slot is None:
@@ -248,6 +254,9 @@ class Runner(Slots):
         try:
             for p in gen:
                 self.last_progress[job.id] = replace(p, preview=None)  # kept per job: no frames
+                timing = self.timings.get(job.id)
+                if timing is not None and p.done > 0 and "first_frame_s" not in timing:
+                    timing["first_frame_s"] = round(max(0.0, time.time() - job.created), 4)
                 now = time.monotonic()
                 if now - last_store[0] >= STORE_PROGRESS_S or p.finished:
                     last_store[0] = now
@@ -258,20 +267,27 @@ class Runner(Slots):
                 if may_hand_off and self._engine_done(render, p):
                     self._hand_off(job, render, gen, last_store)
                     return _HANDED
+                if self.scheduler is not None and job.id not in self._finishing and self._engine_done(render, p):
+                    with self._lock:  # its slot goes to the next job while this thread finishes the file
+                        self._finishing.add(job.id)
+                        self._wake.notify_all()
             r = render.result
             data = r.to_json() if r is not None else {}
             data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
             data.update(render.extra)  # where on a farm, and how the file came back
+            data.update(self.timings.pop(job.id, {}))  # queue_s, first_frame_s
+            if job.settings.get("deadline"):
+                data["deadline_met"] = time.time() <= float(job.settings["deadline"])
             if data.get("output"):
                 data["output"] = os.path.abspath(data["output"])
                 with contextlib.suppress(OSError):
                     data["output_id"] = file_identity(data["output"])  # owned_output checks it
             req = render.request
-            if req.settings.check:
+            if req.settings.checked:
                 data["check"] = {"state": "pending"}
             done = self.store.finish(job.id, output=data.get("output"), result=data)
             self._emit("state", job.id, done, where=render.where)
-            if req.settings.check and done.state == J.DONE:
+            if req.settings.checked and done.state == J.DONE:
                 self.checks.submit(job.id, req, done.output)
             self._idle_engine = render.engine or self._idle_engine
             return done
@@ -321,9 +337,14 @@ class Runner(Slots):
     def _cancelled(self, job_id: int) -> J.Job | None:
         if self._interrupting:
             return self._finish(job_id, J.INTERRUPTED_STATE, J.INTERRUPTED)
+        if job_id in self._deadline_missed:
+            from studio.service.slots import DEADLINE_REASON
+
+            return self._finish(job_id, J.CANCELLED, DEADLINE_REASON)
         return self._finish(job_id, J.CANCELLED, "cancelled by the user")
 
     def _finish(self, job_id: int, state: str, reason: str) -> J.Job | None:
+        self.timings.pop(job_id, None)
         try:
             if state in (J.CANCELLED, J.INTERRUPTED_STATE):
                 job = self.store.get(job_id)

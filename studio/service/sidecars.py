@@ -1,4 +1,5 @@
-"""The files a render writes beside its video: captions (.srt/.vtt) and the OpenTimelineIO timeline (.otio).
+"""The files a render writes beside its video: captions (.srt/.vtt/.scc), the OpenTimelineIO timeline (.otio)
+and, beside an MXF, the Avid AAF linking it (.aaf).
 
     result = write_sidecars(result, request)       # RenderResult with ``files`` naming what was written
     add_worst_second(result, request, 12)          # the check's worst second into the .otio, once known
@@ -31,7 +32,7 @@ def check_captions(request) -> None:
 
 def write_sidecars(result: RenderResult, request, worst_second: int | None = None) -> RenderResult:
     s = request.settings
-    if s.captions == "off" and not s.otio:
+    if s.captions == "off" and not s.otio and not s.aaf:
         return result
     from studio.core.media.rates import parse_rate
 
@@ -44,12 +45,37 @@ def write_sidecars(result: RenderResult, request, worst_second: int | None = Non
         from studio.core.captions import make_cues, script_sentences, write_captions
 
         cues = make_cues(script_sentences(request.audio, s.script))
-        kind = "vtt" if s.captions == "vtt" else "srt"
+        kind = {"vtt": "vtt", "scc": "scc"}.get(s.captions, "srt")
+        from studio.core.render.markers import start_frame
+
+        tc_s = float((start_frame(s.start_tc, rate) + first) / rate)  # the file's first frame's timecode
         files["captions"] = str(
-            write_captions(cues, out.with_suffix(f".{kind}"), offset_s=float(first / rate), overwrite=request.overwrite)
+            write_captions(
+                cues,
+                out.with_suffix(f".{kind}"),
+                offset_s=float(first / rate),
+                duration_s=float((end - first) / rate),  # cut to the clip: no cue past its end
+                timecode_s=tc_s,
+                overwrite=request.overwrite,
+            )
         )
     if s.otio:
         files["otio"] = str(_otio(result, request, rate, first, end, worst_second))
+    if s.aaf:  # Avid: an AAF linking the MXF (render.aaf)
+        from studio.core.render.aaf import write_aaf
+        from studio.core.render.markers import start_label
+
+        files["aaf"] = str(
+            write_aaf(
+                out.with_suffix(".aaf"),
+                mxf=out,
+                rate=rate,
+                start_tc=start_label(s.start_tc, rate, first),
+                frames=int(result.frames),
+                interlaced=s.scan == "interlaced",
+                overwrite=request.overwrite,
+            )
+        )
     return dataclasses.replace(result, files=files)
 
 

@@ -54,7 +54,7 @@ class DeliveryButtons(QWidget):
         self.save_btn.setObjectName("saveDelivery")
         self.save_btn.setToolTip(
             "Save the canvas, placement, rate, codec, quality, loudness, timecode and captions set here "
-            "as a delivery of your own (studio delivery list shows it)"
+            "as a delivery of your own (it joins the Delivery list)"
         )
         self.remove_btn = QPushButton("Remove delivery")
         self.remove_btn.setObjectName("removeDelivery")
@@ -97,6 +97,9 @@ class DeliveryButtons(QWidget):
         return key if key and key in user_deliveries() else None
 
     def say(self, text: str) -> None:
+        from studio.ui.words import window_words
+
+        text = window_words(text)
         self.note.setText(text)
         self.note.setToolTip(text)
         self.note.setVisible(bool(text))
@@ -122,7 +125,7 @@ class DeliveryButtons(QWidget):
         box = QInputDialog(self.window())
         box.setObjectName("deliveryNameBox")
         box.setWindowTitle("Save as delivery")
-        box.setLabelText("Name of the delivery:\n" + ", ".join(f"{k} {v}" for k, v in values.items()))
+        box.setLabelText("Name of the delivery:\n" + self._listed(values))
         box.setTextValue(self._users_delivery() or "")
         box.textValueSelected.connect(self._named)
         self.name_box = box
@@ -158,7 +161,12 @@ class DeliveryButtons(QWidget):
         refresh_choices(self.combo)
         self.session.set("delivery", d.name)  # chosen: it sets what is on screen already
         self.remove_btn.setEnabled(True)
-        self.say(f"Saved delivery “{d.name}”: {', '.join(f'{k} {v}' for k, v in d.settings.items())}.")
+        self.say(f"Saved delivery “{d.name}”: {self._listed(d.settings)}.")
+
+    def _listed(self, values: dict) -> str:
+        """ "Canvas 1080x1080, CRF 18, OTIO timeline on": the settings in the window's words."""
+        s = self.session
+        return ", ".join(f"{s.label(k)} {s.describe(k, v)}" for k, v in values.items())
 
     # ---- remove -------------------------------------------------------------------------------
 

@@ -188,14 +188,27 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
 
     def show_error(self, message: str) -> None:
         """Show one readable message in the banner (rate-limited) and log it."""
+        from studio.ui.words import window_words
+
         log.warning("%s", message)
+        message = window_words(message)  # the core's sentences name flags; the window names its fields
         now = time.monotonic()
         self._errors = [t for t in self._errors if now - t < 5] + [now]
         if len(self._errors) > 5:
             return
         self.banner_text.setText(message)
         self.banner.show()
+        self.banner_keys = cause_keys(message)  # the settings it is about: a change of one clears it
         self.statusBar().showMessage(message, 8000)
+
+    banner_keys: frozenset[str] = frozenset()
+
+    def _setting_changed(self, key: str, _before, _after) -> None:
+        """A banner about a setting ("captions need the script's text") goes when that setting changes:
+        its cause is gone, or the next render says it again."""
+        if key in self.banner_keys and self.banner.isVisible():
+            self.banner.hide()
+            self.banner_keys = frozenset()
 
     # what the window's parts hold, read through the window (tests and the app's own code use these)
     analysis = property(attrgetter("session.analysis"))
@@ -302,6 +315,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         lib.status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         lib.selectionChanged.connect(self._selection_changed)
         s.events.rate.connect(lambda _rate: self._rate_changed())
+        s.events.changed.connect(self._setting_changed)
         self.timeline.playheadMoved.connect(ed.scrub)
         self.timeline.renderMarker.connect(self.render_marker)
         self.timeline.playClicked.connect(self.transport.toggle)
@@ -432,9 +446,6 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
     def _queue_state(self, state: str) -> None:
         """The queue's state, always in sight: the status bar, the Queue dock's title, the menu."""
         a = self.actions["start_queue"]
-        a.blockSignals(True)
-        a.setChecked(state == "running")
-        a.blockSignals(False)
         a.setText("Pause queue" if state == "running" else "Start queue")
         self.queue_state_label.setText(self.queue.state_text())
         self.queue_state_label.setProperty("state", state)
@@ -447,6 +458,21 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.actions["add_to_queue"].setText(f"Add {n} jobs to queue" if n > 1 else "Add to queue")
 
     # ---- doctor, persistence, exit ------------------------------------------------------
+
+
+def cause_keys(message: str) -> frozenset[str]:
+    """The render settings a message is about: those it names by their label or their name
+    ("captions need the script's text" -> captions, script)."""
+    import re
+
+    from studio.core.settings import SCHEMA
+
+    text = message.lower()
+    return frozenset(
+        k
+        for k, spec in SCHEMA.items()
+        if re.search(rf"\b({re.escape(k.replace('_', ' '))}|{re.escape(spec.label.lower())})\b", text)
+    )
 
 
 def _short(text: str, limit: int = 90) -> str:

@@ -1,8 +1,10 @@
 """The Queue dock: a view of the render service's queue (the same ``jobs.sqlite`` that
 ``studio queue`` and ``studio serve`` use), with the editor's controls.
 
-Each row: the avatar's thumbnail, id, job, state, progress (the Live bar's rounding), duration,
-engine and settings, the resolved output path, and a note (where it runs or ran, the reason it
+Each row: the avatar's thumbnail, id, job, state, progress (the Live bar's rounding), duration, what
+it makes (delivery, picture size, rate, codec, captions, OTIO: ``job_makes``; the engine and encoder
+settings in its tooltip), the output's file name (elided in the middle; the full path is the tooltip),
+and a note (where it runs or ran, the reason it
 failed, or "damaged" with what to do). Buttons: Start/Pause the queue, Retry, Queue draft, Hold,
 Resume, Up, Down, Cancel, Remove, Clear finished. The table refreshes on the service's events and,
 once a second, when another process (``studio queue``, the server) changed the store.
@@ -30,9 +32,12 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.progress import fraction_percent
+from studio.ui.job_makes import job_rate, makes
+from studio.ui.words import window_words
 
-COLUMNS = ["", "#", "Job", "State", "Progress", "Duration", "Settings", "Output", "Note", "Check"]
+COLUMNS = ["", "#", "Job", "State", "Progress", "Duration", "Makes", "Output", "Note", "Check"]
 ID_COL, STATE_COL, PROGRESS_COL, SETTINGS_COL, OUTPUT_COL, NOTE_COL, CHECK_COL = 1, 3, 4, 6, 7, 8, 9
+MAKES_COL = SETTINGS_COL  # what the job makes (the engine settings are in its tooltip)
 STATE_COLOURS = {
     "done": "#7bd88f",
     "failed": "#ff6b6b",
@@ -56,6 +61,27 @@ class _Elide(QStyledItemDelegate):
         super().initStyleOption(option, index)
         option.text = elide_path(option.text, option.fontMetrics, option.rect.width() - 12)
         option.textElideMode = Qt.TextElideMode.ElideMiddle
+
+
+class _Tail(QStyledItemDelegate):
+    """A list of words ("web-720p · 1280x720 · 30 fps · H.264") cut at a "·" that fits, ending in "…"
+    (the tooltip has all of it), never in the middle of a word."""
+
+    def initStyleOption(self, option, index) -> None:  # noqa: N802 (Qt's name)
+        super().initStyleOption(option, index)
+        option.text = cut_words(option.text, option.fontMetrics, option.rect.width() - 12)
+
+
+def cut_words(text: str, fm, width: int) -> str:
+    """``text``'s first " · "-separated parts that fit ``width`` pixels, with " …" when some are left out."""
+    if width <= 0 or fm.horizontalAdvance(text) <= width:
+        return text
+    parts = text.split(" · ")
+    for n in range(len(parts) - 1, 0, -1):
+        shown = " · ".join(parts[:n]) + " …"
+        if fm.horizontalAdvance(shown) <= width:
+            return shown
+    return fm.elidedText(text, Qt.TextElideMode.ElideRight, width)
 
 
 def elide_path(text: str, fm, width: int) -> str:
@@ -108,11 +134,12 @@ class QueuePanel(QWidget):
         head.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         # the long columns share what is left, the output path elided in its middle (full path: tooltip)
         head.setSectionResizeMode(OUTPUT_COL, QHeaderView.ResizeMode.Stretch)
-        # the settings and the note: a width of their own (the mouse widens them; the tooltip has all),
-        # so the output path gets the rest of a narrow table
+        # what it makes and the note: a width of their own (the mouse widens them; the tooltip has all),
+        # given back to the output's name on a narrow table (``fit_columns``)
         for col in (SETTINGS_COL, NOTE_COL):
             head.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
             head.resizeSection(col, 110)
+        self.table.setItemDelegateForColumn(SETTINGS_COL, _Tail(self.table))
         head.setMinimumSectionSize(36)
         self.table.setItemDelegateForColumn(OUTPUT_COL, _Elide(self.table))
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -221,6 +248,7 @@ class QueuePanel(QWidget):
             progress = job.progress
             if job.state == "running" and job.id in self.fractions:  # the store's is up to a second old:
                 progress = self.fractions[job.id]  # the batch the Live bar shows now
+            made, made_tip = makes(job)
             cells = [
                 "",
                 str(job.id),
@@ -228,9 +256,9 @@ class QueuePanel(QWidget):
                 job.state,
                 f"{fraction_percent(progress)} %",
                 self._duration(job),
-                settings_text(job),
-                job.output,
-                live[0] if live else job.reason or _result_note(job),
+                made,
+                Path(job.output).name,
+                live[0] if live else window_words(job.reason) or _result_note(job),
                 "",  # the check's badge: set below
             ]
             where = where_text(job)
@@ -244,7 +272,7 @@ class QueuePanel(QWidget):
                     item.setData(Qt.ItemDataRole.UserRole, job.id)
                 if c == STATE_COL:
                     item.setForeground(QColor(STATE_COLOURS.get(job.state, "#e6e6e6")))
-                tip = text
+                tip = {SETTINGS_COL: f"{made_tip}\nSettings: {settings_text(job)}", OUTPUT_COL: job.output}.get(c, text)
                 if c in (STATE_COL, NOTE_COL):
                     tip = "\n".join(x for x in (text, live[1] if live else "", where) if x)
                 item.setToolTip(tip)
@@ -258,6 +286,29 @@ class QueuePanel(QWidget):
             counts[j.state] = counts.get(j.state, 0) + 1
         self.summary.setText(" · ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs")
         self._update_buttons()
+        self.fit_columns()
+
+    OUTPUT_MIN = 170  # the output's name keeps this much of a narrow table ("astronaut_…_crf20.mp4")
+
+    def fit_columns(self) -> None:
+        """Share a narrow table: what it makes and the note shrink (to 80 px) before the output's name
+        goes under ``OUTPUT_MIN``; on a wide one they take what their text needs (at most 320 px)."""
+        head = self.table.horizontalHeader()
+        fixed = sum(head.sectionSize(c) for c in range(len(COLUMNS)) if c not in (SETTINGS_COL, OUTPUT_COL, NOTE_COL))
+        room = self.table.viewport().width() - fixed - self.OUTPUT_MIN
+        want = {c: min(320, self._text_width(c) + 16) for c in (SETTINGS_COL, NOTE_COL)}
+        note = min(want[NOTE_COL], max(80, room // 4))
+        head.resizeSection(NOTE_COL, note)
+        head.resizeSection(SETTINGS_COL, max(80, min(want[SETTINGS_COL], room - note)))
+
+    def _text_width(self, col: int) -> int:
+        fm = self.table.fontMetrics()
+        texts = [self.table.item(r, col).text() for r in range(self.table.rowCount()) if self.table.item(r, col)]
+        return max([fm.horizontalAdvance(COLUMNS[col]) + 12, *(fm.horizontalAdvance(t) for t in texts)])
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self.fit_columns()
 
     def set_state(self, text: str) -> None:
         """The queue's state line ("Queue: running · 2 waiting"), shown short beside Start."""
@@ -338,7 +389,7 @@ class QueuePanel(QWidget):
         """The clip's (or the in/out range's) length as HH:MM:SS:FF at the job's frame rate."""
         from studio.core.media.timecode import timecode
 
-        rate = _job_rate(job)
+        rate = job_rate(job)
         frames = (job.settings or {}).get("frames")
         if frames:
             return f"{timecode(int(frames[1]) - int(frames[0]), rate)} (range)"
@@ -424,22 +475,6 @@ def settings_text(job) -> str:
     if s.get("loudness") is not None:
         parts.append(f"{float(s['loudness']):g} LUFS")
     return " · ".join(str(p) for p in parts)
-
-
-def _job_rate(job):
-    """The frame rate a job renders (or rendered) at: its result's, else its setting or its avatar's own."""
-    from studio.core.media.rates import DEFAULT_RATE, parse_rate
-
-    try:
-        if job.result and job.result.get("frame_rate"):
-            return parse_rate(job.result["frame_rate"])
-        if (job.settings or {}).get("rate"):
-            return parse_rate(job.settings["rate"])  # resolved once, when the request was built
-        from studio.core.avatars.library import output_rate_for
-
-        return output_rate_for((job.settings or {}).get("fps"), job.avatar)
-    except Exception:  # noqa: BLE001 - an avatar not here (a server's): the default grid
-        return DEFAULT_RATE
 
 
 def where_text(job) -> str:

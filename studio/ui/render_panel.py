@@ -89,6 +89,7 @@ class RenderPanel(QWidget):
             alias = {"compile": "compile_box", "check": "check_box"}.get(spec.name, spec.name)
             if not hasattr(self, alias):
                 setattr(self, alias, self.fields[spec.name])
+        self.crf_tip = self.fields["crf"].toolTip()  # its help, in the window's words (ProRes: another)
 
         self.target = _combo(
             [TARGETS["local"], TARGETS["farm"], TARGETS["server"]],  # "All GPUs here": set_gpus
@@ -267,9 +268,7 @@ class RenderPanel(QWidget):
         elif key == "codec":  # ProRes and DNxHR have a fixed quality: no CRF to set
             self.crf.setEnabled(s.crf_applies)
             self.crf.setToolTip(
-                self.fields.specs["crf"].help.capitalize()
-                if s.crf_applies
-                else f"{s.value('codec')} has a fixed quality: CRF does not apply"
+                self.crf_tip if s.crf_applies else f"{s.value('codec')} has a fixed quality: CRF does not apply"
             )
         if key != "range":
             self._update_output_label()
@@ -461,6 +460,9 @@ class RenderPanel(QWidget):
         self.progress_bar.setFormat(f"{p.done} / {p.total} frames  ({percent(p.done, p.total)} %)")
 
     def stop(self, message: str, output: str | None = None, detail: str = "") -> None:
+        from studio.ui.words import window_words
+
+        message = window_words(message)
         self.tick()
         self.fps_timer.stop()
         self.set_running(False)

@@ -78,7 +78,10 @@ def make_widget(spec) -> QWidget:
     if isinstance(w, QComboBox):  # narrow docks: a combo box may be narrower than its longest entry
         w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         w.setMinimumContentsLength(5)
-    w.setToolTip(spec.help[:1].upper() + spec.help[1:])
+    from studio.ui.words import window_words
+
+    text = window_words(spec.help)  # the window's words: no command-line flags
+    w.setToolTip(text[:1].upper() + text[1:])
     w.setObjectName(f"setting_{spec.name}")
     return w
 

@@ -107,11 +107,10 @@ def build_actions(w) -> None:
         "start_queue",
         "Render",
         "Start queue",
-        lambda on: w.queue.start() if on else w.queue.pause(),
+        lambda: w.queue.pause() if w.queue.state == "running" else w.queue.start(),
         "Ctrl+Return",
         "Render queued jobs one after another (again: pause after the running job)",
-        checkable=True,
-    )
+    )  # no tick: its words say what it does next ("Start queue" / "Pause queue")
     acts["start_queue"].setProperty("command", "Start / pause queue")
     add(
         "cancel",
@@ -168,11 +167,44 @@ def build_actions(w) -> None:
 
 
 def open_url(path: Path) -> bool:
-    """Open ``path`` with the desktop's program for it; False where no launcher exists."""
+    """Open ``path`` with the desktop's program for it; False where no program would open it (no
+    launcher, or a launcher with no program for that kind of file: ``can_open``)."""
     from PySide6.QtCore import QUrl
     from PySide6.QtGui import QDesktopServices
 
+    if not can_open(path):
+        return False
     return bool(QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))))
+
+
+def can_open(path: Path) -> bool:
+    """Whether a program of the desktop opens ``path`` here. On Linux and the BSDs the launcher is
+    ``xdg-open``, which starts (so Qt reports success) even when no program is set for the file's kind
+    and then fails on its own: ask ``xdg-mime`` for the default program of a folder, or of the file's
+    type (a text file's ``text/plain`` too), first. Elsewhere the system's launcher always has one."""
+    import shutil
+    import subprocess
+    import sys
+
+    if sys.platform in ("darwin", "win32"):
+        return True
+    if shutil.which("xdg-open") is None or shutil.which("xdg-mime") is None:
+        return False
+    if path.is_dir():
+        kinds = ["inode/directory"]
+    else:
+        import mimetypes
+
+        kind = mimetypes.guess_type(path.name)[0] or ("text/markdown" if path.suffix == ".md" else "")
+        kinds = [k for k in (kind, "text/plain" if kind.startswith("text/") else "") if k]
+    for kind in kinds:
+        try:
+            r = subprocess.run(["xdg-mime", "query", "default", kind], capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        if r.returncode == 0 and r.stdout.strip():
+            return True
+    return False
 
 
 def show_output_folder(w) -> None:

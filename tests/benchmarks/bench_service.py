@@ -67,8 +67,9 @@ def main() -> int:
         out["cold"] = bench.cold_rows(work / "cold", env, a.device, voices[0], note=say)
         say(json.dumps(out["cold"]))
     short = bench_user.voice_file(work / "clips", "wav48", 100, seed=99)
+    kw_breaking = bench_user.voice_file(work / "clips", "wav48", 125, seed=77)  # a 5 s breaking clip in each burst
     fresh = [bench_user.voice_file(work / "clips", "wav48", a.frames, seed=s) for s in range(100, 106)]
-    kw: dict = {"cache": not a.no_cache, "handoff": not a.no_handoff}
+    kw: dict = {"cache": not a.no_cache, "handoff": not a.no_handoff, "breaking": kw_breaking}
     if a.variants is not None:
         kw["variants"] = parse_variants(a.variants)
     if a.trace_dir:

@@ -60,9 +60,12 @@ def test_docks_fit_their_width_and_the_queue_shows_three_rows(window, qtbot, tmp
     rows_shown = (t.viewport().height()) // t.verticalHeader().defaultSectionSize()
     assert rows_shown >= 3, (t.viewport().height(), w.queue_dock.height())
     assert t.rowCount() == 3
-    out = t.item(0, 7)
-    assert out.toolTip() == out.text() and out.text().startswith(str(long.parent))
-    assert t.columnWidth(7) < t.fontMetrics().horizontalAdvance(str(long))  # elided, not widened
+    out = t.item(0, 7)  # the file's name; the full path is the tooltip
+    assert out.toolTip().startswith(str(long.parent)) and out.text() == out.toolTip().rpartition("/")[2]
+    from studio.ui.queue_panel import elide_path
+
+    shown = elide_path(out.text(), t.fontMetrics(), t.columnWidth(7) - 12)  # elided in the middle where it must
+    assert shown.startswith("presenter") and shown.endswith("crf20.mp4"), shown
     assert t.horizontalHeader().length() <= t.viewport().width() + 2  # no column cut off at the edge
     # the Queue's buttons are all reachable: shown, or behind the tool bar's » button
     bar = w.queue_panel.buttons

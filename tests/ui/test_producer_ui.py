@@ -5,10 +5,12 @@ overprint."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
-from ui_helpers import QUICK, SLOW, clip, focus_window, window  # noqa: F401 (fixtures)
+from ui_helpers import QUICK, SLOW, clip, focus_window, library_window, prepared_avatars, window  # noqa: F401 (fixtures)
 
 LEFT = Qt.MouseButton.LeftButton
 SCRIPT = (
@@ -146,3 +148,201 @@ def test_the_first_layout_gives_the_picture_room_and_the_axes_never_overprint(qt
             title = QFontMetrics(axis.label.font()).horizontalAdvance(axis.labelText)
             assert axis.label.isVisible() == (axis.height() >= title + 8)
     w.close_confirmed = True
+
+
+@pytest.mark.parametrize("size", [(1600, 900 - 58), (1280, 720 - 58)], ids=["1600x900", "1280x720"])
+def test_the_queue_says_what_each_job_makes(window, qtbot, tmp_path, size):
+    from studio.core.store import jobs
+    from studio.ui.queue_panel import MAKES_COL, OUTPUT_COL, cut_words, elide_path
+
+    window.resize(*size)
+    out = tmp_path / "client-deliveries" / "week-49" / "astronaut_evening-news-take-2_classic_crf21.mp4"
+    window.store.add(
+        "astronaut",
+        "/x/a.wav",
+        {"engine": "classic", "delivery": "web-720p", "captions": "srt", "otio": True, "fps": "30"},
+        str(out),
+        state=jobs.DRAFT,
+    )
+    window.store.add("astronaut", "/x/b.wav", {"engine": "classic", "codec": "prores"}, str(out), state=jobs.DRAFT)
+    panel = window.queue_panel
+    panel.refresh()
+    t = panel.table
+    qtbot.waitUntil(lambda: t.rowCount() == 2, timeout=QUICK)
+    made = t.item(0, MAKES_COL)
+    assert made.text() == "web-720p · 1280x720 · 30 fps · H.264 · -16 LUFS · captions (SRT) · OTIO"
+    tip = made.toolTip()
+    for line in ("Delivery: web-720p", "Picture: 1280x720", "Frame rate: 30 fps", "Codec: H.264, CRF 21"):
+        assert line in tip
+    assert "Captions: captions (SRT)" in tip and "(OTIO): yes" in tip and "Settings: classic" in tip
+    assert t.item(1, MAKES_COL).text().endswith("ProRes 422 HQ") and "Delivery: none" in t.item(1, MAKES_COL).toolTip()
+    name = t.item(0, OUTPUT_COL)
+    assert name.text() == out.name and name.toolTip() == str(out)
+    fm = t.fontMetrics()
+    # the Output header and the name's start and end show at both sizes; what it makes is cut at a "·"
+    qtbot.waitUntil(lambda: t.columnWidth(OUTPUT_COL) >= panel.OUTPUT_MIN - 1, timeout=QUICK)
+    shown = elide_path(name.text(), fm, t.columnWidth(OUTPUT_COL) - 12)
+    assert shown.startswith("astronaut_") and shown.endswith("_crf21.mp4"), shown
+    assert t.horizontalHeader().length() <= t.viewport().width() + 2
+    cut = cut_words(made.text(), fm, t.columnWidth(MAKES_COL) - 12)
+    assert cut.startswith("web-720p") and (cut == made.text() or cut.endswith(" …")), cut
+
+
+def _choose(qtbot, combo, text: str) -> None:
+    """Open the combo box with a click and pick ``text`` in its list with the keyboard."""
+    qtbot.mouseClick(combo, LEFT)
+    view = combo.view()
+    qtbot.waitUntil(view.isVisible, timeout=QUICK)
+    target = combo.findText(text)
+    key = Qt.Key.Key_Down if target > view.currentIndex().row() else Qt.Key.Key_Up
+    for _ in range(abs(target - view.currentIndex().row())):
+        qtbot.keyClick(view, key)
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not view.isVisible(), timeout=QUICK)
+    assert combo.currentText() == text
+
+
+def shown_strings(window) -> list[tuple[str, str]]:
+    """Every string the window can show now: texts, titles, placeholders, tooltips and status tips of
+    every widget (hidden ones too), every menu entry, every list, table and combo-box item with its
+    tooltip. (where, text) pairs; the values typed into fields (paths, names) are the user's and left out."""
+    from PySide6.QtGui import QAction
+    from PySide6.QtWidgets import (
+        QAbstractButton,
+        QComboBox,
+        QDockWidget,
+        QGroupBox,
+        QLabel,
+        QLineEdit,
+        QListWidget,
+        QMenu,
+        QPlainTextEdit,
+        QProgressBar,
+        QTableWidget,
+        QWidget,
+    )
+
+    out: list[tuple[str, str]] = []
+    tip = Qt.ItemDataRole.ToolTipRole
+    for w in [window, *window.findChildren(QWidget)]:
+        where = f"{type(w).__name__}#{w.objectName()}"
+        out += [(f"{where} tooltip", w.toolTip()), (f"{where} status tip", w.statusTip())]
+        if isinstance(w, QLabel):
+            out.append((where, w.text()))
+        elif isinstance(w, QAbstractButton):
+            out.append((where, w.text()))
+        elif isinstance(w, (QLineEdit, QPlainTextEdit)):
+            out.append((f"{where} placeholder", w.placeholderText()))
+        elif isinstance(w, QComboBox):
+            for i in range(w.count()):
+                out += [(f"{where} item", w.itemText(i)), (f"{where} item tip", str(w.itemData(i, tip) or ""))]
+        elif isinstance(w, (QGroupBox, QDockWidget)):
+            out.append((where, w.title() if isinstance(w, QGroupBox) else w.windowTitle()))
+        elif isinstance(w, QProgressBar):
+            out.append((where, w.format()))
+        elif isinstance(w, QMenu):
+            out.append((where, w.title()))
+        elif isinstance(w, QListWidget):
+            for i in range(w.count()):
+                out += [(f"{where} item", w.item(i).text()), (f"{where} item tip", w.item(i).toolTip())]
+        elif isinstance(w, QTableWidget):
+            for c in range(w.columnCount()):
+                head = w.horizontalHeaderItem(c)
+                out.append((f"{where} header", head.text() if head else ""))
+                for r in range(w.rowCount()):
+                    item = w.item(r, c)
+                    if item is not None:
+                        out += [(f"{where} cell", item.text()), (f"{where} cell tip", item.toolTip())]
+    for a in window.findChildren(QAction):
+        out += [(f"action {a.text()!r}", a.text()), (f"action {a.text()!r} tip", a.toolTip())]
+        out.append((f"action {a.text()!r} status tip", a.statusTip()))
+    return [(where, text) for where, text in out if text]
+
+
+def _words_problems(window) -> list[str]:
+    from studio.ui.words import problems
+
+    return [f"{where}: {text!r}: {', '.join(p)}" for where, text in shown_strings(window) if (p := problems(text))]
+
+
+def test_the_window_speaks_a_producers_words_and_its_banners_and_ticks_tell_the_truth(library_window, qtbot, tmp_path):
+    w = library_window
+    w.resize(1600, 900 - 58)
+    focus_window(w, qtbot)
+    assert _words_problems(w) == []  # a first look: every label, field, tooltip, menu entry, list item
+
+    with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+        w.load_script(str(clip(tmp_path, 2.0, "news.wav")))  # no script text: none beside it, not spoken
+    panel = w.render_panel
+    panel.folder.setText(str(tmp_path / "out"))
+    _choose(qtbot, panel.fields["captions"], "srt")
+    w.timeline.plots.setFocus()
+    with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as finished:
+        qtbot.keyClick(w, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Render now
+    assert finished.args[1] == "failed"
+    qtbot.waitUntil(w.banner.isVisible, timeout=QUICK)
+    said = w.banner_text.text()
+    assert said.startswith("captions need the script's text: fill in Script"), said
+    # Range only, ticked and undone: the Edit menu and the status bar say "off" and "on"
+    tl = w.timeline
+    tl.set_frame(5)
+    tl.set_in()
+    tl.set_frame(30)
+    tl.set_out()
+    qtbot.mouseClick(panel.range_check, LEFT)
+    assert w.actions["range_only"].isChecked() and w.session.value("range_only")
+    assert w.undo_stack.undoText() == "Range only off → on"
+    problems = _words_problems(w)  # the banner, the failed job in the Queue, the undo entry, the tooltips
+    assert problems == [], "\n".join(problems)
+
+    # the banner's cause goes (Captions back to off): the banner goes with it
+    _choose(qtbot, panel.fields["captions"], "off")
+    qtbot.waitUntil(lambda: not w.banner.isVisible(), timeout=QUICK)
+    # a banner about something else stays when a setting changes
+    w.show_error("2 render(s) were interrupted when Studio last closed; select them in the Queue and press Retry")
+    _choose(qtbot, panel.fields["captions"], "vtt")
+    assert w.banner.isVisible()
+    # the menu's Start/Pause entry has no tick: its words say what it does next (Render now started it)
+    start = w.actions["start_queue"]
+    assert not start.isCheckable() and w.queue.state == "running" and start.text() == "Pause queue"
+    focus_window(w, qtbot)
+    w.timeline.plots.setFocus()
+    qtbot.keyClick(w.timeline.plots, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert w.queue.state == "paused" and start.text() == "Start queue" and not start.isChecked()
+
+
+def test_show_output_folder_and_the_guide_where_the_opener_has_no_program(window, qtbot, tmp_path, monkeypatch):
+    """xdg-open exists (Qt would report success) but no program is set for folders or documents: the
+    window says where the folder is and shows the guide itself, instead of nothing happening."""
+    import os
+    import stat
+
+    from PySide6.QtWidgets import QApplication, QTextBrowser
+
+    from studio.ui.window_actions import can_open
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    opened = tmp_path / "opened.txt"
+    scripts = {"xdg-open": f'echo "$1" >> {opened}\nexit 3\n', "xdg-mime": 'echo ""\n'}
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}")
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert not can_open(tmp_path)
+    window.resize(1600, 900)
+    focus_window(window, qtbot)
+    window.actions["show_output"].trigger()
+    folder = str(Path(window.session.output_path()).parent)
+    assert window.banner.isVisible() and folder in window.banner_text.text()
+    assert QApplication.clipboard().text() == folder
+    window.actions["editor_guide"].trigger()
+    qtbot.waitUntil(
+        lambda: getattr(window, "guide_box", None) is not None and window.guide_box.isVisible(), timeout=QUICK
+    )
+    assert "Keys" in window.guide_box.findChild(QTextBrowser).toPlainText()
+    assert not opened.exists()  # the launcher was never asked: it would have failed silently
+    # a desktop with a file manager: the folder is the launcher's to open
+    (bin_dir / "xdg-mime").write_text('#!/bin/sh\necho "org.gnome.Nautilus.desktop"\n')
+    assert can_open(tmp_path)

@@ -214,11 +214,10 @@ def test_two_identical_jobs_get_numbered_files_and_both_exist(window, qtbot, tmp
     outputs = [Path(window.store.get(i).output) for i in ids]
     assert outputs == [first, first.with_name(first.stem + "_002.mp4")]
     assert all(o.exists() for o in outputs)
-    shown = {
-        window.queue_panel.table.item(r, 1).text(): window.queue_panel.table.item(r, 7).text()
-        for r in range(window.queue_panel.table.rowCount())
-    }
-    assert shown == {str(i): str(o) for i, o in zip(ids, outputs)}  # the resolved paths, in full
+    table = window.queue_panel.table
+    shown = {table.item(r, 1).text(): (table.item(r, 7).text(), table.item(r, 7).toolTip()) for r in range(2)}
+    # the resolved names, the full paths as their tooltips
+    assert shown == {str(i): (o.name, str(o)) for i, o in zip(ids, outputs)}
 
 
 def _fast_settings(window, tmp_path):
@@ -260,7 +259,8 @@ def test_add_to_queue_waits_for_start_and_a_running_queue_takes_jobs_in_order(li
     with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as first:
         qtbot.mouseClick(w.queue_panel.start_btn, Qt.MouseButton.LeftButton)
         assert w.queue.state == "running" and w.queue_panel.start_btn.text() == "Pause queue"
-        assert w.actions["start_queue"].isChecked() and w.actions["start_queue"].text() == "Pause queue"
+        # the menu says what it does next, without a tick beside it
+        assert not w.actions["start_queue"].isCheckable() and w.actions["start_queue"].text() == "Pause queue"
         assert w.queue_state_label.text().startswith("Queue: running")
     assert first.args == [job.id, jobs.DONE]
     # the queue keeps running: a job added now renders without another Start

@@ -1,4 +1,5 @@
-"""Operations: ``GET /v1/health`` (liveness), ``GET /v1/ready`` (can it render now), ``GET /metrics``.
+"""Operations: ``GET /v1/health`` (liveness), ``GET /v1/ready`` (can it render now), ``GET /metrics``,
+``GET /v1/scheduler`` (the lanes' and clients' counters, and the engine calls' batches).
 
 Ready means ready: 503 with what the server is doing and ``Retry-After`` until the engines it
 serves are loaded and warm (``studio.api.warmup``), then 200. The two probes answer without the
@@ -11,14 +12,15 @@ import os
 import shutil
 import time
 import uuid
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from studio import __version__
 from studio.api.models import errors
-from studio.api.server_models import Health, Ready
+from studio.api.server_models import Health, Ready, SchedulerState
 from studio.api.state import ApiState, State
 
 router = APIRouter(tags=["server"])
@@ -157,3 +159,18 @@ def _queue(st: ApiState) -> str:
 def metrics(st: State, request: Request):
     body, kind = st.metrics.render(request.headers.get("accept"))
     return Response(body, headers={"Content-Type": kind})
+
+
+@router.get(
+    "/v1/scheduler",
+    response_model=SchedulerState,
+    responses=errors(422),
+    summary="The scheduler's counters: frames served per client and lane, weights, and the recent batches",
+)
+def scheduler(
+    st: State,
+    since: Annotated[
+        float | None, Query(ge=0, le=1e12, description="only the batches served after this (the server's `now`)")
+    ] = None,
+) -> dict:
+    return st.scheduler.snapshot(since=since)

@@ -98,7 +98,7 @@ async def generate(st: State, request: Request, form: Annotated[RenderForm, File
         if once.replayed is not None:  # the same request again: the same job's video
             job = st.job(once.replayed["job_id"])
         else:
-            job = await submit(st, form)
+            job = await submit(st, form, request.headers)
             once.done(job_id=job.id)
     done = await st.events.wait_final(job.id, st.job_or_none, request.is_disconnected)
     if done is None:  # the client went away (or the job was removed): nobody wants the file
@@ -138,7 +138,7 @@ async def create_render(st: State, request: Request, response: Response, form: A
     async with Idempotent(st, request, form, response) as once:
         if once.replayed is not None:
             return _located(st, response, _made(st, once.replayed))
-        job = await submit(st, form)
+        job = await submit(st, form, request.headers)
         once.done(job_id=job.id)
     return _located(st, response, job)
 

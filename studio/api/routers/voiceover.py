@@ -174,10 +174,17 @@ async def _store_speech(st, text: str, voice: str):
     from studio.core.errors import StudioError
     from studio.core.media.speech import speak
 
-    try:
-        wav = await run_in_threadpool(speak, text, voice)
+    try:  # the script is bounded (and its WAV's size estimated against the upload limit) before synthesis
+        wav = await run_in_threadpool(speak, text, voice, 160, st.uploads.max_bytes)
     except StudioError as exc:
         raise ApiError(422, str(exc)) from None
     words = "_".join(text.split()[:4])[:40] or "speech"
+    size = wav.stat().st_size
+    if size > st.uploads.max_bytes:  # longer than estimated: said as the speech it is, not as an upload
+        raise ApiError(
+            422,
+            f"the spoken script is {size / 2**20:.0f} MB, more than this server keeps "
+            f"({st.uploads.max_bytes / 2**20:g} MB, --max-upload-mb): speak it in parts",
+        )
     with open(wav, "rb") as fh:
         return await st.uploads.save_audio(UploadFile(fh, filename=f"{words}.wav"))

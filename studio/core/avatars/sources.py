@@ -25,16 +25,21 @@ log = logging.getLogger(__name__)
 IMAGE_FORMATS = ("PNG", "JPEG", "MPO", "WEBP", "BMP", "TIFF")
 MAX_PHOTO = (3840, 2160)  # long side x short side: 4K UHD, inside H.264 level 5.1's frame size
 SOURCE_HELP = "a PNG/JPEG/WebP photo or a video (MP4, MOV, MKV, WebM ...)"
-MAX_PIXELS = 100_000_000  # a photo's or a video frame's pixels, checked from the header before decoding
+MAX_PIXELS = 100_000_000  # a photo's pixels, checked from the header before decoding
+MAX_VIDEO_FRAME_PIXELS = 7680 * 4320  # a video frame's (8K): every frame of a video is decoded, not one
 
 
-def check_pixels(path: Path, width: int, height: int, what: str = "image") -> None:
-    """One sentence when a photo or video frame is bigger than ``MAX_PIXELS`` (its decoded size,
-    not its file size, is what it costs: a 32 KB PNG can hold 12000x12000 pixels, 432 MB of RGB)."""
-    if int(width) * int(height) > MAX_PIXELS:
-        raise AvatarError(
+class TooLarge(AvatarError):
+    """A photo or video frame larger than Studio decodes, said from its header."""
+
+
+def check_pixels(path: Path, width: int, height: int, what: str = "image", most: int = MAX_PIXELS) -> None:
+    """One sentence when a photo or video frame is bigger than ``most`` pixels (its decoded size, not
+    its file size, is what it costs: a 32 KB PNG can hold 12000x12000 pixels, 432 MB of RGB)."""
+    if int(width) * int(height) > most:
+        raise TooLarge(
             f"{path}: the {what} is {width}x{height} ({width * height / 1e6:.0f} megapixels), over Studio's "
-            f"{MAX_PIXELS / 1e6:.0f}-megapixel limit; scale it down (3840x2160 is the most an avatar uses) "
+            f"{most / 1e6:.0f}-megapixel limit; scale it down (3840x2160 is the most an avatar uses) "
             "and add it again"
         )
 
@@ -52,13 +57,22 @@ def _open_image(path: Path):
         try:
             im = Image.open(path)
         except Image.DecompressionBombError:  # over PIL's own hard limit (2 x 89.5 megapixels)
-            raise AvatarError(
+            raise TooLarge(
                 f"{path}: the image has more than {2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.0f} megapixels, over "
                 f"Studio's {MAX_PIXELS / 1e6:.0f}-megapixel limit; scale it down (3840x2160 is the most an avatar "
                 "uses) and add it again"
             ) from None
         with im:
             yield im
+
+
+@contextlib.contextmanager
+def open_image(path: Path, what: str = "image"):
+    """``PIL.Image.open`` with its size checked from the header (``check_pixels``) before any pixel is
+    decoded: every image Studio reads (photos, mattes, backgrounds) goes through here."""
+    with _open_image(path) as im:
+        check_pixels(path, *im.size, what=what)
+        yield im
 
 
 def source_kind(path: Path) -> str:
@@ -78,7 +92,7 @@ def source_kind(path: Path) -> str:
             if container.streams.video:
                 cc = container.streams.video[0].codec_context
                 if cc.width and cc.height:
-                    check_pixels(path, cc.width, cc.height, what="video frame")  # before decoding one
+                    check_pixels(path, cc.width, cc.height, "video frame", MAX_VIDEO_FRAME_PIXELS)  # before decoding
                 next(container.decode(video=0))  # garbage often probes as something; it never decodes
                 return "video"
     except AvatarError:

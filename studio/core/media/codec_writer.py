@@ -81,18 +81,22 @@ class _Container(Muxer):
 
 
 class FrameEncoder:
-    """An encoder context fed RGB(A) frames converted here (BT.709 limited range); yields packets."""
+    """An encoder context fed RGB(A) frames converted here (BT.709 limited range); yields packets.
+    ``fields``: a ``mxf.FieldFlags`` marking each frame interlaced, top field first."""
 
-    def __init__(self, ctx, in_fmt: str):
+    def __init__(self, ctx, in_fmt: str, fields=None):
         import av
 
         self._av, self.ctx, self.in_fmt = av, ctx, in_fmt
+        self.fields = fields
         self.busy_s = 0.0
 
     def encode(self, frame: np.ndarray, pts: int):
         t0 = time.perf_counter()
         vf = to_video_frame(self._av, frame, self.in_fmt, self.ctx.pix_fmt)
         vf.pts = pts
+        if self.fields is not None:
+            vf = self.fields(vf)
         out = self.ctx.encode(vf)
         self.busy_s += time.perf_counter() - t0
         return out
@@ -123,10 +127,17 @@ def open_codec_writer(
     rolling: bool = False,
     write_hook=None,
     overwrite: bool = True,
+    scan: str = "progressive",
 ) -> CodecWriter:
     """A streaming writer for ``codec`` (not h264: ``writer.open_video`` routes here). ``alpha``: the
-    frames come as RGBA and the codec keeps it (an alpha codec given RGB frames writes opaque alpha)."""
+    frames come as RGBA and the codec keeps it (an alpha codec given RGB frames writes opaque alpha).
+    ``scan="interlaced"``: coded as interlaced frames, top field first (the MXF codecs: ``mxf``)."""
     s = spec(codec)
+    from studio.core.media.mxf import problem as mxf_problem
+
+    mxf_says = mxf_problem(codec, int(width), int(height), fps, scan)
+    if mxf_says:
+        raise RenderError(mxf_says[0].upper() + mxf_says[1:] + ".")
     if s.name == "h264":
         raise RenderError("--codec h264 is written by the H.264 writer (writer.open_video).")
     if width < 2 or height < 2:
@@ -161,6 +172,7 @@ def open_codec_writer(
         window=lanes,
         write_hook=write_hook,
         overwrite=overwrite,
+        interlaced=scan == "interlaced",
     )
 
 
@@ -171,8 +183,9 @@ class CodecWriter(LaneWriter):
 
     takes_nv12 = False
 
-    def __init__(self, path: Path, width, height, s: CodecSpec, *, audio, crf, preset, fps, total, alpha, chunks, window, write_hook, overwrite):  # fmt: skip
+    def __init__(self, path: Path, width, height, s: CodecSpec, *, audio, crf, preset, fps, total, alpha, chunks, window, write_hook, overwrite, interlaced=False):  # fmt: skip
         self.spec = s
+        self.interlaced = bool(interlaced)
         self.suffix = s.suffix
         self.width, self.height = width, height
         self.enc_width = width + (width % 2 if s.even else 0)
@@ -193,6 +206,10 @@ class CodecWriter(LaneWriter):
                 from studio.core.media.encoders import AudioSource
 
                 return AudioSource(audio)
+            if s.audio == "tracks":  # MXF: 8 mono PCM tracks
+                from studio.core.media.mxf import TrackAudio
+
+                return TrackAudio(audio)
             return PlainAudio(audio, s.audio)
 
         super().__init__(
@@ -219,6 +236,7 @@ class CodecWriter(LaneWriter):
             self._preset,
             self.alpha,
             threads,
+            self.interlaced,
         )
 
     def _start(self) -> None:
@@ -240,7 +258,13 @@ class CodecWriter(LaneWriter):
             self._workers = lease_workers(self.window, self)
         else:
             ch = self._chunks[0]
-            ch.encoder = FrameEncoder(vs.codec_context, "rgba" if self.channels == 4 else "rgb24")
+            fields = None
+            if self.interlaced:
+                from studio.core.media.mxf import FieldFlags
+
+                cc = vs.codec_context
+                fields = FieldFlags(cc.width, cc.height, cc.pix_fmt, self.fps)
+            ch.encoder = FrameEncoder(vs.codec_context, "rgba" if self.channels == 4 else "rgb24", fields)
             ch.sink = self._mux.video  # one in-process encoder: packets straight in
             self._encoders.append(ch.encoder)
 

@@ -16,7 +16,11 @@ prores      prores_ks, profile HQ     .mov      yuv422p10le              PCM    
 prores4444  prores_ks, profile 4444   .mov      yuva444p10le (alpha)     PCM           intra chunks
 dnxhr       dnxhd, profile DNxHR HQ   .mov      yuv422p                  PCM           intra chunks
 vp9         libvpx-vp9 (row-mt)       .webm     yuva420p (alpha)         Opus          encoder threads
+xdcam-hd422 mpeg2video 4:2:2@HL       .mxf      yuv422p                  8 x PCM mono  encoder threads
+avc-intra.. libx264 avcintra-class    .mxf      yuv422p10le              8 x PCM mono  encoder threads
 =========== ========================= ========= ======================== ============= ===========
+
+The MXF codecs (``xdcam-hd422``, ``avc-intra-100``) are set up by ``mxf``.
 
 **Parallel.** ``codec_writer.CodecWriter`` runs the one lane pipeline (``lanes``) with these codecs'
 encoders: intra-only codecs (ProRes, DNxHR) cut into chunks trivially, HEVC with closed GOPs (each
@@ -116,6 +120,30 @@ CODECS: dict[str, CodecSpec] = {
         even=False,
         container_label="QuickTime",
     ),
+    # the newsroom's MXF OP1a (``mxf``): one encoder with its own threads (long GOPs; no lanes)
+    "xdcam-hd422": CodecSpec(
+        "xdcam-hd422",
+        "XDCAM HD422 (MPEG-2 4:2:2 50 Mb/s)",
+        "mpeg2video",
+        "mxf",
+        (".mxf",),
+        "yuv422p",
+        audio="tracks",
+        lanes=False,
+        container_label="MXF",
+    ),
+    "avc-intra-100": CodecSpec(
+        "avc-intra-100",
+        "AVC-Intra 100",
+        "libx264",
+        "mxf",
+        (".mxf",),
+        "yuv422p10le",
+        intra=True,
+        audio="tracks",
+        lanes=False,
+        container_label="MXF",
+    ),
     "vp9": CodecSpec(
         "vp9",
         "VP9",
@@ -180,7 +208,18 @@ def suffix_problem(path, codec: str) -> str | None:
     )
 
 
-def configure(ctx, codec: str, width: int, height: int, fps, crf: int, preset: str, alpha: bool, threads: int) -> None:
+def configure(
+    ctx,
+    codec: str,
+    width: int,
+    height: int,
+    fps,
+    crf: int,
+    preset: str,
+    alpha: bool,
+    threads: int,
+    interlaced: bool = False,
+) -> None:
     """Set up an encoder context for ``codec`` (the same in the parent's stream and every lane, so their
     headers agree)."""
     s = spec(codec)
@@ -204,6 +243,11 @@ def configure(ctx, codec: str, width: int, height: int, fps, crf: int, preset: s
             ctx.options = {**ctx.options, "alpha_bits": "16"}
     elif codec == "dnxhr":
         ctx.options = {"profile": "dnxhr_hq"}
+    elif codec in ("xdcam-hd422", "avc-intra-100"):
+        from studio.core.media.mux import current_tags
+        from studio.core.media.mxf import configure as mxf_configure
+
+        mxf_configure(ctx, codec, fps, interlaced, (current_tags() or {}).get("start_tc"))
     elif codec == "vp9":
         ctx.options = {
             "crf": str(min(63, round(crf * 1.55))),  # CRF 20 -> VP9's 31

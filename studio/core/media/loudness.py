@@ -271,10 +271,14 @@ def normalised(path, target_lufs: float, true_peak: float = -1.0, folder=None):
 
 @contextlib.contextmanager
 def delivered_audio(path, settings):
-    """``(path, report)`` of the audio a render delivers: the voice-over itself and None, or with
-    ``settings.loudness`` set its normalised copy and the report as JSON (``RenderResult.loudness``)."""
-    if path is None or getattr(settings, "loudness", None) is None:
-        yield path, None
-        return
-    with normalised(path, settings.loudness, settings.true_peak) as (out, report):
-        yield out, report.to_json()
+    """``(path, report)`` of the audio a render delivers: the voice-over itself and None, or in the
+    delivery's audio format (``settings.audio_format``: ``delivery_audio.conformed``) and, with
+    ``settings.loudness`` set, its normalised copy and the report as JSON (``RenderResult.loudness``)."""
+    from studio.core.media.delivery_audio import conformed
+
+    with conformed(path, getattr(settings, "audio_format", "source")) as source:
+        if source is None or getattr(settings, "loudness", None) is None:
+            yield source, None
+            return
+        with normalised(source, settings.loudness, settings.true_peak) as (out, report):
+            yield out, report.to_json()

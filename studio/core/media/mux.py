@@ -48,9 +48,20 @@ def delivery_tags(start_tc: str | None = None, chapters=None):
         _TAGS.reset(token)
 
 
+def current_tags() -> dict | None:
+    """The context's ``{"start_tc", "chapters"}`` (None outside ``delivery_tags``): what an encoder that
+    writes timecode itself reads (the MPEG-2 GOP headers of XDCAM)."""
+    return _TAGS.get()
+
+
 def tag_container(container, vstream) -> None:
-    """Write the context's timecode and chapters into ``container`` (before its header is written)."""
+    """Write the context's timecode and chapters into ``container`` (before its header is written); an
+    MXF gets the timecode (its material package and system item), not chapters."""
     tags = _TAGS.get()
+    if tags and container.format.name.split(",")[0] == "mxf":
+        if tags["start_tc"]:
+            container.metadata["timecode"] = tags["start_tc"]
+        return
     if not tags or container.format.name.split(",")[0] not in ("mp4", "mov"):
         return
     if tags["start_tc"]:

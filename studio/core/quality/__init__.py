@@ -30,10 +30,10 @@ import numpy as np
 
 from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD
 from studio.core.errors import InputError
+from studio.core.limits import Limits
 from studio.core.quality.mouth import Measurements
 from studio.core.quality.report import (
     THRESHOLDS,
-    Limits,
     Report,
     Thresholds,
     build_report,

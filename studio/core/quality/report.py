@@ -1,9 +1,8 @@
 """From per-frame measurements and the voice to the report: the figures, per-second figures, the
-verdict and its one sentence, and the ``--fail-under`` limits.
+verdict and its one sentence (the ``--fail-under`` limits are ``studio.core.limits``).
 
     report = build_report(measurements, voice_env, speech, video=..., audio=...)
     report.verdict, report.reason, report.to_json()
-    failed = Limits.parse("confidence=0.4,seam=5").failures(report)
 
 The thresholds were measured on classic-engine renders of the demo avatar and voice-over and on
 edited copies of them (docs/check.md has the figures).
@@ -16,12 +15,10 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from studio.core.errors import InputError
 from studio.core.quality import sync
 from studio.core.quality.jitter import jitter as jitter_of
 from studio.core.quality.mouth import Measurements
 
-VERDICTS = ("ok", "check", "out of sync")
 QUIET_MARGIN_S = 0.16  # silence this close to speech is left out of silence_motion (crossfades, anticipation)
 MIN_SPEECH_S = 2.0  # less speech than this cannot be judged for sync
 MIN_FACE_SHARE = 0.9  # frames with a face, below which the report says "check"
@@ -434,78 +431,3 @@ def _sentence(
 
 def _clock(second: int) -> str:
     return f"{second // 60}:{second % 60:02d}"
-
-
-# --------------------------------------------------------------------------------------------
-# --fail-under
-
-
-MIN_FIGURES = ("confidence", "sharpness")  # higher is better: the limit is a minimum
-MAX_FIGURES = (
-    "offset",
-    "silence_motion",
-    "seam",
-    "drift",
-    "jitter",
-)  # lower is better: the limit is a maximum
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What ``--fail-under`` asks for: a verdict at least as good as ``verdict`` (``ok`` or
-    ``check``), and/or figures within limits (``confidence``/``sharpness`` at least the value;
-    ``offset`` (frames either way), ``silence_motion``, ``seam``, ``drift``, ``jitter`` at most the value)."""
-
-    verdict: str | None = None
-    figures: tuple[tuple[str, float], ...] = ()
-
-    @classmethod
-    def parse(cls, text: str | None) -> Limits:
-        if text is None or not str(text).strip():
-            return cls()
-        verdict: str | None = None
-        figs: list[tuple[str, float]] = []
-        for part in str(text).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if part in ("ok", "check"):
-                verdict = part
-                continue
-            name, sep, value = part.partition("=")
-            name = name.strip().replace("-", "_")
-            if name == "offset_frames":
-                name = "offset"
-            if not sep or name not in MIN_FIGURES + MAX_FIGURES:
-                raise InputError(
-                    f"--fail-under {part!r}: give ok, check, or NAME=VALUE with NAME one of "
-                    f"{', '.join(MIN_FIGURES + MAX_FIGURES)} (e.g. confidence=0.4,seam=5)"
-                )
-            try:
-                v = float(value)
-            except ValueError:
-                v = float("nan")
-            if not math.isfinite(v) or v < 0:
-                raise InputError(f"--fail-under {part!r}: the value must be a number of 0 or more")
-            figs.append((name, v))
-        return cls(verdict, tuple(figs))
-
-    def failures(self, r: Report) -> list[str]:
-        """What the report misses, one short clause each (empty: all met)."""
-        out = []
-        if self.verdict is not None:
-            need = VERDICTS.index(self.verdict)
-            if VERDICTS.index(r.verdict) > need:
-                out.append(f"the verdict is '{r.verdict}', not '{self.verdict}' or better")
-        for name, limit in self.figures:
-            v = abs(r.offset_frames) if name == "offset" else getattr(r, name)
-            if v is None or not math.isfinite(float(v)):
-                out.append(f"{name} could not be measured")
-            elif name in MIN_FIGURES and v < limit:
-                out.append(f"{name} {v:.3g} is under {limit:g}")
-            elif name in MAX_FIGURES and v > limit:
-                out.append(f"{name} {v:.3g} is over {limit:g}")
-        return out
-
-    def to_json(self) -> dict:
-        return {"verdict": self.verdict, **dict(self.figures)}

@@ -22,6 +22,7 @@ import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -326,12 +327,15 @@ def _background(spec: str, cw: int, ch: int, device):
         return col.view(1, 1, 3).expand(ch, cw, 3).contiguous()
     from PIL import Image, ImageOps
 
-    from studio.core.errors import InputError
+    from studio.core.avatars.sources import open_image
+    from studio.core.errors import AvatarError, InputError
 
     try:
-        with Image.open(t) as src:
+        with open_image(Path(t), what="background image") as src:  # its size from the header first
             img = ImageOps.exif_transpose(src).convert("RGB")
             arr = np.asarray(ImageOps.fit(img, (cw, ch), Image.Resampling.LANCZOS), np.uint8)
+    except AvatarError as exc:
+        raise InputError(str(exc).replace("and add it again", "and give it again")) from None
     except (OSError, ValueError) as exc:
         raise InputError(
             f"the background image {t} cannot be read ({type(exc).__name__}); give a PNG or JPEG"

@@ -3,8 +3,9 @@
     write_otio("out.otio", video="out.mp4", audio="voice.wav", rate=Fraction(25), first=0, end=880,
                start_tc="10:00:00:00", markers=[Marker(...)], worst_second=12)
 
-The timeline starts at the render's start timecode (``global_start_time``) and holds two tracks: V1,
-the rendered clip (its media range starts at the file's own timecode, as its ``tmcd`` track says), and
+The timeline starts at the file's own timecode (``global_start_time``: the start timecode, or for an
+in/out range its in point's) and holds two tracks: V1, the rendered clip (its media range starts at the
+file's own timecode, as its ``tmcd`` track says), and
 A1, the voice-over (the stretch of the original file the render used: an in/out range starts at its in
 point). Markers (the user's, each pause of a second or more, the check's worst second) are timeline
 markers on the frames they mark, coloured by kind; the in/out range is kept in the timeline's metadata.
@@ -39,7 +40,9 @@ def timeline(
 
     fps = float(rate)
     T = end - first
-    tc0 = start_frame(start_tc, rate)  # the file's first frame's timecode, as a frame count
+    # the file's first frame's timecode, as a frame count: a range starts at its in point's timecode (the
+    # file's timecode track says so too), so every range of the timeline is in the file's own timecode
+    tc0 = start_frame(start_tc, rate) + int(first)
 
     def rt(frames: float):
         return otio.opentime.RationalTime(frames, fps)

@@ -29,17 +29,22 @@ def markers_of(settings, plan, rate: Fraction) -> list[Marker]:
     """The user's markers (``settings.markers``) inside the clip and each pause of ``PAUSE_S`` or more."""
     from studio.core.delivery import parse_markers
     from studio.core.media.analysis import runs
-    from studio.core.render.plan import frame_index
 
     out = [
-        Marker(frame_index(t, rate), name, "user")
+        Marker(nearest_frame(t, rate), name, "user")
         for t, name in parse_markers(settings.markers)
-        if frame_index(t, rate) < plan.frames
+        if nearest_frame(t, rate) < plan.frames
     ]
     least = max(1, round(PAUSE_S * float(rate)))
     for k, (a, b) in enumerate((r for r in runs(np.asarray(plan.silent, bool)) if r[1] - r[0] >= least), 1):
         out.append(Marker(int(a), f"Pause {k}", "silence", int(b - a)))
     return sorted(out, key=lambda m: (m.frame, m.kind))
+
+
+def nearest_frame(seconds: float, rate: Fraction) -> int:
+    """The frame of the output rate nearest ``seconds`` (a marker typed as 3.333 at 30 fps is frame 100,
+    not the frame showing at that instant, 99): markers and chapters sit on it."""
+    return int(round(float(seconds) * float(rate)))
 
 
 def chapters(markers: list[Marker], first: int, end: int, rate: Fraction) -> list[tuple[float, float, str]]:

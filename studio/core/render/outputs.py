@@ -37,8 +37,8 @@ from typing import Any
 from studio.core.errors import InputError
 from studio.core.store.files import check_folder, check_name_length, inside, same_file
 
-SUFFIXES = {"video": (".mp4", ".mov", ".m4v", ".webm"), "image": (".png",)}
-_WHAT = {"video": "MP4, QuickTime or WebM video", "image": "PNG images"}
+SUFFIXES = {"video": (".mp4", ".mov", ".m4v", ".webm", ".mxf"), "image": (".png",)}
+_WHAT = {"video": "MP4, QuickTime, WebM or MXF video", "image": "PNG images"}
 
 
 def check_output(
@@ -103,11 +103,17 @@ def open_video_for(
     from studio.core.media.writer import open_video
 
     options.setdefault("codec", settings.codec)
+    options.setdefault("scan", getattr(settings, "scan", "progressive"))
+    width, height = size or (avatar.width, avatar.height)
+    from studio.core.media.mxf import problem
+
+    says = problem(options["codec"], width, height, fps, options["scan"], getattr(settings, "audio_format", ""))
+    if says:
+        raise InputError(says[0].upper() + says[1:] + ".")
     if "changing" not in options:
         from studio.core.render.canvas import changing_for
 
         options["changing"] = changing_for(settings, avatar)
-    width, height = size or (avatar.width, avatar.height)
     return open_video(
         path,
         width,

@@ -24,6 +24,7 @@ import numpy as np
 from studio.core.media.codecs import alpha_of
 from studio.core.media.rates import rate_text
 from studio.core.render.clip import Clip
+from studio.core.render.hold import hold
 from studio.core.render.plan import (
     RenderPlan,
     audio_range,
@@ -346,6 +347,10 @@ class Renderer:
             audio = self.audio_path
             if T != plan.frames:
                 audio = stack.enter_context(audio_range(self.wave, self.audio_path, first, end))
+            if self.settings.audio_format != "source":  # the delivery's audio format (rate, channels), with soxr
+                from studio.core.media.delivery_audio import conformed
+
+                audio = stack.enter_context(conformed(audio, self.settings.audio_format))
             self._loudness = None
             if self.settings.loudness is not None:  # the delivered audio: measured, normalised, limited
                 from studio.core.media.loudness import normalised
@@ -406,7 +411,9 @@ class Renderer:
         nv12 = cuda and takes_nv12 and self.nv12_ready  # composite straight into the encoder's format
         alpha = self.avatar.alpha if getattr(writer, "alpha", False) else None  # a transparent presenter
         try:
-            for idx, frames in self.iter_batches(batches, nv12=nv12):
+            for k, (idx, frames) in enumerate(self.iter_batches(batches, nv12=nv12)):
+                if k:  # the tests' hold (off unless $STUDIO_TEST_HOLD names a file): a job that stays running
+                    hold(stop)
                 if self._delivered.canvas is not None:  # placed: the channels the writer takes
                     frames = self._delivered.for_writer(frames, bool(getattr(writer, "alpha", False)))
                 elif alpha is not None:
@@ -468,6 +475,7 @@ class Renderer:
                     preview_index=preview_index,
                 )
                 self._span("consumer", t_yield)  # the caller's handling of the progress (a queue's store, events)
+            hold(self._cancel.is_set, "finish")  # the tests' hold (off unless $STUDIO_TEST_HOLD is set)
             if self._cancel.is_set():
                 raise Cancelled("render cancelled; nothing was written")
             t0 = time.perf_counter()

@@ -13,11 +13,11 @@ from studio.core.errors import InputError
 
 def save(name: str, settings: dict[str, Any], description: str = "", *, overwrite: bool = False) -> Delivery:
     """Save the user's delivery ``name`` (checked: every value must be a valid setting)."""
-    from studio.core.settings import SCHEMA, from_dict
+    from studio.core.settings import SCHEMA, check_alias, from_dict
     from studio.core.store.fsutil import atomic_path
 
     path = user_path(name)
-    values = {k: v for k, v in dict(settings).items() if k != "delivery"}
+    values = check_alias({k: v for k, v in dict(settings).items() if k != "delivery"})
     if not values:
         raise InputError("a delivery needs at least one setting (such as --canvas 1920x1080 or --codec prores)")
     checked = from_dict(values, strict=True)  # one sentence for an unknown or bad setting

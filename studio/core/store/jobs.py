@@ -182,20 +182,24 @@ class JobStore(JobFile, ServeRecords):
 
     # ---- state changes ------------------------------------------------------------------
 
-    def claim_next(self) -> Job | None:
-        """Mark the first queued job (queue order) as running, owned by this process, and return it
+    def claim_next(self, order=None) -> Job | None:
+        """Mark the first queued job (queue order; ``order``: a function that puts the queued jobs, in
+        queue order, in the order to claim them) as running, owned by this process, and return it
         (None when nothing is queued)."""
         with self._tx() as db:
             db.execute("BEGIN IMMEDIATE")  # two processes never claim the same job
             rows = db.execute("SELECT * FROM jobs WHERE state=? ORDER BY position, id", (QUEUED,)).fetchall()
-            row = next((r for r in rows if job_of_row(r).state != DAMAGED), None)  # a damaged row waits for removal
-            if row is None:
+            jobs = [j for j in (job_of_row(r) for r in rows) if j.state != DAMAGED]  # a damaged row waits for removal
+            if order is not None and jobs:
+                jobs = list(order(jobs))
+            if not jobs:
                 return None
+            job_id = jobs[0].id
             db.execute(
                 "UPDATE jobs SET state=?, reason='', progress=0, updated=?, owner=? WHERE id=?",
-                (RUNNING, time.time(), process_owner(), row["id"]),
+                (RUNNING, time.time(), process_owner(), job_id),
             )
-        return self.get(row["id"])
+        return self.get(job_id)
 
     def enqueue(self, job_id: int) -> Job:
         return self._move(job_id, QUEUED, "", allowed=(DRAFT,))

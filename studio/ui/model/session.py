@@ -557,7 +557,9 @@ class EditorSession:
         spec = SCHEMA.get(key)
         if spec is not None and value is None:
             return spec.auto_label or "none"
-        return str(value)
+        if isinstance(value, bool):  # "Range only off → on", never False → True
+            return "on" if value else "off"
+        return str(value) if value != "" else "none"
 
 
 def markers_step(before, after) -> str:
