@@ -143,6 +143,14 @@ export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo, onO
     return () => ctl.abort();
   }, [tick, mine]);
 
+  // a finished job's lip-sync check ends without a state change: its verdict is asked for (304 until then)
+  const checking = jobs.some((j) => j.result?.check && ['pending', 'running'].includes(j.result.check.state));
+  useEffect(() => {
+    if (!checking) return undefined;
+    const timer = setInterval(() => getFresh('/v1/renders?limit=30').then((p) => setJobs(p.renders), () => {}), 3000);
+    return () => clearInterval(timer);
+  }, [checking]);
+
   async function act(fn, done) {
     try {
       await fn();

@@ -56,6 +56,10 @@ function useFrame(avatar, voice, wave, frame, specs, values, enabled, onError) {
   return enabled ? shown : null;
 }
 
+const LABELS = { job: 'Job JSON', check: 'Check (JSON)', check_report: 'Check report', otio: 'OTIO timeline', captions: 'Captions' };
+/** What a side file is called on the page: its kind in words (a kind a newer server adds, as it is). */
+export const fileLabel = (kind) => LABELS[kind] || kind.replace(/_/g, ' ').replace(/^./, (c) => c.toUpperCase());
+
 /** A job's side files (captions, OTIO, check report, its JSON): links the browser downloads itself. */
 export function SideFiles({ job }) {
   if (!job?.files || job.files.length === 0) return null;
@@ -64,7 +68,7 @@ export function SideFiles({ job }) {
       {job.files.map((f) => (
         <li key={f.name}>
           <a href={f.url} download={f.name} data-testid={`file-${f.kind}`}>
-            {f.kind === 'job' ? 'Job JSON' : f.kind === 'check' ? 'Check report' : f.kind === 'otio' ? 'OTIO timeline' : f.kind === 'captions' ? 'Captions' : f.kind}
+            {fileLabel(f.kind)}
           </a>
         </li>
       ))}

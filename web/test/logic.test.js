@@ -73,3 +73,8 @@ it("shows the server's notes and warnings with the result", () => {
   expect(notesOf(job)).toEqual(['the avatar was kept at 2x', 'loud', 'late']);
   expect(notesOf(null)).toEqual([]);
 });
+
+it('names side files, a kind a newer server adds too', async () => {
+  const { fileLabel } = await import('../src/Viewer.jsx');
+  expect(['captions', 'check_report', 'job', 'lip_sync_map'].map(fileLabel)).toEqual(['Captions', 'Check report', 'Job JSON', 'Lip sync map']);
+});
