@@ -176,3 +176,52 @@ def test_studio_serve_watches_a_folder_too(tmp_path):
         assert "watching" in server.log_tail(4000)
     assert _duration(inbox / "clips" / "n.mp4") == pytest.approx(1.0, abs=0.08)
     assert [p.name for p in (inbox / "done").rglob("*.wav")] == ["n.wav"]
+
+
+def test_a_script_dropped_in_is_spoken_and_captioned(tmp_path):
+    """A .txt script: spoken with the folder's voice (Piper's joe), rendered, its captions from the spoken
+    text (no --script needed), read back with pysubs2 inside the clip."""
+    import pysubs2
+
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "studio.toml").write_text(TOML + 'captions = "srt"\n')
+    w = WatchFolder(inbox, avatar=str(DEMO_AVATAR), out=tmp_path / "out")
+    w.settle_s = 0.0
+    (inbox / "bulletin.txt").write_text("Good evening. Here is the news.\n")
+    assert w.poll() == []
+    [o] = w.poll()
+    assert o.state == "done", o.reason
+    clip = _duration(o.output)
+    subs = pysubs2.load(o.files["captions"])
+    assert [e.plaintext for e in subs] == ["Good evening.", "Here is the news."]
+    assert all(0 <= e.start < e.end <= clip * 1000 + 1 for e in subs)
+    assert (inbox / "done" / time.strftime("%Y-%m-%d") / "bulletin.txt").is_file()
+
+
+def test_a_clip_that_misses_its_check_gate_is_marked_failed_and_kept(tmp_path):
+    """``check = "ok,jitter=0.01"`` in the folder's settings (no render is that steady): the clip and its
+    report stay in the output folder, the source goes to failed/ with the missed limit as its reason;
+    a gate that is met leaves the source in done/."""
+    inbox, out = tmp_path / "in", tmp_path / "out"
+    inbox.mkdir()
+    (inbox / "studio.toml").write_text(TOML + 'check = "ok,jitter=0.01"\n')
+    w = WatchFolder(inbox, out=out, avatar=str(DEMO_AVATAR))
+    assert w.settings.check_gate == "ok,jitter=0.01"
+    _voice(inbox / "shaky.wav", 3.0)
+    w.settle_s = 0.0
+    w.settled()
+    (outcome,) = w.poll()
+    assert outcome.state == "failed" and "missed its gate" in outcome.reason and "jitter" in outcome.reason
+    assert Path(outcome.output).is_file() and Path(outcome.files["check_report"]).is_file()
+    assert outcome.check["gate"]["met"] is False
+    assert (inbox / "failed" / "shaky.wav").is_file()
+    assert "jitter" in (inbox / "failed" / "shaky.wav.txt").read_text()
+    # the same folder with a gate it meets
+    w2 = WatchFolder(inbox, out=out, avatar=str(DEMO_AVATAR), settings={"check_gate": "jitter=50"})
+    w2.settle_s = 0.0
+    _voice(inbox / "steady.wav", 3.0, seed=2)
+    w2.settled()
+    (ok,) = w2.poll()
+    assert ok.state == "done" and ok.check["gate"]["met"] is True, ok
+    assert list((inbox / "done").rglob("steady.wav"))

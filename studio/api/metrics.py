@@ -61,6 +61,28 @@ class Metrics:
             "studio_http_request_seconds", "Seconds to answer", ["route"], buckets=HTTP_BUCKETS, registry=r
         )
         self.webhooks = Counter("studio_webhook_deliveries", "Webhook calls made", ["ok"], registry=r)
+        # live sessions (docs/live.md): time to first frame, voice-in to frame-sent, frame intervals
+        self.live_first = Histogram(
+            "studio_live_first_frame_seconds",
+            "Seconds from opening a live session to its first frame",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+            registry=r,
+        )
+        self.live_latency = Histogram(
+            "studio_live_latency_seconds",
+            "Seconds from a voice's samples arriving to the frame that shows them sent",
+            buckets=(0.05, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2),
+            registry=r,
+        )
+        self.live_interval = Histogram(
+            "studio_live_frame_interval_seconds",
+            "Seconds between a live session's frames sent",
+            buckets=(0.01, 0.02, 0.03, 0.04, 0.048, 0.06, 0.08, 0.12, 0.2, 0.5),
+            registry=r,
+        )
+        self.live_late = Counter(
+            "studio_live_frames_late", "Live frames sent more than a frame after their time", registry=r
+        )
         self.queue_seconds = Histogram(
             "studio_job_queue_seconds",
             "Seconds a job waited before it started",
@@ -122,6 +144,17 @@ class Metrics:
         self.uploads.labels(kind).inc()
         self.upload_bytes.labels(kind).inc(size)
 
+    def live(self, kind: str, value: float) -> None:
+        """A live session's figure (``studio.service.live``)."""
+        if kind == "first_frame":
+            self.live_first.observe(value)
+        elif kind == "latency":
+            self.live_latency.observe(value)
+        elif kind == "interval":
+            self.live_interval.observe(value)
+        elif kind == "late":
+            self.live_late.inc(value)
+
     def delivery(self, ok: bool) -> None:
         self.webhooks.labels(str(ok).lower()).inc()
 
@@ -163,6 +196,17 @@ class _Scrape:
         yield GaugeMetricFamily(
             "studio_running_jobs", "Jobs rendering now", value=sum(j.state == "running" for j in jobs)
         )
+        live = self.st.live.sessions()
+        yield GaugeMetricFamily("studio_live_sessions", "Live sessions open", value=len(live))
+        dropped = CounterMetricFamily("studio_live_frames_dropped", "Live frames dropped (a session behind its clock)")
+        dropped.add_metric([], sum(s.figures.dropped for s in live))
+        yield dropped
+        offset = GaugeMetricFamily(
+            "studio_live_av_offset_ms", "Picture minus sound of the last frame sent", labels=["session"]
+        )
+        for s in live:
+            offset.add_metric([s.id], s.figures.av_offset_ms)
+        yield offset
         pool = self.st.pool
         yield GaugeMetricFamily("studio_warm_engines", "Engines loaded and kept warm", value=len(pool.warm()))
         yield GaugeMetricFamily("studio_engine_limit", "Warm engines kept at most", value=pool.max_engines)

@@ -271,7 +271,8 @@ else:
         "http",
         ("engine", "silence"),
         base=FrameInputs,
-        doc="The frame at t, and the settings that make it.",
+        doc="The frame at t, and the settings that make it (a delivery's too: its canvas, placement, rate).",
+        also=("delivery",),
     )
     JobFrameQuery = FrameTime
 
@@ -375,6 +376,15 @@ else:
     )
 
 
+class CheckGate(Answer):
+    """The limits a render's check had to meet (its ``check_gate``) and the outcome; a job that
+    missed them stays ``done``, with its file and report (docs/check.md)."""
+
+    limits: str = Field(description="as studio check --fail-under takes them, e.g. ok,jitter=5")
+    met: bool
+    failures: list[str] = Field(default_factory=list, description="one clause per missed limit")
+
+
 class CheckOut(Answer):
     """The lip-sync check of a finished render (``check=true``; docs/check.md): it runs after the file
     is written, so it is ``pending``/``running`` for a while after the job is ``done``."""
@@ -390,6 +400,8 @@ class CheckOut(Answer):
     drift: float | None = Field(None, description="in eye distances")
     worst_second: int | None = Field(None, description="where to look first")
     reference: str | None = Field(None, description="what sharpness, seam and drift were measured against")
+    jitter: float | None = Field(None, description="lip shake beyond the smooth path, % of the eye distance per frame²")
+    gate: CheckGate | None = Field(None, description="the render's check_gate and whether the check met it")
 
 
 def _result_model() -> type[BaseModel]:

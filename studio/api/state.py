@@ -42,6 +42,8 @@ class ApiState:
         self._unsubscribe: Any = None
         self.webhooks: Any = None  # the webhook sender (``studio.api.webhooks``), when the server sends any
         self.warmup: Any = None  # the engines' warm-up (``studio.api.warmup``), once the app has started
+        self._live: Any = None
+        self.viewers: dict[str, Any] = {}  # WHEP viewers by id (``studio.api.live_rtc.Viewer``)
         from studio.api.metrics import Metrics
 
         self.metrics = Metrics(self)
@@ -102,6 +104,15 @@ class ApiState:
         return self._pool
 
     @property
+    def live(self):
+        """The live sessions (``studio.service.live.LiveHub``), on the pool's warm engines."""
+        if self._live is None:
+            from studio.service.live import LiveHub
+
+            self._live = LiveHub(self.pool, self.opts.max_live, observe=self.metrics.live)
+        return self._live
+
+    @property
     def events(self) -> JobEvents:
         """The event hub (made when the app starts)."""
         if self._events is None:
@@ -144,6 +155,8 @@ class ApiState:
             self._unsubscribe()
         if self.webhooks is not None:
             self.webhooks.stop()
+        if self._live is not None:
+            self._live.close_all()
         if self._queue is not None:
             self._queue.close(timeout=STOP_WAIT_S)
 

@@ -79,6 +79,10 @@ def _main(argv: list[str] | None = None) -> int:
 
     handle_stop_signals()  # SIGTERM and SIGHUP cancel like Ctrl-C (exit 128 + signal number)
     _QUICK_EXIT[0] = True
+    from studio.core.store.fsutil import protect_inputs
+
+    # every file an option names, but the output, is an input: nothing this command writes replaces it
+    protect_inputs({_option(k): v for k, v in vars(args).items() if k not in OUTPUT_DESTS})
     try:
         try:
             return int(args.func(args) or 0)
@@ -110,6 +114,13 @@ def _main(argv: list[str] | None = None) -> int:
         path = _log_traceback()
         _say(f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. Please report it.")
         return 1
+
+
+OUTPUT_DESTS = ("output", "report", "func")  # options naming what a command writes
+
+
+def _option(dest: str) -> str:
+    return "--" + {"script_file": "script"}.get(dest, dest).replace("_", "-")
 
 
 def _stop_workers() -> None:

@@ -97,6 +97,11 @@ KNOBS: dict[str, Knob] = {
             "jobs running at once on one device call the engine in turn instead of sharing its batches",
         ),
         Knob(
+            "STUDIO_PREFETCH_FRAMES",
+            "studio serve: a job with this many frames or fewer left for the engine gives its slot to the next "
+            "job, which opens while the last batches run (default 0: once every frame has left the engine)",
+        ),
+        Knob(
             "STUDIO_QUEUE_GATE",
             "a file: the queue runner of studio serve claims no job until it exists (tests queue every job "
             "first, then let them contend from one instant)",

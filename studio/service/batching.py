@@ -145,13 +145,21 @@ class Batcher:
                     a.top = top
                 return take
             frames = 0
-            for a in self._queue:
+            for a in self.order(self._queue):
                 if take and frames + a.frames > self.max_frames:
                     break
                 take.append(a)
                 frames += a.frames
-            del self._queue[: len(take)]
+            self._queue = [a for a in self._queue if all(a is not t for t in take)]
         return take
+
+    @staticmethod
+    def order(queue: list[_Ask]) -> list[_Ask]:
+        """Without a scheduler: the queued batches in the order they came, a live session's first
+        (its view's ``Ticket(level=LIVE)``): a frame due in 40 ms never waits behind a file's batch."""
+        from studio.service.scheduler import LIVE
+
+        return sorted(queue, key=lambda a: a.view.ticket is None or a.view.ticket.level != LIVE)
 
     def _run(self, asks: list[_Ask]) -> None:
         from studio.core.render.stagetrace import tracer
@@ -215,6 +223,11 @@ class EngineView:
         if self.features is None:
             raise RuntimeError("generate: call bind(audio_features(wave)) first")
         return self._batcher.generate(self, (prepared, self.features, avatar_idx, feat_idx, weight))
+
+    def generate_item(self, item: tuple):
+        """``generate_many``'s one item ``(prepared, features, avatar_idx, feat_idx, weight)`` through
+        the batcher: a caller that carries its own features per call (a live session)."""
+        return self._batcher.generate(self, item)
 
     def done(self) -> None:
         """The job has no more batches (the batcher stops waiting for it)."""

@@ -47,6 +47,19 @@ def report_path(output: str | os.PathLike) -> Path:
     return out.with_name(out.stem + REPORT_SUFFIX)
 
 
+def report_data(output: str | os.PathLike) -> dict | None:
+    """The report JSON inside the visual report beside ``output`` (``out.check.html``), or None
+    when there is none or it cannot be read (the window's strip under the player)."""
+    try:
+        text = report_path(output).read_text(encoding="utf-8")
+        head = '<script id="studio-report" type="application/json">'
+        start = text.index(head) + len(head)
+        data = json.loads(text[start : text.index("</script>", start)].replace("<\\/", "</"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def gate_failures(check: dict, limits: str | None) -> list[str]:
     """What a finished check misses of ``limits`` (``--fail-under``'s text: ``ok,jitter=5``), one
     clause each; [] when met or when there are no limits. A check that did not run misses any gate."""

@@ -196,7 +196,14 @@ class StudioClient:
     # -- plumbing -----------------------------------------------------------------------------
 
     def _inputs(self, avatar, audio, audio_id, text, settings) -> tuple[dict, dict]:
-        data = {k: str(v) for k, v in (settings or {}).items() if v is not None and k != "device"}
+        from studio.core.settings import SCHEMA
+
+        # None is sent as its face's word (loudness=off), so a value set to none wins over a delivery's too
+        data = {
+            k: str(v) if v is not None else SCHEMA[k].auto_label
+            for k, v in (settings or {}).items()
+            if k != "device" and (v is not None or (k in SCHEMA and SCHEMA[k].auto_label))
+        }
         files = {}
         if Path(str(avatar)).expanduser().is_file():
             files["avatar_file"] = (Path(avatar).name, open(Path(avatar).expanduser(), "rb"))
@@ -209,6 +216,28 @@ class StudioClient:
         elif text is not None:
             data["text"] = text
         return data, files
+
+    # -- live sessions (docs/live.md) ----------------------------------------------------------
+
+    def live_open(self, avatar: str, **settings) -> dict:
+        """Open a live session (``POST /v1/live``): its id, links and audio key."""
+        return self._json("POST", "/v1/live", json={"avatar": avatar, **settings})
+
+    def live(self, sid: str) -> dict:
+        return self._json("GET", f"/v1/live/{sid}")
+
+    def live_push(self, sid: str, url: str) -> dict:
+        return self._json("POST", f"/v1/live/{sid}/push", json={"url": url})
+
+    def live_end(self, sid: str) -> None:
+        r = self._request("DELETE", f"/v1/live/{sid}")
+        if r.status_code != 404:
+            self._check(r)
+
+    def live_audio_url(self, session: dict, rate: int) -> str:
+        """The session's audio WebSocket (``ws://``/``wss://``) at ``rate`` Hz, with its key."""
+        base = "ws" + self.url[4:]
+        return f"{base}{session['links']['audio']}?rate={int(rate)}&key={session['key']}"
 
     def _request(self, method: str, path: str, **kw):
         try:

@@ -267,7 +267,7 @@ class Runner(Slots):
                 if may_hand_off and self._engine_done(render, p):
                     self._hand_off(job, render, gen, last_store)
                     return _HANDED
-                if self.scheduler is not None and job.id not in self._finishing and self._engine_done(render, p):
+                if self.scheduler is not None and job.id not in self._finishing and self._engine_near_done(render, p):
                     with self._lock:  # its slot goes to the next job while this thread finishes the file
                         self._finishing.add(job.id)
                         self._wake.notify_all()
@@ -289,7 +289,10 @@ class Runner(Slots):
             self._emit("state", job.id, done, where=render.where)
             if req.settings.checked and done.state == J.DONE:
                 self.checks.submit(job.id, req, done.output)
-            self._idle_engine = render.engine or self._idle_engine
+            if self.scheduler is None and self.capacity == 1 and self.dispatcher is None:
+                # the one-job loop warms it when idle; a slot runner keeps no engine (an evicted one's
+                # memory must go back to the device)
+                self._idle_engine = render.engine or self._idle_engine
             return done
         except Cancelled:
             return self._cancelled(job.id)
@@ -312,6 +315,17 @@ class Runner(Slots):
     def _engine_done(render: Render, p: Progress) -> bool:
         """Every frame has left the engine; what is left is the encoders' drain and the file."""
         return render.request.placement.kind == "local" and not p.finished and 0 < p.total <= p.done
+
+    @staticmethod
+    def _engine_near_done(render: Render, p: Progress) -> bool:
+        """A slot job's frames have all left the engine, or all but ``STUDIO_PREFETCH_FRAMES``: its
+        slot goes to the next job, which opens (its voice-over read, its audio features, its writer)
+        while this one's last batches run."""
+        from studio.core import env
+
+        if render.request.placement.kind != "local" or p.finished or p.total <= 0:
+            return False
+        return p.total - p.done <= max(0, env.get_int("STUDIO_PREFETCH_FRAMES"))
 
     def _hand_off(self, job: J.Job, render: Render, gen, last_store: builtins.list) -> None:
         """Finish ``job`` on a drain thread (after the previous one: at most one drains)."""

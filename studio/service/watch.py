@@ -21,6 +21,11 @@ sentence. A watcher stopped mid-render (killed, power cut) finds the file in ``w
 tried once, it is redone; tried twice, it goes to ``failed/`` (never a third time). Nothing is deleted and
 nothing is overwritten: an output name that exists gets the next number (``_002``), as every render does;
 a ``done/`` or ``failed/`` name that exists too.
+
+**Check gate.** With ``check = true`` or a ``check_gate`` (``check = "ok,jitter=5"`` in ``[settings]``,
+or a delivery's), each clip is checked after its render (its visual report ``NAME.check.html`` beside
+it); a clip that misses its gate is marked failed: its source goes to ``failed/`` with the missed limits
+as the reason, and the clip and its report stay in the output folder (``service.checks`` judges).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class Outcome:
     output: str = ""
     reason: str = ""
     files: dict = field(default_factory=dict)
+    check: dict = field(default_factory=dict)  # the lip-sync check's summary (with its ``gate``), when checked
 
 
 def is_candidate(p: Path) -> bool:
@@ -121,12 +127,15 @@ class WatchFolder:
             d.mkdir(parents=True, exist_ok=True)
 
     def _settings(self):
+        from studio.core.render.resolve import resolve
         from studio.core.settings import from_dict
 
         values = dict(self.values)
         if self.delivery:
             values["delivery"] = self.delivery
-        return from_dict(values, strict=True, explicit=set(self.values))
+        from_dict(values, strict=True)  # one sentence for an unknown or bad setting
+        # the delivery's values under the folder's own settings (those win: they were written on purpose)
+        return resolve(values, set(self.values) | {"delivery"}, self.avatar).settings
 
     # -- the journal ----------------------------------------------------------------------------
 
@@ -206,6 +215,10 @@ class WatchFolder:
         self._save_journal(journal)
         try:
             outcome = self._render(src)
+            gate = outcome.check.get("gate") or {}
+            if gate and not gate.get("met"):  # marked failed, the clip and its report kept in the output folder
+                failed = self._fail(src, f"the lip-sync check missed its gate ({'; '.join(gate['failures'])})")
+                return Outcome(str(src), "failed", outcome.output, failed.reason, outcome.files, outcome.check)
         except Exception as exc:  # noqa: BLE001 - any failure: the source kept with its reason
             from studio.core.errors import StudioError
 
@@ -230,12 +243,26 @@ class WatchFolder:
             from studio.core.media.codecs import spec
 
             output = self.out_dir / (src.stem + spec(self.settings.codec).suffix)
-            req = RenderRequest(self.avatar, str(audio), str(output), self.settings, overwrite=False)
+            req = RenderRequest(
+                self.avatar,
+                str(audio),
+                str(output),
+                self.settings,
+                overwrite=False,
+                explicit=tuple(sorted(self.values)),
+            )
             render = Render(req)
             for _ in render.run():
                 pass
             res = render.result
-        return Outcome(str(src), "done", res.output, files=dict(res.files))
+            outcome = Outcome(str(src), "done", res.output, files=dict(res.files))
+            if self.settings.checked:  # ``check``/``check_gate``: the same check and judge as the queue's
+                from studio.service.checks import check_here
+
+                summary, _ = check_here(res.output, req)
+                outcome.files.update(summary.pop("files", None) or {})
+                outcome.check = summary
+        return outcome
 
     @contextlib.contextmanager
     def _spoken(self, script: Path):

@@ -70,9 +70,14 @@ class PlayerWidget(QWidget):
         row.addWidget(self.slider, 1)
         row.addWidget(self.time)
         row.addWidget(self.back_btn)
+        from studio.ui.check_strip import CheckStrip
+
+        self.strip = CheckStrip()  # the lip-sync check's seconds, when the render has its report
+        self.strip.secondClicked.connect(lambda s: self.seek_frame(round(s * self.fps)))
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.addWidget(self.video, 1)
+        box.addWidget(self.strip)
         box.addLayout(row)
 
     @property
@@ -86,6 +91,7 @@ class PlayerWidget(QWidget):
 
         self.path = path
         self._pending_ms = None
+        self.strip.load(path)
         self.player.setSource(QUrl.fromLocalFile(path))  # may say the old file's LoadedMedia on its way
         # a new file is LoadingMedia now, and isSeekable() still answers for the old one until it has loaded
         loaded = (QMediaPlayer.MediaStatus.LoadedMedia, QMediaPlayer.MediaStatus.BufferedMedia)

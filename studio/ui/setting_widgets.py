@@ -39,15 +39,15 @@ def make_widget(spec) -> QWidget:
         pattern = rf"{spec.auto_label}|-?\d{{0,3}}(\.\d{{0,2}})?"
         w.setValidator(QRegularExpressionValidator(QRegularExpression(pattern), w))
         w.setCurrentText(spec.auto_label if spec.default is None else str(spec.default))
+    elif spec.name == "delivery":  # each delivery by its full name, its key as the item's data
+        from studio.ui.delivery_buttons import fill_choices
+
+        w = QComboBox()
+        fill_choices(w)  # none, then each delivery (refreshed when one is saved)
     elif spec.kind is str and not spec.choices and not spec.optional:  # free text (canvas, markers): typed or picked
         w = QComboBox()
         w.setEditable(True)
-        if spec.name == "delivery":
-            from studio.ui.delivery_buttons import delivery_choices
-
-            w.addItems(delivery_choices())  # none, then each delivery (refreshed when one is saved)
-        else:
-            w.addItems([str(spec.default), *SUGGESTIONS.get(spec.name, ())])
+        w.addItems([str(spec.default), *SUGGESTIONS.get(spec.name, ())])
         w.setCurrentText(str(spec.default))
     elif spec.choices or spec.kind is str:
         w = QComboBox()
@@ -77,18 +77,24 @@ def make_widget(spec) -> QWidget:
         w.setValue(float(spec.default))
     if isinstance(w, QComboBox):  # narrow docks: a combo box may be narrower than its longest entry
         w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        w.setMinimumContentsLength(5)
+        w.setMinimumContentsLength(5 if spec.name != "delivery" else 18)  # a delivery's name is never cut
     from studio.ui.words import window_words
 
-    text = window_words(spec.help)  # the window's words: no command-line flags
+    text = window_words(spec.help, names=True)  # the window's words: no command-line flags, no snake_case
     w.setToolTip(text[:1].upper() + text[1:])
     w.setObjectName(f"setting_{spec.name}")
+    if isinstance(w, QComboBox):  # a value wider than its column: the whole of it leads the tooltip
+        from studio.ui.widgets import ValueTip
+
+        ValueTip.keep(w)
     return w
 
 
 def widget_value(spec, w: QWidget):
     if isinstance(w, QCheckBox):
         return w.isChecked()
+    if isinstance(w, QComboBox) and spec.name == "delivery":
+        return str(w.currentData() or "")
     if isinstance(w, QComboBox):
         text = w.currentText()
         if spec.optional and text in (spec.auto_label, ""):
@@ -108,6 +114,12 @@ def widget_value(spec, w: QWidget):
 def set_widget_value(spec, w: QWidget, value) -> None:
     if isinstance(w, QCheckBox):
         w.setChecked(bool(value))
+    elif isinstance(w, QComboBox) and spec.name == "delivery":
+        from studio.core.delivery import key_of
+
+        i = w.findData(key_of(value or ""))
+        if i >= 0:
+            w.setCurrentIndex(i)
     elif isinstance(w, QComboBox):
         text = spec.auto_label if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
         if w.isEditable():
@@ -169,11 +181,16 @@ class SettingFields(dict):
         for s in self.specs.values():
             self[s.name] = make_widget(s)
 
+    def labels_of(self, name: str) -> str:
+        """What the window calls setting ``name``."""
+        return self.specs[name].label
+
     def values(self) -> dict:  # type: ignore[override]
         return {n: widget_value(self.specs[n], w) for n, w in self.items()}
 
     def set_values(self, values: dict) -> None:
-        for n, v in values.items():
+        """Each widget to its value, as the editor would: the delivery first (it fills the others), then the rest."""
+        for n, v in sorted(values.items(), key=lambda nv: nv[0] != "delivery"):
             if n in self:
                 set_widget_value(self.specs[n], self[n], v)
 
@@ -245,12 +262,32 @@ class SettingsGrid(QWidget):
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
-        self._place(2 if event.size().width() >= self.TWO_COLUMNS else 1)
+        self._place(2 if event.size().width() >= max(self.TWO_COLUMNS, self.two_columns_need()) else 1)
+
+    #: a value longer than this many characters (a long delivery name) may elide: its tooltip has it
+    LONGEST_VALUE = 17
+
+    def field_need(self, name: str) -> int:
+        """The width field ``name`` needs to show its values whole: the longest of its current text and
+        its suggestions (up to ``LONGEST_VALUE`` characters), plus the box's arrow and padding."""
+        w = self.fields[name]
+        if not isinstance(w, QComboBox):
+            return w.minimumSizeHint().width()
+        texts = [w.currentText(), *(w.itemText(i) for i in range(w.count()))]
+        fm = w.fontMetrics()
+        return max((fm.horizontalAdvance(t) for t in texts if len(t) <= self.LONGEST_VALUE), default=0) + 44
+
+    def label_need(self) -> int:
+        return max((w.sizeHint().width() for w in self.labels.values()), default=0)
+
+    def two_columns_need(self) -> int:
+        """The width two settings a row need, every label and value whole."""
+        field = max((self.field_need(s.name) for s in self.pairs), default=0)
+        return 2 * (self.label_need() + field) + 3 * self.grid.horizontalSpacing()
 
     def minimumSizeHint(self):  # noqa: N802 - the one-column width: the dock may be that narrow
         hint = super().minimumSizeHint()
-        label = max((w.sizeHint().width() for w in self.labels.values()), default=0)
-        field = max((self.fields[s.name].minimumSizeHint().width() for s in self.pairs), default=0)
+        field = max((self.field_need(s.name) for s in self.pairs), default=0)
         boxes = max((self.fields[s.name].sizeHint().width() for s in self.boxes), default=0)
-        hint.setWidth(max(label + 6 + field, boxes))
+        hint.setWidth(max(self.label_need() + 6 + field, boxes))
         return hint

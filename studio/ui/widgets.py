@@ -225,3 +225,60 @@ class FileDrops:
 
     def files_dropped(self, paths: list[str]) -> None:  # pragma: no cover - defined by the subclass
         raise NotImplementedError
+
+
+class ValueTip(QObject):
+    """Where a field is too narrow for its whole value (a long folder, a name pattern, a canvas of a
+    narrow Render column), its tooltip starts with the whole value; its own help follows.
+
+        ValueTip.keep(line_edit_or_combo_box)   # after its help tooltip is set
+    """
+
+    def __init__(self, widget: QWidget, help_text: str):
+        super().__init__(widget)
+        self.widget, self.help = widget, help_text
+        self._set = help_text  # the tooltip this put there last (another one set meanwhile is the new help)
+        signal = widget.textChanged if isinstance(widget, QLineEdit) else widget.currentTextChanged  # type: ignore[attr-defined]
+        signal.connect(lambda _t: self.update())
+        widget.installEventFilter(self)
+        self.update()
+
+    @classmethod
+    def keep(cls, widget: QWidget) -> ValueTip:
+        return cls(widget, widget.toolTip())
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() in (QEvent.Type.Resize, QEvent.Type.Show):
+            self.update()
+        return False
+
+    def update(self) -> None:
+        w = self.widget
+        if w.toolTip() != self._set:  # the owner gave it another tooltip: that is its help now
+            self.help = w.toolTip()
+        text = w.text() if isinstance(w, QLineEdit) else w.currentText()  # type: ignore[attr-defined]
+        fits = not text or w.fontMetrics().horizontalAdvance(text) <= text_room(w)
+        tip = self.help if fits else (f"{text}\n{self.help}" if self.help else text)
+        self._set = tip
+        if w.toolTip() != tip:
+            w.setToolTip(tip)
+
+
+def text_room(w: QWidget) -> int:
+    """The pixels a line edit, a combo box or a spin box gives its text (Qt's style says where it goes)."""
+    from PySide6.QtWidgets import QStyle, QStyleOptionComboBox, QStyleOptionSpinBox
+
+    if isinstance(w, QComboBox):
+        opt = QStyleOptionComboBox()
+        w.initStyleOption(opt)
+        cc, sc = QStyle.ComplexControl.CC_ComboBox, QStyle.SubControl.SC_ComboBoxEditField
+        return w.style().subControlRect(cc, opt, sc, w).width() - 8
+    if isinstance(w, QAbstractSpinBox):
+        sopt = QStyleOptionSpinBox()
+        w.initStyleOption(sopt)
+        cc, sc = QStyle.ComplexControl.CC_SpinBox, QStyle.SubControl.SC_SpinBoxEditField
+        return w.style().subControlRect(cc, sopt, sc, w).width() - 4
+    if isinstance(w, QLineEdit):
+        m = w.textMargins()
+        return w.contentsRect().width() - m.left() - m.right() - 6
+    return w.contentsRect().width()

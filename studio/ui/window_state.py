@@ -17,6 +17,12 @@ from studio.ui import settings as cfg
 from studio.ui.workers import error_text
 
 
+def _size_of(text: str) -> tuple[int, int] | None:
+    """ "1600x868" -> (1600, 868); None for anything else (no screen saved yet)."""
+    w, _, h = (text or "").partition("x")
+    return (int(w), int(h)) if w.isdigit() and h.isdigit() and int(w) > 0 and int(h) > 0 else None
+
+
 class WindowState(QMainWindow):
     # MainWindow's parts this mix-in uses
     settings: Any
@@ -44,21 +50,28 @@ class WindowState(QMainWindow):
     def _restore(self) -> None:
         s = self.settings
         geometry = s.value("window/geometry")
+        saved_on = _size_of(cfg.value(s, "window/screen", str))  # the screen the layout was left on
+        here = self._screen_size()
+        #: "same", "scaled" (another screen, the window scaled to it), "reset" (it would not fit) or "first"
+        self.layout_restored = "first"
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
-        else:
+            self.layout_restored = "same" if saved_on is None or here is None or saved_on == here else "scaled"
+        if self.layout_restored == "scaled" and saved_on is not None and here is not None:
+            self._scale_to_screen(saved_on, here)
+        if self.layout_restored in ("first", "reset"):
             self._first_geometry()
             self._default_sizes()
             if self.height() < self.SHORT_SCREEN:  # a laptop: the timeline needs the toolbar's height
                 self.toolbar.hide()  # (View > Toolbar; the Render panel and the menus have it all)
         self._placed_size = self.size()
         state = s.value("window/state")
-        if isinstance(state, QByteArray) and not state.isEmpty():
+        if isinstance(state, QByteArray) and not state.isEmpty() and self.layout_restored != "reset":
             self.restoreState(state, cfg.VERSION)
         sizes = s.value("window/splitter")
-        if isinstance(sizes, QByteArray) and not sizes.isEmpty():
+        if isinstance(sizes, QByteArray) and not sizes.isEmpty() and self.layout_restored == "same":
             self.splitter.restoreState(sizes)
-        else:  # once shown: the timeline gets the height its two plots need
+        else:  # once shown: the timeline gets the height its two plots need, the picture its share
             QTimer.singleShot(0, self.timeline_room)
         script = cfg.value(s, "library/selected_script", str)
         if script and Path(script).exists():
@@ -119,6 +132,31 @@ class WindowState(QMainWindow):
         if (x, y) != (frame.x(), frame.y()):
             self.move(x, y)
 
+    def _screen_size(self) -> tuple[int, int] | None:
+        screen = self.screen()
+        if screen is None:
+            return None
+        avail = screen.availableGeometry()
+        return avail.width(), avail.height()
+
+    def _scale_to_screen(self, was: tuple[int, int], now: tuple[int, int]) -> None:
+        """A layout left on another screen: the window scaled by the screens' ratio (a 1280x720
+        laptop's window on a 1600x900 monitor grows with it); one that would not fit the smaller
+        screen even scaled (its panels' widths, a tall Render panel) starts as a first window does."""
+        fw, fh = self.FRAME_ALLOWANCE
+        w = min(round(self.width() * now[0] / was[0]), now[0] - fw)
+        h = min(round(self.height() * now[1] / was[1]), now[1] - fh)
+        need = self.minimumSizeHint()
+        if now[0] < was[0] or now[1] < was[1]:  # a smaller screen: the panels as saved would not fit
+            self.layout_restored = "reset"
+            return
+        if w < need.width() or h < need.height():
+            self.layout_restored = "reset"
+            return
+        self.resize(w, h)
+        screen = self.screen().availableGeometry()
+        self.move(screen.x() + (screen.width() - w - fw) // 2, screen.y() + (screen.height() - h - fh) // 2)
+
     def _default_sizes(self) -> None:
         """Docks as they start: Library and Render side by side with the centre (the Render panel's
         settings two a row on a wide window, one a row on a narrow one, where the centre needs the
@@ -136,6 +174,9 @@ class WindowState(QMainWindow):
         s.setValue("window/geometry", self.saveGeometry())
         s.setValue("window/state", self.saveState(cfg.VERSION))
         s.setValue("window/splitter", self.splitter.saveState())
+        here = self._screen_size()
+        if here is not None:  # a later start on another screen scales or resets the layout
+            s.setValue("window/screen", f"{here[0]}x{here[1]}")
         cfg.save_session(self.session, s)
         s.sync()
 

@@ -26,6 +26,8 @@ _ASIDE = re.compile(
     r"|[^()]*\bstudio [a-z]+ --[^()]*)\)"
 )
 _COMMAND = re.compile(r"\bstudio [a-z]+(?: [a-z]+)?: ")  # "(studio check: offset, ...)" -> "(offset, ...)"
+#: "limits ..., as studio check --fail-under takes them (...)": the command line's way, said for the window
+_AS_COMMAND = re.compile(r",?\s*as studio [a-z]+(?: [a-z]+)? --[a-z][\w-]* takes (?:it|them)")
 _BOOL = re.compile(r"\b(True|False)\b(?!\s+[a-z])")  # a value, not the words of "True peak"
 _SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
 
@@ -37,10 +39,17 @@ def _label(flag: str) -> str | None:
     return spec.label if spec is not None else None
 
 
-def window_words(text: str) -> str:
-    """``text`` in the window's words (see the module's docstring); other text is returned as it is."""
+def window_words(text: str, names: bool = False) -> str:
+    """``text`` in the window's words (see the module's docstring); other text is returned as it is.
+    ``names``: a setting's help, whose snake_case value names (``silence_motion``) are written as the
+    field takes them too (``silence-motion``)."""
+    if names:
+        text = " ".join(
+            _SNAKE.sub(lambda m: m.group(0).replace("_", "-"), w) if _plain(w) else w for w in text.split(" ")
+        )
     if not text or ("--" not in text and "studio " not in text and "True" not in text and "False" not in text):
         return text
+    text = _AS_COMMAND.sub("", text)
     text = _ASIDE.sub("", text)
     text = _COMMAND.sub("", text)
 
@@ -56,6 +65,11 @@ def window_words(text: str) -> str:
 
     text = _FLAG.sub(flag, text)
     return _BOOL.sub(lambda m: "on" if m.group(1) == "True" else "off", text)
+
+
+def _plain(word: str) -> bool:
+    """A word, not a path, a file name or a ``{placeholder}``."""
+    return not any(c in word for c in "/.{}\\")
 
 
 def problems(text: str) -> list[str]:

@@ -87,6 +87,10 @@ def main() -> int:
     finally:
         if a.json:
             Path(a.json).write_text(json.dumps(out, indent=1))
+    from studio.cli.bench import print_cold, print_service
+
+    print_cold(out.get("cold") or {})
+    print_service(out["service"])
     return 0
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtTest import QTest
 from ui_helpers import clip, load_demo, window  # noqa: F401 (fixture)
 
@@ -58,6 +58,18 @@ def test_a_render_is_checked_and_the_window_jumps_to_its_worst_second(window, qt
     qtbot.waitUntil(lambda: player.player.duration() > 0, timeout=10_000)
     qtbot.waitUntil(lambda: player.player.position() >= 2900, timeout=10_000)
     assert player.player.position() < 6000
+
+    # the check's report is a side file of the job, and its strip shows under the player: one column
+    # per second of the report; a click on a column plays from that second
+    files = window.store.get(job_id).result["files"]
+    assert files["check_report"].endswith(".check.html")
+    strip = player.strip
+    assert strip.isVisible() and strip.seconds == 6 and strip.data["worst_second"] == c["worst_second"]
+    player.player.pause()
+    qtbot.waitUntil(lambda: not player.playing, timeout=5000)
+    QTest.mouseClick(strip, Qt.MouseButton.LeftButton, pos=QPoint(int(strip.x_of(1)), strip.height() // 2))
+    qtbot.waitUntil(lambda: 1000 <= player.player.position() < 1500, timeout=10_000)
+    window.grab().save(str(tmp_path / "window-strip.png"))
 
 
 def test_the_check_line_says_what_it_is_doing(window):

@@ -346,3 +346,78 @@ def test_show_output_folder_and_the_guide_where_the_opener_has_no_program(window
     # a desktop with a file manager: the folder is the launcher's to open
     (bin_dir / "xdg-mime").write_text('#!/bin/sh\necho "org.gnome.Nautilus.desktop"\n')
     assert can_open(tmp_path)
+
+
+@pytest.mark.parametrize("size", [(1600, 900 - 58), (1280, 720 - 58)], ids=["1600x900", "1280x720"])
+def test_every_visible_label_and_field_shows_its_whole_text(qtbot, tmp_path, size):
+    """The text-fits walk (``text_fits.clipped``): Qt's font metrics against each widget's room, on a first
+    start at this size, with the demo loaded, a delivery's long values set and a job in the Queue."""
+    from conftest import DEMO_AVATAR
+    from text_fits import clipped
+
+    from studio.core.store import jobs
+    from studio.ui.app import create_app
+    from studio.ui.main_window import MainWindow
+
+    create_app([])
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.resize(*size)
+    w.show()
+    qtbot.waitExposed(w)
+    with qtbot.waitSignal(w.avatarLoaded, timeout=SLOW):
+        w.load_avatar(str(DEMO_AVATAR), "astronaut")
+    with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+        w.load_script(str(clip(tmp_path, 3.0, "evening-news-take-2.wav")))
+    qtbot.wait(100)
+    assert clipped(w) == []
+    s = w.session
+    for key, value in (
+        ("delivery", "social-vertical"),
+        ("canvas", "1080x1920"),
+        ("background", "#1a2b3c"),
+        ("start_tc", "10:00:00:00"),
+        ("loudness", -23.0),
+        ("folder", str(tmp_path / "client-deliveries" / "2026" / "week-49" / "spring-campaign")),
+    ):
+        s.set(key, value)
+    w.store.add("astronaut", "/x/a.wav", {"delivery": "web-720p", "captions": "srt"}, "/x/out.mp4", state=jobs.DRAFT)
+    w.queue_panel.refresh()
+    qtbot.wait(100)
+    problems = clipped(w)
+    assert problems == [], "\n".join(problems)
+    w.close_confirmed = True
+
+
+def test_a_saved_layout_adapts_to_another_screen(tmp_path):
+    """A layout left on a 1600x900 screen, opened on a 1280x720 one (it would not fit: a first window's
+    layout for that screen), and back (a 1280x720 layout on 1600x900: scaled with the screen). Each start
+    is a process of its own, on Qt's offscreen platform with a screen of that size."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    audio = str(clip(tmp_path, 3.0))
+    env = {**os.environ, "STUDIO_HOME": str(home)}
+    run = Path(__file__).with_name("layout_run.py")
+
+    def start(screen: str, *extra: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, str(run), screen, audio, *extra], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    big = start("1600x900", "--resize", "1560x860")  # a first start; the user makes it nearly full
+    assert big["restored"] == "first" and big["preview_share"] >= 0.4 and big["clipped"] == []
+    small = start("1280x720")  # that layout cannot fit: started as a first window on this screen
+    assert small["restored"] == "reset" and small["window"][0] <= 1280 and small["window"][1] <= 720
+    assert small["preview_share"] >= 0.4 and small["clipped"] == [] and min(small["plots"]) >= 40
+    again = start("1280x720")  # the same screen: as it was left
+    assert again["restored"] == "same" and again["window"] == small["window"]
+    back = start("1600x900")  # a 1280x720 layout on the bigger screen: scaled with it
+    assert back["restored"] == "scaled" and back["clipped"] == []
+    assert back["window"][0] >= round(small["window"][0] * 1600 / 1280) - 16 and back["window"][1] > small["window"][1]
+    assert back["window"][0] <= 1600 and back["window"][1] <= 900 and back["preview_share"] >= 0.4

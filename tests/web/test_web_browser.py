@@ -223,6 +223,16 @@ def test_first_render_scrub_progress_queue_download(browser, server, clip):
         verdict = httpx.get(f"{server.url}/v1/renders/1").json()["result"]["check"]
         assert check.inner_text().startswith(f"lip sync: {verdict['verdict']}")
         assert page.get_by_test_id("check-reason").inner_text() == verdict["reason"]
+        # its visual report with the result: a link that opens the page (served sandboxed: no script runs)
+        link = page.get_by_test_id("file-check_report").first
+        link.wait_for(timeout=60_000)
+        with page.context.expect_page() as opened:
+            link.click()
+        report = opened.value
+        report.wait_for_load_state()
+        assert report.title().startswith("Lip-sync check") and report.locator(".strip svg").count() == 1
+        assert report.locator("img").count() >= 2  # the worst second's mouth beside the reference's
+        report.close()
 
         # the queue: download the video (the server's bytes), two more jobs, cancel the waiting one, retry it
         row = page.get_by_test_id("job-1")

@@ -9,6 +9,7 @@ import { Viewer } from './Viewer.jsx';
 import { Settings } from './Settings.jsx';
 import { Queue } from './Queue.jsx';
 import { TokenDialog } from './TokenDialog.jsx';
+import { Live } from './Live.jsx';
 
 export function App() {
   const [mode, setMode] = useState(null); // null (asking) | 'full' | 'read' | 'none'
@@ -24,6 +25,7 @@ export function App() {
   const [message, setMessage] = useState(null); // {kind: 'error'|'info', text}
   const [queueTick, setQueueTick] = useState(0);
   const [busy, setBusy] = useState('');
+  const [live, setLive] = useState(false); // the Live view (Live.jsx) instead of the studio
   const [tokenError, setTokenError] = useState('');
   const [fieldErrors, setFieldErrors] = useState({}); // setting name -> the server's sentence
   const wanted = useRef(parseRoute(location.hash)); // what the URL asked for, until it is restored
@@ -222,6 +224,9 @@ export function App() {
         <h1>Studio</h1>
         <span class="muted">{health ? `studio serve ${health.version}` : 'connecting…'}</span>
         {readOnly && <span class="badge warn">View only: this token may only read</span>}
+        <button type="button" class="link" aria-pressed={live} onClick={() => setLive((v) => !v)}>
+          {live ? 'Back to the studio' : 'Live'}
+        </button>
         {getToken() && (
           <button
             type="button"
@@ -246,7 +251,8 @@ export function App() {
           </>
         )}
       </div>
-      <main class="grid">
+      {live && <Live readOnly={readOnly} onError={say} onInfo={info} />}
+      <main class="grid" hidden={live}>
         <div class="leftcol">
           <Library
             readOnly={readOnly}

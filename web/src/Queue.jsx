@@ -27,6 +27,11 @@ export function CheckVerdict({ check, why = false }) {
           {check.reason}
         </span>
       )}
+      {check.gate && !check.gate.met && (
+        <span class="badge failed" data-testid="check-gate" title={check.gate.failures.join('; ')}>
+          gate {check.gate.limits} missed: {check.gate.failures.join('; ')}
+        </span>
+      )}
     </>
   );
 }
@@ -52,6 +57,11 @@ function Row({ job, live: streamed, readOnly, followed, onFollow, act }) {
         </span>
         {job.reason && <span class="error small">{job.reason}</span>}
         {check && <CheckVerdict check={check} />}
+        {job.result && (job.result.notes || []).map((note) => (
+          <span class="note small" data-testid="note" key={note}>
+            note: {note}
+          </span>
+        ))}
       </div>
       <div class="buttons">
         <button type="button" onClick={() => onFollow(job.id)} aria-label={`${job.state === 'done' ? 'Play' : 'Watch'} job ${job.id}`}>

@@ -67,9 +67,15 @@ export function SideFiles({ job }) {
     <ul class="files" aria-label={`Job ${job.id}'s files`}>
       {job.files.map((f) => (
         <li key={f.name}>
+          {f.kind === 'check_report' ? (
+            <a href={f.url} target="_blank" rel="noopener" data-testid="file-check_report">
+              Lip-sync report (per-second plot)
+            </a>
+          ) : (
           <a href={f.url} download={f.name} data-testid={`file-${f.kind}`}>
             {fileLabel(f.kind)}
           </a>
+          )}
         </li>
       ))}
     </ul>

@@ -8,7 +8,19 @@ dependency (``studio.api.state``). A route's ``operationId`` is its function's n
 (``operation_id``), so no route states it again.
 """
 
-ROUTERS = ("ops", "farm", "engines", "avatars", "audio", "voiceover", "frames", "renders", "webhooks", "session")
+ROUTERS = (
+    "ops",
+    "farm",
+    "engines",
+    "avatars",
+    "audio",
+    "voiceover",
+    "frames",
+    "renders",
+    "webhooks",
+    "session",
+    "live",
+)
 
 
 def operation_id(route) -> str:

@@ -302,7 +302,8 @@ class EngineCache:
         if key.device.startswith("cuda"):
             import torch
 
-            torch.cuda.empty_cache()
+            torch.cuda.empty_cache()  # the allocator's cached blocks go back to the device
+        trim_host_memory()
         log.info(
             "engine cache: %s on %s evicted (%d warm, bound %d)", key.engine, key.device, len(self), self.max_engines
         )
@@ -349,3 +350,18 @@ class EngineCache:
                 w.engine.close()
             except Exception:
                 log.debug("engine close failed", exc_info=True)
+
+
+def trim_host_memory() -> None:
+    """Give the C allocator's free heap back to the system (glibc ``malloc_trim``): an evicted
+    engine's host copies (weights read before upload, pinned staging) leave the process's RSS."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl): nothing to trim this way
+        log.debug("malloc_trim is not available", exc_info=True)
