@@ -36,9 +36,9 @@ def test_speak_captions_and_a_renders_note_on_the_page(tmp_path):
             page.get_by_role("button", name="Speak").click()
             page.locator(".item.selected", has_text="Good_evening").wait_for()
             page.locator("#setting-captions").select_option("srt")
+            page.locator("summary", has_text="Advanced (engine)").click()  # the engine's settings are behind Advanced
             page.locator("#setting-engine").select_option("classic")
-            page.locator("#setting-delivery").fill("broadcast-hd")
-            page.locator("#setting-delivery").dispatch_event("change")
+            page.locator("#setting-delivery").select_option("broadcast-hd")  # a list from the server
             page.get_by_role("button", name="Render", exact=True).click()
             row = page.get_by_test_id("job-1")
             row.locator(".badge.done").wait_for(timeout=240_000)
