@@ -422,3 +422,15 @@ def test_a_hanging_webhook_path_does_not_hold_up_another_jobs_call(tmp_path, hom
     finally:
         release.set()
         listener.shutdown()
+
+
+def test_a_scope_refusal_says_what_is_missing(tmp_path):
+    conf = tmp_path / "clients.toml"
+    conf.write_text('[clients.wall]\ntoken = "wall-token-1234567"\nscopes = ["read"]\n')
+    with Server(tmp_path / "srv", "--clients", str(conf), token="wall-token-1234567") as srv:
+        r = httpx.get(f"{srv.url}/metrics", headers={"Authorization": "Bearer wall-token-1234567"}, timeout=60)
+    assert r.status_code == 403
+    assert r.json()["error"] == (
+        "client wall may not GET /metrics (it has the scopes read; that needs a client that sees every "
+        "client's jobs (the admin scope)); ask this server's operator"
+    )
