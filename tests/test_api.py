@@ -641,7 +641,7 @@ def test_what_cannot_run_here_is_refused_before_the_202(client, astro, short_id)
     assert "cuda:7" in one_sentence(client.post("/v1/renders", data={**base, "device": "cuda:7"}), 422)
     for start, end in ((0, 41), (40, None), (45, 50)):
         data = {**base, "frame_start": start, **({"frame_end": end} if end else {})}
-        msg = one_sentence(client.post("/v1/renders", data=data), 404)  # frames that do not exist
+        msg = one_sentence(client.post("/v1/renders", data=data), 422)  # form fields outside the clip (issue 51)
         assert "outside the clip, which has 40 frames" in msg, msg
     assert len(client.get("/v1/renders").json()["renders"]) == before
     ok = client.post("/v1/renders", data={**base, "frame_start": 10, "frame_end": 40})  # up to the end: fine

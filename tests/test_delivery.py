@@ -157,19 +157,32 @@ def test_transparent_canvas_writes_alpha_with_prores4444(avatar, voice, tmp_path
 
 
 def test_a_delivery_sets_values_and_an_explicit_one_wins():
-    s = from_dict({"delivery": "Broadcast HD"})
-    assert (s.canvas, s.fps, s.codec, s.loudness, s.true_peak, s.start_tc) == (
+    from studio.core.render.resolve import resolve
+
+    s = resolve({"delivery": "Broadcast HD"}).settings
+    assert (s.canvas, s.fps, s.codec, s.loudness, s.true_peak, s.start_tc, s.delivery) == (
         "1920x1080",
         "25",
         "prores",
         -23.0,
         -1.0,
         "10:00:00:00",
+        "Broadcast HD",  # kept as provenance
     )
-    s = from_dict({"delivery": "web-1080p", "crf": 18, "canvas": "1280x720"})
+    from studio.core.settings import parse_dict
+
+    assert parse_dict({"delivery": "Broadcast HD"}).canvas == "avatar"  # parsing alone applies nothing
+    assert from_dict({"delivery": "Broadcast HD"}) == s  # a form's or a folder's settings: the same rule
+    s = resolve({"delivery": "web-1080p", "crf": 18, "canvas": "1280x720"}).settings
     assert (s.crf, s.canvas, s.loudness) == (18, "1280x720", -16.0)
-    s = from_dict({"delivery": "social-vertical", "codec": "h264", "fps": "25"}, explicit={"delivery", "codec", "fps"})
+    s = resolve({"delivery": "social-vertical", "codec": "h264", "fps": "25"}, {"delivery", "codec", "fps"}).settings
     assert (s.canvas, s.fps, s.loudness) == ("1080x1920", "25", -14.0)
+    # a value at its default given explicitly wins too (fit over the delivery's face), and resolving the
+    # resolved settings again with the same explicit keys gives them back
+    r = resolve({"delivery": "social-vertical", "fit": "fit"}, {"delivery", "fit"})
+    assert (r.settings.fit, r.settings.canvas, r.suffix) == ("fit", "1080x1920", ".mp4")
+    assert resolve(r.settings, r.explicit) == r
+    assert resolve({"delivery": "broadcast-hd"}).suffix == ".mov"
 
 
 def test_a_users_delivery_is_saved_listed_and_used(tmp_path):
@@ -178,7 +191,9 @@ def test_a_users_delivery_is_saved_listed_and_used(tmp_path):
 
     d = deliveries.save("Promo square", {"canvas": "1080x1080", "crf": 18, "fit": "face"}, "square promos")
     assert d.name == "promo-square" and not d.builtin
-    assert from_dict({"delivery": "promo square"}).canvas == "1080x1080"
+    from studio.core.render.resolve import resolve
+
+    assert resolve({"delivery": "promo square"}).settings.canvas == "1080x1080"
     assert "promo-square" in delivery.all_deliveries()
     with pytest.raises(InputError, match="shipped with Studio"):
         deliveries.save("broadcast-hd", {"crf": 18})

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import prepare_demo_avatar, speechlike
+from conftest import prepare_demo_avatar, speech_pause_speech, speechlike
 from hostile import studio
 from served import Server
 
@@ -98,6 +98,18 @@ def test_emoji_are_left_out_and_memory_stays_bounded(tmp_path):
         assert r.status_code == 201, r.text
         assert r.json()["duration_s"] < 5
         assert rss.grew < 700, rss.grew
+        with PeakRss(srv.proc.pid) as rss:  # three at once, 4 KB each (three got the server OOM-killed in 9 GiB)
+            threads = [
+                threading.Thread(
+                    target=c.post, args=("/v1/audio/speech",), kwargs={"data": {"text": f"Hi {n} " + EMOJI * 1300}}
+                )
+                for n in range(3)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert rss.grew < 700, rss.grew
         r = c.post("/v1/audio/speech", data={"text": EMOJI * 3000})
         assert r.status_code == 422
         assert r.json()["error"] == (
@@ -107,7 +119,11 @@ def test_emoji_are_left_out_and_memory_stays_bounded(tmp_path):
 
 def test_a_long_run_without_punctuation_is_cut_into_bounded_runs(tmp_path):
     """300 words with no punctuation (one sentence to the splitter before: 880 MB for 60 words)."""
-    words = " ".join(["the quick brown fox jumps over the lazy dog"] * 34)
+    import random
+
+    pick = random.Random(1).choice  # varied words: no sentence repeats (each would be cached)
+    vocabulary = "the quick brown fox jumps over a lazy dog while seven hundred people watched quietly".split()
+    words = " ".join(pick(vocabulary) for _ in range(300))
     with Server(tmp_path / "srv") as srv, _client(srv) as c:
         with PeakRss(srv.proc.pid) as rss:
             r = c.post("/v1/audio/speech", data={"text": words})
@@ -332,3 +348,36 @@ def test_a_decompression_bomb_background_is_one_sentence(tmp_path, home, short):
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("studio: error: ") and "the background image is 12000x12000 (144 megapixels)" in last
     assert not (tmp_path / "out.mp4").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# Row 4: inputs are never outputs, --overwrite or not, side files included
+
+
+def test_overwrite_never_replaces_an_input(tmp_path, home):
+    short = speech_pause_speech(tmp_path / "voice.wav", 1.0, 0.5, 1.0)
+    out = tmp_path / "out"
+    out.mkdir()
+    script = out / "b.srt"
+    script.write_text("Hello there.\n")
+    r = studio(
+        "render", "--avatar", "astro", "--audio", short, "--script", script, "--captions", "srt",
+        "-o", out / "b.mp4", "--overwrite", env={"STUDIO_HOME": str(home)},
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert f"{script} is this command's input (--script {script}); write the output to another name" in r.stderr
+    assert script.read_text() == "Hello there.\n"
+    assert sorted(p.name for p in out.iterdir()) == ["b.srt"]  # nothing half-written, no video without its captions
+    cap_in = out / "v.srt"
+    cap_in.write_text("Good evening.\n")
+    r = studio(
+        "captions", "--audio", short, "--text", cap_in, "-o", cap_in, "--overwrite", env={"STUDIO_HOME": str(home)}
+    )
+    assert r.returncode == 2 and "is this command's input (--text" in r.stderr, r.stderr
+    assert cap_in.read_text() == "Good evening.\n"
+    link = out / "link.srt"
+    link.symlink_to(cap_in)
+    r = studio(
+        "captions", "--audio", short, "--text", cap_in, "-o", link, "--overwrite", env={"STUDIO_HOME": str(home)}
+    )
+    assert r.returncode == 2 and cap_in.read_text() == "Good evening.\n", r.stderr

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import prepare_demo_avatar, speechlike
-from live_peer import Got, Viewer, mouth_box, moved, send_pcm
 from served import Server, free_port
+
+from studio.service.live_viewer import Got, Viewer, mouth_box, moved, send_pcm
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("aiortc")
@@ -39,6 +40,7 @@ MAX_LIVE = 2
 MOVING_LEVELS = 30.0
 STILL_LEVELS = 8.0
 VP8 = "video/VP8"
+HEADER_S = 3  # the server's --header-timeout: an audio socket outlives it
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,9 @@ def home(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(home):
     h, _ = home
-    s = Server(h, "--token", TOKEN, "--max-live", str(MAX_LIVE), token=TOKEN, timeout=180)
+    s = Server(
+        h, "--token", TOKEN, "--max-live", str(MAX_LIVE), "--header-timeout", str(HEADER_S), token=TOKEN, timeout=180
+    )
     deadline = time.monotonic() + 180  # the engines warm before the first session (GET /v1/ready)
     while httpx.get(f"{s.url}/v1/ready", headers=AUTH).status_code != 200:
         assert time.monotonic() < deadline, s.log_tail()
@@ -218,6 +222,20 @@ def test_barge_in_and_two_sessions_own_lips(server, client, mouth):
             # the presenter rests from the frame after the clear on (frame numbers are RTP times / 3600)
             after = [g for g in va.frames if g.pts // 3600 > cleared["frame"]]
             assert resting(after, va.frames[na - 5 : na]), [round(moved(g.mouth, ref.mouth), 1) for g in after]
+
+    asyncio.run(run())
+
+
+def test_the_audio_socket_outlives_the_http_header_timeout(server, client):
+    """A voice socket stays open for as long as the session (the slow-client guard's header timer is
+    for HTTP requests, never for an upgraded connection)."""
+    d = open_session(client)
+
+    async def run():
+        async with websockets.connect(ws_url(server, d)) as ws:
+            await send_pcm(ws, np.zeros(16_000 * (HEADER_S + 2), np.float32), 16_000)  # real time, past the timer
+            await ws.send(json.dumps({"type": "clear"}))
+            assert json.loads(await ws.recv())["type"] == "cleared"
 
     asyncio.run(run())
 

@@ -162,7 +162,8 @@ def test_the_window_offers_every_setting(qtbot):
         w = panel.findChild(QWidget, f"setting_{spec.name}") or timeline.findChild(QWidget, f"setting_{spec.name}")
         assert w is not None, f"the window has no widget for {spec.name}"
         if isinstance(w, QComboBox):
-            items = [w.itemText(i) for i in range(w.count())]
+            # the values it offers (the delivery's: its key, under its full name)
+            items = [w.itemText(i) if w.itemData(i) is None else w.itemData(i) for i in range(w.count())]
             shown = spec.auto_label if spec.optional else str(spec.default)
             assert (items == list(spec.choices)) if spec.choices else (shown in items), spec.name
         elif isinstance(w, QCheckBox):

@@ -84,6 +84,9 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
     from studio.api.paths import PathScope
 
     app.add_middleware(PathScope, allow=opts.allow_paths)  # the one check of client-named server paths
+    from studio.api.http_rules import DocsSandbox, HeadAsGet
+
+    app.add_middleware(HeadAsGet)  # HEAD: every GET route's answer without its body
     from starlette.middleware.gzip import GZipMiddleware
 
     from studio.api.conditional import Conditional
@@ -93,6 +96,7 @@ def create_app(queue=None, options: ServeOptions | None = None, pool=None) -> Fa
     app.add_middleware(WebPage)  # the page at / (web/, built): no token, its own CSP (docs/web.md)
     app.add_middleware(GZipMiddleware, minimum_size=1024)  # not video, images, event streams or ranges
     app.add_middleware(SiteGuard, hosts=allowed_hosts(opts), origins=opts.cors_origins)  # rebinding, cross-site
+    app.add_middleware(DocsSandbox)  # /docs and /redoc (CDN scripts) in a sandbox: no access to the page's token
     app.add_middleware(RequestLog, metrics=state.metrics)
     if opts.cors_origins:
         from starlette.middleware.cors import CORSMiddleware

@@ -73,16 +73,13 @@ def digest(token: str | bytes) -> bytes:
 def load_clients(path: str | Path) -> tuple[Client, ...]:
     """The clients of a ``--clients`` TOML file; ``InputError`` (one sentence) for anything wrong."""
     from studio.core.errors import InputError
+    from studio.core.store.small_files import read_small_text
 
     where = f"--clients {path}"
+    text = read_small_text(path, where)  # a regular file of at most 1 MB: /dev/zero, a FIFO are one sentence
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise InputError(f"{where}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{where}: cannot be read ({exc.strerror or exc})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{where} is not TOML ({str(exc)[:120]}); see docs/server.md for the format") from None
     table = data.get("clients")
     if not isinstance(table, dict) or not table:

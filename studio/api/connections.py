@@ -49,6 +49,7 @@ def guarded_protocol(limits: Limits):
     class GuardedH11(H11Protocol):
         _studio_counted = ""
         _studio_timer: asyncio.TimerHandle | None = None
+        _studio_upgraded = False  # a WebSocket owns the connection: no HTTP timer on it any more
 
         def connection_made(self, transport) -> None:
             set_nodelay(transport)
@@ -69,6 +70,8 @@ def guarded_protocol(limits: Limits):
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
+            if self._studio_upgraded:  # the head that upgraded it was the last HTTP it sent
+                return
             cycle = self.cycle
             if cycle is not None and not cycle.response_complete:
                 if cycle.more_body:  # a body on its way: the next byte within body_idle_s
@@ -84,8 +87,9 @@ def guarded_protocol(limits: Limits):
                 self._wait_head()  # the next request's head, from now
 
         def handle_websocket_upgrade(self, event) -> None:
-            self._stop_timer()  # the WebSocket protocol owns the connection from here
-            self._uncount()
+            self._studio_upgraded = True
+            self._stop_timer()  # the WebSocket protocol owns the connection from here (a live session's
+            self._uncount()  # audio socket stays open for hours: a timer armed after it would write a 408 into it)
             super().handle_websocket_upgrade(event)
 
         # -- timers ---------------------------------------------------------------------------

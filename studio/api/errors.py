@@ -84,6 +84,20 @@ def install(app) -> None:
             return error_response(405, sentence, {"Allow": ", ".join(allowed)})
         return error_response(422, validation_sentence(exc.errors()))
 
+    @app.exception_handler(OSError)
+    async def _os(request, exc: OSError):
+        import errno
+
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return error_response(507, "the server's disk is full; try again once its operator has made room")
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and exc.filename:
+            return error_response(507, "the server cannot write its data folder (read-only or not its own)")
+        return await _bug(request, exc)
+
+    @app.exception_handler(OverflowError)
+    async def _overflow(request, exc: OverflowError):
+        return error_response(422, "a number in the request is too large (ids and counts fit in 64 bits)")
+
     @app.exception_handler(Exception)
     async def _bug(request, exc: Exception):
         rid = getattr(request.state, "request_id", "-")

@@ -84,11 +84,13 @@ class Guard:
                 )
             need = scope_needed(method, path, reads)
             if not who.may(need) or (path in EVERY_JOB_PATHS and not who.every_job):
+                # it has the scope: then this path shows every client's jobs, which it may not see
+                needs = "a client that sees every client's jobs (the admin scope)" if who.may(need) else need
                 return await send_json(
                     send,
                     403,
                     f"client {who.name} may not {method} {path[:100]} (it has the scopes "
-                    f"{', '.join(sorted(who.scopes))}; that needs {need}); ask this server's operator",
+                    f"{', '.join(sorted(who.scopes))}; that needs {needs}); ask this server's operator",
                 )
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > self.max_body:

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
 from studio.api.paths import refuse_paths
-from studio.api.schema import settings_of
+from studio.api.schema import sent_settings, settings_of
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -36,6 +36,7 @@ class Inputs:
         start, end = form.frame_start, form.frame_end
         self.frames = None if start is None and end is None else (start or 0, end)
         self.settings = settings_of(form)
+        self.explicit = sent_settings(form)  # the fields the client sent: they win over the delivery's
         self.webhook = form.webhook or None
         self.gpus = getattr(form, "gpus", None) or None
         self.placement = getattr(form, "placement", None) or None
@@ -61,14 +62,14 @@ async def submit(st, model, headers=None):
     """Check and store the inputs, check the render can run, then add the job to the queue (429 when
     it is full). Everything the queue would refuse later is refused here, before the 202; a refused
     request leaves nothing behind (uploads it stored are removed again)."""
-    from studio.core.settings import from_dict as settings_from_dict
+    from studio.core.render.resolve import resolve
     from studio.service.preflight import runnable_here
 
     form = Inputs(model)
     header = cancel_after(headers)
     if header is not None:
         form.deadline_s = header if form.deadline_s is None else min(form.deadline_s, header)
-    settings = settings_from_dict(form.settings)
+    settings = resolve(form.settings, form.explicit).settings  # the delivery applied: its engine, codec, ...
     named = {"avatar_path": form.avatar_path, "audio_path": form.audio_path, "output": form.output}
     refuse_paths([n for n, v in named.items() if v])
     if form.placement == "farm" and st.opts.farm is None:  # the server's state, before any upload is kept
@@ -134,7 +135,9 @@ async def _submit(st, form, settings, stored: list):
         from studio.core.media.codecs import spec as codec_spec
 
         output = renders_dir() / f"{_slug(avatar_label)}-{_slug(audio_label)}{codec_spec(settings.codec).suffix}"
-    request = await run_in_threadpool(RenderRequest, avatar, audio, str(output), settings)  # the rate resolved once
+    request = await run_in_threadpool(
+        functools.partial(RenderRequest, avatar, audio, str(output), settings, explicit=tuple(sorted(form.explicit)))
+    )  # resolved once: the delivery under the fields sent, the rate
     frames = form.frames
     if frames is not None:  # inside the clip, never clamped (the end defaults to the clip's end)
         from studio.core.media.audio import probe
@@ -142,7 +145,10 @@ async def _submit(st, form, settings, stored: list):
 
         total = (await run_in_threadpool(probe, audio)).frames_at(request.output_rate)  # at the output's rate
         frames = (frames[0], total if frames[1] is None else frames[1])
-        check_frames(frames, total)
+        try:
+            check_frames(frames, total)
+        except StudioError as exc:  # a field of this form that does not fit the clip: 422, not 404
+            raise ApiError(422, str(exc)) from None
         request = request.with_(frames=frames)
     if form.placement == "farm":
         request = request.with_(placement=farm_placement(st, form, frames))

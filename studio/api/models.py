@@ -271,7 +271,8 @@ else:
         "http",
         ("engine", "silence"),
         base=FrameInputs,
-        doc="The frame at t, and the settings that make it.",
+        doc="The frame at t, and the settings that make it (a delivery's too: its canvas, placement, rate).",
+        also=("delivery",),
     )
     JobFrameQuery = FrameTime
 

@@ -101,9 +101,7 @@ class ServeOptions:
         if self.max_storage_gb is not None and not self.max_storage_gb > 0:
             raise InputError("--max-storage-gb must be more than 0")
         origins = split_list(self.cors_origins) if isinstance(self.cors_origins, str) else self.cors_origins
-        for o in origins:
-            if o != "*" and not o.startswith(("http://", "https://")):
-                raise InputError(f"--cors-origin {o}: give an origin such as https://dashboard.example (or *)")
+        self._check_cors(origins)
         hosts = self._checked_hosts()
         clients = self._checked_clients()
         if not is_loopback(self.host) and not self.token and not clients:
@@ -113,10 +111,7 @@ class ServeOptions:
             )
         if self.jobs_per_device < 1:
             raise InputError("--jobs-per-device must be at least 1")
-        if not (0 < self.header_timeout_s <= 3600 and 0 < self.body_timeout_s <= 3600):
-            raise InputError("--header-timeout and --body-timeout take 0 < SECONDS <= 3600")
-        if self.max_client_connections < 1:
-            raise InputError("--max-client-connections must be at least 1")
+        self._check_connections()
         if self.farm:
             from studio.service.farm_link import check_address
 
@@ -138,6 +133,31 @@ class ServeOptions:
         )
         checked.retention  # noqa: B018 - a bad STUDIO_KEEP_RENDERS is one sentence now, not at the first job
         return checked
+
+    def _check_cors(self, origins) -> None:
+        from studio.core.errors import InputError
+
+        for o in origins:
+            if o != "*" and not o.startswith(("http://", "https://")):
+                raise InputError(f"--cors-origin {o}: give an origin such as https://dashboard.example (or *)")
+            if o != "*" and "*" in o:
+                raise InputError(
+                    f"--cors-origin {o}: an origin is matched exactly (no wildcards in it); list each one, "
+                    "such as https://a.example,https://b.example"
+                )
+        if "*" in origins and not self.token and not self.clients_file:
+            raise InputError(
+                "--cors-origin '*' lets any web page call this server: give --token (or --clients) too, "
+                "or list the origins allowed"
+            )
+
+    def _check_connections(self) -> None:
+        from studio.core.errors import InputError
+
+        if not (0 < self.header_timeout_s <= 3600 and 0 < self.body_timeout_s <= 3600):
+            raise InputError("--header-timeout and --body-timeout take 0 < SECONDS <= 3600")
+        if self.max_client_connections < 1:
+            raise InputError("--max-client-connections must be at least 1")
 
     def _check_webhook_allow(self, allow: tuple[str, ...]) -> None:
         from studio.core.errors import InputError

@@ -65,12 +65,15 @@ def field_name(setting: str) -> str:
     return f"{setting}_" if hasattr(BaseModel, setting) else setting
 
 
-def settings_fields(face: str, groups: tuple[str, ...] | None = None) -> dict[str, tuple[Any, Any]]:
-    """Every setting ``face`` shows (optionally only ``groups``), as Pydantic field definitions."""
+def settings_fields(
+    face: str, groups: tuple[str, ...] | None = None, also: tuple[str, ...] = ()
+) -> dict[str, tuple[Any, Any]]:
+    """Every setting ``face`` shows (optionally only ``groups``, plus the settings named in ``also``),
+    as Pydantic field definitions."""
     from studio.core.settings import specs
 
     out = {}
-    for s in specs(face, groups):
+    for s in specs(face, groups) + [s for s in specs(face) if s.name in also]:
         kind, info = setting_field(s)
         if field_name(s.name) != s.name:
             info.alias = info.validation_alias = info.serialization_alias = s.name
@@ -86,11 +89,12 @@ def settings_model(
     base: type[BaseModel] | None = None,
     strict: bool = True,
     doc: str = "",
+    also: tuple[str, ...] = (),
 ) -> type[BaseModel]:
     """A Pydantic model of the settings (on ``base``'s fields): ``strict`` forbids unknown fields
     (an input), else they are kept (an answer: a job stored by a newer Studio)."""
     config = ConfigDict(extra="forbid" if strict else "allow")
-    fields = settings_fields(face, groups)
+    fields = settings_fields(face, groups, also)
     if base is not None:
         clash = set(fields) & set(base.model_fields)
         if clash:
@@ -103,12 +107,25 @@ def settings_model(
 
 
 def settings_of(model: BaseModel, groups: tuple[str, ...] | None = None, face: str = "http") -> dict[str, Any]:
-    """The settings' values of a parsed form/query model, for ``settings.from_dict``."""
+    """The settings' values of a parsed form/query model (those of ``groups``, and any other it has),
+    for ``render.resolve`` / ``settings.from_dict``."""
     from studio.api.paths import client_path
     from studio.core.settings import specs
 
-    values = {s.name: getattr(model, field_name(s.name)) for s in specs(face, groups)}
-    for s in specs(face, groups):  # a setting naming a file on the server: the one path check, first
+    shown = [
+        s for s in specs(face) if groups is None or s.group in groups or field_name(s.name) in type(model).model_fields
+    ]
+    values = {s.name: getattr(model, field_name(s.name)) for s in shown}
+    for s in shown:  # a setting naming a file on the server: the one path check, first
         if s.names_file is not None and isinstance(values[s.name], str) and s.names_file(values[s.name]):
             values[s.name] = str(client_path(values[s.name], s.name))
     return values
+
+
+def sent_settings(model: BaseModel, groups: tuple[str, ...] | None = None, face: str = "http") -> set[str]:
+    """The settings the client sent (its explicit ones: they win over a delivery's values, even at
+    their default), of a parsed form/query model."""
+    from studio.core.settings import specs
+
+    sent = model.model_fields_set
+    return {s.name for s in specs(face, groups) if field_name(s.name) in sent}

@@ -32,6 +32,7 @@ from pathlib import Path
 from studio.api.errors import ApiError
 
 ID_RE = re.compile(r"^[0-9a-f]{16}$")
+FILE_RE = re.compile(r"[0-9a-f]{16}\.[a-z0-9]{1,8}")  # a stored file's name: id and detected extension
 CHUNK = 1 << 20
 AUDIO_EXT = {"WAV": ".wav", "FLAC": ".flac", "OGG": ".ogg", "MP3": ".mp3", "AIFF": ".aiff", "CAF": ".caf"}
 # voice-overs FFmpeg reads (``AudioInfo.format`` of an FFmpeg source): M4A/AAC, a video's sound
@@ -157,6 +158,7 @@ class UploadStore:
             _unlink(stored.path)
             if stored.kind == "audio":
                 _unlink(self.root / "audio" / f"{stored.id}.json")
+                _unlink(stored.path.with_suffix(".speech.json"))  # the sentence times of a spoken text
 
     def as_client_said(self, exc: BaseException, stored: Stored) -> BaseException:
         """``exc`` with the stored file's server path replaced by the client's name for it (a
@@ -187,10 +189,26 @@ class UploadStore:
         return self.root / "audio" / meta["file"]
 
     def audio_meta(self, audio_id: str) -> dict:
+        """The upload's record, checked: a damaged one (not JSON, a ``file`` that is not this id's own
+        file in uploads/audio, which is never followed elsewhere) is 410 with one sentence."""
+        from studio.core.errors import StudioError
+        from studio.core.store.small_files import read_small
+
         path = self.root / "audio" / f"{audio_id}.json" if ID_RE.match(audio_id or "") else None
         if path is None or not path.exists():
             raise ApiError(404, f"no uploaded voice-over with id '{audio_id}'; upload it with POST /v1/audio")
-        return json.loads(path.read_text())
+        try:
+            meta = json.loads(read_small(path, f"upload {audio_id}", most=64 << 10))
+            name = meta["file"]
+            ok = isinstance(meta, dict) and isinstance(name, str) and bool(FILE_RE.fullmatch(name))
+            ok = ok and name.startswith(audio_id) and (self.root / "audio" / name).is_file()
+        except (StudioError, ValueError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            raise ApiError(410, f"the uploaded voice-over '{audio_id}' is damaged on the server; upload it again")
+        meta.setdefault("filename", "upload")
+        meta.setdefault("bytes", (self.root / "audio" / name).stat().st_size)
+        return meta
 
     def list_audio(self, owner: str | None) -> list[dict]:
         """The stored voice-overs, newest first; ``owner``: only those that client uploaded (None: all)."""

@@ -43,8 +43,20 @@ def parse_warm(text: str):
         if not eq or not name.strip():
             raise InputError(f"--warm {text!r}: give NAME=VALUE pairs such as decoder=sd-vae,precision=fp16")
         values[name.strip()] = value.strip()
+    from studio.core.settings import SCHEMA
+
+    unknown = sorted(set(values) - set(SCHEMA))
+    if unknown:
+        raise InputError(
+            f"--warm {text!r}: {unknown[0]!r} is not a render setting (such as decoder, precision, device)"
+        )
     try:
-        return from_dict(values)
+        settings = from_dict(values)
+        if settings.device is not None:
+            from studio.service.preflight import check_device
+
+            check_device(settings.device, "device=")  # cuda:9 on a CPU machine is not "warm"
+        return settings
     except InputError as exc:
         raise InputError(f"--warm {text!r}: {exc}") from None
 

@@ -26,8 +26,9 @@ a job finished by another process (the window, ``studio queue run``) is told of 
 ask for a job's calls again (``redeliver``: ``POST /v1/renders/{id}/webhook/redeliver``): another
 round of up to ``MAX_ATTEMPTS`` tries, under the same delivery ids.
 
-Calls go out concurrently, one at a time per destination (scheme, host, port): a listener that never
-answers holds only its own calls (``TIMEOUT_S`` a try), never another destination's.
+Calls go out concurrently, one at a time per URL and at most ``PER_DESTINATION`` at once per
+destination (scheme, host, port): a path that never answers holds only its own calls (``TIMEOUT_S``
+a try), never another path's or another destination's.
 
 Only destinations the operator listed (``--webhook-allow host``: its default port only; ``host:port``;
 ``host:*``: any port) are ever called, never this server's own listening address (checked when the
@@ -56,7 +57,8 @@ BACKOFF_S = 1.0  # the first retry waits this long; each next one twice as long
 TIMEOUT_S = 10.0
 POLL_S = 2.0  # also picks up jobs finished by other processes
 MAX_URL = 2000
-WORKERS = 8  # destinations called at the same time
+WORKERS = 8  # calls in flight at the same time
+PER_DESTINATION = 4  # calls in flight to one host:port (one per URL): a hanging path holds up only itself
 TOLERANCE_S = 300  # what ``verify`` accepts (and docs/api.md advises) between a call's time and now
 CHECKED = "checked"  # the second event of a done job that asked for the check
 CHECK_ENDED = ("done", "failed", "stopped")  # result.check.state once the check is over
@@ -167,6 +169,8 @@ def check_url(opts, url: str) -> str:
         )
     if len(url) > MAX_URL:
         raise ApiError(422, f"webhook: the URL is {len(url)} characters long; give one of at most {MAX_URL}")
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):  # CR/LF, tabs, spaces: no HTTP client sends them
+        raise ApiError(422, "webhook: the URL has spaces or control characters (CR, LF) in it; percent-encode them")
     try:
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
@@ -284,7 +288,7 @@ def backoff(attempts_made: int) -> float:
 
 class WebhookSender:
     """Finds the calls that are due (a dispatcher thread) and makes each on a thread of its own, one
-    at a time per destination and at most ``WORKERS`` at once. The threads are daemons: a listener
+    at a time per URL, at most ``PER_DESTINATION`` per host:port and ``WORKERS`` at once. The threads are daemons: a listener
     that does not answer never holds up the server's exit (its try ends by ``TIMEOUT_S``)."""
 
     def __init__(self, st):
@@ -293,7 +297,7 @@ class WebhookSender:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._busy: set[tuple[str, str, int]] = set()  # destinations with a call in flight
+        self._busy: set[tuple[str, tuple[str, str, int]]] = set()  # (URL, destination) with a call in flight
         self._busy_lock = threading.Lock()
         self._http = None
 
@@ -352,10 +356,12 @@ class WebhookSender:
             if due > now:
                 next_due = min(next_due, due - now)
                 continue
-            dest = destination(job.webhook)
+            dest = (job.webhook, destination(job.webhook))
             with self._busy_lock:
                 if dest in self._busy or len(self._busy) >= WORKERS:
-                    continue  # its listener is busy with another call (or every worker is): after that
+                    continue  # this URL has a call in flight (or every worker is busy): after that
+                if sum(d[1] == dest[1] for d in self._busy) >= PER_DESTINATION:
+                    continue  # its host:port has as many calls in flight as it gets at once
                 self._busy.add(dest)
             attempt = sum(d["state"] == event and d["attempt"] != REDELIVERY for d in calls) + 1
             threading.Thread(

@@ -79,11 +79,18 @@ def _main(argv: list[str] | None = None) -> int:
 
     handle_stop_signals()  # SIGTERM and SIGHUP cancel like Ctrl-C (exit 128 + signal number)
     _QUICK_EXIT[0] = True
+    from studio.core.store.fsutil import protect_inputs
+
+    # every file an option names, but the output, is an input: nothing this command writes replaces it
+    protect_inputs({_option(k): v for k, v in vars(args).items() if k not in OUTPUT_DESTS})
     try:
         try:
             return int(args.func(args) or 0)
         finally:
             _stop_workers()
+            from studio.core.store.fsutil import clear_inputs
+
+            clear_inputs()  # main() called again in this process (tests, the window's own calls) starts afresh
     except StudioError as exc:
         _say(f"studio: error: {exc}")
         return exc.exit_code
@@ -110,6 +117,13 @@ def _main(argv: list[str] | None = None) -> int:
         path = _log_traceback()
         _say(f"studio: internal error ({sys.exc_info()[1]!r}); the traceback is in {path}. Please report it.")
         return 1
+
+
+OUTPUT_DESTS = ("output", "report", "func")  # options naming what a command writes
+
+
+def _option(dest: str) -> str:
+    return "--" + {"script_file": "script"}.get(dest, dest).replace("_", "-")
 
 
 def _stop_workers() -> None:

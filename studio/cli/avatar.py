@@ -104,12 +104,30 @@ def run_add(args) -> int:
             bar.label = stage
         bar.update(done, total or done, "" if total else "(length unknown)")
 
+    meta = avatar.library_dir() / args.name / "meta.json"
+    before = _stamp(meta)
     try:
         a = avatar.prepare(args.name, args.source, params, force=args.force, progress=progress)
     finally:
         if stage_seen[0]:
             bar.close()
-    return _answer(args, _summary(a), f"added avatar '{a.name}'")
+    title = f"added avatar '{a.name}'"
+    if before is not None:  # --force on an existing avatar: say whether anything was made again
+        title = (
+            f"avatar '{a.name}' was already prepared from this source with these settings (every stage checked "
+            "and kept, nothing rebuilt; `studio avatar rm` it first to prepare it from scratch)"
+            if _stamp(meta) == before
+            else f"replaced avatar '{a.name}' (the stages this source and these settings change were rebuilt)"
+        )
+    return _answer(args, _summary(a), title)
+
+
+def _stamp(path):
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def run_list(args) -> int:

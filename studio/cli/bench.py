@@ -78,6 +78,16 @@ def register(sub) -> None:
         help="a classic-engine row per delivery codec (frames/s end to end); 'none' to skip",
     )
     p.add_argument("--workdir", default=None, help="keep inputs and outputs here (default: a temp folder)")
+    p.add_argument(
+        "--live",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N live sessions on a fresh `studio serve`, watched over WebRTC (docs/live.md)",
+    )
+    p.add_argument("--live-seconds", type=float, default=12.0, help="--live: seconds of voice per session")
+    p.add_argument("--live-viewers", type=int, default=2, help="--live: sessions watched by a WebRTC receiver")
+    p.add_argument("--live-engine", default=None, help="--live: classic or musetalk (default: musetalk on CUDA)")
     p.add_argument("--json", metavar="OUT", default=None, help="write all figures to this JSON file")
     p.set_defaults(func=run)
 
@@ -86,6 +96,9 @@ def run(args) -> int:
     import json
     import tempfile
     from pathlib import Path
+
+    if args.live:
+        return run_live(args)
 
     from studio.bench.reference import run_bench
     from studio.core.store.fsutil import atomic_write_bytes
@@ -306,3 +319,35 @@ def print_service(sv: dict) -> None:
                     f"  a 5 s breaking clip posted into it: first frame {u.get('first_frame_s')} s after its submission "
                     f"(goal <= 0.25 s), answered in {u['answered'] - u['sent']:.2f} s"
                 )
+
+
+def run_live(args) -> int:
+    """``studio bench --live N`` (``studio.service.bench_live``)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from studio.service.bench_live import live_rows
+
+    device = args.device or ("cuda" if _cuda() else "cpu")
+    engine = args.live_engine or ("musetalk" if device.startswith("cuda") else "classic")
+    height = args.height or (1080 if device.startswith("cuda") else 600)
+    with tempfile.TemporaryDirectory(prefix="studio-bench-live-") as tmp:
+        res = live_rows(
+            args.live,
+            Path(args.workdir or tmp),
+            device,
+            engine,
+            height,
+            args.live_seconds,
+            args.live_viewers,
+            note=lambda text: print(text, file=sys.stderr, flush=True),
+        )
+    print(json.dumps(res, indent=1))
+    return 0
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())

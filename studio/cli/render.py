@@ -145,16 +145,26 @@ def _range_options(p) -> None:
     )
 
 
-def settings_from_args(args):
-    """The settings the command line gave (the schema's defaults for the others), checked."""
-    from studio.core.settings import SCHEMA, from_dict
+def given_settings(args) -> dict:
+    """The settings typed on the command line (their names are the explicit ones: they win over a
+    delivery's), parsed."""
+    from studio.core.settings import SCHEMA
 
     given = {n: getattr(args, n) for n in SCHEMA if getattr(args, n, None) is not None}
     if getattr(args, "script_file", None):  # --script SCRIPT.txt: a file here; the setting holds its text
         from studio.cli.speak import read_script
 
         given["script"] = read_script(args.script_file)
-    return from_dict(given, explicit=set(given))
+    return given
+
+
+def settings_from_args(args, avatar=None):
+    """The settings the command line gave, resolved (``render.resolve``: the delivery's values under the
+    options typed, the schema's defaults for the others), checked."""
+    from studio.core.render.resolve import resolve
+
+    given = given_settings(args)
+    return resolve(given, set(given), avatar).settings
 
 
 def _placement(args):
@@ -217,6 +227,7 @@ def request_from_args(avatar, audio, output, args):
     """The ``RenderRequest`` that ``studio render`` and ``studio queue add`` build from their options."""
     from studio.service.request import RenderRequest
 
+    given = given_settings(args)
     req = RenderRequest(
         avatar,
         audio,
@@ -224,6 +235,7 @@ def request_from_args(avatar, audio, output, args):
         settings_from_args(args),
         _placement(args),
         overwrite=bool(getattr(args, "overwrite", False)),
+        explicit=tuple(sorted(given)),  # the options typed win over the delivery's values
     )
     frames = frames_from_args(args, req)  # timecodes count the output's frames (the rate resolved once)
     return req if frames is None else req.with_(frames=frames)
@@ -374,7 +386,12 @@ def run_frame(args) -> int:
         raise InputError(f"-t {args.time}: give the time as a number of seconds, such as 12.48")
     out = check_output_args(args.output, args.avatar, args.audio, "image")
     info = probe(args.audio)
-    renderer = Renderer(args.avatar, args.audio, settings_from_args(args))
+    settings = settings_from_args(args, args.avatar)
+    if settings.device is not None:
+        from studio.service.preflight import check_device
+
+        check_device(settings.device)  # cuda without CUDA: one sentence, not an internal error
+    renderer = Renderer(args.avatar, args.audio, settings)
     rate = renderer.rate
     if args.time < 0 or frame_index(args.time, rate) >= info.frames_at(rate):
         raise InputError(f"-t {args.time} is outside the voice-over (0 to {info.duration_s:.2f} s)")

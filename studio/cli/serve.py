@@ -400,19 +400,24 @@ def hand_to_local_server(args) -> str | None:
         return None
     if getattr(args, "farm", None) is not None:
         return None
+    from studio.core.errors import StudioError
+    from studio.core.store.small_files import read_small
+
     try:
-        advert = json.loads((data_dir() / ADVERT).read_text())
-        url, pid = str(advert["url"]), int(advert["pid"])
+        advert = json.loads(read_small(data_dir() / ADVERT, ADVERT, most=4096))
+        url, pid = loopback_url(str(advert["url"])), int(advert["pid"])
         os.kill(pid, 0)  # the process is there
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, StudioError):
         return None
+    if url is None or not is_studio_serve(pid):
+        return None  # the file is not trusted: only a loopback `studio serve` gets the job (and the token)
     if advert.get("token") and not env.get("STUDIO_SERVER_TOKEN"):
         return None
     try:
         with urllib.request.urlopen(f"{url}/v1/ready", timeout=1.0) as r:  # our own loopback URL
-            if r.status != 200:
-                return None
-    except OSError:
+            if r.status != 200 or json.loads(r.read(4096)).get("ready") is not True:
+                return None  # not a Studio server's answer: render here
+    except (OSError, ValueError, AttributeError):
         return None
     print(
         f"studio: handing this render to the studio serve running on this data folder ({url}, engine warm); "
@@ -421,3 +426,35 @@ def hand_to_local_server(args) -> str | None:
         flush=True,
     )
     return url
+
+
+def loopback_url(text: str) -> str | None:
+    """``http://127.0.0.1:PORT`` (or ``[::1]``, ``localhost``) as ``serve.json`` may name it, else None:
+    no other host, no user, path or query."""
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(text)
+        port = u.port
+    except ValueError:
+        return None
+    if u.scheme != "http" or u.hostname not in ("127.0.0.1", "::1", "localhost") or not port:
+        return None
+    if u.username or u.password or u.path not in ("", "/") or u.query or u.fragment:
+        return None
+    host = "[::1]" if u.hostname == "::1" else u.hostname
+    return f"http://{host}:{port}"
+
+
+def is_studio_serve(pid: int) -> bool:
+    """Whether process ``pid`` is a ``studio serve`` (its command line, where /proc says it)."""
+    from pathlib import Path
+
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not Path("/proc/self").exists():
+        return True  # no /proc: the loopback URL and the ready answer are the checks
+    try:
+        args = cmdline.read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"serve" in args and any(b"studio" in a for a in args)

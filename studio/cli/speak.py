@@ -33,16 +33,10 @@ def read_script(path: str) -> str:
     from pathlib import Path
 
     from studio.core.errors import InputError
+    from studio.core.store.small_files import read_small_text
 
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise InputError(f"{path}: no such script file")
-    if p.stat().st_size > 1 << 20:
-        raise InputError(f"{path}: the script is over 1 MB; give the text the presenter says")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: the script is not UTF-8 text") from None
+    text = read_small_text(p, f"the script {path}")  # a folder, a FIFO, /dev/zero: what it is, in one sentence
     if not text.strip():
         raise InputError(f"{path}: the script is empty; write the text the presenter says in it")
     return text

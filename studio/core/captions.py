@@ -252,7 +252,10 @@ def make_cues(sentences: list[Sentence]) -> list[Cue]:
     """Cues of at most two lines; a long sentence's phrases share its time by their characters."""
     cues: list[Cue] = []
     for s in sentences:
-        parts = phrases(s.text)
+        text = " ".join(_CONTROL.sub(" ", s.text).split())  # no control bytes (ESC, BEL ...) in a caption
+        if not text:
+            continue
+        parts = phrases(text)
         total = sum(len(p) for p in parts) or 1
         t = s.start_s
         dur = max(s.end_s - s.start_s, MIN_CUE_S * len(parts))
@@ -260,11 +263,41 @@ def make_cues(sentences: list[Sentence]) -> list[Cue]:
             d = dur * len(p) / total
             cues.append(Cue(round(t, 3), round(t + d, 3), lines_of(p)))
             t += d
-    # no overlaps: a cue ends where the next starts at the latest
-    for i in range(len(cues) - 1):
-        if cues[i].end_s > cues[i + 1].start_s:
-            cues[i] = Cue(cues[i].start_s, cues[i + 1].start_s, cues[i].lines)
-    return cues
+    return readable(cues)
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def readable(cues: list[Cue]) -> list[Cue]:
+    """Cues in order with no overlaps and no empty time (a player drops a cue that ends where it
+    starts, and ``srt`` leaves it out: the count said is the count written). A cue shorter than
+    ``MIN_CUE_S`` takes the next one's text while both fit in one cue (many tiny sentences, "A. A. A.",
+    timed into a short voice-over); what still has no time of its own is shown with the next cue."""
+    merged: list[Cue] = []
+    for c in cues:
+        if merged:
+            prev = merged[-1]
+            joined = f"{' '.join(prev.lines)} {' '.join(c.lines)}"
+            short = prev.end_s - prev.start_s < MIN_CUE_S or c.end_s <= c.start_s
+            if short and len(joined) <= LINE_CHARS * MAX_LINES:
+                merged[-1] = Cue(prev.start_s, max(prev.end_s, c.end_s), lines_of(joined))
+                continue
+        merged.append(c)
+    starts: list[float] = []
+    for c in merged:  # in order: no cue starts before the one before it
+        starts.append(max(c.start_s, starts[-1]) if starts else c.start_s)
+    out: list[Cue] = []
+    carry = ""  # the words of cues with no time of their own, shown with the next cue
+    for i, c in enumerate(merged):
+        end = min(c.end_s, starts[i + 1]) if i + 1 < len(merged) else max(c.end_s, starts[i] + MIN_CUE_S)
+        text = f"{carry} {' '.join(c.lines)}".strip()
+        if end - starts[i] < 0.001 and i + 1 < len(merged):
+            carry = text
+            continue
+        carry = ""
+        out.append(Cue(round(starts[i], 3), round(end, 3), lines_of(text)))
+    return out
 
 
 def write_captions(

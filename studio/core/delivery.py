@@ -7,7 +7,8 @@ checkers of the delivery-side settings (canvas, background, start timecode, mark
     canvas_size("1920x1080") -> (1920, 1080); canvas_size("avatar") -> None
     parse_markers("12.5=Intro, 40") -> [(12.5, "Intro"), (40.0, "Marker 2")]
 
-A delivery sets values; ``settings.from_dict`` applies it under the values given explicitly (those win).
+A delivery sets values; ``render.resolve`` applies it, once, where a request is built, under the values
+given explicitly (those win).
 The user's deliveries are JSON files in ``<data>/deliveries`` (``studio delivery save``, the window);
 a user's delivery may not take a shipped one's name.
 """

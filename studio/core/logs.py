@@ -59,6 +59,14 @@ class SafeFormatter(logging.Formatter):
             record.message = saved
 
 
+class QuietRotatingHandler(logging.handlers.RotatingFileHandler):
+    """A log file that cannot be written (a read-only data folder, a full disk) is left alone: no
+    "--- Logging error ---" traceback on stderr for a command that succeeds; the handler stops trying."""
+
+    def handleError(self, record) -> None:  # noqa: N802 - logging's name
+        self.setLevel(logging.CRITICAL + 1)
+
+
 def log_file_handler(path: str | Path, level: int = logging.INFO) -> logging.Handler:
     """``path`` written through a rotating handler: at ``STUDIO_LOG_MAX_MB`` (default 10) it becomes
     ``path.1`` (the older ones ``.2`` ... up to ``STUDIO_LOG_BACKUPS``, default 5, the oldest dropped)."""
@@ -66,7 +74,7 @@ def log_file_handler(path: str | Path, level: int = logging.INFO) -> logging.Han
 
     max_mb = env.get_float("STUDIO_LOG_MAX_MB", DEFAULT_MAX_MB)
     backups = env.get_int("STUDIO_LOG_BACKUPS", DEFAULT_BACKUPS)
-    fh = logging.handlers.RotatingFileHandler(
+    fh = QuietRotatingHandler(
         path, maxBytes=max(1, int(max_mb * 2**20)), backupCount=max(1, backups), encoding="utf-8", delay=True
     )
     fh.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -555,12 +555,11 @@ def specs(face: str, groups: tuple[str, ...] | None = None) -> list[Spec]:
     return [s for s in SCHEMA.values() if face in s.faces and (groups is None or s.group in groups)]
 
 
-def from_dict(d: dict | None, *, strict: bool = False, explicit: Any = None) -> RenderSettings:
-    """``RenderSettings`` from a dict (a job row, a form, JSON); values may be strings. Unknown keys are
-    ignored, or with ``strict`` one sentence naming them. Bad values: one ``InputError`` naming the setting.
-
-    ``delivery``: its values fill in every setting not given: ``explicit`` names those given (the command
-    line's typed options); without it, a value at its default counts as not given (a form sends them all)."""
+def parse_dict(d: dict | None, *, strict: bool = False) -> RenderSettings:
+    """``RenderSettings`` from a dict (a job row, a form, JSON) as given, a ``delivery`` kept as its name
+    and not applied (a request's stored settings are resolved already); values may be strings. Unknown
+    keys are ignored, or with ``strict`` one sentence naming them. Bad values: one ``InputError`` naming
+    the setting."""
     d = check_alias(dict(d or {}))
     unknown = sorted(k for k in d if k not in SCHEMA)
     if strict and unknown:
@@ -569,18 +568,55 @@ def from_dict(d: dict | None, *, strict: bool = False, explicit: Any = None) -> 
             f"are {', '.join(SCHEMA)}"
         )
     kw = {name: SCHEMA[name].parse(value) for name, value in d.items() if name in SCHEMA}
-    if kw.get("delivery"):  # a delivery's values under the ones given (``explicit``, or those not at their default)
-        from studio.core.delivery import resolve
-
-        given = set(kw) if explicit is None else set(explicit)
-        if explicit is None:
-            given = {n for n in given if kw[n] != SCHEMA[n].default}
-        values = check_alias(dict(resolve(kw["delivery"]).settings))
-        preset = {n: SCHEMA[n].parse(v) for n, v in values.items() if n in SCHEMA}
-        kw = {**kw, **{n: v for n, v in preset.items() if n not in given}}
     s = RenderSettings(**kw)
     check(s)
     return s
+
+
+def from_dict(d: dict | None, *, strict: bool = False, explicit: Any = None) -> RenderSettings:
+    """``parse_dict``, with the ``delivery`` it names applied under the values given ``explicit``ly
+    (``with_delivery``; None: those away from their default). What a form, a command line or a folder's
+    settings mean; a request's own settings are resolved once where it is built (``render.resolve``)."""
+    parsed = parse_dict(d, strict=strict)
+    return with_delivery(parsed, explicit)[0]
+
+
+def parse_values(values: RenderSettings | dict | None) -> dict[str, Any]:
+    """Every setting's value (a mapping's strings parsed, the others at their default)."""
+    if isinstance(values, RenderSettings):
+        return {n: getattr(values, n) for n in SCHEMA}
+    out = {n: s.default for n, s in SCHEMA.items()}
+    for n, v in check_alias(dict(values or {})).items():
+        if n in SCHEMA:
+            out[n] = SCHEMA[n].parse(v)
+    return out
+
+
+def explicit_of(values: RenderSettings | dict | None) -> frozenset[str]:
+    """Where no face says what was set explicitly: the settings away from their default."""
+    v = parse_values(values)
+    return frozenset(n for n, x in v.items() if x != SCHEMA[n].default)
+
+
+def delivery_values(name: str) -> dict[str, Any]:
+    """The settings the delivery ``name`` sets, parsed (one sentence when there is no such delivery)."""
+    if not name:
+        return {}
+    from studio.core.delivery import resolve as find
+
+    values = check_alias(dict(find(name).settings))  # check = "ok,jitter=5": the check with that gate
+    return {n: SCHEMA[n].parse(v) for n, v in values.items() if n in SCHEMA and n != "delivery"}
+
+
+def with_delivery(values: RenderSettings | dict | None, explicit: Any = None) -> tuple[RenderSettings, frozenset[str]]:
+    """The settings with the delivery they name applied: for each setting a value set ``explicit``ly,
+    else the delivery's value, else the value given; and the explicit names (None: those away from
+    their default). Idempotent: applying it to its result with the same names gives that result. The
+    delivery part of the one resolution (``render.resolve`` adds what the avatar decides)."""
+    v = parse_values(values)
+    given = frozenset(explicit) & set(SCHEMA) if explicit is not None else explicit_of(v)
+    v.update({n: x for n, x in delivery_values(v.get("delivery") or "").items() if n not in given})
+    return check(RenderSettings(**v)), given
 
 
 _BOOL_WORDS = {"", "true", "false", "1", "0", "yes", "no", "on", "off"}

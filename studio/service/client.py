@@ -72,14 +72,23 @@ class StudioClient:
         return self._json("GET", "/v1/avatars")["avatars"]
 
     def add_avatar(self, name: str, source: str | os.PathLike, force: bool = False, **params) -> dict:
+        """The avatar made from ``source``; where the server already has one of the same content (its 409
+        names it in ``X-Studio-Avatar``) that one is answered (its ``name``), not a copy, unless ``force``."""
         with open(source, "rb") as fh:
-            return self._json(
+            r = self._request(
                 "POST",
                 "/v1/avatars",
                 data={"name": name, "force": str(force).lower(), **params},
                 files={"file": (Path(source).name, fh)},
                 timeout=None,
             )
+        same = r.headers.get("x-studio-avatar") if r.status_code == 409 else None
+        if same:
+            found = [a for a in self.avatars() if a["name"] == same]
+            if found:
+                return found[0]
+        self._check(r)
+        return r.json()
 
     def remove_avatar(self, name: str) -> dict:
         return self._json("DELETE", f"/v1/avatars/{name}")
@@ -196,7 +205,14 @@ class StudioClient:
     # -- plumbing -----------------------------------------------------------------------------
 
     def _inputs(self, avatar, audio, audio_id, text, settings) -> tuple[dict, dict]:
-        data = {k: str(v) for k, v in (settings or {}).items() if v is not None and k != "device"}
+        from studio.core.settings import SCHEMA
+
+        # None is sent as its face's word (loudness=off), so a value set to none wins over a delivery's too
+        data = {
+            k: str(v) if v is not None else SCHEMA[k].auto_label
+            for k, v in (settings or {}).items()
+            if k != "device" and (v is not None or (k in SCHEMA and SCHEMA[k].auto_label))
+        }
         files = {}
         if Path(str(avatar)).expanduser().is_file():
             files["avatar_file"] = (Path(avatar).name, open(Path(avatar).expanduser(), "rb"))

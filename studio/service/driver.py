@@ -270,7 +270,10 @@ class Render:
 def _whole_clip(req: RenderRequest) -> None:
     """Only this computer renders an in/out range (the other placements render the whole clip)."""
     if req.frames is not None:
-        raise InputError("an in/out range renders on this computer; choose 'This computer' to render a range")
+        raise InputError(
+            "an in/out range renders on this computer in one piece, not in chunks, on a farm or on several GPUs; "
+            "leave out the range or the placement"
+        )
 
 
 def farm_render(farm, req: RenderRequest):
@@ -291,6 +294,10 @@ def check_request(req: RenderRequest) -> None:
     from studio.core.media.audio import probe
 
     check_output(req.output, req.avatar, req.audio, codec=req.settings.codec)
+    if req.settings.device is not None and req.placement.kind != "server":
+        from studio.service.preflight import check_device
+
+        check_device(req.settings.device)  # cuda without CUDA: one sentence before any work
     from studio.core.media.mxf import settings_problem
 
     says = settings_problem(req.settings, req.rate)  # the MXF codecs' size, rate, scan and tracks
@@ -306,6 +313,7 @@ def check_request(req: RenderRequest) -> None:
         check_chunk_codec(req.settings.codec)
     if req.placement.kind == "server":  # the server checks its inputs; here only the download target
         return
+    req.resolution.check()  # a canvas that needs more enlargement than allowed: refused, with the choices
     probe(req.audio)
 
 

@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 
 from studio.core.errors import InputError
-from studio.core.settings import from_dict as settings_from_dict
+from studio.core.settings import parse_dict
 from studio.core.store import jobs as J
 from studio.core.store.files import numbered_names
-from studio.service.request import Placement, RenderRequest
+from studio.service.request import Placement, RenderRequest, explicit_field
 
 
 def request_of(job: J.Job) -> RenderRequest:
@@ -23,11 +23,12 @@ def request_of(job: J.Job) -> RenderRequest:
         job.avatar,
         job.audio,
         job.output,
-        settings_from_dict(s),
+        parse_dict(s),  # the stored (resolved) settings, the delivery not applied again
         request_of_settings(s),
         tuple(frames) if frames else None,
         bool(s.get("overwrite", False)),
         str(s.get("rate") or ""),  # resolved when the request was built (rows of earlier versions: again)
+        explicit_field(s),  # the settings are the resolved ones: resolving them again gives them back
     )
 
 
@@ -54,7 +55,9 @@ def job_settings(req: RenderRequest) -> dict:
     and which frames."""
     d = req.to_dict()
     out = dict(d["settings"])
-    out.update(placement=d["placement"], frames=d["frames"], overwrite=d["overwrite"], rate=d["rate"])
+    out.update(
+        placement=d["placement"], frames=d["frames"], overwrite=d["overwrite"], rate=d["rate"], explicit=d["explicit"]
+    )
     return out
 
 

@@ -97,14 +97,20 @@ def _text(value) -> str:
 
 
 def _device(device: str) -> None:
+    check_device(device, "device=")
+
+
+def check_device(device: str, option: str = "--device ") -> None:
+    """One sentence (exit 2, HTTP 422) when ``device`` is not one this machine has: ``cuda`` without
+    CUDA, ``cuda:9`` on a one-GPU machine, a name torch does not know. ``option``: how the face names it."""
     from studio.core.engines.runtime_torch import resolve_device
 
     try:
         resolve_device(device)
     except StudioError as exc:
-        raise InputError(str(exc).replace("--device", "device=")) from None
+        raise InputError(str(exc).replace("--device ", option)) from None
     except (RuntimeError, ValueError) as exc:  # torch.device("gpu7"): not a device name torch knows
-        raise InputError(f"device={device} is not a torch device ({exc}); use cpu, cuda or cuda:N") from None
+        raise InputError(f"{option}{device} is not a torch device ({exc}); use cpu, cuda or cuda:N") from None
 
 
 def _tensorrt(device: str | None) -> None:

@@ -242,6 +242,8 @@ class QueueService(Runner, Estimates):
             check_kept_name(output)  # a kept file whose numbered name cannot be made: one sentence
             output = unique_output(output, self._taken())
         check_output(output, request.avatar, request.audio, codec=request.settings.codec)
+        if request.placement.kind != "server":  # a server checks its own avatar
+            request.resolution.check()  # a canvas needing more enlargement than allowed: refused, with the choices
         request = request.with_(output=output)
         stored = job_settings(request)
         stored["priority"] = level

@@ -60,7 +60,7 @@ def server_avatar(c, avatar: str, upload: bool) -> str:
             return text
         name = _server_name(Path(text))  # scrubbing names avatars: add the file to the server's library once
         if name not in names:
-            c.add_avatar(name, text)
+            name = c.add_avatar(name, text)["name"]  # the server's own of the same content, if it has one
         return name
     if text in names:
         return text
@@ -77,8 +77,7 @@ def server_avatar(c, avatar: str, upload: bool) -> str:
         )
     if upload:
         return str(source)
-    c.add_avatar(text, source)  # scrubbing needs a library name on the server
-    return text
+    return c.add_avatar(text, source)["name"]  # scrubbing needs a library name on the server
 
 
 def render_on_server(request, cancel: threading.Event, on_placed=None):

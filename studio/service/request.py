@@ -8,10 +8,15 @@ A request is plain, frozen data: every front end (window, command line, server) 
 hands it to the service's driver or queue. Values are checked here (``InputError``, one sentence),
 so a bad request fails before any work starts, wherever it came from.
 
-The output's frame rate is resolved here, once, as the request is built (``rate``: the ``fps``
-setting, or for ``auto`` the avatar's own rate, read from its metadata): the queue's estimates, the
-API's answers and every placement read ``req.output_rate``, and the render runs with
-``req.render_settings`` (``fps`` pinned to that rate), so no layer below loads the avatar for it again.
+The settings are resolved here, once, as the request is built (``studio.core.render.resolve``): the
+delivery's values under those the user set explicitly (``explicit``: the command line's typed options,
+the HTTP fields sent, the window's changed widgets), and the output's frame rate (``rate``: the ``fps``
+setting, or for ``auto`` the avatar's own rate, read from its metadata). The request carries the resolved
+settings (``settings.delivery`` stays as provenance) and ``explicit``, so a request read back from the
+queue, a farm job or a server resolves to itself; the queue's estimates, the API's answers and every
+placement read ``req.output_rate``, and the render runs with ``req.render_settings`` (``fps`` pinned to
+that rate), so no layer below applies the delivery or loads the avatar for the rate again.
+``req.resolution`` holds what else follows (frame size, suffix, an enlargement the render would refuse).
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ import os
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from studio.core.errors import InputError, StudioError
-from studio.core.settings import RenderSettings, check, from_dict
+from studio.core.errors import InputError
+from studio.core.settings import SCHEMA, RenderSettings, parse_dict
 
 PLACEMENTS = ("local", "gpus", "chunks", "farm", "server")
 WHERE_LOCAL = "this computer"
@@ -86,7 +91,8 @@ class RenderRequest:
     with the matching stretch of the original audio. ``overwrite``: the queue may replace an existing
     file at ``output``; otherwise it numbers the name (``_002``). ``rate``: the output's frame rate
     (``rates.rate_text``), worked out from ``settings.fps`` and the avatar when the request is built
-    ("" while the avatar cannot be read: ``output_rate`` then tries again).
+    ("" while the avatar cannot be read: ``output_rate`` then tries again). ``explicit``: the settings
+    the user set (they win over the delivery's); None: those away from their default.
     """
 
     avatar: str
@@ -97,6 +103,7 @@ class RenderRequest:
     frames: tuple[int, int] | None = None
     overwrite: bool = False
     rate: str = ""
+    explicit: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if not self.avatar or not self.audio:
@@ -113,9 +120,20 @@ class RenderRequest:
                     f"the frame range {a}..{b} is empty or negative: the out point must come after the in point"
                 )
             object.__setattr__(self, "frames", (a, b))
-        check(self.settings)
+        from studio.core.render.resolve import resolve
+
+        res = resolve(self.settings, self.explicit, self.avatar)
+        object.__setattr__(self, "settings", res.settings)
+        object.__setattr__(self, "explicit", tuple(sorted(res.explicit)))
         if not self.rate:
-            object.__setattr__(self, "rate", _resolved_rate(self.settings.fps, self.avatar))
+            object.__setattr__(self, "rate", res.rate)
+        object.__setattr__(self, "_resolution", res)
+
+    @property
+    def resolution(self):
+        """What the resolution gave (``render.resolve.Resolved``): frame size, suffix, the problem or
+        notes an enlargement brings."""
+        return self.__dict__["_resolution"]
 
     @property
     def output_rate(self) -> Fraction:
@@ -143,6 +161,9 @@ class RenderRequest:
         """A copy with ``kw`` replaced; the rate is resolved again only when what it follows changed
         (the ``fps`` setting, or the avatar: not an avatar file's path made absolute)."""
         s = kw.get("settings", self.settings)
+        if "explicit" not in kw and s is not self.settings:  # a value changed now was set on purpose
+            changed = {n for n in SCHEMA if getattr(s, n) != getattr(self.settings, n)}
+            kw["explicit"] = tuple(sorted(set(self.explicit or ()) | changed))
         if "rate" not in kw and (
             s.fps != self.settings.fps or not _same_avatar(kw.get("avatar", self.avatar), self.avatar)
         ):
@@ -165,6 +186,7 @@ class RenderRequest:
             "frames": list(self.frames) if self.frames else None,
             "overwrite": self.overwrite,
             "rate": self.rate,
+            "explicit": list(self.explicit or ()),
         }
 
     @classmethod
@@ -177,7 +199,7 @@ class RenderRequest:
             avatar=d.get("avatar", ""),
             audio=d.get("audio", ""),
             output=d.get("output", ""),
-            settings=from_dict(d.get("settings") or {}),
+            settings=parse_dict(d.get("settings") or {}),  # resolved already: resolved again alike
             placement=Placement(
                 kind=p.get("kind", "local"),
                 devices=tuple(p.get("devices") or ()),
@@ -188,19 +210,17 @@ class RenderRequest:
             frames=tuple(frames) if frames else None,
             overwrite=bool(d.get("overwrite", False)),
             rate=str(d.get("rate") or ""),
+            explicit=explicit_field(d),
         )
 
 
-def _resolved_rate(fps, avatar: str) -> str:
-    """The output rate of ``fps`` (a setting) with ``avatar``, as ``rates.rate_text``; "" when the
-    avatar cannot be read here (not there yet, a server's own): resolved where the render runs."""
-    from studio.core.avatars.library import output_rate_for
-    from studio.core.media.rates import rate_text
-
-    try:
-        return rate_text(output_rate_for(fps, avatar))
-    except (StudioError, OSError, ValueError):
-        return ""
+def explicit_field(d: dict) -> tuple[str, ...] | None:
+    """A stored request's (or job row's) ``explicit``: the names it lists; None for a row of an
+    earlier version (which did not say: those away from their default count)."""
+    e = d.get("explicit")
+    if not isinstance(e, list | tuple):
+        return None
+    return tuple(sorted(str(n) for n in e if str(n) in SCHEMA))
 
 
 def _same_avatar(a, b) -> bool:

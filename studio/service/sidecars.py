@@ -21,8 +21,16 @@ log = logging.getLogger(__name__)
 
 
 def check_captions(request) -> None:
-    """Captions asked for without a script to caption: one sentence before any work."""
+    """Before any work, one sentence for: a side file that would replace one of the command's inputs
+    (``render --script out/b.srt --captions srt -o out/b.mp4``, with or without ``--overwrite``), or
+    captions asked for without a script to caption."""
+    from studio.core.store.fsutil import refuse_input
+
     s = request.settings
+    out = Path(request.output)
+    for wanted, suffix in ((s.captions in ("srt", "burn"), ".srt"), (s.captions == "vtt", ".vtt"), (s.otio, ".otio")):
+        if wanted:
+            refuse_input(out.with_suffix(suffix))
     if s.captions == "off":
         return
     from studio.core.captions import script_sentences

@@ -127,12 +127,15 @@ class WatchFolder:
             d.mkdir(parents=True, exist_ok=True)
 
     def _settings(self):
+        from studio.core.render.resolve import resolve
         from studio.core.settings import from_dict
 
         values = dict(self.values)
         if self.delivery:
             values["delivery"] = self.delivery
-        return from_dict(values, strict=True, explicit=set(self.values))
+        from_dict(values, strict=True)  # one sentence for an unknown or bad setting
+        # the delivery's values under the folder's own settings (those win: they were written on purpose)
+        return resolve(values, set(self.values) | {"delivery"}, self.avatar).settings
 
     # -- the journal ----------------------------------------------------------------------------
 
@@ -240,7 +243,14 @@ class WatchFolder:
             from studio.core.media.codecs import spec
 
             output = self.out_dir / (src.stem + spec(self.settings.codec).suffix)
-            req = RenderRequest(self.avatar, str(audio), str(output), self.settings, overwrite=False)
+            req = RenderRequest(
+                self.avatar,
+                str(audio),
+                str(output),
+                self.settings,
+                overwrite=False,
+                explicit=tuple(sorted(self.values)),
+            )
             render = Render(req)
             for _ in render.run():
                 pass

@@ -13,6 +13,7 @@ clicks. A refusal (a shipped name, nothing to save) is one sentence in ``note``.
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QUndoCommand
 from PySide6.QtWidgets import (
     QComboBox,
@@ -25,24 +26,38 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+NONE = "None"  # how the Delivery box shows no delivery
 
-def delivery_choices() -> list[str]:
-    """What the Delivery box offers: none, then every delivery's key (shipped, then the user's)."""
+
+def delivery_choices() -> list[tuple[str, str]]:
+    """What the Delivery box offers, as (full name, key): none, then every delivery (shipped, then the user's)."""
     from studio.core.delivery import all_deliveries
 
-    return ["", *all_deliveries()]
+    return [(NONE, ""), *((d.title, k) for k, d in all_deliveries().items())]
 
 
-def refresh_choices(combo: QComboBox) -> None:
-    """Offer the deliveries there are now, keeping the text shown (no change signal)."""
-    text = combo.currentText()
+def fill_choices(combo: QComboBox) -> None:
+    """The deliveries there are now, by their full names (each one's description as its tooltip);
+    the one chosen stays chosen (no change signal)."""
+    from studio.core.delivery import all_deliveries
+
+    key = combo.currentData() or ""
     combo.blockSignals(True)
     try:
         combo.clear()
-        combo.addItems(delivery_choices())
-        combo.setEditText(text) if combo.isEditable() else combo.setCurrentText(text)
+        found = all_deliveries()
+        for title, k in delivery_choices():
+            combo.addItem(title, k)
+            if k:
+                combo.setItemData(combo.count() - 1, found[k].description, Qt.ItemDataRole.ToolTipRole)
+        combo.setCurrentIndex(max(0, combo.findData(key)))
     finally:
         combo.blockSignals(False)
+
+
+def refresh_choices(combo: QComboBox) -> None:
+    """Offer the deliveries there are now, keeping the one chosen (no change signal)."""
+    fill_choices(combo)
 
 
 class DeliveryButtons(QWidget):

@@ -156,7 +156,7 @@ class EditorPreview(QObject):
         s = self.session
         if not s.avatar or not s.script or s.analysis is None:
             return
-        w.worker.request_frame(s.avatar, s.script, s.render_settings(), seconds)
+        w.worker.request_frame(s.avatar, s.script, s.frame_settings(), seconds)
 
     def refresh(self) -> None:
         """Show what is current now: the frame at the playhead, else the avatar (never a stale caption)."""
@@ -176,6 +176,11 @@ class EditorPreview(QObject):
     def frame_ready(self, seconds: float, index: int, image) -> None:
         """A scrub frame: shown also during a render (the render's previews wait a few seconds)."""
         w = self.w
+        from studio.core.render.plan import frame_index
+
+        # the caption names the timeline's frame at that time, as the transport does (the render's index
+        # counts at the output rate, which differs while a changed rate's analysis is on its way)
+        index = frame_index(seconds, self.session.grid_rate)
         self.last_scrub = (seconds, index)
         extra = ""
         if self.assets is not None:

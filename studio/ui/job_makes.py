@@ -1,6 +1,6 @@
 """What a job in the Queue makes, in a producer's words: its delivery, picture size, frame rate, codec,
 loudness, captions and OpenTimelineIO file, from the job's settings with its delivery applied
-(``studio.core.settings.from_dict``, the rule every render follows).
+(``studio.core.settings.with_delivery``, the rule every render follows).
 
     short, full = makes(job)   # "web-720p · 1280x720 · 30 fps · H.264 · captions (SRT) · OTIO"
                                # full: one line each ("Delivery: web-720p", "Picture: 1280x720", ...)
@@ -25,9 +25,11 @@ def makes(job) -> tuple[str, str]:
 
     settings = job.settings or {}
     try:
-        from studio.core.settings import from_dict
+        from studio.core.settings import parse_dict, with_delivery
+        from studio.service.request import explicit_field
 
-        s = from_dict(settings)
+        # the row's settings are resolved (its explicit names kept); a row of an earlier Studio is resolved here
+        s = with_delivery(parse_dict(settings), explicit_field(settings))[0]
     except Exception:  # noqa: BLE001 - a damaged row or a delivery removed since: its own words
         s = None
     rate = job_rate(job)

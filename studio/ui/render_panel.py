@@ -64,7 +64,7 @@ class RenderPanel(QWidget):
     worstClicked = Signal(str, float)  # a render's path, the second its check found worst
 
     #: settings another view places (the timeline's silence row): the panel shows the rest of the schema
-    ELSEWHERE = ("threshold", "min_silence")
+    ELSEWHERE = ("threshold", "min_silence", "script")  # the script: the Library's text box under the voice-overs
 
     def __init__(self, session=None, parent=None):
         super().__init__(parent)
@@ -112,7 +112,18 @@ class RenderPanel(QWidget):
         form.addRow("Farm", self.farm_edit)  # shown only while "Render farm" is chosen
         form.addRow("Server", self.server_edit)  # shown only while "Studio server" is chosen
         self._form = form
-        order = sorted(shown, key=lambda s: GROUPS.index(s.group) if s.group in GROUPS else len(GROUPS))
+        # the delivery on a row of its own above the settings it fills, by its full name; under it what
+        # the settings would do to this avatar before any render (an enlargement refused, a smaller fit)
+        form.addRow(self.fields.labels_of("delivery"), self.fields["delivery"])
+        self.resolution_note = QLabel("")
+        self.resolution_note.setObjectName("resolutionNote")
+        self.resolution_note.setWordWrap(True)
+        self.resolution_note.hide()
+        form.addRow(self.resolution_note)
+        order = sorted(
+            (s for s in shown if s.name != "delivery"),
+            key=lambda s: GROUPS.index(s.group) if s.group in GROUPS else len(GROUPS),
+        )
         self.grid = SettingsGrid(order, self.fields)
         # the settings scroll on their own (the delivery settings made them taller than a 1080p screen's
         # dock): Render, the Live panel and Play stay in view, every setting stays one wheel away
@@ -212,7 +223,7 @@ class RenderPanel(QWidget):
         self.fps_timer.timeout.connect(self.tick)
         session.events.changed.connect(self._session_changed)
         session.events.analysis.connect(lambda _a: self._session_changed("range", None, None))
-        session.events.avatar.connect(lambda _n: self._update_output_label())
+        session.events.avatar.connect(lambda _n: (self._update_output_label(), self.show_resolution()))
         session.events.script.connect(lambda _p: self._update_output_label())
         for key in ("folder", "pattern", "farm", "server", "overwrite", "range_only", "target", "range", "codec"):
             self._session_changed(key, None, session.value(key))
@@ -238,6 +249,27 @@ class RenderPanel(QWidget):
             with self.session.quiet():
                 self._set(key, text)
 
+    def show_resolution(self) -> None:
+        """What the settings would do to the selected avatar, before any render: the sentence a render
+        would be refused with (an enlargement past Max upscale), or the note it would give."""
+        from studio.core.errors import StudioError
+
+        text, problem = "", False
+        try:
+            r = self.session.resolved()
+            text, problem = (r.problem, True) if r.problem else ("; ".join(r.notes), False)
+        except StudioError:  # a setting being typed, an avatar gone: said where it is used
+            text = ""
+        if text:
+            from studio.ui.words import window_words
+
+            text = window_words(text)  # the fields' names, not flags
+            text = text[:1].upper() + text[1:] + "."
+        self.resolution_note.setText(text)
+        self.resolution_note.setToolTip(text)
+        self.resolution_note.setStyleSheet("color: #e8a33d;" if problem else "color: #9aa0aa;")  # a refusal: amber
+        self.resolution_note.setVisible(bool(text))
+
     def _target_key(self) -> str:
         text = self.target.currentText()
         return next((k for k, t in TARGETS.items() if t == text), "local")
@@ -249,6 +281,8 @@ class RenderPanel(QWidget):
             self.session.events.changed.disconnect(self._session_changed)
             return
         s = self.session
+        if key in self.fields.specs:
+            self.show_resolution()
         edits = {"folder": self.folder, "pattern": self.pattern, "farm": self.farm_edit, "server": self.server_edit}
         if key in edits and edits[key].text() != s.value(key):
             edits[key].setText(s.value(key))

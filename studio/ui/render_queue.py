@@ -264,6 +264,11 @@ class RenderQueue(QObject):
             )
             self.panel.show_check((job.result or {}).get("check") if job else None, result.output)
             self.panel.show_loudness(getattr(result, "loudness", None))
+        notes = list(getattr(result, "notes", None) or [])
+        if notes and not self.closing:  # what the render says of itself reaches the status bar
+            from studio.ui.words import window_words
+
+            self.status.emit(window_words(f"render done · note: {'; '.join(notes)}"))
 
     def _checked(self, job_id: int, check) -> None:
         """A lip-sync check started or ended: the Live panel shows it when it is the last render's."""

@@ -39,15 +39,15 @@ def make_widget(spec) -> QWidget:
         pattern = rf"{spec.auto_label}|-?\d{{0,3}}(\.\d{{0,2}})?"
         w.setValidator(QRegularExpressionValidator(QRegularExpression(pattern), w))
         w.setCurrentText(spec.auto_label if spec.default is None else str(spec.default))
+    elif spec.name == "delivery":  # each delivery by its full name, its key as the item's data
+        from studio.ui.delivery_buttons import fill_choices
+
+        w = QComboBox()
+        fill_choices(w)  # none, then each delivery (refreshed when one is saved)
     elif spec.kind is str and not spec.choices and not spec.optional:  # free text (canvas, markers): typed or picked
         w = QComboBox()
         w.setEditable(True)
-        if spec.name == "delivery":
-            from studio.ui.delivery_buttons import delivery_choices
-
-            w.addItems(delivery_choices())  # none, then each delivery (refreshed when one is saved)
-        else:
-            w.addItems([str(spec.default), *SUGGESTIONS.get(spec.name, ())])
+        w.addItems([str(spec.default), *SUGGESTIONS.get(spec.name, ())])
         w.setCurrentText(str(spec.default))
     elif spec.choices or spec.kind is str:
         w = QComboBox()
@@ -77,7 +77,7 @@ def make_widget(spec) -> QWidget:
         w.setValue(float(spec.default))
     if isinstance(w, QComboBox):  # narrow docks: a combo box may be narrower than its longest entry
         w.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        w.setMinimumContentsLength(5)
+        w.setMinimumContentsLength(5 if spec.name != "delivery" else 18)  # a delivery's name is never cut
     from studio.ui.words import window_words
 
     text = window_words(spec.help, names=True)  # the window's words: no command-line flags, no snake_case
@@ -93,6 +93,8 @@ def make_widget(spec) -> QWidget:
 def widget_value(spec, w: QWidget):
     if isinstance(w, QCheckBox):
         return w.isChecked()
+    if isinstance(w, QComboBox) and spec.name == "delivery":
+        return str(w.currentData() or "")
     if isinstance(w, QComboBox):
         text = w.currentText()
         if spec.optional and text in (spec.auto_label, ""):
@@ -112,6 +114,12 @@ def widget_value(spec, w: QWidget):
 def set_widget_value(spec, w: QWidget, value) -> None:
     if isinstance(w, QCheckBox):
         w.setChecked(bool(value))
+    elif isinstance(w, QComboBox) and spec.name == "delivery":
+        from studio.core.delivery import key_of
+
+        i = w.findData(key_of(value or ""))
+        if i >= 0:
+            w.setCurrentIndex(i)
     elif isinstance(w, QComboBox):
         text = spec.auto_label if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
         if w.isEditable():
@@ -173,11 +181,16 @@ class SettingFields(dict):
         for s in self.specs.values():
             self[s.name] = make_widget(s)
 
+    def labels_of(self, name: str) -> str:
+        """What the window calls setting ``name``."""
+        return self.specs[name].label
+
     def values(self) -> dict:  # type: ignore[override]
         return {n: widget_value(self.specs[n], w) for n, w in self.items()}
 
     def set_values(self, values: dict) -> None:
-        for n, v in values.items():
+        """Each widget to its value, as the editor would: the delivery first (it fills the others), then the rest."""
+        for n, v in sorted(values.items(), key=lambda nv: nv[0] != "delivery"):
             if n in self:
                 set_widget_value(self.specs[n], self[n], v)
 

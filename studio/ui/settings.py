@@ -53,7 +53,10 @@ def settings() -> QSettings:
 
 def migrate(s: QSettings) -> None:
     """Bring an older settings file to ``VERSION``: unknown keys are dropped, known ones kept."""
-    stored = int(s.value("version", 0) or 0)
+    try:
+        stored = int(str(s.value("version", 0) or 0).strip())
+    except (TypeError, ValueError):  # version=abc (a hand-edited file): read as an old file, migrated
+        stored = -1
     if stored == VERSION:
         return
     for key in s.allKeys():
@@ -114,6 +117,14 @@ def load_session(session, s: QSettings | None = None) -> None:
 
         values["folder"] = str(sub_dir("renders"))
     session.update(values)
+    # which settings the editor set (over the chosen delivery's values): saved with them
+    if s.contains("render/explicit"):
+        session.set_explicit(n for n in str(value(s, "render/explicit") or "").split(",") if n)
+    else:  # saved by an earlier Studio: the values away from their default were set, the delivery fills the rest
+        from studio.core.settings import explicit_of
+
+        session.set_explicit(explicit_of(session.render_settings()))
+        session.fill_delivery()
 
 
 def save_session(session, s: QSettings | None = None) -> None:
@@ -123,3 +134,4 @@ def save_session(session, s: QSettings | None = None) -> None:
         s.setValue(f"render/{spec.name}", spec.auto_label if v is None else v)
     for key, qkey in SESSION_KEYS.items():
         s.setValue(qkey, session.value(key))
+    s.setValue("render/explicit", ",".join(sorted(session.explicit)))

@@ -20,6 +20,19 @@ def _type(qtbot, edit, text: str) -> None:
     qtbot.keyClicks(edit, text)
 
 
+def choose(qtbot, combo, title: str) -> None:
+    """Pick ``title`` in a combo box as the editor does: click it open, arrow down to it, Enter."""
+    qtbot.mouseClick(combo, LEFT)
+    view = combo.view()
+    qtbot.waitUntil(lambda: view.isVisible(), timeout=QUICK)
+    qtbot.keyClick(view, Qt.Key.Key_Home)
+    for _ in range(combo.findText(title)):
+        qtbot.keyClick(view, Qt.Key.Key_Down)
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not view.isVisible(), timeout=QUICK)
+    assert combo.currentText() == title
+
+
 def _save_as(qtbot, row, name: str) -> None:
     qtbot.mouseClick(row.save_btn, LEFT)
     qtbot.waitUntil(lambda: row.name_box is not None and row.name_box.isVisible(), timeout=QUICK)
@@ -57,9 +70,10 @@ def test_save_as_delivery_asks_a_name_lists_it_at_once_and_remove_takes_it_away(
     saved = json.loads((folder / "promo-square.json").read_text())
     assert saved["name"] == "Promo square" and saved["settings"] == {"canvas": "1080x1080", "crf": 18}
     assert resolve("promo-square").settings == {"canvas": "1080x1080", "crf": 18}
-    items = [combo.itemText(i) for i in range(combo.count())]
-    assert items == ["", *all_deliveries()] and "promo-square" in items  # in the chooser at once
-    assert combo.currentText() == "promo-square" and window.session.value("delivery") == "promo-square"
+    items = [combo.itemText(i) for i in range(combo.count())]  # every delivery by its full name
+    assert items == ["None", *(d.title for d in all_deliveries().values())] and "Promo square" in items
+    assert "Broadcast HD" in items and "Social vertical" in items  # in the chooser at once
+    assert combo.currentText() == "Promo square" and window.session.value("delivery") == "promo-square"
     assert row.remove_btn.isEnabled() and "Saved delivery “promo-square”" in row.note.text()
 
     # the same name again: it asks; Cancel keeps the file, Yes replaces it
@@ -78,11 +92,11 @@ def test_save_as_delivery_asks_a_name_lists_it_at_once_and_remove_takes_it_away(
     assert sorted(p.name for p in folder.iterdir()) == ["promo-square.json"]
 
     # a shipped delivery chosen: nothing of yours to remove
-    _type(qtbot, combo.lineEdit(), "web-720p")
+    choose(qtbot, combo, "Web 720p")
     assert window.session.value("delivery") == "web-720p" and not row.remove_btn.isEnabled()
 
     # yours chosen again: Remove asks, then the file and the entry are gone
-    _type(qtbot, combo.lineEdit(), "promo-square")
+    choose(qtbot, combo, all_deliveries()["promo-square"].title)  # "promo square": the name saved last
     assert window.session.value("delivery") == "promo-square" and row.remove_btn.isEnabled()
     qtbot.mouseClick(row.remove_btn, LEFT)
     _answer(qtbot, row.remove_box, QMessageBox.StandardButton.Cancel)
@@ -90,7 +104,8 @@ def test_save_as_delivery_asks_a_name_lists_it_at_once_and_remove_takes_it_away(
     qtbot.mouseClick(row.remove_btn, LEFT)
     _answer(qtbot, row.remove_box, QMessageBox.StandardButton.Yes)
     assert not (folder / "promo-square.json").exists() and "promo-square" not in all_deliveries()
-    assert combo.findText("promo-square") < 0 and window.session.value("delivery") == ""
+    assert combo.findText("promo square") < 0 and window.session.value("delivery") == ""
+    assert combo.currentText() == "None"
     assert not row.remove_btn.isEnabled() and row.note.text().startswith("Removed delivery “promo-square”")
     before_undo = window.undo_stack.count()
 
@@ -100,9 +115,10 @@ def test_save_as_delivery_asks_a_name_lists_it_at_once_and_remove_takes_it_away(
     qtbot.keyClick(window, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: (folder / "promo-square.json").is_file(), timeout=QUICK)
     assert json.loads((folder / "promo-square.json").read_text())["settings"] == {"canvas": "1080x1080", "crf": 21}
-    assert "promo-square" in all_deliveries() and combo.findText("promo-square") >= 0
+    assert "promo-square" in all_deliveries() and combo.findText("promo square") >= 0
     assert window.session.value("delivery") == "promo-square" and row.remove_btn.isEnabled()
+    assert combo.currentText() == "promo square"  # chosen again, shown by its name
     assert "back" in row.note.text() and window.undo_stack.count() == before_undo  # one step, not two
     qtbot.keyClick(window, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(lambda: not (folder / "promo-square.json").exists(), timeout=QUICK)
-    assert window.session.value("delivery") == "" and combo.findText("promo-square") < 0
+    assert window.session.value("delivery") == "" and combo.findText("promo square") < 0

@@ -16,6 +16,8 @@ export function App() {
   const [health, setHealth] = useState(null);
   const [specs, setSpecs] = useState(null);
   const [values, setValues] = useState({});
+  // the settings the user changed on this page: sent even at their default, so they win over a delivery's
+  const [touched, setTouched] = useState(() => new Set());
   const [avatar, setAvatar] = useState(null); // a library avatar (its listing)
   const [voice, setVoice] = useState(null); // an uploaded voice-over (its analysis)
   const [wave, setWave] = useState(null);
@@ -158,6 +160,7 @@ export function App() {
     setBusy(follow ? 'render' : 'queue');
     try {
       const fields = { avatar: avatar.name, audio_id: voice.id, ...changedSettings(specs, values) };
+      for (const name of touched) if (values[name] !== undefined) fields[name] = values[name] === null ? '' : values[name];
       if (range.in !== null) fields.frame_start = range.in;
       if (range.out !== null) fields.frame_end = range.out + 1;
       const job = await postForm('/v1/renders', fields, { 'Idempotency-Key': newKey() });
@@ -315,7 +318,12 @@ export function App() {
               values={values}
               errors={fieldErrors}
               onChange={(fn) => {
-                setValues(fn);
+                setValues((o) => {
+                  const n = fn(o);
+                  const changed = Object.keys(n).filter((k) => n[k] !== o[k]);
+                  if (changed.length) setTouched((t) => new Set([...t, ...changed]));
+                  return n;
+                });
                 setFieldErrors({}); // an error goes once its field (or any) changes
               }}
               disabled={readOnly}

@@ -57,6 +57,11 @@ function Row({ job, live: streamed, readOnly, followed, onFollow, act }) {
         </span>
         {job.reason && <span class="error small">{job.reason}</span>}
         {check && <CheckVerdict check={check} />}
+        {job.result && (job.result.notes || []).map((note) => (
+          <span class="note small" data-testid="note" key={note}>
+            note: {note}
+          </span>
+        ))}
       </div>
       <div class="buttons">
         <button type="button" onClick={() => onFollow(job.id)} aria-label={`Watch job ${job.id}`}>

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from studio.api.errors import ApiError
 from studio.api.inputs import library_avatar
 from studio.api.models import FrameQuery, JobFrameQuery, JobId, binary
-from studio.api.schema import settings_of
+from studio.api.schema import sent_settings, settings_of
 from studio.api.state import State
 
 router = APIRouter(tags=["frames"])
@@ -31,13 +31,15 @@ JOB_PNG_DOC = binary("image/png", "the frame, PNG", 403, 404, 410, 422)
     summary="The exact frame a render writes at time t (PNG): scrubbing over HTTP",
 )
 async def get_frame(st: State, q: Annotated[FrameQuery, Query()]):
-    from studio.core.settings import from_dict
+    from studio.core.render.resolve import resolve
     from studio.service.preflight import runnable_here
 
-    settings = from_dict(settings_of(q, ("engine", "silence")))
-    await run_in_threadpool(functools.partial(runnable_here, settings, frame=True))
-    av, audio = library_avatar(q.avatar), str(st.uploads.audio_path(q.audio_id))
-    return await _png(st, av, audio, settings, q.t)
+    av = library_avatar(q.avatar)
+    # resolved as a render's request is: the delivery's canvas, placement and rate under the fields sent
+    res = await run_in_threadpool(resolve, settings_of(q, ("engine", "silence")), sent_settings(q), av)
+    await run_in_threadpool(functools.partial(runnable_here, res.settings, frame=True))
+    audio = str(st.uploads.audio_path(q.audio_id))
+    return await _png(st, av, audio, res.settings, q.t)
 
 
 @router.get(

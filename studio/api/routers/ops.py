@@ -37,13 +37,16 @@ MIN_FREE_BYTES = 512 * 2**20  # a render needs room for its file and its tempora
 def health(st: State, request: Request) -> dict:
     if anonymous(request):  # a probe without the token: alive, and nothing about jobs
         return {"ok": True, "version": __version__, "uptime_s": round(time.time() - st.started, 1)}
-    jobs = st.queue.list()
+    from studio.api.clients import sees
+
+    jobs = [j for j in st.queue.list() if sees(j)]  # a named client: only its own jobs
+    running = st.queue.running_job_id
     return {
         "ok": True,
         "version": __version__,
         "uptime_s": round(time.time() - st.started, 1),
         "queued": sum(j.state == "queued" for j in jobs),
-        "running": st.queue.running_job_id,
+        "running": running if any(j.id == running for j in jobs) else None,
         "warm_engines": len(st.pool.warm()),
         "max_queued": st.opts.max_queued,
         "max_upload_mb": st.opts.max_upload_mb,

@@ -12,6 +12,7 @@ one schema, ``studio.api.schema``).
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 from fastapi import APIRouter, Form, Query, Request, Response
@@ -168,16 +169,21 @@ def _silence_defaults() -> tuple[float, int]:
 
 
 async def _store_speech(st, text: str, voice: str):
-    """The spoken WAV (``media.speech.speak``), stored through the upload store (the same id for the same speech)."""
+    """The spoken WAV (``media.speech.synthesize``), stored through the upload store (the same id for the
+    same speech), with its sentence times beside it (``<id>.speech.json``): a render of it makes captions
+    from the text it was spoken from, as one of ``text`` does, with no script sent again."""
     from starlette.datastructures import UploadFile
 
     from studio.core.errors import StudioError
-    from studio.core.media.speech import speak
+    from studio.core.media.speech import synthesize, write_sentences
 
     try:  # the script is bounded (and its WAV's size estimated against the upload limit) before synthesis
-        wav = await run_in_threadpool(speak, text, voice, 160, st.uploads.max_bytes)
+        speech = await run_in_threadpool(
+            functools.partial(synthesize, text, voice, 160, most_bytes=st.uploads.max_bytes)
+        )
     except StudioError as exc:
         raise ApiError(422, str(exc)) from None
+    wav = speech.path
     words = "_".join(text.split()[:4])[:40] or "speech"
     size = wav.stat().st_size
     if size > st.uploads.max_bytes:  # longer than estimated: said as the speech it is, not as an upload
@@ -187,4 +193,7 @@ async def _store_speech(st, text: str, voice: str):
             f"({st.uploads.max_bytes / 2**20:g} MB, --max-upload-mb): speak it in parts",
         )
     with open(wav, "rb") as fh:
-        return await st.uploads.save_audio(UploadFile(fh, filename=f"{words}.wav"))
+        stored = await st.uploads.save_audio(UploadFile(fh, filename=f"{words}.wav"))
+    # its sentence times beside it: captions of a render of it need no script
+    await run_in_threadpool(write_sentences, speech, stored.path.with_suffix(".speech.json"), stored.path)
+    return stored

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from studio.api.errors import ApiError
-from studio.api.models import Job, errors
+from studio.api.models import Job, JobId, errors
 from studio.api.state import State
 
 router = APIRouter(tags=["renders"])
@@ -25,7 +25,7 @@ EventQuery = Literal["done", "failed", "cancelled", "interrupted", "expired", "c
 )
 def redeliver_webhook(
     st: State,
-    job_id: int,
+    job_id: JobId,
     event: Annotated[
         EventQuery | None,
         Query(description="only this call: the job's final state, or `checked` (default: every call the job makes)"),

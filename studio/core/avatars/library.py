@@ -100,18 +100,62 @@ def resolve(
         raise AvatarError(f"no avatar named '{text}' in the library and no such file; see `studio avatar list`")
     src = _check_source(path)
     params = (params or AvatarParams()).check()
-    import hashlib
-
-    from studio.core.env import sub_dir
     from studio.core.store.fsutil import file_sha256, quick_file_key
 
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", src.stem)[:40] or "avatar"
-    folder = sub_dir("cache/avatars") / f"{stem}-{hashlib.sha256(str(src).encode()).hexdigest()[:12]}"
+    stem, folder = _cache_folder(src)
     old = read_meta(folder)
     qkey = quick_file_key(src)
     known = old.get("source_sha256") if old and old.get("source_key") == qkey else None
     sha = known if isinstance(known, str) and HEX64.match(known) else file_sha256(src)
     return build(folder, stem, src, sha, qkey, params, progress)
+
+
+def _cache_folder(src: Path) -> tuple[str, Path]:
+    """A path avatar's name and cache folder (``<data>/cache/avatars/STEM-HASH``)."""
+    import hashlib
+
+    from studio.core.env import sub_dir
+
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", src.stem)[:40] or "avatar"
+    return stem, sub_dir("cache/avatars") / f"{stem}-{hashlib.sha256(str(src).encode()).hexdigest()[:12]}"
+
+
+def avatar_size(name_or_path: str | os.PathLike | AvatarAssets) -> tuple[int, int]:
+    """The (width, height) of an avatar's frames without preparing it: a library avatar's recorded
+    size, a prepared path's, else the source's header (a photo's EXIF turn applied; above 4K the
+    size it is scaled down to). What a render's frame size and enlargement follow."""
+    if hasattr(name_or_path, "width"):
+        return int(name_or_path.width), int(name_or_path.height)
+    text = str(name_or_path)
+    is_name = not isinstance(name_or_path, os.PathLike) and NAME_RE.match(text)
+    if is_name and (library_dir() / text / "meta.json").exists():
+        meta = read_meta(library_dir() / text) or {}
+        return int(meta["width"]), int(meta["height"])
+    src = _check_source(Path(text).expanduser())
+    from studio.core.store.fsutil import quick_file_key
+
+    meta = read_meta(_cache_folder(src)[1])
+    if meta and meta.get("source_key") == quick_file_key(src) and meta.get("width"):
+        return int(meta["width"]), int(meta["height"])
+    from studio.core.avatars.sources import fitted_size, source_kind
+
+    if source_kind(src) == "photo":
+        from PIL import Image
+
+        with Image.open(src) as im:
+            w, h = im.size
+            if im.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # EXIF orientation: turned a quarter
+                w, h = h, w
+    else:
+        import av
+
+        try:
+            with av.open(str(src)) as c:
+                s = c.streams.video[0]
+                w, h = int(s.codec_context.width), int(s.codec_context.height)
+        except Exception as exc:  # noqa: BLE001 - deliberate: any failure here is reported, not fatal
+            raise AvatarError(f"{src}: the video cannot be opened ({exc}); re-encode it as H.264 MP4") from None
+    return fitted_size(w, h)
 
 
 def avatar_rate(name_or_path: str | os.PathLike | AvatarAssets):

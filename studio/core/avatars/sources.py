@@ -199,14 +199,21 @@ def fit_photo(rgb: np.ndarray, limit: tuple[int, int] = MAX_PHOTO) -> tuple[np.n
     A bigger frame gains nothing on screen, costs RAM in every render (each frame is composited
     and encoded at the avatar's size) and exceeds the H.264 level the encoders declare."""
     h, w = rgb.shape[:2]
-    long_side, short_side = max(limit), min(limit)
-    f = min(1.0, long_side / max(w, h), short_side / min(w, h))
-    if f >= 1.0:
+    nw, nh = fitted_size(w, h, limit)
+    if (nw, nh) == (w, h):
         return rgb, None
     import cv2
 
-    nw, nh = max(2, int(w * f) // 2 * 2), max(2, int(h * f) // 2 * 2)
     return np.ascontiguousarray(cv2.resize(rgb, (nw, nh), interpolation=cv2.INTER_AREA)), (w, h)
+
+
+def fitted_size(w: int, h: int, limit: tuple[int, int] = MAX_PHOTO) -> tuple[int, int]:
+    """The (width, height) an avatar of ``w`` x ``h`` source frames has once ingested (``fit_photo``)."""
+    long_side, short_side = max(limit), min(limit)
+    f = min(1.0, long_side / max(w, h), short_side / min(w, h))
+    if f >= 1.0:
+        return w, h
+    return max(2, int(w * f) // 2 * 2), max(2, int(h * f) // 2 * 2)
 
 
 class VideoReader:

@@ -139,6 +139,7 @@ def import_voice(onnx: str | Path, name: str | None = None) -> str:
         rate = int(conf["audio"]["sample_rate"])
     except (OSError, ValueError, KeyError, TypeError):
         raise InputError(f"{cfg}: not a Piper voice config (no audio.sample_rate)") from None
+    _check_model(src)  # a truncated or foreign .onnx is one sentence now, not an error when it speaks
     name = name or src.stem
     if not _VOICE_NAME.fullmatch(name) or name in (DEFAULT_VOICE, "espeak"):
         raise InputError(f"{name!r} cannot name a voice: use letters, digits, dots and dashes (not joe or espeak)")
@@ -156,6 +157,20 @@ def import_voice(onnx: str | Path, name: str | None = None) -> str:
         shutil.rmtree(dest, ignore_errors=True)
         raise
     return name
+
+
+def _check_model(model: Path) -> None:
+    """ONNX Runtime loads ``model`` (a Piper voice's network); one sentence otherwise."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return  # no Piper here: the voice is checked when Piper loads it
+    try:
+        ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's own error classes (InvalidProtobuf, Fail ...)
+        raise InputError(
+            f"{model}: ONNX Runtime cannot load it ({str(exc).splitlines()[0][:120]}); give a whole Piper voice .onnx"
+        ) from None
 
 
 def _sha256(path: Path) -> str:
@@ -191,7 +206,12 @@ def _load_piper(name: str):
         model, config, ident = _piper_files(name)
         if name != DEFAULT_VOICE and _sha256(model) != ident:
             raise InputError(f"the voice {name!r} is damaged (its checksum differs); import it again")
-        voice = _piper_voice(PiperVoice, model, config)
+        try:
+            voice = _piper_voice(PiperVoice, model, config)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise InputError(f"the voice {name!r} cannot be loaded ({str(exc)[:120]}); import it again") from None
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's own error classes
+            raise InputError(f"the voice {name!r} cannot be loaded ({type(exc).__name__}); import it again") from None
         _PIPER[name] = voice
         return voice
 

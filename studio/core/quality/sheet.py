@@ -6,13 +6,14 @@
     write_report(report, "report.html", pics)                      # by its suffix, atomically
 
 The strip (one row per figure, a column per second; the silences shaded, the worst second marked)
-is drawn by matplotlib (its SVG inlined into the page, its PNG for the sheet and the window): the
+is drawn by matplotlib (its SVG inlined into the page, its PNG in the sheet): the
 sync per second (the local correlation at the clip's offset, and each second's own best offset),
 the mouth's opening against the voice's energy per frame, silence motion, sharpness and jitter.
 Each second's mark in the SVG has an id (``offset-3``, ``sync-3``, ... for second 3) and the page
 carries the report's JSON (``<script id="studio-report" type="application/json">``), so a click on
-a second shows its figures. The PNG carries the strip's x axis as text (``studio-strip``:
-``x0,x1,seconds`` as fractions of the image's width), so the window maps a click to a second.
+a second shows its figures (the window's strip reads the same JSON). The PNG carries the strip's x
+axis as text (``studio-strip``: ``x0,x1,seconds`` as fractions of the image's width), so a program
+can map a point of the sheet to a second.
 """
 
 from __future__ import annotations
@@ -255,14 +256,6 @@ def strip_svg(report: Report) -> str:
     fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = buf.getvalue()
     return svg[svg.index("<svg") :]
-
-
-def strip_png(report: Report) -> tuple[bytes, tuple[float, float]]:
-    """The strip alone as PNG (for the window), and its x axis (fractions of the width)."""
-    fig = _figure(report, 4.2)
-    fig.subplots_adjust(left=0.12, right=0.99, top=0.98, bottom=0.1)
-    x = draw_strip(fig, report)
-    return _png(fig, x, len(report.per_second)), x
 
 
 def _png(fig, x: tuple[float, float], seconds: int) -> bytes:

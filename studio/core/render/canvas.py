@@ -70,8 +70,7 @@ class Canvas:
 
         aw, ah = int(avatar.width), int(avatar.height)
         fit = settings.fit
-        base = min(cw / aw, ch / ah) if fit == "fit" else max(cw / aw, ch / ah)
-        s = base * float(settings.scale)
+        s = needed_upscale(settings, aw, ah, (cw, ch))
         note = ""
         if s > settings.max_upscale:
             note = (
@@ -341,6 +340,14 @@ def _background(spec: str, cw: int, ch: int, device):
             f"the background image {t} cannot be read ({type(exc).__name__}); give a PNG or JPEG"
         ) from None
     return torch.from_numpy(arr.copy()).to(device)
+
+
+def needed_upscale(settings, aw: int, ah: int, canvas: tuple[int, int] | None = None) -> float:
+    """How much ``settings`` place an ``aw`` x ``ah`` avatar enlarged on their canvas (``canvas``:
+    that size instead): ``fit`` shows all of it, ``fill`` and ``face`` cover the canvas; times ``scale``."""
+    cw, ch = canvas or settings.canvas_size or (aw, ah)
+    base = min(cw / aw, ch / ah) if settings.fit == "fit" else max(cw / aw, ch / ah)
+    return base * float(settings.scale)
 
 
 def output_size(settings, avatar) -> tuple[int, int]:

@@ -59,13 +59,17 @@ def check_range(frames: tuple[int, int] | None, total: int, rate=DEFAULT_RATE) -
 @contextlib.contextmanager
 def audio_range(wave, path: str, first: int, end: int):
     """A temporary FLAC of the original audio under frames ``first..end`` (its own rate and channels)."""
+    import shutil
     import tempfile
 
     import soundfile as sf
 
     from studio.core.media.audio import probe, read_blocks
+    from studio.core.store.temps import release_temp, temp_dir
 
-    with tempfile.TemporaryDirectory(prefix="studio-range.") as folder:
+    # a registered temporary: a killed render's is removed by the next studio command
+    folder = temp_dir(tempfile.gettempdir(), ".studio-range.", ".part")
+    try:
         out = Path(folder) / "range.flac"
         info = probe(path)  # any voice-over: WAV ... M4A, a video's sound
         rate = info.source_rate
@@ -81,6 +85,9 @@ def audio_range(wave, path: str, first: int, end: int):
             for block in read_blocks(info, start=a, stop=max(a, b)):
                 dst.write(block)
         yield str(out)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        release_temp(folder)
 
 
 RANGE_CONTEXT = 750  # frames (30 s) of audio prepared on each side of an in/out range

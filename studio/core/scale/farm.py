@@ -507,7 +507,10 @@ class _Worker:
 
     def __init__(self, label: str, torch_threads: int):
         from studio.core.engines.cache import EngineCache
+        from studio.core.store.temps import sweep_dead_temps
 
+        with contextlib.suppress(Exception):  # a killed actor's chunk files (its records say which): gone now
+            sweep_dead_temps()
         self.label = label
         self.engines = EngineCache()
         self.jobs: dict = {}

@@ -34,6 +34,47 @@ log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------
+# Inputs are never outputs
+
+_INPUTS: dict[tuple[int, int], str] = {}  # (device, inode) -> how the user named it
+
+
+def protect_inputs(named: dict[str, object]) -> None:
+    """Record the files a command reads (``{"--script": "out/b.srt", ...}``, values that are not
+    existing regular files are ignored): no ``atomic_output`` of this process may then replace one of
+    them, with or without ``--overwrite``, whatever the output (a side file: captions, sentence times)."""
+    for how, value in named.items():
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if not isinstance(v, (str, os.PathLike)) or not str(v) or len(str(v)) > 4096:
+                continue
+            try:
+                st = os.stat(v)
+            except (OSError, ValueError):
+                continue
+            if stat.S_ISREG(st.st_mode):
+                _INPUTS[(st.st_dev, st.st_ino)] = f"{how} {v}"
+
+
+def clear_inputs() -> None:
+    _INPUTS.clear()
+
+
+def refuse_input(target: str | os.PathLike) -> None:
+    """One sentence when ``target`` is (links followed, hard links included) a file this command reads."""
+    if not _INPUTS:
+        return
+    try:
+        st = os.stat(target)
+    except (OSError, ValueError):
+        return
+    named = _INPUTS.get((st.st_dev, st.st_ino))
+    if named is not None:
+        from studio.core.errors import InputError
+
+        raise InputError(f"{target} is this command's input ({named}); write the output to another name")
+
+
+# ------------------------------------------------------------------------------------------------
 # Atomic outputs
 
 
@@ -65,6 +106,7 @@ class atomic_output:  # noqa: N801 - used as a context manager, like open()
         self.final: Path | None = None
 
     def __enter__(self) -> atomic_output:
+        refuse_input(self.target)  # before any work: an input is never replaced, --overwrite or not
         self.tmp = temp_file(self.target.parent, f".{self.target.stem}.", f".part{self.suffix}")
         return self
 
@@ -96,6 +138,7 @@ def claim(tmp: str | os.PathLike, target: str | os.PathLike, *, overwrite: bool)
 
     tmp, target = Path(tmp), Path(target)
     if overwrite:
+        refuse_input(target)  # and again at the end (the name may have been linked to an input since)
         keep_mode(tmp, target)
         os.replace(tmp, target)
         return target

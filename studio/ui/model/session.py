@@ -62,6 +62,16 @@ LABELS = {
 FIXED_QUALITY = frozenset({"prores", "prores4444", "dnxhr"})
 
 
+@dataclass(frozen=True)
+class DeliveryState:
+    """The delivery chosen, the render settings and which of them the editor set: the before and after
+    of choosing a delivery (one undo step)."""
+
+    name: str
+    values: tuple[tuple[str, Any], ...]
+    explicit: frozenset[str]
+
+
 @dataclass(frozen=True, order=True)
 class Marker:
     """A named point on the timeline (a frame of the voice-over)."""
@@ -105,6 +115,7 @@ class EditorSession:
         self._quiet = 0
         self._mask_key: tuple | None = None
         self._mask = None
+        self._explicit: set[str] = set()  # the settings the editor changed: they win over the delivery's
 
     # ---- values ---------------------------------------------------------------------------
 
@@ -121,10 +132,16 @@ class EditorSession:
         return SCHEMA[key].label if key in SCHEMA else LABELS.get(key, key)
 
     def set(self, key: str, value: Any) -> bool:
-        """Set ``key`` (checked as the schema says: one sentence when not allowed); True when it changed."""
+        """Set ``key`` (checked as the schema says: one sentence when not allowed); True when it changed.
+        A render setting the editor sets wins over the delivery's value; choosing a delivery fills the
+        settings with its values (``choose_delivery``: one step)."""
         if key not in self._values:
             raise InputError(f"the editor has no setting {key!r}")
+        if key == "delivery" and not self._quiet:
+            return self.choose_delivery(value)
         value = self._checked(key, value)
+        if key in SCHEMA and key != "delivery" and not self._quiet:
+            self._explicit.add(key)
         before = self._values[key]
         if before == value:
             return False
@@ -138,6 +155,93 @@ class EditorSession:
         if self.rate != rate_before:
             self.events.rate.emit(self.rate)
         return True
+
+    # ---- the delivery ------------------------------------------------------------------------
+
+    @property
+    def explicit(self) -> frozenset[str]:
+        """The render settings the editor set (they win over the delivery's values)."""
+        return frozenset(self._explicit)
+
+    def set_explicit(self, names: Iterable[str]) -> None:
+        """Which settings the editor set (saved settings being loaded)."""
+        self._explicit = {n for n in names if n in SCHEMA and n != "delivery"}
+
+    def choose_delivery(self, name: Any) -> bool:
+        """Choose a delivery (its key or title, "" for none): one undoable step that fills the settings
+        with its values, as an NLE's export preset fills its dialog (a setting changed afterwards wins);
+        settings the delivery before it set go back to their default. True when anything changed."""
+        from studio.core.delivery import resolve as find
+        from studio.core.settings import delivery_values
+
+        text = str(name or "").strip()
+        key = find(text).name if text else ""  # one sentence when there is none
+        try:
+            old = delivery_values(self._values["delivery"])
+        except InputError:  # removed meanwhile: nothing of it to take back
+            old = {}
+        new = delivery_values(key)
+        before = self.delivery_state()
+        with self.quiet():
+            self._set_value("delivery", key)
+            for k in old:
+                if k not in new and k not in self._explicit and k in self._values:
+                    spec = SCHEMA[k]
+                    self._set_value(k, spec.ui_default if spec.ui_default is not None else spec.default)
+            for k, v in new.items():
+                if k in self._values:
+                    self._set_value(k, v)
+                    self._explicit.discard(k)
+        after = self.delivery_state()
+        if before == after:
+            return False
+        if not self._quiet:
+            self.events.edited.emit("delivery", before, after, "")
+        return True
+
+    def fill_delivery(self) -> None:
+        """The chosen delivery's values into the settings the editor did not set (not an edit)."""
+        from studio.core.settings import delivery_values
+
+        with self.quiet():
+            for k, v in delivery_values(self._values["delivery"]).items():
+                if k in self._values and k not in self._explicit:
+                    self.set(k, v)
+
+    def delivery_state(self) -> DeliveryState:
+        """The delivery and every render setting with which of them the editor set: one undo step's value."""
+        return DeliveryState(
+            self._values["delivery"],
+            tuple((k, self._values[k]) for k in setting_keys() if k != "delivery"),
+            frozenset(self._explicit),
+        )
+
+    def _set_value(self, key: str, value: Any) -> None:
+        with self.quiet():
+            self.set(key, value)
+
+    def _restore_delivery(self, state: DeliveryState) -> None:
+        with self.quiet():
+            self.set("delivery", state.name)
+            for k, v in state.values:
+                if k in self._values:
+                    self.set(k, v)
+        self._explicit = set(state.explicit)
+
+    def resolved(self):
+        """What a render of the selected avatar with the settings here uses (``render.resolve``): the
+        settings, the rate, the frame size, the suffix, and a problem (an enlargement the render refuses)
+        or notes; the same resolution the request gets."""
+        from studio.core.render.resolve import resolve
+
+        return resolve(self.render_settings(), self._explicit, self.avatar or None)
+
+    def frame_settings(self) -> RenderSettings:
+        """The settings a scrub frame is made with: resolved as the request's (the delivery's canvas,
+        placement and rate under the settings the editor set), so the frame is the written one."""
+        from studio.core.render.resolve import resolve
+
+        return resolve(self.render_settings(), self._explicit).settings
 
     def update(self, values: dict) -> None:
         """Several values at once, none recorded (saved settings being loaded); bad ones are skipped."""
@@ -201,6 +305,9 @@ class EditorSession:
                 elif key == "markers":
                     self.memory.put(scope, markers=list(value))
             return
+        if key == "delivery" and isinstance(value, DeliveryState):
+            self._restore_delivery(value)
+            return
         with self.quiet():
             self.set(key, value)
 
@@ -214,10 +321,9 @@ class EditorSession:
         """What "Save as delivery" saves: the delivery-side settings (``delivery.DELIVERY_KEYS``) as a
         render would use them (the chosen delivery's values under the ones set here), those not at
         their default."""
-        from studio.core.settings import from_dict
         from studio.core.store.deliveries import delivery_values
 
-        return delivery_values(from_dict({k: self._values[k] for k in setting_keys()}))
+        return delivery_values(self.resolved().settings)
 
     def markers_setting(self) -> str:
         """The timeline's markers as the ``markers`` setting's text: ``SECONDS=NAME`` separated by commas."""
@@ -231,9 +337,12 @@ class EditorSession:
 
     def select(self, avatar: str | None = None, script: str | None = None) -> None:
         if avatar is not None and avatar != self.avatar:
+            before = self.rate
             self.avatar = avatar
-            self.avatar_rate = None  # until its assets say
+            self.avatar_rate = _recorded_rate(avatar)  # a library avatar's recorded rate; its assets confirm it
             self.events.avatar.emit(avatar)
+            if self.rate != before:  # a video's rate left with it: the timeline follows (it stayed at 30)
+                self.events.rate.emit(self.rate)
         if script is not None and script != self.script:
             self.script = script
             self.voice_key = ""  # nothing is saved under the old voice-over's key
@@ -267,6 +376,7 @@ class EditorSession:
     def set_analysis(self, analysis, key: str = "") -> None:
         """Show ``analysis`` (the selected voice-over's); its in/out and markers are the ones remembered
         for ``key`` (its content key), none when nothing is."""
+        held = (self.voice_key, self.grid_rate, self._values["range"], self._values["markers"])
         self.analysis = analysis
         self.voice_key = ""
         with self.quiet():
@@ -274,7 +384,17 @@ class EditorSession:
             self.set("markers", ())
         self.events.analysis.emit(analysis)
         self.voice_key = key
-        if key and self.memory is not None:
+        if key and key == held[0]:  # the same voice-over at another rate: the same moments, in time
+            _, was, (a, b), markers = held
+            now = self.grid_rate
+            with self.quiet():
+                self.set("markers", [(retime(f, was, now), n) for f, n in markers])
+                self.set(
+                    "range",
+                    (None if a is None else retime(a, was, now), None if b is None else retime(b + 1, was, now) - 1),
+                )
+            self._remember()
+        elif key and self.memory is not None:
             m = self.memory.get(key, rate=float(self.grid_rate))
             with self.quiet():
                 self.set("markers", [tuple(x) for x in m["markers"]])
@@ -479,15 +599,30 @@ class EditorSession:
 
         avatar = self.avatar if avatar is None else avatar
         script = self.script if script is None else script
-        return RenderRequest(
+        req = RenderRequest(
             avatar,
             script,
             self.output_path(avatar, script),
             self.render_settings(),
             self.placement(),
-            frames if frames is not None else self.render_range(),
             overwrite=self._values["overwrite"],
+            explicit=tuple(sorted(self._explicit)),  # the widgets changed win over the delivery's values
         )
+        grid = frames if frames is not None else self.render_range()
+        if grid is None:
+            return req
+        rate = parse_rate(req.rate) if req.rate else self.rate  # the avatar unreadable here: the rate in effect
+        return req.with_(frames=self.frames_at(grid, rate))
+
+    def frames_at(self, frames: tuple[int, int], rate) -> tuple[int, int]:
+        """Frames ``[start, end)`` of the timeline as the same stretch of time at ``rate`` (the output's:
+        an avatar or a rate changed since the voice-over was analysed), inside the voice-over."""
+        grid = self.grid_rate
+        a, b = retime(frames[0], grid, rate), retime(frames[1], grid, rate)
+        info = getattr(self.analysis, "info", None)
+        if info is not None:
+            b = min(b, max(1, info.frames_at(rate)))
+        return (a, max(a + 1, b))
 
     # ---- the figures the labels show --------------------------------------------------------
 
@@ -545,6 +680,10 @@ class EditorSession:
         return f"{self.label(key)} {self.describe(key, before)} → {self.describe(key, after)}"
 
     def describe(self, key: str, value: Any) -> str:
+        if isinstance(value, DeliveryState):
+            value = value.name
+        if key == "delivery":
+            return delivery_title(value) or "none"
         if key == "range":
             a, b = value
             if a is None and b is None:
@@ -560,6 +699,42 @@ class EditorSession:
         if isinstance(value, bool):  # "Range only off → on", never False → True
             return "on" if value else "off"
         return str(value) if value != "" else "none"
+
+
+def _recorded_rate(avatar: str) -> Fraction | None:
+    """A library avatar's own rate as its metadata records it (None: a photo, or not known yet)."""
+    from studio.core.avatars.assets import NAME_RE, library_dir
+
+    if not avatar or not NAME_RE.match(avatar) or not (library_dir() / avatar / "meta.json").exists():
+        return None
+    from studio.core.avatars.library import avatar_rate
+    from studio.core.errors import StudioError
+
+    try:
+        rate = avatar_rate(avatar)
+    except (StudioError, OSError, ValueError):
+        return None
+    return None if rate == DEFAULT_RATE else Fraction(rate)
+
+
+def retime(frame: int, was, now) -> int:
+    """Frame ``frame`` of a ``was`` fps grid as the nearest frame of a ``now`` fps grid (the same moment)."""
+    was, now = Fraction(was), Fraction(now)
+    if was == now:
+        return int(frame)
+    return int(round(Fraction(int(frame)) * now / was))
+
+
+def delivery_title(name: str) -> str:
+    """A delivery's full name ("Broadcast HD") from its key; "" for none."""
+    if not name:
+        return ""
+    from studio.core.delivery import resolve as find
+
+    try:
+        return find(name).title
+    except InputError:
+        return str(name)
 
 
 def markers_step(before, after) -> str:

@@ -1,9 +1,10 @@
-"""A WHEP viewer for tests and the live benchmark: a real aiortc peer on 127.0.0.1 that records every
-decoded frame (its arrival time, its RTP time and, when asked, its mouth region), and the audio socket.
+"""A WHEP viewer of a live session (aiortc), for the live benchmark and the tests: a real peer that
+records every decoded frame (its arrival time, its RTP time and, when asked, its mouth region), and the
+audio socket's sender.
 
     async with Viewer(base_url, sid, headers) as v:        # POST {whep} with an SDP offer, set the answer
         await v.wait_frames(25)
-        v.frames[-1].pts, v.frames[-1].mouth               # decoded [h,w,3] crop of the mouth box
+        v.frames[-1].pts, v.frames[-1].mouth               # decoded [h,w,3] crop of the mouth's half of the face
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,8 +32,8 @@ class Viewer:
         self.prefer = prefer  # "video/VP8" or "video/H264": offered first
         self.frames: list[Got] = []
         self.audio_frames = 0
-        self.pc = None
-        self.location = None
+        self.pc: Any = None
+        self.location: str | None = None
         self.answer_sdp = ""
         self._tasks: list[asyncio.Task] = []
 
