@@ -46,6 +46,11 @@ def test_the_script_box_grows_keeps_its_text_in_sight_and_names_the_voiceover(wi
     assert lib.speech.name.text() == "good-evening-here-is-the"  # the first words name the voice-over
     typed = _drawn(box)
     assert typed > 300
+    # one script box: the Library's is the captions' text (the Render panel has no second one)
+    assert window.session.value("script") == SCRIPT and box.objectName() == "setting_script"
+    from PySide6.QtWidgets import QWidget
+
+    assert window.findChildren(QWidget, "setting_script") == [box]
 
     with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         qtbot.mouseClick(lib.speak_btn, LEFT)

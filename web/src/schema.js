@@ -5,7 +5,7 @@ import { getFresh } from './api.js';
 function kindOf(prop) {
   const variants = prop.anyOf ? prop.anyOf.filter((p) => p.type !== 'null') : [prop];
   const v = variants[0] || {};
-  return { ...v, enum: v.enum || choicesOf(v.pattern), nullable: Boolean(prop.anyOf && prop.anyOf.some((p) => p.type === 'null')) };
+  return { ...v, enum: v.enum || choicesOf(v.pattern), nullable: Boolean(prop.anyOf?.some((p) => p.type === 'null')) };
 }
 
 /** The names a pattern like ^(|a|b-c)$ allows (a list the server declares as a pattern), or null. */
@@ -27,8 +27,8 @@ export async function loadDoc() {
 export async function loadVoices() {
   const d = await loadDoc();
   for (const schema of Object.values(d.components.schemas)) {
-    const v = schema.properties && schema.properties.voice;
-    if (v && (v.enum || (v.anyOf && v.anyOf.find((x) => x.enum)))) return v.enum || v.anyOf.find((x) => x.enum).enum;
+    const v = schema.properties?.voice;
+    if (v && (v.enum || (v.anyOf?.find((x) => x.enum)))) return v.enum || v.anyOf.find((x) => x.enum).enum;
   }
   return [];
 }
