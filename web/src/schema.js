@@ -84,7 +84,7 @@ export function uiChanges(specs, values) {
 
 /** The setting a server's sentence is about ("fps: must be ..." or "... (fps)"), or null. */
 export function fieldOf(sentence, specs) {
-  const head = /^([a-z_]+)[:\s]/.exec(sentence);
+  const head = /^'?([a-z_]+)'?[:\s]/.exec(sentence); // "crf: ..." or the API's "'crf': ..."
   if (head && specs.some((s) => s.name === head[1])) return head[1];
   const named = specs.find((s) => new RegExp(`\\b${s.name}\\b`).test(sentence) && s.name.includes('_'));
   return named ? named.name : null;

@@ -63,6 +63,7 @@ describe('the settings', () => {
   });
   it('finds the field a refusal is about', () => {
     expect(fieldOf('crf: give 0 to 51', SPECS)).toBe('crf');
+    expect(fieldOf("'crf': input should be less than or equal to 51", SPECS)).toBe('crf');
     expect(fieldOf('min_silence must be at least 1', SPECS)).toBe('min_silence');
     expect(fieldOf('the server cannot be reached', SPECS)).toBeNull();
   });
