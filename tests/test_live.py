@@ -29,6 +29,7 @@ from studio.service.live_viewer import Got, Viewer, mouth_box, moved, send_pcm
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("aiortc")
 websockets = pytest.importorskip("websockets")
+pytest.importorskip("websockets.exceptions")  # loaded lazily otherwise: the first pytest.raises needs it
 
 TOKEN = "live-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -135,8 +136,12 @@ def test_open_watch_rest_speak_and_end(server, client, mouth):
             listed = client.get("/v1/live").json()
             assert listed["viewers"] == 1 and listed["threads"] >= 1
             assert udp_sockets(server.proc.pid) > 0
-        # the viewer left (DELETE of its Location); the session ends with DELETE
-        assert client.delete(d["links"]["self"]).status_code == 204
+        # the viewer left (DELETE of its Location); the session ends with DELETE, and so does its socket
+        async with websockets.connect(ws_url(server, d)) as ws:
+            assert (await asyncio.to_thread(client.delete, d["links"]["self"])).status_code == 204
+            with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 30)
+            assert closed.value.rcvd.code == 1001
 
     asyncio.run(run())
     assert client.get(d["links"]["self"]).status_code == 404
@@ -353,6 +358,16 @@ def test_bad_inputs_one_sentence_and_the_server_stays_healthy(server, client):
         time.sleep(0.1)
     assert client.get("/v1/health").status_code == 200
     assert client.get(d["links"]["self"]).json()["state"] == "live"
+    # the session's events: its state, its first frame, then its figures every second
+    kinds = []
+    with client.stream("GET", d["links"]["events"]) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("event:"):
+                kinds.append(line.split(":", 1)[1].strip())
+            if "figures" in kinds:
+                break
+    assert kinds[:2] == ["state", "first_frame"] and "figures" in kinds, kinds
 
 
 @pytest.mark.skipif(shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None, reason="needs ffmpeg")
