@@ -88,6 +88,9 @@ def _main(argv: list[str] | None = None) -> int:
             return int(args.func(args) or 0)
         finally:
             _stop_workers()
+            from studio.core.store.fsutil import clear_inputs
+
+            clear_inputs()  # main() called again in this process (tests, the window's own calls) starts afresh
     except StudioError as exc:
         _say(f"studio: error: {exc}")
         return exc.exit_code
@@ -116,7 +119,7 @@ def _main(argv: list[str] | None = None) -> int:
         return 1
 
 
-OUTPUT_DESTS = ("output", "report", "func")  # options naming what a command writes
+OUTPUT_DESTS = ("output", "report", "overlay", "json", "out", "func")  # options naming what a command writes
 
 
 def _option(dest: str) -> str:

@@ -314,6 +314,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         lib.avatarRestored.connect(lambda _name: self.worker.invalidate())
         lib.status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         lib.selectionChanged.connect(self._selection_changed)
+        lib.text.textChanged.connect(self._script_text)  # the one script box: the captions' text too
         s.events.rate.connect(lambda _rate: self._rate_changed())
         s.events.changed.connect(self._setting_changed)
         self.timeline.playheadMoved.connect(ed.scrub)
@@ -393,6 +394,17 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         return sum(1 for j in waiting if j.avatar in avatars)
 
     # ---- the voice-over and the rate ----------------------------------------------------
+
+    def _script_text(self) -> None:
+        """The Library's script box is the ``script`` setting's view (captions are made from it); its
+        own Ctrl+Z undoes typing, so its changes are no steps of the window's undo."""
+        from studio.core.errors import InputError
+
+        with self.session.quiet():
+            try:
+                self.session.set("script", self.library.text.toPlainText())
+            except InputError as exc:  # too long for captions: said once typing stops making it longer
+                self.statusBar().showMessage(str(exc), 8000)
 
     def _rate_changed(self) -> None:
         """The output rate changed (the setting, or an avatar with another rate): the timeline's frames,

@@ -520,6 +520,26 @@ def _check_badge(item, check: dict | None) -> None:
 
 
 def _result_note(job) -> str:
+    return _lane(job) + _note(job)
+
+
+def _lane(job) -> str:
+    """A job's lane when it is not the normal one ("breaking · ", "bulk · ", "priority 70 · "), and its
+    deadline ("due 15:40 · ")."""
+    from studio.service.scheduler import DEFAULT_LEVEL, job_level, level_name
+
+    s = job.settings or {}
+    level = job_level(s)
+    text = ""
+    if level != DEFAULT_LEVEL:
+        name = level_name(level)
+        text = f"{name if not name.isdigit() else 'priority ' + name} · "
+    if s.get("deadline") and job.state in ("queued", "running", "held"):
+        text += time.strftime("due %H:%M:%S · ", time.localtime(float(s["deadline"])))
+    return text
+
+
+def _note(job) -> str:
     r = job.result or {}
     if not r:
         return time.strftime("added %H:%M", time.localtime(job.created))

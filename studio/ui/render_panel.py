@@ -64,7 +64,7 @@ class RenderPanel(QWidget):
     worstClicked = Signal(str, float)  # a render's path, the second its check found worst
 
     #: settings another view places (the timeline's silence row): the panel shows the rest of the schema
-    ELSEWHERE = ("threshold", "min_silence")
+    ELSEWHERE = ("threshold", "min_silence", "script")  # the script: the Library's text box under the voice-overs
 
     def __init__(self, session=None, parent=None):
         super().__init__(parent)

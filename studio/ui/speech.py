@@ -70,7 +70,7 @@ class SpeechBox(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.text = ScriptEdit()
-        self.text.setObjectName("scriptText")
+        self.text.setObjectName("setting_script")  # the voice-over's text: the captions' too (the script setting)
         self.text.setPlaceholderText("Script text (optional). Type a text and press Speak to make a voice-over.")
         self.name = QLineEdit()
         self.name.setObjectName("speechName")

@@ -125,7 +125,9 @@ class TimelineMarkers(QWidget):
                     movable=False,
                     pen=pg.mkPen(MARKER, width=1, style=Qt.PenStyle.DashLine),
                     label="" if label else None,
-                    labelOpts={"position": 0.93, "color": MARKER, "anchors": [(0, 0.5), (0, 0.5)]} if label else None,
+                    labelOpts={"position": 0.97, "color": MARKER, "anchors": [(0, 0), (0, 0)]}
+                    if label
+                    else None,  # hangs below the top
                 )
                 line.setZValue(15)
                 p.addItem(line)

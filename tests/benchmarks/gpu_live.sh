@@ -11,14 +11,14 @@ git log -1 --oneline 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
 python3 -c "import aiortc, av; print('aiortc', aiortc.__version__, 'av', av.__version__)"
 left() { echo $(( ${BUDGET:-560} - ($(date +%s) - start) )); }
-for n in 1 ${N:-24}; do
+for n in ${COUNTS:-1 ${N:-24}}; do
   [ "$(left)" -gt 60 ] || break
   timeout "$(left)" python3 -m studio bench --live "$n" --live-seconds "${SECONDS_EACH:-12}" --live-viewers "${VIEWERS:-2}" \
     --device cuda --workdir /tmp/bl > "$OUT/live-musetalk-$n.json" 2> "$OUT/live-musetalk-$n.log"
   echo "musetalk n=$n rc=$? after $(( $(date +%s) - start )) s"; tail -3 "$OUT/live-musetalk-$n.log"
   python3 -c "import json,sys; d=json.load(open('$OUT/live-musetalk-$n.json')); d.pop('server_log_tail',None); print(json.dumps(d))" 2>/dev/null
 done
-if [ "$(left)" -gt 90 ]; then
+if [ -z "$NO_CLASSIC" ] && [ "$(left)" -gt 90 ]; then
   n=${N:-24}
   timeout "$(left)" python3 -m studio bench --live "$n" --live-engine classic --live-seconds "${SECONDS_EACH:-12}" \
     --live-viewers "${VIEWERS:-2}" --device cuda --workdir /tmp/bl > "$OUT/live-classic-$n.json" 2> "$OUT/live-classic-$n.log"

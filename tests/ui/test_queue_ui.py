@@ -339,3 +339,23 @@ def test_the_close_question_pauses_the_queue_while_it_is_open(library_window, qt
         qtbot.mouseClick(w.close_box.button(QMessageBox.StandardButton.Cancel), Qt.MouseButton.LeftButton)
     assert b.args == [second, jobs.DONE] and w.isVisible()
     assert w.queue.state == "running"
+
+
+def test_a_jobs_lane_and_deadline_show_in_its_note(window, qtbot, tmp_path):
+    """A breaking job queued from the command line (issue 48) says its lane in the Queue's note; a
+    normal one says nothing of it."""
+    out = studio(
+        "queue", "add", "--avatar", "astronaut", "--audio", str(DEMO_AUDIO), "-o", str(tmp_path / "b.mp4"),
+        "--draft", "--priority", "breaking",
+    )  # fmt: skip
+    urgent = out.split()[-1]
+    plain = studio(
+        "queue", "add", "--avatar", "astronaut", "--audio", str(DEMO_AUDIO), "-o", str(tmp_path / "n.mp4"), "--draft"
+    ).split()[-1]
+    qtbot.waitUntil(lambda: {urgent, plain} <= set(rows(window)), timeout=5000)
+    t = window.queue_panel.table
+    from studio.ui.queue_panel import NOTE_COL
+
+    notes = {t.item(r, 1).text(): t.item(r, NOTE_COL).text() for r in range(t.rowCount())}
+    assert notes[urgent].startswith("breaking · added "), notes
+    assert notes[plain].startswith("added "), notes

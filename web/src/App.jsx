@@ -16,6 +16,8 @@ export function App() {
   const [health, setHealth] = useState(null);
   const [specs, setSpecs] = useState(null);
   const [values, setValues] = useState({});
+  // the settings the user changed on this page: sent even at their default, so they win over a delivery's
+  const [touched, setTouched] = useState(() => new Set());
   const [avatar, setAvatar] = useState(null); // a library avatar (its listing)
   const [voice, setVoice] = useState(null); // an uploaded voice-over (its analysis)
   const [wave, setWave] = useState(null);
@@ -94,7 +96,10 @@ export function App() {
         say(e);
       }
     }, 80);
-    return () => (clearTimeout(timer), ctl.abort());
+    return () => {
+      clearTimeout(timer);
+      ctl.abort();
+    };
   }, [voice, avatar, fps, threshold, minSilence, specs, say]);
 
   // the voice-over's analysis (duration, silences) by its id: a pick in the library or the URL
@@ -158,6 +163,7 @@ export function App() {
     setBusy(follow ? 'render' : 'queue');
     try {
       const fields = { avatar: avatar.name, audio_id: voice.id, ...changedSettings(specs, values) };
+      for (const name of touched) if (values[name] !== undefined) fields[name] = values[name] === null ? '' : values[name];
       if (range.in !== null) fields.frame_start = range.in;
       if (range.out !== null) fields.frame_end = range.out + 1;
       const job = await postForm('/v1/renders', fields, { 'Idempotency-Key': newKey() });
@@ -195,7 +201,13 @@ export function App() {
     return (
       <main class="connecting">
         <p role="alert">The server cannot be reached; is studio serve still running?</p>
-        <button type="button" onClick={() => (setMode(null), start())}>
+        <button
+          type="button"
+          onClick={() => {
+            setMode(null);
+            start();
+          }}
+        >
           Try again
         </button>
       </main>
@@ -258,7 +270,7 @@ export function App() {
             minSilence={values.min_silence}
           />
           <Queue
-            onOnline={() => setMessage((m) => (m && m.text.startsWith('the server cannot be reached') ? null : m))}
+            onOnline={() => setMessage((m) => (m?.text.startsWith('the server cannot be reached') ? null : m))}
             tick={queueTick}
             readOnly={readOnly}
             followed={followed}
@@ -295,16 +307,17 @@ export function App() {
             onRange={setRange}
             threshold={values.threshold}
             onThreshold={(v) => setValues((o) => ({ ...o, threshold: v }))}
-            thresholdSpec={specs && specs.find((s) => s.name === 'threshold')}
+            thresholdSpec={specs?.find((s) => s.name === 'threshold')}
             readOnly={readOnly}
           />
         </section>
         <aside class="side">
           <div class="actions">
-            <button type="button" class="primary" disabled={!canRender || busy !== ''} onClick={() => submit(true)}>
+            {/* aria-disabled while sending: a disabled button would drop the keyboard's focus to the top */}
+            <button type="button" class="primary" disabled={!canRender} aria-disabled={busy !== ''} onClick={() => busy === '' && submit(true)}>
               {busy === 'render' ? 'Sending…' : 'Render'}
             </button>
-            <button type="button" disabled={!canRender || busy !== ''} onClick={() => submit(false)}>
+            <button type="button" disabled={!canRender} aria-disabled={busy !== ''} onClick={() => busy === '' && submit(false)}>
               {busy === 'queue' ? 'Sending…' : 'Add to queue'}
             </button>
           </div>
@@ -315,7 +328,12 @@ export function App() {
               values={values}
               errors={fieldErrors}
               onChange={(fn) => {
-                setValues(fn);
+                setValues((o) => {
+                  const n = fn(o);
+                  const changed = Object.keys(n).filter((k) => n[k] !== o[k]);
+                  if (changed.length) setTouched((t) => new Set([...t, ...changed]));
+                  return n;
+                });
                 setFieldErrors({}); // an error goes once its field (or any) changes
               }}
               disabled={readOnly}

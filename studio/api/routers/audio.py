@@ -124,7 +124,7 @@ def get_audio_file(st: State, audio_id: AudioId):
 @router.patch(
     "/v1/audio/{audio_id}",
     response_model=VoiceOver,
-    responses=errors(404, 422),
+    responses=errors(400, 404, 422),
     summary="Rename a voice-over (its id and sound stay)",
 )
 def rename_audio(st: State, audio_id: AudioId, body: Rename) -> dict:
