@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -427,3 +428,30 @@ def test_push_to_a_local_ffmpeg_listener(server, client, tmp_path, scheme):
     assert decoded.returncode == 0 and not decoded.stderr.strip(), decoded.stderr[-300:]
     ev = client.get(d["links"]["self"]).json()
     assert ev["pushes"][0]["frames"] > 0
+
+
+def test_studio_live_plays_a_file_and_refuses_bad_input(server, client, tmp_path):
+    """``studio live --audio FILE`` plays a voice in real time on the server and prints the figures;
+    bad input is one sentence and exit code 2."""
+    import soundfile as sf
+
+    voice = tmp_path / "voice.wav"
+    sf.write(voice, speechlike(2.0, 48_000), 48_000, subtype="PCM_16")
+    env = dict(os.environ, STUDIO_SERVER_TOKEN=TOKEN, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    run = [sys.executable, "-m", "studio", "live", "--server", server.url, "--avatar", "astro"]
+    r = subprocess.run([*run, "--audio", str(voice), "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    figures = json.loads(r.stdout.strip().splitlines()[-1])
+    assert figures["frames"] >= 50 and figures["engine_frames"] > 0 and figures["rest_frames"] >= 0
+    assert client.get("/v1/live").json()["sessions"] == []  # it ended its session
+    for extra, words in (
+        (["--audio", "-", "--rate", "0"], "--rate"),
+        (["--audio", str(tmp_path / "missing.wav")], "missing.wav"),
+        (["--push", "http://example.com/x", "--audio", str(voice)], "push URL"),
+    ):
+        r = subprocess.run([*run, *extra], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = subprocess.run(
+        [*run[:-1], "nobody", "--audio", str(voice)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 2 and "no avatar named 'nobody'" in r.stderr, r.stderr
