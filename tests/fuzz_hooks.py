@@ -21,7 +21,7 @@ and coverage phases draw uploads from Schemathesis' own samples, a 1-pixel PNG w
   key reused for another request is 422 by design, and the tests of tests/test_api.py cover replays).
 
 So the positive cases upload files the server must accept, and the stateful phase reaches the jobs
-they make. Load with ``SCHEMATHESIS_HOOKS=tests.fuzz_hooks`` (from the repository root, on PYTHONPATH).
+they make. Load with ``SCHEMATHESIS_HOOKS=fuzz_hooks`` with the repository's tests/ folder on PYTHONPATH.
 """
 
 from __future__ import annotations

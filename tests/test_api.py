@@ -142,6 +142,14 @@ OPERATIONS = {  # stable operation ids: generated clients name their functions a
     ("get", "/v1/renders/{job_id}/video"): "get_render_video",
     ("get", "/v1/renders/{job_id}/preview"): "get_render_preview",
     ("post", "/v1/renders/{job_id}/retry"): "retry_render",
+    ("get", "/v1/renders/{job_id}/files/{name}"): "get_render_file",
+    ("get", "/v1/events"): "queue_events",
+    ("get", "/v1/audio"): "list_audio",
+    ("get", "/v1/audio/{audio_id}/file"): "get_audio_file",
+    ("patch", "/v1/audio/{audio_id}"): "rename_audio",
+    ("delete", "/v1/audio/{audio_id}"): "remove_audio",
+    ("post", "/v1/session"): "open_session",
+    ("delete", "/v1/session"): "close_session",
 }
 BINARY = {
     "get_avatar_thumbnail": "image/png",
@@ -172,7 +180,7 @@ def test_the_openapi_document_is_typed(server):
                 assert content["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}, (path, code)
             elif op["operationId"] in BINARY:
                 assert content[BINARY[op["operationId"]]]["schema"] == {"type": "string", "format": "binary"}
-            elif op["operationId"] == "render_events":
+            elif op["operationId"] in ("render_events", "queue_events"):
                 assert list(content) == ["text/event-stream"]
             elif op["operationId"] == "metrics":
                 assert list(content) == ["text/plain", "application/openmetrics-text"]

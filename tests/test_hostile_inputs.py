@@ -352,8 +352,8 @@ def test_an_output_that_is_a_folder_is_refused_before_the_render(home, short, ou
 @pytest.mark.parametrize(
     "cmd, name, needle",
     [
-        ("render", "talk.avi", "give the output a .mp4, .mov, .m4v or .webm name"),
-        ("render", "talk", "give the output a .mp4, .mov, .m4v or .webm name"),
+        ("render", "talk.avi", "give the output a .mp4, .mov, .m4v, .webm or .mxf name"),
+        ("render", "talk", "give the output a .mp4, .mov, .m4v, .webm or .mxf name"),
         ("frame", "frame.jpg", "give the output a .png name"),
     ],
 )

@@ -179,12 +179,14 @@ def test_settings_ini_with_a_bad_version_opens(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def server(home):
-    with Server(home, "--webhook-secret", "a-secret-of-sixteen+", "--webhook-allow", "127.0.0.1:9", timeout=120) as srv:
+def server(tmp_path_factory):
+    own = tmp_path_factory.mktemp("faces_server")  # its own data folder (and serve.json)
+    prepare_demo_avatar(own, "astro")
+    with Server(own, "--webhook-secret", "a-secret-of-sixteen+", "--webhook-allow", "127.0.0.1:9", timeout=120) as srv:
         yield srv
 
 
-def test_server_faces(server, home, wav):
+def test_server_faces(server, wav):
     with httpx.Client(base_url=server.url, timeout=120) as c:
         # a number past 64 bits in a path
         r = c.post("/v1/renders/9223372036854775808/webhook/redeliver")
@@ -193,7 +195,7 @@ def test_server_faces(server, home, wav):
         up = c.post("/v1/audio", files={"file": ("v.wav", wav.read_bytes())})
         assert up.status_code == 201, up.text
         aid = up.json()["id"]
-        record = home / "uploads" / "audio" / f"{aid}.json"
+        record = server.home / "uploads" / "audio" / f"{aid}.json"
         good = record.read_text()
         for damage in ("{not json", json.dumps({"id": aid, "file": "../../jobs.sqlite"}), "[]"):
             record.write_text(damage)
@@ -285,7 +287,7 @@ def test_captions_of_many_tiny_sentences_say_what_they_hold(tmp_path, home):
     assert text.count("A.") == 6500  # every sentence is in a cue
 
 
-def test_health_shows_a_client_only_its_own_running_job(tmp_path, home):
+def test_health_shows_a_client_only_its_own_running_job(tmp_path):
     import time
 
     conf = tmp_path / "clients.toml"
@@ -295,7 +297,9 @@ def test_health_shows_a_client_only_its_own_running_job(tmp_path, home):
     )
     long = tmp_path / "long.wav"
     sf.write(long, speechlike(30.0, 16_000), 16_000, subtype="PCM_16")
-    with Server(home, "--clients", str(conf), token="alice-token-123456") as srv:
+    own = tmp_path / "home"  # its own data folder: no other server of this module runs its queue
+    prepare_demo_avatar(own, "astro")
+    with Server(own, "--clients", str(conf), token="alice-token-123456") as srv:
         alice = httpx.Client(base_url=srv.url, headers={"Authorization": "Bearer alice-token-123456"}, timeout=120)
         bob = httpx.Client(base_url=srv.url, headers={"Authorization": "Bearer bob-token-1234567"}, timeout=120)
         r = alice.post(

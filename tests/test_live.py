@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from studio.service.live_viewer import Got, Viewer, mouth_box, moved, send_pcm
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("aiortc")
 websockets = pytest.importorskip("websockets")
+pytest.importorskip("websockets.exceptions")  # loaded lazily otherwise: the first pytest.raises needs it
 
 TOKEN = "live-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -135,8 +137,12 @@ def test_open_watch_rest_speak_and_end(server, client, mouth):
             listed = client.get("/v1/live").json()
             assert listed["viewers"] == 1 and listed["threads"] >= 1
             assert udp_sockets(server.proc.pid) > 0
-        # the viewer left (DELETE of its Location); the session ends with DELETE
-        assert client.delete(d["links"]["self"]).status_code == 204
+        # the viewer left (DELETE of its Location); the session ends with DELETE, and so does its socket
+        async with websockets.connect(ws_url(server, d)) as ws:
+            assert (await asyncio.to_thread(client.delete, d["links"]["self"])).status_code == 204
+            with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 30)
+            assert closed.value.rcvd.code == 1001
 
     asyncio.run(run())
     assert client.get(d["links"]["self"]).status_code == 404
@@ -353,6 +359,16 @@ def test_bad_inputs_one_sentence_and_the_server_stays_healthy(server, client):
         time.sleep(0.1)
     assert client.get("/v1/health").status_code == 200
     assert client.get(d["links"]["self"]).json()["state"] == "live"
+    # the session's events: its state, its first frame, then its figures every second
+    kinds = []
+    with client.stream("GET", d["links"]["events"]) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("event:"):
+                kinds.append(line.split(":", 1)[1].strip())
+            if "figures" in kinds:
+                break
+    assert kinds[:2] == ["state", "first_frame"] and "figures" in kinds, kinds
 
 
 @pytest.mark.skipif(shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None, reason="needs ffmpeg")
@@ -412,3 +428,30 @@ def test_push_to_a_local_ffmpeg_listener(server, client, tmp_path, scheme):
     assert decoded.returncode == 0 and not decoded.stderr.strip(), decoded.stderr[-300:]
     ev = client.get(d["links"]["self"]).json()
     assert ev["pushes"][0]["frames"] > 0
+
+
+def test_studio_live_plays_a_file_and_refuses_bad_input(server, client, tmp_path):
+    """``studio live --audio FILE`` plays a voice in real time on the server and prints the figures;
+    bad input is one sentence and exit code 2."""
+    import soundfile as sf
+
+    voice = tmp_path / "voice.wav"
+    sf.write(voice, speechlike(2.0, 48_000), 48_000, subtype="PCM_16")
+    env = dict(os.environ, STUDIO_SERVER_TOKEN=TOKEN, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    run = [sys.executable, "-m", "studio", "live", "--server", server.url, "--avatar", "astro"]
+    r = subprocess.run([*run, "--audio", str(voice), "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    figures = json.loads(r.stdout.strip().splitlines()[-1])
+    assert figures["frames"] >= 50 and figures["engine_frames"] > 0 and figures["rest_frames"] >= 0
+    assert client.get("/v1/live").json()["sessions"] == []  # it ended its session
+    for extra, words in (
+        (["--audio", "-", "--rate", "0"], "--rate"),
+        (["--audio", str(tmp_path / "missing.wav")], "missing.wav"),
+        (["--push", "http://example.com/x", "--audio", str(voice)], "push URL"),
+    ):
+        r = subprocess.run([*run, *extra], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = subprocess.run(
+        [*run[:-1], "nobody", "--audio", str(voice)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 2 and "no avatar named 'nobody'" in r.stderr, r.stderr

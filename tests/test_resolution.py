@@ -260,3 +260,24 @@ def test_a_voice_over_spoken_from_text_over_http_keeps_its_text_for_captions(cli
     cues = list(srt.parse((written if written.is_absolute() else home / "renders" / written).read_text()))
     assert [c.content for c in cues] == ["Good evening.", "Here is the news."]
     assert cues[0].start.total_seconds() == 0.0 and cues[1].start > cues[0].end
+
+
+def test_the_command_line_refuses_bands_before_the_render_in_one_sentence(home, tmp_path):
+    """``studio render --delivery social-vertical`` from the 512x512 photo: exit 2, the sentence with the
+    choices, nothing written (it rendered bands and exited 0 before, a log line the only word)."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "vertical.mp4"
+    argv = [sys.executable, "-m", "studio", "render", "--avatar", "astro", "--audio", str(home / "voice.wav")]
+    argv += ["-o", str(out), "--delivery", "social-vertical", "--engine", "classic", "--device", "cpu"]
+    env = dict(os.environ, STUDIO_HOME=str(home))
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert lines == [lines[-1]] and lines[-1].startswith(
+        "studio: error: the social-vertical delivery needs the 512x512 avatar enlarged 3.8x"
+    ), lines
+    assert "(--max-upscale 3.8)" in lines[-1] and "(--fit fit)" in lines[-1]
+    assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -158,9 +158,19 @@ def test_the_window_offers_every_setting(qtbot):
     qtbot.addWidget(panel)
     qtbot.addWidget(timeline)
     want = non_default("ui")
+    from studio.ui.speech import SpeechBox
+
+    library_box = SpeechBox()  # the Library's script box: the voice-over's text, the script setting's view
+    qtbot.addWidget(library_box)
     for spec in specs("ui"):
-        w = panel.findChild(QWidget, f"setting_{spec.name}") or timeline.findChild(QWidget, f"setting_{spec.name}")
+        w = next(
+            (v.findChild(QWidget, f"setting_{spec.name}") for v in (panel, timeline, library_box)
+             if v.findChild(QWidget, f"setting_{spec.name}") is not None),
+            None,
+        )  # fmt: skip
         assert w is not None, f"the window has no widget for {spec.name}"
+        if spec.name == "script":  # free text: its box, not a schema widget (main_window keeps it in the session)
+            continue
         if isinstance(w, QComboBox):
             # the values it offers (the delivery's: its key, under its full name)
             items = [w.itemText(i) if w.itemData(i) is None else w.itemData(i) for i in range(w.count())]
@@ -174,6 +184,7 @@ def test_the_window_offers_every_setting(qtbot):
     panel.fields.set_values({n: v for n, v in want.items() if n in panel.fields})
     timeline.threshold_box.setValue(want["threshold"])
     timeline.min_run_box.setValue(want["min_silence"])
+    session.set("script", want["script"])  # what the window does as the Library's script box changes
     got = session.request("anna", "take.wav").settings  # what Render now queues
     assert panel.render_settings() == got
     assert {n: getattr(got, n) for n in want} == pytest.approx(want)

@@ -119,7 +119,7 @@ def _main(argv: list[str] | None = None) -> int:
         return 1
 
 
-OUTPUT_DESTS = ("output", "report", "func")  # options naming what a command writes
+OUTPUT_DESTS = ("output", "report", "overlay", "json", "out", "func")  # options naming what a command writes
 
 
 def _option(dest: str) -> str:

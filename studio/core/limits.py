@@ -26,6 +26,13 @@ MAX_FIGURES = (
 )  # lower is better: the limit is a maximum
 
 
+_GATE_NAMES = "|".join(n for f in MIN_FIGURES + MAX_FIGURES + ("offset_frames",) for n in {f, f.replace("_", "-")})
+_GATE_ITEM = rf"(ok|check|({_GATE_NAMES}) *= *[0-9]{{1,9}}([.][0-9]{{1,9}})?)"
+#: what a gate may say, as a regular expression (the OpenAPI document's ``pattern``: a client or a fuzzer
+#: sends only gates ``Limits.parse`` takes; the server holds requests to it too)
+GATE_PATTERN = rf"^ *({_GATE_ITEM} *(, *{_GATE_ITEM} *)*)?$"
+
+
 @dataclass(frozen=True)
 class Limits:
     """What ``--fail-under`` asks for: a verdict at least as good as ``verdict`` (``ok`` or

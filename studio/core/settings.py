@@ -425,6 +425,7 @@ class RenderSettings:
         group="output",
         validate=lambda v: _gate_problem(v),
         example="ok,jitter=5",
+        pattern=lambda: _gate_pattern(),
     )
     preview_interval_s: float = setting(
         0.25,
@@ -531,6 +532,12 @@ def script_problem(value: Any) -> str | None:
     if len(value) > MAX_CHARS:
         return f"the script is {len(value)} characters; a render's script holds at most {MAX_CHARS}"
     return None
+
+
+def _gate_pattern() -> str:
+    from studio.core.limits import GATE_PATTERN
+
+    return GATE_PATTERN
 
 
 def _gate_problem(value: Any) -> str | None:

@@ -61,7 +61,8 @@ class Figures:
     av_offset_ms: float = 0.0
 
     def as_dict(self) -> dict:
-        def q(values, p):
+        def q(values, p):  # (deque.copy is atomic: the clock thread appends meanwhile)
+            values = values.copy()
             return round(float(np.percentile(np.asarray(values), p)) * 1e3, 1) if len(values) else None
 
         elapsed = max(1e-6, time.monotonic() - self.started)

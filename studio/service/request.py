@@ -122,7 +122,7 @@ class RenderRequest:
             object.__setattr__(self, "frames", (a, b))
         from studio.core.render.resolve import resolve
 
-        res = resolve(self.settings, self.explicit, self.avatar)
+        res = resolve(self.settings, self.explicit, self.avatar, self.rate)  # a rate resolved before is kept
         object.__setattr__(self, "settings", res.settings)
         object.__setattr__(self, "explicit", tuple(sorted(res.explicit)))
         if not self.rate:

@@ -78,7 +78,8 @@ def problems(text: str) -> list[str]:
     out = []
     if re.search(r"(?<![\w-])--[a-z]", text):
         out.append("a command-line flag")
-    if re.search(r"\b(True|False|None)\b(?!\s+[a-z])", text):  # "otio True", never "True peak"
+    # "otio True", "Loudness None"; never "True peak", nor "None" alone (a choice: no delivery)
+    if text.strip() != "None" and re.search(r"\b(True|False|None)\b(?!\s+[a-z])", text):
         out.append("a Python value")
     for token in text.split():
         token = token.strip("()[],;:“”\"'!?…")

@@ -45,9 +45,12 @@ def main(argv: list[str]) -> int:
         w.resize(rw, rh)
     w.load_script(audio)
     t0 = time.time()
-    while w.analysis is None and time.time() - t0 < 120:
-        wait(50)
-    wait(600)
+    while (w.analysis is None or (restored != "same" and not w.room_given)) and time.time() - t0 < 120:
+        wait(50)  # the voice-over is on screen, and (unless restored as it was) the centre split
+    from PySide6.QtWidgets import QApplication
+
+    for _ in range(3):  # the layout requests those posted: the plots at their new heights
+        QApplication.processEvents()
     split = w.splitter.sizes()
     tl = w.timeline
     print(

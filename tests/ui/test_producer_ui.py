@@ -426,3 +426,32 @@ def test_a_saved_layout_adapts_to_another_screen(tmp_path):
     assert back["restored"] == "scaled" and back["clipped"] == []
     assert back["window"][0] >= round(small["window"][0] * 1600 / 1280) - 16 and back["window"][1] > small["window"][1]
     assert back["window"][0] <= 1600 and back["window"][1] <= 900 and back["preview_share"] >= 0.4
+
+
+def test_a_queued_jobs_live_caption_counts_at_its_own_rate(library_window, qtbot, tmp_path):
+    """A job queued at 30 fps renders while the window is at 25: its live caption counts its frames at
+    30 (frame 30 is 1.00 s), never at the window's rate."""
+    import re
+
+    w = library_window
+    with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+        w.load_script(str(clip(tmp_path, 2.0, "two.wav")))
+    p = w.render_panel
+    p.engine.setCurrentText("classic")
+    p.encoder.setCurrentText("x264")
+    p.folder.setText(str(tmp_path / "renders"))
+    with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+        _choose(qtbot, p.fields["fps"], "30")
+    qtbot.mouseClick(p.queue_btn, LEFT)  # queued at 30 fps, not started
+    with qtbot.waitSignal(w.analysisReady, timeout=SLOW):
+        _choose(qtbot, p.fields["fps"], "25")
+    assert w.session.grid_rate == 25
+    captions: list[str] = []
+    w.queue.previewFrame.connect(lambda _img, caption, _i: captions.append(caption))
+    with qtbot.waitSignal(w.jobFinished, timeout=SLOW):
+        qtbot.mouseClick(w.queue_panel.start_btn, LEFT)
+    assert captions
+    for caption in captions:
+        frame, seconds = re.search(r"frame (\d+) · ([\d.]+) s", caption).groups()
+        assert abs(int(frame) / 30 - float(seconds)) < 0.006, caption
+    assert max(int(re.search(r"frame (\d+)", c).group(1)) for c in captions) >= 30  # past 25: not a 25 fps count

@@ -1,11 +1,13 @@
-"""Screenshots of the web page at 1280x800 and 390x844, in Debian's chromium against a real
+"""Screenshots of the web page at 1600x900 and 390x844, in Debian's chromium against a real
 ``studio serve`` (classic engine) with the demo avatar and voice-over.
 
-    python tests/web/screenshots.py [OUT_DIR]     # default: resources/; writes web-1280.png,
-                                                  # web-1280-render.png, web-390.png, web-390-render.png
+    python tests/web/screenshots.py [OUT_DIR]     # default: resources/; writes web-1600.png,
+                                                  # web-1600-render.png, web-1600-done.png and the
+                                                  # same three at 390 (web-390*.png)
 
 The library, the waveform with its silences and threshold, a scrubbed frame and an in/out range;
-then the same page while it renders (the preview, frames/s, ETA, the queue).
+then the same page while it renders (the preview, frames/s, ETA, the queue); then the finished job
+(its video, the check's verdict, its side files).
 """
 
 from __future__ import annotations
@@ -39,27 +41,27 @@ def shoot(out: Path) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="studio-web-shots-") as home, chromium() as browser:
         server = Server(Path(home))
         try:
-            for width, height in ((1280, 800), (390, 844)):
+            for width, height in ((1600, 900), (390, 844)):
                 ctx = browser.new_context(viewport={"width": width, "height": height})
                 page = ctx.new_page()
                 page.set_default_timeout(120_000)
                 page.goto(server.url + "/")
                 page.get_by_text("Add photo or video…").wait_for()
-                if width == 1280:
+                if width == 1600:
                     page.get_by_test_id("avatar-file").set_input_files(str(DEMO_AVATAR))
                     page.locator(".item.selected").wait_for()
                     page.get_by_test_id("audio-file").set_input_files(str(DEMO_AUDIO))
-                else:  # the library is the server's; the voice-over is this tab's
+                else:  # the library and the voice-overs are the server's: a second browser sees them
                     page.locator(".pick .item").first.click()
-                    page.get_by_test_id("audio-file").set_input_files(str(DEMO_AUDIO))
+                    page.locator(".pick .item", has_text=DEMO_AUDIO.name).click()
                 page.get_by_test_id("frame").wait_for()
                 scrub_to(page, 0.2)
                 page.keyboard.press("i")
                 scrub_to(page, 0.62)
                 page.keyboard.press("o")
                 scrub_to(page, 0.41)
-                page.get_by_test_id("message").click()  # the last message, dismissed below
-                page.get_by_role("button", name="Dismiss the message").click()
+                if page.get_by_test_id("message").count():  # the last message, dismissed
+                    page.get_by_role("button", name="Dismiss the message").click()
                 page.get_by_test_id("waveform").focus()
                 name = f"web-{width}.png"
                 page.screenshot(path=str(out / name))
@@ -74,6 +76,11 @@ def shoot(out: Path) -> list[Path]:
                 page.screenshot(path=str(out / name))
                 written.append(out / name)
                 page.get_by_test_id("followed-state").filter(has_text="done").wait_for()
+                page.get_by_test_id("followed").get_by_test_id("check").wait_for()
+                page.evaluate("() => document.querySelector('[data-testid=video]').pause()")
+                name = f"web-{width}-done.png"
+                page.screenshot(path=str(out / name))
+                written.append(out / name)
                 ctx.close()
         finally:
             server.stop()

@@ -282,8 +282,9 @@ def test_every_api_error_is_its_one_sentence(browser, server, clip, tmp_path):
 
         # a value out of the schema's range is the server's 422, word for word
         t.upload("Add photo or video…", DEMO_AVATAR)  # the same file again: its avatar is offered, no copy made
-        page.get_by_test_id("duplicate").wait_for(timeout=60_000)
-        t.click(page.get_by_role("button", name="Use astronaut"))
+        page.locator("[data-testid=duplicate], .item.selected").first.wait_for(timeout=60_000)
+        if page.get_by_test_id("duplicate").count():  # the first test made it already
+            t.click(page.get_by_role("button", name="Use astronaut"))
         name = page.locator(".item.selected strong").inner_text()
         assert name == "astronaut"
         t.upload("Add voice-over…", clip)
@@ -296,6 +297,13 @@ def test_every_api_error_is_its_one_sentence(browser, server, clip, tmp_path):
         page.get_by_role("button", name="Render", exact=True).click()
         page.locator(".status.error").wait_for()
         assert t.message() == api.json()["error"]
+        # on the field too (focused, marked invalid), and gone once the value changes
+        assert page.get_by_test_id("error-crf").inner_text() == api.json()["error"]
+        assert page.evaluate("() => document.activeElement.id") == "setting-crf"
+        assert page.get_by_label("CRF").get_attribute("aria-invalid") == "true"
+        page.get_by_label("CRF").fill("20")
+        page.get_by_label("CRF").dispatch_event("change")
+        page.get_by_test_id("error-crf").wait_for(state="detached")
     finally:
         t.close()
 

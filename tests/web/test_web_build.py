@@ -22,11 +22,16 @@ def files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.skipif(NPM is None, reason="node and npm are not installed (the built files are still tested)")
-def test_the_committed_page_is_what_web_builds(tmp_path):
+def node_modules() -> None:
+    """``npm ci`` when ``web/node_modules`` is missing or older than the lock file."""
     stamp = WEB / "node_modules" / ".package-lock.json"
     if not stamp.exists() or stamp.stat().st_mtime < (WEB / "package-lock.json").stat().st_mtime:
-        subprocess.run([NPM, "ci", "--no-audit", "--no-fund"], cwd=WEB, check=True, timeout=600)
+        subprocess.run([str(NPM), "ci", "--no-audit", "--no-fund"], cwd=WEB, check=True, timeout=600)
+
+
+@pytest.mark.skipif(NPM is None, reason="node and npm are not installed (the built files are still tested)")
+def test_the_committed_page_is_what_web_builds(tmp_path):
+    node_modules()
     out = tmp_path / "built"
     vite = WEB / "node_modules" / ".bin" / "vite"
     subprocess.run([str(vite), "build", "--outDir", str(out), "--emptyOutDir"], cwd=WEB, check=True, timeout=300)
@@ -36,10 +41,26 @@ def test_the_committed_page_is_what_web_builds(tmp_path):
         assert committed[name] == data, f"{name} differs from what web/ builds: cd web && npm run build"
 
 
+@pytest.mark.skipif(NPM is None, reason="node and npm are not installed")
+@pytest.mark.parametrize("script", ["lint", "test"])
+def test_the_page_source_passes_biome_and_vitest(script):
+    """Biome's recommended lint rules and the page's logic (web/test, Vitest): a few seconds."""
+    node_modules()
+    r = subprocess.run([str(NPM), "run", "--silent", script], cwd=WEB, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+
+
+def test_node_version_is_named():
+    import json
+
+    engines = json.loads((WEB / "package.json").read_text())["engines"]["node"]
+    assert engines == ">=20.19" and (WEB / ".nvmrc").read_text().strip() == "20.19"  # Vite 8 needs 20.19
+
+
 def test_the_built_page_is_small_and_self_contained():
     page = files(STATIC)
     assert "index.html" in page and any(n.startswith("assets/") and n.endswith(".js") for n in page)
-    assert sum(len(gzip.compress(b)) for b in page.values()) < 500_000
+    assert sum(len(gzip.compress(b)) for b in page.values()) < 60_000  # first load <= 100 KB with the lists
     html = page["index.html"].decode()
     assert "<script>" not in html and "<style>" not in html  # the CSP allows no inline script or style
     for name, data in page.items():  # nothing loaded from another host: no absolute URLs in src/href

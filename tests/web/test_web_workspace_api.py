@@ -83,7 +83,7 @@ def test_side_files_are_served_by_name_and_no_path_leaks(client, server, job):
 
     captions = SRTReader().read(srt.text)
     cues = captions.get_captions(captions.get_languages()[0])
-    assert [c.get_text() for c in cues] == ["Hello there.", "Good evening."]
+    assert " ".join(c.get_text() for c in cues) == "Hello there. Good evening."  # the script, timed
     import opentimelineio as otio
 
     timeline = otio.adapters.read_from_string(client.get(kinds["otio"]["url"]).text, "otio_json")

@@ -96,7 +96,10 @@ export function App() {
         say(e);
       }
     }, 80);
-    return () => (clearTimeout(timer), ctl.abort());
+    return () => {
+      clearTimeout(timer);
+      ctl.abort();
+    };
   }, [voice, avatar, fps, threshold, minSilence, specs, say]);
 
   // the voice-over's analysis (duration, silences) by its id: a pick in the library or the URL
@@ -198,7 +201,13 @@ export function App() {
     return (
       <main class="connecting">
         <p role="alert">The server cannot be reached; is studio serve still running?</p>
-        <button type="button" onClick={() => (setMode(null), start())}>
+        <button
+          type="button"
+          onClick={() => {
+            setMode(null);
+            start();
+          }}
+        >
           Try again
         </button>
       </main>
@@ -261,7 +270,7 @@ export function App() {
             minSilence={values.min_silence}
           />
           <Queue
-            onOnline={() => setMessage((m) => (m && m.text.startsWith('the server cannot be reached') ? null : m))}
+            onOnline={() => setMessage((m) => (m?.text.startsWith('the server cannot be reached') ? null : m))}
             tick={queueTick}
             readOnly={readOnly}
             followed={followed}
@@ -298,16 +307,17 @@ export function App() {
             onRange={setRange}
             threshold={values.threshold}
             onThreshold={(v) => setValues((o) => ({ ...o, threshold: v }))}
-            thresholdSpec={specs && specs.find((s) => s.name === 'threshold')}
+            thresholdSpec={specs?.find((s) => s.name === 'threshold')}
             readOnly={readOnly}
           />
         </section>
         <aside class="side">
           <div class="actions">
-            <button type="button" class="primary" disabled={!canRender || busy !== ''} onClick={() => submit(true)}>
+            {/* aria-disabled while sending: a disabled button would drop the keyboard's focus to the top */}
+            <button type="button" class="primary" disabled={!canRender} aria-disabled={busy !== ''} onClick={() => busy === '' && submit(true)}>
               {busy === 'render' ? 'Sending…' : 'Render'}
             </button>
-            <button type="button" disabled={!canRender || busy !== ''} onClick={() => submit(false)}>
+            <button type="button" disabled={!canRender} aria-disabled={busy !== ''} onClick={() => busy === '' && submit(false)}>
               {busy === 'queue' ? 'Sending…' : 'Add to queue'}
             </button>
           </div>

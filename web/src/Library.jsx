@@ -15,7 +15,7 @@ function nameFor(file, taken) {
 function Thumb({ avatar }) {
   // by URL: the media cookie lets the browser fetch it (and cache it)
   return avatar.thumbnail ? (
-    <img src={`${avatar.thumbnail}?v=${avatar.size_bytes || 0}`} alt="" width="48" height="48" />
+    <img src={`${avatar.thumbnail}?px=96&v=${avatar.size_bytes || 0}`} alt="" width="48" height="48" />
   ) : (
     <span class="thumb-empty" aria-hidden="true" />
   );
@@ -83,7 +83,7 @@ export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice
   async function addAvatar(e) {
     const file = e.currentTarget.files[0];
     e.currentTarget.value = '';
-    if (!file) return;
+    if (!file || busy) return; // not disabled while busy: focus stays on it
     setBusy('avatar');
     onInfo(`Preparing ${file.name} (a video takes a while: its face is tracked)…`);
     try {
@@ -104,7 +104,7 @@ export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice
   async function addVoice(e) {
     const file = e.currentTarget.files[0];
     e.currentTarget.value = '';
-    if (!file) return;
+    if (!file || busy) return;
     setBusy('voice');
     try {
       const fields = { file, threshold, min_silence: minSilence };
@@ -174,7 +174,7 @@ export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice
       {!readOnly && (
         <label class={`button file ${busy === 'avatar' ? 'busy' : ''}`}>
           {busy === 'avatar' ? 'Preparing…' : 'Add photo or video…'}
-          <input type="file" accept="image/*,video/*" data-testid="avatar-file" disabled={busy !== ''} onChange={addAvatar} />
+          <input type="file" accept="image/*,video/*" data-testid="avatar-file" aria-disabled={busy !== ''} onChange={addAvatar} />
         </label>
       )}
 
@@ -216,7 +216,7 @@ export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice
         <>
           <label class={`button file ${busy === 'voice' ? 'busy' : ''}`}>
             {busy === 'voice' ? 'Uploading…' : 'Add voice-over…'}
-            <input type="file" accept="audio/*,video/*" data-testid="audio-file" disabled={busy !== ''} onChange={addVoice} />
+            <input type="file" accept="audio/*,video/*" data-testid="audio-file" aria-disabled={busy !== ''} onChange={addVoice} />
           </label>
           <form class="speak" onSubmit={speak}>
             <label for="speak-text">Or type what the presenter says</label>

@@ -64,7 +64,7 @@ export function Live({ readOnly, onError, onInfo }) {
       if (mic && navigator.mediaDevices) {
         try {
           stream = await navigator.mediaDevices.getUserMedia({ audio: true });
-          stream.getTracks().forEach((t) => pc.addTrack(t, stream));
+          for (const t of stream.getTracks()) pc.addTrack(t, stream);
         } catch {
           onInfo('No microphone: type what the presenter says instead.');
         }
@@ -89,7 +89,7 @@ export function Live({ readOnly, onError, onInfo }) {
     const p = peer.current;
     peer.current = null;
     if (!p) return;
-    p.stream?.getTracks().forEach((t) => t.stop());
+    for (const t of p.stream?.getTracks() || []) t.stop();
     p.pc.close();
     await call(p.location, { method: 'DELETE' }).catch(() => {});
     await call(p.session.links.self, { method: 'DELETE' }).catch(() => {});

@@ -1,6 +1,6 @@
 // The queue (the server's, shared with the window and `studio queue`): cancel, retry, download, watch.
 import { useEffect, useState } from 'preact/hooks';
-import { call, follow, getFresh, newKey } from './api.js';
+import { call, follow, getFresh, newKey, openSession } from './api.js';
 import { backoff } from './route.js';
 import { duration } from './timecode.js';
 
@@ -39,7 +39,7 @@ export function CheckVerdict({ check, why = false }) {
 function Row({ job, live: streamed, readOnly, followed, onFollow, act }) {
   const live = streamed || job.live;
   const pct = Math.round((job.progress || 0) * 100);
-  const check = job.result && job.result.check;
+  const check = job.result?.check;
   return (
     <li class={`job ${followed ? 'selected' : ''}`} data-testid={`job-${job.id}`}>
       <div class="what">
@@ -64,7 +64,7 @@ function Row({ job, live: streamed, readOnly, followed, onFollow, act }) {
         ))}
       </div>
       <div class="buttons">
-        <button type="button" onClick={() => onFollow(job.id)} aria-label={`Watch job ${job.id}`}>
+        <button type="button" onClick={() => onFollow(job.id)} aria-label={`${job.state === 'done' ? 'Play' : 'Watch'} job ${job.id}`}>
           {job.state === 'done' ? 'Play' : 'Watch'}
         </button>
         {job.state === 'done' && (
@@ -108,14 +108,20 @@ export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo, onO
     let again = false;
     let loading = null;
     const load = async () => {
-      if (loading) return void (again = true); // one request at a time; the latest change is asked after
+      if (loading) {
+        again = true; // one request at a time; the latest change is asked after
+        return;
+      }
       loading = getFresh('/v1/renders?limit=30', { signal: ctl.signal });
       try {
         const page = await loading;
         setJobs(page.renders);
       } finally {
         loading = null;
-        if (again && !ctl.signal.aborted) ((again = false), load().catch(() => {}));
+        if (again && !ctl.signal.aborted) {
+          again = false;
+          load().catch(() => {});
+        }
       }
     };
     (async () => {
@@ -126,8 +132,9 @@ export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo, onO
             '/v1/events',
             (name, data) => {
               if (name === 'hello') {
+                if (attempt > 0) openSession().catch(() => {}); // a restarted server forgot the media cookie
                 setOffline(false);
-                onOnline && onOnline();
+                onOnline?.();
                 attempt = 0;
               } else if (name === 'progress') setLive((m) => ({ ...m, [data.id]: data }));
               else if (name === 'state') load().catch(() => {});
@@ -145,6 +152,14 @@ export function Queue({ tick, readOnly, followed, onFollow, onError, onInfo, onO
     })();
     return () => ctl.abort();
   }, [tick, mine]);
+
+  // a finished job's lip-sync check ends without a state change: its verdict is asked for (304 until then)
+  const checking = jobs.some((j) => j.result?.check && ['pending', 'running'].includes(j.result.check.state));
+  useEffect(() => {
+    if (!checking) return undefined;
+    const timer = setInterval(() => getFresh('/v1/renders?limit=30').then((p) => setJobs(p.renders), () => {}), 3000);
+    return () => clearInterval(timer);
+  }, [checking]);
 
   async function act(fn, done) {
     try {

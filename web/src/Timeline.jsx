@@ -20,7 +20,7 @@ function draw(canvas, wave, frame, range, threshold) {
   g.clearRect(0, 0, w, h);
   g.fillStyle = '#11161d';
   g.fillRect(0, 0, w, h);
-  if (!wave || !wave.frames) return;
+  if (!wave?.frames) return;
   const n = wave.frames;
   const x = (f) => (f / n) * w;
   // silent spans: the avatar itself shows there
@@ -42,7 +42,10 @@ function draw(canvas, wave, frame, range, threshold) {
   g.strokeStyle = '#f4a261';
   g.lineWidth = 1.25;
   g.beginPath();
-  wave.rms.forEach((v, f) => (f ? g.lineTo(x(f + 0.5), y(v)) : g.moveTo(x(0.5), y(v))));
+  wave.rms.forEach((v, f) => {
+    if (f) g.lineTo(x(f + 0.5), y(v));
+    else g.moveTo(x(0.5), y(v));
+  });
   g.stroke();
   // outside in/out: dimmed
   g.fillStyle = 'rgba(0, 0, 0, 0.55)';
@@ -168,6 +171,7 @@ export function Timeline({ wave, frame, range, onFrame, onRange, threshold, onTh
           </span>
         )}
       </div>
+      {/* biome-ignore lint/a11y/useSemanticElements: a fieldset would add a border and a legend to a row of buttons */}
       <div class="inout" role="group" aria-label="In and out points">
         <span class="pair">
           <button type="button" disabled={!wave} onClick={setIn} aria-keyshortcuts="I">

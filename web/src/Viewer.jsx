@@ -56,9 +56,13 @@ function useFrame(avatar, voice, wave, frame, specs, values, enabled, onError) {
   return enabled ? shown : null;
 }
 
+const LABELS = { job: 'Job JSON', check: 'Check (JSON)', check_report: 'Check report', otio: 'OTIO timeline', captions: 'Captions' };
+/** What a side file is called on the page: its kind in words (a kind a newer server adds, as it is). */
+export const fileLabel = (kind) => LABELS[kind] || kind.replace(/_/g, ' ').replace(/^./, (c) => c.toUpperCase());
+
 /** A job's side files (captions, OTIO, check report, its JSON): links the browser downloads itself. */
 export function SideFiles({ job }) {
-  if (!job || !job.files || job.files.length === 0) return null;
+  if (!job?.files || job.files.length === 0) return null;
   return (
     <ul class="files" aria-label={`Job ${job.id}'s files`}>
       {job.files.map((f) => (
@@ -69,7 +73,7 @@ export function SideFiles({ job }) {
             </a>
           ) : (
           <a href={f.url} download={f.name} data-testid={`file-${f.kind}`}>
-            {f.kind === 'job' ? 'Job JSON' : f.kind === 'check' ? 'Check report' : f.kind === 'otio' ? 'OTIO timeline' : f.kind === 'captions' ? 'Captions' : f.kind}
+            {fileLabel(f.kind)}
           </a>
           )}
         </li>
@@ -80,8 +84,8 @@ export function SideFiles({ job }) {
 
 /** What the server wants the user to know about a finished job (its result's notes and warnings). */
 export function notesOf(job) {
-  const r = (job && job.result) || {};
-  return [...(r.notes || []), ...(r.warnings || []), ...((job && job.warnings) || [])].filter((x) => typeof x === 'string' && x);
+  const r = (job?.result) || {};
+  return [...(r.notes || []), ...(r.warnings || []), ...((job?.warnings) || [])].filter((x) => typeof x === 'string' && x);
 }
 
 function FollowedJob({ id, readOnly, onDone, onClose, onFollow, onError, onInfo }) {
@@ -111,7 +115,12 @@ function FollowedJob({ id, readOnly, onDone, onClose, onFollow, onError, onInfo 
                   if (data.preview && data.done < data.total && !previewBusy.current) {
                     previewBusy.current = true;
                     blobUrl(data.preview, ctl.signal)
-                      .then((src) => setPreview((old) => (old && URL.revokeObjectURL(old), src)))
+                      .then((src) =>
+                        setPreview((old) => {
+                          if (old) URL.revokeObjectURL(old);
+                          return src;
+                        }),
+                      )
                       .catch(() => {}) // the job finished between the event and the fetch: no preview then
                       .finally(() => (previewBusy.current = false));
                   }
@@ -131,7 +140,7 @@ function FollowedJob({ id, readOnly, onDone, onClose, onFollow, onError, onInfo 
               told = true;
               onDone(j);
             }
-            const check = j.result && j.result.check;
+            const check = j.result?.check;
             if (check && (check.state === 'pending' || check.state === 'running')) {
               await pause(1500);
               continue;
@@ -169,7 +178,7 @@ function FollowedJob({ id, readOnly, onDone, onClose, onFollow, onError, onInfo 
   }
 
   const state = job ? job.state : 'queued';
-  const pct = live && live.total ? Math.round((100 * live.done) / live.total) : state === 'done' ? 100 : 0;
+  const pct = live?.total ? Math.round((100 * live.done) / live.total) : state === 'done' ? 100 : 0;
   const notes = notesOf(job);
   return (
     <div class="followed" data-testid="followed">
@@ -196,8 +205,8 @@ function FollowedJob({ id, readOnly, onDone, onClose, onFollow, onError, onInfo 
         <span data-testid="progress" class="tc">
           {live && !FINAL.includes(state) ? `${live.done}/${live.total} frames · ${live.fps.toFixed(1)} frames/s · ETA ${duration(live.eta_s)}` : `${pct}%`}
         </span>
-        {job && job.reason && <span class="error">{job.reason}</span>}
-        {job && job.result && job.result.check && <CheckVerdict check={job.result.check} why />}
+        {job?.reason && <span class="error">{job.reason}</span>}
+        {job?.result?.check && <CheckVerdict check={job.result.check} why />}
         {state === 'done' && job && job.links && (
           <a class="button" href={job.links.video} download={job.output || `render-${id}.mp4`}>
             Download

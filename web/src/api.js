@@ -11,7 +11,7 @@ export class ApiError extends Error {
   }
 }
 
-let token = sessionStorage.getItem(TOKEN_KEY) || '';
+let token = globalThis.sessionStorage?.getItem(TOKEN_KEY) || ''; // none outside a browser (unit tests)
 const listeners = new Set();
 
 export const getToken = () => token;
@@ -21,7 +21,10 @@ export function setToken(value) {
   else sessionStorage.removeItem(TOKEN_KEY);
 }
 /** Called with the ApiError of each 401: the page asks for the token once. */
-export const onUnauthorized = (fn) => (listeners.add(fn), () => listeners.delete(fn));
+export function onUnauthorized(fn) {
+  listeners.add(fn);
+  return () => listeners.delete(fn);
+}
 
 function headers(extra) {
   const h = new Headers(extra || {});
@@ -38,7 +41,7 @@ async function failure(res, notify = true) {
     /* not JSON: the status line says it */
   }
   const err = new ApiError(res.status, sentence);
-  if (res.status === 401 && notify) listeners.forEach((fn) => fn(err));
+  if (res.status === 401 && notify) for (const fn of listeners) fn(err);
   return err;
 }
 

@@ -5,7 +5,7 @@ import { getFresh } from './api.js';
 function kindOf(prop) {
   const variants = prop.anyOf ? prop.anyOf.filter((p) => p.type !== 'null') : [prop];
   const v = variants[0] || {};
-  return { ...v, enum: v.enum || choicesOf(v.pattern), nullable: Boolean(prop.anyOf && prop.anyOf.some((p) => p.type === 'null')) };
+  return { ...v, enum: v.enum || choicesOf(v.pattern), nullable: Boolean(prop.anyOf?.some((p) => p.type === 'null')) };
 }
 
 /** The names a pattern like ^(|a|b-c)$ allows (a list the server declares as a pattern), or null. */
@@ -27,8 +27,8 @@ export async function loadDoc() {
 export async function loadVoices() {
   const d = await loadDoc();
   for (const schema of Object.values(d.components.schemas)) {
-    const v = schema.properties && schema.properties.voice;
-    if (v && (v.enum || (v.anyOf && v.anyOf.find((x) => x.enum)))) return v.enum || v.anyOf.find((x) => x.enum).enum;
+    const v = schema.properties?.voice;
+    if (v && (v.enum || (v.anyOf?.find((x) => x.enum)))) return v.enum || v.anyOf.find((x) => x.enum).enum;
   }
   return [];
 }
@@ -84,7 +84,7 @@ export function uiChanges(specs, values) {
 
 /** The setting a server's sentence is about ("fps: must be ..." or "... (fps)"), or null. */
 export function fieldOf(sentence, specs) {
-  const head = /^([a-z_]+)[:\s]/.exec(sentence);
+  const head = /^'?([a-z_]+)'?[:\s]/.exec(sentence); // "crf: ..." or the API's "'crf': ..."
   if (head && specs.some((s) => s.name === head[1])) return head[1];
   const named = specs.find((s) => new RegExp(`\\b${s.name}\\b`).test(sentence) && s.name.includes('_'));
   return named ? named.name : null;

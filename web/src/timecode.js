@@ -18,7 +18,7 @@ export function timecode(frame, tc = { nominal: 25, drop: 0 }) {
 }
 
 export function duration(seconds) {
-  if (seconds === null || seconds === undefined || !isFinite(seconds)) return '–';
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return '–';
   const s = Math.max(0, Math.round(seconds));
   return s < 60 ? `${s} s` : `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, '0')} s`;
 }

@@ -60,6 +60,9 @@ def analysis(st: ApiState, audio_id: str, threshold: float, min_silence: int) ->
     return {"id": audio_id, "filename": meta["filename"], "bytes": meta["bytes"], **summary}
 
 
+AUDIO_OUT = {".wav": "audio/wav", ".flac": "audio/flac", ".ogg": "audio/ogg", ".mp3": "audio/mpeg", ".m4a": "audio/mp4"}
+
+
 class VoiceOver(Answer):
     id: str
     filename: str = Field(description="its name (what the client called it, or what it was renamed to)")
@@ -103,15 +106,13 @@ def list_audio(st: State) -> dict:
 @router.get(
     "/v1/audio/{audio_id}/file",
     response_class=FileResponse,
-    responses=binary("audio/wav audio/flac audio/ogg audio/mpeg audio/mp4", "the voice-over as uploaded", 404, 422),
+    responses=binary(" ".join(sorted(set(AUDIO_OUT.values()))), "the voice-over as uploaded", 404, 422),
     summary="The voice-over's sound as uploaded (HTTP Range supported)",
 )
 def get_audio_file(st: State, audio_id: AudioId):
-    import mimetypes
-
     row = st.uploads.owned_meta(audio_id, _owner())
     path = st.uploads.audio_path(audio_id)
-    kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    kind = AUDIO_OUT.get(path.suffix.lower(), "application/octet-stream")  # the documented types only
     return FileResponse(
         path,
         media_type=kind,
@@ -124,7 +125,7 @@ def get_audio_file(st: State, audio_id: AudioId):
 @router.patch(
     "/v1/audio/{audio_id}",
     response_model=VoiceOver,
-    responses=errors(404, 422),
+    responses=errors(400, 404, 422),
     summary="Rename a voice-over (its id and sound stay)",
 )
 def rename_audio(st: State, audio_id: AudioId, body: Rename) -> dict:

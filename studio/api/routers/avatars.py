@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, File, Request, Response
+from fastapi import APIRouter, File, Query, Request, Response
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -45,14 +45,29 @@ def list_avatars() -> dict:
 @router.get(
     "/v1/avatars/{name}/thumbnail",
     response_class=FileResponse,
-    responses=binary("image/png", "the avatar's thumbnail", 404, 422),
-    summary="The avatar's thumbnail (PNG)",
+    responses=binary("image/png image/jpeg", "the avatar's thumbnail (PNG; JPEG at px)", 404, 422),
+    summary="The avatar's thumbnail (PNG), or a small JPEG of it (px: its longer side, for a list)",
 )
-def get_avatar_thumbnail(name: AvatarName):
+def get_avatar_thumbnail(
+    name: AvatarName,
+    px: Annotated[int | None, Query(ge=16, le=192, description="a JPEG this many pixels on its longer side")] = None,
+):
     thumb = library_folder(name) / "thumbnail.png"
     if not thumb.exists():
         raise ApiError(404, f"avatar '{name}' has no thumbnail")
-    return FileResponse(thumb, media_type="image/png")
+    cache = {"Cache-Control": "private, max-age=3600"}
+    if px is None:
+        return FileResponse(thumb, media_type="image/png", headers=cache)
+    import io
+
+    from PIL import Image
+
+    with Image.open(thumb) as im:  # a list shows 48 px: a few KB instead of the PNG's tens
+        small = im.convert("RGB")
+        small.thumbnail((px, px))
+        out = io.BytesIO()
+        small.save(out, "JPEG", quality=85)
+    return Response(out.getvalue(), media_type="image/jpeg", headers=cache)
 
 
 @router.post(

@@ -313,9 +313,24 @@ async def live_audio(ws: WebSocket, sid: str):
 
     resampler = None if rate == 16_000 else soxr.ResampleStream(rate, 16_000, 1, dtype="float32")
     await ws.accept()
+    loop = asyncio.get_running_loop()
+    ended = asyncio.Event()
+
+    def on_event(ev) -> None:
+        if ev["type"] == "state" and ev.get("state") in ("ended", "failed"):
+            loop.call_soon_threadsafe(ended.set)
+
+    unsubscribe = s.listen(on_event)
+    end_wait = asyncio.ensure_future(ended.wait())
     try:
         while True:
-            msg = await ws.receive()
+            receiving = asyncio.ensure_future(ws.receive())
+            await asyncio.wait({receiving, end_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if ended.is_set():  # DELETE /v1/live/{id}: the socket ends with its session
+                receiving.cancel()
+                await ws.close(1001, "the live session ended")
+                return
+            msg = receiving.result()
             if msg["type"] == "websocket.disconnect":
                 return
             data = msg.get("bytes")
@@ -343,3 +358,6 @@ async def live_audio(ws: WebSocket, sid: str):
         return
     except RuntimeError:  # the session ended under it
         return
+    finally:
+        unsubscribe()
+        end_wait.cancel()

@@ -278,11 +278,19 @@ def check_range(text: str, size: int) -> None:
         ) from None
 
 
+# JSON side files (the job, its check, an OTIO timeline) are objects; the others are bytes
+SIDE_FILE_200 = {
+    "description": "the side file (captions, OTIO, check report, the job's JSON, ...)",
+    "content": {**binary_content(MEDIA_TYPES), "application/json": {"schema": {"type": "object"}}},
+}
+
+
 @router.get(
     "/v1/renders/{job_id}/files/{name}",
     response_class=FileResponse,
     responses={
         **binary(MEDIA_TYPES, "the side file (captions, OTIO, check report, the job's JSON, ...)", 404, 422),
+        200: SIDE_FILE_200,  # JSON side files are objects, the others bytes
         206: {
             "description": "the byte range asked for with `Range: bytes=a-b`",
             "content": binary_content(MEDIA_TYPES),

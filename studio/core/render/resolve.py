@@ -66,9 +66,11 @@ def resolve(
     values: RenderSettings | Mapping[str, Any] | None,
     explicit: Iterable[str] | None = None,
     avatar: Any = None,
+    rate: str = "",
 ) -> Resolved:
     """The settings a render of ``avatar`` (a library name, a path, ``AvatarAssets`` or None: not known
     here) uses, from ``values`` with the delivery they name applied under those set ``explicit``ly.
+    ``rate``: the output rate resolved before (a request read back): the avatar is not asked again.
     Bad values: one ``InputError`` naming the setting."""
     settings, given = with_delivery(values if isinstance(values, RenderSettings) else dict(values or {}), explicit)
     from studio.core.media.codecs import spec as codec_spec
@@ -76,18 +78,19 @@ def resolve(
     out = Resolved(settings, given, suffix=codec_spec(settings.codec).suffix)
     if avatar is None or avatar == "":
         return out
-    return _with_avatar(out, avatar)
+    return _with_avatar(out, avatar, rate)
 
 
-def _with_avatar(r: Resolved, avatar: Any) -> Resolved:
+def _with_avatar(r: Resolved, avatar: Any, known: str = "") -> Resolved:
     from dataclasses import replace
 
     from studio.core.avatars.library import avatar_size, output_rate_for
     from studio.core.media.rates import rate_text
 
     s = r.settings
+    rate = known
     try:
-        rate = rate_text(output_rate_for(s.fps, avatar))
+        rate = rate or rate_text(output_rate_for(s.fps, avatar))
     except (StudioError, OSError, ValueError):
         rate = ""
     try:
