@@ -304,3 +304,31 @@ def test_the_queue_command_takes_a_lane_and_shows_it(tmp_path, monkeypatch, caps
     assert main(["queue", "show", str(job_id)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["state"] == "done" and shown["queue_s"] >= 0 and shown["first_frame_s"] >= shown["queue_s"]
+
+
+def test_an_evicted_engine_is_held_by_nothing_the_queue_keeps(tmp_path, monkeypatch, voices):
+    """Memory returned (issue 48): once the pool evicts the engine a finished job ran on, nothing of
+    the queue's (the runner, its scheduler, a batcher view) keeps it, so its memory can go."""
+    import gc
+    import weakref
+
+    from studio.core.settings import RenderSettings
+    from studio.service import QueueService, RenderRequest
+    from studio.service.pool import EnginePool
+    from studio.service.scheduler import Scheduler
+
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "home"))
+    pool = EnginePool(max_engines=1)
+    pool.batching = True
+    qs = QueueService(tmp_path / "jobs.sqlite", pool=pool, scheduler=Scheduler())
+    settings = RenderSettings(engine="classic", device="cpu")
+    qs.add(RenderRequest(str(DEMO_AVATAR), voices[2], str(tmp_path / "o.mp4"), settings), priority="bulk")
+    (done,) = qs.run_until_empty()
+    assert done.state == "done" and done.result["queue_s"] >= 0
+    (engine,) = pool.engines()
+    ref = weakref.ref(engine)
+    del engine
+    pool.get(settings, slot=1)  # another engine: the bound (1) evicts the job's
+    gc.collect()
+    assert pool.evictions == 1 and ref() is None
+    qs.close()

@@ -6,7 +6,8 @@
 #   and slowest client; after: a 5 s breaking clip posted into each burst, every job's first frame), 14
 #   requests varying decoder and precision (GPU memory reserved after each: evictions), and after, the
 #   same bursts with STUDIO_PREFETCH_FRAMES=256 (the next job opens while the last batches run).
-# From /work/main with .whl/ (the Python 3.12 wheels, shared/design/environment.md), .gpu-before and
+# From /work/main with .whl/ (the Python 3.12 wheels, shared/design/environment.md, plus opentelemetry-api:
+# FastAPI 0.165 imports it, and `studio serve` exits without it), .gpu-before and
 # .gpu-promises carried:  OUT=/tmp/out bash .gpu-promises/tests/benchmarks/gpu_promises.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 start=$(date +%s)

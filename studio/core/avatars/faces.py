@@ -184,7 +184,7 @@ class FaceTracker(Closing):
 
         with quiet_stderr(), _swallow_excepthook(), warnings.catch_warnings():  # mediapipe's start-up noise
             warnings.simplefilter("ignore", DeprecationWarning)
-            import mediapipe as mp
+            mp = import_mediapipe()
 
             self._mesh = mp.solutions.face_mesh.FaceMesh(
                 static_image_mode=not video,
@@ -489,6 +489,35 @@ def _ellipse(rx: float, ry: float) -> np.ndarray:
     import cv2
 
     return cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * max(0, round(rx)) + 1, 2 * max(0, round(ry)) + 1))
+
+
+def import_mediapipe():
+    """``import mediapipe`` on a thread of its own. MediaPipe keeps the ImportError of a module it can
+    do without (``sounddevice``) in a module global, traceback and all, and that traceback holds
+    every frame of the stack that first imported it: imported in a render (a library avatar tracked
+    as a server job starts), it kept that render, its clip and its engine alive for good, so an
+    evicted engine's memory never went back. A thread's stack holds nothing of the caller's."""
+    import sys
+    import threading
+
+    if "mediapipe" in sys.modules:
+        return sys.modules["mediapipe"]
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            import mediapipe
+
+            box["module"] = mediapipe
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name="studio-import-mediapipe", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["module"]
 
 
 @contextlib.contextmanager
