@@ -178,9 +178,13 @@ def test_the_openapi_document_is_typed(server):
             content = r.get("content", {})
             if int(code) >= 400:
                 assert content["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}, (path, code)
+            elif int(code) == 204:  # nothing to answer (a live session ended, a viewer gone)
+                assert not content, (method, path)
+            elif op["operationId"] == "whep":  # WHEP: the SDP answer
+                assert list(content) == ["application/sdp"], (path, content)
             elif op["operationId"] in BINARY:
                 assert content[BINARY[op["operationId"]]]["schema"] == {"type": "string", "format": "binary"}
-            elif op["operationId"] in ("render_events", "queue_events"):
+            elif op["operationId"] in ("render_events", "queue_events", "live_events"):
                 assert list(content) == ["text/event-stream"]
             elif op["operationId"] == "metrics":
                 assert list(content) == ["text/plain", "application/openmetrics-text"]

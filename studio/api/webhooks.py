@@ -169,8 +169,6 @@ def check_url(opts, url: str) -> str:
         )
     if len(url) > MAX_URL:
         raise ApiError(422, f"webhook: the URL is {len(url)} characters long; give one of at most {MAX_URL}")
-    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):  # CR/LF, tabs, spaces: no HTTP client sends them
-        raise ApiError(422, "webhook: the URL has spaces or control characters (CR, LF) in it; percent-encode them")
     try:
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
@@ -179,6 +177,8 @@ def check_url(opts, url: str) -> str:
         raise ApiError(422, f"webhook {url[:200]!r} is not a URL; give one such as https://host/path") from None
     if parts.scheme not in ("http", "https") or not host:
         raise ApiError(422, f"webhook {url[:200]!r}: give an http:// or https:// URL with a host")
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):  # CR/LF, tabs, spaces: no HTTP client sends them
+        raise ApiError(422, "webhook: the URL has spaces or control characters (CR, LF) in it; percent-encode them")
     if parts.username or parts.password:
         raise ApiError(422, "webhook: give the URL without a user name or password in it")
     scheme, host, port = destination(url)

@@ -9,7 +9,7 @@ voice over the session's audio socket, then prints the session's figures and end
 
 from __future__ import annotations
 
-import os
+from studio.core import env
 
 
 def register(sub) -> None:
@@ -26,7 +26,7 @@ def register(sub) -> None:
     p.add_argument(
         "--server",
         metavar="URL",
-        default=os.environ.get("STUDIO_SERVER", "http://127.0.0.1:8321"),
+        default=env.get("STUDIO_SERVER") or "http://127.0.0.1:8321",
         help="the `studio serve` (default $STUDIO_SERVER or http://127.0.0.1:8321; token from $STUDIO_SERVER_TOKEN)",
     )
     runs(p, run_live)
@@ -54,7 +54,7 @@ def run_live(args) -> int:
     from studio.service.live_client import play
 
     settings = {"rate": args.fps, **({"engine": args.engine} if args.engine else {})}
-    with StudioClient(args.server, token=os.environ.get("STUDIO_SERVER_TOKEN")) as c:
+    with StudioClient(args.server, token=env.get("STUDIO_SERVER_TOKEN") or None) as c:
         say = (lambda line: None) if args.json else print
         figures = play(c, args.avatar, args.audio, args.push, args.rate, settings, on_line=say, hold_s=args.seconds)
     if args.json:

@@ -138,6 +138,7 @@ KNOBS: dict[str, Knob] = {
             "half-precision GPU loads read the official weight files instead of the fast layout "
             "`studio models import` writes (fp16 safetensors, memory-mapped)",
         ),
+        Knob("STUDIO_SERVER", "`studio live`: the `studio serve` it talks to (default http://127.0.0.1:8321)"),
         Knob(
             "STUDIO_SERVER_TOKEN",
             "the bearer token of `studio serve` (server side) and of a server the "

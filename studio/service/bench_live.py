@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from studio.core import env
+
 log = logging.getLogger(__name__)
 
 PATTERN_S = (1.0, 2.0, 1.0)  # silence before the first onset, then speech and silence in turn
@@ -104,7 +106,7 @@ def live_rows(
     workdir = Path(workdir)
     home = workdir / "home"
     home.mkdir(parents=True, exist_ok=True)
-    os.environ["STUDIO_HOME"] = str(home)
+    env.put("STUDIO_HOME", str(home))
     out: dict = {"sessions": sessions, "viewers": min(viewers, sessions), "engine": engine, "device": device}
     settings = {"engine": engine, "device": device}
     if engine == "musetalk":
@@ -116,9 +118,9 @@ def live_rows(
 
     x1, y1, x2, y2 = (int(v) for v in library.resolve(PHOTO).boxes[0])
     warm = ",".join(f"{k}={v}" for k, v in settings.items())
-    env = dict(os.environ, STUDIO_HOME=str(home), PYTHONPATH=os.pathsep.join(sys.path))
+    child = env.child(STUDIO_HOME=str(home), PYTHONPATH=os.pathsep.join(sys.path))
     t0 = time.perf_counter()
-    srv = ServeProcess(home, env, ("--max-live", str(sessions + 1), "--warm", warm), timeout=600)
+    srv = ServeProcess(home, child, ("--max-live", str(sessions + 1), "--warm", warm), timeout=600)
     try:
         with httpx.Client(base_url=srv.url, timeout=120) as c:
             while c.get("/v1/ready").status_code != 200:

@@ -49,6 +49,7 @@ class Slots:
     _live: Any
     _run: Any
     _maybe_sweep: Any
+    _swept: float  # monotonic time of the last retention sweep (the queue's)
     _frames_of: Any
     dispatcher: Any  # a ``FarmDispatcher`` (``studio serve --farm``): jobs go to the farm's actors
     scheduler: Any  # a ``Scheduler`` (``studio serve``): lanes, fair shares, deadlines
@@ -211,4 +212,5 @@ class Slots:
                 self._finishing.discard(job.id)
                 self._levels.pop(job.id, None)
                 self._clients.pop(job.id, None)
+                self._swept = float("-inf")  # a job ended (a new file): retention looks again, as one at a time does
                 self._wake.notify_all()

@@ -71,6 +71,25 @@ class LiveList(Answer):
     viewers: int = Field(0, description="WebRTC viewers connected now")
 
 
+class Spoken(Answer):
+    queued: bool
+    queued_voice_s: float = Field(..., description="seconds of voice queued ahead, this text included")
+
+
+class Cleared(Answer):
+    cleared: bool
+    frame: int = Field(..., description="the frame from which the presenter rests")
+
+
+class LivePush(Answer):
+    id: str
+    url: str = Field(..., description="where it pushes (credentials left out)")
+    state: str
+    error: str | None = None
+    reconnects: int = 0
+    frames: int = 0
+
+
 class SpeakForm(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str = Field(..., min_length=1, max_length=20_000)
@@ -155,12 +174,12 @@ def list_live(st: State):
     }
 
 
-@router.get("/v1/live/{sid}", response_model=LiveSession, responses=errors(404), summary="A live session now")
+@router.get("/v1/live/{sid}", response_model=LiveSession, responses=errors(404, 422), summary="A live session now")
 def get_live(st: State, sid: str):
     return session_json(session_of(st, sid))
 
 
-@router.delete("/v1/live/{sid}", status_code=204, responses=errors(404), summary="End a live session")
+@router.delete("/v1/live/{sid}", status_code=204, responses=errors(404, 422), summary="End a live session")
 async def end_live(st: State, sid: str):
     session_of(st, sid)
     for v in [v for v in st.viewers.values() if v.session.id == sid]:
@@ -173,12 +192,13 @@ async def end_live(st: State, sid: str):
 @router.post(
     "/v1/live/{sid}/whep",
     status_code=201,
+    response_class=Response,  # the SDP answer, nothing in JSON
     responses={
         201: {
             "description": "the SDP answer; `Location` is the viewer's resource (DELETE it to leave)",
             "content": {SDP_TYPE: {"schema": {"type": "string"}}},
         },
-        **errors(400, 404, 409, 415),
+        **errors(400, 404, 409, 415, 422),
     },
     summary="WHEP: join as a viewer with an SDP offer",
 )
@@ -212,7 +232,7 @@ async def whep(st: State, sid: str, request: Request):
     )
 
 
-@router.delete("/v1/live/{sid}/whep/{vid}", status_code=204, responses=errors(404), summary="WHEP: leave")
+@router.delete("/v1/live/{sid}/whep/{vid}", status_code=204, responses=errors(404, 422), summary="WHEP: leave")
 async def whep_leave(st: State, sid: str, vid: str):
     session_of(st, sid)
     v = st.viewers.get(vid)
@@ -223,21 +243,37 @@ async def whep_leave(st: State, sid: str, vid: str):
     return Response(status_code=204)
 
 
-@router.post("/v1/live/{sid}/speak", status_code=202, responses=errors(400, 404, 422), summary="Say this text next")
+@router.post(
+    "/v1/live/{sid}/speak",
+    status_code=202,
+    response_model=Spoken,
+    responses=errors(400, 404, 422),
+    summary="Say this text next",
+)
 def speak(st: State, sid: str, form: SpeakForm):
     s = session_of(st, sid)
     s.speak(form.text)
     return {"queued": True, "queued_voice_s": round(s.voice.queued_s, 3)}
 
 
-@router.post("/v1/live/{sid}/clear", status_code=202, responses=errors(404), summary="Barge-in: drop the queued voice")
+@router.post(
+    "/v1/live/{sid}/clear",
+    status_code=202,
+    response_model=Cleared,
+    responses=errors(404, 422),
+    summary="Barge-in: drop the queued voice",
+)
 def clear(st: State, sid: str):
     s = session_of(st, sid)
     return {"cleared": True, "frame": s.clear()}
 
 
 @router.post(
-    "/v1/live/{sid}/push", status_code=201, responses=errors(400, 404, 409, 422), summary="Push to RTMP(S)/SRT"
+    "/v1/live/{sid}/push",
+    status_code=201,
+    response_model=LivePush,
+    responses=errors(400, 404, 409, 422),
+    summary="Push to RTMP(S)/SRT",
 )
 def push(st: State, sid: str, form: PushForm):
     from studio.service.live_push import Push
@@ -251,7 +287,7 @@ def push(st: State, sid: str, form: PushForm):
     return p.describe()
 
 
-@router.delete("/v1/live/{sid}/push/{pid}", status_code=204, responses=errors(404), summary="Stop a push")
+@router.delete("/v1/live/{sid}/push/{pid}", status_code=204, responses=errors(404, 422), summary="Stop a push")
 def stop_push(st: State, sid: str, pid: str):
     s = session_of(st, sid)
     p = next((p for p in s.pushes if p.id == pid), None)
@@ -262,7 +298,29 @@ def stop_push(st: State, sid: str, pid: str):
     return Response(status_code=204)
 
 
-@router.get("/v1/live/{sid}/events", responses=errors(404), summary="Server-Sent Events of a live session")
+@router.get(
+    "/v1/live/{sid}/events",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Server-Sent Events of the session: its state, figures, errors and a push's reconnects",
+            "content": {
+                "text/event-stream": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["event", "data"],
+                        "properties": {
+                            "event": {"type": "string"},
+                            "data": {"type": "string", "contentMediaType": "application/json"},
+                        },
+                    }
+                }
+            },
+        },
+        **errors(404, 422),
+    },
+    summary="Server-Sent Events of a live session",
+)
 async def live_events(st: State, sid: str):
     from sse_starlette.sse import EventSourceResponse
 
