@@ -5,8 +5,9 @@
 The page and its assets carry no data and no secret, so they are served without the token (the page
 asks for it and sends it with each API call, as any client does). Every answer from here has a
 Content-Security-Policy that allows only this origin (nothing is loaded from another host; the
-video, frames and previews are fetched with the token and shown as ``blob:`` URLs), no inline
-script, no framing. The hashed assets are cached for good; ``index.html`` is revalidated.
+video, frames and previews are loaded by URL with the media cookie, ``studio.api.media``; no
+``blob:`` URLs), no inline script, no framing. The hashed assets are cached for good;
+``index.html`` is revalidated.
 Starlette's ``StaticFiles`` does the serving (ETag, HEAD, conditional requests).
 """
 
@@ -18,8 +19,8 @@ STATIC = Path(__file__).resolve().parent / "static"
 PAGE_PATHS = ("/", "/index.html", "/favicon.svg")
 ASSETS = "/assets/"
 CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
-    "media-src 'self' blob:; connect-src 'self' blob:; font-src 'self'; object-src 'none'; base-uri 'none'; "
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "media-src 'self'; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
     "form-action 'self'; frame-ancestors 'none'"
 )
 HEADERS = [

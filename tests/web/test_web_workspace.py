@@ -75,6 +75,8 @@ def state_of(page) -> str:
 
 def test_reload_and_back_restore_the_view_and_a_second_browser_sees_the_uploads(browser, server, voice):
     ctx, page = tab(browser, server.url)
+    frames: list = []  # the requests for scrub frames
+    page.on("request", lambda r: "/v1/frame?" in r.url and frames.append(r))
     try:
         page.goto(f"{server.url}/#/?avatar=astro&voice={voice['id']}&set.crf=20&in=5&out=40")
         page.locator(".item.selected", has_text="astro").wait_for()
@@ -96,6 +98,14 @@ def test_reload_and_back_restore_the_view_and_a_second_browser_sees_the_uploads(
         assert sent["settings"]["crf"] == 20 and sent["frame_range"] == [5, 41]
         page.go_back()  # the editor, as it was before Render
         page.get_by_test_id("frame").wait_for()
+        # the scrub frame by URL: the browser's own GET with the media cookie, never the token
+        src = page.get_by_test_id("frame").get_attribute("src")
+        assert src == page.get_by_test_id("frame").get_attribute("data-url") and src.startswith("/v1/frame?")
+        got = [r for r in frames if r.url == server.url + src]
+        assert got and got[-1].response().status == 200
+        sent_headers = got[-1].all_headers()
+        assert "authorization" not in sent_headers and "studio_media=" in sent_headers.get("cookie", "")
+        assert TOKEN not in " ".join(r.url for r in frames)
         assert page.get_by_test_id("followed").count() == 0 and "jobs" not in page.evaluate("() => location.hash")
         page.go_forward()
         page.get_by_test_id("followed").wait_for()
@@ -212,6 +222,9 @@ def test_a_restart_mid_render_is_shown_as_interrupted(browser, tmp_path, monkeyp
         ctx, page = tab(browser, s.url)
         page.goto(f"{s.url}/#/jobs/{job}")
         page.wait_for_function("() => /frames\\/s/.test(document.querySelector('[data-testid=progress]')?.textContent)")
+        preview = page.get_by_test_id("preview")  # the live preview: a plain URL, authorised by the cookie
+        preview.wait_for()
+        assert preview.get_attribute("src").startswith(f"/v1/renders/{job}/preview?at=")
         s.proc.kill()  # the server dies mid-render
         s.proc.wait()
         page.get_by_test_id("reconnecting").wait_for()
@@ -290,7 +303,7 @@ def test_axe_keyboard_focus_and_phone_tap_targets(browser, server, voice):
         ctx, page = tab(browser, server.url, width, height, bypass_csp=True)
         try:
             page.goto(server.url + "/")
-            page.get_by_role("button", name="astro").wait_for()
+            page.locator(".pick .item", has_text="astro").first.wait_for()
             # a first render by keyboard alone: Tab to the avatar, the voice-over, Render; Enter each
             for name in ("astro", "take1.wav", "Render"):
                 for _ in range(80):
@@ -323,3 +336,32 @@ def test_axe_keyboard_focus_and_phone_tap_targets(browser, server, voice):
             assert small == [], (width, small)
         finally:
             ctx.close()
+
+
+def test_an_avatar_is_renamed_in_the_page_and_a_taken_name_is_said(browser, server, api):
+    from conftest import DEMO_AVATAR
+
+    made = api.post(
+        "/v1/avatars", data={"name": "pic", "force": "true"}, files={"file": ("pic.png", DEMO_AVATAR.read_bytes())}
+    )
+    assert made.status_code == 201, made.text
+    ctx, page = tab(browser, server.url)
+    answers = iter(["pic-2", "astro"])
+    page.on("dialog", lambda d: d.accept(next(answers)))
+    try:
+        page.goto(f"{server.url}/#/?avatar=pic")
+        page.locator(".item.selected", has_text="pic").wait_for()
+        page.get_by_role("button", name="Rename the avatar pic", exact=True).click()
+        page.locator(".item.selected", has_text="pic-2").wait_for()  # renamed, and still the one chosen
+        page.wait_for_function("() => location.hash.includes('avatar=pic-2')")
+        assert "Avatar pic renamed pic-2" in page.get_by_test_id("message").inner_text()
+        names = {a["name"] for a in api.get("/v1/avatars").json()["avatars"]}
+        assert "pic-2" in names and "pic" not in names
+        page.get_by_role("button", name="Rename the avatar pic-2", exact=True).click()  # to a taken name
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=message]').textContent.includes(\"named 'astro' already\")"
+        )
+        assert {a["name"] for a in api.get("/v1/avatars").json()["avatars"]} == names
+        assert page.errors == []  # type: ignore[attr-defined]
+    finally:
+        ctx.close()

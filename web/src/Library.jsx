@@ -1,4 +1,4 @@
-// The library: avatars (the server's) and voice-overs (uploaded or spoken in this tab).
+// The library: avatars and voice-overs, the server's (list, add, rename; voice-overs also removed).
 import { useEffect, useState } from 'preact/hooks';
 import { ApiError, getFresh, newKey, postForm, sendJson } from './api.js';
 import { loadVoices } from './schema.js';
@@ -64,6 +64,19 @@ export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice
       await sendJson(`/v1/audio/${v.id}`, 'PATCH', { filename: name });
       await refreshVoices();
       onInfo(`Voice-over renamed ${name}`);
+    } catch (e) {
+      onError(e);
+    }
+  }
+
+  async function renameAvatar(a) {
+    const name = prompt(`A new name for the avatar ${a.name} (letters, digits, '.', '_' or '-')`, a.name);
+    if (!name || name === a.name) return;
+    try {
+      const renamed = await sendJson(`/v1/avatars/${encodeURIComponent(a.name)}`, 'PATCH', { name });
+      await refresh();
+      if (avatar?.name === a.name) onAvatar(renamed); // the selection (and the URL) follow it
+      onInfo(`Avatar ${a.name} renamed ${renamed.name}`);
     } catch (e) {
       onError(e);
     }
@@ -150,7 +163,7 @@ export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice
       )}
       <ul class="pick" aria-label="Avatars">
         {avatars.map((a) => (
-          <li key={a.name}>
+          <li key={a.name} class="withtools">
             <button
               type="button"
               aria-pressed={avatar?.name === a.name}
@@ -167,6 +180,13 @@ export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice
                 </small>
               </span>
             </button>
+            {!readOnly && (
+              <span class="tools">
+                <button type="button" class="small" aria-label={`Rename the avatar ${a.name}`} onClick={() => renameAvatar(a)}>
+                  Rename
+                </button>
+              </span>
+            )}
           </li>
         ))}
         {avatars.length === 0 && <li class="muted small">No avatars yet.</li>}

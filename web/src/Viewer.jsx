@@ -1,7 +1,7 @@
 // The viewer: the exact frame under the playhead (GET /v1/frame), or the followed job: its live
 // preview, frames/s and ETA from the events stream, then its video and the lip-sync check.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { blobUrl, follow, getJson, newKey, postForm, sendJson } from './api.js';
+import { follow, getJson, loadImage, newKey, postForm, sendJson } from './api.js';
 import { backoff } from './route.js';
 import { duration, timecode } from './timecode.js';
 import { CheckVerdict } from './Queue.jsx';
@@ -35,18 +35,14 @@ function useFrame(avatar, voice, wave, frame, specs, values, enabled, onError) {
       try {
         while (want.current.url && want.current.url !== shownUrl.current) {
           const { url: u, frame: f } = want.current;
-          let src;
           try {
-            src = await blobUrl(u);
+            await loadImage(u); // by URL with the media cookie: nothing to free afterwards
           } catch (e) {
             onError(e);
             break;
           }
           shownUrl.current = u;
-          setShown((old) => {
-            if (old) URL.revokeObjectURL(old.src);
-            return { src, url: u, frame: f };
-          });
+          setShown({ src: u, url: u, frame: f });
         }
       } finally {
         loading.current = false;
@@ -114,13 +110,9 @@ function FollowedJob({ id, readOnly, onDone, onClose, onFollow, onError, onInfo 
                   setLive(data);
                   if (data.preview && data.done < data.total && !previewBusy.current) {
                     previewBusy.current = true;
-                    blobUrl(data.preview, ctl.signal)
-                      .then((src) =>
-                        setPreview((old) => {
-                          if (old) URL.revokeObjectURL(old);
-                          return src;
-                        }),
-                      )
+                    // a new URL for each frame (the server keeps the latest under one path)
+                    loadImage(`${data.preview}?at=${data.done}`, ctl.signal)
+                      .then(setPreview)
                       .catch(() => {}) // the job finished between the event and the fetch: no preview then
                       .finally(() => (previewBusy.current = false));
                   }

@@ -112,10 +112,27 @@ export function postForm(path, fields, extra) {
   return call(path, { method: 'POST', body: form, headers: extra }).then((r) => r.json());
 }
 
-/** An image or video the API answers, as a blob: URL (a URL with the token cannot be an <img src>). */
-export async function blobUrl(path, signal) {
-  const res = await call(path, { signal });
-  return URL.createObjectURL(await res.blob());
+/**
+ * An image the API answers (a scrub frame, a live preview), loaded by URL: the browser's own GET,
+ * authorised by the media cookie (no token in the URL, no blob to free). Resolves with the URL
+ * once the image is decoded, so an <img src> of it shows it at once from the document's images.
+ * When the browser's GET fails, the same GET with the token says why (the server's sentence); if
+ * that one succeeds, the cookie was stale (a restarted server): it is renewed and the image tried again.
+ */
+export async function loadImage(path, signal) {
+  for (let attempt = 0; ; attempt += 1) {
+    const img = new Image();
+    img.src = path;
+    try {
+      await img.decode();
+      return path;
+    } catch {
+      if (signal?.aborted) throw new DOMException('aborted', 'AbortError');
+    }
+    await call(path, { signal }); // throws the server's sentence
+    if (attempt > 0) throw new ApiError(0, `the image ${path.split('?')[0]} could not be shown`);
+    await openSession();
+  }
 }
 
 /**
