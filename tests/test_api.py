@@ -130,6 +130,7 @@ OPERATIONS = {  # stable operation ids: generated clients name their functions a
     ("post", "/v1/avatars"): "add_avatar",
     ("get", "/v1/avatars/{name}/thumbnail"): "get_avatar_thumbnail",
     ("delete", "/v1/avatars/{name}"): "remove_avatar",
+    ("patch", "/v1/avatars/{name}"): "rename_avatar",
     ("post", "/v1/audio"): "upload_audio",
     ("get", "/v1/audio/{audio_id}"): "get_audio",
     ("get", "/v1/frame"): "get_frame",

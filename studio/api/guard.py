@@ -131,8 +131,8 @@ def renders(path) -> bool:
 
 def scope_needed(method: str | None, path: str, reads: bool) -> str:
     """``read``, ``submit`` or ``admin``: what a request needs of a named client's scopes."""
-    if method == "DELETE" and path.startswith("/v1/avatars/"):
-        return "admin"  # the avatar library is every client's
+    if method in ("DELETE", "PATCH") and path.startswith("/v1/avatars/"):
+        return "admin"  # the avatar library is every client's: removing or renaming one is the operator's
     if path in EVERY_JOB_PATHS:
         return "read"  # and a client that sees every job (checked by the caller)
     return "read" if reads else "submit"

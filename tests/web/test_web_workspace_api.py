@@ -193,3 +193,40 @@ def test_the_same_photo_twice_offers_the_avatar_it_made(client):
     assert "dup-b" not in names
     copy = client.post("/v1/avatars", data={"name": "dup-b", "force": "true"}, files={"file": ("b.png", data)})
     assert copy.status_code == 201
+
+
+def test_an_avatar_is_renamed_once_and_a_taken_or_bad_name_is_refused(client, server):
+    made = client.post(
+        "/v1/avatars", data={"name": "ren-a", "force": "true"}, files={"file": ("r.png", DEMO_AVATAR.read_bytes())}
+    )
+    assert made.status_code == 201, made.text
+    r = client.patch("/v1/avatars/ren-a", json={"name": "ren-b"})
+    assert r.status_code == 200, r.text
+    assert r.json()["name"] == "ren-b" and r.json()["thumbnail"] == "/v1/avatars/ren-b/thumbnail"
+    assert r.json()["frames"] == made.json()["frames"] and r.json()["source"] == made.json()["source"]
+    names = {a["name"] for a in client.get("/v1/avatars").json()["avatars"]}
+    assert "ren-b" in names and "ren-a" not in names
+    assert client.get("/v1/avatars/ren-b/thumbnail").content[:8] == b"\x89PNG\r\n\x1a\n"
+    meta = json.loads((server.home / "avatars" / "ren-b" / "meta.json").read_text())
+    assert meta["name"] == "ren-b" and not (server.home / "avatars" / "ren-a").exists()
+    # refused, one sentence each, nothing changed
+    taken = client.patch("/v1/avatars/ren-b", json={"name": "astro"})
+    assert taken.status_code == 409 and taken.json()["error"] == (
+        "an avatar named 'astro' already exists; pick another name or remove that one first"
+    )
+    bad = client.patch("/v1/avatars/ren-b", json={"name": "../x"})
+    assert bad.status_code == 422 and "is not a valid avatar name" in bad.json()["error"]
+    assert client.patch("/v1/avatars/ren-a", json={"name": "ren-c"}).status_code == 404
+    assert client.patch("/v1/avatars/ren-b", json={}).status_code == 422
+    read = httpx.patch(
+        f"{server.url}/v1/avatars/ren-b", json={"name": "ren-c"}, headers={"Authorization": f"Bearer {READ}"}
+    )
+    assert read.status_code == 403
+    assert {a["name"] for a in client.get("/v1/avatars").json()["avatars"]} == names
+    # a render by the new name works
+    voice = speech_pause_speech(server.home / "ren.wav", 0.2, 0.1, 0.2)
+    with open(voice, "rb") as fh:
+        audio = client.post("/v1/audio", files={"file": ("ren.wav", fh)}).json()
+    job = client.post("/v1/renders", data={"avatar": "ren-b", "audio_id": audio["id"], "check": "false"})
+    assert job.status_code == 202, job.text
+    assert finished(client, job.json()["id"])["state"] == "done"

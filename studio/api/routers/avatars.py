@@ -1,4 +1,4 @@
-"""``/v1/avatars``: the avatar library (list, thumbnail, add from an upload, remove)."""
+"""``/v1/avatars``: the avatar library (list, thumbnail, add from an upload, rename, remove)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Query, Request, Response
 from fastapi.responses import FileResponse
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
@@ -88,6 +89,11 @@ async def add_avatar(st: State, request: Request, response: Response, form: Anno
     return answer
 
 
+def _valid(name: str) -> None:
+    if not NAME_RE.match(name):
+        raise ApiError(422, f"'{name[:64]}' is not a valid avatar name; use up to 64 letters, digits, '.', '_' or '-'")
+
+
 def _gone(name: str):
     raise ApiError(410, f"the avatar '{name}', made by the first request with this key, was removed")
 
@@ -97,8 +103,7 @@ async def _add_avatar(st, form) -> dict:
 
     f = form
     name = f.name
-    if not NAME_RE.match(name):
-        raise ApiError(422, f"'{name[:64]}' is not a valid avatar name; use up to 64 letters, digits, '.', '_' or '-'")
+    _valid(name)
     if (avatar_mod.library_dir() / name / "meta.json").exists() and not f.force:
         raise ApiError(409, f"an avatar named '{name}' already exists; pick another name or send force=true")
     params = avatar_mod.AvatarParams.taken_from(f).check()
@@ -134,3 +139,38 @@ def remove_avatar(st: State, name: AvatarName) -> dict:
     avatar_mod.remove(name)
     st.pool.invalidate()
     return {"removed": name}
+
+
+class AvatarRename(BaseModel):
+    name: str = Field(
+        min_length=1, max_length=200, description="the new name: up to 64 letters, digits, '.', '_' or '-'"
+    )
+
+
+ACTIVE = ("draft", "queued", "held", "running")
+
+
+@router.patch(
+    "/v1/avatars/{name}",
+    response_model=Avatar,
+    responses=errors(404, 409, 422),
+    summary="Rename an avatar (its files stay; 409 while a job to run names it, or when the name is taken)",
+)
+def rename_avatar(st: State, name: AvatarName, body: AvatarRename) -> dict:
+    from studio.core.avatars import library as avatar_mod
+
+    library_folder(name)
+    new = body.name
+    _valid(new)
+    if new != name and (avatar_mod.library_dir() / new).exists():
+        raise ApiError(409, f"an avatar named '{new}' already exists; pick another name or remove that one first")
+    waiting = sorted(j.id for j in st.queue.list() if j.avatar == name and j.state in ACTIVE)
+    if waiting:  # a job names its avatar: renamed under it, it would not find it when it starts
+        raise ApiError(
+            409,
+            f"avatar '{name}' is named by render job {waiting[0]}, which has not finished; "
+            "rename it once that job is done or cancelled",
+        )
+    avatar_mod.rename(name, new)
+    st.pool.invalidate()
+    return next(a for a in listed() if a["name"] == new)

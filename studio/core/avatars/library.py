@@ -360,6 +360,29 @@ def remove(name: str) -> str:
     return ""
 
 
+def rename(name: str, new: str) -> None:
+    """Rename library avatar ``name`` to ``new``: one ``rename`` of its folder (its files stay as they
+    are), then its meta.json's name. Refused, changing nothing, when ``new`` is invalid or taken."""
+    import json
+
+    from studio.core.store.fsutil import atomic_write_bytes
+
+    _check_name(name)
+    _check_name(new)
+    folder, target = library_dir() / name, library_dir() / new
+    if not (folder / "meta.json").exists():
+        raise AvatarError(f"no avatar named '{name}' in the library; see `studio avatar list`")
+    if new == name:
+        return
+    if target.exists() or target.is_symlink():
+        raise AvatarError(f"an avatar named '{new}' already exists; pick another name or remove that one first")
+    os.rename(folder, target)  # atomic on one file system: readers see the old name or the new one
+    meta = read_meta(target)
+    if meta is not None and meta.get("name") != new:
+        atomic_write_bytes(target / "meta.json", json.dumps({**meta, "name": new}, indent=1).encode())
+    log.info("renamed avatar %s to %s", name, new)
+
+
 def overlay(assets: AvatarAssets, index: int = 0) -> np.ndarray:
     """RGB debug picture of frame ``index``: the box, the tinted mask and the mouth/jaw landmarks."""
     if not 0 <= index < assets.N:
