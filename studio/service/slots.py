@@ -57,7 +57,6 @@ class Slots:
     _deadline_missed: set  # job ids cancelled because their deadline passed
     _levels: dict  # job id -> its lane, while it runs on a slot
     _clients: dict  # job id -> its client, while it runs on a slot
-    _swept: float  # when retention last swept (monotonic)
 
     def _free(self) -> int:
         """Jobs that may start now (called with the lock): free slots here, or on the farm's actors.
@@ -206,7 +205,6 @@ class Slots:
                 self.scheduler.leave(ticket)
             if self.dispatcher is not None:
                 self.dispatcher.release(job.id)
-            self._swept = float("-inf")  # a new file: retention looks again before the next claim
             with self._lock:
                 self._workers.pop(job.id, None)
                 self._finishing.discard(job.id)
