@@ -223,10 +223,34 @@ def test_an_avatar_is_renamed_once_and_a_taken_or_bad_name_is_refused(client, se
     )
     assert read.status_code == 403
     assert {a["name"] for a in client.get("/v1/avatars").json()["avatars"]} == names
+    # a job not yet run names it (a draft another process added, as the window does): refused until it goes
+    from studio.core.settings import RenderSettings
+    from studio.core.store.jobs import JobStore
+    from studio.service import QueueService, RenderRequest
+
+    qs = QueueService(store=JobStore(server.home / "jobs.sqlite"))
+    req = RenderRequest("ren-b", str(server.home / "x.wav"), str(server.home / "ren.mp4"))
+    draft = qs.add(req.with_(settings=RenderSettings(engine="classic")), state="draft")
+    held = client.patch("/v1/avatars/ren-b", json={"name": "ren-c"})
+    assert held.status_code == 409 and held.json()["error"] == (
+        f"avatar 'ren-b' is named by render job {draft.id}, which has not finished; "
+        "rename it once that job is done or cancelled"
+    )
+    qs.remove(draft.id)
+    assert client.patch("/v1/avatars/ren-b", json={"name": "ren-c"}).status_code == 200
+    assert client.patch("/v1/avatars/ren-c", json={"name": "ren-b"}).json()["name"] == "ren-b"
     # a render by the new name works
     voice = speech_pause_speech(server.home / "ren.wav", 0.2, 0.1, 0.2)
     with open(voice, "rb") as fh:
         audio = client.post("/v1/audio", files={"file": ("ren.wav", fh)}).json()
     job = client.post("/v1/renders", data={"avatar": "ren-b", "audio_id": audio["id"], "check": "false"})
     assert job.status_code == 202, job.text
-    assert finished(client, job.json()["id"])["state"] == "done"
+    done = finished(client, job.json()["id"])
+    assert done["state"] == "done"
+    # renamed after: the finished job keeps its video; it names the old name, so it has no frames
+    assert client.patch("/v1/avatars/ren-b", json={"name": "ren-d"}).status_code == 200
+    assert client.get(done["links"]["video"], headers={"Range": "bytes=0-7"}).status_code == 206
+    frame = client.get(f"/v1/renders/{done['id']}/frame", params={"t": 0})
+    assert frame.status_code == 410 and "no longer on the server" in frame.json()["error"]
+    retry = client.post(f"/v1/renders/{done['id']}/retry")
+    assert retry.status_code == 410 and "the avatar renamed or removed" in retry.json()["error"], retry.text

@@ -385,6 +385,13 @@ def delete_render(
     }
 
 
+def _inputs_gone(job_id: int) -> str:
+    return (
+        f"render job {job_id} cannot be rendered again: its avatar or voice-over is no longer on the server "
+        "(removed by retention, or the avatar renamed or removed); submit a new render with the files"
+    )
+
+
 @router.post(
     "/v1/renders/{job_id}/retry",
     status_code=202,
@@ -405,15 +412,13 @@ async def retry_render(st: State, request: Request, response: Response, job_id: 
         if job.state in ("done", "failed", "cancelled", "interrupted", "expired"):  # what it reads is still here
             from studio.service.preflight import preflight
 
+            if not inputs_here(job):  # a library avatar renamed or removed since: the new job could not start
+                raise ApiError(410, _inputs_gone(job_id))
             try:
                 await run_in_threadpool(preflight, st.queue.request(job_id).with_(overwrite=False))
             except StudioError as exc:
                 if job.state == "expired" or not inputs_here(job):
-                    raise ApiError(
-                        410,
-                        f"render job {job_id} cannot be rendered again: its avatar or voice-over is no longer on the "
-                        "server (removed by retention); submit a new render with the files",
-                    ) from None
+                    raise ApiError(410, _inputs_gone(job_id)) from None
                 raise exc from None
         made = await run_in_threadpool(st.queue.retries, job_id)
         if made >= st.opts.max_retries:  # a webhook or a script in a loop ends here
