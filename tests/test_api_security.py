@@ -248,6 +248,7 @@ def test_named_clients_see_and_change_only_their_own_jobs(tenants, wav):
         # scopes: a read-only client reads, admin-only operations need admin
         assert "client viewer may not POST /v1/renders" in one_sentence(viewer.post("/v1/renders"), 403)
         assert "needs admin" in one_sentence(news.delete("/v1/avatars/astro"), 403)
+        assert "needs admin" in one_sentence(news.patch("/v1/avatars/astro", json={"name": "mine"}), 403)
         assert one_sentence(news.get("/metrics"), 403).startswith("client newsroom may not GET /metrics")
         assert ops.get("/metrics").status_code == 200 and read.get("/metrics").status_code == 200
         assert "may only read" in one_sentence(read.delete(f"/v1/renders/{n['id']}?purge=true"), 403)
