@@ -148,6 +148,13 @@ def validation_sentence(errors) -> str:
         return f"the script text is {len(str(e.get('input', '')))} characters; speak at most {most} at a time"
     if e.get("type") == "string_pattern_mismatch":
         pattern = (e.get("ctx") or {}).get("pattern", "")
+        from studio.api.models import NAME_PATTERN
+
+        if where == "name" and pattern == NAME_PATTERN:  # an avatar's name: the sentence the library says
+            return (
+                f"'{str(e.get('input', ''))[:64]}' is not a valid avatar name; "
+                "use up to 64 letters, digits, '.', '_' or '-'"
+            )
         return f"'{where}' {str(e.get('input', ''))[:64]!r} is not valid: it must match {pattern}"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"'{where}': {msg[0].lower() + msg[1:] if msg else msg}{more}"

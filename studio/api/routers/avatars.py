@@ -14,7 +14,7 @@ from studio.api.errors import ApiError
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent
 from studio.api.inputs import NAME_RE, library_folder
-from studio.api.models import Avatar, AvatarForm, AvatarList, AvatarName, AvatarRemoved, binary, errors
+from studio.api.models import NAME_PATTERN, Avatar, AvatarForm, AvatarList, AvatarName, AvatarRemoved, binary, errors
 from studio.api.state import State
 
 router = APIRouter(tags=["avatars"])
@@ -143,7 +143,7 @@ def remove_avatar(st: State, name: AvatarName) -> dict:
 
 class AvatarRename(BaseModel):
     name: str = Field(
-        min_length=1, max_length=200, description="the new name: up to 64 letters, digits, '.', '_' or '-'"
+        pattern=NAME_PATTERN, min_length=1, description="the new name: up to 64 letters, digits, '.', '_' or '-'"
     )
 
 
