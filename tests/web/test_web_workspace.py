@@ -365,3 +365,82 @@ def test_an_avatar_is_renamed_in_the_page_and_a_taken_name_is_said(browser, serv
         assert page.errors == []  # type: ignore[attr-defined]
     finally:
         ctx.close()
+
+
+def test_an_avatar_is_removed_in_the_page_after_asking_and_a_refusal_is_said(browser, server, api):
+    from conftest import DEMO_AVATAR
+
+    for name in ("gone", "stale"):
+        made = api.post(
+            "/v1/avatars",
+            data={"name": name, "force": "true"},
+            files={"file": (f"{name}.png", DEMO_AVATAR.read_bytes())},
+        )
+        assert made.status_code == 201, made.text
+    ctx, page = tab(browser, server.url, 390, 844)
+    answers = iter([False, True, True])  # No (kept), then Yes, Yes
+    asked: list[str] = []
+
+    def answer(d):
+        asked.append(d.message)
+        d.accept() if next(answers) else d.dismiss()
+
+    page.on("dialog", answer)
+    try:
+        page.goto(f"{server.url}/#/?avatar=gone")
+        page.locator(".item.selected", has_text="gone").wait_for()
+        remove = page.get_by_role("button", name="Remove the avatar gone", exact=True)
+        box = remove.bounding_box()
+        assert box and box["width"] >= 24 and box["height"] >= 24
+        remove.click()  # answered No: nothing changes
+        assert asked == ["Remove the avatar gone from the server?"]
+        assert "gone" in {a["name"] for a in api.get("/v1/avatars").json()["avatars"]}
+        remove.click()  # Yes
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=message]')?.textContent === 'Avatar gone removed'"
+        )
+        page.get_by_role("button", name="Remove the avatar gone", exact=True).wait_for(state="detached")
+        assert page.locator(".item.selected").count() == 0  # the selection dropped it
+        page.wait_for_function("() => !location.hash.includes('avatar=')")  # and the URL
+        assert "gone" not in {a["name"] for a in api.get("/v1/avatars").json()["avatars"]}
+        # removed behind the page's back: the server's sentence is shown and the list is the server's again
+        assert api.delete("/v1/avatars/stale").status_code == 200
+        page.get_by_role("button", name="Remove the avatar stale", exact=True).click()
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=message]')?.textContent.includes(\"no avatar named 'stale'\")"
+        )
+        page.get_by_role("button", name="Remove the avatar stale", exact=True).wait_for(state="detached")
+        assert page.locator(".pick .item", has_text="astro").count() == 1  # the others stay
+        assert page.errors == []  # type: ignore[attr-defined]
+    finally:
+        ctx.close()
+
+
+def test_on_a_phone_tab_starts_in_the_viewer_shown_first_and_the_desktop_layout_is_kept(browser, server, voice):
+    where = """() => { const el = document.activeElement;
+        return el.closest('.stage') ? 'stage' : el.closest('.leftcol') ? 'library' : el.closest('.side') ? 'side' : 'top'; }"""
+    layout = """() => ['.leftcol', '.stage', '.side'].map((s) => {
+        const r = document.querySelector(s).getBoundingClientRect(); return [Math.round(r.left), Math.round(r.top)]; })"""
+    seen = {}
+    for width, height in ((390, 844), (1600, 900)):
+        ctx, page = tab(browser, server.url, width, height)
+        try:
+            page.goto(f"{server.url}/#/?avatar=astro&voice={voice['id']}")
+            page.locator(".item.selected", has_text="take1.wav").wait_for()
+            page.get_by_test_id("frame").wait_for()
+            (lib, stage, side) = page.evaluate(layout)
+            parts = []  # the page's parts in the order Tab meets them
+            for _ in range(60):
+                page.keyboard.press("Tab")
+                part = page.evaluate(where)
+                if part != "top" and (not parts or parts[-1] != part):
+                    parts.append(part)
+            seen[width] = (parts, lib, stage, side)
+        finally:
+            ctx.close()
+    parts, lib, stage, side = seen[390]
+    assert stage[1] < lib[1] < side[1]  # shown top to bottom: viewer, library, settings
+    assert parts[:2] == ["stage", "library"], parts  # and Tab meets them in that order
+    parts, lib, stage, side = seen[1600]
+    assert lib[0] < stage[0] < side[0] and lib[1] == stage[1] == side[1]  # three columns, as before
+    assert parts[:2] == ["library", "stage"], parts

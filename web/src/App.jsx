@@ -11,6 +11,19 @@ import { Queue } from './Queue.jsx';
 import { TokenDialog } from './TokenDialog.jsx';
 import { Live } from './Live.jsx';
 
+const PHONE = '(max-width: 720px)'; // style.css's one-column layout
+
+function useMedia(query) {
+  const [on, setOn] = useState(() => matchMedia(query).matches);
+  useEffect(() => {
+    const m = matchMedia(query);
+    const change = () => setOn(m.matches);
+    m.addEventListener('change', change);
+    return () => m.removeEventListener('change', change);
+  }, [query]);
+  return on;
+}
+
 export function App() {
   const [mode, setMode] = useState(null); // null (asking) | 'full' | 'read' | 'none'
   const [health, setHealth] = useState(null);
@@ -38,6 +51,12 @@ export function App() {
     setMessage({ kind: 'error', text });
   }, []);
   const info = useCallback((text) => setMessage({ kind: 'info', text }), []);
+  const chooseAvatar = useCallback((a) => {
+    if (!a) wanted.current.avatar = null; // removed: the URL drops it too
+    setAvatar(a);
+  }, []);
+  // a phone shows the viewer first: the DOM (and so the tab order) puts it first there too
+  const phone = useMedia(PHONE);
 
   const start = useCallback(async () => {
     let m;
@@ -221,6 +240,67 @@ export function App() {
     );
   }
 
+  // keyed, so a turn of the phone moves the parts rather than making them anew
+  const left = (
+    <div key="left" class="leftcol">
+      <Library
+        readOnly={readOnly}
+        avatar={avatar}
+        voice={voice}
+        wantAvatar={wanted.current.avatar}
+        onAvatar={chooseAvatar}
+        onVoice={(row) => chooseVoice(row)}
+        onError={say}
+        onInfo={info}
+        threshold={values.threshold}
+        minSilence={values.min_silence}
+      />
+      <Queue
+        onOnline={() => setMessage((m) => (m?.text.startsWith('the server cannot be reached') ? null : m))}
+        tick={queueTick}
+        readOnly={readOnly}
+        followed={followed}
+        onFollow={setFollowed}
+        onError={say}
+        onInfo={info}
+      />
+    </div>
+  );
+  const stage = (
+    <section key="stage" class="stage" aria-label="Viewer and timeline">
+      <Viewer
+        avatar={avatar}
+        voice={voice}
+        wave={wave}
+        frame={frame}
+        specs={specs}
+        values={values}
+        readOnly={readOnly}
+        followed={followed}
+        onFollowDone={(j) => {
+          setQueueTick((t) => t + 1);
+          if (j.state === 'done') info(`Job ${j.id} is done: ${j.frames} frames in ${j.seconds?.toFixed(1)} s`);
+          else say(new Error(`Job ${j.id} ${j.state}${j.reason ? `: ${j.reason}` : ''}`));
+        }}
+        onCloseJob={() => setFollowed(null)}
+        onFollow={setFollowed}
+        onInfo={info}
+        onError={say}
+      />
+      <Timeline
+        wave={wave}
+        frame={frame}
+        range={range}
+        onFrame={setFrame}
+        onRange={setRange}
+        threshold={values.threshold}
+        onThreshold={(v) => setValues((o) => ({ ...o, threshold: v }))}
+        thresholdSpec={specs?.find((s) => s.name === 'threshold')}
+        readOnly={readOnly}
+      />
+    </section>
+  );
+
   return (
     <div class="app">
       <header class="top">
@@ -256,61 +336,7 @@ export function App() {
       </div>
       {live && <Live readOnly={readOnly} onError={say} onInfo={info} />}
       <main class="grid" hidden={live}>
-        <div class="leftcol">
-          <Library
-            readOnly={readOnly}
-            avatar={avatar}
-            voice={voice}
-            wantAvatar={wanted.current.avatar}
-            onAvatar={setAvatar}
-            onVoice={(row) => chooseVoice(row)}
-            onError={say}
-            onInfo={info}
-            threshold={values.threshold}
-            minSilence={values.min_silence}
-          />
-          <Queue
-            onOnline={() => setMessage((m) => (m?.text.startsWith('the server cannot be reached') ? null : m))}
-            tick={queueTick}
-            readOnly={readOnly}
-            followed={followed}
-            onFollow={setFollowed}
-            onError={say}
-            onInfo={info}
-          />
-        </div>
-        <section class="stage" aria-label="Viewer and timeline">
-          <Viewer
-            avatar={avatar}
-            voice={voice}
-            wave={wave}
-            frame={frame}
-            specs={specs}
-            values={values}
-            readOnly={readOnly}
-            followed={followed}
-            onFollowDone={(j) => {
-              setQueueTick((t) => t + 1);
-              if (j.state === 'done') info(`Job ${j.id} is done: ${j.frames} frames in ${j.seconds?.toFixed(1)} s`);
-              else say(new Error(`Job ${j.id} ${j.state}${j.reason ? `: ${j.reason}` : ''}`));
-            }}
-            onCloseJob={() => setFollowed(null)}
-            onFollow={setFollowed}
-            onInfo={info}
-            onError={say}
-          />
-          <Timeline
-            wave={wave}
-            frame={frame}
-            range={range}
-            onFrame={setFrame}
-            onRange={setRange}
-            threshold={values.threshold}
-            onThreshold={(v) => setValues((o) => ({ ...o, threshold: v }))}
-            thresholdSpec={specs?.find((s) => s.name === 'threshold')}
-            readOnly={readOnly}
-          />
-        </section>
+        {phone ? [stage, left] : [left, stage]}
         <aside class="side">
           <div class="actions">
             {/* aria-disabled while sending: a disabled button would drop the keyboard's focus to the top */}

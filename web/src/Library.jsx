@@ -1,4 +1,4 @@
-// The library: avatars and voice-overs, the server's (list, add, rename; voice-overs also removed).
+// The library: avatars and voice-overs, the server's (list, add, rename, remove).
 import { useEffect, useState } from 'preact/hooks';
 import { ApiError, getFresh, newKey, postForm, sendJson } from './api.js';
 import { loadVoices } from './schema.js';
@@ -80,6 +80,19 @@ export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice
     } catch (e) {
       onError(e);
     }
+  }
+
+  async function removeAvatar(a) {
+    if (!confirm(`Remove the avatar ${a.name} from the server?`)) return;
+    try {
+      await sendJson(`/v1/avatars/${encodeURIComponent(a.name)}`, 'DELETE');
+      onInfo(`Avatar ${a.name} removed`);
+    } catch (e) {
+      onError(e); // the server's sentence (e.g. removed meanwhile by another browser)
+    }
+    const list = await refresh(); // either way the list is the server's again
+    const gone = list && !list.some((x) => x.name === a.name);
+    if (gone && avatar?.name === a.name) onAvatar(null); // the selection (and the URL) drop it
   }
 
   async function removeVoice(v) {
@@ -184,6 +197,9 @@ export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice
               <span class="tools">
                 <button type="button" class="small" aria-label={`Rename the avatar ${a.name}`} onClick={() => renameAvatar(a)}>
                   Rename
+                </button>
+                <button type="button" class="small" aria-label={`Remove the avatar ${a.name}`} onClick={() => removeAvatar(a)}>
+                  Remove
                 </button>
               </span>
             )}
