@@ -194,7 +194,7 @@ export function Library({ readOnly, avatar, voice, wantAvatar, onAvatar, onVoice
               </span>
             </button>
             {!readOnly && (
-              <span class="tools">
+              <span class="tools stack">
                 <button type="button" class="small" aria-label={`Rename the avatar ${a.name}`} onClick={() => renameAvatar(a)}>
                   Rename
                 </button>
