@@ -198,14 +198,18 @@ async def end_live(st: State, sid: str):
             "description": "the SDP answer; `Location` is the viewer's resource (DELETE it to leave)",
             "content": {SDP_TYPE: {"schema": {"type": "string"}}},
         },
-        **errors(400, 404, 409, 415, 422),
+        **errors(400, 404, 409, 415, 422, 503),
     },
     summary="WHEP: join as a viewer with an SDP offer",
 )
 async def whep(st: State, sid: str, request: Request):
-    from studio.api.live_rtc import Viewer, parse_offer_check
-
     s = session_of(st, sid)
+    try:
+        from studio.api.live_rtc import Viewer, parse_offer_check
+    except ImportError:
+        raise ApiError(
+            503, "this server cannot stream WebRTC: aiortc is not installed (pip install 'studio[serve]')"
+        ) from None
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != SDP_TYPE:
         raise ApiError(415, f"WHEP takes Content-Type: {SDP_TYPE} (an SDP offer), not {ctype[:60] or 'none'}")
