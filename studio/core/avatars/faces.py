@@ -18,6 +18,7 @@ import contextlib
 import logging
 import math
 import os
+import threading
 from collections.abc import Iterator
 from typing import Self
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from studio.core.constants import FACE_SIZE
 
+_MEDIAPIPE_LOCK = threading.Lock()  # import_mediapipe: one import at a time
 log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------
@@ -496,12 +498,19 @@ def import_mediapipe():
     do without (``sounddevice``) in a module global, traceback and all, and that traceback holds
     every frame of the stack that first imported it: imported in a render (a library avatar tracked
     as a server job starts), it kept that render, its clip and its engine alive for good, so an
-    evicted engine's memory never went back. A thread's stack holds nothing of the caller's."""
+    evicted engine's memory never went back. A thread's stack holds nothing of the caller's.
+    One import at a time: a second caller (another job's tracker) waits for the first instead of being
+    handed the module half-imported ("partially initialized module 'mediapipe'")."""
     import sys
-    import threading
 
-    if "mediapipe" in sys.modules:
-        return sys.modules["mediapipe"]
+    with _MEDIAPIPE_LOCK:
+        mod = sys.modules.get("mediapipe")
+        if mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", False):
+            return mod
+        return _import_mediapipe_on_a_thread()
+
+
+def _import_mediapipe_on_a_thread():
     box: dict = {}
 
     def run() -> None:
