@@ -84,7 +84,7 @@ class Viewer:
         @pc.on("track")
         def on_track(track) -> None:
             if track.kind == "audio":
-                v._mic = asyncio.ensure_future(v._read_mic(track))
+                v.listen(track)
 
         @pc.on("connectionstatechange")
         async def on_state() -> None:
@@ -120,6 +120,10 @@ class Viewer:
                 if line.startswith(f"a=rtpmap:{head[3]} "):
                     out[head[0]] = line.split()[1].split("/")[0]
         return out
+
+    def listen(self, track) -> None:
+        """The viewer's microphone (an audio track of its offer) feeds the session's voice."""
+        self._mic = asyncio.ensure_future(self._read_mic(track))
 
     async def _read_mic(self, track) -> None:
         """The browser's microphone as the session's voice (16 kHz mono)."""
