@@ -454,4 +454,5 @@ def test_a_queued_jobs_live_caption_counts_at_its_own_rate(library_window, qtbot
     for caption in captions:
         frame, seconds = re.search(r"frame (\d+) · ([\d.]+) s", caption).groups()
         assert abs(int(frame) / 30 - float(seconds)) < 0.006, caption
-    assert max(int(re.search(r"frame (\d+)", c).group(1)) for c in captions) >= 30  # past 25: not a 25 fps count
+    # a frame past 0 tells 30 from 25 by the check above (how far the previews get depends on the machine)
+    assert max(int(re.search(r"frame (\d+)", c).group(1)) for c in captions) > 0
