@@ -46,6 +46,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from import_cycles import strong_components  # tests/ is on the path (as a script and under pytest)
+
 ROOT = Path(__file__).resolve().parent.parent
 LINE_CAP = 600
 RULES = ("private-import", "reach-in", "cycle", "string-import")
@@ -381,50 +383,6 @@ def import_graph(package: str) -> dict[str, set[str]]:
     graph = grimp.build_graph(package, cache_dir=None, exclude_type_checking_imports=True)
     mods = set(graph.modules)
     return {m: {t for t in graph.find_modules_directly_imported_by(m) if t in mods} for m in mods}
-
-
-def strong_components(graph: dict[str, set[str]]) -> list[set[str]]:
-    """Tarjan's strongly connected components, iteratively (no recursion limit)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    comps: list[set[str]] = []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, it = work[-1]
-            nxt = next(it, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                comp = set()
-                while True:
-                    m = stack.pop()
-                    on_stack.discard(m)
-                    comp.add(m)
-                    if m == node:
-                        break
-                comps.append(comp)
-    return comps
 
 
 def _path_of(root: Path, module: str) -> str:

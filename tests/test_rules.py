@@ -89,6 +89,19 @@ def test_line_cap_is_a_warning():
     assert all(n > code_rules.LINE_CAP for _, n in long)
 
 
+def _check(root: Path) -> dict[str, list[str]]:
+    """tests/code_rules.py run on a package of its own (a process of its own: its own sys.path)."""
+    r = subprocess.run(
+        [sys.executable, str(Path(code_rules.__file__)), "--root", str(root), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 def test_the_checker_finds_exactly_what_a_small_package_breaks(tmp_path):
     """A package with one private import, one reach-in and one cycle (and what the rules allow beside
     them): the checker reports exactly those three."""
@@ -143,15 +156,7 @@ def test_the_checker_finds_exactly_what_a_small_package_breaks(tmp_path):
     }
     for name, text in files.items():
         (pkg / name).write_text(textwrap.dedent(text))
-    r = subprocess.run(
-        [sys.executable, str(Path(code_rules.__file__)), "--root", str(tmp_path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert r.returncode == 0, r.stderr
-    found = json.loads(r.stdout)
+    found = _check(tmp_path)
     assert found["private-import"] == [
         "studio/a.py:2: from studio.b import _hidden",
         "studio/a.py:3: from studio.cli._common import ... (a private module, from outside its package)",
@@ -172,15 +177,7 @@ def test_the_checker_finds_a_router_loaded_by_string(tmp_path):
         "import importlib\n\n\ndef include_all(app):\n    return importlib.import_module(f'{__name__}.items')\n"
     )
     (pkg / "api" / "routers" / "items.py").write_text("router = None\n")
-    r = subprocess.run(
-        [sys.executable, str(Path(code_rules.__file__)), "--root", str(tmp_path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["string-import"] == [
+    assert _check(tmp_path)["string-import"] == [
         "studio/api/routers/__init__.py:5: import_module(f'{__name__}.items')",
         "studio/api/routers/items.py:1: studio.api.routers.items is imported by no studio.api module (loaded by string?)",
     ]
