@@ -71,12 +71,8 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
     "private-import": [
         (
             "farm",
-            "studio/core/scale/farm.py: from ray._private import ... (a private module, from outside its package)",
+            "studio/core/scale/cluster.py: from ray._private import ... (a private module, from outside its package)",
         ),
-        ("farm", "studio/core/scale/serve_worker.py: from studio.core.scale.farm import _CLASSES"),
-        ("farm", "studio/core/scale/serve_worker.py: from studio.core.scale.farm import _Worker"),
-        ("farm", "studio/service/farm_dispatch.py: from studio.core.scale.farm import _avatar_key"),
-        ("farm", "studio/service/farm_job.py: from studio.service.farm_dispatch import _Actor"),
         ("rules", "studio/cli/delivery.py: from studio.cli.render import _render_options"),
         ("rules", "studio/core/avatars/library.py: from studio.core.avatars.sources import _has_alpha"),
         ("rules", "studio/core/media/audio_ffmpeg.py: from studio.core.media.audio import _hm"),
@@ -92,20 +88,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("window", "tests/ui/test_session_ui.py: from test_menus_ui import _menu_click"),
     ],
     "reach-in": [
-        ("farm", "studio/bench/farm_serve.py: bench_user._tracker"),
-        ("farm", "studio/core/scale/serve_worker.py: r._engine"),
-        ("farm", "studio/core/scale/serve_worker.py: r._engine"),
-        ("farm", "studio/core/scale/serve_worker.py: r._engine"),
-        ("farm", "studio/service/farm_chunks.py: farm._board"),
-        ("farm", "studio/service/farm_chunks.py: render._active"),
-        ("farm", "studio/service/farm_chunks.py: render._cancel"),
-        ("farm", "studio/service/farm_chunks.py: render._started"),
-        ("farm", "studio/service/farm_dispatch.py: a._last"),
-        ("farm", "studio/service/farm_dispatch.py: a._last"),
-        ("farm", "studio/service/farm_job.py: self.d._lock"),
-        ("farm", "studio/service/farm_job.py: self.d._lock"),
-        ("farm", "studio/service/farm_job.py: self.d._lock"),
-        ("farm", "studio/service/farm_link.py: link._receive"),
         ("rules", "studio/api/routers/renders.py: FileResponse._parse_range_header"),
         ("rules", "studio/core/avatars/cache.py: a._swap"),
         ("rules", "studio/core/avatars/cache.py: arr._mm"),
@@ -214,7 +196,7 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ),
         (
             "rules",
-            "studio/service/driver.py: import cycle: studio.service.driver, studio.service.farm_chunks, studio.service.preflight, studio.service.remote",
+            "studio/service/driver.py: import cycle: studio.service.driver, studio.service.preflight, studio.service.remote",
         ),
     ],
     "string-import": [

@@ -166,7 +166,7 @@ def healthy(f, timeout: float = 120) -> dict:
             stats = f.stats(timeout=10)
             if len(stats) == 2:
                 return stats
-        except Exception:  # GetTimeoutError while a replica starts
+        except Exception:  # noqa: BLE001 - GetTimeoutError while a replica starts
             pass
         if time.monotonic() > deadline:
             raise AssertionError(f"the farm has {f.workers}, not two answering replicas")

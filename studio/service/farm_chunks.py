@@ -41,6 +41,8 @@ class ChunkedFarmJob:
         n = len(f.dispatcher.router.reserve_many(f.job_id, 0, self.cancelled))
         on_started(f"farm: {n} actor{'s' if n != 1 else ''} in chunks")
         s = req.render_settings
-        yield from f.render(req.avatar, req.audio, req.output, s, chunks=req.placement.chunks or None, overwrite=req.overwrite)
+        yield from f.render(
+            req.avatar, req.audio, req.output, s, chunks=req.placement.chunks or None, overwrite=req.overwrite
+        )
         self.result = f.result
         self.extra = dict(farm=dict(actors=f.reserved, chunks=True, retries=f.retries, returned="joined"))

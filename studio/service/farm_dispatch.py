@@ -69,11 +69,3 @@ class FarmDispatcher(Dispatcher):
         from studio.service.farm_chunks import ChunkedFarmJob
 
         return ChunkedFarmJob(self, job_id, request, cancel)
-
-
-def inside_data(path: str) -> bool:
-    """Whether ``path`` is in the head's data folder (a replica that shares it writes there in place)."""
-    from studio.core.env import data_dir
-    from studio.core.store.files import inside
-
-    return inside(path, data_dir())

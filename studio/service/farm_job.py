@@ -102,7 +102,6 @@ class FarmJob:
         """The task as a replica gets it (its inputs in the object store), and its frames."""
         from studio.core.avatars.library import resolve
         from studio.core.media.audio import probe
-        from studio.service.farm_dispatch import inside_data
 
         req = self.request
         assets = req.avatar if hasattr(req.avatar, "frames") else resolve(req.avatar)
@@ -151,3 +150,11 @@ class FarmJob:
         finally:
             self.call = None
             call.close()
+
+
+def inside_data(path: str) -> bool:
+    """Whether ``path`` is in the head's data folder (a replica that shares it writes there in place)."""
+    from studio.core.env import data_dir
+    from studio.core.store.files import inside
+
+    return inside(path, data_dir())

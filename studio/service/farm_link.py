@@ -66,7 +66,7 @@ class FarmLink:
             child.close()
         link = cls(address, proc, parent, cancel, [], False)
         try:
-            _, _, workers, gpus = link._receive(0, timeout=CONNECT_TIMEOUT_S)
+            _, _, workers, gpus = link.receive(0, timeout=CONNECT_TIMEOUT_S)
         except BaseException:
             link.close()
             raise
@@ -96,7 +96,7 @@ class FarmLink:
         finished = False
         try:
             while True:
-                msg = self._receive(job)
+                msg = self.receive(job)
                 if msg[0] == "done":
                     self.result, finished = msg[2], True
                     return
@@ -113,7 +113,7 @@ class FarmLink:
         """Per farm worker: engines loaded, jobs, chunks, avatar fetches (``Farm.stats``)."""
         job = next(self._jobs)
         self._send(("stats", job))
-        return self._receive(job, timeout=60)[2]
+        return self.receive(job, timeout=60)[2]
 
     def close(self, timeout: float = 10.0) -> None:
         """Leave the farm: the child disconnects (a local cluster it started stops with it)."""
@@ -136,7 +136,7 @@ class FarmLink:
         except (OSError, ValueError) as exc:
             raise self._lost(exc) from None
 
-    def _receive(self, job: int, timeout: float | None = None):
+    def receive(self, job: int, timeout: float | None = None):
         """The next message of ``job`` (older jobs' late messages are skipped); errors re-raised."""
         import time
 

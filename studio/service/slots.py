@@ -73,8 +73,8 @@ class Slots:
         """A queued job's lane has no job rendering (called with the lock): it may take a slot beyond
         ``capacity`` (one per lane at most), so a breaking clip starts beside long jobs instead of
         after them, and a bulk job is never held back by a stream of normal ones."""
-        if self.scheduler is None:
-            return False
+        if self.scheduler is None or self.dispatcher is not None:  # a farm's replicas know no lanes: a job
+            return False  # waits for a free slot, then is claimed first (the scheduler's order)
         return bool(self._idle_lanes())
 
     def _idle_lanes(self) -> set[int]:

@@ -134,9 +134,7 @@ def ship_avatar(assets) -> dict:
     for p in sorted(Path(folder).rglob("*")):
         if p.is_file() and not p.name.startswith("."):
             files[str(p.relative_to(folder))] = p.read_bytes()
-    return dict(
-        key=avatar_key(folder), folder=folder, name=name, files=[ray.put(files)]
-    )  # a list: not resolved by Ray
+    return dict(key=avatar_key(folder), folder=folder, name=name, files=[ray.put(files)])  # a list: not resolved by Ray
 
 
 def avatar_key(folder) -> str:
@@ -197,5 +195,3 @@ def local_file(spec: dict) -> str:
 
         atomic_write_bytes(dest, ray.get(spec["data"][0]))
     return str(dest)
-
-

@@ -71,7 +71,12 @@ class Dispatcher:
         self.address = address or ""
         self.discover_s = discover_s if discover_s is not None else env.get_float("STUDIO_FARM_DISCOVER_S", 5.0)
         self.controller = Controller(
-            jobs_per_device=jobs_per_device, make_pool=make_pool, warm=warm, prefix=prefix, detached=detached, limit=limit
+            jobs_per_device=jobs_per_device,
+            make_pool=make_pool,
+            warm=warm,
+            prefix=prefix,
+            detached=detached,
+            limit=limit,
         )
         self.router = Router(self.controller)
         self.detached = detached

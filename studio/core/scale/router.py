@@ -8,6 +8,10 @@
     r.track(actor, key, job_id); r.untrack(actor, key)      # a task of the job sent to that replica
     r.release(job_id)                          # done, failed or moved: its slots are free
 
+Jobs are served in the order they asked: a job that found no free slot waits in line (``waiting``),
+and a slot that frees goes to the first in line, never to a later claim (``free_slots`` counts the
+line). A queue that claims in its scheduler's order (lanes, fair shares) thus gets its order kept.
+
 A reservation is a slot on a replica: never more than its ``capacity`` (``--jobs-per-device``) jobs
 on its engine, and at most one more whose frames have left the engine while its file finishes (the
 replica reports it ``finishing``). A chunked render is one job holding a slot on every replica it
@@ -28,11 +32,12 @@ class Router:
     def __init__(self, controller: Controller):
         self.c = controller
         self.closed = threading.Event()
+        self.waiting: list[int] = []  # jobs that asked for a slot and found none, in order
 
     def free_slots(self) -> int:
         """Jobs the farm can start now (its usable replicas' free slots)."""
         with self.c.lock:
-            return sum(a.free for a in self.c.by_name.values())
+            return max(0, sum(a.free for a in self.c.by_name.values()) - len(self.waiting))
 
     def actor_of(self, job_id: int) -> Actor | None:
         with self.c.lock:
@@ -45,9 +50,14 @@ class Router:
             held = self.actor_of(job_id)
             if held is not None:
                 return held
+            ahead = self.waiting[: self.waiting.index(job_id)] if job_id in self.waiting else self.waiting
             free = [a for a in self.c.by_name.values() if a.free > 0 and a.name not in exclude]
-            if not free:
+            if ahead or not free:
+                if job_id not in self.waiting:
+                    self.waiting.append(job_id)  # in line: the next slot that frees is the first waiter's
                 return None
+            if job_id in self.waiting:
+                self.waiting.remove(job_id)
             best = min(free, key=lambda a: (a.queued_frames(), len(a.jobs), a.name))
             best.jobs[job_id] = frames
             best.settle()
@@ -58,12 +68,18 @@ class Router:
         while True:
             with self.c.changed:
                 a = self.reserve(job_id, frames, exclude)
-                if a is None and exclude and not any(x.usable and x.name not in exclude for x in self.c.by_name.values()):
+                if (
+                    a is None
+                    and exclude
+                    and not any(x.usable and x.name not in exclude for x in self.c.by_name.values())
+                ):
                     a = self.reserve(job_id, frames)
                 if a is not None:
                     a.jobs[job_id] = frames
                     return a
                 if cancel.is_set() or self.closed.is_set():
+                    if job_id in self.waiting:
+                        self.waiting.remove(job_id)
                     raise Cancelled("render cancelled; nothing was written")
                 self.c.changed.wait(WAIT_S)
 
@@ -72,7 +88,7 @@ class Router:
         (waited for)."""
         first = self.actor_of(job_id) or self.wait_reserve(job_id, frames, (), cancel)
         with self.c.changed:
-            more = [a for a in self.c.by_name.values() if a.free > 0 and a is not first]
+            more = [a for a in self.c.by_name.values() if a.free > 0 and a is not first and not self.waiting]
             more.sort(key=lambda a: (a.queued_frames(), len(a.jobs), a.name))
             if most is not None:
                 more = more[: max(0, most - 1)]
@@ -84,7 +100,7 @@ class Router:
     def reserve_more(self, job_id: int, frames: int) -> list[Actor]:
         """Slots for a chunked job on replicas it does not hold yet (one that replaced a dead one)."""
         with self.c.changed:
-            new = [a for a in self.c.by_name.values() if a.free > 0 and job_id not in a.jobs]
+            new = [a for a in self.c.by_name.values() if a.free > 0 and job_id not in a.jobs and not self.waiting]
             for a in new:
                 a.jobs[job_id] = frames
                 a.settle()
@@ -112,6 +128,8 @@ class Router:
     def release(self, job_id: int, actor: Actor | None = None) -> None:
         """The job left its replica (``actor``; default every one: done, failed, moved): its slot is free."""
         with self.c.changed:
+            if actor is None and job_id in self.waiting:
+                self.waiting.remove(job_id)
             for a in [actor] if actor is not None else list(self.c.by_name.values()):
                 a.finishing.discard(job_id)
                 if a.jobs.pop(job_id, None) is not None or job_id in a.keys.values():
