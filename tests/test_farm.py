@@ -125,8 +125,8 @@ def test_farm_render_equals_the_single_process_render(farm, avatar, voice, singl
     progress = list(f.render(avatar, voice, out, LOSSLESS))
     last = progress[-1]
     assert last.finished and last.output == str(out) and last.chunks == 2 and last.retries == 0
-    assert set(last.workers) == set(f.workers) and len(f.workers) == 2  # per-replica fps
-    assert all(v > 0 for v in last.workers.values()) and {w.rsplit("-", 1)[1] for w in last.workers} == {"cpu0", "cpu1"}
+    assert set(last.workers) == set(f.workers) == {"cpu0", "cpu1"}  # per-replica fps, by device on one node
+    assert all(v > 0 for v in last.workers.values())
     dones = [p.done for p in progress]
     assert dones == sorted(dones) and any(0 < d < 75 for d in dones)  # streamed, not only at the end
     assert same_video(decode(out), single)
@@ -142,19 +142,19 @@ def test_farm_render_equals_the_single_process_render(farm, avatar, voice, singl
 def test_a_worker_killed_mid_chunk_is_survived(farm, avatar, voice, single, tmp_path):
     f, _ = farm
     out = tmp_path / "killed.mp4"
-    killed = None
+    killed, pid = None, 0
     for p in f.render(avatar, voice, out, LOSSLESS):
         busy = [w for w in p.workers if w in f.pids]
         if killed is None and p.done > 0 and p.chunks_done == 0 and busy:
-            killed = busy[0]
-            os.kill(f.pids[killed], signal.SIGKILL)  # the worker process dies mid-chunk
+            killed, pid = busy[0], f.pids[busy[0]]
+            os.kill(pid, signal.SIGKILL)  # the replica's process dies mid-chunk
             assert not out.exists()
     assert killed is not None and p.finished and p.retries >= 1
     assert same_video(decode(out), single)
     assert [x.name for x in tmp_path.iterdir()] == ["killed.mp4"]
-    # the controller replaced the dead replica on its node: two again, the dead one not among them
+    # the controller replaced the dead replica on its node: two again, the dead process not among them
     healthy(f)
-    assert len(f.workers) == 2 and killed not in f.workers
+    assert sorted(f.workers) == ["cpu0", "cpu1"] and f.pids[killed] != pid
 
 
 def healthy(f, timeout: float = 120) -> dict:

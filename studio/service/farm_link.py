@@ -18,6 +18,7 @@ No Qt here: the child imports only this module and the core.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 180.0  # starting a local cluster on a loaded 2-core machine takes ~10 s
 POLL_S = 0.25
+STOP_WAIT_S = 60.0  # a job dropped early: how long to wait for the child to stop it
 
 
 class LinkLost(RenderError):
@@ -102,8 +104,11 @@ class FarmLink:
                     return
                 yield msg[2]
         finally:
-            if not finished and self.alive:  # dropped early: stop the job (its late messages are skipped)
-                self._cancel.set()
+            if not finished and self.alive:  # dropped early: stop the job and wait until the child has
+                self._cancel.set()  # cleaned up (its segments' folder gone), within a bound
+                with contextlib.suppress(Exception):
+                    while self.receive(job, timeout=STOP_WAIT_S)[0] != "done":
+                        pass
 
     def cancel(self) -> None:
         """Thread-safe: the running job stops after each chunk's current batch; nothing is written."""

@@ -88,10 +88,16 @@ class Farm:
         d.attach(count=workers or 1 << 16)
         return cls(d, owned=True)
 
+    def name_of(self, actor) -> str:
+        """A replica as the progress and the window show it: its device label ("gpu0") on a one-node
+        farm, else host/label."""
+        nodes = {a.node for a in self.dispatcher.controller.live()}
+        return actor.label if len(nodes) <= 1 else f"{actor.host or actor.node[:8]}/{actor.label}"
+
     @property
     def workers(self) -> list[str]:
         """The replicas that can take a chunk now."""
-        return [a.name for a in self.dispatcher.controller.usable()]
+        return [self.name_of(a) for a in self.dispatcher.controller.usable()]
 
     @property
     def gpus(self) -> bool:
@@ -99,7 +105,7 @@ class Farm:
 
     @property
     def pids(self) -> dict[str, int]:
-        return {a.name: a.pid for a in self.dispatcher.controller.usable()}
+        return {self.name_of(a): a.pid for a in self.dispatcher.controller.usable()}
 
     def cancel(self) -> None:
         """Stop the running job: every chunk stops after its current batch; nothing is written."""
@@ -111,7 +117,8 @@ class Farm:
         import ray
 
         actors = self.dispatcher.controller.usable()
-        return dict(zip([a.name for a in actors], ray.get([a.handle.stats.remote() for a in actors], timeout=timeout)))
+        answers = ray.get([a.handle.stats.remote() for a in actors], timeout=timeout)
+        return dict(zip([self.name_of(a) for a in actors], answers))
 
     def shutdown(self) -> None:
         """Leave the farm: a dispatcher made here ends its replicas (a detached pool stays warm)."""
@@ -139,7 +146,7 @@ class Farm:
         clip = Clip(avatar, audio, settings)
         d = self.dispatcher
         holders = d.router.reserve_many(self.job_id, clip.plan.frames, self.stopping, most=chunks)
-        self.reserved = [a.name for a in holders]
+        self.reserved = [self.name_of(a) for a in holders]
         folder = temp_dir(Path(output).parent, f".{Path(output).stem}.farm.")  # registered: gone even after a kill
         try:
             task = dict(d.inputs(clip.avatar, audio), settings=settings, job=uuid.uuid4().hex)
@@ -203,14 +210,17 @@ class Farm:
                         continue
                     del running[name]
                     try:
-                        segments.append(self._collect(call, folder / f"seg{a:07d}{suffix}"))
+                        g = self._collect(call, folder / f"seg{a:07d}{suffix}")
+                        segments.append(g)
+                        self._fps[self.name_of(call.actor)] = round((g.end - g.start) / max(1e-9, g.seconds), 2)
                     except Lost as exc:
                         self._lost(call, a, b, attempt, exc, todo)
                     finally:
                         call.close()
                 done = sum(g.end - g.start for g in segments) + sum(c.progress()[0] for c, *_ in running.values())
                 for c, *_ in running.values():
-                    self._fps[c.actor.name] = round(c.progress()[2], 2)
+                    if c.progress()[2] > 0:
+                        self._fps[self.name_of(c.actor)] = round(c.progress()[2], 2)
                 yield RenderProgress.measured(
                     min(done, T),
                     T,
