@@ -241,8 +241,7 @@ class Farm:
             raise Lost("its node or process went away")
         out = call.outcome()
         call.fetch(out, path, self.stopping)
-        g = out["segment"]
-        return Segment(g["start"], g["end"], str(path), g["engine"], g["engine_reason"], g["encoder"], g["seconds"])
+        return Segment(**out["segment"], path=str(path))
 
     def _lost(self, call: TaskCall, a: int, b: int, attempt: int, exc: Exception, todo: deque) -> None:
         self.retries += 1

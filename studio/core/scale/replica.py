@@ -32,6 +32,7 @@ file is muxed): the head may then send the next job, so the engine does not idle
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -273,14 +274,7 @@ class Replica:
             entry.fps = round(entry.done / max(1e-9, time.perf_counter() - t0), 2)
 
         seg = render_segment(r, span[0], span[1], target, on_batch=on_batch, should_stop=entry.cancelled.is_set)
-        return dict(
-            start=seg.start,
-            end=seg.end,
-            engine=seg.engine,
-            engine_reason=seg.engine_reason,
-            encoder=seg.encoder,
-            seconds=seg.seconds,
-        )
+        return {k: v for k, v in dataclasses.asdict(seg).items() if k != "path"}  # the head's path differs
 
     def _whole(self, entry: _Task, avatar, audio, s, target: str, frames, overwrite: bool):
         from studio.core.render.renderer import Renderer
