@@ -457,8 +457,8 @@ class RenderSettings:
         label="Check gate",
         group="output",
         validate=gate_problem,
-        pattern=GATE_PATTERN,
         example="ok,jitter=5",
+        pattern=GATE_PATTERN,
     )
     preview_interval_s: float = setting(
         0.25,
