@@ -259,7 +259,10 @@ class Farm:
         for c in calls:
             c.cancel()
         refs = [c.ref for c in calls]
+        t0 = time.monotonic()
+        left = refs
         with contextlib.suppress(Exception):
-            ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S)
+            _, left = ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S)
+        log.info("farm: %d chunk(s) stopped in %.2f s (%d not yet)", len(refs), time.monotonic() - t0, len(left))
         for c in calls:
             c.close()
