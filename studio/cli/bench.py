@@ -263,19 +263,44 @@ def print_user(res: dict) -> None:
 
 
 def print_cold(c: dict) -> None:
-    """The cold ``studio render`` rows (``studio.service.bench.cold_rows``), with issue 48's goals."""
+    """The cold ``studio render`` rows (``studio.service.bench.cold_rows``), with issue 48's goals and
+    each command's timeline (seconds from the process's start)."""
     if not c:
         return
     print(f"cold `studio render` of a 15 s voice-over (import torch alone {c.get('import_torch_s', 0):.2f} s):")
     for k, r in c.items():
-        if isinstance(r, dict):
-            if "error" in r:
-                print(f"  {k:<28} failed: {r['error'].splitlines()[-1] if r['error'] else '?'}")
-            else:
-                print(
-                    f"  {k:<28}{r['seconds']:>7.2f} s wall, render {r['render_s']:.2f} s, rest {r['outside_render_s']:.2f} s"
-                )
+        if not isinstance(r, dict):
+            continue
+        if "error" in r:
+            print(f"  {k:<30} failed: {r['error'].splitlines()[-1] if r['error'] else '?'}")
+            continue
+        print(f"  {k:<30}{r['seconds']:>7.2f} s wall, render {r['render_s']:.2f} s, rest {r['outside_render_s']:.2f} s")
+        if r.get("timeline"):
+            print("      at " + ", ".join(f"{name} {t:.2f}" for name, t in r["timeline"].items()))
     print("  goals (issue 48): MuseTalk <= 5 s, classic <= 3 s, cold")
+    if c.get("imports"):
+        print("  heaviest imports of a cold MuseTalk command (cumulative, own):")
+        for name, cum, own in c["imports"][:10]:
+            print(f"      {name:<44}{cum:>7.3f} s {own:>7.3f} s")
+
+
+def print_eviction(e: dict) -> None:
+    """``bench_serve.eviction_rows``: device memory in use after each engine change."""
+    if not e:
+        return
+    print("GPU memory, one warm engine kept (STUDIO_MAX_ENGINES=1); in use as another process sees it:")
+    for r in e.get("requests") or []:
+        print(
+            f"  {str(r.get('settings')):<44} nvidia-smi used {r.get('used_gb')} GB, free to a new process "
+            f"{r.get('free_gb_other_process')} GB, server reserved {r.get('gpu_reserved_gb')} GB, "
+            f"evictions {r.get('engine_evictions_total')}" + (f"  ERROR {r['error']}" if r.get("error") else "")
+        )
+    if "met" in e:
+        print(
+            f"  after the larger engine's eviction: {e['after_eviction_gb']} GB in use against {e['one_engine_gb']} GB "
+            f"with the same one engine before (larger engine: {e['larger_engine_gb']} GB): "
+            + ("returned" if e["met"] else "NOT returned")
+        )
 
 
 def print_service(sv: dict) -> None:

@@ -214,8 +214,20 @@ def _packets(path: Path) -> list[bytes]:
 # 4. Cold commands
 
 
-def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info) -> dict:
-    """Fresh ``studio render`` processes of ``voice`` (wall time of the whole command)."""
+COLD_PLAN: tuple[tuple[str, str, dict], ...] = (  # (row, engine, environment), in this order
+    ("cold-cli-musetalk-new-avatar", "musetalk", {}),  # its first MuseTalk render computes the avatar's latents
+    ("cold-cli-musetalk", "musetalk", {}),
+    ("cold-cli-musetalk-no-preload", "musetalk", {"STUDIO_PRELOAD": "0"}),
+    ("cold-cli-classic", "classic", {}),
+    ("cold-cli-classic-no-preload", "classic", {"STUDIO_PRELOAD": "0"}),
+)
+
+
+def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info, imports: bool = True) -> dict:
+    """Fresh ``studio render`` processes of ``voice`` (wall time of the whole command, and its
+    ``timeline``: seconds from the process's start to each stage), ``COLD_PLAN``'s rows; what
+    importing torch alone costs; ``imports``: the heaviest imports of a cold MuseTalk command
+    (``python -X importtime``, ``imports``: the 25 largest by cumulative time)."""
     from studio.bench import user as bench_user
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -227,17 +239,12 @@ def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info) 
         env=env,
     )
     out["import_torch_s"] = round(float(r.stdout.strip() or 0), 3)
-    plan = [
-        ("cold-cli-musetalk", "musetalk", {}),
-        ("cold-cli-musetalk-pickles", "musetalk", {"STUDIO_FAST_COPIES": "0"}),
-        ("cold-cli-classic", "classic", {}),
-    ]
-    for key, engine, extra in plan:
-        note(f"cold: a fresh `studio render` of {voice.name} with {engine}" + (" (official pickles)" if extra else ""))
-        cmd = [sys.executable, "-m", "studio", "render", "--avatar", bench_user.PHOTO, "--audio", str(voice)]
-        cmd += ["-o", str(folder / f"{key}.mp4"), "--engine", engine, "--device", device, "--json"]
+    base = [sys.executable, "-m", "studio", "render", "--avatar", bench_user.PHOTO, "--audio", str(voice)]
+    for key, engine, extra in COLD_PLAN:
+        note(f"cold: a fresh `studio render` of {voice.name} with {engine} ({key})")
+        cmd = [*base, "-o", str(folder / f"{key}.mp4"), "--engine", engine, "--device", device, "--json"]
         t0 = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, env={**env, **extra})
+        p = subprocess.run(cmd, capture_output=True, text=True, env={**env, **extra, "STUDIO_LOCAL_SERVER": "0"})
         wall = time.perf_counter() - t0
         if p.returncode != 0:
             out[key] = {"error": p.stderr.strip()[-1500:], "seconds": round(wall, 3)}
@@ -250,10 +257,37 @@ def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info) 
             "frames": res.get("frames"),
             "stage_ms": res.get("stage_ms"),
             "audio": res.get("audio"),
+            "timeline": res.get("timeline"),
         }
-        note(f"{key}: {wall:.2f} s wall (render {res.get('seconds')} s)")
+        note(f"{key}: {wall:.2f} s wall (render {res.get('seconds')} s); timeline {res.get('timeline')}")
         (folder / f"{key}.mp4").unlink(missing_ok=True)
+    if imports:
+        cmd = [sys.executable, "-X", "importtime", *base[1:], "-o", str(folder / "imports.mp4")]
+        p = subprocess.run([*cmd, "--engine", "musetalk", "--device", device], capture_output=True, text=True, env=env)
+        out["imports"] = heaviest_imports(p.stderr)
+        (folder / "imports.mp4").unlink(missing_ok=True)
     return out
+
+
+def heaviest_imports(importtime: str, most: int = 25) -> list[tuple[str, float, float]]:
+    """``python -X importtime``'s output -> ``(module, cumulative s, self s)`` of the ``most`` modules
+    with the largest cumulative time, top-level packages and studio's modules only (a child's time is
+    in its parent's)."""
+    rows = []
+    for line in importtime.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        parts = line.split("|")
+        try:
+            own, cum = int(parts[0].split(":")[1]), int(parts[1])
+        except ValueError:
+            continue  # the header line
+        name = parts[2].rstrip()
+        depth = (len(name) - len(name.lstrip())) // 2
+        name = name.strip()
+        if depth <= 1 or name.startswith("studio"):
+            rows.append((name, round(cum / 1e6, 3), round(own / 1e6, 3)))
+    return sorted(rows, key=lambda r: -r[1])[:most]
 
 
 # --------------------------------------------------------------------------------------------
