@@ -70,6 +70,18 @@ def register(sub) -> None:
         action="store_true",
         help="--user: skip the server-as-a-service rows (fresh server, cache bound, --clients and twice as many at once)",
     )
+    p.add_argument(
+        "--table",
+        action="store_true",
+        help="--user: only issue 48's table (cold commands, warm POST /generate, --clients and twice as many at "
+        "once with a breaking clip, GPU memory after an eviction; about 5 minutes on an H100)",
+    )
+    p.add_argument(
+        "--trace-dir",
+        default=None,
+        metavar="DIR",
+        help="--user --table: the server's stage trace and GPU samples there (tests/benchmarks/trace_service.py reads them)",
+    )
     p.add_argument("--no-cold-cli", action="store_true", help="--user: skip the cold `studio render` rows")
     p.add_argument("--no-queue", action="store_true", help="--user: skip the queue rows")
     p.add_argument(
@@ -99,6 +111,8 @@ def run(args) -> int:
 
     if args.live:
         return run_live(args)
+    if args.user and args.table:
+        return run_table(args)
 
     from studio.bench.reference import run_bench
     from studio.core.store.fsutil import atomic_write_bytes
@@ -260,6 +274,8 @@ def print_user(res: dict) -> None:
             f"serve: {b['clients']} clients at once: {b['fps']:.1f} frames/s together ({b['frames']} frames in {b['seconds']:.2f} s)"
         )
     print_service(u.get("service") or {})
+    print_eviction(u.get("eviction") or {})
+    print_table(u)
 
 
 def print_cold(c: dict) -> None:
@@ -282,6 +298,19 @@ def print_cold(c: dict) -> None:
         print("  heaviest imports of a cold MuseTalk command (cumulative, own):")
         for name, cum, own in c["imports"][:10]:
             print(f"      {name:<44}{cum:>7.3f} s {own:>7.3f} s")
+
+
+def print_table(u: dict) -> None:
+    """Issue 48's table (``service.bench.issue_table``): what, measured, goal, met or missed."""
+    from studio.service.bench import issue_table
+
+    rows = issue_table(u)
+    print()
+    print("issue 48's table:")
+    w = max(len(r[0]) for r in rows)
+    m = max(len(r[1]) for r in rows)
+    for what, measured, goal, verdict in rows:
+        print(f"  {what:<{w}}  {measured:<{m}}  goal {goal:<24} {verdict}")
 
 
 def print_eviction(e: dict) -> None:
@@ -344,6 +373,46 @@ def print_service(sv: dict) -> None:
                     f"  a 5 s breaking clip posted into it: first frame {u.get('first_frame_s')} s after its submission "
                     f"(goal <= 0.25 s), answered in {u['answered'] - u['sent']:.2f} s"
                 )
+
+
+def run_table(args) -> int:
+    """``studio bench --user --table`` (``studio.service.bench.table_path``)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from studio.bench.reference import machine_info
+    from studio.core.store.fsutil import atomic_write_bytes
+    from studio.service.bench import table_path
+
+    def note(text):
+        print(f"bench: {text}", file=sys.stderr, flush=True)
+
+    m = machine_info()
+
+    def part(u):
+        if args.json:
+            atomic_write_bytes(args.json, json.dumps({"machine": m, "user": u}, indent=2).encode())
+
+    with tempfile.TemporaryDirectory(prefix="studio-bench-") as tmp:
+        u = table_path(
+            Path(args.workdir or tmp),
+            device=args.device,
+            frames=args.frames or 672,
+            height=args.height or 1080,
+            clients=args.clients,
+            clip_frames=args.clip_frames,
+            note=note,
+            on_part=part,
+            trace_dir=Path(args.trace_dir) if args.trace_dir else None,
+        )
+    part(u)
+    print(f"{m.get('gpu', 'CPU')} | {m['cpu_count']} CPU cores | torch {m.get('torch')}")
+    print_cold(u.get("cold") or {})
+    print_service(u.get("service") or {})
+    print_eviction(u.get("eviction") or {})
+    print_table(u)
+    return 0
 
 
 def run_live(args) -> int:
