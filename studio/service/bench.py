@@ -131,7 +131,7 @@ def user_path(
             breaking=breaking,
         )
         save(out)
-    if serve:
+    if serve and service:
         from studio.service.bench_serve import eviction_rows
 
         short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
