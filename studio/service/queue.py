@@ -255,7 +255,7 @@ class QueueService:
         seconds from now by which it must be done, else it is cancelled then; a deadline the queue
         ahead cannot meet is refused now (``DeadlineRefused``), an accepted one records the estimate
         it was accepted with (``promised_s``)."""
-        from studio.service.driver import check_output
+        from studio.service.preflight import check_output
         from studio.service.scheduler import parse_priority
 
         level = parse_priority(priority)
