@@ -180,7 +180,17 @@ class QueueService:
 
     @property
     def capacity(self) -> int:
+        """Jobs rendering at once: ``devices`` x ``jobs_per_device``."""
         return self.runner.capacity
+
+    @property
+    def jobs_per_device(self) -> int:
+        return self.runner.slots.jobs_per_device
+
+    @property
+    def pipeline(self) -> bool:
+        """A job's file is finished while the next job renders (the default)."""
+        return self.runner.pipeline
 
     @property
     def running_job_id(self) -> int | None:
