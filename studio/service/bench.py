@@ -139,28 +139,19 @@ def user_path(
     return out
 
 
-def table_path(
-    workdir: Path,
-    *,
-    device: str | None = None,
-    frames: int = 672,
-    height: int = 1080,
-    clients: int = 8,
-    clip_frames: int = CLIP_FRAMES,
-    note=log.info,
-    on_part=None,
-    trace_dir: Path | None = None,
-) -> dict:
+def table_path(workdir: Path, device: str | None, clients: int = 8, trace_dir: Path | None = None, **kw) -> dict:
     """Only what issue 48's table needs (``studio bench --user --table``, ~5 minutes on an H100): the
     weights imported, the photo avatar, the cold commands, a fresh server's warm ``POST /generate``
     of ``frames``, the hand-off, ``clients`` and twice as many clients at once with a 5 s breaking
-    clip posted into each burst, and an evicted engine's memory (``eviction_rows``). ``trace_dir``: the
+    clip posted into each burst, and an evicted engine's memory (``eviction_rows``); ``kw``: ``frames``
+    (672), ``height`` (1080), ``clip_frames``, ``note``, ``on_part`` as ``user_path``'s. ``trace_dir``: the
     server's stage trace and GPU samples (``bench_serve.service_rows``; tests/benchmarks/trace_service.py)."""
     from studio.bench import user as bench_user
     from studio.core.engines.runtime_torch import resolve_device
     from studio.service.bench_serve import eviction_rows, service_rows
 
-    save = on_part or (lambda out: None)
+    note, save = kw.get("note", log.info), kw.get("on_part") or (lambda out: None)
+    frames, height, clip_frames = kw.get("frames", 672), kw.get("height", 1080), kw.get("clip_frames", CLIP_FRAMES)
     workdir = Path(workdir)
     home = workdir / "home"
     dev = str(resolve_device(device))
