@@ -201,10 +201,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ),
         (
             "rules",
-            "studio/core/media/codec_writer.py: import cycle: studio.core.media.codec_writer, studio.core.media.codecs",
-        ),
-        (
-            "rules",
             "studio/core/render/canvas.py: import cycle: studio.core.render.canvas, studio.core.render.outputs, studio.core.render.renderer",
         ),
         (
