@@ -197,10 +197,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ),
         (
             "rules",
-            "studio/core/engines/nets.py: import cycle: studio.core.engines.nets, studio.core.engines.nets_unet, studio.core.engines.nets_vae",
-        ),
-        (
-            "rules",
             "studio/core/render/canvas.py: import cycle: studio.core.render.canvas, studio.core.render.outputs, studio.core.render.renderer",
         ),
         (
