@@ -106,10 +106,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("farm", "studio/service/farm_job.py: self.d._lock"),
         ("farm", "studio/service/farm_link.py: link._receive"),
         ("rules", "studio/api/routers/renders.py: FileResponse._parse_range_header"),
-        ("rules", "studio/core/avatars/cache.py: a._swap"),
-        ("rules", "studio/core/avatars/cache.py: arr._mm"),
-        ("rules", "studio/core/avatars/cache.py: new._mm"),
-        ("rules", "studio/core/avatars/cache.py: new._mm"),
         ("rules", "studio/core/engines/musetalk.py: run._graphs"),
         ("rules", "studio/core/engines/musetalk.py: self._nets['run']._graphs"),
         ("rules", "studio/core/media/loudness.py: meter._filters"),
@@ -186,10 +182,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         (
             "rules",
             "studio/api/errors.py: import cycle: studio.api.errors, studio.api.models, studio.api.paths, studio.api.schema",
-        ),
-        (
-            "rules",
-            "studio/core/avatars/builder.py: import cycle: studio.core.avatars.builder, studio.core.avatars.cache, studio.core.avatars.stages",
         ),
         (
             "rules",
