@@ -189,10 +189,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ),
         (
             "rules",
-            "studio/core/render/canvas.py: import cycle: studio.core.render.canvas, studio.core.render.outputs, studio.core.render.renderer",
-        ),
-        (
-            "rules",
             "studio/service/driver.py: import cycle: studio.service.driver, studio.service.farm_chunks, studio.service.preflight, studio.service.remote",
         ),
     ],
