@@ -106,6 +106,7 @@ def _service():
 
 def job_json(job, progress=None) -> dict:
     from studio.core.progress import fraction_percent
+    from studio.service.job_requests import promises
 
     frac = progress.fraction if progress is not None else job.progress
     return {
@@ -123,21 +124,6 @@ def job_json(job, progress=None) -> dict:
         "result": job.result,
         "retry_of": job.retry_of,
         **promises(job),
-    }
-
-
-def promises(job) -> dict:
-    """A job's lane, deadline and the estimate it was accepted with, and (once it ran) how long it
-    waited in the queue and until its first frame."""
-    from studio.service.scheduler import job_level, level_name
-
-    s, r = job.settings or {}, job.result or {}
-    return {
-        "priority": level_name(job_level(s)),
-        "deadline": s.get("deadline"),
-        "promised_s": s.get("promised_s"),
-        "queue_s": r.get("queue_s"),
-        "first_frame_s": r.get("first_frame_s"),
     }
 
 

@@ -194,9 +194,10 @@ KNOBS: dict[str, Knob] = {
             (
                 "STUDIO_TEST_HOLD",
                 "a file: while it exists, every render holds before writing its second batch (FILE.finish: "
-                "after its last frame, before its file is finished) until the file goes or the render is "
-                "cancelled, and creates FILE.held (FILE.finish.held) first; tests keep a job running with it "
-                "instead of betting on how long a render takes",
+                "after its last frame, before its file is finished; FILE.build: an avatar build after its "
+                "first frame) until the file goes or the render is cancelled, and creates FILE.held "
+                "(FILE.finish.held, FILE.build.held) first; tests keep a job running with it instead of "
+                "betting on how long a render takes",
             ),
         ),
         *Knob.grouped(

@@ -338,6 +338,43 @@ def read_blocks(info: AudioInfo, block: int = READ_BLOCK, start: int = 0, stop: 
             yield data
 
 
+class Resampled:
+    """The voice-over's blocks as float32 ``[n, channels]`` at ``rate`` (more than two channels, or two
+    when ``channels`` is 1: a mono mix; soxr resamples when ``rate`` is not the source's), read as a
+    muxer advances: each loop over it goes on where the last one stopped; ``eof`` once all is read.
+    PCM and Opus tracks (``codecs.PlainAudio``) and MXF's tracks (``mxf.TrackAudio``) read through it."""
+
+    def __init__(self, info: AudioInfo, channels: int, rate: int, block: int, quality: str = "HQ"):
+        self.info, self.channels, self.rate, self.block = info, channels, rate, block
+        self._resampler = None
+        if rate != info.source_rate:
+            import soxr
+
+            self._resampler = soxr.ResampleStream(info.source_rate, rate, channels, dtype="float32", quality=quality)
+        self._blocks = None
+        self.eof = False
+
+    def __iter__(self):
+        if self._blocks is None:
+            self._blocks = read_blocks(self.info, self.block)
+        for block in self._blocks:
+            block = np.asarray(block, np.float32)
+            if block.shape[1] > 2 or (block.shape[1] == 2 and self.channels == 1):
+                block = block.mean(axis=1, keepdims=True)
+            if self._resampler is not None:
+                block = self._resampler.resample_chunk(block)
+            if len(block):
+                yield block
+        self.eof = True
+        if self._resampler is not None:
+            tail = self._resampler.resample_chunk(np.zeros((0, self.channels), np.float32), last=True)
+            if len(tail):
+                yield tail
+
+    def close(self) -> None:
+        self._blocks = None
+
+
 def aac_copyable(path: str | os.PathLike) -> bool:
     """Whether ``path``'s first audio stream is AAC with its decoder configuration in the
     container (M4A/MP4/MOV, Matroska): an MP4 output can then take its packets unchanged. ADTS

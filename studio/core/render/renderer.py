@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from studio.core.hold import hold
 from studio.core.media.codecs import alpha_of
 from studio.core.media.rates import rate_text
 from studio.core.render.canvas import with_alpha
 from studio.core.render.clip import Clip
-from studio.core.render.hold import hold
 from studio.core.render.plan import (
     RenderPlan,
     audio_range,
