@@ -187,18 +187,21 @@ def load_folder(folder: Path, name: str) -> AvatarAssets:
     or rebuilt now when its meta.json or a file is damaged (one sentence when it cannot be)."""
     meta = read_meta(folder)
     problem = meta_problem(meta)
-    if problem is None and meta["schema_version"] != SCHEMA_VERSION:
-        meta = upgrade(folder, name, meta)
     if problem is None and meta is not None:
-        try:
-            return open_assets(folder, meta, rebuild=rebuild)
-        except Damaged:  # build finds which stages are damaged, says so and rebuilds them
-            pass
-    elif problem is not None and not rebuildable(meta):
+        if meta["schema_version"] != SCHEMA_VERSION:
+            meta = upgrade(folder, name, meta)
+        if meta is not None:
+            try:
+                return open_assets(folder, meta, rebuild=rebuild)
+            except Damaged:  # build finds which stages are damaged, says so and rebuilds them
+                pass
+    elif not rebuildable(meta):
         if not folder.is_dir():
             raise AvatarError(f"no avatar named '{name}' in the library (it was removed); see `studio avatar list`")
         raise AvatarError(f"avatar '{name}' is damaged ({problem}); {fix_hint(name, folder, None)}")
     meta = meta if meta is not None else read_meta(folder)
+    if meta is None:  # removed meanwhile
+        raise AvatarError(f"avatar '{name}' is damaged (its meta.json is gone); {fix_hint(name, folder, None)}")
     return rebuild(folder, name, meta, AvatarParams.from_json(meta["params"]))
 
 
