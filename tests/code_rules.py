@@ -114,7 +114,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("rules", "studio/core/store/job_db.py: self.store._connect"),
         ("rules", "studio/core/store/job_db.py: self.store._lock"),
         ("rules", "studio/core/store/job_db.py: self.store._lock"),
-        ("rules", "studio/service/driver.py: r._engine"),
         ("rules", "tests/benchmarks/bench_avatar_load.py: avatar_check._pool"),
         ("rules", "tests/benchmarks/bench_avatar_load.py: avatar_check._pool()._max_workers"),
         ("rules", "tests/benchmarks/bench_engine_variants.py: eng._load"),
@@ -148,9 +147,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("rules", "tests/test_musetalk.py: engine._load"),
         ("rules", "tests/test_musetalk.py: engine._load()['run']._graphs"),
         ("rules", "tests/test_nets.py: rm._randomize"),
-        ("rules", "tests/test_queue_semantics.py: qs.store._tx"),
-        ("rules", "tests/test_queue_semantics.py: qs.store._tx"),
-        ("rules", "tests/test_queue_semantics.py: store._tx"),
         ("rules", "tests/test_rates.py: builder._stage_keys"),
         ("rules", "tests/test_speech_captions.py: captions._vtt_time"),
         ("rules", "tests/test_speech_captions.py: speech._PIPER"),
@@ -172,13 +168,8 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("window", "tests/ui/test_labels_ui.py: w.queue_panel._row"),
         ("window", "tests/ui/test_markers_ui.py: tl._marker_items"),
         ("window", "tests/ui/test_menus_ui.py: window.actions._dialog"),
-        ("window", "tests/ui/test_queue_ui.py: w.service._thread"),
     ],
     "cycle": [
-        (
-            "queue",
-            "studio/service/estimates.py: import cycle: studio.service.estimates, studio.service.queue",
-        ),
         (
             "rules",
             "studio/api/errors.py: import cycle: studio.api.errors, studio.api.models, studio.api.paths, studio.api.schema",
@@ -188,8 +179,8 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
             "studio/core/engines/base.py: import cycle: studio.core.engines.base, studio.core.engines.classic, studio.core.engines.musetalk, studio.core.engines.runtime_tensorrt, studio.core.engines.tensorrt_runner, studio.core.engines.weights, studio.core.engines.whisper_features",
         ),
         (
-            "rules",
-            "studio/service/driver.py: import cycle: studio.service.driver, studio.service.farm_chunks, studio.service.preflight, studio.service.remote",
+            "farm",
+            "studio/service/driver.py: import cycle: studio.service.driver, studio.service.farm_chunks",
         ),
     ],
     "string-import": [

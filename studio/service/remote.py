@@ -87,8 +87,8 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
     import numpy as np
     from PIL import Image
 
+    from studio.core.render.results import RenderProgress as Progress
     from studio.core.render.results import RenderResult
-    from studio.service.driver import Progress
 
     url = request.placement.server
     c = client(url)
