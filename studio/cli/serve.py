@@ -248,7 +248,7 @@ def run_serve(args) -> int:
         ) from None
     from studio.api.options import is_loopback
     from studio.core import env
-    from studio.core.media.audio import set_max_audio_minutes
+    from studio.core.media.audio_info import set_max_audio_minutes
     from studio.service.retention import parse_duration
 
     try:
