@@ -249,7 +249,7 @@ def test_add_to_queue_waits_for_start_and_a_running_queue_takes_jobs_in_order(li
     assert w.queue_state_label.text() == "Queue: stopped · 1 waiting: Start queue renders them"
     assert "1 waiting" in w.queue_panel.state_label.toolTip()
     # nothing starts by itself: no runner thread exists to claim it
-    assert w.service._thread is None and w.store.get(job.id).state == jobs.QUEUED and w.current is None
+    assert w.service.runner.thread is None and w.store.get(job.id).state == jobs.QUEUED and w.current is None
 
     with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as first:
         qtbot.mouseClick(w.queue_panel.start_btn, Qt.MouseButton.LeftButton)
