@@ -175,10 +175,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
             "studio/api/errors.py: import cycle: studio.api.errors, studio.api.models, studio.api.paths, studio.api.schema",
         ),
         (
-            "rules",
-            "studio/core/engines/base.py: import cycle: studio.core.engines.base, studio.core.engines.classic, studio.core.engines.musetalk, studio.core.engines.runtime_tensorrt, studio.core.engines.tensorrt_runner, studio.core.engines.weights, studio.core.engines.whisper_features",
-        ),
-        (
             "farm",
             "studio/service/driver.py: import cycle: studio.service.driver, studio.service.farm_chunks",
         ),
