@@ -666,7 +666,8 @@ def test_the_queue_is_shared_with_other_processes(server, client, astro, clips):
     """A job added to the data folder's jobs.sqlite by another process (the window) shows up and runs."""
     from studio.core.settings import RenderSettings
     from studio.core.store.jobs import JobStore
-    from studio.service import QueueService, RenderRequest
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     qs = QueueService(store=JobStore(server.home / "jobs.sqlite"))
     job = qs.add(
