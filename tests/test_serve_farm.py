@@ -110,12 +110,15 @@ def start_server(home: Path, farm: Farm, jobs_per_device: int = 2) -> ServeProce
     args = ("--farm", farm.address, "--jobs-per-device", str(jobs_per_device))
     srv = ServeProcess(home, farm.serve_env(home), args, timeout=180, cwd=ROOT)
     deadline = time.monotonic() + 180
+    said = ""
     while time.monotonic() < deadline:
-        if httpx.get(srv.url + "/v1/ready", timeout=10).status_code == 200:
+        r = httpx.get(srv.url + "/v1/ready", timeout=10)
+        if r.status_code == 200:
             return srv
+        said = r.text
         time.sleep(0.5)
     srv.stop()
-    raise AssertionError(f"studio serve --farm was not ready within 180 s: {srv.log_tail()}")
+    raise AssertionError(f"studio serve --farm was not ready within 180 s ({said}): {srv.log_tail()}")
 
 
 @pytest.fixture(scope="module")
