@@ -78,17 +78,10 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("farm", "studio/core/scale/serve_worker.py: from studio.core.scale.farm import _Worker"),
         ("farm", "studio/service/farm_dispatch.py: from studio.core.scale.farm import _avatar_key"),
         ("farm", "studio/service/farm_job.py: from studio.service.farm_dispatch import _Actor"),
-        ("rules", "studio/cli/delivery.py: from studio.cli.render import _render_options"),
-        ("rules", "studio/core/avatars/library.py: from studio.core.avatars.sources import _has_alpha"),
-        ("rules", "studio/core/store/deliveries.py: from studio.core.delivery import _user_dir"),
-        ("rules", "tests/benchmarks/profile_pipeline.py: from studio.bench.reference import _bench_models"),
         (
             "rules",
             "tests/ray_cluster.py: from ray._private.authentication_test_utils import ... (a private module, from outside its package)",
         ),
-        ("rules", "tests/test_hostile_avatars.py: from test_avatar import _two_faces"),
-        ("rules", "tests/test_stage_trace.py: from studio.api.warmup import _writers_of"),
-        ("rules", "tests/test_stage_trace.py: from studio.core.media.writer import _parallel_chunks"),
         ("window", "tests/ui/test_session_ui.py: from test_menus_ui import _menu_click"),
     ],
     "reach-in": [
