@@ -1,16 +1,15 @@
 """The ``studio`` command: the GUI with no arguments, sub-commands otherwise.
 
-Each sub-command lives in a module of this package that defines ``register(subparsers)``; the
-modules are found automatically. They import heavy libraries (torch, Qt, PyAV) only inside
-their run functions, so ``studio --help`` and ``studio --version`` stay instant.
+Each sub-command lives in a module of this package that defines ``register(subparsers)``, listed
+in ``build_parser`` (ordinary imports: lint-imports and grimp see them). They import heavy
+libraries (torch, Qt, PyAV) only inside their run functions, so ``studio --help`` and
+``studio --version`` stay instant.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
-import pkgutil
 import sys
 import traceback
 
@@ -28,12 +27,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"studio {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if mod.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{mod.name}")
-        if hasattr(module, "register"):  # helpers shared by sub-commands have none
-            module.register(sub)
+    from studio.cli import (
+        analyze,
+        avatar,
+        bench,
+        check,
+        delivery,
+        doctor,
+        engines,
+        farm,
+        features,
+        gui,
+        live,
+        models,
+        queue,
+        remote,
+        render,
+        rewrap,
+        serve,
+        speak,
+        watch,
+    )
+
+    commands = (analyze, avatar, bench, check, delivery, doctor, engines, farm, features, gui, live, models, queue)
+    for module in (*commands, remote, render, rewrap, serve, speak, watch):
+        module.register(sub)
     return parser
 
 
@@ -74,7 +92,9 @@ def _main(argv: list[str] | None = None) -> int:
 
     sweep_dead_temps()  # temporaries of runs that were killed (SIGKILL, power cut): one listing
     if not getattr(args, "command", None):
-        return _open_gui()
+        from studio.cli.gui import open_window
+
+        return open_window()
     from studio.core.signals import exit_code_of, handle_stop_signals
 
     handle_stop_signals()  # SIGTERM and SIGHUP cancel like Ctrl-C (exit 128 + signal number)
@@ -163,15 +183,6 @@ def _say(line: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-
-
-def _open_gui() -> int:
-    try:
-        from studio.ui.app import main as gui_main
-    except ImportError as exc:
-        print(f"studio: the window needs the GUI extra ({exc}); run a command instead, see --help", file=sys.stderr)
-        return 2
-    return gui_main()
 
 
 def _setup_logging(verbose: bool) -> None:

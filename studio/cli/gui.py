@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 def register(sub) -> None:
     p = sub.add_parser("gui", help="open the studio window (the default with no command)")
@@ -9,6 +11,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from studio.cli import _open_gui
+    return open_window()
 
-    return _open_gui()
+
+def open_window() -> int:
+    """The studio window (``studio`` with no command too); exit code 2 with one sentence without the GUI extra."""
+    try:
+        from studio.ui.app import main as gui_main
+    except ImportError as exc:
+        print(f"studio: the window needs the GUI extra ({exc}); run a command instead, see --help", file=sys.stderr)
+        return 2
+    return gui_main()
