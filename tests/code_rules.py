@@ -89,7 +89,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("rules", "tests/test_hostile_avatars.py: from test_avatar import _two_faces"),
         ("rules", "tests/test_stage_trace.py: from studio.api.warmup import _writers_of"),
         ("rules", "tests/test_stage_trace.py: from studio.core.media.writer import _parallel_chunks"),
-        ("window", "tests/ui/test_session_ui.py: from test_menus_ui import _menu_click"),
     ],
     "reach-in": [
         ("farm", "studio/bench/farm_serve.py: bench_user._tracker"),
@@ -169,15 +168,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("rules", "tests/test_temps.py: temps._secret"),
         ("rules", "tests/test_tensorrt.py: choice.engine._load"),
         ("rules", "tests/test_voiceovers.py: w._audio"),
-        ("window", "studio/ui/library_trash.py: p._save_scripts"),
-        ("window", "studio/ui/library_trash.py: p._save_scripts"),
-        ("window", "studio/ui/library_trash.py: p._script_row"),
-        ("window", "studio/ui/library_trash.py: p._script_row"),
-        ("window", "studio/ui/reimport.py: library._next_import"),
-        ("window", "tests/ui/test_labels_ui.py: w.queue_panel._row"),
-        ("window", "tests/ui/test_markers_ui.py: tl._marker_items"),
-        ("window", "tests/ui/test_menus_ui.py: window.actions._dialog"),
-        ("window", "tests/ui/test_queue_ui.py: w.service._thread"),
     ],
     "cycle": [
         (

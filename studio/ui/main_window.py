@@ -141,7 +141,10 @@ class MainWindow(FileDrops, QMainWindow):
         self.render_dock = add_dock(self, "Render", self.render_panel, area.RightDockWidgetArea, scroll=True)
         self.queue_dock = add_dock(self, "Queue", self.queue_panel, area.BottomDockWidgetArea)
         self.doctor_dock = add_dock(self, "Doctor", self.doctor, area.BottomDockWidgetArea)
-        self.docks = (self.library_dock, self.render_dock, self.queue_dock, self.doctor_dock)
+        #: by title, in the View menu's order
+        self.docks = {
+            d.windowTitle(): d for d in (self.library_dock, self.render_dock, self.queue_dock, self.doctor_dock)
+        }
         self.queue = RenderQueue(self.service, self.worker, self.render_panel, self.queue_panel, self)
         self.tabifyDockWidget(self.queue_dock, self.doctor_dock)
         self.queue_dock.raise_()
@@ -157,7 +160,6 @@ class MainWindow(FileDrops, QMainWindow):
         self.render_panel.delivery_buttons.history = self.history  # a removed delivery comes back on undo
         self.library.jobs_using = self._jobs_using
         self.commands = Actions(self)
-        docks = dict(zip(("Library", "Render", "Queue", "Doctor"), self.docks, strict=True))
         self.window_commands = WindowCommands(
             self, self.commands, self.library, self.session, self.queue, self.undo_stack, self.docks
         )
@@ -168,7 +170,7 @@ class MainWindow(FileDrops, QMainWindow):
             self.splitter,
             self.timeline,
             self.window_commands.toolbar,
-            docks,
+            self.docks,
             self.queue_panel,
             self.queue,
             self.show_error,

@@ -73,7 +73,7 @@ class WindowCommands:
             tip="Take the selected voice-over off the list (the file stays)",
         )
 
-        for dock in docks:
+        for dock in docks.values():
             view = dock.toggleViewAction()  # enabled: the docks are closable (View brings them back)
             view.setToolTip(f"Show or hide the {dock.windowTitle()} panel")
             add(f"view_{dock.objectName()}", "View", f"{dock.windowTitle()} panel", action=view)
