@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -14,13 +15,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Hold:
-    """The tests' hold on renders (``$STUDIO_TEST_HOLD``, ``studio.core.render.hold``): inside ``with hold:``
+    """The tests' hold on renders (``$STUDIO_TEST_HOLD``, ``studio.core.hold``): inside ``with hold:``
     every render of the processes given the variable stops after its first batch until the block ends
     or the render is cancelled, so "a job still running" never depends on how long a render takes."""
 
     def __init__(self, path: Path, point: str = ""):
         """``point``: "" holds before a render's second batch, "finish" after its last frame (its frames
-        have left the engine, its file is not written yet)."""
+        have left the engine, its file is not written yet), "build" an avatar build after its first frame."""
         self.path = Path(str(path) + (f".{point}" if point else ""))
         self.held_file = self.path.with_name(self.path.name + ".held")
 
@@ -35,10 +36,14 @@ class Hold:
     def release(self) -> None:
         self.path.unlink(missing_ok=True)
 
-    def wait_held(self, timeout: float = 120) -> None:
-        """Until a render is held (a guard against a hang, not a bet on speed)."""
+    def wait_held(self, timeout: float = 120, proc: subprocess.Popen | None = None) -> None:
+        """Until a render is held (``timeout`` guards against a hang, it is not a bet on speed); with
+        ``proc``, fails at once if that process ends first."""
         deadline = time.monotonic() + timeout
         while not self.held_file.exists():
+            if proc is not None and proc.poll() is not None:
+                err = proc.stderr.read() if proc.stderr else ""
+                raise AssertionError(f"the process ended (exit {proc.returncode}) before it was held: {err}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"no render was held within {timeout:.0f} s")
             time.sleep(0.01)

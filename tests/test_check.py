@@ -14,47 +14,12 @@ import os
 import check_cases as cc
 import numpy as np
 import pytest
-from conftest import DEMO_AUDIO, prepare_demo_avatar
+from check_render import SECONDS, astro, home, render, voice, work  # noqa: F401 - fixtures
 
-SECONDS = 10.0
 OTHER_SCRIPT = (
     "A small museum in the old town has opened an exhibition of maps, some of them five hundred years old. "
     "Visitors can see how sailors once imagined the world."
 )
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("check_home")
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    return tmp_path_factory.mktemp("check_work")
-
-
-@pytest.fixture(scope="module")
-def astro(home):
-    return prepare_demo_avatar(home, "astro")
-
-
-@pytest.fixture(scope="module")
-def voice(work):
-    from studio.core.media.audio import load
-
-    samples = load(DEMO_AUDIO).samples[: int(SECONDS * 16_000)]
-    return samples, cc.write_wav(work / "voice.wav", samples)
-
-
-@pytest.fixture(scope="module")
-def render(work, astro, voice):
-    from studio.core.render.renderer import Renderer
-    from studio.core.settings import RenderSettings
-
-    out = work / "render.mp4"
-    for _ in Renderer(astro, voice[1], RenderSettings(engine="classic", device="cpu")).run(out):
-        pass
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import soundfile as sf
 import torch
 from conftest import prepare_demo_avatar, speechlike
 from musetalk_fakes import write_official_and_taesd
+from served import Hold
 
 from studio.core.engines import weights as models
 from studio.core.settings import RenderSettings
@@ -136,16 +137,16 @@ def test_two_threads_asking_for_one_key_load_it_once(env):
 
 
 def test_clients_loading_different_engines_at_once_stay_under_the_bound(env, monkeypatch):
-    from studio.core.engines import base
+    from studio.core.engines import selection
     from studio.service.pool import EnginePool
 
-    select = base.select_for
+    select = selection.select_for
 
     def slow(settings):  # every load takes a while: the clients' loads overlap
         time.sleep(0.3)
         return select(settings)
 
-    monkeypatch.setattr(base, "select_for", slow)
+    monkeypatch.setattr(selection, "select_for", slow)
     pool = EnginePool(max_engines=2)
     sizes = []
     settings = RenderSettings(engine="classic", device="cpu")
@@ -212,7 +213,7 @@ def _packets(path):
         return [(p.stream.type, bytes(p), p.pts) for p in c.demux() if p.size]
 
 
-def test_a_short_job_behind_a_long_one_finishes_first_and_every_file_is_the_one_made_alone(tmp_path, env):
+def test_a_short_job_behind_a_long_one_finishes_first_and_every_file_is_the_one_made_alone(tmp_path, env, monkeypatch):
     from studio.service.pool import EnginePool
     from studio.service.queue import QueueService
     from studio.service.request import RenderRequest
@@ -238,15 +239,26 @@ def test_a_short_job_behind_a_long_one_finishes_first_and_every_file_is_the_one_
     qs, pool, (long_job, short_job) = queue("shared", 2, True)
     finished: list[int] = []
     both = threading.Event()
+    started: set[int] = set()
+    both_started = threading.Event()
 
     def on_event(ev):
+        if ev.kind == "progress" and ev.progress is not None and ev.progress.done > 0:
+            started.add(ev.job_id)
+            if len(started) == 2:
+                both_started.set()
         if ev.kind == "state" and ev.job is not None and ev.job.state == "done":
             finished.append(ev.job_id)
             if len(finished) == 2:
                 both.set()
 
     qs.subscribe(on_event)
-    qs.start()
+    # both jobs hold after their first batch until both are in: the long one cannot have finished
+    # before the short one started, however the threads are scheduled
+    with Hold(tmp_path / "hold") as hold:
+        monkeypatch.setenv("STUDIO_TEST_HOLD", str(hold.path))
+        qs.start()
+        assert both_started.wait(300), qs.list()
     assert both.wait(300), qs.list()
     assert finished == [short_job.id, long_job.id]  # submitted second, done first
     (batcher,) = pool.batchers()
@@ -257,7 +269,7 @@ def test_a_short_job_behind_a_long_one_finishes_first_and_every_file_is_the_one_
         assert _packets(tmp_path / f"shared-{v.stem}.mp4") == _packets(tmp_path / f"alone-{v.stem}.mp4")
 
 
-def test_jobs_spread_over_the_devices_each_with_its_own_warm_engine(tmp_path, env):
+def test_jobs_spread_over_the_devices_each_with_its_own_warm_engine(tmp_path, env, monkeypatch):
     from studio.service.pool import EnginePool
     from studio.service.queue import QueueService
     from studio.service.request import RenderRequest
@@ -275,7 +287,10 @@ def test_jobs_spread_over_the_devices_each_with_its_own_warm_engine(tmp_path, en
             overlap.set()
 
     qs.subscribe(on_event)
-    qs.start()
+    with Hold(tmp_path / "hold") as hold:  # each job holds after its first batch: two run at once, however fast
+        monkeypatch.setenv("STUDIO_TEST_HOLD", str(hold.path))
+        qs.start()
+        assert overlap.wait(300), qs.list()
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and any(qs.get(j.id).state != "done" for j in jobs):
         time.sleep(0.2)

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -259,27 +258,29 @@ def test_a_full_disk_while_adding_a_video_of_unknown_length(small_disk, tmp_path
 
 
 def test_sigterm_during_avatar_add_leaves_no_temporary(home, tmp_path):
-    src = _video(tmp_path / "long.mp4", 400, size=(640, 360))
-    env = {**os.environ, "STUDIO_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
-    proc = subprocess.Popen(
-        [*STUDIO, "avatar", "add", "long", str(src)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    folder = home / "avatars" / "long"
-    deadline = time.monotonic() + 120
-    tmp = []
-    while time.monotonic() < deadline and proc.poll() is None:
-        tmp = list(folder.glob(".frames.*.tmp.npy")) if folder.exists() else []
-        if tmp and tmp[0].stat().st_size > 2 << 20:
-            break
-        time.sleep(0.05)
-    assert tmp, "the build never started writing its frames"
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    from served import Hold
+
+    src = _video(tmp_path / "long.mp4", 40, size=(640, 360))
+    with Hold(tmp_path / "hold", "build") as hold:  # held after its first frame: it cannot finish first
+        env = {
+            **os.environ,
+            "STUDIO_HOME": str(home),
+            "QT_QPA_PLATFORM": "offscreen",
+            "STUDIO_TEST_HOLD": str(tmp_path / "hold"),
+        }
+        proc = subprocess.Popen(
+            [*STUDIO, "avatar", "add", "long", str(src)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        hold.wait_held(proc=proc)
+        folder = home / "avatars" / "long"
+        assert list(folder.glob(".frames.*.tmp.npy")), "the build never started writing its frames"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert len(lines(err)) == 1 and "cancelled" in err
     assert not folder.exists() and not leftovers(home)

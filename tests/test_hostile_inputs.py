@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from conftest import DEMO_AUDIO, prepare_demo_avatar, speechlike, tone
+from served import Hold
 
 CANCEL = "cancelled{}; nothing was written"
 
@@ -73,12 +74,13 @@ def studio(home: Path, *args, timeout: float = 120) -> subprocess.CompletedProce
     )
 
 
-def start(home: Path, *args, hold: Path | None = None) -> subprocess.Popen:
+def start(home: Path, *args, hold: Path | None = None, point: str = "") -> subprocess.Popen:
     """``studio ARGS`` in the background; with ``hold`` (a file it creates) its render holds after its first
-    batch until the file goes or the render is cancelled ($STUDIO_TEST_HOLD): "still running" is certain."""
+    batch (``point="build"``: its avatar build after its first frame) until the file goes or the render is
+    cancelled ($STUDIO_TEST_HOLD, ``served.Hold``): "still running" is certain."""
     env = _env(home)
     if hold is not None:
-        hold.touch()
+        Hold(hold, point).__enter__()
         env["STUDIO_TEST_HOLD"] = str(hold)
     return subprocess.Popen(
         [sys.executable, "-m", "studio", *map(str, args)],
@@ -525,12 +527,12 @@ def presenter_clip(tmp_path_factory) -> Path:
     return path
 
 
-def test_sigterm_during_avatar_add_leaves_no_frames_temporary(home, presenter_clip):
+def test_sigterm_during_avatar_add_leaves_no_frames_temporary(home, presenter_clip, tmp_path):
     folder = home / "avatars" / "sigterm"
-    proc = start(home, "avatar", "add", "sigterm", presenter_clip)
-    try:
-        wait_until(lambda: list(folder.glob(".*.tmp.npy")), 90, "the frames temporary", proc)
-        time.sleep(0.3)
+    proc = start(home, "avatar", "add", "sigterm", presenter_clip, hold=tmp_path / "hold", point="build")
+    try:  # held after its first frame: the build cannot finish before the signal
+        wait_until((tmp_path / "hold.build.held").exists, 90, "the build to be held", proc)
+        assert list(folder.glob(".*.tmp.npy")), "the build holds without its frames temporary"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:

@@ -5,6 +5,7 @@ never destroys a finished video, retry as a new job, positions, and retention by
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -35,7 +36,7 @@ def finished(qs, output: Path, size: int, age_s: float = 0.0, audio: str = "voic
     assert claimed.id == job.id
     done = qs.store.finish(job.id, output=str(output), result={"frames": 25, "seconds": 1.0})
     when = time.time() - age_s
-    with qs.store._tx() as db:  # the job finished that long ago
+    with sqlite3.connect(qs.store.path) as db:  # the job finished that long ago (another process's write)
         db.execute("UPDATE jobs SET updated=? WHERE id=?", (when, job.id))
     os.utime(output, (when, when))
     return done
@@ -148,7 +149,7 @@ def test_idempotency_keys_in_the_store(tmp_path):
     qs.release_key("POST /v1/renders", "k1")
     assert qs.claim_key("POST /v1/renders", "k1", "fp-c") is None  # a failed request freed it
     # a reservation whose process died mid-request is free again after a while
-    with qs.store._tx() as db:
+    with sqlite3.connect(qs.store.path) as db:
         db.execute("UPDATE idempotency SET created=created-3600 WHERE key='k1' AND scope='POST /v1/renders'")
     assert qs.store.claim_key("POST /v1/renders", "k1", "fp-d") is None
     reopened = JobStore(tmp_path / "q.sqlite")  # kept across restarts
@@ -183,7 +184,7 @@ def test_webhook_checks_are_done_jobs_whose_check_ended_and_was_not_told(tmp_pat
         store.claim_next()
         store.finish(j.id, result={"frames": 25, **({"check": check} if isinstance(check, dict) else {})})
         ids.append(j.id)
-    with store._tx() as db:  # a result damaged on disk is skipped, not an error
+    with sqlite3.connect(store.path) as db:  # a result damaged on disk is skipped, not an error
         db.execute("UPDATE jobs SET result='{not json' WHERE id=?", (ids[4],))
     assert [j.id for j in store.webhook_checks()] == [ids[1], ids[2]]
     store.add_delivery(ids[1], "checked", url, 1, True, 204, "")

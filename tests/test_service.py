@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import prepare_demo_avatar, speech_pause_speech
+from served import Hold
+
+from studio.service.runner import STORE_PROGRESS_S
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +59,8 @@ def frames_of(path) -> np.ndarray:
 
 def test_a_range_renders_the_same_frames_as_the_whole_clip(tmp_path, env):
     from studio.core.settings import RenderSettings
-    from studio.service import Render, RenderRequest
+    from studio.service.driver import Render
+    from studio.service.request import RenderRequest
 
     audio = speech_pause_speech(tmp_path / "v.wav", 1.0, 0.4, 1.0)
     s = RenderSettings(engine="classic", encoder="x264", crf=0, preset="ultrafast")
@@ -78,7 +82,7 @@ def test_a_range_renders_the_same_frames_as_the_whole_clip(tmp_path, env):
 def test_a_bad_request_is_one_sentence_before_any_work(tmp_path, env):
     from studio.core.errors import InputError
     from studio.core.settings import from_dict as settings_from_dict
-    from studio.service import Placement, RenderRequest
+    from studio.service.request import Placement, RenderRequest
 
     with pytest.raises(InputError, match="placement"):
         Placement("moon")
@@ -105,7 +109,8 @@ def test_engine_pool_keys_and_shares_warm_engines(env):
 
 def test_identical_jobs_get_numbered_outputs_and_retry_writes_a_new_file(tmp_path, env):
     from studio.core.settings import RenderSettings
-    from studio.service import QueueService, RenderRequest
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     audio = speech_pause_speech(tmp_path / "v.wav", 0.4, 0.2, 0.4)
     qs = QueueService()
@@ -128,14 +133,26 @@ def test_identical_jobs_get_numbered_outputs_and_retry_writes_a_new_file(tmp_pat
     assert [st for i, st in states if i == j2.id] == ["running", "done"] and states[0] == (j1.id, "running")
 
 
+def queue_run(env, hold: Hold) -> subprocess.Popen:
+    """``studio queue run`` in the background, its renders held by ``hold`` while it is entered."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "studio", "queue", "run"],
+        env=dict(env, STUDIO_TEST_HOLD=str(hold.path)),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_queue_run_three_jobs_one_bad_one_cancelled(tmp_path, env):
     out = tmp_path / "out"
     out.mkdir()
+    held = speech_pause_speech(tmp_path / "held.wav", 1.5, 0.2, 1.5)  # 80 frames: 10 batches of 8
     short = speech_pause_speech(tmp_path / "short.wav", 0.6, 0.2, 0.6)
-    long = speech_pause_speech(tmp_path / "long.wav", 25.0, 0.2, 25.0)
     doomed = speech_pause_speech(tmp_path / "doomed.wav", 0.6, 0.2, 0.6)
     ids = []
-    for audio, name in ((short, "a.mp4"), (doomed, "b.mp4"), (long, "c.mp4")):
+    for audio, name in ((held, "c.mp4"), (short, "a.mp4"), (doomed, "b.mp4")):
         r = studio(
             env,
             "queue",
@@ -153,31 +170,25 @@ def test_queue_run_three_jobs_one_bad_one_cancelled(tmp_path, env):
     doomed.write_bytes(b"no longer audio " * 64)  # damaged after it was queued
     assert [queue_list(env)[i]["state"] for i in ids] == ["queued"] * 3
 
-    run = subprocess.Popen(
-        [sys.executable, "-m", "studio", "queue", "run"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 120:
-            job = queue_list(env)[ids[2]]
-            if job["state"] == "running" and job["progress"] > 0:
-                break
-            time.sleep(0.3)
-        else:
-            pytest.fail("the long job never ran")
-        studio(env, "queue", "cancel", str(ids[2]))  # from another process, mid-render
-        stdout, stderr = run.communicate(timeout=120)
-    finally:
-        run.kill()
+    with Hold(tmp_path / "hold") as hold:  # the first job stops after its first batch: it cannot finish first
+        run = queue_run(env, hold)
+        try:
+            hold.wait_held()
+            assert queue_list(env)[ids[0]]["state"] == "running"
+            studio(env, "queue", "cancel", str(ids[0]))  # from another process, mid-render
+            # the runner reads a cancel made elsewhere when it next stores the job's progress (at most every
+            # STORE_PROGRESS_S; it last stored it just before the hold): released after that, its next
+            # batch's progress finds the job cancelled, and the batch after it stops
+            since = time.time() - hold.held_file.stat().st_mtime
+            time.sleep(max(0.0, STORE_PROGRESS_S + 0.2 - since))
+            hold.release()
+            stdout, stderr = run.communicate(timeout=300)
+        finally:
+            run.kill()
     assert run.returncode == 0, stderr
     jobs = queue_list(env)
-    assert [jobs[i]["state"] for i in ids] == ["done", "failed", "cancelled"], stderr
-    assert "audio" in jobs[ids[1]]["reason"].lower() and "\n" not in jobs[ids[1]]["reason"]
+    assert [jobs[i]["state"] for i in ids] == ["cancelled", "done", "failed"], stderr
+    assert "audio" in jobs[ids[2]]["reason"].lower() and "\n" not in jobs[ids[2]]["reason"]
     assert "1 done, 1 failed, 1 cancelled" in stdout
     assert sorted(p.name for p in out.iterdir()) == ["a.mp4"]  # nothing else, no temporaries
 
@@ -185,31 +196,22 @@ def test_queue_run_three_jobs_one_bad_one_cancelled(tmp_path, env):
 def test_a_killed_queue_runner_leaves_its_job_interrupted_and_retry_succeeds(tmp_path, env):
     out = tmp_path / "out"
     out.mkdir()
-    audio = speech_pause_speech(tmp_path / "long.wav", 30.0, 0.2, 30.0)
+    audio = speech_pause_speech(tmp_path / "talk.wav", 0.6, 0.2, 0.6)
     r = studio(
         env, "queue", "add", "--avatar", "astro", "--audio", str(audio), "-o", str(out / "k.mp4"), "--engine", "classic"
     )
     job_id = int(r.stdout.split()[-1])
-    run = subprocess.Popen(
-        [sys.executable, "-m", "studio", "queue", "run"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        t0 = time.monotonic()
-        while queue_list(env)[job_id]["progress"] <= 0 and time.monotonic() - t0 < 120:
-            time.sleep(0.3)
-        assert queue_list(env)[job_id]["state"] == "running"  # a live runner's job is not "interrupted"
-    finally:
-        run.send_signal(signal.SIGKILL)
-        run.wait(30)
+    with Hold(tmp_path / "hold") as hold:  # the job stays running (held after its first batch) until the kill
+        run = queue_run(env, hold)
+        try:
+            hold.wait_held()
+            assert queue_list(env)[job_id]["state"] == "running"  # a live runner's job is not "interrupted"
+        finally:
+            run.send_signal(signal.SIGKILL)
+            run.wait(30)
     job = queue_list(env)[job_id]
     assert job["state"] == "interrupted" and job["reason"].startswith("interrupted")
     assert not (out / "k.mp4").exists()
-    # the retry renders it (a shorter voice-over keeps the test quick: same path, new content)
-    speech_pause_speech(audio, 0.6, 0.2, 0.6)
     studio(env, "queue", "retry", str(job_id))  # a new job; the interrupted one stays as it was
     studio(env, "queue", "run")
     jobs = queue_list(env)

@@ -52,11 +52,12 @@ def test_a_watch_folder_renders_slow_copies_two_files_and_a_bad_one(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.Popen(
         [sys.executable, "-m", "studio", "watch", str(inbox), "--delivery", "web-720p", "--out", str(out),
-         "--avatar", str(DEMO_AVATAR), "--interval", "0.2", "--settle", "1.5", "--json"],
+         "--avatar", str(DEMO_AVATAR), "--interval", "0.2", "--settle", "5", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
-        # a copy in ten pieces under its final name, a pause after each (shorter than --settle)
+        # a copy in ten pieces under its final name, a pause after each (far shorter than --settle: the test
+        # process may be starved for seconds on a loaded machine, and a stall longer than --settle looks finished)
         data = src.read_bytes()
         with open(inbox / "slow.wav", "wb") as fh:
             for k in range(10):

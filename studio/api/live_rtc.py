@@ -161,46 +161,49 @@ def _track_base():
     return MediaStreamTrack
 
 
-class _VideoTrack(_track_base()):  # type: ignore[misc]
-    kind = "video"
+class _QueuedTrack(_track_base()):  # type: ignore[misc]
+    """A track that sends what a viewer's queue holds, one item per ``recv``, until its end (None)."""
 
-    def __init__(self, q: _Queue, fps: float) -> None:
+    def __init__(self, q: _Queue) -> None:
         super().__init__()
         self.q = q
-        self.fps = fps
 
     async def recv(self):
-        import av
         from aiortc.mediastreams import MediaStreamError
 
         item = await self.q.q.get()
         if item is None:
             self.stop()
             raise MediaStreamError
-        n, rgb = item
+        return self.frame(*item)
+
+
+class _VideoTrack(_QueuedTrack):
+    kind = "video"
+
+    def __init__(self, q: _Queue, fps: float) -> None:
+        super().__init__(q)
+        self.fps = fps
+
+    def frame(self, n: int, rgb):
+        import av
+
         frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
         frame.pts = int(round(n * VIDEO_CLOCK / self.fps))
         frame.time_base = fractions.Fraction(1, VIDEO_CLOCK)
         return frame
 
 
-class _AudioTrack(_track_base()):  # type: ignore[misc]
+class _AudioTrack(_QueuedTrack):
     kind = "audio"
 
     def __init__(self, q: _Queue) -> None:
-        super().__init__()
-        self.q = q
+        super().__init__(q)
         self.samples = 0
 
-    async def recv(self):
+    def frame(self, _n: int, pcm):
         import av
-        from aiortc.mediastreams import MediaStreamError
 
-        item = await self.q.q.get()
-        if item is None:
-            self.stop()
-            raise MediaStreamError
-        _n, pcm = item
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = AUDIO_RATE
         frame.pts = self.samples

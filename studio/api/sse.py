@@ -165,17 +165,16 @@ def _sse(event: str, data: dict) -> dict:
     return {"event": event, "data": json.dumps(data, separators=(",", ":"))}
 
 
+def resource_links(base: str, *subs: str, **more: str) -> dict[str, str]:
+    """A resource's links: ``self`` (``base``), ``{base}/{sub}`` under each sub's name, and each of
+    ``more`` as ``base`` followed by its text (``cancel=""``: the resource itself, DELETE)."""
+    return {"self": base, **{sub: f"{base}/{sub}" for sub in subs}, **{k: base + v for k, v in more.items()}}
+
+
 def links(job_id: int) -> dict:
-    base = f"/v1/renders/{job_id}"
-    return {
-        "self": base,
-        "events": f"{base}/events",
-        "video": f"{base}/video",
-        "preview": f"{base}/preview",
-        "cancel": base,
-        "retry": f"{base}/retry",
-        "frame": f"{base}/frame?t=0",
-    }
+    return resource_links(
+        f"/v1/renders/{job_id}", "events", "video", "preview", cancel="", retry="/retry", frame="/frame?t=0"
+    )
 
 
 def state_dict(job) -> dict:

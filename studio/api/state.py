@@ -55,7 +55,7 @@ class ApiState:
     @property
     def queue(self):
         if self._queue is None:
-            from studio.service import QueueService
+            from studio.service.queue import QueueService
 
             o = self.opts
             self._queue = QueueService(
@@ -97,7 +97,7 @@ class ApiState:
     @property
     def pool(self):
         if self._pool is None:
-            from studio.service import default_pool
+            from studio.service.pool import default_pool
 
             self._pool = default_pool()
             self._pool.batching = self.opts.batching
@@ -199,6 +199,7 @@ class ApiState:
         the queue's positions and ETAs when already computed for a page of jobs."""
         from studio.api.side_files import side_files
         from studio.core.settings import SCHEMA
+        from studio.service.job_requests import promises
 
         d = state_dict(job)
         d["reason"] = self.public_text(d["reason"])
@@ -219,7 +220,7 @@ class ApiState:
             retry_of=job.retry_of,
             client=job.client or None,
         )
-        d.update(self._promises(job, stored))
+        d.update(promises(job, self.queue.timings.get(job.id)))
         if job.state in ("queued", "running"):
             est = (estimates if estimates is not None else self.queue.estimates()).get(job.id)
             if est is not None:
@@ -232,20 +233,6 @@ class ApiState:
         if live is not None and job.state == "running":
             d["live"] = live
         return d
-
-    def _promises(self, job, stored: dict) -> dict:
-        """Its lane, deadline and the estimate it was accepted with; its queue time and time to first
-        frame (from its result once done, while it runs from the runner)."""
-        from studio.service.scheduler import job_level, level_name
-
-        timing = {**(self.queue.timings.get(job.id) or {}), **(job.result or {})}
-        return {
-            "priority": level_name(job_level(stored)),
-            "deadline": stored.get("deadline"),
-            "promised_s": stored.get("promised_s"),
-            "queue_s": timing.get("queue_s"),
-            "first_frame_s": timing.get("first_frame_s"),
-        }
 
     def public_result(self, result: dict | None) -> dict | None:
         """A job's result without server paths (``None`` before it is done); ``ran_on`` names this

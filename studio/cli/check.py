@@ -189,19 +189,15 @@ def print_report(r) -> None:
 
 def parse_seconds(text: str | None) -> tuple[float, ...]:
     """``--frames 2,6,12``: seconds (one sentence when one is not a number of 0 or more)."""
-    import math
-
     from studio.core.errors import InputError
+    from studio.core.limits import non_negative
 
     if text is None or not text.strip():
         return ()
     out = []
     for part in text.split(","):
-        try:
-            v = float(part)
-        except ValueError:
-            v = float("nan")
-        if not math.isfinite(v) or v < 0:
+        v = non_negative(part)
+        if v is None:
             raise InputError(f"--frames {part.strip()!r}: give seconds as numbers of 0 or more, e.g. --frames 2,6,12")
         out.append(v)
     return tuple(out)

@@ -76,6 +76,11 @@ KNOBS: dict[str, Knob] = {
             "studio render always renders in its own process (by default it hands the job to a studio serve "
             "running on the same data folder, which has its engine warm)",
         ),
+        Knob.switch(
+            "STUDIO_PRELOAD",
+            "a cold studio render imports PyTorch and creates the CUDA context only when the engine needs "
+            "them (by default it starts at once on a thread, while the command reads its inputs)",
+        ),
         Knob(
             "STUDIO_MAX_ENGINES",
             "warm engines a process keeps at most (the least recently used is evicted first)",
@@ -194,9 +199,10 @@ KNOBS: dict[str, Knob] = {
             (
                 "STUDIO_TEST_HOLD",
                 "a file: while it exists, every render holds before writing its second batch (FILE.finish: "
-                "after its last frame, before its file is finished) until the file goes or the render is "
-                "cancelled, and creates FILE.held (FILE.finish.held) first; tests keep a job running with it "
-                "instead of betting on how long a render takes",
+                "after its last frame, before its file is finished; FILE.build: an avatar build after its "
+                "first frame) until the file goes or the render is cancelled, and creates FILE.held "
+                "(FILE.finish.held, FILE.build.held) first; tests keep a job running with it instead of "
+                "betting on how long a render takes",
             ),
         ),
         *Knob.grouped(

@@ -64,11 +64,8 @@ class Limits:
                     f"--fail-under {part!r}: give ok, check, or NAME=VALUE with NAME one of "
                     f"{', '.join(MIN_FIGURES + MAX_FIGURES)} (e.g. confidence=0.4,seam=5)"
                 )
-            try:
-                v = float(value)
-            except ValueError:
-                v = float("nan")
-            if not math.isfinite(v) or v < 0:
+            v = non_negative(value)
+            if v is None:
                 raise InputError(f"--fail-under {part!r}: the value must be a number of 0 or more")
             figs.append((name, v))
         return cls(verdict, tuple(figs))
@@ -97,3 +94,13 @@ class Limits:
 
     def to_json(self) -> dict:
         return {"verdict": self.verdict, **dict(self.figures)}
+
+
+def non_negative(text: str) -> float | None:
+    """``text`` as a finite number of 0 or more (a limit's value, ``studio check --frames``' seconds);
+    None when it is not one."""
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) and v >= 0 else None

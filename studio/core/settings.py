@@ -24,7 +24,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, RATES
+from studio.core.delivery import (
+    CANVAS_PATTERN,
+    MARKERS_PATTERN,
+    TIMECODE_PATTERN,
+    background_is_file,
+    background_pattern,
+    background_problem,
+    canvas_problem,
+    delivery_pattern,
+    delivery_problem,
+    markers_problem,
+    timecode_problem,
+)
 from studio.core.errors import InputError
+from studio.core.limits import GATE_PATTERN, Limits
 
 T = TypeVar("T")
 
@@ -136,6 +150,25 @@ class Spec:
         return None
 
 
+def script_problem(value: Any) -> str | None:
+    from studio.core.constants import MAX_CHARS
+
+    if not isinstance(value, str):
+        return "script must be the voice-over's text"
+    if len(value) > MAX_CHARS:
+        return f"the script is {len(value)} characters; a render's script holds at most {MAX_CHARS}"
+    return None
+
+
+def gate_problem(value: Any) -> str | None:
+    """check_gate's checker: limits as ``studio check --fail-under`` takes them."""
+    try:
+        Limits.parse(str(value))
+    except InputError as exc:
+        return str(exc).replace("--fail-under", "check_gate", 1)
+    return None
+
+
 def setting(
     default: T,
     help: str,
@@ -208,8 +241,8 @@ class RenderSettings:
         "avatar",
         "output size: avatar (the avatar's own), or WxH such as 1280x720, 1920x1080, 3840x2160, 1080x1920 "
         "(vertical), 1080x1080 (square); even sides of 16 to 8192 pixels",
-        validate=lambda v: canvas_problem(v),
-        pattern=lambda: _delivery().CANVAS_PATTERN,
+        validate=canvas_problem,
+        pattern=CANVAS_PATTERN,
         example="1280x720",
     )
     fit: str = setting(
@@ -233,9 +266,9 @@ class RenderSettings:
         "black",
         "what shows around the presenter on the canvas (and through a transparent avatar): a colour (black, "
         "white, #1a2b3c), an image file, or transparent (kept by --codec prores4444 or vp9)",
-        validate=lambda v: background_problem(v),
-        pattern=lambda: _delivery().background_pattern(),
-        names_file=lambda v: _delivery().background_is_file(v),
+        validate=background_problem,
+        pattern=background_pattern,
+        names_file=background_is_file,
         example="white",
     )
     max_upscale: float = setting(
@@ -344,8 +377,8 @@ class RenderSettings:
         "HH:MM:SS;FF at 29.97 and 59.94; broadcast deliveries start at 10:00:00:00)",
         label="Start timecode",
         group="encode",
-        validate=lambda v: timecode_problem(v),
-        pattern=lambda: _delivery().TIMECODE_PATTERN,
+        validate=timecode_problem,
+        pattern=TIMECODE_PATTERN,
         example="10:00:00:00",
     )
     chapters: bool = setting(
@@ -360,8 +393,8 @@ class RenderSettings:
         group="output",
         # the window's markers are the timeline's own (M, the Markers menu): it hands them to the render
         faces=ALL_FACES - {"ui"},
-        validate=lambda v: markers_problem(v),
-        pattern=lambda: _delivery().MARKERS_PATTERN,
+        validate=markers_problem,
+        pattern=MARKERS_PATTERN,
         example="1.5=Intro",
     )
     captions: str = setting(
@@ -377,7 +410,7 @@ class RenderSettings:
         "the voice-over's text, for captions (the command line's --script takes a .txt file); empty: the text "
         "it was spoken from, or a .txt beside the voice-over",
         group="output",
-        validate=lambda v: script_problem(v),
+        validate=script_problem,
         example="Good evening.",
     )
     caption_style: str = setting(
@@ -404,8 +437,8 @@ class RenderSettings:
         "a named delivery (studio delivery list): its canvas, rate, codec, loudness and timecode; a "
         "setting given as well wins",
         group="output",
-        validate=lambda v: delivery_problem(v),
-        pattern=lambda: _delivery().delivery_pattern(),
+        validate=delivery_problem,
+        pattern=delivery_pattern,
         example="web-1080p",
     )
     check: bool = setting(
@@ -423,9 +456,9 @@ class RenderSettings:
         "a render that misses them is marked so in its result (check.gate), with its report; turns the check on",
         label="Check gate",
         group="output",
-        validate=lambda v: _gate_problem(v),
+        validate=gate_problem,
         example="ok,jitter=5",
-        pattern=lambda: _gate_pattern(),
+        pattern=GATE_PATTERN,
     )
     preview_interval_s: float = setting(
         0.25,
@@ -492,69 +525,6 @@ def _schema() -> dict[str, Spec]:
 
 #: every render setting by name, in declaration order
 SCHEMA: dict[str, Spec] = _schema()
-
-
-def _delivery():
-    from studio.core import delivery
-
-    return delivery
-
-
-def canvas_problem(value: Any) -> str | None:
-    from studio.core.delivery import canvas_problem as problem
-
-    return problem(value)
-
-
-def background_problem(value: Any) -> str | None:
-    from studio.core.delivery import background_problem as problem
-
-    return problem(value)
-
-
-def timecode_problem(value: Any) -> str | None:
-    from studio.core.delivery import timecode_problem as problem
-
-    return problem(value)
-
-
-def markers_problem(value: Any) -> str | None:
-    from studio.core.delivery import markers_problem as problem
-
-    return problem(value)
-
-
-def script_problem(value: Any) -> str | None:
-    from studio.core.constants import MAX_CHARS
-
-    if not isinstance(value, str):
-        return "script must be the voice-over's text"
-    if len(value) > MAX_CHARS:
-        return f"the script is {len(value)} characters; a render's script holds at most {MAX_CHARS}"
-    return None
-
-
-def _gate_pattern() -> str:
-    from studio.core.limits import GATE_PATTERN
-
-    return GATE_PATTERN
-
-
-def _gate_problem(value: Any) -> str | None:
-    from studio.core.errors import InputError
-    from studio.core.limits import Limits
-
-    try:
-        Limits.parse(str(value))
-    except InputError as exc:
-        return str(exc).replace("--fail-under", "check_gate", 1)
-    return None
-
-
-def delivery_problem(value: Any) -> str | None:
-    from studio.core.delivery import delivery_problem as problem
-
-    return problem(value)
 
 
 def specs(face: str, groups: tuple[str, ...] | None = None) -> list[Spec]:

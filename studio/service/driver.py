@@ -25,6 +25,7 @@ from typing import Any
 
 from studio.core.errors import Cancelled, InputError
 from studio.core.render.results import RenderProgress, RenderResult
+from studio.service.preflight import check_request
 from studio.service.request import WHERE_LOCAL, RenderRequest
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,12 @@ class Render:
     def engine(self):
         """The warm engine a local render ran on (None for other placements or before it starts)."""
         return getattr(self._active, "engine", None) if self.request.placement.kind == "local" else None
+
+    def finished_result(self) -> RenderResult:
+        """The result of a ``run()`` that went to its end (a ``RuntimeError`` before it did)."""
+        if self.result is None:
+            raise RuntimeError("the render has not finished")
+        return self.result
 
     def run(self) -> Iterator[Progress]:
         """Yields ``Progress``; the last has ``finished=True`` and ``self.result`` is set. Raises
@@ -144,7 +151,7 @@ class Render:
                 yield from r.run(req.output, frames=req.frames, overwrite=req.overwrite)
             self.result = r.result
         finally:
-            engine = r._engine
+            engine = r.engine
             if hasattr(engine, "done"):
                 engine.done()  # a batcher's view: no more batches from this job
             if held:
@@ -286,47 +293,6 @@ def farm_render(farm, req: RenderRequest):
         chunks=req.placement.chunks or None,
         overwrite=req.overwrite,
     )
-
-
-def check_request(req: RenderRequest) -> None:
-    """Everything that can be refused before any work: the output (same file as an input, a
-    folder, a bad extension, a missing or read-only folder) and the audio."""
-    from studio.core.media.audio import probe
-
-    check_output(req.output, req.avatar, req.audio, codec=req.settings.codec)
-    if req.settings.device is not None and req.placement.kind != "server":
-        from studio.service.preflight import check_device
-
-        check_device(req.settings.device)  # cuda without CUDA: one sentence before any work
-    from studio.core.media.mxf import settings_problem
-
-    says = settings_problem(req.settings, req.rate)  # the MXF codecs' size, rate, scan and tracks
-    if says:
-        raise InputError(says[0].upper() + says[1:] + ".")
-    if not req.overwrite:
-        from studio.core.store.files import check_kept_name
-
-        check_kept_name(req.output)
-    if req.placement.kind in ("chunks", "farm"):
-        from studio.core.scale.chunks import check_chunk_codec
-
-        check_chunk_codec(req.settings.codec)
-    if req.placement.kind == "server":  # the server checks its inputs; here only the download target
-        return
-    req.resolution.check()  # a canvas that needs more enlargement than allowed: refused, with the choices
-    probe(req.audio)
-
-
-def check_output(output: str, avatar, audio=None, codec: str | None = None):
-    """The core's one same-file / output-path check (``studio.core.render.outputs``) for a video
-    output: never the voice-over, the avatar, a library avatar's source or its cache (``render_inputs``).
-    ``avatar`` may also be a list of input paths (the older form)."""
-    from studio.core.render.outputs import check_output as core_check
-    from studio.core.render.outputs import render_inputs
-
-    if isinstance(avatar, list | tuple):
-        return core_check(output, list(avatar), kind="video", codec=codec)
-    return core_check(output, render_inputs(avatar, audio), kind="video", codec=codec)
 
 
 def _is_path(avatar: str) -> bool:

@@ -1,12 +1,13 @@
 """How long the queue's jobs will take: ``QueueService.estimates`` (position and expected seconds of
 the running job and every queued one), from the speed of the last finished jobs and each job's frames
 at its own output rate; and admission by deadline (``admit``): a job whose deadline the work ahead of
-it cannot leave room for is refused at submit. A mixin of ``QueueService`` (its attributes are the
-queue's)."""
+it cannot leave room for is refused at submit. ``QueueService`` owns one, built with its store and
+a way to read a running job's last progress (the runner's)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,17 +26,28 @@ class Estimate:
     starts_in_s: float | None
 
 
+class DeadlineRefused(StudioError):
+    """A job whose deadline the queue ahead and the measured speed cannot meet (the server answers
+    429 with ``Retry-After``: ``retry_after_s``)."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 #: an accepted deadline leaves this much room: the estimate times MARGIN plus MARGIN_S must fit in it
 MARGIN, MARGIN_S = 1.25, 1.0
 
 
 class Estimates:
-    """The part of ``QueueService`` that estimates when its jobs are done."""
+    """When the queue's jobs will be done, and whether a deadline can be promised. ``progress_of``:
+    a running job's last ``Progress`` (None before its first batch)."""
 
-    store: J.JobStore
-    last_progress: dict[int, Any]  # job id -> its last Progress
-    _frames_cache: dict[tuple, int]
-    _rates: dict[tuple, object]
+    def __init__(self, store: J.JobStore, progress_of: Callable[[int], Any]) -> None:
+        self.store = store
+        self._progress_of = progress_of
+        self._frames_cache: dict[tuple, int] = {}
+        self._rates: dict[tuple, object] = {}
 
     def estimates(self) -> dict[int, Estimate]:
         """The running job and every queued one (in queue order): position and expected seconds.
@@ -50,8 +62,8 @@ class Estimates:
         clock: float | None = 0.0  # seconds from now until the job being placed can start
         running = [j for j in jobs if j.state == J.RUNNING]
         for j in running:  # one, normally (another process may run one too)
-            p = self.last_progress.get(j.id)
-            frames = self._frames_of(j)
+            p = self._progress_of(j.id)
+            frames = self.frames_of(j)
             if p is not None and p.fps > 0:
                 left: float | None = max(0, p.total - p.done) / p.fps
             else:
@@ -60,7 +72,7 @@ class Estimates:
             clock = None if clock is None or left is None else max(clock, left)
         waiting = sorted((j for j in jobs if j.state == J.QUEUED), key=lambda j: (j.position, j.id))
         for n, j in enumerate(waiting, start=1):
-            frames = self._frames_of(j)
+            frames = self.frames_of(j)
             took = None if spf is None or frames is None else frames * spf
             done = None if clock is None or took is None else clock + took
             out[j.id] = Estimate(n, done, clock)
@@ -74,7 +86,6 @@ class Estimates:
         it: what running jobs have left and every queued job of its lane or above, at the speed the
         last finished jobs were rendered at, slowed by the minimum share the lanes below it are owed
         (``scheduler.MIN_SHARE`` each). None (accepted) until a finished job has told the speed."""
-        from studio.service.queue import DeadlineRefused
         from studio.service.scheduler import MIN_SHARE, job_level
 
         spf = self._seconds_per_frame()
@@ -84,9 +95,9 @@ class Estimates:
         ahead, lower = 0, set()
         for j in self.store.list((J.QUEUED, J.RUNNING)):
             lv = job_level(j.settings)
-            frames = self._frames_of(j) or 0
+            frames = self.frames_of(j) or 0
             if j.state == J.RUNNING:
-                p = self.last_progress.get(j.id)
+                p = self._progress_of(j.id)
                 ahead += max(0, p.total - p.done) if p is not None and p.total else int(frames * (1 - j.progress))
             elif lv >= level:
                 ahead += frames
@@ -121,7 +132,8 @@ class Estimates:
         seconds = sum(float(r.get("seconds") or 0) for r in done if r.get("frames"))
         return seconds / frames if frames > 0 and seconds > 0 else None
 
-    def _frames_of(self, job: J.Job) -> int | None:
+    def frames_of(self, job: J.Job) -> int | None:
+        """The frames a job renders (its range, else its voice-over's length at its rate); None: unknown."""
         frames = job.settings.get("frames")
         if frames:
             return int(frames[1]) - int(frames[0])

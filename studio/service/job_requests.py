@@ -120,3 +120,20 @@ def owned_output(job: J.Job) -> Path | None:
         return path if not want or file_identity(path) == want else None
     except OSError:
         return None
+
+
+def promises(job: J.Job, running: dict | None = None) -> dict:
+    """A job's lane, deadline and the estimate it was accepted with, and how long it waited in the
+    queue and until its first frame: from its result once it ran, while it runs from ``running`` (the
+    runner's timings of it). ``studio queue --json`` and the server's jobs show these."""
+    from studio.service.scheduler import job_level, level_name
+
+    s = job.settings or {}
+    timing = {**(running or {}), **(job.result or {})}
+    return {
+        "priority": level_name(job_level(s)),
+        "deadline": s.get("deadline"),
+        "promised_s": s.get("promised_s"),
+        "queue_s": timing.get("queue_s"),
+        "first_frame_s": timing.get("first_frame_s"),
+    }

@@ -20,7 +20,6 @@ from studio.service.request import RenderRequest
 def preflight(req: RenderRequest) -> None:
     """One ``InputError`` for the first thing that would stop ``req``; None when it can run."""
     from studio.core.media.audio import probe
-    from studio.service.driver import check_request
 
     check_request(req)  # the output, the voice-over's header
     if req.frames is not None:
@@ -46,7 +45,7 @@ def runnable_here(settings, frame: bool = False) -> None:
     """The engine (and for MuseTalk its runtime), the encoder and the device can run on this machine,
     and (a render, not a ``frame``) every setting takes effect: one the engine it runs on does not
     read, or an encoder for another codec, is refused rather than silently ignored."""
-    from studio.core.engines.base import auto_engine, engine_status
+    from studio.core.engines.selection import auto_engine, engine_status
 
     status = engine_status()
     engine = settings.engine
@@ -123,3 +122,42 @@ def _tensorrt(device: str | None) -> None:
         require_tensorrt()
     except StudioError as exc:
         raise InputError(f"runtime=tensorrt cannot run here: {exc}") from None
+
+
+def check_request(req: RenderRequest) -> None:
+    """Everything that can be refused before any work: the output (same file as an input, a
+    folder, a bad extension, a missing or read-only folder) and the audio."""
+    from studio.core.media.audio import probe
+
+    check_output(req.output, req.avatar, req.audio, codec=req.settings.codec)
+    if req.settings.device is not None and req.placement.kind != "server":
+        check_device(req.settings.device)  # cuda without CUDA: one sentence before any work
+    from studio.core.media.mxf import settings_problem
+
+    says = settings_problem(req.settings, req.rate)  # the MXF codecs' size, rate, scan and tracks
+    if says:
+        raise InputError(says[0].upper() + says[1:] + ".")
+    if not req.overwrite:
+        from studio.core.store.files import check_kept_name
+
+        check_kept_name(req.output)
+    if req.placement.kind in ("chunks", "farm"):
+        from studio.core.scale.chunks import check_chunk_codec
+
+        check_chunk_codec(req.settings.codec)
+    if req.placement.kind == "server":  # the server checks its inputs; here only the download target
+        return
+    req.resolution.check()  # a canvas that needs more enlargement than allowed: refused, with the choices
+    probe(req.audio)
+
+
+def check_output(output: str, avatar, audio=None, codec: str | None = None):
+    """The core's one same-file / output-path check (``studio.core.render.outputs``) for a video
+    output: never the voice-over, the avatar, a library avatar's source or its cache (``render_inputs``).
+    ``avatar`` may also be a list of input paths (the older form)."""
+    from studio.core.render.outputs import check_output as core_check
+    from studio.core.render.outputs import render_inputs
+
+    if isinstance(avatar, list | tuple):
+        return core_check(output, list(avatar), kind="video", codec=codec)
+    return core_check(output, render_inputs(avatar, audio), kind="video", codec=codec)

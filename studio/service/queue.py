@@ -36,20 +36,21 @@ A job whose settings ask for it (``check``) is checked after its file is written
 ``studio check`` in a child process at the lowest CPU priority, one at a time); the queue goes on
 to the next job meanwhile, and ``run_until_empty`` waits for the checks before it returns.
 
-Parts: this module holds the queue's operations, its events and retention; running jobs is
-``runner.py`` (``Runner``; several at once ``slots.py``), the estimates ``estimates.py``, a job row <->
-a request and the output names ``job_requests.py``.
+Objects: ``QueueService`` holds the queue's operations and owns its collaborators, each built with
+the narrow things it needs (never the service itself): an ``Emitter`` (``queue_events``: the
+subscribers), a ``Sweeper`` (``retention``), a ``CheckRunner`` (``checks``), an ``Estimates``
+(``estimates``: positions, ETAs, admission by deadline) and a ``Runner`` (``runner``: the loop and
+one job's run), which owns its ``Slots`` (``slots``: several jobs at once, the scheduler's claim
+order, deadlines) and its ``Finisher`` (``finishing``: files finished off the render thread). A job
+row <-> a request and the output names are ``job_requests``. docs/architecture.md draws them.
 """
 
 from __future__ import annotations
 
 import builtins  # QueueService.list shadows list in its annotations
 import functools
-import logging
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -67,15 +68,15 @@ from studio.core.store.jobs import (  # noqa: F401
     QUEUED,  # the states, for views (they use the service, not the store)
     RUNNING,
 )
-from studio.service.driver import Progress, Render
-from studio.service.estimates import Estimates
+from studio.service.driver import Progress
+from studio.service.estimates import DeadlineRefused, Estimate, Estimates
 from studio.service.job_requests import absolute_request, job_settings, owned_output, request_of, unique_output
+from studio.service.queue_events import Emitter, QueueEvent
 from studio.service.request import RenderRequest
 from studio.service.runner import Runner
 
-log = logging.getLogger(__name__)
+__all__ = ["DeadlineRefused", "JobActive", "JobFinished", "QueueEvent", "QueueFull", "QueueService", "gpus_here"]
 
-RETENTION_EVERY_S = 60.0  # the runner applies retention this often (and after each job)
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -88,26 +89,8 @@ class JobFinished(InputError):
     """A finished job was asked to go without ``purge`` (the server answers 409)."""
 
 
-class DeadlineRefused(StudioError):
-    """A job whose deadline the queue ahead and the measured speed cannot meet (the server answers
-    429 with ``Retry-After``: ``retry_after_s``)."""
-
-    def __init__(self, message: str, retry_after_s: float):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
 class JobActive(InputError):
     """A job that has not finished was asked to be retried (the server answers 409)."""
-
-
-@dataclass(frozen=True)
-class QueueEvent:
-    kind: str  # added | state | placed | progress | removed | moved | checked
-    job_id: int
-    job: J.Job | None = None
-    progress: Progress | None = None
-    where: str = ""
 
 
 def _forward(method: Callable[Concatenate[J.JobStore, _P], _R]) -> Callable[Concatenate[Any, _P], _R]:
@@ -122,7 +105,7 @@ def _forward(method: Callable[Concatenate[J.JobStore, _P], _R]) -> Callable[Conc
     return call
 
 
-class QueueService(Runner, Estimates):
+class QueueService:
     def __init__(
         self,
         store: J.JobStore | str | Path | None = None,
@@ -138,74 +121,129 @@ class QueueService(Runner, Estimates):
         scheduler=None,
     ):
         from studio.core import env
+        from studio.service.checks import CheckRunner
         from studio.service.pool import default_pool
-        from studio.service.retention import Retention
+        from studio.service.retention import Retention, Sweeper
 
         self.store = store if isinstance(store, J.JobStore) else J.JobStore(store)  # a path, or None: the default
         self.pool = pool if pool is not None else default_pool()
         self.max_queued = max_queued
-        self.in_process_farm = in_process_farm
-        self._subs: list[Callable[[QueueEvent], None]] = []
-        self._lock = threading.RLock()
-        self._wake = threading.Condition(self._lock)
-        self._thread: threading.Thread | None = None
-        self._stop = False
-        self._current: tuple[int, Render] | None = None
-        self.pipeline = env.flag("STUDIO_QUEUE_PIPELINE") if pipeline is None else bool(pipeline)
-        self._draining: tuple[int, Render, threading.Thread] | None = None  # a job finishing its file
-        self._idle_engine = None  # the last job's engine: it warms its other batch sizes when idle
-        self._farm_link = None  # kept warm between farm jobs
-        self._interrupting = False
-        self.last_progress: dict[int, Progress] = {}
-        self.retention = retention if retention is not None else Retention.from_env(strict=False)
-        self._swept = float("-inf")  # monotonic time of the last retention sweep
-        self._frames_cache: dict[tuple, int] = {}
-        self._rates: dict[tuple, object] = {}  # (job id, avatar, fps setting) -> its output rate
-        from studio.service.checks import CheckRunner
-
+        self.events = Emitter()
+        self.sweeper = Sweeper(
+            self.store, retention if retention is not None else Retention.from_env(strict=False), self.events
+        )
         self.checks = CheckRunner(on_done=self._checked, on_start=lambda job_id: self._checked(job_id, None))
-        #: where jobs run at once (``studio serve --gpus``; None: the job's own device setting) and how
-        #: many on each; more than one in all: each job on its own thread, on the least busy device
-        self.devices: builtins.list[str | None] = list(devices) if devices else [None]
-        self.jobs_per_device = max(1, int(jobs_per_device))
-        self._workers: dict[int, tuple[Render | None, int, threading.Thread]] = {}  # job id -> (render, slot, thread)
-        #: ``studio serve --farm``: a ``FarmDispatcher`` renders the jobs on a Ray cluster's actors
-        self.dispatcher = dispatcher
-        if dispatcher is not None:
-            dispatcher.on_free = self._poke  # a job's frames left its actor's engine: claim the next now
         #: ``studio serve``: lanes, fair shares and deadlines (``studio.service.scheduler``); the pool's
         #: batchers order their batches by it, the runner claims jobs by it (None: queue order)
         self.scheduler = scheduler
         if scheduler is not None and hasattr(self.pool, "scheduler"):
             self.pool.scheduler = scheduler
-        self.timings: dict[int, dict] = {}  # job id -> queue_s, first_frame_s (while it runs)
-        self._finishing: set[int] = set()  # slot jobs whose frames have left the engine
-        self._deadline_missed: set[int] = set()
-        self._levels: dict[int, int] = {}
-        self._clients: dict[int, str] = {}
+        self.estimator = Estimates(self.store, progress_of=self._progress_of)
+        #: ``devices``: where jobs run at once (``studio serve --gpus``) and ``jobs_per_device`` on each;
+        #: ``dispatcher``: ``studio serve --farm``'s (a ``FarmDispatcher``: jobs on a Ray cluster's actors)
+        self.runner = Runner(
+            self.store,
+            self.pool,
+            self.events,
+            self.checks,
+            self.sweeper,
+            frames_of=self.estimator.frames_of,
+            scheduler=scheduler,
+            dispatcher=dispatcher,
+            devices=devices,
+            jobs_per_device=jobs_per_device,
+            pipeline=env.flag("STUDIO_QUEUE_PIPELINE") if pipeline is None else bool(pipeline),
+            in_process_farm=in_process_farm,
+        )
+        self.dispatcher = dispatcher
+        if dispatcher is not None:
+            dispatcher.on_free = self.runner.poke  # a job's frames left its actor's engine: claim the next now
+
+    def _progress_of(self, job_id: int) -> Progress | None:
+        return self.runner.progress_of(job_id)
+
+    # ---- what the runner knows (the views read it here) ------------------------------------
+
+    @property
+    def retention(self):
+        return self.sweeper.retention
+
+    @property
+    def last_progress(self) -> dict[int, Progress]:
+        """Each running job's last ``Progress`` (without its preview frame)."""
+        return self.runner.last_progress
+
+    @property
+    def timings(self) -> dict[int, dict]:
+        """job id -> ``queue_s``, ``first_frame_s`` of the running jobs."""
+        return self.runner.timings
+
+    @property
+    def capacity(self) -> int:
+        """Jobs rendering at once: ``devices`` x ``jobs_per_device``."""
+        return self.runner.capacity
+
+    @property
+    def jobs_per_device(self) -> int:
+        return self.runner.slots.jobs_per_device
+
+    @property
+    def pipeline(self) -> bool:
+        """A job's file is finished while the next job renders (the default)."""
+        return self.runner.pipeline
+
+    @property
+    def running_job_id(self) -> int | None:
+        return self.runner.running_job_id
+
+    @property
+    def running_job_ids(self) -> builtins.list[int]:
+        return self.runner.running_job_ids
+
+    @property
+    def farm_link(self):
+        return self.runner.farm_link
+
+    @property
+    def started(self) -> bool:
+        return self.runner.started
+
+    def start(self) -> None:
+        """Run queued jobs on a background thread until ``stop`` (``Runner.start``)."""
+        self.runner.start()
+
+    def stop(self, interrupt: bool = False, timeout: float | None = 30.0) -> None:
+        """Pause after the running job, or ``interrupt`` it (``Runner.stop``)."""
+        self.runner.stop(interrupt, timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop now, a running job interrupted, and leave the farm (``Runner.close``)."""
+        self.runner.close(timeout)
+
+    def run_next(self) -> J.Job | None:
+        return self.runner.run_next()
+
+    def run_until_empty(self, on_event: Callable[[QueueEvent], None] | None = None) -> builtins.list[J.Job]:
+        """Run queued jobs in this thread until none is left; the finished jobs (``on_event``: told
+        of every event meanwhile)."""
+        unsub = self.subscribe(on_event) if on_event else None
+        try:
+            return self.runner.run_until_empty()
+        finally:
+            if unsub:
+                unsub()
+
+    def wait_drained(self, timeout: float | None = None) -> None:
+        """Wait until no job is finishing its file."""
+        self.runner.wait_drained(timeout)
 
     # ---- events -------------------------------------------------------------------------
 
     def subscribe(self, callback: Callable[[QueueEvent], None]) -> Callable[[], None]:
-        with self._lock:
-            self._subs.append(callback)
-
-        def unsubscribe():
-            with self._lock:
-                if callback in self._subs:
-                    self._subs.remove(callback)
-
-        return unsubscribe
+        return self.events.subscribe(callback)
 
     def _emit(self, kind: str, job_id: int, job=None, progress=None, where: str = "") -> None:
-        with self._lock:
-            subs = list(self._subs)
-        ev = QueueEvent(kind, job_id, job, progress, where)
-        for cb in subs:
-            try:
-                cb(ev)
-            except Exception:
-                log.exception("queue subscriber failed on %s", kind)
+        self.events.emit(kind, job_id, job, progress, where)
 
     # ---- the queue ----------------------------------------------------------------------
 
@@ -227,7 +265,7 @@ class QueueService(Runner, Estimates):
         seconds from now by which it must be done, else it is cancelled then; a deadline the queue
         ahead cannot meet is refused now (``DeadlineRefused``), an accepted one records the estimate
         it was accepted with (``promised_s``)."""
-        from studio.service.driver import check_output
+        from studio.service.preflight import check_output
         from studio.service.scheduler import parse_priority
 
         level = parse_priority(priority)
@@ -248,7 +286,7 @@ class QueueService(Runner, Estimates):
         stored = job_settings(request)
         stored["priority"] = level
         if deadline_s is not None and state == J.QUEUED:
-            promised = self.admit(request, level, float(deadline_s))
+            promised = self.estimator.admit(request, level, float(deadline_s))
             stored.update(deadline=time.time() + float(deadline_s), promised_s=promised)
         try:
             job = self.store.add(
@@ -292,12 +330,8 @@ class QueueService(Runner, Estimates):
 
     def cancel(self, job_id: int) -> J.Job:
         """A queued or held job is cancelled; a running one stops within one batch, leaving no file."""
-        with self._lock:
-            live = self._live()
-        for cur in live:
-            if cur[0] == job_id:
-                cur[1].cancel()
-                return self.store.get(job_id)
+        if self.runner.cancel(job_id):
+            return self.store.get(job_id)
         return self._changed(self.store.cancel(job_id))
 
     def retry(self, job_id: int) -> J.Job:
@@ -352,8 +386,12 @@ class QueueService(Runner, Estimates):
 
     def remove(self, job_id: int) -> None:
         self.store.remove(job_id)
-        self.last_progress.pop(job_id, None)
+        self.runner.forget(job_id)
         self._emit("removed", job_id)
+
+    def estimates(self) -> dict[int, Estimate]:
+        """The running job and every queued one (in queue order): position and expected seconds."""
+        return self.estimator.estimates()
 
     # ---- pages, estimates, idempotency, deliveries (what ``studio serve`` shows) ---------------
 
@@ -376,20 +414,7 @@ class QueueService(Runner, Estimates):
 
     def apply_retention(self, now: float | None = None):
         """Expire renders and remove uploads past the retention's age or over its size (``Swept``)."""
-        from studio.service.retention import sweep
-
-        self._swept = time.monotonic()
-        swept = sweep(self, self.retention, now)
-        for job in swept.jobs:
-            self._emit("state", job.id, job)
-        return swept
-
-    def _maybe_sweep(self) -> None:
-        if self.retention.active and time.monotonic() - self._swept >= RETENTION_EVERY_S:
-            try:
-                self.apply_retention()
-            except Exception:
-                log.exception("retention sweep failed")
+        return self.sweeper.apply(now)
 
     def _changed(self, job: J.Job) -> J.Job:
         self._emit("state", job.id, job)
@@ -406,8 +431,7 @@ class QueueService(Runner, Estimates):
         self._emit("checked", job_id, job)
 
     def _poke(self) -> None:
-        with self._lock:
-            self._wake.notify_all()
+        self.runner.poke()
 
 
 def gpus_here() -> list[str]:

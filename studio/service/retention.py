@@ -1,7 +1,8 @@
 """Retention: old renders and uploads go, the jobs stay (``expired``): ``Retention`` and ``sweep``.
 
     r = Retention(keep_s=parse_duration("7d"), max_bytes=gb(50))     # or Retention.from_env()
-    swept = sweep(queue_service, r)          # Swept(jobs=[expired jobs], removed=[paths], freed=bytes)
+    swept = sweep(store, r)                  # Swept(jobs=[expired jobs], removed=[paths], freed=bytes)
+    sweeper = Sweeper(store, r, emitter)     # the queue's: every minute and after each job (``maybe``)
 
 Only files Studio recorded writing in its data folder are ever removed: the outputs of its jobs in
 ``renders/`` (``studio serve``'s) and the uploads in ``uploads/audio`` and ``uploads/avatars`` under the
@@ -144,8 +145,8 @@ def _inside_data(folder: Path) -> bool:
     return True
 
 
-def sweep(qs, retention: Retention, now: float | None = None) -> Swept:
-    """Apply ``retention`` to the queue service's store and the data folder's owned files."""
+def sweep(store, retention: Retention, now: float | None = None) -> Swept:
+    """Apply ``retention`` to the queue's store (a ``JobStore``) and the data folder's owned files."""
     out = Swept()
     if not retention.active:
         return out
@@ -154,7 +155,7 @@ def sweep(qs, retention: Retention, now: float | None = None) -> Swept:
     now = time.time() if now is None else now
     renders, uploads = owned_dirs()
     safe = {d: _inside_data(d) for d in (renders, uploads)}
-    jobs = qs.store.list()
+    jobs = store.list()
     active = {J.DRAFT, J.QUEUED, J.HELD, J.RUNNING}
     in_use = {str(Path(p)) for j in jobs if j.state in active for p in (j.avatar, j.audio, j.output)}
     sources = _avatar_sources()
@@ -210,10 +211,41 @@ def sweep(qs, retention: Retention, now: float | None = None) -> Swept:
         if job is not None:
             why = "older than the retention" if too_old else "the storage limit was reached"
             with contextlib.suppress(InputError):  # removed or changed meanwhile
-                out.jobs.append(qs.store.expire(job.id, f"expired: its video was removed ({why})"))
+                out.jobs.append(store.expire(job.id, f"expired: its video was removed ({why})"))
     if out.removed:
         log.info("retention removed %d file(s), %.1f MB", len(out.removed), out.freed / 2**20)
     return out
+
+
+class Sweeper:
+    """When the queue applies its retention: ``apply`` now, ``maybe`` (the runner's loop: once a
+    minute), ``again`` (a job ended, a new file: the next ``maybe`` looks at once). The jobs it expires
+    are told (``state`` events) through ``emitter`` (the queue's ``Emitter``)."""
+
+    EVERY_S = 60.0
+
+    def __init__(self, store, retention: Retention, emitter) -> None:
+        self.store = store
+        self.retention = retention
+        self._emitter = emitter
+        self._swept = float("-inf")  # monotonic time of the last sweep
+
+    def apply(self, now: float | None = None) -> Swept:
+        self._swept = time.monotonic()
+        swept = sweep(self.store, self.retention, now)
+        for job in swept.jobs:
+            self._emitter.emit("state", job.id, job)
+        return swept
+
+    def maybe(self) -> None:
+        if self.retention.active and time.monotonic() - self._swept >= self.EVERY_S:
+            try:
+                self.apply()
+            except Exception:
+                log.exception("retention sweep failed")
+
+    def again(self) -> None:
+        self._swept = float("-inf")
 
 
 def _upload_caches(uploads: Path) -> list[tuple[Path, str, int, float]]:

@@ -1,13 +1,22 @@
-"""Running the queue's jobs: ``QueueService``'s runner (``start``/``stop``/``close``, ``run_next``,
-``run_until_empty``) and one job's run (``_run``), its progress persisted and told (``_consume``), and
-the pipelined hand-off: once a local job's last frame has left the engine, its encoders drain and its
-file is finished on a drain thread while the next job's engine work starts (at most one drains while
-one renders). A mixin of ``QueueService`` (its attributes are the queue's); several jobs at once are
-``Slots``'."""
+"""Running the queue's jobs: ``Runner`` (``start``/``stop``/``close``, ``run_next``, ``run_until_empty``)
+and one job's run (``_run``), its progress persisted and told (``_consume``).
+
+``QueueService`` owns one, built with the narrow things it needs: the store, the emitter, the check
+runner, the retention sweeper, the engine pool, a way to count a job's frames (the estimates'), and
+the settings (scheduler, farm dispatcher, devices, jobs per device, pipelined or not). The runner
+owns its ``Slots`` (several jobs at once) and its ``Finisher`` (files finished off the render
+thread): once a local job's last frame has left the engine, the rest of its render (the encoders'
+drain, the file, its row) goes to a finishing worker while the next job's engine work starts (at
+most ``capacity`` finishing at once; pipelined is the default, ``pipeline=False`` runs jobs strictly
+one after another).
+
+Threads: ``start`` runs ``_loop`` on ``studio-queue`` (one job at a time on it; with a scheduler,
+several devices or jobs per device, ``Slots.loop`` claims jobs and each runs on ``studio-job-<id>``);
+finishing runs on ``studio-finish-<id>``; events are emitted on whichever thread made them.
+"""
 
 from __future__ import annotations
 
-import builtins  # QueueService.list shadows list in its annotations
 import contextlib
 import logging
 import os
@@ -15,105 +24,158 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from studio.core.errors import Cancelled, InputError, StudioError
 from studio.core.store import jobs as J
 from studio.service.driver import Progress, Render
+from studio.service.finishing import Finisher
 from studio.service.job_requests import file_identity, relative_paths, request_of
-from studio.service.slots import Slots
-
-if TYPE_CHECKING:
-    from studio.service.queue import QueueEvent
+from studio.service.slots import DEADLINE_REASON, Slots
 
 log = logging.getLogger("studio.service.queue")
 
 STORE_PROGRESS_S = 1.0  # persisted progress at most this often
-_HANDED = object()  # _consume: the job goes on in the drain thread
+_HANDED = object()  # _consume: the job goes on on a finishing worker
 
 
-class Runner(Slots):
-    """The part of ``QueueService`` that runs its jobs (one at a time, pipelined; ``Slots``: several)."""
+class Runner:
+    """Runs the queue's jobs: one at a time (pipelined), or several on ``slots``."""
 
-    store: J.JobStore
-    pool: Any
-    pipeline: bool
-    in_process_farm: bool
-    checks: Any  # the CheckRunner
-    last_progress: dict[int, Progress]
-    _thread: threading.Thread | None
-    _interrupting: bool
-    _current: tuple[int, Render] | None
-    _draining: tuple[int, Render, threading.Thread] | None
-    _idle_engine: Any
-    _farm_link: Any
-    _swept: float
-    timings: dict[int, dict]
-    subscribe: Callable[..., Callable[[], None]]  # the queue's own
+    def __init__(
+        self,
+        store: J.JobStore,
+        pool: Any,
+        emitter: Any,
+        checks: Any,
+        sweeper: Any,
+        *,
+        frames_of: Callable[[J.Job], int | None] = lambda job: None,
+        scheduler: Any = None,
+        dispatcher: Any = None,
+        devices: list[str] | None = None,
+        jobs_per_device: int = 1,
+        pipeline: bool = True,
+        in_process_farm: bool = False,
+    ):
+        self.store = store
+        self.pool = pool
+        self._emitter = emitter
+        self.checks = checks  # the CheckRunner: a done job's lip-sync check
+        self._sweeper = sweeper
+        self.scheduler = scheduler
+        self.dispatcher = dispatcher
+        self.pipeline = pipeline
+        self.in_process_farm = in_process_farm
+        self._wake = threading.Condition(threading.RLock())
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._interrupting = False
+        self._current: tuple[int, Render] | None = None  # the job on the engine (one at a time)
+        self._idle_engine: Any = None  # the last job's engine: it warms its other batch sizes when idle
+        self._farm_link: Any = None  # kept warm between farm jobs
+        self.last_progress: dict[int, Progress] = {}
+        self.timings: dict[int, dict] = {}  # job id -> queue_s, first_frame_s (while it runs)
+        #: where jobs run at once (``studio serve --gpus``; None: the job's own device setting) and how
+        #: many on each; more than one in all: each job on its own thread, on the least busy device
+        self.slots = Slots(
+            store,
+            emitter,
+            self._wake,
+            self._run,
+            self.live,
+            devices=list(devices) if devices else [None],
+            jobs_per_device=jobs_per_device,
+            scheduler=scheduler,
+            dispatcher=dispatcher,
+            sweeper=sweeper,
+            frames_of=frames_of,
+        )
+        self.finisher = Finisher(limit=self.slots.capacity)
+
+    @property
+    def capacity(self) -> int:
+        return self.slots.capacity
+
+    def progress_of(self, job_id: int) -> Progress | None:
+        return self.last_progress.get(job_id)
+
+    def forget(self, job_id: int) -> None:
+        self.last_progress.pop(job_id, None)
 
     @property
     def farm_link(self):
         """The link to the Ray farm (a child process), while a farm job runs and kept between them."""
-        with self._lock:
+        with self._wake:
             cur = self._current
         return cur[1].farm_link if cur is not None and cur[1].farm_link is not None else self._farm_link
 
     @property
     def running_job_id(self) -> int | None:
-        """The job the engine works on (else the one finishing its file)."""
-        with self._lock:
-            cur = self._current or self._draining
-            return cur[0] if cur else next(iter(self._workers), None)
+        """The job the engine works on (else one finishing its file)."""
+        with self._wake:
+            if self._current is not None:
+                return self._current[0]
+            ids = self.finisher.job_ids() + self.slots.job_ids()
+        return ids[0] if ids else None
 
     @property
-    def running_job_ids(self) -> builtins.list[int]:
-        """Every running job: the one on the engine and the one whose encoders drain."""
-        with self._lock:
-            return [c[0] for c in (self._draining, self._current) if c is not None] + list(self._workers)
+    def running_job_ids(self) -> list[int]:
+        """Every running job: those finishing their file, the one on the engine, those on a slot."""
+        with self._wake:
+            ids = self.finisher.job_ids() + ([self._current[0]] if self._current else []) + self.slots.job_ids()
+        return list(dict.fromkeys(ids))
 
-    def _live(self) -> builtins.list[tuple[int, Render]]:
-        """(job id, render) of every job running now: on the engine, draining, or on a slot (with the lock)."""
-        live = [(c[0], c[1]) for c in (self._current, self._draining) if c is not None]
-        return live + [(i, w[0]) for i, w in self._workers.items() if w[0] is not None]
+    def live(self) -> list[tuple[int, Render]]:
+        """(job id, render) of every job running now: on the engine, finishing, or on a slot."""
+        with self._wake:
+            cur = [self._current] if self._current is not None else []
+            return cur + self.finisher.renders() + self.slots.renders()
+
+    def cancel(self, job_id: int) -> bool:
+        """Stop ``job_id`` within one batch if it runs here (nothing is written); False: it does not."""
+        found = False
+        for i, render in self.live():
+            if i == job_id:
+                render.cancel()
+                found = True
+        return found
+
+    def poke(self) -> None:
+        """Something changed (a job queued or resumed, an actor freed): look at the queue now."""
+        with self._wake:
+            self._wake.notify_all()
 
     # ---- running ------------------------------------------------------------------------
 
     def run_next(self) -> J.Job | None:
         """Claim and run the next queued job in this thread; None when nothing is queued. A
         pipelined job is answered (still ``running``) once its frames have left the engine: its
-        file is finished on the drain thread (``wait_drained``)."""
+        file is finished on a finishing worker (``wait_drained``)."""
         job = self.store.claim_next()
         if job is None:
             return None
-        self._emit("state", job.id, job)
+        self._emitter.emit("state", job.id, job)
         return self._run(job)
 
-    def run_until_empty(self, on_event: Callable[[QueueEvent], None] | None = None) -> builtins.list[J.Job]:
+    def run_until_empty(self) -> list[J.Job]:
         """Run queued jobs in this thread until none is left; the finished jobs."""
-        unsub = self.subscribe(on_event) if on_event else None
-        self._maybe_sweep()
-        try:
-            out = []
-            while not self._stop and (job := self.run_next()) is not None:
-                out.append(job)
-            self.wait_drained()
-            self.checks.wait()  # the checks of the finished jobs, before the caller (a command) ends
-            return [f for j in out if (f := self._fresh(j)) is not None]  # a job removed meanwhile is left out
-        finally:
-            if unsub:
-                unsub()
+        self._sweeper.maybe()
+        out = []
+        while not self._stop and (job := self.run_next()) is not None:
+            out.append(job)
+        self.wait_drained()
+        self.checks.wait()  # the checks of the finished jobs, before the caller (a command) ends
+        return [f for j in out if (f := self._fresh(j)) is not None]  # a job removed meanwhile is left out
 
     def wait_drained(self, timeout: float | None = None) -> None:
-        """Wait until no job is finishing its file on the drain thread."""
-        with self._lock:
-            d = self._draining
-        if d is not None and d[2] is not threading.current_thread():
-            d[2].join(timeout)
+        """Wait until no job is finishing its file."""
+        self.finisher.wait(timeout)
 
     def start(self) -> None:
         """Run queued jobs on a background thread until ``stop`` (jobs added later run too). The
         encoder processes start meanwhile, so the first job does not wait for them."""
-        with self._lock:
+        with self._wake:
             if self._thread is not None and self._thread.is_alive():
                 return
             self._stop = self._interrupting = False
@@ -125,18 +187,23 @@ class Runner(Slots):
     def started(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and not self._stop
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The runner's thread (None before ``start``)."""
+        return self._thread
+
     def stop(self, interrupt: bool = False, timeout: float | None = 30.0) -> None:
         """Stop the runner after the running job (``pause``), or stop that job now (``interrupt``):
         it stops within one batch, writes nothing, and is marked ``interrupted`` (Retry runs it)."""
-        with self._lock:
+        with self._wake:
             self._stop = True
             self._interrupting = interrupt
-            live = self._live()
-            workers = [w[2] for w in self._workers.values()]
+            live = self.live()
+            workers = self.slots.threads()
             self._wake.notify_all()
         if interrupt:
-            for cur in live:
-                cur[1].cancel()
+            for _, render in live:
+                render.cancel()
         t = self._thread
         if timeout is not None and t is not None and t is not threading.current_thread():
             t.join(timeout)  # timeout None: do not wait (a pause lets the running job finish)
@@ -165,24 +232,27 @@ class Runner(Slots):
         except InputError:  # removed meanwhile
             return job
 
+    def _stopped(self) -> bool:
+        return self._stop
+
     def _loop(self) -> None:
         if self.capacity > 1 or self.dispatcher is not None or self.scheduler is not None:
-            return self._loop_many()
+            return self.slots.loop(self._stopped)
         while True:
-            with self._lock:
+            with self._wake:
                 if self._stop:
                     return
-            self._maybe_sweep()
+            self._sweeper.maybe()
             try:
                 job = self.run_next()
             except Exception:
                 log.exception("queue runner: could not take the next job")
                 job = None
             if job is not None:
-                self._swept = float("-inf")  # a new file: retention looks again before the next job
+                self._sweeper.again()  # a new file: retention looks again before the next job
             if job is None:
                 self._warm_idle()
-                with self._lock:
+                with self._wake:
                     if self._stop:
                         return
                     self._wake.wait(1.0)  # also picks up jobs queued by another process
@@ -202,55 +272,67 @@ class Runner(Slots):
         except Exception:
             log.warning("warming the engine's other batch sizes failed", exc_info=True)
 
-    def _run(self, job: J.Job, slot: int | None = None) -> J.Job | None:
-        relative = relative_paths(job)
-        if relative:
-            return self._finish(
-                job.id,
-                J.FAILED,
-                f"this job names {relative[0]} without its folder (queued by an earlier Studio), so which file it "
-                "means depends on where Studio runs; queue it again",
-            )
-        try:
-            req = request_of(job)
-        except StudioError as exc:
-            return self._finish(job.id, J.FAILED, str(exc))
-        device = self.devices[slot] if slot is not None else None
-        if device is not None and req.placement.kind == "local" and req.settings.device in (None, "", "auto"):
-            req = req.with_(settings=req.settings.with_(device=device))
-        render = Render(
-            req, self.pool, farm_link=self._farm_link, in_process_farm=self.in_process_farm, dispatcher=self.dispatcher
-        )
-        render.slot, render.job_id = slot or 0, job.id
-        self.timings[job.id] = {"queue_s": round(max(0.0, time.time() - job.created), 4)}
-        if self.scheduler is not None:
-            from studio.service.scheduler import ticket_of
-
-            render.ticket = ticket_of(job)
-        render.on_started = lambda where: self._emit("placed", job.id, self.store.get(job.id), where=where)
-        with self._lock:
-            if slot is None:
-                self._current = (job.id, render)
-            else:
-                self._workers[job.id] = (render, slot, self._workers[job.id][2])
-            if self._interrupting:  # stop(interrupt=True) came while this job was being claimed
-                render.cancel()
+    def _run(self, job: J.Job, slot: int | None = None, ended: Callable[[], None] | None = None) -> J.Job | None:
+        """Run ``job`` (``slot``: on the slots' device ``slot``, else the one-at-a-time loop's);
+        ``ended()`` once it has ended, here or on the finishing worker that finished its file."""
         handed = False
         try:
-            out = self._consume(job, render, render.run(), [0.0], may_hand_off=self.pipeline and slot is None)
-            handed = out is _HANDED
-            return self.store.get(job.id) if handed else out
-        finally:
-            if not handed:
-                self._farm_link = render.farm_link  # kept warm for the next farm job (None once lost)
-            with self._lock:
-                if self._current is not None and self._current[0] == job.id:
-                    self._current = None
+            relative = relative_paths(job)
+            if relative:
+                return self._finish(
+                    job.id,
+                    J.FAILED,
+                    f"this job names {relative[0]} without its folder (queued by an earlier Studio), so which file "
+                    "it means depends on where Studio runs; queue it again",
+                )
+            try:
+                req = request_of(job)
+            except StudioError as exc:
+                return self._finish(job.id, J.FAILED, str(exc))
+            device = self.slots.devices[slot] if slot is not None else None
+            if device is not None and req.placement.kind == "local" and req.settings.device in (None, "", "auto"):
+                req = req.with_(settings=req.settings.with_(device=device))
+            render = Render(
+                req,
+                self.pool,
+                farm_link=self._farm_link,
+                in_process_farm=self.in_process_farm,
+                dispatcher=self.dispatcher,
+            )
+            render.slot, render.job_id = slot or 0, job.id
+            self.timings[job.id] = {"queue_s": round(max(0.0, time.time() - job.created), 4)}
+            if self.scheduler is not None:
+                from studio.service.scheduler import ticket_of
 
-    def _consume(self, job: J.Job, render: Render, gen, last_store: builtins.list, may_hand_off: bool):
-        """Run ``gen`` (the render's progress) to its end: the job's final row. With
-        ``may_hand_off``, a local render whose last frame has left the engine goes on in a drain
-        thread instead (``_HANDED``): its encoders drain while the runner takes the next job."""
+                render.ticket = ticket_of(job)
+            render.on_started = lambda where: self._emitter.emit("placed", job.id, self.store.get(job.id), where=where)
+            with self._wake:
+                if slot is None:
+                    self._current = (job.id, render)
+                if self._interrupting:  # stop(interrupt=True) came while this job was being claimed
+                    render.cancel()
+            if slot is not None:
+                self.slots.placed(job.id, render)
+            try:
+                out = self._consume(job, render, render.run(), [0.0], self.pipeline, slot, ended)
+                handed = out is _HANDED
+                return self.store.get(job.id) if handed else out
+            finally:
+                if not handed:
+                    self._farm_link = render.farm_link  # kept warm for the next farm job (None once lost)
+                with self._wake:
+                    if self._current is not None and self._current[0] == job.id:
+                        self._current = None
+        finally:
+            if not handed and ended is not None:
+                ended()
+
+    def _consume(
+        self, job: J.Job, render: Render, gen, last_store: list, may_hand_off: bool, slot=None, ended=None
+    ) -> Any:
+        """Run ``gen`` (the render's progress) to its end: the job's final row. With ``may_hand_off``,
+        a local render whose last frame has left the engine goes on on a finishing worker instead
+        (``_HANDED``): its encoders drain while this thread takes the next job."""
         try:
             for p in gen:
                 self.last_progress[job.id] = replace(p, preview=None)  # kept per job: no frames
@@ -263,37 +345,11 @@ class Runner(Slots):
                     self.store.set_progress(job.id, p.fraction)
                     if self.store.get(job.id).state != J.RUNNING:  # cancelled by another process's view
                         render.cancel()
-                self._emit("progress", job.id, progress=p, where=render.where)
-                if may_hand_off and self._engine_done(render, p):
-                    self._hand_off(job, render, gen, last_store)
+                self._emitter.emit("progress", job.id, progress=p, where=render.where)
+                if may_hand_off and _engine_done(render, p):
+                    self._hand_off(job, render, gen, last_store, slot, ended)
                     return _HANDED
-                if self.scheduler is not None and job.id not in self._finishing and self._engine_near_done(render, p):
-                    with self._lock:  # its slot goes to the next job while this thread finishes the file
-                        self._finishing.add(job.id)
-                        self._wake.notify_all()
-            r = render.result
-            data = r.to_json() if r is not None else {}
-            data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
-            data.update(render.extra)  # where on a farm, and how the file came back
-            data.update(self.timings.pop(job.id, {}))  # queue_s, first_frame_s
-            if job.settings.get("deadline"):
-                data["deadline_met"] = time.time() <= float(job.settings["deadline"])
-            if data.get("output"):
-                data["output"] = os.path.abspath(data["output"])
-                with contextlib.suppress(OSError):
-                    data["output_id"] = file_identity(data["output"])  # owned_output checks it
-            req = render.request
-            if req.settings.checked:
-                data["check"] = {"state": "pending"}
-            done = self.store.finish(job.id, output=data.get("output"), result=data)
-            self._emit("state", job.id, done, where=render.where)
-            if req.settings.checked and done.state == J.DONE:
-                self.checks.submit(job.id, req, done.output)
-            if self.scheduler is None and self.capacity == 1 and self.dispatcher is None:
-                # the one-job loop warms it when idle; a slot runner keeps no engine (an evicted one's
-                # memory must go back to the device)
-                self._idle_engine = render.engine or self._idle_engine
-            return done
+            return self._done(job, render)
         except Cancelled:
             return self._cancelled(job.id)
         except StudioError as exc:
@@ -311,49 +367,55 @@ class Runner(Slots):
                 job.id, J.FAILED, f"internal error ({type(exc).__name__}: {exc}); the details are in {log_file()}"
             )
 
-    @staticmethod
-    def _engine_done(render: Render, p: Progress) -> bool:
-        """Every frame has left the engine; what is left is the encoders' drain and the file."""
-        return render.request.placement.kind == "local" and not p.finished and 0 < p.total <= p.done
+    def _done(self, job: J.Job, render: Render) -> J.Job:
+        """The render is written: its result into the job's row, told, and its check queued."""
+        r = render.result
+        data = r.to_json() if r is not None else {}
+        data.update(ran_on=render.where, engine_reason=render.engine_reason or data.get("engine_reason", ""))
+        data.update(render.extra)  # where on a farm, and how the file came back
+        data.update(self.timings.pop(job.id, {}))  # queue_s, first_frame_s
+        if job.settings.get("deadline"):
+            data["deadline_met"] = time.time() <= float(job.settings["deadline"])
+        if data.get("output"):
+            data["output"] = os.path.abspath(data["output"])
+            with contextlib.suppress(OSError):
+                data["output_id"] = file_identity(data["output"])  # owned_output checks it
+        req = render.request
+        if req.settings.checked:
+            data["check"] = {"state": "pending"}
+        done = self.store.finish(job.id, output=data.get("output"), result=data)
+        self._emitter.emit("state", job.id, done, where=render.where)
+        if req.settings.checked and done.state == J.DONE:
+            self.checks.submit(job.id, req, done.output)
+        if self.scheduler is None and self.capacity == 1 and self.dispatcher is None:
+            # the one-job loop warms it when idle; a slot runner keeps no engine (an evicted one's
+            # memory must go back to the device)
+            self._idle_engine = render.engine or self._idle_engine
+        return done
 
-    @staticmethod
-    def _engine_near_done(render: Render, p: Progress) -> bool:
-        """A slot job's frames have all left the engine, or all but ``STUDIO_PREFETCH_FRAMES``: its
-        slot goes to the next job, which opens (its voice-over read, its audio features, its writer)
-        while this one's last batches run."""
-        from studio.core import env
+    def _hand_off(self, job: J.Job, render: Render, gen, last_store: list, slot: int | None, ended) -> None:
+        """Finish ``job`` on a finishing worker (waits while ``capacity`` are finishing); its slot
+        is free once it is handed over."""
 
-        if render.request.placement.kind != "local" or p.finished or p.total <= 0:
-            return False
-        return p.total - p.done <= max(0, env.get_int("STUDIO_PREFETCH_FRAMES"))
+        def finish() -> None:
+            try:
+                self._consume(job, render, gen, last_store, False)
+            finally:
+                if ended is not None:
+                    ended()
+                self.poke()
 
-    def _hand_off(self, job: J.Job, render: Render, gen, last_store: builtins.list) -> None:
-        """Finish ``job`` on a drain thread (after the previous one: at most one drains)."""
-        self.wait_drained()
-        t = threading.Thread(
-            target=self._drain, args=(job, render, gen, last_store), name=f"studio-queue-drain-{job.id}", daemon=True
-        )
-        with self._lock:
-            self._draining = (job.id, render, t)
+        self.finisher.take(job.id, render, finish)
+        with self._wake:
             if self._current is not None and self._current[0] == job.id:
                 self._current = None
-        t.start()
-
-    def _drain(self, job: J.Job, render: Render, gen, last_store: builtins.list) -> None:
-        try:
-            self._consume(job, render, gen, last_store, may_hand_off=False)
-        finally:
-            with self._lock:
-                if self._draining is not None and self._draining[0] == job.id:
-                    self._draining = None
-                self._wake.notify_all()
+        if slot is not None:
+            self.slots.left_engine(job.id)
 
     def _cancelled(self, job_id: int) -> J.Job | None:
         if self._interrupting:
             return self._finish(job_id, J.INTERRUPTED_STATE, J.INTERRUPTED)
-        if job_id in self._deadline_missed:
-            from studio.service.slots import DEADLINE_REASON
-
+        if self.slots.missed_deadline(job_id):
             return self._finish(job_id, J.CANCELLED, DEADLINE_REASON)
         return self._finish(job_id, J.CANCELLED, "cancelled by the user")
 
@@ -368,15 +430,18 @@ class Runner(Slots):
                 job = self.store.fail(job_id, reason)
         except InputError:  # removed meanwhile
             return self.store.get(job_id) if any(j.id == job_id for j in self.store.list()) else None
-        self._emit("state", job_id, job)
+        self._emitter.emit("state", job_id, job)
         return job
+
+
+def _engine_done(render: Render, p: Progress) -> bool:
+    """Every frame has left the engine; what is left is the encoders' drain and the file."""
+    return render.request.placement.kind == "local" and not p.finished and 0 < p.total <= p.done
 
 
 def _prestart_encoders() -> None:
     """Start the parallel x264 encoder processes (one per core) and the audio one, where renders
     use them (4 cores or more)."""
-    import os
-
     from studio.core import env
 
     cores = os.cpu_count() or 1

@@ -145,13 +145,13 @@ def test_scrubbing_during_a_render_shows_the_exact_frame(window, qtbot, tmp_path
 def test_sigterm_closes_the_window_and_its_running_job_comes_back_interrupted(studio_home, tmp_path):
     """The app as a process: SIGTERM mid-render closes it without asking; nothing is written."""
     import signal
-    import time
 
     from conftest import speech_pause_speech
+    from served import Hold
 
     out = tmp_path / "out"
     out.mkdir()
-    audio = speech_pause_speech(tmp_path / "long.wav", 30.0, 0.2, 30.0)
+    audio = speech_pause_speech(tmp_path / "talk.wav", 0.6, 0.2, 0.6)
     job_id = int(
         studio(
             "queue",
@@ -167,29 +167,24 @@ def test_sigterm_closes_the_window_and_its_running_job_comes_back_interrupted(st
         ).split()[-1]
     )
     (Path(studio_home) / "settings.ini").write_text("[General]\nversion=1\n\n[queue]\non_start=start\n")
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    app = subprocess.Popen(
-        [sys.executable, "-m", "studio"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 150:
+    with Hold(tmp_path / "hold") as hold:  # the job stays running (held after its first batch) until the signal
+        env = dict(os.environ, QT_QPA_PLATFORM="offscreen", STUDIO_TEST_HOLD=str(hold.path))
+        app = subprocess.Popen(
+            [sys.executable, "-m", "studio"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            hold.wait_held(150)
             job = {j["id"]: j for j in json.loads(studio("queue", "list", "--json"))}[job_id]
-            if job["state"] == "running" and job["progress"] > 0:
-                break
-            assert app.poll() is None, app.stderr.read()
-            time.sleep(0.5)
-        else:
-            raise AssertionError("the window never started the queued job")
-        app.send_signal(signal.SIGTERM)
-        _, err = app.communicate(timeout=60)
-    finally:
-        app.kill()
+            assert job["state"] == "running" and app.poll() is None
+            app.send_signal(signal.SIGTERM)
+            _, err = app.communicate(timeout=60)
+        finally:
+            app.kill()
     assert app.returncode == 0, err
     job = {j["id"]: j for j in json.loads(studio("queue", "list", "--json"))}[job_id]
     assert job["state"] == "interrupted"
@@ -254,7 +249,7 @@ def test_add_to_queue_waits_for_start_and_a_running_queue_takes_jobs_in_order(li
     assert w.queue_state_label.text() == "Queue: stopped · 1 waiting: Start queue renders them"
     assert "1 waiting" in w.queue_panel.state_label.toolTip()
     # nothing starts by itself: no runner thread exists to claim it
-    assert w.store.get(job.id).state == jobs.QUEUED and w.current is None and not w.service.started
+    assert w.service.runner.thread is None and w.store.get(job.id).state == jobs.QUEUED and w.current is None
 
     with qtbot.waitSignal(w.jobFinished, timeout=SLOW) as first:
         qtbot.mouseClick(w.queue_panel.start_btn, Qt.MouseButton.LeftButton)

@@ -7,40 +7,18 @@ from __future__ import annotations
 import gzip
 
 import pytest
-from conftest import ROOT, prepare_demo_avatar, speech_pause_speech
-from served import Server
+from conftest import ROOT, speech_pause_speech
+from page_server import AUTH, READ, TOKEN, client, server, upload  # noqa: F401 - fixtures
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-TOKEN = "web-token-0123456789"
-READ = "web-read-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 STATIC = ROOT / "studio" / "api" / "static"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    home = tmp_path_factory.mktemp("web_api_home")
-    prepare_demo_avatar(home, "astro")
-    s = Server(home, "--token", TOKEN, "--read-token", READ, token=TOKEN)
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def voice(client, tmp_path_factory):
-    wav = speech_pause_speech(tmp_path_factory.mktemp("web_api_audio") / "v.wav", 1.0, 0.8, 1.0)
-    with open(wav, "rb") as fh:
-        r = client.post("/v1/audio", files={"file": ("v.wav", fh)})
-    assert r.status_code == 201, r.text
-    return r.json()
+    return upload(client, speech_pause_speech(tmp_path_factory.mktemp("web_api_audio") / "v.wav", 1.0, 0.8, 1.0))
 
 
 def test_the_page_is_served_without_a_token_with_a_csp(server):

@@ -83,8 +83,9 @@ class Page:
         self.ctx.close()
 
 
-def follow_events(url: str, seen: list, stop: threading.Event) -> None:
-    """The server's progress events with the time each arrived (the page's own stream is compared)."""
+def follow_events(url: str, seen: list, stop: threading.Event, connected: threading.Event) -> None:
+    """The server's progress events with the time each arrived (the page's own stream is compared);
+    ``connected`` is set once the stream is open."""
     import json
 
     from httpx_sse import connect_sse
@@ -98,6 +99,7 @@ def follow_events(url: str, seen: list, stop: threading.Event) -> None:
         else:
             return
         with connect_sse(c, "GET", f"/v1/renders/{jobs[0]['id']}/events") as events:
+            connected.set()
             for ev in events.iter_sse():
                 if ev.event == "progress":
                     seen.append((time.time(), json.loads(ev.data)))
@@ -180,10 +182,16 @@ def test_first_render_scrub_progress_queue_download(browser, server, clip):
                }).observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
         )
         seen: list = []
-        stop = threading.Event()
-        listener = threading.Thread(target=follow_events, args=(server.url, seen, stop), daemon=True)
+        stop, connected = threading.Event(), threading.Event()
+        listener = threading.Thread(target=follow_events, args=(server.url, seen, stop, connected), daemon=True)
         listener.start()
-        t.click(page.get_by_role("button", name="Render", exact=True))
+        # the render holds after its first batch until the page and the test's own listener both follow
+        # it: the progress they compare never depends on how long the render takes
+        with server.hold:
+            t.click(page.get_by_role("button", name="Render", exact=True))
+            server.hold.wait_held()
+            assert connected.wait(60), "the test's event stream never opened"
+            page.wait_for_function("() => window.__progress.length > 0", timeout=60_000)
         assert t.clicks == 3  # upload avatar, upload voice-over, Render: at most 5
         video = page.get_by_test_id("video")
         video.wait_for(timeout=60_000)

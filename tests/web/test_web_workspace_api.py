@@ -9,39 +9,16 @@ import json
 import time
 
 import pytest
-from conftest import DEMO_AVATAR, prepare_demo_avatar, speech_pause_speech
-from served import Server
+from conftest import DEMO_AVATAR, speech_pause_speech
+from page_server import AUTH, READ, TOKEN, client, server, upload  # noqa: F401 - fixtures
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-TOKEN = "page-token-0123456789"
-READ = "page-read-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    home = tmp_path_factory.mktemp("page_home")
-    prepare_demo_avatar(home, "astro")
-    s = Server(home, "--token", TOKEN, "--read-token", READ, token=TOKEN)
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as c:
-        yield c
-
 
 @pytest.fixture(scope="module")
 def voice(client, tmp_path_factory):
-    wav = speech_pause_speech(tmp_path_factory.mktemp("page_audio") / "take 1.wav", 0.6, 0.4, 0.6)
-    with open(wav, "rb") as fh:
-        r = client.post("/v1/audio", files={"file": ("take 1.wav", fh)})
-    assert r.status_code == 201, r.text
-    return r.json()
+    return upload(client, speech_pause_speech(tmp_path_factory.mktemp("page_audio") / "take 1.wav", 0.6, 0.4, 0.6))
 
 
 def finished(client, job_id: int) -> dict:
@@ -226,7 +203,8 @@ def test_an_avatar_is_renamed_once_and_a_taken_or_bad_name_is_refused(client, se
     # a job not yet run names it (a draft another process added, as the window does): refused until it goes
     from studio.core.settings import RenderSettings
     from studio.core.store.jobs import JobStore
-    from studio.service import QueueService, RenderRequest
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     qs = QueueService(store=JobStore(server.home / "jobs.sqlite"))
     req = RenderRequest("ren-b", str(server.home / "x.wav"), str(server.home / "ren.mp4"))

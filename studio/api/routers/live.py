@@ -22,6 +22,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from studio.api.errors import ApiError
 from studio.api.models import Answer, errors
+from studio.api.sse import resource_links
 from studio.api.state import State
 
 router = APIRouter(tags=["live"])
@@ -101,16 +102,7 @@ class PushForm(BaseModel):
 
 
 def links(sid: str) -> dict:
-    base = f"/v1/live/{sid}"
-    return {
-        "self": base,
-        "whep": f"{base}/whep",
-        "audio": f"{base}/audio",
-        "speak": f"{base}/speak",
-        "clear": f"{base}/clear",
-        "events": f"{base}/events",
-        "push": f"{base}/push",
-    }
+    return resource_links(f"/v1/live/{sid}", "whep", "audio", "speak", "clear", "events", "push")
 
 
 def session_json(s, with_key: bool = False) -> dict:

@@ -238,11 +238,7 @@ def get_render_video(st: State, job_id: JobId, request: Request):
     video = owned_output(job)  # the file this job wrote, never one that replaced it
     if video is None:
         raise ApiError(410, f"the video of render job {job_id} is no longer on the server")
-    text = (request.headers.get("range") or "").strip()
-    one = re.match(RANGE_PATTERN, text) is not None
-    if one:
-        check_range(text, video.stat().st_size)
-    return VideoResponse(video, media_type=video_type(video), filename=video.name, honour_range=one)
+    return VideoResponse.to(request, video, media_type=video_type(video), filename=video.name)
 
 
 RANGE_PATTERN = r"^bytes=([0-9]{1,19}-[0-9]{0,19}|-[0-9]{1,19})$"
@@ -255,6 +251,16 @@ class VideoResponse(FileResponse):
     def __init__(self, *args, honour_range: bool = True, **kw):
         super().__init__(*args, **kw)
         self.honour_range = honour_range
+
+    @classmethod
+    def to(cls, request: Request, path: Path, **kw) -> VideoResponse:
+        """``path`` as the answer to ``request``: the one byte range its ``Range`` asks for (206; outside
+        the file: 416), or the whole file (200) when there is no ``Range`` or it is not one byte range."""
+        text = (request.headers.get("range") or "").strip()
+        one = re.match(RANGE_PATTERN, text) is not None
+        if one:
+            check_range(text, path.stat().st_size)
+        return cls(path, honour_range=one, **kw)
 
     async def __call__(self, scope, receive, send):
         if not self.honour_range:
@@ -313,14 +319,10 @@ def get_render_file(
         return Response(body, media_type="application/json", headers=headers)
     if path is None:
         raise ApiError(404, f"render job {job_id} has no file {name!r}; see the job's `files`")
-    text = (request.headers.get("range") or "").strip()
-    one = re.match(RANGE_PATTERN, text) is not None
-    if one:
-        check_range(text, path.stat().st_size)
     kind = media_type(name)
     if kind == "text/html":  # a report opens in the browser, sandboxed: no script, no access to this origin
         headers["Content-Disposition"] = f'inline; filename="{name}"'
-    return VideoResponse(path, media_type=kind, headers=headers, honour_range=one)
+    return VideoResponse.to(request, path, media_type=kind, headers=headers)
 
 
 # a side file is data, never a page of this origin (a report's HTML runs in a sandbox: its own origin)

@@ -3,7 +3,7 @@ container, encoded in parallel over the CPU cores, written atomically.
 
     spec = CODECS["prores"]                     # encoder, container, extensions, pixel format, audio
     suffix_problem("out.mp4", "prores")         # "out.mp4: --codec prores writes QuickTime (.mov) ..."
-    with open_codec_writer("out.mov", 1920, 1080, codec="prores", audio="voice.flac", total_frames=T) as w:
+    with codec_writer.open_codec_writer("out.mov", 1920, 1080, codec="prores", audio="voice.flac", total_frames=T) as w:
         for idx in stripes(T, 64, w.chunks, window=w.window):
             w.write(batch, indices=idx)         # RGB [B,H,W,3] (or RGBA [B,H,W,4]), numpy or torch
 
@@ -303,7 +303,7 @@ class PlainAudio:
     BLOCK = 8192
 
     def __init__(self, path, kind: str):
-        from studio.core.media.audio import probe
+        from studio.core.media.audio import Resampled, probe
 
         self.path = Path(path)
         self.kind = kind
@@ -318,14 +318,8 @@ class PlainAudio:
         else:
             self.rate = 48_000
             self.codec, self.fmt = "libopus", "flt"
-        self._resampler = None
-        if self.rate != self.rate_in:
-            import soxr
-
-            self._resampler = soxr.ResampleStream(self.rate_in, self.rate, self.channels, dtype="float32")
-        self._blocks = None
+        self._source = Resampled(self.info, self.channels, self.rate, self.BLOCK)
         self._sent = 0
-        self._eof = False
         self.how = "pcm" if kind == "pcm" else "encoded"
         self.cancel = threading.Event()
         self.wait_s, self.ready_at = 0.0, None
@@ -344,23 +338,8 @@ class PlainAudio:
     def _frames(self):
         import av
 
-        from studio.core.media.audio import read_blocks
-
-        if self._blocks is None:
-            self._blocks = read_blocks(self.info, self.BLOCK)
-        for block in self._blocks:
-            block = np.asarray(block, np.float32)
-            if block.shape[1] > 2 or (block.shape[1] == 2 and self.channels == 1):
-                block = block.mean(axis=1, keepdims=True)
-            if self._resampler is not None:
-                block = self._resampler.resample_chunk(block)
-            if len(block):
-                yield self._frame(av, block)
-        self._eof = True
-        if self._resampler is not None:
-            tail = self._resampler.resample_chunk(np.zeros((0, self.channels), np.float32), last=True)
-            if len(tail):
-                yield self._frame(av, tail)
+        for block in self._source:
+            yield self._frame(av, block)
 
     def _frame(self, av, block: np.ndarray):
         if self.fmt == "s16":
@@ -379,7 +358,7 @@ class PlainAudio:
     def mux_until(self, container, seconds: float | None) -> None:
         """Encode and mux the audio up to ``seconds`` (None: to the end, then flush)."""
         target = None if seconds is None else int(seconds * self.rate) + self.BLOCK
-        if not self._eof and (target is None or self._sent < target):
+        if not self._source.eof and (target is None or self._sent < target):
             for frame in self._frames():
                 for pkt in self.stream.encode(frame):
                     container.mux(pkt)
@@ -390,7 +369,7 @@ class PlainAudio:
                 container.mux(pkt)
 
     def close(self) -> None:
-        self._blocks = None
+        self._source.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,13 +382,3 @@ def to_video_frame(av, frame: np.ndarray, in_fmt: str, pix_fmt: str):
     vf = vf.reformat(format=pix_fmt, dst_colorspace="ITU709", dst_color_range="MPEG")
     vf.colorspace, vf.color_range = BT709, RANGE_MPEG
     return vf
-
-
-def __getattr__(name: str):
-    """``open_codec_writer`` and ``CodecWriter`` live in ``codec_writer`` (the lane pipeline with these
-    codecs' encoders), which imports this module: they are found there on first use."""
-    if name in ("open_codec_writer", "CodecWriter"):
-        from studio.core.media import codec_writer
-
-        return getattr(codec_writer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

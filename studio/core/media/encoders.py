@@ -466,6 +466,7 @@ class AudioSource:
         if self._tee is None:
             return
         from studio.core.media import aac_cache
+        from studio.core.store import temps
 
         fh, path, count = self._tee
         self._tee = None
@@ -475,7 +476,7 @@ class AudioSource:
         except OSError as exc:
             log.debug("AAC cache entry not stored: %s", exc)
         finally:
-            _drop_temp(path)
+            temps.drop_temp(path)
 
     def close(self) -> None:
         if self._remote is not None and self._remote[0] is not None:  # still encoding: stop it
@@ -488,22 +489,16 @@ class AudioSource:
         if self._records is not None:
             self._records.close()
         if self._tee is not None:  # an encode that did not finish: nothing is stored
+            from studio.core.store import temps
+
             fh, path, _ = self._tee
             self._tee = None
             with contextlib.suppress(OSError):
                 fh.close()
-            _drop_temp(path)
+            temps.drop_temp(path)
         if self._src is not None:
             with contextlib.suppress(Exception):
                 self._src.close()
-
-
-def _drop_temp(path: Path) -> None:
-    from studio.core.store.temps import release_temp
-
-    with contextlib.suppress(OSError):
-        path.unlink()
-    release_temp(path)
 
 
 class _Records:

@@ -23,7 +23,6 @@ import errno
 import logging
 import os
 import queue
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -530,7 +529,7 @@ class LaneWriter:
 
     def _cleanup(self) -> None:
         """Every temporary of the writer (spill folder, side files, leased workers), after close or abort."""
-        from studio.core.store.temps import release_temp
+        from studio.core.store.temps import drop_temp
 
         for enc in self._encoders:  # an encoder stopped midway: its worker is restarted
             if hasattr(enc, "abort"):
@@ -547,12 +546,9 @@ class LaneWriter:
                 if ch.sink is not None and hasattr(ch.sink, "close"):
                     ch.sink.close()
         for p in self._side_files:
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-            release_temp(p)
+            drop_temp(p)
         if self._audio is not None:
             with contextlib.suppress(Exception):
                 self._audio.close()
         if self.spill_dir is not None:
-            shutil.rmtree(self.spill_dir, ignore_errors=True)
-            release_temp(self.spill_dir)
+            drop_temp(self.spill_dir)

@@ -143,26 +143,17 @@ class TrackAudio:
     RATE = 48_000
 
     def __init__(self, path, channel_map=None):
-        from studio.core.media.audio import probe
+        from studio.core.media.audio import Resampled, probe
         from studio.core.media.delivery_audio import AUDIO_FORMATS, VOICE
 
         self.path = Path(path)
         self.info = probe(path)
-        self.rate_in = self.info.source_rate
         self.channels = 2 if self.info.channels == 2 else 1
         self.map = tuple(channel_map or AUDIO_FORMATS["8-mono-48k"].channel_map)
         self._voice = [k for k, what in enumerate(self.map) if what == VOICE]
         self.rate = self.RATE
-        self._resampler = None
-        if self.rate != self.rate_in:
-            import soxr
-
-            self._resampler = soxr.ResampleStream(
-                self.rate_in, self.rate, self.channels, dtype="float32", quality="VHQ"
-            )
-        self._blocks = None
+        self._source = Resampled(self.info, self.channels, self.rate, self.BLOCK, quality="VHQ")
         self._sent = 0
-        self._eof = False
         self.how = "pcm"
         self.cancel = threading.Event()
         self.wait_s, self.ready_at = 0.0, None
@@ -177,25 +168,6 @@ class TrackAudio:
     def add_stream(self, container) -> None:
         self.streams = [container.add_stream("pcm_s24le", rate=self.rate, layout="mono") for _ in self.map]
         self.stream = self.streams[0]
-
-    def _blocks_out(self):
-        from studio.core.media.audio import read_blocks
-
-        if self._blocks is None:
-            self._blocks = read_blocks(self.info, self.BLOCK)
-        for block in self._blocks:
-            block = np.asarray(block, np.float32)
-            if block.shape[1] > 2 or (block.shape[1] == 2 and self.channels == 1):
-                block = block.mean(axis=1, keepdims=True)
-            if self._resampler is not None:
-                block = self._resampler.resample_chunk(block)
-            if len(block):
-                yield block
-        self._eof = True
-        if self._resampler is not None:
-            tail = self._resampler.resample_chunk(np.zeros((0, self.channels), np.float32), last=True)
-            if len(tail):
-                yield tail
 
     def _encode(self, container, block: np.ndarray) -> None:
         import av
@@ -223,8 +195,8 @@ class TrackAudio:
         if seconds is not None:
             self._video_s = max(self._video_s, float(seconds))
         target = None if seconds is None else int(seconds * self.rate) + self.BLOCK
-        if not self._eof and (target is None or self._sent < target):
-            for block in self._blocks_out():
+        if not self._source.eof and (target is None or self._sent < target):
+            for block in self._source:
                 self._encode(container, block)
                 if target is not None and self._sent >= target:
                     break
@@ -239,4 +211,4 @@ class TrackAudio:
                     container.mux(pkt)
 
     def close(self) -> None:
-        self._blocks = None
+        self._source.close()

@@ -38,6 +38,7 @@ import numpy as np
 from studio.core.constants import MAX_CHARS
 from studio.core.errors import InputError
 from studio.core.media.script_text import MAX_RUN_PHONEMES, check_estimate, plan_script, split_sentences
+from studio.core.store.fsutil import file_sha256
 
 __all__ = ["MAX_CHARS", "Sentence", "Speech", "split_sentences", "synthesize", "speak", "voices", "import_voice"]
 
@@ -151,7 +152,7 @@ def import_voice(onnx: str | Path, name: str | None = None) -> str:
         for f, target in ((src, dest / "voice.onnx"), (cfg, dest / "voice.onnx.json")):
             with atomic_path(target) as tmp:
                 shutil.copyfile(f, tmp)
-        meta = {"name": name, "sha256": _sha256(dest / "voice.onnx"), "sample_rate": rate, "source": src.name}
+        meta = {"name": name, "sha256": file_sha256(dest / "voice.onnx"), "sample_rate": rate, "source": src.name}
         (dest / "voice.json").write_text(json.dumps(meta, indent=2))
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
@@ -171,14 +172,6 @@ def _check_model(model: Path) -> None:
         raise InputError(
             f"{model}: ONNX Runtime cannot load it ({str(exc).splitlines()[0][:120]}); give a whole Piper voice .onnx"
         ) from None
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _piper_files(name: str) -> tuple[Path, Path, str]:
@@ -204,7 +197,7 @@ def _load_piper(name: str):
         if name in _PIPER:
             return _PIPER[name]
         model, config, ident = _piper_files(name)
-        if name != DEFAULT_VOICE and _sha256(model) != ident:
+        if name != DEFAULT_VOICE and file_sha256(model) != ident:
             raise InputError(f"the voice {name!r} is damaged (its checksum differs); import it again")
         try:
             voice = _piper_voice(PiperVoice, model, config)
@@ -335,7 +328,7 @@ def _cached_speech(target: Path, meta_path: Path, voice: str, engine: str, note:
         if meta_path.stat().st_size > 64 << 20:
             return None
         meta = json.loads(meta_path.read_text())
-        if int(meta["wav_bytes"]) != target.stat().st_size or meta["wav_sha256"] != _sha256(target):
+        if int(meta["wav_bytes"]) != target.stat().st_size or meta["wav_sha256"] != file_sha256(target):
             log.info("speech cache: %s differs from what was written; making it again", target.name)
             return None
         sents = [Sentence(**s) for s in meta["sentences"]]
@@ -353,7 +346,7 @@ def write_sentences(speech: Speech, path: Path, wav: Path | None = None) -> Path
 
     meta = {k: v for k, v in speech.to_json().items() if k != "path"}
     meta["wav_bytes"] = Path(wav or speech.path).stat().st_size
-    meta["wav_sha256"] = _sha256(Path(wav or speech.path))  # checked before the cache returns it
+    meta["wav_sha256"] = file_sha256(Path(wav or speech.path))  # checked before the cache returns it
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(meta, indent=1))
     return path
@@ -505,7 +498,7 @@ def keep_as(speech: Speech, name: str, folder: str | Path | None = None) -> Path
     (``<name>.speech.json``, for captions), and return it. The same recording under that name already is
     reused; a name another recording holds gets a number (``_002``): nothing is overwritten."""
     from studio.core.env import sub_dir
-    from studio.core.store.fsutil import atomic_output, file_sha256
+    from studio.core.store.fsutil import atomic_output
 
     stem = re.sub(r"[^\w.-]+", "-", name.strip()).strip("-.")[:80]
     if not stem:

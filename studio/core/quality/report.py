@@ -54,13 +54,7 @@ class Issue:
     text: str  # the clause for the sentence
 
     def to_json(self) -> dict:
-        return {
-            "figure": self.figure,
-            "value": _num(self.value),
-            "limit": self.limit,
-            "worst_second": self.worst_second,
-            "text": self.text,
-        }
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "value": _num(self.value)}
 
 
 @dataclass(frozen=True, eq=False)

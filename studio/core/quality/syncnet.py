@@ -32,7 +32,6 @@ The weights are never downloaded: ``studio models import-syncnet FILE`` takes a 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -171,23 +170,15 @@ def _state_of(path: Path) -> dict:
     return {k: state[k] for k in want}
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def import_syncnet(source: str | os.PathLike, pin: str | None = SYNCNET_SHA256) -> dict:
     """Check ``source`` (its SHA-256 against ``pin`` when there is one, its tensors against the
     network) and copy it into the model store, atomically; its record."""
-    from studio.core.store.fsutil import atomic_write_bytes
+    from studio.core.store.fsutil import atomic_write_bytes, file_sha256
 
     path = Path(source).expanduser()
     if not path.is_file():
         raise InputError(f"{path}: no such file; give the {FILE_NAME} you have")
-    digest = sha256_of(path)
+    digest = file_sha256(path)
     if pin is not None and digest != pin:
         raise InputError(
             f"{path}: its SHA-256 ({digest[:12]}...) is not the published {FILE_NAME}'s; the file is damaged "

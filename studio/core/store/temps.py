@@ -143,6 +143,18 @@ def release_temp(path: str | os.PathLike) -> None:
             rec.append(["-", key], sync=False)
 
 
+def drop_temp(path: str | os.PathLike) -> None:
+    """Remove a temporary this process made (a file, or a folder and all in it; one already gone is
+    fine) and forget it: what an abandoned write does with its parts."""
+    p = Path(path)
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            p.unlink()
+    release_temp(p)
+
+
 def own_temps() -> dict[str, str]:
     """This process's registered temporaries: ``{path: kind}``."""
     with _LOCK:

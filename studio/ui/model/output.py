@@ -82,7 +82,7 @@ class Output:
 
     def placement(self, gpus: tuple[str, ...] = ()):
         """Where a job renders: the Render on choice (``gpus``: this machine's, for "All GPUs here")."""
-        from studio.service import Placement
+        from studio.service.request import Placement
 
         target = self.read("target")
         if target == "server":

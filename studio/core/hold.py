@@ -1,9 +1,11 @@
-"""The tests' hold on a running render (``$STUDIO_TEST_HOLD``): a test that needs "a job still running"
-(to cancel it, signal it, drop its client, watch two jobs overlap) creates a file, names it in the
-variable, waits for the hold's ``.held`` file, does what it tests, then removes the file. Two points:
-``FILE`` holds every render before it writes its second batch; ``FILE.finish`` holds it after its
-last frame, before its file is finished (its frames have left the engine: what a queue calls
-finishing). Off (one look at the environment) unless the variable is set; no user sets it.
+"""The tests' hold on a running render or avatar build (``$STUDIO_TEST_HOLD``): a test that needs "a job
+still running" (to cancel it, signal it, drop its client, watch two jobs overlap) creates a file, names
+it in the variable, waits for the hold's ``.held`` file, does what it tests, then removes the file.
+Three points: ``FILE`` holds every render before it writes its second batch; ``FILE.finish`` holds it
+after its last frame, before its file is finished (its frames have left the engine: what a queue calls
+finishing); ``FILE.build`` holds an avatar build after its first frame is in its temporary file. Off
+(one look at the environment) unless the variable is set; no user sets it. Below every core package
+that holds (the render, the avatar builder): it needs only the environment.
 
 Written here because no library holds a loop on a file another process controls; a file works across
 the processes a test starts (``studio serve``, the CLI, chunk workers, Ray actors), where an in-process
