@@ -87,7 +87,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
             "rules",
             "tests/ray_cluster.py: from ray._private.authentication_test_utils import ... (a private module, from outside its package)",
         ),
-        ("window", "tests/ui/test_session_ui.py: from test_menus_ui import _menu_click"),
     ],
     "reach-in": [
         ("farm", "studio/bench/farm_serve.py: bench_user._tracker"),
@@ -134,14 +133,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("rules", "tests/test_temps.py: temps._secret"),
         ("rules", "tests/test_temps.py: temps._secret"),
         ("rules", "tests/test_voiceovers.py: w._audio"),
-        ("window", "studio/ui/library_trash.py: p._save_scripts"),
-        ("window", "studio/ui/library_trash.py: p._save_scripts"),
-        ("window", "studio/ui/library_trash.py: p._script_row"),
-        ("window", "studio/ui/library_trash.py: p._script_row"),
-        ("window", "studio/ui/reimport.py: library._next_import"),
-        ("window", "tests/ui/test_labels_ui.py: w.queue_panel._row"),
-        ("window", "tests/ui/test_markers_ui.py: tl._marker_items"),
-        ("window", "tests/ui/test_menus_ui.py: window.actions._dialog"),
     ],
     "cycle": [
         (
