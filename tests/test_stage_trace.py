@@ -22,9 +22,9 @@ def traced(tmp_path, monkeypatch):
     monkeypatch.setattr(stagetrace, "_checked", False)
     monkeypatch.setattr(stagetrace, "_tracer", None)
     yield path
-    t = stagetrace._tracer
+    t = stagetrace.tracer()  # the one the test's renders wrote to
     if t is not None:
-        t._fh.close()
+        t.close()
 
 
 def test_the_trace_holds_every_stage_of_a_render_and_sums_to_its_stage_times(tmp_path, traced):

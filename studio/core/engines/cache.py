@@ -190,6 +190,11 @@ class EngineCache:
         with self._lock:
             return len(self._engines)
 
+    def keys(self) -> list[EngineKey]:
+        """The keys of the engines held now, the least recently used first."""
+        with self._lock:
+            return list(self._engines)
+
     def get(self, settings: Any, fresh: bool = False, *, hold: bool = False, slot: int = 0) -> tuple[Any, str]:
         """``(engine, reason)`` for ``settings``: the warm one, else a new one (kept; the least
         recently used go first when the cache is full). ``fresh``: a second engine for the same key

@@ -38,6 +38,11 @@ class Tracer:
         self._ref: dict[int, tuple[Any, float]] = {}  # device index -> (reference event, its host time)
         self._pending: list[tuple[dict, Any, Any]] = []  # (line, start mark, end mark)
 
+    def close(self) -> None:
+        """Close the file (the process's tracer stays open until the process ends)."""
+        with self._lock:
+            self._fh.close()
+
     def write(self, **line: Any) -> None:
         text = json.dumps(line, separators=(",", ":"))
         with self._lock:
