@@ -12,20 +12,15 @@ import time
 
 import av
 import pytest
-import soundfile as sf
-from conftest import DEMO_AVATAR, speechlike
+from conftest import DEMO_AVATAR
 from served import Hold, Server
+from test_promises import wav
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 TOKEN = "overlap-token-0123456789"
 FINAL = ("done", "failed", "cancelled", "interrupted")
-
-
-def wav(path, seconds: float, seed: int) -> str:
-    sf.write(path, speechlike(seconds, 16_000, seed=seed), 16_000, subtype="PCM_16")
-    return str(path)
 
 
 @pytest.fixture(scope="module")
