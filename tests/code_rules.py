@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -79,7 +80,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("farm", "studio/service/farm_job.py: from studio.service.farm_dispatch import _Actor"),
         ("rules", "studio/cli/delivery.py: from studio.cli.render import _render_options"),
         ("rules", "studio/core/avatars/library.py: from studio.core.avatars.sources import _has_alpha"),
-        ("rules", "studio/core/media/audio_ffmpeg.py: from studio.core.media.audio import _hm"),
         ("rules", "studio/core/store/deliveries.py: from studio.core.delivery import _user_dir"),
         ("rules", "tests/benchmarks/profile_pipeline.py: from studio.bench.reference import _bench_models"),
         (
@@ -89,7 +89,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("rules", "tests/test_hostile_avatars.py: from test_avatar import _two_faces"),
         ("rules", "tests/test_stage_trace.py: from studio.api.warmup import _writers_of"),
         ("rules", "tests/test_stage_trace.py: from studio.core.media.writer import _parallel_chunks"),
-        ("window", "tests/ui/test_session_ui.py: from test_menus_ui import _menu_click"),
     ],
     "reach-in": [
         ("farm", "studio/bench/farm_serve.py: bench_user._tracker"),
@@ -107,10 +106,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("farm", "studio/service/farm_job.py: self.d._lock"),
         ("farm", "studio/service/farm_link.py: link._receive"),
         ("rules", "studio/api/routers/renders.py: FileResponse._parse_range_header"),
-        ("rules", "studio/core/avatars/cache.py: a._swap"),
-        ("rules", "studio/core/avatars/cache.py: arr._mm"),
-        ("rules", "studio/core/avatars/cache.py: new._mm"),
-        ("rules", "studio/core/avatars/cache.py: new._mm"),
         ("rules", "studio/core/engines/musetalk.py: run._graphs"),
         ("rules", "studio/core/engines/musetalk.py: self._nets['run']._graphs"),
         ("rules", "studio/core/media/loudness.py: meter._filters"),
@@ -165,52 +160,14 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("rules", "tests/test_temps.py: temps._secret"),
         ("rules", "tests/test_tensorrt.py: choice.engine._load"),
         ("rules", "tests/test_voiceovers.py: w._audio"),
-        ("window", "studio/ui/library_trash.py: p._save_scripts"),
-        ("window", "studio/ui/library_trash.py: p._save_scripts"),
-        ("window", "studio/ui/library_trash.py: p._script_row"),
-        ("window", "studio/ui/library_trash.py: p._script_row"),
-        ("window", "studio/ui/reimport.py: library._next_import"),
-        ("window", "tests/ui/test_labels_ui.py: w.queue_panel._row"),
-        ("window", "tests/ui/test_markers_ui.py: tl._marker_items"),
-        ("window", "tests/ui/test_menus_ui.py: window.actions._dialog"),
     ],
     "cycle": [
-        (
-            "rules",
-            "studio/api/errors.py: import cycle: studio.api.errors, studio.api.models, studio.api.paths, studio.api.schema",
-        ),
-        (
-            "rules",
-            "studio/core/avatars/builder.py: import cycle: studio.core.avatars.builder, studio.core.avatars.cache, studio.core.avatars.stages",
-        ),
-        (
-            "rules",
-            "studio/core/engines/base.py: import cycle: studio.core.engines.base, studio.core.engines.classic, studio.core.engines.musetalk, studio.core.engines.runtime_tensorrt, studio.core.engines.tensorrt_runner, studio.core.engines.weights, studio.core.engines.whisper_features",
-        ),
-        (
-            "rules",
-            "studio/core/engines/nets.py: import cycle: studio.core.engines.nets, studio.core.engines.nets_unet, studio.core.engines.nets_vae",
-        ),
-        (
-            "rules",
-            "studio/core/media/audio.py: import cycle: studio.core.media.audio, studio.core.media.audio_ffmpeg",
-        ),
-        (
-            "rules",
-            "studio/core/media/codec_writer.py: import cycle: studio.core.media.codec_writer, studio.core.media.codecs",
-        ),
-        (
-            "rules",
-            "studio/core/render/canvas.py: import cycle: studio.core.render.canvas, studio.core.render.outputs, studio.core.render.renderer",
-        ),
         (
             "farm",
             "studio/service/driver.py: import cycle: studio.service.driver, studio.service.farm_chunks",
         ),
     ],
-    "string-import": [
-        ("rules", "studio/service/__init__.py: import_module(f'{__name__}.{mod}')"),
-    ],
+    "string-import": [],
 }
 
 
@@ -449,6 +406,32 @@ def against_baseline(rule: str, found: list[Violation], baseline: dict[str, list
     return new, gone
 
 
+def prune(gone: dict[str, list[str]], path: Path = Path(__file__)) -> int:
+    """Delete the BASELINE entries whose places no longer occur from this file (``--prune``); the
+    number deleted. Entries are found with ``ast`` (one line or wrapped by the formatter)."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    drop: list[tuple[int, int]] = []
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "BASELINE":
+            assert isinstance(node.value, ast.Dict)
+            for k, v in zip(node.value.keys, node.value.values, strict=True):
+                rule = ast.literal_eval(k) if k is not None else None
+                left = list(gone.get(rule, [])) if isinstance(rule, str) else []
+                for elt in v.elts if isinstance(v, ast.List) else ():
+                    key = ast.literal_eval(elt)[1]
+                    if key in left:
+                        left.remove(key)
+                        assert elt.end_lineno is not None
+                        drop.append((elt.lineno - 1, elt.end_lineno))
+    for a, b in sorted(drop, reverse=True):
+        del lines[a:b]
+    path.write_text(
+        re.sub(r"\[\n\s*\]", "[]", "".join(lines)), encoding="utf-8"
+    )  # an emptied list as the formatter writes it
+    return len(drop)
+
+
 def owner_of(path: str) -> str:
     """Who removes a baseline entry, by the file owners of issue 45's session (anything else: rules)."""
     name = path.rsplit("/", 1)[-1]
@@ -476,6 +459,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--package", default="studio")
     ap.add_argument("--json", action="store_true", help="every place as JSON (the self-test reads it)")
     ap.add_argument("--baseline", action="store_true", help="print every place as a BASELINE entry")
+    ap.add_argument("--prune", action="store_true", help="delete the BASELINE entries that no longer occur")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(args.root))
     report = scan(args.root, args.package)
@@ -488,6 +472,10 @@ def main(argv: list[str]) -> int:
             for v in sorted(vs, key=lambda v: (owner_of(v.path), v.key)):
                 print(f"        ({owner_of(v.path)!r}, {v.key!r}),")
             print("    ],")
+        return 0
+    if args.prune:
+        gone = {rule: against_baseline(rule, vs)[1] for rule, vs in report.violations.items()}
+        print(f"{prune(gone)} BASELINE entries deleted (places that no longer occur)")
         return 0
     failed = False
     print(f"{report.files} files")

@@ -771,7 +771,7 @@ def test_an_avatar_removed_while_it_is_opened_or_repaired_is_not_brought_back(tm
     with pytest.raises(AvatarError, match="'gone' was removed from the library while it was in use"):
         rebuild()
     with pytest.raises(AvatarError, match="no avatar named 'gone'"):
-        avatar_cache.load_folder(folder, "gone")
+        builder.load_folder(folder, "gone")
     with pytest.raises(AvatarError, match="removed while it was in use"):
         a.engine_dir("musetalk-x")
     assert not folder.exists()

@@ -170,10 +170,16 @@ def test_bench_user_path_prints_every_row_of_issue_26(tmp_path, studio_home):
     q = u["queue"]
     assert q["same_files"] and q["serial"]["frames"] == q["pipelined"]["frames"] == 50
     assert len(u["import"]["fast"]) == 3 and u["import"]["musetalk"].startswith("ready")
-    for key in ("cold-cli-musetalk", "cold-cli-musetalk-pickles", "cold-cli-classic"):
+    from studio.service.bench import COLD_PLAN
+
+    for key, _, extra in COLD_PLAN:
         assert "error" not in u["cold"][key], u["cold"][key]
         assert u["cold"][key]["frames"] == 25 and u["cold"][key]["seconds"] > u["cold"][key]["render_s"]
+        stages = u["cold"][key]["timeline"]  # seconds from the process's start, in order
+        assert list(stages)[:2] == ["command", "placed"] and stages["rendered"] > stages["request"] > 0
+        assert ("torch" in stages) == (not extra), stages  # STUDIO_PRELOAD=0: no preload thread
     assert u["cold"]["import_torch_s"] > 0
+    assert "torch" in [name for name, _, _ in u["cold"]["imports"]]
     gen = u["serve"]["generate"]
     assert [len(gen["default"]), len(gen[other_preset(default)])] == [1, 1] and gen["default"][0]["frames"] == 12
     assert gen["default"][0]["request_s"] >= gen["default"][0]["render_s"] > 0

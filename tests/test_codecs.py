@@ -83,7 +83,7 @@ def test_intra_chunks_in_parallel_lanes_equal_one_encoder(tmp_path):
     """ProRes over 3 worker-process lanes writes exactly the packets one encoder writes."""
     import av
 
-    from studio.core.media.codecs import open_codec_writer
+    from studio.core.media.codec_writer import open_codec_writer
 
     rng = np.random.default_rng(1)
     frames = rng.integers(0, 255, (24, 96, 128, 3), dtype=np.uint8)
@@ -106,7 +106,7 @@ def test_intra_chunks_in_parallel_lanes_equal_one_encoder(tmp_path):
 def test_hevc_chunks_join_into_one_stream_on_closed_gops(tmp_path):
     import av
 
-    from studio.core.media.codecs import open_codec_writer
+    from studio.core.media.codec_writer import open_codec_writer
     from studio.core.render.plan import stripes
 
     t = np.linspace(0, 1, 60)[:, None, None, None]
@@ -176,7 +176,7 @@ def test_cli_codec_and_its_refusals(avatar, voice, tmp_path):
 
 
 def test_small_frames_and_a_broken_lane_are_one_sentence(tmp_path):
-    from studio.core.media.codecs import open_codec_writer
+    from studio.core.media.codec_writer import open_codec_writer
 
     with pytest.raises(RenderError, match="DNxHR needs frames of at least 256x120"):
         open_codec_writer(tmp_path / "s.mov", 200, 100, codec="dnxhr", total_frames=10)
@@ -207,7 +207,7 @@ def test_the_queue_keeps_the_codec_and_checks_its_extension(avatar, voice, tmp_p
 def test_the_preset_picks_the_prores_encoder(tmp_path, preset, encoder):
     import av
 
-    from studio.core.media.codecs import open_codec_writer
+    from studio.core.media.codec_writer import open_codec_writer
 
     out = tmp_path / "p.mov"
     frames = np.random.default_rng(2).integers(0, 255, (4, 64, 96, 3), dtype=np.uint8)

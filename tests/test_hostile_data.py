@@ -33,7 +33,7 @@ def small_shm(tmp_path, monkeypatch):
 
 
 def _write_prores(path: Path, width: int, height: int, workers: int = 2) -> None:
-    from studio.core.media.codecs import open_codec_writer
+    from studio.core.media.codec_writer import open_codec_writer
     from studio.core.render.plan import stripes
 
     frames = np.random.default_rng(1).integers(0, 255, (12, height, width, 3), dtype=np.uint8)

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_writers_default_to_the_schema():
-    from studio.core.media.codecs import open_codec_writer
+    from studio.core.media.codec_writer import open_codec_writer
     from studio.core.media.writer import open_video
 
     schema = RenderSettings()

@@ -172,7 +172,9 @@ def resource_links(base: str, *subs: str, **more: str) -> dict[str, str]:
 
 
 def links(job_id: int) -> dict:
-    return resource_links(f"/v1/renders/{job_id}", "events", "video", "preview", "retry", cancel="", frame="/frame?t=0")
+    return resource_links(
+        f"/v1/renders/{job_id}", "events", "video", "preview", cancel="", retry="/retry", frame="/frame?t=0"
+    )
 
 
 def state_dict(job) -> dict:

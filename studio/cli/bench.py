@@ -70,6 +70,18 @@ def register(sub) -> None:
         action="store_true",
         help="--user: skip the server-as-a-service rows (fresh server, cache bound, --clients and twice as many at once)",
     )
+    p.add_argument(
+        "--table",
+        action="store_true",
+        help="--user: only issue 48's table (cold commands, warm POST /generate, --clients and twice as many at "
+        "once with a breaking clip, GPU memory after an eviction; about 5 minutes on an H100)",
+    )
+    p.add_argument(
+        "--trace-dir",
+        default=None,
+        metavar="DIR",
+        help="--user --table: the server's stage trace and GPU samples there (tests/benchmarks/trace_service.py reads them)",
+    )
     p.add_argument("--no-cold-cli", action="store_true", help="--user: skip the cold `studio render` rows")
     p.add_argument("--no-queue", action="store_true", help="--user: skip the queue rows")
     p.add_argument(
@@ -99,6 +111,8 @@ def run(args) -> int:
 
     if args.live:
         return run_live(args)
+    if args.user and args.table:
+        return run_table(args)
 
     from studio.bench.reference import run_bench
     from studio.core.store.fsutil import atomic_write_bytes
@@ -260,22 +274,62 @@ def print_user(res: dict) -> None:
             f"serve: {b['clients']} clients at once: {b['fps']:.1f} frames/s together ({b['frames']} frames in {b['seconds']:.2f} s)"
         )
     print_service(u.get("service") or {})
+    print_eviction(u.get("eviction") or {})
+    print_table(u)
 
 
 def print_cold(c: dict) -> None:
-    """The cold ``studio render`` rows (``studio.service.bench.cold_rows``), with issue 48's goals."""
+    """The cold ``studio render`` rows (``studio.service.bench.cold_rows``), with issue 48's goals and
+    each command's timeline (seconds from the process's start)."""
     if not c:
         return
     print(f"cold `studio render` of a 15 s voice-over (import torch alone {c.get('import_torch_s', 0):.2f} s):")
     for k, r in c.items():
-        if isinstance(r, dict):
-            if "error" in r:
-                print(f"  {k:<28} failed: {r['error'].splitlines()[-1] if r['error'] else '?'}")
-            else:
-                print(
-                    f"  {k:<28}{r['seconds']:>7.2f} s wall, render {r['render_s']:.2f} s, rest {r['outside_render_s']:.2f} s"
-                )
+        if not isinstance(r, dict):
+            continue
+        if "error" in r:
+            print(f"  {k:<30} failed: {r['error'].splitlines()[-1] if r['error'] else '?'}")
+            continue
+        print(f"  {k:<30}{r['seconds']:>7.2f} s wall, render {r['render_s']:.2f} s, rest {r['outside_render_s']:.2f} s")
+        if r.get("timeline"):
+            print("      at " + ", ".join(f"{name} {t:.2f}" for name, t in r["timeline"].items()))
     print("  goals (issue 48): MuseTalk <= 5 s, classic <= 3 s, cold")
+    if c.get("imports"):
+        print("  heaviest imports of a cold MuseTalk command (cumulative, own):")
+        for name, cum, own in c["imports"][:10]:
+            print(f"      {name:<44}{cum:>7.3f} s {own:>7.3f} s")
+
+
+def print_table(u: dict) -> None:
+    """Issue 48's table (``service.bench.issue_table``): what, measured, goal, met or missed."""
+    from studio.service.bench import issue_table
+
+    rows = issue_table(u)
+    print()
+    print("issue 48's table:")
+    w = max(len(r[0]) for r in rows)
+    m = max(len(r[1]) for r in rows)
+    for what, measured, goal, verdict in rows:
+        print(f"  {what:<{w}}  {measured:<{m}}  goal {goal:<24} {verdict}")
+
+
+def print_eviction(e: dict) -> None:
+    """``bench_serve.eviction_rows``: device memory in use after each engine change."""
+    if not e:
+        return
+    print("GPU memory, one warm engine kept (STUDIO_MAX_ENGINES=1); in use as another process sees it:")
+    for r in e.get("requests") or []:
+        print(
+            f"  {str(r.get('settings')):<44} nvidia-smi used {r.get('used_gb')} GB, free to a new process "
+            f"{r.get('free_gb_other_process')} GB, server reserved {r.get('gpu_reserved_gb')} GB, "
+            f"evictions {r.get('engine_evictions_total')}" + (f"  ERROR {r['error']}" if r.get("error") else "")
+        )
+    if "met" in e:
+        print(
+            f"  after the larger engine's eviction: {e['after_eviction_gb']} GB in use against {e['one_engine_gb']} GB "
+            f"with the same one engine before (larger engine: {e['larger_engine_gb']} GB): "
+            + ("returned" if e["met"] else "NOT returned")
+        )
 
 
 def print_service(sv: dict) -> None:
@@ -319,6 +373,46 @@ def print_service(sv: dict) -> None:
                     f"  a 5 s breaking clip posted into it: first frame {u.get('first_frame_s')} s after its submission "
                     f"(goal <= 0.25 s), answered in {u['answered'] - u['sent']:.2f} s"
                 )
+
+
+def run_table(args) -> int:
+    """``studio bench --user --table`` (``studio.service.bench.table_path``)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from studio.bench.reference import machine_info
+    from studio.core.store.fsutil import atomic_write_bytes
+    from studio.service.bench import table_path
+
+    def note(text):
+        print(f"bench: {text}", file=sys.stderr, flush=True)
+
+    m = machine_info()
+
+    def part(u):
+        if args.json:
+            atomic_write_bytes(args.json, json.dumps({"machine": m, "user": u}, indent=2).encode())
+
+    with tempfile.TemporaryDirectory(prefix="studio-bench-") as tmp:
+        u = table_path(
+            Path(args.workdir or tmp),
+            device=args.device,
+            frames=args.frames or 672,
+            height=args.height or 1080,
+            clients=args.clients,
+            clip_frames=args.clip_frames,
+            note=note,
+            on_part=part,
+            trace_dir=Path(args.trace_dir) if args.trace_dir else None,
+        )
+    part(u)
+    print(f"{m.get('gpu', 'CPU')} | {m['cpu_count']} CPU cores | torch {m.get('torch')}")
+    print_cold(u.get("cold") or {})
+    print_service(u.get("service") or {})
+    print_eviction(u.get("eviction") or {})
+    print_table(u)
+    return 0
 
 
 def run_live(args) -> int:

@@ -13,7 +13,7 @@ import sys
 
 def register(sub) -> None:
     from studio.cli._common import runs
-    from studio.cli.render import job_options
+    from studio.cli.render import job_options, priority_option
 
     p = sub.add_parser("queue", help="the render queue: add, list, show, run, cancel, retry, hold, move, rm")
     qs = p.add_subparsers(dest="queue_command", metavar="ACTION")
@@ -22,13 +22,7 @@ def register(sub) -> None:
     add = qs.add_parser("add", help="queue a render (the options of `studio render`); prints the job id last")
     job_options(add, "output MP4 path (numbered _002 when taken)")
     add.add_argument("--draft", action="store_true", help="keep it as a draft (not queued)")
-    add.add_argument(
-        "--priority",
-        default=None,
-        metavar="LANE",
-        help="breaking, normal (default), bulk, or 0-100: higher lanes are served first where a scheduler runs the "
-        "queue (studio serve); a lane below still gets at least 10 %% of the frames",
-    )
+    priority_option(add)
     add.add_argument(
         "--deadline",
         type=float,
@@ -99,7 +93,7 @@ def job_id(text: str) -> int:
 
 
 def _service():
-    from studio.service import QueueService
+    from studio.service.queue import QueueService
 
     return QueueService(in_process_farm=True)
 

@@ -15,6 +15,13 @@ def register(sub) -> None:
     from studio.cli.remote import add_option
 
     add_option(p)  # --server URL: render on a running `studio serve` (studio/cli/remote.py)
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="render in this process even when a studio serve runs on this data folder (by default the job "
+        "goes to it: its engine is warm)",
+    )
+    priority_option(p)
     runs(p, run_render, json=JSON_RESULT)
 
     f = sub.add_parser("frame", help="write the exact frame a render shows at a timestamp")
@@ -45,6 +52,17 @@ def job_options(p, output_help: str) -> None:
     _render_options(p)
     _scale_options(p)
     _range_options(p)
+
+
+def priority_option(p) -> None:
+    """``--priority`` of ``studio render`` and ``studio queue add``."""
+    p.add_argument(
+        "--priority",
+        default=None,
+        metavar="LANE",
+        help="breaking, normal (default), bulk, or 0-100: higher lanes are served first where a scheduler runs the "
+        "queue (studio serve); a lane below still gets at least 10 %% of the frames",
+    )
 
 
 def overwrite_option(p) -> None:
@@ -172,7 +190,7 @@ def _placement(args):
     from studio.service.request import Placement
 
     if getattr(args, "server", None):  # studio render --server URL (checked by check_server_args)
-        return Placement("server", server=args.server)
+        return Placement("server", server=args.server, priority=getattr(args, "priority", None))
     chunks = getattr(args, "chunks", 0) or 0
     if chunks < 0:
         raise InputError("--chunks must be a positive number of segments (or 0 for one per worker)")
@@ -182,7 +200,7 @@ def _placement(args):
         return Placement("chunks", chunks=chunks)
     gpus = getattr(args, "gpus", None)
     if gpus:
-        from studio.service import gpus_here
+        from studio.service.queue import gpus_here
 
         have = gpus_here()
         n = len(have) if gpus == "all" else int(gpus) if str(gpus).isdigit() else 0
@@ -243,7 +261,7 @@ def request_from_args(avatar, audio, output, args):
 
 def _render(avatar, audio, output, args) -> int:
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
-    from studio.service import Render
+    from studio.service.driver import Render
 
     req = request_from_args(avatar, audio, output, args)
     check_output_args(output, avatar, audio, "video", req.settings.codec)  # the delivery's codec, if one is named
@@ -260,14 +278,18 @@ def _render(avatar, audio, output, args) -> int:
         print(engine if where == "this computer" else f"{where}{'; ' + engine if engine else ''}", file=sys.stderr)
 
     render.on_started = started
+    stamp("request")
     try:
         for p in render.run():
+            if p.done and "first_frame" not in STAMPS:
+                stamp("first_frame")
             if not p.finished:
                 extra = f"  {len(p.workers)} worker(s)" if p.workers else ""
                 bar.update(p.done, p.total, f"{p.fps:6.1f} fps{extra}  ETA {fmt_seconds(p.eta_s)}")
     finally:
         bar.close()
-    r = render.result
+    r = render.finished_result()
+    stamp("rendered")
     check = check_after(r.output, req, args.json) if req.settings.checked else None
     if check is not None and check.get("worst_second") is not None:
         from studio.service.sidecars import add_worst_second
@@ -278,6 +300,7 @@ def _render(avatar, audio, output, args) -> int:
         out["ran_on"] = render.where
         if render.last is not None and render.last.chunks:  # local chunks, the farm
             out.update(chunks=render.last.chunks, retries=render.last.retries, workers=sorted(render.last.workers))
+        out["timeline"] = timeline()
         if check is not None:
             out["check"] = check
             if check.get("report_files"):  # its visual report, beside the video
@@ -352,11 +375,67 @@ def check_output_args(output, avatar, audio, kind: str, codec: str | None = None
     return check_output(output, render_inputs(avatar, audio), kind, codec=codec)
 
 
-def run_render(args) -> int:
-    if not getattr(args, "server", None):
-        from studio.cli.serve import hand_to_local_server
+STAMPS: dict[str, float] = {}  # epoch seconds of a command's stages (``timeline``)
 
-        args.server = hand_to_local_server(args)  # a warm `studio serve` on this data folder: no cold start
+
+def stamp(name: str) -> None:
+    import time
+
+    STAMPS.setdefault(name, time.time())
+
+
+def timeline() -> dict[str, float]:
+    """Seconds from this process's start to each stage of the command (``--json``'s ``timeline``: what a
+    cold start spends where): ``command`` (Python started, studio imported, options parsed), ``placed``
+    (a warm server looked for), ``torch``/``nets``/``cuda`` (the preload thread's steps), ``request``
+    (settings resolved, inputs checked), ``first_frame`` (progress reported its first frames),
+    ``rendered`` (the file finished)."""
+    from studio.core.engines import preload
+
+    try:  # the process's start, from /proc (clock ticks since boot)
+        import os
+
+        with open("/proc/self/stat") as f:
+            ticks = float(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(float(x.split()[1]) for x in f if x.startswith("btime"))
+        born = boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        born = min(STAMPS.values(), default=0.0)
+    out = {k: round(v - born, 3) for k, v in STAMPS.items()}
+    if preload.started_at:
+        out.update({k: round(preload.started_at + v - born, 3) for k, v in preload.timeline.items()})
+    return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
+def run_render(args) -> int:
+    stamp("command")
+    if getattr(args, "priority", None) is not None:
+        from studio.service.scheduler import parse_priority
+
+        parse_priority(args.priority)  # a bad lane: one sentence before any work
+    if getattr(args, "server", None) and getattr(args, "local", False):
+        from studio.core.errors import InputError
+
+        raise InputError("--local renders in this process and --server on that server: give one of them")
+    if not getattr(args, "server", None):
+        from studio.cli.serve import local_server
+
+        args.server, why = local_server(args)  # a warm `studio serve` on this data folder: no cold start
+        if args.server:
+            print(
+                f"studio: handing this render to the studio serve running on this data folder ({args.server}, "
+                "engine warm); --local renders in this process",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            lane = "; --priority orders jobs on a server only" if getattr(args, "priority", None) else ""
+            print(f"studio: rendering in this process ({why}){lane}", file=sys.stderr, flush=True)
+            from studio.core.engines import preload
+
+            preload.start(getattr(args, "engine", None), getattr(args, "device", None))  # torch while inputs load
+        stamp("placed")
     if getattr(args, "server", None):
         from studio.cli.remote import check_server_args
 

@@ -248,7 +248,7 @@ def run_serve(args) -> int:
         ) from None
     from studio.api.options import is_loopback
     from studio.core import env
-    from studio.core.media.audio import set_max_audio_minutes
+    from studio.core.media.audio_info import set_max_audio_minutes
     from studio.service.retention import parse_duration
 
     try:
@@ -357,7 +357,7 @@ ADVERT = "serve.json"  # in the data folder: where a loopback `studio serve` of 
 
 
 def advertise(url: str, token: bool) -> None:
-    """Say in the data folder that this process serves it at ``url`` (for ``hand_to_local_server``)."""
+    """Say in the data folder that this process serves it at ``url`` (for ``local_server``)."""
     import json
     import os
 
@@ -382,11 +382,12 @@ def withdraw() -> None:
         pass
 
 
-def hand_to_local_server(args) -> str | None:
-    """The URL of a ``studio serve`` running on this data folder on loopback that can take this
-    render (its engine is warm: no cold start here), after saying so on stderr; None to render in
-    this process: ``STUDIO_LOCAL_SERVER=0``, options that pick where it renders (``--device``,
-    ``--gpus``, ``--chunks``, ``--farm``), no server, or one that needs a token we do not have."""
+def local_server(args) -> tuple[str | None, str]:
+    """``(URL, "")`` of a ``studio serve`` running on this data folder on loopback that can take this
+    render (its engine is warm: no cold start here), else ``(None, why this process renders it)``:
+    ``--local`` or ``STUDIO_LOCAL_SERVER=0``, options that pick where it renders (``--device``,
+    ``--gpus``, ``--chunks``, ``--farm``), no server, a stale ``serve.json`` (its process gone, not a
+    ``studio serve``, not ready), or one that needs a token we do not have."""
     import json
     import os
     import urllib.request
@@ -394,38 +395,38 @@ def hand_to_local_server(args) -> str | None:
     from studio.core import env
     from studio.core.env import data_dir
 
+    if getattr(args, "local", False):
+        return None, "--local"
     if not env.flag("STUDIO_LOCAL_SERVER"):
-        return None
-    if getattr(args, "device", None) or getattr(args, "gpus", None) or getattr(args, "chunks", 0):
-        return None
+        return None, "STUDIO_LOCAL_SERVER=0"
+    for option in ("device", "gpus", "chunks"):
+        if getattr(args, option, None):
+            return None, f"--{option} picks where it renders"
     if getattr(args, "farm", None) is not None:
-        return None
+        return None, "--farm picks where it renders"
     from studio.core.errors import StudioError
     from studio.core.store.small_files import read_small
 
     try:
         advert = json.loads(read_small(data_dir() / ADVERT, ADVERT, most=4096))
+    except (OSError, ValueError, StudioError):
+        return None, "no studio serve runs on this data folder"
+    try:
         url, pid = loopback_url(str(advert["url"])), int(advert["pid"])
         os.kill(pid, 0)  # the process is there
-    except (OSError, ValueError, KeyError, TypeError, StudioError):
-        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"{ADVERT} names no running studio serve"
     if url is None or not is_studio_serve(pid):
-        return None  # the file is not trusted: only a loopback `studio serve` gets the job (and the token)
+        return None, f"{ADVERT} names no loopback studio serve"  # not trusted: no job, no token
     if advert.get("token") and not env.get("STUDIO_SERVER_TOKEN"):
-        return None
+        return None, "the studio serve of this data folder needs a token (STUDIO_SERVER_TOKEN)"
     try:
         with urllib.request.urlopen(f"{url}/v1/ready", timeout=1.0) as r:  # our own loopback URL
             if r.status != 200 or json.loads(r.read(4096)).get("ready") is not True:
-                return None  # not a Studio server's answer: render here
+                return None, "the studio serve of this data folder is not ready"
     except (OSError, ValueError, AttributeError):
-        return None
-    print(
-        f"studio: handing this render to the studio serve running on this data folder ({url}, engine warm); "
-        "STUDIO_LOCAL_SERVER=0 renders in this process",
-        file=sys.stderr,
-        flush=True,
-    )
-    return url
+        return None, "the studio serve of this data folder did not answer"
+    return url, ""
 
 
 def loopback_url(text: str) -> str | None:

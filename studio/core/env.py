@@ -76,6 +76,11 @@ KNOBS: dict[str, Knob] = {
             "studio render always renders in its own process (by default it hands the job to a studio serve "
             "running on the same data folder, which has its engine warm)",
         ),
+        Knob.switch(
+            "STUDIO_PRELOAD",
+            "a cold studio render imports PyTorch and creates the CUDA context only when the engine needs "
+            "them (by default it starts at once on a thread, while the command reads its inputs)",
+        ),
         Knob(
             "STUDIO_MAX_ENGINES",
             "warm engines a process keeps at most (the least recently used is evicted first)",

@@ -130,6 +130,63 @@ def user_path(
             counts=(clients, 2 * clients),
             breaking=breaking,
         )
+        save(out)
+    if serve and service:
+        from studio.service.bench_serve import eviction_rows
+
+        short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
+        out["eviction"] = eviction_rows(workdir / "evict", env, short, note=note)
+    return out
+
+
+def table_path(workdir: Path, device: str | None, clients: int = 8, trace_dir: Path | None = None, **kw) -> dict:
+    """Only what issue 48's table needs (``studio bench --user --table``, ~5 minutes on an H100): the
+    weights imported, the photo avatar, the cold commands, a fresh server's warm ``POST /generate``
+    of ``frames``, the hand-off, ``clients`` and twice as many clients at once with a 5 s breaking
+    clip posted into each burst, and an evicted engine's memory (``eviction_rows``); ``kw``: ``frames``
+    (672), ``height`` (1080), ``clip_frames``, ``note``, ``on_part`` as ``user_path``'s. ``trace_dir``: the
+    server's stage trace and GPU samples (``bench_serve.service_rows``; tests/benchmarks/trace_service.py)."""
+    from studio.bench import user as bench_user
+    from studio.core.engines.runtime_torch import resolve_device
+    from studio.service.bench_serve import eviction_rows, service_rows
+
+    note, save = kw.get("note", log.info), kw.get("on_part") or (lambda out: None)
+    frames, height, clip_frames = kw.get("frames", 672), kw.get("height", 1080), kw.get("clip_frames", CLIP_FRAMES)
+    workdir = Path(workdir)
+    home = workdir / "home"
+    dev = str(resolve_device(device))
+    out: dict = {"runs": {}, "home": str(home), "table_only": True}
+    env = child(STUDIO_HOME=str(home))
+    with bench_user.env_home(home):
+        out["import"] = import_official(workdir / "random", env, tiny=not dev.startswith("cuda"), note=note)
+        out["avatars"] = bench_user.add_avatars(workdir / "user", height)
+    many = [bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, 2 * clients + 1)]
+    out["cold"] = cold_rows(workdir / "cold", env, dev, many[0], note=note)
+    save(out)
+    voice = bench_user.voice_file(workdir / "user" / "voices", "wav48", frames)
+    fresh = [bench_user.voice_file(workdir / "user" / "voices", "wav48", frames, seed=s) for s in range(100, 106)]
+    breaking = bench_user.voice_file(workdir / "clips", "wav48", 125, seed=77)  # 5 s, priority=breaking
+    out["service"] = {}
+    try:
+        service_rows(
+            workdir / "service",
+            env,
+            voice,
+            many,
+            note=note,
+            fresh=fresh,
+            counts=(clients, 2 * clients),
+            breaking=breaking,
+            variants=(),
+            cache=False,
+            out=out["service"],
+            trace_dir=trace_dir,
+        )
+    finally:
+        save(out)
+    short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
+    out["eviction"] = eviction_rows(workdir / "evict", env, short, note=note)
+    save(out)
     return out
 
 
@@ -214,8 +271,20 @@ def _packets(path: Path) -> list[bytes]:
 # 4. Cold commands
 
 
-def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info) -> dict:
-    """Fresh ``studio render`` processes of ``voice`` (wall time of the whole command)."""
+COLD_PLAN: tuple[tuple[str, str, dict], ...] = (  # (row, engine, environment), in this order
+    ("cold-cli-musetalk-new-avatar", "musetalk", {}),  # its first MuseTalk render computes the avatar's latents
+    ("cold-cli-musetalk", "musetalk", {}),
+    ("cold-cli-musetalk-no-preload", "musetalk", {"STUDIO_PRELOAD": "0"}),
+    ("cold-cli-classic", "classic", {}),
+    ("cold-cli-classic-no-preload", "classic", {"STUDIO_PRELOAD": "0"}),
+)
+
+
+def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info, imports: bool = True) -> dict:
+    """Fresh ``studio render`` processes of ``voice`` (wall time of the whole command, and its
+    ``timeline``: seconds from the process's start to each stage), ``COLD_PLAN``'s rows; what
+    importing torch alone costs; ``imports``: the heaviest imports of a cold MuseTalk command
+    (``python -X importtime``, ``imports``: the 25 largest by cumulative time)."""
     from studio.bench import user as bench_user
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -227,17 +296,12 @@ def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info) 
         env=env,
     )
     out["import_torch_s"] = round(float(r.stdout.strip() or 0), 3)
-    plan = [
-        ("cold-cli-musetalk", "musetalk", {}),
-        ("cold-cli-musetalk-pickles", "musetalk", {"STUDIO_FAST_COPIES": "0"}),
-        ("cold-cli-classic", "classic", {}),
-    ]
-    for key, engine, extra in plan:
-        note(f"cold: a fresh `studio render` of {voice.name} with {engine}" + (" (official pickles)" if extra else ""))
-        cmd = [sys.executable, "-m", "studio", "render", "--avatar", bench_user.PHOTO, "--audio", str(voice)]
-        cmd += ["-o", str(folder / f"{key}.mp4"), "--engine", engine, "--device", device, "--json"]
+    base = [sys.executable, "-m", "studio", "render", "--avatar", bench_user.PHOTO, "--audio", str(voice)]
+    for key, engine, extra in COLD_PLAN:
+        note(f"cold: a fresh `studio render` of {voice.name} with {engine} ({key})")
+        cmd = [*base, "-o", str(folder / f"{key}.mp4"), "--engine", engine, "--device", device, "--json"]
         t0 = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, env={**env, **extra})
+        p = subprocess.run(cmd, capture_output=True, text=True, env={**env, **extra, "STUDIO_LOCAL_SERVER": "0"})
         wall = time.perf_counter() - t0
         if p.returncode != 0:
             out[key] = {"error": p.stderr.strip()[-1500:], "seconds": round(wall, 3)}
@@ -250,10 +314,37 @@ def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info) 
             "frames": res.get("frames"),
             "stage_ms": res.get("stage_ms"),
             "audio": res.get("audio"),
+            "timeline": res.get("timeline"),
         }
-        note(f"{key}: {wall:.2f} s wall (render {res.get('seconds')} s)")
+        note(f"{key}: {wall:.2f} s wall (render {res.get('seconds')} s); timeline {res.get('timeline')}")
         (folder / f"{key}.mp4").unlink(missing_ok=True)
+    if imports:
+        cmd = [sys.executable, "-X", "importtime", *base[1:], "-o", str(folder / "imports.mp4")]
+        p = subprocess.run([*cmd, "--engine", "musetalk", "--device", device], capture_output=True, text=True, env=env)
+        out["imports"] = heaviest_imports(p.stderr)
+        (folder / "imports.mp4").unlink(missing_ok=True)
     return out
+
+
+def heaviest_imports(importtime: str, most: int = 25) -> list[tuple[str, float, float]]:
+    """``python -X importtime``'s output -> ``(module, cumulative s, self s)`` of the ``most`` modules
+    with the largest cumulative time, top-level packages and studio's modules only (a child's time is
+    in its parent's)."""
+    rows = []
+    for line in importtime.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        parts = line.split("|")
+        try:
+            own, cum = int(parts[0].split(":")[1]), int(parts[1])
+        except ValueError:
+            continue  # the header line
+        name = parts[2].rstrip()
+        depth = (len(name) - len(name.lstrip())) // 2
+        name = name.strip()
+        if depth <= 1 or name.startswith("studio"):
+            rows.append((name, round(cum / 1e6, 3), round(own / 1e6, 3)))
+    return sorted(rows, key=lambda r: -r[1])[:most]
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,3 +448,62 @@ def _burst(url: str, voices: list[Path], folder: Path, note) -> dict:
     }
     note(f"serve: {len(voices)} clients at once: {row['fps']} frames/s together ({wall:.2f} s)")
     return row
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 48's table
+
+
+def issue_table(u: dict) -> list[tuple[str, str, str, str]]:
+    """The rows of issue 48's table from ``user_path``'s or ``table_path``'s figures: ``(what,
+    measured, goal, "met"/"missed"/"not measured")``."""
+    sv = u.get("service") or {}
+    rows: list[tuple[str, str, str, str]] = []
+
+    def row(what: str, value: float | None, goal: float, text: str, higher: bool = False) -> None:
+        if value is None:
+            rows.append((what, "not measured", text, "not measured"))
+            return
+        ok = value >= goal if higher else value <= goal
+        rows.append((what, f"{value:,.1f} frames/s" if higher else f"{value:.2f} s", text, "met" if ok else "missed"))
+
+    bursts = {b["clients"]: b for b in sv.get("concurrent_default") or []}
+    for n, least in sorted(zip(sorted(bursts), (1000.0, 1100.0), strict=False)):
+        row(f"{n} clients x 15 s at once, default server", bursts[n]["fps"], least, f">= {least:,.0f} frames/s", True)
+    if not bursts:
+        row("8 clients x 15 s at once, default server", None, 1000, ">= 1,000 frames/s", True)
+    for n in sorted(bursts):
+        b = bursts[n].get("breaking") or {}
+        walls = bursts[n].get("request_s") or []
+        what = f"a 5 s breaking clip's first frame, {n} clients running"
+        if walls:
+            what += f" (fastest client {min(walls):.2f} s, slowest {max(walls):.2f} s)"
+        row(what, b.get("first_frame_s"), 0.25, "<= 0.25 s")
+    f = sv.get("fresh") or {}
+    warm = sorted(r["request_s"] for r in (f.get("requests") or [])[3:])
+    frames = (f.get("requests") or [{}])[-1].get("frames") or 672
+    row(f"one {frames}-frame POST /generate, warm (median)", warm[len(warm) // 2] if warm else None, 0.8, "<= 0.8 s")
+    c = u.get("cold") or {}
+    for key, label, goal in (("cold-cli-musetalk", "MuseTalk", 5.0), ("cold-cli-classic", "classic", 3.0)):
+        r = c.get(key) or {}
+        row(f"cold `studio render` of 15 s, {label}, this process", r.get("seconds"), goal, f"<= {goal:g} s")
+    h = sv.get("handoff") or {}
+    for engine, label, goal in (("musetalk", "MuseTalk", 5.0), ("classic", "classic", 3.0)):
+        r = h.get(engine) or {}
+        if r.get("handed"):
+            row(
+                f"fresh `studio render` of 15 s, {label}, handed to a warm server", r["seconds"], goal, f"<= {goal:g} s"
+            )
+    e = u.get("eviction") or {}
+    if "met" in e:
+        rows.append(
+            (
+                "GPU memory after an engine is evicted (one engine kept)",
+                f"{e['after_eviction_gb']} GB used (before: {e['one_engine_gb']}, larger: {e['larger_engine_gb']})",
+                "returned to the device",
+                "met" if e["met"] else "missed",
+            )
+        )
+    else:
+        rows.append(("GPU memory after an engine is evicted", "not measured", "returned to the device", "not measured"))
+    return rows

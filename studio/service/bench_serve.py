@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import shutil
@@ -262,6 +263,70 @@ def cache_rows(url: str, voice: Path, folder: Path, note=log.info) -> dict:
         "max_engines": max(r["warm_engines"] or 0 for r in rows),
         "max_gpu_reserved_gb": max((r["gpu_reserved_gb"] or 0) for r in rows),
     }
+
+
+EVICTION_REQUESTS: tuple[dict, ...] = (  # with one engine kept: each request evicts the one before
+    {},
+    {"decoder": "sd-vae", "precision": "fp32"},
+    {},
+)
+
+
+def eviction_rows(folder: Path, env: dict, voice: Path, note=log.info) -> dict:
+    """Issue 48 item 7 on a server keeping one warm engine (``STUDIO_MAX_ENGINES=1``): the default
+    engine, a larger one (SD-VAE decoder, fp32) that evicts it, then the default again, evicting the
+    larger one. After each, the device memory in use as another process sees it (``nvidia-smi``, and
+    ``torch.cuda.mem_get_info`` in a new process) and the server's own reserved memory. Met when the
+    memory in use after the last eviction is within 1 GiB of the first row's (the same one engine
+    held): the evicted engine's memory went back to the device."""
+    from studio.service.serve_process import ServeProcess
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with ServeProcess(folder, dict(env, STUDIO_MAX_ENGINES="1")) as srv:
+        _wait_ready(srv.url)
+        rows.append({"settings": "ready (default engine warm)", **_device_use(), **metrics(srv.url)})
+        for k, settings in enumerate(EVICTION_REQUESTS):
+            try:
+                r = _generate(srv.url, voice, folder / f"evict{k}.mp4", settings=settings)
+            except Exception as exc:  # noqa: BLE001 - a refusal is a row too
+                r = {"error": f"{type(exc).__name__}: {exc}"}
+            time.sleep(1.0)  # the eviction's empty_cache ran as the next engine loaded; the answer came after
+            r.update(settings=settings or "default", **_device_use(), **metrics(srv.url))
+            rows.append(r)
+            note(f"serve eviction: {settings or 'default'}: {r}")
+    first, last = rows[1], rows[-1]
+    out: dict = {"requests": rows}
+    if first.get("used_gb") is not None and last.get("used_gb") is not None:
+        out.update(
+            one_engine_gb=first["used_gb"],
+            larger_engine_gb=rows[2].get("used_gb"),
+            after_eviction_gb=last["used_gb"],
+            met=last["used_gb"] <= first["used_gb"] + 1.0 and (last.get("engine_evictions_total") or 0) >= 2,
+        )
+    return out
+
+
+def _device_use() -> dict:
+    """GPU 0's memory in use as any other process sees it: ``nvidia-smi``'s used, and the free memory a
+    new process's ``torch.cuda.mem_get_info`` reads (None without a GPU)."""
+    import json
+    import subprocess
+    import sys
+
+    out: dict = {"used_gb": None, "free_gb_other_process": None}
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        r = subprocess.run([smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                           capture_output=True, text=True)  # fmt: skip
+        with contextlib.suppress(ValueError):
+            out["used_gb"] = round(float(r.stdout.strip().splitlines()[0]) / 1024, 2)
+    probe = "import json, torch; f, t = torch.cuda.mem_get_info(0); print(json.dumps([f, t]))"
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    with contextlib.suppress(ValueError, IndexError):
+        free, _total = json.loads(r.stdout.strip().splitlines()[-1])
+        out["free_gb_other_process"] = round(free / 2**30, 2)
+    return out
 
 
 def _burst(url: str, voices: list[Path], folder: Path, note, label: str, breaking: Path | None = None) -> dict:

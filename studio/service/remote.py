@@ -99,6 +99,8 @@ def render_on_server(request, cancel: threading.Event, on_placed=None):
     settings = {s.name: getattr(request.settings, s.name) for s in specs("http") if s.name != "check"}
     if request.frames:
         settings.update(frame_start=request.frames[0], frame_end=request.frames[1])
+    if request.placement.priority is not None:  # studio render --priority: the server's lane
+        settings["priority"] = request.placement.priority
     job = c.submit(
         server_avatar(c, request.avatar, upload=True), audio_id=audio_id(c, request.audio), settings=settings
     )

@@ -41,7 +41,8 @@ class Placement:
     ``devices`` of this machine (empty: every CUDA GPU). ``chunks``: ``chunks`` local processes.
     ``farm``: a Ray farm at ``farm`` (``""``: the one ``studio farm up`` started here), in
     ``chunks`` segments (0: one per worker). ``server``: a ``studio serve`` at the URL ``server``
-    (its own queue renders it; the MP4 is downloaded here).
+    (its own queue renders it; the MP4 is downloaded here), in the lane ``priority`` there (breaking /
+    normal / bulk or 0-100, ``scheduler.parse_priority``; None: the server's default).
     """
 
     kind: str = "local"
@@ -49,6 +50,7 @@ class Placement:
     chunks: int = 0
     farm: str = ""
     server: str = ""
+    priority: int | None = None
 
     def __post_init__(self):
         if self.kind not in PLACEMENTS:
@@ -68,6 +70,10 @@ class Placement:
             if not host:
                 raise InputError("the Studio server needs an address such as http://gpu-box:8321")
             object.__setattr__(self, "server", url if "://" in url else f"http://{url}")
+        if self.priority is not None:
+            from studio.service.scheduler import parse_priority
+
+            object.__setattr__(self, "priority", parse_priority(self.priority))
 
     @property
     def label(self) -> str:
@@ -182,6 +188,7 @@ class RenderRequest:
                 "chunks": self.placement.chunks,
                 "farm": self.placement.farm,
                 "server": self.placement.server,
+                **({} if self.placement.priority is None else {"priority": self.placement.priority}),
             },
             "frames": list(self.frames) if self.frames else None,
             "overwrite": self.overwrite,
@@ -206,6 +213,7 @@ class RenderRequest:
                 chunks=int(p.get("chunks") or 0),
                 farm=str(p.get("farm") or ""),
                 server=str(p.get("server") or ""),
+                priority=p.get("priority"),
             ),
             frames=tuple(frames) if frames else None,
             overwrite=bool(d.get("overwrite", False)),

@@ -266,7 +266,7 @@ def _kind(name: str) -> str:
 def main(argv: list[str]) -> int:
     out = json.loads(Path(argv[0]).read_text())
     folder = Path(argv[1])
-    sv = out["service"]
+    sv = out.get("service") or out["user"]["service"]  # bench_service.py's or `studio bench --user --table`'s
     labels = ["default"] + [
         k.removeprefix("concurrent_") for k in sv if k.startswith("concurrent_") and k != "concurrent_default"
     ]

@@ -23,7 +23,7 @@ def one_hour_analysis(seconds: float = 3600.0, seed: int = 0):
     """A synthetic AudioAnalysis of ``seconds`` of speech with a pause every ~4 s (no decoding)."""
     from studio.core.constants import FPS, SAMPLE_RATE
     from studio.core.media.analysis import ENVELOPE_BUCKET, AudioAnalysis
-    from studio.core.media.audio import AudioInfo
+    from studio.core.media.audio_info import AudioInfo
 
     rng = np.random.default_rng(seed)
     frames = int(seconds * FPS)

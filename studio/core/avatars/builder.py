@@ -4,6 +4,7 @@ previous avatar intact). Builds of one folder are serialised across processes (f
 themselves (decode and track, crops, masks, the commit) are ``avatars.stages.StageBuilder``.
 
     assets = build(folder, name, source, sha256, quick_key, params, progress)
+    assets = load_folder(folder, name)      # checked; damage repaired (rebuild) or one sentence
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from studio.core.avatars.cache import (
     open_array,
     open_assets,
     read_meta,
+    rebuildable,
     upgrade,
 )
 from studio.core.avatars.stages import StageBuilder
@@ -162,6 +164,47 @@ def build(
         raise
 
 
+def rebuild(folder: Path, name: str, meta: dict, params: AvatarParams, progress=None, **kw) -> AvatarAssets:
+    """The avatar in ``folder`` built again from what its ``meta`` says (its source file when it is
+    still there, its hash and quick key; the source checked against them) with ``params``; ``kw``:
+    the builder's other options (``damaged``)."""
+    src = Path(meta["source"])
+    return build(
+        folder,
+        name,
+        src if src.is_file() else None,
+        meta["source_sha256"],
+        meta.get("source_key"),
+        params,
+        progress,
+        check_source=True,
+        **kw,
+    )
+
+
+def load_folder(folder: Path, name: str) -> AvatarAssets:
+    """The avatar in ``folder`` opened (checked; a block damaged later is repaired with ``rebuild``),
+    or rebuilt now when its meta.json or a file is damaged (one sentence when it cannot be)."""
+    meta = read_meta(folder)
+    problem = meta_problem(meta)
+    if problem is None and meta is not None:
+        if meta["schema_version"] != SCHEMA_VERSION:
+            meta = upgrade(folder, name, meta)
+        if meta is not None:
+            try:
+                return open_assets(folder, meta, rebuild=rebuild)
+            except Damaged:  # build finds which stages are damaged, says so and rebuilds them
+                pass
+    elif not rebuildable(meta):
+        if not folder.is_dir():
+            raise AvatarError(f"no avatar named '{name}' in the library (it was removed); see `studio avatar list`")
+        raise AvatarError(f"avatar '{name}' is damaged ({problem}); {fix_hint(name, folder, None)}")
+    meta = meta if meta is not None else read_meta(folder)
+    if meta is None:  # removed meanwhile
+        raise AvatarError(f"avatar '{name}' is damaged (its meta.json is gone); {fix_hint(name, folder, None)}")
+    return rebuild(folder, name, meta, AvatarParams.from_json(meta["params"]))
+
+
 def _build_locked(folder, name, source, source_sha, source_key, params, progress, check_source, damaged):
     old = read_meta(folder)
     problem = meta_problem(old) if old is not None else None
@@ -196,7 +239,7 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
                 damage.append((str(exc), stage))
         todo.append(stage)
     if not todo:
-        return open_assets(folder, old, verify=False)
+        return open_assets(folder, old, verify=False, rebuild=rebuild)
     # The stages kept are the rebuild's input: every block of them is checked first.
     for stage, names in STAGES:
         if stage == todo[0]:
@@ -240,7 +283,7 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
     except BaseException:
         b.discard()
         raise
-    return open_assets(folder, meta, verify=False)
+    return open_assets(folder, meta, verify=False, rebuild=rebuild)
 
 
 def _stage_files(stage: str, names, meta: dict) -> list[str]:

@@ -1,7 +1,7 @@
 """The avatar cache's integrity: open a folder's arrays, check meta.json, sizes, headers and checksums,
 and guard the arrays as they are read (a damaged block rebuilds its stage from the source).
 
-    assets = load_folder(folder, name)      # checked; damage repaired or one sentence
+    assets = open_assets(folder, meta, rebuild=builder.rebuild)   # checked as read; damage repaired
     problem = meta_problem(read_meta(folder))
 """
 
@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -37,27 +38,18 @@ class Damaged(Exception):
     pass
 
 
-def load_folder(folder: Path, name: str) -> AvatarAssets:
-    meta = read_meta(folder)
-    problem = meta_problem(meta)
-    if problem is None and meta["schema_version"] != SCHEMA_VERSION:
-        meta = upgrade(folder, name, meta)
-    if problem is None and meta is not None:
-        try:
-            return open_assets(folder, meta)
-        except Damaged:  # build finds which stages are damaged, says so and rebuilds them
-            pass
-    elif problem is not None and not _rebuildable(meta):
-        if not folder.is_dir():
-            raise AvatarError(f"no avatar named '{name}' in the library (it was removed); see `studio avatar list`")
-        raise AvatarError(f"avatar '{name}' is damaged ({problem}); {fix_hint(name, folder, None)}")
-    meta = meta if meta is not None else read_meta(folder)
-    return rebuild(folder, name, meta, AvatarParams.from_json(meta["params"]))
+# ``builder.rebuild(folder, name, meta, params, progress=None, damaged=...)``: the avatar built again
+# from its source (the builder uses this module's checks, so it is handed in, not imported)
+Rebuild = Callable[..., AvatarAssets]
 
 
-def open_assets(folder: Path, meta: dict, verify: bool = True, wrap: bool = True) -> AvatarAssets:
+def open_assets(
+    folder: Path, meta: dict, verify: bool = True, wrap: bool = True, rebuild: Rebuild | None = None
+) -> AvatarAssets:
     """The cache's arrays after the quick checks; those over 64 KiB as ``CheckedArray``s whose
-    blocks are verified when first read (``wrap=False``: plain memory maps, for listing)."""
+    blocks are verified when first read (``wrap=False``: plain memory maps, for listing). A damaged
+    block found later is repaired with ``rebuild`` (the builder's: ``builder.rebuild``); without
+    it, one sentence says the avatar is damaged."""
     arrays, specs = {}, meta["files"]
     side = max(int(meta["width"]), int(meta["height"]))
     for _, names in STAGES:
@@ -71,7 +63,7 @@ def open_assets(folder: Path, meta: dict, verify: bool = True, wrap: bool = True
         if a.shape[0] != n_frames:
             raise Damaged(f"{n}.npy has {a.shape[0]} rows, meta.json says {n_frames}")
     if wrap:
-        guard = _Guard(folder, meta)
+        guard = _Guard(folder, meta, rebuild)
         for n, a in arrays.items():
             if specs[n]["bytes"] > FULL_CHECKSUM_BYTES:
                 try:
@@ -257,7 +249,7 @@ def meta_problem(meta: dict | None) -> str | None:
     return None
 
 
-def _rebuildable(meta: dict | None) -> bool:
+def rebuildable(meta: dict | None) -> bool:
     """Whether a damaged meta.json still says which file (and which SHA-256) to rebuild from."""
     if not isinstance(meta, dict):
         return False
@@ -273,7 +265,7 @@ def _rebuildable(meta: dict | None) -> bool:
 def fix_hint(name: str, folder: Path, meta: dict | None) -> str:
     """The one instruction for a damaged avatar, the same in `render`, `avatar list` and the app."""
     library = folder.parent == library_dir()
-    if meta is not None and meta_problem(meta) is None or _rebuildable(meta):
+    if meta is not None and meta_problem(meta) is None or rebuildable(meta):
         src = Path(str(meta.get("source")))
         if src.is_file():
             return f"it is rebuilt from its source {src} the next time it is used"
@@ -305,26 +297,6 @@ def upgrade(folder: Path, name: str, meta: dict) -> dict | None:
     return meta
 
 
-def rebuild(folder: Path, name: str, meta: dict, params: AvatarParams, progress=None, **kw):
-    """The avatar in ``folder`` built again from what its ``meta`` says (its source file when it is
-    still there, its hash and quick key; the source checked against them) with ``params``; ``kw``:
-    the builder's other options (``damaged``)."""
-    from studio.core.avatars.builder import build  # the builder uses this module's checks: imported here
-
-    src = Path(meta["source"])
-    return build(
-        folder,
-        name,
-        src if src.is_file() else None,
-        meta["source_sha256"],
-        meta.get("source_key"),
-        params,
-        progress,
-        check_source=True,
-        **kw,
-    )
-
-
 def file_id(path: Path) -> tuple | None:
     try:
         st = path.stat()
@@ -343,19 +315,21 @@ class _Guard:
     deterministic for one source, so they do; if not, one sentence asks to run the command again.
     """
 
-    def __init__(self, folder: Path, meta: dict):
-        self.folder, self.meta = folder, meta
+    def __init__(self, folder: Path, meta: dict, rebuild: Rebuild | None):
+        self.folder, self.meta, self.rebuild = folder, meta, rebuild
         self.arrays: dict[str, CheckedArray] = {}
         self.small: dict[str, np.ndarray] = {}  # the arrays verified whole at load (not wrapped)
         self.lock = threading.Lock()
 
     def __call__(self, arr: CheckedArray, seen: np.ndarray, reason: str) -> None:
         with self.lock:
-            if arr._mm is not seen:  # another thread has repaired it meanwhile
+            if arr.mapped is not seen:  # another thread has repaired it meanwhile
                 return
             name = self.meta["name"]
+            if self.rebuild is None:
+                raise AvatarError(f"avatar '{name}' is damaged ({reason}); {fix_hint(name, self.folder, self.meta)}")
             params = AvatarParams.from_json(self.meta["params"])  # build says what it rebuilds
-            fresh = rebuild(
+            fresh = self.rebuild(
                 self.folder, name, self.meta, params, damaged=(arr.name, arr.file_id and arr.file_id[0], reason)
             )
             for n in [*ARRAY_STAGE, *(k for k in OPTIONAL_ARRAYS if k in self.arrays or k in self.small)]:
@@ -364,7 +338,7 @@ class _Guard:
                 if a is None:  # a small array, read whole at load: compare it whole
                     same = np.array_equal(np.asarray(self.small[n]), np.asarray(new))
                 else:
-                    new_mm = new._mm if isinstance(new, CheckedArray) else new
+                    new_mm = new.mapped if isinstance(new, CheckedArray) else new
                     rows, sums = decode_sums(fresh.meta["files"][n], int(new_mm.shape[0]))
                     seen_blocks = a.handed_out
                     same = (
@@ -380,6 +354,6 @@ class _Guard:
                     )
             for n, a in self.arrays.items():
                 new = getattr(fresh, n)
-                a._swap(new._mm if isinstance(new, CheckedArray) else new, fresh.meta["files"][n])
+                a.swap(new.mapped if isinstance(new, CheckedArray) else new, fresh.meta["files"][n])
             self.meta.clear()
             self.meta.update(fresh.meta)

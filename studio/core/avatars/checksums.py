@@ -15,7 +15,7 @@ each frame once. Float arrays are also checked for values a tracker cannot produ
 coordinates far outside the frame).
 
 A block that fails calls ``on_damage(array, memmap_read, reason)``, which repairs the cache (``avatar.py``:
-rebuild from the source, or one sentence why not) and swaps new memory maps in with ``_swap``;
+rebuild from the source, or one sentence why not) and swaps new memory maps in with ``swap``;
 the read then goes on with the repaired data.
 
 Hand-written because numpy has no read hook on memory maps: a subclass of ``np.memmap`` would
@@ -163,7 +163,7 @@ class CheckedArray(NDArrayOperatorsMixin):
         self._mm, self._rows, self._sums = mm, rows, sums
         self._ok, self.file_id = _verified_flags(mm, len(sums))
 
-    def _swap(self, mm: np.ndarray, spec: dict) -> None:
+    def swap(self, mm: np.ndarray, spec: dict) -> None:
         """Read from a repaired file from now on (called by the damage handler)."""
         with self._lock:
             self._set(mm, spec)
@@ -175,6 +175,11 @@ class CheckedArray(NDArrayOperatorsMixin):
     size = property(attrgetter("_mm.size"))
     nbytes = property(attrgetter("_mm.nbytes"))
     itemsize = property(attrgetter("_mm.itemsize"))
+
+    @property
+    def mapped(self) -> np.ndarray:
+        """The memory map read now, unchecked (the damage handler compares it and swaps a new one in)."""
+        return self._mm
 
     @property
     def filename(self):

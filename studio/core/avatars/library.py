@@ -40,8 +40,8 @@ import numpy as np
 
 from studio.core.avatars import faces
 from studio.core.avatars.assets import HEX64, NAME_RE, AvatarAssets, AvatarParams, Progress, library_dir
-from studio.core.avatars.builder import build
-from studio.core.avatars.cache import Damaged, fix_hint, load_folder, meta_problem, open_assets, read_meta, rebuild
+from studio.core.avatars.builder import build, load_folder, rebuild
+from studio.core.avatars.cache import Damaged, fix_hint, meta_problem, open_assets, read_meta
 from studio.core.avatars.sources import SOURCE_HELP
 from studio.core.errors import AvatarError
 

@@ -160,7 +160,7 @@ def clip_stats(f: Features) -> ClipStats:
 
 def sampled_stats(info) -> ClipStats:
     """``clip_stats`` of ``STATS_PIECES`` stretches of 5 s spread evenly over the file ``info``
-    describes (``studio.core.media.audio.AudioInfo``), each read by seeking: what a clip longer
+    describes (``studio.core.media.audio_info.AudioInfo``), each read by seeking: what a clip longer
     than ``STATS_HOPS`` hops is normalised against, whether it renders whole or in part."""
     from studio.core.media.audio import frame_start, read_frames
 

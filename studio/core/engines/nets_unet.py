@@ -1,4 +1,4 @@
-"""The UNet of MuseTalk (diffusers' UNet2DConditionModel layout, keys and outputs), on ``nets``' blocks."""
+"""The UNet of MuseTalk (diffusers' UNet2DConditionModel layout, keys and outputs), on ``nets_blocks``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from studio.core.engines.nets import (
+from studio.core.engines.nets_blocks import (
     ACTIVATIONS,
     Downsample,
     Output,

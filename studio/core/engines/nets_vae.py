@@ -1,4 +1,4 @@
-"""MuseTalk's image coders on ``nets``' blocks: the SD-VAE (diffusers' AutoencoderKL) and TAESD
+"""MuseTalk's image coders on ``nets_blocks``: the SD-VAE (diffusers' AutoencoderKL) and TAESD
 (AutoencoderTiny), same layouts, keys and outputs."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from studio.core.engines.nets import (
+from studio.core.engines.nets_blocks import (
     ACTIVATIONS,
     Config,
     Downsample,

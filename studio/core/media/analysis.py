@@ -25,7 +25,8 @@ import numpy as np
 
 from studio.core.constants import DEFAULT_MIN_SILENCE_FRAMES, DEFAULT_SILENCE_THRESHOLD, SAMPLE_RATE
 from studio.core.errors import AudioError
-from studio.core.media.audio import READ_BLOCK, AudioInfo, Wave, decode, probe
+from studio.core.media.audio import Wave, decode, probe
+from studio.core.media.audio_info import READ_BLOCK, AudioInfo
 from studio.core.media.rates import DEFAULT_RATE, first_sample, rate_number
 
 log = logging.getLogger(__name__)

@@ -3,8 +3,10 @@
 
 WAV, FLAC, OGG and MP3 are read by libsndfile (soundfile); what it does not read (M4A/AAC, the audio
 track of a video file, Matroska/WebM, WMA...) is decoded by FFmpeg through PyAV (``read_blocks``
-hides which; ``media.audio_ffmpeg`` holds the FFmpeg side). ``aac_copyable(path)``: the voice-over already is AAC with its configuration, so an
-output takes its packets as they are (no re-encode).
+hides which; ``media.audio_ffmpeg`` holds the FFmpeg side). ``aac_copyable(path)``: the voice-over
+already is AAC with its configuration, so an output takes its packets as they are (no re-encode).
+What a file is (``AudioInfo``) and the length limit, checked from the header by ``probe``, are
+``media.audio_info``'s.
 
 Everything streams in blocks, so a two-hour file needs little memory beyond the 16 kHz array:
 
@@ -16,22 +18,14 @@ Frame ``t`` at rate ``r`` covers samples ``[floor(16000 t / r), floor(16000 (t +
 at 25 fps; 533 or 534 at 29.97); a clip has ``ceil(duration x r)`` frames (``rates.frames_in``).
 Seeking (``load(window=)``, ``read_frames``, ``frame_start``) works in 25 fps frames whatever the
 output's rate (a window at another rate is widened to the 25 fps frames around it).
-
-Limits, checked from the header before anything is decoded (``probe``): a voice-over longer than
-``max_audio_minutes()`` (default 240 minutes, ``STUDIO_MAX_AUDIO_MINUTES``; ``studio serve
---max-audio-minutes`` sets its own) is refused in one sentence, since its decoded size, not its
-file size, is what a render holds (a 917 KB FLAC can hold 10 h of silence: 2.3 GB decoded).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
 import stat
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -45,40 +39,13 @@ from studio.core.constants import (
     SAMPLES_PER_FRAME,
 )
 from studio.core.errors import AudioError
-from studio.core.media.rates import DEFAULT_RATE, first_sample, frames_in
+from studio.core.media import audio_ffmpeg
+from studio.core.media.audio_info import READ_BLOCK, SUPPORTED, AudioInfo, check_duration, quiet_stderr
+from studio.core.media.rates import DEFAULT_RATE, first_sample
 
 log = logging.getLogger(__name__)
 
-READ_BLOCK = 1 << 18  # source frames per decoded block (~6 s at 44.1 kHz)
-SUPPORTED = "WAV, FLAC, OGG (Vorbis/Opus), MP3 or M4A/AAC"
-DEFAULT_MAX_MINUTES = 240.0  # 4 h: 0.9 GB of 16 kHz samples in a render
 PREROLL_FRAMES = 10  # video frames decoded (and dropped) before a window, so the resampler is settled
-
-
-@dataclass(frozen=True)
-class AudioInfo:
-    """What the source file is, before any conversion."""
-
-    path: str
-    format: str
-    subtype: str
-    source_rate: int
-    channels: int
-    source_frames: int
-    decoder: str = "libsndfile"  # or "ffmpeg" (PyAV): what ``read_blocks`` decodes it with
-
-    @property
-    def duration_s(self) -> float:
-        return self.source_frames / self.source_rate
-
-    @property
-    def frames(self) -> int:
-        """Video frames on the 25 fps grid: ``ceil(duration_s * 25)``, computed exactly."""
-        return frames_for(self.source_frames, self.source_rate)
-
-    def frames_at(self, rate=DEFAULT_RATE) -> int:
-        """Video frames at ``rate``: ``ceil(duration_s * rate)``, computed exactly."""
-        return frames_for(self.source_frames, self.source_rate, rate)
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,11 +103,6 @@ class Wave:
         return out
 
 
-def frames_for(source_frames: int, rate: int, fps=DEFAULT_RATE) -> int:
-    """``ceil(source_frames / rate * fps)`` without floating-point error."""
-    return frames_in(source_frames, rate, fps)
-
-
 # --------------------------------------------------------------------------------------------
 # Loading
 
@@ -155,8 +117,6 @@ def probe(path: str | os.PathLike) -> AudioInfo:
     stderr and go to the debug log.
     """
     import soundfile as sf
-
-    from studio.core.media import audio_ffmpeg  # (it imports this module)
 
     p = Path(path)
     if not p.exists():
@@ -203,7 +163,7 @@ def probe(path: str | os.PathLike) -> AudioInfo:
     if info.frames >= UNKNOWN_LENGTH:  # libsndfile's answer for a FLAC whose STREAMINFO has no length:
         # libsndfile cannot read such a stream either (psf_fseek fails); FFmpeg decodes it, counted here
         out = audio_ffmpeg.probe_ffmpeg(p)
-        out = replace(out, source_frames=_count_frames(out))
+        out = replace(out, source_frames=audio_ffmpeg.count_frames(out))
     check_duration(out)
     return out
 
@@ -211,86 +171,6 @@ def probe(path: str | os.PathLike) -> AudioInfo:
 #: libsndfile reports SF_COUNT_MAX frames for a stream of unknown length (``flac -`` and recorders
 #: write a STREAMINFO with 0 samples when they cannot seek back to fill it in)
 UNKNOWN_LENGTH = 2**62
-
-
-def _count_frames(info: AudioInfo) -> int:
-    """The frames of a source whose header does not say: decoded and counted, block by block (memory
-    flat), no further than the voice-over limit allows."""
-    from studio.core.media import audio_ffmpeg  # (it imports this module)
-
-    limit, how = max_audio_minutes()
-    cap, n = int(limit * 60 * info.source_rate) + 1, 0
-    try:
-        for b in audio_ffmpeg.ffmpeg_blocks(info, READ_BLOCK, 0, None):
-            n += len(b)
-            if n > cap:
-                raise TooLong(
-                    f"{info.path}: is longer than the {_hm(limit * 60)} limit for a voice-over ({how}); "
-                    "split it into parts"
-                )
-    except AudioError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - av.error.* while decoding
-        raise audio_ffmpeg.av_error(Path(info.path), exc) from None
-    if n <= 0:
-        raise AudioError(f"{info.path}: contains no audio samples; export the voice-over again")
-    return n
-
-
-# --------------------------------------------------------------------------------------------
-# Limits (from the header, before decoding)
-
-_LIMIT: dict = {"minutes": None, "how": ""}  # set by ``set_max_audio_minutes`` (``studio serve``)
-
-
-def set_max_audio_minutes(minutes: float | None, how: str = "") -> None:
-    """Set this process's limit (None: back to ``STUDIO_MAX_AUDIO_MINUTES`` or the default);
-    ``how``: how the user raises it, for the message (e.g. "this server's --max-audio-minutes")."""
-    if minutes is not None and not (math.isfinite(minutes) and minutes > 0):
-        raise AudioError(f"the audio limit must be a positive number of minutes, not {minutes}")
-    _LIMIT.update(minutes=minutes, how=how)
-
-
-def max_audio_minutes() -> tuple[float, str]:
-    """The longest voice-over accepted, in minutes, and how to raise the limit."""
-    if _LIMIT["minutes"] is not None:
-        return float(_LIMIT["minutes"]), _LIMIT["how"] or "--max-audio-minutes raises it"
-    from studio.core import env
-
-    text = env.get("STUDIO_MAX_AUDIO_MINUTES").strip()
-    if not text:
-        return DEFAULT_MAX_MINUTES, "STUDIO_MAX_AUDIO_MINUTES raises it"
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value > 0):
-        from studio.core.errors import InputError
-
-        raise InputError(f"STUDIO_MAX_AUDIO_MINUTES={text}: give a positive number of minutes, such as 240")
-    return value, "STUDIO_MAX_AUDIO_MINUTES sets it"
-
-
-class TooLong(AudioError):
-    """The voice-over is longer than the limit (``max_audio_minutes``), said from its header."""
-
-
-def check_duration(info: AudioInfo) -> None:
-    """One sentence when the header says the voice-over is longer than the limit."""
-    limit, how = max_audio_minutes()
-    if info.duration_s > limit * 60:
-        raise TooLong(
-            f"{info.path}: is {_hm(info.duration_s)} long, over the {_hm(limit * 60)} limit for a voice-over "
-            f"({how}); split it into parts"
-        )
-
-
-def _hm(seconds: float) -> str:
-    m = seconds / 60
-    if m < 120:
-        return f"{m:.4g} minutes" if m != int(m) else f"{int(m)} minutes"
-    h, rest = divmod(int(round(m)), 60)
-    return f"{h} h {rest} min" if rest else f"{h} hours"
 
 
 SNIFF_BYTES = 4096
@@ -318,39 +198,6 @@ def _not_audio(head: bytes) -> str | None:
         text = head[: exc.start].decode("utf-8")
     printable = sum(ch.isprintable() or ch in "\t\r\n\f" for ch in text)
     return "a text file" if text and printable >= 0.95 * len(text) else None
-
-
-_QUIET = threading.Lock()
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    """Send what C libraries write to file descriptor 2 meanwhile to the debug log instead.
-
-    libsndfile's MP3 decoder (mpg123) prints resync notes straight to stderr, which no
-    library setting turns off. Kept short (header probes only): other threads' stderr lines
-    written meanwhile land in the debug log too.
-    """
-    import tempfile
-
-    with _QUIET:
-        try:
-            sys.stderr.flush()
-            saved = os.dup(2)
-        except (OSError, ValueError, AttributeError):
-            yield
-            return
-        with tempfile.TemporaryFile() as sink:
-            os.dup2(sink.fileno(), 2)
-            try:
-                yield
-            finally:
-                os.dup2(saved, 2)
-                os.close(saved)
-                sink.seek(0)
-                noise = sink.read(4096).decode("utf-8", "replace").strip()
-                if noise:
-                    log.debug("decoder output: %s", noise.replace("\n", " | "))
 
 
 def load(path: str | os.PathLike, window: tuple[int, int] | None = None, rate=DEFAULT_RATE) -> Wave:
@@ -468,8 +315,6 @@ def read_blocks(info: AudioInfo, block: int = READ_BLOCK, start: int = 0, stop: 
     """The source's samples as float32 ``[n, channels]`` blocks at its own rate, from source frame
     ``start`` to ``stop`` (None: the end; an FFmpeg source then ends exactly at
     ``info.source_frames``: the decoder's padding after the last sample is dropped)."""
-    from studio.core.media import audio_ffmpeg  # (it imports this module)
-
     if info.decoder == "ffmpeg":
         yield from audio_ffmpeg.ffmpeg_blocks(info, block, start, info.source_frames if stop is None else stop)
         return
@@ -540,8 +385,6 @@ def aac_copyable(path: str | os.PathLike) -> bool:
         return False
     if info.decoder != "ffmpeg" or info.subtype != "AAC":
         return False
-    from studio.core.media import audio_ffmpeg  # (it imports this module)
-
     container, stream = audio_ffmpeg.open_av(Path(path))
     try:
         return bool(stream.codec_context.extradata) and (container.format.name or "").split(",")[0] in (

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from studio.core.errors import AudioError
-from studio.core.media.audio import READ_BLOCK, SUPPORTED, AudioInfo, TooLong, _hm, max_audio_minutes, quiet_stderr
+from studio.core.media.audio_info import READ_BLOCK, SUPPORTED, AudioInfo, max_audio_minutes, quiet_stderr, too_long
 
 # Names of files libsndfile never reads; FFmpeg does (the sniff below catches most by content).
 FFMPEG_SUFFIXES = frozenset(
@@ -110,23 +110,27 @@ def _probe_now(p: Path) -> AudioInfo:
         container.close()
     info = AudioInfo(str(p), _CONTAINERS.get(fmt, fmt.upper()), codec, rate, channels, n, decoder="ffmpeg")
     if n <= 0:  # no length in the header: count what decodes (no further than the limit allows)
-        limit, how = max_audio_minutes()
-        cap, n = int(limit * 60 * rate) + 1, 0
-        try:
-            for b in ffmpeg_blocks(info, READ_BLOCK, 0, None):
-                n += len(b)
-                if n > cap:
-                    raise TooLong(
-                        f"{p}: is longer than the {_hm(limit * 60)} limit for a voice-over ({how}); split it into parts"
-                    )
-        except AudioError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - av.error.* while decoding
-            raise av_error(p, exc) from None
-        info = replace(info, source_frames=n)
-    if n <= 0:
-        raise AudioError(f"{p}: contains no audio samples; export the voice-over again")
+        info = replace(info, source_frames=count_frames(info))
     return info
+
+
+def count_frames(info: AudioInfo) -> int:
+    """The frames of a source whose header does not say: decoded and counted, block by block (memory
+    flat), no further than the voice-over limit allows."""
+    limit, _ = max_audio_minutes()
+    cap, n = int(limit * 60 * info.source_rate) + 1, 0
+    try:
+        for b in ffmpeg_blocks(info, READ_BLOCK, 0, None):
+            n += len(b)
+            if n > cap:
+                raise too_long(info.path)
+    except AudioError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - av.error.* while decoding
+        raise av_error(Path(info.path), exc) from None
+    if n <= 0:
+        raise AudioError(f"{info.path}: contains no audio samples; export the voice-over again")
+    return n
 
 
 def ffmpeg_blocks(info: AudioInfo, block: int, start: int, stop: int | None):

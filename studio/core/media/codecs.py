@@ -3,7 +3,7 @@ container, encoded in parallel over the CPU cores, written atomically.
 
     spec = CODECS["prores"]                     # encoder, container, extensions, pixel format, audio
     suffix_problem("out.mp4", "prores")         # "out.mp4: --codec prores writes QuickTime (.mov) ..."
-    with open_codec_writer("out.mov", 1920, 1080, codec="prores", audio="voice.flac", total_frames=T) as w:
+    with codec_writer.open_codec_writer("out.mov", 1920, 1080, codec="prores", audio="voice.flac", total_frames=T) as w:
         for idx in stripes(T, 64, w.chunks, window=w.window):
             w.write(batch, indices=idx)         # RGB [B,H,W,3] (or RGBA [B,H,W,4]), numpy or torch
 
@@ -382,13 +382,3 @@ def to_video_frame(av, frame: np.ndarray, in_fmt: str, pix_fmt: str):
     vf = vf.reformat(format=pix_fmt, dst_colorspace="ITU709", dst_color_range="MPEG")
     vf.colorspace, vf.color_range = BT709, RANGE_MPEG
     return vf
-
-
-def __getattr__(name: str):
-    """``open_codec_writer`` and ``CodecWriter`` live in ``codec_writer`` (the lane pipeline with these
-    codecs' encoders), which imports this module: they are found there on first use."""
-    if name in ("open_codec_writer", "CodecWriter"):
-        from studio.core.media import codec_writer
-
-        return getattr(codec_writer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

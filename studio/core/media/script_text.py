@@ -18,7 +18,7 @@ through ``plan_script`` before a voice is loaded, so its limits hold everywhere:
   ``MAX_RUN_PHONEMES``);
 * **expected duration**: estimated from the characters and sentence count (a lower bound, so a script
   is never refused for an over-estimate) and checked against the voice-over limit
-  (``audio.max_audio_minutes``) before anything is synthesised.
+  (``audio_info.max_audio_minutes``) before anything is synthesised.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def plan_script(text: str, speed: int = 160) -> ScriptPlan:
 def check_estimate(plan: ScriptPlan, most_bytes: int | None = None, rate: int = 22_050) -> None:
     """One sentence, before synthesis, when the script would speak longer than the voice-over limit (or,
     with ``most_bytes``, make a WAV larger than that: a server's upload limit)."""
-    from studio.core.media.audio import max_audio_minutes
+    from studio.core.media.audio_info import max_audio_minutes
 
     limit, how = max_audio_minutes()
     if plan.estimate_s > limit * 60:

@@ -46,7 +46,7 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
         return None
 
     def frame(slot, pts):
-        if convert is not None:  # a delivery codec: RGB(A) converted here (codecs.open_codec_writer)
+        if convert is not None:  # a delivery codec: RGB(A) converted here (codec_writer.open_codec_writer)
             from studio.core.media.codecs import to_video_frame
 
             vf = to_video_frame(av, slots[slot], convert[0], convert[1])
@@ -70,7 +70,7 @@ def _worker_main(conn) -> None:  # noqa: C901 - one loop over the pool's message
                 return
             try:
                 if kind == "open_codec":  # ("open_codec", shm, n, width, height, channels, fps, codec, crf,
-                    # preset, alpha, path): a delivery codec in this lane (codecs.CodecWriter)
+                    # preset, alpha, path): a delivery codec in this lane (codec_writer.CodecWriter)
                     from studio.core.media.codecs import configure, pix_fmt_of
 
                     name, n, width, height, channels, fps, codec, crf, preset, alpha, path = msg[1:12]

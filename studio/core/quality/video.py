@@ -218,7 +218,8 @@ def load_voice(
     and the voice is decoded as a stream: ``max_s`` keeps only its first seconds (the check compares
     the voice with the video's frames), so memory stays flat in the voice's length (a 3-hour FLAC for
     a 1 s video peaked at 4.9 GB when it was decoded whole)."""
-    from studio.core.media.audio import TooLong, probe
+    from studio.core.media.audio import probe
+    from studio.core.media.audio_info import TooLong
 
     if audio is not None:
         from studio.core.errors import AudioError

@@ -405,8 +405,6 @@ class Delivered:
             e0 = _event(frames)
             alpha = self.avatar.alpha
             if alpha is not None:
-                from studio.core.render.renderer import with_alpha
-
                 frames = with_alpha(frames, alpha, avatar_idx)
             frames = self.canvas.place(frames, avatar_idx, alpha=alpha is not None or self.canvas.transparent)
             if e0 is not None:
@@ -454,3 +452,12 @@ def _event(frames):
     e = torch.cuda.Event(enable_timing=True)
     e.record()
     return e
+
+
+def with_alpha(frames, alpha, avatar_idx):
+    """RGB frames ``[B,H,W,3]`` (torch) with the avatar frames' alpha as a fourth channel: the generated
+    mouth lies on the face, which is opaque, so the avatar's alpha is the output's."""
+    import torch
+
+    a = torch.from_numpy(np.ascontiguousarray(np.asarray(alpha[np.asarray(avatar_idx)]))).to(frames.device)
+    return torch.cat([frames, a[..., None]], dim=-1)

@@ -181,7 +181,8 @@ class LivePicture:
     def features(self, voice: LiveVoice, ns) -> tuple[Any, np.ndarray]:
         """The engine's audio features for frames ``ns`` (ascending): one call over the voice from
         ``CONTEXT`` slots before the first to ``LOOKAHEAD`` after the last; and each frame's index into them."""
-        from studio.core.media.audio import AudioInfo, Wave
+        from studio.core.media.audio import Wave
+        from studio.core.media.audio_info import AudioInfo
 
         ns = np.asarray(ns, np.int64)
         first = max(0, int(ns[0]) - CONTEXT)

@@ -24,6 +24,7 @@ import numpy as np
 from studio.core.hold import hold
 from studio.core.media.codecs import alpha_of
 from studio.core.media.rates import rate_text
+from studio.core.render.canvas import with_alpha
 from studio.core.render.clip import Clip
 from studio.core.render.plan import (
     RenderPlan,
@@ -122,7 +123,7 @@ class Renderer:
     @property
     def engine(self):
         if self._engine is None:
-            from studio.core.engines.base import select_for
+            from studio.core.engines.selection import select_for
 
             choice = select_for(self.settings)
             self._engine, self._engine_reason = choice.engine, choice.reason
@@ -534,15 +535,6 @@ def _first_run_end(idx: np.ndarray) -> int:
     """Position of the last frame of the first run of consecutive indices in ``idx``."""
     breaks = np.flatnonzero(np.diff(idx) != 1)
     return int(breaks[0]) if len(breaks) else len(idx) - 1
-
-
-def with_alpha(frames, alpha, avatar_idx):
-    """RGB frames ``[B,H,W,3]`` (torch) with the avatar frames' alpha as a fourth channel: the generated
-    mouth lies on the face, which is opaque, so the avatar's alpha is the output's."""
-    import torch
-
-    a = torch.from_numpy(np.ascontiguousarray(np.asarray(alpha[np.asarray(avatar_idx)]))).to(frames.device)
-    return torch.cat([frames, a[..., None]], dim=-1)
 
 
 def torch_index(active: np.ndarray, device):

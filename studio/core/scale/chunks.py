@@ -375,7 +375,7 @@ def avatar_reference(assets) -> tuple[str, str]:
 def open_avatar(ref: tuple[str, str]):
     """The ``AvatarAssets`` of ``avatar_reference`` (memory-mapped from the same folder)."""
     folder, name = ref
-    from studio.core.avatars.cache import load_folder
+    from studio.core.avatars.builder import load_folder
 
     return load_folder(Path(folder), name)
 
