@@ -122,8 +122,9 @@ def test_at_most_the_limit_is_prepared_ahead_and_a_cancelled_one_is_dropped(tmp_
     queued only the next two (``STUDIO_PREFETCH_JOBS``=2) are prepared; C cancelled is dropped and D
     takes its place; every job renders, and no hold on the engine is left (the pool can evict it)."""
     from studio.core.settings import RenderSettings
-    from studio.service import QueueService, RenderRequest
     from studio.service.pool import EnginePool
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
     from studio.service.scheduler import Scheduler
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "home"))
