@@ -53,12 +53,17 @@ ROOT = Path(__file__).resolve().parent.parent
 LINE_CAP = 600
 RULES = ("private-import", "reach-in", "cycle", "string-import")
 
-# Public names of other projects that begin with an underscore, only those Studio uses: (the name
-# they are read from, or None for any, attribute) -> why it is not a reach-in.
+# Names of other projects that begin with an underscore, only those Studio uses: (what they are read
+# from, as written, or None for any, attribute) -> why it is not a reach-in.
 ALLOWED_ATTRS: dict[tuple[str | None, str], str] = {
     ("os", "_exit"): "the documented way to end a process without cleanup (a forked child)",
     ("sys", "_current_frames"): "documented CPython API (a stack sample of every thread)",
     ("sys", "_MEIPASS"): "PyInstaller's documented bundle folder",
+    # not public, used knowingly: no public way does the job
+    ("atexit", "_run_exitfuncs"): "CPython's only way to run the exit handlers before os._exit (signals.quick_exit; "
+    "the interpreter's teardown took 0.4-0.9 s after a cold render); unchanged since Python 2",
+    ("torch.ops.aten", "_upsample_bicubic2d_aa"): "the antialiased bicubic with explicit scales (canvas._resize of a "
+    "crop of the scaled whole): F.interpolate takes a size or a scale, not both; an op of torch's ATen op set",
 }
 
 # Test files that exist to touch a private name; each with its reason. Empty: no test needs it.
@@ -78,17 +83,10 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("farm", "studio/core/scale/serve_worker.py: from studio.core.scale.farm import _Worker"),
         ("farm", "studio/service/farm_dispatch.py: from studio.core.scale.farm import _avatar_key"),
         ("farm", "studio/service/farm_job.py: from studio.service.farm_dispatch import _Actor"),
-        ("rules", "studio/cli/delivery.py: from studio.cli.render import _render_options"),
-        ("rules", "studio/core/avatars/library.py: from studio.core.avatars.sources import _has_alpha"),
-        ("rules", "studio/core/store/deliveries.py: from studio.core.delivery import _user_dir"),
-        ("rules", "tests/benchmarks/profile_pipeline.py: from studio.bench.reference import _bench_models"),
         (
             "rules",
             "tests/ray_cluster.py: from ray._private.authentication_test_utils import ... (a private module, from outside its package)",
         ),
-        ("rules", "tests/test_hostile_avatars.py: from test_avatar import _two_faces"),
-        ("rules", "tests/test_stage_trace.py: from studio.api.warmup import _writers_of"),
-        ("rules", "tests/test_stage_trace.py: from studio.core.media.writer import _parallel_chunks"),
     ],
     "reach-in": [
         ("farm", "studio/bench/farm_serve.py: bench_user._tracker"),
@@ -105,19 +103,8 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("farm", "studio/service/farm_job.py: self.d._lock"),
         ("farm", "studio/service/farm_job.py: self.d._lock"),
         ("farm", "studio/service/farm_link.py: link._receive"),
-        ("rules", "studio/api/routers/renders.py: FileResponse._parse_range_header"),
-        ("rules", "studio/core/engines/musetalk.py: run._graphs"),
-        ("rules", "studio/core/engines/musetalk.py: self._nets['run']._graphs"),
-        ("rules", "studio/core/media/loudness.py: meter._filters"),
-        ("rules", "studio/core/render/canvas.py: torch.ops.aten._upsample_bicubic2d_aa"),
-        ("rules", "studio/core/signals.py: atexit._run_exitfuncs"),
-        ("rules", "studio/core/store/job_db.py: self.store._connect"),
-        ("rules", "studio/core/store/job_db.py: self.store._lock"),
-        ("rules", "studio/core/store/job_db.py: self.store._lock"),
         ("rules", "tests/benchmarks/bench_avatar_load.py: avatar_check._pool"),
         ("rules", "tests/benchmarks/bench_avatar_load.py: avatar_check._pool()._max_workers"),
-        ("rules", "tests/benchmarks/bench_engine_variants.py: eng._load"),
-        ("rules", "tests/benchmarks/bench_gpu_stages.py: eng._load"),
         ("rules", "tests/espeak_speech.py: _lib._rate"),
         ("rules", "tests/espeak_speech.py: _lib._rate"),
         ("rules", "tests/test_avatar.py: avatar_check._POOL"),
@@ -125,27 +112,14 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("rules", "tests/test_delivery.py: c._croppable"),
         ("rules", "tests/test_delivery.py: cv._resize"),
         ("rules", "tests/test_encode.py: enc._collect"),
-        ("rules", "tests/test_engine_sharing.py: a._load"),
-        ("rules", "tests/test_engine_sharing.py: a._nets"),
-        ("rules", "tests/test_engine_sharing.py: a._nets"),
-        ("rules", "tests/test_engine_sharing.py: engine._load"),
-        ("rules", "tests/test_engine_sharing.py: engine._nets"),
         ("rules", "tests/test_engine_sharing.py: pool._engines"),
         ("rules", "tests/test_engine_sharing.py: pool._engines"),
         ("rules", "tests/test_engine_sharing.py: pool._engines"),
-        ("rules", "tests/test_fast_load.py: run._graphs"),
-        ("rules", "tests/test_fast_load.py: run._graphs"),
         ("rules", "tests/test_fast_load.py: weights._load_fast"),
         ("rules", "tests/test_fast_load.py: weights._load_fast"),
         ("rules", "tests/test_fast_load.py: weights._load_fast"),
         ("rules", "tests/test_fast_load.py: weights._load_fast"),
         ("rules", "tests/test_hostile_data.py: library._frame_near"),
-        ("rules", "tests/test_hostile_data.py: store._tx"),
-        ("rules", "tests/test_musetalk.py: engine._load"),
-        ("rules", "tests/test_musetalk.py: engine._load"),
-        ("rules", "tests/test_musetalk.py: engine._load"),
-        ("rules", "tests/test_musetalk.py: engine._load"),
-        ("rules", "tests/test_musetalk.py: engine._load()['run']._graphs"),
         ("rules", "tests/test_nets.py: rm._randomize"),
         ("rules", "tests/test_rates.py: builder._stage_keys"),
         ("rules", "tests/test_speech_captions.py: captions._vtt_time"),
@@ -158,7 +132,6 @@ BASELINE: dict[str, list[tuple[str, str]]] = {
         ("rules", "tests/test_temps.py: temps._mac"),
         ("rules", "tests/test_temps.py: temps._secret"),
         ("rules", "tests/test_temps.py: temps._secret"),
-        ("rules", "tests/test_tensorrt.py: choice.engine._load"),
         ("rules", "tests/test_voiceovers.py: w._audio"),
     ],
     "cycle": [
@@ -285,8 +258,7 @@ def reach_ins(src: Source) -> Iterator[Violation]:
         return False
 
     def allowed(node: ast.Attribute) -> bool:
-        base = node.value.id if isinstance(node.value, ast.Name) else None
-        return (None, node.attr) in ALLOWED_ATTRS or (base, node.attr) in ALLOWED_ATTRS
+        return (None, node.attr) in ALLOWED_ATTRS or (ast.unparse(node.value), node.attr) in ALLOWED_ATTRS
 
     def walk(node: ast.AST, classes: tuple[str, ...]) -> Iterator[Violation]:
         if isinstance(node, ast.ClassDef):

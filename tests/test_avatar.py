@@ -630,7 +630,7 @@ def test_a_huge_photo_is_downscaled_to_4k_and_says_so(tmp_path, caplog):
         assert out.shape[1::-1] == want and (was is None) == ((w, h) == want)
 
 
-def _two_faces(path):
+def two_faces(path):
     """Two astronaut close-ups side by side: a smaller one on the left, a larger one on the right."""
     from PIL import Image
 
@@ -643,7 +643,7 @@ def _two_faces(path):
 
 
 def test_two_faces_the_choice_is_said_and_can_be_made(tmp_path, caplog, capsys):
-    src = _two_faces(tmp_path / "two.png")
+    src = two_faces(tmp_path / "two.png")
     with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         a = avatar.prepare("two", src)
     assert "2 faces found in the photo; using face 2 from the left (the largest" in caplog.text

@@ -74,10 +74,10 @@ def test_the_cache_never_holds_more_than_its_bound_and_eviction_frees_the_networ
         for runtime in ("auto", "torch"):
             for precision, batch in (("fp32", 4), ("auto", 8), ("bf16", 128)):  # one engine: speed, or fp32 on a CPU
                 engine, _ = pool.get(base.with_(decoder=decoder, runtime=runtime, precision=precision, batch=batch))
-                engine._load()
+                engine.networks()
                 assert pool.measure(engine) > 0
                 if not nets or nets[-1][0] is not engine:
-                    nets.append((engine, weakref.ref(engine._nets["unet"])))
+                    nets.append((engine, weakref.ref(engine.networks()["unet"])))
                 held.append(len(pool))
                 assert len(pool) <= 2
     assert max(held) == 2 and len(nets) == 4  # four keys (decoder x runtime), each loaded once
@@ -99,7 +99,7 @@ def test_the_memory_bound_evicts_before_a_new_engine_loads_and_a_held_engine_sta
     pool = EnginePool(max_engines=8, max_fraction=1e-9)  # any engine fills the "device"
     base = RenderSettings(engine="musetalk", device="cpu")
     a, _ = pool.get(base, hold=True)
-    a._load()
+    a.networks()
     pool.measure(a)
     done = threading.Event()
     got = []
@@ -111,11 +111,11 @@ def test_the_memory_bound_evicts_before_a_new_engine_loads_and_a_held_engine_sta
     t = threading.Thread(target=second)
     t.start()
     assert not done.wait(1.5), "a held engine was evicted (or the bound ignored)"
-    assert len(pool) == 1 and a._nets is not None
+    assert len(pool) == 1 and a.loaded
     pool.release(a)  # the render on it is done: the waiting request evicts it and loads its own
     assert done.wait(30)
     t.join()
-    assert len(pool) == 1 and pool.evictions == 1 and a._nets is None and got[0] is not a
+    assert len(pool) == 1 and pool.evictions == 1 and not a.loaded and got[0] is not a
     pool.close()
 
 

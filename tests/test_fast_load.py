@@ -111,4 +111,4 @@ def test_fast_copy_loads_straight_to_the_gpu_and_its_unet_captures_a_cuda_graph(
     aud = torch.randn(2, 50, c.cross_attention_dim, device="cuda", dtype=torch.float16)
     with torch.inference_mode():
         run.warm_up(lat, aud)
-    assert run._graphs and all(g is not False for g in run._graphs.values())  # captured, not run eagerly
+    assert run.captured() and all(run.captured().values())  # captured, not run eagerly

@@ -240,7 +240,7 @@ def test_retention_removes_only_files_studio_recorded_writing(tmp_path):
     store.enqueue(job.id)
     store.claim_next()
     store.finish(job.id, output=str(ours), result={"frames": 25})
-    with store._tx() as db:
+    with store.transaction() as db:
         db.execute("UPDATE jobs SET updated=updated-86400*30 WHERE id=?", (job.id,))
     r = studio("queue", "prune", env={"STUDIO_HOME": str(home), "STUDIO_KEEP_RENDERS": "20s"})
     assert r.returncode == 0, r.stderr

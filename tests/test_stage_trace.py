@@ -62,13 +62,13 @@ def test_the_warm_up_render_reaches_every_lane_in_a_users_format_once_per_writer
 
     import numpy as np
 
-    from studio.api.warmup import WarmUp, _writers_of, frames_for_every_lane, synthetic_voice
-    from studio.core.media.writer import MIN_CHUNK, _parallel_chunks
+    from studio.api.warmup import WarmUp, frames_for_every_lane, synthetic_voice, writers_of
+    from studio.core.media.writer import MIN_CHUNK, parallel_chunks
     from studio.service.queue import QueueService
 
     n = frames_for_every_lane()
     cores = os.cpu_count() or 1
-    assert _parallel_chunks(n, cores, MIN_CHUNK) == cores  # every lane gets frames
+    assert parallel_chunks(n, cores, MIN_CHUNK) == cores  # every lane gets frames
     x = synthetic_voice(n, 48_000)
     assert x.shape == (n * 48_000 // 25, 2) and x.dtype == np.float32 and 0.05 < float(np.abs(x).max()) < 1
     assert synthetic_voice(38, 16_000, channels=1).shape == (38 * 16_000 // 25,)
@@ -80,11 +80,11 @@ def test_the_warm_up_render_reaches_every_lane_in_a_users_format_once_per_writer
         def start(self):
             pass
 
-    assert _writers_of(None) == 1
-    assert _writers_of(Q(1, True)) == 2  # the next job renders while the last one drains
-    assert _writers_of(Q(1, False)) == 1 and _writers_of(Q(3, True)) == 3
+    assert writers_of(None) == 1
+    assert writers_of(Q(1, True)) == 2  # the next job renders while the last one drains
+    assert writers_of(Q(1, False)) == 1 and writers_of(Q(3, True)) == 3
     assert WarmUp(None, [], [], then=Q(2, True).start).writers == 2
     assert WarmUp(None, [], [], then=lambda: None).writers == 1
     qs = QueueService(tmp_path / "jobs.sqlite")  # a real queue: pipelined, one job a device
-    assert _writers_of(qs) == 2 and WarmUp(None, [], [], then=qs.start).writers == 2
+    assert writers_of(qs) == 2 and WarmUp(None, [], [], then=qs.start).writers == 2
     qs.close()

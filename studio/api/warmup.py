@@ -70,7 +70,7 @@ class WarmUp(Startup):
         self.pool = pool
         #: renders at once in the warm-up render (default: what the queue whose ``start`` is ``then``
         #: runs at once on a device: its jobs a device, plus one draining when it pipelines)
-        self.writers = writers or _writers_of(getattr(then, "__self__", None))
+        self.writers = writers or writers_of(getattr(then, "__self__", None))
         self.settings = list(settings)
         self.devices = list(devices) or [None]
         self.then = then
@@ -180,7 +180,7 @@ class WarmUp(Startup):
         self.doing = text
 
 
-def _writers_of(queue) -> int:
+def writers_of(queue) -> int:
     """Writers a queue has open at once on one device (2 for the pipelined one-job runner)."""
     if queue is None:
         return 1

@@ -208,7 +208,7 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
     preparation, which accepts a video with a face in any one frame."""
     import av
 
-    from studio.core.avatars.sources import _has_alpha, over_grey
+    from studio.core.avatars.sources import over_grey, stream_has_alpha
     from studio.core.media.rates import DEFAULT_RATE
 
     src = _check_source(source)
@@ -227,7 +227,7 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
                 f"{MAX_CHECK_FRAME_PIXELS / 1e6:.0f} megapixels of an 8K frame; scale it down (3840x2160 is the "
                 "most an avatar uses) and add it again"
             )
-        alpha = _has_alpha(s)
+        alpha = stream_has_alpha(s)
         tb = s.time_base
         duration = float(s.duration * tb) if s.duration and tb else (c.duration / 1e6 if c.duration else None)
         rate = float(s.average_rate or s.guessed_rate or 25)
