@@ -10,7 +10,7 @@ that is not in ``BASELINE``.
    tests/. Importing a private *module* from inside its own package is allowed: ``studio.cli._common``
    is the sub-commands' shared module, so ``from studio.cli._common import add_output`` in
    ``studio/cli/render.py`` is fine, the same import in ``studio/api`` is not. A private module of
-   another project (``torch._C``) counts like any private name.
+   another project counts like any private name, but for ``ALLOWED_MODULES`` (each with its reason).
 2. **reach-in**: no ``X._attr`` (``_attr`` not a dunder) where ``X`` is anything but ``self``,
    ``cls``, ``super()``, ``type(self)`` or, inside a class, that class's own name. A module's
    private name reached through the module (``audio._hm``) is a reach-in too. ``ALLOWED_ATTRS``
