@@ -203,7 +203,11 @@ def private_imports(src: Source, root: Path) -> Iterator[Violation]:
                 yield from check_module(alias.name, node.lineno, f"import {alias.name}")
         elif isinstance(node, ast.ImportFrom):
             module = src.resolve(node)
-            yield from check_module(module, node.lineno, f"from {module} import ...")
+            names = [f"{module}.{a.name}" for a in node.names]
+            if not all(any(_inside(n, allowed) for allowed in ALLOWED_MODULES) for n in names):
+                yield from check_module(
+                    module, node.lineno, f"from {module} import ..."
+                )  # allowed: from pkg import mod
             for alias in node.names:
                 if not is_private(alias.name):
                     continue
