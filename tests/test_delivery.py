@@ -247,7 +247,7 @@ def test_timecode_track_chapters_and_otio_round_trip(avatar, voice, tmp_path):
     import av
     import opentimelineio as otio
 
-    from studio.service import Render
+    from studio.service.driver import Render
     from studio.service.request import RenderRequest
 
     s = from_dict(

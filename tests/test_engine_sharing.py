@@ -137,16 +137,16 @@ def test_two_threads_asking_for_one_key_load_it_once(env):
 
 
 def test_clients_loading_different_engines_at_once_stay_under_the_bound(env, monkeypatch):
-    from studio.core.engines import base
+    from studio.core.engines import selection
     from studio.service.pool import EnginePool
 
-    select = base.select_for
+    select = selection.select_for
 
     def slow(settings):  # every load takes a while: the clients' loads overlap
         time.sleep(0.3)
         return select(settings)
 
-    monkeypatch.setattr(base, "select_for", slow)
+    monkeypatch.setattr(selection, "select_for", slow)
     pool = EnginePool(max_engines=2)
     sizes = []
     settings = RenderSettings(engine="classic", device="cpu")

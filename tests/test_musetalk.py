@@ -232,7 +232,7 @@ def test_sd_vae_decoder_divides_by_the_scaling_factor(store, tmp_path):
 
 
 def test_select_engine_musetalk_when_imported_and_a_clear_error_otherwise(store, studio_home):
-    from studio.core.engines.base import auto_engine, engine_status, select_engine
+    from studio.core.engines.selection import auto_engine, engine_status, select_engine
     from studio.core.errors import StudioError
 
     status = engine_status()

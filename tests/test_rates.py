@@ -250,7 +250,9 @@ def test_the_output_rate_is_resolved_once_in_the_request(tmp_path, voice, monkey
     import av
 
     from studio.core.avatars import library
-    from studio.service import QueueService, Render, RenderRequest
+    from studio.service.driver import Render
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     library.prepare("ntsc", _video(tmp_path / "ntsc.mp4", Fraction(30000, 1001)))
     calls = []

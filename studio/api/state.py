@@ -55,7 +55,7 @@ class ApiState:
     @property
     def queue(self):
         if self._queue is None:
-            from studio.service import QueueService
+            from studio.service.queue import QueueService
 
             o = self.opts
             self._queue = QueueService(
@@ -97,7 +97,7 @@ class ApiState:
     @property
     def pool(self):
         if self._pool is None:
-            from studio.service import default_pool
+            from studio.service.pool import default_pool
 
             self._pool = default_pool()
             self._pool.batching = self.opts.batching

@@ -200,7 +200,7 @@ def _placement(args):
         return Placement("chunks", chunks=chunks)
     gpus = getattr(args, "gpus", None)
     if gpus:
-        from studio.service import gpus_here
+        from studio.service.queue import gpus_here
 
         have = gpus_here()
         n = len(have) if gpus == "all" else int(gpus) if str(gpus).isdigit() else 0
@@ -261,7 +261,7 @@ def request_from_args(avatar, audio, output, args):
 
 def _render(avatar, audio, output, args) -> int:
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
-    from studio.service import Render
+    from studio.service.driver import Render
 
     req = request_from_args(avatar, audio, output, args)
     check_output_args(output, avatar, audio, "video", req.settings.codec)  # the delivery's codec, if one is named
@@ -288,7 +288,7 @@ def _render(avatar, audio, output, args) -> int:
                 bar.update(p.done, p.total, f"{p.fps:6.1f} fps{extra}  ETA {fmt_seconds(p.eta_s)}")
     finally:
         bar.close()
-    r = render.result
+    r = render.finished_result()
     stamp("rendered")
     check = check_after(r.output, req, args.json) if req.settings.checked else None
     if check is not None and check.get("worst_second") is not None:

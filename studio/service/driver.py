@@ -80,6 +80,12 @@ class Render:
         """The warm engine a local render ran on (None for other placements or before it starts)."""
         return getattr(self._active, "engine", None) if self.request.placement.kind == "local" else None
 
+    def finished_result(self) -> RenderResult:
+        """The result of a ``run()`` that went to its end (a ``RuntimeError`` before it did)."""
+        if self.result is None:
+            raise RuntimeError("the render has not finished")
+        return self.result
+
     def run(self) -> Iterator[Progress]:
         """Yields ``Progress``; the last has ``finished=True`` and ``self.result`` is set. Raises
         ``Cancelled`` after a cancel (nothing is written) and a ``StudioError`` for bad input."""

@@ -72,7 +72,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         cfg.load_session(self.session, self.settings)
 
         from studio.core.errors import StudioError
-        from studio.service import QueueService
+        from studio.service.queue import QueueService
 
         # the render service: the queue over jobs.sqlite and the warm engines (shared with scrubbing)
         self.store_problem = ""
@@ -375,7 +375,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
 
         def ready(status: dict) -> None:
             self.render_panel.show_engines({k: str(v) for k, v in status.items()})
-            from studio.service import gpus_here  # torch is loaded by now
+            from studio.service.queue import gpus_here  # torch is loaded by now
 
             self.gpus_task = run_in_background(gpus_here, on_done=self.render_panel.set_gpus)  # "All GPUs here"
             self.engine_status.setText(f"engine: auto → {auto_engine(status)}")

@@ -69,7 +69,7 @@ class EngineKey:
     @classmethod
     def of(cls, settings: Any, slot: int = 0) -> EngineKey:
         """The key of ``settings`` (a ``RenderSettings``): MuseTalk's own options count only for it."""
-        from studio.core.engines.base import auto_engine
+        from studio.core.engines.selection import auto_engine
 
         name = auto_engine() if settings.engine == "auto" else settings.engine
         musetalk = name == "musetalk"
@@ -197,7 +197,7 @@ class EngineCache:
         ``release`` (a render runs on it). Two threads asking for one key load it once."""
         key = self.key(settings, slot)
         if fresh:
-            from studio.core.engines.base import select_for
+            from studio.core.engines.selection import select_for
 
             choice = select_for(settings.with_(batch=0))
             with self._lock:
@@ -218,7 +218,7 @@ class EngineCache:
             loading.wait()  # another thread loads it: take the engine it made (or load it if it failed)
         try:
             self._make_room(key)
-            from studio.core.engines.base import select_for
+            from studio.core.engines.selection import select_for
 
             choice = select_for(settings.with_(batch=0))
             with self._lock:

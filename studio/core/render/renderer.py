@@ -123,7 +123,7 @@ class Renderer:
     @property
     def engine(self):
         if self._engine is None:
-            from studio.core.engines.base import select_for
+            from studio.core.engines.selection import select_for
 
             choice = select_for(self.settings)
             self._engine, self._engine_reason = choice.engine, choice.reason

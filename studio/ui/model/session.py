@@ -578,7 +578,7 @@ class EditorSession:
         return str(Path(folder) / name)
 
     def placement(self):
-        from studio.service import Placement
+        from studio.service.request import Placement
 
         v = self._values
         if v["target"] == "server":
@@ -595,7 +595,7 @@ class EditorSession:
     def request(self, avatar: str | None = None, script: str | None = None, frames: tuple[int, int] | None = None):
         """The ``RenderRequest`` of ``avatar`` x ``script`` (default: the selected pair) with every setting
         held here (``frames``: this range instead of the in/out range when that is on)."""
-        from studio.service import RenderRequest
+        from studio.service.request import RenderRequest
 
         avatar = self.avatar if avatar is None else avatar
         script = self.script if script is None else script
