@@ -313,7 +313,7 @@ class MainWindow(QMainWindow):
         super().showEvent(event)
         if not self._fitted:  # once the window manager's frame is known
             self._fitted = True
-            QTimer.singleShot(200, self.state.fit_screen)
+            QTimer.singleShot(200, self, self.state.fit_screen)  # (not after the window is gone)
 
     def keyReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.controls.key_released(event)
@@ -405,7 +405,7 @@ class MainWindow(QMainWindow):
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))
 
         self.engines_task = run_in_background(engine_status, on_done=ready, on_error=self.show_error)
-        QTimer.singleShot(0, self.state.offer_queued)
+        QTimer.singleShot(0, self, self.state.offer_queued)
         QTimer.singleShot(300, self._check_audio_device)
 
     def _jobs_using(self, avatars: list[str]) -> int:
