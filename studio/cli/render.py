@@ -30,13 +30,13 @@ def register(sub) -> None:
     f.add_argument("-t", "--time", type=float, required=True, metavar="SECONDS", help="timestamp in seconds")
     f.add_argument("-o", "--output", required=True, help="output PNG path")
     overwrite_option(f)
-    _render_options(f, encoder=False)
+    render_options(f, encoder=False)
     f.set_defaults(func=run_frame)
 
     d = sub.add_parser("demo", help="render the bundled demo clip (astronaut + news voice-over)")
     d.add_argument("-o", "--output", default="demo.mp4", help="output MP4 path (default demo.mp4)")
     overwrite_option(d)
-    _render_options(d)
+    render_options(d)
     runs(d, run_demo, json=JSON_RESULT)
 
 
@@ -49,7 +49,7 @@ def job_options(p, output_help: str) -> None:
     )
     p.add_argument("-o", "--output", required=True, help=output_help)
     overwrite_option(p)
-    _render_options(p)
+    render_options(p)
     _scale_options(p)
     _range_options(p)
 
@@ -73,7 +73,7 @@ def overwrite_option(p) -> None:
     )
 
 
-def _render_options(p, encoder: bool = True) -> None:
+def render_options(p, encoder: bool = True) -> None:
     """One option per render setting, made from the schema (``studio.core.settings``); ``frame`` has no
     encoder settings (a PNG is not encoded)."""
     from studio.core.settings import specs
