@@ -701,7 +701,7 @@ def test_a_forked_worker_verifies_with_its_own_threads(pan_video):
     a = avatar.prepare("fork", pan_video)
     avatar_check.forget_verified()
     a.frames.verify_all()  # the parent's verify pool now exists
-    assert avatar_check._POOL is not None
+    assert avatar_check.pool_started()
     p = multiprocessing.get_context("fork").Process(target=_verify_in_child, args=("fork",))
     p.start()
     p.join(60)
@@ -779,7 +779,7 @@ def test_an_avatar_removed_while_it_is_opened_or_repaired_is_not_brought_back(tm
     # a repair waiting for the folder's lock while the folder is moved away gives up when it gets it
     os.replace(trash / "gone", folder)
     outcome: list = []
-    with builder._FolderLock(folder):
+    with builder.FolderLock(folder):
         t = threading.Thread(target=lambda: outcome.append(_try(rebuild)))
         t.start()
         t.join(0.5)

@@ -296,8 +296,8 @@ def test_jobs_spread_over_the_devices_each_with_its_own_warm_engine(tmp_path, en
         time.sleep(0.2)
     assert [qs.get(j.id).state for j in jobs] == ["done"] * 3
     assert overlap.is_set()  # two jobs at once, one on each device
-    assert sorted(k.slot for k in pool._engines) == [0, 1]  # one warm engine per device
-    assert {k.device for k in pool._engines} == {"cpu"}
+    assert sorted(k.slot for k in pool.keys()) == [0, 1]  # one warm engine per device
+    assert {k.device for k in pool.keys()} == {"cpu"}
     qs.close()
     pool.close()
 
@@ -315,7 +315,7 @@ def test_the_warm_up_loads_the_engine_renders_the_library_once_and_leaves_no_fil
     w.start()
     assert w.wait(300) and w.error is None and started == [True]
     assert w.rendered == ["astro", "astro"]  # once on each device
-    assert sorted(k.slot for k in pool._engines) == [0, 1] and pool.loaded == 2
+    assert sorted(k.slot for k in pool.keys()) == [0, 1] and pool.loaded == 2
     # the warm-up's voice and video are gone (its voice's AAC stays cached: the same entry every start)
     assert not [p for p in data_dir().rglob("*") if p.suffix in (".mp4", ".wav") or p.name.startswith(".warm-")]
     assert {p.name for p in data_dir().iterdir()} - before <= {"cache", "models"}  # the AAC cache, the model store

@@ -357,14 +357,14 @@ def test_the_face_check_refuses_huge_frames_from_the_header_and_samples_by_seeki
         library.check_video_faces(huge)
     faceless = _faceless_video(tmp_path / "faceless.mp4")
     decoded = []
-    real = library._frame_near
+    real = library.frame_near
 
     def counting(container, stream, t, budget, slack):
         frame, used = real(container, stream, t, budget, slack)
         decoded.append(used)
         return frame, used
 
-    monkeypatch.setattr(library, "_frame_near", counting)
+    monkeypatch.setattr(library, "frame_near", counting)
     with pytest.raises(AvatarError, match="no face found in 8 frame"):
         library.check_video_faces(faceless)
     assert len(decoded) == 8 and sum(decoded) <= 8 * 250  # a keyframe interval per sample, not 1500 frames

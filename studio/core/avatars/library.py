@@ -240,7 +240,7 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
         looked = 0
         with faces.FaceTracker(video=False, max_faces=1) as finder:
             for t in moments:
-                frame, used = _frame_near(c, s, origin + t, budget, 1.0 / rate - 1e-6)  # the one shown at t
+                frame, used = frame_near(c, s, origin + t, budget, 1.0 / rate - 1e-6)  # the one shown at t
                 budget -= used
                 if frame is None:
                     if budget <= 0:
@@ -262,7 +262,7 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
     )
 
 
-def _frame_near(container, stream, t: float, budget: int, slack: float = 1e-3):
+def frame_near(container, stream, t: float, budget: int, slack: float = 1e-3):
     """``(frame, decoded)``: the first frame at or after ``t`` seconds, less ``slack`` (seeking to the
     keyframe before it), or None when the stream ends or ``budget`` frames were decoded first."""
     used = 0
