@@ -13,7 +13,8 @@ that is not in ``BASELINE``.
    another project counts like any private name, but for ``ALLOWED_MODULES`` (each with its reason).
 2. **reach-in**: no ``X._attr`` (``_attr`` not a dunder) where ``X`` is anything but ``self``,
    ``cls``, ``super()``, ``type(self)`` or, inside a class, that class's own name. A module's
-   private name reached through the module (``audio._hm``) is a reach-in too. ``ALLOWED_ATTRS``
+   private name reached through the module (``audio._hm``) is a reach-in too, and so is one named by a
+   string (``getattr(r, "_engine")``, ``monkeypatch.setattr(mod, "_cache", ...)``). ``ALLOWED_ATTRS``
    lists the few public names of other projects that begin with an underscore, each with its
    reason.
 3. **cycle**: no file-level import cycle in the ``studio`` package: a strongly connected set of
@@ -62,6 +63,10 @@ ALLOWED_ATTRS: dict[tuple[str | None, str], str] = {
     # not public, used knowingly: no public way does the job
     ("atexit", "_run_exitfuncs"): "CPython's only way to run the exit handlers before os._exit (signals.quick_exit; "
     "the interpreter's teardown took 0.4-0.9 s after a cold render); unchanged since Python 2",
+    (None, "_initializing"): "importlib's ModuleSpec._initializing, the one sign that a module in sys.modules is "
+    "still being imported (faces.import_mediapipe waits for it instead of handing it out half-made)",
+    ("pool", "_processes"): "a ProcessPoolExecutor's worker processes (scale.chunks): no public handle to kill the "
+    "workers still busy after a cancel",
     ("torch.ops.aten", "_upsample_bicubic2d_aa"): "the antialiased bicubic with explicit scales (canvas._resize of a "
     "crop of the scaled whole): F.interpolate takes a size or a scale, not both; an op of torch's ATen op set",
 }
@@ -238,12 +243,34 @@ def reach_ins(src: Source) -> Iterator[Violation]:
     def allowed(node: ast.Attribute) -> bool:
         return (None, node.attr) in ALLOWED_ATTRS or (ast.unparse(node.value), node.attr) in ALLOWED_ATTRS
 
+    def by_name(node: ast.AST) -> tuple[ast.expr, str] | None:
+        """``getattr(x, "_a")``, ``setattr``, ``hasattr``, ``delattr`` and ``monkeypatch.setattr(x, "_a", v)``:
+        (x, "_a") for a private name given as a string."""
+        if not isinstance(node, ast.Call) or len(node.args) < 2:
+            return None
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        builtin = isinstance(f, ast.Name) and name in ("getattr", "setattr", "hasattr", "delattr")
+        if not (builtin or (isinstance(f, ast.Attribute) and name in ("setattr", "delattr"))):
+            return None
+        attr = node.args[1]
+        if isinstance(attr, ast.Constant) and isinstance(attr.value, str) and is_private(attr.value):
+            return node.args[0], attr.value
+        return None
+
     def walk(node: ast.AST, classes: tuple[str, ...]) -> Iterator[Violation]:
         if isinstance(node, ast.ClassDef):
             classes = (*classes, node.name)
         if isinstance(node, ast.Attribute) and is_private(node.attr) and not own(node.value, classes):
             if not allowed(node):
                 text = ast.unparse(node)
+                yield Violation("reach-in", src.rel, node.lineno, text if len(text) <= 90 else "..." + text[-87:])
+        named = by_name(node)
+        if named is not None and not own(named[0], classes):
+            as_attr = ast.Attribute(value=named[0], attr=named[1], ctx=ast.Load())
+            if not allowed(as_attr):
+                assert isinstance(node, ast.Call)
+                text = f"{ast.unparse(node.func)}({ast.unparse(named[0])}, {named[1]!r})"
                 yield Violation("reach-in", src.rel, node.lineno, text if len(text) <= 90 else "..." + text[-87:])
         for child in ast.iter_child_nodes(node):
             yield from walk(child, classes)

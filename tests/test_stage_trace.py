@@ -19,12 +19,9 @@ def traced(tmp_path, monkeypatch):
 
     path = tmp_path / "trace.jsonl"
     monkeypatch.setenv("STUDIO_STAGE_TRACE", str(path))
-    monkeypatch.setattr(stagetrace, "_checked", False)
-    monkeypatch.setattr(stagetrace, "_tracer", None)
+    stagetrace.reset()
     yield path
-    t = stagetrace.tracer()  # the one the test's renders wrote to
-    if t is not None:
-        t.close()
+    stagetrace.reset()  # the tracer the test's renders wrote to is closed
 
 
 def test_the_trace_holds_every_stage_of_a_render_and_sums_to_its_stage_times(tmp_path, traced):
@@ -52,8 +49,7 @@ def test_no_trace_without_the_variable(tmp_path, monkeypatch):
     from studio.core.render import stagetrace
 
     monkeypatch.delenv("STUDIO_STAGE_TRACE", raising=False)
-    monkeypatch.setattr(stagetrace, "_checked", False)
-    monkeypatch.setattr(stagetrace, "_tracer", None)
+    stagetrace.reset()
     assert stagetrace.tracer() is None
 
 

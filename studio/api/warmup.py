@@ -172,7 +172,7 @@ class WarmUp(Startup):
         except Exception:
             log.warning("warm-up: the first render of %s failed", avatar, exc_info=True)
         finally:
-            done = getattr(getattr(r, "_engine", None), "done", None)
+            done = getattr(r.chosen_engine if r is not None else None, "done", None)
             if done is not None:
                 done()  # a batcher's view: no more batches from this render
 

@@ -317,6 +317,9 @@ class MuseTalkEngine(LipSyncEngine):
                 out[i : i + len(x)] = torch.cat(lat, dim=1).float().cpu().numpy()
         return out
 
+    def held_networks(self) -> list:
+        return [*(self._nets or {}).values(), self._whisper]
+
     @property
     def loaded(self) -> bool:
         """Whether the networks are in memory (``close`` lets them go)."""

@@ -124,3 +124,13 @@ def tracer() -> Tracer | None:
             _tracer = Tracer(path) if path else None
             _checked = True
     return _tracer
+
+
+def reset() -> None:
+    """Forget the process's tracer (closing its file): the next ``tracer()`` reads
+    ``STUDIO_STAGE_TRACE`` again (the tests trace one render each)."""
+    global _tracer, _checked
+    with _init:
+        if _tracer is not None:
+            _tracer.close()
+        _tracer, _checked = None, False
