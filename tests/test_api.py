@@ -451,6 +451,13 @@ def test_queued_render_streams_events_in_order_and_serves_ranges(client, astro, 
     part = client.get(job["links"]["video"], headers={"Range": "bytes=100-199"})
     assert part.status_code == 206 and part.content == full.content[100:200]
     assert part.headers["content-range"] == f"bytes 100-199/{len(full.content)}"
+    size = len(full.content)
+    for bad in (f"bytes={size}-", "bytes=200-100", "bytes=-0"):  # past the end, backwards, nothing
+        r = client.get(job["links"]["video"], headers={"Range": bad})
+        assert r.status_code == 416 and r.headers["content-range"] == f"bytes */{size}", bad
+        assert "is outside the video" in r.json()["error"], r.text
+    tail = client.get(job["links"]["video"], headers={"Range": f"bytes=-{size + 10}"})  # more than the file: all of it
+    assert tail.status_code == 206 and tail.content == full.content
     path = clips["dir"] / "queued.mp4"
     path.write_bytes(full.content)
     assert len(mp4_frames(path)) == 40

@@ -332,7 +332,7 @@ def test_on_cpu_musetalk_runs_on_pytorch_and_says_why(store):
 
     choice = select_engine("auto", device="cpu")
     assert choice.engine.name == "musetalk" and "PyTorch runtime (TensorRT needs a CUDA GPU)" in choice.reason
-    choice.engine._load()
+    choice.engine.networks()
     d = choice.engine.describe()
     assert d["runtime"] == "torch" and d["runtime_reason"].startswith("PyTorch runtime: TensorRT needs a CUDA GPU")
     with pytest.raises(StudioError, match="needs a CUDA GPU"):

@@ -70,7 +70,7 @@ class WarmUp(Startup):
         self.pool = pool
         #: renders at once in the warm-up render (default: what the queue whose ``start`` is ``then``
         #: runs at once on a device: its jobs a device, plus one draining when it pipelines)
-        self.writers = writers or _writers_of(getattr(then, "__self__", None))
+        self.writers = writers or writers_of(getattr(then, "__self__", None))
         self.settings = list(settings)
         self.devices = list(devices) or [None]
         self.then = then
@@ -172,7 +172,7 @@ class WarmUp(Startup):
         except Exception:
             log.warning("warm-up: the first render of %s failed", avatar, exc_info=True)
         finally:
-            done = getattr(getattr(r, "_engine", None), "done", None)
+            done = getattr(r.chosen_engine if r is not None else None, "done", None)
             if done is not None:
                 done()  # a batcher's view: no more batches from this render
 
@@ -180,7 +180,7 @@ class WarmUp(Startup):
         self.doing = text
 
 
-def _writers_of(queue) -> int:
+def writers_of(queue) -> int:
     """Writers a queue has open at once on one device (2 for the pipelined one-job runner)."""
     if queue is None:
         return 1

@@ -64,12 +64,22 @@ class Render:
         self.job_id = 0
         self.ticket: Any = None  # whose work it is (``scheduler.Ticket``: the queue's lanes and shares), or None
         self.extra: dict = {}  # what the result row gets beside the RenderResult (where on the farm)
+        #: a local render's ``Renderer`` made and made ready ahead (the queue's ``Prefetcher``), used
+        #: instead of a new one (the engine's hold it took is released as a new one's would be)
+        self.prepared: Any = None
 
     def cancel(self) -> None:
         self._cancel.set()
         a = self._active
         if a is not None:
             a.cancel()
+
+    def engine_done(self) -> None:
+        """Every frame has left the engine (what is left is the file): a batcher stops counting
+        this job among those it waits for."""
+        done = getattr(self.engine, "done", None)
+        if done is not None:
+            done()
 
     @property
     def cancelled(self) -> bool:
@@ -134,10 +144,12 @@ class Render:
     def _local(self):
         req = self.request
         held = hasattr(self.pool, "release")  # the pool's bound never evicts the engine while it renders
-        kw: dict[str, Any] = {"slot": self.slot, "hold": True} if held else {}
-        if self.ticket is not None:
-            kw["ticket"] = self.ticket
-        r = self.pool.renderer(req.avatar, req.audio, req.render_settings, **kw)  # the rate resolved once
+        r, self.prepared = self.prepared, None
+        if r is None:
+            kw: dict[str, Any] = {"slot": self.slot, "hold": True} if held else {}
+            if self.ticket is not None:
+                kw["ticket"] = self.ticket
+            r = self.pool.renderer(req.avatar, req.audio, req.render_settings, **kw)  # the rate resolved once
         self._active = r
         try:
             if self._cancel.is_set():

@@ -120,6 +120,11 @@ class Slots:
             return self.dispatcher.free_slots()
         return self.capacity - len(self._workers)
 
+    def free_now(self) -> int:
+        """Jobs the loop would claim at once (a free slot each)."""
+        with self._wake:
+            return max(0, self._free())
+
     def _idle_lanes(self) -> set[int]:
         """Lanes with a job queued and none rendering (called with the lock): such a job may take a
         slot beyond ``capacity``."""

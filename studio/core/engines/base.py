@@ -84,6 +84,11 @@ class LipSyncEngine(ABC):
     def describe(self) -> dict:
         return {"engine": self.name, "label": self.label, "device": str(self.device)}
 
+    def held_networks(self) -> list:
+        """The networks the engine holds now (torch modules and the like; none before it loads):
+        the engine cache counts their parameters' and buffers' bytes."""
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional: release GPU memory, sessions
         """Release what the engine holds (GPU memory, sessions); nothing by default."""
 
