@@ -84,7 +84,7 @@ class HintList(QListWidget):
         p.end()
 
 
-class LibraryPanel(FileDrops, QWidget):
+class LibraryPanel(QWidget):
     avatarSelected = Signal(str)  # avatar name ("" when none)
     scriptSelected = Signal(str)  # audio path ("" when none)
     selectionChanged = Signal()  # the avatars or scripts selected for a batch changed
@@ -106,7 +106,7 @@ class LibraryPanel(FileDrops, QWidget):
         self.analyses: dict[str, object] = {}  # path -> AudioAnalysis of scripts checked on import
         self._checking: set[str] = set()  # audio files being read before they join the list
         self._imports: list[str] = []  # dropped avatars waiting for the running import
-        self.setAcceptDrops(True)
+        self.drops = FileDrops(self, self.files_dropped)  # photos, videos and audio dropped here are imported
 
         # ---- avatars
         self.avatars = HintList("No avatars yet.\nImport a photo or a video (Ctrl+I), or drop one here.")

@@ -55,7 +55,7 @@ from studio.ui.workers import WorkerThread, run_in_background
 log = logging.getLogger(__name__)
 
 
-class MainWindow(FileDrops, QMainWindow):
+class MainWindow(QMainWindow):
     analysisReady = Signal(object)  # AudioAnalysis of the selected script
     avatarLoaded = Signal(object)  # AvatarAssets of the selected avatar
     scrubShown = Signal(float, int)  # seconds, frame index of a scrub frame now on screen
@@ -199,7 +199,8 @@ class MainWindow(FileDrops, QMainWindow):
             self.editor.avatar_selected(self.library.avatar)
         elif self.library.avatars.count() == 0:
             self.preview.caption.setText(NO_AVATAR)
-        self.setAcceptDrops(True)  # files dropped anywhere in the window are imported
+        # files dropped anywhere in the window are imported; other kinds are named in one message
+        self.drops = FileDrops(self, self.drop_files, only_known=False)
         guard_inputs(self)
         self.statusBar().showMessage("Ready", 3000)
         if self.store_problem:
@@ -312,20 +313,15 @@ class MainWindow(FileDrops, QMainWindow):
         super().showEvent(event)
         if not self._fitted:  # once the window manager's frame is known
             self._fitted = True
-            QTimer.singleShot(200, self.state.fit_screen)
+            QTimer.singleShot(200, self, self.state.fit_screen)  # (not after the window is gone)
 
     def keyReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.controls.key_released(event)
         super().keyReleaseEvent(event)
 
-    only_known = False  # files of other kinds are named in one message (drop_files)
-
     def drop_files(self, paths) -> None:
         """Import dropped files: photos and videos as avatars, audio files as scripts (several at once)."""
         self.library.import_files([str(p) for p in paths])
-
-    def files_dropped(self, paths: list[str]) -> None:
-        self.drop_files(paths)
 
     # ---- wiring -------------------------------------------------------------------------
 
@@ -409,7 +405,7 @@ class MainWindow(FileDrops, QMainWindow):
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))
 
         self.engines_task = run_in_background(engine_status, on_done=ready, on_error=self.show_error)
-        QTimer.singleShot(0, self.state.offer_queued)
+        QTimer.singleShot(0, self, self.state.offer_queued)
         QTimer.singleShot(300, self._check_audio_device)
 
     def _jobs_using(self, avatars: list[str]) -> int:

@@ -77,7 +77,7 @@ class WindowState:
         if isinstance(sizes, QByteArray) and not sizes.isEmpty() and self.layout_restored == "same":
             self.splitter.restoreState(sizes)
         else:  # once shown: the timeline gets the height its two plots need, the picture its share
-            QTimer.singleShot(0, self.timeline_room)
+            QTimer.singleShot(0, self.window, self.timeline_room)  # (a timer of the window: not after it is gone)
 
     TIMELINE_HEIGHT = 400  # two rows of fields and two plots of about 130 px each with the time axis
     PREVIEW_SHARE = 0.42  # the picture keeps at least this share of the centre (issue 52: 40 %)

@@ -278,9 +278,9 @@ def test_drop_targets_light_up_while_files_are_dragged(window, qtbot):
         QPoint(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
     )
     QApplication.sendEvent(lib, enter)
-    assert enter.isAccepted() and lib.drop_target
+    assert enter.isAccepted() and lib.drops.active
     QApplication.sendEvent(lib, QDragLeaveEvent())
-    assert not lib.drop_target
+    assert not lib.drops.active
 
 
 def test_a_reimport_of_the_same_file_asks_and_can_reuse(library_window, qtbot):
