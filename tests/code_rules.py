@@ -73,11 +73,11 @@ ALLOWED_ATTRS: dict[tuple[str | None, str], str] = {
 
 # Private modules of other projects imported knowingly (no public way does the job), each with why.
 ALLOWED_MODULES: dict[str, str] = {
+    "ray._private.ray_constants": "scale's loopback farm: Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, when "
+    "ray_constants is imported; in a process that imported Ray before, only its constant ENABLE_RAY_CLUSTER makes "
+    "ray start bind 127.0.0.1 (the variable covers the child processes); Ray has no public setting for it",
     "ray._private.authentication_test_utils": "tests/ray_cluster.py: Ray reads RAY_AUTH_MODE and its token once a "
     "process; Ray's own tests re-read them with reset_auth_token_state, and Ray has no public call for it",
-    "ray._private": "studio/core/scale/cluster.py (loopback_only): ray_constants.ENABLE_RAY_CLUSTER, the loopback "
-    "setting every Ray server of a local cluster binds 127.0.0.1 by; Ray reads its variable once, when it is first "
-    "imported (before Studio can set it), and has no public switch",
 }
 
 # Test files that exist to touch a private name; each with its reason. Empty: no test needs it.
