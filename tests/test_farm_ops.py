@@ -167,3 +167,17 @@ def test_a_server_without_a_farm_says_so_in_one_sentence(tmp_path):
         }
         r = cli("--server", s.url, env={"STUDIO_SERVER_TOKEN": TOKEN})
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == f"studio: error: the server says: {NO_FARM}"
+
+
+def test_farm_status_lists_the_replicas_of_every_face():
+    """`studio farm status --address` lists the replicas of `studio serve --farm` heads and the warm,
+    detached ones `studio render --farm` and the window leave on a `studio farm up` cluster (one
+    dispatcher names them both), and nothing else of the namespace."""
+    from studio.core.scale.farm import DETACHED_PREFIX
+    from studio.service.farm_admin import SERVE_ACTOR
+
+    detached = SERVE_ACTOR.match(f"{DETACHED_PREFIX}-0a1b2c3d-gpu1")
+    assert detached is not None and (detached["node"], detached["kind"]) == ("0a1b2c3d", "gpu")
+    served = SERVE_ACTOR.match("studio-serve-1a2b3c4d-0a1b2c3d-cpu0-9f9f")  # a successor of a dead one
+    assert served is not None and (served["node"], served["kind"]) == ("0a1b2c3d", "cpu")
+    assert SERVE_ACTOR.match("studio-other-0a1b2c3d-gpu1") is None and SERVE_ACTOR.match("studio-farm-x-gpu1") is None
