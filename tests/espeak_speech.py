@@ -51,6 +51,7 @@ class _Event(ctypes.Structure):
 
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.POINTER(_Event))
 _lib = None
+_lib_rate = 0  # the sample rate espeak_Initialize returned
 
 
 def available() -> bool:
@@ -65,13 +66,13 @@ def speak(text: str, voice: str = "en-us", speed: int = 160) -> tuple[np.ndarray
     """Samples (float32, 16 kHz mono) and the phonemes of ``text`` with their times."""
     import soxr
 
-    global _lib
+    global _lib, _lib_rate
     with _LOCK:
         if _lib is None:
             _lib = ctypes.CDLL("libespeak-ng.so.1")
             _lib.espeak_Initialize.restype = ctypes.c_int
             _lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-            _lib._rate = _lib.espeak_Initialize(1, 0, None, 1)  # AUDIO_OUTPUT_RETRIEVAL, phoneme events
+            _lib_rate = _lib.espeak_Initialize(1, 0, None, 1)  # AUDIO_OUTPUT_RETRIEVAL, phoneme events
         chunks: list[np.ndarray] = []
         events: list[tuple[int, str]] = []
 
@@ -92,7 +93,7 @@ def speak(text: str, voice: str = "en-us", speed: int = 160) -> tuple[np.ndarray
         data = text.encode()
         _lib.espeak_Synth(data, len(data) + 1, 0, 0, 0, 0, None, None)
         _lib.espeak_Synchronize()
-        rate = _lib._rate
+        rate = _lib_rate
     x = np.concatenate(chunks).astype(np.float32) / 32768.0 if chunks else np.zeros(0, np.float32)
     y = soxr.resample(x, rate, RATE).astype(np.float32)
     dur = len(x) / rate

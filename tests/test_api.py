@@ -451,6 +451,13 @@ def test_queued_render_streams_events_in_order_and_serves_ranges(client, astro, 
     part = client.get(job["links"]["video"], headers={"Range": "bytes=100-199"})
     assert part.status_code == 206 and part.content == full.content[100:200]
     assert part.headers["content-range"] == f"bytes 100-199/{len(full.content)}"
+    size = len(full.content)
+    for bad in (f"bytes={size}-", "bytes=200-100", "bytes=-0"):  # past the end, backwards, nothing
+        r = client.get(job["links"]["video"], headers={"Range": bad})
+        assert r.status_code == 416 and r.headers["content-range"] == f"bytes */{size}", bad
+        assert "is outside the video" in r.json()["error"], r.text
+    tail = client.get(job["links"]["video"], headers={"Range": f"bytes=-{size + 10}"})  # more than the file: all of it
+    assert tail.status_code == 206 and tail.content == full.content
     path = clips["dir"] / "queued.mp4"
     path.write_bytes(full.content)
     assert len(mp4_frames(path)) == 40
@@ -640,7 +647,7 @@ def test_a_photo_uploaded_with_a_render_is_face_tracked_before_the_202(server, c
 def test_what_cannot_run_here_is_refused_before_the_202(client, astro, short_id):
     """Issue 27 item 8: an engine, encoder or device this server cannot use, and a frame range outside
     the clip (40 frames), are 422 with the reason; no job is made."""
-    from studio.core.engines.base import engine_status
+    from studio.core.engines.selection import engine_status
     from studio.core.media.encoders import probe_nvenc
 
     before = len(client.get("/v1/renders").json()["renders"])
@@ -666,7 +673,8 @@ def test_the_queue_is_shared_with_other_processes(server, client, astro, clips):
     """A job added to the data folder's jobs.sqlite by another process (the window) shows up and runs."""
     from studio.core.settings import RenderSettings
     from studio.core.store.jobs import JobStore
-    from studio.service import QueueService, RenderRequest
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     qs = QueueService(store=JobStore(server.home / "jobs.sqlite"))
     job = qs.add(

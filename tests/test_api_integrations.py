@@ -180,7 +180,8 @@ def test_the_same_idempotency_key_and_body_answer_the_first_job(client, astro, a
 def test_pages_are_stable_with_a_next_link(server, client, astro, audio_ids):
     from studio.core.settings import RenderSettings
     from studio.core.store.jobs import JobStore
-    from studio.service import QueueService, RenderRequest
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     qs = QueueService(store=JobStore(server.home / "jobs.sqlite"))  # another process adds drafts (the window)
     req = RenderRequest("astro", str(server.home / "uploads" / "audio" / "x.wav"), str(server.home / "d.mp4"))

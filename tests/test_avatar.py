@@ -630,7 +630,7 @@ def test_a_huge_photo_is_downscaled_to_4k_and_says_so(tmp_path, caplog):
         assert out.shape[1::-1] == want and (was is None) == ((w, h) == want)
 
 
-def _two_faces(path):
+def two_faces(path):
     """Two astronaut close-ups side by side: a smaller one on the left, a larger one on the right."""
     from PIL import Image
 
@@ -643,7 +643,7 @@ def _two_faces(path):
 
 
 def test_two_faces_the_choice_is_said_and_can_be_made(tmp_path, caplog, capsys):
-    src = _two_faces(tmp_path / "two.png")
+    src = two_faces(tmp_path / "two.png")
     with caplog.at_level(logging.WARNING, logger="studio.core.avatars.library"):
         a = avatar.prepare("two", src)
     assert "2 faces found in the photo; using face 2 from the left (the largest" in caplog.text
@@ -701,7 +701,7 @@ def test_a_forked_worker_verifies_with_its_own_threads(pan_video):
     a = avatar.prepare("fork", pan_video)
     avatar_check.forget_verified()
     a.frames.verify_all()  # the parent's verify pool now exists
-    assert avatar_check._POOL is not None
+    assert avatar_check.pool_started()
     p = multiprocessing.get_context("fork").Process(target=_verify_in_child, args=("fork",))
     p.start()
     p.join(60)
@@ -779,7 +779,7 @@ def test_an_avatar_removed_while_it_is_opened_or_repaired_is_not_brought_back(tm
     # a repair waiting for the folder's lock while the folder is moved away gives up when it gets it
     os.replace(trash / "gone", folder)
     outcome: list = []
-    with builder._FolderLock(folder):
+    with builder.FolderLock(folder):
         t = threading.Thread(target=lambda: outcome.append(_try(rebuild)))
         t.start()
         t.join(0.5)

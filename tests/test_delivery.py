@@ -247,7 +247,7 @@ def test_timecode_track_chapters_and_otio_round_trip(avatar, voice, tmp_path):
     import av
     import opentimelineio as otio
 
-    from studio.service import Render
+    from studio.service.driver import Render
     from studio.service.request import RenderRequest
 
     s = from_dict(
@@ -329,12 +329,12 @@ def test_a_reframe_resizes_only_what_shows_and_each_frame_is_its_own():
     xs = np.linspace(0, 260, n)
     a = _stub(320, 180, np.stack([xs, np.full(n, 40), xs + 60, np.full(n, 120)], 1))
     c = Canvas.make(a, 180, 320, from_dict({"canvas": "180x320", "fit": "face"}))
-    assert c._croppable() and c.scaled_w > 2 * 180
+    assert c.croppable() and c.scaled_w > 2 * 180
     yy, xx = np.mgrid[0:180, 0:320]
     img = np.stack([127 + 100 * np.sin(xx / 18 + yy / 13), 127 + 100 * np.cos(xx / 15), yy / 180 * 255], -1)
     frames = torch.from_numpy(np.repeat(img[None].astype(np.uint8), n, 0).copy())
     batch = c.place(frames, np.arange(n), alpha=False)
-    whole = cv._resize(frames[:1], (c.scaled_h, c.scaled_w))[0].int()
+    whole = cv.resize(frames[:1], (c.scaled_h, c.scaled_w))[0].int()
     for k in range(n):
         ox, oy = int(c.ox[k]), int(c.oy[k])
         assert torch.equal(batch[k], c.place(frames[k : k + 1], [k], alpha=False)[0]), k

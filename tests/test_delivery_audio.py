@@ -30,7 +30,7 @@ def piper_like(tmp_path_factory):
 
 
 def _render(voice, out, values, explicit=(), frames=None):
-    from studio.service import Render
+    from studio.service.driver import Render
     from studio.service.request import RenderRequest
 
     values = {**FAST, **values}

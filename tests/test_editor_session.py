@@ -60,11 +60,11 @@ def test_the_range_label_is_at_the_rate_in_effect(voice, fps, label):
     s = session_with(voice, fps)
     rate = s.rate
     first, last = int(rate), int(rate * 5) - 1  # 1 s .. 5 s: 4.00 s
-    s.set_in(first)
-    s.set_out(last)
-    assert s.range_frames() == (first, last + 1)
-    assert s.range_label().endswith(label)
-    assert s.inout_label().endswith(f"({label})")
+    s.marks.set_in(first)
+    s.marks.set_out(last)
+    assert s.marks.range_frames() == (first, last + 1)
+    assert s.marks.range_label().endswith(label)
+    assert s.marks.inout_label().endswith(f"({label})")
     assert s.grid_rate == rate
 
 
@@ -92,8 +92,8 @@ def test_request_carries_everything_held(voice, tmp_path):
     s.set("codec", "prores")
     s.set("loudness", -23.0)
     s.set("overwrite", True)
-    s.set_in(25)
-    s.set_out(74)
+    s.marks.set_in(25)
+    s.marks.set_out(74)
     req = s.request()
     assert req.frames is None  # range only is off
     s.set("range_only", True)
@@ -102,7 +102,7 @@ def test_request_carries_everything_held(voice, tmp_path):
     assert req.settings.loudness == -23.0 and req.settings.codec == "prores"
     assert req.overwrite is True
     assert req.output == str(tmp_path / "anna_take_auto_prores.mov")  # no "crf20" in a ProRes name
-    assert not s.crf_applies
+    assert not s.output.crf_applies
     s.set("codec", "h264")
     assert s.request().output.endswith("anna_take_auto_crf20.mp4")
     s.set("target", "farm")
@@ -116,8 +116,8 @@ def test_the_timelines_markers_go_to_the_render_as_its_markers_setting(voice):
     from studio.core.delivery import parse_markers
 
     s = session_with(voice, "30")
-    s.add_marker(45, "Intro, part=1")
-    s.add_marker(15)
+    s.marks.add_marker(45, "Intro, part=1")
+    s.marks.add_marker(15)
     text = s.request().settings.markers
     assert parse_markers(text) == [(0.5, "Marker 2"), (1.5, "Intro part 1")]  # the second marker added
 
@@ -127,8 +127,8 @@ def test_edits_are_recorded_with_before_and_after_restores_are_not(voice):
     steps = []
     s.events.edited.connect(lambda *a: steps.append(a))
     s.set("crf", 18)
-    s.set_in(10)
-    s.add_marker(40, "Intro")
+    s.marks.set_in(10)
+    s.marks.add_marker(40, "Intro")
     s.update({"crf": 30, "preset": "fast"})  # saved settings loading: no step
     assert steps == [
         ("crf", 20, 18, ""),
@@ -148,27 +148,27 @@ def test_marks_are_remembered_per_voiceover(voice, tmp_path):
     s.select(script=voice)
     key = content_key(voice)
     s.set_analysis(analyze(voice, False, 25), key)
-    s.set_in(25)
-    s.add_marker(50, "Intro")
+    s.marks.set_in(25)
+    s.marks.add_marker(50, "Intro")
     again = EditorSession(VoiceoverMemory(tmp_path / "v.json"))
     again.select(script=voice)
     again.set_analysis(analyze(voice, False, 30), key)  # at 30 fps: the same moments
-    assert again.in_frame == 30 and [m.frame for m in again.markers] == [60]
+    assert again.marks.in_frame == 30 and [m.frame for m in again.marks.markers] == [60]
     # an undo of a mark of a voice-over no longer on screen goes to its memory
     again.apply("range", (None, None), scope="other-key")
-    assert again.in_frame == 30
+    assert again.marks.in_frame == 30
 
 
 def test_in_past_out_clears_out_and_markers_are_ordered(voice):
     s = session_with(voice, "25")
-    s.set_out(50)
-    s.set_in(60)
-    assert (s.in_frame, s.out_frame) == (60, None)
-    s.add_marker(90)
-    s.add_marker(30)
-    assert [(m.frame, m.name) for m in s.markers] == [(30, "Marker 2"), (90, "Marker 1")]
-    assert s.marker_span(30) == (30, 90) and s.marker_span(90) == (90, s.frames)
-    assert s.next_marker(40, 1) == 90 and s.next_marker(40, -1) == 30 and s.next_marker(95, 1) is None
+    s.marks.set_out(50)
+    s.marks.set_in(60)
+    assert (s.marks.in_frame, s.marks.out_frame) == (60, None)
+    s.marks.add_marker(90)
+    s.marks.add_marker(30)
+    assert [(m.frame, m.name) for m in s.marks.markers] == [(30, "Marker 2"), (90, "Marker 1")]
+    assert s.marks.marker_span(30) == (30, 90) and s.marks.marker_span(90) == (90, s.frames)
+    assert s.marks.next_marker(40, 1) == 90 and s.marks.next_marker(40, -1) == 30 and s.marks.next_marker(95, 1) is None
 
 
 def test_silence_summary_comes_from_the_held_threshold(voice):

@@ -388,7 +388,7 @@ def test_a_worker_spills_several_frames_sent_in_one_message(tmp_path):
         enc.slots[slot][:] = nv[k]
     enc.w.conn.send(("frames", [(slot, k) for k, slot in enumerate(ids)]))
     while len(enc.free) < SLOTS:  # every slot comes back (one answer may bring several)
-        assert enc._collect(block=True) == []  # packets go to the file, not back
+        assert enc.collect(block=True) == []  # packets go to the file, not back
     assert enc.flush() == [] and enc.busy_s > 0
     recs, data = [], spill.read_bytes()
     while data:

@@ -74,10 +74,10 @@ def test_the_cache_never_holds_more_than_its_bound_and_eviction_frees_the_networ
         for runtime in ("auto", "torch"):
             for precision, batch in (("fp32", 4), ("auto", 8), ("bf16", 128)):  # one engine: speed, or fp32 on a CPU
                 engine, _ = pool.get(base.with_(decoder=decoder, runtime=runtime, precision=precision, batch=batch))
-                engine._load()
+                engine.networks()
                 assert pool.measure(engine) > 0
                 if not nets or nets[-1][0] is not engine:
-                    nets.append((engine, weakref.ref(engine._nets["unet"])))
+                    nets.append((engine, weakref.ref(engine.networks()["unet"])))
                 held.append(len(pool))
                 assert len(pool) <= 2
     assert max(held) == 2 and len(nets) == 4  # four keys (decoder x runtime), each loaded once
@@ -99,7 +99,7 @@ def test_the_memory_bound_evicts_before_a_new_engine_loads_and_a_held_engine_sta
     pool = EnginePool(max_engines=8, max_fraction=1e-9)  # any engine fills the "device"
     base = RenderSettings(engine="musetalk", device="cpu")
     a, _ = pool.get(base, hold=True)
-    a._load()
+    a.networks()
     pool.measure(a)
     done = threading.Event()
     got = []
@@ -111,11 +111,11 @@ def test_the_memory_bound_evicts_before_a_new_engine_loads_and_a_held_engine_sta
     t = threading.Thread(target=second)
     t.start()
     assert not done.wait(1.5), "a held engine was evicted (or the bound ignored)"
-    assert len(pool) == 1 and a._nets is not None
+    assert len(pool) == 1 and a.loaded
     pool.release(a)  # the render on it is done: the waiting request evicts it and loads its own
     assert done.wait(30)
     t.join()
-    assert len(pool) == 1 and pool.evictions == 1 and a._nets is None and got[0] is not a
+    assert len(pool) == 1 and pool.evictions == 1 and not a.loaded and got[0] is not a
     pool.close()
 
 
@@ -137,16 +137,16 @@ def test_two_threads_asking_for_one_key_load_it_once(env):
 
 
 def test_clients_loading_different_engines_at_once_stay_under_the_bound(env, monkeypatch):
-    from studio.core.engines import base
+    from studio.core.engines import selection
     from studio.service.pool import EnginePool
 
-    select = base.select_for
+    select = selection.select_for
 
     def slow(settings):  # every load takes a while: the clients' loads overlap
         time.sleep(0.3)
         return select(settings)
 
-    monkeypatch.setattr(base, "select_for", slow)
+    monkeypatch.setattr(selection, "select_for", slow)
     pool = EnginePool(max_engines=2)
     sizes = []
     settings = RenderSettings(engine="classic", device="cpu")
@@ -296,8 +296,8 @@ def test_jobs_spread_over_the_devices_each_with_its_own_warm_engine(tmp_path, en
         time.sleep(0.2)
     assert [qs.get(j.id).state for j in jobs] == ["done"] * 3
     assert overlap.is_set()  # two jobs at once, one on each device
-    assert sorted(k.slot for k in pool._engines) == [0, 1]  # one warm engine per device
-    assert {k.device for k in pool._engines} == {"cpu"}
+    assert sorted(k.slot for k in pool.keys()) == [0, 1]  # one warm engine per device
+    assert {k.device for k in pool.keys()} == {"cpu"}
     qs.close()
     pool.close()
 
@@ -315,7 +315,7 @@ def test_the_warm_up_loads_the_engine_renders_the_library_once_and_leaves_no_fil
     w.start()
     assert w.wait(300) and w.error is None and started == [True]
     assert w.rendered == ["astro", "astro"]  # once on each device
-    assert sorted(k.slot for k in pool._engines) == [0, 1] and pool.loaded == 2
+    assert sorted(k.slot for k in pool.keys()) == [0, 1] and pool.loaded == 2
     # the warm-up's voice and video are gone (its voice's AAC stays cached: the same entry every start)
     assert not [p for p in data_dir().rglob("*") if p.suffix in (".mp4", ".wav") or p.name.startswith(".warm-")]
     assert {p.name for p in data_dir().iterdir()} - before <= {"cache", "models"}  # the AAC cache, the model store

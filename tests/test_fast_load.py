@@ -25,21 +25,21 @@ def test_fast_copies_hold_the_same_half_precision_tensors_and_go_stale_with_thei
     p = weights.resolve(store)
     for kind, folder in (("unet", p.unet), ("vae", p.vae), ("taesd", p.taesd)):
         wfile = p.weight_file(folder)
-        fast = weights._load_fast(kind, folder, wfile, "cpu", torch.float16)
+        fast = weights.load_fast_copy(kind, folder, wfile, "cpu", torch.float16)
         assert fast is not None
         ref = weights.load_module(kind, folder, wfile, "cpu", torch.float16)
         got, want = fast.state_dict(), ref.state_dict()
         assert got.keys() == want.keys()
         assert all(got[k].dtype == torch.float16 and torch.equal(got[k], want[k]) for k in want)
-        assert weights._load_fast(kind, folder, wfile, "cpu", torch.bfloat16) is None  # no bf16 copy
+        assert weights.load_fast_copy(kind, folder, wfile, "cpu", torch.bfloat16) is None  # no bf16 copy
     # a changed source file makes its copy stale: the original weights load again
     wfile = p.weight_file(p.taesd)
     st = wfile.stat()
     os.utime(wfile, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    assert weights._load_fast("taesd", p.taesd, wfile, "cpu", torch.float16) is None
+    assert weights.load_fast_copy("taesd", p.taesd, wfile, "cpu", torch.float16) is None
     # a damaged copy is refused (with a warning), never loaded
     paths[0].write_bytes(b"not a safetensors file")
-    assert weights._load_fast("unet", p.unet, p.weight_file(p.unet), "cpu", torch.float16) is None
+    assert weights.load_fast_copy("unet", p.unet, p.weight_file(p.unet), "cpu", torch.float16) is None
 
 
 def test_import_writes_the_fast_layout_and_half_precision_loads_never_unpickle(store, monkeypatch):
@@ -111,4 +111,4 @@ def test_fast_copy_loads_straight_to_the_gpu_and_its_unet_captures_a_cuda_graph(
     aud = torch.randn(2, 50, c.cross_attention_dim, device="cuda", dtype=torch.float16)
     with torch.inference_mode():
         run.warm_up(lat, aud)
-    assert run._graphs and all(g is not False for g in run._graphs.values())  # captured, not run eagerly
+    assert run.captured() and all(run.captured().values())  # captured, not run eagerly

@@ -212,9 +212,9 @@ def test_a_huge_photo_is_downscaled_and_said_in_one_line(home, tmp_path):
 
 
 def test_two_faces_are_named_and_one_can_be_chosen(home, tmp_path):
-    from test_avatar import _two_faces
+    from test_avatar import two_faces
 
-    src = _two_faces(tmp_path / "two.png")
+    src = two_faces(tmp_path / "two.png")
     r = studio(home, "avatar", "add", "two", src, "--json")
     assert r.returncode == 0, r.stderr
     err = lines(r.stderr)

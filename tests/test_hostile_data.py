@@ -240,7 +240,7 @@ def test_retention_removes_only_files_studio_recorded_writing(tmp_path):
     store.enqueue(job.id)
     store.claim_next()
     store.finish(job.id, output=str(ours), result={"frames": 25})
-    with store._tx() as db:
+    with store.transaction() as db:
         db.execute("UPDATE jobs SET updated=updated-86400*30 WHERE id=?", (job.id,))
     r = studio("queue", "prune", env={"STUDIO_HOME": str(home), "STUDIO_KEEP_RENDERS": "20s"})
     assert r.returncode == 0, r.stderr
@@ -357,14 +357,14 @@ def test_the_face_check_refuses_huge_frames_from_the_header_and_samples_by_seeki
         library.check_video_faces(huge)
     faceless = _faceless_video(tmp_path / "faceless.mp4")
     decoded = []
-    real = library._frame_near
+    real = library.frame_near
 
     def counting(container, stream, t, budget, slack):
         frame, used = real(container, stream, t, budget, slack)
         decoded.append(used)
         return frame, used
 
-    monkeypatch.setattr(library, "_frame_near", counting)
+    monkeypatch.setattr(library, "frame_near", counting)
     with pytest.raises(AvatarError, match="no face found in 8 frame"):
         library.check_video_faces(faceless)
     assert len(decoded) == 8 and sum(decoded) <= 8 * 250  # a keyframe interval per sample, not 1500 frames

@@ -177,7 +177,7 @@ def test_latents_are_masked_and_reference_means_scaled_and_cached(store, tmp_pat
     assert prepared.latents.shape == (3, 8, 32, 32) and not prepared.from_cache
     vae_sha = weights.list_models()["sd-vae"]["files"]["diffusion_pytorch_model.bin"]["sha256"]
     assert prepared.cache_file == avatar.engine_dir(f"musetalk-{vae_sha[:16]}") / "latents.npy"
-    vae = engine._load()["vae"]
+    vae = engine.networks()["vae"]
     x = torch.from_numpy(avatar.crops).permute(0, 3, 1, 2).float() / 255
     masked = x.clone()
     masked[:, :, 128:] = 0  # rows 128..255 black in [0,1], i.e. -1 after the [-1,1] mapping
@@ -199,7 +199,7 @@ def test_generate_returns_uint8_faces_from_unet_and_taesd(store, tmp_path):
     faces = engine.generate(prepared, [0, 1, 1], [0, 7, 14])
     assert faces.shape == (3, 256, 256, 3) and faces.dtype == torch.uint8 and faces.device.type == "cpu"
     assert faces.float().std() > 1  # not a flat image
-    nets = engine._load()
+    nets = engine.networks()
     with torch.no_grad():  # the same maths by hand
         pred = nets["unet"](prepared.latents[[1]], 0, encoder_hidden_states=feats.window([7])).sample
         img = nets["taesd"].decode(pred).sample
@@ -222,7 +222,7 @@ def test_sd_vae_decoder_divides_by_the_scaling_factor(store, tmp_path):
     prepared = engine.prepare(FakeAvatar(tmp_path, n=1))
     engine.bind(engine.audio_features(_wave(tmp_path, 0.2)))
     faces = engine.generate(prepared, [0], [2])
-    nets = engine._load()
+    nets = engine.networks()
     with torch.no_grad():
         pred = nets["unet"](prepared.latents, 0, encoder_hidden_states=engine.features.window([2])).sample
         img = nets["vae"].decode(pred / 0.18215).sample
@@ -232,7 +232,7 @@ def test_sd_vae_decoder_divides_by_the_scaling_factor(store, tmp_path):
 
 
 def test_select_engine_musetalk_when_imported_and_a_clear_error_otherwise(store, studio_home):
-    from studio.core.engines.base import auto_engine, engine_status, select_engine
+    from studio.core.engines.selection import auto_engine, engine_status, select_engine
     from studio.core.errors import StudioError
 
     status = engine_status()
@@ -307,7 +307,7 @@ def test_cuda_graph_buckets_match_eager_on_cuda(store, tmp_path):
             assert all((a.int() - b.int()).abs().max() <= 1 for a, b in zip(out[graphs], again))
             out[graphs] = again
         if graphs:
-            captured = engine._load()["run"]._graphs
+            captured = engine.networks()["run"].captured()
             assert set(captured) >= {1, 4, 8, 64}  # padded up to buckets
             assert all(g is not False for g in captured.values()), "a capture failed (the bucket ran eagerly)"
         engine.close()

@@ -24,7 +24,7 @@ def _diffusers(kind: str, config: dict, seed: int = 0):
     cls = {"unet": UNet2DConditionModel, "vae": AutoencoderKL, "taesd": AutoencoderTiny}[kind]
     torch.manual_seed(seed)
     ref = cls.from_config(config).eval()
-    rm._randomize(ref, seed)  # zero-initialised layers too, so every output depends on every weight
+    rm.randomize(ref, seed)  # zero-initialised layers too, so every output depends on every weight
     return ref
 
 

@@ -75,7 +75,7 @@ def test_xdcam_hd422_render_reads_back_as_rdd9(voice, tmp_path):
     """A whole render (classic engine, CPU) in the xdcam-hd422 delivery, with its AAF for Avid."""
     from pyloudnorm import Meter
 
-    from studio.service import Render
+    from studio.service.driver import Render
     from studio.service.request import RenderRequest
 
     s = from_dict(

@@ -211,7 +211,9 @@ def test_render_keeps_an_existing_file_unless_told_to_overwrite(home, voice, tmp
 
 def test_an_overwriting_job_leaves_the_earlier_job_without_a_file_it_does_not_own(home, voice, tmp_path, monkeypatch):
     from studio.core.settings import RenderSettings
-    from studio.service import QueueService, RenderRequest, owned_output
+    from studio.service.job_requests import owned_output
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     monkeypatch.setenv("STUDIO_HOME", str(home))
     qs = QueueService(tmp_path / "jobs.sqlite")

@@ -313,8 +313,9 @@ def test_an_evicted_engine_is_held_by_nothing_the_queue_keeps(tmp_path, monkeypa
     import weakref
 
     from studio.core.settings import RenderSettings
-    from studio.service import QueueService, RenderRequest
     from studio.service.pool import EnginePool
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
     from studio.service.scheduler import Scheduler
 
     monkeypatch.setenv("STUDIO_HOME", str(tmp_path / "home"))

@@ -250,7 +250,9 @@ def test_the_output_rate_is_resolved_once_in_the_request(tmp_path, voice, monkey
     import av
 
     from studio.core.avatars import library
-    from studio.service import QueueService, Render, RenderRequest
+    from studio.service.driver import Render
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     library.prepare("ntsc", _video(tmp_path / "ntsc.mp4", Fraction(30000, 1001)))
     calls = []
@@ -306,7 +308,7 @@ def test_caches_from_before_rates_stay_valid_for_photos_and_lost_sources(tmp_pat
     def make_legacy(name, src):
         a = library.prepare(name, src)
         meta = json.loads((a.folder / "meta.json").read_text())
-        meta["stages"] = builder._stage_keys(meta["source_sha256"], a.params, 25)
+        meta["stages"] = builder.stage_keys(meta["source_sha256"], a.params, 25)
         meta.update(fps=25, rate="25")
         (a.folder / "meta.json").write_text(json.dumps(meta))
         return a

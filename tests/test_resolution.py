@@ -140,8 +140,8 @@ def test_every_face_resolves_a_delivery_alike_and_the_scrub_frame_is_the_written
     from PIL import Image
 
     from studio.core.render.renderer import Renderer
-    from studio.service import QueueService
     from studio.service.job_requests import request_of
+    from studio.service.queue import QueueService
 
     d = BUILTIN[delivery]
     session = window_request(home, monkeypatch, delivery, GIVEN)
@@ -212,7 +212,7 @@ def test_a_canvas_needing_more_enlargement_is_refused_before_the_render_on_every
     delivery, room, home, client, audio_id, monkeypatch, tmp_path
 ):
     from studio.core.errors import InputError
-    from studio.service import QueueService
+    from studio.service.queue import QueueService
 
     given = {k: v for k, v in GIVEN.items() if k != "max_upscale"}
     says = f"the {delivery} delivery needs the 512x512 avatar enlarged"

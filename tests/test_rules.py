@@ -119,6 +119,7 @@ def test_the_checker_finds_exactly_what_a_small_package_breaks(tmp_path):
 
             def use(obj):
                 os._exit  # an allowed name
+                setattr(obj, "_flag", 1)  # reach-in, by a string
                 return obj._secret  # reach-in
         """,
         "b.py": """
@@ -129,7 +130,7 @@ def test_the_checker_finds_exactly_what_a_small_package_breaks(tmp_path):
                 _count = 0
 
                 def __init__(self):
-                    self._own = 1
+                    self._own = getattr(self, "_own", 1)
                     Box._count += 1
                     type(self)._count += 1
                     self.__class__.__name__
@@ -161,7 +162,7 @@ def test_the_checker_finds_exactly_what_a_small_package_breaks(tmp_path):
         "studio/a.py:2: from studio.b import _hidden",
         "studio/a.py:3: from studio.cli._common import ... (a private module, from outside its package)",
     ]
-    assert found["reach-in"] == ["studio/a.py:10: obj._secret"]
+    assert found["reach-in"] == ["studio/a.py:10: setattr(obj, '_flag')", "studio/a.py:11: obj._secret"]
     assert found["cycle"] == [
         "studio/b.py:1: import cycle: studio.b, studio.c [studio.b -> studio.c, studio.c -> studio.b]"
     ]

@@ -59,7 +59,8 @@ def frames_of(path) -> np.ndarray:
 
 def test_a_range_renders_the_same_frames_as_the_whole_clip(tmp_path, env):
     from studio.core.settings import RenderSettings
-    from studio.service import Render, RenderRequest
+    from studio.service.driver import Render
+    from studio.service.request import RenderRequest
 
     audio = speech_pause_speech(tmp_path / "v.wav", 1.0, 0.4, 1.0)
     s = RenderSettings(engine="classic", encoder="x264", crf=0, preset="ultrafast")
@@ -81,7 +82,7 @@ def test_a_range_renders_the_same_frames_as_the_whole_clip(tmp_path, env):
 def test_a_bad_request_is_one_sentence_before_any_work(tmp_path, env):
     from studio.core.errors import InputError
     from studio.core.settings import from_dict as settings_from_dict
-    from studio.service import Placement, RenderRequest
+    from studio.service.request import Placement, RenderRequest
 
     with pytest.raises(InputError, match="placement"):
         Placement("moon")
@@ -108,7 +109,8 @@ def test_engine_pool_keys_and_shares_warm_engines(env):
 
 def test_identical_jobs_get_numbered_outputs_and_retry_writes_a_new_file(tmp_path, env):
     from studio.core.settings import RenderSettings
-    from studio.service import QueueService, RenderRequest
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     audio = speech_pause_speech(tmp_path / "v.wav", 0.4, 0.2, 0.4)
     qs = QueueService()

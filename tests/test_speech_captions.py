@@ -132,7 +132,7 @@ def test_an_imported_voice_is_checked_by_its_checksum(tmp_path):
     with open(damaged, "r+b") as f:
         f.seek(1000)
         f.write(b"\0\1\2\3")
-    speech._PIPER.pop("my-voice", None)
+    speech.forget_voice("my-voice")
     with pytest.raises(InputError, match="damaged"):
         speech.synthesize("Another sentence for it.", voice="my-voice")
 
@@ -196,7 +196,7 @@ def test_captions_from_the_synthesis_use_its_sentence_times_and_parse_strictly(t
     assert len(subs) == len(cues) and subs[0].start.total_seconds() == pytest.approx(cues[0].start_s, abs=0.001)
     vtt = webvtt.read(str(out_vtt))
     assert len(vtt.captions) == len(cues)
-    assert [c.start for c in vtt.captions[:2]] == ["00:00:00.000", captions._vtt_time(cues[1].start_s)]
+    assert [c.start for c in vtt.captions[:2]] == ["00:00:00.000", captions.vtt_time(cues[1].start_s)]
     assert all(subs[i].end <= subs[i + 1].start for i in range(len(subs) - 1))
 
 

@@ -19,12 +19,9 @@ def traced(tmp_path, monkeypatch):
 
     path = tmp_path / "trace.jsonl"
     monkeypatch.setenv("STUDIO_STAGE_TRACE", str(path))
-    monkeypatch.setattr(stagetrace, "_checked", False)
-    monkeypatch.setattr(stagetrace, "_tracer", None)
+    stagetrace.reset()
     yield path
-    t = stagetrace._tracer
-    if t is not None:
-        t._fh.close()
+    stagetrace.reset()  # the tracer the test's renders wrote to is closed
 
 
 def test_the_trace_holds_every_stage_of_a_render_and_sums_to_its_stage_times(tmp_path, traced):
@@ -52,8 +49,7 @@ def test_no_trace_without_the_variable(tmp_path, monkeypatch):
     from studio.core.render import stagetrace
 
     monkeypatch.delenv("STUDIO_STAGE_TRACE", raising=False)
-    monkeypatch.setattr(stagetrace, "_checked", False)
-    monkeypatch.setattr(stagetrace, "_tracer", None)
+    stagetrace.reset()
     assert stagetrace.tracer() is None
 
 
@@ -62,13 +58,13 @@ def test_the_warm_up_render_reaches_every_lane_in_a_users_format_once_per_writer
 
     import numpy as np
 
-    from studio.api.warmup import WarmUp, _writers_of, frames_for_every_lane, synthetic_voice
-    from studio.core.media.writer import MIN_CHUNK, _parallel_chunks
+    from studio.api.warmup import WarmUp, frames_for_every_lane, synthetic_voice, writers_of
+    from studio.core.media.writer import MIN_CHUNK, parallel_chunks
     from studio.service.queue import QueueService
 
     n = frames_for_every_lane()
     cores = os.cpu_count() or 1
-    assert _parallel_chunks(n, cores, MIN_CHUNK) == cores  # every lane gets frames
+    assert parallel_chunks(n, cores, MIN_CHUNK) == cores  # every lane gets frames
     x = synthetic_voice(n, 48_000)
     assert x.shape == (n * 48_000 // 25, 2) and x.dtype == np.float32 and 0.05 < float(np.abs(x).max()) < 1
     assert synthetic_voice(38, 16_000, channels=1).shape == (38 * 16_000 // 25,)
@@ -80,11 +76,11 @@ def test_the_warm_up_render_reaches_every_lane_in_a_users_format_once_per_writer
         def start(self):
             pass
 
-    assert _writers_of(None) == 1
-    assert _writers_of(Q(1, True)) == 2  # the next job renders while the last one drains
-    assert _writers_of(Q(1, False)) == 1 and _writers_of(Q(3, True)) == 3
+    assert writers_of(None) == 1
+    assert writers_of(Q(1, True)) == 2  # the next job renders while the last one drains
+    assert writers_of(Q(1, False)) == 1 and writers_of(Q(3, True)) == 3
     assert WarmUp(None, [], [], then=Q(2, True).start).writers == 2
     assert WarmUp(None, [], [], then=lambda: None).writers == 1
     qs = QueueService(tmp_path / "jobs.sqlite")  # a real queue: pipelined, one job a device
-    assert _writers_of(qs) == 2 and WarmUp(None, [], [], then=qs.start).writers == 2
+    assert writers_of(qs) == 2 and WarmUp(None, [], [], then=qs.start).writers == 2
     qs.close()

@@ -211,7 +211,7 @@ def test_a_failed_or_cancelled_writer_leaves_no_file_and_no_spill(tmp_path, wav,
         with w:
             for k, idx in enumerate(stripes(120, 6, w.chunks, window=w.window)):
                 if how == "worker dies" and k == 6:
-                    w._workers[1].proc.kill()
+                    w.workers[1].proc.kill()
                 w.write(frames[idx], indices=idx)
                 if how == "abort" and k == 8:
                     raise RuntimeError("cancelled by the user")

@@ -118,10 +118,10 @@ def test_a_damaged_record_never_deletes_anything_that_is_not_a_temporary(tmp_pat
     (out / ".ok.part.mp4").write_bytes(b"x")  # the only real leftover
     rec = studio_home / "tmp"
     rec.mkdir()
-    key = temps._secret(rec, create=True)  # signed as this data folder's own processes sign
+    key = temps.record_key(rec, create=True)  # signed as this data folder's own processes sign
 
     def line(op, path):
-        return json.dumps([op, path, temps._mac(key, op, path)])
+        return json.dumps([op, path, temps.record_mac(key, op, path)])
 
     lines = [
         json.dumps({"studio_temps": 1, "pid": 1}),
@@ -158,7 +158,7 @@ def test_a_planted_record_deletes_nothing(tmp_path, studio_home):
     plain = [json.dumps(["+f", str(victims / n)]) for n in names[:-1]] + [json.dumps(["+d", str(victims / names[-1])])]
     (rec / "1-planted.rec").write_text("\n".join([header, *plain]))  # the old, unsigned form
     other_key = os.urandom(32)  # signed, but with a key that is not this data folder's
-    forged = [json.dumps(["+f", str(victims / n), temps._mac(other_key, "+f", str(victims / n))]) for n in names]
+    forged = [json.dumps(["+f", str(victims / n), temps.record_mac(other_key, "+f", str(victims / n))]) for n in names]
     (rec / "2-forged.rec").write_text("\n".join([header, *forged]))
     r = subprocess.run(
         [sys.executable, "-m", "studio", "queue", "list"], capture_output=True, text=True, timeout=120
@@ -169,9 +169,11 @@ def test_a_planted_record_deletes_nothing(tmp_path, studio_home):
     p = _child(tmp_path, "exit")
     assert p.stdout.readline().strip() == "ready" and p.wait(30) == 0
     assert (rec / temps.KEY_NAME).stat().st_mode & 0o777 == 0o600
-    key = temps._secret(rec, create=False)
+    key = temps.record_key(rec, create=False)
     bad = victims / names[0]
-    (rec / "3-late.rec").write_text("\n".join([header, json.dumps(["+f", str(bad), temps._mac(key, "+f", str(bad))])]))
+    (rec / "3-late.rec").write_text(
+        "\n".join([header, json.dumps(["+f", str(bad), temps.record_mac(key, "+f", str(bad))])])
+    )
     os.chmod(rec / temps.KEY_NAME, 0o644)  # a key others can read proves nothing: it is not used
     assert temps.sweep_dead_temps() == [] and bad.exists()
 

@@ -327,12 +327,12 @@ def test_cli_list_on_an_empty_and_a_populated_cache(cache, store, capsys):
 
 
 def test_on_cpu_musetalk_runs_on_pytorch_and_says_why(store):
-    from studio.core.engines.base import select_engine
     from studio.core.engines.musetalk import MuseTalkEngine
+    from studio.core.engines.selection import select_engine
 
     choice = select_engine("auto", device="cpu")
     assert choice.engine.name == "musetalk" and "PyTorch runtime (TensorRT needs a CUDA GPU)" in choice.reason
-    choice.engine._load()
+    choice.engine.networks()
     d = choice.engine.describe()
     assert d["runtime"] == "torch" and d["runtime_reason"].startswith("PyTorch runtime: TensorRT needs a CUDA GPU")
     with pytest.raises(StudioError, match="needs a CUDA GPU"):

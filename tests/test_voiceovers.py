@@ -66,7 +66,7 @@ def _render(out: Path, voice: Path, encoder: str = "x264", frames: int = 60, wai
         video = talking_frames(0, frames)
         for k, idx in enumerate(batches):
             if wait_audio and k == len(batches) - 1:
-                assert w._audio.wait_ready(60), "the AAC track was not ready while frames were still coming"
+                assert w.audio_ready(60), "the AAC track was not ready while frames were still coming"
             w.write(video[idx], indices=idx)
     return w
 

@@ -148,7 +148,7 @@ def validation_sentence(errors) -> str:
         return f"the script text is {len(str(e.get('input', '')))} characters; speak at most {most} at a time"
     if e.get("type") == "string_pattern_mismatch":
         pattern = (e.get("ctx") or {}).get("pattern", "")
-        from studio.api.models import NAME_PATTERN
+        from studio.core.avatars.assets import NAME_PATTERN
 
         if where == "name" and pattern == NAME_PATTERN:  # an avatar's name: the sentence the library says
             return (

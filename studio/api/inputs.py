@@ -103,8 +103,8 @@ async def submit(st, model, headers=None):
 
 async def _submit(st, form, settings, stored: list):
     from studio.core.errors import StudioError
-    from studio.service import RenderRequest
     from studio.service.preflight import preflight
+    from studio.service.request import RenderRequest
 
     if form.avatar:
         avatar, avatar_label = form.avatar, form.avatar

@@ -19,13 +19,13 @@ from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from studio.api.schema import INT64_MAX, settings_model
+from studio.core.avatars.assets import NAME_PATTERN  # a library avatar's name
 
 JOB_STATES = ("draft", "queued", "held", "running", "done", "failed", "cancelled", "interrupted", "expired", "damaged")
 FINAL_STATES = ("done", "failed", "cancelled", "interrupted", "expired")
 JobState = Literal[JOB_STATES]  # type: ignore[valid-type]
 
 # what the server's ids and names look like: the document says it, so a client (and a fuzzer) knows
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # a library avatar's name
 AUDIO_ID_PATTERN = r"^[0-9a-f]{16}$"  # an uploaded voice-over's id
 CURSOR_PATTERN = r"^[0-9]{0,19}$"  # a page's cursor (a job id; empty: the first page)
 JobId = Annotated[int, PathParam(ge=1, le=INT64_MAX, description="a render job's id")]

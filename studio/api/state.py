@@ -55,7 +55,7 @@ class ApiState:
     @property
     def queue(self):
         if self._queue is None:
-            from studio.service import QueueService
+            from studio.service.queue import QueueService
 
             o = self.opts
             self._queue = QueueService(
@@ -64,7 +64,7 @@ class ApiState:
                 devices=list(o.gpus) or None,
                 jobs_per_device=o.jobs_per_device,
                 dispatcher=self.farm,
-                scheduler=None if self.farm is not None else self.scheduler,
+                scheduler=self.scheduler,  # the farm claims in its order too (lanes, fair shares)
             )
         return self._queue
 
@@ -97,7 +97,7 @@ class ApiState:
     @property
     def pool(self):
         if self._pool is None:
-            from studio.service import default_pool
+            from studio.service.pool import default_pool
 
             self._pool = default_pool()
             self._pool.batching = self.opts.batching

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from studio.core.progress import Startup
 
 log = logging.getLogger(__name__)
 
@@ -61,39 +62,24 @@ def parse_warm(text: str):
         raise InputError(f"--warm {text!r}: {exc}") from None
 
 
-class WarmUp:
+class WarmUp(Startup):
     def __init__(
         self, pool, settings: list, devices: list, then: Callable[[], None] | None = None, writers: int | None = None
     ):
+        super().__init__("the warm-up failed")
         self.pool = pool
         #: renders at once in the warm-up render (default: what the queue whose ``start`` is ``then``
         #: runs at once on a device: its jobs a device, plus one draining when it pipelines)
-        self.writers = writers or _writers_of(getattr(then, "__self__", None))
+        self.writers = writers or writers_of(getattr(then, "__self__", None))
         self.settings = list(settings)
         self.devices = list(devices) or [None]
         self.then = then
-        self.ready = False
-        self.error: str | None = None
-        self.doing = "starting"
-        self.started = time.monotonic()
-        self.seconds: float | None = None  # how long the warm-up took, once done
         self._thread: threading.Thread | None = None
         self.rendered: list[str] = []  # the avatars the warm-up rendered once (one a device)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="studio-warm-up", daemon=True)
         self._thread.start()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self.ready
-
-    def status(self) -> str:
-        """What it is doing, for a client (``warming up: ... (3 s so far)``)."""
-        if self.error is not None:
-            return f"the warm-up failed: {self.error}"
-        return f"warming up: {self.doing} ({time.monotonic() - self.started:.0f} s so far)"
 
     def _run(self) -> None:
         try:
@@ -109,12 +95,11 @@ class WarmUp:
             self.doing = "starting the queue"
             if self.then is not None:
                 self.then()
-            self.seconds = time.monotonic() - self.started
-            self.ready = True
+            self.succeed()
             log.info("warm-up done in %.1f s: %d engine(s) warm", self.seconds, len(self.pool))
         except Exception as exc:
-            self.error = str(exc) or type(exc).__name__
-            log.error("warm-up failed: %s", self.error, exc_info=True)
+            log.error("warm-up failed: %s", exc, exc_info=True)
+            self.fail(str(exc) or type(exc).__name__)
             if self.then is not None:  # jobs still run (each loads its engine, or fails with why)
                 self.then()
 
@@ -187,7 +172,7 @@ class WarmUp:
         except Exception:
             log.warning("warm-up: the first render of %s failed", avatar, exc_info=True)
         finally:
-            done = getattr(getattr(r, "_engine", None), "done", None)
+            done = getattr(r.chosen_engine if r is not None else None, "done", None)
             if done is not None:
                 done()  # a batcher's view: no more batches from this render
 
@@ -195,7 +180,7 @@ class WarmUp:
         self.doing = text
 
 
-def _writers_of(queue) -> int:
+def writers_of(queue) -> int:
     """Writers a queue has open at once on one device (2 for the pipelined one-job runner)."""
     if queue is None:
         return 1

@@ -254,7 +254,7 @@ def run_bench(
     from studio.core.media.audio import load
 
     out["silent_fraction"] = round(float(analysis_of(load(audio)).mask().mean()), 3)
-    models_dir, which = _bench_models(workdir, tiny=not cuda, note=note)
+    models_dir, which = bench_models(workdir, tiny=not cuda, note=note)
     out["weights"] = which
     warm_audio = audio if frames <= REF_FRAMES else reference_audio(workdir, REF_FRAMES)
     if cold:  # first, while nothing else holds the GPU
@@ -374,7 +374,7 @@ def run_bench(
     return out
 
 
-def _bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:
+def bench_models(workdir: Path, tiny: bool, note) -> tuple[Path | None, str]:
     """The imported weights when there are some; else random weights of the real architecture
     (tiny configs on CPU), imported into a private store under ``workdir``."""
     from studio.core.engines import random_models, weights

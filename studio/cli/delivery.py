@@ -17,9 +17,9 @@ def register(sub) -> None:
     sv.add_argument("--from-file", metavar="FILE.json", help='{"name": ..., "description": ..., "settings": {...}}')
     sv.add_argument("--description", default="", help="one line saying what it is for")
     sv.add_argument("--overwrite", action="store_true", help="replace your delivery of that name")
-    from studio.cli.render import _render_options
+    from studio.cli.render import render_options
 
-    _render_options(sv)
+    render_options(sv)
     sv.set_defaults(func=run_save)
     rm = dsub.add_parser("remove", help="remove one of your deliveries")
     rm.add_argument("name")

@@ -93,7 +93,7 @@ def job_id(text: str) -> int:
 
 
 def _service():
-    from studio.service import QueueService
+    from studio.service.queue import QueueService
 
     return QueueService(in_process_farm=True)
 

@@ -30,13 +30,13 @@ def register(sub) -> None:
     f.add_argument("-t", "--time", type=float, required=True, metavar="SECONDS", help="timestamp in seconds")
     f.add_argument("-o", "--output", required=True, help="output PNG path")
     overwrite_option(f)
-    _render_options(f, encoder=False)
+    render_options(f, encoder=False)
     f.set_defaults(func=run_frame)
 
     d = sub.add_parser("demo", help="render the bundled demo clip (astronaut + news voice-over)")
     d.add_argument("-o", "--output", default="demo.mp4", help="output MP4 path (default demo.mp4)")
     overwrite_option(d)
-    _render_options(d)
+    render_options(d)
     runs(d, run_demo, json=JSON_RESULT)
 
 
@@ -49,7 +49,7 @@ def job_options(p, output_help: str) -> None:
     )
     p.add_argument("-o", "--output", required=True, help=output_help)
     overwrite_option(p)
-    _render_options(p)
+    render_options(p)
     _scale_options(p)
     _range_options(p)
 
@@ -73,7 +73,7 @@ def overwrite_option(p) -> None:
     )
 
 
-def _render_options(p, encoder: bool = True) -> None:
+def render_options(p, encoder: bool = True) -> None:
     """One option per render setting, made from the schema (``studio.core.settings``); ``frame`` has no
     encoder settings (a PNG is not encoded)."""
     from studio.core.settings import specs
@@ -200,7 +200,7 @@ def _placement(args):
         return Placement("chunks", chunks=chunks)
     gpus = getattr(args, "gpus", None)
     if gpus:
-        from studio.service import gpus_here
+        from studio.service.queue import gpus_here
 
         have = gpus_here()
         n = len(have) if gpus == "all" else int(gpus) if str(gpus).isdigit() else 0
@@ -261,7 +261,7 @@ def request_from_args(avatar, audio, output, args):
 
 def _render(avatar, audio, output, args) -> int:
     from studio.cli._common import ProgressBar, emit_json, fmt_seconds
-    from studio.service import Render
+    from studio.service.driver import Render
 
     req = request_from_args(avatar, audio, output, args)
     check_output_args(output, avatar, audio, "video", req.settings.codec)  # the delivery's codec, if one is named
@@ -288,7 +288,7 @@ def _render(avatar, audio, output, args) -> int:
                 bar.update(p.done, p.total, f"{p.fps:6.1f} fps{extra}  ETA {fmt_seconds(p.eta_s)}")
     finally:
         bar.close()
-    r = render.result
+    r = render.finished_result()
     stamp("rendered")
     check = check_after(r.output, req, args.json) if req.settings.checked else None
     if check is not None and check.get("worst_second") is not None:
@@ -419,19 +419,20 @@ def run_render(args) -> int:
 
         raise InputError("--local renders in this process and --server on that server: give one of them")
     if not getattr(args, "server", None):
-        from studio.cli.serve import local_server
+        from studio.cli.serve import NO_SERVER, PICKS, local_server
 
         args.server, why = local_server(args)  # a warm `studio serve` on this data folder: no cold start
         if args.server:
             print(
-                f"studio: handing this render to the studio serve running on this data folder ({args.server}, "
+                f"render: handed to the studio serve running on this data folder ({args.server}, "
                 "engine warm); --local renders in this process",
                 file=sys.stderr,
                 flush=True,
             )
         else:
             lane = "; --priority orders jobs on a server only" if getattr(args, "priority", None) else ""
-            print(f"studio: rendering in this process ({why}){lane}", file=sys.stderr, flush=True)
+            if lane or not (why == NO_SERVER or why.endswith(PICKS)):  # said only when a server was passed over
+                print(f"render: in this process ({why}){lane}", file=sys.stderr, flush=True)
             from studio.core.engines import preload
 
             preload.start(getattr(args, "engine", None), getattr(args, "device", None))  # torch while inputs load

@@ -340,7 +340,7 @@ def write_captions(
 
         vtt = webvtt.WebVTT()
         for c in shown:
-            vtt.captions.append(webvtt.Caption(_vtt_time(c.start_s), _vtt_time(c.end_s), list(c.lines)))
+            vtt.captions.append(webvtt.Caption(vtt_time(c.start_s), vtt_time(c.end_s), list(c.lines)))
         body = vtt.content
     with atomic_output(p, overwrite=overwrite) as written:
         Path(written.tmp).write_text(body, encoding="utf-8")
@@ -373,7 +373,7 @@ def clip_cues(cues: list[Cue], offset_s: float = 0.0, duration_s: float | None =
     return out
 
 
-def _vtt_time(t: float) -> str:
+def vtt_time(t: float) -> str:
     ms = round(t * 1000)
     h, rest = divmod(ms, 3_600_000)
     m, rest = divmod(rest, 60_000)

@@ -177,7 +177,8 @@ def key_of(name: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", str(name).strip().lower()).strip("-")
 
 
-def _user_dir():
+def user_dir():
+    """The folder of the user's saved deliveries (``store.deliveries`` writes there)."""
     from studio.core.env import sub_dir
 
     return sub_dir("deliveries")
@@ -189,7 +190,7 @@ def user_deliveries() -> dict[str, Delivery]:
 
     out: dict[str, Delivery] = {}
     try:
-        folder = _user_dir()
+        folder = user_dir()
     except OSError:
         return out
     for path in sorted(folder.glob("*.json")):

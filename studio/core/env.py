@@ -102,9 +102,10 @@ KNOBS: dict[str, Knob] = {
             "jobs running at once on one device call the engine in turn instead of sharing its batches",
         ),
         Knob(
-            "STUDIO_PREFETCH_FRAMES",
-            "studio serve: a job with this many frames or fewer left for the engine gives its slot to the next "
-            "job, which opens while the last batches run (default 0: once every frame has left the engine)",
+            "STUDIO_PREFETCH_JOBS",
+            "studio serve: queued jobs prepared ahead while the current batches run (voice-over decoded, audio "
+            "features, avatar on the device), at most this many (0: off)",
+            default="2",
         ),
         Knob(
             "STUDIO_QUEUE_GATE",
@@ -229,6 +230,7 @@ LIMITS: dict[str, tuple] = {
     "STUDIO_SPILL_DIR": ("folder",),
     "STUDIO_LOG_MAX_MB": ("float", 0.001, 1e6),
     "STUDIO_LOG_BACKUPS": ("int", 1, 1000),
+    "STUDIO_PREFETCH_JOBS": ("int", 0, 64),
     "STUDIO_SHM_DIR": ("folder",),
 }
 

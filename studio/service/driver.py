@@ -64,12 +64,22 @@ class Render:
         self.job_id = 0
         self.ticket: Any = None  # whose work it is (``scheduler.Ticket``: the queue's lanes and shares), or None
         self.extra: dict = {}  # what the result row gets beside the RenderResult (where on the farm)
+        #: a local render's ``Renderer`` made and made ready ahead (the queue's ``Prefetcher``), used
+        #: instead of a new one (the engine's hold it took is released as a new one's would be)
+        self.prepared: Any = None
 
     def cancel(self) -> None:
         self._cancel.set()
         a = self._active
         if a is not None:
             a.cancel()
+
+    def engine_done(self) -> None:
+        """Every frame has left the engine (what is left is the file): a batcher stops counting
+        this job among those it waits for."""
+        done = getattr(self.engine, "done", None)
+        if done is not None:
+            done()
 
     @property
     def cancelled(self) -> bool:
@@ -79,6 +89,12 @@ class Render:
     def engine(self):
         """The warm engine a local render ran on (None for other placements or before it starts)."""
         return getattr(self._active, "engine", None) if self.request.placement.kind == "local" else None
+
+    def finished_result(self) -> RenderResult:
+        """The result of a ``run()`` that went to its end (a ``RuntimeError`` before it did)."""
+        if self.result is None:
+            raise RuntimeError("the render has not finished")
+        return self.result
 
     def run(self) -> Iterator[Progress]:
         """Yields ``Progress``; the last has ``finished=True`` and ``self.result`` is set. Raises
@@ -128,10 +144,12 @@ class Render:
     def _local(self):
         req = self.request
         held = hasattr(self.pool, "release")  # the pool's bound never evicts the engine while it renders
-        kw: dict[str, Any] = {"slot": self.slot, "hold": True} if held else {}
-        if self.ticket is not None:
-            kw["ticket"] = self.ticket
-        r = self.pool.renderer(req.avatar, req.audio, req.render_settings, **kw)  # the rate resolved once
+        r, self.prepared = self.prepared, None
+        if r is None:
+            kw: dict[str, Any] = {"slot": self.slot, "hold": True} if held else {}
+            if self.ticket is not None:
+                kw["ticket"] = self.ticket
+            r = self.pool.renderer(req.avatar, req.audio, req.render_settings, **kw)  # the rate resolved once
         self._active = r
         try:
             if self._cancel.is_set():
@@ -241,21 +259,19 @@ class Render:
                 log.warning("the farm link was lost before the job started; connecting again")
         self.result = link.result  # the link stays in self.farm_link: the queue keeps it warm
 
-    def _actor(self):
-        """A whole job on one of the farm's warm actors (``studio serve --farm``)."""
-        job = self.dispatcher.job(self.job_id, self.request, self._cancel)
+    def _actor(self, chunked: bool = False):
+        """A whole job on one of the farm's warm replicas (``studio serve --farm``), or one long clip in
+        chunks over several of them (``chunked``: ``placement: farm`` there); the farm's one dispatcher."""
+        d = self.dispatcher
+        job = (d.chunked if chunked else d.job)(self.job_id, self.request, self._cancel)
         self._active = job
         yield from job.run(lambda where: self._started(where, self.request.settings.engine))
         self.result, self.extra = job.result, job.extra
 
     def _actor_chunks(self):
-        """One long clip in chunks over the farm's actors (``placement: farm`` on ``studio serve --farm``)."""
-        req = self.request
-        if req.frames is not None:
+        if self.request.frames is not None:
             raise InputError("an in/out range renders whole; leave out the farm placement to render a range")
-        from studio.service.farm_chunks import chunked_on_actors
-
-        self.result, self.extra = yield from chunked_on_actors(self, req)
+        yield from self._actor(chunked=True)
 
     def _server(self):
         from studio.service.remote import render_on_server

@@ -99,7 +99,7 @@ class EnginePool(EngineCache):
         with self._scrub_lock:
             self._batchers.pop(id(engine), None)
             for k, r in list(self._scrub.items()):
-                if getattr(r, "_engine", None) is engine:
+                if r.chosen_engine is engine:
                     del self._scrub[k]
 
     def frame_at(self, avatar, audio, settings, seconds: float):

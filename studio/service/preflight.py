@@ -45,7 +45,7 @@ def runnable_here(settings, frame: bool = False) -> None:
     """The engine (and for MuseTalk its runtime), the encoder and the device can run on this machine,
     and (a render, not a ``frame``) every setting takes effect: one the engine it runs on does not
     read, or an encoder for another codec, is refused rather than silently ignored."""
-    from studio.core.engines.base import auto_engine, engine_status
+    from studio.core.engines.selection import auto_engine, engine_status
 
     status = engine_status()
     engine = settings.engine

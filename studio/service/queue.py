@@ -375,13 +375,12 @@ class QueueService:
         return self._changed(self.store.hold(job_id))
 
     def resume(self, job_id: int) -> J.Job:
-        job = self._changed(self.store.resume(job_id))
-        self._poke()
-        return job
+        return self._changed(self.store.resume(job_id))
 
     def move(self, job_id: int, index: int) -> J.Job:
         job = self.store.move(job_id, index)
         self._emit("moved", job_id, job)
+        self._poke()
         return job
 
     def remove(self, job_id: int) -> None:
@@ -418,6 +417,7 @@ class QueueService:
 
     def _changed(self, job: J.Job) -> J.Job:
         self._emit("state", job.id, job)
+        self._poke()  # what is claimed (and prepared) next may have changed
         return job
 
     def _checked(self, job_id: int, check: dict | None) -> None:

@@ -31,6 +31,7 @@ from studio.core.store import jobs as J
 from studio.service.driver import Progress, Render
 from studio.service.finishing import Finisher
 from studio.service.job_requests import file_identity, relative_paths, request_of
+from studio.service.prefetch import Prefetcher, prefetch_limit
 from studio.service.slots import DEADLINE_REASON, Slots
 
 log = logging.getLogger("studio.service.queue")
@@ -92,10 +93,41 @@ class Runner:
             frames_of=frames_of,
         )
         self.finisher = Finisher(limit=self.slots.capacity)
+        #: the next jobs prepared while the current batches run (the slot runner on one device)
+        self.prefetch: Prefetcher | None = None
+        limit = prefetch_limit()
+        if limit and self.uses_slots and dispatcher is None and len(self.slots.devices) == 1:
+            self.prefetch = Prefetcher(pool, self._upcoming, self._request_here, self._ticket, limit=limit)
 
     @property
     def capacity(self) -> int:
         return self.slots.capacity
+
+    @property
+    def uses_slots(self) -> bool:
+        """Jobs run on ``slots`` (several at once, or a scheduler's order), not one at a time on the loop."""
+        return self.capacity > 1 or self.dispatcher is not None or self.scheduler is not None
+
+    def _upcoming(self, n: int) -> tuple[list[J.Job], int]:
+        """The queued jobs claimed next, in that order: those a free slot takes at once (``k``), then
+        ``n`` more; and ``k``."""
+        k = self.slots.free_now()
+        return self.slots.order(self.store.list((J.QUEUED,)))[: k + n], k
+
+    def _request_here(self, job: J.Job, slot: int | None = 0):
+        """``job``'s request as it runs here (on ``slot``'s device when it names none)."""
+        req = request_of(job)
+        device = self.slots.devices[slot] if slot is not None else None
+        if device is not None and req.placement.kind == "local" and req.settings.device in (None, "", "auto"):
+            req = req.with_(settings=req.settings.with_(device=device))
+        return req
+
+    def _ticket(self, job: J.Job):
+        if self.scheduler is None:
+            return None
+        from studio.service.scheduler import ticket_of
+
+        return ticket_of(job)
 
     def progress_of(self, job_id: int) -> Progress | None:
         return self.last_progress.get(job_id)
@@ -145,6 +177,8 @@ class Runner:
         """Something changed (a job queued or resumed, an actor freed): look at the queue now."""
         with self._wake:
             self._wake.notify_all()
+        if self.prefetch is not None:
+            self.prefetch.poke()
 
     # ---- running ------------------------------------------------------------------------
 
@@ -181,6 +215,8 @@ class Runner:
             self._stop = self._interrupting = False
             self._thread = threading.Thread(target=self._loop, name="studio-queue", daemon=True)
             self._thread.start()
+        if self.prefetch is not None:
+            self.prefetch.start()
         threading.Thread(target=_prestart_encoders, name="studio-encoders-start", daemon=True).start()
 
     @property
@@ -201,6 +237,8 @@ class Runner:
             live = self.live()
             workers = self.slots.threads()
             self._wake.notify_all()
+        if self.prefetch is not None:
+            self.prefetch.stop()  # what was prepared ahead is dropped (its memory released)
         if interrupt:
             for _, render in live:
                 render.cancel()
@@ -236,7 +274,7 @@ class Runner:
         return self._stop
 
     def _loop(self) -> None:
-        if self.capacity > 1 or self.dispatcher is not None or self.scheduler is not None:
+        if self.uses_slots:
             return self.slots.loop(self._stopped)
         while True:
             with self._wake:
@@ -286,12 +324,9 @@ class Runner:
                     "it means depends on where Studio runs; queue it again",
                 )
             try:
-                req = request_of(job)
+                req = self._request_here(job, slot)
             except StudioError as exc:
                 return self._finish(job.id, J.FAILED, str(exc))
-            device = self.slots.devices[slot] if slot is not None else None
-            if device is not None and req.placement.kind == "local" and req.settings.device in (None, "", "auto"):
-                req = req.with_(settings=req.settings.with_(device=device))
             render = Render(
                 req,
                 self.pool,
@@ -301,10 +336,7 @@ class Runner:
             )
             render.slot, render.job_id = slot or 0, job.id
             self.timings[job.id] = {"queue_s": round(max(0.0, time.time() - job.created), 4)}
-            if self.scheduler is not None:
-                from studio.service.scheduler import ticket_of
-
-                render.ticket = ticket_of(job)
+            render.ticket = self._ticket(job)
             render.on_started = lambda where: self._emitter.emit("placed", job.id, self.store.get(job.id), where=where)
             with self._wake:
                 if slot is None:
@@ -313,11 +345,18 @@ class Runner:
                     render.cancel()
             if slot is not None:
                 self.slots.placed(job.id, render)
+            if self.prefetch is not None:
+                self.prefetch.poke()  # this job is no longer queued: the one after it is prepared next
+                render.prepared, waited = self.prefetch.take(job.id, req, lambda: render.cancelled)
+                self.timings[job.id].update(prepared_ahead=render.prepared is not None, prepare_wait_s=waited)
             try:
                 out = self._consume(job, render, render.run(), [0.0], self.pipeline, slot, ended)
                 handed = out is _HANDED
                 return self.store.get(job.id) if handed else out
             finally:
+                if render.prepared is not None and self.prefetch is not None:  # refused before it ran
+                    self.prefetch.release(render.prepared)
+                    render.prepared = None
                 if not handed:
                     self._farm_link = render.farm_link  # kept warm for the next farm job (None once lost)
                 with self._wake:
@@ -405,6 +444,7 @@ class Runner:
                     ended()
                 self.poke()
 
+        render.engine_done()  # the batcher no longer waits for this job's batches
         self.finisher.take(job.id, render, finish)
         with self._wake:
             if self._current is not None and self._current[0] == job.id:

@@ -120,6 +120,11 @@ class Slots:
             return self.dispatcher.free_slots()
         return self.capacity - len(self._workers)
 
+    def free_now(self) -> int:
+        """Jobs the loop would claim at once (a free slot each)."""
+        with self._wake:
+            return max(0, self._free())
+
     def _idle_lanes(self) -> set[int]:
         """Lanes with a job queued and none rendering (called with the lock): such a job may take a
         slot beyond ``capacity``."""
@@ -194,8 +199,8 @@ class Slots:
             extra = False
             if self.scheduler is not None:
                 self._sweep_deadlines()
-                if free <= 0:
-                    with self._wake:
+                if free <= 0 and self.dispatcher is None:  # a farm's replicas know no lanes: a job waits
+                    with self._wake:  # for a free slot there, then is claimed first (the scheduler's order)
                         extra = bool(self._idle_lanes())
             job = None
             if (free > 0 or extra) and self._gate_open():

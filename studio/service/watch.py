@@ -232,7 +232,7 @@ class WatchFolder:
         return outcome
 
     def _render(self, src: Path) -> Outcome:
-        from studio.service import Render
+        from studio.service.driver import Render
         from studio.service.request import RenderRequest
 
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -254,7 +254,7 @@ class WatchFolder:
             render = Render(req)
             for _ in render.run():
                 pass
-            res = render.result
+            res = render.finished_result()
             outcome = Outcome(str(src), "done", res.output, files=dict(res.files))
             if self.settings.checked:  # ``check``/``check_gate``: the same check and judge as the queue's
                 from studio.service.checks import check_here

@@ -2,7 +2,7 @@
 buttons reuse them, their shortcuts are the editor's keys, and the Keyboard Shortcuts window (F1, ?)
 is generated from them, so a menu, a key and the list of keys can never disagree.
 
-    acts = Actions(window)
+    acts = Actions(window)                      # the window's menu bar
     acts.add("play", "Playback", "Play / stop", transport.toggle, "Space")
     acts.add("step_back", "Playback", "Previous frame", back, ["Left", ","])   # first key: the one shown
     acts["play"].trigger()
@@ -52,6 +52,7 @@ class Actions:
         self.window = window
         self.actions: dict[str, QAction] = {}
         self.menu_of: dict[str, str] = {}
+        self.shortcuts_dialog: ShortcutsDialog | None = None  # Help > Keyboard shortcuts, once opened
         bar = window.menuBar()
         bar.setObjectName("menuBar")
         self.menus: dict[str, QMenu] = {}
@@ -126,9 +127,9 @@ class Actions:
         return out
 
     def show_shortcuts(self) -> ShortcutsDialog:
-        dlg = getattr(self, "_dialog", None)
+        dlg = self.shortcuts_dialog
         if dlg is None:
-            dlg = self._dialog = ShortcutsDialog(self, self.window)
+            dlg = self.shortcuts_dialog = ShortcutsDialog(self, self.window)
         dlg.filter.clear()  # each opening lists everything
         dlg.fill()
         dlg.show()

@@ -84,7 +84,7 @@ class HintList(QListWidget):
         p.end()
 
 
-class LibraryPanel(FileDrops, QWidget):
+class LibraryPanel(QWidget):
     avatarSelected = Signal(str)  # avatar name ("" when none)
     scriptSelected = Signal(str)  # audio path ("" when none)
     selectionChanged = Signal()  # the avatars or scripts selected for a batch changed
@@ -106,7 +106,7 @@ class LibraryPanel(FileDrops, QWidget):
         self.analyses: dict[str, object] = {}  # path -> AudioAnalysis of scripts checked on import
         self._checking: set[str] = set()  # audio files being read before they join the list
         self._imports: list[str] = []  # dropped avatars waiting for the running import
-        self.setAcceptDrops(True)
+        self.drops = FileDrops(self, self.files_dropped)  # photos, videos and audio dropped here are imported
 
         # ---- avatars
         self.avatars = HintList("No avatars yet.\nImport a photo or a video (Ctrl+I), or drop one here.")
@@ -278,14 +278,14 @@ class LibraryPanel(FileDrops, QWidget):
             self.avatar_status.setText(f"“{name}” is ready")
             self.refresh_avatars(select=name)
             self.avatarPrepared.emit(name)
-            self._next_import()
+            self.next_import()
 
         def failed(message: str) -> None:
             dialog.close()
             self.task = None
             if message != "cancelled":
                 self.error.emit(message)
-                self._next_import()
+                self.next_import()
             else:
                 self._imports.clear()  # cancel stops the rest of a dropped batch too
 
@@ -351,7 +351,7 @@ class LibraryPanel(FileDrops, QWidget):
             self._checking.discard(path)
             self.analyses[path] = analysis
             self._add_script_item(path)
-            self._save_scripts()
+            self.save_scripts()
             if select:
                 self.scripts.setCurrentRow(self.scripts.count() - 1, ONLY)
 
@@ -376,9 +376,9 @@ class LibraryPanel(FileDrops, QWidget):
             self.add_script(p, select=i == len(audio) - 1)
         self._imports.extend(avatars)
         if self.task is None:
-            self._next_import()
+            self.next_import()
 
-    def _next_import(self) -> None:
+    def next_import(self) -> None:
         if self.task is None and self._imports:
             self.import_avatar(self._imports.pop(0))
 
@@ -434,7 +434,7 @@ class LibraryPanel(FileDrops, QWidget):
         item.setToolTip(path)
         self.scripts.addItem(item)
 
-    def _save_scripts(self) -> None:
+    def save_scripts(self) -> None:
         paths = [self.scripts.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.scripts.count())]
         self.settings.setValue("library/scripts", paths)
 
@@ -508,7 +508,7 @@ class LibraryPanel(FileDrops, QWidget):
         else:
             command.redo()
 
-    def _script_row(self, path: str) -> int:
+    def script_row(self, path: str) -> int:
         return next(
             (i for i in range(self.scripts.count()) if self.scripts.item(i).data(Qt.ItemDataRole.UserRole) == path), -1
         )

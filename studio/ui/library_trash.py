@@ -66,20 +66,20 @@ class RemoveScript(QUndoCommand):
 
     def redo(self) -> None:
         p = self.panel
-        self.row = p._script_row(self.path)
+        self.row = p.script_row(self.path)
         if self.row >= 0:
             p.scripts.takeItem(self.row)
-            p._save_scripts()
+            p.save_scripts()
 
     def undo(self) -> None:
         p = self.panel
-        if self.row < 0 or p._script_row(self.path) >= 0:
+        if self.row < 0 or p.script_row(self.path) >= 0:
             return
         item = QListWidgetItem(QIcon(icon_path("audio")), Path(self.path).name)
         item.setData(Qt.ItemDataRole.UserRole, self.path)
         item.setToolTip(self.path)
         p.scripts.insertItem(min(self.row, p.scripts.count()), item)
-        p._save_scripts()
+        p.save_scripts()
         p.scripts.setCurrentItem(item, ONLY)
 
 

@@ -1,5 +1,8 @@
 """The main window: it lays out the preview and timeline in the middle and the Library / Render /
-Queue / Doctor docks, builds the menus (``studio.ui.window_actions``) and connects the views.
+Queue / Doctor docks and connects the views. It owns its parts: ``commands`` (every QAction by id, the
+menu bar: ``studio.ui.actions``), ``window_commands`` (the File/Edit/View/Render/Help entries and the
+toolbar: ``studio.ui.window_actions``), ``controls`` (the Playback keys and the player) and ``state``
+(geometry, docks, the start and close questions: ``studio.ui.window_state``).
 
 The editor's state is the ``EditorSession`` (``studio.ui.model``): the selected avatar and voice-over
 with its analysis, in/out, markers, every render setting, the output and the placement, the rate in
@@ -32,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.ui import settings as cfg
+from studio.ui.actions import Actions
 from studio.ui.doctor_panel import DoctorPanel
 from studio.ui.editor_preview import NO_AVATAR, EditorPreview
 from studio.ui.library import LibraryPanel
@@ -44,14 +48,14 @@ from studio.ui.timeline import TimelineView
 from studio.ui.transport import Transport
 from studio.ui.transport_controls import TransportControls
 from studio.ui.widgets import FileDrops, guard_inputs
-from studio.ui.window_actions import build_actions, icon
-from studio.ui.window_state import WindowState
+from studio.ui.window_actions import WindowCommands, icon
+from studio.ui.window_state import WindowState, add_dock
 from studio.ui.workers import WorkerThread, run_in_background
 
 log = logging.getLogger(__name__)
 
 
-class MainWindow(FileDrops, WindowState, QMainWindow):
+class MainWindow(QMainWindow):
     analysisReady = Signal(object)  # AudioAnalysis of the selected script
     avatarLoaded = Signal(object)  # AvatarAssets of the selected avatar
     scrubShown = Signal(float, int)  # seconds, frame index of a scrub frame now on screen
@@ -64,6 +68,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks)
         #: True: close without asking, even during a render (a signal, the answer "Close", a test's teardown)
         self.close_confirmed = False
+        self._fitted = False  # fitted to the screen once its window manager's frame is known
         self.settings = cfg.settings()
         self._errors: list[float] = []
         from studio.ui.voiceovers import VoiceoverMemory
@@ -72,7 +77,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         cfg.load_session(self.session, self.settings)
 
         from studio.core.errors import StudioError
-        from studio.service import QueueService
+        from studio.service.queue import QueueService
 
         # the render service: the queue over jobs.sqlite and the warm engines (shared with scrubbing)
         self.store_problem = ""
@@ -131,11 +136,15 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         # the Render dock runs the full height (it fits 1080p unscrolled); the Queue spans the rest
         self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.library_dock = self._dock("Library", self.library, Qt.DockWidgetArea.LeftDockWidgetArea, scroll=True)
-        self.render_dock = self._dock("Render", self.render_panel, Qt.DockWidgetArea.RightDockWidgetArea, scroll=True)
-        self.queue_dock = self._dock("Queue", self.queue_panel, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.doctor_dock = self._dock("Doctor", self.doctor, Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.docks = (self.library_dock, self.render_dock, self.queue_dock, self.doctor_dock)
+        area = Qt.DockWidgetArea
+        self.library_dock = add_dock(self, "Library", self.library, area.LeftDockWidgetArea, scroll=True)
+        self.render_dock = add_dock(self, "Render", self.render_panel, area.RightDockWidgetArea, scroll=True)
+        self.queue_dock = add_dock(self, "Queue", self.queue_panel, area.BottomDockWidgetArea)
+        self.doctor_dock = add_dock(self, "Doctor", self.doctor, area.BottomDockWidgetArea)
+        #: by title, in the View menu's order
+        self.docks = {
+            d.windowTitle(): d for d in (self.library_dock, self.render_dock, self.queue_dock, self.doctor_dock)
+        }
         self.queue = RenderQueue(self.service, self.worker, self.render_panel, self.queue_panel, self)
         self.tabifyDockWidget(self.queue_dock, self.doctor_dock)
         self.queue_dock.raise_()
@@ -150,7 +159,22 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.library.history = self.history
         self.render_panel.delivery_buttons.history = self.history  # a removed delivery comes back on undo
         self.library.jobs_using = self._jobs_using
-        build_actions(self)
+        self.commands = Actions(self)
+        self.window_commands = WindowCommands(
+            self, self.commands, self.library, self.session, self.queue, self.undo_stack, self.docks
+        )
+        self.state = WindowState(
+            self,
+            self.settings,
+            self.session,
+            self.splitter,
+            self.timeline,
+            self.window_commands.toolbar,
+            self.docks,
+            self.queue_panel,
+            self.queue,
+            self.show_error,
+        )
         self.engine_status = QLabel("engine: loading…")
         self.engine_status.setObjectName("dim")
         self.queue_state_label = QLabel("")
@@ -159,12 +183,15 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         self.statusBar().addPermanentWidget(self.timeline.audio_note)  # "no audio device: silent", when so
         self.statusBar().addPermanentWidget(self.queue_state_label)
         self.statusBar().addPermanentWidget(self.engine_status)
-        self.controls = TransportControls(self, self.timeline, self.transport, self.preview, self.actions)
+        self.controls = TransportControls(self, self.timeline, self.transport, self.preview, self.commands)
         self.editor = EditorPreview(self)
         self.controls.playerClosed.connect(lambda: self.editor.scrub(self.timeline.position))
 
         self._connect()
-        self._restore()
+        self.state.restore()
+        script = cfg.value(self.settings, "library/selected_script", str)
+        if script and Path(script).exists():
+            self.library.select_script(script)
         # the Library chose its avatar (the saved one) before these signals were connected: take it
         # now, so the output name and the preview say that avatar from the first paint on
         self.session.select(avatar=self.library.avatar)
@@ -172,7 +199,8 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
             self.editor.avatar_selected(self.library.avatar)
         elif self.library.avatars.count() == 0:
             self.preview.caption.setText(NO_AVATAR)
-        self.setAcceptDrops(True)  # files dropped anywhere in the window are imported
+        # files dropped anywhere in the window are imported; other kinds are named in one message
+        self.drops = FileDrops(self, self.drop_files, only_known=False)
         guard_inputs(self)
         self.statusBar().showMessage("Ready", 3000)
         if self.store_problem:
@@ -223,7 +251,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
     def load_script(self, path: str) -> None:
         self.library.add_script(path)
 
-    def render(self) -> int | None:
+    def render_now(self) -> int | None:
         """Render now: queue the current avatar x script with the session's settings and start the queue."""
         return self.queue.add(self.session.avatar, self.session.script, start=True)
 
@@ -278,27 +306,22 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
 
     def show_shortcuts(self):
         """Help > Keyboard shortcuts (F1, ?): the list made from the menus' actions."""
-        return self.actions.show_shortcuts()
+        return self.commands.show_shortcuts()
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         guard_inputs(self)  # inputs made since construction (each is guarded once)
         super().showEvent(event)
-        if not getattr(self, "_fitted", False):  # once the window manager's frame is known
+        if not self._fitted:  # once the window manager's frame is known
             self._fitted = True
-            QTimer.singleShot(200, self.fit_screen)
+            QTimer.singleShot(200, self, self.state.fit_screen)  # (not after the window is gone)
 
     def keyReleaseEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.controls.key_released(event)
         super().keyReleaseEvent(event)
 
-    only_known = False  # files of other kinds are named in one message (drop_files)
-
     def drop_files(self, paths) -> None:
         """Import dropped files: photos and videos as avatars, audio files as scripts (several at once)."""
         self.library.import_files([str(p) for p in paths])
-
-    def files_dropped(self, paths: list[str]) -> None:
-        self.drop_files(paths)
 
     # ---- wiring -------------------------------------------------------------------------
 
@@ -331,7 +354,7 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
             if typed or (isinstance(widget, QComboBox) and widget.isEditable()):  # one edit: one step
                 self.history.focus(key, widget)
         self.preview.filesDropped.connect(self.drop_files)
-        panel.renderClicked.connect(self.render)
+        panel.renderClicked.connect(self.render_now)
         panel.queueClicked.connect(self.add_to_queue)
         panel.cancelClicked.connect(self.cancel_render)
         panel.playClicked.connect(self.play)
@@ -375,14 +398,14 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
 
         def ready(status: dict) -> None:
             self.render_panel.show_engines({k: str(v) for k, v in status.items()})
-            from studio.service import gpus_here  # torch is loaded by now
+            from studio.service.queue import gpus_here  # torch is loaded by now
 
             self.gpus_task = run_in_background(gpus_here, on_done=self.render_panel.set_gpus)  # "All GPUs here"
             self.engine_status.setText(f"engine: auto → {auto_engine(status)}")
             self.engine_status.setToolTip("\n".join(f"{k}: {v}" for k, v in status.items()))
 
         self.engines_task = run_in_background(engine_status, on_done=ready, on_error=self.show_error)
-        QTimer.singleShot(0, self._offer_queued)
+        QTimer.singleShot(0, self, self.state.offer_queued)
         QTimer.singleShot(300, self._check_audio_device)
 
     def _jobs_using(self, avatars: list[str]) -> int:
@@ -450,14 +473,14 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
         run_in_background(read, path, on_done=done, on_error=self.show_error)
 
     def _running(self, running: bool) -> None:
-        self.cancel_action.setEnabled(running)
-        self.render_action.setEnabled(not running)
+        self.window_commands.cancel_action.setEnabled(running)
+        self.window_commands.render_action.setEnabled(not running)
         if not running:  # no stale "rendering · frame 351": the scrub frame or the avatar comes back
             QTimer.singleShot(0, self.editor.refresh)
 
     def _queue_state(self, state: str) -> None:
         """The queue's state, always in sight: the status bar, the Queue dock's title, the menu."""
-        a = self.actions["start_queue"]
+        a = self.commands["start_queue"]
         a.setText("Pause queue" if state == "running" else "Start queue")
         self.queue_state_label.setText(self.queue.state_text())
         self.queue_state_label.setProperty("state", state)
@@ -467,9 +490,52 @@ class MainWindow(FileDrops, WindowState, QMainWindow):
     def _selection_changed(self) -> None:
         n = len(self.library.selected_avatars()) * len(self.library.selected_scripts())
         self.render_panel.set_batch(n)
-        self.actions["add_to_queue"].setText(f"Add {n} jobs to queue" if n > 1 else "Add to queue")
+        self.commands["add_to_queue"].setText(f"Add {n} jobs to queue" if n > 1 else "Add to queue")
 
-    # ---- doctor, persistence, exit ------------------------------------------------------
+    # ---- doctor, audio, exit -------------------------------------------------------------
+
+    def show_doctor(self) -> None:
+        self.doctor_dock.show()
+        self.doctor_dock.raise_()
+
+    def _doctor_visible(self, visible: bool) -> None:
+        if visible and not self.doctor.checks and self.doctor.task is None:
+            self.doctor.run()
+
+    def _check_audio_device(self) -> None:
+        """Say once, beside the transport, when playback will be silent (no audio output here)."""
+        from studio.ui.transport import audio_device
+
+        device = audio_device()
+        self.transport.has_audio = device is not None
+        if device is None:
+            self.timeline.set_audio_note("no audio device: silent")
+            self.timeline.audio_note.setToolTip(
+                "No audio output device (PulseAudio/PipeWire) here: playback is silent; see the Doctor"
+            )
+        else:
+            self.timeline.set_audio_note("")
+            self.timeline.audio_note.setToolTip(f"sound: {device}")
+
+    def _close_now(self) -> None:
+        """Close without asking again (the answer "Close" to the question about a running render)."""
+        self.close_confirmed = True
+        QTimer.singleShot(0, self.close)
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if not self.close_confirmed and self.state.ask_before_close(self._close_now):
+            event.ignore()  # asked first; the answer closes (or not) later
+            return
+        self.transport.stop()
+        self.state.save()
+        from studio.ui.library_trash import empty_trash
+
+        empty_trash()  # removals can be undone until now
+        if self.player is not None:
+            self.player.release()
+        self.queue.close()  # a running job stops now (nothing written) and comes back interrupted
+        self.worker_thread.stop()
+        super().closeEvent(event)
 
 
 def cause_keys(message: str) -> frozenset[str]:

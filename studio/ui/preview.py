@@ -40,7 +40,7 @@ def over_checkerboard(rgba: np.ndarray, _boards: dict = {}) -> np.ndarray:  # no
     return (rgba[..., :3].astype(np.float32) * a + board * (1.0 - a) + 0.5).astype(np.uint8)
 
 
-class PreviewView(FileDrops, QWidget):
+class PreviewView(QWidget):
     """The picture: avatar frame, scrubbed frame, live render frames, or the player."""
 
     shown = Signal(int)  # frame index (or -1) of the image just displayed
@@ -54,7 +54,7 @@ class PreviewView(FileDrops, QWidget):
         self.graphics.ci.setContentsMargins(0, 0, 0, 0)
         self.graphics.setAcceptDrops(False)  # drops land on this widget, not in the scene
         self.graphics.viewport().setAcceptDrops(False)
-        self.setAcceptDrops(True)
+        self.drops = FileDrops(self, self.files_dropped)  # dropped files go to the window (filesDropped)
         self.view = self.graphics.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
         self.view.setMouseEnabled(False, False)
         self.image_item = pg.ImageItem(axisOrder="row-major")

@@ -326,7 +326,7 @@ class QueuePanel(QWidget):
 
     def set_progress(self, job_id: int, fraction: float) -> None:
         self.fractions[job_id] = fraction
-        r = self._row(job_id)
+        r = self.row_of(job_id)
         if r is not None:
             self.table.item(r, PROGRESS_COL).setText(f"{fraction_percent(fraction)} %")
 
@@ -337,7 +337,7 @@ class QueuePanel(QWidget):
             self.fractions.pop(job_id, None)
             return
         self.live[job_id] = (where, detail)
-        r = self._row(job_id)
+        r = self.row_of(job_id)
         if r is not None:
             self.table.item(r, NOTE_COL).setText(where)
             tip = "\n".join(x for x in (where, detail) if x)
@@ -346,7 +346,7 @@ class QueuePanel(QWidget):
 
     # ---- helpers ------------------------------------------------------------------------
 
-    def _row(self, job_id: int) -> int | None:
+    def row_of(self, job_id: int) -> int | None:
         for r in range(self.table.rowCount()):
             item = self.table.item(r, ID_COL)
             if item is not None and int(item.data(Qt.ItemDataRole.UserRole)) == job_id:
@@ -436,7 +436,7 @@ class QueuePanel(QWidget):
         if job_id is None:
             self.error.emit("select a job in the Queue to move it")
             return
-        r = self._row(job_id)
+        r = self.row_of(job_id)
         self.moveClicked.emit(job_id, max(0, (r or 0) + step))
 
     def _start_clicked(self, on: bool) -> None:

@@ -53,7 +53,7 @@ def ask_reimport(library, source: str, same: str) -> None:
         elif button is again:
             library.import_avatar(source, again=True)
             return
-        library._next_import()
+        library.next_import()
 
     box.buttonClicked.connect(answered)
     library.reimport_box = box

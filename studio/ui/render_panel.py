@@ -300,13 +300,13 @@ class RenderPanel(QWidget):
             self.target.blockSignals(False)
             self._show_farm_row()
         elif key == "range":
-            self.range_check.setEnabled(s.range_frames() is not None)
-            self.range_label.setText(s.range_label())
+            self.range_check.setEnabled(s.marks.range_frames() is not None)
+            self.range_label.setText(s.marks.range_label())
             self.range_label.setToolTip(self.range_label.text())
         elif key == "codec":  # ProRes and DNxHR have a fixed quality: no CRF to set
-            self.crf.setEnabled(s.crf_applies)
+            self.crf.setEnabled(s.output.crf_applies)
             self.crf.setToolTip(
-                self.crf_tip if s.crf_applies else f"{s.value('codec')} has a fixed quality: CRF does not apply"
+                self.crf_tip if s.output.crf_applies else f"{s.value('codec')} has a fixed quality: CRF does not apply"
             )
         if key != "range":
             self._update_output_label()
@@ -331,7 +331,7 @@ class RenderPanel(QWidget):
 
     def render_devices(self) -> tuple[str, ...] | None:
         """The devices a job renders on when "All GPUs here" is chosen; else None."""
-        p = self.session.placement()
+        p = self.session.output.placement(self.session.gpus)
         return tuple(p.devices) if p.kind == "gpus" else None
 
     def farm_address(self) -> str | None:
@@ -340,7 +340,7 @@ class RenderPanel(QWidget):
 
     def server_url(self) -> str | None:
         """None unless "Studio server" is chosen; then its URL (may be empty: not set yet)."""
-        return self.session.server_url()
+        return self.session.output.server_url()
 
     def _show_farm_row(self) -> None:
         on = self.farm_address() is not None
@@ -360,7 +360,7 @@ class RenderPanel(QWidget):
 
     def render_range(self) -> tuple[int, int] | None:
         """Frames ``[start, end)`` to render when "Render in/out range only" is ticked; None: the whole clip."""
-        return self.session.render_range()
+        return self.session.marks.render_range()
 
     def save(self) -> None:
         cfg.save_session(self.session, self.settings)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QSettings
 
 from studio.core.settings import specs
-from studio.ui.model.session import DEFAULT_PATTERN
+from studio.ui.model.output import DEFAULT_PATTERN
 
 VERSION = 1
 

@@ -31,13 +31,14 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QToolButton,
     QVBoxLayout,
+    QWidget,
 )
 
 from studio.core.media.timecode import JUMP_HELP, parse_jump, timecode
 from studio.ui.model import EditorSession, session_attr, session_value
 from studio.ui.plot_axes import ReadableAxis
 from studio.ui.threshold import RMS_FLOOR, THRESHOLD_DECIMALS, LogSpinBox, ThresholdLine, exact_threshold
-from studio.ui.timeline_markers import TimelineMarkers
+from studio.ui.timeline_markers import MarkersLayer
 from studio.ui.widgets import ElidedLabel
 
 MAX_REGIONS = 400
@@ -55,7 +56,7 @@ def time_text(seconds: float) -> str:
     return f"{int(m):02d}:{s:05.2f}"
 
 
-class TimelineView(TimelineMarkers):
+class TimelineView(QWidget):
     thresholdChanged = Signal(float)
     maskChanged = Signal(object)  # bool [T]
     playheadMoved = Signal(float)  # seconds (already snapped to the start of its frame)
@@ -148,7 +149,9 @@ class TimelineView(TimelineMarkers):
             p.addItem(line)
             self.playheads.append(line)
         self.wave_plot.scene().sigMouseClicked.connect(self._clicked)
-        self._build_markers()
+        self.markers_layer = MarkersLayer(self, self.session)  # the markers' lines, ticks, name field, menu
+        self.markers_layer.renderMarker.connect(self.renderMarker)
+        self.markers_layer.error.connect(self.error)
 
         # ---- transport row: play, loop, timecode field, frame / duration, in/out, audio note
         self.play_btn = QToolButton()
@@ -242,10 +245,10 @@ class TimelineView(TimelineMarkers):
     rate = session_attr("grid_rate", "The rate of the frames shown (exact): the clip's frames, timecode, frame_at.")
     threshold = session_value("threshold")
     min_run = session_value("min_silence")
-    mask = session_attr("mask")
-    in_frame = session_attr("in_frame")
-    out_frame = session_attr("out_frame", "The last frame of the range (included).")
-    markers = session_attr("markers")
+    silence_mask = session_attr("mask", "The silence mask (bool per frame) of the threshold and min silence in effect.")
+    in_frame = session_attr("marks.in_frame")
+    out_frame = session_attr("marks.out_frame", "The last frame of the range (included).")
+    markers = session_attr("marks.markers")
     frames = session_attr("frames", "Frames of the shown clip (0 without one).")
 
     @property
@@ -283,8 +286,8 @@ class TimelineView(TimelineMarkers):
         hi = math.log10(max(float(analysis.rms.max(initial=0.0)), RMS_FLOOR * 10)) + 0.2
         self.rms_plot.setYRange(lo, hi, padding=0)
         self._show_range()
-        self._cancel_naming()
-        self._draw_markers()
+        self.markers_layer.cancel_naming()
+        self.markers_layer.draw()
         self.set_faceless([])
         self.set_playhead(0.0, emit=False)
         self._recompute()
@@ -321,9 +324,7 @@ class TimelineView(TimelineMarkers):
             self._show_range()
             self.rangeChanged.emit(self.range_frames())
         elif key == "markers":
-            if self._naming is not None and self.marker_at(self._naming) is None:
-                self._cancel_naming()
-            self._draw_markers()
+            self.markers_layer.changed()
             self.markersChanged.emit()
 
     def set_threshold(self, value: float) -> None:
@@ -385,24 +386,24 @@ class TimelineView(TimelineMarkers):
     def set_in(self, frame: int | None = None) -> None:
         """Mark ``frame`` (default: the playhead's) as the first frame of the range (an in point past
         the out point clears the out point, as in Premiere)."""
-        self.session.set_in(self.frame if frame is None else frame)
+        self.session.marks.set_in(self.frame if frame is None else frame)
 
     def set_out(self, frame: int | None = None) -> None:
         """Mark ``frame`` (default: the playhead's) as the last frame of the range (included)."""
-        self.session.set_out(self.frame if frame is None else frame)
+        self.session.marks.set_out(self.frame if frame is None else frame)
 
     def clear_in(self) -> None:
-        self.session.clear_in()
+        self.session.marks.clear_in()
 
     def clear_out(self) -> None:
-        self.session.clear_out()
+        self.session.marks.clear_out()
 
     def clear_range(self) -> None:
-        self.session.clear_range()
+        self.session.marks.clear_range()
 
     def set_range(self, in_frame: int | None, out_frame: int | None) -> None:
         """Both points at once (``out_frame`` included), e.g. from a marker to the next, or an undo."""
-        self.session.set_range(in_frame, out_frame)
+        self.session.marks.set_range(in_frame, out_frame)
 
     def focus_timecode(self) -> None:
         """The timecode field takes the focus with all its text selected (also when it had the focus)."""
@@ -412,7 +413,7 @@ class TimelineView(TimelineMarkers):
 
     def range_frames(self) -> tuple[int, int] | None:
         """The in/out range as frames ``[start, end)``; None when neither point is set."""
-        return self.session.range_frames()
+        return self.session.marks.range_frames()
 
     def play_span(self) -> tuple[int, int]:
         """Frames ``[start, end)`` that playback covers: the range, else the whole clip."""
@@ -480,13 +481,6 @@ class TimelineView(TimelineMarkers):
         self.timecode_edit.setText(timecode(self.frame, self.rate))
 
     def eventFilter(self, obj, event):  # noqa: N802 (Qt's name)
-        if obj is self.marker_edit:
-            if event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Escape:
-                self._cancel_naming()  # the marker keeps the name it had
-                self.plots.setFocus(Qt.FocusReason.OtherFocusReason)
-                return True
-            if event.type() == QEvent.Type.FocusOut and self._naming is not None:
-                self._name_done()  # clicking elsewhere keeps what was typed
         if obj is self.timecode_edit:
             if event.type() == QEvent.Type.FocusIn:
                 from PySide6.QtCore import QTimer
@@ -533,16 +527,16 @@ class TimelineView(TimelineMarkers):
     def _clicked(self, event) -> None:
         if self.analysis is None:
             return
-        near = self.marker_near(event.scenePos().x())
+        near = self.markers_layer.marker_near(event.scenePos().x())
         if event.button() == Qt.MouseButton.RightButton and near is not None:
             event.accept()
-            self._marker_menu(near, event.screenPos().toPoint())
+            self.markers_layer.open_menu(near, event.screenPos().toPoint())
             return
         if event.button() != Qt.MouseButton.LeftButton:
             return
         if event.double():
             if near is not None:
-                self.rename_marker(near.frame)
+                self.markers_layer.rename_marker(near.frame)
             return
         pos = self.wave_plot.vb.mapSceneToView(event.scenePos())  # the plots share the x axis
         self.set_playhead(float(pos.x()))
@@ -556,7 +550,7 @@ class TimelineView(TimelineMarkers):
                 item.setRegion((r[0] / self.fps, r[1] / self.fps))
                 item.show()
         s = self.session
-        self.range_label.setText(s.inout_label(), shorter=(s.inout_label(1), s.inout_label(2)))
+        self.range_label.setText(s.marks.inout_label(), shorter=(s.marks.inout_label(1), s.marks.inout_label(2)))
         self.range_label.setToolTip(
             f"{self.range_label.text()}\nI sets the in point, O the out point (included); Alt+I / Alt+O clear them"
         )
@@ -568,7 +562,7 @@ class TimelineView(TimelineMarkers):
         s = self.session
         self.info.setText(s.silence_summary(), shorter=(s.silence_summary(1), s.silence_summary(2)))
         self.time_label.setText(self._time_caption(self.position))
-        self.maskChanged.emit(self.mask)
+        self.maskChanged.emit(self.silence_mask)
 
     def _draw_spans(self, spans) -> None:
         use_regions = len(spans) <= MAX_REGIONS

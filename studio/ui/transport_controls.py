@@ -1,6 +1,6 @@
 """The editor's keys and the finished render's player, wired to the timeline and the transport.
 
-    controls = TransportControls(window, timeline, transport, preview, actions)   # the Playback menu
+    controls = TransportControls(window, timeline, transport, preview, commands)   # the Playback menu
     controls.shortcuts["Space"]          # the action a key triggers (window-wide, not in text fields)
     controls.play("out.mp4")             # the render plays in the preview; playhead and player move together
 
@@ -30,10 +30,12 @@ class TransportControls(QObject):
 
     playerClosed = Signal()  # the finished render left the preview: show the exact frame again
 
-    def __init__(self, window, timeline, transport, preview, actions):
+    def __init__(self, window, timeline, transport, preview, commands):
         super().__init__(window)
         self.window, self.timeline, self.transport, self.preview = window, timeline, transport, preview
-        self.actions = actions
+        self.commands = (
+            commands  # the window's actions by id (``studio.ui.actions.Actions``): the Playback menu joins them
+        )
         self.player = None
         self._k_held = False  # K is down: J / L step one frame
         self.shortcuts: dict[str, QAction] = {}  # key text -> its action
@@ -114,14 +116,14 @@ class TransportControls(QObject):
 
     def _bind_keys(self) -> None:
         """The Playback menu: every transport key is an action (its menu entry shows the key)."""
-        t, tl, add = self.transport, self.timeline, self.actions.add
+        t, tl, add = self.transport, self.timeline, self.commands.add
         add("play", "Playback", "Play / stop", t.toggle, "Space")
         add("shuttle_back", "Playback", "Play backwards (again: faster)", lambda: self._jkl(-1), "J")
         add("stop", "Playback", "Stop (hold K: J / L step one frame)", self._k_pressed, "K")
         add("shuttle_forward", "Playback", "Play forwards (again: faster)", lambda: self._jkl(1), "L")
         add("loop", "Playback", "Loop playback", t.set_loop, "Ctrl+/", checkable=True)
-        t.loopChanged.connect(self.actions["loop"].setChecked)
-        self.actions.separator("Playback")
+        t.loopChanged.connect(self.commands["loop"].setChecked)
+        self.commands.separator("Playback")
         add("step_back", "Playback", "Previous frame", lambda: self.step(-1), ["Left", ","])
         add("step_forward", "Playback", "Next frame", lambda: self.step(1), ["Right", "."])
         add("second_back", "Playback", "Back one second", lambda: self.step(-self.second), ["Shift+Left", "<"])
@@ -131,7 +133,7 @@ class TransportControls(QObject):
         add("prev_edge", "Playback", "Previous silence or speech edge", lambda: self.edge(-1), "Up")
         add("next_edge", "Playback", "Next silence or speech edge", lambda: self.edge(1), "Down")
         add("goto_timecode", "Playback", "Go to timecode…", self.focus_timecode, "Ctrl+G")
-        self.actions.separator("Playback")
+        self.commands.separator("Playback")
         add("set_in", "Playback", "Mark in", tl.set_in, "I")
         add("set_out", "Playback", "Mark out", tl.set_out, "O")
         add("go_in", "Playback", "Go to in", lambda: self._go_point(tl.in_frame), "Shift+I")
@@ -139,7 +141,7 @@ class TransportControls(QObject):
         add("clear_in", "Playback", "Clear in", tl.clear_in, ["Alt+I", "Ctrl+Shift+I"])
         add("clear_out", "Playback", "Clear out", tl.clear_out, ["Alt+O", "Ctrl+Shift+O"])
         add("clear_in_out", "Playback", "Clear in and out", tl.clear_range, ["Alt+X", "Ctrl+Shift+X"])
-        self.actions.separator("Playback")
+        self.commands.separator("Playback")
         marker = self.marker_action
         add("add_marker", "Playback", "Add marker (then type its name)", lambda: marker("add"), "M")
         add("next_marker", "Playback", "Next marker", lambda: marker("next"), "Shift+M")
@@ -153,7 +155,7 @@ class TransportControls(QObject):
             lambda: marker("render"),
             tip="Render from the marker at or before the playhead to the next one",
         )
-        self.shortcuts = {k.toString(): a for a in self.actions.actions.values() for k in a.shortcuts()}
+        self.shortcuts = {k.toString(): a for a in self.commands.actions.values() for k in a.shortcuts()}
 
     def marker_action(self, what: str) -> None:
         """M, Shift+M, Ctrl+Shift+M, Ctrl+Alt+R, Ctrl+Alt+M and the marker menu's Render."""
@@ -162,20 +164,21 @@ class TransportControls(QObject):
             w.statusBar().showMessage("import a voice-over first: markers sit on its timeline", 5000)
             return
         here = [m for m in tl.markers if m.frame <= tl.frame]
+        layer = tl.markers_layer
         if what == "add":
-            tl.add_marker()
+            layer.add_marker()
         elif what == "next":
-            tl.next_marker(1)
+            layer.next_marker(1)
         elif what == "prev":
-            tl.next_marker(-1)
+            layer.next_marker(-1)
         elif not here:
             w.statusBar().showMessage("no marker at or before the playhead (M adds one)", 5000)
         elif what == "delete":
-            tl.remove_marker(here[-1].frame)
+            layer.remove_marker(here[-1].frame)
         elif what == "rename":
-            tl.rename_marker(here[-1].frame)
+            layer.rename_marker(here[-1].frame)
         elif what == "render":
-            w.render_marker(*tl.marker_span(here[-1].frame))
+            w.render_marker(*layer.marker_span(here[-1].frame))
 
     def key_released(self, event) -> None:
         """The window's key releases: K let go ends K+J / K+L stepping."""

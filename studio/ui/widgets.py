@@ -174,57 +174,61 @@ def guard_inputs(root: QWidget, guard: InputGuard | None = None) -> InputGuard:
     return guard
 
 
-class FileDrops:
-    """Mixin for a QWidget that takes files dropped on it (the Library, the preview, the window).
+class FileDrops(QObject):
+    """Takes files dropped on ``widget`` (the Library, the preview, the window) and hands their paths to
+    ``on_files``: an event filter the widget owns (``widget.drops``), no base class of the widget.
 
-    The subclass sets ``setAcceptDrops(True)`` and defines ``files_dropped(paths)``;
     ``only_known`` (default True) accepts a drag only when it carries an avatar or audio file.
-    While a drag it takes is over it, the widget's ``dropTarget`` property is true (style.qss draws
-    it highlighted), so the editor sees where the files will go.
+    While a drag it takes is over the widget, the widget's ``dropTarget`` property is true (style.qss
+    draws it highlighted: ``active``), so the editor sees where the files will go.
     """
 
-    only_known = True
-
-    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        paths = dropped_paths(event.mimeData())
-        if paths and (not self.only_known or any(file_kind(p) for p in paths)):
-            event.acceptProposedAction()
-            self._set_drop_target(True)
-        else:
-            event.ignore()
-
-    def dragMoveEvent(self, event) -> None:  # noqa: N802
-        self.dragEnterEvent(event)
-
-    def dragLeaveEvent(self, event) -> None:  # noqa: N802
-        self._set_drop_target(False)
-
-    def dropEvent(self, event) -> None:  # noqa: N802
-        self._set_drop_target(False)
-        paths = dropped_paths(event.mimeData())
-        if not paths:
-            event.ignore()
-            return
-        event.acceptProposedAction()
-        self.files_dropped(paths)
+    def __init__(self, widget: QWidget, on_files, only_known: bool = True):
+        super().__init__(widget)
+        self.widget, self.on_files, self.only_known = widget, on_files, only_known
+        widget.setAcceptDrops(True)
+        widget.installEventFilter(self)
 
     @property
-    def drop_target(self) -> bool:
-        return bool(self.property("dropTarget"))  # type: ignore[attr-defined]
+    def active(self) -> bool:
+        """A drag this widget takes is over it now."""
+        return bool(self.widget.property("dropTarget"))
 
-    def _set_drop_target(self, on: bool) -> None:
-        if self.drop_target == on:
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt's name)
+        if obj is not self.widget:
+            return False
+        kind = event.type()
+        if kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove):
+            paths = dropped_paths(event.mimeData())
+            if paths and (not self.only_known or any(file_kind(p) for p in paths)):
+                event.acceptProposedAction()
+                self._light(True)
+            else:
+                event.ignore()
+            return True
+        if kind == QEvent.Type.DragLeave:
+            self._light(False)
+            return True
+        if kind == QEvent.Type.Drop:
+            self._light(False)
+            paths = dropped_paths(event.mimeData())
+            if not paths:
+                event.ignore()
+                return True
+            event.acceptProposedAction()
+            self.on_files(paths)
+            return True
+        return False
+
+    def _light(self, on: bool) -> None:
+        w = self.widget
+        if self.active == on:
             return
-        from PySide6.QtCore import Qt
-
-        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)  # type: ignore[attr-defined]
-        self.setProperty("dropTarget", on)  # type: ignore[attr-defined]
-        self.style().unpolish(self)  # type: ignore[attr-defined]
-        self.style().polish(self)  # type: ignore[attr-defined]
-        self.update()  # type: ignore[attr-defined]
-
-    def files_dropped(self, paths: list[str]) -> None:  # pragma: no cover - defined by the subclass
-        raise NotImplementedError
+        w.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        w.setProperty("dropTarget", on)
+        w.style().unpolish(w)
+        w.style().polish(w)
+        w.update()
 
 
 class ValueTip(QObject):

@@ -1,7 +1,8 @@
 """The window's menu bar (File, Edit, View, Playback, Render, Help) and toolbar, from one set of actions,
 and the commands that belong to no panel (Show output folder, Editor guide, About, Reset layout).
 
-    build_actions(window)      # window.actions, window.toolbar, window.render_action, window.cancel_action
+    cmds = WindowCommands(window, commands, library, session, queue, undo_stack, docks)
+    cmds.toolbar, cmds.render_action, cmds.cancel_action
 
 Where nothing on this machine opens a folder or a document (no desktop launcher: a bare server, a
 container), the command says so in the status bar and the banner instead of doing nothing.
@@ -14,156 +15,221 @@ from pathlib import Path
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QToolBar
 
+from studio.ui.actions import Actions
 
-def build_actions(w) -> None:
-    from studio.ui.actions import Actions
 
-    acts = w.actions = Actions(w)
-    add, lib = acts.add, w.library
-    add(
-        "import_avatar",
-        "File",
-        "Import photo or video…",
-        lib.import_avatar_dialog,
-        "Ctrl+I",
-        "Import photos or videos as avatars (several at once)",
-        icon("import"),
-    )
-    add(
-        "import_audio",
-        "File",
-        "Import voice-over…",
-        lib.import_audio_dialog,
-        "Ctrl+O",
-        "Import audio files as scripts (several at once)",
-        icon("audio"),
-    )
-    acts.separator("File")
-    add("show_output", "File", "Show output folder", lambda: show_output_folder(w), tip="Open the output folder")
-    acts.separator("File")
-    add("quit", "File", "Quit", w.close, "Ctrl+Q")
+class WindowCommands:
+    """The window's own commands in the menus and the toolbar (``commands``: the registry they join,
+    shared with the Playback menu's ``TransportControls``) and the slots of those that belong to no
+    panel. ``window`` is the ``MainWindow`` they command (render, queue, close, its status bar)."""
 
-    undo = w.undo_stack.createUndoAction(w, "Undo")
-    redo = w.undo_stack.createRedoAction(w, "Redo")
-    add("undo", "Edit", "", shortcuts=["Ctrl+Z"], action=undo)
-    add("redo", "Edit", "", shortcuts=["Ctrl+Shift+Z", "Ctrl+Y"], action=redo)
-    undo.setProperty("command", "Undo")
-    redo.setProperty("command", "Redo")
-    acts.separator("Edit")
-    add(
-        "remove_avatar",
-        "Edit",
-        "Remove avatar",
-        lib.remove_selected_avatars,
-        tip="Remove the selected avatar (undo restores it)",
-    )
-    add(
-        "remove_script",
-        "Edit",
-        "Remove voice-over from the list",
-        lib.remove_selected_scripts,
-        tip="Take the selected voice-over off the list (the file stays)",
-    )
+    def __init__(self, window, commands: Actions, library, session, queue, undo_stack, docks):
+        self.window, self.commands, self.session = window, commands, session
+        self.guide_box = None  # Help > Editor guide shown in Studio (no desktop viewer here), once opened
+        w, acts, lib = window, commands, library
+        add = acts.add
+        add(
+            "import_avatar",
+            "File",
+            "Import photo or video…",
+            lib.import_avatar_dialog,
+            "Ctrl+I",
+            "Import photos or videos as avatars (several at once)",
+            icon("import"),
+        )
+        add(
+            "import_audio",
+            "File",
+            "Import voice-over…",
+            lib.import_audio_dialog,
+            "Ctrl+O",
+            "Import audio files as scripts (several at once)",
+            icon("audio"),
+        )
+        acts.separator("File")
+        add("show_output", "File", "Show output folder", self.show_output_folder, tip="Open the output folder")
+        acts.separator("File")
+        add("quit", "File", "Quit", w.close, "Ctrl+Q")
 
-    for dock in w.docks:
-        view = dock.toggleViewAction()  # enabled: the docks are closable (View brings them back)
-        view.setToolTip(f"Show or hide the {dock.windowTitle()} panel")
-        add(f"view_{dock.objectName()}", "View", f"{dock.windowTitle()} panel", action=view)
-    bar = w.toolbar = QToolBar("Toolbar")
-    bar.setObjectName("mainToolbar")
-    bar.setMovable(False)
-    bar.setIconSize(QSize(18, 18))
-    bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-    w.addToolBar(bar)
-    add("view_toolbar", "View", "Toolbar", action=bar.toggleViewAction())
-    acts.separator("View")
-    face = add("face_box", "View", "Face box on the preview", lib.show_box.setChecked, checkable=True)
-    lib.show_box.toggled.connect(face.setChecked)
-    mask = add("blend_mask", "View", "Blend mask on the preview", lib.show_mask.setChecked, checkable=True)
-    lib.show_mask.toggled.connect(mask.setChecked)
-    acts.separator("View")
-    add("reset_layout", "View", "Reset layout", w.reset_layout, tip="Put every panel back where it started")
+        undo = undo_stack.createUndoAction(w, "Undo")
+        redo = undo_stack.createRedoAction(w, "Redo")
+        add("undo", "Edit", "", shortcuts=["Ctrl+Z"], action=undo)
+        add("redo", "Edit", "", shortcuts=["Ctrl+Shift+Z", "Ctrl+Y"], action=redo)
+        undo.setProperty("command", "Undo")
+        redo.setProperty("command", "Redo")
+        acts.separator("Edit")
+        add(
+            "remove_avatar",
+            "Edit",
+            "Remove avatar",
+            lib.remove_selected_avatars,
+            tip="Remove the selected avatar (undo restores it)",
+        )
+        add(
+            "remove_script",
+            "Edit",
+            "Remove voice-over from the list",
+            lib.remove_selected_scripts,
+            tip="Take the selected voice-over off the list (the file stays)",
+        )
 
-    add(
-        "render",
-        "Render",
-        "Render now",
-        w.render,
-        ["Ctrl+R", "Ctrl+M"],
-        "Queue the selected avatar and voice-over and start the queue",
-        icon("render"),
-    )
-    add(
-        "add_to_queue",
-        "Render",
-        "Add to queue",
-        w.add_to_queue,
-        "Ctrl+Shift+R",
-        "Queue every selected avatar × voice-over pair; the queue renders them once started",
-        icon("queue"),
-    )
-    acts.separator("Render")
-    add(
-        "start_queue",
-        "Render",
-        "Start queue",
-        lambda: w.queue.pause() if w.queue.state == "running" else w.queue.start(),
-        "Ctrl+Return",
-        "Render queued jobs one after another (again: pause after the running job)",
-    )  # no tick: its words say what it does next ("Start queue" / "Pause queue")
-    acts["start_queue"].setProperty("command", "Start / pause queue")
-    add(
-        "cancel",
-        "Render",
-        "Cancel render",
-        w.cancel_render,
-        "Esc",
-        "Stop the running render (nothing is written)",
-        icon("cancel"),
-    )
-    w.render_action, w.cancel_action = acts["render"], acts["cancel"]
-    w.cancel_action.setEnabled(False)
-    acts.separator("Render")
-    session = w.session
-    rng = add(
-        "range_only",
-        "Render",
-        "Render in/out range only",
-        lambda on: session.set("range_only", bool(on)),
-        checkable=True,
-        tip="Render only the frames between the timeline's in and out points (I / O)",
-    )
+        for dock in docks.values():
+            view = dock.toggleViewAction()  # enabled: the docks are closable (View brings them back)
+            view.setToolTip(f"Show or hide the {dock.windowTitle()} panel")
+            add(f"view_{dock.objectName()}", "View", f"{dock.windowTitle()} panel", action=view)
+        bar = self.toolbar = QToolBar("Toolbar")
+        bar.setObjectName("mainToolbar")
+        bar.setMovable(False)
+        bar.setIconSize(QSize(18, 18))
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        w.addToolBar(bar)
+        add("view_toolbar", "View", "Toolbar", action=bar.toggleViewAction())
+        acts.separator("View")
+        face = add("face_box", "View", "Face box on the preview", lib.show_box.setChecked, checkable=True)
+        lib.show_box.toggled.connect(face.setChecked)
+        mask = add("blend_mask", "View", "Blend mask on the preview", lib.show_mask.setChecked, checkable=True)
+        lib.show_mask.toggled.connect(mask.setChecked)
+        acts.separator("View")
+        add(
+            "reset_layout",
+            "View",
+            "Reset layout",
+            lambda: w.state.reset_layout(),
+            tip="Put every panel back where it started",
+        )
 
-    def follow(key=None, _before=None, _after=None) -> None:  # the session's range and choice
-        if key in (None, "range", "range_only"):
-            rng.setEnabled(session.range_frames() is not None)
-            rng.blockSignals(True)
-            rng.setChecked(bool(session.value("range_only")))
-            rng.blockSignals(False)
+        add(
+            "render",
+            "Render",
+            "Render now",
+            w.render_now,
+            ["Ctrl+R", "Ctrl+M"],
+            "Queue the selected avatar and voice-over and start the queue",
+            icon("render"),
+        )
+        add(
+            "add_to_queue",
+            "Render",
+            "Add to queue",
+            w.add_to_queue,
+            "Ctrl+Shift+R",
+            "Queue every selected avatar × voice-over pair; the queue renders them once started",
+            icon("queue"),
+        )
+        acts.separator("Render")
+        add(
+            "start_queue",
+            "Render",
+            "Start queue",
+            lambda: queue.pause() if queue.state == "running" else queue.start(),
+            "Ctrl+Return",
+            "Render queued jobs one after another (again: pause after the running job)",
+        )  # no tick: its words say what it does next ("Start queue" / "Pause queue")
+        acts["start_queue"].setProperty("command", "Start / pause queue")
+        add(
+            "cancel",
+            "Render",
+            "Cancel render",
+            w.cancel_render,
+            "Esc",
+            "Stop the running render (nothing is written)",
+            icon("cancel"),
+        )
+        self.render_action, self.cancel_action = acts["render"], acts["cancel"]
+        self.cancel_action.setEnabled(False)
+        acts.separator("Render")
+        rng = add(
+            "range_only",
+            "Render",
+            "Render in/out range only",
+            lambda on: session.set("range_only", bool(on)),
+            checkable=True,
+            tip="Render only the frames between the timeline's in and out points (I / O)",
+        )
 
-    session.events.changed.connect(follow)
-    session.events.analysis.connect(lambda _a: follow())
-    follow()
+        def follow(key=None, _before=None, _after=None) -> None:  # the session's range and choice
+            if key in (None, "range", "range_only"):
+                rng.setEnabled(session.marks.range_frames() is not None)
+                rng.blockSignals(True)
+                rng.setChecked(bool(session.value("range_only")))
+                rng.blockSignals(False)
 
-    add("shortcuts", "Help", "Keyboard shortcuts", w.show_shortcuts, ["F1", "?"], "Every key of the editor")
-    add("doctor", "Help", "Doctor (check this machine)", w.show_doctor, icon=icon("doctor"))
-    add("editor_guide", "Help", "Editor guide", lambda: open_guide(w), tip="docs/editor.md: keys, menus, undo, markers")
-    add("about", "Help", "About Studio", lambda: about(w))
+        session.events.changed.connect(follow)
+        session.events.analysis.connect(lambda _a: follow())
+        follow()
 
-    for key in ("import_avatar", "import_audio", None, "render", "add_to_queue", "cancel", None, "doctor"):
-        if key is None:
-            bar.addSeparator()
+        add("shortcuts", "Help", "Keyboard shortcuts", w.show_shortcuts, ["F1", "?"], "Every key of the editor")
+        add("doctor", "Help", "Doctor (check this machine)", w.show_doctor, icon=icon("doctor"))
+        add("editor_guide", "Help", "Editor guide", self.open_guide, tip="docs/editor.md: keys, menus, undo, markers")
+        add("about", "Help", "About Studio", self.about)
+
+        for key in ("import_avatar", "import_audio", None, "render", "add_to_queue", "cancel", None, "doctor"):
+            if key is None:
+                bar.addSeparator()
+            else:
+                bar.addAction(acts[key])
+        short = {
+            "import_avatar": "Import avatar",
+            "import_audio": "Import audio",
+            "render": "Render",
+            "cancel": "Cancel",
+            "doctor": "Doctor",
+        }
+        for key, text in short.items():  # the toolbar's words; the menus say it in full
+            acts[key].setIconText(text)
+
+    def show_output_folder(self) -> None:
+        """File > Show output folder: the file manager there, or (no launcher) its path, said and copied."""
+        from PySide6.QtWidgets import QApplication
+
+        folder = Path(self.session.output_path()).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.window.show_error(
+                f"the output folder {folder} cannot be made ({exc.strerror}); choose another in Render"
+            )
+            return
+        if not open_url(folder):
+            QApplication.clipboard().setText(str(folder))
+            self.window.show_error(f"No program here opens folders; the output folder is {folder} (its path is copied)")
+
+    def open_guide(self):
+        """Help > Editor guide: docs/editor.md in the desktop's viewer, or (none here) in a window of its own."""
+        guide = Path(__file__).resolve().parents[2] / "docs" / "editor.md"
+        if guide.exists() and open_url(guide):
+            return None
+        from PySide6.QtWidgets import QDialog, QTextBrowser, QVBoxLayout
+
+        box = QDialog(self.window)
+        box.setObjectName("editorGuide")
+        box.setWindowTitle("Editor guide")
+        text = QTextBrowser(box)
+        if guide.exists():
+            text.setMarkdown(guide.read_text(encoding="utf-8"))
         else:
-            bar.addAction(acts[key])
-    short = {
-        "import_avatar": "Import avatar",
-        "import_audio": "Import audio",
-        "render": "Render",
-        "cancel": "Cancel",
-        "doctor": "Doctor",
-    }
-    for key, text in short.items():  # the toolbar's words; the menus say it in full
-        acts[key].setIconText(text)
+            text.setPlainText(
+                "The editor guide (docs/editor.md) is not installed here; Help > Keyboard shortcuts lists every key."
+            )
+        QVBoxLayout(box).addWidget(text)
+        box.resize(760, 560)
+        self.window.statusBar().showMessage(
+            "No program here opens documents: the editor guide is shown in Studio", 8000
+        )
+        self.guide_box = box
+        box.show()
+        return box
+
+    def about(self) -> None:
+        from PySide6.QtWidgets import QMessageBox
+
+        try:
+            from importlib.metadata import version
+
+            v = version("studio")
+        except Exception:  # noqa: BLE001 - a source checkout
+            v = "(source)"
+        QMessageBox.about(self.window, "About Studio", f"Studio {v}\nLip-synced presenter video on this computer.")
 
 
 def open_url(path: Path) -> bool:
@@ -205,58 +271,6 @@ def can_open(path: Path) -> bool:
         if r.returncode == 0 and r.stdout.strip():
             return True
     return False
-
-
-def show_output_folder(w) -> None:
-    """File > Show output folder: the file manager there, or (no launcher) its path, said and copied."""
-    from PySide6.QtWidgets import QApplication
-
-    folder = Path(w.session.output_path()).parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        w.show_error(f"the output folder {folder} cannot be made ({exc.strerror}); choose another in Render")
-        return
-    if not open_url(folder):
-        QApplication.clipboard().setText(str(folder))
-        w.show_error(f"No program here opens folders; the output folder is {folder} (its path is copied)")
-
-
-def open_guide(w):
-    """Help > Editor guide: docs/editor.md in the desktop's viewer, or (none here) in a window of its own."""
-    guide = Path(__file__).resolve().parents[2] / "docs" / "editor.md"
-    if guide.exists() and open_url(guide):
-        return None
-    from PySide6.QtWidgets import QDialog, QTextBrowser, QVBoxLayout
-
-    box = QDialog(w)
-    box.setObjectName("editorGuide")
-    box.setWindowTitle("Editor guide")
-    text = QTextBrowser(box)
-    if guide.exists():
-        text.setMarkdown(guide.read_text(encoding="utf-8"))
-    else:
-        text.setPlainText(
-            "The editor guide (docs/editor.md) is not installed here; Help > Keyboard shortcuts lists every key."
-        )
-    QVBoxLayout(box).addWidget(text)
-    box.resize(760, 560)
-    w.statusBar().showMessage("No program here opens documents: the editor guide is shown in Studio", 8000)
-    w.guide_box = box
-    box.show()
-    return box
-
-
-def about(w) -> None:
-    from PySide6.QtWidgets import QMessageBox
-
-    try:
-        from importlib.metadata import version
-
-        v = version("studio")
-    except Exception:  # noqa: BLE001 - a source checkout
-        v = "(source)"
-    QMessageBox.about(w, "About Studio", f"Studio {v}\nLip-synced presenter video on this computer.")
 
 
 def icon(name: str) -> str:

@@ -149,7 +149,7 @@ class RenderWorker(QObject):
 
         run = self.run
         if ev.kind == "placed":
-            from studio.service import request_of
+            from studio.service.job_requests import request_of
 
             run = self.run = JobRun(ev.job_id, request_of(ev.job))
             self.placed.emit(run, ev.where)
@@ -162,7 +162,7 @@ class RenderWorker(QObject):
         elif ev.kind == "state" and ev.job is not None and ev.job.state in J.FINAL:
             job = ev.job
             if run is None or run.job_id != job.id:
-                from studio.service import request_of
+                from studio.service.job_requests import request_of
 
                 try:
                     run = JobRun(job.id, request_of(job))

@@ -288,7 +288,8 @@ class RssSampler(threading.Thread):
 def submit_and_list(home: Path, jobs: int = 150, posts: int = 20) -> None:
     from studio.core.settings import RenderSettings
     from studio.core.store.jobs import JobStore
-    from studio.service import QueueService, RenderRequest
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     with Server(home, "--max-queued", "1000") as srv, httpx.Client(base_url=srv.url, timeout=600) as c:
         add_avatar(c)

@@ -168,7 +168,7 @@ def bench_verify(avatar, folder: Path, repeat: int) -> list[str]:
         s = min(times)
         out.append(
             f"verify all {name:<14} {s * 1000:8.1f} ms cold  ({s * 1000 / n:.2f} ms/row, "
-            f"{arr.nbytes / s / 1e9:.2f} GB/s, {avatar_check._pool()._max_workers} threads)"
+            f"{arr.nbytes / s / 1e9:.2f} GB/s, {avatar_check.VERIFY_THREADS} threads)"
         )
     one = []
     for i in range(min(n, max(5, repeat))):

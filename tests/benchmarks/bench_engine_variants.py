@@ -55,7 +55,7 @@ def main():
             torch.backends.cudnn.benchmark = bench_mode
             t0 = time.perf_counter()
             eng = MuseTalkEngine(device="cuda", precision="fp16", decoder=dec, batch=b, models_dir=args.models, **kw)
-            nets = eng._load()
+            nets = eng.networks()
             load_s = time.perf_counter() - t0
             run = nets["run"]
             lat = torch.randn(b, 8, 32, 32, device="cuda", dtype=torch.float16).contiguous(

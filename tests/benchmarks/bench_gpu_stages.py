@@ -46,7 +46,7 @@ def main():
     for dec in ("taesd", "sd-vae"):
         eng = MuseTalkEngine(device="cuda", precision="fp16", decoder=dec, models_dir=args.models)
         lat = torch.randn(av_.N, 8, 32, 32, device="cuda", dtype=torch.float16)
-        run = eng._load()["run"]
+        run = eng.networks()["run"]
         for b in (8, 32, 64):
             x = lat[torch.arange(b, device="cuda") % av_.N].contiguous(memory_format=torch.channels_last)
             a = torch.randn(b, 50, 384, device="cuda", dtype=torch.float16)

@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--preset", default="ultrafast")
     ap.add_argument("--no-encoders", action="store_true", help="skip the encoder-only figures")
     args = ap.parse_args()
-    from studio.bench.reference import _bench_models, reference_audio, synthetic_avatar
+    from studio.bench.reference import bench_models, reference_audio, synthetic_avatar
     from studio.core.engines.classic import ClassicEngine
     from studio.core.engines.musetalk import MuseTalkEngine
     from studio.core.render.composite import pad_even, rgb_to_nv12
@@ -118,7 +118,7 @@ def main() -> None:
         say("writer_host_close_ms", {k: round(v, 1) for k, v in w.close_ms.items()})
 
     # -- the GPU loop without encoding --------------------------------------------------------
-    store, _ = _bench_models(work, tiny=False, note=print)
+    store, _ = bench_models(work, tiny=False, note=print)
     settings = RenderSettings(device="cuda", engine="musetalk", decoder="taesd", preset=args.preset)
     for dec in ("taesd",):
         eng = MuseTalkEngine(device="cuda", precision="fp16", decoder=dec, models_dir=store)

@@ -38,14 +38,14 @@ def main(argv: list[str]) -> int:
         QTimer.singleShot(ms, loop.quit)
         loop.exec()
 
-    restored = w.layout_restored
+    restored = w.state.layout_restored
     w.show()
     if "--resize" in argv:  # the user makes the window another size before closing it
         rw, rh = (int(v) for v in argv[argv.index("--resize") + 1].split("x"))
         w.resize(rw, rh)
     w.load_script(audio)
     t0 = time.time()
-    while (w.analysis is None or (restored != "same" and not w.room_given)) and time.time() - t0 < 120:
+    while (w.analysis is None or (restored != "same" and not w.state.room_given)) and time.time() - t0 < 120:
         wait(50)  # the voice-over is on screen, and (unless restored as it was) the centre split
     from PySide6.QtWidgets import QApplication
 
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
                 "preview_share": split[0] / max(1, sum(split)),
                 "plots": [tl.wave_plot.geometry().height(), tl.rms_plot.geometry().height()],
                 "clipped": clipped(w),
-                "toolbar": w.toolbar.isVisible(),
+                "toolbar": w.window_commands.toolbar.isVisible(),
             }
         )
     )

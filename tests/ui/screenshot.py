@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         until(lambda: w.analysis is not None and w.analysis.info.duration_s < 10)
         until(lambda: bool(w.library.avatar and w.library.script))  # the Library lists and selects it after
         w.render_panel.encoder.setCurrentText("x264")
-        w.render()
+        w.render_now()
         if not until(lambda: w.current is None and w.render_panel.play_btn.isEnabled(), 600):
             print("the render did not finish:", w.banner_text.text(), file=sys.stderr)
             return 1
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     tl.set_out()
     w.render_panel.range_check.setChecked(True)
     for seconds, name in ((2.0, "Welcome"), (8.4, "Weather"), (20.0, "Sign-off")):
-        tl.add_marker(int(seconds * 25), name, edit=False)
+        tl.markers_layer.add_marker(int(seconds * 25), name, edit=False)
     w.scrub_to(8.4)
     until(lambda: w.last_scrub is not None and w.last_scrub[1] == 210)
     wait(1500)

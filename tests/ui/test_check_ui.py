@@ -21,7 +21,7 @@ def test_a_render_is_checked_and_the_window_jumps_to_its_worst_second(window, qt
     panel.preset.setCurrentText("ultrafast")
     panel.folder.setText(str(tmp_path / "renders"))
     with qtbot.waitSignal(window.worker.finished, timeout=180_000):
-        job_id = window.render()
+        job_id = window.render_now()
     assert window.store.get(job_id).settings["check"] is True
 
     def check():

@@ -135,7 +135,7 @@ def test_threshold_field_and_line_are_bound_both_ways(window, qtbot, tmp_path):
         tl.threshold_box.setValue(0.03)
     assert 10 ** tl.threshold_line.value() == pytest.approx(0.03, rel=1e-6)
     assert window.render_panel.threshold == pytest.approx(0.03, rel=1e-6)
-    np.testing.assert_array_equal(tl.mask, window.analysis.mask(0.03, tl.min_run))
+    np.testing.assert_array_equal(tl.silence_mask, window.analysis.mask(0.03, tl.min_run))
     tl.set_threshold(0.012)  # the line (as when dragged)
     assert tl.threshold_box.value() == pytest.approx(0.012, abs=1e-4)
 
@@ -264,7 +264,7 @@ def test_after_a_render_the_caption_clears_and_the_player_is_the_timeline(window
     captions = []
     window.preview.shown.connect(lambda _i: captions.append(window.preview.caption.text()))
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW):
-        window.render()
+        window.render_now()
     # no stale "rendering · frame N" once it is done: the scrub frame at the playhead comes back
     qtbot.waitUntil(lambda: "exact render preview" in window.preview.caption.text(), timeout=SLOW)
     assert any(c.startswith("rendering") for c in captions)
@@ -307,7 +307,7 @@ def test_render_in_out_range_only_renders_those_frames(window, qtbot, tmp_path):
     p.range_check.setChecked(True)
     assert p.render_range() == (10, 35)
     with qtbot.waitSignal(window.worker.finished, timeout=SLOW) as done:
-        window.render()
+        window.render_now()
     _req, result = done.args
     frames, _audio, _first = decode(result.output)
     assert frames == 25

@@ -116,7 +116,7 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     window.worker.placed.connect(lambda req, where: placed.append(where))
 
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
-        job_id = window.render()
+        job_id = window.render_now()
     assert finished.args == [job_id, jobs.DONE], window.store.get(job_id).reason
     assert placed == ["farm (2 workers)"]
     last = progress[-1]
@@ -143,7 +143,7 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     long_output = Path(panel.output_path())
     assert long_output != output
     progress.clear()
-    job_id = window.render()
+    job_id = window.render_now()
     qtbot.waitUntil(lambda: any(p.done > 0 for p in progress), timeout=SLOW)
     row = [window.queue_panel.table.item(r, ID_COL).text() for r in range(window.queue_panel.table.rowCount())]
     window.queue_panel.table.selectRow(row.index(str(job_id)))
@@ -167,7 +167,7 @@ def test_a_farm_that_goes_away_fails_the_job_not_the_app_and_the_next_job_reconn
     progress = []
     window.worker.progress.connect(lambda req, p: progress.append(p))
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
-        job_id = window.render()
+        job_id = window.render_now()
         qtbot.waitUntil(lambda: any(p.done > 0 for p in progress), timeout=SLOW)
         os.kill(window.worker.farm.pid, signal.SIGKILL)  # as when its Ray node stops: the driver dies
     assert finished.args == [job_id, jobs.FAILED]
@@ -178,6 +178,6 @@ def test_a_farm_that_goes_away_fails_the_job_not_the_app_and_the_next_job_reconn
     window.load_script(str(clip(tmp_path, 1.2, "short.wav")))
     qtbot.waitUntil(lambda: window.library.script.endswith("short.wav"), timeout=SLOW)
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
-        job_id = window.render()
+        job_id = window.render_now()
     assert finished.args == [job_id, jobs.DONE], window.store.get(job_id).reason
     assert decode(window.store.get(job_id).output)[0] == 30

@@ -40,7 +40,7 @@ def test_all_gpus_here_renders_a_queued_job_on_every_device(window, qtbot, tmp_p
     window.worker.progress.connect(lambda req, p: progress.append(p))
     window.worker.placed.connect(lambda req, where: placed.append(where))
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
-        job_id = window.render()
+        job_id = window.render_now()
     assert finished.args == [job_id, jobs.DONE], window.store.get(job_id).reason
     assert placed == ["2 GPUs here"]
     assert progress[-1].finished and progress[-1].done == progress[-1].total == 60

@@ -143,13 +143,13 @@ def test_the_queue_percentage_is_the_live_bars_during_a_render(library_window, q
         set_progress(job_id, fraction)
         stored = w.store.get(job_id).progress
         w.queue_panel.refresh()  # what any queue event does (a job added, another process's change)
-        cell = w.queue_panel.table.item(w.queue_panel._row(job_id), 4).text()
+        cell = w.queue_panel.table.item(w.queue_panel.row_of(job_id), 4).text()
         live = p.progress_bar.format().split("(")[-1].rstrip(")")
         seen.append((cell, live, stored != fraction))
 
     w.queue_panel.set_progress = check
     with qtbot.waitSignal(w.jobFinished, timeout=SLOW):
-        w.render()
+        w.render_now()
     assert seen and any(stale for _c, _l, stale in seen)  # the store lagged the live progress at times
     wrong = [(cell, live) for cell, live, _s in seen if cell != live]
     assert not wrong, wrong

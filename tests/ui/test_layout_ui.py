@@ -80,7 +80,7 @@ def test_the_first_window_fits_the_available_screen(qtbot):
     w = MainWindow()  # a fresh data folder: the first launch
     qtbot.addWidget(w)
     avail = w.screen().availableGeometry()
-    allow_w, allow_h = w.FRAME_ALLOWANCE
+    allow_w, allow_h = w.state.FRAME_ALLOWANCE
     assert w.width() + allow_w <= avail.width() and w.height() + allow_h <= avail.height()
     assert avail.contains(w.geometry())
     w.show()

@@ -63,7 +63,7 @@ def test_m_adds_a_marker_named_in_place_and_shift_m_jumps_between_them(window, q
     tl, w = window.timeline, window
     tl.set_frame(30)
     qtbot.keyClick(w, Qt.Key.Key_M)
-    edit = tl.marker_edit
+    edit = tl.markers_layer.marker_edit
     qtbot.waitUntil(edit.hasFocus, timeout=QUICK)
     assert edit.isVisible() and edit.selectedText() == "Marker 1"
     qtbot.keyClicks(edit, "Intro M I O")  # letters that are keys elsewhere type into the name
@@ -76,9 +76,9 @@ def test_m_adds_a_marker_named_in_place_and_shift_m_jumps_between_them(window, q
     qtbot.keyClick(edit, Qt.Key.Key_Escape)  # Esc keeps the default name
     assert [(m.frame, m.name) for m in tl.markers] == [(30, "Intro M I O"), (100, "Marker 2")]
     # on the ruler: a triangle at each marker's time, and a labelled line on the waveform
-    xs, _ys = tl.marker_ticks.getData()
+    xs, _ys = tl.markers_layer.marker_ticks.getData()
     assert list(xs) == pytest.approx([30 / FPS, 100 / FPS])
-    assert tl._marker_items[0][0].label.format.strip() == "Intro M I O"
+    assert tl.markers_layer.lines[0][0].label.format.strip() == "Intro M I O"
     # jumps
     tl.set_frame(0)
     qtbot.keyClick(w, Qt.Key.Key_M, SHIFT)
@@ -110,14 +110,20 @@ def test_the_marker_menu_sets_in_out_and_marks_come_back_for_the_same_voice_over
     audio = clip(tmp_path, 6.0, "take.wav")
     _ready(window, qtbot, audio)
     tl = window.timeline
-    tl.add_marker(25, "A", edit=False)
-    tl.add_marker(75, "B", edit=False)
+    tl.markers_layer.add_marker(25, "A", edit=False)
+    tl.markers_layer.add_marker(75, "B", edit=False)
     QTest.mouseClick(tl.plots.viewport(), Qt.MouseButton.RightButton, pos=_marker_x(tl, 25))
-    qtbot.waitUntil(lambda: getattr(tl, "marker_menu", None) is not None and tl.marker_menu.isVisible(), timeout=QUICK)
-    texts = [a.text() for a in tl.marker_menu.actions() if a.text()]
+    qtbot.waitUntil(
+        lambda: tl.markers_layer.marker_menu is not None and tl.markers_layer.marker_menu.isVisible(), timeout=QUICK
+    )
+    texts = [a.text() for a in tl.markers_layer.marker_menu.actions() if a.text()]
     assert texts[0] == "Render from “A” to the next marker"
-    use = next(a for a in tl.marker_menu.actions() if a.text().startswith("Set in/out"))
-    QTest.mouseClick(tl.marker_menu, Qt.MouseButton.LeftButton, pos=tl.marker_menu.actionGeometry(use).center())
+    use = next(a for a in tl.markers_layer.marker_menu.actions() if a.text().startswith("Set in/out"))
+    QTest.mouseClick(
+        tl.markers_layer.marker_menu,
+        Qt.MouseButton.LeftButton,
+        pos=tl.markers_layer.marker_menu.actionGeometry(use).center(),
+    )
     assert tl.range_frames() == (25, 75)  # from A up to (not including) B
     assert window.render_panel.range_check.isEnabled()
 
@@ -157,11 +163,11 @@ def test_render_from_a_marker_to_the_next_renders_those_frames(library_window, q
     p.encoder.setCurrentText("x264")
     p.preset.setCurrentText("ultrafast")
     p.folder.setText(str(tmp_path / "renders"))
-    tl.add_marker(10, "in", edit=False)
-    tl.add_marker(35, "out", edit=False)
+    tl.markers_layer.add_marker(10, "in", edit=False)
+    tl.markers_layer.add_marker(35, "out", edit=False)
     tl.set_frame(20)  # the marker at or before the playhead: "in"
     with qtbot.waitSignal(w.worker.finished, timeout=SLOW) as done:
-        w.actions["render_marker"].trigger()
+        w.commands["render_marker"].trigger()
     _run, result = done.args
     frames, audio_s, _first = decode(result.output)
     assert frames == 25 and audio_s == pytest.approx(1.0, abs=0.05)

@@ -15,12 +15,12 @@ def test_the_menu_bar_has_the_six_menus_and_every_keyed_action_is_in_one(window)
     bar = window.menuBar()
     titles = [a.text().replace("&", "") for a in bar.actions()]
     assert titles == list(MENUS) == ["File", "Edit", "View", "Playback", "Render", "Help"]
-    in_menus = {id(a) for m in window.actions.menus.values() for a in m.actions()}
-    keyed = [a for a in window.actions.actions.values() if not a.shortcut().isEmpty()]
+    in_menus = {id(a) for m in window.commands.menus.values() for a in m.actions()}
+    keyed = [a for a in window.commands.actions.values() if not a.shortcut().isEmpty()]
     assert len(keyed) >= 30
     assert all(id(a) in in_menus for a in keyed)
     # the keys an editor expects, where Premiere and Resolve agree
-    keys = {text: k for _m, text, k in window.actions.rows()}
+    keys = {text: k for _m, text, k in window.commands.rows()}
     assert keys["Play / stop"] == "Space"
     assert keys["Mark in"] == "I" and keys["Mark out"] == "O"
     assert keys["Go to in"] == "Shift+I" and keys["Go to out"] == "Shift+O"
@@ -28,14 +28,14 @@ def test_the_menu_bar_has_the_six_menus_and_every_keyed_action_is_in_one(window)
     assert keys["Keyboard shortcuts"] == "F1, ?"
 
 
-def _menu_click(qtbot, window, menu_title: str, action_key: str) -> None:
+def menu_click(qtbot, window, menu_title: str, action_key: str) -> None:
     """Open ``menu_title`` in the menu bar with the mouse and click the action's entry."""
     bar = window.menuBar()
-    menu = window.actions.menus[menu_title]
+    menu = window.commands.menus[menu_title]
     top = next(a for a in bar.actions() if a.menu() is menu)
     QTest.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.actionGeometry(top).center())
     qtbot.waitUntil(menu.isVisible, timeout=QUICK)
-    action = window.actions[action_key]
+    action = window.commands[action_key]
     QTest.mouseClick(menu, Qt.MouseButton.LeftButton, pos=menu.actionGeometry(action).center())
     qtbot.waitUntil(lambda: not menu.isVisible(), timeout=QUICK)
 
@@ -46,12 +46,12 @@ def test_menu_entries_do_what_their_keys_do(window, qtbot, tmp_path):
         window.load_script(str(clip(tmp_path, 4.0)))
     tl = window.timeline
     tl.set_frame(30)
-    _menu_click(qtbot, window, "Playback", "set_in")
+    menu_click(qtbot, window, "Playback", "set_in")
     assert tl.in_frame == 30
     tl.set_frame(60)
-    _menu_click(qtbot, window, "Playback", "set_out")
+    menu_click(qtbot, window, "Playback", "set_out")
     assert tl.range_frames() == (30, 61)
-    _menu_click(qtbot, window, "Playback", "go_in")
+    menu_click(qtbot, window, "Playback", "go_in")
     assert tl.frame == 30
     # the same with the keys
     focus_window(window, qtbot)
@@ -61,20 +61,20 @@ def test_menu_entries_do_what_their_keys_do(window, qtbot, tmp_path):
     qtbot.keyClick(window, Qt.Key.Key_X, Qt.KeyboardModifier.AltModifier)
     assert tl.range_frames() is None
     # a checkable entry follows its box: View > Face box
-    _menu_click(qtbot, window, "View", "face_box")
-    assert window.library.show_box.isChecked() and window.actions["face_box"].isChecked()
+    menu_click(qtbot, window, "View", "face_box")
+    assert window.library.show_box.isChecked() and window.commands["face_box"].isChecked()
     window.library.show_box.setChecked(False)
-    assert not window.actions["face_box"].isChecked()
+    assert not window.commands["face_box"].isChecked()
 
 
 def test_f1_and_question_mark_open_the_shortcuts_window_made_from_the_actions(window, qtbot):
     focus_window(window, qtbot)
     window.timeline.plots.setFocus()
     qtbot.keyClick(window, Qt.Key.Key_F1)
-    dlg = window.actions._dialog
+    dlg = window.commands.shortcuts_dialog
     qtbot.waitUntil(dlg.isVisible, timeout=QUICK)
     shown = dlg.entries()
-    listed = [(m, text, keys) for m, text, keys in window.actions.rows()]
+    listed = [(m, text, keys) for m, text, keys in window.commands.rows()]
     assert [e for e in shown if e[0] != "Mouse"] == listed  # generated from the actions, all of them
     assert ("Playback", "Mark in", "I") in shown
     assert any(g == "Mouse" for g, _t, _k in shown)
@@ -86,7 +86,7 @@ def test_f1_and_question_mark_open_the_shortcuts_window_made_from_the_actions(wi
     qtbot.waitUntil(lambda: not dlg.isVisible(), timeout=QUICK)
 
     # a key given to an action later shows up by itself
-    window.actions["show_output"].setShortcut("Ctrl+Shift+F")
+    window.commands["show_output"].setShortcut("Ctrl+Shift+F")
     focus_window(window, qtbot)
     window.timeline.plots.setFocus()
     qtbot.keyClick(window, "?")

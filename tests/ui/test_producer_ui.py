@@ -295,7 +295,7 @@ def test_the_window_speaks_a_producers_words_and_its_banners_and_ticks_tell_the_
     tl.set_frame(30)
     tl.set_out()
     qtbot.mouseClick(panel.range_check, LEFT)
-    assert w.actions["range_only"].isChecked() and w.session.value("range_only")
+    assert w.commands["range_only"].isChecked() and w.session.value("range_only")
     assert w.undo_stack.undoText() == "Range only off → on"
     problems = _words_problems(w)  # the banner, the failed job in the Queue, the undo entry, the tooltips
     assert problems == [], "\n".join(problems)
@@ -308,7 +308,7 @@ def test_the_window_speaks_a_producers_words_and_its_banners_and_ticks_tell_the_
     _choose(qtbot, panel.fields["captions"], "vtt")
     assert w.banner.isVisible()
     # the menu's Start/Pause entry has no tick: its words say what it does next (Render now started it)
-    start = w.actions["start_queue"]
+    start = w.commands["start_queue"]
     assert not start.isCheckable() and w.queue.state == "running" and start.text() == "Pause queue"
     focus_window(w, qtbot)
     w.timeline.plots.setFocus()
@@ -338,15 +338,16 @@ def test_show_output_folder_and_the_guide_where_the_opener_has_no_program(window
     assert not can_open(tmp_path)
     window.resize(1600, 900)
     focus_window(window, qtbot)
-    window.actions["show_output"].trigger()
+    window.commands["show_output"].trigger()
     folder = str(Path(window.session.output_path()).parent)
     assert window.banner.isVisible() and folder in window.banner_text.text()
     assert QApplication.clipboard().text() == folder
-    window.actions["editor_guide"].trigger()
+    window.commands["editor_guide"].trigger()
     qtbot.waitUntil(
-        lambda: getattr(window, "guide_box", None) is not None and window.guide_box.isVisible(), timeout=QUICK
+        lambda: window.window_commands.guide_box is not None and window.window_commands.guide_box.isVisible(),
+        timeout=QUICK,
     )
-    assert "Keys" in window.guide_box.findChild(QTextBrowser).toPlainText()
+    assert "Keys" in window.window_commands.guide_box.findChild(QTextBrowser).toPlainText()
     assert not opened.exists()  # the launcher was never asked: it would have failed silently
     # a desktop with a file manager: the folder is the launcher's to open
     (bin_dir / "xdg-mime").write_text('#!/bin/sh\necho "org.gnome.Nautilus.desktop"\n')

@@ -129,7 +129,7 @@ def test_scrubbing_during_a_render_shows_the_exact_frame(window, qtbot, tmp_path
     got = []
     window.worker.frameReady.connect(lambda s, i, img: got.append((i, img)))
     with qtbot.waitSignal(window.worker.progress, timeout=SLOW):
-        job_id = window.render()
+        job_id = window.render_now()
     with qtbot.waitSignal(window.scrubShown, timeout=SLOW):
         window.scrub_to(3.0)
     assert window.current is not None and window.current.job_id == job_id  # still rendering
@@ -205,7 +205,7 @@ def test_two_identical_jobs_get_numbered_files_and_both_exist(window, qtbot, tmp
     ids = []
     for _ in range(2):
         with qtbot.waitSignal(window.jobFinished, timeout=SLOW):
-            ids.append(window.render())
+            ids.append(window.render_now())
     outputs = [Path(window.store.get(i).output) for i in ids]
     assert outputs == [first, first.with_name(first.stem + "_002.mp4")]
     assert all(o.exists() for o in outputs)
@@ -255,7 +255,7 @@ def test_add_to_queue_waits_for_start_and_a_running_queue_takes_jobs_in_order(li
         qtbot.mouseClick(w.queue_panel.start_btn, Qt.MouseButton.LeftButton)
         assert w.queue.state == "running" and w.queue_panel.start_btn.text() == "Pause queue"
         # the menu says what it does next, without a tick beside it
-        assert not w.actions["start_queue"].isCheckable() and w.actions["start_queue"].text() == "Pause queue"
+        assert not w.commands["start_queue"].isCheckable() and w.commands["start_queue"].text() == "Pause queue"
         assert w.queue_state_label.text().startswith("Queue: running")
     assert first.args == [job.id, jobs.DONE]
     # the queue keeps running: a job added now renders without another Start
@@ -322,7 +322,7 @@ def test_the_close_question_pauses_the_queue_while_it_is_open(library_window, qt
     with qtbot.waitSignal(w.worker.progress, timeout=SLOW):
         w.queue.start()
     w.close()  # asks; the queue pauses while the question is open
-    qtbot.waitUntil(lambda: getattr(w, "close_box", None) is not None and w.close_box.isVisible(), timeout=SLOW)
+    qtbot.waitUntil(lambda: w.state.close_box is not None and w.state.close_box.isVisible(), timeout=SLOW)
     assert w.queue.state == "paused"
     assert "the running job finishes" in w.queue_state_label.text()
     qtbot.waitUntil(lambda: w.store.get(first).state == jobs.DONE, timeout=SLOW)  # the running one finishes
@@ -331,7 +331,7 @@ def test_the_close_question_pauses_the_queue_while_it_is_open(library_window, qt
     # Cancel: the window stays and the queue runs on (the first job's own news can still be on its way
     # to the GUI thread: the store is written first, so the signal for the second job is the one waited for)
     with qtbot.waitSignal(w.jobFinished, timeout=SLOW, check_params_cb=lambda job_id, _state: job_id == second) as b:
-        qtbot.mouseClick(w.close_box.button(QMessageBox.StandardButton.Cancel), Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(w.state.close_box.button(QMessageBox.StandardButton.Cancel), Qt.MouseButton.LeftButton)
     assert b.args == [second, jobs.DONE] and w.isVisible()
     assert w.queue.state == "running"
 

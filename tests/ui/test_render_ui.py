@@ -35,7 +35,7 @@ def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_p
     window.worker.preview.connect(lambda img, i: previews.append(i))
     heartbeat.start()
     with qtbot.waitSignal(window.worker.finished, timeout=SLOW) as done:
-        job_id = window.render()
+        job_id = window.render_now()
         assert window.render_panel.cancel_btn.isEnabled()
         assert not window.render_panel.render_btn.isEnabled()
     heartbeat.stop()
@@ -81,7 +81,7 @@ def _start_long_render(window, qtbot, tmp_path):
     window.render_panel.batch.setValue(4)
     output = Path(window.render_panel.output_path())
     with qtbot.waitSignal(window.worker.progress, timeout=SLOW):
-        job_id = window.render()
+        job_id = window.render_now()
     qtbot.waitUntil(lambda: window.current is not None, timeout=5000)  # the window took the news
     return job_id, output
 
@@ -136,12 +136,12 @@ def test_the_queue_survives_a_restart_and_a_running_job_comes_back_interrupted(q
     assert "interrupted" in w.banner_text.text()
     assert w.store.get(running.id).reason.startswith("interrupted")
     # queued jobs do not start by themselves: the window asks
-    qtbot.waitUntil(lambda: getattr(w, "queued_box", None) is not None and w.queued_box.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: w.state.queued_box is not None and w.state.queued_box.isVisible(), timeout=5000)
     assert not w.service.started
     qtbot.wait(300)
     assert w.store.get(waiting.id).state == jobs.QUEUED
-    w.queued_box.checkBox().setChecked(True)  # remember "no"
-    qtbot.mouseClick(w.queued_box.button(QMessageBox.StandardButton.No), Qt.MouseButton.LeftButton)
+    w.state.queued_box.checkBox().setChecked(True)  # remember "no"
+    qtbot.mouseClick(w.state.queued_box.button(QMessageBox.StandardButton.No), Qt.MouseButton.LeftButton)
     assert not w.service.started and w.store.get(waiting.id).state == jobs.QUEUED
     from studio.ui import settings as cfg
 
@@ -169,11 +169,9 @@ def test_closing_during_a_render_asks_leaves_no_file_and_the_job_comes_back_inte
 
     job_id, output = _start_long_render(window, qtbot, tmp_path)
     window.close()  # asks first
-    qtbot.waitUntil(
-        lambda: getattr(window, "close_box", None) is not None and window.close_box.isVisible(), timeout=5000
-    )
+    qtbot.waitUntil(lambda: window.state.close_box is not None and window.state.close_box.isVisible(), timeout=5000)
     assert window.isVisible() and window.current is not None  # not closed yet
-    qtbot.mouseClick(window.close_box.button(QMessageBox.StandardButton.Close), Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.state.close_box.button(QMessageBox.StandardButton.Close), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=SLOW)
     assert not window.worker_thread.thread.isRunning()
     assert not output.exists() and list(output.parent.iterdir()) == []

@@ -66,7 +66,7 @@ def test_a_range_keeps_its_time_across_an_avatar_switch_a_delivery_and_undo(wind
     focus_window(window, qtbot)
     _mark(qtbot, window, Qt.Key.Key_I, "2:00")
     _mark(qtbot, window, Qt.Key.Key_O, "3:29")  # the last frame before 4 s at 30 fps
-    assert s.range_frames() == (60, 120) and panel.range_label.text().endswith("· 2.00 s")
+    assert s.marks.range_frames() == (60, 120) and panel.range_label.text().endswith("· 2.00 s")
     qtbot.mouseClick(panel.range_check, Qt.MouseButton.LeftButton)  # render the range only
     assert s.value("range_only") and s.request().frames == (60, 120)
 
@@ -74,7 +74,7 @@ def test_a_range_keeps_its_time_across_an_avatar_switch_a_delivery_and_undo(wind
     with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         window.load_avatar(str(DEMO_AVATAR), "astro")
     qtbot.waitUntil(lambda: s.avatar == "astro" and s.grid_rate == 25, timeout=SLOW)
-    assert s.range_frames() == (50, 100)
+    assert s.marks.range_frames() == (50, 100)
     assert panel.range_label.text() == "00:00:02:00–00:00:03:24 · 2.00 s"
     assert s.request().frames == (50, 100) and s.request().rate == "25"
     # the preview's caption names the frame the transport shows
@@ -103,12 +103,12 @@ def test_a_range_keeps_its_time_across_an_avatar_switch_a_delivery_and_undo(wind
         "loudness": "-14",
     }
     assert _widgets(panel) == chosen
-    assert s.grid_rate == 30 and s.range_frames() == (60, 120) and panel.range_label.text().endswith("· 2.00 s")
+    assert s.grid_rate == 30 and s.marks.range_frames() == (60, 120) and panel.range_label.text().endswith("· 2.00 s")
     assert s.request().frames == (60, 120) and s.request().rate == "30"  # 2.00 s written (was 1.667 s)
     # the photo cannot fill 1080x1920 within Max upscale: said before any render, and Render refuses
     note = panel.resolution_note
     assert note.isVisible() and note.text().startswith("The social-vertical delivery needs the 512x512 avatar")
-    assert window.render() is None
+    assert window.render_now() is None
     banner = window.banner_text.text()  # in the window's words: its fields, no flags
     assert "(Max upscale 3.8)" in banner and "(Placement fit)" in banner and "--" not in banner
     assert window.store.list() == []
@@ -127,11 +127,11 @@ def test_a_range_keeps_its_time_across_an_avatar_switch_a_delivery_and_undo(wind
     with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         qtbot.keyClick(window, Qt.Key.Key_Z, CTRL)
     assert _widgets(panel) == before and s.value("delivery") == ""
-    assert s.grid_rate == 25 and s.range_frames() == (50, 100)
+    assert s.grid_rate == 25 and s.marks.range_frames() == (50, 100)
     assert window.statusBar().currentMessage() == "Undone: Delivery none → Social vertical"  # the step undone
     with qtbot.waitSignal(window.analysisReady, timeout=SLOW):
         qtbot.keyClick(window, Qt.Key.Key_Z, CTRL | Qt.KeyboardModifier.ShiftModifier)
-    assert _widgets(panel) == chosen and s.range_frames() == (60, 120)
+    assert _widgets(panel) == chosen and s.marks.range_frames() == (60, 120)
 
 
 def test_broadcast_hd_is_queued_as_a_mov_and_renders_at_its_size(window, qtbot, tmp_path):
@@ -150,7 +150,7 @@ def test_broadcast_hd_is_queued_as_a_mov_and_renders_at_its_size(window, qtbot, 
     assert panel.resolution_note.text().startswith("The broadcast-hd delivery shows the 512x512 avatar at 2x")
     choose(qtbot, panel.fields["engine"], "classic")
     with qtbot.waitSignal(window.queue.jobFinished, timeout=SLOW) as done:
-        job_id = window.render()
+        job_id = window.render_now()
     assert done.args == [job_id, "done"]
     out = window.store.get(job_id).output
     assert out.endswith(".mov")

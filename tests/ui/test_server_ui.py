@@ -52,7 +52,7 @@ def test_a_job_rendered_on_the_server_is_watched_and_downloaded(remote_window, q
     window.worker.progress.connect(lambda run, p: progress.append(p))
     window.worker.placed.connect(lambda run, where: placed.append(where))
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
-        job_id = window.render()
+        job_id = window.render_now()
     assert finished.args == [job_id, jobs.DONE], window.store.get(job_id).reason
     assert placed == [f"Studio server {server.url}"]
     assert progress and [p.done for p in progress] == sorted(p.done for p in progress)
@@ -65,7 +65,7 @@ def test_a_job_rendered_on_the_server_is_watched_and_downloaded(remote_window, q
     qtbot.waitUntil(lambda: window.render_panel.play_btn.isEnabled(), timeout=5000)
     # the same job again: a new numbered file, never the first one replaced
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW):
-        again = window.render()
+        again = window.render_now()
     assert Path(window.store.get(again).output).name == output.stem + "_002.mp4"
     assert output.exists() and output.with_name(output.stem + "_002.mp4").exists()
 
@@ -75,7 +75,7 @@ def test_cancel_on_the_server_writes_nothing(remote_window, qtbot, tmp_path):
     load_demo(window, qtbot, audio=speech_pause_speech(tmp_path / "long.wav", 12.0, 0.4, 12.0))
     output = Path(window.render_panel.output_path())
     with qtbot.waitSignal(window.worker.progress, timeout=SLOW):
-        job_id = window.render()
+        job_id = window.render_now()
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as finished:
         window.render_panel.cancel_btn.click()
     assert finished.args == [job_id, jobs.CANCELLED]

@@ -13,7 +13,7 @@ from PySide6.QtGui import QDragEnterEvent, QDragLeaveEvent
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
 from test_formats_ui import choose
-from test_menus_ui import _menu_click
+from test_menus_ui import menu_click
 from ui_helpers import (  # noqa: F401 (fixtures)
     QUICK,
     SLOW,
@@ -68,7 +68,7 @@ def test_the_range_label_counts_at_the_rate_in_effect(window, qtbot, tmp_path, f
     _type_timecode(qtbot, window, f"4:{int(fps) - 1}")  # the last frame before 5 s
     window.timeline.plots.setFocus()
     qtbot.keyClick(window, Qt.Key.Key_O)
-    assert window.session.range_frames() == (int(fps), 5 * int(fps))
+    assert window.session.marks.range_frames() == (int(fps), 5 * int(fps))
     assert window.render_panel.range_label.text().endswith("· 4.00 s")  # was 9.60 s (at 25 fps)
     assert window.timeline.range_label.text().endswith("(4.00 s)")
 
@@ -76,43 +76,44 @@ def test_the_range_label_counts_at_the_rate_in_effect(window, qtbot, tmp_path, f
 def test_the_range_only_menu_entry_is_offered_while_a_range_exists(window, qtbot, tmp_path):
     window.resize(1600, 900)
     _load(window, qtbot, tmp_path, 4.0)
-    assert not window.actions["range_only"].isEnabled()
+    assert not window.commands["range_only"].isEnabled()
     focus_window(window, qtbot)
     window.timeline.set_frame(25)
     window.timeline.plots.setFocus()
     qtbot.keyClick(window, Qt.Key.Key_I)
     window.timeline.set_frame(74)
     qtbot.keyClick(window, Qt.Key.Key_O)
-    assert window.actions["range_only"].isEnabled()
-    _menu_click(qtbot, window, "Render", "range_only")
+    assert window.commands["range_only"].isEnabled()
+    menu_click(qtbot, window, "Render", "range_only")
     assert window.session.value("range_only") and window.render_panel.range_check.isChecked()
     assert window.session.request("anna").frames == (25, 75)
     qtbot.keyClick(window, Qt.Key.Key_X, Qt.KeyboardModifier.AltModifier)  # clear in and out
-    assert not window.actions["range_only"].isEnabled() and window.session.request("anna").frames is None
+    assert not window.commands["range_only"].isEnabled() and window.session.request("anna").frames is None
 
 
 def test_view_menu_hides_and_shows_each_panel(window, qtbot):
     window.resize(1600, 900)
     for dock in (window.library_dock, window.render_dock, window.queue_dock):
         key = f"view_{dock.objectName()}"
-        assert window.actions[key].isEnabled(), key
-        _menu_click(qtbot, window, "View", key)
+        assert window.commands[key].isEnabled(), key
+        menu_click(qtbot, window, "View", key)
         qtbot.waitUntil(lambda d=dock: not d.isVisible(), timeout=QUICK)
-        _menu_click(qtbot, window, "View", key)
+        menu_click(qtbot, window, "View", key)
         qtbot.waitUntil(dock.isVisible, timeout=QUICK)
 
 
 def test_guide_and_output_folder_say_so_without_a_launcher(window, qtbot):
     window.resize(1600, 900)  # offscreen: no program opens a folder or a document here
-    _menu_click(qtbot, window, "Help", "editor_guide")
+    menu_click(qtbot, window, "Help", "editor_guide")
     qtbot.waitUntil(
-        lambda: getattr(window, "guide_box", None) is not None and window.guide_box.isVisible(), timeout=QUICK
+        lambda: window.window_commands.guide_box is not None and window.window_commands.guide_box.isVisible(),
+        timeout=QUICK,
     )
     from PySide6.QtWidgets import QTextBrowser
 
-    assert "Keys" in window.guide_box.findChild(QTextBrowser).toPlainText()
-    window.guide_box.close()
-    _menu_click(qtbot, window, "File", "show_output")
+    assert "Keys" in window.window_commands.guide_box.findChild(QTextBrowser).toPlainText()
+    window.window_commands.guide_box.close()
+    menu_click(qtbot, window, "File", "show_output")
     folder = str(Path(window.session.output_path()).parent)
     assert window.banner.isVisible() and "No program here opens folders" in window.banner_text.text()
     assert folder in window.banner_text.text() and QApplication.clipboard().text() == folder
@@ -152,7 +153,7 @@ def test_the_status_bar_says_what_an_undo_did(library_window, qtbot):
     qtbot.waitUntil(lambda: w.library.avatars.count() == 2, timeout=QUICK)
     w.library.avatars.setCurrentRow(0)
     name = w.library.avatar
-    _menu_click(qtbot, w, "Edit", "remove_avatar")
+    menu_click(qtbot, w, "Edit", "remove_avatar")
     qtbot.waitUntil(lambda: w.library.avatars.count() == 1, timeout=SLOW)
     assert "remov" in w.statusBar().currentMessage().lower()
     focus_window(w, qtbot)
@@ -257,7 +258,7 @@ def test_fps_and_eta_go_after_a_cancel_and_loudness_is_read_out(window, qtbot, t
     qtbot.keyClicks(box.lineEdit(), "-16")
     qtbot.keyClick(box.lineEdit(), Qt.Key.Key_Tab)
     assert window.session.value("loudness") == -16.0
-    window.session.set_range(0, 49)  # two seconds are enough
+    window.session.marks.set_range(0, 49)  # two seconds are enough
     window.session.set("range_only", True)
     focus_window(window, qtbot)
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as ended:
@@ -277,9 +278,9 @@ def test_drop_targets_light_up_while_files_are_dragged(window, qtbot):
         QPoint(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
     )
     QApplication.sendEvent(lib, enter)
-    assert enter.isAccepted() and lib.drop_target
+    assert enter.isAccepted() and lib.drops.active
     QApplication.sendEvent(lib, QDragLeaveEvent())
-    assert not lib.drop_target
+    assert not lib.drops.active
 
 
 def test_a_reimport_of_the_same_file_asks_and_can_reuse(library_window, qtbot):

@@ -95,7 +95,7 @@ def test_a_drag_of_the_threshold_line_moves_it_on_a_log_scale_shift_for_fine_ste
     assert 0.008 * 10**0.15 < tl.threshold < 0.008 * 10**0.25, tl.threshold  # ~x1.55, not x19
     assert w.render_panel.threshold == tl.threshold == tl.threshold_box.value()  # the field is exact
     assert tl.threshold == float(f"{tl.threshold:.3g}")
-    np.testing.assert_array_equal(tl.mask, w.analysis.mask(tl.threshold, tl.min_run))
+    np.testing.assert_array_equal(tl.silence_mask, w.analysis.mask(tl.threshold, tl.min_run))
     coarse = tl.threshold
     _drag(qtbot, tl, -19, SHIFT)
     assert coarse * 10**0.01 < tl.threshold < coarse * 10**0.03, tl.threshold  # ten times finer
@@ -105,7 +105,7 @@ def test_a_drag_of_the_threshold_line_moves_it_on_a_log_scale_shift_for_fine_ste
     assert tl.threshold == coarse
     undo(qtbot, w)
     assert tl.threshold == 0.008 and tl.threshold_box.value() == 0.008
-    np.testing.assert_array_equal(tl.mask, w.analysis.mask(0.008, tl.min_run))
+    np.testing.assert_array_equal(tl.silence_mask, w.analysis.mask(0.008, tl.min_run))
     redo(qtbot, w)
     assert tl.threshold == coarse
 
@@ -134,7 +134,7 @@ def test_ctrl_z_undoes_typed_threshold_min_silence_and_in_out(timeline_window, q
     tl.set_frame(75)
     qtbot.keyClick(w, Qt.Key.Key_O)
     assert tl.range_frames() == (25, 76)
-    assert w.actions["undo"].text() == "Undo In/out 00:00:01:00–— → 00:00:01:00–00:00:03:00"
+    assert w.commands["undo"].text() == "Undo In/out 00:00:01:00–— → 00:00:01:00–00:00:03:00"
 
     undo(qtbot, w)
     assert (tl.in_frame, tl.out_frame) == (25, None)
@@ -183,7 +183,7 @@ def test_undo_restores_render_settings_and_a_removed_avatar(library_window, qtbo
     names = [lib.avatars.item(i).data(Qt.ItemDataRole.UserRole) for i in range(lib.avatars.count())]
     assert names == ["anna"] and not (library_dir() / "bob").exists()
     assert "Undo" in w.statusBar().currentMessage()
-    assert w.actions["undo"].text() == "Undo Remove avatar “bob”"
+    assert w.commands["undo"].text() == "Undo Remove avatar “bob”"
     undo(qtbot, w)
     names = [lib.avatars.item(i).data(Qt.ItemDataRole.UserRole) for i in range(lib.avatars.count())]
     assert names == ["anna", "bob"] and lib.avatar == "bob"

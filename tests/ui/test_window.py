@@ -57,8 +57,8 @@ def test_demo_import_shows_avatar_waveform_and_silences(window, qtbot):
     assert window.preview.current_image is not None
     assert window.preview.current_image.shape == (512, 512, 3)
     a = window.analysis
-    assert a.frames == len(window.timeline.mask) == 706  # 28.2 s at 25 fps
-    np.testing.assert_array_equal(window.timeline.mask, a.mask(window.render_panel.threshold, 3))
+    assert a.frames == len(window.timeline.silence_mask) == 706  # 28.2 s at 25 fps
+    np.testing.assert_array_equal(window.timeline.silence_mask, a.mask(window.render_panel.threshold, 3))
     spans = window.timeline.silent_spans
     assert len(spans) >= 3  # the demo has three clear pauses (and shorter ones)
     assert window.session.silent_spans() == spans  # the session's mask, at its threshold and min silence
@@ -78,17 +78,17 @@ def test_moving_the_threshold_recomputes_the_mask_live(window, qtbot, tmp_path):
     window.load_script(str(clip(tmp_path, 8.0)))
     qtbot.waitUntil(lambda: window.analysis is not None, timeout=SLOW)
     tl = window.timeline
-    low = int(tl.mask.sum())
+    low = int(tl.silence_mask.sum())
     with qtbot.waitSignal(tl.maskChanged, timeout=2000) as blocker:
         tl.set_threshold(0.05)  # the same signal path as dragging the line
     high = int(blocker.args[0].sum())
     assert high > low
-    np.testing.assert_array_equal(tl.mask, window.analysis.mask(0.05, tl.min_run))
+    np.testing.assert_array_equal(tl.silence_mask, window.analysis.mask(0.05, tl.min_run))
     assert window.render_panel.threshold == pytest.approx(0.05, rel=1e-6)
     assert window.render_panel.render_settings().threshold == pytest.approx(0.05, rel=1e-6)
     assert tl.visible_regions == len(tl.silent_spans)
     tl.set_min_run(50)
-    assert int(tl.mask.sum()) < high
+    assert int(tl.silence_mask.sum()) < high
 
 
 def test_the_playhead_previews_the_exact_frame_for_its_time(window, qtbot, tmp_path):
@@ -149,7 +149,7 @@ def test_core_errors_appear_as_one_readable_line(window, qtbot, tmp_path):
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=10_000)
     text = window.banner_text.text()
     assert "not-audio.wav" in text and "Traceback" not in text
-    window.render()  # no avatar: refused with a sentence, nothing queued
+    window.render_now()  # no avatar: refused with a sentence, nothing queued
     assert "avatar" in window.banner_text.text()
     assert window.store.list() == []
 

@@ -203,7 +203,8 @@ def test_an_avatar_is_renamed_once_and_a_taken_or_bad_name_is_refused(client, se
     # a job not yet run names it (a draft another process added, as the window does): refused until it goes
     from studio.core.settings import RenderSettings
     from studio.core.store.jobs import JobStore
-    from studio.service import QueueService, RenderRequest
+    from studio.service.queue import QueueService
+    from studio.service.request import RenderRequest
 
     qs = QueueService(store=JobStore(server.home / "jobs.sqlite"))
     req = RenderRequest("ren-b", str(server.home / "x.wav"), str(server.home / "ren.mp4"))

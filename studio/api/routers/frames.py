@@ -49,7 +49,7 @@ async def get_frame(st: State, q: Annotated[FrameQuery, Query()]):
     summary="The exact frame of a render job at time t (PNG): its avatar, voice-over and settings",
 )
 async def get_render_frame(st: State, job_id: JobId, q: Annotated[JobFrameQuery, Query()]):
-    from studio.service import request_of
+    from studio.service.job_requests import request_of
 
     job = st.job(job_id)
     if not inputs_here(job):

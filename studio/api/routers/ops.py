@@ -95,7 +95,7 @@ def readiness(st: ApiState) -> list[dict]:
 
 
 def _engine(st: ApiState) -> str:
-    from studio.core.engines.base import engine_status
+    from studio.core.engines.selection import engine_status
 
     ready = [a for a in engine_status().values() if a.ready]
     if not ready:

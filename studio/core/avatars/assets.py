@@ -49,7 +49,8 @@ FULL_CHECKSUM_BYTES = 64 << 10  # files up to this size get a CRC of every byte 
 SAMPLE_BYTES = 32 << 10
 
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # a library avatar's name (the server's document says it too)
+NAME_RE = re.compile(NAME_PATTERN)
 
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

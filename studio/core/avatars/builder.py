@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 NATIVE_RATE = "native"
 
 
-def _stage_keys(
+def stage_keys(
     source_sha: str, p: AvatarParams, timing: str | int = NATIVE_RATE, matte_sha: str | None = None
 ) -> dict[str, str]:
     import hashlib
@@ -81,7 +81,7 @@ def _matte_sha(params: AvatarParams, old: dict | None) -> str | None:
     raise AvatarError(f"--matte {params.matte}: no such file; give a PNG whose white is the presenter")
 
 
-class _FolderLock:
+class FolderLock:
     """``flock`` on the avatar folder itself: one build of a folder at a time, across processes
     (chunk workers, the app and a CLI command repairing the same cache). No lock file is left."""
 
@@ -147,7 +147,7 @@ def build(
         raise AvatarError(_gone(folder))
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        with _FolderLock(folder):
+        with FolderLock(folder):
             return _build_locked(folder, name, source, source_sha, source_key, params, progress, check_source, damaged)
     except OSError as exc:
         if new_folder:
@@ -215,8 +215,8 @@ def _build_locked(folder, name, source, source_sha, source_key, params, progress
     elif old is not None and old["schema_version"] != SCHEMA_VERSION:
         old = upgrade(folder, name, old)
     matte_sha = _matte_sha(params, old)
-    keys = _stage_keys(source_sha, params, matte_sha=matte_sha)
-    legacy = _stage_keys(source_sha, params, 25, matte_sha=matte_sha)
+    keys = stage_keys(source_sha, params, matte_sha=matte_sha)
+    legacy = stage_keys(source_sha, params, 25, matte_sha=matte_sha)
     if (
         old is not None
         and old["stages"].get("frames") == legacy["frames"]

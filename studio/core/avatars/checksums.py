@@ -89,15 +89,21 @@ def _crc(arr, b: int, rows: int) -> int:
     return zlib.crc32(np.ascontiguousarray(block).data.cast("B"))
 
 
+VERIFY_THREADS = max(1, min(8, os.cpu_count() or 1))  # the verify pool's threads
+
+
+def pool_started() -> bool:
+    """Whether this process has started its verify pool (a forked child starts its own)."""
+    return _POOL is not None
+
+
 def _pool():
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            _POOL = ThreadPoolExecutor(
-                max_workers=max(1, min(8, os.cpu_count() or 1)), thread_name_prefix="avatar-verify"
-            )
+            _POOL = ThreadPoolExecutor(max_workers=VERIFY_THREADS, thread_name_prefix="avatar-verify")
         return _POOL
 
 

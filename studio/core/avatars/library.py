@@ -208,7 +208,7 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
     preparation, which accepts a video with a face in any one frame."""
     import av
 
-    from studio.core.avatars.sources import _has_alpha, over_grey
+    from studio.core.avatars.sources import over_grey, stream_has_alpha
     from studio.core.media.rates import DEFAULT_RATE
 
     src = _check_source(source)
@@ -227,7 +227,7 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
                 f"{MAX_CHECK_FRAME_PIXELS / 1e6:.0f} megapixels of an 8K frame; scale it down (3840x2160 is the "
                 "most an avatar uses) and add it again"
             )
-        alpha = _has_alpha(s)
+        alpha = stream_has_alpha(s)
         tb = s.time_base
         duration = float(s.duration * tb) if s.duration and tb else (c.duration / 1e6 if c.duration else None)
         rate = float(s.average_rate or s.guessed_rate or 25)
@@ -240,7 +240,7 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
         looked = 0
         with faces.FaceTracker(video=False, max_faces=1) as finder:
             for t in moments:
-                frame, used = _frame_near(c, s, origin + t, budget, 1.0 / rate - 1e-6)  # the one shown at t
+                frame, used = frame_near(c, s, origin + t, budget, 1.0 / rate - 1e-6)  # the one shown at t
                 budget -= used
                 if frame is None:
                     if budget <= 0:
@@ -262,7 +262,7 @@ def check_video_faces(source: str | os.PathLike, samples: int = 8) -> int:
     )
 
 
-def _frame_near(container, stream, t: float, budget: int, slack: float = 1e-3):
+def frame_near(container, stream, t: float, budget: int, slack: float = 1e-3):
     """``(frame, decoded)``: the first frame at or after ``t`` seconds, less ``slack`` (seeking to the
     keyframe before it), or None when the stream ends or ``budget`` frames were decoded first."""
     used = 0

@@ -234,7 +234,7 @@ class VideoReader:
             with av.open(str(path)) as c:
                 s = c.streams.video[0]
                 #: frames come as RGBA (ProRes 4444 / VP9 with alpha ...): the alpha is kept
-                self.alpha = _has_alpha(s)
+                self.alpha = stream_has_alpha(s)
                 rate = s.average_rate or s.guessed_rate
                 self.source_fps = float(rate) if rate else None
                 dur = float(s.duration * s.time_base) if s.duration else (c.duration / 1e6 if c.duration else None)
@@ -313,7 +313,7 @@ class VideoReader:
         return rgb
 
 
-def _has_alpha(stream) -> bool:
+def stream_has_alpha(stream) -> bool:
     """Whether a video stream carries alpha: a pixel format with an alpha plane (ProRes 4444 with
     alpha decodes as yuva444p12le), or VP9 in WebM with Matroska's alpha_mode (the alpha is in the
     blocks' side data, which FFmpeg's own vp9 decoder ignores and libvpx's reads)."""
@@ -330,7 +330,7 @@ def _has_alpha(stream) -> bool:
 
 def _decode(container, stream):
     """The stream's frames: through libvpx for VP9 with alpha (its alpha plane), else FFmpeg's decoder."""
-    if stream.codec_context.name == "vp9" and _has_alpha(stream):
+    if stream.codec_context.name == "vp9" and stream_has_alpha(stream):
         import av
 
         try:

@@ -69,7 +69,7 @@ class EngineKey:
     @classmethod
     def of(cls, settings: Any, slot: int = 0) -> EngineKey:
         """The key of ``settings`` (a ``RenderSettings``): MuseTalk's own options count only for it."""
-        from studio.core.engines.base import auto_engine
+        from studio.core.engines.selection import auto_engine
 
         name = auto_engine() if settings.engine == "auto" else settings.engine
         musetalk = name == "musetalk"
@@ -122,8 +122,8 @@ def engine_bytes(engine: Any) -> int:
     cache counts for a CPU device, where no allocator says how much memory is in use."""
     seen: set[int] = set()
     total = 0
-    nets = getattr(engine, "_nets", None) or {}
-    for net in [*nets.values(), getattr(engine, "_whisper", None)]:
+    held = getattr(engine, "held_networks", None)  # a LipSyncEngine's (a test's stand-in may have none)
+    for net in held() if callable(held) else []:
         tensors = []
         for attr in ("parameters", "buffers"):
             fn = getattr(net, attr, None)
@@ -190,6 +190,11 @@ class EngineCache:
         with self._lock:
             return len(self._engines)
 
+    def keys(self) -> list[EngineKey]:
+        """The keys of the engines held now, the least recently used first."""
+        with self._lock:
+            return list(self._engines)
+
     def get(self, settings: Any, fresh: bool = False, *, hold: bool = False, slot: int = 0) -> tuple[Any, str]:
         """``(engine, reason)`` for ``settings``: the warm one, else a new one (kept; the least
         recently used go first when the cache is full). ``fresh``: a second engine for the same key
@@ -197,7 +202,7 @@ class EngineCache:
         ``release`` (a render runs on it). Two threads asking for one key load it once."""
         key = self.key(settings, slot)
         if fresh:
-            from studio.core.engines.base import select_for
+            from studio.core.engines.selection import select_for
 
             choice = select_for(settings.with_(batch=0))
             with self._lock:
@@ -218,7 +223,7 @@ class EngineCache:
             loading.wait()  # another thread loads it: take the engine it made (or load it if it failed)
         try:
             self._make_room(key)
-            from studio.core.engines.base import select_for
+            from studio.core.engines.selection import select_for
 
             choice = select_for(settings.with_(batch=0))
             with self._lock:

@@ -198,7 +198,7 @@ class MuseTalkEngine(LipSyncEngine):
 
         def run() -> None:
             try:
-                self._load()
+                self.networks()
             except BaseException as exc:  # noqa: BLE001 - raised by the call that waits for it
                 self._load_error = exc
 
@@ -221,7 +221,7 @@ class MuseTalkEngine(LipSyncEngine):
                 f"index out of range: avatar {a.min()}..{a.max()} of {len(prepared)}, "
                 f"features {f.min()}..{f.max()} of {len(self.features)}"
             )
-        nets = self._load()
+        nets = self.networks()
         with torch.inference_mode(), rt.on_device(self.device):
             lat = self._channels_last(prepared.latents[to_device(a, self.device)])
             audio = self.features.window(to_device(f, self.features.steps.device)).to(self.device, self.dtype)
@@ -239,7 +239,7 @@ class MuseTalkEngine(LipSyncEngine):
             prepared, features, a, f, w = items[0]
             self.bind(features)
             return [self.generate(prepared, a, f, w)]
-        nets = self._load()
+        nets = self.networks()
         lats, audios, sizes = [], [], []
         with torch.inference_mode(), rt.on_device(self.device):
             for prepared, features, avatar_idx, feat_idx, _ in items:
@@ -273,10 +273,10 @@ class MuseTalkEngine(LipSyncEngine):
             runtime_reason=self.runtime_reason,
         )
         if self._nets is not None and self.device.type == "cuda":  # which batch sizes replay a graph
-            graphs = self._nets["run"]._graphs
+            graphs = self._nets["run"].captured()
             d.update(
-                graph_buckets=sorted(b for b, g in graphs.items() if g is not False),
-                eager_buckets=sorted(b for b, g in graphs.items() if g is False),
+                graph_buckets=sorted(b for b, ok in graphs.items() if ok),
+                eager_buckets=sorted(b for b, ok in graphs.items() if not ok),
             )
         return d
 
@@ -299,7 +299,7 @@ class MuseTalkEngine(LipSyncEngine):
         """float32 ``[N,8,32,32]``: cat(masked-latent, reference-latent), distribution means x scale."""
         import torch
 
-        vae = self._load()["vae"]
+        vae = self.networks()["vae"]
         scale = float(vae.config.scaling_factor)
         batch = batch or self.preferred_batch()
         out = np.empty((len(crops), 2 * vae.config.latent_channels, FACE_SIZE // 8, FACE_SIZE // 8), np.float32)
@@ -317,7 +317,17 @@ class MuseTalkEngine(LipSyncEngine):
                 out[i : i + len(x)] = torch.cat(lat, dim=1).float().cpu().numpy()
         return out
 
-    def _load(self) -> dict:
+    def held_networks(self) -> list:
+        return [*(self._nets or {}).values(), self._whisper]
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the networks are in memory (``close`` lets them go)."""
+        return self._nets is not None
+
+    def networks(self) -> dict:
+        """The loaded networks (``unet``, ``vae``, ``taesd`` and ``run``, the UNet's graph runner),
+        loaded on the first call (or taken from the background load)."""
         if self._nets is not None:
             return self._nets
         loader = self._loader
@@ -422,7 +432,7 @@ class MuseTalkEngine(LipSyncEngine):
         from studio.core.media.rates import DEFAULT_RATE
 
         t0 = time.perf_counter()
-        self._load()
+        self.networks()
         self.warm_buckets()
         silence = SimpleNamespace(samples=np.zeros(16_000, np.float32), frames=25, rate=DEFAULT_RATE)
         self.audio_features(silence)
@@ -445,7 +455,7 @@ class MuseTalkEngine(LipSyncEngine):
         top = min(self.preferred_batch(), run.buckets[-1])
         done = []
         for b in run.buckets:
-            if b > top or b in run._graphs:
+            if b > top or b in run.captured():
                 continue
             with lock or contextlib.nullcontext(), rt.on_device(self.device):
                 self._warm_up(run, nets["unet"], (b,))

@@ -224,7 +224,7 @@ def write_whisper(folder: Path, seed: int = 0, config: dict | None = None) -> Pa
         torch.manual_seed(seed)
         model = WhisperEncoderNet(cfg)
     _whisper_init(model, float(cfg["init_std"]), torch.Generator().manual_seed(seed))
-    _randomize(model, seed)
+    randomize(model, seed)
     state = {f"model.encoder.{k}": v.contiguous() for k, v in model.state_dict().items()}
     torch.save(state, folder / "pytorch_model.bin")
     return folder / "pytorch_model.bin"
@@ -253,7 +253,7 @@ def _build(kind: str, config: dict, seed: int):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = nets.build(kind, config)
-    _randomize(model, seed)
+    randomize(model, seed)
     return model
 
 
@@ -284,7 +284,7 @@ def _write_json(path: Path, data: dict) -> None:
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def _randomize(model, seed: int) -> None:
+def randomize(model, seed: int) -> None:
     """Give zero-initialised layers random values too, so every output depends on every input."""
     import torch
 

@@ -208,6 +208,11 @@ class GraphRunner:
 
         self.enabled = bool(self.enabled) and torch.device(self.device).type == "cuda"
 
+    def captured(self) -> dict[int, bool]:
+        """Each batch size tried so far: True when it replays a captured graph, False when its
+        capture failed (it runs eagerly)."""
+        return {b: g is not False for b, g in self._graphs.items()}
+
     def __call__(self, *inputs):
         import torch
 

@@ -392,7 +392,7 @@ def write_fast_copies(models_dir=None, dtype=None, decoders=("taesd", "sd-vae"))
     return [write_fast_copy(kind, folder, p.weight_file(folder), dtype) for kind, folder in todo if folder]
 
 
-def _load_fast(kind: str, folder: Path, weights: Path, device, dtype):
+def load_fast_copy(kind: str, folder: Path, weights: Path, device, dtype):
     """The module from its fast copy, tensors created on ``device``; None without a current copy."""
     path = fast_copy_path(folder, weights, dtype)
     try:
@@ -439,7 +439,7 @@ def load_module(kind: str, folder: Path, weights: Path, device="cpu", dtype=None
         and dtype is not None
         and str(dtype) in ("torch.float16", "torch.bfloat16")
     ):
-        module = _load_fast(kind, folder, weights, device, dtype)
+        module = load_fast_copy(kind, folder, weights, device, dtype)
         if module is not None:
             return module
     comp = next(c for c in COMPONENTS.values() if c.kind == kind)

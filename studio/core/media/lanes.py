@@ -229,6 +229,16 @@ class LaneWriter:
     def __enter__(self):
         return self
 
+    @property
+    def workers(self) -> list:
+        """The encoder processes leased to this writer (``x264_pool`` workers; empty in-process)."""
+        return list(self._workers)
+
+    def audio_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the audio track prepared beside the frames is complete (False: ``timeout``
+        passed first); True at once without such a track."""
+        return self._audio is None or not hasattr(self._audio, "wait_ready") or self._audio.wait_ready(timeout)
+
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()

@@ -81,9 +81,12 @@ class _Meter:
         import soxr
 
         self.rate, self.channels = rate, channels
-        meter = pyloudnorm.Meter(rate)
         self._ss = ss
-        self._stages = [(f.b, f.a) for f in meter._filters.values()]  # high shelf, then high pass
+        # BS.1770's K-weighting, the two stages pyloudnorm's Meter builds (its public IIRfilter):
+        # a +4 dB high shelf at 1.5 kHz, then a high pass at 38 Hz
+        shelf = pyloudnorm.IIRfilter(4.0, 1 / math.sqrt(2), 1500.0, rate, "high_shelf")
+        high_pass = pyloudnorm.IIRfilter(0.0, 0.5, 38.0, rate, "high_pass")
+        self._stages = [(f.b, f.a) for f in (shelf, high_pass)]
         self._zi = [[ss.lfilter_zi(b, a) * 0.0 for _ in range(channels)] for b, a in self._stages]
         self._steps: list[float] = []  # the weighted sum of squares of every 100 ms step
         self._acc = 0.0

@@ -190,6 +190,12 @@ def _piper_files(name: str) -> tuple[Path, Path, str]:
     return folder / "voice.onnx", folder / "voice.onnx.json", str(meta.get("sha256", ""))
 
 
+def forget_voice(name: str) -> None:
+    """Let a loaded Piper voice go: the next synthesis loads (and checks) its files again."""
+    with _PIPER_LOCK:
+        _PIPER.pop(name, None)
+
+
 def _load_piper(name: str):
     from piper import PiperVoice
 

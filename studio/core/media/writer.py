@@ -468,7 +468,7 @@ def _choose(encoder: str, total_frames: int | None, workers: int | None):
             return "nvenc h264", f"{why}; NVENC asked" if encoder == "nvenc" else why, whole
         if encoder == "nvenc":
             return "libx264", f"NVENC unavailable: {why}; using libx264", whole
-        n = _parallel_chunks(total_frames, workers or cores, MIN_PARALLEL_CHUNK)
+        n = parallel_chunks(total_frames, workers or cores, MIN_PARALLEL_CHUNK)
         if cores >= 4 and n > 1:
             return (
                 f"libx264 x{n} parallel",
@@ -479,14 +479,14 @@ def _choose(encoder: str, total_frames: int | None, workers: int | None):
     if encoder == "x264-parallel":
         if total_frames is None:
             return "libx264", "parallel x264 needs the frame count up front; using one libx264", whole
-        n = _parallel_chunks(total_frames, workers or cores, MIN_CHUNK)
+        n = parallel_chunks(total_frames, workers or cores, MIN_CHUNK)
         if n > 1:
             return f"libx264 x{n} parallel", f"parallel libx264 as asked ({n} chunks)", split(total_frames, n)
         return "libx264", "too few frames to split; using one libx264", whole
     return "libx264", "libx264 as asked", whole
 
 
-def _parallel_chunks(total: int | None, workers: int, min_chunk: int) -> int:
+def parallel_chunks(total: int | None, workers: int, min_chunk: int) -> int:
     if not total:
         return 1
     return max(1, min(int(workers), total // max(1, min_chunk)))

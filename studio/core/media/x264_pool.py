@@ -316,11 +316,11 @@ class ProcessEncoder:
         _ = self.extradata
         out = []
         while not self.free:
-            out += self._collect(block=True)
+            out += self.collect(block=True)
         slot = self.free.pop()
         np.copyto(self.slots[slot], nv12)
         self.w.conn.send(("frame", slot, int(pts)))
-        out += self._collect(block=False)
+        out += self.collect(block=False)
         return out
 
     def gpu_slots(self):
@@ -339,7 +339,7 @@ class ProcessEncoder:
         while i < n:
             if not self.free:
                 t0 = time.perf_counter()
-                out += self._collect(block=True)
+                out += self.collect(block=True)
                 self.waits["worker"] += time.perf_counter() - t0
             ids = [self.free.pop() for _ in range(min(len(self.free), n - i))]
             t0 = time.perf_counter()
@@ -349,7 +349,7 @@ class ProcessEncoder:
             self.waits["gpu"] += time.perf_counter() - t0
             self.w.conn.send(("frames", [(slot, int(first + i + k)) for k, slot in enumerate(ids)]))
             i += len(ids)
-            out += self._collect(block=False)
+            out += self.collect(block=False)
         return out
 
     def flush(self) -> list:
@@ -378,7 +378,9 @@ class ProcessEncoder:
             self.w.close()
             self.release()
 
-    def _collect(self, block: bool) -> list:
+    def collect(self, block: bool) -> list:
+        """The packets of the batches the worker has answered (their slots are free again);
+        ``block``: wait for one answer first."""
         out = []
         while block or self.w.ready():
             msg = self._recv()

@@ -137,7 +137,7 @@ class Canvas:
             ((ox <= 0) & (oy <= 0) & (ox + self.scaled_w >= self.width) & (oy + self.scaled_h >= self.height)).all()
         )
 
-    def _croppable(self) -> bool:
+    def croppable(self) -> bool:
         """Whether most of the scaled presenter falls outside the canvas (fill and face reframes
         across the aspect): then each frame resizes only the part of its source that shows."""
         return self.scaled_w > self.width * 1.25 or self.scaled_h > self.height * 1.25
@@ -155,7 +155,7 @@ class Canvas:
         ay = _axis(oy, self.scaled_h, self.height, h)
         part = frame[:, ay[0] : ay[0] + ay[1], ax[0] : ax[0] + ax[1]]
         scale = (self.scaled_h / h, self.scaled_w / w)
-        return _resize(part, (ay[3], ax[3]), scale), ax[2], ay[2]
+        return resize(part, (ay[3], ax[3]), scale), ax[2], ay[2]
 
     src_w: int = 0
     src_h: int = 0
@@ -172,9 +172,9 @@ class Canvas:
         if c == 4:  # resized and laid over premultiplied: a transparent pixel's colour never bleeds in
             frames = premultiplied(frames)
         size = (self.scaled_h, self.scaled_w)
-        crop = size != (h, w) and self._croppable()
+        crop = size != (h, w) and self.croppable()
         if size != (h, w) and not crop:
-            pres = _resize(frames, size)
+            pres = resize(frames, size)
         else:
             pres = frames
         oc = 4 if alpha else 3
@@ -201,7 +201,7 @@ class Canvas:
                 if min(ys.start, xs.start) >= 0 and ys.stop <= part.shape[1] and xs.stop <= part.shape[2]:
                     src = part[0, ys, xs]
                 else:  # past the crop (rounding at an edge): the whole frame resized
-                    src = _resize(frames[k : k + 1], size)[0, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
+                    src = resize(frames[k : k + 1], size)[0, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
             else:
                 src = pres[k, y0 - oy : y1 - oy, x0 - ox : x1 - ox]
             if src.dtype != torch.uint8:  # elementwise: the same values as rounding all of it first
@@ -239,7 +239,7 @@ def premultiplied(frames):
     return torch.cat([rgb.to(torch.uint8), frames[..., 3:4]], dim=-1)
 
 
-def _resize(frames, size, scale=None):
+def resize(frames, size, scale=None):
     """``[B,h,w,c]`` uint8 -> ``[B,H,W,c]`` (antialiased bicubic; ``scale``: the mapping's
     (y, x) factors where the output is a crop of the whole): uint8 on the CPU (torch's uint8
     kernel, ~13x the float one there), float elsewhere (rounded where it is pasted)."""

@@ -121,9 +121,14 @@ class Renderer:
         return self.clip.wave
 
     @property
+    def chosen_engine(self):
+        """The engine once ``engine`` has chosen (and loaded) it, else None: reading it loads nothing."""
+        return self._engine
+
+    @property
     def engine(self):
         if self._engine is None:
-            from studio.core.engines.base import select_for
+            from studio.core.engines.selection import select_for
 
             choice = select_for(self.settings)
             self._engine, self._engine_reason = choice.engine, choice.reason

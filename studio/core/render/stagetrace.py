@@ -38,6 +38,11 @@ class Tracer:
         self._ref: dict[int, tuple[Any, float]] = {}  # device index -> (reference event, its host time)
         self._pending: list[tuple[dict, Any, Any]] = []  # (line, start mark, end mark)
 
+    def close(self) -> None:
+        """Close the file (the process's tracer stays open until the process ends)."""
+        with self._lock:
+            self._fh.close()
+
     def write(self, **line: Any) -> None:
         text = json.dumps(line, separators=(",", ":"))
         with self._lock:
@@ -119,3 +124,13 @@ def tracer() -> Tracer | None:
             _tracer = Tracer(path) if path else None
             _checked = True
     return _tracer
+
+
+def reset() -> None:
+    """Forget the process's tracer (closing its file): the next ``tracer()`` reads
+    ``STUDIO_STAGE_TRACE`` again (the tests trace one render each)."""
+    global _tracer, _checked
+    with _init:
+        if _tracer is not None:
+            _tracer.close()
+        _tracer, _checked = None, False

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from studio.core.delivery import BUILTIN, Delivery, _user_dir, key_of
+from studio.core.delivery import BUILTIN, Delivery, key_of, user_dir
 from studio.core.errors import InputError
 
 
@@ -45,7 +45,7 @@ def user_path(name: str):
         raise InputError("a delivery needs a name of 1 to 64 letters, digits or dashes")
     if key in BUILTIN:
         raise InputError(f"{name!r} is a delivery shipped with Studio; save yours under another name")
-    return _user_dir() / f"{key}.json"
+    return user_dir() / f"{key}.json"
 
 
 def remove(name: str) -> str:
@@ -53,7 +53,7 @@ def remove(name: str) -> str:
     key = key_of(name)
     if key in BUILTIN:
         raise InputError(f"{name!r} is shipped with Studio and cannot be removed")
-    path = _user_dir() / f"{key}.json"
+    path = user_dir() / f"{key}.json"
     if not key or not path.is_file():
         raise InputError(f"you have no delivery named {name!r} (studio delivery list)")
     path.unlink()

@@ -8,12 +8,14 @@ call, and which process owns a running job (recovered as ``interrupted`` when th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,7 +67,7 @@ class Job:
 
 class JobFile:
     """The queue's SQLite file (``<data>/jobs.sqlite`` by default): opened, checked, migrated and
-    recovered here; every call opens its own short transaction (``_tx``)."""
+    recovered here; every call opens its own short transaction (``transaction``)."""
 
     def __init__(self, path: str | Path | None = None):
         if path is None:
@@ -82,8 +84,19 @@ class JobFile:
         db.row_factory = sqlite3.Row
         return db
 
-    def _tx(self):
-        return _Tx(self)
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One connection per transaction: committed on success, rolled back on error, always closed."""
+        with self._lock:
+            db = self._connect()
+            try:
+                yield db
+                db.commit()
+            except BaseException:
+                db.rollback()
+                raise
+            finally:
+                db.close()
 
     def _init(self) -> None:
         away = "move it away to start an empty queue"
@@ -105,7 +118,7 @@ class JobFile:
         if is_read_only(self.path.parent):
             raise read_only_error(self.path)  # SQLite writes a journal beside the file: "damaged" would mislead
         try:
-            with self._tx() as db:
+            with self.transaction() as db:
                 db.execute(
                     "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, avatar TEXT NOT NULL,"
                     " audio TEXT NOT NULL, settings TEXT NOT NULL, output TEXT NOT NULL, state TEXT NOT NULL,"
@@ -208,7 +221,7 @@ class JobFile:
 
     def _recover(self) -> list[int]:
         """Jobs left running by a process that is gone become ``interrupted``."""
-        with self._tx() as db:
+        with self.transaction() as db:
             rows = db.execute("SELECT id, owner FROM jobs WHERE state=?", (RUNNING,)).fetchall()
             ids = [r[0] for r in rows if not owner_alive(str(r[1] or ""))]
             for job_id in ids:
@@ -241,28 +254,6 @@ def _size_problem(path: Path) -> list[str]:
     if head[92:96] == head[24:28] and pages and size < pages * page:
         return [f"{size} of its {pages * page} bytes are there: the file was cut"]
     return []
-
-
-class _Tx:
-    """One connection per transaction: commit on success, roll back on error, always close."""
-
-    def __init__(self, store: JobFile):
-        self.store = store
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.store._lock.acquire()
-        self.db = self.store._connect()
-        return self.db
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            if exc_type is None:
-                self.db.commit()
-            else:
-                self.db.rollback()
-        finally:
-            self.db.close()
-            self.store._lock.release()
 
 
 def job_of_row(row: sqlite3.Row) -> Job:

@@ -107,7 +107,7 @@ class JobStore(JobFile, ServeRecords):
         # absolute: a job means the same files whichever folder the process that runs it is in
         audio, output = os.path.abspath(str(audio)), os.path.abspath(str(output))
         now = time.time()
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("BEGIN IMMEDIATE")  # the count and the insert are one step for every process
             if max_queued is not None and state == QUEUED:
                 waiting = db.execute("SELECT COUNT(*) FROM jobs WHERE state=?", (QUEUED,)).fetchone()[0]
@@ -133,11 +133,13 @@ class JobStore(JobFile, ServeRecords):
                 ),
             )
             job_id = cur.lastrowid
+        if job_id is None:  # sqlite3 sets it after every INSERT
+            raise RuntimeError("the queue's INSERT gave no row id")
         log.info("job %d added (%s)", job_id, state)
         return self.get(job_id)
 
     def get(self, job_id: int) -> Job:
-        with self._tx() as db:
+        with self.transaction() as db:
             row = db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             raise InputError(f"job {job_id} does not exist; refresh the queue")
@@ -145,7 +147,7 @@ class JobStore(JobFile, ServeRecords):
 
     def list(self, states: tuple[str, ...] | None = None) -> list[Job]:
         """Jobs in queue order (``position``); damaged rows are listed as ``damaged``."""
-        with self._tx() as db:
+        with self.transaction() as db:
             rows = db.execute("SELECT * FROM jobs ORDER BY position, id").fetchall()
         jobs = [job_of_row(r) for r in rows]
         return [j for j in jobs if j.state in states] if states else jobs
@@ -171,13 +173,13 @@ class JobStore(JobFile, ServeRecords):
             where.append("id < ?")
             args.append(int(before))
         sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
-        with self._tx() as db:
+        with self.transaction() as db:
             rows = db.execute(sql, (*args, int(limit))).fetchall()
         return [job_of_row(r) for r in rows]
 
     def version(self) -> tuple:
         """Changes whenever any process changed the queue (cheap: for views that poll)."""
-        with self._tx() as db:
+        with self.transaction() as db:
             return tuple(db.execute("SELECT COUNT(*), MAX(updated), TOTAL(position) FROM jobs").fetchone())
 
     # ---- state changes ------------------------------------------------------------------
@@ -186,7 +188,7 @@ class JobStore(JobFile, ServeRecords):
         """Mark the first queued job (queue order; ``order``: a function that puts the queued jobs, in
         queue order, in the order to claim them) as running, owned by this process, and return it
         (None when nothing is queued)."""
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("BEGIN IMMEDIATE")  # two processes never claim the same job
             rows = db.execute("SELECT * FROM jobs WHERE state=? ORDER BY position, id", (QUEUED,)).fetchall()
             jobs = [j for j in (job_of_row(r) for r in rows) if j.state != DAMAGED]  # a damaged row waits for removal
@@ -207,7 +209,7 @@ class JobStore(JobFile, ServeRecords):
     def retry(self, job_id: int, output: str | None = None) -> Job:
         """Back in the queue (at its end); ``output``: a new file name for it."""
         job = self._move(job_id, QUEUED, "", allowed=FINAL)
-        with self._tx() as db:
+        with self.transaction() as db:
             top = db.execute("SELECT MAX(position) FROM jobs").fetchone()[0]
             db.execute(
                 "UPDATE jobs SET position=?, output=COALESCE(?, output) WHERE id=?", ((top or 0) + 1, output, job_id)
@@ -227,7 +229,7 @@ class JobStore(JobFile, ServeRecords):
         me = self.get(job_id)
         index = max(0, min(int(index), len(jobs)))
         order = jobs[:index] + [me] + jobs[index:]
-        with self._tx() as db:
+        with self.transaction() as db:
             for k, j in enumerate(order):
                 db.execute("UPDATE jobs SET position=? WHERE id=?", (float(k + 1), j.id))
             db.execute("UPDATE jobs SET updated=? WHERE id=?", (time.time(), job_id))
@@ -237,7 +239,7 @@ class JobStore(JobFile, ServeRecords):
         return self._move(job_id, CANCELLED, reason, allowed=(DRAFT, QUEUED, HELD, RUNNING))
 
     def finish(self, job_id: int, output: str | None = None, result: dict | None = None) -> Job:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute(
                 "UPDATE jobs SET state=?, reason='', progress=1, output=COALESCE(?, output), result=?, updated=?"
                 " WHERE id=? AND state=?",
@@ -247,7 +249,7 @@ class JobStore(JobFile, ServeRecords):
 
     def update_result(self, job_id: int, **fields) -> Job:
         """Merge ``fields`` into a job's stored result (a check's verdict arriving after the render)."""
-        with self._tx() as db:
+        with self.transaction() as db:
             row = db.execute("SELECT result FROM jobs WHERE id=?", (job_id,)).fetchone()
             if row is None:
                 raise InputError(f"no job {job_id} in the queue")
@@ -273,28 +275,28 @@ class JobStore(JobFile, ServeRecords):
         return self._move(job_id, FAILED, reason or "failed", allowed=(RUNNING, QUEUED))
 
     def set_progress(self, job_id: int, fraction: float) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute(
                 "UPDATE jobs SET progress=?, updated=? WHERE id=? AND state=?",
                 (min(1.0, max(0.0, float(fraction))), time.time(), job_id, RUNNING),
             )
 
     def remove(self, job_id: int) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             exists = db.execute("SELECT 1 FROM jobs WHERE id=?", (job_id,)).fetchone()
         if exists is None:
             raise InputError(f"job {job_id} does not exist; refresh the queue")
         job = self.get(job_id)
         if job.state == RUNNING:
             raise InputError(f"job {job_id} is running; cancel it before removing it")
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("DELETE FROM jobs WHERE id=?", (job_id,))
             db.execute("DELETE FROM deliveries WHERE job_id=?", (job_id,))
 
     def retries(self, job_id: int) -> int:
         """How many jobs were made by rendering this job's original again, directly or by retrying one
         of its retries (``retry_of`` chains): what ``studio serve --max-retries`` bounds."""
-        with self._tx() as db:
+        with self.transaction() as db:
             root, seen = int(job_id), set()
             while root not in seen:
                 seen.add(root)
@@ -316,7 +318,7 @@ class JobStore(JobFile, ServeRecords):
         job = self.get(job_id)
         if job.state not in allowed:
             raise InputError(f"job {job_id} is {job.state}; it cannot become {state}")
-        with self._tx() as db:
+        with self.transaction() as db:
             cur = db.execute(
                 "UPDATE jobs SET state=?, reason=?, updated=? WHERE id=? AND state=?",
                 (state, reason, time.time(), job_id, job.state),

@@ -1,7 +1,7 @@
 """What ``studio serve`` keeps beside the jobs in the queue's file: ``Idempotency-Key`` reservations
 (a client's key -> the job or answer it made, kept a day) and webhook deliveries (each call made for a
 job's final state or its check; a row with attempt 0 marks a redelivery the client asked for: the tries
-after it are a new round). ``ServeRecords`` is a base of ``JobStore`` (its ``_tx`` is the store's)."""
+after it are a new round). ``ServeRecords`` is a base of ``JobStore`` (its ``transaction`` is the store's)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from studio.core.store.job_db import DONE, FINAL, Job, job_of_row
 class ServeRecords:
     """The idempotency and deliveries tables of ``JobStore``."""
 
-    _tx: Any  # the store's: one short transaction
+    transaction: Any  # the store's: one short transaction
 
     # ---- idempotency keys ---------------------------------------------------------------
 
@@ -25,7 +25,7 @@ class ServeRecords:
         ``release_key``), else the stored record: ``{"fingerprint", "job_id", "answer", "busy"}``.
         A reservation never finished within ``stale_s`` (its process died mid-request) is free again."""
         now = time.time()
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("BEGIN IMMEDIATE")
             db.execute(
                 "DELETE FROM idempotency WHERE scope=? AND key=? AND done=0 AND created < ?",
@@ -48,7 +48,7 @@ class ServeRecords:
         }
 
     def finish_key(self, scope: str, key: str, job_id: int | None = None, answer: dict | None = None) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute(
                 "UPDATE idempotency SET job_id=?, answer=?, done=1 WHERE scope=? AND key=?",
                 (job_id, json.dumps(answer) if answer is not None else "", scope, key),
@@ -56,12 +56,12 @@ class ServeRecords:
 
     def release_key(self, scope: str, key: str) -> None:
         """The request failed: the key is free again (a retry does the work)."""
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("DELETE FROM idempotency WHERE scope=? AND key=?", (scope, key))
 
     def purge_keys(self, older_than: float) -> int:
         """Forget keys made before ``older_than`` (seconds since the epoch)."""
-        with self._tx() as db:
+        with self.transaction() as db:
             return db.execute("DELETE FROM idempotency WHERE created < ?", (older_than,)).rowcount
 
     # ---- webhook deliveries -------------------------------------------------------------
@@ -69,7 +69,7 @@ class ServeRecords:
     def add_delivery(
         self, job_id: int, state: str, url: str, attempt: int, ok: bool, status: int | None, error: str
     ) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute(
                 "INSERT INTO deliveries(job_id, state, url, attempt, at, ok, status, error) VALUES (?,?,?,?,?,?,?,?)",
                 (job_id, state, url, attempt, time.time(), int(ok), status, error[:300]),
@@ -77,7 +77,7 @@ class ServeRecords:
 
     def deliveries(self, job_id: int) -> list[dict]:
         """Every webhook call made for a job, oldest first."""
-        with self._tx() as db:
+        with self.transaction() as db:
             rows = db.execute("SELECT * FROM deliveries WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
         return [
             {
@@ -113,7 +113,7 @@ class ServeRecords:
         now = _round_of(event_sql)
         calls = f"FROM deliveries d WHERE d.job_id=jobs.id AND d.state={event_sql}"
         tries = "" if max_attempts is None else f" AND (SELECT COUNT(*) {calls}{now}) < ?"
-        with self._tx() as db:
+        with self.transaction() as db:
             rows = db.execute(
                 f"SELECT * FROM jobs WHERE webhook != '' AND {where}"
                 f" AND NOT EXISTS (SELECT 1 {calls} AND d.ok=1{now}){tries} ORDER BY id",

@@ -236,7 +236,7 @@ def sweep_dead_temps(records_dir: str | os.PathLike | None = None) -> list[str]:
 def _remove_recorded(fd: int, folder: Path) -> list[str]:
     """Remove what a dead process's record lists, where each line's HMAC proves that a process of
     this data folder wrote it (and the record file is this user's)."""
-    key = _secret(folder, create=False)
+    key = record_key(folder, create=False)
     if key is None or os.fstat(fd).st_uid != os.getuid():
         return []
     with os.fdopen(os.dup(fd), "rb") as fh:
@@ -247,7 +247,11 @@ def _remove_recorded(fd: int, folder: Path) -> list[str]:
             op, path, mac = json.loads(raw)
         except (ValueError, TypeError):
             continue
-        if not isinstance(path, str) or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(key, op, path)):
+        if (
+            not isinstance(path, str)
+            or not isinstance(mac, str)
+            or not hmac.compare_digest(mac, record_mac(key, op, path))
+        ):
             continue
         if op == "-":
             live.pop(path, None)
@@ -291,7 +295,7 @@ class _Record:
         import fcntl
 
         folder.mkdir(parents=True, exist_ok=True)
-        key = _secret(folder, create=True)
+        key = record_key(folder, create=True)
         if key is None:
             raise OSError(f"cannot keep a records key in {folder}")
         self.key = key
@@ -315,7 +319,7 @@ class _Record:
     def append(self, item, sync: bool) -> None:
         op, path = item
         try:
-            os.write(self.fd, json.dumps([op, path, _mac(self.key, op, path)]).encode() + b"\n")
+            os.write(self.fd, json.dumps([op, path, record_mac(self.key, op, path)]).encode() + b"\n")
             if sync:
                 os.fsync(self.fd)
         except OSError as exc:
@@ -386,11 +390,12 @@ on_forced_exit(remove_own_temps)  # a second stop signal exits at once (no atexi
 KEY_NAME = "records.key"
 
 
-def _mac(key: bytes, op: str, path: str) -> str:
+def record_mac(key: bytes, op: str, path: str) -> str:
+    """The signature of one record line (``op``, ``path``) with the data folder's key."""
     return hmac.new(key, f"{op}\0{path}".encode("utf-8", "surrogateescape"), hashlib.sha256).hexdigest()[:32]
 
 
-def _secret(folder: Path, create: bool) -> bytes | None:
+def record_key(folder: Path, create: bool) -> bytes | None:
     """The data folder's records key (``folder/records.key``): 32 random bytes only this user can
     read, made once (atomically: two processes starting together agree on one); None when it
     cannot be read or made, or is not this user's own private file."""
