@@ -182,10 +182,16 @@ def table_path(workdir: Path, device: str | None, clients: int = 8, trace_dir: P
             out=out["service"],
             trace_dir=trace_dir,
         )
-    finally:
-        save(out)
+    except Exception as exc:  # noqa: BLE001 - the rows so far and the others still count; the table says which failed
+        out["service"]["error"] = f"{type(exc).__name__}: {exc}"
+        note(f"service rows failed: {out['service']['error']}")
+    save(out)
     short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
-    out["eviction"] = eviction_rows(workdir / "evict", env, short, note=note)
+    try:
+        out["eviction"] = eviction_rows(workdir / "evict", env, short, note=note)
+    except Exception as exc:  # noqa: BLE001 - as above
+        out["eviction"] = {"error": f"{type(exc).__name__}: {exc}"}
+        note(f"eviction rows failed: {out['eviction']['error']}")
     save(out)
     return out
 

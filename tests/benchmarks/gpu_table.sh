@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 48's table on one GPU (~5-6 minutes): `studio bench --user --table` with the server's stage trace
+# Issue 48's table on one GPU (~4-5 minutes): `studio bench --user --table` with the server's stage trace
 # (tests/benchmarks/trace_service.py reports it: where each burst's time went), and where a cold
 # `import torch` spends its time (python -X importtime). From /work/main with .whl/ (the Python 3.12 wheels,
 # shared/design/environment.md) and a copy of the checkout in .gpu-gpu carried:
@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1
   PYTHONPATH=/tmp/site python3 -c 'import torch, av; print(torch.__version__, torch.version.cuda, av.__version__)'; } >> "$OUT/env.txt" 2>&1
 tail -3 "$OUT/env.txt"
 cd .gpu-gpu || exit 1
-for i in 1 2; do PYTHONPATH=/tmp/site python3 -X importtime -c 'import torch' 2> "$OUT/importtime-torch.txt"; done
+PYTHONPATH=/tmp/site python3 -X importtime -c "import torch" 2> "$OUT/importtime-torch.txt"
 PYTHONPATH=.:/tmp/site timeout ${LIMIT:-480} python3 -m studio bench --user --table --workdir /tmp/bt \
   --json "$OUT/table.json" --trace-dir /tmp/trace > "$OUT/table.txt" 2> "$OUT/table.log"
 echo "rc=$?"
