@@ -139,11 +139,15 @@ def user_path(
     return out
 
 
+TABLE_VARIANTS = (("noprefetch", (), {"STUDIO_PREFETCH_JOBS": "0"}),)  # the bursts without the next jobs prepared
+
+
 def table_path(workdir: Path, device: str | None, clients: int = 8, trace_dir: Path | None = None, **kw) -> dict:
     """Only what issue 48's table needs (``studio bench --user --table``, ~5 minutes on an H100): the
     weights imported, the photo avatar, the cold commands, a fresh server's warm ``POST /generate``
     of ``frames``, the hand-off, ``clients`` and twice as many clients at once with a 5 s breaking
-    clip posted into each burst, and an evicted engine's memory (``eviction_rows``); ``kw``: ``frames``
+    clip posted into each burst (and again on a server without the next jobs prepared ahead,
+    ``TABLE_VARIANTS``; every request its own new voice-over), and an evicted engine's memory (``eviction_rows``); ``kw``: ``frames``
     (672), ``height`` (1080), ``clip_frames``, ``note``, ``on_part`` as ``user_path``'s. ``trace_dir``: the
     server's stage trace and GPU samples (``bench_serve.service_rows``; tests/benchmarks/trace_service.py)."""
     from studio.bench import user as bench_user
@@ -177,7 +181,8 @@ def table_path(workdir: Path, device: str | None, clients: int = 8, trace_dir: P
             fresh=fresh,
             counts=(clients, 2 * clients),
             breaking=breaking,
-            variants=(),
+            variants=TABLE_VARIANTS,
+            voice_for=lambda n, seed: bench_user.voice_file(workdir / "clips", "wav48", n, seed=seed),
             cache=False,
             out=out["service"],
             trace_dir=trace_dir,
