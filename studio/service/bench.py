@@ -167,6 +167,13 @@ def table_path(workdir: Path, device: str | None, clients: int = 8, trace_dir: P
     many = [bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, 2 * clients + 1)]
     out["cold"] = cold_rows(workdir / "cold", env, dev, many[0], note=note)
     save(out)
+    short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
+    try:
+        out["eviction"] = eviction_rows(workdir / "evict", env, short, note=note)
+    except Exception as exc:  # noqa: BLE001 - the other rows still count; the table says it was not measured
+        out["eviction"] = {"error": f"{type(exc).__name__}: {exc}"}
+        note(f"eviction rows failed: {out['eviction']['error']}")
+    save(out)
     voice = bench_user.voice_file(workdir / "user" / "voices", "wav48", frames)
     fresh = [bench_user.voice_file(workdir / "user" / "voices", "wav48", frames, seed=s) for s in range(100, 106)]
     breaking = bench_user.voice_file(workdir / "clips", "wav48", 125, seed=77)  # 5 s, priority=breaking
@@ -187,16 +194,9 @@ def table_path(workdir: Path, device: str | None, clients: int = 8, trace_dir: P
             out=out["service"],
             trace_dir=trace_dir,
         )
-    except Exception as exc:  # noqa: BLE001 - the rows so far and the others still count; the table says which failed
+    except Exception as exc:  # noqa: BLE001 - the rows so far still count; the table says which failed
         out["service"]["error"] = f"{type(exc).__name__}: {exc}"
         note(f"service rows failed: {out['service']['error']}")
-    save(out)
-    short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
-    try:
-        out["eviction"] = eviction_rows(workdir / "evict", env, short, note=note)
-    except Exception as exc:  # noqa: BLE001 - as above
-        out["eviction"] = {"error": f"{type(exc).__name__}: {exc}"}
-        note(f"eviction rows failed: {out['eviction']['error']}")
     save(out)
     return out
 
