@@ -67,7 +67,7 @@ class LocalRayCluster:
     def start(self, nodes: list[dict] | int = 1, timeout: float = START_TIMEOUT_S) -> LocalRayCluster:
         from ray.cluster_utils import Cluster
 
-        from studio.core.scale.farm import loopback_only
+        from studio.core.scale.cluster import loopback_only
 
         # short, private: Ray's socket paths must stay under 108 bytes
         self.temp_dir = tempfile.mkdtemp(prefix="rc", dir="/tmp")

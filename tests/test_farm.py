@@ -1,4 +1,8 @@
-"""The Ray render farm on one machine: a local cluster (127.0.0.1) with 2 CPU workers."""
+"""The Ray render farm on one machine: a local cluster (127.0.0.1) with 2 CPU replicas.
+
+The farm is one dispatcher (``core.scale.dispatch``: a controller owning the replicas, a router
+picking them by frames queued, replicas with one progress call, one cancel and one file protocol);
+a chunked render is a job holding slots on several replicas."""
 
 from __future__ import annotations
 
@@ -73,9 +77,13 @@ def farm(home, avatar):
     from studio.core.scale.farm import Farm, init_ray
 
     how = init_ray(None, num_cpus=2)
+    f = None
     try:
-        yield Farm(workers=2), how
+        f = Farm.attach(workers=2)
+        yield f, how
     finally:
+        if f is not None:
+            f.shutdown()
         ray.shutdown()
 
 
@@ -117,12 +125,13 @@ def test_farm_render_equals_the_single_process_render(farm, avatar, voice, singl
     progress = list(f.render(avatar, voice, out, LOSSLESS))
     last = progress[-1]
     assert last.finished and last.output == str(out) and last.chunks == 2 and last.retries == 0
-    assert set(last.workers) == {"cpu0", "cpu1"} and all(v > 0 for v in last.workers.values())  # per-worker fps
+    assert set(last.workers) == set(f.workers) == {"cpu0", "cpu1"}  # per-replica fps, by device on one node
+    assert all(v > 0 for v in last.workers.values())
     dones = [p.done for p in progress]
     assert dones == sorted(dones) and any(0 < d < 75 for d in dones)  # streamed, not only at the end
     assert same_video(decode(out), single)
     assert f.result.frames == 75 and f.result.engine == "classic" and "2 segments" in f.result.encoder
-    assert [p.name for p in tmp_path.iterdir()] == ["farm.mp4"]
+    assert [p.name for p in tmp_path.iterdir()] == ["farm.mp4"]  # the fetched segments' folder is gone
     # a second job: the workers' engines stay warm and the avatar came from the shared folder
     list(f.render(avatar, voice, tmp_path / "again.mp4", LOSSLESS, chunks=4))
     stats = f.stats()
@@ -133,33 +142,42 @@ def test_farm_render_equals_the_single_process_render(farm, avatar, voice, singl
 def test_a_worker_killed_mid_chunk_is_survived(farm, avatar, voice, single, tmp_path):
     f, _ = farm
     out = tmp_path / "killed.mp4"
-    killed = None
+    killed, pid = None, 0
     for p in f.render(avatar, voice, out, LOSSLESS):
         busy = [w for w in p.workers if w in f.pids]
         if killed is None and p.done > 0 and p.chunks_done == 0 and busy:
-            killed = busy[0]
-            os.kill(f.pids[killed], signal.SIGKILL)  # the worker process dies mid-chunk
+            killed, pid = busy[0], f.pids[busy[0]]
+            os.kill(pid, signal.SIGKILL)  # the replica's process dies mid-chunk
             assert not out.exists()
     assert killed is not None and p.finished and p.retries >= 1
     assert same_video(decode(out), single)
     assert [x.name for x in tmp_path.iterdir()] == ["killed.mp4"]
+    # the controller replaced the dead replica on its node: two again, the dead process not among them
+    healthy(f)
+    assert sorted(f.workers) == ["cpu0", "cpu1"] and f.pids[killed] != pid
 
 
 def healthy(f, timeout: float = 120) -> dict:
-    """Every worker answers (one killed by an earlier test may still be restarting on a busy machine)."""
+    """Every replica answers and there are two (one killed by an earlier test is replaced by the
+    controller: a new process on its node, within a discovery round on a busy machine)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return f.stats(timeout=10)
-        except Exception:  # Ray's ActorUnavailableError or GetTimeoutError while it restarts
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+            stats = f.stats(timeout=10)
+            if len(stats) == 2:
+                return stats
+        except Exception:  # noqa: BLE001 - GetTimeoutError while a replica starts
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the farm has {f.workers}, not two answering replicas")
+        time.sleep(0.2)
 
 
 def test_cancel_stops_every_chunk_and_writes_nothing(farm, home, avatar, voice, tmp_path):
+    """A chunked render reserves a slot on both replicas (the router's one job), and one cancel per
+    chunk (the replicas' one cancel) stops every chunk: each replica counts its cancelled task."""
     f, _ = farm
-    healthy(f)
+    before = healthy(f)
     out = tmp_path / "keep.mp4"
     out.write_bytes(b"previous render")
     seen = []
@@ -167,17 +185,53 @@ def test_cancel_stops_every_chunk_and_writes_nothing(farm, home, avatar, voice, 
         with pytest.raises(Cancelled):
             for p in f.render(avatar, voice, out, LOSSLESS.with_(batch=2)):
                 seen.append(p.done)
-                if p.done > 0:
+                if p.done > 0 and len(p.workers) == 2 and all(p.workers.values()):  # both chunks run (held)
+                    rows = [r for r in f.dispatcher.status()["actors"] if r["state"] != "dead"]
+                    assert [r["jobs_in_flight"] for r in rows] == [[f.job_id], [f.job_id]], rows
                     f.cancel()
-                    hold.release()  # a chunk sees the cancel at its next report
-    assert seen[-1] < 75
+        hold.release()
+    assert 0 < seen[-1] < 75
     assert out.read_bytes() == b"previous render" and [x.name for x in tmp_path.iterdir()] == ["keep.mp4"]
-    # both workers are free again at once (their chunks stopped, nothing still renders)
-    assert len(f.stats(timeout=10)) == 2
+    after = f.stats(timeout=10)  # both replicas answer at once: their chunks stopped, nothing still renders
+    assert {w: after[w]["cancelled"] - before[w]["cancelled"] for w in after} == {w: 1 for w in before}
+    assert all(r["jobs_in_flight"] == [] for r in f.dispatcher.status()["actors"]), f.dispatcher.status()  # slots free
+
+
+def test_a_damaged_piece_of_a_file_is_refused(farm, home, avatar, voice, tmp_path):
+    """The one file protocol: a replica's file comes in pieces whose size and SHA-256 must match what
+    the replica measured; one flipped byte on the replica's disk and the head keeps nothing."""
+    import threading
+    import uuid
+
+    from studio.core.render.clip import Clip
+    from studio.core.scale.dispatch import Lost
+
+    f, _ = farm
+    healthy(f)
+    d = f.dispatcher
+    actor = d.router.wait_reserve(-7, 0, (), threading.Event())
+    clip = Clip(avatar, voice, LOSSLESS)
+    task = dict(d.inputs(clip.avatar, voice), settings=LOSSLESS, job=uuid.uuid4().hex, range=(0, 16))
+    call = d.call(actor, -7, task)
+    try:
+        out = call.outcome()
+        assert out["size"] > 0 and not out["shared"] and out["segment"]["end"] == 16
+        parts = list((home / "renders").glob(".farm-*"))  # the replica's registered temporary (same data folder here)
+        assert len(parts) == 1
+        data = bytearray(parts[0].read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        parts[0].write_bytes(bytes(data))
+        target = tmp_path / "seg.mp4"
+        with pytest.raises(Lost, match="arrived damaged"):
+            call.fetch(out, target, threading.Event())
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        call.close()
+        d.router.release(-7)
 
 
 def test_a_node_without_the_avatar_folder_fetches_it_once(farm, avatar):
-    from studio.core.scale.farm import local_avatar, ship_avatar
+    from studio.core.scale.cluster import local_avatar, ship_avatar
 
     spec = ship_avatar(avatar)
     elsewhere = dict(spec, folder="/nonexistent/avatar")  # as seen from another host

@@ -135,7 +135,7 @@ def test_serve_json_naming_another_program_renders_here(tmp_path, home, wav, whe
         out = tmp_path / "v.mp4"
         r = run(home, "render", "--avatar", "astro", "--audio", wav, "-o", out, "--crf", "35")
         assert r.returncode == 0, r.stderr
-        assert out.is_file() and "handing this render" not in r.stderr
+        assert out.is_file() and "render: handed" not in r.stderr
         assert _Foreign.asked == []  # never told of the job (nor given a token)
     finally:
         srv.shutdown()

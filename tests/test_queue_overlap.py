@@ -76,23 +76,24 @@ def frames_in(server, j: dict) -> int:
 
 def test_the_next_job_renders_while_the_last_ones_file_is_finished(server):
     """A's frames have left the engine; its file is held on a finishing worker (the ``.finish`` point,
-    before the encoders' drain and the mux close): B is claimed and renders every frame meanwhile.
-    Released, both files are whole."""
+    before the encoders' drain and the mux close): B is claimed and renders every frame meanwhile. One
+    job finishes at a time here (one slot): B, done with the engine, keeps its slot until A's file is
+    done, so C waits queued (bounded memory). Released, every file is whole."""
     with server.hold_finish as held:
         a = post(server, 2)
         held.wait_held()  # A's last frame is out; its file is not written
-        b = post(server, 3)
+        b, c = post(server, 3), post(server, 2)
         got = until(server, b, lambda j: (j.get("live") or {}).get("done") == 75, "B rendering all 75 frames")
         assert got["state"] == "running" and got["first_frame_s"] is not None
+        assert job(server, c)["state"] == "queued"  # no third job while two hold a file each
         ja = job(server, a)
         assert ja["state"] == "running" and ja["result"] is None  # A's file is still held, unwritten
         placed = [p.name for p in (server.home / "renders").glob("*.mp4") if not p.name.startswith(".")]
         assert placed == []  # nothing in place under its name: the files are temporary (``.part``) until done
-    ja = until(server, a, lambda j: j["state"] in FINAL, "A done")
-    jb = until(server, b, lambda j: j["state"] in FINAL, "B done")
-    assert ja["state"] == jb["state"] == "done", (ja, jb)
-    assert ja["result"]["frames"] == 50 and jb["result"]["frames"] == 75
-    assert frames_in(server, ja) == 50 and frames_in(server, jb) == 75
+    ja, jb, jc = (until(server, i, lambda j: j["state"] in FINAL, f"job {i} done") for i in (a, b, c))
+    assert ja["state"] == jb["state"] == jc["state"] == "done", (ja, jb, jc)
+    assert [j["result"]["frames"] for j in (ja, jb, jc)] == [50, 75, 50]
+    assert [frames_in(server, j) for j in (ja, jb, jc)] == [50, 75, 50]
     assert not list((server.home / "renders").glob(".*.part*"))  # no temporary file left behind
 
 

@@ -51,9 +51,9 @@ def test_render_hands_off_to_the_warm_server_with_its_priority_and_local_stays_h
             time.sleep(0.1)
         p = _render(home, voice, tmp_path / "handed.mp4", "--priority", "breaking", "--json")
         assert p.returncode == 0, p.stderr
-        said = [ln for ln in p.stderr.splitlines() if ln.startswith("studio: ")]
+        said = [ln for ln in p.stderr.splitlines() if ln.startswith("render: ")]
         assert said[0] == (
-            f"studio: handing this render to the studio serve running on this data folder ({srv.url}, "
+            f"render: handed to the studio serve running on this data folder ({srv.url}, "
             "engine warm); --local renders in this process"
         )
         assert json.loads(p.stdout.strip().splitlines()[-1])["ran_on"] == f"Studio server {srv.url}"
@@ -68,8 +68,8 @@ def test_render_hands_off_to_the_warm_server_with_its_priority_and_local_stays_h
         # --local: this process renders it, says why, and the server's queue does not change
         p = _render(home, voice, tmp_path / "local.mp4", "--local", "--priority", "breaking", "--json")
         assert p.returncode == 0, p.stderr
-        assert "studio: rendering in this process (--local); --priority orders jobs on a server only" in p.stderr
-        assert "handing" not in p.stderr
+        assert "render: in this process (--local); --priority orders jobs on a server only" in p.stderr
+        assert "handed" not in p.stderr
         answer = json.loads(p.stdout.strip().splitlines()[-1])
         assert answer["ran_on"] == "this computer" and answer["frames"] == 25
         stages = answer["timeline"]  # seconds from the process's start to each stage, in order
@@ -98,5 +98,5 @@ def test_render_hands_off_to_the_warm_server_with_its_priority_and_local_stays_h
         (home / "serve.json").write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": pid, "token": False}))
         p = _render(home, voice, tmp_path / "stale.mp4", "--overwrite")
         assert p.returncode == 0, p.stderr
-        assert f"studio: rendering in this process ({why}" in p.stderr, p.stderr
+        assert f"render: in this process ({why}" in p.stderr, p.stderr
         assert _frames(tmp_path / "stale.mp4") == 25

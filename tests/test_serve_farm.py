@@ -110,12 +110,15 @@ def start_server(home: Path, farm: Farm, jobs_per_device: int = 2) -> ServeProce
     args = ("--farm", farm.address, "--jobs-per-device", str(jobs_per_device))
     srv = ServeProcess(home, farm.serve_env(home), args, timeout=180, cwd=ROOT)
     deadline = time.monotonic() + 180
+    said = ""
     while time.monotonic() < deadline:
-        if httpx.get(srv.url + "/v1/ready", timeout=10).status_code == 200:
+        r = httpx.get(srv.url + "/v1/ready", timeout=10)
+        if r.status_code == 200:
             return srv
+        said = r.text
         time.sleep(0.5)
     srv.stop()
-    raise AssertionError(f"studio serve --farm was not ready within 180 s: {srv.log_tail()}")
+    raise AssertionError(f"studio serve --farm was not ready within 180 s ({said}): {srv.log_tail()}")
 
 
 @pytest.fixture(scope="module")
@@ -287,6 +290,45 @@ def test_placement_farm_splits_one_clip_over_the_actors(farm, home, voices):
         assert frames_of(home / "renders" / j["output"]) == 100
     finally:
         srv.stop()
+
+
+def in_flight_becomes(srv, want: set[int], timeout: float = 180) -> set[int]:
+    """The jobs holding a replica slot (``GET /v1/farm``) once they are ``want``: a lasting state while
+    the test holds every render, so polling cannot miss it."""
+    deadline = time.monotonic() + timeout
+    now: set[int] = set()
+    while time.monotonic() < deadline:
+        actors = httpx.get(srv.url + "/v1/farm", timeout=30).json()["actors"]
+        now = {j for a in actors if a["state"] != "dead" for j in a["jobs_in_flight"]}
+        if now == want:
+            return now
+        time.sleep(0.05)
+    raise AssertionError(f"the farm holds {sorted(now)}, not {sorted(want)}")
+
+
+def test_the_farm_claims_jobs_in_the_schedulers_order(farm, home, voices):
+    """Issue 48 on ``serve --farm``: the queue claims in its scheduler's order (lanes, then fair shares)
+    when a replica slot frees. Both slots are held by normal jobs (``--jobs-per-device 1``, two
+    replicas); two bulk jobs and then a breaking one wait; each cancel frees one slot: the breaking job
+    takes the first, the first bulk job the second."""
+    srv = start_server(home, farm, jobs_per_device=1)
+    try:
+        with Hold(farm.hold_path):  # every render stops after its first batch: the slots stay taken
+            normal = [post(srv, voices["mid"]) for _ in range(2)]
+            in_flight_becomes(srv, set(normal))
+            bulk = [post(srv, voices["short"], priority="bulk") for _ in range(2)]
+            breaking = post(srv, voices["short"], priority="breaking")
+            assert {i: job(srv, i)["state"] for i in [*bulk, breaking]} == dict.fromkeys([*bulk, breaking], "queued")
+            assert httpx.delete(f"{srv.url}/v1/renders/{normal[0]}", timeout=30).status_code == 200
+            in_flight_becomes(srv, {normal[1], breaking})  # the breaking job, though queued last
+            assert [job(srv, i)["state"] for i in bulk] == ["queued", "queued"]
+            assert httpx.delete(f"{srv.url}/v1/renders/{normal[1]}", timeout=30).status_code == 200
+            in_flight_becomes(srv, {breaking, bulk[0]})  # then the bulk jobs, in queue order
+        jobs = wait_final(srv, [*bulk, breaking])
+    finally:
+        srv.stop()
+    assert [jobs[i]["state"] for i in [*bulk, breaking]] == ["done"] * 3, [j["reason"] for j in jobs.values()]
+    assert jobs[breaking]["priority"] == "breaking" and jobs[bulk[0]]["priority"] == "bulk"
 
 
 def test_an_actor_takes_its_next_job_while_the_last_ones_file_finishes(farm, home, voices):

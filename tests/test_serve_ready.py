@@ -143,7 +143,7 @@ def test_a_fresh_data_folder_is_ready_without_a_render_and_probes_reveal_no_jobs
             text=True,
         )
         assert p.returncode == 0, p.stderr
-        assert "handing this render to the studio serve running on this data folder" in p.stderr
+        assert "render: handed to the studio serve running on this data folder" in p.stderr
         assert (tmp_path / "cli.mp4").stat().st_size > 0
         jobs = httpx.get(srv.url + "/v1/renders", headers=AUTH).json()["renders"]
         assert [j["state"] for j in jobs] == ["done"]
@@ -155,7 +155,7 @@ def test_a_fresh_data_folder_is_ready_without_a_render_and_probes_reveal_no_jobs
             capture_output=True,
             text=True,
         )
-        assert p.returncode == 0 and "handing" not in p.stderr and (tmp_path / "own.mp4").stat().st_size > 0
+        assert p.returncode == 0 and "handed" not in p.stderr and (tmp_path / "own.mp4").stat().st_size > 0
         assert len(httpx.get(srv.url + "/v1/renders", headers=AUTH).json()["renders"]) == 1
         # one long clip over several devices (placement gpus; the CPU named twice stands for two GPUs)
         with open(DEMO_AVATAR, "rb") as a, open(voice, "rb") as v:

@@ -64,7 +64,7 @@ class ApiState:
                 devices=list(o.gpus) or None,
                 jobs_per_device=o.jobs_per_device,
                 dispatcher=self.farm,
-                scheduler=None if self.farm is not None else self.scheduler,
+                scheduler=self.scheduler,  # the farm claims in its order too (lanes, fair shares)
             )
         return self._queue
 

@@ -150,7 +150,7 @@ def inputs(work: Path, head_home: Path, clients: int, seconds: float, height: in
     PIL.Image.fromarray(np.asarray(still.frames[0])).save(jpg, quality=92)
     from studio.core.avatars import library
 
-    with bench_user._tracker(np.asarray(still.landmarks)):
+    with bench_user.tracker(np.asarray(still.landmarks)):
         library.prepare(bench_user.PHOTO, jpg, force=True)
     frames = int(round(seconds * FPS))
     voices = [bench_user.voice_file(work / "voices", "wav48", frames, seed=k) for k in range(clients)]

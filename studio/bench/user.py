@@ -175,7 +175,7 @@ def add_avatars(folder: Path, height: int) -> dict:
     out: dict = {"faces": "known landmarks", "photo_source": str(src["photo"]), "video_source": str(src["video"])}
     for name, kind in ((PHOTO, "photo"), (VIDEO, "video")):
         t0 = time.perf_counter()
-        with _tracker(src[f"{kind}_landmarks"]):
+        with tracker(src[f"{kind}_landmarks"]):
             a = library.prepare(name, src[kind], force=True)
         out[f"{kind}_add_s"] = round(time.perf_counter() - t0, 3)
         out[f"{kind}_size"] = f"{a.width}x{a.height}, {a.N} frame(s)"
@@ -183,7 +183,7 @@ def add_avatars(folder: Path, height: int) -> dict:
 
 
 @contextlib.contextmanager
-def _tracker(landmarks):
+def tracker(landmarks):
     from studio.core.avatars import faces
 
     saved = faces.FaceTracker

@@ -419,19 +419,20 @@ def run_render(args) -> int:
 
         raise InputError("--local renders in this process and --server on that server: give one of them")
     if not getattr(args, "server", None):
-        from studio.cli.serve import local_server
+        from studio.cli.serve import NO_SERVER, PICKS, local_server
 
         args.server, why = local_server(args)  # a warm `studio serve` on this data folder: no cold start
         if args.server:
             print(
-                f"studio: handing this render to the studio serve running on this data folder ({args.server}, "
+                f"render: handed to the studio serve running on this data folder ({args.server}, "
                 "engine warm); --local renders in this process",
                 file=sys.stderr,
                 flush=True,
             )
         else:
             lane = "; --priority orders jobs on a server only" if getattr(args, "priority", None) else ""
-            print(f"studio: rendering in this process ({why}){lane}", file=sys.stderr, flush=True)
+            if lane or not (why == NO_SERVER or why.endswith(PICKS)):  # said only when a server was passed over
+                print(f"render: in this process ({why}){lane}", file=sys.stderr, flush=True)
             from studio.core.engines import preload
 
             preload.start(getattr(args, "engine", None), getattr(args, "device", None))  # torch while inputs load

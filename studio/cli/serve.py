@@ -382,6 +382,10 @@ def withdraw() -> None:
         pass
 
 
+NO_SERVER = "no studio serve runs on this data folder"  # why, when nothing was found: not said
+PICKS = "picks where it renders"  # an option chose this process: not said either
+
+
 def local_server(args) -> tuple[str | None, str]:
     """``(URL, "")`` of a ``studio serve`` running on this data folder on loopback that can take this
     render (its engine is warm: no cold start here), else ``(None, why this process renders it)``:
@@ -401,16 +405,16 @@ def local_server(args) -> tuple[str | None, str]:
         return None, "STUDIO_LOCAL_SERVER=0"
     for option in ("device", "gpus", "chunks"):
         if getattr(args, option, None):
-            return None, f"--{option} picks where it renders"
+            return None, f"--{option} {PICKS}"
     if getattr(args, "farm", None) is not None:
-        return None, "--farm picks where it renders"
+        return None, f"--farm {PICKS}"
     from studio.core.errors import StudioError
     from studio.core.store.small_files import read_small
 
     try:
         advert = json.loads(read_small(data_dir() / ADVERT, ADVERT, most=4096))
     except (OSError, ValueError, StudioError):
-        return None, "no studio serve runs on this data folder"
+        return None, NO_SERVER
     try:
         url, pid = loopback_url(str(advert["url"])), int(advert["pid"])
         os.kill(pid, 0)  # the process is there

@@ -174,7 +174,7 @@ def handoff_rows(folder: Path, env: dict, voice: Path, note=log.info) -> dict:
         wall = time.perf_counter() - t0
         out[engine] = {
             "seconds": round(wall, 3),
-            "handed": "handing this render" in p.stderr,
+            "handed": "render: handed" in p.stderr,
             "rc": p.returncode,
             "error": p.stderr.strip()[-600:] if p.returncode else "",
         }

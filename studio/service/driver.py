@@ -259,21 +259,19 @@ class Render:
                 log.warning("the farm link was lost before the job started; connecting again")
         self.result = link.result  # the link stays in self.farm_link: the queue keeps it warm
 
-    def _actor(self):
-        """A whole job on one of the farm's warm actors (``studio serve --farm``)."""
-        job = self.dispatcher.job(self.job_id, self.request, self._cancel)
+    def _actor(self, chunked: bool = False):
+        """A whole job on one of the farm's warm replicas (``studio serve --farm``), or one long clip in
+        chunks over several of them (``chunked``: ``placement: farm`` there); the farm's one dispatcher."""
+        d = self.dispatcher
+        job = (d.chunked if chunked else d.job)(self.job_id, self.request, self._cancel)
         self._active = job
         yield from job.run(lambda where: self._started(where, self.request.settings.engine))
         self.result, self.extra = job.result, job.extra
 
     def _actor_chunks(self):
-        """One long clip in chunks over the farm's actors (``placement: farm`` on ``studio serve --farm``)."""
-        req = self.request
-        if req.frames is not None:
+        if self.request.frames is not None:
             raise InputError("an in/out range renders whole; leave out the farm placement to render a range")
-        from studio.service.farm_chunks import chunked_on_actors
-
-        self.result, self.extra = yield from chunked_on_actors(self, req)
+        yield from self._actor(chunked=True)
 
     def _server(self):
         from studio.service.remote import render_on_server

@@ -41,7 +41,7 @@ def farm_up(
     cmd = ["start", "--disable-usage-stats"]
     env = child()
     if host is None:  # this host only: every Ray server listens on 127.0.0.1
-        from studio.core.scale.farm import loopback_only
+        from studio.core.scale.cluster import loopback_only
 
         env.update(loopback_only())
         cmd += ["--node-ip-address", "127.0.0.1"]
@@ -61,7 +61,7 @@ def farm_up(
 
 def farm_status(address: str = "auto") -> dict:
     """The farm at ``address``: its live nodes, CPUs and GPUs (all and free), per node."""
-    from studio.core.scale.farm import init_ray
+    from studio.core.scale.cluster import init_ray
 
     init_ray(address)  # raises a one-line StudioError when ray is missing or unreachable
     import ray
@@ -92,17 +92,18 @@ def farm_status(address: str = "auto") -> dict:
     }
 
 
-SERVE_ACTOR = re.compile(r"^studio-serve-.*-(?P<node>[0-9a-f]{8})-(?P<kind>cpu|gpu)\d+(-[0-9a-f]{4})?$")
+SERVE_ACTOR = re.compile(r"^studio-(serve-[0-9a-f]+|farm)-(?P<node>[0-9a-f]{8})-(?P<kind>cpu|gpu)\d+(-[0-9a-f]{4})?$")
 
 
 def serve_actors(timeout: float = 5.0) -> list[dict]:
-    """The render actors of every ``studio serve --farm`` head on the connected cluster, as Ray sees
+    """The farm's replicas on the connected cluster (every ``studio serve --farm`` head's, and the warm
+    ones ``studio render --placement farm`` and the window leave on a ``studio farm up`` cluster), as Ray sees
     them: name, node (its id's first 8 digits), device, warm engines, jobs in flight (a count: the
     job ids are the head's, ``GET /v1/farm``), frames/s now (its jobs' together). An actor that does
     not answer within ``timeout`` is listed with ``state`` "no answer"."""
     import ray
 
-    from studio.core.scale.farm import NAMESPACE
+    from studio.core.scale.cluster import NAMESPACE
 
     found = []
     for a in ray.util.list_named_actors(all_namespaces=True):
@@ -122,7 +123,7 @@ def serve_actors(timeout: float = 5.0) -> list[dict]:
         if refs[name] in ready:
             with contextlib.suppress(Exception):
                 info = ray.get(refs[name])
-        jobs: dict = info.get("jobs") or {}
+        jobs: dict = info.get("tasks") or {}
         rows.append(
             {
                 "name": name,
@@ -145,7 +146,7 @@ def farm_down() -> None:
 
 def _ray(argv: list[str], env: dict) -> None:
     from studio.core.errors import RenderError
-    from studio.core.scale.farm import ray_available
+    from studio.core.scale.cluster import ray_available
 
     ok, why = ray_available()
     if not ok:

@@ -1,40 +1,48 @@
-"""``placement: farm`` on ``studio serve --farm``: one long clip split in chunks over the farm's actors.
+"""``placement: farm`` on ``studio serve --farm``: one long clip in chunks over several replicas.
 
-    result, extra = yield from chunked_on_actors(render, request)     # in ``Render._actor_chunks``
+    job = dispatcher.chunked(job_id, request, cancel_event)      # in ``Render._actor_chunks``
+    for p in job.run(on_started): ...                            # RenderProgress
+    job.result, job.extra                                        # the joined file; the replicas it ran on
 
-The chunks run on the same warm actors that render whole jobs (a ``ServeWorker`` is the farm's chunk
-worker): the job takes a slot on every actor with one free when it starts (at least one, waited
-for), and core's ``Farm`` (``core.scale.farm``) cuts the clip, sends each chunk to a free one of them,
-retries a chunk whose actor died on another, and joins the segments here on the head with the audio
-muxed once (the output claimed as every render's is).
+The same replicas that render whole jobs render the chunks: the job reserves a slot on every replica
+with one free when it starts (at least one, waited for) through the dispatcher's router, and core's
+``Farm`` on that same dispatcher cuts the clip, sends each chunk to one of them (the replicas' one
+task protocol), retries a chunk whose replica died on another, fetches each segment in checked
+pieces and joins them here on the head with the audio muxed once (the output claimed as every
+render's is).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Generator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
-def chunked_on_actors(render, req) -> Generator[Any, None, tuple]:
-    """Yields ``RenderProgress``; returns ``(RenderResult, extra)`` (``extra``: the actors it ran on)."""
-    import ray
+class ChunkedFarmJob:
+    """One ``placement: farm`` job of the queue on the farm's replicas."""
 
-    from studio.core.scale.farm import Farm
-    from studio.service.driver import farm_render
+    def __init__(self, dispatcher, job_id: int, request, cancel: threading.Event):
+        from studio.core.scale.farm import Farm
 
-    d = render.dispatcher
-    actors = d.reserve_all(render.job_id, 0, render._cancel)
-    farm = Farm(actors={a.name: a.handle for a in actors}, gpus=any(a.device == "cuda" for a in actors))
-    render._active = farm
-    try:
-        if render.cancelled:
-            farm.cancel()
-        render._started(f"farm: {len(actors)} actor{'s' if len(actors) != 1 else ''} in chunks", req.settings.engine)
-        yield from farm_render(farm, req)
-    finally:
-        with contextlib.suppress(Exception):
-            ray.kill(farm._board)
-        d.release(render.job_id)
-    extra = dict(farm=dict(actors=[a.name for a in actors], chunks=True, retries=farm.retries, returned="joined"))
-    return farm.result, extra
+        self.request, self.cancelled = request, cancel
+        self.farm = Farm(dispatcher, job_id=job_id)
+        self.result: Any = None
+        self.extra: dict = {}
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self.farm.cancel()
+
+    def run(self, on_started: Callable[[str], None]) -> Iterator:
+        f, req = self.farm, self.request
+        if self.cancelled.is_set():
+            f.cancel()
+        n = len(f.dispatcher.router.reserve_many(f.job_id, 0, self.cancelled))
+        on_started(f"farm: {n} actor{'s' if n != 1 else ''} in chunks")
+        s = req.render_settings
+        yield from f.render(
+            req.avatar, req.audio, req.output, s, chunks=req.placement.chunks or None, overwrite=req.overwrite
+        )
+        self.result = f.result
+        self.extra = dict(farm=dict(actors=f.reserved, chunks=True, retries=f.retries, returned="joined"))

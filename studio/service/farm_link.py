@@ -18,6 +18,7 @@ No Qt here: the child imports only this module and the core.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 180.0  # starting a local cluster on a loaded 2-core machine takes ~10 s
 POLL_S = 0.25
+STOP_WAIT_S = 60.0  # a job dropped early: how long to wait for the child to stop it
 
 
 class LinkLost(RenderError):
@@ -66,7 +68,7 @@ class FarmLink:
             child.close()
         link = cls(address, proc, parent, cancel, [], False)
         try:
-            _, _, workers, gpus = link._receive(0, timeout=CONNECT_TIMEOUT_S)
+            _, _, workers, gpus = link.receive(0, timeout=CONNECT_TIMEOUT_S)
         except BaseException:
             link.close()
             raise
@@ -96,14 +98,17 @@ class FarmLink:
         finished = False
         try:
             while True:
-                msg = self._receive(job)
+                msg = self.receive(job)
                 if msg[0] == "done":
                     self.result, finished = msg[2], True
                     return
                 yield msg[2]
         finally:
-            if not finished and self.alive:  # dropped early: stop the job (its late messages are skipped)
-                self._cancel.set()
+            if not finished and self.alive:  # dropped early: stop the job and wait until the child has
+                self._cancel.set()  # cleaned up (its segments' folder gone), within a bound
+                with contextlib.suppress(Exception):
+                    while self.receive(job, timeout=STOP_WAIT_S)[0] != "done":
+                        pass
 
     def cancel(self) -> None:
         """Thread-safe: the running job stops after each chunk's current batch; nothing is written."""
@@ -113,7 +118,7 @@ class FarmLink:
         """Per farm worker: engines loaded, jobs, chunks, avatar fetches (``Farm.stats``)."""
         job = next(self._jobs)
         self._send(("stats", job))
-        return self._receive(job, timeout=60)[2]
+        return self.receive(job, timeout=60)[2]
 
     def close(self, timeout: float = 10.0) -> None:
         """Leave the farm: the child disconnects (a local cluster it started stops with it)."""
@@ -136,7 +141,7 @@ class FarmLink:
         except (OSError, ValueError) as exc:
             raise self._lost(exc) from None
 
-    def _receive(self, job: int, timeout: float | None = None):
+    def receive(self, job: int, timeout: float | None = None):
         """The next message of ``job`` (older jobs' late messages are skipped); errors re-raised."""
         import time
 

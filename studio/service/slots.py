@@ -199,8 +199,8 @@ class Slots:
             extra = False
             if self.scheduler is not None:
                 self._sweep_deadlines()
-                if free <= 0:
-                    with self._wake:
+                if free <= 0 and self.dispatcher is None:  # a farm's replicas know no lanes: a job waits
+                    with self._wake:  # for a free slot there, then is claimed first (the scheduler's order)
                         extra = bool(self._idle_lanes())
             job = None
             if (free > 0 or extra) and self._gate_open():

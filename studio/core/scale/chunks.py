@@ -15,15 +15,14 @@ the joined stream has frame t at pts t/25 exactly as a single-process render. Th
 frames are those of ``Renderer.iter_batches`` (bit for bit: each frame depends only on its index),
 and every segment uses the same encoder settings, so the stream headers agree and the join is a
 packet copy. A segment is written by the renderer's own loop (``Renderer.write_batches``).
-``ChunkedRender`` runs the chunks in local worker processes (no Ray); the Ray farm
-(``studio.core.scale.farm``) uses the same three functions on remote workers. Every codec but VP9
+``ChunkedRender`` runs the chunks in local worker processes (no Ray); the Ray farm's replicas
+(``studio.core.scale.replica``) use the same functions. Every codec but VP9
 (its alpha rides in packet side data and WebM counts milliseconds) is chunked: ``CHUNK_CODECS``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 import signal
@@ -156,7 +155,7 @@ def join_segments(
     codec: str = "h264",
     clip=None,
 ) -> str:
-    """Join ``[(start, end, source), ...]`` (source: a segment path or its bytes) or ``Segment`` values
+    """Join ``[(start, end, path), ...]`` or ``Segment`` values
     into ``output``. With ``clip`` (the whole clip's ``render.clip.Clip``), the file gets the timecode
     track and chapters of a one-process render of it (``render.markers.tags_context``).
 
@@ -448,9 +447,8 @@ def _frames(ts, tb, fps: int | Fraction) -> int:
 
 
 @contextlib.contextmanager
-def _open_segment(av, source):
-    data = source if isinstance(source, (bytes, bytearray, memoryview)) else None
-    c = av.open(io.BytesIO(data) if data is not None else str(source), "r")
+def _open_segment(av, path):
+    c = av.open(str(path), "r")
     try:
         yield c
     finally:
