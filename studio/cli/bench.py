@@ -394,25 +394,41 @@ def run_table(args) -> int:
         if args.json:
             atomic_write_bytes(args.json, json.dumps({"machine": m, "user": u}, indent=2).encode())
 
-    with tempfile.TemporaryDirectory(prefix="studio-bench-") as tmp:
-        u = table_path(
-            Path(args.workdir or tmp),
-            device=args.device,
-            frames=args.frames or 672,
-            height=args.height or 1080,
-            clients=args.clients,
-            clip_frames=args.clip_frames,
-            note=note,
-            on_part=part,
-            trace_dir=Path(args.trace_dir) if args.trace_dir else None,
-        )
-    part(u)
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))  # `timeout`: the rows so far are printed
+    so_far: dict = {}
+
+    def keep(u):
+        so_far["u"] = u  # the same dict the rows go on filling
+        part(u)
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="studio-bench-") as tmp:
+            table_path(
+                Path(args.workdir or tmp),
+                device=args.device,
+                frames=args.frames or 672,
+                height=args.height or 1080,
+                clients=args.clients,
+                clip_frames=args.clip_frames,
+                note=note,
+                on_part=keep,
+                trace_dir=Path(args.trace_dir) if args.trace_dir else None,
+            )
+    finally:
+        print_all(m, so_far.get("u") or {})
+        part(so_far.get("u") or {})
+    return 0
+
+
+def print_all(m: dict, u: dict) -> None:
+    """``run_table``'s output: the machine, every part's rows, issue 48's table."""
     print(f"{m.get('gpu', 'CPU')} | {m['cpu_count']} CPU cores | torch {m.get('torch')}")
     print_cold(u.get("cold") or {})
     print_service(u.get("service") or {})
     print_eviction(u.get("eviction") or {})
     print_table(u)
-    return 0
 
 
 def run_live(args) -> int:

@@ -139,11 +139,15 @@ def user_path(
     return out
 
 
+TABLE_VARIANTS = (("noprefetch", (), {"STUDIO_PREFETCH_JOBS": "0"}),)  # the bursts without the next jobs prepared
+
+
 def table_path(workdir: Path, device: str | None, clients: int = 8, trace_dir: Path | None = None, **kw) -> dict:
     """Only what issue 48's table needs (``studio bench --user --table``, ~5 minutes on an H100): the
     weights imported, the photo avatar, the cold commands, a fresh server's warm ``POST /generate``
     of ``frames``, the hand-off, ``clients`` and twice as many clients at once with a 5 s breaking
-    clip posted into each burst, and an evicted engine's memory (``eviction_rows``); ``kw``: ``frames``
+    clip posted into each burst (and again on a server without the next jobs prepared ahead,
+    ``TABLE_VARIANTS``; every request its own new voice-over), and an evicted engine's memory (``eviction_rows``); ``kw``: ``frames``
     (672), ``height`` (1080), ``clip_frames``, ``note``, ``on_part`` as ``user_path``'s. ``trace_dir``: the
     server's stage trace and GPU samples (``bench_serve.service_rows``; tests/benchmarks/trace_service.py)."""
     from studio.bench import user as bench_user
@@ -163,6 +167,13 @@ def table_path(workdir: Path, device: str | None, clients: int = 8, trace_dir: P
     many = [bench_user.voice_file(workdir / "clips", "wav48", clip_frames, seed=s) for s in range(1, 2 * clients + 1)]
     out["cold"] = cold_rows(workdir / "cold", env, dev, many[0], note=note)
     save(out)
+    short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
+    try:
+        out["eviction"] = eviction_rows(workdir / "evict", env, short, note=note)
+    except Exception as exc:  # noqa: BLE001 - the other rows still count; the table says it was not measured
+        out["eviction"] = {"error": f"{type(exc).__name__}: {exc}"}
+        note(f"eviction rows failed: {out['eviction']['error']}")
+    save(out)
     voice = bench_user.voice_file(workdir / "user" / "voices", "wav48", frames)
     fresh = [bench_user.voice_file(workdir / "user" / "voices", "wav48", frames, seed=s) for s in range(100, 106)]
     breaking = bench_user.voice_file(workdir / "clips", "wav48", 125, seed=77)  # 5 s, priority=breaking
@@ -177,21 +188,15 @@ def table_path(workdir: Path, device: str | None, clients: int = 8, trace_dir: P
             fresh=fresh,
             counts=(clients, 2 * clients),
             breaking=breaking,
-            variants=(),
+            variants=TABLE_VARIANTS,
+            voice_for=lambda n, seed: bench_user.voice_file(workdir / "clips", "wav48", n, seed=seed),
             cache=False,
             out=out["service"],
             trace_dir=trace_dir,
         )
-    except Exception as exc:  # noqa: BLE001 - the rows so far and the others still count; the table says which failed
+    except Exception as exc:  # noqa: BLE001 - the rows so far still count; the table says which failed
         out["service"]["error"] = f"{type(exc).__name__}: {exc}"
         note(f"service rows failed: {out['service']['error']}")
-    save(out)
-    short = bench_user.voice_file(workdir / "clips", "wav48", min(100, clip_frames), seed=99)
-    try:
-        out["eviction"] = eviction_rows(workdir / "evict", env, short, note=note)
-    except Exception as exc:  # noqa: BLE001 - as above
-        out["eviction"] = {"error": f"{type(exc).__name__}: {exc}"}
-        note(f"eviction rows failed: {out['eviction']['error']}")
     save(out)
     return out
 

@@ -379,8 +379,8 @@ class MainWindow(QMainWindow):
     def _engine_ready(self, name: str, why: str) -> None:
         self.engine_status.setText(f"engine: {name}")
         self.engine_status.setToolTip(why)
-        self.render_panel.engine_label.setText(_short(f"engine: {why}"))
-        self.render_panel.engine_label.setToolTip(why)
+        self.render_panel.live.engine_label.setText(_short(f"engine: {why}"))
+        self.render_panel.live.engine_label.setToolTip(why)
 
     def _undone(self, index: int) -> None:
         """The status bar says what an undo or redo did (not what the step before it said)."""

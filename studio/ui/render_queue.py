@@ -165,7 +165,7 @@ class RenderQueue(QObject):
         if self.current is None:
             return
         self.worker.cancel()
-        self.panel.progress_bar.setFormat("cancelling…")
+        self.panel.live.progress_bar.setFormat("cancelling…")
 
     def retry(self, job_id: int) -> None:
         """Queue the job again; a paused or stopped queue stays so (as Add to queue leaves it)."""
@@ -224,7 +224,7 @@ class RenderQueue(QObject):
         self.panel.update_progress(p)
         self.queue_panel.set_progress(run.job_id, p.fraction)
         if p.workers:  # chunks or a farm: per-worker fps and retries
-            from studio.ui.render_panel import farm_status
+            from studio.ui.live_box import farm_status
 
             self.queue_panel.set_live(run.job_id, self.where, farm_status(p))
 
@@ -262,7 +262,7 @@ class RenderQueue(QObject):
                 f"{result.frames} frames in {result.seconds:.1f} s · {result.fps:.1f} fps · {result.engine} · "
                 f"{result.encoder}" + (f" · {ran_on}" if ran_on and ran_on != "this computer" else ""),
             )
-            self.panel.show_check((job.result or {}).get("check") if job else None, result.output)
+            self.panel.live.show_check((job.result or {}).get("check") if job else None, result.output)
             self.panel.show_loudness(getattr(result, "loudness", None))
         notes = list(getattr(result, "notes", None) or [])
         if notes and not self.closing:  # what the render says of itself reaches the status bar
@@ -274,7 +274,7 @@ class RenderQueue(QObject):
         """A lip-sync check started or ended: the Live panel shows it when it is the last render's."""
         job = self._job(job_id)
         if job is not None and check is not None and job.output == self.panel.last_output:
-            self.panel.show_check(check, job.output)
+            self.panel.live.show_check(check, job.output)
 
     def _failed(self, run, message: str) -> None:
         if run is None:  # a scrub frame, not a job

@@ -33,6 +33,9 @@ def main() -> int:
 
     say = lambda text: print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)  # noqa: E731
     out: dict = {"device": a.device}
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))  # `timeout`: the rows so far are written
     try:
         out["import"] = bench.import_official(work / "random", env, tiny=not a.device.startswith("cuda"), note=say)
         out["avatars"] = bench_user.add_avatars(work / "user", a.height)

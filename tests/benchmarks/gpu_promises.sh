@@ -5,7 +5,7 @@
 #   server's first requests and the warm 672-frame POST /generate, 8 and 16 clients at once (the fastest
 #   and slowest client; after: a 5 s breaking clip posted into each burst, every job's first frame), 14
 #   requests varying decoder and precision (GPU memory reserved after each: evictions), and after, the
-#   same bursts with STUDIO_PREFETCH_FRAMES=256 (the next job opens while the last batches run).
+#   same bursts with STUDIO_PREFETCH_JOBS=0 (the next jobs not prepared ahead).
 # From /work/main with .whl/ (the Python 3.12 wheels, shared/design/environment.md, plus opentelemetry-api:
 # FastAPI 0.165 imports it, and `studio serve` exits without it), .gpu-before and
 # .gpu-promises carried:  OUT=/tmp/out bash .gpu-promises/tests/benchmarks/gpu_promises.sh
@@ -21,7 +21,7 @@ cat "$OUT/env.txt" | tail -3; echo "set up after $(el) s"
 for label in before promises; do
   case $label in
     before) limit=${LIMIT_BEFORE:-250}; variants=""; extra=${EXTRA_BEFORE:-} ;;
-    promises) limit=${LIMIT_AFTER:-290}; variants=${VARIANTS-prefetch:STUDIO_PREFETCH_FRAMES=256}; extra=${EXTRA_AFTER:-} ;;
+    promises) limit=${LIMIT_AFTER:-290}; variants=${VARIANTS-noprefetch:STUDIO_PREFETCH_JOBS=0}; extra=${EXTRA_AFTER:-} ;;
   esac
   ( cd ".gpu-$label" && PYTHONPATH=.:/tmp/site timeout "$limit" python3 tests/benchmarks/bench_service.py --device cuda \
       --clients 8,16 --workdir "/tmp/bs-$label" --json "$OUT/$label.json" --variants "$variants" $extra \

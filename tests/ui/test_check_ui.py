@@ -31,9 +31,9 @@ def test_a_render_is_checked_and_the_window_jumps_to_its_worst_second(window, qt
     c = check()
     assert c["verdict"] == "ok" and c["offset_frames"] == 0, c
     # the Live panel: the verdict and its sentence, and a button to the worst second
-    qtbot.waitUntil(lambda: panel.check_label.text().startswith("check: ok"), timeout=10_000)
-    assert c["reason"] in panel.check_label.text()
-    assert panel.worst_btn.isVisible() == (c["worst_second"] is not None)
+    qtbot.waitUntil(lambda: panel.live.check_label.text().startswith("check: ok"), timeout=10_000)
+    assert c["reason"] in panel.live.check_label.text()
+    assert panel.live.worst_btn.isVisible() == (c["worst_second"] is not None)
     # the Queue's row: a badge, the sentence as its tooltip
     q = window.queue_panel
     q.refresh()
@@ -74,11 +74,11 @@ def test_a_render_is_checked_and_the_window_jumps_to_its_worst_second(window, qt
 
 def test_the_check_line_says_what_it_is_doing(window):
     panel = window.render_panel
-    panel.show_check({"state": "running"}, "x.mp4")
-    assert panel.check_label.text() == "check: measuring the lip sync…" and not panel.worst_btn.isVisible()
-    panel.show_check({"state": "failed", "reason": "x.mp4: no face was found in any frame"}, "x.mp4")
-    assert "no face was found" in panel.check_label.text()
-    panel.show_check(
+    panel.live.show_check({"state": "running"}, "x.mp4")
+    assert panel.live.check_label.text() == "check: measuring the lip sync…" and not panel.live.worst_btn.isVisible()
+    panel.live.show_check({"state": "failed", "reason": "x.mp4: no face was found in any frame"}, "x.mp4")
+    assert "no face was found" in panel.live.check_label.text()
+    panel.live.show_check(
         {
             "state": "done",
             "verdict": "out of sync",
@@ -87,10 +87,10 @@ def test_the_check_line_says_what_it_is_doing(window):
         },
         "x.mp4",
     )
-    assert panel.check_label.text().startswith("check: out of sync")
-    assert not panel.worst_btn.isHidden() and "0:07" in panel.worst_btn.text()
-    panel.show_check(None, "")
-    assert panel.check_label.text() == "" and panel.worst_btn.isHidden()
+    assert panel.live.check_label.text().startswith("check: out of sync")
+    assert not panel.live.worst_btn.isHidden() and "0:07" in panel.live.worst_btn.text()
+    panel.live.show_check(None, "")
+    assert panel.live.check_label.text() == "" and panel.live.worst_btn.isHidden()
 
 
 @pytest.mark.parametrize("state", [jobs.DONE])

@@ -214,9 +214,9 @@ def test_the_layout_stays_put(window, qtbot):
     w.timeline.info.setText(long)
     w.timeline.set_audio_note(long)
     w.preview.caption.setText(long)
-    w.render_panel.engine_label.setText(long)
+    w.render_panel.live.engine_label.setText(long)
     w.render_panel.output_label.setText(long)
-    w.render_panel.stage_label.setText(long)
+    w.render_panel.live.stage_label.setText(long)
     w.engine_status.setText("engine: " + "x" * 300)
     qtbot.wait(100)
     assert w.size() == size
@@ -268,7 +268,7 @@ def test_after_a_render_the_caption_clears_and_the_player_is_the_timeline(window
     # no stale "rendering · frame N" once it is done: the scrub frame at the playhead comes back
     qtbot.waitUntil(lambda: "exact render preview" in window.preview.caption.text(), timeout=SLOW)
     assert any(c.startswith("rendering") for c in captions)
-    assert p.progress_bar.format().startswith("done")
+    assert p.live.progress_bar.format().startswith("done")
 
     window.play(p.last_output)
     player = window.player

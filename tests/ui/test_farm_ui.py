@@ -127,8 +127,11 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     assert frames == 60 and audio_s == pytest.approx(2.4, abs=0.05) and first.shape == (512, 512, 3)
     # the Render panel showed it: bar at 100 %, aggregate fps, per-worker fps and retries
     panel = window.render_panel
-    assert panel.progress_bar.value() == 1000 and panel.fps_label.text() != "— fps"
-    assert panel.stage_label.text().startswith("farm: cpu0 ") and "chunks 2/2 · 0 retries" in panel.stage_label.text()
+    assert panel.live.progress_bar.value() == 1000 and panel.live.fps_label.text() != "— fps"
+    assert (
+        panel.live.stage_label.text().startswith("farm: cpu0 ")
+        and "chunks 2/2 · 0 retries" in panel.live.stage_label.text()
+    )
     assert "farm (2 workers)" in panel.result_detail.text() and "2 segments" in panel.result_detail.text()
     # the Queue panel says where it ran
     job = window.store.get(job_id)
@@ -153,7 +156,7 @@ def test_the_queue_renders_on_the_farm_and_cancel_stops_every_chunk(cluster, win
     assert finished.args == [job_id, jobs.CANCELLED]
     assert progress[-1].done < 200 and not progress[-1].finished
     assert not long_output.exists() and sorted(p.name for p in output.parent.iterdir()) == [output.name]
-    assert "cancelled" in panel.progress_bar.format() and window.current is None
+    assert "cancelled" in panel.live.progress_bar.format() and window.current is None
     # one connection for both jobs, and each worker loaded its engine once (kept warm between jobs)
     assert window.worker.farm is farm and farm.alive
     assert [s["engines_loaded"] for s in farm.stats().values()] == [1, 1]

@@ -48,7 +48,7 @@ def test_all_gpus_here_renders_a_queued_job_on_every_device(window, qtbot, tmp_p
     assert frames == 60 and audio_s == pytest.approx(2.4, abs=0.05) and first.shape == (512, 512, 3)
     job = window.store.get(job_id)
     assert job_devices(job.settings) == ("cpu", "cpu") and job.result["ran_on"] == "2 GPUs here"
-    assert job.result["frames"] == 60 and panel.progress_bar.value() == 1000
+    assert job.result["frames"] == 60 and panel.live.progress_bar.value() == 1000
     # the choice is saved, and offered again once the GPUs are known
     panel.save()
     from studio.ui import settings as cfg

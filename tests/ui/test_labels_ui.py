@@ -144,7 +144,7 @@ def test_the_queue_percentage_is_the_live_bars_during_a_render(library_window, q
         stored = w.store.get(job_id).progress
         w.queue_panel.refresh()  # what any queue event does (a job added, another process's change)
         cell = w.queue_panel.table.item(w.queue_panel.row_of(job_id), 4).text()
-        live = p.progress_bar.format().split("(")[-1].rstrip(")")
+        live = p.live.progress_bar.format().split("(")[-1].rstrip(")")
         seen.append((cell, live, stored != fraction))
 
     w.queue_panel.set_progress = check
@@ -154,4 +154,4 @@ def test_the_queue_percentage_is_the_live_bars_during_a_render(library_window, q
     wrong = [(cell, live) for cell, live, _s in seen if cell != live]
     assert not wrong, wrong
     assert w.queue_panel.table.item(0, 4).text() == "100 %"
-    assert p.progress_bar.format().startswith("done")
+    assert p.live.progress_bar.format().startswith("done")

@@ -39,7 +39,7 @@ def test_docks_fit_their_width_and_the_queue_shows_three_rows(window, qtbot, tmp
     long.parent.mkdir()
     p.folder.setText(str(long.parent))
     p.start("job")
-    p.stage_label.setText("decode 12.0 s (40%) · " * 6)
+    p.live.stage_label.setText("decode 12.0 s (40%) · " * 6)
     p.stop("done · 706 frames", str(long), "706 frames in 31.2 s · 22.6 fps · classic · libx264 · " * 3)
     from conftest import DEMO_AUDIO
 

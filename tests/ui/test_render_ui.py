@@ -59,9 +59,12 @@ def test_a_short_render_reports_progress_finishes_and_plays(window, qtbot, tmp_p
     assert job.result["frames"] == 50 and job.progress == 1.0
     assert window.render_panel.play_btn.isEnabled()
     assert "50 frames" in window.render_panel.result_detail.text()
-    window.render_panel.tick()  # the once-a-second update, now
-    assert window.render_panel.fps_x, "the FPS plot has no points"
-    assert window.render_panel.fps_label.text().endswith("fps") and window.render_panel.fps_label.text() != "— fps"
+    window.render_panel.live.tick()  # the once-a-second update, now
+    assert window.render_panel.live.fps_x, "the FPS plot has no points"
+    assert (
+        window.render_panel.live.fps_label.text().endswith("fps")
+        and window.render_panel.live.fps_label.text() != "— fps"
+    )
 
     # play it in the app (QtMultimedia): the player loads the file and knows its length
     window.render_panel.play_btn.click()
@@ -96,7 +99,7 @@ def test_cancel_stops_the_render_and_leaves_no_file(window, qtbot, tmp_path):
     assert not output.exists()
     assert list(output.parent.iterdir()) == []  # no partial files either
     assert window.store.get(job_id).state == jobs.CANCELLED
-    assert "cancelled" in window.render_panel.progress_bar.format()
+    assert "cancelled" in window.render_panel.live.progress_bar.format()
     assert window.render_panel.render_btn.isEnabled()
     assert window.current is None
 

@@ -202,10 +202,10 @@ def test_the_worst_second_and_the_caption_are_at_the_files_rate(window, qtbot, t
     _load(window, qtbot, tmp_path, 12.0)
     video = _video_25fps(tmp_path / "render.mp4", 12)
     panel = window.render_panel
-    panel.show_check(
+    panel.live.show_check(
         {"state": "done", "verdict": "check", "reason": "one weak second", "worst_second": 10.0}, str(video)
     )
-    qtbot.mouseClick(panel.worst_btn, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(panel.live.worst_btn, Qt.MouseButton.LeftButton)
     # the player plays on from the worst second: what the caption and the timeline said at each frame is
     # recorded as it happens (polling for the 40 ms of frame 250 afterwards raced the playback)
     seen: list[tuple[int, str, float]] = []
@@ -225,11 +225,11 @@ def test_the_worst_second_and_the_caption_are_at_the_files_rate(window, qtbot, t
 
     # another render's worst second while the player is open: the new file also starts there
     other = _video_25fps(tmp_path / "render2.mp4", 12)
-    panel.show_check(
+    panel.live.show_check(
         {"state": "done", "verdict": "check", "reason": "one weak second", "worst_second": 6.0}, str(other)
     )
     seen.clear()
-    qtbot.mouseClick(panel.worst_btn, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(panel.live.worst_btn, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: any(f >= 150 for f, _c, _p in seen), timeout=SLOW)
     early = [f for f, _c, _p in seen if 0 < f < 150]
     assert not early, f"the seek to 6 s was lost: the second file played from the start ({early[:5]}…)"
@@ -246,10 +246,10 @@ def test_fps_and_eta_go_after_a_cancel_and_loudness_is_read_out(window, qtbot, t
     focus_window(window, qtbot)
     with qtbot.waitSignal(window.jobFinished, timeout=SLOW) as ended:
         qtbot.keyClick(window, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
-        qtbot.waitUntil(lambda: panel.fps_label.text() != "— fps", timeout=SLOW)
+        qtbot.waitUntil(lambda: panel.live.fps_label.text() != "— fps", timeout=SLOW)
         qtbot.keyClick(window, Qt.Key.Key_Escape)
     assert ended.args[1] == "cancelled"
-    assert panel.fps_label.text() == "— fps" and panel.eta_label.text() == "ETA —"
+    assert panel.live.fps_label.text() == "— fps" and panel.live.eta_label.text() == "ETA —"
 
     # loudness typed in its box: the result's before/after LUFS under Output
     box = window.findChild(QWidget, "setting_loudness")
