@@ -67,7 +67,7 @@ ALLOWED_ATTRS: dict[tuple[str | None, str], str] = {
     "still being imported (faces.import_mediapipe waits for it instead of handing it out half-made)",
     ("pool", "_processes"): "a ProcessPoolExecutor's worker processes (scale.chunks): no public handle to kill the "
     "workers still busy after a cancel",
-    ("torch.ops.aten", "_upsample_bicubic2d_aa"): "the antialiased bicubic with explicit scales (canvas._resize of a "
+    ("torch.ops.aten", "_upsample_bicubic2d_aa"): "the antialiased bicubic with explicit scales (canvas.resize of a "
     "crop of the scaled whole): F.interpolate takes a size or a scale, not both; an op of torch's ATen op set",
 }
 
@@ -83,9 +83,10 @@ ALLOWED_MODULES: dict[str, str] = {
 # Test files that exist to touch a private name; each with its reason. Empty: no test needs it.
 FIXTURE_FILES: dict[str, str] = {}
 
-# Every place that broke a rule when the rules landed, with the helper that removes it. The
+# Every place that broke a rule when the rules landed (issue 45: 15 private imports, 86 reach-ins,
+# 9 cycles, 1 string import), with the helper that removed it; empty since all were removed. The
 # rules fail on a place not listed here AND on a listed place that no longer occurs, so this list
-# only shrinks: remove an entry in the commit that removes the place. Keys are ``path: what`` (no
+# only shrinks: never add an entry; remove one in the commit that removes the place. Keys are ``path: what`` (no
 # line numbers, which move); a key listed twice is two places in that file.
 BASELINE: dict[str, list[tuple[str, str]]] = {
     "private-import": [],

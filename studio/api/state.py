@@ -138,7 +138,7 @@ class ApiState:
         for name in OWNED:  # a fresh data folder is ready as soon as the engine is
             sub_dir(name)
         if self.farm is not None:  # ready once an actor of the farm is; each warms these engines
-            self.warmup = FarmWarmUp(self.farm)
+            self.warmup = self.farm.startup
             self.farm.start(then=q.start)
             return
         if not self.opts.warm_engines:
@@ -251,31 +251,6 @@ class ApiState:
         if isinstance(r.get("engine_reason"), str):
             r["engine_reason"] = self.public_text(r["engine_reason"])
         return r
-
-
-class FarmWarmUp:
-    """What /v1/ready reads while ``studio serve --farm`` connects and its first actor starts."""
-
-    def __init__(self, farm):
-        self.farm = farm
-
-    @property
-    def ready(self) -> bool:
-        return self.farm.ready
-
-    @property
-    def error(self) -> str | None:
-        return self.farm.error
-
-    @property
-    def seconds(self) -> float | None:
-        return self.farm.seconds
-
-    def status(self) -> str:
-        return self.farm.status_text()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self.farm.wait_ready(timeout if timeout is not None else 1e9)
 
 
 def _round(v: float | None) -> float | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from typing import Any
 
 from studio.core.scale.dispatch import Dispatcher
 
@@ -40,22 +41,10 @@ def serve_pool(batching: bool):
 class FarmDispatcher(Dispatcher):
     """The farm's dispatcher with the service's engine pool on its replicas, and the queue's jobs."""
 
-    def __init__(
-        self,
-        address: str = "",
-        *,
-        jobs_per_device: int = 1,
-        batching: bool = True,
-        warm: list | None = None,
-        discover_s: float | None = None,
-    ):
-        super().__init__(
-            address,
-            jobs_per_device=jobs_per_device,
-            make_pool=functools.partial(serve_pool, batching),
-            warm=warm,
-            discover_s=discover_s,
-        )
+    def __init__(self, address: str = "", *, batching: bool = True, **options: Any):
+        """``options``: the ``Dispatcher``'s (``jobs_per_device``, ``warm``, ``discover_s``, ...); its
+        replicas' pools are the service's (``serve_pool``), batching frames across jobs or not."""
+        super().__init__(address, make_pool=functools.partial(serve_pool, batching), **options)
         self.batching = batching
 
     def job(self, job_id: int, request, cancel: threading.Event):

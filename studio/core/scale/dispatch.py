@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.errors import Cancelled, RenderError, StudioError
+from studio.core.progress import Startup
 from studio.core.scale.controller import Actor, Controller
 from studio.core.scale.router import Router
 
@@ -86,12 +87,7 @@ class Dispatcher:
         self.shipped_lock = threading.Lock()
         self.share: dict | None = None
         self.connected = False  # this dispatcher connected to Ray (and leaves it on close)
-        # what /v1/ready says while the farm starts (``ready``, ``error``, ``status_text()``, ``seconds``)
-        self.ready = False
-        self.error: str | None = None
-        self.doing = "connecting to the farm"
-        self.seconds: float | None = None
-        self.started = time.monotonic()
+        self.startup = Startup("the farm did not start", "connecting to the farm")  # what /v1/ready says meanwhile
 
     @property
     def on_free(self) -> Callable[[], None] | None:
@@ -121,7 +117,7 @@ class Dispatcher:
             raise RenderError(
                 f"The farm's render workers did not start within {timeout:.0f} s: check `studio farm status`."
             )
-        self.ready, self.seconds = True, time.monotonic() - self.started
+        self.startup.succeed()
         self.thread = threading.Thread(target=self._monitor, name="studio-farm", daemon=True)
         self.thread.start()
 
@@ -129,13 +125,13 @@ class Dispatcher:
         try:
             self.connect()
         except StudioError as exc:
-            self.error = str(exc)
+            self.startup.fail(str(exc))
             return
         except Exception as exc:
             log.exception("the farm did not start")
-            self.error = f"the farm did not start ({type(exc).__name__}: {exc})"
+            self.startup.fail(f"{type(exc).__name__}: {exc}")
             return
-        self.doing = "starting the farm's render actors"
+        self.startup.doing = "starting the farm's render actors"
         self._monitor(then)
 
     def connect(self) -> None:
@@ -172,23 +168,12 @@ class Dispatcher:
                 self.controller.poll()
             except Exception:
                 log.warning("farm monitor: a round failed", exc_info=True)
-            if not self.ready and self.controller.usable():
-                self.ready, self.seconds = True, time.monotonic() - self.started
-            if self.ready and then is not None:
+            if not self.startup.ready and self.controller.usable():
+                self.startup.succeed()
+            if self.startup.ready and then is not None:
                 then, go = None, then
                 go()
             self.stop.wait(POLL_S)
-
-    def wait_ready(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self.ready and self.error is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return self.ready
-
-    def status_text(self) -> str:
-        if self.error is not None:
-            return f"the farm did not start: {self.error}"
-        return f"warming up: {self.doing} ({time.monotonic() - self.started:.0f} s so far)"
 
     def close(self) -> None:
         """Stop monitoring; end this head's replicas (a detached pool stays warm) and leave the
