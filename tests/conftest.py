@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -9,6 +10,29 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def _patient_httpx() -> None:
+    """httpx's module-level calls (``httpx.get(url)``...) wait up to 60 s here unless the test gives a
+    timeout: httpx's own default of 5 s is a bet on speed (a server building /openapi.json on a loaded
+    2-core machine took longer, and the test failed with ReadTimeout). A guard against a hang only; a
+    test that expects a timeout passes its own."""
+    try:
+        import httpx
+    except ImportError:
+        return
+    for name in ("request", "stream", "get", "options", "head", "post", "put", "patch", "delete"):
+        call = getattr(httpx, name)
+
+        @functools.wraps(call)
+        def patient(*args, _call=call, **kwargs):
+            kwargs.setdefault("timeout", 60)
+            return _call(*args, **kwargs)
+
+        setattr(httpx, name, patient)
+
+
+_patient_httpx()
 
 ROOT = Path(__file__).resolve().parent.parent
 RESOURCES = ROOT / "resources"

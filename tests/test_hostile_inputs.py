@@ -88,7 +88,16 @@ def start(home: Path, *args, hold: Path | None = None, point: str = "") -> subpr
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=_default_stop_signals,
     )
+
+
+def _default_stop_signals() -> None:
+    """In the child: SIGHUP and SIGINT as a terminal gives them. A suite started under ``nohup`` or as a
+    shell's background job ignores them, the child inherits that, and studio rightly keeps an ignored
+    SIGHUP ignored: the test of SIGHUP waited a minute for a render that never heard it."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def start_render(home: Path, out: Path, *args) -> subprocess.Popen:

@@ -350,7 +350,9 @@ class Runner:
                 render.prepared, waited = self.prefetch.take(job.id, req, lambda: render.cancelled)
                 self.timings[job.id].update(prepared_ahead=render.prepared is not None, prepare_wait_s=waited)
             try:
-                out = self._consume(job, render, render.run(), [0.0], self.pipeline, slot, ended)
+                # a farm actor's job (``studio serve --farm``) finishes on the actor: its thread waits for it
+                hand_off = self.pipeline and self.dispatcher is None
+                out = self._consume(job, render, render.run(), [0.0], hand_off, slot, ended)
                 handed = out is _HANDED
                 return self.store.get(job.id) if handed else out
             finally:
