@@ -295,7 +295,7 @@ def print_cold(c: dict) -> None:
             print("      at " + ", ".join(f"{name} {t:.2f}" for name, t in r["timeline"].items()))
     print("  goals (issue 48): MuseTalk <= 5 s, classic <= 3 s, cold")
     if c.get("imports"):
-        print("  heaviest imports of a cold MuseTalk command (cumulative, own):")
+        print("  heaviest imports of a cold command (STUDIO_PRELOAD=0; cumulative, own):")
         for name, cum, own in c["imports"][:10]:
             print(f"      {name:<44}{cum:>7.3f} s {own:>7.3f} s")
 

@@ -291,10 +291,19 @@ COLD_PLAN: tuple[tuple[str, str, dict], ...] = (  # (row, engine, environment), 
 )
 
 
-def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info, imports: bool = True) -> dict:
+def cold_rows(
+    folder: Path,
+    env: dict,
+    device: str,
+    voice: Path,
+    note=log.info,
+    imports: bool = True,
+    engines=("musetalk", "classic"),
+) -> dict:
     """Fresh ``studio render`` processes of ``voice`` (wall time of the whole command, and its
     ``timeline``: seconds from the process's start to each stage), ``COLD_PLAN``'s rows; what
-    importing torch alone costs; ``imports``: the heaviest imports of a cold MuseTalk command
+    importing torch alone costs (``engines``: the rows of those engines); ``imports``: the heaviest
+    imports of a cold command of the first engine
     (``python -X importtime``, ``imports``: the 25 largest by cumulative time)."""
     from studio.bench import user as bench_user
 
@@ -308,7 +317,7 @@ def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info, 
     )
     out["import_torch_s"] = round(float(r.stdout.strip() or 0), 3)
     base = [sys.executable, "-m", "studio", "render", "--avatar", bench_user.PHOTO, "--audio", str(voice)]
-    for key, engine, extra in COLD_PLAN:
+    for key, engine, extra in [row for row in COLD_PLAN if row[1] in engines]:
         note(f"cold: a fresh `studio render` of {voice.name} with {engine} ({key})")
         cmd = [*base, "-o", str(folder / f"{key}.mp4"), "--engine", engine, "--device", device, "--json"]
         t0 = time.perf_counter()
@@ -331,7 +340,12 @@ def cold_rows(folder: Path, env: dict, device: str, voice: Path, note=log.info, 
         (folder / f"{key}.mp4").unlink(missing_ok=True)
     if imports:
         cmd = [sys.executable, "-X", "importtime", *base[1:], "-o", str(folder / "imports.mp4")]
-        p = subprocess.run([*cmd, "--engine", "musetalk", "--device", device], capture_output=True, text=True, env=env)
+        p = subprocess.run(
+            [*cmd, "--engine", engines[0], "--device", device],
+            capture_output=True,
+            text=True,
+            env={**env, "STUDIO_PRELOAD": "0"},
+        )  # one thread importing: importtime's tree is that thread's
         out["imports"] = heaviest_imports(p.stderr)
         (folder / "imports.mp4").unlink(missing_ok=True)
     return out

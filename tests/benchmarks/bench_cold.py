@@ -24,6 +24,7 @@ def main() -> int:
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--no-eviction", action="store_true")
+    p.add_argument("--classic-only", action="store_true", help="no MuseTalk weights: the classic rows alone")
     a = p.parse_args()
     work = Path(a.workdir or tempfile.mkdtemp(prefix="bench-cold-"))
     os.environ["STUDIO_HOME"] = str(work / "home")
@@ -37,11 +38,13 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))  # `timeout`: the rows so far are written
     try:
-        out["import"] = bench.import_official(work / "random", env, tiny=not a.device.startswith("cuda"), note=say)
+        if not a.classic_only:
+            out["import"] = bench.import_official(work / "random", env, tiny=not a.device.startswith("cuda"), note=say)
         out["avatars"] = bench_user.add_avatars(work / "user", a.height)
         voice = bench_user.voice_file(work / "clips", "wav48", 375, seed=1)
-        out["cold"] = bench.cold_rows(work / "cold", env, a.device, voice, note=say)
-        if not a.no_eviction:
+        engines = ("classic",) if a.classic_only else ("musetalk", "classic")
+        out["cold"] = bench.cold_rows(work / "cold", env, a.device, voice, note=say, engines=engines)
+        if not a.no_eviction and not a.classic_only:
             short = bench_user.voice_file(work / "clips", "wav48", 100, seed=99)
             out["eviction"] = bench_serve.eviction_rows(work / "evict", env, short, note=say)
     finally:

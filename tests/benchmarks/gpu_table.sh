@@ -14,7 +14,7 @@ tail -3 "$OUT/env.txt"
 cd .gpu-gpu || exit 1
 if [ "${MODE:-table}" = cold ]; then  # items 6 and 7 alone (~2.5 minutes): cold commands and memory after an eviction
   PYTHONPATH=.:/tmp/site timeout ${LIMIT:-200} python3 tests/benchmarks/bench_cold.py --device cuda --workdir /tmp/bc \
-    --json "$OUT/cold.json" > "$OUT/cold.txt" 2>&1
+    --json "$OUT/cold.json" ${COLD_ARGS:-} > "$OUT/cold.txt" 2>&1
   echo "rc=$?"; grep -v "^\s*$" "$OUT/cold.txt" | tail -45; exit 0
 fi
 PYTHONPATH=/tmp/site python3 -X importtime -c "import torch" 2> "$OUT/importtime-torch.txt"
