@@ -137,8 +137,9 @@ def test_render_at_each_rate(avatar, voice, tmp_path, name):
         assert v.average_rate == rate and v.time_base == rates.mp4_time_base(rate)
         decoded = [(f.pts, f.to_ndarray(format="nv12")) for f in c.decode(video=0)]
         a_dur = float(c.streams.audio[0].duration * c.streams.audio[0].time_base)
+        time_base = v.time_base  # PyAV 18.1.1: a closed file's streams refuse
     assert len(decoded) == T
-    assert [Fraction(p) * v.time_base for p, _ in decoded] == [Fraction(k) / rate for k in range(T)]
+    assert [Fraction(p) * time_base for p, _ in decoded] == [Fraction(k) / rate for k in range(T)]
     assert abs(a_dur - DURATION) < 0.03
     # mouth sync: the frame on screen at t is frame_at(t), bit for bit (lossless x264: the decoded
     # NV12 planes are the writer's own conversion of the renderer's RGB frame), and not its neighbour
@@ -371,8 +372,8 @@ def test_segments_joined_at_29_97_keep_exact_timestamps(avatar, voice, tmp_path)
     with av.open(out) as c:
         v = c.streams.video[0]
         assert v.average_rate == rate and v.time_base == Fraction(1, 30000)
-        frames = list(c.decode(video=0))
-    assert [Fraction(f.pts) * v.time_base for f in frames] == [Fraction(k) / rate for k in range(T)]
+        frames, time_base = list(c.decode(video=0)), v.time_base  # PyAV 18.1.1: read while open
+    assert [Fraction(f.pts) * time_base for f in frames] == [Fraction(k) / rate for k in range(T)]
     whole = tmp_path / "whole.mp4"
     Renderer(avatar, voice, settings).render(whole)
     with av.open(str(whole)) as c:
