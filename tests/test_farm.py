@@ -119,10 +119,15 @@ def test_local_cluster_listens_on_loopback_only(farm):
     assert addresses <= {"127.0.0.1", "[::ffff:127.0.0.1]", "[::1]"}, ray_lines
 
 
-def test_farm_render_equals_the_single_process_render(farm, avatar, voice, single, tmp_path):
+def test_farm_render_equals_the_single_process_render(farm, home, avatar, voice, single, tmp_path):
     f, _ = farm
     out = tmp_path / "farm.mp4"
-    progress = list(f.render(avatar, voice, out, LOSSLESS))
+    progress = []
+    with Hold(home / "test-hold") as hold:  # the chunks stop after their first batch until progress shows it
+        for p in f.render(avatar, voice, out, LOSSLESS):
+            progress.append(p)
+            if 0 < p.done < 75:
+                hold.release()  # seen mid-render (a fast machine's chunks would end between two reads)
     last = progress[-1]
     assert last.finished and last.output == str(out) and last.chunks == 2 and last.retries == 0
     assert set(last.workers) == set(f.workers) == {"cpu0", "cpu1"}  # per-replica fps, by device on one node
@@ -139,16 +144,18 @@ def test_farm_render_equals_the_single_process_render(farm, avatar, voice, singl
     assert sum(s["chunks"] for s in stats.values()) == 6
 
 
-def test_a_worker_killed_mid_chunk_is_survived(farm, avatar, voice, single, tmp_path):
+def test_a_worker_killed_mid_chunk_is_survived(farm, home, avatar, voice, single, tmp_path):
     f, _ = farm
     out = tmp_path / "killed.mp4"
     killed, pid = None, 0
-    for p in f.render(avatar, voice, out, LOSSLESS):
-        busy = [w for w in p.workers if w in f.pids]
-        if killed is None and p.done > 0 and p.chunks_done == 0 and busy:
-            killed, pid = busy[0], f.pids[busy[0]]
-            os.kill(pid, signal.SIGKILL)  # the replica's process dies mid-chunk
-            assert not out.exists()
+    with Hold(home / "test-hold") as hold:  # every chunk stops after its first batch: killed mid-chunk, surely
+        for p in f.render(avatar, voice, out, LOSSLESS):
+            busy = [w for w in p.workers if w in f.pids]
+            if killed is None and p.done > 0 and p.chunks_done == 0 and busy:
+                killed, pid = busy[0], f.pids[busy[0]]
+                os.kill(pid, signal.SIGKILL)  # the replica's process dies mid-chunk
+                assert not out.exists()
+                hold.release()  # the other chunk and the retried one go on
     assert killed is not None and p.finished and p.retries >= 1
     assert same_video(decode(out), single)
     assert [x.name for x in tmp_path.iterdir()] == ["killed.mp4"]
