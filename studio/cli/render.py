@@ -419,9 +419,9 @@ def run_render(args) -> int:
 
         raise InputError("--local renders in this process and --server on that server: give one of them")
     if not getattr(args, "server", None):
-        from studio.cli.serve import NO_SERVER, PICKS, local_server
+        from studio.cli.serve import local_server
 
-        args.server, why = local_server(args)  # a warm `studio serve` on this data folder: no cold start
+        args.server, why, passed_over = local_server(args)  # a warm `studio serve` on this data folder: no cold start
         if args.server:
             print(
                 f"render: handed to the studio serve running on this data folder ({args.server}, "
@@ -431,7 +431,7 @@ def run_render(args) -> int:
             )
         else:
             lane = "; --priority orders jobs on a server only" if getattr(args, "priority", None) else ""
-            if lane or not (why == NO_SERVER or why.endswith(PICKS)):  # said only when a server was passed over
+            if lane or passed_over:  # the plain case stays quiet: a refused input keeps its one line
                 print(f"render: in this process ({why}){lane}", file=sys.stderr, flush=True)
             from studio.core.engines import preload
 

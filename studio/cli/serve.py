@@ -382,13 +382,11 @@ def withdraw() -> None:
         pass
 
 
-NO_SERVER = "no studio serve runs on this data folder"  # why, when nothing was found: not said
-PICKS = "picks where it renders"  # an option chose this process: not said either
-
-
-def local_server(args) -> tuple[str | None, str]:
-    """``(URL, "")`` of a ``studio serve`` running on this data folder on loopback that can take this
-    render (its engine is warm: no cold start here), else ``(None, why this process renders it)``:
+def local_server(args) -> tuple[str | None, str, bool]:
+    """``(URL, "", True)`` of a ``studio serve`` running on this data folder on loopback that can take this
+    render (its engine is warm: no cold start here), else ``(None, why this process renders it,
+    worth saying)``: worth a line when a server was passed over, not when none runs or an option
+    chose the place. The reasons:
     ``--local`` or ``STUDIO_LOCAL_SERVER=0``, options that pick where it renders (``--device``,
     ``--gpus``, ``--chunks``, ``--farm``), no server, a stale ``serve.json`` (its process gone, not a
     ``studio serve``, not ready), or one that needs a token we do not have."""
@@ -400,37 +398,37 @@ def local_server(args) -> tuple[str | None, str]:
     from studio.core.env import data_dir
 
     if getattr(args, "local", False):
-        return None, "--local"
+        return None, "--local", True
     if not env.flag("STUDIO_LOCAL_SERVER"):
-        return None, "STUDIO_LOCAL_SERVER=0"
+        return None, "STUDIO_LOCAL_SERVER=0", True
     for option in ("device", "gpus", "chunks"):
         if getattr(args, option, None):
-            return None, f"--{option} {PICKS}"
+            return None, f"--{option} picks where it renders", False
     if getattr(args, "farm", None) is not None:
-        return None, f"--farm {PICKS}"
+        return None, "--farm picks where it renders", False
     from studio.core.errors import StudioError
     from studio.core.store.small_files import read_small
 
     try:
         advert = json.loads(read_small(data_dir() / ADVERT, ADVERT, most=4096))
     except (OSError, ValueError, StudioError):
-        return None, NO_SERVER
+        return None, "no studio serve runs on this data folder", False
     try:
         url, pid = loopback_url(str(advert["url"])), int(advert["pid"])
         os.kill(pid, 0)  # the process is there
     except (OSError, ValueError, KeyError, TypeError):
-        return None, f"{ADVERT} names no running studio serve"
+        return None, f"{ADVERT} names no running studio serve", True
     if url is None or not is_studio_serve(pid):
-        return None, f"{ADVERT} names no loopback studio serve"  # not trusted: no job, no token
+        return None, f"{ADVERT} names no loopback studio serve", True  # not trusted: no job, no token
     if advert.get("token") and not env.get("STUDIO_SERVER_TOKEN"):
-        return None, "the studio serve of this data folder needs a token (STUDIO_SERVER_TOKEN)"
+        return None, "the studio serve of this data folder needs a token (STUDIO_SERVER_TOKEN)", True
     try:
         with urllib.request.urlopen(f"{url}/v1/ready", timeout=1.0) as r:  # our own loopback URL
             if r.status != 200 or json.loads(r.read(4096)).get("ready") is not True:
-                return None, "the studio serve of this data folder is not ready"
+                return None, "the studio serve of this data folder is not ready", True
     except (OSError, ValueError, AttributeError):
-        return None, "the studio serve of this data folder did not answer"
-    return url, ""
+        return None, "the studio serve of this data folder did not answer", True
+    return url, "", True
 
 
 def loopback_url(text: str) -> str | None:
