@@ -165,8 +165,9 @@ class MainWindow(QMainWindow):
         self.library.jobs_using = self._jobs_using
         self.commands = Actions(self)
         self.window_commands = WindowCommands(
-            self, self.commands, self.library, self.session, self.queue, self.undo_stack, self.docks
+            self.commands, self.library, self.session, self.queue, self.undo_stack, self.docks, parent=self
         )
+        self.addToolBar(self.window_commands.toolbar)
         self.state = WindowState(
             self,
             self.settings,
@@ -348,6 +349,18 @@ class MainWindow(QMainWindow):
         controls.error.connect(self.show_error)
         controls.status.connect(self.statusBar().showMessage)
         controls.renderMarker.connect(self.render_marker)
+        self.window_commands.error.connect(self.show_error)
+        self.window_commands.status.connect(self.statusBar().showMessage)
+        own = {  # the menus' commands that are the window's own
+            "quit": self.close,
+            "render": self.render_now,
+            "add_to_queue": self.add_to_queue,
+            "cancel": self.cancel_render,
+            "doctor": self.show_doctor,
+            "reset_layout": self.state.reset_layout,
+        }
+        for key, slot in own.items():
+            self.commands.on(key, slot)
         lib.avatarSelected.connect(lambda name: (s.select(avatar=name), ed.avatar_selected(name)))
         lib.scriptSelected.connect(self._script_selected)
         lib.maskToggled.connect(lambda _on: ed.overlay_toggled())

@@ -1,5 +1,6 @@
-"""The window's parts are handed their collaborators and talk back by signals: ``TransportControls``
-and ``EditorPreview`` keep no reference to the window (it is only their Qt parent), and the Playback
+"""The window's parts are handed their collaborators and talk back by signals: ``TransportControls``,
+``EditorPreview`` and ``WindowCommands`` keep no reference to the window (it is only their Qt
+parent), and the Playback
 keys work on a bare main window built from the same real parts (timeline, transport, preview,
 actions), saying what they have to say through ``status``, ``error`` and ``renderMarker``."""
 
@@ -18,7 +19,7 @@ from studio.ui.voiceovers import VoiceoverMemory
 
 
 def test_the_parts_hold_no_window_but_as_their_qt_parent(window):
-    for part in (window.editor, window.controls):
+    for part in (window.editor, window.controls, window.window_commands):
         held = [name for name, value in vars(part).items() if value is window]
         assert held == [], f"{type(part).__name__} keeps the window in {held}"
         assert part.parent() is window
@@ -28,6 +29,16 @@ def test_an_editor_error_reaches_the_window_banner(window, qtbot):
     window.editor.error.emit("the avatar “nobody” cannot be loaded")
     assert window.banner.isVisible()
     assert window.banner_text.text() == "the avatar “nobody” cannot be loaded"
+
+
+def test_the_window_commands_speak_through_signals(window, tmp_path):
+    """File > Show output folder where the folder cannot be made: the banner says so (``error``)."""
+    taken = tmp_path / "a file"
+    taken.write_text("a file where the output folder should be")
+    window.session.set("folder", str(taken))
+    window.commands["show_output"].trigger()
+    assert window.banner.isVisible()
+    assert window.banner_text.text().startswith(f"the output folder {taken} cannot be made")
 
 
 def test_the_playback_keys_work_without_the_studio_window(qtbot, tmp_path):
