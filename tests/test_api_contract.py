@@ -208,3 +208,39 @@ def test_generate_frees_its_key_after_a_dropped_connection_and_replays_say_so(se
     replay = post(300)
     assert replay.status_code == 200 and replay.headers["idempotent-replayed"] == "true"
     assert replay.headers["x-studio-job"] == again.headers["x-studio-job"] and replay.content == again.content
+
+
+def test_every_route_says_its_summary_in_its_docstring(tmp_path, monkeypatch):
+    """A route's OpenAPI summary is its function's docstring (``studio.api.route.Route``): every router
+    uses Route (without it FastAPI makes up "Get Audio" and repeats the docstring as the description),
+    and a docstring's later paragraphs are the description."""
+    import importlib
+
+    from fastapi.routing import APIRoute
+
+    from studio.api.route import Route, docstring_parts
+
+    monkeypatch.setenv("STUDIO_HOME", str(tmp_path))
+    from studio.api.app import create_app
+
+    ops = {op["operationId"]: op for item in create_app().openapi()["paths"].values() for op in item.values()}
+    names = sorted(p.stem for p in (ROOT / "studio/api/routers").glob("*.py") if p.stem != "__init__")
+    routes = [r for n in names for r in importlib.import_module(f"studio.api.routers.{n}").router.routes]
+    api_routes = [r for r in routes if isinstance(r, APIRoute)]
+    assert len(api_routes) == len(ops) >= 40
+    for route in api_routes:
+        assert isinstance(route, Route), route.name
+        summary, _ = docstring_parts(route.endpoint)
+        assert summary and ops[route.name]["summary"] == summary, route.name
+        assert "description" not in ops[route.name], route.name  # one paragraph each: no description
+
+    def two_paragraphs():
+        """Say it
+        on two lines.
+
+        Then more."""
+
+    route = Route("/x", two_paragraphs, methods=["GET"])
+    assert (route.summary, route.description) == ("Say it on two lines.", "Then more.")
+    named = Route("/x", two_paragraphs, summary="Named", methods=["GET"])
+    assert (named.summary, named.description) == ("Named", "Then more.")

@@ -35,6 +35,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header
 
 from studio.api.models import Job
+from studio.api.route import repeats_summary
 from studio.api.schema import INT64_MAX, INT64_MIN
 
 NULL = {"type": "null"}
@@ -77,6 +78,9 @@ def _make(app) -> dict:
         tags=app.openapi_tags,
         webhooks=_webhook_routes(),
     )
+    for _path, _method, op in _operations(doc):
+        if repeats_summary(op):  # a one-paragraph docstring is the summary alone (studio.api.route)
+            del op["description"]
     _binary_uploads(doc)
     _exact_bounds(doc)
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})

@@ -5,7 +5,8 @@ spoken text the web page uses), ``frames``, ``engines``, ``ops`` (health, readin
 (the Ray farm of ``studio serve --farm``) ``webhooks`` (a job's redelivery) and ``session`` (the page's media cookie). The routes are thin:
 the work is the service's and the core's; they reach the shared state through the ``State``
 dependency (``studio.api.state``). A route's ``operationId`` is its function's name
-(``operation_id``), so no route states it again.
+(``operation_id``) and its summary its function's docstring (every router's ``route_class`` is
+``studio.api.route.Route``), so no route states either again.
 """
 
 

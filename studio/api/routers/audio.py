@@ -14,9 +14,10 @@ from starlette.concurrency import run_in_threadpool
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent
 from studio.api.models import Answer, AudioAnalysis, AudioForm, AudioId, SilenceQuery, binary, errors
+from studio.api.route import Route
 from studio.api.state import ApiState, State
 
-router = APIRouter(tags=["audio"])
+router = APIRouter(tags=["audio"], route_class=Route)
 
 
 @router.post(
@@ -24,10 +25,10 @@ router = APIRouter(tags=["audio"])
     status_code=201,
     response_model=AudioAnalysis,
     responses=errors(409, 413, 415, 422),
-    summary="Upload a voice-over once; renders and frames use it by id. Answers its silence analysis",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
 async def upload_audio(st: State, request: Request, response: Response, form: Annotated[AudioForm, File()]) -> dict:
+    """Upload a voice-over once; renders and frames use it by id. Answers its silence analysis"""
     f = form
     async with Idempotent(st, request, form, response) as once:
         if once.replayed is not None:
@@ -40,13 +41,9 @@ async def upload_audio(st: State, request: Request, response: Response, form: An
     return answer
 
 
-@router.get(
-    "/v1/audio/{audio_id}",
-    response_model=AudioAnalysis,
-    responses=errors(404, 422),
-    summary="An uploaded voice-over's silence analysis",
-)
+@router.get("/v1/audio/{audio_id}", response_model=AudioAnalysis, responses=errors(404, 422))
 def get_audio(st: State, audio_id: AudioId, q: Annotated[SilenceQuery, Query()]) -> dict:
+    """An uploaded voice-over's silence analysis"""
     return analysis(st, audio_id, q.threshold, q.min_silence)
 
 
@@ -96,10 +93,9 @@ def _owner():
     return current().owner
 
 
-@router.get(
-    "/v1/audio", response_model=VoiceOverList, responses=errors(), summary="The voice-overs uploaded (newest first)"
-)
+@router.get("/v1/audio", response_model=VoiceOverList, responses=errors())
 def list_audio(st: State) -> dict:
+    """The voice-overs uploaded (newest first)"""
     return {"voiceovers": [_row(r) for r in st.uploads.list_audio(_owner())]}
 
 
@@ -107,9 +103,9 @@ def list_audio(st: State) -> dict:
     "/v1/audio/{audio_id}/file",
     response_class=FileResponse,
     responses=binary(" ".join(sorted(set(AUDIO_OUT.values()))), "the voice-over as uploaded", 404, 422),
-    summary="The voice-over's sound as uploaded (HTTP Range supported)",
 )
 def get_audio_file(st: State, audio_id: AudioId):
+    """The voice-over's sound as uploaded (HTTP Range supported)"""
     row = st.uploads.owned_meta(audio_id, _owner())
     path = st.uploads.audio_path(audio_id)
     kind = AUDIO_OUT.get(path.suffix.lower(), "application/octet-stream")  # the documented types only
@@ -122,13 +118,9 @@ def get_audio_file(st: State, audio_id: AudioId):
     )
 
 
-@router.patch(
-    "/v1/audio/{audio_id}",
-    response_model=VoiceOver,
-    responses=errors(400, 404, 422),
-    summary="Rename a voice-over (its id and sound stay)",
-)
+@router.patch("/v1/audio/{audio_id}", response_model=VoiceOver, responses=errors(400, 404, 422))
 def rename_audio(st: State, audio_id: AudioId, body: Rename) -> dict:
+    """Rename a voice-over (its id and sound stay)"""
     import os
 
     row = st.uploads.rename_audio(audio_id, body.filename, _owner())
@@ -136,13 +128,9 @@ def rename_audio(st: State, audio_id: AudioId, body: Rename) -> dict:
     return _row({**row, "modified": os.path.getmtime(meta)})
 
 
-@router.delete(
-    "/v1/audio/{audio_id}",
-    response_model=AudioRemoved,
-    responses=errors(404, 409, 422),
-    summary="Remove a voice-over (409 while a queued or running job reads it)",
-)
+@router.delete("/v1/audio/{audio_id}", response_model=AudioRemoved, responses=errors(404, 409, 422))
 def remove_audio(st: State, audio_id: AudioId) -> dict:
+    """Remove a voice-over (409 while a queued or running job reads it)"""
     active = {j.audio for j in st.queue.list() if j.state in ("draft", "queued", "held", "running")}
     deleted = st.uploads.remove_audio(audio_id, _owner(), active)
     return {"removed": audio_id, "deleted": deleted}

@@ -15,9 +15,10 @@ from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent
 from studio.api.inputs import NAME_RE, library_folder
 from studio.api.models import NAME_PATTERN, Avatar, AvatarForm, AvatarList, AvatarName, AvatarRemoved, binary, errors
+from studio.api.route import Route
 from studio.api.state import State
 
-router = APIRouter(tags=["avatars"])
+router = APIRouter(tags=["avatars"], route_class=Route)
 
 
 def listed() -> list[dict]:
@@ -33,13 +34,9 @@ def listed() -> list[dict]:
     return out
 
 
-@router.get(
-    "/v1/avatars",
-    response_model=AvatarList,
-    responses=errors(),
-    summary="The avatar library, with thumbnail links",
-)
+@router.get("/v1/avatars", response_model=AvatarList, responses=errors())
 def list_avatars() -> dict:
+    """The avatar library, with thumbnail links"""
     return {"avatars": listed()}
 
 
@@ -47,12 +44,12 @@ def list_avatars() -> dict:
     "/v1/avatars/{name}/thumbnail",
     response_class=FileResponse,
     responses=binary("image/png image/jpeg", "the avatar's thumbnail (PNG; JPEG at px)", 404, 422),
-    summary="The avatar's thumbnail (PNG), or a small JPEG of it (px: its longer side, for a list)",
 )
 def get_avatar_thumbnail(
     name: AvatarName,
     px: Annotated[int | None, Query(ge=16, le=192, description="a JPEG this many pixels on its longer side")] = None,
 ):
+    """The avatar's thumbnail (PNG), or a small JPEG of it (px: its longer side, for a list)"""
     thumb = library_folder(name) / "thumbnail.png"
     if not thumb.exists():
         raise ApiError(404, f"avatar '{name}' has no thumbnail")
@@ -76,10 +73,10 @@ def get_avatar_thumbnail(
     status_code=201,
     response_model=Avatar,
     responses=errors(404, 409, 410, 413, 415, 422),
-    summary="Add an avatar to the library from an uploaded photo or video",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
 async def add_avatar(st: State, request: Request, response: Response, form: Annotated[AvatarForm, File()]) -> dict:
+    """Add an avatar to the library from an uploaded photo or video"""
     async with Idempotent(st, request, form, response) as once:
         if once.replayed is not None:
             name = once.replayed["answer"]["name"]
@@ -126,13 +123,9 @@ async def _add_avatar(st, form) -> dict:
     return next(a for a in listed() if a["name"] == name)
 
 
-@router.delete(
-    "/v1/avatars/{name}",
-    response_model=AvatarRemoved,
-    responses=errors(404, 422),
-    summary="Remove an avatar from the library",
-)
+@router.delete("/v1/avatars/{name}", response_model=AvatarRemoved, responses=errors(404, 422))
 def remove_avatar(st: State, name: AvatarName) -> dict:
+    """Remove an avatar from the library"""
     from studio.core.avatars import library as avatar_mod
 
     library_folder(name)
@@ -150,13 +143,9 @@ class AvatarRename(BaseModel):
 ACTIVE = ("draft", "queued", "held", "running")
 
 
-@router.patch(
-    "/v1/avatars/{name}",
-    response_model=Avatar,
-    responses=errors(404, 409, 422),
-    summary="Rename an avatar (its files stay; 409 while a job to run names it, or when the name is taken)",
-)
+@router.patch("/v1/avatars/{name}", response_model=Avatar, responses=errors(404, 409, 422))
 def rename_avatar(st: State, name: AvatarName, body: AvatarRename) -> dict:
+    """Rename an avatar (its files stay; 409 while a job to run names it, or when the name is taken)"""
     from studio.core.avatars import library as avatar_mod
 
     library_folder(name)

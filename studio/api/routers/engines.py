@@ -5,19 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from studio.api.models import errors
+from studio.api.route import Route
 from studio.api.server_models import Engines
 from studio.api.state import State
 
-router = APIRouter(tags=["server"])
+router = APIRouter(tags=["server"], route_class=Route)
 
 
-@router.get(
-    "/v1/engines",
-    response_model=Engines,
-    responses=errors(),
-    summary="Which engines can run here, which auto picks, which are warm",
-)
+@router.get("/v1/engines", response_model=Engines, responses=errors())
 def list_engines(st: State) -> dict:
+    """Which engines can run here, which auto picks, which are warm"""
     from studio.core.engines import auto_engine, engine_status
 
     status = engine_status()

@@ -13,21 +13,18 @@ from starlette.concurrency import run_in_threadpool
 
 from studio.api.errors import ApiError
 from studio.api.models import errors
+from studio.api.route import Route
 from studio.api.server_models import Farm
 from studio.api.state import State
 
-router = APIRouter(tags=["server"])
+router = APIRouter(tags=["server"], route_class=Route)
 
 NO_FARM = "this server does not render on a farm: start it with `studio serve --farm [HOST:PORT]`"
 
 
-@router.get(
-    "/v1/farm",
-    response_model=Farm,
-    responses=errors(409),
-    summary="The farm's nodes and render actors: devices, warm engines, jobs in flight, frames/s",
-)
+@router.get("/v1/farm", response_model=Farm, responses=errors(409))
 async def farm_status(st: State) -> dict:
+    """The farm's nodes and render actors: devices, warm engines, jobs in flight, frames/s"""
     dispatcher = st.farm  # the FarmDispatcher of --farm (None without)
     if dispatcher is None:
         raise ApiError(409, NO_FARM)

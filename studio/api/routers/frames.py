@@ -15,22 +15,19 @@ from starlette.concurrency import run_in_threadpool
 from studio.api.errors import ApiError
 from studio.api.inputs import library_avatar
 from studio.api.models import FrameQuery, JobFrameQuery, JobId, binary
+from studio.api.route import Route
 from studio.api.schema import sent_settings, settings_of
 from studio.api.state import State
 
-router = APIRouter(tags=["frames"])
+router = APIRouter(tags=["frames"], route_class=Route)
 
 PNG_DOC = binary("image/png", "the frame, PNG", 403, 404, 422)
 JOB_PNG_DOC = binary("image/png", "the frame, PNG", 403, 404, 410, 422)
 
 
-@router.get(
-    "/v1/frame",
-    response_class=Response,
-    responses=PNG_DOC,
-    summary="The exact frame a render writes at time t (PNG): scrubbing over HTTP",
-)
+@router.get("/v1/frame", response_class=Response, responses=PNG_DOC)
 async def get_frame(st: State, q: Annotated[FrameQuery, Query()]):
+    """The exact frame a render writes at time t (PNG): scrubbing over HTTP"""
     from studio.core.render.resolve import resolve
     from studio.service.preflight import runnable_here
 
@@ -42,13 +39,9 @@ async def get_frame(st: State, q: Annotated[FrameQuery, Query()]):
     return await _png(st, av, audio, res.settings, q.t)
 
 
-@router.get(
-    "/v1/renders/{job_id}/frame",
-    response_class=Response,
-    responses=JOB_PNG_DOC,
-    summary="The exact frame of a render job at time t (PNG): its avatar, voice-over and settings",
-)
+@router.get("/v1/renders/{job_id}/frame", response_class=Response, responses=JOB_PNG_DOC)
 async def get_render_frame(st: State, job_id: JobId, q: Annotated[JobFrameQuery, Query()]):
+    """The exact frame of a render job at time t (PNG): its avatar, voice-over and settings"""
     from studio.service.job_requests import request_of
 
     job = st.job(job_id)

@@ -22,10 +22,11 @@ from starlette.websockets import WebSocketDisconnect
 
 from studio.api.errors import ApiError
 from studio.api.models import Answer, errors
+from studio.api.route import Route
 from studio.api.sse import resource_links
 from studio.api.state import State
 
-router = APIRouter(tags=["live"])
+router = APIRouter(tags=["live"], route_class=Route)
 
 MAX_WS_MESSAGE = 1 << 20  # bytes of one audio message (about 11 s at 48 kHz)
 LIVE_SETTINGS = ("engine", "decoder", "precision", "device", "canvas", "fit", "background", "threshold")
@@ -123,14 +124,9 @@ def session_of(st, sid: str):
     return s
 
 
-@router.post(
-    "/v1/live",
-    status_code=201,
-    response_model=LiveSession,
-    responses=errors(400, 404, 422, 429, 503),
-    summary="Open a live session (the presenter rests until a voice comes)",
-)
+@router.post("/v1/live", status_code=201, response_model=LiveSession, responses=errors(400, 404, 422, 429, 503))
 async def open_live(st: State, form: LiveForm, response: Response):
+    """Open a live session (the presenter rests until a voice comes)"""
     from studio.api.clients import current
     from studio.api.inputs import library_avatar
     from studio.core.settings import from_dict
@@ -152,8 +148,9 @@ async def open_live(st: State, form: LiveForm, response: Response):
     return session_json(s, with_key=True)
 
 
-@router.get("/v1/live", response_model=LiveList, responses=errors(), summary="The open live sessions")
+@router.get("/v1/live", response_model=LiveList, responses=errors())
 def list_live(st: State):
+    """The open live sessions"""
     from studio.api.clients import current
 
     who = current()
@@ -166,13 +163,15 @@ def list_live(st: State):
     }
 
 
-@router.get("/v1/live/{sid}", response_model=LiveSession, responses=errors(404, 422), summary="A live session now")
+@router.get("/v1/live/{sid}", response_model=LiveSession, responses=errors(404, 422))
 def get_live(st: State, sid: str):
+    """A live session now"""
     return session_json(session_of(st, sid))
 
 
-@router.delete("/v1/live/{sid}", status_code=204, responses=errors(404, 422), summary="End a live session")
+@router.delete("/v1/live/{sid}", status_code=204, responses=errors(404, 422))
 async def end_live(st: State, sid: str):
+    """End a live session"""
     session_of(st, sid)
     for v in [v for v in st.viewers.values() if v.session.id == sid]:
         st.viewers.pop(v.id, None)
@@ -192,9 +191,9 @@ async def end_live(st: State, sid: str):
         },
         **errors(400, 404, 409, 415, 422, 503),
     },
-    summary="WHEP: join as a viewer with an SDP offer",
 )
 async def whep(st: State, sid: str, request: Request):
+    """WHEP: join as a viewer with an SDP offer"""
     s = session_of(st, sid)
     try:
         from studio.api.live_rtc import Viewer, parse_offer_check
@@ -228,8 +227,9 @@ async def whep(st: State, sid: str, request: Request):
     )
 
 
-@router.delete("/v1/live/{sid}/whep/{vid}", status_code=204, responses=errors(404, 422), summary="WHEP: leave")
+@router.delete("/v1/live/{sid}/whep/{vid}", status_code=204, responses=errors(404, 422))
 async def whep_leave(st: State, sid: str, vid: str):
+    """WHEP: leave"""
     session_of(st, sid)
     v = st.viewers.get(vid)
     if v is None or v.session.id != sid:
@@ -239,39 +239,24 @@ async def whep_leave(st: State, sid: str, vid: str):
     return Response(status_code=204)
 
 
-@router.post(
-    "/v1/live/{sid}/speak",
-    status_code=202,
-    response_model=Spoken,
-    responses=errors(400, 404, 422),
-    summary="Say this text next",
-)
+@router.post("/v1/live/{sid}/speak", status_code=202, response_model=Spoken, responses=errors(400, 404, 422))
 def speak(st: State, sid: str, form: SpeakForm):
+    """Say this text next"""
     s = session_of(st, sid)
     s.speak(form.text)
     return {"queued": True, "queued_voice_s": round(s.voice.queued_s, 3)}
 
 
-@router.post(
-    "/v1/live/{sid}/clear",
-    status_code=202,
-    response_model=Cleared,
-    responses=errors(404, 422),
-    summary="Barge-in: drop the queued voice",
-)
+@router.post("/v1/live/{sid}/clear", status_code=202, response_model=Cleared, responses=errors(404, 422))
 def clear(st: State, sid: str):
+    """Barge-in: drop the queued voice"""
     s = session_of(st, sid)
     return {"cleared": True, "frame": s.clear()}
 
 
-@router.post(
-    "/v1/live/{sid}/push",
-    status_code=201,
-    response_model=LivePush,
-    responses=errors(400, 404, 409, 422),
-    summary="Push to RTMP(S)/SRT",
-)
+@router.post("/v1/live/{sid}/push", status_code=201, response_model=LivePush, responses=errors(400, 404, 409, 422))
 def push(st: State, sid: str, form: PushForm):
+    """Push to RTMP(S)/SRT"""
     from studio.service.live_push import Push
 
     s = session_of(st, sid)
@@ -283,8 +268,9 @@ def push(st: State, sid: str, form: PushForm):
     return p.describe()
 
 
-@router.delete("/v1/live/{sid}/push/{pid}", status_code=204, responses=errors(404, 422), summary="Stop a push")
+@router.delete("/v1/live/{sid}/push/{pid}", status_code=204, responses=errors(404, 422))
 def stop_push(st: State, sid: str, pid: str):
+    """Stop a push"""
     s = session_of(st, sid)
     p = next((p for p in s.pushes if p.id == pid), None)
     if p is None:
@@ -315,9 +301,9 @@ def stop_push(st: State, sid: str, pid: str):
         },
         **errors(404, 422),
     },
-    summary="Server-Sent Events of a live session",
 )
 async def live_events(st: State, sid: str):
+    """Server-Sent Events of a live session"""
     from sse_starlette.sse import EventSourceResponse
 
     s = session_of(st, sid)

@@ -20,21 +20,18 @@ from starlette.concurrency import run_in_threadpool
 
 from studio import __version__
 from studio.api.models import errors
+from studio.api.route import Route
 from studio.api.server_models import Health, Ready, SchedulerState
 from studio.api.state import ApiState, State
 
-router = APIRouter(tags=["server"])
+router = APIRouter(tags=["server"], route_class=Route)
 
 MIN_FREE_BYTES = 512 * 2**20  # a render needs room for its file and its temporaries
 
 
-@router.get(
-    "/v1/health",
-    response_model=Health,
-    responses=errors(),
-    summary="Is the server up (liveness); what is queued and running",
-)
+@router.get("/v1/health", response_model=Health, responses=errors())
 def health(st: State, request: Request) -> dict:
+    """Is the server up (liveness); what is queued and running"""
     if anonymous(request):  # a probe without the token: alive, and nothing about jobs
         return {"ok": True, "version": __version__, "uptime_s": round(time.time() - st.started, 1)}
     from studio.api.clients import sees
@@ -53,13 +50,9 @@ def health(st: State, request: Request) -> dict:
     }
 
 
-@router.get(
-    "/v1/ready",
-    response_model=Ready,
-    responses=errors(503),
-    summary="Can this server render now: an engine, the device, a writable data folder, the queue runner",
-)
+@router.get("/v1/ready", response_model=Ready, responses=errors(503))
 async def ready(st: State, request: Request):
+    """Can this server render now: an engine, the device, a writable data folder, the queue runner"""
     w = st.warmup
     if w is not None and not w.ready:  # the engines are loading: say what, and when to ask again
         text = st.public_text(w.status())
@@ -157,23 +150,19 @@ def _queue(st: ApiState) -> str:
         },
         **errors(),
     },
-    summary="Metrics for Prometheus: jobs by state, render seconds, frames/s, queue depth, uploads, GPU memory",
 )
 def metrics(st: State, request: Request):
+    """Metrics for Prometheus: jobs by state, render seconds, frames/s, queue depth, uploads, GPU memory"""
     body, kind = st.metrics.render(request.headers.get("accept"))
     return Response(body, headers={"Content-Type": kind})
 
 
-@router.get(
-    "/v1/scheduler",
-    response_model=SchedulerState,
-    responses=errors(422),
-    summary="The scheduler's counters: frames served per client and lane, weights, and the recent batches",
-)
+@router.get("/v1/scheduler", response_model=SchedulerState, responses=errors(422))
 def scheduler(
     st: State,
     since: Annotated[
         float | None, Query(ge=0, le=1e12, description="only the batches served after this (the server's `now`)")
     ] = None,
 ) -> dict:
+    """The scheduler's counters: frames served per client and lane, weights, and the recent batches"""
     return st.scheduler.snapshot(since=since)

@@ -31,13 +31,14 @@ from studio.api.models import (
     binary_content,
     errors,
 )
+from studio.api.route import Route
 from studio.api.routers.frames import inputs_here, jpeg_bytes
 from studio.api.schema import INT64_MAX
 from studio.api.side_files import MEDIA_TYPES, NAME_PATTERN
 from studio.api.state import State
 from studio.service.job_requests import owned_output
 
-router = APIRouter(tags=["renders"])
+router = APIRouter(tags=["renders"], route_class=Route)
 
 DEFAULT_PAGE, MAX_PAGE = 50, 500
 JobStateQuery = Literal[JOB_STATES]  # type: ignore[valid-type]
@@ -88,10 +89,10 @@ SSE_DOC = {
         499,
         headers=MP4_HEADERS,
     ),
-    summary="Render and answer the finished MP4 in one request (the reference interface)",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
 async def generate(st: State, request: Request, form: Annotated[RenderForm, File()]):
+    """Render and answer the finished MP4 in one request (the reference interface)"""
     form_body(request)
     async with Idempotent(st, request, form, dead=lambda got: _came_to_nothing(st, got)) as once:
         replayed = once.replayed is not None
@@ -130,10 +131,10 @@ def _came_to_nothing(st, got: dict) -> bool:
     status_code=202,
     response_model=Job,
     responses=errors(403, 404, 409, 410, 413, 415, 422, 429),
-    summary="Queue a render; answers the job (its id and links) at once",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
 async def create_render(st: State, request: Request, response: Response, form: Annotated[RenderForm, File()]) -> dict:
+    """Queue a render; answers the job (its id and links) at once"""
     form_body(request)
     async with Idempotent(st, request, form, response) as once:
         if once.replayed is not None:
@@ -143,12 +144,7 @@ async def create_render(st: State, request: Request, response: Response, form: A
     return _located(st, response, job)
 
 
-@router.get(
-    "/v1/renders",
-    response_model=JobPage,
-    responses=errors(422),
-    summary="The jobs, newest first, a page at a time (the window's and `studio queue`'s too)",
-)
+@router.get("/v1/renders", response_model=JobPage, responses=errors(422))
 def list_renders(
     st: State,
     request: Request,
@@ -158,6 +154,7 @@ def list_renders(
         str | None, Query(description="the `next` link's cursor (opaque)", pattern=CURSOR_PATTERN, max_length=19)
     ] = None,
 ) -> dict:
+    """The jobs, newest first, a page at a time (the window's and `studio queue`'s too)"""
     before = _cursor(cursor)
     from studio.api.clients import current
 
@@ -171,18 +168,15 @@ def list_renders(
     return {"renders": [st.job_json(j, estimates) for j in jobs], "next": nxt}
 
 
-@router.get("/v1/renders/{job_id}", response_model=Job, responses=errors(404, 422), summary="One job")
+@router.get("/v1/renders/{job_id}", response_model=Job, responses=errors(404, 422))
 def get_render(st: State, job_id: JobId) -> dict:
+    """One job"""
     return st.job_json(st.job(job_id))
 
 
-@router.get(
-    "/v1/renders/{job_id}/events",
-    response_class=Response,
-    responses=SSE_DOC,
-    summary="Server-Sent Events: state, then progress (frames, fps, ETA, preview) until a final state",
-)
+@router.get("/v1/renders/{job_id}/events", response_class=Response, responses=SSE_DOC)
 async def render_events(st: State, job_id: JobId):
+    """Server-Sent Events: state, then progress (frames, fps, ETA, preview) until a final state"""
     from sse_starlette.sse import EventSourceResponse
 
     st.job(job_id)
@@ -200,9 +194,9 @@ async def render_events(st: State, job_id: JobId):
         },
         **errors(),
     },
-    summary="Server-Sent Events of every job (the page's queue follows it instead of polling the list)",
 )
 async def queue_events(st: State):
+    """Server-Sent Events of every job (the page's queue follows it instead of polling the list)"""
     from sse_starlette.sse import EventSourceResponse
 
     from studio.api.clients import acting_as, current, sees
@@ -227,9 +221,9 @@ async def queue_events(st: State):
             "content": binary_content(VIDEO_OUT),
         },
     },
-    summary="The finished MP4 (HTTP Range supported)",
 )
 def get_render_video(st: State, job_id: JobId, request: Request):
+    """The finished MP4 (HTTP Range supported)"""
     job = st.job(job_id)
     if job.state == "expired":
         raise ApiError(410, f"the video of render job {job_id} is no longer on the server ({job.reason})")
@@ -304,7 +298,6 @@ SIDE_FILE_200 = {
             "content": binary_content(MEDIA_TYPES),
         },
     },
-    summary="A side file of a job, by the name its `files` list gives (same authorisation as the video)",
 )
 def get_render_file(
     st: State,
@@ -312,6 +305,7 @@ def get_render_file(
     request: Request,
     name: Annotated[str, PathParam(pattern=NAME_PATTERN, description="a name from the job's `files`")],
 ):
+    """A side file of a job, by the name its `files` list gives (same authorisation as the video)"""
     from studio.api.side_files import find, media_type
 
     job = st.job(job_id)
@@ -344,9 +338,9 @@ SIDE_FILE_HEADERS = {
         422,
         headers={"X-Studio-Frame": {"description": "its frame index", "schema": {"type": "integer"}}},
     ),
-    summary="The latest preview frame of a running job (JPEG)",
 )
 def get_render_preview(st: State, job_id: JobId):
+    """The latest preview frame of a running job (JPEG)"""
     st.job(job_id)
     got = st.events.preview(job_id)
     if got is None:
@@ -359,12 +353,7 @@ def get_render_preview(st: State, job_id: JobId):
     )
 
 
-@router.delete(
-    "/v1/renders/{job_id}",
-    response_model=Job | Removed,
-    responses=errors(404, 409, 422),
-    summary="Cancel a queued or running job (nothing is written); a finished one is 409 unless purge=true",
-)
+@router.delete("/v1/renders/{job_id}", response_model=Job | Removed, responses=errors(404, 409, 422))
 def delete_render(
     st: State,
     job_id: JobId,
@@ -372,6 +361,7 @@ def delete_render(
         bool, Query(description="a finished job: remove it and its video (without it a finished job stays: 409)")
     ] = False,
 ) -> dict:
+    """Cancel a queued or running job (nothing is written); a finished one is 409 unless purge=true"""
     from studio.service.queue import JobFinished
 
     st.job(job_id)
@@ -401,10 +391,10 @@ def _inputs_gone(job_id: int) -> str:
     status_code=202,
     response_model=Job,
     responses=errors(404, 409, 410, 422, 429),
-    summary="Render a finished job again as a new job (retry_of names it); the original and its video stay",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
 async def retry_render(st: State, request: Request, response: Response, job_id: JobId) -> dict:
+    """Render a finished job again as a new job (retry_of names it); the original and its video stay"""
     from studio.core.errors import StudioError
     from studio.service.queue import JobActive
 

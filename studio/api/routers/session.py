@@ -12,9 +12,10 @@ from pydantic import Field
 
 from studio.api.media import COOKIE
 from studio.api.models import Answer, errors
+from studio.api.route import Route
 from studio.api.state import State
 
-router = APIRouter(tags=["server"])
+router = APIRouter(tags=["server"], route_class=Route)
 
 
 class MediaSession(Answer):
@@ -24,13 +25,9 @@ class MediaSession(Answer):
     expires_in_s: int = Field(description="seconds until it ends (0: cleared); renew it before")
 
 
-@router.post(
-    "/v1/session",
-    response_model=MediaSession,
-    responses=errors(403),
-    summary="Set the media cookie: the browser may then GET videos, side files and frames by URL (HTTP Range)",
-)
+@router.post("/v1/session", response_model=MediaSession, responses=errors(403))
 def open_session(st: State, request: Request, response: Response) -> dict:
+    """Set the media cookie: the browser may then GET videos, side files and frames by URL (HTTP Range)"""
     from studio.api.clients import current
 
     value, max_age = st.media.issue(current())
@@ -46,7 +43,8 @@ def open_session(st: State, request: Request, response: Response) -> dict:
     return {"cookie": COOKIE, "expires_in_s": max_age}
 
 
-@router.delete("/v1/session", response_model=MediaSession, responses=errors(403), summary="Clear the media cookie")
+@router.delete("/v1/session", response_model=MediaSession, responses=errors(403))
 def close_session(response: Response) -> dict:
+    """Clear the media cookie"""
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return {"cookie": COOKIE, "expires_in_s": 0}

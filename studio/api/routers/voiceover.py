@@ -23,10 +23,11 @@ from studio.api.errors import ApiError
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent
 from studio.api.models import Answer, AudioAnalysis, errors
+from studio.api.route import Route
 from studio.api.schema import settings_fields
 from studio.api.state import State
 
-router = APIRouter(tags=["audio"])
+router = APIRouter(tags=["audio"], route_class=Route)
 
 MAX_COLUMNS = 8000
 
@@ -92,13 +93,9 @@ else:
     WaveformQuery = _waveform_query()
 
 
-@router.get(
-    "/v1/audio/{audio_id}/waveform",
-    response_model=Waveform,
-    responses=errors(404, 422),
-    summary="An uploaded voice-over's waveform, per-frame RMS and silent spans on a render's frame grid",
-)
+@router.get("/v1/audio/{audio_id}/waveform", response_model=Waveform, responses=errors(404, 422))
 def get_audio_waveform(st: State, audio_id: str, q: Annotated[WaveformQuery, Query()]) -> dict:
+    """An uploaded voice-over's waveform, per-frame RMS and silent spans on a render's frame grid"""
     from studio.core.avatars.library import output_rate_for
     from studio.core.media.analysis import analyze
     from studio.core.media.rates import drop_frames, nominal, rate_number, rate_text
@@ -147,10 +144,11 @@ def envelope(lo, hi, columns: int) -> dict:
     status_code=201,
     response_model=AudioAnalysis,
     responses=errors(409, 422),
-    summary="Speak a text (Piper, or espeak-ng where Piper is missing) and keep it as an uploaded voice-over (answers its analysis)",
     openapi_extra={"parameters": [IDEMPOTENCY_DOC]},
 )
 async def speak_text(st: State, request: Request, response: Response, form: Annotated[SpeechForm, Form()]) -> dict:
+    """Speak a text (Piper, or espeak-ng where Piper is missing) and keep it as an uploaded voice-over
+    (answers its analysis)"""
     from studio.api.routers.audio import analysis
 
     async with Idempotent(st, request, form, response) as once:

@@ -9,19 +9,16 @@ from fastapi import APIRouter, Query
 
 from studio.api.errors import ApiError
 from studio.api.models import Job, JobId, errors
+from studio.api.route import Route
 from studio.api.state import State
 
-router = APIRouter(tags=["renders"])
+router = APIRouter(tags=["renders"], route_class=Route)
 
 EventQuery = Literal["done", "failed", "cancelled", "interrupted", "expired", "checked"]
 
 
 @router.post(
-    "/v1/renders/{job_id}/webhook/redeliver",
-    status_code=202,
-    response_model=Job,
-    responses=errors(403, 404, 409, 422),
-    summary="Call the job's webhook again (another round of tries, the same X-Studio-Delivery ids)",
+    "/v1/renders/{job_id}/webhook/redeliver", status_code=202, response_model=Job, responses=errors(403, 404, 409, 422)
 )
 def redeliver_webhook(
     st: State,
@@ -31,6 +28,7 @@ def redeliver_webhook(
         Query(description="only this call: the job's final state, or `checked` (default: every call the job makes)"),
     ] = None,
 ) -> dict:
+    """Call the job's webhook again (another round of tries, the same X-Studio-Delivery ids)"""
     from studio.api.webhooks import redeliver
 
     job = st.job(job_id)
