@@ -2,10 +2,10 @@
 the user's deliveries (``<data>/deliveries/NAME.json``, through ``store/deliveries.py`` as ``studio
 delivery save`` does) and appear at once in the Delivery box.
 
-    row = DeliveryButtons(session, delivery_combo)   # under the settings
+    row = DeliveryButtons(session, delivery_combo, history)   # under the settings
     row.save_clicked()      # asks a name (``name_box``); a clash asks before replacing (``clash_box``)
     row.remove_clicked()    # the chosen delivery, when it is one of yours (``remove_box`` asks first)
-    row.history = history   # the window's undo history: a removal is one step, undone by Ctrl+Z
+    # history: the window's undo history (a removal is one step, undone by Ctrl+Z); None: removals are final
 
 The dialogs are opened window-modal (``open``), kept as attributes, so a test answers them with real
 clicks. A refusal (a shipped name, nothing to save) is one sentence in ``note``.
@@ -61,7 +61,7 @@ def refresh_choices(combo: QComboBox) -> None:
 
 
 class DeliveryButtons(QWidget):
-    def __init__(self, session, combo: QComboBox, parent=None):
+    def __init__(self, session, combo: QComboBox, history=None, parent=None):
         super().__init__(parent)
         self.session = session
         self.combo = combo
@@ -86,7 +86,7 @@ class DeliveryButtons(QWidget):
         box.setContentsMargins(0, 0, 0, 0)
         box.addLayout(row)
         box.addWidget(self.note)
-        self.history = None  # the window's undo history (studio.ui.undo.History); None: removals are final
+        self.history = history  # the window's undo history (studio.ui.undo.History); None: removals are final
         self.name_box: QInputDialog | None = None
         self.clash_box: QMessageBox | None = None
         self.remove_box: QMessageBox | None = None

@@ -95,13 +95,13 @@ class LibraryPanel(QWidget):
     status = Signal(str)  # a passing message (the status bar)
     error = Signal(str)
 
-    def __init__(self, parent=None):
+    def __init__(self, history=None, jobs_using=None, parent=None):
         super().__init__(parent)
         self.setObjectName("library")
         self.settings = cfg.settings()
         self.task = None  # the running avatar preparation, if any
-        self.history = None  # the window's undo history (studio.ui.undo.History)
-        self.jobs_using = None  # names -> how many waiting jobs of the queue use those avatars (the window's)
+        self.history = history  # the window's undo history (studio.ui.undo.History); None: removals are final
+        self.jobs_using = jobs_using  # names -> how many waiting jobs of the queue use those avatars
         self._entries: dict[str, dict] = {}
         self.analyses: dict[str, object] = {}  # path -> AudioAnalysis of scripts checked on import
         self._checking: set[str] = set()  # audio files being read before they join the list

@@ -133,8 +133,14 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.splitter)
 
         # ---- docks
-        self.library = LibraryPanel()
-        self.render_panel = RenderPanel(self.session)
+        from PySide6.QtGui import QUndoStack
+
+        from studio.ui.undo import History
+
+        self.undo_stack = QUndoStack(self)
+        self.history = History(self.undo_stack, self.session)  # also brings a removed avatar or delivery back
+        self.library = LibraryPanel(self.history, self._jobs_using)
+        self.render_panel = RenderPanel(self.session, self.history)
         self.queue_panel = QueuePanel(self.service)
         self.doctor = DoctorPanel()
         # the Render dock runs the full height (it fits 1080p unscrolled); the Queue spans the rest
@@ -154,15 +160,6 @@ class MainWindow(QMainWindow):
         self.queue_dock.raise_()
         self.doctor_dock.visibilityChanged.connect(self._doctor_visible)
 
-        from PySide6.QtGui import QUndoStack
-
-        from studio.ui.undo import History
-
-        self.undo_stack = QUndoStack(self)
-        self.history = History(self.undo_stack, self.session)
-        self.library.history = self.history
-        self.render_panel.delivery_buttons.history = self.history  # a removed delivery comes back on undo
-        self.library.jobs_using = self._jobs_using
         self.commands = Actions(self)
         self.window_commands = WindowCommands(
             self.commands, self.library, self.session, self.queue, self.undo_stack, self.docks, parent=self

@@ -54,7 +54,7 @@ class RenderPanel(QWidget):
     #: settings another view places (the timeline's silence row): the panel shows the rest of the schema
     ELSEWHERE = ("threshold", "min_silence", "script")  # the script: the Library's text box under the voice-overs
 
-    def __init__(self, session=None, parent=None):
+    def __init__(self, session=None, history=None, parent=None):
         super().__init__(parent)
         self.setObjectName("renderPanel")
         self.settings = cfg.settings()
@@ -126,7 +126,8 @@ class RenderPanel(QWidget):
         form.addRow(self.grid_area)
         from studio.ui.delivery_buttons import DeliveryButtons
 
-        self.delivery_buttons = DeliveryButtons(session, self.fields["delivery"])  # save / remove your own
+        # save / remove your own (``history``: the window's undo history, which brings a removed one back)
+        self.delivery_buttons = DeliveryButtons(session, self.fields["delivery"], history)
         form.addRow(self.delivery_buttons)
 
         self.folder = QLineEdit()
