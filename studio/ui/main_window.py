@@ -2,11 +2,13 @@
 Queue / Doctor docks and connects the views. It owns its parts: ``commands`` (every QAction by id, the
 menu bar: ``studio.ui.actions``), ``window_commands`` (the File/Edit/View/Render/Help entries and the
 toolbar: ``studio.ui.window_actions``), ``controls`` (the Playback keys and the player) and ``state``
-(geometry, docks, the start and close questions: ``studio.ui.window_state``). ``controls`` and
-``editor`` are handed the parts they use (the session, the Library, the timeline, the preview, the
-transport, the queue, the worker, the actions), never the window, which is only their Qt parent;
-they tell it things by signals (``error``, ``status``, ``renderMarker``, ``avatarLoaded``,
-``scrubShown``) that ``_connect`` wires.
+(geometry, docks, the start and close questions: ``studio.ui.window_state``). ``controls``,
+``editor`` and ``window_commands`` are handed the parts they use (the session, the Library, the
+timeline, the preview, the transport, the queue, the worker, the actions, the undo stack), never the
+window, which is only their Qt parent; they tell it things by signals (``error``, ``status``,
+``renderMarker``, ``avatarLoaded``, ``scrubShown``) that ``_connect`` wires, where the window also
+connects the menu commands that are its own (quit, render, add to queue, cancel, the Doctor, reset
+layout: ``Actions.on``). The Library and the Render panel get the undo history when they are made.
 
 The editor's state is the ``EditorSession`` (``studio.ui.model``): the selected avatar and voice-over
 with its analysis, in/out, markers, every render setting, the output and the placement, the rate in
