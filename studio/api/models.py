@@ -33,6 +33,8 @@ AvatarName = Annotated[str, PathParam(pattern=NAME_PATTERN, min_length=1, descri
 AudioId = Annotated[
     str, PathParam(pattern=AUDIO_ID_PATTERN, min_length=16, description="a voice-over's id (POST /v1/audio)")
 ]
+# an uploaded voice-over's id in an answer (its analysis, its waveform, the list of voice-overs)
+AudioIdOut = Annotated[str, Field(description="16 hex digits of the content's SHA-256: the same file gets the same id")]
 AUDIO_TYPES = ("audio/wav", "audio/x-wav", "audio/flac", "audio/ogg", "audio/mpeg", "audio/mp4")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
 VIDEO_TYPES = ("video/mp4", "video/quicktime", "video/x-matroska", "video/webm")
@@ -223,7 +225,7 @@ else:
 class AudioAnalysis(Answer):
     """An uploaded voice-over: its id (renders and frames use it) and where it is silent."""
 
-    id: str = Field(description="16 hex digits of the content's SHA-256: the same file gets the same id")
+    id: AudioIdOut
     filename: str = Field(description="what the client called it")
     bytes: int
     duration_s: float
