@@ -100,16 +100,21 @@ class Actions:
             a.setToolTip(f"{tip} ({key_text(a.shortcut())})" if not a.shortcut().isEmpty() else tip)
         elif not a.shortcut().isEmpty():
             a.setToolTip(f"{a.text().replace('&', '')} ({key_text(a.shortcut())})")
-        if slot is not None:
-            if checkable:
-                a.toggled.connect(slot)
-            else:  # not triggered(checked): set_in(frame=None) must not get False as its frame
-                a.triggered.connect(lambda _checked=False, f=slot: f())
         self.menus[menu].addAction(a)
         self.window.addAction(a)  # its keys work while the menu bar is hidden too
         self.actions[key] = a
         self.menu_of[key] = menu
+        if slot is not None:
+            self.on(key, slot)
         return a
+
+    def on(self, key: str, slot) -> None:
+        """Call ``slot`` when action ``key`` is triggered (a checkable one: ``slot(checked)`` when toggled)."""
+        a = self.actions[key]
+        if a.isCheckable():
+            a.toggled.connect(slot)
+        else:  # not triggered(checked): set_in(frame=None) must not get False as its frame
+            a.triggered.connect(lambda _checked=False, f=slot: f())
 
     def separator(self, menu: str) -> None:
         self.menus[menu].addSeparator()

@@ -2,7 +2,14 @@
 (scrubbed on the render worker), a running render's previews, with the face box and blend mask when
 asked; and the timeline's faceless band of a video avatar.
 
-    p = EditorPreview(window)      # follows the session (avatar, analysis, rate) and the playhead
+    p = EditorPreview(session, library, timeline, preview, queue, controls, worker, transport, parent=window)
+    p.error.connect(show_error)    # follows the session (avatar, analysis, rate) and the playhead
+
+It is handed exactly what it reads and drives: the ``EditorSession``, the Library (its face box and
+blend mask boxes), the timeline view, the preview, the render queue (is a job rendering?), the
+transport controls (is the finished render shown? seek it), the render worker (scrub frames) and the
+transport (is it playing?). It tells the window things by signals: ``error``, ``avatarLoaded``,
+``scrubShown``.
 
 Every caption's timecode and frame number come from the ``EditorSession`` at the rate of the frames
 shown: a scrub frame at the timeline's rate, a render's at its job's. A change of avatar or rate
@@ -13,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from studio.ui.workers import error_text, run_in_background
 
@@ -23,10 +30,14 @@ NO_AVATAR = "No avatar yet: import or drop a photo or a video (and a voice-over)
 class EditorPreview(QObject):
     SCRUB_HOLD_S = 3.0  # a frame scrubbed during a render stays on screen this long before previews resume
 
-    def __init__(self, window):
-        super().__init__(window)
-        self.w = window
-        self.session = window.session
+    error = Signal(str)  # one readable sentence (the window's banner)
+    avatarLoaded = Signal(object)  # AvatarAssets of the selected avatar
+    scrubShown = Signal(float, int)  # seconds, frame index of a scrub frame now on screen
+
+    def __init__(self, session, library, timeline, preview, queue, controls, worker, transport, parent=None):
+        super().__init__(parent)
+        self.session, self.library, self.timeline, self.preview = session, library, timeline, preview
+        self.queue, self.controls, self.worker, self.transport = queue, controls, worker, transport
         self.assets = None  # the selected avatar's AvatarAssets (loaded in the background)
         self.last_scrub: tuple[float, int] | None = None
         self._scrub_hold_until = 0.0
@@ -36,21 +47,25 @@ class EditorPreview(QObject):
         self._rescrub.timeout.connect(self.refresh)
         self.session.events.changed.connect(self._session_changed)
 
+    @property
+    def preview_free(self) -> bool:
+        """No render runs and the finished render is not on screen: the preview shows the editor's frames."""
+        return self.queue.current is None and not self.controls.player_shown
+
     # ---- the avatar ---------------------------------------------------------------------
 
     def avatar_selected(self, name: str) -> None:
-        w = self.w
         self.assets = None
         self.last_scrub = None  # an old avatar's frame and timecode never stay on screen
         self.session.set_avatar_rate(None)
         if not name:
-            if w.current is None and not w.player_shown:
-                w.preview.clear(NO_AVATAR)
+            if self.preview_free:
+                self.preview.clear(NO_AVATAR)
             return
         from studio.core.avatars.library import load
 
-        if w.current is None and not w.player_shown:
-            w.preview.caption.setText(f"loading avatar “{name}”…")
+        if self.preview_free:
+            self.preview.caption.setText(f"loading avatar “{name}”…")
 
         def loaded(assets) -> None:
             if self.session.avatar != name:
@@ -59,24 +74,22 @@ class EditorPreview(QObject):
             self.session.set_avatar_rate(assets.fps if getattr(assets, "kind", "") == "video" else None)
             self.show_avatar_frame()
             self.mark_faceless()
-            w.avatarLoaded.emit(assets)
+            self.avatarLoaded.emit(assets)
             if self.session.script and not self.session.stale:
-                self.scrub(w.timeline.position)
+                self.scrub(self.timeline.position)
 
         def failed(message: str) -> None:
             if self.session.avatar == name:  # not for an avatar the user has since left or removed
-                w.show_error(message)
+                self.error.emit(message)
 
         run_in_background(load, name, on_done=loaded, on_error=failed)
 
     def avatar_preparing(self, name: str) -> None:
-        w = self.w
-        if self.assets is None and w.current is None and not w.player_shown:
-            w.preview.caption.setText(f"preparing avatar “{name}”…")
+        if self.assets is None and self.preview_free:
+            self.preview.caption.setText(f"preparing avatar “{name}”…")
 
     def show_avatar_frame(self) -> None:
-        w = self.w
-        if self.assets is None or w.current is not None:
+        if self.assets is None or self.queue.current is not None:
             return
         a = self.assets
         index = 0
@@ -89,12 +102,12 @@ class EditorPreview(QObject):
             frame = np.dstack([frame, a.alpha[index]])
         image, extra = self.decorate(frame, index)
         caption = f"{self.session.avatar} · {a.width}x{a.height} · {a.N} frame(s){extra}"
-        w.preview.show_now(image, caption, -1)
+        self.preview.show_now(image, caption, -1)
 
     def decorate(self, image, avatar_index: int):
         """``image`` with the face box and/or blend mask of avatar frame ``avatar_index`` drawn on it,
         as the Library's two boxes say; and the caption's note."""
-        a, lib = self.assets, self.w.library
+        a, lib = self.assets, self.library
         box, mask = lib.show_box.isChecked(), lib.show_mask.isChecked()
         if a is None or not (box or mask) or image.shape[:2] != a.frames.shape[1:3]:
             return image, ""
@@ -110,20 +123,19 @@ class EditorPreview(QObject):
             if image.shape[-1] == 4:  # the drawing on a transparent presenter keeps its alpha
                 out = np.dstack([out, image[..., 3]])
         except Exception as exc:  # noqa: BLE001
-            self.w.show_error(error_text(exc))
+            self.error.emit(error_text(exc))
             return image, ""
         return out, " · " + " + ".join(n for n, on in (("face box", box), ("blend mask", mask)) if on)
 
     def overlay_toggled(self) -> None:
-        w = self.w
-        if self.last_scrub is not None and self.session.analysis is not None and w.current is None:
-            self.scrub(w.timeline.position)  # the scrub frame comes back decorated
+        if self.last_scrub is not None and self.session.analysis is not None and self.queue.current is None:
+            self.scrub(self.timeline.position)  # the scrub frame comes back decorated
         else:
             self.show_avatar_frame()
 
     def mark_faceless(self) -> None:
         """Mark the output frames whose avatar frame has no face (video avatars) on the timeline."""
-        a, analysis, tl = self.assets, self.session.analysis, self.w.timeline
+        a, analysis, tl = self.assets, self.session.analysis, self.timeline
         if a is None or analysis is None:
             tl.set_faceless([])
             return
@@ -149,23 +161,21 @@ class EditorPreview(QObject):
 
     def scrub(self, seconds: float) -> None:
         """The playhead moved: the exact frame there (or the finished render's, while it is shown)."""
-        w = self.w
-        if w.player_shown:  # the finished render is on screen: the timeline seeks it
-            w.controls.seek_seconds(seconds)
+        if self.controls.player_shown:  # the finished render is on screen: the timeline seeks it
+            self.controls.seek_seconds(seconds)
             return
         s = self.session
         if not s.avatar or not s.script or s.analysis is None:
             return
-        w.worker.request_frame(s.avatar, s.script, s.frame_settings(), seconds)
+        self.worker.request_frame(s.avatar, s.script, s.frame_settings(), seconds)
 
     def refresh(self) -> None:
         """Show what is current now: the frame at the playhead, else the avatar (never a stale caption)."""
-        w = self.w
-        if w.current is not None or w.player_shown:
+        if not self.preview_free:
             return
         s = self.session
         if s.analysis is not None and s.avatar and s.script and not s.stale:
-            self.scrub(w.timeline.position)
+            self.scrub(self.timeline.position)
         else:
             self.show_avatar_frame()
 
@@ -175,7 +185,6 @@ class EditorPreview(QObject):
 
     def frame_ready(self, seconds: float, index: int, image) -> None:
         """A scrub frame: shown also during a render (the render's previews wait a few seconds)."""
-        w = self.w
         from studio.core.render.plan import frame_index
 
         # the caption names the timeline's frame at that time, as the transport does (the render's index
@@ -185,20 +194,20 @@ class EditorPreview(QObject):
         extra = ""
         if self.assets is not None:
             image, extra = self.decorate(image, self.avatar_index(index))
-        during = " · while rendering" if w.current is not None else ""
-        if w.transport.playing and index != w.timeline.frame:
+        during = " · while rendering" if self.queue.current is not None else ""
+        if self.transport.playing and index != self.timeline.frame:
             during += " · playing (the picture catches up)"
-        if w.current is not None:
+        if self.queue.current is not None:
             self._scrub_hold_until = time.monotonic() + self.SCRUB_HOLD_S
         caption = f"{self.session.frame_caption(index)} · exact render preview{extra}{during}"
-        w.preview.offer(image, caption, index)
+        self.preview.offer(image, caption, index)
 
     def render_preview(self, image, caption: str, index: int) -> None:
         """The running render's preview, unless the editor scrubbed a frame a moment ago."""
         if time.monotonic() < self._scrub_hold_until:
             return
-        self.w.preview.offer(image, caption, index)
+        self.preview.offer(image, caption, index)
 
     def shown(self, index: int) -> None:
         if self.last_scrub is not None and index == self.last_scrub[1]:
-            self.w.scrubShown.emit(*self.last_scrub)
+            self.scrubShown.emit(*self.last_scrub)

@@ -2,7 +2,11 @@
 Queue / Doctor docks and connects the views. It owns its parts: ``commands`` (every QAction by id, the
 menu bar: ``studio.ui.actions``), ``window_commands`` (the File/Edit/View/Render/Help entries and the
 toolbar: ``studio.ui.window_actions``), ``controls`` (the Playback keys and the player) and ``state``
-(geometry, docks, the start and close questions: ``studio.ui.window_state``).
+(geometry, docks, the start and close questions: ``studio.ui.window_state``). ``controls`` and
+``editor`` are handed the parts they use (the session, the Library, the timeline, the preview, the
+transport, the queue, the worker, the actions), never the window, which is only their Qt parent;
+they tell it things by signals (``error``, ``status``, ``renderMarker``, ``avatarLoaded``,
+``scrubShown``) that ``_connect`` wires.
 
 The editor's state is the ``EditorSession`` (``studio.ui.model``): the selected avatar and voice-over
 with its analysis, in/out, markers, every render setting, the output and the placement, the rate in
@@ -161,8 +165,9 @@ class MainWindow(QMainWindow):
         self.library.jobs_using = self._jobs_using
         self.commands = Actions(self)
         self.window_commands = WindowCommands(
-            self, self.commands, self.library, self.session, self.queue, self.undo_stack, self.docks
+            self.commands, self.library, self.session, self.queue, self.undo_stack, self.docks, parent=self
         )
+        self.addToolBar(self.window_commands.toolbar)
         self.state = WindowState(
             self,
             self.settings,
@@ -183,8 +188,18 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.timeline.audio_note)  # "no audio device: silent", when so
         self.statusBar().addPermanentWidget(self.queue_state_label)
         self.statusBar().addPermanentWidget(self.engine_status)
-        self.controls = TransportControls(self, self.timeline, self.transport, self.preview, self.commands)
-        self.editor = EditorPreview(self)
+        self.controls = TransportControls(self.timeline, self.transport, self.preview, self.commands, parent=self)
+        self.editor = EditorPreview(
+            self.session,
+            self.library,
+            self.timeline,
+            self.preview,
+            self.queue,
+            self.controls,
+            self.worker,
+            self.transport,
+            parent=self,
+        )
         self.controls.playerClosed.connect(lambda: self.editor.scrub(self.timeline.position))
 
         self._connect()
@@ -326,8 +341,26 @@ class MainWindow(QMainWindow):
     # ---- wiring -------------------------------------------------------------------------
 
     def _connect(self) -> None:
-        lib, panel, w, s, ed = self.library, self.render_panel, self.worker, self.session, None
-        ed = self.editor
+        lib, panel, w, s, ed = self.library, self.render_panel, self.worker, self.session, self.editor
+        ed.error.connect(self.show_error)
+        ed.avatarLoaded.connect(self.avatarLoaded)
+        ed.scrubShown.connect(self.scrubShown)
+        controls = self.controls
+        controls.error.connect(self.show_error)
+        controls.status.connect(self.statusBar().showMessage)
+        controls.renderMarker.connect(self.render_marker)
+        self.window_commands.error.connect(self.show_error)
+        self.window_commands.status.connect(self.statusBar().showMessage)
+        own = {  # the menus' commands that are the window's own
+            "quit": self.close,
+            "render": self.render_now,
+            "add_to_queue": self.add_to_queue,
+            "cancel": self.cancel_render,
+            "doctor": self.show_doctor,
+            "reset_layout": self.state.reset_layout,
+        }
+        for key, slot in own.items():
+            self.commands.on(key, slot)
         lib.avatarSelected.connect(lambda name: (s.select(avatar=name), ed.avatar_selected(name)))
         lib.scriptSelected.connect(self._script_selected)
         lib.maskToggled.connect(lambda _on: ed.overlay_toggled())

@@ -1,6 +1,8 @@
 """The editor's keys and the finished render's player, wired to the timeline and the transport.
 
-    controls = TransportControls(window, timeline, transport, preview, commands)   # the Playback menu
+    controls = TransportControls(timeline, transport, preview, commands, parent=window)   # the Playback menu
+    controls.error.connect(show_error); controls.status.connect(status_bar.showMessage)
+    controls.renderMarker.connect(render_marker)   # the marker menu's Render: frames [start, end)
     controls.shortcuts["Space"]          # the action a key triggers (window-wide, not in text fields)
     controls.play("out.mp4")             # the render plays in the preview; playhead and player move together
 
@@ -29,10 +31,13 @@ class TransportControls(QObject):
     """Key bindings (J/K/L, steps, edges, in/out, go to timecode) and the in-app player."""
 
     playerClosed = Signal()  # the finished render left the preview: show the exact frame again
+    error = Signal(str)  # one readable sentence (the window's banner)
+    status = Signal(str, int)  # a passing note for the status bar, and how long it stays (ms)
+    renderMarker = Signal(int, int)  # render frames [start, end): a marker to the next
 
-    def __init__(self, window, timeline, transport, preview, commands):
-        super().__init__(window)
-        self.window, self.timeline, self.transport, self.preview = window, timeline, transport, preview
+    def __init__(self, timeline, transport, preview, commands, parent=None):
+        super().__init__(parent)
+        self.timeline, self.transport, self.preview = timeline, transport, preview
         self.commands = (
             commands  # the window's actions by id (``studio.ui.actions.Actions``): the Playback menu joins them
         )
@@ -44,9 +49,8 @@ class TransportControls(QObject):
     # ---- the player ----------------------------------------------------------------------
 
     def play(self, path: str) -> None:
-        w = self.window
         if not path or not Path(path).exists():
-            w.show_error(f"{path or 'the output'} does not exist any more; render it again")
+            self.error.emit(f"{path or 'the output'} does not exist any more; render it again")
             return
         try:
             if self.player is None:
@@ -54,7 +58,7 @@ class TransportControls(QObject):
 
                 self.player = PlayerWidget()
                 self.player.closed.connect(self._player_closed)
-                self.player.error.connect(w.show_error)
+                self.player.error.connect(self.error)
                 self.player.frameChanged.connect(self._player_frame)
                 self.player.ended.connect(self.transport.media_ended)
                 self.player.playingChanged.connect(self._player_playing)
@@ -65,7 +69,7 @@ class TransportControls(QObject):
             self.player.play(path)
             self._player_caption(0)
         except ImportError as exc:
-            w.show_error(f"in-app playback needs QtMultimedia ({exc}); install pyside6-addons and libpulse0")
+            self.error.emit(f"in-app playback needs QtMultimedia ({exc}); install pyside6-addons and libpulse0")
 
     player_rate = Fraction(25)
 
@@ -159,9 +163,9 @@ class TransportControls(QObject):
 
     def marker_action(self, what: str) -> None:
         """M, Shift+M, Ctrl+Shift+M, Ctrl+Alt+R, Ctrl+Alt+M and the marker menu's Render."""
-        tl, w = self.timeline, self.window
+        tl = self.timeline
         if tl.analysis is None:
-            w.statusBar().showMessage("import a voice-over first: markers sit on its timeline", 5000)
+            self.status.emit("import a voice-over first: markers sit on its timeline", 5000)
             return
         here = [m for m in tl.markers if m.frame <= tl.frame]
         layer = tl.markers_layer
@@ -172,13 +176,13 @@ class TransportControls(QObject):
         elif what == "prev":
             layer.next_marker(-1)
         elif not here:
-            w.statusBar().showMessage("no marker at or before the playhead (M adds one)", 5000)
+            self.status.emit("no marker at or before the playhead (M adds one)", 5000)
         elif what == "delete":
             layer.remove_marker(here[-1].frame)
         elif what == "rename":
             layer.rename_marker(here[-1].frame)
         elif what == "render":
-            w.render_marker(*layer.marker_span(here[-1].frame))
+            self.renderMarker.emit(*layer.marker_span(here[-1].frame))
 
     def key_released(self, event) -> None:
         """The window's key releases: K let go ends K+J / K+L stepping."""
@@ -209,7 +213,7 @@ class TransportControls(QObject):
 
     def _go_point(self, frame: int | None) -> None:
         if frame is None:
-            self.window.statusBar().showMessage("no point set there: I marks in, O marks out", 4000)
+            self.status.emit("no point set there: I marks in, O marks out", 4000)
             return
         self.go(frame)
 

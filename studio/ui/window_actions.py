@@ -1,8 +1,15 @@
 """The window's menu bar (File, Edit, View, Playback, Render, Help) and toolbar, from one set of actions,
 and the commands that belong to no panel (Show output folder, Editor guide, About, Reset layout).
 
-    cmds = WindowCommands(window, commands, library, session, queue, undo_stack, docks)
-    cmds.toolbar, cmds.render_action, cmds.cancel_action
+    cmds = WindowCommands(commands, library, session, queue, undo_stack, docks, parent=window)
+    window.addToolBar(cmds.toolbar); cmds.render_action, cmds.cancel_action
+    cmds.error.connect(show_error); cmds.status.connect(status_bar.showMessage)
+    commands.on("render", window.render_now)   # the window's own commands: it connects them
+
+The window is only their Qt parent (of the actions, the toolbar and the dialogs), never asked for
+anything: what the window itself does (quit, render now, add to queue, cancel, the Doctor, reset the
+layout) it connects to those actions by id, and what these commands have to say comes as the
+signals ``error`` (the banner) and ``status`` (the status bar).
 
 Where nothing on this machine opens a folder or a document (no desktop launcher: a bare server, a
 container), the command says so in the status bar and the banner instead of doing nothing.
@@ -12,21 +19,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtWidgets import QToolBar
+from PySide6.QtCore import QObject, QSize, Qt, Signal
+from PySide6.QtWidgets import QToolBar, QWidget
 
 from studio.ui.actions import Actions
 
 
-class WindowCommands:
+class WindowCommands(QObject):
     """The window's own commands in the menus and the toolbar (``commands``: the registry they join,
     shared with the Playback menu's ``TransportControls``) and the slots of those that belong to no
-    panel. ``window`` is the ``MainWindow`` they command (render, queue, close, its status bar)."""
+    panel. ``parent`` (the window) is the Qt parent of the actions, the toolbar and the dialogs."""
 
-    def __init__(self, window, commands: Actions, library, session, queue, undo_stack, docks):
-        self.window, self.commands, self.session = window, commands, session
+    error = Signal(str)  # one readable sentence (the window's banner)
+    status = Signal(str, int)  # a note for the status bar, and how long it stays (ms)
+
+    def __init__(self, commands: Actions, library, session, queue, undo_stack, docks, parent: QWidget):
+        super().__init__(parent)
+        self.commands, self.session = commands, session
         self.guide_box = None  # Help > Editor guide shown in Studio (no desktop viewer here), once opened
-        w, acts, lib = window, commands, library
+        acts, lib = commands, library
         add = acts.add
         add(
             "import_avatar",
@@ -49,10 +60,10 @@ class WindowCommands:
         acts.separator("File")
         add("show_output", "File", "Show output folder", self.show_output_folder, tip="Open the output folder")
         acts.separator("File")
-        add("quit", "File", "Quit", w.close, "Ctrl+Q")
+        add("quit", "File", "Quit", shortcuts="Ctrl+Q")
 
-        undo = undo_stack.createUndoAction(w, "Undo")
-        redo = undo_stack.createRedoAction(w, "Redo")
+        undo = undo_stack.createUndoAction(parent, "Undo")
+        redo = undo_stack.createRedoAction(parent, "Redo")
         add("undo", "Edit", "", shortcuts=["Ctrl+Z"], action=undo)
         add("redo", "Edit", "", shortcuts=["Ctrl+Shift+Z", "Ctrl+Y"], action=redo)
         undo.setProperty("command", "Undo")
@@ -77,12 +88,11 @@ class WindowCommands:
             view = dock.toggleViewAction()  # enabled: the docks are closable (View brings them back)
             view.setToolTip(f"Show or hide the {dock.windowTitle()} panel")
             add(f"view_{dock.objectName()}", "View", f"{dock.windowTitle()} panel", action=view)
-        bar = self.toolbar = QToolBar("Toolbar")
+        bar = self.toolbar = QToolBar("Toolbar", parent)  # the window adds it to its top
         bar.setObjectName("mainToolbar")
         bar.setMovable(False)
         bar.setIconSize(QSize(18, 18))
         bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        w.addToolBar(bar)
         add("view_toolbar", "View", "Toolbar", action=bar.toggleViewAction())
         acts.separator("View")
         face = add("face_box", "View", "Face box on the preview", lib.show_box.setChecked, checkable=True)
@@ -90,19 +100,13 @@ class WindowCommands:
         mask = add("blend_mask", "View", "Blend mask on the preview", lib.show_mask.setChecked, checkable=True)
         lib.show_mask.toggled.connect(mask.setChecked)
         acts.separator("View")
-        add(
-            "reset_layout",
-            "View",
-            "Reset layout",
-            lambda: w.state.reset_layout(),
-            tip="Put every panel back where it started",
-        )
+        add("reset_layout", "View", "Reset layout", tip="Put every panel back where it started")
 
         add(
             "render",
             "Render",
             "Render now",
-            w.render_now,
+            None,
             ["Ctrl+R", "Ctrl+M"],
             "Queue the selected avatar and voice-over and start the queue",
             icon("render"),
@@ -111,7 +115,7 @@ class WindowCommands:
             "add_to_queue",
             "Render",
             "Add to queue",
-            w.add_to_queue,
+            None,
             "Ctrl+Shift+R",
             "Queue every selected avatar × voice-over pair; the queue renders them once started",
             icon("queue"),
@@ -130,7 +134,7 @@ class WindowCommands:
             "cancel",
             "Render",
             "Cancel render",
-            w.cancel_render,
+            None,
             "Esc",
             "Stop the running render (nothing is written)",
             icon("cancel"),
@@ -158,8 +162,8 @@ class WindowCommands:
         session.events.analysis.connect(lambda _a: follow())
         follow()
 
-        add("shortcuts", "Help", "Keyboard shortcuts", w.show_shortcuts, ["F1", "?"], "Every key of the editor")
-        add("doctor", "Help", "Doctor (check this machine)", w.show_doctor, icon=icon("doctor"))
+        add("shortcuts", "Help", "Keyboard shortcuts", acts.show_shortcuts, ["F1", "?"], "Every key of the editor")
+        add("doctor", "Help", "Doctor (check this machine)", icon=icon("doctor"))
         add("editor_guide", "Help", "Editor guide", self.open_guide, tip="docs/editor.md: keys, menus, undo, markers")
         add("about", "Help", "About Studio", self.about)
 
@@ -178,6 +182,12 @@ class WindowCommands:
         for key, text in short.items():  # the toolbar's words; the menus say it in full
             acts[key].setIconText(text)
 
+    @property
+    def dialog_parent(self) -> QWidget | None:
+        """The Qt parent its dialogs sit over (the window)."""
+        parent = self.parent()
+        return parent if isinstance(parent, QWidget) else None
+
     def show_output_folder(self) -> None:
         """File > Show output folder: the file manager there, or (no launcher) its path, said and copied."""
         from PySide6.QtWidgets import QApplication
@@ -186,13 +196,11 @@ class WindowCommands:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            self.window.show_error(
-                f"the output folder {folder} cannot be made ({exc.strerror}); choose another in Render"
-            )
+            self.error.emit(f"the output folder {folder} cannot be made ({exc.strerror}); choose another in Render")
             return
         if not open_url(folder):
             QApplication.clipboard().setText(str(folder))
-            self.window.show_error(f"No program here opens folders; the output folder is {folder} (its path is copied)")
+            self.error.emit(f"No program here opens folders; the output folder is {folder} (its path is copied)")
 
     def open_guide(self):
         """Help > Editor guide: docs/editor.md in the desktop's viewer, or (none here) in a window of its own."""
@@ -201,7 +209,7 @@ class WindowCommands:
             return None
         from PySide6.QtWidgets import QDialog, QTextBrowser, QVBoxLayout
 
-        box = QDialog(self.window)
+        box = QDialog(self.dialog_parent)
         box.setObjectName("editorGuide")
         box.setWindowTitle("Editor guide")
         text = QTextBrowser(box)
@@ -213,9 +221,7 @@ class WindowCommands:
             )
         QVBoxLayout(box).addWidget(text)
         box.resize(760, 560)
-        self.window.statusBar().showMessage(
-            "No program here opens documents: the editor guide is shown in Studio", 8000
-        )
+        self.status.emit("No program here opens documents: the editor guide is shown in Studio", 8000)
         self.guide_box = box
         box.show()
         return box
@@ -229,7 +235,9 @@ class WindowCommands:
             v = version("studio")
         except Exception:  # noqa: BLE001 - a source checkout
             v = "(source)"
-        QMessageBox.about(self.window, "About Studio", f"Studio {v}\nLip-synced presenter video on this computer.")
+        QMessageBox.about(
+            self.dialog_parent, "About Studio", f"Studio {v}\nLip-synced presenter video on this computer."
+        )
 
 
 def open_url(path: Path) -> bool:
