@@ -33,6 +33,8 @@ AvatarName = Annotated[str, PathParam(pattern=NAME_PATTERN, min_length=1, descri
 AudioId = Annotated[
     str, PathParam(pattern=AUDIO_ID_PATTERN, min_length=16, description="a voice-over's id (POST /v1/audio)")
 ]
+# an uploaded voice-over's id in an answer (its analysis, its waveform, the list of voice-overs)
+AudioIdOut = Annotated[str, Field(description="16 hex digits of the content's SHA-256: the same file gets the same id")]
 AUDIO_TYPES = ("audio/wav", "audio/x-wav", "audio/flac", "audio/ogg", "audio/mpeg", "audio/mp4")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
 VIDEO_TYPES = ("video/mp4", "video/quicktime", "video/x-matroska", "video/webm")
@@ -223,7 +225,7 @@ else:
 class AudioAnalysis(Answer):
     """An uploaded voice-over: its id (renders and frames use it) and where it is silent."""
 
-    id: str = Field(description="16 hex digits of the content's SHA-256: the same file gets the same id")
+    id: AudioIdOut
     filename: str = Field(description="what the client called it")
     bytes: int
     duration_s: float
@@ -463,16 +465,23 @@ class ProgressEvent(Answer):
     retries: int | None = None
 
 
+# a done job's video and figures (null before it is done): a Job's and its state events' fields
+DoneVideo = Annotated[str | None, Field(description="the MP4's URL once done")]
+DoneFrames = Annotated[int | None, Field(description="frames written, once done")]
+DoneSeconds = Annotated[float | None, Field(description="render seconds, once done")]
+DoneFps = Annotated[float | None, Field(description="frames per second of the render, once done")]
+
+
 class StateEvent(Answer):
     """A ``state`` event: the job's state now (the video's link and figures once done)."""
 
     id: int
     state: Literal[JOB_STATES + ("removed",)]  # type: ignore[valid-type]
     reason: str = ""
-    video: str | None = None
-    frames: int | None = None
-    seconds: float | None = None
-    fps: float | None = None
+    video: DoneVideo = None
+    frames: DoneFrames = None
+    seconds: DoneSeconds = None
+    fps: DoneFps = None
 
 
 class Delivery(Answer):
@@ -544,10 +553,10 @@ class Job(Answer):
     links: Links
     files: list[SideFile] = Field(default_factory=list, description="its side files (captions, OTIO, check, JSON)")
     live: ProgressEvent | None = Field(None, description="the latest progress of a running job")
-    video: str | None = Field(None, description="the MP4's URL once done")
-    frames: int | None = Field(None, description="frames written, once done")
-    seconds: float | None = Field(None, description="render seconds, once done")
-    fps: float | None = Field(None, description="frames per second of the render, once done")
+    video: DoneVideo = None
+    frames: DoneFrames = None
+    seconds: DoneSeconds = None
+    fps: DoneFps = None
     position: int | None = Field(None, description="queued: its place in the queue (1 = next); running: 0")
     eta_s: float | None = Field(
         None, description="queued or running: seconds until it is expected to be done (null until the speed is known)"

@@ -22,6 +22,7 @@ from studio.core import env
 log = logging.getLogger(__name__)
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
+CUDA_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cu128"  # a CUDA build of PyTorch
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def check_gpu() -> Check:
             "GPU",
             WARN,
             "an NVIDIA driver is present (nvidia-smi) but PyTorch cannot use the GPU",
-            "install a CUDA build of PyTorch: pip install torch --index-url https://download.pytorch.org/whl/cu128",
+            f"install a CUDA build of PyTorch: {CUDA_TORCH}",
         )
     return Check(
         "GPU",
@@ -125,7 +126,7 @@ def check_cuda() -> Check:
             "CUDA",
             WARN,
             f"PyTorch {torch.__version__} is a CPU-only build",
-            "for GPU renders: pip install torch --index-url https://download.pytorch.org/whl/cu128",
+            f"for GPU renders: {CUDA_TORCH}",
         )
     if not torch.cuda.is_available():
         return Check(
@@ -157,12 +158,9 @@ def check_tensorrt() -> Check:
     try:
         trt = importlib.import_module("tensorrt")
     except Exception as exc:  # noqa: BLE001 - ImportError, or OSError when libnvinfer is missing
-        return Check(
-            "TensorRT",
-            WARN,
-            f"not importable ({_short(exc)}); MuseTalk runs on PyTorch instead",
-            "pip install 'studio[tensorrt]' with NVIDIA's index: pip install tensorrt --extra-index-url https://pypi.nvidia.com",
-        )
+        from studio.core.engines.runtime_tensorrt import INSTALL  # the engine builder says the same (require_tensorrt)
+
+        return Check("TensorRT", WARN, f"not importable ({_short(exc)}); MuseTalk runs on PyTorch instead", INSTALL)
     return Check("TensorRT", OK, f"TensorRT {getattr(trt, '__version__', '?')} is importable")
 
 

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent
-from studio.api.models import Answer, AudioAnalysis, AudioForm, AudioId, SilenceQuery, binary, errors
+from studio.api.models import Answer, AudioAnalysis, AudioForm, AudioId, AudioIdOut, SilenceQuery, binary, errors
 from studio.api.route import Route
 from studio.api.state import ApiState, State
 
@@ -61,7 +61,7 @@ AUDIO_OUT = {".wav": "audio/wav", ".flac": "audio/flac", ".ogg": "audio/ogg", ".
 
 
 class VoiceOver(Answer):
-    id: str
+    id: AudioIdOut
     filename: str = Field(description="its name (what the client called it, or what it was renamed to)")
     bytes: int
     file: str = Field(description="the sound's URL (GET; HTTP Range supported)")

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from studio.api.errors import ApiError
 from studio.api.idempotency import DOC as IDEMPOTENCY_DOC
 from studio.api.idempotency import Idempotent
-from studio.api.models import Answer, AudioAnalysis, errors
+from studio.api.models import Answer, AudioAnalysis, AudioIdOut, errors
 from studio.api.route import Route
 from studio.api.schema import settings_fields
 from studio.api.state import State
@@ -51,7 +51,7 @@ class Timecode(Answer):
 class Waveform(Answer):
     """A voice-over on a render's frame grid: what the page draws and scrubs."""
 
-    id: str
+    id: AudioIdOut
     frames: int = Field(description="video frames it lasts at this rate")
     fps: float = Field(description="the frame rate (29.97 is 30000/1001: see rate)")
     rate: str = Field(description="the exact rate, e.g. 25 or 30000/1001")

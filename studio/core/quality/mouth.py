@@ -69,7 +69,7 @@ class FaceFinder(faces.Closing):
             self._lost += 1
             return None
         self._lost = 0
-        self._follow(lm, frame.width, frame.height)
+        self._follow(lm, *frame.size)
         if self._window is not None:  # measured again on its box: as precise as every other frame
             lm = self._on_box(frame, lm)
         return lm
@@ -83,7 +83,7 @@ class FaceFinder(faces.Closing):
         if lm is None:
             return found
         lm = lm + np.array([x0, y0], np.float32)
-        self._follow(lm, frame.width, frame.height)
+        self._follow(lm, *frame.size)
         return lm
 
     def near(self, frame, hint: np.ndarray) -> np.ndarray | None:
@@ -92,7 +92,7 @@ class FaceFinder(faces.Closing):
         saved = self._window, self._size, self._lost
         try:
             self._window = None
-            self._follow(np.asarray(hint, np.float32), frame.width, frame.height)
+            self._follow(np.asarray(hint, np.float32), *frame.size)
             return self(frame) if self._window is not None else None
         finally:
             self._window, self._size, self._lost = saved
@@ -101,7 +101,7 @@ class FaceFinder(faces.Closing):
         """The face anywhere in the frame: the whole frame, then squares of its short side, then
         of half of it (overlapping by half): the mesh's detector sees faces at 128 px, so a face
         that is small in a 1080p frame is found in a smaller square."""
-        w, h = frame.width, frame.height
+        w, h = frame.size
         with faces.quiet_stderr():  # the graph's one-off warnings about a whole frame's shape
             lm = self._tracker(frame.rgb())
             if lm is not None:
@@ -467,7 +467,7 @@ def measure(
     for k, frame in enumerate(frames):
         if cancelled is not None and cancelled():
             raise Cancelled("the check was cancelled")
-        width, height = frame.width, frame.height
+        width, height = frame.size
         lm = finder(frame)
         if lm is not None and ref is None:
             ref = video_reference(
@@ -523,7 +523,7 @@ def _frame_figures(frame, lm: np.ndarray | None, rf: RefFrame | None, ref: Refer
     if lm is None:
         return row
     row["opening"] = mouth_opening(lm)
-    rect, keep = detail_region(lm, frame.width, frame.height)
+    rect, keep = detail_region(lm, *frame.size)
     row["detail"] = detail(frame.luma, rect, keep)
     if rf is None or ref is None:
         return row

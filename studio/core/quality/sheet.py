@@ -105,7 +105,7 @@ def pictures(
             rgb = frame.rgb()
             lm = finder.once(frame)
             if assets is not None:
-                ref_rgb = _avatar_rgb(assets, avatar_start + idx, frame.width, frame.height)
+                ref_rgb = _avatar_rgb(assets, avatar_start + idx, *frame.size)
                 ref_lm = lm  # the renderer's frame: the same place
             elif ref_once is not None:
                 ref_rgb, ref_lm = ref_once

@@ -118,18 +118,16 @@ class Frame:
         return cls(index, 0.0, luma, _RGB(rgb), None, None)
 
     @property
-    def width(self) -> int:
-        return int(self.luma.shape[1])
-
-    @property
-    def height(self) -> int:
-        return int(self.luma.shape[0])
+    def size(self) -> tuple[int, int]:
+        """``(width, height)`` in pixels."""
+        height, width = self.luma.shape
+        return width, height
 
     def rgb(self, x0: int = 0, y0: int = 0, x1: int | None = None, y1: int | None = None) -> np.ndarray:
         """RGB uint8 of the rectangle ``[y0:y1, x0:x1]`` (even corners for 4:2:0; clipped to the frame)."""
         import cv2
 
-        w, h = self.width, self.height
+        w, h = self.size
         x1 = w if x1 is None else x1
         y1 = h if y1 is None else y1
         x0, y0 = max(0, x0 // 2 * 2), max(0, y0 // 2 * 2)
